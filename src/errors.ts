@@ -1,0 +1,42 @@
+/**
+ * Typed errors. Library code throws these and never exits the process; the CLI maps each kind to a
+ * one-line message and an exit code (see src/cli/errors.ts).
+ */
+
+/** Base class: every error pagellm throws on purpose is a PagellmError. */
+export class PagellmError extends Error {
+  /** Process exit code the CLI uses for this kind of error. */
+  readonly exitCode: number = 1;
+  constructor(message: string) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+/** A model or tokenizer file that is missing, truncated, foreign, or inconsistent. Names the file. */
+export class ModelFormatError extends PagellmError {
+  override readonly exitCode = 2;
+  constructor(readonly file: string, problem: string) {
+    super(`${file}: ${problem}`);
+  }
+}
+
+/** Bad user input: a missing prompt file, a malformed request, an option out of range. */
+export class InputError extends PagellmError {
+  override readonly exitCode = 2;
+}
+
+/** A request that can never be served: its prompt plus max_tokens exceeds the context or the KV pool. */
+export class RequestTooLongError extends PagellmError {
+  override readonly exitCode = 3;
+}
+
+/** The KV block pool cannot hold what was asked of it. */
+export class KVCacheExhaustedError extends PagellmError {
+  override readonly exitCode = 3;
+}
+
+/** A worker thread died or threw while running a kernel. */
+export class WorkerPoolError extends PagellmError {
+  override readonly exitCode = 4;
+}

@@ -1,0 +1,45 @@
+/**
+ * The shape of a llama-family transformer, whatever file it came from.
+ */
+export type RopeStyle =
+  /** Rotate adjacent pairs (x[2i], x[2i+1]): llama2.c and llama.cpp's `llama` architecture. */
+  | "interleaved"
+  /** Rotate halves (x[i], x[i + headDim/2]): GPT-NeoX and Hugging Face Llama checkpoints. */
+  | "neox";
+
+export interface ModelConfig {
+  /** Transformer width (embedding size). */
+  dim: number;
+  /** Width of the SwiGLU feed-forward layer. */
+  hiddenDim: number;
+  nLayers: number;
+  /** Query heads. */
+  nHeads: number;
+  /** Key/value heads; fewer than nHeads means grouped-query attention. */
+  nKvHeads: number;
+  vocabSize: number;
+  /** Longest sequence the model was trained for (context length). */
+  seqLen: number;
+  /** Per-head width: dim / nHeads. */
+  headDim: number;
+  /** RMSNorm epsilon. */
+  normEps: number;
+  /** RoPE base frequency. */
+  ropeTheta: number;
+  ropeStyle: RopeStyle;
+  /** True when the output classifier is the token embedding table. */
+  sharedClassifier: boolean;
+}
+
+/** Fill in derived fields with llama2.c's defaults. */
+export function makeConfig(
+  c: Omit<ModelConfig, "headDim" | "normEps" | "ropeTheta" | "ropeStyle"> & Partial<ModelConfig>,
+): ModelConfig {
+  return {
+    headDim: c.dim / c.nHeads,
+    normEps: 1e-5,
+    ropeTheta: 10000,
+    ropeStyle: "interleaved",
+    ...c,
+  };
+}
