@@ -1,0 +1,52 @@
+// ============================================================================================
+// Element-wise kernels: SwiGLU, residual add, softmax
+// ============================================================================================
+
+/** a[i] = silu(a[i]) * b[i] for n elements (the SwiGLU gate of the feed-forward layer). */
+export function swiglu(a: usize, b: usize, n: i32): void {
+  for (let i = 0; i < n; i++) {
+    const p = <usize>i << 2;
+    let v = load<f32>(a + p);
+    v *= <f32>1.0 / (<f32>1.0 + Mathf.exp(-v));
+    store<f32>(a + p, v * load<f32>(b + p));
+  }
+}
+
+/** x[i] += y[i] for n elements (the residual connection). */
+export function addInPlace(x: usize, y: usize, n: i32): void {
+  const n4 = n & ~3;
+  for (let i = 0; i < n4; i += 4) {
+    const p = <usize>i << 2;
+    v128.store(x + p, f32x4.add(v128.load(x + p), v128.load(y + p)));
+  }
+  for (let i = n4; i < n; i++) {
+    const p = <usize>i << 2;
+    store<f32>(x + p, load<f32>(x + p) + load<f32>(y + p));
+  }
+}
+
+/** In-place softmax of x[0..n): exp(x - max) / sum, summed left to right. */
+export function softmax(x: usize, n: i32): void {
+  if (n <= 0) return;
+  let m = load<f32>(x);
+  for (let i = 1; i < n; i++) m = max(m, load<f32>(x + (<usize>i << 2)));
+  let sum: f32 = 0;
+  for (let i = 0; i < n; i++) {
+    const p = x + (<usize>i << 2);
+    const e = Mathf.exp(load<f32>(p) - m);
+    store<f32>(p, e);
+    sum += e;
+  }
+  for (let i = 0; i < n; i++) {
+    const p = x + (<usize>i << 2);
+    store<f32>(p, load<f32>(p) / sum);
+  }
+}
+
+/** out[r][.] = src[rows[r]][.] for R rows of n floats: gathers the rows that need logits. */
+export function gatherRows(out: usize, src: usize, rows: usize, R: i32, n: i32): void {
+  const rowBytes = <usize>n << 2;
+  for (let r = 0; r < R; r++) {
+    memory.copy(out + <usize>r * rowBytes, src + <usize>load<i32>(rows + (<usize>r << 2)) * rowBytes, rowBytes);
+  }
+}

@@ -1,0 +1,51 @@
+/**
+ * The typed face of the WebAssembly kernels (assembly/index.ts). Every argument named like a
+ * buffer is a byte address in the shared linear memory; counts are in elements.
+ */
+export interface Kernels {
+  heapBase(): number;
+  // matmul.ts
+  packF32(dst: number, src: number, n: number, d: number): void;
+  unpackRowF32(out: number, w: number, n: number, d: number, r: number): void;
+  embedF32(out: number, w: number, tokens: number, T: number, n: number, d: number): void;
+  matmulF32(
+    out: number, x: number, w: number, T: number, n: number, d: number, outStride: number, rowStart: number, rowEnd: number,
+  ): void;
+  matvecScalarF32(out: number, x: number, w: number, n: number, d: number): void;
+  // quant.ts
+  quantizeQ8(xq: number, xs: number, x: number, T: number, d: number, gs: number): void;
+  matmulQ8(
+    out: number, xq: number, xs: number, wq: number, ws: number,
+    T: number, d: number, gs: number, outStride: number, rowStart: number, rowEnd: number,
+  ): void;
+  embedQ8(out: number, wq: number, ws: number, tokens: number, T: number, d: number, gs: number): void;
+  // norm.ts
+  rmsnorm(out: number, x: number, w: number, T: number, n: number, eps: number): void;
+  // rope.ts
+  ropeInterleaved(
+    vec: number, positions: number, T: number, nHeads: number, headDim: number, rowStride: number, cosTab: number, sinTab: number,
+  ): void;
+  ropeNeox(
+    vec: number, positions: number, T: number, nHeads: number, headDim: number, rowStride: number, cosTab: number, sinTab: number,
+  ): void;
+  // activation.ts
+  swiglu(a: number, b: number, n: number): void;
+  addInPlace(x: number, y: number, n: number): void;
+  softmax(x: number, n: number): void;
+  gatherRows(out: number, src: number, rows: number, R: number, n: number): void;
+  // attention.ts
+  writeKV(
+    kLayer: number, vLayer: number, k: number, v: number, slots: number,
+    T: number, nKvHeads: number, headDim: number, blockSize: number,
+  ): void;
+  pagedAttention(
+    out: number, q: number, kLayer: number, vLayer: number, seqInfo: number,
+    nHeads: number, nKvHeads: number, headDim: number, blockSize: number, qStride: number,
+    scratch: number, itemStart: number, itemEnd: number,
+  ): void;
+}
+
+export type KernelName = keyof Kernels;
+
+/** Ints per sequence record read by pagedAttention: queryStart, queryCount, contextLen, blockTable. */
+export const SEQ_INFO_INTS = 4;

@@ -1,0 +1,392 @@
+/**
+ * Every WebAssembly kernel against a plain scalar loop, on odd sizes (not multiples of the SIMD
+ * width), over many random iterations. Where the kernel's reduction order is part of its contract
+ * (matmul, rmsnorm, int8), the loop emulates that order with Math.fround and the comparison is
+ * bitwise; where it calls exp, it is within a few ulps.
+ */
+import { describe, expect, test } from "bun:test";
+import { CpuBackend } from "../src/backend/cpu.ts";
+import { Xoshiro128 } from "../src/model/random-weights.ts";
+
+const fr = Math.fround;
+const be = new CpuBackend();
+const k = be.kernels;
+const mem = be.mem;
+// One scratch region, reused: every test writes its inputs and reads its outputs here.
+const REGION_BYTES = 8 << 20;
+const region = mem.alloc(REGION_BYTES);
+
+/** Bump allocator inside the region, reset per iteration. */
+class Scratch {
+  private top = region;
+  f32(values: ArrayLike<number>): number {
+    const addr = this.alloc(4 * values.length);
+    mem.f32.set(values, addr >> 2);
+    return addr;
+  }
+  i32(values: ArrayLike<number>): number {
+    const addr = this.alloc(4 * values.length);
+    mem.i32.set(values, addr >> 2);
+    return addr;
+  }
+  alloc(bytes: number): number {
+    // Deliberately misalign by 4 bytes now and then: kernels must not assume 16-byte alignment.
+    const addr = Math.ceil(this.top / 16) * 16 + (bytes % 3 === 0 ? 4 : 0);
+    this.top = addr + bytes;
+    if (this.top > region + REGION_BYTES) throw new Error("test scratch exhausted");
+    return addr;
+  }
+}
+
+function readF32(addr: number, n: number): Float32Array {
+  return mem.f32.slice(addr >> 2, (addr >> 2) + n);
+}
+
+function randomArray(rng: Xoshiro128, n: number, scale = 1): Float32Array {
+  const a = new Float32Array(n);
+  for (let i = 0; i < n; i++) a[i] = (rng.nextFloat() * 2 - 1) * scale;
+  return a;
+}
+
+function randInt(rng: Xoshiro128, lo: number, hi: number): number {
+  return lo + Math.floor(rng.nextFloat() * (hi - lo + 1));
+}
+
+/** The canonical dot product order of assembly/matmul.ts, in f32. */
+function canonicalDot(w: Float32Array, wOff: number, x: Float32Array, xOff: number, d: number): number {
+  const d4 = d & ~3;
+  const acc = [0, 0, 0, 0];
+  for (let c = 0; c < d4; c += 4) {
+    for (let l = 0; l < 4; l++) acc[l] = fr(acc[l]! + fr(w[wOff + c + l]! * x[xOff + c + l]!));
+  }
+  let s = fr(fr(acc[0]! + acc[1]!) + fr(acc[2]! + acc[3]!));
+  for (let j = d4; j < d; j++) s = fr(s + fr(w[wOff + j]! * x[xOff + j]!));
+  return s;
+}
+
+describe("f32 matmul over packed panels", () => {
+  test("matches the canonical scalar order bitwise for any T, shape and row split", () => {
+    const rng = new Xoshiro128(1);
+    for (let iter = 0; iter < 300; iter++) {
+      const s = new Scratch();
+      const n = randInt(rng, 1, 41);
+      const d = randInt(rng, 1, 75);
+      const T = randInt(rng, 1, 7);
+      const w = randomArray(rng, n * d);
+      const x = randomArray(rng, T * d);
+      const src = s.f32(w);
+      const packed = s.alloc(4 * n * d);
+      k.packF32(packed, src, n, d);
+      const xAddr = s.f32(x);
+      const out = s.alloc(4 * T * n);
+      // Split rows at a random panel boundary, as the thread pool does.
+      const split = Math.min(n, 4 * randInt(rng, 0, Math.ceil(n / 4)));
+      k.matmulF32(out, xAddr, packed, T, n, d, n, 0, split);
+      k.matmulF32(out, xAddr, packed, T, n, d, n, split, n);
+      const got = readF32(out, T * n);
+      for (let t = 0; t < T; t++) {
+        for (let i = 0; i < n; i++) {
+          const want = canonicalDot(w, i * d, x, t * d, d);
+          if (got[t * n + i] !== want) {
+            throw new Error(`iter ${iter} n=${n} d=${d} T=${T} t=${t} i=${i}: ${got[t * n + i]} != ${want}`);
+          }
+        }
+      }
+    }
+  });
+
+  test("a token's result does not depend on the rest of the batch", () => {
+    const rng = new Xoshiro128(2);
+    for (let iter = 0; iter < 50; iter++) {
+      const s = new Scratch();
+      const n = randInt(rng, 1, 33);
+      const d = randInt(rng, 1, 90);
+      const T = randInt(rng, 2, 9);
+      const packed = s.alloc(4 * n * d);
+      k.packF32(packed, s.f32(randomArray(rng, n * d)), n, d);
+      const x = s.f32(randomArray(rng, T * d));
+      const batched = s.alloc(4 * T * n);
+      k.matmulF32(batched, x, packed, T, n, d, n, 0, n);
+      const single = s.alloc(4 * n);
+      for (let t = 0; t < T; t++) {
+        k.matmulF32(single, x + 4 * t * d, packed, 1, n, d, n, 0, n);
+        expect(readF32(single, n)).toEqual(readF32(batched + 4 * t * n, n));
+      }
+    }
+  });
+
+  test("unpackRow and embed recover the original rows", () => {
+    const rng = new Xoshiro128(3);
+    for (let iter = 0; iter < 100; iter++) {
+      const s = new Scratch();
+      const n = randInt(rng, 1, 30);
+      const d = randInt(rng, 1, 50);
+      const w = randomArray(rng, n * d);
+      const packed = s.alloc(4 * n * d);
+      k.packF32(packed, s.f32(w), n, d);
+      const tokens = Array.from({ length: 5 }, () => randInt(rng, 0, n - 1));
+      const out = s.alloc(4 * 5 * d);
+      k.embedF32(out, packed, s.i32(tokens), 5, n, d);
+      tokens.forEach((r, t) => expect(readF32(out + 4 * t * d, d)).toEqual(w.slice(r * d, (r + 1) * d)));
+    }
+  });
+
+  test("the scalar baseline kernel is a plain row-major loop", () => {
+    const rng = new Xoshiro128(4);
+    const s = new Scratch();
+    const n = 13, d = 29;
+    const w = randomArray(rng, n * d);
+    const x = randomArray(rng, d);
+    const out = s.alloc(4 * n);
+    k.matvecScalarF32(out, s.f32(x), s.f32(w), n, d);
+    const got = readF32(out, n);
+    for (let i = 0; i < n; i++) {
+      let acc = 0;
+      for (let j = 0; j < d; j++) acc = fr(acc + fr(w[i * d + j]! * x[j]!));
+      expect(got[i]).toBe(acc);
+    }
+  });
+});
+
+describe("int8 group-quantized kernels (runq.c arithmetic)", () => {
+  const roundAway = (v: number) => (v < 0 ? -Math.floor(-v + 0.5) : Math.floor(v + 0.5));
+
+  function quantizeRef(x: Float32Array, T: number, d: number, gs: number) {
+    const groups = Math.floor(d / gs);
+    const q = new Int8Array(T * d);
+    const sc = new Float32Array(T * groups);
+    for (let t = 0; t < T; t++) {
+      for (let g = 0; g < groups; g++) {
+        let wmax = 0;
+        for (let i = 0; i < gs; i++) wmax = Math.max(wmax, Math.abs(x[t * d + g * gs + i]!));
+        const scale = fr(wmax / 127);
+        sc[t * groups + g] = scale;
+        for (let i = 0; i < gs; i++) q[t * d + g * gs + i] = scale === 0 ? 0 : roundAway(fr(x[t * d + g * gs + i]! / scale));
+      }
+    }
+    return { q, s: sc };
+  }
+
+  test("quantize and matmul match a scalar loop exactly, including groups that straddle rows", () => {
+    const rng = new Xoshiro128(5);
+    for (let iter = 0; iter < 120; iter++) {
+      const s = new Scratch();
+      const gs = [2, 4, 8, 16, 32, 48][randInt(rng, 0, 5)]!;
+      const d = gs * randInt(rng, 1, 4) + (iter % 3 === 0 ? randInt(rng, 1, gs - 1) || 0 : 0);
+      const n = randInt(rng, 1, 21);
+      const T = randInt(rng, 1, 4);
+      if ((n * d) % gs !== 0) continue; // export.py asserts numel % group_size == 0
+      const w = randomArray(rng, n * d);
+      const x = randomArray(rng, T * d, 3);
+      const wq = quantizeRef(w.map((_, i) => w[i]!), 1, n * d, gs);
+      const xRef = quantizeRef(x, T, d, gs);
+      const xq = s.alloc(T * d);
+      const xs = s.alloc(4 * T * Math.floor(d / gs));
+      k.quantizeQ8(xq, xs, s.f32(x), T, d, gs);
+      expect(new Int8Array(mem.u8.buffer, xq, T * d).slice()).toEqual(xRef.q);
+      expect(readF32(xs, xRef.s.length)).toEqual(xRef.s);
+      const wqAddr = s.alloc(n * d);
+      new Int8Array(mem.u8.buffer, wqAddr, n * d).set(wq.q);
+      const wsAddr = s.f32(wq.s);
+      const out = s.alloc(4 * T * n);
+      k.matmulQ8(out, xq, xs, wqAddr, wsAddr, T, d, gs, n, 0, n);
+      const got = readF32(out, T * n);
+      const groups = Math.floor(d / gs);
+      for (let t = 0; t < T; t++) {
+        for (let i = 0; i < n; i++) {
+          let val = 0;
+          for (let g = 0; g < groups; g++) {
+            let ival = 0;
+            for (let kk = 0; kk < gs; kk++) ival += xRef.q[t * d + g * gs + kk]! * wq.q[i * d + g * gs + kk]!;
+            val = fr(val + fr(fr(ival * wq.s[Math.floor((i * d + g * gs) / gs)]!) * xRef.s[t * groups + g]!));
+          }
+          expect(got[t * n + i]).toBe(val);
+        }
+      }
+    }
+  });
+});
+
+describe("element-wise kernels", () => {
+  test("rmsnorm matches the canonical order bitwise", () => {
+    const rng = new Xoshiro128(6);
+    for (let iter = 0; iter < 100; iter++) {
+      const s = new Scratch();
+      const n = randInt(rng, 1, 99);
+      const T = randInt(rng, 1, 4);
+      const x = randomArray(rng, T * n, 4);
+      const w = randomArray(rng, n);
+      const out = s.alloc(4 * T * n);
+      k.rmsnorm(out, s.f32(x), s.f32(w), T, n, 1e-5);
+      const got = readF32(out, T * n);
+      for (let t = 0; t < T; t++) {
+        const ss = canonicalDot(x, t * n, x, t * n, n);
+        const inv = fr(1 / fr(Math.sqrt(fr(fr(ss / n) + fr(1e-5)))));
+        for (let j = 0; j < n; j++) expect(got[t * n + j]).toBe(fr(w[j]! * fr(inv * x[t * n + j]!)));
+      }
+    }
+  });
+
+  test("addInPlace, swiglu and softmax", () => {
+    const rng = new Xoshiro128(7);
+    for (let iter = 0; iter < 100; iter++) {
+      const s = new Scratch();
+      const n = randInt(rng, 1, 77);
+      const x = randomArray(rng, n, 5);
+      const y = randomArray(rng, n, 5);
+      const xa = s.f32(x);
+      k.addInPlace(xa, s.f32(y), n);
+      expect(readF32(xa, n)).toEqual(x.map((v, i) => fr(v + y[i]!)));
+
+      const ga = s.f32(x);
+      k.swiglu(ga, s.f32(y), n);
+      const sw = readF32(ga, n);
+      for (let i = 0; i < n; i++) {
+        const want = (x[i]! / (1 + Math.exp(-x[i]!))) * y[i]!;
+        expect(Math.abs(sw[i]! - want)).toBeLessThanOrEqual(1e-6 * Math.max(1, Math.abs(want)));
+      }
+
+      const sa = s.f32(x);
+      k.softmax(sa, n);
+      const sm = readF32(sa, n);
+      const m = Math.max(...x);
+      const z = x.reduce((acc, v) => acc + Math.exp(v - m), 0);
+      for (let i = 0; i < n; i++) expect(Math.abs(sm[i]! - Math.exp(x[i]! - m) / z)).toBeLessThan(1e-6);
+    }
+  });
+
+  test("gatherRows copies the selected rows", () => {
+    const rng = new Xoshiro128(8);
+    const s = new Scratch();
+    const n = 7, R = 3;
+    const src = randomArray(rng, 10 * n);
+    const rows = [9, 0, 4];
+    const out = s.alloc(4 * R * n);
+    k.gatherRows(out, s.f32(src), s.i32(rows), R, n);
+    rows.forEach((r, i) => expect(readF32(out + 4 * i * n, n)).toEqual(src.slice(r * n, (r + 1) * n)));
+  });
+
+  test("RoPE, interleaved and NeoX forms, match the scalar rotation exactly", () => {
+    const rng = new Xoshiro128(9);
+    for (let iter = 0; iter < 60; iter++) {
+      const s = new Scratch();
+      const headDim = 2 * randInt(rng, 1, 20);
+      const nHeads = randInt(rng, 1, 5);
+      const rowStride = nHeads * headDim + randInt(rng, 0, 3);
+      const T = randInt(rng, 1, 5);
+      const half = headDim / 2;
+      const maxPos = 40;
+      const cos = randomArray(rng, maxPos * half);
+      const sin = randomArray(rng, maxPos * half);
+      const positions = Array.from({ length: T }, () => randInt(rng, 0, maxPos - 1));
+      const v = randomArray(rng, T * rowStride);
+      for (const style of ["interleaved", "neox"] as const) {
+        const va = s.f32(v);
+        const fn = style === "neox" ? k.ropeNeox : k.ropeInterleaved;
+        fn(va, s.i32(positions), T, nHeads, headDim, rowStride, s.f32(cos), s.f32(sin));
+        const got = readF32(va, T * rowStride);
+        const want = v.slice();
+        for (let t = 0; t < T; t++) {
+          for (let h = 0; h < nHeads; h++) {
+            for (let kk = 0; kk < half; kk++) {
+              const base = t * rowStride + h * headDim;
+              const [i0, i1] = style === "neox" ? [base + kk, base + kk + half] : [base + 2 * kk, base + 2 * kk + 1];
+              const c = cos[positions[t]! * half + kk]!, sn = sin[positions[t]! * half + kk]!;
+              want[i0] = fr(fr(v[i0]! * c) - fr(v[i1]! * sn));
+              want[i1] = fr(fr(v[i0]! * sn) + fr(v[i1]! * c));
+            }
+          }
+        }
+        expect(got).toEqual(want);
+      }
+    }
+  });
+});
+
+describe("paged KV cache kernels", () => {
+  test("writeKV scatters each head to its slot", () => {
+    const rng = new Xoshiro128(10);
+    const s = new Scratch();
+    const nKv = 3, hd = 6, bs = 4, blocks = 5, T = 7;
+    const kvBytes = 4 * blocks * nKv * bs * hd;
+    const kc = s.alloc(kvBytes), vc = s.alloc(kvBytes);
+    const kk = randomArray(rng, T * nKv * hd), vv = randomArray(rng, T * nKv * hd);
+    const slots = [0, 5, 19, 7, 12, 3, 16];
+    k.writeKV(kc, vc, s.f32(kk), s.f32(vv), s.i32(slots), T, nKv, hd, bs);
+    slots.forEach((slot, t) => {
+      const block = Math.floor(slot / bs), row = slot % bs;
+      for (let h = 0; h < nKv; h++) {
+        const at = kc + 4 * ((block * nKv + h) * bs + row) * hd;
+        expect(readF32(at, hd)).toEqual(kk.slice((t * nKv + h) * hd, (t * nKv + h + 1) * hd));
+        const atv = vc + 4 * ((block * nKv + h) * bs + row) * hd;
+        expect(readF32(atv, hd)).toEqual(vv.slice((t * nKv + h) * hd, (t * nKv + h + 1) * hd));
+      }
+    });
+  });
+
+  test("pagedAttention equals plain causal softmax attention over shuffled blocks, chunks and GQA", () => {
+    const rng = new Xoshiro128(11);
+    for (let iter = 0; iter < 60; iter++) {
+      const s = new Scratch();
+      const nKv = randInt(rng, 1, 3);
+      const group = randInt(rng, 1, 3);
+      const nHeads = nKv * group;
+      const hd = randInt(rng, 1, 19);
+      const bs = randInt(rng, 1, 6);
+      const numBlocks = 40;
+      const kvBytes = 4 * numBlocks * nKv * bs * hd;
+      const kc = s.f32(randomArray(rng, kvBytes / 4, 2));
+      const vc = s.f32(randomArray(rng, kvBytes / 4, 2));
+      // A few sequences, each a chunk of new tokens at the end of its context, with a shuffled block table.
+      const numSeqs = randInt(rng, 1, 3);
+      const perm = Array.from({ length: numBlocks }, (_, i) => i).sort(() => rng.nextFloat() - 0.5);
+      const info: number[] = [];
+      const seqs: { start: number; count: number; ctx: number; table: number[] }[] = [];
+      let T = 0;
+      let nextBlock = 0;
+      for (let q = 0; q < numSeqs; q++) {
+        const ctx = randInt(rng, 1, Math.floor((numBlocks / numSeqs) * bs));
+        const count = randInt(rng, 1, Math.min(ctx, 6));
+        const table = perm.slice(nextBlock, nextBlock + Math.ceil(ctx / bs));
+        nextBlock += table.length;
+        seqs.push({ start: T, count, ctx, table });
+        info.push(T, count, ctx, s.i32(table));
+        T += count;
+      }
+      const qStride = nHeads * hd;
+      const qv = randomArray(rng, T * qStride, 2);
+      const out = s.alloc(4 * T * qStride);
+      const scratch = s.alloc(4 * bs);
+      const infoAddr = s.i32(info);
+      const items = numSeqs * nKv;
+      const split = randInt(rng, 0, items);
+      k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, qStride, scratch, 0, split);
+      k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, qStride, scratch, split, items);
+      const got = readF32(out, T * qStride);
+      const kAll = readF32(kc, kvBytes / 4), vAll = readF32(vc, kvBytes / 4);
+      for (const sq of seqs) {
+        for (let i = 0; i < sq.count; i++) {
+          const pos = sq.ctx - sq.count + i;
+          for (let h = 0; h < nHeads; h++) {
+            const kvh = Math.floor(h / group);
+            const at = (p: number) => ((sq.table[Math.floor(p / bs)]! * nKv + kvh) * bs + (p % bs)) * hd;
+            const qOff = (sq.start + i) * qStride + h * hd;
+            const scores = Array.from({ length: pos + 1 }, (_, p) => {
+              let dot = 0;
+              for (let j = 0; j < hd; j++) dot += qv[qOff + j]! * kAll[at(p) + j]!;
+              return dot / Math.sqrt(hd);
+            });
+            const m = Math.max(...scores);
+            const e = scores.map((v) => Math.exp(v - m));
+            const z = e.reduce((a, b) => a + b, 0);
+            for (let j = 0; j < hd; j++) {
+              let want = 0;
+              for (let p = 0; p <= pos; p++) want += (e[p]! / z) * vAll[at(p) + j]!;
+              expect(Math.abs(got[qOff + j]! - want)).toBeLessThan(2e-5 * Math.max(1, Math.abs(want)));
+            }
+          }
+        }
+      }
+    }
+  });
+});
