@@ -1,0 +1,78 @@
+/**
+ * One forward step's input, laid out in linear memory for the kernels: the new tokens of every
+ * scheduled sequence, back to back, with their positions and KV slots, one SEQ_INFO record per
+ * sequence (see assembly/attention.ts) and the rows whose logits are wanted.
+ */
+import { SEQ_INFO_INTS } from "../backend/kernels.ts";
+import type { LinearMemory } from "../backend/wasm.ts";
+
+export class StepBatch {
+  readonly tokens: number; // i32 [maxTokens]
+  readonly positions: number; // i32 [maxTokens]
+  readonly slots: number; // i32 [maxTokens]: block * blockSize + row
+  readonly seqInfo: number; // i32 [maxSeqs][SEQ_INFO_INTS]
+  readonly blockTables: number; // i32 [maxSeqs][maxBlocksPerSeq]
+  readonly logitRows: number; // i32 [maxSeqs]: batch rows whose logits are computed
+  numTokens = 0;
+  numSeqs = 0;
+  numLogits = 0;
+
+  constructor(
+    private readonly mem: LinearMemory,
+    readonly maxTokens: number,
+    readonly maxSeqs: number,
+    readonly maxBlocksPerSeq: number,
+    readonly blockSize: number,
+  ) {
+    this.tokens = mem.alloc(4 * maxTokens);
+    this.positions = mem.alloc(4 * maxTokens);
+    this.slots = mem.alloc(4 * maxTokens);
+    this.seqInfo = mem.alloc(4 * SEQ_INFO_INTS * maxSeqs);
+    this.blockTables = mem.alloc(4 * maxSeqs * maxBlocksPerSeq);
+    this.logitRows = mem.alloc(4 * maxSeqs);
+  }
+
+  reset(): void {
+    this.numTokens = 0;
+    this.numSeqs = 0;
+    this.numLogits = 0;
+  }
+
+  /**
+   * Append a sequence's new tokens, which occupy positions startPos.. in the sequence whose KV
+   * blocks are `blockTable`. Returns the logits row index when wantLogits (the logits of its last
+   * new token), else -1.
+   */
+  addSequence(newTokens: ArrayLike<number>, startPos: number, blockTable: ArrayLike<number>, wantLogits: boolean): number {
+    const n = newTokens.length;
+    if (n === 0) throw new Error("StepBatch.addSequence: no tokens");
+    if (this.numTokens + n > this.maxTokens || this.numSeqs >= this.maxSeqs) throw new Error("StepBatch: batch is full");
+    const contextLen = startPos + n;
+    const needBlocks = Math.ceil(contextLen / this.blockSize);
+    if (blockTable.length < needBlocks || needBlocks > this.maxBlocksPerSeq) {
+      throw new Error(`StepBatch: ${blockTable.length} blocks cannot hold ${contextLen} tokens`);
+    }
+    const i32 = this.mem.i32;
+    const t0 = this.numTokens;
+    for (let i = 0; i < n; i++) {
+      const pos = startPos + i;
+      i32[(this.tokens >> 2) + t0 + i] = newTokens[i]!;
+      i32[(this.positions >> 2) + t0 + i] = pos;
+      const block = blockTable[Math.floor(pos / this.blockSize)]!;
+      i32[(this.slots >> 2) + t0 + i] = block * this.blockSize + (pos % this.blockSize);
+    }
+    const s = this.numSeqs;
+    const table = this.blockTables + 4 * s * this.maxBlocksPerSeq;
+    for (let b = 0; b < needBlocks; b++) i32[(table >> 2) + b] = blockTable[b]!;
+    const info = (this.seqInfo >> 2) + s * SEQ_INFO_INTS;
+    i32[info] = t0;
+    i32[info + 1] = n;
+    i32[info + 2] = contextLen;
+    i32[info + 3] = table;
+    this.numTokens += n;
+    this.numSeqs += 1;
+    if (!wantLogits) return -1;
+    i32[(this.logitRows >> 2) + this.numLogits] = t0 + n - 1;
+    return this.numLogits++;
+  }
+}

@@ -1,0 +1,53 @@
+/**
+ * A checkpoint, whatever its file format, described as a config plus a list of tensors at file
+ * offsets. Format readers (llama2c.ts, later gguf) only describe; weights.ts places the bytes in
+ * linear memory. Tensor names follow GGUF's llama convention.
+ */
+import type { ModelConfig } from "./config.ts";
+
+export type TensorEncoding =
+  /** Plain little-endian f32. */
+  | { kind: "f32" }
+  /**
+   * llama2.c version-2 int8: `rows*cols` int8 values, then one f32 scale per `groupSize` values of
+   * the flattened tensor (groups may straddle rows when groupSize does not divide cols).
+   */
+  | { kind: "q8-llama2c"; groupSize: number };
+
+export interface TensorInfo {
+  name: string;
+  /** [rows, cols] for matrices (out = W·x has one output per row), [n] for vectors. */
+  shape: number[];
+  encoding: TensorEncoding;
+  /** Byte offset of the tensor's data in the file. */
+  offset: number;
+  byteLength: number;
+}
+
+export interface Checkpoint {
+  file: string;
+  format: string;
+  config: ModelConfig;
+  tensors: Map<string, TensorInfo>;
+  /**
+   * Token ids that end a generation besides the tokenizer's EOS. llama2.c's TinyStories models
+   * separate stories with BOS and run.c stops when it samples BOS, so those checkpoints list 1.
+   */
+  extraStopTokenIds: number[];
+}
+
+/** Tensor names, GGUF style. */
+export const TensorName = {
+  tokenEmbedding: "token_embd.weight",
+  outputNorm: "output_norm.weight",
+  output: "output.weight",
+  attnNorm: (l: number) => `blk.${l}.attn_norm.weight`,
+  attnQ: (l: number) => `blk.${l}.attn_q.weight`,
+  attnK: (l: number) => `blk.${l}.attn_k.weight`,
+  attnV: (l: number) => `blk.${l}.attn_v.weight`,
+  attnOutput: (l: number) => `blk.${l}.attn_output.weight`,
+  ffnNorm: (l: number) => `blk.${l}.ffn_norm.weight`,
+  ffnGate: (l: number) => `blk.${l}.ffn_gate.weight`,
+  ffnDown: (l: number) => `blk.${l}.ffn_down.weight`,
+  ffnUp: (l: number) => `blk.${l}.ffn_up.weight`,
+} as const;

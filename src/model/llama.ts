@@ -1,0 +1,136 @@
+/**
+ * The llama transformer's forward pass over one step: every new token of every scheduled
+ * sequence goes through all layers together, so each weight matrix is read once per step.
+ * Read top to bottom, like llama2.c's forward().
+ */
+import type { CpuBackend } from "../backend/cpu.ts";
+import type { KVArena } from "../kv/kv-arena.ts";
+import type { ModelConfig } from "./config.ts";
+import type { ModelWeights } from "./weights.ts";
+import type { StepBatch } from "./batch.ts";
+
+/** Activation buffers for up to maxTokens tokens and maxLogits logit rows. */
+interface Activations {
+  x: number; // [T][dim] the residual stream
+  xb: number; // [T][dim] normed input of a sublayer
+  xb2: number; // [T][dim] a sublayer's output
+  q: number; // [T][dim]
+  k: number; // [T][kvDim]
+  v: number; // [T][kvDim]
+  att: number; // [T][dim] attention output, heads side by side
+  hb: number; // [T][hidden] gate, then SwiGLU output
+  hb2: number; // [T][hidden] up
+  xLogits: number; // [maxLogits][dim] the rows whose logits are computed
+  logits: number; // [maxLogits][vocab]
+}
+
+export class LlamaModel {
+  private readonly act: Activations;
+  private readonly ropeCos: number; // [seqLen][headDim/2]
+  private readonly ropeSin: number; // [seqLen][headDim/2]
+
+  constructor(
+    readonly config: ModelConfig,
+    readonly weights: ModelWeights,
+    readonly backend: CpuBackend,
+    readonly maxTokens: number,
+    readonly maxLogits: number,
+  ) {
+    const mem = backend.mem;
+    const { dim, hiddenDim, vocabSize } = config;
+    const kvDim = config.nKvHeads * config.headDim;
+    const f32s = (n: number) => mem.allocZeroed(4 * n);
+    this.act = {
+      x: f32s(maxTokens * dim), xb: f32s(maxTokens * dim), xb2: f32s(maxTokens * dim),
+      q: f32s(maxTokens * dim), k: f32s(maxTokens * kvDim), v: f32s(maxTokens * kvDim),
+      att: f32s(maxTokens * dim), hb: f32s(maxTokens * hiddenDim), hb2: f32s(maxTokens * hiddenDim),
+      xLogits: f32s(maxLogits * dim), logits: f32s(maxLogits * vocabSize),
+    };
+    [this.ropeCos, this.ropeSin] = this.ropeTables();
+  }
+
+  /** Address of the logits of row r (as returned by StepBatch.addSequence). */
+  logitsAddr(r: number): number {
+    return this.act.logits + 4 * r * this.config.vocabSize;
+  }
+
+  /**
+   * Run the step: writes the K/V of every new token into its cache slot and the logits of the
+   * batch's logit rows into logitsAddr(0..numLogits).
+   */
+  forward(batch: StepBatch, kv: KVArena): void {
+    const c = this.config;
+    const ops = this.backend;
+    const a = this.act;
+    const w = this.weights;
+    const T = batch.numTokens;
+    const kvDim = c.nKvHeads * c.headDim;
+    if (T > this.maxTokens || batch.numLogits > this.maxLogits) throw new Error("forward: batch exceeds the model's buffers");
+
+    ops.embed(a.x, w.tokenEmbedding, batch.tokens, T);
+
+    for (let l = 0; l < c.nLayers; l++) {
+      const L = w.layers[l]!;
+
+      // ---- attention: x += wo · attention(rope(wq·xb), rope(wk·xb), wv·xb)
+      ops.rmsnorm(a.xb, a.x, L.attnNorm, T, c.dim, c.normEps);
+      ops.matmul(a.q, a.xb, L.wq, T);
+      ops.matmul(a.k, a.xb, L.wk, T);
+      ops.matmul(a.v, a.xb, L.wv, T);
+      this.rope(a.q, batch.positions, T, c.nHeads, c.dim);
+      this.rope(a.k, batch.positions, T, c.nKvHeads, kvDim);
+      ops.kernels.writeKV(kv.kLayer(l), kv.vLayer(l), a.k, a.v, batch.slots, T, c.nKvHeads, c.headDim, kv.blockSize);
+      ops.attention(
+        a.att, a.q, kv.kLayer(l), kv.vLayer(l), batch.seqInfo, batch.numSeqs,
+        c.nHeads, c.nKvHeads, c.headDim, kv.blockSize, c.dim,
+      );
+      ops.matmul(a.xb2, a.att, L.wo, T);
+      ops.add(a.x, a.xb2, T * c.dim);
+
+      // ---- feed-forward: x += w2 · (silu(w1·xb) * (w3·xb))
+      ops.rmsnorm(a.xb, a.x, L.ffnNorm, T, c.dim, c.normEps);
+      ops.matmul(a.hb, a.xb, L.ffnGate, T);
+      ops.matmul(a.hb2, a.xb, L.ffnUp, T);
+      ops.swiglu(a.hb, a.hb2, T * c.hiddenDim);
+      ops.matmul(a.xb2, a.hb, L.ffnDown, T);
+      ops.add(a.x, a.xb2, T * c.dim);
+    }
+
+    // ---- classifier, only for the rows whose next token is sampled
+    const R = batch.numLogits;
+    if (R === 0) return;
+    ops.gatherRows(a.xLogits, a.x, batch.logitRows, R, c.dim);
+    ops.rmsnorm(a.xLogits, a.xLogits, w.outputNorm, R, c.dim, c.normEps);
+    ops.matmul(a.logits, a.xLogits, w.output, R);
+  }
+
+  private rope(vec: number, positions: number, T: number, nHeads: number, rowStride: number): void {
+    const c = this.config;
+    const k = this.backend.kernels;
+    const rope = c.ropeStyle === "neox" ? k.ropeNeox : k.ropeInterleaved;
+    rope(vec, positions, T, nHeads, c.headDim, rowStride, this.ropeCos, this.ropeSin);
+  }
+
+  /**
+   * cos/sin of pos * theta^(-2k/headDim), computed like run.c (f32 frequency, f32 angle) so that
+   * rounding matches the reference implementation.
+   */
+  private ropeTables(): [number, number] {
+    const c = this.config;
+    const half = c.headDim / 2;
+    const mem = this.backend.mem;
+    const cos = mem.alloc(4 * c.seqLen * half);
+    const sin = mem.alloc(4 * c.seqLen * half);
+    const f32 = mem.f32;
+    const fr = Math.fround;
+    for (let k = 0; k < half; k++) {
+      const freq = fr(1 / fr(Math.pow(c.ropeTheta, fr((2 * k) / c.headDim))));
+      for (let pos = 0; pos < c.seqLen; pos++) {
+        const angle = fr(pos * freq);
+        f32[(cos >> 2) + pos * half + k] = Math.cos(angle);
+        f32[(sin >> 2) + pos * half + k] = Math.sin(angle);
+      }
+    }
+    return [cos, sin];
+  }
+}
