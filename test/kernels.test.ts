@@ -6,7 +6,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import { CpuBackend } from "../src/backend/cpu.ts";
-import { Xoshiro128 } from "../src/model/random-weights.ts";
+import { Xoshiro128 } from "../src/util/random.ts";
 
 const fr = Math.fround;
 const be = new CpuBackend();

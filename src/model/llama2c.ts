@@ -98,15 +98,17 @@ function parseHeader(file: string, h: DataView, size: number): Header {
 }
 
 /** Bounds wide enough for any real llama, tight enough that random bytes fail them. */
-const LIMITS: Record<string, [number, number]> = {
+type SizeField = "dim" | "hiddenDim" | "nLayers" | "nHeads" | "nKvHeads" | "vocabSize" | "seqLen";
+const LIMITS: Record<SizeField, [number, number]> = {
   dim: [1, 1 << 16], hiddenDim: [1, 1 << 18], nLayers: [1, 1024], nHeads: [1, 1024],
   nKvHeads: [1, 1024], vocabSize: [1, 1 << 21], seqLen: [1, 1 << 21],
 };
 
 function configFromHeader(file: string, h: Header): ModelConfig {
   const foreign = h.format === "legacy" ? " (not a llama2.c checkpoint?)" : "";
-  for (const [field, [lo, hi]] of Object.entries(LIMITS)) {
-    const v = h[field as keyof typeof LIMITS];
+  for (const field of Object.keys(LIMITS) as SizeField[]) {
+    const [lo, hi] = LIMITS[field];
+    const v = h[field];
     if (!Number.isInteger(v) || v < lo || v > hi) {
       throw new ModelFormatError(file, `implausible header field ${field}=${v}${foreign}`);
     }
