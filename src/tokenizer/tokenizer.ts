@@ -1,0 +1,38 @@
+/**
+ * The tokenizer contract every vocabulary kind implements (SentencePiece BPE now, byte-level BPE later).
+ */
+
+export interface EncodeOptions {
+  /** Prepend the BOS token (ignored when the vocabulary has none). Default false. */
+  addBos?: boolean;
+  /** Append the EOS token (ignored when the vocabulary has none). Default false. */
+  addEos?: boolean;
+}
+
+/**
+ * Turns the token ids of a generation into text as they arrive. `push` returns only text that is complete:
+ * a UTF-8 character split over several byte tokens is held back until its last byte arrives.
+ */
+export interface StreamDecoder {
+  /** Text completed by token `id` ("" while a character is still incomplete or for special tokens). */
+  push(id: number): string;
+  /** Whatever is held back (an incomplete character becomes U+FFFD); the decoder can then be reused. */
+  flush(): string;
+}
+
+export interface Tokenizer {
+  readonly vocabSize: number;
+  readonly bosId: number | null;
+  readonly eosId: number | null;
+  /** Token ids of `text`. Invariant: decode(encode(text)) === text for well-formed text. */
+  encode(text: string, opts?: EncodeOptions): number[];
+  /** Text of `ids`; special tokens (BOS, EOS, other control tokens) contribute nothing. */
+  decode(ids: ArrayLike<number>): string;
+  /**
+   * A decoder for a stream that continues after `prevTokenId` (undefined: the stream starts here). The
+   * dummy-prefix space of the first piece is stripped when the stream starts here or right after BOS.
+   */
+  createStreamDecoder(prevTokenId?: number): StreamDecoder;
+  /** The vocabulary entry of `id` as text, for debugging and tests (byte tokens as "<0xXX>"). */
+  tokenPiece(id: number): string;
+}
