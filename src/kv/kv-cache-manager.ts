@@ -1,0 +1,309 @@
+/**
+ * The KV cache manager: which physical blocks each request's KV lives in, with automatic prefix
+ * caching. The scheduler calls it every step; getBlockIds(req) is the block table the paged
+ * attention kernel reads. Modelled on vLLM v1's KVCacheManager (single full-attention group).
+ */
+import type { Request } from "../engine/request.ts";
+import { type BlockHash, BlockHasher, ExtraKeyEncoder, type HashAlgorithm } from "./block-hash.ts";
+import { BlockPool, type PrefixCacheStats } from "./block-pool.ts";
+import type { KVCacheBlock } from "./block.ts";
+import { createEvictionPolicy, type EvictionPolicyName } from "./eviction.ts";
+import { RequestBlockHashes } from "./request-hashes.ts";
+
+export interface KVCacheManagerOptions {
+  numBlocks: number;
+  /** Tokens per block. */
+  blockSize: number;
+  /** Automatic prefix caching; false: no hashing, no hits, same allocation path. Default true. */
+  enableCaching?: boolean;
+  /** Default "lru". */
+  evictionPolicy?: EvictionPolicyName;
+  /** Block hash function; default "sha256". */
+  hash?: HashAlgorithm;
+}
+
+export interface ComputedBlocks {
+  /** Cached blocks holding the request's first tokens, in order; pass them to allocateSlots. */
+  blocks: KVCacheBlock[];
+  /** blocks.length × blockSize. */
+  numComputedTokens: number;
+}
+
+/** What the manager holds for a request that has blocks. */
+interface RequestKV {
+  readonly request: Request;
+  /** The block table, append-only while the request runs. */
+  readonly blocks: KVCacheBlock[];
+  readonly blockIds: number[];
+  /** The first numCachedBlocks blocks are cached (hashed); the rest are not full yet. */
+  numCachedBlocks: number;
+  /** Null when caching is off. */
+  readonly hashes: RequestBlockHashes | null;
+}
+
+const NO_BLOCKS: readonly KVCacheBlock[] = [];
+
+export class KVCacheManager {
+  readonly numBlocks: number;
+  readonly blockSize: number;
+  readonly enableCaching: boolean;
+  readonly evictionPolicy: EvictionPolicyName;
+  readonly hash: HashAlgorithm;
+  /**
+   * Prefix cache counters, in tokens like vLLM's PrefixCacheStats (hit rate = hits / queries):
+   * - queries: every getComputedBlocks call adds req.numTokens, the tokens it looked up (the last
+   *   one included, though it can never hit). A request the scheduler retries counts every time.
+   * - hits: every getComputedBlocks call adds the numComputedTokens it returns.
+   * - evictions: cached blocks dropped from the cache because their block was reused (blocks).
+   * Nothing is counted while caching is off; resetPrefixCache leaves the counters alone.
+   */
+  readonly stats: PrefixCacheStats = { queries: 0, hits: 0, evictions: 0 };
+
+  private readonly pool: BlockPool;
+  private readonly hasher: BlockHasher;
+  private readonly encoder = new ExtraKeyEncoder();
+  private readonly requests = new Map<string, RequestKV>();
+  /** Block hashes per request, kept across preemption (re-admission needs them again) and dropped with the Request. */
+  private readonly hashChains = new WeakMap<Request, RequestBlockHashes>();
+
+  constructor(opts: KVCacheManagerOptions) {
+    this.numBlocks = opts.numBlocks;
+    this.blockSize = opts.blockSize;
+    this.enableCaching = opts.enableCaching ?? true;
+    this.evictionPolicy = opts.evictionPolicy ?? "lru";
+    this.hash = opts.hash ?? "sha256";
+    this.hasher = new BlockHasher(this.hash);
+    this.pool = new BlockPool(opts.numBlocks, opts.blockSize, createEvictionPolicy(this.evictionPolicy), this.stats);
+  }
+
+  /** Blocks in the free queue (unused; some still cached). */
+  get numFreeBlocks(): number {
+    return this.pool.numFreeBlocks;
+  }
+
+  /** Blocks held by at least one request. */
+  get numUsedBlocks(): number {
+    return this.numBlocks - this.pool.numFreeBlocks;
+  }
+
+  /** Blocks that hold a hash, in use or free. */
+  get numCachedBlocks(): number {
+    return this.pool.numCachedBlocks;
+  }
+
+  /**
+   * The longest run of cached blocks that equals the start of the request's tokens. Changes
+   * nothing but `stats` (the request's block hashes are computed and remembered, which is not
+   * observable). Never covers the last token: a fully cached prompt still recomputes it, because
+   * its logits are needed to sample (vLLM: max_cache_hit_length = num_tokens - 1), so the last hit
+   * block is dropped when the prompt is an exact multiple of the block size.
+   */
+  getComputedBlocks(req: Request): ComputedBlocks {
+    const found = this.findComputedBlocks(req);
+    if (this.enableCaching) {
+      this.stats.queries += req.numTokens;
+      this.stats.hits += found.numComputedTokens;
+    }
+    return found;
+  }
+
+  /**
+   * How many of the request's tokens getComputedBlocks would find cached now, without counting a
+   * query: the scheduler's longest-prefix-match ordering probes every waiting request each step.
+   */
+  peekCachedTokens(req: Request): number {
+    return this.findComputedBlocks(req).numComputedTokens;
+  }
+
+  /**
+   * Hash of the request's full block `index` (null when that block is not full, or caching is off):
+   * lets the scheduler see which blocks two waiting requests share before either is cached.
+   */
+  blockHash(req: Request, index: number): BlockHash | null {
+    if (!this.enableCaching || index >= Math.floor(req.numTokens / this.blockSize)) return null;
+    return this.hashesOf(req).hashAt(index);
+  }
+
+  private findComputedBlocks(req: Request): ComputedBlocks {
+    if (!this.enableCaching) return { blocks: [], numComputedTokens: 0 };
+    const hashes = this.hashesOf(req);
+    const maxBlocks = Math.floor((req.numTokens - 1) / this.blockSize);
+    const tokens = req.allTokenIds;
+    const blocks: KVCacheBlock[] = [];
+    let parentContentId: number | null = null;
+    for (let i = 0; i < maxBlocks; i++) {
+      const hash = hashes.hashAt(i);
+      const block = this.pool.findCachedBlock(hash, parentContentId, tokens, i * this.blockSize, hashes.extraKeysOf(i));
+      if (block === null) break;
+      blocks.push(block);
+      parentContentId = block.contentId;
+    }
+    return { blocks, numComputedTokens: blocks.length * this.blockSize };
+  }
+
+  /**
+   * Makes room for the request to compute `numNewTokens` more tokens, after its
+   * req.numComputedTokens computed ones and the `numNewComputedTokens` found in the cache
+   * (`newComputedBlocks`, straight from getComputedBlocks, only when the request is admitted: it
+   * must hold no blocks and have req.numComputedTokens === 0, with no other allocation in between).
+   *
+   * The request then holds ceil((req.numComputedTokens + numNewComputedTokens + numNewTokens) /
+   * blockSize) blocks: the hits (touched: ref count + 1, taken out of the free queue) and new blocks
+   * popped from the head of the free queue (a cached one popped there is evicted). Every block that
+   * is full once those tokens are computed, as far as the request's known tokens go
+   * (min(…, req.numTokens)), is hashed and cached right away, so a request allocated later in the
+   * same step can hit it: the engine must write a layer's KV for all scheduled tokens before any of
+   * them attends in that layer.
+   *
+   * Returns the newly allocated blocks ([] when the request already has enough), or null, changing
+   * nothing, when the free queue (minus the hits that are in it) has too few blocks. The first
+   * allocation of a request sets req.numCachedTokens = numNewComputedTokens. The caller advances
+   * req.numComputedTokens after the step.
+   */
+  allocateSlots(
+    req: Request,
+    numNewTokens: number,
+    numNewComputedTokens = 0,
+    newComputedBlocks: readonly KVCacheBlock[] = NO_BLOCKS,
+  ): KVCacheBlock[] | null {
+    checkCount("numNewTokens", numNewTokens);
+    checkCount("numNewComputedTokens", numNewComputedTokens);
+    if (newComputedBlocks.length * this.blockSize !== numNewComputedTokens) {
+      throw new RangeError(
+        `numNewComputedTokens (${numNewComputedTokens}) must be ${newComputedBlocks.length} computed blocks × ${this.blockSize}`,
+      );
+    }
+    let kv = this.requests.get(req.id);
+    if (kv !== undefined && kv.request !== req) throw new Error(`request id ${req.id} already belongs to another Request`);
+    const numHeld = kv === undefined ? 0 : kv.blocks.length;
+    if (req.numComputedTokens > numHeld * this.blockSize) {
+      throw new Error(`request ${req.id} has ${req.numComputedTokens} computed tokens but only ${numHeld} KV blocks`);
+    }
+    if (newComputedBlocks.length > 0) this.checkComputedBlocks(req, numHeld, newComputedBlocks);
+
+    const numComputed = req.numComputedTokens + numNewComputedTokens;
+    const numRequired = Math.ceil((numComputed + numNewTokens) / this.blockSize);
+    const numNew = Math.max(0, numRequired - numHeld - newComputedBlocks.length);
+    // A hit that sits in the free queue leaves it when touched, so it cannot also serve as a new block.
+    let numFreeHits = 0;
+    for (const block of newComputedBlocks) if (block.refCnt === 0) numFreeHits++;
+    if (numNew > this.pool.numFreeBlocks - numFreeHits) return null;
+
+    if (kv === undefined) {
+      kv = {
+        request: req,
+        blocks: [],
+        blockIds: [],
+        numCachedBlocks: 0,
+        hashes: this.enableCaching ? this.hashesOf(req) : null,
+      };
+      this.requests.set(req.id, kv);
+    }
+    req.numCachedTokens ??= numNewComputedTokens;
+    if (newComputedBlocks.length > 0) {
+      this.pool.touch(newComputedBlocks);
+      this.appendBlocks(kv, newComputedBlocks);
+      kv.numCachedBlocks = newComputedBlocks.length; // hits are cached already
+    }
+    const newBlocks = this.pool.getNewBlocks(numNew);
+    this.appendBlocks(kv, newBlocks);
+    if (kv.hashes !== null) this.cacheFullBlocks(kv, kv.hashes, Math.min(numComputed + numNewTokens, req.numTokens));
+    return newBlocks;
+  }
+
+  /**
+   * Releases a finished (or preempted) request's blocks: ref counts drop, and blocks nobody uses go
+   * back to the free queue tail block first (the eviction policy places them), still findable by
+   * hash until reused. A request without blocks is ignored.
+   */
+  free(req: Request): void {
+    const kv = this.requests.get(req.id);
+    if (kv === undefined) return;
+    this.requests.delete(req.id);
+    this.pool.freeBlocks(kv.blocks);
+  }
+
+  /** The request's block table (a copy): physical block ids in token order. */
+  getBlockIds(req: Request): number[] {
+    const kv = this.requests.get(req.id);
+    return kv === undefined ? [] : kv.blockIds.slice();
+  }
+
+  /** The request's blocks in token order (live; do not modify). */
+  getBlocks(req: Request): readonly KVCacheBlock[] {
+    return this.requests.get(req.id)?.blocks ?? NO_BLOCKS;
+  }
+
+  /** Ids of the free queue, head (next to reuse) to tail. */
+  freeBlockIds(): number[] {
+    return this.pool.freeBlockIds();
+  }
+
+  /** The block with id `blockId` (0 ≤ blockId < numBlocks), for inspection. */
+  block(blockId: number): KVCacheBlock {
+    const block = this.pool.blocks[blockId];
+    if (block === undefined) throw new RangeError(`no block ${blockId} in a pool of ${this.numBlocks}`);
+    return block;
+  }
+
+  /** Forgets every cached block and returns true; returns false, changing nothing, while any block is in use. */
+  resetPrefixCache(): boolean {
+    return this.pool.reset();
+  }
+
+  private hashesOf(req: Request): RequestBlockHashes {
+    let hashes = this.hashChains.get(req);
+    if (hashes === undefined) {
+      hashes = new RequestBlockHashes(req, this.blockSize, this.hasher, this.encoder);
+      this.hashChains.set(req, hashes);
+    }
+    return hashes;
+  }
+
+  private appendBlocks(kv: RequestKV, blocks: readonly KVCacheBlock[]): void {
+    for (const block of blocks) {
+      kv.blocks.push(block);
+      kv.blockIds.push(block.blockId);
+    }
+  }
+
+  /** Hashes and caches the request's blocks numCachedBlocks … ⌊numTokens / blockSize⌋ - 1. */
+  private cacheFullBlocks(kv: RequestKV, hashes: RequestBlockHashes, numTokens: number): void {
+    const numFull = Math.floor(numTokens / this.blockSize);
+    const tokens = kv.request.allTokenIds;
+    for (let i = kv.numCachedBlocks; i < numFull; i++) {
+      // Blocks before i are cached and in use, so cannot have been evicted: the parent has a contentId.
+      const parentContentId = i === 0 ? null : (kv.blocks[i - 1] as KVCacheBlock).contentId;
+      const hash: BlockHash = hashes.hashAt(i);
+      this.pool.cacheBlock(kv.blocks[i] as KVCacheBlock, hash, parentContentId, tokens, i * this.blockSize, hashes.extraKeysOf(i));
+    }
+    kv.numCachedBlocks = Math.max(kv.numCachedBlocks, numFull);
+  }
+
+  /** Rejects computed blocks that are not this request's current cache hits (stale, or for another request). */
+  private checkComputedBlocks(req: Request, numHeld: number, blocks: readonly KVCacheBlock[]): void {
+    if (!this.enableCaching) throw new Error("newComputedBlocks given while prefix caching is off");
+    if (numHeld > 0 || req.numComputedTokens !== 0) {
+      throw new Error(`request ${req.id}: newComputedBlocks are only accepted when the request is admitted`);
+    }
+    if (blocks.length * this.blockSize >= req.numTokens) {
+      throw new RangeError(`request ${req.id}: computed blocks must leave its last token to compute`);
+    }
+    const hashes = this.hashesOf(req);
+    let parentContentId: number | null = null;
+    for (let i = 0; i < blocks.length; i++) {
+      const block = blocks[i] as KVCacheBlock;
+      const cached = this.pool.isCachedAs(block, hashes.hashAt(i), parentContentId, req.allTokenIds, i * this.blockSize, hashes.extraKeysOf(i));
+      if (!cached) {
+        throw new Error(
+          `request ${req.id}: computed block ${block.blockId} no longer holds its tokens ${i * this.blockSize}…; call getComputedBlocks right before allocateSlots`,
+        );
+      }
+      parentContentId = block.contentId;
+    }
+  }
+}
+
+function checkCount(name: string, value: number): void {
+  if (!Number.isInteger(value) || value < 0) throw new RangeError(`${name} must be a non-negative integer, got ${value}`);
+}
