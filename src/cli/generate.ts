@@ -1,0 +1,177 @@
+/**
+ * `pagellm generate`: run one prompt (text streamed to stdout as it is generated) or many (files,
+ * a folder, a JSONL of requests) together through the continuous-batching engine, each result
+ * written and flushed the moment its request finishes.
+ */
+import { defineCommand, type ArgsDef } from "citty";
+import { InputError, RequestTooLongError } from "../errors.ts";
+import type { CompletionResult, LLM } from "../engine/llm.ts";
+import {
+  jsonlRequests, promptFileRequests, promptRequest, promptsDirRequests, type InputRequest, type RequestDefaults,
+} from "./inputs.ts";
+import { checkKnownOptions, engineArgs, modelArgs, repeated, requestDefaults, samplingArgs, type ParsedValues } from "./options.ts";
+import { loadLLM } from "./load.ts";
+import { ProgressBar } from "./progress.ts";
+import { ResultsFile } from "./results-file.ts";
+import { InterruptedError, onInterrupt } from "./interrupt.ts";
+
+export const generateArgs = {
+  ...modelArgs,
+  prompt: { type: "string", description: "Prompt text", valueHint: "text" },
+  "prompt-file": { type: "string", description: "Read a prompt from a file (repeatable: runs them together)", valueHint: "path" },
+  "prompts-dir": { type: "string", description: "Run every *.txt file in a folder", valueHint: "dir" },
+  prompts: {
+    type: "string",
+    description: 'JSONL file, one request per line: {"id","prompt"|"prompt_file","max_tokens","temperature","top_p","top_k","seed","stop","cache_salt"}',
+    valueHint: "path",
+  },
+  output: { type: "string", description: "Write each result as a JSON line to this file as soon as it finishes", valueHint: "path" },
+  resume: { type: "boolean", description: "Keep the results already in --output and skip their ids" },
+  json: { type: "boolean", description: "Print one JSON result per request on stdout instead of text" },
+  ...samplingArgs,
+  ...engineArgs,
+} as const satisfies ArgsDef;
+
+export const generateCommand = defineCommand({
+  meta: { name: "generate", description: "Generate text for one or many prompts" },
+  args: generateArgs,
+  async run({ args, rawArgs }) {
+    checkKnownOptions(rawArgs, generateArgs);
+    await runGenerate(args, rawArgs);
+  },
+});
+
+async function runGenerate(values: ParsedValues, rawArgs: readonly string[]): Promise<void> {
+  const inputs = collectInputs(values, rawArgs, requestDefaults(values, rawArgs));
+  const output = typeof values.output === "string" ? ResultsFile.open(values.output, values.resume === true) : null;
+  if (values.resume === true && output === null) throw new InputError("--resume needs --output");
+  const todo = inputs.filter((r) => !output?.doneIds.has("request" in r ? r.request.id! : r.rejected.id));
+  const llm = loadLLM(values);
+  const json = values.json === true;
+  const streamText = !json && todo.length === 1 && inputs.length === 1 && output === null;
+  const sink = new ResultSink(output, json, streamText);
+  for (const r of todo) if ("rejected" in r) sink.rejected(r.rejected.id, r.rejected.error);
+  const requests = todo.flatMap((r) => ("request" in r ? [r.request] : []));
+
+  const controller = new AbortController();
+  const stopListening = onInterrupt(() => controller.abort());
+  const progress = new ProgressBar();
+  const t0 = performance.now();
+  try {
+    for await (const event of llm.stream(requests, { signal: controller.signal })) {
+      if (event.kind === "text") {
+        if (streamText) process.stdout.write(event.delta);
+        continue;
+      }
+      sink.done(event.result);
+      if (!streamText) {
+        const s = llm.engine.stats;
+        progress.update({
+          done: sink.finished, total: requests.length, generatedTokens: sink.generatedTokens,
+          cacheHitRate: s.prefixQueries === 0 ? 0 : s.prefixHits / s.prefixQueries,
+        });
+      }
+    }
+  } finally {
+    stopListening();
+    progress.end();
+    output?.close();
+  }
+  reportStats(llm, sink, (performance.now() - t0) / 1000);
+  if (controller.signal.aborted) {
+    throw new InterruptedError(
+      `interrupted: ${sink.finished} of ${requests.length} requests finished` + (output ? `, results in ${output.path}` : ""),
+    );
+  }
+  if (sink.errors.length > 0) {
+    throw new RequestTooLongError(sink.errors.length === 1 ? sink.errors[0]! : `${sink.errors.length} requests were rejected (see their results)`);
+  }
+}
+
+function collectInputs(values: ParsedValues, rawArgs: readonly string[], defaults: RequestDefaults): InputRequest[] {
+  const inputs: InputRequest[] = [];
+  if (typeof values.prompt === "string") inputs.push(promptRequest(values.prompt, defaults));
+  inputs.push(...promptFileRequests(repeated(rawArgs, "prompt-file"), defaults));
+  if (typeof values["prompts-dir"] === "string") inputs.push(...promptsDirRequests(values["prompts-dir"], defaults));
+  if (typeof values.prompts === "string") inputs.push(...jsonlRequests(values.prompts, defaults));
+  if (inputs.length === 0) throw new InputError("nothing to generate: give --prompt, --prompt-file, --prompts-dir or --prompts");
+  const ids = new Set<string>();
+  for (const r of inputs) {
+    const id = "request" in r ? r.request.id! : r.rejected.id;
+    if (ids.has(id)) throw new InputError(`two requests have the id "${id}"`);
+    ids.add(id);
+  }
+  return inputs;
+}
+
+/** Where finished results go: the output file, JSON lines on stdout, or text blocks on stdout. */
+class ResultSink {
+  finished = 0;
+  generatedTokens = 0;
+  promptTokens = 0;
+  cachedTokens = 0;
+  readonly errors: string[] = [];
+  /** The result, when exactly one request finished. */
+  single: CompletionResult | null = null;
+  private firstTokenSeconds: number[] = [];
+
+  constructor(
+    private readonly output: ResultsFile | null,
+    private readonly json: boolean,
+    private readonly streamed: boolean,
+  ) {}
+
+  rejected(id: string, error: string): void {
+    this.done({
+      id, prompt_tokens: 0, cached_tokens: 0, completion_tokens: 0, token_ids: [], text: "",
+      finish_reason: "error", ttft_ms: 0, latency_ms: 0, error,
+    });
+  }
+
+  done(result: CompletionResult): void {
+    // An aborted request is not a result: --resume runs it again.
+    if (result.finish_reason === "abort") return;
+    this.finished++;
+    this.single = this.finished === 1 ? result : null;
+    this.generatedTokens += result.completion_tokens;
+    this.promptTokens += result.prompt_tokens;
+    this.cachedTokens += result.cached_tokens;
+    this.firstTokenSeconds.push(result.ttft_ms / 1000);
+    if (result.error !== undefined) {
+      this.errors.push(`${result.id}: ${result.error}`);
+      if (this.streamed || !(this.json || this.output)) return;
+    }
+    this.output?.write(result);
+    if (this.json) process.stdout.write(JSON.stringify(result) + "\n");
+    else if (this.streamed) process.stdout.write("\n");
+    else if (!this.output) process.stdout.write(`==> ${result.id} <==\n${result.text}\n\n`);
+  }
+
+  get meanTtftSeconds(): number {
+    return this.firstTokenSeconds.reduce((a, b) => a + b, 0) / Math.max(1, this.firstTokenSeconds.length);
+  }
+}
+
+/** Load time, prompt speed and generation speed, on stderr. */
+function reportStats(llm: LLM, sink: ResultSink, seconds: number): void {
+  const s = llm.engine.stats;
+  const hitRate = s.prefixQueries === 0 ? 0 : (100 * s.prefixHits) / s.prefixQueries;
+  const rate = (tokens: number, secs: number) => (secs > 0 ? (tokens / secs).toFixed(1) : "-");
+  const lines = [`load: ${llm.loadMs.toFixed(0)} ms (${llm.checkpoint.format}, ${llm.engine.numBlocks} KV blocks of ${llm.engine.options.blockSize} tokens)`];
+  const one = sink.single;
+  if (one !== null) {
+    const computed = one.prompt_tokens - one.cached_tokens;
+    const decodeSecs = (one.latency_ms - one.ttft_ms) / 1000;
+    lines.push(
+      `prompt: ${one.prompt_tokens} tokens (${one.cached_tokens} cached) in ${one.ttft_ms.toFixed(1)} ms, ${rate(computed, one.ttft_ms / 1000)} tokens/s`,
+      `generation: ${one.completion_tokens} tokens in ${decodeSecs.toFixed(2)} s, ${rate(Math.max(0, one.completion_tokens - 1), decodeSecs)} tokens/s`,
+    );
+  } else {
+    lines.push(
+      `requests: ${sink.finished} in ${seconds.toFixed(2)} s; prompts ${sink.promptTokens} tokens (${sink.cachedTokens} cached), mean time to first token ${(1000 * sink.meanTtftSeconds).toFixed(1)} ms`,
+      `generation: ${sink.generatedTokens} tokens, ${rate(sink.generatedTokens, seconds)} tokens/s overall`,
+    );
+  }
+  lines.push(`prefix cache: hit rate ${hitRate.toFixed(1)}%, ${s.evictions} evictions, ${s.preemptions} preemptions`);
+  for (const line of lines) process.stderr.write(`${line}\n`);
+}

@@ -1,0 +1,72 @@
+/**
+ * The `pagellm` command: subcommands, --help and --version, and the one place that turns an
+ * error into a one-line message and an exit code.
+ */
+import { defineCommand, renderUsage, runCommand, type CommandDef } from "citty";
+import { readFileSync } from "node:fs";
+import { PagellmError } from "../errors.ts";
+import { generateCommand } from "./generate.ts";
+
+const VERSION = (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
+
+export const mainCommand = defineCommand({
+  meta: {
+    name: "pagellm",
+    version: VERSION,
+    description: "LLM inference for Bun: paged KV cache with automatic prefix caching, continuous batching, WebAssembly SIMD kernels",
+  },
+  subCommands: {
+    generate: generateCommand,
+  },
+});
+
+/** Run the CLI on argv (without the runtime and script); returns the exit code. */
+export async function runCli(argv: string[]): Promise<number> {
+  try {
+    if (argv.includes("--version") || argv.includes("-v")) {
+      process.stdout.write(`pagellm ${VERSION}\n`);
+      return 0;
+    }
+    const helpAsked = argv.includes("--help") || argv.includes("-h");
+    if (helpAsked || argv.length === 0) {
+      const [command, parent] = await commandFor(argv);
+      const usage = await renderUsage(command, parent);
+      (helpAsked ? process.stdout : process.stderr).write(`${usage}\n`);
+      return helpAsked ? 0 : 2;
+    }
+    await runCommand(mainCommand, { rawArgs: argv });
+    return 0;
+  } catch (e) {
+    return reportError(e);
+  }
+}
+
+/** The (sub)command named by the leading words of argv, and its parent. */
+async function commandFor(argv: string[]): Promise<[CommandDef, CommandDef | undefined]> {
+  let command: CommandDef = mainCommand as CommandDef;
+  let parent: CommandDef | undefined;
+  for (const word of argv) {
+    if (word.startsWith("-")) break;
+    const subs = typeof command.subCommands === "function" ? await command.subCommands() : await command.subCommands;
+    const next = subs?.[word];
+    if (!next) break;
+    parent = command;
+    command = (typeof next === "function" ? await next() : await next) as CommandDef;
+  }
+  return [command, parent];
+}
+
+function reportError(e: unknown): number {
+  if (e instanceof PagellmError) {
+    process.stderr.write(`pagellm: error: ${e.message}\n`);
+    return e.exitCode;
+  }
+  const err = e instanceof Error ? e : new Error(String(e));
+  if (err.name === "CLIError") {
+    process.stderr.write(`pagellm: error: ${err.message.replace(/\x1b\[[0-9;]*m/g, "")} (see --help)\n`);
+    return 2;
+  }
+  if (process.env.PAGELLM_DEBUG) process.stderr.write(`${err.stack}\n`);
+  process.stderr.write(`pagellm: internal error: ${err.message.split("\n")[0]} (PAGELLM_DEBUG=1 shows the stack)\n`);
+  return 70;
+}

@@ -1,0 +1,143 @@
+/**
+ * Command-line options shared by the commands, and their conversion into typed engine, sampling
+ * and load options. Every value is checked here, so a bad option is a one-line InputError.
+ */
+import type { ArgsDef } from "citty";
+import { InputError } from "../errors.ts";
+import { DEFAULT_ENGINE_OPTIONS, type EngineOptions } from "../engine/engine.ts";
+import type { GenerateRequest } from "../engine/llm.ts";
+import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
+import { EVICTION_POLICIES } from "../kv/eviction.ts";
+import { HASH_ALGORITHMS } from "../kv/block-hash.ts";
+
+export const modelArgs = {
+  model: { type: "string", description: "Model file: a llama2.c checkpoint (legacy, v1 fp32 or v2 int8)", valueHint: "path", required: true },
+  tokenizer: {
+    type: "string",
+    description: "Tokenizer: llama2.c tokenizer.bin or a GGUF vocabulary (default: tokenizer.bin next to the model)",
+    valueHint: "path",
+  },
+} as const satisfies ArgsDef;
+
+export const samplingArgs = {
+  "max-tokens": { type: "string", description: "Most tokens to generate per request (default: until EOS or the context is full)", valueHint: "n" },
+  temperature: { type: "string", description: `Sampling temperature; 0 = greedy (default ${DEFAULT_SAMPLING.temperature})`, valueHint: "t" },
+  "top-k": { type: "string", description: `Keep the k most likely tokens; 0 = off (default ${DEFAULT_SAMPLING.topK})`, valueHint: "k" },
+  "top-p": { type: "string", description: `Nucleus sampling threshold; 1 = off (default ${DEFAULT_SAMPLING.topP})`, valueHint: "p" },
+  "min-p": { type: "string", description: `Drop tokens below p times the top token's probability; 0 = off (default ${DEFAULT_SAMPLING.minP})`, valueHint: "p" },
+  "repeat-penalty": { type: "string", description: `Penalty for recently seen tokens; 1 = off (default ${DEFAULT_SAMPLING.repetitionPenalty})`, valueHint: "x" },
+  "repeat-last-n": { type: "string", description: `Tokens the repeat penalty looks back over (default ${DEFAULT_SAMPLING.repeatLastN})`, valueHint: "n" },
+  seed: { type: "string", description: "Random seed for sampling (default: random); the same seed reproduces the same output", valueHint: "n" },
+  stop: { type: "string", description: "Stop when this text is generated (repeatable)", valueHint: "text" },
+} as const satisfies ArgsDef;
+
+export const engineArgs = {
+  "prefix-cache": {
+    type: "boolean",
+    default: true,
+    description: "Automatic prefix caching (on by default)",
+    negativeDescription: "Turn automatic prefix caching off",
+  },
+  "block-size": { type: "string", description: `Tokens per KV cache block (default ${DEFAULT_ENGINE_OPTIONS.blockSize})`, valueHint: "n" },
+  "kv-cache-mb": { type: "string", description: `KV cache size in MiB (default ${DEFAULT_ENGINE_OPTIONS.kvCacheMb}, capped at what --max-num-seqs full contexts use)`, valueHint: "mb" },
+  "num-blocks": { type: "string", description: "KV cache size in blocks (overrides --kv-cache-mb)", valueHint: "n" },
+  "cache-salt": { type: "string", description: "Only requests with the same salt share cached KV blocks", valueHint: "text" },
+  "eviction-policy": {
+    type: "string",
+    description: `Which free block is reused first: ${EVICTION_POLICIES.join(" | ")} (default ${DEFAULT_ENGINE_OPTIONS.evictionPolicy})`,
+    valueHint: "policy",
+  },
+  "prefix-hash": {
+    type: "string",
+    description: `Block hash: ${HASH_ALGORITHMS.join(" | ")} (default ${DEFAULT_ENGINE_OPTIONS.prefixHash})`,
+    valueHint: "hash",
+  },
+  "max-num-batched-tokens": { type: "string", description: `Token budget of one engine step (default ${DEFAULT_ENGINE_OPTIONS.maxNumBatchedTokens})`, valueHint: "n" },
+  "max-num-seqs": { type: "string", description: `Sequences one step may hold (default ${DEFAULT_ENGINE_OPTIONS.maxNumSeqs})`, valueHint: "n" },
+  schedule: { type: "string", description: "Admission order: fcfs | lpm (longest cached prefix first) (default fcfs)", valueHint: "policy" },
+} as const satisfies ArgsDef;
+
+export type ParsedValues = Record<string, string | number | boolean | string[] | undefined>;
+
+/** Every value of an option that may be repeated (`--stop a --stop b`, `--stop=a`), in order. */
+export function repeated(rawArgs: readonly string[], name: string): string[] {
+  const values: string[] = [];
+  for (let i = 0; i < rawArgs.length; i++) {
+    const arg = rawArgs[i]!;
+    if (arg === "--") break;
+    if (arg === `--${name}` && i + 1 < rawArgs.length) values.push(rawArgs[++i]!);
+    else if (arg.startsWith(`--${name}=`)) values.push(arg.slice(name.length + 3));
+  }
+  return values;
+}
+
+/** Reject options no command defines: citty would silently ignore a misspelt one. */
+export function checkKnownOptions(rawArgs: readonly string[], defs: ArgsDef): void {
+  const known = new Set<string>(["help", "h"]);
+  for (const [name, def] of Object.entries(defs)) {
+    known.add(name);
+    if (def.type === "boolean") known.add(`no-${name}`);
+    const aliases = "alias" in def && def.alias !== undefined ? [def.alias].flat() : [];
+    for (const a of aliases) known.add(a);
+  }
+  for (const arg of rawArgs) {
+    if (arg === "--") break;
+    if (!arg.startsWith("-") || arg === "-") continue;
+    const name = arg.replace(/^--?/, "").split("=")[0]!;
+    if (!known.has(name)) throw new InputError(`unknown option ${arg.split("=")[0]} (see --help)`);
+  }
+}
+
+function str(v: ParsedValues[string]): string | undefined {
+  return typeof v === "string" ? v : undefined;
+}
+
+/** A numeric option, or undefined when absent; InputError when it does not parse or is out of range. */
+export function numberOption(values: ParsedValues, name: string, check: "int" | "posint" | "number"): number | undefined {
+  const raw = str(values[name]);
+  if (raw === undefined) return undefined;
+  const v = Number(raw);
+  const ok = raw.trim() !== "" && Number.isFinite(v) &&
+    (check === "number" || (Number.isInteger(v) && (check === "int" ? true : v > 0)));
+  if (!ok) throw new InputError(`--${name} expects ${check === "posint" ? "a positive integer" : check === "int" ? "an integer" : "a number"}, got "${raw}"`);
+  return v;
+}
+
+function choice<T extends string>(values: ParsedValues, name: string, options: readonly T[], fallback: T): T {
+  const raw = str(values[name]);
+  if (raw === undefined) return fallback;
+  if (!(options as readonly string[]).includes(raw)) throw new InputError(`--${name} must be one of ${options.join(", ")}, got "${raw}"`);
+  return raw as T;
+}
+
+export function engineOptions(values: ParsedValues): EngineOptions {
+  const d = DEFAULT_ENGINE_OPTIONS;
+  return {
+    blockSize: numberOption(values, "block-size", "posint") ?? d.blockSize,
+    numBlocks: numberOption(values, "num-blocks", "posint") ?? null,
+    kvCacheMb: numberOption(values, "kv-cache-mb", "number") ?? d.kvCacheMb,
+    enablePrefixCaching: values["prefix-cache"] !== false,
+    evictionPolicy: choice(values, "eviction-policy", EVICTION_POLICIES, d.evictionPolicy),
+    prefixHash: choice(values, "prefix-hash", HASH_ALGORITHMS, d.prefixHash),
+    maxNumBatchedTokens: numberOption(values, "max-num-batched-tokens", "posint") ?? d.maxNumBatchedTokens,
+    maxNumSeqs: numberOption(values, "max-num-seqs", "posint") ?? d.maxNumSeqs,
+    schedule: choice(values, "schedule", ["fcfs", "lpm"] as const, d.schedule),
+  };
+}
+
+/** The per-request defaults the command line sets; a JSONL request's own fields override them. */
+export function requestDefaults(values: ParsedValues, rawArgs: readonly string[]): Omit<GenerateRequest, "id" | "prompt"> {
+  const defaults: Omit<GenerateRequest, "id" | "prompt"> = {
+    maxTokens: numberOption(values, "max-tokens", "posint") ?? null,
+    temperature: numberOption(values, "temperature", "number"),
+    topK: numberOption(values, "top-k", "int"),
+    topP: numberOption(values, "top-p", "number"),
+    minP: numberOption(values, "min-p", "number"),
+    repetitionPenalty: numberOption(values, "repeat-penalty", "number"),
+    repeatLastN: numberOption(values, "repeat-last-n", "int"),
+    seed: numberOption(values, "seed", "int"),
+    stop: repeated(rawArgs, "stop"),
+    cacheSalt: str(values["cache-salt"]),
+  };
+  return defaults;
+}

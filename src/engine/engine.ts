@@ -1,0 +1,228 @@
+/**
+ * The engine: one model, one KV block pool, one scheduler. `step()` is schedule, run, postprocess:
+ * the scheduler picks the tokens of this step, the model runner computes them in one batched
+ * forward pass, and each request that got logits samples its next token and checks its stops.
+ */
+import { CpuBackend } from "../backend/cpu.ts";
+import { RequestTooLongError } from "../errors.ts";
+import { KVArena } from "../kv/kv-arena.ts";
+import { KVCacheManager } from "../kv/kv-cache-manager.ts";
+import type { EvictionPolicyName } from "../kv/eviction.ts";
+import type { HashAlgorithm } from "../kv/block-hash.ts";
+import { StepBatch } from "../model/batch.ts";
+import type { Checkpoint } from "../model/checkpoint.ts";
+import type { ModelConfig } from "../model/config.ts";
+import { LlamaModel } from "../model/llama.ts";
+import { loadWeights } from "../model/weights.ts";
+import type { Tokenizer } from "../tokenizer/tokenizer.ts";
+import { ModelRunner } from "./model-runner.ts";
+import { Scheduler, type SchedulePolicy } from "./scheduler.ts";
+import { Sequence, type GenerationParams } from "./sequence.ts";
+
+export interface EngineOptions {
+  /** Tokens per KV block. */
+  blockSize: number;
+  /** KV pool size in blocks; null = from kvCacheMb. */
+  numBlocks: number | null;
+  /** KV pool size in MiB when numBlocks is null. */
+  kvCacheMb: number;
+  enablePrefixCaching: boolean;
+  evictionPolicy: EvictionPolicyName;
+  prefixHash: HashAlgorithm;
+  /** Token budget of one step (prefill chunks and decode tokens together). */
+  maxNumBatchedTokens: number;
+  /** Sequences one step may hold. */
+  maxNumSeqs: number;
+  schedule: SchedulePolicy;
+}
+
+export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
+  blockSize: 16,
+  numBlocks: null,
+  kvCacheMb: 512,
+  enablePrefixCaching: true,
+  evictionPolicy: "lru",
+  prefixHash: "sha256",
+  maxNumBatchedTokens: 512,
+  maxNumSeqs: 64,
+  schedule: "fcfs",
+};
+
+export interface NewRequest {
+  id: string;
+  promptTokenIds: number[];
+  params: GenerationParams;
+  cacheSalt?: string;
+}
+
+/** What one step did for one request. */
+export interface StepEvent {
+  seq: Sequence;
+  /** Text that became showable this step. */
+  delta: string;
+  finished: boolean;
+}
+
+export interface EngineStats {
+  /** Prefix cache lookups and hits, in tokens; evictions in blocks. */
+  prefixQueries: number;
+  prefixHits: number;
+  evictions: number;
+  blocksInUse: number;
+  numBlocks: number;
+  preemptions: number;
+}
+
+export class LLMEngine {
+  readonly config: ModelConfig;
+  readonly backend: CpuBackend;
+  readonly kv: KVCacheManager;
+  readonly numBlocks: number;
+  /** Positions one sequence can reach: the context, or less when the whole pool holds less. */
+  readonly maxPositions: number;
+  private readonly scheduler: Scheduler<Sequence>;
+  private readonly runner: ModelRunner;
+  private readonly stopTokenIds: ReadonlySet<number>;
+
+  constructor(
+    checkpoint: Checkpoint,
+    readonly tokenizer: Tokenizer,
+    readonly options: EngineOptions = DEFAULT_ENGINE_OPTIONS,
+  ) {
+    const c = checkpoint.config;
+    this.config = c;
+    this.backend = new CpuBackend();
+    const weights = loadWeights(checkpoint, this.backend.mem, this.backend.kernels);
+    const o = options;
+    this.numBlocks = o.numBlocks ?? defaultNumBlocks(c, o);
+    this.maxPositions = Math.min(c.seqLen, this.numBlocks * o.blockSize);
+    const model = new LlamaModel(c, weights, this.backend, o.maxNumBatchedTokens, o.maxNumSeqs);
+    const arena = new KVArena(this.backend.mem, c, this.numBlocks, o.blockSize);
+    const batch = new StepBatch(this.backend.mem, o.maxNumBatchedTokens, o.maxNumSeqs, Math.ceil(c.seqLen / o.blockSize), o.blockSize);
+    this.backend.reserveScratch(o.maxNumBatchedTokens, Math.max(c.dim, c.hiddenDim), o.blockSize);
+    this.kv = new KVCacheManager({
+      numBlocks: this.numBlocks,
+      blockSize: o.blockSize,
+      enableCaching: o.enablePrefixCaching,
+      evictionPolicy: o.evictionPolicy,
+      hash: o.prefixHash,
+    });
+    this.scheduler = new Scheduler<Sequence>(this.kv, {
+      maxNumBatchedTokens: o.maxNumBatchedTokens,
+      maxNumSeqs: o.maxNumSeqs,
+      policy: o.schedule,
+    });
+    this.runner = new ModelRunner(model, arena, this.kv, batch);
+    const stops = new Set(checkpoint.extraStopTokenIds);
+    if (tokenizer.eosId !== null) stops.add(tokenizer.eosId);
+    this.stopTokenIds = stops;
+  }
+
+  /**
+   * Queue a request. Throws RequestTooLongError when it could never run: its prompt plus
+   * max_tokens exceeds the context, or the KV blocks it would need exceed the whole pool. (The
+   * last generated token is never fed back, so it needs no position: prompt + max_tokens may be
+   * context + 1, as llama2.c's `-n` counts.)
+   */
+  addRequest(input: NewRequest): Sequence {
+    const seq = new Sequence(
+      { id: input.id, promptTokenIds: input.promptTokenIds, cacheSalt: input.cacheSalt },
+      input.params,
+      this.tokenizer.createStreamDecoder(input.promptTokenIds[input.promptTokenIds.length - 1]),
+    );
+    this.checkFits(seq);
+    this.scheduler.add(seq);
+    return seq;
+  }
+
+  get hasUnfinished(): boolean {
+    return this.scheduler.hasUnfinished;
+  }
+
+  /** One step: schedule, run the batch, sample and check stops. */
+  step(): StepEvent[] {
+    const out = this.scheduler.schedule();
+    if (out.scheduled.length === 0) return [];
+    const logits = this.runner.execute(out.scheduled);
+    this.scheduler.update(out);
+    const events: StepEvent[] = [];
+    out.scheduled.forEach(({ req: seq }, i) => {
+      const row = logits[i];
+      if (!row) return;
+      const delta = this.postprocess(seq, seq.sampler.sample(row, seq.allTokenIds));
+      if (seq.isFinished) this.scheduler.finish(seq);
+      events.push({ seq, delta: delta, finished: seq.isFinished });
+    });
+    return events;
+  }
+
+  /** Stop a request wherever it is; returns its final event. */
+  abort(seq: Sequence): StepEvent {
+    const delta = seq.finish("abort");
+    this.scheduler.finish(seq);
+    return { seq, delta, finished: true };
+  }
+
+  /** Abort every unfinished request (Ctrl-C). */
+  abortAll(): StepEvent[] {
+    return [...this.scheduler.running, ...this.scheduler.waiting].map((seq) => this.abort(seq));
+  }
+
+  get stats(): EngineStats {
+    return {
+      prefixQueries: this.kv.stats.queries,
+      prefixHits: this.kv.stats.hits,
+      evictions: this.kv.stats.evictions,
+      blocksInUse: this.kv.numUsedBlocks,
+      numBlocks: this.numBlocks,
+      preemptions: this.scheduler.numPreemptions,
+    };
+  }
+
+  /** Forget every cached block; false (nothing changes) while any request holds blocks. */
+  resetPrefixCache(): boolean {
+    return this.kv.resetPrefixCache();
+  }
+
+  private postprocess(seq: Sequence, token: number): string {
+    if (this.stopTokenIds.has(token)) return seq.finish("stop");
+    let delta = seq.appendToken(token);
+    if (seq.isFinished) return delta;
+    const maxTokens = seq.params.maxTokens;
+    // The next step would feed the token just sampled at position numTokens - 1.
+    if ((maxTokens !== null && seq.outputTokenIds.length >= maxTokens) || seq.numTokens > this.maxPositions) {
+      delta += seq.finish("length");
+    }
+    return delta;
+  }
+
+  private checkFits(seq: Sequence): void {
+    const c = this.config;
+    const P = seq.numPromptTokens;
+    const maxTokens = seq.params.maxTokens;
+    if (P > c.seqLen) {
+      throw new RequestTooLongError(`prompt of ${P} tokens is longer than the model's context of ${c.seqLen}`);
+    }
+    if (maxTokens !== null && P + maxTokens - 1 > c.seqLen) {
+      throw new RequestTooLongError(
+        `prompt (${P} tokens) plus max_tokens (${maxTokens}) exceeds the model's context of ${c.seqLen} tokens`,
+      );
+    }
+    // Without max_tokens a request stops when it reaches maxPositions; it only needs its prompt to fit.
+    const positions = maxTokens === null ? P : P + maxTokens - 1;
+    if (positions > this.maxPositions) {
+      const blocks = Math.ceil(positions / this.options.blockSize);
+      throw new RequestTooLongError(
+        `needs ${blocks} KV blocks of ${this.options.blockSize} tokens, the whole pool has ${this.numBlocks}`,
+      );
+    }
+  }
+}
+
+/** Blocks for kvCacheMb, but no more than every sequence at full context could use. */
+function defaultNumBlocks(c: ModelConfig, o: EngineOptions): number {
+  const perBlock = KVArena.bytesPerBlock(c, o.blockSize);
+  const fromBudget = Math.floor((o.kvCacheMb * 2 ** 20) / perBlock);
+  const forAllSeqs = o.maxNumSeqs * Math.ceil(c.seqLen / o.blockSize);
+  return Math.max(1, Math.min(fromBudget, forAllSeqs));
+}

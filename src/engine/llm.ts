@@ -1,0 +1,214 @@
+/**
+ * The library's front door: load a model with its tokenizer, then generate text for one or many
+ * prompts through the continuous-batching engine. The CLI is a thin layer over this class.
+ */
+import { InputError, PagellmError, RequestTooLongError } from "../errors.ts";
+import type { Checkpoint } from "../model/checkpoint.ts";
+import type { ModelConfig } from "../model/config.ts";
+import { openCheckpoint } from "../model/load.ts";
+import { loadTokenizer } from "../tokenizer/load.ts";
+import type { Tokenizer } from "../tokenizer/tokenizer.ts";
+import { DEFAULT_ENGINE_OPTIONS, LLMEngine, type EngineOptions, type StepEvent } from "./engine.ts";
+import { DEFAULT_SAMPLING, type SamplingParams } from "./sampler.ts";
+import type { FinishReason, GenerationParams, Sequence } from "./sequence.ts";
+
+export interface LoadOptions {
+  /** Path of the model file (llama2.c checkpoint). */
+  model: string;
+  /** Path of the tokenizer (llama2.c tokenizer.bin or a GGUF vocabulary). */
+  tokenizer: string;
+  engine?: Partial<EngineOptions>;
+}
+
+/** One generation request; every field but `prompt`/`promptTokenIds` falls back to a default. */
+export interface GenerateRequest {
+  id?: string;
+  prompt?: string;
+  /** Token ids instead of `prompt` (BOS included if wanted). */
+  promptTokenIds?: number[];
+  /** null or absent: until a stop or the end of the context. */
+  maxTokens?: number | null;
+  stop?: string[];
+  temperature?: number;
+  topK?: number;
+  topP?: number;
+  minP?: number;
+  repetitionPenalty?: number;
+  repeatLastN?: number;
+  seed?: number;
+  cacheSalt?: string;
+}
+
+/** The result of one request: the `--json` schema, one object per request. */
+export interface CompletionResult {
+  id: string;
+  prompt_tokens: number;
+  cached_tokens: number;
+  completion_tokens: number;
+  token_ids: number[];
+  text: string;
+  finish_reason: FinishReason;
+  ttft_ms: number;
+  latency_ms: number;
+  /** Only when finish_reason is "error": why the request was rejected or failed. */
+  error?: string;
+}
+
+/** What a generation stream yields: text as it becomes showable, and each request's result when it ends. */
+export type GenerationEvent =
+  | { kind: "text"; id: string; delta: string }
+  | { kind: "done"; result: CompletionResult };
+
+export interface StreamOptions {
+  /** Abort every unfinished request (they end with finish_reason "abort"). */
+  signal?: AbortSignal;
+}
+
+/** Yield to the event loop at least this often, so signals and timers run during long batches. */
+const YIELD_EVERY_MS = 20;
+
+export class LLM {
+  private nextId = 0;
+
+  private constructor(
+    readonly checkpoint: Checkpoint,
+    readonly tokenizer: Tokenizer,
+    /** Whether prompts start with BOS. */
+    readonly addBos: boolean,
+    readonly engine: LLMEngine,
+    /** Milliseconds spent loading weights and setting up. */
+    readonly loadMs: number,
+  ) {}
+
+  /** Load a model and its tokenizer and set up the engine. Throws ModelFormatError for bad files. */
+  static load(opts: LoadOptions): LLM {
+    const t0 = performance.now();
+    const checkpoint = openCheckpoint(opts.model);
+    const { tokenizer, addBos } = loadTokenizer(opts.tokenizer, checkpoint.config.vocabSize);
+    const engine = new LLMEngine(checkpoint, tokenizer, { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine });
+    return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0);
+  }
+
+  get config(): ModelConfig {
+    return this.engine.config;
+  }
+
+  /** Prompt token ids of `text`, BOS first when the model expects it. */
+  encode(text: string): number[] {
+    return this.tokenizer.encode(text, { addBos: this.addBos });
+  }
+
+  /** Run requests to completion and return their results in request order. */
+  async generate(requests: GenerateRequest[], opts: StreamOptions = {}): Promise<CompletionResult[]> {
+    const results = new Map<string, CompletionResult>();
+    const ids = requests.map((r) => r.id);
+    for await (const event of this.stream(requests, opts)) {
+      if (event.kind === "done") results.set(event.result.id, event.result);
+    }
+    return [...results.values()].sort((a, b) => ids.indexOf(a.id) - ids.indexOf(b.id));
+  }
+
+  /**
+   * Run requests together, yielding text deltas as they are generated and each result as soon as
+   * its request finishes. A request that can never fit is reported at once with finish_reason
+   * "error" and the reason; the others run.
+   */
+  async *stream(requests: GenerateRequest[], opts: StreamOptions = {}): AsyncGenerator<GenerationEvent> {
+    const admitted: Sequence[] = [];
+    for (const request of requests) {
+      const id = request.id ?? `req-${this.nextId++}`;
+      const promptTokenIds = request.promptTokenIds ?? this.encode(request.prompt ?? "");
+      try {
+        admitted.push(this.engine.addRequest({ id, promptTokenIds, params: generationParams(request), cacheSalt: request.cacheSalt }));
+      } catch (e) {
+        if (!(e instanceof RequestTooLongError || e instanceof InputError)) throw e;
+        yield { kind: "done", result: rejectedResult(id, promptTokenIds.length, e) };
+      }
+    }
+    let lastYield = performance.now();
+    try {
+      while (this.engine.hasUnfinished) {
+        if (opts.signal?.aborted) {
+          yield* this.report(this.engine.abortAll());
+          break;
+        }
+        yield* this.report(this.engine.step());
+        if (performance.now() - lastYield > YIELD_EVERY_MS) {
+          await new Promise((resolve) => setImmediate(resolve));
+          lastYield = performance.now();
+        }
+      }
+    } finally {
+      // A consumer that stops early (or an error) must not leave requests holding KV blocks.
+      for (const seq of admitted) if (!seq.isFinished) this.engine.abort(seq);
+    }
+  }
+
+  private *report(events: StepEvent[]): Generator<GenerationEvent> {
+    for (const { seq, delta, finished } of events) {
+      if (delta.length > 0) yield { kind: "text", id: seq.id, delta };
+      if (finished) yield { kind: "done", result: resultOf(seq) };
+    }
+  }
+}
+
+function generationParams(r: GenerateRequest): GenerationParams {
+  const sampling: SamplingParams = {
+    temperature: r.temperature ?? DEFAULT_SAMPLING.temperature,
+    topK: r.topK ?? DEFAULT_SAMPLING.topK,
+    topP: r.topP ?? DEFAULT_SAMPLING.topP,
+    minP: r.minP ?? DEFAULT_SAMPLING.minP,
+    repetitionPenalty: r.repetitionPenalty ?? DEFAULT_SAMPLING.repetitionPenalty,
+    repeatLastN: r.repeatLastN ?? DEFAULT_SAMPLING.repeatLastN,
+    seed: r.seed ?? randomSeed(),
+  };
+  checkSampling(sampling);
+  const maxTokens = r.maxTokens ?? null;
+  if (maxTokens !== null && (!Number.isInteger(maxTokens) || maxTokens < 1)) {
+    throw new InputError(`max_tokens must be a positive integer, got ${maxTokens}`);
+  }
+  return { maxTokens, stop: r.stop ?? [], sampling };
+}
+
+function checkSampling(s: SamplingParams): void {
+  const bad = (what: string, v: number) => new InputError(`${what} out of range: ${v}`);
+  if (!(s.temperature >= 0)) throw bad("temperature", s.temperature);
+  if (!(Number.isInteger(s.topK) && s.topK >= 0)) throw bad("top_k", s.topK);
+  if (!(s.topP > 0 && s.topP <= 1)) throw bad("top_p", s.topP);
+  if (!(s.minP >= 0 && s.minP <= 1)) throw bad("min_p", s.minP);
+  if (!(s.repetitionPenalty > 0)) throw bad("repetition penalty", s.repetitionPenalty);
+  if (!(Number.isInteger(s.repeatLastN) && s.repeatLastN >= 0)) throw bad("repeat_last_n", s.repeatLastN);
+  if (!Number.isInteger(s.seed)) throw bad("seed", s.seed);
+}
+
+function randomSeed(): number {
+  return (Math.random() * 2 ** 32) >>> 0;
+}
+
+function resultOf(seq: Sequence): CompletionResult {
+  const finish = seq.finishMs ?? performance.now();
+  const result: CompletionResult = {
+    id: seq.id,
+    prompt_tokens: seq.numPromptTokens,
+    cached_tokens: seq.numCachedTokens ?? 0,
+    completion_tokens: seq.outputTokenIds.length,
+    token_ids: [...seq.outputTokenIds],
+    text: seq.text,
+    finish_reason: seq.finishReason ?? "abort",
+    ttft_ms: round2((seq.firstTokenMs ?? finish) - seq.arrivalMs),
+    latency_ms: round2(finish - seq.arrivalMs),
+  };
+  if (seq.error !== null) result.error = seq.error;
+  return result;
+}
+
+function rejectedResult(id: string, promptTokens: number, e: PagellmError): CompletionResult {
+  return {
+    id, prompt_tokens: promptTokens, cached_tokens: 0, completion_tokens: 0, token_ids: [], text: "",
+    finish_reason: "error", ttft_ms: 0, latency_ms: 0, error: e.message,
+  };
+}
+
+function round2(x: number): number {
+  return Math.round(x * 100) / 100;
+}

@@ -1,0 +1,130 @@
+/**
+ * Picks the next token from a row of logits. Each request owns its sampler and its random
+ * stream, so what it samples never depends on what else is in the batch.
+ *
+ * Order (as Hugging Face and vLLM): repetition penalty, temperature, top-k, top-p, min-p, then a
+ * draw. Temperature 0 is greedy: the first index of the largest (penalised) logit, as run.c.
+ */
+import { Xoshiro128 } from "../util/random.ts";
+
+export interface SamplingParams {
+  /** 0 = greedy. */
+  temperature: number;
+  /** Keep the k most likely tokens; 0 = off. */
+  topK: number;
+  /** Keep the smallest set whose probability reaches p; 1 = off. */
+  topP: number;
+  /** Drop tokens less likely than minP times the most likely; 0 = off. */
+  minP: number;
+  /** Divide positive (multiply negative) logits of recently seen tokens by this; 1 = off. */
+  repetitionPenalty: number;
+  /** How many of the latest tokens (prompt included) the penalty looks at. */
+  repeatLastN: number;
+  /** Seed of this request's random stream. */
+  seed: number;
+}
+
+export const DEFAULT_SAMPLING: SamplingParams = {
+  temperature: 0.8,
+  topK: 40,
+  topP: 0.95,
+  minP: 0.05,
+  repetitionPenalty: 1.0,
+  repeatLastN: 64,
+  seed: 0,
+};
+
+export class Sampler {
+  private readonly rng: Xoshiro128;
+  /** Work arrays, grown to the vocabulary once. */
+  private scratch = new Float32Array(0);
+  private order = new Int32Array(0);
+
+  constructor(readonly params: SamplingParams) {
+    this.rng = new Xoshiro128(params.seed);
+  }
+
+  /** Sample from logits (read only); `history` is every token so far, for the penalty. */
+  sample(logits: Float32Array, history: ArrayLike<number>): number {
+    const p = this.params;
+    const x = this.penalised(logits, history);
+    if (p.temperature <= 0) return argmax(x);
+    const n = x.length;
+    // probabilities at this temperature, unnormalised: exp((l - max) / T)
+    const max = x[argmax(x)]!;
+    for (let i = 0; i < n; i++) x[i] = Math.exp((x[i]! - max) / p.temperature);
+    const candidates = this.candidates(x);
+    return this.draw(x, candidates);
+  }
+
+  /** logits with the repetition penalty applied, in scratch (or the logits themselves when off). */
+  private penalised(logits: Float32Array, history: ArrayLike<number>): Float32Array {
+    const p = this.params;
+    if (this.scratch.length !== logits.length) this.scratch = new Float32Array(logits.length);
+    const x = this.scratch;
+    x.set(logits);
+    if (p.repetitionPenalty === 1 || p.repeatLastN <= 0) return x;
+    const seen = new Set<number>();
+    for (let i = Math.max(0, history.length - p.repeatLastN); i < history.length; i++) seen.add(history[i]!);
+    for (const t of seen) {
+      const v = x[t]!;
+      x[t] = v > 0 ? v / p.repetitionPenalty : v * p.repetitionPenalty;
+    }
+    return x;
+  }
+
+  /** Indices that survive top-k, top-p and min-p, most likely first. */
+  private candidates(prob: Float32Array): Int32Array {
+    const p = this.params;
+    const n = prob.length;
+    if (this.order.length !== n) this.order = new Int32Array(n);
+    let count = 0;
+    let total = 0;
+    for (let i = 0; i < n; i++) total += prob[i]!;
+    // Tokens below min-p (the top token's probability is exp(0) = 1 here) or far below the top-p
+    // tail can never be kept: drop them before sorting, as run.c does for top-p.
+    const floor = Math.max(p.minP, p.topP < 1 ? ((1 - p.topP) / (n - 1)) * total : 0);
+    for (let i = 0; i < n; i++) if (prob[i]! >= floor) this.order[count++] = i;
+    const kept = this.order.subarray(0, count);
+    kept.sort((a, b) => prob[b]! - prob[a]! || a - b);
+    let keep = p.topK > 0 ? Math.min(p.topK, count) : count;
+    if (p.topP < 1) {
+      let sum = 0;
+      for (let i = 0; i < keep; i++) sum += prob[kept[i]!]!;
+      let cum = 0;
+      for (let i = 0; i < keep; i++) {
+        cum += prob[kept[i]!]!;
+        if (cum >= p.topP * sum) {
+          keep = i + 1;
+          break;
+        }
+      }
+    }
+    return kept.subarray(0, Math.max(1, keep));
+  }
+
+  private draw(prob: Float32Array, candidates: Int32Array): number {
+    let sum = 0;
+    for (let i = 0; i < candidates.length; i++) sum += prob[candidates[i]!]!;
+    const r = this.rng.nextFloat() * sum;
+    let cum = 0;
+    for (let i = 0; i < candidates.length; i++) {
+      cum += prob[candidates[i]!]!;
+      if (r < cum) return candidates[i]!;
+    }
+    return candidates[candidates.length - 1]!;
+  }
+}
+
+/** First index of the largest value. */
+export function argmax(x: ArrayLike<number>): number {
+  let best = 0;
+  let bestValue = x[0]!;
+  for (let i = 1; i < x.length; i++) {
+    if (x[i]! > bestValue) {
+      bestValue = x[i]!;
+      best = i;
+    }
+  }
+  return best;
+}

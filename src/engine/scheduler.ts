@@ -1,0 +1,172 @@
+/**
+ * Decides, each step, which tokens of which requests run: continuous batching with chunked prefill.
+ *
+ * A step has a token budget and a sequence cap. Running requests come first, in admission order,
+ * each taking what it still needs (one token when decoding, the rest of its prompt in chunks
+ * otherwise). When the KV pool cannot hold a running request's next tokens, the most recently
+ * admitted running request is preempted: its blocks are freed (they stay in the prefix cache
+ * until evicted) and it goes back to the head of the waiting queue. Then, if nothing was
+ * preempted, waiting requests are admitted with their prefix-cache hits while budget, sequences
+ * and blocks last, their prompts chunked to fit the budget.
+ *
+ * Order of admission: "fcfs" (arrival), or "lpm" (longest cached prefix first, as SGLang), which
+ * also holds back a request whose next uncached block another request of the same step is about
+ * to compute, so that the block is computed once and hit on the next step.
+ */
+import type { KVCacheManager } from "../kv/kv-cache-manager.ts";
+import type { Request } from "./request.ts";
+
+export type SchedulePolicy = "fcfs" | "lpm";
+
+export interface SchedulerOptions {
+  /** Tokens one step may compute, prefill and decode together. */
+  maxNumBatchedTokens: number;
+  /** Sequences one step may hold. */
+  maxNumSeqs: number;
+  policy: SchedulePolicy;
+}
+
+export interface ScheduledRequest<R extends Request = Request> {
+  req: R;
+  /** Tokens to compute this step, starting at req.numComputedTokens. */
+  numNewTokens: number;
+}
+
+export interface SchedulerOutput<R extends Request = Request> {
+  scheduled: ScheduledRequest<R>[];
+  /** Requests preempted this step (already back in the waiting queue). */
+  preempted: R[];
+  numScheduledTokens: number;
+}
+
+export class Scheduler<R extends Request = Request> {
+  /** Not yet admitted, or preempted; the head is admitted first under FCFS. */
+  readonly waiting: R[] = [];
+  /** Admitted and holding KV blocks, in admission order. */
+  readonly running: R[] = [];
+  /** How many times a running request was preempted, over the scheduler's life. */
+  numPreemptions = 0;
+
+  constructor(
+    private readonly kv: KVCacheManager,
+    private readonly opts: SchedulerOptions,
+  ) {}
+
+  add(req: R): void {
+    this.waiting.push(req);
+  }
+
+  get hasUnfinished(): boolean {
+    return this.waiting.length > 0 || this.running.length > 0;
+  }
+
+  schedule(): SchedulerOutput<R> {
+    const out: SchedulerOutput<R> = { scheduled: [], preempted: [], numScheduledTokens: 0 };
+    let budget = this.opts.maxNumBatchedTokens;
+
+    // ---- running requests: decode tokens and the next chunks of prompts already admitted
+    for (let i = 0; i < this.running.length && budget > 0; i++) {
+      const req = this.running[i]!;
+      const numNew = Math.min(req.numTokens - req.numComputedTokens, budget);
+      if (numNew <= 0) continue;
+      if (!this.allocateOrPreempt(req, numNew, out)) break;
+      out.scheduled.push({ req, numNewTokens: numNew });
+      budget -= numNew;
+    }
+
+    // ---- waiting requests, only when nothing had to be preempted
+    if (out.preempted.length === 0) this.admit(budget, out);
+    out.numScheduledTokens = out.scheduled.reduce((n, s) => n + s.numNewTokens, 0);
+    return out;
+  }
+
+  /**
+   * After the step ran: every scheduled request has computed its tokens. The engine appends
+   * sampled tokens and finishes requests separately.
+   */
+  update(out: SchedulerOutput<R>): void {
+    for (const { req, numNewTokens } of out.scheduled) req.numComputedTokens += numNewTokens;
+  }
+
+  /** Remove a finished (or aborted) request and free its blocks. */
+  finish(req: R): void {
+    const r = this.running.indexOf(req);
+    if (r >= 0) this.running.splice(r, 1);
+    const w = this.waiting.indexOf(req);
+    if (w >= 0) this.waiting.splice(w, 1);
+    this.kv.free(req);
+  }
+
+  /** Allocate slots for req, preempting the latest admitted requests until it fits. False if req itself was preempted. */
+  private allocateOrPreempt(req: R, numNew: number, out: SchedulerOutput<R>): boolean {
+    while (this.kv.allocateSlots(req, numNew) === null) {
+      const victim = this.running.pop()!;
+      this.preempt(victim, out);
+      if (victim === req) return false;
+    }
+    return true;
+  }
+
+  private preempt(victim: R, out: SchedulerOutput<R>): void {
+    this.kv.free(victim);
+    victim.numComputedTokens = 0;
+    this.waiting.unshift(victim);
+    out.preempted.push(victim);
+    // A victim scheduled earlier in this step loses its slot in the batch.
+    const s = out.scheduled.findIndex((x) => x.req === victim);
+    if (s >= 0) out.scheduled.splice(s, 1);
+    this.numPreemptions++;
+  }
+
+  private admit(budget: number, out: SchedulerOutput<R>): void {
+    const lpm = this.opts.policy === "lpm";
+    if (lpm) this.sortByCachedPrefix();
+    // Blocks that admitted requests have yet to compute (this step or a later chunk): under LPM a
+    // waiting request whose next uncached block is one of them waits, then hits it.
+    const pending = new Set<string>();
+    if (lpm) for (const req of this.running) this.notePendingBlocks(req, pending);
+    const heldBack: R[] = [];
+    while (this.waiting.length > 0 && budget > 0 && this.running.length < this.opts.maxNumSeqs) {
+      const req = this.waiting[0]!;
+      const hit = this.kv.getComputedBlocks(req);
+      if (lpm && this.sharesPendingBlock(req, hit.blocks.length, pending)) {
+        heldBack.push(this.waiting.shift()!);
+        continue;
+      }
+      const numNew = Math.min(req.numTokens - hit.numComputedTokens, budget);
+      if (this.kv.allocateSlots(req, numNew, hit.numComputedTokens, hit.blocks) === null) break;
+      this.waiting.shift();
+      req.numComputedTokens = hit.numComputedTokens;
+      this.running.push(req);
+      out.scheduled.push({ req, numNewTokens: numNew });
+      budget -= numNew;
+      if (lpm) this.notePendingBlocks(req, pending);
+    }
+    this.waiting.unshift(...heldBack);
+  }
+
+  /** LPM: most cached tokens first, arrival order among equals (the sort is stable). */
+  private sortByCachedPrefix(): void {
+    const cached = new Map<R, number>();
+    for (const req of this.waiting) cached.set(req, this.kv.peekCachedTokens(req));
+    this.waiting.sort((a, b) => cached.get(b)! - cached.get(a)!);
+  }
+
+  /** True when req's first uncached block is one that an admitted request has yet to compute. */
+  private sharesPendingBlock(req: Request, numHitBlocks: number, computing: Set<string>): boolean {
+    const hash = this.kv.blockHash(req, numHitBlocks);
+    return hash !== null && computing.has(hash);
+  }
+
+  /**
+   * Record the full blocks of req that are not computed yet. Blocks this step computes are in the
+   * cache from their allocation on, so another request hits them; later chunks' blocks are not.
+   */
+  private notePendingBlocks(req: Request, pending: Set<string>): void {
+    const fullBlocks = Math.floor(req.numTokens / this.kv.blockSize);
+    for (let b = Math.floor(req.numComputedTokens / this.kv.blockSize); b < fullBlocks; b++) {
+      const hash = this.kv.blockHash(req, b);
+      if (hash !== null) pending.add(hash);
+    }
+  }
+}

@@ -1,0 +1,76 @@
+/**
+ * A generation request as the engine sees it: the scheduler's Request (tokens, computed count,
+ * cache isolation) plus how to sample, when to stop, the text streamed so far and its timings.
+ */
+import type { StreamDecoder } from "../tokenizer/tokenizer.ts";
+import { Request, type RequestOptions } from "./request.ts";
+import { Sampler, type SamplingParams } from "./sampler.ts";
+import { StopStringMatcher } from "./stop-strings.ts";
+
+export type FinishReason =
+  /** EOS (or another stop token) or a stop string. */
+  | "stop"
+  /** max_tokens, or the model's context is full. */
+  | "length"
+  /** Cancelled (Ctrl-C, or the caller aborted). */
+  | "abort"
+  /** Rejected before running, or failed; `error` says why. */
+  | "error";
+
+export interface GenerationParams {
+  /** Most tokens to generate; null = until a stop or the context is full. */
+  maxTokens: number | null;
+  /** Strings that end the generation; the text is cut before the first one. */
+  stop: readonly string[];
+  sampling: SamplingParams;
+}
+
+export class Sequence extends Request {
+  readonly sampler: Sampler;
+  finishReason: FinishReason | null = null;
+  /** Why the request failed, when finishReason is "error". */
+  error: string | null = null;
+  readonly arrivalMs = performance.now();
+  firstTokenMs: number | null = null;
+  finishMs: number | null = null;
+  private readonly stops: StopStringMatcher;
+
+  constructor(
+    opts: RequestOptions,
+    readonly params: GenerationParams,
+    private readonly decoder: StreamDecoder,
+  ) {
+    super(opts);
+    this.sampler = new Sampler(params.sampling);
+    this.stops = new StopStringMatcher(params.stop);
+  }
+
+  get isFinished(): boolean {
+    return this.finishReason !== null;
+  }
+
+  /** The generated text, stop string excluded (complete once finished). */
+  get text(): string {
+    return this.stops.fullText;
+  }
+
+  /** Append a sampled token (not a stop token); returns the text it makes showable. */
+  appendToken(id: number): string {
+    this.firstTokenMs ??= performance.now();
+    this.appendOutputTokenIds([id]);
+    const delta = this.stops.push(this.decoder.push(id));
+    if (this.stops.stopped) this.finish("stop");
+    return delta;
+  }
+
+  /** End the generation; returns any text still held back (an unfinished stop-string prefix, a partial character). */
+  finish(reason: FinishReason, error: string | null = null): string {
+    if (this.finishReason !== null) return "";
+    this.firstTokenMs ??= performance.now();
+    this.finishReason = reason;
+    this.error = error;
+    this.finishMs = performance.now();
+    if (this.stops.stopped) return "";
+    return this.stops.push(this.decoder.flush()) + this.stops.flush();
+  }
+}
