@@ -197,3 +197,23 @@ export function matvecScalarF32(out: usize, x: usize, w: usize, n: i32, d: i32):
     store<f32>(out + (<usize>i << 2), s);
   }
 }
+
+/**
+ * Sum of x[start..end) f32 with four accumulators, stored at out: a plain streaming read, the
+ * memory-bandwidth yardstick `pagellm bench` measures the model against (split across threads
+ * like a matrix product, each thread writing its own partial sum).
+ */
+export function streamSumF32(out: usize, x: usize, start: i32, end: i32): void {
+  let a0 = f32x4.splat(0), a1 = f32x4.splat(0), a2 = f32x4.splat(0), a3 = f32x4.splat(0);
+  let p = x + (<usize>start << 2);
+  const stop = x + (<usize>(start + ((end - start) & ~15)) << 2);
+  for (; p < stop; p += 64) {
+    a0 = f32x4.add(a0, v128.load(p));
+    a1 = f32x4.add(a1, v128.load(p, 16));
+    a2 = f32x4.add(a2, v128.load(p, 32));
+    a3 = f32x4.add(a3, v128.load(p, 48));
+  }
+  let s = hsum(f32x4.add(f32x4.add(a0, a1), f32x4.add(a2, a3)));
+  for (let i = start + ((end - start) & ~15); i < end; i++) s += load<f32>(x + (<usize>i << 2));
+  store<f32>(out, s);
+}

@@ -148,6 +148,30 @@ describe("f32 matmul over packed panels", () => {
   });
 });
 
+describe("streaming read", () => {
+  test("streamSumF32 sums any range with four accumulators and a scalar tail", () => {
+    const rng = new Xoshiro128(12);
+    for (let iter = 0; iter < 200; iter++) {
+      const s = new Scratch();
+      const n = randInt(rng, 1, 150);
+      const x = randomArray(rng, n);
+      const start = randInt(rng, 0, n - 1);
+      const end = randInt(rng, start, n);
+      const out = s.alloc(4);
+      k.streamSumF32(out, s.f32(x), start, end);
+      const acc = [0, 0, 0, 0].map(() => [0, 0, 0, 0]);
+      const body = start + ((end - start) & ~15);
+      for (let i = start; i < body; i += 16) {
+        for (let a = 0; a < 4; a++) for (let l = 0; l < 4; l++) acc[a]![l] = fr(acc[a]![l]! + x[i + 4 * a + l]!);
+      }
+      const lanes = [0, 1, 2, 3].map((l) => fr(fr(acc[0]![l]! + acc[1]![l]!) + fr(acc[2]![l]! + acc[3]![l]!)));
+      let want = fr(fr(lanes[0]! + lanes[1]!) + fr(lanes[2]! + lanes[3]!));
+      for (let i = body; i < end; i++) want = fr(want + x[i]!);
+      expect(readF32(out, 1)[0]).toBe(want);
+    }
+  });
+});
+
 describe("int8 group-quantized kernels (runq.c arithmetic)", () => {
   const roundAway = (v: number) => (v < 0 ? -Math.floor(-v + 0.5) : Math.floor(v + 0.5));
 

@@ -2,26 +2,35 @@
  * The CPU backend: the operations a forward pass needs, each a call into a WebAssembly kernel on
  * the shared linear memory. This is the one place that knows how a weight is encoded and how
  * work is split across threads: a kernel with enough work is cut into ranges of rows or
- * attention items, every output element computed by exactly one thread in a fixed order.
+ * attention items, every output element computed by exactly one thread in a fixed order, so the
+ * results are the same bits at any thread count. Small kernels run on the caller alone.
  */
 import type { Kernels } from "./kernels.ts";
-import { instantiateKernels, LinearMemory } from "./wasm.ts";
+import { ThreadPool, type ParallelCall } from "./thread-pool.ts";
+import { instantiateKernels, kernelModule, LinearMemory } from "./wasm.ts";
 import type { WeightMatrix } from "../model/weights.ts";
+
+/** Multiply-adds below which a product is not worth a dispatch (~10 µs of work on one core). */
+const MIN_PARALLEL_MACS = 1 << 17;
 
 export class CpuBackend {
   readonly mem: LinearMemory;
   readonly kernels: Kernels;
+  /** Null when running on the calling thread alone. */
+  readonly pool: ThreadPool | null;
   /** Scratch for int8-quantized activations: [maxTokens][maxWidth] int8 + scales. */
   private q8Values = 0;
   private q8Scales = 0;
   private q8Capacity = 0;
-  /** Per-thread attention scratch (one block of scores). */
+  /** Per-thread attention scratch (one block of scores each). */
   private attnScratch = 0;
-  private attnScratchCapacity = 0;
+  private attnScratchFloats = 0;
 
-  constructor() {
+  constructor(readonly threads = 1) {
     this.mem = new LinearMemory();
-    this.kernels = instantiateKernels(this.mem.memory);
+    const module = kernelModule();
+    this.kernels = instantiateKernels(this.mem.memory, module);
+    this.pool = threads > 1 ? new ThreadPool(threads, this.mem.memory, module, this.kernels) : null;
   }
 
   /** Reserve scratch sized for a model and a step size; call once, after the weights are placed. */
@@ -29,19 +38,22 @@ export class CpuBackend {
     this.q8Capacity = maxTokens * maxWidth;
     this.q8Values = this.mem.alloc(this.q8Capacity);
     this.q8Scales = this.mem.alloc(4 * this.q8Capacity);
-    this.attnScratchCapacity = blockSize;
-    this.attnScratch = this.mem.alloc(4 * blockSize);
+    this.attnScratchFloats = blockSize;
+    this.attnScratch = this.mem.alloc(4 * blockSize * this.threads);
   }
 
   /** out[t][0..m.rows) = m · x[t] for T tokens; x rows are m.cols wide, out rows m.rows wide. */
   matmul(out: number, x: number, m: WeightMatrix, T: number): void {
+    const parallel = T * m.rows * m.cols >= MIN_PARALLEL_MACS;
     if (m.kind === "f32") {
-      this.kernels.matmulF32(out, x, m.addr, T, m.rows, m.cols, m.rows, 0, m.rows);
+      const args = [out, x, m.addr, T, m.rows, m.cols, m.rows, 0, m.rows];
+      this.dispatch({ kernel: "matmulF32", args, total: m.rows, granularity: 4 }, parallel);
       return;
     }
     if (T * m.cols > this.q8Capacity) throw new Error(`q8 scratch too small for ${T} x ${m.cols}`);
     this.kernels.quantizeQ8(this.q8Values, this.q8Scales, x, T, m.cols, m.groupSize);
-    this.kernels.matmulQ8(out, this.q8Values, this.q8Scales, m.q, m.s, T, m.cols, m.groupSize, m.rows, 0, m.rows);
+    const args = [out, this.q8Values, this.q8Scales, m.q, m.s, T, m.cols, m.groupSize, m.rows, 0, m.rows];
+    this.dispatch({ kernel: "matmulQ8", args, total: m.rows, granularity: 1 }, parallel);
   }
 
   /** out[t] = row tokens[t] of the embedding table. */
@@ -66,14 +78,32 @@ export class CpuBackend {
     this.kernels.gatherRows(out, src, rows, R, n);
   }
 
+  /**
+   * Paged attention for every new token of the step; split by (sequence, kv head) items.
+   * `contextTokens` (the sum of the sequences' context lengths) sizes the work.
+   */
   attention(
     out: number, q: number, kLayer: number, vLayer: number, seqInfo: number, numSeqs: number,
-    nHeads: number, nKvHeads: number, headDim: number, blockSize: number, qStride: number,
+    nHeads: number, nKvHeads: number, headDim: number, blockSize: number, qStride: number, contextTokens: number,
   ): void {
-    if (blockSize > this.attnScratchCapacity) throw new Error(`attention scratch too small for block size ${blockSize}`);
-    this.kernels.pagedAttention(
-      out, q, kLayer, vLayer, seqInfo, nHeads, nKvHeads, headDim, blockSize, qStride,
-      this.attnScratch, 0, numSeqs * nKvHeads,
-    );
+    if (blockSize > this.attnScratchFloats) throw new Error(`attention scratch too small for block size ${blockSize}`);
+    const items = numSeqs * nKvHeads;
+    const args = [out, q, kLayer, vLayer, seqInfo, nHeads, nKvHeads, headDim, blockSize, qStride, this.attnScratch, 0, items];
+    const parallel = items > 1 && contextTokens * nHeads * headDim >= MIN_PARALLEL_MACS;
+    this.dispatch({ kernel: "pagedAttention", args, total: items, granularity: 1, scratch: { arg: 10, stride: 4 * blockSize } }, parallel);
+  }
+
+  /** Stop the worker threads. */
+  close(): void {
+    this.pool?.close();
+  }
+
+  private dispatch(call: ParallelCall, parallel: boolean): void {
+    if (this.pool !== null && parallel) {
+      this.pool.run(call);
+      return;
+    }
+    const fn = this.kernels[call.kernel] as (...a: number[]) => void;
+    fn(...call.args);
   }
 }

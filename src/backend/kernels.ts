@@ -12,6 +12,7 @@ export interface Kernels {
     out: number, x: number, w: number, T: number, n: number, d: number, outStride: number, rowStart: number, rowEnd: number,
   ): void;
   matvecScalarF32(out: number, x: number, w: number, n: number, d: number): void;
+  streamSumF32(out: number, x: number, start: number, end: number): void;
   // quant.ts
   quantizeQ8(xq: number, xs: number, x: number, T: number, d: number, gs: number): void;
   matmulQ8(

@@ -55,6 +55,11 @@ export const engineArgs = {
   "max-num-batched-tokens": { type: "string", description: `Token budget of one engine step (default ${DEFAULT_ENGINE_OPTIONS.maxNumBatchedTokens})`, valueHint: "n" },
   "max-num-seqs": { type: "string", description: `Sequences one step may hold (default ${DEFAULT_ENGINE_OPTIONS.maxNumSeqs})`, valueHint: "n" },
   schedule: { type: "string", description: "Admission order: fcfs | lpm (longest cached prefix first) (default fcfs)", valueHint: "policy" },
+  threads: {
+    type: "string",
+    description: `Threads the kernels run on; 1 = the main thread only (default: the cores this process may use, ${DEFAULT_ENGINE_OPTIONS.threads})`,
+    valueHint: "n",
+  },
 } as const satisfies ArgsDef;
 
 export type ParsedValues = Record<string, string | number | boolean | string[] | undefined>;
@@ -122,6 +127,7 @@ export function engineOptions(values: ParsedValues): EngineOptions {
     maxNumBatchedTokens: numberOption(values, "max-num-batched-tokens", "posint") ?? d.maxNumBatchedTokens,
     maxNumSeqs: numberOption(values, "max-num-seqs", "posint") ?? d.maxNumSeqs,
     schedule: choice(values, "schedule", ["fcfs", "lpm"] as const, d.schedule),
+    threads: numberOption(values, "threads", "posint") ?? d.threads,
   };
 }
 

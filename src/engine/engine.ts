@@ -3,6 +3,7 @@
  * the scheduler picks the tokens of this step, the model runner computes them in one batched
  * forward pass, and each request that got logits samples its next token and checks its stops.
  */
+import { availableParallelism } from "node:os";
 import { CpuBackend } from "../backend/cpu.ts";
 import { RequestTooLongError } from "../errors.ts";
 import { KVArena } from "../kv/kv-arena.ts";
@@ -34,6 +35,8 @@ export interface EngineOptions {
   /** Sequences one step may hold. */
   maxNumSeqs: number;
   schedule: SchedulePolicy;
+  /** Threads the kernels run on (1 = the calling thread only). */
+  threads: number;
 }
 
 export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
@@ -46,6 +49,7 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   maxNumBatchedTokens: 512,
   maxNumSeqs: 64,
   schedule: "fcfs",
+  threads: availableParallelism(),
 };
 
 export interface NewRequest {
@@ -91,7 +95,7 @@ export class LLMEngine {
   ) {
     const c = checkpoint.config;
     this.config = c;
-    this.backend = new CpuBackend();
+    this.backend = new CpuBackend(options.threads);
     const weights = loadWeights(checkpoint, this.backend.mem, this.backend.kernels);
     const o = options;
     this.numBlocks = o.numBlocks ?? defaultNumBlocks(c, o);
@@ -177,6 +181,11 @@ export class LLMEngine {
       numBlocks: this.numBlocks,
       preemptions: this.scheduler.numPreemptions,
     };
+  }
+
+  /** Stop the worker threads; the engine cannot run afterwards. */
+  close(): void {
+    this.backend.close();
   }
 
   /** Forget every cached block; false (nothing changes) while any request holds blocks. */

@@ -93,6 +93,11 @@ export class LLM {
     return this.engine.config;
   }
 
+  /** Stop the engine's worker threads. */
+  close(): void {
+    this.engine.close();
+  }
+
   /** Prompt token ids of `text`, BOS first when the model expects it. */
   encode(text: string): number[] {
     return this.tokenizer.encode(text, { addBos: this.addBos });

@@ -27,7 +27,7 @@ export class ModelRunner {
       const start = req.numComputedTokens;
       const tokens = req.allTokenIds.slice(start, start + numNewTokens);
       const wantsLogits = start + numNewTokens === req.numTokens;
-      return batch.addSequence(tokens, start, this.kv.getBlocks(req).map((b) => b.blockId), wantsLogits);
+      return batch.addSequence(tokens, start, this.kv.getBlockIds(req), wantsLogits ? "last" : "none");
     });
     this.model.forward(batch, this.arena);
     const vocab = this.model.config.vocabSize;

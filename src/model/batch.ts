@@ -12,10 +12,12 @@ export class StepBatch {
   readonly slots: number; // i32 [maxTokens]: block * blockSize + row
   readonly seqInfo: number; // i32 [maxSeqs][SEQ_INFO_INTS]
   readonly blockTables: number; // i32 [maxSeqs][maxBlocksPerSeq]
-  readonly logitRows: number; // i32 [maxSeqs]: batch rows whose logits are computed
+  readonly logitRows: number; // i32 [maxLogitRows]: batch rows whose logits are computed
   numTokens = 0;
   numSeqs = 0;
   numLogits = 0;
+  /** Sum of the sequences' context lengths: the keys attention reads, per head. */
+  contextTokens = 0;
 
   constructor(
     private readonly mem: LinearMemory,
@@ -23,27 +25,33 @@ export class StepBatch {
     readonly maxSeqs: number,
     readonly maxBlocksPerSeq: number,
     readonly blockSize: number,
+    /** Logit rows one step may ask for (one per sequence, unless whole chunks are scored). */
+    readonly maxLogitRows: number = maxSeqs,
   ) {
     this.tokens = mem.alloc(4 * maxTokens);
     this.positions = mem.alloc(4 * maxTokens);
     this.slots = mem.alloc(4 * maxTokens);
     this.seqInfo = mem.alloc(4 * SEQ_INFO_INTS * maxSeqs);
     this.blockTables = mem.alloc(4 * maxSeqs * maxBlocksPerSeq);
-    this.logitRows = mem.alloc(4 * maxSeqs);
+    this.logitRows = mem.alloc(4 * maxLogitRows);
   }
 
   reset(): void {
     this.numTokens = 0;
     this.numSeqs = 0;
     this.numLogits = 0;
+    this.contextTokens = 0;
   }
 
   /**
    * Append a sequence's new tokens, which occupy positions startPos.. in the sequence whose KV
-   * blocks are `blockTable`. Returns the logits row index when wantLogits (the logits of its last
-   * new token), else -1.
+   * blocks are `blockTable`. `logits` says which of its new tokens get logits: none, its last
+   * (a decode, or the end of a prompt), or all (scoring a whole chunk). Returns the logits row of
+   * its first such token, or -1.
    */
-  addSequence(newTokens: ArrayLike<number>, startPos: number, blockTable: ArrayLike<number>, wantLogits: boolean): number {
+  addSequence(
+    newTokens: ArrayLike<number>, startPos: number, blockTable: ArrayLike<number>, logits: "none" | "last" | "all",
+  ): number {
     const n = newTokens.length;
     if (n === 0) throw new Error("StepBatch.addSequence: no tokens");
     if (this.numTokens + n > this.maxTokens || this.numSeqs >= this.maxSeqs) throw new Error("StepBatch: batch is full");
@@ -71,8 +79,12 @@ export class StepBatch {
     i32[info + 3] = table;
     this.numTokens += n;
     this.numSeqs += 1;
-    if (!wantLogits) return -1;
-    i32[(this.logitRows >> 2) + this.numLogits] = t0 + n - 1;
-    return this.numLogits++;
+    this.contextTokens += contextLen;
+    if (logits === "none") return -1;
+    const first = this.numLogits;
+    const from = logits === "all" ? 0 : n - 1;
+    if (first + n - from > this.maxLogitRows) throw new Error("StepBatch: too many logit rows");
+    for (let i = from; i < n; i++) i32[(this.logitRows >> 2) + this.numLogits++] = t0 + i;
+    return first;
   }
 }

@@ -82,7 +82,7 @@ export class LlamaModel {
       ops.kernels.writeKV(kv.kLayer(l), kv.vLayer(l), a.k, a.v, batch.slots, T, c.nKvHeads, c.headDim, kv.blockSize);
       ops.attention(
         a.att, a.q, kv.kLayer(l), kv.vLayer(l), batch.seqInfo, batch.numSeqs,
-        c.nHeads, c.nKvHeads, c.headDim, kv.blockSize, c.dim,
+        c.nHeads, c.nKvHeads, c.headDim, kv.blockSize, c.dim, batch.contextTokens,
       );
       ops.matmul(a.xb2, a.att, L.wo, T);
       ops.add(a.x, a.xb2, T * c.dim);

@@ -1,0 +1,155 @@
+/**
+ * A pool of Bun workers that share the engine's WebAssembly memory, so one kernel call can be cut
+ * into ranges (rows of a matrix product, (sequence, kv head) items of attention) and computed by
+ * every thread at once, results written in place. The calling thread computes the first range.
+ *
+ * Synchronisation is a job counter in a SharedArrayBuffer: the caller writes the kernel and its
+ * arguments, bumps GEN and computes its own range; each worker, spinning on GEN, acknowledges the
+ * job, computes its range and bumps DONE. Spinning costs ~0.2 µs a dispatch where an
+ * Atomics.wait/notify round trip costs ~55 µs, and a token dispatches hundreds of kernels; after a
+ * short spin a worker sleeps in Atomics.wait, so an idle process does not burn a core.
+ *
+ * Failure: a kernel that throws in a worker is caught there and reported through the control
+ * block; a worker that died (its 'error'/'close' event, or no acknowledgement of a job within
+ * ACK_TIMEOUT_MS) makes every later dispatch throw WorkerPoolError instead of hanging.
+ */
+import { WorkerPoolError } from "../errors.ts";
+import type { KernelName, Kernels } from "./kernels.ts";
+import { Control, CTRL_BYTES, PARALLEL_KERNELS, type ParallelKernel } from "./thread-protocol.ts";
+
+/** Spins before the caller sleeps while waiting for workers (each spin is one atomic load). */
+const CALLER_SPINS = 20_000;
+/** A worker that has not picked up a job this long after it was posted is taken for dead. */
+const ACK_TIMEOUT_MS = 3000;
+const START_TIMEOUT_MS = 10_000;
+
+export interface ParallelCall {
+  kernel: ParallelKernel;
+  /** The kernel's arguments; the last two are overwritten with each thread's [start, end). */
+  args: number[];
+  /** Size of the range to split. */
+  total: number;
+  /** Ranges start on multiples of this (4: a panel of rows). */
+  granularity: number;
+  /** An argument that is a per-thread scratch address: base + thread index * stride. */
+  scratch?: { arg: number; stride: number };
+}
+
+export class ThreadPool {
+  readonly workers: Worker[] = [];
+  private readonly ctrl: Control;
+  private deadReason: string | null = null;
+
+  /** Start `threads - 1` workers over `memory`; blocks until they are ready. */
+  constructor(
+    readonly threads: number,
+    memory: WebAssembly.Memory,
+    module: WebAssembly.Module,
+    private readonly kernels: Kernels,
+  ) {
+    this.ctrl = new Control(new SharedArrayBuffer(CTRL_BYTES));
+    const url = new URL("./worker.ts", import.meta.url).href;
+    for (let i = 1; i < threads; i++) {
+      const worker = new Worker(url);
+      worker.addEventListener("error", (e) => this.markDead(`worker ${i} failed: ${(e as ErrorEvent).message}`));
+      worker.addEventListener("close", () => this.markDead(`worker ${i} exited`));
+      worker.postMessage({ memory, module, control: this.ctrl.buffer, index: i, threads });
+      worker.unref();
+      this.workers.push(worker);
+    }
+    this.awaitReady();
+  }
+
+  /** Worker threads (the caller is not counted). */
+  get numWorkers(): number {
+    return this.workers.length;
+  }
+
+  /**
+   * Run `call` across every thread; returns when all ranges are done. Every output element is
+   * computed by exactly one thread, in the kernel's fixed order, so results do not depend on the
+   * thread count.
+   */
+  run(call: ParallelCall): void {
+    if (this.deadReason !== null) throw new WorkerPoolError(this.deadReason);
+    const c = this.ctrl;
+    c.post(PARALLEL_KERNELS.indexOf(call.kernel), call.args, call.total, call.granularity, call.scratch);
+    let callerError: unknown = null;
+    try {
+      runRange(this.kernels, call, 0, this.threads);
+    } catch (e) {
+      callerError = e;
+    }
+    this.awaitDone();
+    if (callerError !== null) throw callerError;
+    const workerError = c.takeError();
+    if (workerError !== null) throw new WorkerPoolError(workerError);
+  }
+
+  /** Stop the workers. */
+  close(): void {
+    if (this.workers.length === 0) return;
+    this.deadReason = "thread pool closed";
+    this.ctrl.postExit();
+    for (const w of this.workers) w.terminate();
+    this.workers.length = 0;
+  }
+
+  private markDead(reason: string): void {
+    this.deadReason ??= reason;
+  }
+
+  private awaitReady(): void {
+    const start = performance.now();
+    while (!this.ctrl.allReady(this.numWorkers)) {
+      if (performance.now() - start > START_TIMEOUT_MS) {
+        this.close();
+        throw new WorkerPoolError(`worker threads did not start within ${START_TIMEOUT_MS / 1000} s`);
+      }
+      this.ctrl.waitReady(10);
+    }
+    const error = this.ctrl.takeError();
+    if (error !== null) {
+      this.close();
+      throw new WorkerPoolError(error);
+    }
+  }
+
+  /** Spin, then sleep in short waits, until every worker finished; a worker that never acknowledges is dead. */
+  private awaitDone(): void {
+    const c = this.ctrl;
+    const n = this.numWorkers;
+    for (let spins = 0; spins < CALLER_SPINS; spins++) if (c.done() >= n) return;
+    const posted = performance.now();
+    while (c.done() < n) {
+      c.sleepUntilDone(n, 1);
+      if (c.acks() < n && performance.now() - posted > ACK_TIMEOUT_MS) {
+        const reason = this.deadReason ?? `a worker thread stopped responding (no answer within ${ACK_TIMEOUT_MS / 1000} s)`;
+        this.markDead(reason);
+        throw new WorkerPoolError(reason);
+      }
+    }
+  }
+}
+
+/** Compute thread `index`'s share of `call` (also what a worker runs). */
+export function runRange(kernels: Kernels, call: ParallelCall, index: number, threads: number): void {
+  const [start, end] = splitRange(call.total, call.granularity, index, threads);
+  if (start >= end) return;
+  const args = call.args.slice();
+  args[args.length - 2] = start;
+  args[args.length - 1] = end;
+  if (call.scratch) args[call.scratch.arg] = args[call.scratch.arg]! + index * call.scratch.stride;
+  const fn = kernels[call.kernel as KernelName] as (...a: number[]) => void;
+  fn(...args);
+}
+
+/** Thread `index`'s range of [0, total): contiguous, on multiples of granularity, balanced by units. */
+export function splitRange(total: number, granularity: number, index: number, threads: number): [number, number] {
+  const units = Math.ceil(total / granularity);
+  const per = Math.floor(units / threads);
+  const extra = units % threads;
+  const first = index * per + Math.min(index, extra);
+  const count = per + (index < extra ? 1 : 0);
+  return [Math.min(total, first * granularity), Math.min(total, (first + count) * granularity)];
+}

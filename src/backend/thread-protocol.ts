@@ -1,0 +1,154 @@
+/**
+ * The control block the caller and the workers share: a job (kernel, arguments, range to split),
+ * counters for acknowledgement and completion, and the first error a worker hit.
+ */
+import type { KernelName } from "./kernels.ts";
+
+/** Kernels the pool can split, by index in this list. Each takes its range as the last two arguments. */
+export const PARALLEL_KERNELS = ["matmulF32", "matmulQ8", "pagedAttention", "streamSumF32"] as const satisfies readonly KernelName[];
+export type ParallelKernel = (typeof PARALLEL_KERNELS)[number];
+
+const enum Slot {
+  Gen, Kernel, NumArgs, Total, Granularity, ScratchArg, ScratchStride,
+  Acks, Done, Ready, Sleepers, CallerSleeping, Error, ErrorLength, Exit,
+}
+const ARGS_OFFSET = 128;
+const MAX_ARGS = 16;
+const ERROR_OFFSET = ARGS_OFFSET + 8 * MAX_ARGS;
+const ERROR_BYTES = 1024;
+export const CTRL_BYTES = ERROR_OFFSET + ERROR_BYTES;
+
+/** What a worker reads for one job. */
+export interface Job {
+  kernel: ParallelKernel;
+  args: number[];
+  total: number;
+  granularity: number;
+  scratch?: { arg: number; stride: number };
+}
+
+export class Control {
+  private readonly i32: Int32Array;
+  private readonly args: Float64Array;
+  private readonly errorBytes: Uint8Array;
+
+  constructor(readonly buffer: SharedArrayBuffer) {
+    this.i32 = new Int32Array(buffer, 0, ARGS_OFFSET / 4);
+    this.args = new Float64Array(buffer, ARGS_OFFSET, MAX_ARGS);
+    this.errorBytes = new Uint8Array(buffer, ERROR_OFFSET, ERROR_BYTES);
+  }
+
+  // ---- caller side
+
+  post(kernel: number, args: readonly number[], total: number, granularity: number, scratch?: { arg: number; stride: number }): void {
+    const a = this.i32;
+    if (args.length > MAX_ARGS) throw new Error(`too many kernel arguments (${args.length})`);
+    this.args.set(args);
+    a[Slot.Kernel] = kernel;
+    a[Slot.NumArgs] = args.length;
+    a[Slot.Total] = total;
+    a[Slot.Granularity] = granularity;
+    a[Slot.ScratchArg] = scratch ? scratch.arg : -1;
+    a[Slot.ScratchStride] = scratch ? scratch.stride : 0;
+    Atomics.store(a, Slot.Acks, 0);
+    Atomics.store(a, Slot.Done, 0);
+    // The increment publishes the fields above (atomics are sequentially consistent).
+    Atomics.add(a, Slot.Gen, 1);
+    if (Atomics.load(a, Slot.Sleepers) > 0) Atomics.notify(a, Slot.Gen);
+  }
+
+  postExit(): void {
+    Atomics.store(this.i32, Slot.Exit, 1);
+    Atomics.add(this.i32, Slot.Gen, 1);
+    Atomics.notify(this.i32, Slot.Gen);
+  }
+
+  done(): number {
+    return Atomics.load(this.i32, Slot.Done);
+  }
+
+  acks(): number {
+    return Atomics.load(this.i32, Slot.Acks);
+  }
+
+  sleepUntilDone(n: number, timeoutMs: number): void {
+    const a = this.i32;
+    Atomics.store(a, Slot.CallerSleeping, 1);
+    const done = Atomics.load(a, Slot.Done);
+    if (done < n) Atomics.wait(a, Slot.Done, done, timeoutMs);
+    Atomics.store(a, Slot.CallerSleeping, 0);
+  }
+
+  allReady(n: number): boolean {
+    return Atomics.load(this.i32, Slot.Ready) >= n;
+  }
+
+  waitReady(timeoutMs: number): void {
+    const ready = Atomics.load(this.i32, Slot.Ready);
+    Atomics.wait(this.i32, Slot.Ready, ready, timeoutMs);
+  }
+
+  /** The first error a worker reported since the last call, or null; clears it. */
+  takeError(): string | null {
+    if (Atomics.load(this.i32, Slot.Error) === 0) return null;
+    const text = new TextDecoder().decode(this.errorBytes.slice(0, this.i32[Slot.ErrorLength]));
+    Atomics.store(this.i32, Slot.Error, 0);
+    return text;
+  }
+
+  // ---- worker side
+
+  generation(): number {
+    return Atomics.load(this.i32, Slot.Gen);
+  }
+
+  /** Spin `spins` times for a generation other than `seen`, then sleep until one comes. */
+  waitForJob(seen: number, spins: number): number {
+    const a = this.i32;
+    for (let i = 0; i < spins; i++) {
+      const gen = Atomics.load(a, Slot.Gen);
+      if (gen !== seen) return gen;
+    }
+    Atomics.add(a, Slot.Sleepers, 1);
+    // Returns at once if Gen already moved on: a job posted before we slept is never missed.
+    Atomics.wait(a, Slot.Gen, seen);
+    Atomics.sub(a, Slot.Sleepers, 1);
+    return Atomics.load(a, Slot.Gen);
+  }
+
+  exiting(): boolean {
+    return Atomics.load(this.i32, Slot.Exit) === 1;
+  }
+
+  job(): Job {
+    const a = this.i32;
+    Atomics.add(a, Slot.Acks, 1);
+    const job: Job = {
+      kernel: PARALLEL_KERNELS[a[Slot.Kernel]!]!,
+      args: Array.from(this.args.subarray(0, a[Slot.NumArgs])),
+      total: a[Slot.Total]!,
+      granularity: a[Slot.Granularity]!,
+    };
+    if (a[Slot.ScratchArg]! >= 0) job.scratch = { arg: a[Slot.ScratchArg]!, stride: a[Slot.ScratchStride]! };
+    return job;
+  }
+
+  finishJob(): void {
+    Atomics.add(this.i32, Slot.Done, 1);
+    if (Atomics.load(this.i32, Slot.CallerSleeping) === 1) Atomics.notify(this.i32, Slot.Done);
+  }
+
+  markReady(): void {
+    Atomics.add(this.i32, Slot.Ready, 1);
+    Atomics.notify(this.i32, Slot.Ready);
+  }
+
+  /** Record an error unless one is already recorded (the first one is the cause). */
+  reportError(message: string): void {
+    if (Atomics.compareExchange(this.i32, Slot.Error, 0, 2) !== 0) return;
+    const bytes = new TextEncoder().encode(message).subarray(0, ERROR_BYTES);
+    this.errorBytes.set(bytes);
+    this.i32[Slot.ErrorLength] = bytes.length;
+    Atomics.store(this.i32, Slot.Error, 1);
+  }
+}

@@ -1,0 +1,46 @@
+/**
+ * A kernel worker: instantiates the kernels over the shared memory it is given, then runs its
+ * share of each job the pool posts, until told to exit.
+ */
+import { Control } from "./thread-protocol.ts";
+import { runRange } from "./thread-pool.ts";
+import { instantiateKernels } from "./wasm.ts";
+
+declare const self: Worker;
+
+interface Start {
+  memory: WebAssembly.Memory;
+  module: WebAssembly.Module;
+  control: SharedArrayBuffer;
+  index: number;
+  threads: number;
+}
+
+/** Spins before sleeping between jobs: back-to-back kernels of a step arrive well within it. */
+const WORKER_SPINS = 100_000;
+
+self.onmessage = (event: MessageEvent<Start>) => {
+  const { memory, module, control, index, threads } = event.data;
+  const ctrl = new Control(control);
+  let seen = ctrl.generation();
+  let kernels;
+  try {
+    kernels = instantiateKernels(memory, module);
+  } catch (e) {
+    ctrl.reportError(`worker ${index} could not start: ${(e as Error).message}`);
+    ctrl.markReady();
+    return;
+  }
+  ctrl.markReady();
+  for (;;) {
+    seen = ctrl.waitForJob(seen, WORKER_SPINS);
+    if (ctrl.exiting()) break;
+    const job = ctrl.job();
+    try {
+      runRange(kernels, job, index, threads);
+    } catch (e) {
+      ctrl.reportError(`worker ${index}: ${job.kernel} failed: ${(e as Error).message}`);
+    }
+    ctrl.finishJob();
+  }
+};
