@@ -26,13 +26,11 @@ export class InputError extends PagellmError {
   override readonly exitCode = 2;
 }
 
-/** A request that can never be served: its prompt plus max_tokens exceeds the context or the KV pool. */
+/**
+ * A request that can never be served: its prompt plus max_tokens exceeds the context or the whole
+ * KV pool. (A pool that is merely busy never fails a request: the scheduler preempts and resumes.)
+ */
 export class RequestTooLongError extends PagellmError {
-  override readonly exitCode = 3;
-}
-
-/** The KV block pool cannot hold what was asked of it. */
-export class KVCacheExhaustedError extends PagellmError {
   override readonly exitCode = 3;
 }
 

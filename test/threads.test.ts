@@ -1,0 +1,150 @@
+/**
+ * The kernels across worker threads: the same bits at 1 and 2 threads, generation that completes
+ * while the machine is oversubscribed and the main thread is kept busy, and clear errors (never a
+ * hang) when a worker dies or its kernel throws.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { CpuBackend } from "../src/backend/cpu.ts";
+import { SEQ_INFO_INTS } from "../src/backend/kernels.ts";
+import { WorkerPoolError } from "../src/errors.ts";
+import { LLM } from "../src/engine/llm.ts";
+import { KVArena } from "../src/kv/kv-arena.ts";
+import { StepBatch } from "../src/model/batch.ts";
+import { makeConfig } from "../src/model/config.ts";
+import { LlamaModel } from "../src/model/llama.ts";
+import { writeLlama2c } from "../src/model/llama2c-writer.ts";
+import { openCheckpoint } from "../src/model/load.ts";
+import { randomWeights } from "../src/model/random-weights.ts";
+import { loadWeights } from "../src/model/weights.ts";
+import { sharedPath } from "./helpers/shared.ts";
+
+// Big enough that matrix products, the classifier and long-context attention are split across threads.
+const config = makeConfig({ dim: 256, hiddenDim: 688, nLayers: 2, nHeads: 4, nKvHeads: 2, vocabSize: 32000, seqLen: 640, sharedClassifier: false });
+const tokenizer = sharedPath("models/llama2c/llama2_tokenizer.bin");
+let dir = "";
+let modelPath = "";
+
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), "pagellm-threads-"));
+  modelPath = join(dir, "model.bin");
+  writeLlama2c(modelPath, config, randomWeights(config, 7, { sharedClassifier: false }), "legacy");
+});
+
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** Logits of every position of a 600-token prompt prefilled in chunks, at `threads` threads. */
+function allLogits(threads: number): Float32Array {
+  const backend = new CpuBackend(threads);
+  try {
+    const ckpt = openCheckpoint(modelPath);
+    const weights = loadWeights(ckpt, backend.mem, backend.kernels);
+    const T = 200;
+    const blockSize = 16;
+    const model = new LlamaModel(config, weights, backend, T, T);
+    const arena = new KVArena(backend.mem, config, 40, blockSize);
+    const batch = new StepBatch(backend.mem, T, 1, 40, blockSize, T);
+    backend.reserveScratch(T, config.hiddenDim, blockSize);
+    const table = Array.from({ length: 40 }, (_, i) => (i * 7) % 40);
+    const tokens = Array.from({ length: 600 }, (_, i) => (i * 7919) % config.vocabSize);
+    const out = new Float32Array(600 * config.vocabSize);
+    for (let start = 0; start < 600; start += T) {
+      batch.reset();
+      const row = batch.addSequence(tokens.slice(start, start + T), start, table, "all");
+      model.forward(batch, arena);
+      const at = model.logitsAddr(row) >> 2;
+      out.set(backend.mem.f32.subarray(at, at + T * config.vocabSize), start * config.vocabSize);
+    }
+    return out;
+  } finally {
+    backend.close();
+  }
+}
+
+describe("worker threads", () => {
+  test("logits are the same bits at 1 and 2 threads", () => {
+    const one = allLogits(1);
+    const two = allLogits(2);
+    expect(Buffer.from(two.buffer).equals(Buffer.from(one.buffer))).toBe(true);
+  });
+
+  test.skipIf(tokenizer === null)("a 2-thread generation completes, token-exact, while the main thread is kept busy", async () => {
+    const requests = [0, 1, 2].map((i) => ({ id: `r${i}`, prompt: `Story number ${i}:`, maxTokens: 40, temperature: 0 }));
+    const alone = LLM.load({ model: modelPath, tokenizer: tokenizer!, engine: { threads: 1 } });
+    const expected = (await alone.generate(requests)).map((r) => r.token_ids);
+    alone.close();
+
+    // Oversubscribe: a worker spinning on a core of its own, and the main thread busy 30 ms of every 40.
+    const hog = new Worker(URL.createObjectURL(new Blob(["for (;;) {}"], { type: "application/javascript" })));
+    const busy = setInterval(() => {
+      const until = performance.now() + 30;
+      while (performance.now() < until) {}
+    }, 40);
+    const llm = LLM.load({ model: modelPath, tokenizer: tokenizer!, engine: { threads: 2 } });
+    try {
+      const results = await llm.generate(requests);
+      expect(results.map((r) => r.token_ids)).toEqual(expected);
+    } finally {
+      clearInterval(busy);
+      hog.terminate();
+      llm.close();
+    }
+  });
+
+  test.skipIf(tokenizer === null)("a worker that dies ends the run with a WorkerPoolError, not a hang", async () => {
+    const llm = LLM.load({ model: modelPath, tokenizer: tokenizer!, engine: { threads: 2 } });
+    const pool = llm.engine.backend.pool!;
+    let caught: unknown = null;
+    let killed = false;
+    try {
+      for await (const event of llm.stream([{ prompt: "Once upon a time", maxTokens: 400, temperature: 0 }])) {
+        if (event.kind === "text" && !killed) {
+          killed = true;
+          void pool.workers[0]!.terminate();
+        }
+      }
+    } catch (e) {
+      caught = e;
+    } finally {
+      llm.close();
+    }
+    expect(killed).toBe(true);
+    expect(caught).toBeInstanceOf(WorkerPoolError);
+    expect((caught as Error).message).toMatch(/worker/);
+  });
+
+  test("a kernel that throws in a worker is reported, and the pool keeps working", () => {
+    const backend = new CpuBackend(2);
+    try {
+      const pool = backend.pool!;
+      const mem = backend.mem;
+      const hd = 8, blockSize = 4, nKv = 1;
+      // Two sequences: the caller computes the first (valid), the worker the second, whose block
+      // table address lies far outside the memory, so its load traps.
+      const kv = mem.allocZeroed(4 * 8 * nKv * blockSize * hd);
+      const q = mem.allocZeroed(4 * 2 * hd);
+      const out = mem.allocZeroed(4 * 2 * hd);
+      const table = mem.allocZeroed(16);
+      const scratch = mem.alloc(4 * blockSize * 2);
+      const info = mem.alloc(4 * 2 * SEQ_INFO_INTS);
+      mem.i32.set([0, 1, 1, table, 1, 1, 1, 0x7ffffff0], info >> 2);
+      const call = (badSecond: boolean) => {
+        if (!badSecond) mem.i32[(info >> 2) + SEQ_INFO_INTS + 3] = table;
+        pool.run({
+          kernel: "pagedAttention",
+          args: [out, q, kv, kv, info, 1, nKv, hd, blockSize, hd, scratch, 0, 2],
+          total: 2,
+          granularity: 1,
+          scratch: { arg: 10, stride: 4 * blockSize },
+        });
+      };
+      expect(() => call(true)).toThrow(WorkerPoolError);
+      expect(() => call(true)).toThrow(/worker 1: pagedAttention failed/);
+      expect(() => call(false)).not.toThrow();
+    } finally {
+      backend.close();
+    }
+  });
+});
