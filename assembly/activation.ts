@@ -2,12 +2,22 @@
 // Element-wise kernels: SwiGLU, residual add, softmax
 // ============================================================================================
 
+import { exp4, expScalar } from "./math";
+
 /** a[i] = silu(a[i]) * b[i] for n elements (the SwiGLU gate of the feed-forward layer). */
 export function swiglu(a: usize, b: usize, n: i32): void {
-  for (let i = 0; i < n; i++) {
+  const n4 = n & ~3;
+  const one = f32x4.splat(1);
+  for (let i = 0; i < n4; i += 4) {
+    const p = <usize>i << 2;
+    const v = v128.load(a + p);
+    const silu = f32x4.mul(v, f32x4.div(one, f32x4.add(one, exp4(f32x4.neg(v)))));
+    v128.store(a + p, f32x4.mul(silu, v128.load(b + p)));
+  }
+  for (let i = n4; i < n; i++) {
     const p = <usize>i << 2;
     let v = load<f32>(a + p);
-    v *= <f32>1.0 / (<f32>1.0 + Mathf.exp(-v));
+    v *= <f32>1.0 / (<f32>1.0 + expScalar(-v));
     store<f32>(a + p, v * load<f32>(b + p));
   }
 }
@@ -33,7 +43,7 @@ export function softmax(x: usize, n: i32): void {
   let sum: f32 = 0;
   for (let i = 0; i < n; i++) {
     const p = x + (<usize>i << 2);
-    const e = Mathf.exp(load<f32>(p) - m);
+    const e = expScalar(load<f32>(p) - m);
     store<f32>(p, e);
     sum += e;
   }

@@ -12,7 +12,11 @@
 //   contextLen   tokens in the cache once this step's keys are written (last position + 1)
 //   blockTable   address of its i32 block table
 
+import { exp4, expScalar } from "./math";
+
 export const SEQ_INFO_INTS: i32 = 4;
+/** Largest block size the attention scratch is laid out for. */
+export const MAX_BLOCK_SIZE: i32 = 256;
 
 /** Scatter this step's keys and values into their cache slots (slot = block * blockSize + row). */
 export function writeKV(
@@ -34,74 +38,159 @@ export function writeKV(
   }
 }
 
-@inline function dot(a: usize, b: usize, n: i32): f32 {
+@inline function hsum(v: v128): f32 {
+  return (f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1)) + (f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3));
+}
+
+/** q · k over n floats in the canonical order: one f32x4 accumulator, fixed lane sum, scalar tail. */
+@inline function dot(q: usize, k: usize, n: i32): f32 {
   const n4 = n & ~3;
   let acc = f32x4.splat(0);
   for (let j = 0; j < n4; j += 4) {
     const o = <usize>j << 2;
-    acc = f32x4.add(acc, f32x4.mul(v128.load(a + o), v128.load(b + o)));
+    acc = f32x4.add(acc, f32x4.mul(v128.load(q + o), v128.load(k + o)));
   }
-  let s = (f32x4.extract_lane(acc, 0) + f32x4.extract_lane(acc, 1)) + (f32x4.extract_lane(acc, 2) + f32x4.extract_lane(acc, 3));
-  for (let j = n4; j < n; j++) s += load<f32>(a + (<usize>j << 2)) * load<f32>(b + (<usize>j << 2));
+  let s = hsum(acc);
+  for (let j = n4; j < n; j++) s += load<f32>(q + (<usize>j << 2)) * load<f32>(k + (<usize>j << 2));
   return s;
 }
 
-/** acc = acc * scale + p * v over n floats (SIMD body, scalar tail). */
-@inline function scaleAndAccumulate(acc: usize, scale: f32, p: f32, v: usize, n: i32): void {
-  const n4 = n & ~3;
-  const vs = f32x4.splat(scale), vp = f32x4.splat(p);
-  for (let j = 0; j < n4; j += 4) {
-    const o = <usize>j << 2;
-    v128.store(acc + o, f32x4.add(f32x4.mul(v128.load(acc + o), vs), f32x4.mul(vp, v128.load(v + o))));
+/**
+ * Scores of q against keys [0, n) of a block (rows headDim apart), scaled, into scores[];
+ * returns their max. Four keys at a time share each load of q; every score is still computed
+ * in dot()'s order.
+ */
+@inline function blockScores(scores: usize, q: usize, k: usize, n: i32, headDim: i32, scale: f32): f32 {
+  const rowBytes = <usize>headDim << 2;
+  const n4 = headDim & ~3;
+  let blockMax: f32 = -Infinity;
+  let j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const k0 = k + <usize>j * rowBytes, k1 = k0 + rowBytes, k2 = k1 + rowBytes, k3 = k2 + rowBytes;
+    let a0 = f32x4.splat(0), a1 = f32x4.splat(0), a2 = f32x4.splat(0), a3 = f32x4.splat(0);
+    for (let c = 0; c < n4; c += 4) {
+      const o = <usize>c << 2;
+      const qv = v128.load(q + o);
+      a0 = f32x4.add(a0, f32x4.mul(qv, v128.load(k0 + o)));
+      a1 = f32x4.add(a1, f32x4.mul(qv, v128.load(k1 + o)));
+      a2 = f32x4.add(a2, f32x4.mul(qv, v128.load(k2 + o)));
+      a3 = f32x4.add(a3, f32x4.mul(qv, v128.load(k3 + o)));
+    }
+    let s0 = hsum(a0), s1 = hsum(a1), s2 = hsum(a2), s3 = hsum(a3);
+    for (let c = n4; c < headDim; c++) {
+      const qc = load<f32>(q + (<usize>c << 2));
+      const o = <usize>c << 2;
+      s0 += qc * load<f32>(k0 + o);
+      s1 += qc * load<f32>(k1 + o);
+      s2 += qc * load<f32>(k2 + o);
+      s3 += qc * load<f32>(k3 + o);
+    }
+    s0 *= scale; s1 *= scale; s2 *= scale; s3 *= scale;
+    const out = scores + (<usize>j << 2);
+    store<f32>(out, s0);
+    store<f32>(out, s1, 4);
+    store<f32>(out, s2, 8);
+    store<f32>(out, s3, 12);
+    blockMax = max(blockMax, max(max(s0, s1), max(s2, s3)));
   }
-  for (let j = n4; j < n; j++) {
-    const o = <usize>j << 2;
-    store<f32>(acc + o, load<f32>(acc + o) * scale + p * load<f32>(v + o));
+  for (; j < n; j++) {
+    const s = dot(q, k + <usize>j * rowBytes, headDim) * scale;
+    store<f32>(scores + (<usize>j << 2), s);
+    blockMax = max(blockMax, s);
+  }
+  return blockMax;
+}
+
+/** p[j] = exp(scores[j] - m) in place for j < n; four at a time, same values as one at a time. */
+@inline function expShifted(scores: usize, n: i32, m: f32): void {
+  const mv = f32x4.splat(m);
+  let j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const p = scores + (<usize>j << 2);
+    v128.store(p, exp4(f32x4.sub(v128.load(p), mv)));
+  }
+  for (; j < n; j++) {
+    const p = scores + (<usize>j << 2);
+    store<f32>(p, expScalar(load<f32>(p) - m));
+  }
+}
+
+/** acc[0..n) *= s. */
+@inline function scaleRow(acc: usize, s: f32, n: i32): void {
+  const n4 = n & ~3;
+  const sv = f32x4.splat(s);
+  for (let j = 0; j < n4; j += 4) v128.store(acc + (<usize>j << 2), f32x4.mul(v128.load(acc + (<usize>j << 2)), sv));
+  for (let j = n4; j < n; j++) store<f32>(acc + (<usize>j << 2), load<f32>(acc + (<usize>j << 2)) * s);
+}
+
+/**
+ * acc[0..headDim) = acc * alpha (when rescale) + sum over j < n of p[j] * v[j], the adds in j
+ * order for every element. Sixteen columns at a time stay in registers across all the block's
+ * keys, so acc is loaded and stored once per block, not once per key.
+ */
+@inline function accumulateValues(acc: usize, p: usize, v: usize, n: i32, headDim: i32, rescale: bool, alpha: f32): void {
+  const rowBytes = <usize>headDim << 2;
+  const av = f32x4.splat(alpha);
+  let c = 0;
+  for (; c + 16 <= headDim; c += 16) {
+    const a = acc + (<usize>c << 2);
+    let a0 = v128.load(a), a1 = v128.load(a, 16), a2 = v128.load(a, 32), a3 = v128.load(a, 48);
+    if (rescale) {
+      a0 = f32x4.mul(a0, av); a1 = f32x4.mul(a1, av); a2 = f32x4.mul(a2, av); a3 = f32x4.mul(a3, av);
+    }
+    let vr = v + (<usize>c << 2);
+    for (let j = 0; j < n; j++, vr += rowBytes) {
+      const pj = v128.load32_splat(p + (<usize>j << 2));
+      a0 = f32x4.add(a0, f32x4.mul(pj, v128.load(vr)));
+      a1 = f32x4.add(a1, f32x4.mul(pj, v128.load(vr, 16)));
+      a2 = f32x4.add(a2, f32x4.mul(pj, v128.load(vr, 32)));
+      a3 = f32x4.add(a3, f32x4.mul(pj, v128.load(vr, 48)));
+    }
+    v128.store(a, a0); v128.store(a, a1, 16); v128.store(a, a2, 32); v128.store(a, a3, 48);
+  }
+  for (; c + 4 <= headDim; c += 4) {
+    const a = acc + (<usize>c << 2);
+    let a0 = v128.load(a);
+    if (rescale) a0 = f32x4.mul(a0, av);
+    let vr = v + (<usize>c << 2);
+    for (let j = 0; j < n; j++, vr += rowBytes) a0 = f32x4.add(a0, f32x4.mul(v128.load32_splat(p + (<usize>j << 2)), v128.load(vr)));
+    v128.store(a, a0);
+  }
+  for (; c < headDim; c++) {
+    const a = acc + (<usize>c << 2);
+    let a0 = load<f32>(a);
+    if (rescale) a0 *= alpha;
+    let vr = v + (<usize>c << 2);
+    for (let j = 0; j < n; j++, vr += rowBytes) a0 += load<f32>(p + (<usize>j << 2)) * load<f32>(vr);
+    store<f32>(a, a0);
   }
 }
 
 /**
- * One query head at position pos against keys 0..pos of one kv head, by online softmax:
- * per block, scores s_j; running max m, running sum l and accumulator rescaled by exp(m_old - m_new).
- * scores: scratch of blockSize floats; result written to out[headDim].
+ * One step of the online softmax for one (query, head): keys [0, n) of a block. state holds the
+ * running max m and the running sum l; acc (the output row) the unnormalised weighted sum of
+ * values. When the max rises, l and acc are rescaled by exp(m_old - m_new) first.
  */
-function attendOne(
-  out: usize, q: usize, kLayer: usize, vLayer: usize, table: usize, pos: i32,
-  kvHead: i32, nKvHeads: i32, headDim: i32, blockSize: i32, scores: usize,
-): void {
-  const headBytes = <usize>headDim << 2;
-  const blockBytes = <usize>(nKvHeads * blockSize) * headBytes;
-  const invSqrt: f32 = 1.0 / Mathf.sqrt(<f32>headDim);
-  memory.fill(out, 0, headBytes);
-  let m: f32 = -Infinity;
-  let l: f32 = 0;
-  const nBlocks = pos / blockSize + 1;
-  for (let b = 0; b < nBlocks; b++) {
-    const block = load<i32>(table + (<usize>b << 2));
-    const base = <usize>block * blockBytes + <usize>(kvHead * blockSize) * headBytes;
-    const n = min(blockSize, pos + 1 - b * blockSize);
-    let blockMax: f32 = -Infinity;
-    for (let j = 0; j < n; j++) {
-      const s = dot(q, kLayer + base + <usize>j * headBytes, headDim) * invSqrt;
-      store<f32>(scores + (<usize>j << 2), s);
-      blockMax = max(blockMax, s);
-    }
-    const mNew = max(m, blockMax);
-    // exp(-inf) = 0 on the first block: the empty accumulator is scaled to zero, as it should be.
-    const alpha = Mathf.exp(m - mNew);
-    l *= alpha;
-    for (let j = 0; j < n; j++) {
-      const p = Mathf.exp(load<f32>(scores + (<usize>j << 2)) - mNew);
-      l += p;
-      scaleAndAccumulate(out, j == 0 ? alpha : <f32>1.0, p, vLayer + base + <usize>j * headBytes, headDim);
-    }
-    m = mNew;
-  }
-  const inv: f32 = 1.0 / l;
-  for (let j = 0; j < headDim; j++) {
-    const o = out + (<usize>j << 2);
-    store<f32>(o, load<f32>(o) * inv);
-  }
+@inline function onlineBlock(acc: usize, state: usize, q: usize, k: usize, v: usize, n: i32, headDim: i32, scale: f32, scores: usize): void {
+  const blockMax = blockScores(scores, q, k, n, headDim, scale);
+  const mOld = load<f32>(state);
+  const mNew = max(mOld, blockMax);
+  let l = load<f32>(state, 4);
+  // When the max rises, the sum and the accumulator are rescaled by exp(m_old - m_new) first;
+  // exp(-inf) = 0 on the first block, so the empty accumulator stays zero.
+  const rescale = mNew > mOld;
+  const alpha = rescale ? expScalar(mOld - mNew) : <f32>1;
+  if (rescale) l *= alpha;
+  expShifted(scores, n, mNew);
+  for (let j = 0; j < n; j++) l += load<f32>(scores + (<usize>j << 2));
+  accumulateValues(acc, scores, v, n, headDim, rescale, alpha);
+  store<f32>(state, mNew);
+  store<f32>(state, l, 4);
+}
+
+/** Byte offset of head h of batch row t in a [T][qStride] array. */
+@inline function headOffset(t: i32, h: i32, qStride: i32, headDim: i32): usize {
+  return <usize>(t * qStride + h * headDim) << 2;
 }
 
 /**
@@ -110,8 +199,13 @@ function attendOne(
  * were written by writeKV before this call). Query head h reads kv head h / (nHeads / nKvHeads).
  *
  * Work items are (sequence, kv head) pairs, item = seq * nKvHeads + kvHead; a thread computes
- * items [itemStart, itemEnd) and every output element is computed by exactly one item.
- * q and out are [T][qStride] floats; scratch holds blockSize floats for this thread.
+ * items [itemStart, itemEnd) and every output element is computed by exactly one item. Within an
+ * item, blocks are the outer loop and the chunk's queries the inner one, so a K/V block is read
+ * from memory once for the whole chunk; each (query, head) still sees its blocks in order with
+ * the same arithmetic, so its result does not depend on the chunk it came in.
+ *
+ * q and out are [T][qStride] floats. scratch (per thread): MAX_BLOCK_SIZE floats of scores, then
+ * (m, l) pairs for queryCount * (nHeads / nKvHeads) rows.
  */
 export function pagedAttention(
   out: usize, q: usize, kLayer: usize, vLayer: usize, seqInfo: usize,
@@ -119,6 +213,11 @@ export function pagedAttention(
   scratch: usize, itemStart: i32, itemEnd: i32,
 ): void {
   const group = nHeads / nKvHeads;
+  const headBytes = <usize>headDim << 2;
+  const blockBytes = <usize>(nKvHeads * blockSize) * headBytes;
+  const scale: f32 = 1.0 / Mathf.sqrt(<f32>headDim);
+  const scores = scratch;
+  const states = scratch + (<usize>MAX_BLOCK_SIZE << 2);
   for (let item = itemStart; item < itemEnd; item++) {
     const seq = item / nKvHeads;
     const kvHead = item - seq * nKvHeads;
@@ -127,12 +226,34 @@ export function pagedAttention(
     const queryCount = load<i32>(info, 4);
     const contextLen = load<i32>(info, 8);
     const table = <usize>load<i32>(info, 12);
+    const firstPos = contextLen - queryCount;
+
     for (let i = 0; i < queryCount; i++) {
-      const t = queryStart + i;
-      const pos = contextLen - queryCount + i;
-      for (let h = kvHead * group; h < (kvHead + 1) * group; h++) {
-        const off = <usize>(t * qStride + h * headDim) << 2;
-        attendOne(out + off, q + off, kLayer, vLayer, table, pos, kvHead, nKvHeads, headDim, blockSize, scratch);
+      for (let g = 0; g < group; g++) {
+        memory.fill(out + headOffset(queryStart + i, kvHead * group + g, qStride, headDim), 0, headBytes);
+        const state = states + (<usize>(i * group + g) << 3);
+        store<f32>(state, -Infinity);
+        store<f32>(state, 0, 4);
+      }
+    }
+    const nBlocks = (contextLen + blockSize - 1) / blockSize;
+    for (let b = 0; b < nBlocks; b++) {
+      const blockStart = b * blockSize;
+      const base = <usize>load<i32>(table + (<usize>b << 2)) * blockBytes + <usize>(kvHead * blockSize) * headBytes;
+      const k = kLayer + base;
+      const v = vLayer + base;
+      for (let i = max(0, blockStart - firstPos); i < queryCount; i++) {
+        const n = min(blockSize, firstPos + i + 1 - blockStart);
+        for (let g = 0; g < group; g++) {
+          const off = headOffset(queryStart + i, kvHead * group + g, qStride, headDim);
+          onlineBlock(out + off, states + (<usize>(i * group + g) << 3), q + off, k, v, n, headDim, scale, scores);
+        }
+      }
+    }
+    for (let i = 0; i < queryCount; i++) {
+      for (let g = 0; g < group; g++) {
+        const inv: f32 = 1.0 / load<f32>(states + (<usize>(i * group + g) << 3), 4);
+        scaleRow(out + headOffset(queryStart + i, kvHead * group + g, qStride, headDim), inv, headDim);
       }
     }
   }

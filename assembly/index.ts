@@ -7,6 +7,7 @@ export { rmsnorm } from "./norm";
 export { ropeInterleaved, ropeNeox } from "./rope";
 export { swiglu, addInPlace, softmax, gatherRows } from "./activation";
 export { writeKV, pagedAttention } from "./attention";
+export { expF32 } from "./math";
 
 /** First free byte after the module's static data: the host allocates from here up. */
 export function heapBase(): usize {

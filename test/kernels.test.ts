@@ -6,6 +6,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import { CpuBackend } from "../src/backend/cpu.ts";
+import { attentionScratchBytes } from "../src/backend/kernels.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 
 const fr = Math.fround;
@@ -144,6 +145,34 @@ describe("f32 matmul over packed panels", () => {
       let acc = 0;
       for (let j = 0; j < d; j++) acc = fr(acc + fr(w[i * d + j]! * x[j]!));
       expect(got[i]).toBe(acc);
+    }
+  });
+});
+
+describe("exp", () => {
+  test("expF32 is within 2 ulp of exp, saturates at both ends, and lanes equal the scalar tail", () => {
+    const rng = new Xoshiro128(13);
+    const s = new Scratch();
+    const n = 4099;
+    const x = new Float32Array(n);
+    for (let i = 0; i < n; i++) x[i] = (rng.nextFloat() * 2 - 1) * 100;
+    x.set([0, -0, 1, -1, 88.7, 88.73, -87.3, -87.4, -1000, 1000, -Infinity, Infinity], 0);
+    const out = s.alloc(4 * n);
+    k.expF32(out, s.f32(x), n);
+    const got = readF32(out, n);
+    for (let i = 0; i < n; i++) {
+      const want = Math.exp(x[i]!);
+      if (x[i]! < -87.33654) expect(got[i]).toBe(0);
+      else if (x[i]! > 88.72283) expect(got[i]).toBe(Infinity);
+      else {
+        const ulp = Math.abs(fr(want) - fr(fr(want) * (1 + 2 ** -23))) || 2 ** -149;
+        expect(Math.abs(got[i]! - want)).toBeLessThanOrEqual(2 * ulp);
+      }
+    }
+    for (let offset = 1; offset < 4; offset++) {
+      const o = s.alloc(4 * (n - offset));
+      k.expF32(o, s.f32(x.subarray(offset)), n - offset);
+      expect(readF32(o, n - offset)).toEqual(got.subarray(offset));
     }
   });
 });
@@ -380,7 +409,7 @@ describe("paged KV cache kernels", () => {
       const qStride = nHeads * hd;
       const qv = randomArray(rng, T * qStride, 2);
       const out = s.alloc(4 * T * qStride);
-      const scratch = s.alloc(4 * bs);
+      const scratch = s.alloc(attentionScratchBytes(Math.max(...seqs.map((x) => x.count)) * group));
       const infoAddr = s.i32(info);
       const items = numSeqs * nKv;
       const split = randInt(rng, 0, items);

@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CpuBackend } from "../src/backend/cpu.ts";
-import { SEQ_INFO_INTS } from "../src/backend/kernels.ts";
+import { attentionScratchBytes, SEQ_INFO_INTS } from "../src/backend/kernels.ts";
 import { WorkerPoolError } from "../src/errors.ts";
 import { LLM } from "../src/engine/llm.ts";
 import { KVArena } from "../src/kv/kv-arena.ts";
@@ -46,7 +46,6 @@ function allLogits(threads: number): Float32Array {
     const model = new LlamaModel(config, weights, backend, T, T);
     const arena = new KVArena(backend.mem, config, 40, blockSize);
     const batch = new StepBatch(backend.mem, T, 1, 40, blockSize, T);
-    backend.reserveScratch(T, config.hiddenDim, blockSize);
     const table = Array.from({ length: 40 }, (_, i) => (i * 7) % 40);
     const tokens = Array.from({ length: 600 }, (_, i) => (i * 7919) % config.vocabSize);
     const out = new Float32Array(600 * config.vocabSize);
@@ -127,7 +126,7 @@ describe("worker threads", () => {
       const q = mem.allocZeroed(4 * 2 * hd);
       const out = mem.allocZeroed(4 * 2 * hd);
       const table = mem.allocZeroed(16);
-      const scratch = mem.alloc(4 * blockSize * 2);
+      const scratch = mem.alloc(attentionScratchBytes(1) * 2);
       const info = mem.alloc(4 * 2 * SEQ_INFO_INTS);
       mem.i32.set([0, 1, 1, table, 1, 1, 1, 0x7ffffff0], info >> 2);
       const call = (badSecond: boolean) => {
@@ -137,7 +136,7 @@ describe("worker threads", () => {
           args: [out, q, kv, kv, info, 1, nKv, hd, blockSize, hd, scratch, 0, 2],
           total: 2,
           granularity: 1,
-          scratch: { arg: 10, stride: 4 * blockSize },
+          scratch: { arg: 10, stride: attentionScratchBytes(1) },
         });
       };
       expect(() => call(true)).toThrow(WorkerPoolError);

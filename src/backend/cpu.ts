@@ -5,7 +5,7 @@
  * attention items, every output element computed by exactly one thread in a fixed order, so the
  * results are the same bits at any thread count. Small kernels run on the caller alone.
  */
-import type { Kernels } from "./kernels.ts";
+import { attentionScratchBytes, MAX_BLOCK_SIZE, type Kernels } from "./kernels.ts";
 import { ThreadPool, type ParallelCall } from "./thread-pool.ts";
 import { instantiateKernels, kernelModule, LinearMemory } from "./wasm.ts";
 import type { WeightMatrix } from "../model/weights.ts";
@@ -22,9 +22,10 @@ export class CpuBackend {
   private q8Values = 0;
   private q8Scales = 0;
   private q8Capacity = 0;
-  /** Per-thread attention scratch (one block of scores each). */
+  /** Per-thread attention scratch: a block of scores and (max, sum) per (query, head) row. */
   private attnScratch = 0;
-  private attnScratchFloats = 0;
+  private attnScratchBytes = 0;
+  private attnQueryRows = 0;
 
   constructor(readonly threads = 1) {
     this.mem = new LinearMemory();
@@ -33,13 +34,17 @@ export class CpuBackend {
     this.pool = threads > 1 ? new ThreadPool(threads, this.mem.memory, module, this.kernels) : null;
   }
 
-  /** Reserve scratch sized for a model and a step size; call once, after the weights are placed. */
-  reserveScratch(maxTokens: number, maxWidth: number, blockSize: number): void {
+  /**
+   * Reserve scratch for steps of up to maxTokens tokens: int8 activations up to maxWidth wide, and
+   * attention state for maxTokens queries times `group` query heads per kv head.
+   */
+  reserveScratch(maxTokens: number, maxWidth: number, group: number): void {
     this.q8Capacity = maxTokens * maxWidth;
     this.q8Values = this.mem.alloc(this.q8Capacity);
     this.q8Scales = this.mem.alloc(4 * this.q8Capacity);
-    this.attnScratchFloats = blockSize;
-    this.attnScratch = this.mem.alloc(4 * blockSize * this.threads);
+    this.attnQueryRows = maxTokens * group;
+    this.attnScratchBytes = attentionScratchBytes(this.attnQueryRows);
+    this.attnScratch = this.mem.alloc(this.attnScratchBytes * this.threads);
   }
 
   /** out[t][0..m.rows) = m · x[t] for T tokens; x rows are m.cols wide, out rows m.rows wide. */
@@ -86,11 +91,12 @@ export class CpuBackend {
     out: number, q: number, kLayer: number, vLayer: number, seqInfo: number, numSeqs: number,
     nHeads: number, nKvHeads: number, headDim: number, blockSize: number, qStride: number, contextTokens: number,
   ): void {
-    if (blockSize > this.attnScratchFloats) throw new Error(`attention scratch too small for block size ${blockSize}`);
+    if (blockSize > MAX_BLOCK_SIZE) throw new Error(`block size ${blockSize} exceeds ${MAX_BLOCK_SIZE}`);
+    if (this.attnQueryRows === 0) throw new Error("attention scratch not reserved");
     const items = numSeqs * nKvHeads;
     const args = [out, q, kLayer, vLayer, seqInfo, nHeads, nKvHeads, headDim, blockSize, qStride, this.attnScratch, 0, items];
     const parallel = items > 1 && contextTokens * nHeads * headDim >= MIN_PARALLEL_MACS;
-    this.dispatch({ kernel: "pagedAttention", args, total: items, granularity: 1, scratch: { arg: 10, stride: 4 * blockSize } }, parallel);
+    this.dispatch({ kernel: "pagedAttention", args, total: items, granularity: 1, scratch: { arg: 10, stride: this.attnScratchBytes } }, parallel);
   }
 
   /** Stop the worker threads. */

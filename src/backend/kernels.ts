@@ -34,6 +34,8 @@ export interface Kernels {
   addInPlace(x: number, y: number, n: number): void;
   softmax(x: number, n: number): void;
   gatherRows(out: number, src: number, rows: number, R: number, n: number): void;
+  // math.ts
+  expF32(out: number, x: number, n: number): void;
   // attention.ts
   writeKV(
     kLayer: number, vLayer: number, k: number, v: number, slots: number,
@@ -50,3 +52,10 @@ export type KernelName = keyof Kernels;
 
 /** Ints per sequence record read by pagedAttention: queryStart, queryCount, contextLen, blockTable. */
 export const SEQ_INFO_INTS = 4;
+/** Largest KV block size; pagedAttention's scratch starts with this many floats of scores. */
+export const MAX_BLOCK_SIZE = 256;
+
+/** Bytes of pagedAttention scratch one thread needs for `queryRows` (query, head) rows of one item. */
+export function attentionScratchBytes(queryRows: number): number {
+  return 4 * (MAX_BLOCK_SIZE + 2 * queryRows);
+}

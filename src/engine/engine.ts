@@ -103,7 +103,6 @@ export class LLMEngine {
     const model = new LlamaModel(c, weights, this.backend, o.maxNumBatchedTokens, o.maxNumSeqs);
     const arena = new KVArena(this.backend.mem, c, this.numBlocks, o.blockSize);
     const batch = new StepBatch(this.backend.mem, o.maxNumBatchedTokens, o.maxNumSeqs, Math.ceil(c.seqLen / o.blockSize), o.blockSize);
-    this.backend.reserveScratch(o.maxNumBatchedTokens, Math.max(c.dim, c.hiddenDim), o.blockSize);
     this.kv = new KVCacheManager({
       numBlocks: this.numBlocks,
       blockSize: o.blockSize,

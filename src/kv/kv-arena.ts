@@ -5,6 +5,8 @@
  */
 import type { ModelConfig } from "../model/config.ts";
 import type { LinearMemory } from "../backend/wasm.ts";
+import { MAX_BLOCK_SIZE } from "../backend/kernels.ts";
+import { InputError } from "../errors.ts";
 
 export class KVArena {
   /** Bytes of one block in one layer, K or V alone. */
@@ -13,6 +15,9 @@ export class KVArena {
   private readonly layerBytes: number;
 
   constructor(mem: LinearMemory, config: ModelConfig, readonly numBlocks: number, readonly blockSize: number) {
+    if (!Number.isInteger(blockSize) || blockSize < 1 || blockSize > MAX_BLOCK_SIZE) {
+      throw new InputError(`block size must be an integer from 1 to ${MAX_BLOCK_SIZE}, got ${blockSize}`);
+    }
     this.blockBytes = 4 * config.nKvHeads * blockSize * config.headDim;
     this.layerBytes = this.blockBytes * numBlocks;
     this.base = mem.alloc(2 * config.nLayers * this.layerBytes);

@@ -47,6 +47,7 @@ export class LlamaModel {
       xLogits: f32s(maxLogits * dim), logits: f32s(maxLogits * vocabSize),
     };
     [this.ropeCos, this.ropeSin] = this.ropeTables();
+    backend.reserveScratch(maxTokens, Math.max(dim, hiddenDim), config.nHeads / config.nKvHeads);
   }
 
   /** Address of the logits of row r (as returned by StepBatch.addSequence). */
