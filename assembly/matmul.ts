@@ -217,3 +217,24 @@ export function streamSumF32(out: usize, x: usize, start: i32, end: i32): void {
   for (let i = start + ((end - start) & ~15); i < end; i++) s += load<f32>(x + (<usize>i << 2));
   store<f32>(out, s);
 }
+
+/** i32 fields of one segment of matmulF32Multi's table. */
+export const MULTI_SEGMENT_INTS: i32 = 5;
+
+/**
+ * Several products that share their input x (q, k and v; gate and up) as one call, so the thread
+ * pool splits them with one dispatch. table holds `count` segments of MULTI_SEGMENT_INTS i32:
+ * weight address, output address, rows n, output row stride, and the segment's first row in a
+ * shared row space where every segment starts on a multiple of 4. Rows [rowStart, rowEnd) of that
+ * space are computed, each exactly as matmulF32 computes it.
+ */
+export function matmulF32Multi(table: usize, count: i32, x: usize, T: i32, d: i32, rowStart: i32, rowEnd: i32): void {
+  for (let s = 0; s < count; s++) {
+    const seg = table + (<usize>(s * MULTI_SEGMENT_INTS) << 2);
+    const n = load<i32>(seg, 8);
+    const first = load<i32>(seg, 16);
+    const lo = max(rowStart, first) - first;
+    const hi = min(rowEnd - first, n);
+    if (lo < hi) matmulF32(load<i32>(seg, 4), x, load<i32>(seg), T, n, d, load<i32>(seg, 12), lo, hi);
+  }
+}

@@ -116,6 +116,34 @@ describe("f32 matmul over packed panels", () => {
     }
   });
 
+  test("matmulF32Multi equals separate products, for any split of the shared row space", () => {
+    const rng = new Xoshiro128(14);
+    for (let iter = 0; iter < 100; iter++) {
+      const s = new Scratch();
+      const d = randInt(rng, 1, 40);
+      const T = randInt(rng, 1, 5);
+      const x = s.f32(randomArray(rng, T * d));
+      const parts = Array.from({ length: randInt(rng, 1, 3) }, () => {
+        const n = randInt(rng, 1, 23);
+        const packed = s.alloc(4 * n * d);
+        k.packF32(packed, s.f32(randomArray(rng, n * d)), n, d);
+        return { n, packed, out: s.alloc(4 * T * n), want: s.alloc(4 * T * n) };
+      });
+      const table: number[] = [];
+      let rows = 0;
+      for (const p of parts) {
+        table.push(p.packed, p.out, p.n, p.n, rows);
+        rows += Math.ceil(p.n / 4) * 4;
+        k.matmulF32(p.want, x, p.packed, T, p.n, d, p.n, 0, p.n);
+      }
+      const split = 4 * randInt(rng, 0, rows / 4);
+      const tableAddr = s.i32(table);
+      k.matmulF32Multi(tableAddr, parts.length, x, T, d, 0, split);
+      k.matmulF32Multi(tableAddr, parts.length, x, T, d, split, rows);
+      for (const p of parts) expect(readF32(p.out, T * p.n)).toEqual(readF32(p.want, T * p.n));
+    }
+  });
+
   test("unpackRow and embed recover the original rows", () => {
     const rng = new Xoshiro128(3);
     for (let iter = 0; iter < 100; iter++) {

@@ -5,13 +5,22 @@
  * attention items, every output element computed by exactly one thread in a fixed order, so the
  * results are the same bits at any thread count. Small kernels run on the caller alone.
  */
-import { attentionScratchBytes, MAX_BLOCK_SIZE, type Kernels } from "./kernels.ts";
+import { attentionScratchBytes, MAX_BLOCK_SIZE, MULTI_SEGMENT_INTS, type Kernels } from "./kernels.ts";
 import { ThreadPool, type ParallelCall } from "./thread-pool.ts";
 import { instantiateKernels, kernelModule, LinearMemory } from "./wasm.ts";
 import type { WeightMatrix } from "../model/weights.ts";
 
 /** Multiply-adds below which a product is not worth a dispatch (~10 µs of work on one core). */
 const MIN_PARALLEL_MACS = 1 << 17;
+
+/** Products that share one input, prepared once (see matmulShared). */
+export interface SharedInputProducts {
+  parts: readonly { out: number; m: WeightMatrix }[];
+  /** matmulF32Multi's segment table in linear memory, or null when a part is not f32. */
+  table: number | null;
+  /** Rows of the shared row space (each part padded to a multiple of 4). */
+  rows: number;
+}
 
 export class CpuBackend {
   readonly mem: LinearMemory;
@@ -59,6 +68,36 @@ export class CpuBackend {
     this.kernels.quantizeQ8(this.q8Values, this.q8Scales, x, T, m.cols, m.groupSize);
     const args = [out, this.q8Values, this.q8Scales, m.q, m.s, T, m.cols, m.groupSize, m.rows, 0, m.rows];
     this.dispatch({ kernel: "matmulQ8", args, total: m.rows, granularity: 1 }, parallel);
+  }
+
+  /**
+   * Describe products that read the same input (q, k, v; gate, up) so that matmulShared runs them
+   * as one dispatch. Call once per layer at set-up; the table lives in linear memory.
+   */
+  prepareShared(parts: { out: number; m: WeightMatrix }[]): SharedInputProducts {
+    const cols = parts[0]!.m.cols;
+    if (parts.some((p) => p.m.cols !== cols)) throw new Error("prepareShared: products must share their input width");
+    if (!parts.every((p) => p.m.kind === "f32")) return { parts, table: null, rows: 0 };
+    const table = this.mem.alloc(4 * MULTI_SEGMENT_INTS * parts.length);
+    let rows = 0;
+    parts.forEach((p, i) => {
+      const m = p.m as Extract<WeightMatrix, { kind: "f32" }>;
+      this.mem.i32.set([m.addr, p.out, m.rows, m.rows, rows], (table >> 2) + i * MULTI_SEGMENT_INTS);
+      rows += Math.ceil(m.rows / 4) * 4;
+    });
+    return { parts, table, rows };
+  }
+
+  /** Run prepared products on x[T][cols]. */
+  matmulShared(products: SharedInputProducts, x: number, T: number): void {
+    if (products.table === null) {
+      // int8 parts quantize x each; the quantization is the same every time, so results are too.
+      for (const p of products.parts) this.matmul(p.out, x, p.m, T);
+      return;
+    }
+    const cols = products.parts[0]!.m.cols;
+    const args = [products.table, products.parts.length, x, T, cols, 0, products.rows];
+    this.dispatch({ kernel: "matmulF32Multi", args, total: products.rows, granularity: 4 }, T * products.rows * cols >= MIN_PARALLEL_MACS);
   }
 
   /** out[t] = row tokens[t] of the embedding table. */

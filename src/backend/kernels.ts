@@ -11,6 +11,7 @@ export interface Kernels {
   matmulF32(
     out: number, x: number, w: number, T: number, n: number, d: number, outStride: number, rowStart: number, rowEnd: number,
   ): void;
+  matmulF32Multi(table: number, count: number, x: number, T: number, d: number, rowStart: number, rowEnd: number): void;
   matvecScalarF32(out: number, x: number, w: number, n: number, d: number): void;
   streamSumF32(out: number, x: number, start: number, end: number): void;
   // quant.ts
@@ -52,6 +53,9 @@ export type KernelName = keyof Kernels;
 
 /** Ints per sequence record read by pagedAttention: queryStart, queryCount, contextLen, blockTable. */
 export const SEQ_INFO_INTS = 4;
+/** i32 fields per segment of matmulF32Multi's table: weight, out, rows, out stride, first row. */
+export const MULTI_SEGMENT_INTS = 5;
+
 /** Largest KV block size; pagedAttention's scratch starts with this many floats of scores. */
 export const MAX_BLOCK_SIZE = 256;
 

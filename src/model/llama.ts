@@ -3,7 +3,7 @@
  * sequence goes through all layers together, so each weight matrix is read once per step.
  * Read top to bottom, like llama2.c's forward().
  */
-import type { CpuBackend } from "../backend/cpu.ts";
+import type { CpuBackend, SharedInputProducts } from "../backend/cpu.ts";
 import type { KVArena } from "../kv/kv-arena.ts";
 import type { ModelConfig } from "./config.ts";
 import type { ModelWeights } from "./weights.ts";
@@ -26,6 +26,9 @@ interface Activations {
 
 export class LlamaModel {
   private readonly act: Activations;
+  /** Per layer: q, k, v from the attention input; gate and up from the feed-forward input. */
+  private readonly qkv: SharedInputProducts[];
+  private readonly gateUp: SharedInputProducts[];
   private readonly ropeCos: number; // [seqLen][headDim/2]
   private readonly ropeSin: number; // [seqLen][headDim/2]
 
@@ -46,6 +49,9 @@ export class LlamaModel {
       att: f32s(maxTokens * dim), hb: f32s(maxTokens * hiddenDim), hb2: f32s(maxTokens * hiddenDim),
       xLogits: f32s(maxLogits * dim), logits: f32s(maxLogits * vocabSize),
     };
+    const a = this.act;
+    this.qkv = weights.layers.map((L) => backend.prepareShared([{ out: a.q, m: L.wq }, { out: a.k, m: L.wk }, { out: a.v, m: L.wv }]));
+    this.gateUp = weights.layers.map((L) => backend.prepareShared([{ out: a.hb, m: L.ffnGate }, { out: a.hb2, m: L.ffnUp }]));
     [this.ropeCos, this.ropeSin] = this.ropeTables();
     backend.reserveScratch(maxTokens, Math.max(dim, hiddenDim), config.nHeads / config.nKvHeads);
   }
@@ -75,9 +81,8 @@ export class LlamaModel {
 
       // ---- attention: x += wo · attention(rope(wq·xb), rope(wk·xb), wv·xb)
       ops.rmsnorm(a.xb, a.x, L.attnNorm, T, c.dim, c.normEps);
-      ops.matmul(a.q, a.xb, L.wq, T);
-      ops.matmul(a.k, a.xb, L.wk, T);
-      ops.matmul(a.v, a.xb, L.wv, T);
+      ops.matmulShared(this.qkv[l]!, a.xb, T); // q, k, v
+
       this.rope(a.q, batch.positions, T, c.nHeads, c.dim);
       this.rope(a.k, batch.positions, T, c.nKvHeads, kvDim);
       ops.kernels.writeKV(kv.kLayer(l), kv.vLayer(l), a.k, a.v, batch.slots, T, c.nKvHeads, c.headDim, kv.blockSize);
@@ -90,8 +95,7 @@ export class LlamaModel {
 
       // ---- feed-forward: x += w2 · (silu(w1·xb) * (w3·xb))
       ops.rmsnorm(a.xb, a.x, L.ffnNorm, T, c.dim, c.normEps);
-      ops.matmul(a.hb, a.xb, L.ffnGate, T);
-      ops.matmul(a.hb2, a.xb, L.ffnUp, T);
+      ops.matmulShared(this.gateUp[l]!, a.xb, T); // gate (hb), up (hb2)
       ops.swiglu(a.hb, a.hb2, T * c.hiddenDim);
       ops.matmul(a.xb2, a.hb, L.ffnDown, T);
       ops.add(a.x, a.xb2, T * c.dim);
