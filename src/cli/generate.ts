@@ -77,7 +77,8 @@ async function runGenerate(values: ParsedValues, rawArgs: readonly string[]): Pr
     progress.end();
     output?.close();
   }
-  reportStats(llm, sink, (performance.now() - t0) / 1000);
+  // Stats describe work done: a run whose every request was rejected ends with just the error.
+  if (sink.generatedTokens > 0 || sink.finished > sink.errors.length) reportStats(llm, sink, (performance.now() - t0) / 1000);
   if (controller.signal.aborted) {
     throw new InterruptedError(
       `interrupted: ${sink.finished} of ${requests.length} requests finished` + (output ? `, results in ${output.path}` : ""),

@@ -5,6 +5,8 @@
 import { defineCommand, renderUsage, runCommand, type CommandDef } from "citty";
 import { readFileSync } from "node:fs";
 import { PagellmError } from "../errors.ts";
+import { chatCommand } from "./chat.ts";
+import { benchCommand } from "./bench.ts";
 import { generateCommand } from "./generate.ts";
 
 const VERSION = (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
@@ -17,6 +19,8 @@ export const mainCommand = defineCommand({
   },
   subCommands: {
     generate: generateCommand,
+    bench: benchCommand,
+    chat: chatCommand,
   },
 });
 
@@ -29,9 +33,10 @@ export async function runCli(argv: string[]): Promise<number> {
     }
     const helpAsked = argv.includes("--help") || argv.includes("-h");
     if (helpAsked || argv.length === 0) {
+      const out = helpAsked ? process.stdout : process.stderr;
       const [command, parent] = await commandFor(argv);
       const usage = await renderUsage(command, parent);
-      (helpAsked ? process.stdout : process.stderr).write(`${usage}\n`);
+      out.write(`${usage}\n`);
       return helpAsked ? 0 : 2;
     }
     await runCommand(mainCommand, { rawArgs: argv });

@@ -9,6 +9,7 @@ import type { GenerateRequest } from "../engine/llm.ts";
 import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
 import { EVICTION_POLICIES } from "../kv/eviction.ts";
 import { HASH_ALGORITHMS } from "../kv/block-hash.ts";
+import { MAX_BLOCK_SIZE } from "../backend/kernels.ts";
 
 export const modelArgs = {
   model: { type: "string", description: "Model file: a llama2.c checkpoint (legacy, v1 fp32 or v2 int8)", valueHint: "path", required: true },
@@ -76,35 +77,69 @@ export function repeated(rawArgs: readonly string[], name: string): string[] {
   return values;
 }
 
-/** Reject options no command defines: citty would silently ignore a misspelt one. */
+/**
+ * Reject options no command defines (citty would silently ignore a misspelt one) and string options
+ * given no value. A string option takes the next word as its value even when it starts with "-"
+ * (`--temperature -1`), as citty parses it.
+ */
 export function checkKnownOptions(rawArgs: readonly string[], defs: ArgsDef): void {
-  const known = new Set<string>(["help", "h"]);
+  const kinds = new Map<string, "string" | "boolean">([["help", "boolean"], ["h", "boolean"]]);
   for (const [name, def] of Object.entries(defs)) {
-    known.add(name);
-    if (def.type === "boolean") known.add(`no-${name}`);
+    const kind = def.type === "boolean" ? "boolean" : "string";
+    kinds.set(name, kind);
+    if (kind === "boolean") kinds.set(`no-${name}`, "boolean");
     const aliases = "alias" in def && def.alias !== undefined ? [def.alias].flat() : [];
-    for (const a of aliases) known.add(a);
+    for (const a of aliases) kinds.set(a, kind);
   }
-  for (const arg of rawArgs) {
+  for (let i = 0; i < rawArgs.length; i++) {
+    const arg = rawArgs[i]!;
     if (arg === "--") break;
     if (!arg.startsWith("-") || arg === "-") continue;
-    const name = arg.replace(/^--?/, "").split("=")[0]!;
-    if (!known.has(name)) throw new InputError(`unknown option ${arg.split("=")[0]} (see --help)`);
+    const [name, inlineValue] = splitOption(arg);
+    const kind = kinds.get(name);
+    if (kind === undefined) throw new InputError(`unknown option ${arg.split("=")[0]} (see --help)`);
+    if (kind === "string" && inlineValue === undefined) {
+      if (i + 1 >= rawArgs.length) throw new InputError(`--${name} needs a value`);
+      i++;
+    }
   }
+}
+
+function splitOption(arg: string): [string, string | undefined] {
+  const body = arg.replace(/^--?/, "");
+  const eq = body.indexOf("=");
+  return eq < 0 ? [body, undefined] : [body.slice(0, eq), body.slice(eq + 1)];
 }
 
 function str(v: ParsedValues[string]): string | undefined {
   return typeof v === "string" ? v : undefined;
 }
 
-/** A numeric option, or undefined when absent; InputError when it does not parse or is out of range. */
-export function numberOption(values: ParsedValues, name: string, check: "int" | "posint" | "number"): number | undefined {
+/** Allowed range of a numeric option; bounds are inclusive unless marked open. */
+export interface Range {
+  min?: number;
+  max?: number;
+  minOpen?: boolean;
+}
+
+/**
+ * A numeric option, or undefined when absent; InputError naming the option when it does not
+ * parse, is not an integer where one is needed, or is out of range.
+ */
+export function numberOption(values: ParsedValues, name: string, check: "int" | "posint" | "number", range: Range = {}): number | undefined {
   const raw = str(values[name]);
   if (raw === undefined) return undefined;
   const v = Number(raw);
   const ok = raw.trim() !== "" && Number.isFinite(v) &&
     (check === "number" || (Number.isInteger(v) && (check === "int" ? true : v > 0)));
   if (!ok) throw new InputError(`--${name} expects ${check === "posint" ? "a positive integer" : check === "int" ? "an integer" : "a number"}, got "${raw}"`);
+  const { min, max, minOpen } = range;
+  const belowMin = min !== undefined && (minOpen ? v <= min : v < min);
+  if (belowMin || (max !== undefined && v > max)) {
+    const lo = min === undefined ? "" : `${minOpen ? "above" : "at least"} ${min}`;
+    const hi = max === undefined ? "" : `at most ${max}`;
+    throw new InputError(`--${name} must be ${[lo, hi].filter(Boolean).join(" and ")}, got ${raw}`);
+  }
   return v;
 }
 
@@ -118,9 +153,9 @@ function choice<T extends string>(values: ParsedValues, name: string, options: r
 export function engineOptions(values: ParsedValues): EngineOptions {
   const d = DEFAULT_ENGINE_OPTIONS;
   return {
-    blockSize: numberOption(values, "block-size", "posint") ?? d.blockSize,
+    blockSize: numberOption(values, "block-size", "posint", { max: MAX_BLOCK_SIZE }) ?? d.blockSize,
     numBlocks: numberOption(values, "num-blocks", "posint") ?? null,
-    kvCacheMb: numberOption(values, "kv-cache-mb", "number") ?? d.kvCacheMb,
+    kvCacheMb: numberOption(values, "kv-cache-mb", "number", { min: 0, minOpen: true }) ?? d.kvCacheMb,
     enablePrefixCaching: values["prefix-cache"] !== false,
     evictionPolicy: choice(values, "eviction-policy", EVICTION_POLICIES, d.evictionPolicy),
     prefixHash: choice(values, "prefix-hash", HASH_ALGORITHMS, d.prefixHash),
@@ -135,13 +170,13 @@ export function engineOptions(values: ParsedValues): EngineOptions {
 export function requestDefaults(values: ParsedValues, rawArgs: readonly string[]): Omit<GenerateRequest, "id" | "prompt"> {
   const defaults: Omit<GenerateRequest, "id" | "prompt"> = {
     maxTokens: numberOption(values, "max-tokens", "posint") ?? null,
-    temperature: numberOption(values, "temperature", "number"),
-    topK: numberOption(values, "top-k", "int"),
-    topP: numberOption(values, "top-p", "number"),
-    minP: numberOption(values, "min-p", "number"),
-    repetitionPenalty: numberOption(values, "repeat-penalty", "number"),
-    repeatLastN: numberOption(values, "repeat-last-n", "int"),
-    seed: numberOption(values, "seed", "int"),
+    temperature: numberOption(values, "temperature", "number", { min: 0 }),
+    topK: numberOption(values, "top-k", "int", { min: 0 }),
+    topP: numberOption(values, "top-p", "number", { min: 0, minOpen: true, max: 1 }),
+    minP: numberOption(values, "min-p", "number", { min: 0, max: 1 }),
+    repetitionPenalty: numberOption(values, "repeat-penalty", "number", { min: 0, minOpen: true }),
+    repeatLastN: numberOption(values, "repeat-last-n", "int", { min: 0 }),
+    seed: numberOption(values, "seed", "int", { min: 0, max: 2 ** 32 - 1 }),
     stop: repeated(rawArgs, "stop"),
     cacheSalt: str(values["cache-salt"]),
   };

@@ -1,7 +1,7 @@
 /**
  * Opens a model file by what its first bytes say it is.
  */
-import { closeSync, openSync, readSync } from "node:fs";
+import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { ModelFormatError } from "../errors.ts";
 import type { Checkpoint } from "./checkpoint.ts";
 import { readLlama2cCheckpoint } from "./llama2c.ts";
@@ -18,6 +18,7 @@ export function fileMagic(path: string): number | null {
     throw new ModelFormatError(path, code === "ENOENT" ? "no such file" : `cannot open: ${(e as Error).message}`);
   }
   try {
+    if (fstatSync(fd).isDirectory()) throw new ModelFormatError(path, "is a directory, not a file");
     const head = new Uint8Array(4);
     if (readSync(fd, head, 0, 4, 0) < 4) return null;
     return new DataView(head.buffer).getUint32(0, true);

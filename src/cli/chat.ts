@@ -1,0 +1,526 @@
+/**
+ * `pagellm chat`: an interactive REPL. Each message is sent with the whole conversation before it
+ * as the prompt, built token by token so that earlier turns are an exact prefix (the prefix cache
+ * serves them); the reply streams to stdout and a short stats line follows on stderr. Reads lines
+ * from a pipe too (replies on stdout, exit at EOF).
+ */
+import { defineCommand, type ArgsDef } from "citty";
+import { basename } from "node:path";
+import { createInterface, type Interface } from "node:readline";
+import { InputError } from "../errors.ts";
+import {
+  CHAT_TEMPLATES, ChatHistory, keptReplyIds, templateHasSystem, userTurnIds, type ChatTemplateName,
+} from "../engine/chat-template.ts";
+import type { CompletionResult, GenerateRequest, LLM } from "../engine/llm.ts";
+import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
+import { InterruptedError } from "./interrupt.ts";
+import { loadLLM } from "./load.ts";
+import { checkKnownOptions, engineArgs, modelArgs, requestDefaults, samplingArgs, type ParsedValues } from "./options.ts";
+
+export const chatArgs = {
+  ...modelArgs,
+  template: {
+    type: "string",
+    description: "Prompt format: raw (the conversation is plain text the model continues; for base models such as TinyStories) | llama2 (Llama 2 chat: [INST] … [/INST], EOS after each reply) (default raw)",
+    valueHint: "name",
+  },
+  system: { type: "string", description: "System prompt (llama2 template); /system changes it in the chat", valueHint: "text" },
+  ...samplingArgs,
+  ...engineArgs,
+} as const satisfies ArgsDef;
+
+export const chatCommand = defineCommand({
+  meta: {
+    name: "chat",
+    description:
+      "Chat with a model: type a message, the reply streams back; earlier turns are served from the prefix cache. " +
+      'A line ending with \\ continues, """ opens and closes a multi-line message. /help in the chat lists its commands ' +
+      "(/reset, /system, /stats, /set, /exit). Ctrl-C stops a reply, Ctrl-C at an empty prompt or Ctrl-D quits. " +
+      "With stdin not a terminal, reads one message a line and exits at EOF.",
+  },
+  args: chatArgs,
+  async run({ args, rawArgs }) {
+    checkKnownOptions(rawArgs, chatArgs);
+    await runChat(args, rawArgs);
+  },
+});
+
+/** Per-request settings the chat sends (what /set changes). */
+type ChatSettings = Omit<GenerateRequest, "id" | "prompt" | "promptTokenIds">;
+
+async function runChat(values: ParsedValues, rawArgs: readonly string[]): Promise<void> {
+  const templateArg = typeof values.template === "string" ? values.template : "raw";
+  if (!(CHAT_TEMPLATES as readonly string[]).includes(templateArg)) {
+    throw new InputError(`--template must be one of ${CHAT_TEMPLATES.join(", ")}, got "${templateArg}"`);
+  }
+  const template = templateArg as ChatTemplateName;
+  const system = typeof values.system === "string" && values.system !== "" ? values.system : null;
+  if (system !== null && !templateHasSystem(template)) throw new InputError(`--system needs a template with a system prompt (--template llama2)`);
+  const settings = requestDefaults(values, rawArgs);
+  const llm = loadLLM(values);
+  const session = new ChatSession(llm, typeof values.model === "string" ? values.model : "", template, system, settings);
+  let interrupted = false;
+  try {
+    interrupted = await session.run();
+  } finally {
+    llm.close();
+  }
+  if (interrupted) throw new InterruptedError("interrupted");
+}
+
+const CANCEL = Symbol("cancel");
+
+/**
+ * Lines from stdin. On a terminal: readline's line editing and history, Ctrl-C at the prompt
+ * reported through `onCtrlC`, and cooked mode while a reply runs so that Ctrl-C is a SIGINT.
+ * From a pipe: every line in order, then null at EOF.
+ */
+class LineInput {
+  readonly tty = process.stdin.isTTY === true;
+  private readonly rl: Interface;
+  private readonly queue: string[] = [];
+  private waiting: ((line: string | null | typeof CANCEL) => void) | null = null;
+  private closed = false;
+  /**
+   * Ctrl-C that readline read (at the prompt, or typed ahead of a reply): discard what was typed
+   * ("cancel"), quit ("exit"), or nothing more ("ignore": the handler dealt with it).
+   */
+  onCtrlC: (lineTyped: boolean) => "cancel" | "exit" | "ignore" = () => "exit";
+
+  constructor() {
+    this.rl = createInterface({ input: process.stdin, output: this.tty ? process.stdout : undefined, terminal: this.tty, historySize: 500 });
+    this.rl.on("line", (line) => {
+      if (this.waiting) this.settle(line);
+      else this.queue.push(line);
+    });
+    this.rl.on("close", () => {
+      // Ctrl-D at the prompt: end the prompt's line.
+      if (this.tty && this.waiting !== null && !this.closed) process.stdout.write("\n");
+      this.closed = true;
+      this.settle(null);
+    });
+    this.rl.on("SIGINT", () => {
+      switch (this.onCtrlC(this.rl.line.length > 0)) {
+        case "cancel":
+          process.stdout.write("^C\n");
+          this.clearLine();
+          this.settle(CANCEL);
+          return;
+        case "exit":
+          process.stdout.write("\n");
+          this.close();
+          return;
+        case "ignore":
+      }
+    });
+  }
+
+  /** Whether a read is waiting for a line (else Ctrl-C was typed ahead, while a line is handled). */
+  get reading(): boolean {
+    return this.waiting !== null;
+  }
+
+  /** The next line, CANCEL when Ctrl-C discarded what was typed, null at EOF (or once closed). */
+  read(prompt: string): Promise<string | null | typeof CANCEL> {
+    const queued = this.queue.shift();
+    if (queued !== undefined) return Promise.resolve(queued);
+    if (this.closed) return Promise.resolve(null);
+    if (this.tty) {
+      this.rl.setPrompt(prompt);
+      this.rl.prompt();
+    }
+    return new Promise((resolve) => {
+      this.waiting = resolve;
+    });
+  }
+
+  /** A reply starts: on a terminal, stop reading and let Ctrl-C raise SIGINT. */
+  suspend(): void {
+    if (!this.tty || this.closed) return;
+    this.rl.pause();
+    process.stdin.setRawMode(false);
+  }
+
+  /** The reply ended: back to line editing. */
+  resume(): void {
+    if (!this.tty || this.closed) return;
+    process.stdin.setRawMode(true);
+    this.rl.resume();
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.rl.close();
+    this.settle(null);
+  }
+
+  private settle(value: string | null | typeof CANCEL): void {
+    const resolve = this.waiting;
+    this.waiting = null;
+    resolve?.(value);
+  }
+
+  private clearLine(): void {
+    // Ctrl-E then Ctrl-U: to the end of the line, delete everything before the cursor.
+    this.rl.write(null, { ctrl: true, name: "e" });
+    this.rl.write(null, { ctrl: true, name: "u" });
+  }
+}
+
+/** The options /set changes, with their checks. */
+const SETTINGS: Record<string, { key: keyof ChatSettings; kind: "number" | "int" | "posint"; ok: (v: number) => boolean; range: string }> = {
+  temperature: { key: "temperature", kind: "number", ok: (v) => v >= 0, range: ">= 0" },
+  "top-k": { key: "topK", kind: "int", ok: (v) => v >= 0, range: ">= 0 (0 = off)" },
+  "top-p": { key: "topP", kind: "number", ok: (v) => v > 0 && v <= 1, range: "in (0, 1]" },
+  "min-p": { key: "minP", kind: "number", ok: (v) => v >= 0 && v <= 1, range: "in [0, 1]" },
+  "repeat-penalty": { key: "repetitionPenalty", kind: "number", ok: (v) => v > 0, range: "> 0 (1 = off)" },
+  "repeat-last-n": { key: "repeatLastN", kind: "int", ok: (v) => v >= 0, range: ">= 0" },
+  seed: { key: "seed", kind: "int", ok: () => true, range: "an integer" },
+  "max-tokens": { key: "maxTokens", kind: "posint", ok: (v) => v >= 1, range: ">= 1" },
+};
+
+const HELP = `Commands:
+  /help                this list
+  /reset               start a new conversation (the prefix cache still holds the old one)
+  /system [TEXT]       show or set the system prompt (llama2 template); /system "" clears it
+  /stats               the conversation's length and the engine's prefix cache and KV block totals
+  /set                 show the sampling settings
+  /set NAME VALUE      change one: temperature, top-k, top-p, min-p, repeat-penalty, repeat-last-n,
+                       seed, max-tokens (VALUE "default" restores it), stop TEXT ("/set stop" clears)
+  /exit, /quit         leave (Ctrl-D too)
+Input:
+  a line ending with \\ continues on the next line; """ opens and closes a multi-line message
+  raw template: an empty line lets the model continue the text
+  Ctrl-C stops a reply (what it wrote stays in the conversation); Ctrl-C at an empty prompt quits`;
+
+class ChatSession {
+  private readonly history: ChatHistory;
+  private readonly input = new LineInput();
+  private readonly colorErr = process.stderr.isTTY === true && !process.env.NO_COLOR;
+  private generating: AbortController | null = null;
+  private interrupted = false;
+  private turnNo = 0;
+  /** Ctrl-C came before the reply to the line just read started: that reply stops at once. */
+  private ctrlCAhead = false;
+  /** Reading the second or a later line of a message. */
+  private continuing = false;
+  private readonly totals = { replies: 0, promptTokens: 0, cachedTokens: 0, generated: 0 };
+
+  constructor(
+    private readonly llm: LLM,
+    private readonly modelPath: string,
+    private readonly template: ChatTemplateName,
+    system: string | null,
+    private readonly settings: ChatSettings,
+  ) {
+    this.history = new ChatHistory(template, llm.tokenizer, { addBos: llm.addBos, system });
+    this.input.onCtrlC = (typed) => {
+      if (this.generating !== null) {
+        this.onSignal();
+        return "ignore";
+      }
+      if (!this.input.reading) {
+        // Typed ahead, with the line before it: it stops the reply that line starts.
+        this.ctrlCAhead = true;
+        return "ignore";
+      }
+      // Ctrl-C discards a typed line or an unfinished multi-line message; at an empty prompt it quits.
+      return typed || this.continuing ? "cancel" : "exit";
+    };
+  }
+
+  private get limit(): number {
+    return this.llm.engine.maxPositions;
+  }
+
+  /** Run until /exit, EOF or Ctrl-C at the prompt; true when a signal ended it. */
+  async run(): Promise<boolean> {
+    const onSignal = () => this.onSignal();
+    process.on("SIGINT", onSignal);
+    process.on("SIGTERM", onSignal);
+    try {
+      this.banner();
+      for (;;) {
+        const message = await this.readMessage();
+        if (message === null) break;
+        if (message === CANCEL) continue;
+        if (message.startsWith("/")) {
+          if (this.command(message) === "exit") break;
+          continue;
+        }
+        if (message.trim() === "" && this.template !== "raw") continue;
+        await this.reply(message);
+        if (this.interrupted) break;
+      }
+    } finally {
+      process.off("SIGINT", onSignal);
+      process.off("SIGTERM", onSignal);
+      this.input.close();
+    }
+    return this.interrupted;
+  }
+
+  /** SIGINT/SIGTERM: stop the reply being generated (twice: exit now); at the prompt: quit. */
+  private onSignal(): void {
+    if (this.generating !== null) {
+      if (this.generating.signal.aborted) process.exit(130);
+      this.generating.abort();
+      return;
+    }
+    this.interrupted = true;
+    this.input.close();
+  }
+
+  private banner(): void {
+    const c = this.llm.config;
+    const ctx = this.limit < c.seqLen ? `${this.limit} of ${c.seqLen}` : `${c.seqLen}`;
+    this.note(`pagellm chat: ${basename(this.modelPath)} (${this.llm.checkpoint.format}, ${ctx}-token context), template ${this.template}` +
+      (this.history.system ? ", with a system prompt" : ""));
+    if (this.input.tty) {
+      this.note(`/help lists the commands; Ctrl-C stops a reply; Ctrl-D or /exit quits` +
+        (this.template === "raw" ? "; an empty line continues the text" : ""));
+    }
+  }
+
+  /** One message: a line, lines joined by a trailing \, or a """ block. */
+  private async readMessage(): Promise<string | null | typeof CANCEL> {
+    this.continuing = false;
+    this.ctrlCAhead = false;
+    const first = await this.input.read("> ");
+    if (first === null || first === CANCEL) return first;
+    this.continuing = true;
+    const start = first.trimStart();
+    if (start.startsWith('"""')) {
+      let rest = start.slice(3);
+      if (rest.trimEnd().endsWith('"""')) return rest.trimEnd().slice(0, -3);
+      const lines = rest === "" ? [] : [rest];
+      for (;;) {
+        const line = await this.input.read("... ");
+        if (line === CANCEL) return CANCEL;
+        if (line === null) break;
+        const end = line.trimEnd();
+        if (end.endsWith('"""')) {
+          rest = end.slice(0, -3);
+          if (rest !== "") lines.push(rest);
+          break;
+        }
+        lines.push(line);
+      }
+      return lines.join("\n");
+    }
+    const parts: string[] = [];
+    let line = first;
+    while (line.endsWith("\\")) {
+      parts.push(line.slice(0, -1));
+      const next = await this.input.read("... ");
+      if (next === CANCEL) return CANCEL;
+      if (next === null) {
+        line = "";
+        break;
+      }
+      line = next;
+    }
+    parts.push(line);
+    return parts.join("\n");
+  }
+
+  /** Generate the reply to `user`, streaming it; the turn joins the conversation. */
+  private async reply(user: string): Promise<void> {
+    const fitted = this.fit(user);
+    if (fitted === null) return;
+    const { promptIds, maxTokens } = fitted;
+    const controller = new AbortController();
+    if (this.ctrlCAhead) controller.abort();
+    this.generating = controller;
+    this.input.suspend();
+    let result: CompletionResult | null = null;
+    let started = false;
+    try {
+      const request: GenerateRequest = { ...this.settings, id: `turn-${++this.turnNo}`, promptTokenIds: promptIds, maxTokens };
+      for await (const event of this.llm.stream([request], { signal: controller.signal })) {
+        if (event.kind === "done") {
+          result = event.result;
+          continue;
+        }
+        // The reply starts on its own line: its leading space (after "[/INST]", or continuing the text) is not shown.
+        const text = started ? event.delta : event.delta.trimStart();
+        if (text === "") continue;
+        started = true;
+        process.stdout.write(text);
+      }
+    } finally {
+      this.generating = null;
+      this.input.resume();
+    }
+    if (started) process.stdout.write("\n");
+    if (result === null) return;
+    if (result.finish_reason === "error") {
+      this.note(`error: ${result.error ?? "the request failed"}`);
+      return;
+    }
+    const kept = keptReplyIds(this.llm.tokenizer, promptIds[promptIds.length - 1], result.token_ids, result.text);
+    this.history.commit(user, kept);
+    this.turnStats(result, maxTokens);
+  }
+
+  /**
+   * The prompt for `user` within the context, leaving room for the reply (--max-tokens, or a
+   * quarter of the context without it): the oldest turns are dropped when it would not fit. Null
+   * (with a message) when the message alone is too long.
+   */
+  private fit(user: string): { promptIds: number[]; maxTokens: number | null } | null {
+    const limit = this.limit;
+    const max = this.settings.maxTokens ?? null;
+    const reserve = max ?? Math.max(1, Math.floor(limit / 4));
+    const alone = userTurnIds(this.template, this.llm.tokenizer, user, { addBos: this.llm.addBos, first: true, system: this.history.system });
+    if (alone.length >= limit) {
+      this.note(`message too long: ${alone.length} tokens, the context holds ${limit}; not sent`);
+      return null;
+    }
+    let promptIds = this.history.promptIds(user);
+    let dropped = 0;
+    while (promptIds.length + reserve - 1 > limit && this.history.turns.length > 0) {
+      this.history.dropOldest();
+      dropped++;
+      promptIds = this.history.promptIds(user);
+    }
+    if (dropped > 0) {
+      const what = dropped === 1 ? "the oldest turn" : `the ${dropped} oldest turns`;
+      this.note(`context nearly full (${limit} tokens, ${reserve} kept for the reply): dropped ${what}; ${this.history.turns.length} kept`);
+    }
+    const maxTokens = max === null ? null : Math.min(max, limit - promptIds.length + 1);
+    if (max !== null && maxTokens !== null && maxTokens < max) this.note(`the reply is limited to ${maxTokens} tokens by the context`);
+    return { promptIds, maxTokens };
+  }
+
+  private turnStats(r: CompletionResult, maxTokens: number | null): void {
+    const decodeSecs = (r.latency_ms - r.ttft_ms) / 1000;
+    const rate = r.completion_tokens > 1 && decodeSecs > 0 ? `${((r.completion_tokens - 1) / decodeSecs).toFixed(1)} tokens/s` : "- tokens/s";
+    const used = this.history.ids.length;
+    let why = "";
+    if (r.finish_reason === "abort") why = ", interrupted";
+    else if (r.finish_reason === "length") why = maxTokens !== null && r.completion_tokens >= maxTokens ? ", max tokens reached" : ", context full";
+    this.note(`[prompt ${r.prompt_tokens} tokens (${r.cached_tokens} cached), reply ${plural(r.completion_tokens, "token")}${why}, ${rate}, context ${used}/${this.limit}]`, true);
+    this.totals.replies++;
+    this.totals.promptTokens += r.prompt_tokens;
+    this.totals.cachedTokens += r.cached_tokens;
+    this.totals.generated += r.completion_tokens;
+  }
+
+  /** Run a /command; "exit" ends the chat. */
+  private command(line: string): "exit" | void {
+    const match = /^\/(\S*)\s*([\s\S]*)$/.exec(line.trim())!;
+    const name = match[1]!.toLowerCase();
+    const arg = match[2]!;
+    switch (name) {
+      case "exit":
+      case "quit":
+      case "bye":
+        return "exit";
+      case "help":
+      case "?":
+        this.print(HELP);
+        return;
+      case "reset":
+      case "clear":
+        this.history.reset();
+        this.print("new conversation");
+        return;
+      case "system":
+        this.systemCommand(arg);
+        return;
+      case "stats":
+        this.print(this.statsText());
+        return;
+      case "set":
+        this.setCommand(arg);
+        return;
+      default:
+        this.print(`unknown command /${name} (/help lists them)`);
+    }
+  }
+
+  private systemCommand(arg: string): void {
+    if (!templateHasSystem(this.template)) {
+      this.print(`the ${this.template} template has no system prompt (start with --template llama2)`);
+      return;
+    }
+    if (arg === "") {
+      this.print(this.history.system === null ? "no system prompt" : `system prompt: ${this.history.system}`);
+      return;
+    }
+    const text = arg === '""' || arg === "''" ? null : arg;
+    this.history.system = text;
+    const kept = this.history.turns.length > 0 ? " (the conversation's first turn now carries it)" : "";
+    this.print(text === null ? `system prompt cleared${kept}` : `system prompt set${kept}`);
+  }
+
+  private setCommand(arg: string): void {
+    const s = this.settings;
+    if (arg === "") {
+      const show = (v: number | null | undefined, fallback: string) => (v === undefined || v === null ? fallback : String(v));
+      const d = DEFAULT_SAMPLING;
+      this.print([
+        `temperature ${show(s.temperature, String(d.temperature))}, top-k ${show(s.topK, String(d.topK))}, top-p ${show(s.topP, String(d.topP))}, ` +
+          `min-p ${show(s.minP, String(d.minP))}, repeat-penalty ${show(s.repetitionPenalty, String(d.repetitionPenalty))}, ` +
+          `repeat-last-n ${show(s.repeatLastN, String(d.repeatLastN))}`,
+        `seed ${show(s.seed, "random")}, max-tokens ${show(s.maxTokens, "none (until EOS or the context)")}, ` +
+          `stop ${s.stop && s.stop.length > 0 ? s.stop.map((x) => JSON.stringify(x)).join(" ") : "none"}`,
+      ].join("\n"));
+      return;
+    }
+    const m = /^(\S+)\s*([\s\S]*)$/.exec(arg)!;
+    const name = m[1]!.toLowerCase().replaceAll("_", "-");
+    const raw = m[2]!;
+    if (name === "stop") {
+      s.stop = raw === "" ? [] : [raw];
+      this.print(raw === "" ? "stop strings cleared" : `stop ${JSON.stringify(raw)}`);
+      return;
+    }
+    const def = SETTINGS[name];
+    if (def === undefined) {
+      this.print(`unknown setting ${name}: ${[...Object.keys(SETTINGS), "stop"].join(", ")}`);
+      return;
+    }
+    if (raw === "default" || raw === "none" || (name === "seed" && raw === "random")) {
+      delete s[def.key];
+      this.print(`${name} back to its default`);
+      return;
+    }
+    const v = Number(raw);
+    const isNumber = raw.trim() !== "" && Number.isFinite(v) && (def.kind === "number" || Number.isInteger(v));
+    if (!isNumber || !def.ok(v)) {
+      this.print(`${name} must be ${def.kind === "number" ? "a number" : "an integer"} ${def.range}, got "${raw}"`);
+      return;
+    }
+    (s as Record<string, unknown>)[def.key] = v;
+    this.print(`${name} ${v}`);
+  }
+
+  private statsText(): string {
+    const s = this.llm.engine.stats;
+    const kv = this.llm.engine.kv;
+    const rate = s.prefixQueries === 0 ? 0 : (100 * s.prefixHits) / s.prefixQueries;
+    const t = this.totals;
+    return [
+      `conversation: ${plural(this.history.turns.length, "turn")}, ${this.history.ids.length} of ${this.limit} context tokens (template ${this.template})`,
+      `this session: ${plural(t.replies, "reply", "replies")}, ${t.promptTokens} prompt tokens (${t.cachedTokens} cached), ${t.generated} tokens generated`,
+      `prefix cache: ${s.prefixQueries} tokens looked up, ${s.prefixHits} hit (${rate.toFixed(1)}%), ${s.evictions} blocks evicted`,
+      `KV blocks: ${s.blocksInUse} in use, ${kv.numCachedBlocks} cached, ${s.numBlocks} in the pool (${this.llm.engine.options.blockSize} tokens each); ${s.preemptions} preemptions`,
+    ].join("\n");
+  }
+
+  private print(text: string): void {
+    process.stdout.write(`${text}\n`);
+  }
+
+  /** A line on stderr (dim on a terminal when `dim`). */
+  private note(text: string, dim = false): void {
+    process.stderr.write(dim && this.colorErr ? `\x1b[2m${text}\x1b[0m\n` : `${text}\n`);
+  }
+}
+
+function plural(n: number, one: string, many = `${one}s`): string {
+  return `${n} ${n === 1 ? one : many}`;
+}

@@ -1,0 +1,36 @@
+/**
+ * Runs the `pagellm` command line (bin/pagellm) as a child process, the way a user would, and
+ * collects what it printed.
+ */
+import { resolve } from "node:path";
+
+/** The repository root (where bin/pagellm is). */
+export const REPO_ROOT = resolve(import.meta.dir, "..", "..");
+
+export interface CliResult {
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** `bun bin/pagellm ...args` from the repository root; waits for it to exit. */
+export function runPagellm(args: readonly string[], opts: { stdin?: string } = {}): CliResult {
+  const proc = Bun.spawnSync(["bun", "bin/pagellm", ...args], {
+    cwd: REPO_ROOT,
+    stdin: opts.stdin === undefined ? "ignore" : Buffer.from(opts.stdin),
+    stdout: "pipe",
+    stderr: "pipe",
+    // No debug stack dumps, whatever the calling environment sets.
+    env: { ...process.env, PAGELLM_DEBUG: "" },
+  });
+  return {
+    exitCode: proc.exitCode ?? -1,
+    stdout: proc.stdout.toString(),
+    stderr: proc.stderr.toString(),
+  };
+}
+
+/** Text without ANSI colour escapes (citty colours its usage text). */
+export function stripAnsi(text: string): string {
+  return text.replace(/\x1b\[[0-9;]*m/g, "");
+}
