@@ -18,7 +18,7 @@ import { InterruptedError, onInterrupt } from "./interrupt.ts";
 export const generateArgs = {
   ...modelArgs,
   prompt: { type: "string", description: "Prompt text", valueHint: "text" },
-  "prompt-file": { type: "string", description: "Read a prompt from a file (repeatable: runs them together)", valueHint: "path" },
+  "prompt-file": { type: "string", description: "Read a prompt from a file, - for stdin (repeatable: runs them together)", valueHint: "path" },
   "prompts-dir": { type: "string", description: "Run every *.txt file in a folder", valueHint: "dir" },
   prompts: {
     type: "string",
@@ -77,6 +77,8 @@ async function runGenerate(values: ParsedValues, rawArgs: readonly string[]): Pr
     progress.end();
     output?.close();
   }
+  // A streamed reply cut short still ends its line.
+  if (streamText && controller.signal.aborted) process.stdout.write("\n");
   // Stats describe work done: a run whose every request was rejected ends with just the error.
   if (sink.generatedTokens > 0 || sink.finished > sink.errors.length) reportStats(llm, sink, (performance.now() - t0) / 1000);
   if (controller.signal.aborted) {

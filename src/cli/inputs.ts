@@ -14,6 +14,7 @@ export type RequestDefaults = Omit<GenerateRequest, "id" | "prompt">;
 export type InputRequest = { request: GenerateRequest } | { rejected: { id: string; error: string } };
 
 function readPromptFile(path: string, what = "prompt file"): string {
+  if (path === "-") return readFileSync(0, "utf8");
   if (!existsSync(path)) throw new InputError(`${path}: ${what} not found`);
   if (statSync(path).isDirectory()) throw new InputError(`${path}: ${what} is a directory`);
   try {
