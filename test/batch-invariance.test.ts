@@ -1,0 +1,210 @@
+/**
+ * Batch invariance on the real models: a request's tokens do not depend on what else runs with it.
+ * 64 requests of varied prompt lengths and max_tokens run together give, token for token, what
+ * each gives alone: with the prefix cache on and off, with a KV pool so small that requests are
+ * preempted and recomputed, with a token budget so small that prompts are prefilled in chunks
+ * while other requests decode, and when sampling with temperature > 0 and a per-request seed.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
+import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
+import type { EngineOptions } from "../src/engine/engine.ts";
+import type { Scheduler, SchedulerOutput } from "../src/engine/scheduler.ts";
+import type { Sequence } from "../src/engine/sequence.ts";
+import { MODELS, TEXTS, TOKENIZER } from "./helpers/prefix.ts";
+import { describeShared } from "./helpers/shared.ts";
+import { testThreads } from "./helpers/threads.ts";
+
+const THREADS = testThreads();
+const NUM_REQUESTS = 64;
+/** Per-test and per-hook limit (bun's default is 5 s, too tight for a loaded 2-core machine). */
+const TIMEOUT_MS = 120_000;
+
+const opened: LLM[] = [];
+afterEach(closeAll);
+afterAll(closeAll);
+
+function closeAll(): void {
+  for (const llm of opened.splice(0)) llm.close();
+}
+
+function load(model: string, tokenizer: string, engine: Partial<EngineOptions>): LLM {
+  const llm = LLM.load({ model, tokenizer, engine: { threads: THREADS, ...engine } });
+  opened.push(llm);
+  return llm;
+}
+
+/**
+ * 64 requests: prompts of 2 to 100 tokens (8 texts cut at many lengths, so many share prefixes),
+ * max_tokens 20 to 120, so that they finish at different steps. Every other request samples
+ * (temperature 0.9, top-p, min-p) with its own seed; the rest are greedy.
+ */
+function buildRequests(llm: LLM): GenerateRequest[] {
+  const requests: GenerateRequest[] = [];
+  for (let i = 0; i < NUM_REQUESTS; i++) {
+    const text = `${TEXTS[i % TEXTS.length]} ${TEXTS[(3 * i + 1) % TEXTS.length]}`;
+    const len = 2 + ((i * 29) % 99);
+    const maxTokens = 20 + ((i * 37) % 101);
+    const request: GenerateRequest = { id: `r${i}`, promptTokenIds: llm.encode(text).slice(0, len), maxTokens, temperature: 0 };
+    if (i % 2 === 1) Object.assign(request, { temperature: 0.9, topK: 0, topP: 0.95, minP: 0.02, seed: 1000 + i });
+    requests.push(request);
+  }
+  return requests;
+}
+
+/** How the engine composed its steps: partial prompt chunks, steps mixing them with decodes, the most tokens in a step. */
+interface StepLog {
+  partialChunks: number;
+  mixedSteps: number;
+  maxStepTokens: number;
+}
+
+/** Watch the engine's scheduler (a private field of LLMEngine) to see how each step was composed. */
+function watchSteps(llm: LLM): StepLog {
+  const log: StepLog = { partialChunks: 0, mixedSteps: 0, maxStepTokens: 0 };
+  const scheduler = (llm.engine as unknown as { scheduler: Scheduler<Sequence> }).scheduler;
+  const schedule = scheduler.schedule.bind(scheduler);
+  scheduler.schedule = (): SchedulerOutput<Sequence> => {
+    const out = schedule();
+    let decodes = 0;
+    let partial = 0;
+    for (const { req, numNewTokens } of out.scheduled) {
+      if (req.numComputedTokens >= req.numPromptTokens) decodes++;
+      else if (req.numComputedTokens + numNewTokens < req.numPromptTokens) partial++;
+    }
+    log.partialChunks += partial;
+    if (decodes > 0 && partial > 0) log.mixedSteps++;
+    log.maxStepTokens = Math.max(log.maxStepTokens, out.numScheduledTokens);
+    return out;
+  };
+  return log;
+}
+
+async function oneAtATime(llm: LLM, requests: GenerateRequest[]): Promise<CompletionResult[]> {
+  const out: CompletionResult[] = [];
+  for (const r of requests) out.push(...(await llm.generate([r])));
+  return out;
+}
+
+function tokensOf(results: CompletionResult[]): { id: string; finish: string; tokens: number[]; text: string }[] {
+  return results.map((r) => ({ id: r.id, finish: r.finish_reason, tokens: r.token_ids, text: r.text }));
+}
+
+interface Config {
+  label: string;
+  engine: Partial<EngineOptions>;
+  /** The run must preempt (the pool is too small for every request at once). */
+  preempts?: boolean;
+  /** The run must prefill prompts in chunks in steps where other requests decode. */
+  chunks?: boolean;
+}
+
+const TOGETHER_OFF: Config = { label: "all 64 together, prefix cache off", engine: { enablePrefixCaching: false } };
+const TOGETHER_ON: Config = { label: "all 64 together, prefix cache on", engine: { enablePrefixCaching: true } };
+const PREEMPT_OFF: Config = {
+  label: "a pool of 20 blocks (preemption), prefix cache off", engine: { enablePrefixCaching: false, numBlocks: 20 }, preempts: true,
+};
+const PREEMPT_ON: Config = {
+  label: "a pool of 20 blocks (preemption), prefix cache on", engine: { enablePrefixCaching: true, numBlocks: 20 }, preempts: true,
+};
+const CHUNKED_OFF: Config = {
+  label: "32-token steps (chunked prefill), prefix cache off", engine: { enablePrefixCaching: false, maxNumBatchedTokens: 32 }, chunks: true,
+};
+const CHUNKED_ON: Config = {
+  label: "32-token steps (chunked prefill), prefix cache on, LPM, 6 sequences",
+  engine: { enablePrefixCaching: true, maxNumBatchedTokens: 32, maxNumSeqs: 6, schedule: "lpm" },
+  chunks: true,
+};
+const PREEMPT_CHUNKED_ON: Config = {
+  label: "a pool of 64 blocks and 24-token steps (preemption and chunks), prefix cache on",
+  engine: { enablePrefixCaching: true, numBlocks: 64, maxNumBatchedTokens: 24 },
+  preempts: true,
+  chunks: true,
+};
+
+/**
+ * Each model runs the requests alone once (the reference), then together under each config. The
+ * paged attention's online softmax goes block by block, so outputs may depend on the block size
+ * (a different, equally valid, rounding): each block size has its own reference.
+ */
+const CASES: { name: string; model: string; blockSizes: { blockSize: number; configs: Config[] }[] }[] = [
+  {
+    name: "stories260K (f32)",
+    model: MODELS.stories260K,
+    blockSizes: [
+      { blockSize: 16, configs: [TOGETHER_ON, PREEMPT_ON, CHUNKED_OFF] },
+      { blockSize: 4, configs: [PREEMPT_CHUNKED_ON] },
+    ],
+  },
+  {
+    name: "llama2xs_h192 (f32)",
+    model: MODELS.llama2xs,
+    blockSizes: [{ blockSize: 16, configs: [TOGETHER_OFF, PREEMPT_ON, CHUNKED_ON] }],
+  },
+  {
+    name: "stories260K_q80 (int8)",
+    model: MODELS.stories260K_q80,
+    blockSizes: [{ blockSize: 16, configs: [PREEMPT_OFF, CHUNKED_ON] }],
+  },
+];
+
+for (const { name, model, blockSizes } of CASES) {
+  describeShared(`batch invariance on ${name}`, [model, TOKENIZER], ([modelPath, tokPath]) => {
+    for (const { blockSize, configs } of blockSizes) {
+      describe(`block size ${blockSize}`, () => {
+        let requests: GenerateRequest[] = [];
+        let alone: ReturnType<typeof tokensOf> = [];
+        beforeAll(async () => {
+          const llm = load(modelPath!, tokPath!, { enablePrefixCaching: false, blockSize });
+          requests = buildRequests(llm);
+          const results = await oneAtATime(llm, requests);
+          expect(results.every((r) => r.finish_reason === "length" || r.finish_reason === "stop")).toBe(true);
+          alone = tokensOf(results);
+          // the set is varied: requests end at many different lengths
+          expect(new Set(results.map((r) => r.completion_tokens)).size).toBeGreaterThan(20);
+          // and the sampled requests do sample: greedy decoding of the first one gives other tokens
+          const [greedy] = await llm.generate([{ ...requests[1]!, temperature: 0 }]);
+          expect(greedy!.token_ids).not.toEqual(results[1]!.token_ids);
+          closeAll();
+        }, TIMEOUT_MS);
+
+        for (const { label, engine, preempts, chunks } of configs) {
+          test(label, async () => {
+            const llm = load(modelPath!, tokPath!, { ...engine, blockSize });
+            const steps = watchSteps(llm);
+            const together = await llm.generate(requests);
+            expect(tokensOf(together)).toEqual(alone);
+            const s = llm.engine.stats;
+            expect(s.blocksInUse).toBe(0);
+            if (preempts) expect(s.preemptions).toBeGreaterThan(0);
+            else expect(s.preemptions).toBe(0);
+            expect(steps.maxStepTokens).toBeLessThanOrEqual(engine.maxNumBatchedTokens ?? 512);
+            if (chunks) {
+              // prompts longer than the step budget were prefilled over several steps, in steps
+              // where other requests decoded
+              expect(steps.partialChunks).toBeGreaterThan(0);
+              expect(steps.mixedSteps).toBeGreaterThan(0);
+            }
+            if (engine.enablePrefixCaching === true) expect(s.prefixHits).toBeGreaterThan(0);
+          }, TIMEOUT_MS);
+        }
+      });
+    }
+  });
+}
+
+describeShared("results in request order", [MODELS.stories260K, TOKENIZER], ([modelPath, tokPath]) => {
+  test("generate returns results in request order, whichever finishes first, with or without ids", async () => {
+    const llm = load(modelPath!, tokPath!, {});
+    const reqs: GenerateRequest[] = [
+      { prompt: TEXTS[0], maxTokens: 30, temperature: 0 },
+      { prompt: TEXTS[1], maxTokens: 3, temperature: 0 },
+      { prompt: TEXTS[2], maxTokens: 12, temperature: 0 },
+    ];
+    const named = await llm.generate(reqs.map((r, i) => ({ ...r, id: `n${i}` })));
+    expect(named.map((r) => r.id)).toEqual(["n0", "n1", "n2"]);
+    const unnamed = await llm.generate(reqs);
+    expect(unnamed.map((r) => r.completion_tokens)).toEqual([30, 3, 12]);
+    expect(unnamed.map((r) => r.token_ids)).toEqual(named.map((r) => r.token_ids));
+    expect(new Set(unnamed.map((r) => r.id)).size).toBe(3);
+  }, TIMEOUT_MS);
+});

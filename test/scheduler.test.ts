@@ -1,0 +1,459 @@
+/**
+ * The Scheduler with a real KVCacheManager and hand-made Requests, no model. A small harness plays
+ * the engine's part after each step: scheduler.update(out), then one sampled token appended to
+ * every request whose scheduled tokens reached its end, and scheduler.finish(req) for those that
+ * reached their max_tokens.
+ */
+import { describe, expect, test } from "bun:test";
+import { Request } from "../src/engine/request.ts";
+import { Scheduler, type SchedulePolicy, type SchedulerOutput } from "../src/engine/scheduler.ts";
+import { KVCacheManager } from "../src/kv/kv-cache-manager.ts";
+
+const range = (start: number, count: number): number[] => Array.from({ length: count }, (_, i) => start + i);
+
+interface HarnessOptions {
+  numBlocks: number;
+  blockSize: number;
+  maxNumBatchedTokens: number;
+  maxNumSeqs: number;
+  policy?: SchedulePolicy;
+  enableCaching?: boolean;
+}
+
+/** What one step scheduled, read before update(): where each request's tokens start and how many. */
+interface StepRecord {
+  scheduled: { id: string; start: number; n: number }[];
+  preempted: string[];
+  numScheduledTokens: number;
+}
+
+class Harness {
+  readonly kv: KVCacheManager;
+  readonly scheduler: Scheduler<Request>;
+  readonly steps: StepRecord[] = [];
+  readonly finished: Request[] = [];
+  private readonly maxTokens = new Map<Request, number>();
+
+  constructor(readonly opts: HarnessOptions) {
+    this.kv = new KVCacheManager({ numBlocks: opts.numBlocks, blockSize: opts.blockSize, enableCaching: opts.enableCaching ?? true });
+    this.scheduler = new Scheduler<Request>(this.kv, {
+      maxNumBatchedTokens: opts.maxNumBatchedTokens,
+      maxNumSeqs: opts.maxNumSeqs,
+      policy: opts.policy ?? "fcfs",
+    });
+  }
+
+  add(id: string, prompt: number[], maxTokens: number): Request {
+    const req = new Request({ id, promptTokenIds: prompt });
+    this.maxTokens.set(req, maxTokens);
+    this.scheduler.add(req);
+    return req;
+  }
+
+  /** One engine step; checks the invariants every step must keep. */
+  step(): StepRecord {
+    const out: SchedulerOutput<Request> = this.scheduler.schedule();
+    const record: StepRecord = {
+      scheduled: out.scheduled.map(({ req, numNewTokens }) => ({ id: req.id, start: req.numComputedTokens, n: numNewTokens })),
+      preempted: out.preempted.map((r) => r.id),
+      numScheduledTokens: out.numScheduledTokens,
+    };
+    this.checkStep(out);
+    this.scheduler.update(out);
+    for (const { req } of out.scheduled) {
+      if (req.numComputedTokens !== req.numTokens) continue; // a prompt chunk that is not the last: no logits
+      req.appendOutputTokenIds([this.sample(req)]);
+      if (req.outputTokenIds.length >= this.maxTokens.get(req)!) {
+        this.scheduler.finish(req);
+        this.finished.push(req);
+      }
+    }
+    this.steps.push(record);
+    return record;
+  }
+
+  /** Steps until nothing is left (fails after `limit` steps). */
+  runToEnd(limit = 10_000): void {
+    for (let i = 0; this.scheduler.hasUnfinished; i++) {
+      if (i >= limit) throw new Error(`not done after ${limit} steps`);
+      this.step();
+    }
+  }
+
+  /** The "sampled" token: a function of the request's tokens so far, so equal histories continue equally. */
+  private sample(req: Request): number {
+    const t = req.allTokenIds;
+    return 1000 + ((t[t.length - 1]! * 31 + t.length) % 97);
+  }
+
+  private checkStep(out: SchedulerOutput<Request>): void {
+    const { maxNumBatchedTokens, maxNumSeqs, blockSize } = this.opts;
+    const total = out.scheduled.reduce((n, s) => n + s.numNewTokens, 0);
+    expect(out.numScheduledTokens).toBe(total);
+    expect(total).toBeLessThanOrEqual(maxNumBatchedTokens);
+    expect(this.scheduler.running.length).toBeLessThanOrEqual(maxNumSeqs);
+    expect(new Set(out.scheduled.map((s) => s.req)).size).toBe(out.scheduled.length);
+    for (const { req, numNewTokens } of out.scheduled) {
+      expect(numNewTokens).toBeGreaterThan(0);
+      expect(req.numComputedTokens + numNewTokens).toBeLessThanOrEqual(req.numTokens);
+      expect(this.scheduler.running).toContain(req);
+      // the block table covers the tokens computed this step
+      expect(this.kv.getBlockIds(req).length * blockSize).toBeGreaterThanOrEqual(req.numComputedTokens + numNewTokens);
+    }
+    for (const req of out.preempted) {
+      expect(this.scheduler.waiting).toContain(req);
+      expect(req.numComputedTokens).toBe(0);
+      expect(this.kv.getBlockIds(req)).toEqual([]);
+    }
+    // a block is held by every request whose table lists it, and by no one else
+    const holders = new Map<number, number>();
+    for (const req of this.scheduler.running) for (const id of this.kv.getBlockIds(req)) holders.set(id, (holders.get(id) ?? 0) + 1);
+    for (let id = 0; id < this.kv.numBlocks; id++) expect(this.kv.block(id).refCnt).toBe(holders.get(id) ?? 0);
+    expect(this.kv.numFreeBlocks).toBe(this.kv.numBlocks - holders.size);
+  }
+}
+
+/** n, n+1, … ids for request i's prompt, so that prompts share nothing unless built to. */
+const prompt = (i: number, len: number): number[] => range(100 * (i + 1), len);
+
+describe("token budget and step composition", () => {
+  test("every step stays within the token budget, chunks are contiguous, every request completes", () => {
+    const h = new Harness({ numBlocks: 200, blockSize: 4, maxNumBatchedTokens: 7, maxNumSeqs: 5 });
+    const lengths = [3, 12, 1, 7, 20, 5, 9, 2, 15, 6, 4, 11];
+    lengths.forEach((len, i) => h.add(`r${i}`, prompt(i, len), 1 + (i % 4) * 3));
+    const computed = new Map<string, number>();
+    h.runToEnd();
+    for (const step of h.steps) {
+      expect(step.numScheduledTokens).toBeLessThanOrEqual(7);
+      expect(step.numScheduledTokens).toBeGreaterThan(0);
+      for (const s of step.scheduled) {
+        // each request's tokens are computed in order, each exactly once (no preemption here)
+        expect(s.start).toBe(computed.get(s.id) ?? 0);
+        computed.set(s.id, s.start + s.n);
+      }
+    }
+    expect(h.finished.map((r) => r.id).sort()).toEqual(lengths.map((_, i) => `r${i}`).sort());
+    for (const req of h.finished) {
+      const i = Number(req.id.slice(1));
+      expect(req.outputTokenIds.length).toBe(1 + (i % 4) * 3);
+      // the last sampled token is never computed
+      expect(computed.get(req.id)).toBe(req.numTokens - 1);
+    }
+    expect(h.scheduler.numPreemptions).toBe(0);
+    expect(h.kv.numUsedBlocks).toBe(0);
+    // the budget is used: most steps are full while enough work is waiting
+    expect(h.steps.filter((s) => s.numScheduledTokens === 7).length).toBeGreaterThan(h.steps.length / 3);
+  });
+
+  test("running requests get their decode token first; waiting requests get what is left", () => {
+    const h = new Harness({ numBlocks: 100, blockSize: 4, maxNumBatchedTokens: 8, maxNumSeqs: 8 });
+    h.add("A", prompt(0, 3), 10);
+    h.add("B", prompt(1, 3), 10);
+    h.add("C", prompt(2, 10), 10);
+    // step 1: A and B whole, C's first 2 tokens
+    expect(h.step().scheduled).toEqual([
+      { id: "A", start: 0, n: 3 },
+      { id: "B", start: 0, n: 3 },
+      { id: "C", start: 0, n: 2 },
+    ]);
+    h.add("D", prompt(3, 3), 10);
+    // step 2: A and B decode first, C's prompt continues with the rest; D waits (no budget left)
+    expect(h.step().scheduled).toEqual([
+      { id: "A", start: 3, n: 1 },
+      { id: "B", start: 3, n: 1 },
+      { id: "C", start: 2, n: 6 },
+    ]);
+    // step 3: decodes, C's last 2 prompt tokens, then D is admitted with the 3 tokens left
+    expect(h.step().scheduled).toEqual([
+      { id: "A", start: 4, n: 1 },
+      { id: "B", start: 4, n: 1 },
+      { id: "C", start: 8, n: 2 },
+      { id: "D", start: 0, n: 3 },
+    ]);
+    // step 4: four decodes
+    expect(h.step().scheduled).toEqual([
+      { id: "A", start: 5, n: 1 },
+      { id: "B", start: 5, n: 1 },
+      { id: "C", start: 10, n: 1 },
+      { id: "D", start: 3, n: 1 },
+    ]);
+  });
+
+  test("a budget smaller than the running decodes serves them in admission order", () => {
+    const h = new Harness({ numBlocks: 100, blockSize: 4, maxNumBatchedTokens: 2, maxNumSeqs: 8 });
+    h.add("A", prompt(0, 1), 3);
+    h.add("B", prompt(1, 1), 3);
+    h.add("C", prompt(2, 1), 3);
+    expect(h.step().scheduled.map((s) => s.id)).toEqual(["A", "B"]);
+    // A and B decode, C is not admitted until the budget allows
+    expect(h.step().scheduled.map((s) => s.id)).toEqual(["A", "B"]);
+    expect(h.scheduler.waiting.map((r) => r.id)).toEqual(["C"]);
+    h.runToEnd();
+    expect(h.finished.map((r) => r.id)).toEqual(["A", "B", "C"]);
+  });
+
+  test("a long prompt is prefilled in chunks over several steps, and samples only after the last", () => {
+    const h = new Harness({ numBlocks: 100, blockSize: 4, maxNumBatchedTokens: 16, maxNumSeqs: 4 });
+    const a = h.add("A", prompt(0, 50), 3);
+    const chunks: { start: number; n: number }[] = [];
+    for (let i = 0; i < 3; i++) {
+      const step = h.step();
+      expect(step.scheduled.length).toBe(1);
+      chunks.push({ start: step.scheduled[0]!.start, n: step.scheduled[0]!.n });
+      expect(a.outputTokenIds.length).toBe(0);
+      expect(a.numComputedTokens).toBe(16 * (i + 1));
+      // blocks are allocated as the chunks go, not all at admission
+      expect(h.kv.getBlockIds(a).length).toBe(4 * (i + 1));
+    }
+    const b = h.add("B", prompt(1, 5), 2);
+    const last = h.step();
+    // A's last 2 prompt tokens, then B with 5: both sample
+    expect(last.scheduled).toEqual([
+      { id: "A", start: 48, n: 2 },
+      { id: "B", start: 0, n: 5 },
+    ]);
+    expect(chunks).toEqual([
+      { start: 0, n: 16 },
+      { start: 16, n: 16 },
+      { start: 32, n: 16 },
+    ]);
+    expect(a.outputTokenIds.length).toBe(1);
+    expect(b.outputTokenIds.length).toBe(1);
+    expect(h.step().scheduled).toEqual([
+      { id: "A", start: 50, n: 1 },
+      { id: "B", start: 5, n: 1 },
+    ]);
+    h.runToEnd();
+    expect(h.finished.map((r) => r.id)).toEqual(["B", "A"]);
+  });
+
+  test("maxNumSeqs caps the running requests; the next is admitted when one finishes", () => {
+    const h = new Harness({ numBlocks: 100, blockSize: 4, maxNumBatchedTokens: 64, maxNumSeqs: 2 });
+    h.add("A", prompt(0, 4), 2);
+    h.add("B", prompt(1, 4), 4);
+    h.add("C", prompt(2, 4), 2);
+    h.add("D", prompt(3, 4), 1);
+    expect(h.step().scheduled.map((s) => s.id)).toEqual(["A", "B"]);
+    expect(h.scheduler.waiting.map((r) => r.id)).toEqual(["C", "D"]);
+    // A finishes in step 2 (its second token); C only comes in the step after
+    expect(h.step().scheduled.map((s) => s.id)).toEqual(["A", "B"]);
+    expect(h.finished.map((r) => r.id)).toEqual(["A"]);
+    expect(h.step().scheduled.map((s) => s.id)).toEqual(["B", "C"]);
+    h.runToEnd();
+    expect(h.finished.map((r) => r.id)).toEqual(["A", "B", "C", "D"]);
+    expect(Math.max(...h.steps.map((s) => s.scheduled.length))).toBe(2);
+  });
+});
+
+describe("preemption", () => {
+  /**
+   * Block size 4, 5 blocks. A (8-token prompt) and B (6) take 2 blocks each in step 1. A's 9th
+   * token takes the last free block in step 2; in step 4 B's 9th token finds no block: B, the
+   * most recently admitted, is preempted (its 2 full blocks stay cached in the free queue).
+   */
+  function preemptionScenario(aMaxTokens: number) {
+    const h = new Harness({ numBlocks: 5, blockSize: 4, maxNumBatchedTokens: 64, maxNumSeqs: 4 });
+    const a = h.add("A", range(1, 8), aMaxTokens);
+    const b = h.add("B", range(11, 6), 12); // 6 + 12 - 1 positions: fits the 5-block pool alone
+    expect(h.step().scheduled).toEqual([
+      { id: "A", start: 0, n: 8 },
+      { id: "B", start: 0, n: 6 },
+    ]);
+    expect(h.kv.numFreeBlocks).toBe(1);
+    h.step(); // A: a third block; B: its 7th token in its second block
+    expect(h.kv.numFreeBlocks).toBe(0);
+    h.step(); // B's second block is now full, so cached
+    const bBlocks = h.kv.getBlockIds(b);
+    expect(bBlocks.length).toBe(2);
+    const s4 = h.step();
+    expect(s4.preempted).toEqual(["B"]);
+    expect(s4.scheduled).toEqual([{ id: "A", start: 10, n: 1 }]);
+    expect(h.scheduler.numPreemptions).toBe(1);
+    expect(h.scheduler.running).not.toContain(b);
+    expect(h.scheduler.waiting).toEqual([b]);
+    expect(h.scheduler.running.length + h.finished.length).toBe(1); // A, running or just finished
+    expect(b.numComputedTokens).toBe(0);
+    expect(b.outputTokenIds.length).toBe(3); // generated tokens are kept: B resumes, it does not restart
+    expect(b.numCachedTokens).toBe(0);
+    // its blocks are free but still cached
+    for (const id of bBlocks) {
+      expect(h.kv.block(id).refCnt).toBe(0);
+      expect(h.kv.block(id).blockHash).not.toBeNull();
+    }
+    return { h, a, b, bBlocks };
+  }
+
+  test("the most recently admitted request is preempted and resumes hitting all its cached blocks", () => {
+    const { h, b, bBlocks } = preemptionScenario(4); // A finishes in step 4
+    expect(h.finished.map((r) => r.id)).toEqual(["A"]);
+    const s5 = h.step();
+    // B comes back: its 9 tokens (6 prompt + 3 generated) hit 2 full blocks, the 9th is computed
+    expect(s5.scheduled).toEqual([{ id: "B", start: 8, n: 1 }]);
+    expect(h.kv.getBlockIds(b).slice(0, 2)).toEqual(bBlocks);
+    expect(b.numCachedTokens).toBe(0); // cached_tokens keeps the first admission's count
+    expect(b.outputTokenIds.length).toBe(4);
+    expect(h.kv.stats.evictions).toBe(0);
+    h.runToEnd();
+    expect(b.outputTokenIds.length).toBe(12);
+  });
+
+  test("a preempted request whose blocks were partly evicted recomputes from the first evicted one", () => {
+    const { h, a, b, bBlocks } = preemptionScenario(7); // A runs on past the preemption
+    // step 5: A fills its third block; B cannot come back (it needs a new block and none is free
+    // besides its own cached ones)
+    const s5 = h.step();
+    expect(s5.scheduled.map((s) => s.id)).toEqual(["A"]);
+    expect(h.scheduler.waiting).toEqual([b]);
+    // step 6: A needs a fourth block: the free queue's head is B's second block (freed tail
+    // first), which is evicted
+    const s6 = h.step();
+    expect(s6.scheduled.map((s) => s.id)).toEqual(["A"]);
+    expect(h.kv.stats.evictions).toBe(1);
+    expect(h.kv.getBlockIds(a)).toContain(bBlocks[1]!);
+    expect(h.kv.peekCachedTokens(b)).toBe(4);
+    // step 7: A's last token; B still does not fit while A holds its blocks
+    expect(h.step().scheduled.map((s) => s.id)).toEqual(["A"]);
+    expect(h.finished).toEqual([a]);
+    // step 8: B comes back with only its first block
+    const s8 = h.step();
+    expect(s8.scheduled).toEqual([{ id: "B", start: 4, n: 5 }]);
+    expect(h.kv.getBlockIds(b)[0]).toBe(bBlocks[0]!);
+    h.runToEnd();
+    expect(b.outputTokenIds.length).toBe(12);
+    expect(h.scheduler.numPreemptions).toBe(1);
+  });
+
+  test("without prefix caching a preempted request recomputes everything", () => {
+    const h = new Harness({ numBlocks: 5, blockSize: 4, maxNumBatchedTokens: 64, maxNumSeqs: 4, enableCaching: false });
+    h.add("A", range(1, 8), 4);
+    const b = h.add("B", range(11, 6), 6);
+    for (let i = 0; i < 4; i++) h.step();
+    expect(h.scheduler.numPreemptions).toBe(1);
+    expect(h.step().scheduled).toEqual([{ id: "B", start: 0, n: 9 }]);
+    h.runToEnd();
+    expect(b.outputTokenIds.length).toBe(6);
+  });
+
+  test("several victims go back to the head of the waiting queue in admission order, and nothing is admitted that step", () => {
+    // 8 blocks of 2 tokens: four 4-token prompts take 2 blocks each; the first decode step needs
+    // a third block for each
+    const h = new Harness({ numBlocks: 8, blockSize: 2, maxNumBatchedTokens: 64, maxNumSeqs: 8 });
+    const reqs = ["A", "B", "C", "D"].map((id, i) => h.add(id, prompt(i, 4), 3));
+    h.add("E", prompt(4, 1), 1);
+    expect(h.step().scheduled.map((s) => s.id)).toEqual(["A", "B", "C", "D"]);
+    expect(h.kv.numFreeBlocks).toBe(0);
+    expect(h.scheduler.waiting.map((r) => r.id)).toEqual(["E"]);
+    const s2 = h.step();
+    // A needs a block: D goes (2 blocks free); B takes the other; C needs one: C itself goes.
+    // E is not admitted in a step that preempted, though a block is free
+    expect(s2.preempted).toEqual(["D", "C"]);
+    expect(s2.scheduled.map((s) => s.id)).toEqual(["A", "B"]);
+    expect(h.scheduler.waiting.map((r) => r.id)).toEqual(["C", "D", "E"]);
+    expect(h.scheduler.running).toEqual([reqs[0]!, reqs[1]!]);
+    h.runToEnd();
+    expect(h.finished.map((r) => r.id).sort()).toEqual(["A", "B", "C", "D", "E"]);
+    for (const r of reqs) expect(r.outputTokenIds.length).toBe(3);
+  });
+
+  test("a long mixed workload on a small pool completes with every token computed in order", () => {
+    const h = new Harness({ numBlocks: 12, blockSize: 4, maxNumBatchedTokens: 10, maxNumSeqs: 6 });
+    const shared = range(500, 9);
+    for (let i = 0; i < 16; i++) {
+      const p = i % 3 === 0 ? [...shared, ...prompt(i, i % 5)] : prompt(i, 2 + ((i * 7) % 13));
+      h.add(`r${i}`, p, 1 + ((i * 5) % 17));
+    }
+    h.runToEnd();
+    expect(h.finished.length).toBe(16);
+    expect(h.scheduler.numPreemptions).toBeGreaterThan(0);
+    expect(h.kv.numUsedBlocks).toBe(0);
+    // chunks of one request are contiguous, restarting at a cache hit after each preemption
+    const computed = new Map<string, number>();
+    for (const step of h.steps) {
+      for (const id of step.preempted) computed.delete(id);
+      for (const s of step.scheduled) {
+        const prev = computed.get(s.id);
+        if (prev !== undefined) expect(s.start).toBe(prev);
+        else expect(s.start % 4).toBe(0);
+        computed.set(s.id, s.start + s.n);
+      }
+    }
+  });
+});
+
+describe("longest-prefix-match scheduling", () => {
+  /** Caches W's 16-token prompt (4 blocks of 4), then queues X (no hit), Y (4 cached) and Z (12 cached). */
+  function warmCache(policy: SchedulePolicy, maxNumSeqs: number) {
+    const h = new Harness({ numBlocks: 64, blockSize: 4, maxNumBatchedTokens: 64, maxNumSeqs, policy });
+    h.add("W", range(1, 16), 1);
+    h.runToEnd();
+    expect(h.kv.numCachedBlocks).toBe(4);
+    h.add("X", range(50, 10), 2);
+    h.add("Y", [...range(1, 4), ...range(60, 6)], 2);
+    h.add("Z", [...range(1, 12), 70, 71], 2);
+    return h;
+  }
+
+  test("LPM admits the longest cached prefix first; FCFS in arrival order", () => {
+    const lpm = warmCache("lpm", 8).step();
+    expect(lpm.scheduled).toEqual([
+      { id: "Z", start: 12, n: 2 },
+      { id: "Y", start: 4, n: 6 },
+      { id: "X", start: 0, n: 10 },
+    ]);
+    const fcfs = warmCache("fcfs", 8).step();
+    expect(fcfs.scheduled).toEqual([
+      { id: "X", start: 0, n: 10 },
+      { id: "Y", start: 4, n: 6 },
+      { id: "Z", start: 12, n: 2 },
+    ]);
+  });
+
+  test("LPM with one sequence at a time runs them longest prefix first", () => {
+    const h = warmCache("lpm", 1);
+    h.runToEnd();
+    expect(h.finished.map((r) => r.id)).toEqual(["W", "Z", "Y", "X"]);
+  });
+
+  test("equal cached prefixes keep arrival order", () => {
+    const h = new Harness({ numBlocks: 64, blockSize: 4, maxNumBatchedTokens: 64, maxNumSeqs: 8, policy: "lpm" });
+    for (const id of ["P", "Q", "R"]) h.add(id, [...range(1, 3), id.charCodeAt(0)], 1);
+    expect(h.step().scheduled.map((s) => s.id)).toEqual(["P", "Q", "R"]);
+  });
+
+  for (const policy of ["lpm", "fcfs"] as const) {
+    test(`${policy}: a request sharing the prefix of one being prefilled in chunks waits, then hits its blocks`, () => {
+      // budget 10, blocks of 4: A's 24-token prompt takes 3 steps; B shares A's first 18 tokens
+      const h = new Harness({ numBlocks: 64, blockSize: 4, maxNumBatchedTokens: 10, maxNumSeqs: 8, policy });
+      const shared = range(1, 18);
+      const a = h.add("A", [...shared, ...range(40, 6)], 3);
+      const b = h.add("B", [...shared, ...range(80, 4)], 3);
+      expect(h.step().scheduled).toEqual([{ id: "A", start: 0, n: 10 }]);
+      // B's prefix is not cached yet (A's blocks 2… are not even allocated): B is not admitted
+      expect(h.kv.peekCachedTokens(b)).toBe(8);
+      expect(h.step().scheduled).toEqual([{ id: "A", start: 10, n: 10 }]);
+      expect(h.scheduler.waiting).toEqual([b]);
+      // A's last chunk; B then hits the 4 full blocks the two prompts share (16 of 18 tokens)
+      expect(h.step().scheduled).toEqual([
+        { id: "A", start: 20, n: 4 },
+        { id: "B", start: 16, n: 6 },
+      ]);
+      expect(b.numCachedTokens).toBe(16);
+      expect(h.kv.getBlockIds(b).slice(0, 4)).toEqual(h.kv.getBlockIds(a).slice(0, 4));
+      h.runToEnd();
+      expect(h.finished.map((r) => r.id).sort()).toEqual(["A", "B"]);
+    });
+  }
+
+  test("LPM: a request whose prefix another admitted request computes in the same step hits it in that step", () => {
+    const h = new Harness({ numBlocks: 64, blockSize: 4, maxNumBatchedTokens: 64, maxNumSeqs: 8, policy: "lpm" });
+    const shared = range(1, 13);
+    h.add("A", [...shared, 90], 2);
+    const b = h.add("B", [...shared, 91, 92], 2);
+    // A's blocks are cached as soon as they are allocated, so B, admitted after it, hits 3 of them
+    expect(h.step().scheduled).toEqual([
+      { id: "A", start: 0, n: 14 },
+      { id: "B", start: 12, n: 3 },
+    ]);
+    expect(b.numCachedTokens).toBe(12);
+  });
+});
