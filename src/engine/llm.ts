@@ -106,8 +106,10 @@ export class LLM {
   /** Run requests to completion and return their results in request order. */
   async generate(requests: GenerateRequest[], opts: StreamOptions = {}): Promise<CompletionResult[]> {
     const results = new Map<string, CompletionResult>();
-    const ids = requests.map((r) => r.id);
-    for await (const event of this.stream(requests, opts)) {
+    // Give id-less requests their default id here, so that their results can be put in request order.
+    const withIds = requests.map((r) => (r.id === undefined ? { ...r, id: `req-${this.nextId++}` } : r));
+    const ids = withIds.map((r) => r.id);
+    for await (const event of this.stream(withIds, opts)) {
       if (event.kind === "done") results.set(event.result.id, event.result);
     }
     return [...results.values()].sort((a, b) => ids.indexOf(a.id) - ids.indexOf(b.id));
