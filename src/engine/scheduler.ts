@@ -9,9 +9,15 @@
  * preempted, waiting requests are admitted with their prefix-cache hits while budget, sequences
  * and blocks last, their prompts chunked to fit the budget.
  *
- * Order of admission: "fcfs" (arrival), or "lpm" (longest cached prefix first, as SGLang), which
- * also holds back a request whose next uncached block another request of the same step is about
- * to compute, so that the block is computed once and hit on the next step.
+ * Order of admission: "fcfs" (arrival), or "lpm" (longest cached prefix first, as SGLang).
+ *
+ * A shared prefix is computed once under either order, which is what SGLang's LPM achieves by
+ * holding back a request that shares a not-yet-cached prefix with one in the batch. Here it holds
+ * by construction: allocateSlots caches every block a step will fill at allocation, so a request
+ * admitted later in the same step hits the blocks the earlier one computes in that step (the
+ * forward pass writes a layer's K/V for the whole batch before any token attends), and a prompt
+ * whose prefill must continue in a later step has taken the whole step budget, so nothing else is
+ * admitted until its remaining blocks are allocated and cached too.
  */
 import type { KVCacheManager } from "../kv/kv-cache-manager.ts";
 import type { Request } from "./request.ts";
@@ -119,20 +125,10 @@ export class Scheduler<R extends Request = Request> {
   }
 
   private admit(budget: number, out: SchedulerOutput<R>): void {
-    const lpm = this.opts.policy === "lpm";
-    if (lpm) this.sortByCachedPrefix();
-    // Blocks that admitted requests have yet to compute (this step or a later chunk): under LPM a
-    // waiting request whose next uncached block is one of them waits, then hits it.
-    const pending = new Set<string>();
-    if (lpm) for (const req of this.running) this.notePendingBlocks(req, pending);
-    const heldBack: R[] = [];
+    if (this.opts.policy === "lpm") this.sortByCachedPrefix();
     while (this.waiting.length > 0 && budget > 0 && this.running.length < this.opts.maxNumSeqs) {
       const req = this.waiting[0]!;
       const hit = this.kv.getComputedBlocks(req);
-      if (lpm && this.sharesPendingBlock(req, hit.blocks.length, pending)) {
-        heldBack.push(this.waiting.shift()!);
-        continue;
-      }
       const numNew = Math.min(req.numTokens - hit.numComputedTokens, budget);
       if (this.kv.allocateSlots(req, numNew, hit.numComputedTokens, hit.blocks) === null) break;
       this.waiting.shift();
@@ -140,9 +136,7 @@ export class Scheduler<R extends Request = Request> {
       this.running.push(req);
       out.scheduled.push({ req, numNewTokens: numNew });
       budget -= numNew;
-      if (lpm) this.notePendingBlocks(req, pending);
     }
-    this.waiting.unshift(...heldBack);
   }
 
   /** LPM: most cached tokens first, arrival order among equals (the sort is stable). */
@@ -150,23 +144,5 @@ export class Scheduler<R extends Request = Request> {
     const cached = new Map<R, number>();
     for (const req of this.waiting) cached.set(req, this.kv.peekCachedTokens(req));
     this.waiting.sort((a, b) => cached.get(b)! - cached.get(a)!);
-  }
-
-  /** True when req's first uncached block is one that an admitted request has yet to compute. */
-  private sharesPendingBlock(req: Request, numHitBlocks: number, computing: Set<string>): boolean {
-    const hash = this.kv.blockHash(req, numHitBlocks);
-    return hash !== null && computing.has(hash);
-  }
-
-  /**
-   * Record the full blocks of req that are not computed yet. Blocks this step computes are in the
-   * cache from their allocation on, so another request hits them; later chunks' blocks are not.
-   */
-  private notePendingBlocks(req: Request, pending: Set<string>): void {
-    const fullBlocks = Math.floor(req.numTokens / this.kv.blockSize);
-    for (let b = Math.floor(req.numComputedTokens / this.kv.blockSize); b < fullBlocks; b++) {
-      const hash = this.kv.blockHash(req, b);
-      if (hash !== null) pending.add(hash);
-    }
   }
 }

@@ -115,15 +115,6 @@ export class KVCacheManager {
     return this.findComputedBlocks(req).numComputedTokens;
   }
 
-  /**
-   * Hash of the request's full block `index` (null when that block is not full, or caching is off):
-   * lets the scheduler see which blocks two waiting requests share before either is cached.
-   */
-  blockHash(req: Request, index: number): BlockHash | null {
-    if (!this.enableCaching || index >= Math.floor(req.numTokens / this.blockSize)) return null;
-    return this.hashesOf(req).hashAt(index);
-  }
-
   private findComputedBlocks(req: Request): ComputedBlocks {
     if (!this.enableCaching) return { blocks: [], numComputedTokens: 0 };
     const hashes = this.hashesOf(req);
