@@ -15,8 +15,11 @@
 import { exp4, expScalar } from "./math";
 
 export const SEQ_INFO_INTS: i32 = 4;
-/** Largest block size the attention scratch is laid out for. */
-export const MAX_BLOCK_SIZE: i32 = 256;
+/**
+ * Positions per step of the online softmax. Fixed, and independent of the KV block size, so the
+ * rounding of attention (and therefore the output) is the same whatever block size the cache uses.
+ */
+export const ATTN_TILE: i32 = 16;
 
 /** Scatter this step's keys and values into their cache slots (slot = block * blockSize + row). */
 export function writeKV(
@@ -56,17 +59,17 @@ export function writeKV(
 }
 
 /**
- * Scores of q against keys [0, n) of a block (rows headDim apart), scaled, into scores[];
- * returns their max. Four keys at a time share each load of q; every score is still computed
- * in dot()'s order.
+ * Scores of q against the tile's keys [0, n) (their row addresses in rows[]), scaled, into
+ * scores[]; returns their max. Four keys at a time share each load of q; every score is still
+ * computed in dot()'s order.
  */
-@inline function blockScores(scores: usize, q: usize, k: usize, n: i32, headDim: i32, scale: f32): f32 {
-  const rowBytes = <usize>headDim << 2;
+@inline function tileScores(scores: usize, q: usize, rows: usize, n: i32, headDim: i32, scale: f32): f32 {
   const n4 = headDim & ~3;
   let blockMax: f32 = -Infinity;
   let j = 0;
   for (; j + 4 <= n; j += 4) {
-    const k0 = k + <usize>j * rowBytes, k1 = k0 + rowBytes, k2 = k1 + rowBytes, k3 = k2 + rowBytes;
+    const r = rows + (<usize>j << 2);
+    const k0 = <usize>load<i32>(r), k1 = <usize>load<i32>(r, 4), k2 = <usize>load<i32>(r, 8), k3 = <usize>load<i32>(r, 12);
     let a0 = f32x4.splat(0), a1 = f32x4.splat(0), a2 = f32x4.splat(0), a3 = f32x4.splat(0);
     for (let c = 0; c < n4; c += 4) {
       const o = <usize>c << 2;
@@ -94,7 +97,7 @@ export function writeKV(
     blockMax = max(blockMax, max(max(s0, s1), max(s2, s3)));
   }
   for (; j < n; j++) {
-    const s = dot(q, k + <usize>j * rowBytes, headDim) * scale;
+    const s = dot(q, <usize>load<i32>(rows + (<usize>j << 2)), headDim) * scale;
     store<f32>(scores + (<usize>j << 2), s);
     blockMax = max(blockMax, s);
   }
@@ -125,11 +128,10 @@ export function writeKV(
 
 /**
  * acc[0..headDim) = acc * alpha (when rescale) + sum over j < n of p[j] * v[j], the adds in j
- * order for every element. Sixteen columns at a time stay in registers across all the block's
- * keys, so acc is loaded and stored once per block, not once per key.
+ * order for every element; value row j is at rows[j] + vOffset. Sixteen columns at a time stay in
+ * registers across all the tile's keys, so acc is loaded and stored once per tile, not per key.
  */
-@inline function accumulateValues(acc: usize, p: usize, v: usize, n: i32, headDim: i32, rescale: bool, alpha: f32): void {
-  const rowBytes = <usize>headDim << 2;
+@inline function accumulateValues(acc: usize, p: usize, rows: usize, vOffset: usize, n: i32, headDim: i32, rescale: bool, alpha: f32): void {
   const av = f32x4.splat(alpha);
   let c = 0;
   for (; c + 16 <= headDim; c += 16) {
@@ -138,9 +140,10 @@ export function writeKV(
     if (rescale) {
       a0 = f32x4.mul(a0, av); a1 = f32x4.mul(a1, av); a2 = f32x4.mul(a2, av); a3 = f32x4.mul(a3, av);
     }
-    let vr = v + (<usize>c << 2);
-    for (let j = 0; j < n; j++, vr += rowBytes) {
+    const col = vOffset + (<usize>c << 2);
+    for (let j = 0; j < n; j++) {
       const pj = v128.load32_splat(p + (<usize>j << 2));
+      const vr = <usize>load<i32>(rows + (<usize>j << 2)) + col;
       a0 = f32x4.add(a0, f32x4.mul(pj, v128.load(vr)));
       a1 = f32x4.add(a1, f32x4.mul(pj, v128.load(vr, 16)));
       a2 = f32x4.add(a2, f32x4.mul(pj, v128.load(vr, 32)));
@@ -152,38 +155,43 @@ export function writeKV(
     const a = acc + (<usize>c << 2);
     let a0 = v128.load(a);
     if (rescale) a0 = f32x4.mul(a0, av);
-    let vr = v + (<usize>c << 2);
-    for (let j = 0; j < n; j++, vr += rowBytes) a0 = f32x4.add(a0, f32x4.mul(v128.load32_splat(p + (<usize>j << 2)), v128.load(vr)));
+    const col = vOffset + (<usize>c << 2);
+    for (let j = 0; j < n; j++) {
+      const vr = <usize>load<i32>(rows + (<usize>j << 2)) + col;
+      a0 = f32x4.add(a0, f32x4.mul(v128.load32_splat(p + (<usize>j << 2)), v128.load(vr)));
+    }
     v128.store(a, a0);
   }
   for (; c < headDim; c++) {
     const a = acc + (<usize>c << 2);
     let a0 = load<f32>(a);
     if (rescale) a0 *= alpha;
-    let vr = v + (<usize>c << 2);
-    for (let j = 0; j < n; j++, vr += rowBytes) a0 += load<f32>(p + (<usize>j << 2)) * load<f32>(vr);
+    const col = vOffset + (<usize>c << 2);
+    for (let j = 0; j < n; j++) a0 += load<f32>(p + (<usize>j << 2)) * load<f32>(<usize>load<i32>(rows + (<usize>j << 2)) + col);
     store<f32>(a, a0);
   }
 }
 
 /**
- * One step of the online softmax for one (query, head): keys [0, n) of a block. state holds the
+ * One step of the online softmax for one (query, head): the tile's keys [0, n). state holds the
  * running max m and the running sum l; acc (the output row) the unnormalised weighted sum of
- * values. When the max rises, l and acc are rescaled by exp(m_old - m_new) first.
+ * values.
  */
-@inline function onlineBlock(acc: usize, state: usize, q: usize, k: usize, v: usize, n: i32, headDim: i32, scale: f32, scores: usize): void {
-  const blockMax = blockScores(scores, q, k, n, headDim, scale);
+@inline function onlineTile(
+  acc: usize, state: usize, q: usize, rows: usize, vOffset: usize, n: i32, headDim: i32, scale: f32, scores: usize,
+): void {
+  const tileMax = tileScores(scores, q, rows, n, headDim, scale);
   const mOld = load<f32>(state);
-  const mNew = max(mOld, blockMax);
+  const mNew = max(mOld, tileMax);
   let l = load<f32>(state, 4);
   // When the max rises, the sum and the accumulator are rescaled by exp(m_old - m_new) first;
-  // exp(-inf) = 0 on the first block, so the empty accumulator stays zero.
+  // exp(-inf) = 0 on the first tile, so the empty accumulator stays zero.
   const rescale = mNew > mOld;
   const alpha = rescale ? expScalar(mOld - mNew) : <f32>1;
   if (rescale) l *= alpha;
   expShifted(scores, n, mNew);
   for (let j = 0; j < n; j++) l += load<f32>(scores + (<usize>j << 2));
-  accumulateValues(acc, scores, v, n, headDim, rescale, alpha);
+  accumulateValues(acc, scores, rows, vOffset, n, headDim, rescale, alpha);
   store<f32>(state, mNew);
   store<f32>(state, l, 4);
 }
@@ -200,12 +208,13 @@ export function writeKV(
  *
  * Work items are (sequence, kv head) pairs, item = seq * nKvHeads + kvHead; a thread computes
  * items [itemStart, itemEnd) and every output element is computed by exactly one item. Within an
- * item, blocks are the outer loop and the chunk's queries the inner one, so a K/V block is read
- * from memory once for the whole chunk; each (query, head) still sees its blocks in order with
- * the same arithmetic, so its result does not depend on the chunk it came in.
+ * item, tiles of ATTN_TILE positions are the outer loop and the chunk's queries the inner one, so
+ * the tile's K/V rows are read from memory once for the whole chunk. Each (query, head) sees the
+ * tiles in order with the same arithmetic, whatever chunk it came in, whatever other sequences
+ * share the step and whatever the block size: its result is always the same bits.
  *
- * q and out are [T][qStride] floats. scratch (per thread): MAX_BLOCK_SIZE floats of scores, then
- * (m, l) pairs for queryCount * (nHeads / nKvHeads) rows.
+ * q and out are [T][qStride] floats. scratch (per thread): ATTN_TILE floats of scores, ATTN_TILE
+ * i32 key-row addresses, then (m, l) pairs for queryCount * (nHeads / nKvHeads) rows.
  */
 export function pagedAttention(
   out: usize, q: usize, kLayer: usize, vLayer: usize, seqInfo: usize,
@@ -215,9 +224,11 @@ export function pagedAttention(
   const group = nHeads / nKvHeads;
   const headBytes = <usize>headDim << 2;
   const blockBytes = <usize>(nKvHeads * blockSize) * headBytes;
+  const vOffset = vLayer - kLayer;
   const scale: f32 = 1.0 / Mathf.sqrt(<f32>headDim);
   const scores = scratch;
-  const states = scratch + (<usize>MAX_BLOCK_SIZE << 2);
+  const rows = scratch + (<usize>ATTN_TILE << 2);
+  const states = rows + (<usize>ATTN_TILE << 2);
   for (let item = itemStart; item < itemEnd; item++) {
     const seq = item / nKvHeads;
     const kvHead = item - seq * nKvHeads;
@@ -227,6 +238,7 @@ export function pagedAttention(
     const contextLen = load<i32>(info, 8);
     const table = <usize>load<i32>(info, 12);
     const firstPos = contextLen - queryCount;
+    const headRows = kLayer + <usize>(kvHead * blockSize) * headBytes;
 
     for (let i = 0; i < queryCount; i++) {
       for (let g = 0; g < group; g++) {
@@ -236,17 +248,18 @@ export function pagedAttention(
         store<f32>(state, 0, 4);
       }
     }
-    const nBlocks = (contextLen + blockSize - 1) / blockSize;
-    for (let b = 0; b < nBlocks; b++) {
-      const blockStart = b * blockSize;
-      const base = <usize>load<i32>(table + (<usize>b << 2)) * blockBytes + <usize>(kvHead * blockSize) * headBytes;
-      const k = kLayer + base;
-      const v = vLayer + base;
-      for (let i = max(0, blockStart - firstPos); i < queryCount; i++) {
-        const n = min(blockSize, firstPos + i + 1 - blockStart);
+    for (let tileStart = 0; tileStart < contextLen; tileStart += ATTN_TILE) {
+      // Addresses of the tile's K rows: position p is row p % blockSize of block table[p / blockSize].
+      const tileEnd = min(contextLen, tileStart + ATTN_TILE);
+      for (let p = tileStart; p < tileEnd; p++) {
+        const block = load<i32>(table + (<usize>(p / blockSize) << 2));
+        store<i32>(rows + (<usize>(p - tileStart) << 2), <i32>(headRows + <usize>block * blockBytes + <usize>(p % blockSize) * headBytes));
+      }
+      for (let i = max(0, tileStart - firstPos); i < queryCount; i++) {
+        const n = min(ATTN_TILE, firstPos + i + 1 - tileStart);
         for (let g = 0; g < group; g++) {
           const off = headOffset(queryStart + i, kvHead * group + g, qStride, headDim);
-          onlineBlock(out + off, states + (<usize>(i * group + g) << 3), q + off, k, v, n, headDim, scale, scores);
+          onlineTile(out + off, states + (<usize>(i * group + g) << 3), q + off, rows, vOffset, n, headDim, scale, scores);
         }
       }
     }

@@ -405,6 +405,37 @@ describe("paged KV cache kernels", () => {
     });
   });
 
+  test("pagedAttention gives the same bits whatever the block size and block order", () => {
+    const rng = new Xoshiro128(15);
+    for (let iter = 0; iter < 30; iter++) {
+      const s = new Scratch();
+      const nKv = randInt(rng, 1, 2), group = randInt(rng, 1, 2), nHeads = nKv * group;
+      const hd = randInt(rng, 1, 20);
+      const ctx = randInt(rng, 1, 70);
+      const count = randInt(rng, 1, Math.min(ctx, 9));
+      const keys = randomArray(rng, ctx * nKv * hd, 2), values = randomArray(rng, ctx * nKv * hd, 2);
+      const qv = s.f32(randomArray(rng, count * nHeads * hd, 2));
+      const results: Float32Array[] = [];
+      for (const bs of [1, 3, 16, 17, 64]) {
+        const nBlocks = Math.ceil(ctx / bs) + 2;
+        const table = Array.from({ length: nBlocks }, (_, i) => i).sort(() => rng.nextFloat() - 0.5);
+        const kc = s.alloc(4 * nBlocks * nKv * bs * hd), vc = s.alloc(4 * nBlocks * nKv * bs * hd);
+        for (let p = 0; p < ctx; p++) {
+          for (let h = 0; h < nKv; h++) {
+            const at = ((table[Math.floor(p / bs)]! * nKv + h) * bs + (p % bs)) * hd;
+            mem.f32.set(keys.subarray((p * nKv + h) * hd, (p * nKv + h + 1) * hd), (kc >> 2) + at);
+            mem.f32.set(values.subarray((p * nKv + h) * hd, (p * nKv + h + 1) * hd), (vc >> 2) + at);
+          }
+        }
+        const out = s.alloc(4 * count * nHeads * hd);
+        const info = s.i32([0, count, ctx, s.i32(table)]);
+        k.pagedAttention(out, qv, kc, vc, info, nHeads, nKv, hd, bs, nHeads * hd, s.alloc(attentionScratchBytes(count * group)), 0, nKv);
+        results.push(readF32(out, count * nHeads * hd));
+      }
+      for (const r of results) expect(r).toEqual(results[0]!);
+    }
+  });
+
   test("pagedAttention equals plain causal softmax attention over shuffled blocks, chunks and GQA", () => {
     const rng = new Xoshiro128(11);
     for (let iter = 0; iter < 60; iter++) {

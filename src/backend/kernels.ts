@@ -56,10 +56,12 @@ export const SEQ_INFO_INTS = 4;
 /** i32 fields per segment of matmulF32Multi's table: weight, out, rows, out stride, first row. */
 export const MULTI_SEGMENT_INTS = 5;
 
-/** Largest KV block size; pagedAttention's scratch starts with this many floats of scores. */
+/** Largest KV block size accepted (a sanity bound: attention's numerics do not depend on it). */
 export const MAX_BLOCK_SIZE = 256;
+/** Positions per online-softmax step of pagedAttention (assembly/attention.ts ATTN_TILE). */
+export const ATTN_TILE = 16;
 
 /** Bytes of pagedAttention scratch one thread needs for `queryRows` (query, head) rows of one item. */
 export function attentionScratchBytes(queryRows: number): number {
-  return 4 * (MAX_BLOCK_SIZE + 2 * queryRows);
+  return 4 * (2 * ATTN_TILE + 2 * queryRows);
 }
