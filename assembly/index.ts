@@ -7,6 +7,9 @@ export { rmsnorm } from "./norm";
 export { ropeInterleaved, ropeNeox } from "./rope";
 export { swiglu, addInPlace, softmax, gatherRows } from "./activation";
 export { writeKV, pagedAttention } from "./attention";
+export {
+  rmsnormRunq, quantizeQ8Runq, matmulQ8Runq, swigluRunq, ropeTablesRunq, pagedAttentionRunq, runqMath, runqFma,
+} from "./runq";
 export { expF32 } from "./math";
 
 /** First free byte after the module's static data: the host allocates from here up. */

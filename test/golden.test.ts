@@ -33,7 +33,6 @@ const modelsRel = (rel: string) => `models/${rel}`;
 
 describeShared("run.c greedy goldens", [GOLDEN], ([goldenPath]) => {
   const cases = (JSON.parse(readFileSync(goldenPath!, "utf8")) as GoldenCase[])
-    .filter((c) => c.model !== "llama2c/stories260K_q80.bin") // int8 (v2) not finished yet: delete this line to include it
     .filter((c) => c.temperature === 0);
 
   test("the golden file has the f32 cases and is self-consistent (stdout = prompt + completion + newline)", () => {

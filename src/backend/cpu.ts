@@ -5,13 +5,20 @@
  * attention items, every output element computed by exactly one thread in a fixed order, so the
  * results are the same bits at any thread count. Small kernels run on the caller alone.
  */
-import { attentionScratchBytes, MAX_BLOCK_SIZE, MULTI_SEGMENT_INTS, type Kernels } from "./kernels.ts";
+import { attentionScratchBytes, MAX_BLOCK_SIZE, MULTI_SEGMENT_INTS, SEQ_INFO_INTS, type Kernels } from "./kernels.ts";
 import { ThreadPool, type ParallelCall } from "./thread-pool.ts";
 import { instantiateKernels, kernelModule, LinearMemory } from "./wasm.ts";
+import type { Numerics } from "../model/config.ts";
 import type { WeightMatrix } from "../model/weights.ts";
 
 /** Multiply-adds below which a product is not worth a dispatch (~10 µs of work on one core). */
 const MIN_PARALLEL_MACS = 1 << 17;
+
+/**
+ * Which RMSNorm of the forward pass: runq's compiled code computes the final norm (before the
+ * classifier) differently from the layers' norms; the default kernels make no difference.
+ */
+export type NormSite = "layer" | "final";
 
 /** Products that share one input, prepared once (see matmulShared). */
 export interface SharedInputProducts {
@@ -35,6 +42,11 @@ export class CpuBackend {
   private attnScratch = 0;
   private attnScratchBytes = 0;
   private attnQueryRows = 0;
+  /** Per-thread scores for runq attention, which softmaxes a whole context at once. */
+  private runqScores = 0;
+  private runqScoresCapacity = 0;
+  /** Which arithmetic the ops use; set once by the model this backend runs (see ModelConfig.numerics). */
+  numerics: Numerics = "default";
 
   constructor(readonly threads = 1) {
     this.mem = new LinearMemory();
@@ -45,15 +57,20 @@ export class CpuBackend {
 
   /**
    * Reserve scratch for steps of up to maxTokens tokens: int8 activations up to maxWidth wide, and
-   * attention state for maxTokens queries times `group` query heads per kv head.
+   * attention state for maxTokens queries times `group` query heads per kv head. Models with
+   * "runq" numerics also need `runqContext` (their seqLen) scores per thread.
    */
-  reserveScratch(maxTokens: number, maxWidth: number, group: number): void {
+  reserveScratch(maxTokens: number, maxWidth: number, group: number, runqContext = 0): void {
     this.q8Capacity = maxTokens * maxWidth;
     this.q8Values = this.mem.alloc(this.q8Capacity);
     this.q8Scales = this.mem.alloc(4 * this.q8Capacity);
     this.attnQueryRows = maxTokens * group;
     this.attnScratchBytes = attentionScratchBytes(this.attnQueryRows);
     this.attnScratch = this.mem.alloc(this.attnScratchBytes * this.threads);
+    if (runqContext > 0) {
+      this.runqScoresCapacity = runqContext;
+      this.runqScores = this.mem.alloc(4 * runqContext * this.threads);
+    }
   }
 
   /** out[t][0..m.rows) = m · x[t] for T tokens; x rows are m.cols wide, out rows m.rows wide. */
@@ -65,9 +82,10 @@ export class CpuBackend {
       return;
     }
     if (T * m.cols > this.q8Capacity) throw new Error(`q8 scratch too small for ${T} x ${m.cols}`);
-    this.kernels.quantizeQ8(this.q8Values, this.q8Scales, x, T, m.cols, m.groupSize);
+    const runq = this.numerics === "runq";
+    (runq ? this.kernels.quantizeQ8Runq : this.kernels.quantizeQ8)(this.q8Values, this.q8Scales, x, T, m.cols, m.groupSize);
     const args = [out, this.q8Values, this.q8Scales, m.q, m.s, T, m.cols, m.groupSize, m.rows, 0, m.rows];
-    this.dispatch({ kernel: "matmulQ8", args, total: m.rows, granularity: 1 }, parallel);
+    this.dispatch({ kernel: runq ? "matmulQ8Runq" : "matmulQ8", args, total: m.rows, granularity: 1 }, parallel);
   }
 
   /**
@@ -106,12 +124,16 @@ export class CpuBackend {
     else this.kernels.embedQ8(out, table.q, table.s, tokens, T, table.cols, table.groupSize);
   }
 
-  rmsnorm(out: number, x: number, weight: number, T: number, n: number, eps: number): void {
-    this.kernels.rmsnorm(out, x, weight, T, n, eps);
+  rmsnorm(out: number, x: number, weight: number, T: number, n: number, eps: number, site: NormSite = "layer"): void {
+    if (this.numerics === "runq") this.kernels.rmsnormRunq(out, x, weight, T, n, eps, site === "final" ? 1 : 0);
+    else this.kernels.rmsnorm(out, x, weight, T, n, eps);
   }
 
-  swiglu(gate: number, up: number, n: number): void {
-    this.kernels.swiglu(gate, up, n);
+  /** gate[t][i] = silu(gate[t][i]) * up[t][i] for T rows of n. */
+  swiglu(gate: number, up: number, T: number, n: number): void {
+    // runq splits each row into vector blocks and a scalar tail, so it needs the row length.
+    if (this.numerics === "runq") this.kernels.swigluRunq(gate, up, T, n);
+    else this.kernels.swiglu(gate, up, T * n);
   }
 
   add(x: number, y: number, n: number): void {
@@ -130,11 +152,25 @@ export class CpuBackend {
     out: number, q: number, kLayer: number, vLayer: number, seqInfo: number, numSeqs: number,
     nHeads: number, nKvHeads: number, headDim: number, blockSize: number, qStride: number, contextTokens: number,
   ): void {
+    const items = numSeqs * nKvHeads;
+    const parallel = items > 1 && contextTokens * nHeads * headDim >= MIN_PARALLEL_MACS;
+    if (this.numerics === "runq") {
+      // Two-pass softmax over the whole context: scores for every position of the longest sequence.
+      const i32 = this.mem.i32;
+      for (let s = 0; s < numSeqs; s++) {
+        const contextLen = i32[(seqInfo >> 2) + s * SEQ_INFO_INTS + 2]!;
+        if (contextLen > this.runqScoresCapacity) {
+          throw new Error(`runq attention scratch holds ${this.runqScoresCapacity} positions, a sequence has ${contextLen}`);
+        }
+      }
+      const args = [out, q, kLayer, vLayer, seqInfo, nHeads, nKvHeads, headDim, blockSize, qStride, this.runqScores, 0, items];
+      const stride = 4 * this.runqScoresCapacity;
+      this.dispatch({ kernel: "pagedAttentionRunq", args, total: items, granularity: 1, scratch: { arg: 10, stride } }, parallel);
+      return;
+    }
     if (blockSize > MAX_BLOCK_SIZE) throw new Error(`block size ${blockSize} exceeds ${MAX_BLOCK_SIZE}`);
     if (this.attnQueryRows === 0) throw new Error("attention scratch not reserved");
-    const items = numSeqs * nKvHeads;
     const args = [out, q, kLayer, vLayer, seqInfo, nHeads, nKvHeads, headDim, blockSize, qStride, this.attnScratch, 0, items];
-    const parallel = items > 1 && contextTokens * nHeads * headDim >= MIN_PARALLEL_MACS;
     this.dispatch({ kernel: "pagedAttention", args, total: items, granularity: 1, scratch: { arg: 10, stride: this.attnScratchBytes } }, parallel);
   }
 

@@ -47,6 +47,24 @@ export interface Kernels {
     nHeads: number, nKvHeads: number, headDim: number, blockSize: number, qStride: number,
     scratch: number, itemStart: number, itemEnd: number,
   ): void;
+  // runq.ts: llama2.c runq.c's arithmetic, bit for bit (numerics "runq")
+  rmsnormRunq(out: number, x: number, w: number, T: number, n: number, eps: number, final: number): void;
+  quantizeQ8Runq(xq: number, xs: number, x: number, T: number, d: number, gs: number): void;
+  matmulQ8Runq(
+    out: number, xq: number, xs: number, wq: number, ws: number,
+    T: number, d: number, gs: number, outStride: number, rowStart: number, rowEnd: number,
+  ): void;
+  swigluRunq(a: number, b: number, T: number, n: number): void;
+  ropeTablesRunq(cosTab: number, sinTab: number, seqLen: number, headDim: number, lnTheta: number): void;
+  pagedAttentionRunq(
+    out: number, q: number, kLayer: number, vLayer: number, seqInfo: number,
+    nHeads: number, nKvHeads: number, headDim: number, blockSize: number, qStride: number,
+    scores: number, itemStart: number, itemEnd: number,
+  ): void;
+  /** Test probe: 0 glibc expf, 1 libmvec expf, 2 sinf, 3 cosf (glibc sincosf), 4 vrcp14ps, 5 rcpps, 6 rsqrtss, 7 rsqrt+Newton. */
+  runqMath(which: number, x: number): number;
+  /** Test probe: f32 fused multiply-add under flush-to-zero. */
+  runqFma(a: number, b: number, c: number): number;
 }
 
 export type KernelName = keyof Kernels;

@@ -5,7 +5,9 @@
 import type { KernelName } from "./kernels.ts";
 
 /** Kernels the pool can split, by index in this list. Each takes its range as the last two arguments. */
-export const PARALLEL_KERNELS = ["matmulF32", "matmulF32Multi", "matmulQ8", "pagedAttention", "streamSumF32"] as const satisfies readonly KernelName[];
+export const PARALLEL_KERNELS = [
+  "matmulF32", "matmulF32Multi", "matmulQ8", "pagedAttention", "streamSumF32", "matmulQ8Runq", "pagedAttentionRunq",
+] as const satisfies readonly KernelName[];
 export type ParallelKernel = (typeof PARALLEL_KERNELS)[number];
 
 const enum Slot {

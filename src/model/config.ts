@@ -7,6 +7,15 @@ export type RopeStyle =
   /** Rotate halves (x[i], x[i + headDim/2]): GPT-NeoX and Hugging Face Llama checkpoints. */
   | "neox";
 
+/**
+ * The float arithmetic of the forward pass.
+ *   default  this engine's kernels (assembly/*.ts, SIMD, batch-invariant)
+ *   runq     bit-exact emulation of llama2.c's runq.c as gcc -Ofast -march=native builds it on
+ *            AMD Zen 4/5 with glibc (assembly/runq.ts): int8 checkpoints then generate exactly
+ *            runq's text, since its int8 activation rounding amplifies any one-ulp difference
+ */
+export type Numerics = "default" | "runq";
+
 export interface ModelConfig {
   /** Transformer width (embedding size). */
   dim: number;
@@ -29,6 +38,8 @@ export interface ModelConfig {
   ropeStyle: RopeStyle;
   /** True when the output classifier is the token embedding table. */
   sharedClassifier: boolean;
+  /** Float arithmetic of the forward pass; absent means "default". */
+  numerics?: Numerics;
 }
 
 /** Fill in derived fields with llama2.c's defaults. */

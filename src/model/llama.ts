@@ -5,7 +5,7 @@
  */
 import type { CpuBackend, SharedInputProducts } from "../backend/cpu.ts";
 import type { KVArena } from "../kv/kv-arena.ts";
-import type { ModelConfig } from "./config.ts";
+import type { ModelConfig, Numerics } from "./config.ts";
 import type { ModelWeights } from "./weights.ts";
 import type { StepBatch } from "./batch.ts";
 
@@ -31,6 +31,7 @@ export class LlamaModel {
   private readonly gateUp: SharedInputProducts[];
   private readonly ropeCos: number; // [seqLen][headDim/2]
   private readonly ropeSin: number; // [seqLen][headDim/2]
+  private readonly numerics: Numerics;
 
   constructor(
     readonly config: ModelConfig,
@@ -42,6 +43,8 @@ export class LlamaModel {
     const mem = backend.mem;
     const { dim, hiddenDim, vocabSize } = config;
     const kvDim = config.nKvHeads * config.headDim;
+    this.numerics = config.numerics ?? "default";
+    backend.numerics = this.numerics;
     const f32s = (n: number) => mem.allocZeroed(4 * n);
     this.act = {
       x: f32s(maxTokens * dim), xb: f32s(maxTokens * dim), xb2: f32s(maxTokens * dim),
@@ -53,7 +56,7 @@ export class LlamaModel {
     this.qkv = weights.layers.map((L) => backend.prepareShared([{ out: a.q, m: L.wq }, { out: a.k, m: L.wk }, { out: a.v, m: L.wv }]));
     this.gateUp = weights.layers.map((L) => backend.prepareShared([{ out: a.hb, m: L.ffnGate }, { out: a.hb2, m: L.ffnUp }]));
     [this.ropeCos, this.ropeSin] = this.ropeTables();
-    backend.reserveScratch(maxTokens, Math.max(dim, hiddenDim), config.nHeads / config.nKvHeads);
+    backend.reserveScratch(maxTokens, Math.max(dim, hiddenDim), config.nHeads / config.nKvHeads, this.numerics === "runq" ? config.seqLen : 0);
   }
 
   /** Address of the logits of row r (as returned by StepBatch.addSequence). */
@@ -96,7 +99,7 @@ export class LlamaModel {
       // ---- feed-forward: x += w2 · (silu(w1·xb) * (w3·xb))
       ops.rmsnorm(a.xb, a.x, L.ffnNorm, T, c.dim, c.normEps);
       ops.matmulShared(this.gateUp[l]!, a.xb, T); // gate (hb), up (hb2)
-      ops.swiglu(a.hb, a.hb2, T * c.hiddenDim);
+      ops.swiglu(a.hb, a.hb2, T, c.hiddenDim);
       ops.matmul(a.xb2, a.hb, L.ffnDown, T);
       ops.add(a.x, a.xb2, T * c.dim);
     }
@@ -105,7 +108,7 @@ export class LlamaModel {
     const R = batch.numLogits;
     if (R === 0) return;
     ops.gatherRows(a.xLogits, a.x, batch.logitRows, R, c.dim);
-    ops.rmsnorm(a.xLogits, a.xLogits, w.outputNorm, R, c.dim, c.normEps);
+    ops.rmsnorm(a.xLogits, a.xLogits, w.outputNorm, R, c.dim, c.normEps, "final");
     ops.matmul(a.logits, a.xLogits, w.output, R);
   }
 
@@ -118,7 +121,7 @@ export class LlamaModel {
 
   /**
    * cos/sin of pos * theta^(-2k/headDim), computed like run.c (f32 frequency, f32 angle) so that
-   * rounding matches the reference implementation.
+   * rounding matches the reference implementation; runq numerics use its expf and sincosf.
    */
   private ropeTables(): [number, number] {
     const c = this.config;
@@ -126,6 +129,10 @@ export class LlamaModel {
     const mem = this.backend.mem;
     const cos = mem.alloc(4 * c.seqLen * half);
     const sin = mem.alloc(4 * c.seqLen * half);
+    if (this.numerics === "runq") {
+      this.backend.kernels.ropeTablesRunq(cos, sin, c.seqLen, c.headDim, Math.fround(Math.log(c.ropeTheta)));
+      return [cos, sin];
+    }
     const f32 = mem.f32;
     const fr = Math.fround;
     for (let k = 0; k < half; k++) {

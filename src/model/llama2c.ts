@@ -124,6 +124,8 @@ function configFromHeader(file: string, h: Header): ModelConfig {
   return makeConfig({
     dim: h.dim, hiddenDim: h.hiddenDim, nLayers: h.nLayers, nHeads: h.nHeads, nKvHeads: h.nKvHeads,
     vocabSize: h.vocabSize, seqLen: h.seqLen, sharedClassifier: h.sharedClassifier,
+    // int8 checkpoints are runq.c's: reproduce its arithmetic so greedy output matches it exactly.
+    ...(h.format === "v2" ? { numerics: "runq" as const } : {}),
   });
 }
 
