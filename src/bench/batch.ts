@@ -1,0 +1,153 @@
+/**
+ * `pagellm bench batch`: aggregate decode throughput of many sequences decoding together. A
+ * batched step reads every weight once for all its tokens, so throughput should grow with the
+ * batch until the matrix kernels' arithmetic, not memory, is the limit. Both ceilings are
+ * measured in the same run on the engine's own threads: the streaming-read bandwidth (limit N ·
+ * bandwidth / bytes per token) and the matrix-matrix kernel's GFLOP/s at T = 16 on the model's
+ * feed-forward shape (limit GFLOP/s / (2 · params)).
+ */
+import { batchPositions, measureBatch, withLLM } from "./engine-runs.ts";
+import { ratio, type RepeatOptions, type Summary } from "./measure.ts";
+import type { BenchModel } from "./models.ts";
+import { fmt, fmtPct, fmtRatio, fmtSpread, progress, type Table } from "./report.ts";
+import { measureMatmulGflops, measureStreamBandwidth } from "./roofline.ts";
+
+/** Sequences per step the issue asks about. */
+export const BATCH_SIZES: readonly number[] = [1, 4, 16, 64];
+/** The batch size the headline figures are given for. */
+export const HEADLINE_BATCH = 16;
+/** Tokens of the matrix-matrix kernel measurement: a 16-sequence decode step. */
+const ROOFLINE_TOKENS = 16;
+const BLOCK_SIZE = 16;
+
+export interface BatchBenchOptions extends RepeatOptions {
+  threads: number[];
+  models: BenchModel[];
+  batchSizes: readonly number[];
+  promptTokens: number;
+  steps: number;
+  warmupSteps: number;
+  streamBytes: number;
+  seed: number;
+}
+
+export interface Roofline {
+  bandwidthGBps: Summary;
+  /** matmulF32 GFLOP/s at T = 16 on the model's hidden x dim matrix. */
+  matmulGflops: Summary;
+  matmulShape: [number, number];
+}
+
+export interface BatchRow {
+  seqs: number;
+  decodeTokensPerSecond: Summary;
+  prefillTokensPerSecond: Summary;
+  meanBatch: number;
+  /** decode tokens/s against one sequence (medians, same run and threads). */
+  vsSingle: number;
+  /** 2 · params · tokens/s, the weight FLOPs of the steps. */
+  weightGflops: number;
+  /** weightGflops / the matrix kernel's GFLOP/s (best repetition). */
+  fractionOfMatmul: number;
+  /** seqs · bandwidth (best repetition) / bytes per token. */
+  bandwidthLimitTokensPerSecond: number;
+  /** matmul GFLOP/s (best repetition) / (2 · params). */
+  computeLimitTokensPerSecond: number;
+}
+
+export interface BatchRun {
+  model: string;
+  threads: number;
+  matmulParams: number;
+  bytesPerToken: number;
+  roofline: Roofline;
+  rows: BatchRow[];
+}
+
+export interface BatchResult {
+  promptTokens: number;
+  steps: number;
+  runs: BatchRun[];
+}
+
+export async function runBatchBench(o: BatchBenchOptions): Promise<BatchResult> {
+  const runs: BatchRun[] = [];
+  const maxSeqs = Math.max(...o.batchSizes);
+  const budget = Math.max(512, maxSeqs);
+  const blocksPerSeq = Math.ceil(batchPositions({ ...o, numSeqs: maxSeqs }, budget) / BLOCK_SIZE);
+  for (const model of o.models) {
+    for (const threads of o.threads) {
+      const engine = {
+        threads, blockSize: BLOCK_SIZE, maxNumSeqs: maxSeqs, maxNumBatchedTokens: budget,
+        // Every sequence of the largest batch at full length, and a block each to spare.
+        numBlocks: maxSeqs * (blocksPerSeq + 1),
+      };
+      const run = await withLLM(model, engine, async (llm): Promise<BatchRun> => {
+        progress(`roofline on ${threads} thread(s)`);
+        const c = llm.config;
+        const roofline: Roofline = {
+          bandwidthGBps: measureStreamBandwidth(llm.engine.backend, o.reps, o.streamBytes),
+          matmulGflops: measureMatmulGflops(llm.engine.backend, c.hiddenDim, c.dim, ROOFLINE_TOKENS, o.reps),
+          matmulShape: [c.hiddenDim, c.dim],
+        };
+        // Warm the engine's code paths once (JIT tiers), so each batch size needs no warm-up repetition of its own.
+        measureBatch(llm.engine, { ...o, numSeqs: Math.min(4, maxSeqs), steps: 2, warmupSteps: 0, warmup: 0, reps: 1 });
+        const rows: BatchRow[] = [];
+        for (const seqs of o.batchSizes) {
+          progress(`${model.label}: ${seqs} sequence(s), ${threads} thread(s)`);
+          const m = measureBatch(llm.engine, { ...o, numSeqs: seqs, seed: o.seed + seqs });
+          const tps = m.decodeTokensPerSecond.median;
+          const weightGflops = (2 * model.matmulParams * tps) / 1e9;
+          // Ceilings are the best repetition: interference from other processes only ever slows one.
+          const gflopsCeiling = roofline.matmulGflops.max;
+          rows.push({
+            seqs,
+            decodeTokensPerSecond: m.decodeTokensPerSecond,
+            prefillTokensPerSecond: m.prefillTokensPerSecond,
+            meanBatch: m.meanBatch,
+            vsSingle: Number.NaN,
+            weightGflops,
+            fractionOfMatmul: weightGflops / gflopsCeiling,
+            bandwidthLimitTokensPerSecond: (seqs * roofline.bandwidthGBps.max * 1e9) / model.bytesPerToken,
+            computeLimitTokensPerSecond: (gflopsCeiling * 1e9) / (2 * model.matmulParams),
+          });
+        }
+        const single = rows.find((r) => r.seqs === 1);
+        for (const r of rows) r.vsSingle = single ? ratio(r.decodeTokensPerSecond, single.decodeTokensPerSecond) : Number.NaN;
+        return { model: model.label, threads, matmulParams: model.matmulParams, bytesPerToken: model.bytesPerToken, roofline, rows };
+      });
+      runs.push(run);
+    }
+  }
+  return { promptTokens: o.promptTokens, steps: o.steps, runs };
+}
+
+export function batchTables(r: BatchResult): Table[] {
+  const tables: Table[] = r.runs.map((run) => ({
+    title:
+      `${run.model}, ${run.threads} thread(s): steady-state decode, ${r.steps} timed steps per repetition; ` +
+      `roofline (best repetition): stream ${fmt(run.roofline.bandwidthGBps.max)} GB/s, matmul T=${ROOFLINE_TOKENS} ` +
+      `${run.roofline.matmulShape.join("x")} ${fmt(run.roofline.matmulGflops.max)} GFLOP/s; median (min-max)`,
+    columns: ["seqs", "decode tokens/s", "vs 1 seq", "weight GFLOP/s", "of matmul", "bandwidth limit", "compute limit", `prefill tokens/s (seqs x ${r.promptTokens})`],
+    rows: run.rows.map((x) => [
+      fmtSeqs(x), fmtSpread(x.decodeTokensPerSecond), fmtRatio(x.vsSingle), fmt(x.weightGflops), fmtPct(x.fractionOfMatmul),
+      fmt(x.bandwidthLimitTokensPerSecond), fmt(x.computeLimitTokensPerSecond), fmtSpread(x.prefillTokensPerSecond),
+    ]),
+  }));
+  const headline = r.runs.flatMap((run) => run.rows.filter((x) => x.seqs === HEADLINE_BATCH).map((x) => [
+    run.model, String(run.threads), fmtSpread(x.decodeTokensPerSecond), fmtRatio(x.vsSingle), fmtPct(x.fractionOfMatmul),
+  ]));
+  if (headline.length > 0) {
+    tables.push({
+      title: `at ${HEADLINE_BATCH} sequences: throughput vs single-sequence decode, and fraction of the matmul kernel's GFLOP/s (2 x params x tokens)`,
+      columns: ["model", "threads", "decode tokens/s", "vs 1 seq", "of matmul GFLOP/s"],
+      rows: headline,
+    });
+  }
+  return tables;
+}
+
+/** The batch size, flagged when sequences stopped early (sampled a stop token) and the mean batch fell short. */
+function fmtSeqs(x: BatchRow): string {
+  return x.meanBatch < x.seqs - 0.05 ? `${x.seqs} (mean ${x.meanBatch.toFixed(1)})` : String(x.seqs);
+}

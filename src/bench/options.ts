@@ -1,0 +1,123 @@
+/**
+ * The benches' command-line options and their conversion into typed values: shared option
+ * definitions (so every bench spells them the same way) and checked parsing, every bad value a
+ * one-line InputError.
+ */
+import type { ArgsDef } from "citty";
+import { InputError } from "../errors.ts";
+import { numberOption, repeated, type ParsedValues } from "../cli/options.ts";
+import type { RepeatOptions } from "./measure.ts";
+import { benchModel, DEFAULT_MODELS_DIR, DEFAULT_TOKENIZER, parseShape, SHAPE_HELP, WEIGHT_FORMATS, type BenchModel, type WeightFormat } from "./models.ts";
+import { progress } from "./report.ts";
+import { STREAM_BYTES } from "./roofline.ts";
+
+export const commonArgs = {
+  json: { type: "boolean", description: "Print one JSON document with every figure instead of tables" },
+  reps: { type: "string", description: "Timed repetitions of each measurement (default: per bench, see its description)", valueHint: "n" },
+  warmup: { type: "string", description: "Untimed repetitions before them (default 1; batch: 0, it warms up once per engine)", valueHint: "n" },
+  seed: { type: "string", description: "Seed of the random prompts (default 1)", valueHint: "n" },
+} as const satisfies ArgsDef;
+
+/** Model options; `shapeDefault` names the default shape in the help. */
+export function modelArgs(shapeDefault: string) {
+  return {
+    model: { type: "string", description: "Bench this llama2.c model file instead of a random-weight one of --shape", valueHint: "path" },
+    shape: { type: "string", description: `Shape of the random-weight model: ${SHAPE_HELP} (default ${shapeDefault})`, valueHint: "shape" },
+    quant: { type: "string", description: `Weights of the random model: ${WEIGHT_FORMATS.join(" | ")} (default f32)`, valueHint: "format" },
+    tokenizer: {
+      type: "string",
+      description: `Tokenizer; its vocabulary must match the model's (default: tokenizer.bin beside --model, else ${DEFAULT_TOKENIZER})`,
+      valueHint: "path",
+    },
+    "models-dir": { type: "string", description: `Cache folder of random-weight models, random-<shape>.bin (default ${DEFAULT_MODELS_DIR})`, valueHint: "dir" },
+  } as const satisfies ArgsDef;
+}
+
+export const threadsListArg = {
+  threads: { type: "string", description: "Thread counts to compare, comma-separated (default 1,2)", valueHint: "n,n" },
+} as const satisfies ArgsDef;
+
+export const streamArg = {
+  "stream-mb": {
+    type: "string",
+    description: `MiB read by the bandwidth measurement (default ${STREAM_BYTES / 2 ** 20}; keep it far above the last-level cache)`,
+    valueHint: "mb",
+  },
+} as const satisfies ArgsDef;
+
+export function str(values: ParsedValues, name: string): string | undefined {
+  const v = values[name];
+  return typeof v === "string" && v !== "" ? v : undefined;
+}
+
+export function posint(values: ParsedValues, name: string, fallback: number): number {
+  return numberOption(values, name, "posint") ?? fallback;
+}
+
+export function nonNegInt(values: ParsedValues, name: string, fallback: number): number {
+  const v = numberOption(values, name, "int") ?? fallback;
+  if (v < 0) throw new InputError(`--${name} expects a non-negative integer, got ${v}`);
+  return v;
+}
+
+/** A comma-separated list of positive integers. */
+export function intList(values: ParsedValues, name: string, fallback: readonly number[]): number[] {
+  const raw = str(values, name);
+  if (raw === undefined) return [...fallback];
+  const list = raw.split(",").map((s) => Number(s.trim()));
+  if (list.some((v) => !Number.isInteger(v) || v < 1)) {
+    throw new InputError(`--${name} expects positive integers separated by commas, got "${raw}"`);
+  }
+  return list;
+}
+
+/** A comma-separated list of names out of `options`. */
+export function nameList<T extends string>(values: ParsedValues, name: string, options: readonly T[], fallback: readonly T[]): T[] {
+  const raw = str(values, name);
+  if (raw === undefined) return [...fallback];
+  const list = raw.split(",").map((s) => s.trim());
+  const bad = list.find((s) => !(options as readonly string[]).includes(s));
+  if (bad !== undefined) throw new InputError(`--${name}: "${bad}" is not one of ${options.join(", ")}`);
+  return list as T[];
+}
+
+export function repeatOptions(values: ParsedValues, reps: number, warmup = 1): RepeatOptions {
+  return { reps: posint(values, "reps", reps), warmup: nonNegInt(values, "warmup", warmup) };
+}
+
+export function streamBytes(values: ParsedValues): number {
+  return posint(values, "stream-mb", STREAM_BYTES / 2 ** 20) * 2 ** 20;
+}
+
+function weightFormat(values: ParsedValues): WeightFormat {
+  const raw = str(values, "quant") ?? "f32";
+  if (!(WEIGHT_FORMATS as readonly string[]).includes(raw)) throw new InputError(`--quant must be one of ${WEIGHT_FORMATS.join(", ")}, got "${raw}"`);
+  return raw as WeightFormat;
+}
+
+/**
+ * The models to bench: --model, or the random model (written on first use) of every --shape
+ * given, else of each default shape.
+ */
+export function benchModels(values: ParsedValues, rawArgs: readonly string[], defaultShapes: readonly string[]): BenchModel[] {
+  const model = str(values, "model");
+  const shapes = repeated(rawArgs, "shape");
+  const base = { format: weightFormat(values), tokenizer: str(values, "tokenizer"), modelsDir: str(values, "models-dir") ?? DEFAULT_MODELS_DIR };
+  if (model !== undefined) {
+    if (shapes.length > 0 || str(values, "quant") !== undefined) throw new InputError("--model benches a file: --shape and --quant are for random models");
+    return [benchModel({ ...base, model, shape: parseShape(defaultShapes[0]!) }, progress)];
+  }
+  return (shapes.length > 0 ? shapes : defaultShapes).map((spec) => benchModel({ ...base, shape: parseShape(spec) }, progress));
+}
+
+/** The one model of a bench that runs a single model. */
+export function benchModelOf(values: ParsedValues, rawArgs: readonly string[], defaultShape: string): BenchModel {
+  const list = benchModels(values, rawArgs, [defaultShape]);
+  if (list.length > 1) throw new InputError("this bench runs one model: give --shape once");
+  return list[0]!;
+}
+
+/** Caveats of the models (e.g. a vocabulary unlike the real model's), for the report's notes. */
+export function modelNotes(list: readonly BenchModel[]): string[] {
+  return list.flatMap((m) => (m.note !== undefined ? [`${m.label}: ${m.note}`] : []));
+}

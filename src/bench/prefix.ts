@@ -1,0 +1,257 @@
+/**
+ * `pagellm bench prefix`: what automatic prefix caching buys and what it costs.
+ *
+ * 1. Time to first token of a long shared prefix plus a short unique suffix, with the prefix
+ *    cached (one request warmed it) and with the cache off.
+ * 2. The cost of block hashing per prompt token, sha256 and xxh64, next to prefill per token.
+ * 3. The cost when nothing hits: throughput of all-distinct prompts, cache on vs off (target:
+ *    within 2%). The two engines run alternately, so drift on a shared machine hits both.
+ * 4. Serving workloads with shared prefixes (see workloads.ts), FCFS and LPM scheduling, each
+ *    eviction policy, cache on and off, in a KV pool small enough that eviction matters.
+ */
+import type { EngineOptions } from "../engine/engine.ts";
+import type { LLM } from "../engine/llm.ts";
+import type { SchedulePolicy } from "../engine/scheduler.ts";
+import type { EvictionPolicyName } from "../kv/eviction.ts";
+import type { HashAlgorithm } from "../kv/block-hash.ts";
+import { measureHashCost } from "../kv/hash-cost.ts";
+import { InputError } from "../errors.ts";
+import { measureTtft, withLLM } from "./engine-runs.ts";
+import { ratio, repeat, summarize, type RepeatOptions, type Summary } from "./measure.ts";
+import type { BenchModel } from "./models.ts";
+import { TokenSource } from "./prompts.ts";
+import { fmt, fmtPct, fmtRatio, fmtSpread, progress, type Table } from "./report.ts";
+import { configLabel, runServing, type ServingConfig, type ServingResult } from "./serving.ts";
+import { makeWorkload, servingPoolBlocks, type WorkloadName } from "./workloads.ts";
+
+const BLOCK_SIZE = 16;
+const HASHES: readonly HashAlgorithm[] = ["sha256", "xxh64"];
+/** The issue's bar for the cost of a cache that never hits. */
+export const ZERO_HIT_TARGET = 0.02;
+
+export interface PrefixOptions extends RepeatOptions {
+  threads: number;
+  model: BenchModel;
+  prefixTokens: number;
+  suffixTokens: number;
+  /** The all-distinct workload: requests per repetition, prompt and output tokens of each. */
+  distinctRequests: number;
+  distinctPromptTokens: number;
+  distinctOutputTokens: number;
+  workloads: readonly WorkloadName[];
+  requests: number;
+  outputTokens: number;
+  /** Requests running at once in the serving workloads. */
+  maxNumSeqs: number;
+  /** KV pool of the serving workloads; null: servingPoolBlocks. */
+  numBlocks: number | null;
+  policies: readonly EvictionPolicyName[];
+  seed: number;
+}
+
+export interface TtftResult {
+  promptTokens: number;
+  prefixTokens: number;
+  cachedMs: Summary;
+  uncachedMs: Summary;
+  /** uncached / cached (medians). */
+  speedup: number;
+  /** Prefix hits / lookups over the timed cached requests, in tokens. */
+  hitRate: number;
+}
+
+export interface HashCost {
+  algorithm: HashAlgorithm;
+  nsPerToken: number;
+  /** Against the cost of prefilling a token (uncached TTFT / prompt tokens). */
+  fractionOfPrefill: number;
+}
+
+export interface ZeroHitResult {
+  requests: number;
+  promptTokens: number;
+  outputTokens: number;
+  /** Prompt plus output tokens per second. */
+  cacheOnTokensPerSecond: Summary;
+  cacheOffTokensPerSecond: Summary;
+  /** on / off, per repetition (each pair run back to back). */
+  ratioPerRep: Summary;
+  hitRate: number;
+  target: number;
+}
+
+export interface WorkloadResult {
+  name: WorkloadName;
+  description: string;
+  maxNumSeqs: number;
+  numBlocks: number;
+  configs: ServingResult[];
+}
+
+export interface PrefixResult {
+  model: string;
+  threads: number;
+  blockSize: number;
+  ttft: TtftResult;
+  hashing: HashCost[];
+  zeroHit: ZeroHitResult;
+  workloads: WorkloadResult[];
+}
+
+export async function runPrefixBench(o: PrefixOptions): Promise<PrefixResult> {
+  const base: Partial<EngineOptions> = { threads: o.threads, blockSize: BLOCK_SIZE };
+  const { ttft, zeroHit } = await withLLM(o.model, { ...base, enablePrefixCaching: true }, (on) =>
+    withLLM(o.model, { ...base, enablePrefixCaching: false }, async (off) => ({
+      ttft: await measureSharedPrefixTtft(on, off, o),
+      zeroHit: await measureZeroHit(on, off, o),
+    })),
+  );
+  progress("block hashing cost");
+  const prefillNsPerToken = (ttft.uncachedMs.median * 1e6) / ttft.promptTokens;
+  const hashing = HASHES.map((algorithm): HashCost => {
+    const nsPerToken = measureHashCost(algorithm, BLOCK_SIZE, ttft.promptTokens);
+    return { algorithm, nsPerToken, fractionOfPrefill: nsPerToken / prefillNsPerToken };
+  });
+  const workloads: WorkloadResult[] = [];
+  for (const name of o.workloads) {
+    const workload = makeWorkload(name, { requests: o.requests, outputTokens: o.outputTokens, seed: o.seed, vocabSize: o.model.config.vocabSize });
+    const numBlocks = o.numBlocks ?? servingPoolBlocks(workload, BLOCK_SIZE, o.maxNumSeqs);
+    const configs: ServingResult[] = [];
+    for (const config of servingConfigs(o.policies)) {
+      progress(`${name}: cache ${configLabel(config)} (${numBlocks} KV blocks, ${o.maxNumSeqs} running)`);
+      configs.push(await runServing(o.model, workload, config, { ...base, numBlocks, maxNumSeqs: o.maxNumSeqs }));
+    }
+    workloads.push({ name, description: workload.description, maxNumSeqs: o.maxNumSeqs, numBlocks, configs });
+  }
+  return { model: o.model.label, threads: o.threads, blockSize: BLOCK_SIZE, ttft, hashing, zeroHit, workloads };
+}
+
+/**
+ * Cache off once: with nothing cached every request's cached prefix is 0 tokens, so LPM's order
+ * is arrival order and it schedules exactly as FCFS. Then each eviction policy under both.
+ */
+function servingConfigs(policies: readonly EvictionPolicyName[]): ServingConfig[] {
+  const schedules: SchedulePolicy[] = ["fcfs", "lpm"];
+  return [
+    { cache: false, schedule: "fcfs", evictionPolicy: policies[0] ?? "lru" },
+    ...policies.flatMap((evictionPolicy) => schedules.map((schedule): ServingConfig => ({ cache: true, schedule, evictionPolicy }))),
+  ];
+}
+
+async function measureSharedPrefixTtft(on: LLM, off: LLM, o: PrefixOptions): Promise<TtftResult> {
+  const source = new TokenSource(o.seed, on.config.vocabSize);
+  const prefix = source.prompt(o.prefixTokens);
+  const suffixes = Array.from({ length: o.warmup + o.reps + 1 }, () => source.tokens(o.suffixTokens));
+  const prompt = (i: number) => [...prefix, ...suffixes[i]!];
+  const promptTokens = o.prefixTokens + o.suffixTokens;
+  if (promptTokens > on.config.seqLen) {
+    throw new InputError(`prefix + suffix (${promptTokens} tokens) exceed the model's context of ${on.config.seqLen}: lower --prefix-tokens`);
+  }
+  progress(`TTFT of ${o.prefixTokens} shared + ${o.suffixTokens} unique tokens, cache on`);
+  await on.generate([{ promptTokenIds: prompt(o.warmup + o.reps), maxTokens: 1, temperature: 0 }]); // caches the prefix
+  const before = on.engine.stats;
+  // Repetition indices run -warmup..reps-1; each request gets its own suffix.
+  const cached = await measureTtft(on, o, (rep) => prompt(rep + o.warmup));
+  const after = on.engine.stats;
+  progress(`TTFT of ${promptTokens} tokens, cache off`);
+  const uncached = await measureTtft(off, o, (rep) => prompt(rep + o.warmup));
+  const cachedMs = summarize(cached);
+  const uncachedMs = summarize(uncached);
+  const queries = after.prefixQueries - before.prefixQueries;
+  return {
+    promptTokens, prefixTokens: o.prefixTokens, cachedMs, uncachedMs,
+    speedup: ratio(uncachedMs, cachedMs),
+    hitRate: queries === 0 ? 0 : (after.prefixHits - before.prefixHits) / queries,
+  };
+}
+
+async function measureZeroHit(on: LLM, off: LLM, o: PrefixOptions): Promise<ZeroHitResult> {
+  progress(`all-distinct prompts (${o.distinctRequests} x ${o.distinctPromptTokens} tokens), cache on vs off, alternating`);
+  const before = on.engine.stats;
+  const run = async (llm: LLM, rep: number): Promise<number> => {
+    // The same prompts for both engines in a repetition, new ones every repetition: nothing can hit.
+    const source = new TokenSource(o.seed + 7919 * (rep + o.warmup + 1), llm.config.vocabSize);
+    const requests = Array.from({ length: o.distinctRequests }, () => ({
+      promptTokenIds: source.prompt(o.distinctPromptTokens), maxTokens: o.distinctOutputTokens, temperature: 0,
+    }));
+    const t0 = performance.now();
+    const results = await llm.generate(requests);
+    const tokens = results.reduce((n, r) => n + r.prompt_tokens + r.completion_tokens, 0);
+    return tokens / ((performance.now() - t0) / 1000);
+  };
+  const pairs = await repeat(o, async (rep) => {
+    // Alternate which engine goes first, so a slow spell of the machine does not favour one.
+    if (rep % 2 === 0) {
+      const a = await run(on, rep);
+      return { on: a, off: await run(off, rep) };
+    }
+    const b = await run(off, rep);
+    return { on: await run(on, rep), off: b };
+  });
+  const after = on.engine.stats;
+  const queries = after.prefixQueries - before.prefixQueries;
+  return {
+    requests: o.distinctRequests, promptTokens: o.distinctPromptTokens, outputTokens: o.distinctOutputTokens,
+    cacheOnTokensPerSecond: summarize(pairs.map((p) => p.on)),
+    cacheOffTokensPerSecond: summarize(pairs.map((p) => p.off)),
+    ratioPerRep: summarize(pairs.map((p) => p.on / p.off)),
+    hitRate: queries === 0 ? 0 : (after.prefixHits - before.prefixHits) / queries,
+    target: ZERO_HIT_TARGET,
+  };
+}
+
+export function prefixTables(r: PrefixResult): Table[] {
+  const t = r.ttft;
+  const z = r.zeroHit;
+  const tables: Table[] = [
+    {
+      title: `${r.model}, ${r.threads} thread(s): TTFT of ${t.prefixTokens} shared + ${t.promptTokens - t.prefixTokens} unique tokens; median (min-max)`,
+      columns: ["prefix cache", "TTFT ms", "hit rate", "speedup"],
+      rows: [
+        ["on (prefix warmed)", fmtSpread(t.cachedMs), fmtPct(t.hitRate), fmtRatio(t.speedup)],
+        ["off", fmtSpread(t.uncachedMs), "-", "1.00x"],
+      ],
+    },
+    {
+      title: `block hashing (${r.blockSize}-token blocks, ${t.promptTokens}-token prompt) vs prefill cost per token`,
+      columns: ["hash", "ns/token", "of prefill"],
+      rows: r.hashing.map((h) => [h.algorithm, fmt(h.nsPerToken), fmtPct(h.fractionOfPrefill)]),
+    },
+    {
+      title: `0% hit rate: ${z.requests} distinct prompts x ${z.promptTokens} tokens, ${z.outputTokens} output tokens; prompt+output tokens/s, median (min-max)`,
+      columns: ["prefix cache", "tokens/s", "hit rate", `on/off (target within ${fmtPct(z.target)})`],
+      rows: [
+        ["on", fmtSpread(z.cacheOnTokensPerSecond), fmtPct(z.hitRate), fmtSpread(z.ratioPerRep)],
+        ["off", fmtSpread(z.cacheOffTokensPerSecond), "-", "-"],
+      ],
+    },
+  ];
+  for (const w of r.workloads) {
+    tables.push({
+      title: `${w.description}; ${w.maxNumSeqs} running at most, KV pool ${w.numBlocks} blocks of ${r.blockSize} tokens`,
+      columns: [
+        "prefix cache", "schedule", "eviction", "output tokens/s", "TTFT p50 ms", "TTFT p99 ms", "hit rate", "uncached prompt tokens", "evictions", "preemptions", "wall s",
+      ],
+      rows: w.configs.map((c) => [
+        c.cache ? "on" : "off", c.cache ? c.schedule : "fcfs = lpm", c.cache ? c.evictionPolicy : "-",
+        fmt(c.outputTokensPerSecond), fmt(c.ttftMs.p50), fmt(c.ttftMs.p99), fmtPct(c.hitRate), String(c.promptTokens - c.cachedTokens),
+        String(c.evictions), String(c.preemptions), fmt(c.wallSeconds),
+      ]),
+    });
+  }
+  return tables;
+}
+
+/** Notes for the reader: which workload configurations evicted cached blocks. */
+export function prefixNotes(r: PrefixResult): string[] {
+  const notes: string[] = [
+    "serving workloads: all requests submitted at once to a freshly loaded engine; TTFT includes queueing",
+    "with the prefix cache off LPM's order is arrival order (every cached prefix is 0 tokens), so one run stands for FCFS and LPM",
+    "serving configurations run one after another, once each: between configurations that compute the same prompt tokens, throughput differs by machine noise",
+  ];
+  for (const w of r.workloads) {
+    const evicting = w.configs.filter((c) => c.evictions > 0).map((c) => `cache ${configLabel(c)}`);
+    notes.push(`${w.name}: ${evicting.length > 0 ? `eviction under the ${w.numBlocks}-block pool in ${evicting.join("; ")}` : `no evictions in the ${w.numBlocks}-block pool`}`);
+  }
+  return notes;
+}

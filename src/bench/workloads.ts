@@ -1,0 +1,96 @@
+/**
+ * Serving workloads with shared prefixes, after the two public benchmarks' generators (random
+ * token ids, all requests submitted at once, then shuffled as both generators do):
+ *
+ * - vLLM's `prefix_repetition` dataset: P shared prefixes, each followed by a unique suffix, the
+ *   same number of requests per prefix (the issue: 10 prefixes of 256 tokens, 256-token suffixes,
+ *   128 output tokens, 100 requests). Scaled down, it keeps 10 requests per prefix.
+ * - SGLang's `generated-shared-prefix` dataset: groups of prompts that share a long system prompt,
+ *   each with its own question (SGLang's defaults: 16 prompts per group, a 2048-token system
+ *   prompt, 128-token questions; here the system prompt is 1024 tokens so prompt and output fit a
+ *   2048-token context).
+ */
+import type { GenerateRequest } from "../engine/llm.ts";
+import { TokenSource } from "./prompts.ts";
+
+export type WorkloadName = "prefix-repetition" | "generated-shared-prefix";
+export const WORKLOAD_NAMES: readonly WorkloadName[] = ["prefix-repetition", "generated-shared-prefix"];
+
+export interface Workload {
+  name: WorkloadName;
+  /** What it is, with its parameters. */
+  description: string;
+  requests: GenerateRequest[];
+  /** Distinct shared prefixes and their length in tokens (BOS included). */
+  numPrefixes: number;
+  prefixTokens: number;
+  /** Tokens of each request after its shared prefix, output included. */
+  uniqueTokens: number;
+}
+
+export interface WorkloadOptions {
+  requests: number;
+  outputTokens: number;
+  seed: number;
+  vocabSize: number;
+}
+
+/** vLLM prefix_repetition defaults from the issue. */
+const PR = { prefixTokens: 256, suffixTokens: 256, requestsPerPrefix: 10 };
+/** SGLang generated-shared-prefix, fitted to a 2048-token context. */
+const GSP = { systemPromptTokens: 1024, questionTokens: 128, promptsPerGroup: 16 };
+
+export function makeWorkload(name: WorkloadName, o: WorkloadOptions): Workload {
+  return name === "prefix-repetition" ? prefixRepetition(o) : generatedSharedPrefix(o);
+}
+
+function prefixRepetition(o: WorkloadOptions): Workload {
+  const source = new TokenSource(o.seed, o.vocabSize);
+  const numPrefixes = Math.max(1, Math.round(o.requests / PR.requestsPerPrefix));
+  const prefixes = Array.from({ length: numPrefixes }, () => source.prompt(PR.prefixTokens));
+  const requests = Array.from({ length: o.requests }, (_, i): GenerateRequest => ({
+    id: `pr-${i}`,
+    promptTokenIds: [...prefixes[i % numPrefixes]!, ...source.tokens(PR.suffixTokens)],
+    maxTokens: o.outputTokens,
+    temperature: 0,
+  }));
+  return {
+    name: "prefix-repetition",
+    description: `vLLM prefix_repetition: ${numPrefixes} prefix(es) x ${PR.prefixTokens} tokens, ${PR.suffixTokens}-token unique suffixes, ${o.outputTokens} output tokens, ${o.requests} requests`,
+    requests: source.shuffle(requests),
+    numPrefixes,
+    prefixTokens: PR.prefixTokens,
+    uniqueTokens: PR.suffixTokens + o.outputTokens,
+  };
+}
+
+function generatedSharedPrefix(o: WorkloadOptions): Workload {
+  const source = new TokenSource(o.seed, o.vocabSize);
+  const numGroups = Math.max(1, Math.ceil(o.requests / GSP.promptsPerGroup));
+  const systemPrompts = Array.from({ length: numGroups }, () => source.prompt(GSP.systemPromptTokens));
+  const requests = Array.from({ length: o.requests }, (_, i): GenerateRequest => ({
+    id: `gsp-${i}`,
+    promptTokenIds: [...systemPrompts[i % numGroups]!, ...source.tokens(GSP.questionTokens)],
+    maxTokens: o.outputTokens,
+    temperature: 0,
+  }));
+  return {
+    name: "generated-shared-prefix",
+    description: `SGLang generated-shared-prefix: ${numGroups} group(s) sharing a ${GSP.systemPromptTokens}-token system prompt, ${GSP.questionTokens}-token questions, ${o.outputTokens} output tokens, ${o.requests} requests`,
+    requests: source.shuffle(requests),
+    numPrefixes: numGroups,
+    prefixTokens: GSP.systemPromptTokens,
+    uniqueTokens: GSP.questionTokens + o.outputTokens,
+  };
+}
+
+/**
+ * The serving runs' KV pool: exactly `maxNumSeqs` whole requests. With the cache off the running
+ * requests always fit, so nothing is preempted (in a tighter pool a waiting request is admitted,
+ * computes a prompt chunk and is preempted again every other step, and recomputing dominates).
+ * With the cache on, running requests share prefixes and leave little room besides, so cached
+ * prefixes compete for blocks and are evicted: eviction and scheduling order matter.
+ */
+export function servingPoolBlocks(w: Workload, blockSize: number, maxNumSeqs: number): number {
+  return maxNumSeqs * Math.ceil((w.prefixTokens + w.uniqueTokens) / blockSize);
+}
