@@ -293,9 +293,9 @@ function softmaxRunq(s: usize, len: i32): void {
   }
 }
 
-/** Byte offset, within a layer's arena, of kv head kvHead's first row in logical block b. */
-@inline function blockBase(table: usize, b: i32, kvHead: i32, nKvHeads: i32, blockSize: i32, headBytes: usize): usize {
-  return <usize>((load<i32>(table + (<usize>b << 2)) * nKvHeads + kvHead) * blockSize) * headBytes;
+/** Byte offset, within a layer's [kvHead][block] arena, of kv head kvHead's first row in logical block b. */
+@inline function blockBase(table: usize, b: i32, kvHead: i32, numBlocks: i32, blockSize: i32, headBytes: usize): usize {
+  return <usize>((kvHead * numBlocks + load<i32>(table + (<usize>b << 2))) * blockSize) * headBytes;
 }
 
 /**
@@ -306,7 +306,7 @@ function softmaxRunq(s: usize, len: i32): void {
  */
 export function pagedAttentionRunq(
   out: usize, q: usize, kLayer: usize, vLayer: usize, seqInfo: usize,
-  nHeads: i32, nKvHeads: i32, headDim: i32, blockSize: i32, qStride: i32,
+  nHeads: i32, nKvHeads: i32, headDim: i32, blockSize: i32, numBlocks: i32, qStride: i32,
   scores: usize, itemStart: i32, itemEnd: i32,
 ): void {
   const group = nHeads / nKvHeads;
@@ -328,7 +328,7 @@ export function pagedAttentionRunq(
         const qh = q + off;
         // Positions 0..pos, walked block by block through the table.
         for (let p0 = 0, b = 0; p0 <= pos; p0 += blockSize, b++) {
-          let k = kLayer + blockBase(table, b, kvHead, nKvHeads, blockSize, headBytes);
+          let k = kLayer + blockBase(table, b, kvHead, numBlocks, blockSize, headBytes);
           const p1 = min(p0 + blockSize, pos + 1);
           for (let p = p0; p < p1; p++, k += headBytes) store<f32>(scores + (<usize>p << 2), gccDot(qh, k, headDim) * scale);
         }
@@ -336,7 +336,7 @@ export function pagedAttentionRunq(
         const oh = out + off;
         memory.fill(oh, 0, headBytes);
         for (let p = 0; p <= pos; p++) {
-          const v = vLayer + blockBase(table, p / blockSize, kvHead, nKvHeads, blockSize, headBytes) + <usize>(p % blockSize) * headBytes;
+          const v = vLayer + blockBase(table, p / blockSize, kvHead, numBlocks, blockSize, headBytes) + <usize>(p % blockSize) * headBytes;
           const a = load<f32>(scores + (<usize>p << 2));
           const va = f32x4.splat(a);
           let j = 0;

@@ -393,13 +393,13 @@ describe("paged KV cache kernels", () => {
     const kc = s.alloc(kvBytes), vc = s.alloc(kvBytes);
     const kk = randomArray(rng, T * nKv * hd), vv = randomArray(rng, T * nKv * hd);
     const slots = [0, 5, 19, 7, 12, 3, 16];
-    k.writeKV(kc, vc, s.f32(kk), s.f32(vv), s.i32(slots), T, nKv, hd, bs);
+    k.writeKV(kc, vc, s.f32(kk), s.f32(vv), s.i32(slots), T, nKv, hd, bs, blocks);
     slots.forEach((slot, t) => {
       const block = Math.floor(slot / bs), row = slot % bs;
       for (let h = 0; h < nKv; h++) {
-        const at = kc + 4 * ((block * nKv + h) * bs + row) * hd;
+        const at = kc + 4 * ((h * blocks + block) * bs + row) * hd;
         expect(readF32(at, hd)).toEqual(kk.slice((t * nKv + h) * hd, (t * nKv + h + 1) * hd));
-        const atv = vc + 4 * ((block * nKv + h) * bs + row) * hd;
+        const atv = vc + 4 * ((h * blocks + block) * bs + row) * hd;
         expect(readF32(atv, hd)).toEqual(vv.slice((t * nKv + h) * hd, (t * nKv + h + 1) * hd));
       }
     });
@@ -422,14 +422,14 @@ describe("paged KV cache kernels", () => {
         const kc = s.alloc(4 * nBlocks * nKv * bs * hd), vc = s.alloc(4 * nBlocks * nKv * bs * hd);
         for (let p = 0; p < ctx; p++) {
           for (let h = 0; h < nKv; h++) {
-            const at = ((table[Math.floor(p / bs)]! * nKv + h) * bs + (p % bs)) * hd;
+            const at = ((h * nBlocks + table[Math.floor(p / bs)]!) * bs + (p % bs)) * hd;
             mem.f32.set(keys.subarray((p * nKv + h) * hd, (p * nKv + h + 1) * hd), (kc >> 2) + at);
             mem.f32.set(values.subarray((p * nKv + h) * hd, (p * nKv + h + 1) * hd), (vc >> 2) + at);
           }
         }
         const out = s.alloc(4 * count * nHeads * hd);
         const info = s.i32([0, count, ctx, s.i32(table)]);
-        k.pagedAttention(out, qv, kc, vc, info, nHeads, nKv, hd, bs, nHeads * hd, s.alloc(attentionScratchBytes(count * group)), 0, nKv);
+        k.pagedAttention(out, qv, kc, vc, info, nHeads, nKv, hd, bs, nBlocks, nHeads * hd, s.alloc(attentionScratchBytes(count * group)), 0, nKv);
         results.push(readF32(out, count * nHeads * hd));
       }
       for (const r of results) expect(r).toEqual(results[0]!);
@@ -472,8 +472,8 @@ describe("paged KV cache kernels", () => {
       const infoAddr = s.i32(info);
       const items = numSeqs * nKv;
       const split = randInt(rng, 0, items);
-      k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, qStride, scratch, 0, split);
-      k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, qStride, scratch, split, items);
+      k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, scratch, 0, split);
+      k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, scratch, split, items);
       const got = readF32(out, T * qStride);
       const kAll = readF32(kc, kvBytes / 4), vAll = readF32(vc, kvBytes / 4);
       for (const sq of seqs) {
@@ -481,7 +481,7 @@ describe("paged KV cache kernels", () => {
           const pos = sq.ctx - sq.count + i;
           for (let h = 0; h < nHeads; h++) {
             const kvh = Math.floor(h / group);
-            const at = (p: number) => ((sq.table[Math.floor(p / bs)]! * nKv + kvh) * bs + (p % bs)) * hd;
+            const at = (p: number) => ((kvh * numBlocks + sq.table[Math.floor(p / bs)]!) * bs + (p % bs)) * hd;
             const qOff = (sq.start + i) * qStride + h * hd;
             const scores = Array.from({ length: pos + 1 }, (_, p) => {
               let dot = 0;

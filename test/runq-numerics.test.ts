@@ -485,8 +485,8 @@ describe("runq kernels follow gcc's evaluation order bit for bit", () => {
       const items = numSeqs * nKv;
       const split = randInt(rng, 0, items);
       const qAddr = s.f32(qv);
-      k.pagedAttentionRunq(out, qAddr, kc, vc, infoAddr, nHeads, nKv, hd, bs, qStride, scores, 0, split);
-      k.pagedAttentionRunq(out, qAddr, kc, vc, infoAddr, nHeads, nKv, hd, bs, qStride, scores, split, items);
+      k.pagedAttentionRunq(out, qAddr, kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, scores, 0, split);
+      k.pagedAttentionRunq(out, qAddr, kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, scores, split, items);
       const want = new Float32Array(T * qStride);
       const scale = rsqrtNewton(hd);
       for (const sq of seqs) {
@@ -494,7 +494,7 @@ describe("runq kernels follow gcc's evaluation order bit for bit", () => {
           const pos = sq.ctx - sq.count + i;
           for (let h = 0; h < nHeads; h++) {
             const kvh = Math.floor(h / group);
-            const at = (p: number) => ((sq.table[Math.floor(p / bs)]! * nKv + kvh) * bs + (p % bs)) * hd;
+            const at = (p: number) => ((kvh * numBlocks + sq.table[Math.floor(p / bs)]!) * bs + (p % bs)) * hd;
             const qOff = (sq.start + i) * qStride + h * hd;
             const sc = Array.from({ length: pos + 1 }, (_, p) => fr(gccDot(qv, qOff, kv, at(p), hd) * scale));
             const att = softmaxRef(sc);
@@ -550,7 +550,7 @@ describe("runq kernels split across threads", () => {
         const info = b.mem.alloc(4 * 8);
         b.mem.i32.set([0, 2, ctx, tAddr, 2, 1, ctx - 5, tAddr], info >> 2);
         const att = b.mem.alloc(4 * 3 * nHeads * hd);
-        b.attention(att, put(qv), put(kv), put(vv), info, 2, nHeads, nKv, hd, bs, nHeads * hd, 1 << 20);
+        b.attention(att, put(qv), put(kv), put(vv), info, 2, nHeads, nKv, hd, bs, 8, nHeads * hd, 1 << 20);
         return { mm, att: b.mem.f32.slice(att >> 2, (att >> 2) + 3 * nHeads * hd) };
       } finally {
         b.close();

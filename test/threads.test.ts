@@ -133,10 +133,10 @@ describe("worker threads", () => {
         if (!badSecond) mem.i32[(info >> 2) + SEQ_INFO_INTS + 3] = table;
         pool.run({
           kernel: "pagedAttention",
-          args: [out, q, kv, kv, info, 1, nKv, hd, blockSize, hd, scratch, 0, 2],
+          args: [out, q, kv, kv, info, 1, nKv, hd, blockSize, 8, hd, scratch, 0, 2],
           total: 2,
           granularity: 1,
-          scratch: { arg: 10, stride: attentionScratchBytes(1) },
+          scratch: { arg: 11, stride: attentionScratchBytes(1) },
         });
       };
       expect(() => call(true)).toThrow(WorkerPoolError);

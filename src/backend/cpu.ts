@@ -150,7 +150,8 @@ export class CpuBackend {
    */
   attention(
     out: number, q: number, kLayer: number, vLayer: number, seqInfo: number, numSeqs: number,
-    nHeads: number, nKvHeads: number, headDim: number, blockSize: number, qStride: number, contextTokens: number,
+    nHeads: number, nKvHeads: number, headDim: number, blockSize: number, numBlocks: number, qStride: number,
+    contextTokens: number,
   ): void {
     const items = numSeqs * nKvHeads;
     const parallel = items > 1 && contextTokens * nHeads * headDim >= MIN_PARALLEL_MACS;
@@ -163,15 +164,15 @@ export class CpuBackend {
           throw new Error(`runq attention scratch holds ${this.runqScoresCapacity} positions, a sequence has ${contextLen}`);
         }
       }
-      const args = [out, q, kLayer, vLayer, seqInfo, nHeads, nKvHeads, headDim, blockSize, qStride, this.runqScores, 0, items];
+      const args = [out, q, kLayer, vLayer, seqInfo, nHeads, nKvHeads, headDim, blockSize, numBlocks, qStride, this.runqScores, 0, items];
       const stride = 4 * this.runqScoresCapacity;
-      this.dispatch({ kernel: "pagedAttentionRunq", args, total: items, granularity: 1, scratch: { arg: 10, stride } }, parallel);
+      this.dispatch({ kernel: "pagedAttentionRunq", args, total: items, granularity: 1, scratch: { arg: 11, stride } }, parallel);
       return;
     }
     if (blockSize > MAX_BLOCK_SIZE) throw new Error(`block size ${blockSize} exceeds ${MAX_BLOCK_SIZE}`);
     if (this.attnQueryRows === 0) throw new Error("attention scratch not reserved");
-    const args = [out, q, kLayer, vLayer, seqInfo, nHeads, nKvHeads, headDim, blockSize, qStride, this.attnScratch, 0, items];
-    this.dispatch({ kernel: "pagedAttention", args, total: items, granularity: 1, scratch: { arg: 10, stride: this.attnScratchBytes } }, parallel);
+    const args = [out, q, kLayer, vLayer, seqInfo, nHeads, nKvHeads, headDim, blockSize, numBlocks, qStride, this.attnScratch, 0, items];
+    this.dispatch({ kernel: "pagedAttention", args, total: items, granularity: 1, scratch: { arg: 11, stride: this.attnScratchBytes } }, parallel);
   }
 
   /** Stop the worker threads. */

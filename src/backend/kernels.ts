@@ -40,11 +40,11 @@ export interface Kernels {
   // attention.ts
   writeKV(
     kLayer: number, vLayer: number, k: number, v: number, slots: number,
-    T: number, nKvHeads: number, headDim: number, blockSize: number,
+    T: number, nKvHeads: number, headDim: number, blockSize: number, numBlocks: number,
   ): void;
   pagedAttention(
     out: number, q: number, kLayer: number, vLayer: number, seqInfo: number,
-    nHeads: number, nKvHeads: number, headDim: number, blockSize: number, qStride: number,
+    nHeads: number, nKvHeads: number, headDim: number, blockSize: number, numBlocks: number, qStride: number,
     scratch: number, itemStart: number, itemEnd: number,
   ): void;
   // runq.ts: llama2.c runq.c's arithmetic, bit for bit (numerics "runq")
@@ -58,7 +58,7 @@ export interface Kernels {
   ropeTablesRunq(cosTab: number, sinTab: number, seqLen: number, headDim: number, lnTheta: number): void;
   pagedAttentionRunq(
     out: number, q: number, kLayer: number, vLayer: number, seqInfo: number,
-    nHeads: number, nKvHeads: number, headDim: number, blockSize: number, qStride: number,
+    nHeads: number, nKvHeads: number, headDim: number, blockSize: number, numBlocks: number, qStride: number,
     scores: number, itemStart: number, itemEnd: number,
   ): void;
   /** Test probe: 0 glibc expf, 1 libmvec expf, 2 sinf, 3 cosf (glibc sincosf), 4 vrcp14ps, 5 rcpps, 6 rsqrtss, 7 rsqrt+Newton. */

@@ -1,6 +1,7 @@
 /**
  * Where the KV cache lives: one arena in linear memory, per layer a K region and a V region,
- * each [block][kvHead][blockSize][headDim] f32. Block ids index this arena directly; the
+ * each [kvHead][block][blockSize][headDim] f32 (one head's rows in consecutive blocks are
+ * adjacent: see assembly/attention.ts for why). Block ids index this arena directly; the
  * KVCacheManager decides which request owns which block.
  */
 import type { ModelConfig } from "../model/config.ts";

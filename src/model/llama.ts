@@ -88,10 +88,10 @@ export class LlamaModel {
 
       this.rope(a.q, batch.positions, T, c.nHeads, c.dim);
       this.rope(a.k, batch.positions, T, c.nKvHeads, kvDim);
-      ops.kernels.writeKV(kv.kLayer(l), kv.vLayer(l), a.k, a.v, batch.slots, T, c.nKvHeads, c.headDim, kv.blockSize);
+      ops.kernels.writeKV(kv.kLayer(l), kv.vLayer(l), a.k, a.v, batch.slots, T, c.nKvHeads, c.headDim, kv.blockSize, kv.numBlocks);
       ops.attention(
         a.att, a.q, kv.kLayer(l), kv.vLayer(l), batch.seqInfo, batch.numSeqs,
-        c.nHeads, c.nKvHeads, c.headDim, kv.blockSize, c.dim, batch.contextTokens,
+        c.nHeads, c.nKvHeads, c.headDim, kv.blockSize, kv.numBlocks, c.dim, batch.contextTokens,
       );
       ops.matmul(a.xb2, a.att, L.wo, T);
       ops.add(a.x, a.xb2, T * c.dim);
