@@ -13,6 +13,12 @@ import type { WeightMatrix } from "../model/weights.ts";
 
 /** Multiply-adds below which a product is not worth a dispatch (~10 µs of work on one core). */
 const MIN_PARALLEL_MACS = 1 << 17;
+/**
+ * Key-dimension products below which attention runs on the caller alone. Lower than for matrix
+ * products: decode attention is bound by memory latency (its K/V were evicted by the weight
+ * stream), ~0.1 ms per layer at a 100-token context, so even short contexts gain from a split.
+ */
+const MIN_PARALLEL_ATTENTION = 1 << 13;
 
 /**
  * Which RMSNorm of the forward pass: runq's compiled code computes the final norm (before the
@@ -154,7 +160,7 @@ export class CpuBackend {
     contextTokens: number,
   ): void {
     const items = numSeqs * nKvHeads;
-    const parallel = items > 1 && contextTokens * nHeads * headDim >= MIN_PARALLEL_MACS;
+    const parallel = items > 1 && contextTokens * nHeads * headDim >= MIN_PARALLEL_ATTENTION;
     if (this.numerics === "runq") {
       // Two-pass softmax over the whole context: scores for every position of the longest sequence.
       const i32 = this.mem.i32;
