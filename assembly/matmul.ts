@@ -200,8 +200,8 @@ export function matvecScalarF32(out: usize, x: usize, w: usize, n: i32, d: i32):
 
 /**
  * Sum of x[start..end) f32 with four accumulators, stored at out: a plain streaming read, the
- * memory-bandwidth yardstick `pagellm bench` measures the model against (split across threads
- * like a matrix product, each thread writing its own partial sum).
+ * memory-bandwidth yardstick `pagellm bench` measures the model against, split across threads
+ * like a matrix product (each thread stores to its own slot; the sum only keeps the read alive).
  */
 export function streamSumF32(out: usize, x: usize, start: i32, end: i32): void {
   let a0 = f32x4.splat(0), a1 = f32x4.splat(0), a2 = f32x4.splat(0), a3 = f32x4.splat(0);

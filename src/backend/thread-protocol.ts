@@ -12,7 +12,7 @@ export type ParallelKernel = (typeof PARALLEL_KERNELS)[number];
 
 const enum Slot {
   Gen, Kernel, NumArgs, Total, Granularity, ScratchArg, ScratchStride,
-  Acks, Done, Ready, Sleepers, CallerSleeping, Error, ErrorLength, Exit,
+  Acks, Done, Ready, Sleepers, CallerSleeping, Error, ErrorLength, Exit, NextChunk,
 }
 const ARGS_OFFSET = 128;
 const MAX_ARGS = 16;
@@ -54,6 +54,7 @@ export class Control {
     a[Slot.ScratchStride] = scratch ? scratch.stride : 0;
     Atomics.store(a, Slot.Acks, 0);
     Atomics.store(a, Slot.Done, 0);
+    Atomics.store(a, Slot.NextChunk, 0);
     // The increment publishes the fields above (atomics are sequentially consistent).
     Atomics.add(a, Slot.Gen, 1);
     if (Atomics.load(a, Slot.Sleepers) > 0) Atomics.notify(a, Slot.Gen);
@@ -63,6 +64,11 @@ export class Control {
     Atomics.store(this.i32, Slot.Exit, 1);
     Atomics.add(this.i32, Slot.Gen, 1);
     Atomics.notify(this.i32, Slot.Gen);
+  }
+
+  /** The next chunk index of the current job, for whichever thread asks (each index once). */
+  claimChunk(): number {
+    return Atomics.add(this.i32, Slot.NextChunk, 1);
   }
 
   done(): number {

@@ -3,7 +3,7 @@
  * share of each job the pool posts, until told to exit.
  */
 import { Control } from "./thread-protocol.ts";
-import { runRange } from "./thread-pool.ts";
+import { runChunks } from "./thread-pool.ts";
 import { instantiateKernels } from "./wasm.ts";
 
 declare const self: Worker;
@@ -37,7 +37,7 @@ self.onmessage = (event: MessageEvent<Start>) => {
     if (ctrl.exiting()) break;
     const job = ctrl.job();
     try {
-      runRange(kernels, job, index, threads);
+      runChunks(kernels, { ...job, threads }, index, () => ctrl.claimChunk());
     } catch (e) {
       ctrl.reportError(`worker ${index}: ${job.kernel} failed: ${(e as Error).message}`);
     }
