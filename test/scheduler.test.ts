@@ -334,19 +334,20 @@ describe("preemption", () => {
     expect(b.outputTokenIds.length).toBe(6);
   });
 
-  test("several victims go back to the head of the waiting queue in admission order, and nothing is admitted that step", () => {
+  test("admission keeps a free block per running request; the latest admitted is the victim, nothing is admitted that step", () => {
     // 8 blocks of 2 tokens: four 4-token prompts take 2 blocks each; the first decode step needs
     // a third block for each
     const h = new Harness({ numBlocks: 8, blockSize: 2, maxNumBatchedTokens: 64, maxNumSeqs: 8 });
     const reqs = ["A", "B", "C", "D"].map((id, i) => h.add(id, prompt(i, 4), 3));
     h.add("E", prompt(4, 1), 1);
-    expect(h.step().scheduled.map((s) => s.id)).toEqual(["A", "B", "C", "D"]);
-    expect(h.kv.numFreeBlocks).toBe(0);
-    expect(h.scheduler.waiting.map((r) => r.id)).toEqual(["E"]);
+    // A (6 free after), B (4 free, 1 running), C (2 free, 2 running); D would leave 0 free for 3 running
+    expect(h.step().scheduled.map((s) => s.id)).toEqual(["A", "B", "C"]);
+    expect(h.kv.numFreeBlocks).toBe(2);
+    expect(h.scheduler.waiting.map((r) => r.id)).toEqual(["D", "E"]);
     const s2 = h.step();
-    // A needs a block: D goes (2 blocks free); B takes the other; C needs one: C itself goes.
-    // E is not admitted in a step that preempted, though a block is free
-    expect(s2.preempted).toEqual(["D", "C"]);
+    // A and B take the two free blocks; C needs one: C itself, the latest admitted, goes.
+    // Nothing is admitted in a step that preempted, though C's two blocks are free again
+    expect(s2.preempted).toEqual(["C"]);
     expect(s2.scheduled.map((s) => s.id)).toEqual(["A", "B"]);
     expect(h.scheduler.waiting.map((r) => r.id)).toEqual(["C", "D", "E"]);
     expect(h.scheduler.running).toEqual([reqs[0]!, reqs[1]!]);

@@ -9,6 +9,11 @@
  * preempted, waiting requests are admitted with their prefix-cache hits while budget, sequences
  * and blocks last, their prompts chunked to fit the budget.
  *
+ * Admission keeps one free block per running request (each may cross into a new block within
+ * the next blockSize steps), like vLLM v0's watermark: without it, on a tight pool a newly
+ * admitted request computed a prefill chunk, was preempted by the next step's decodes, was
+ * admitted again, and so on, recomputing its chunk every other step.
+ *
  * Order of admission: "fcfs" (arrival), or "lpm" (longest cached prefix first, as SGLang).
  *
  * A shared prefix is computed once under either order, which is what SGLang's LPM achieves by
@@ -130,7 +135,8 @@ export class Scheduler<R extends Request = Request> {
       const req = this.waiting[0]!;
       const hit = this.kv.getComputedBlocks(req);
       const numNew = Math.min(req.numTokens - hit.numComputedTokens, budget);
-      if (this.kv.allocateSlots(req, numNew, hit.numComputedTokens, hit.blocks) === null) break;
+      if (this.kv.freeBlocksAfter(req, numNew, hit.numComputedTokens, hit.blocks) < this.running.length) break;
+      this.kv.allocateSlots(req, numNew, hit.numComputedTokens, hit.blocks);
       this.waiting.shift();
       req.numComputedTokens = hit.numComputedTokens;
       this.running.push(req);

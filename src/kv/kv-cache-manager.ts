@@ -173,12 +173,8 @@ export class KVCacheManager {
     if (newComputedBlocks.length > 0) this.checkComputedBlocks(req, numHeld, newComputedBlocks);
 
     const numComputed = req.numComputedTokens + numNewComputedTokens;
-    const numRequired = Math.ceil((numComputed + numNewTokens) / this.blockSize);
-    const numNew = Math.max(0, numRequired - numHeld - newComputedBlocks.length);
-    // A hit that sits in the free queue leaves it when touched, so it cannot also serve as a new block.
-    let numFreeHits = 0;
-    for (const block of newComputedBlocks) if (block.refCnt === 0) numFreeHits++;
-    if (numNew > this.pool.numFreeBlocks - numFreeHits) return null;
+    const numNew = this.numNewBlocks(req, numNewTokens, numNewComputedTokens, newComputedBlocks);
+    if (this.freeBlocksAfter(req, numNewTokens, numNewComputedTokens, newComputedBlocks) < 0) return null;
 
     if (kv === undefined) {
       kv = {
@@ -200,6 +196,26 @@ export class KVCacheManager {
     this.appendBlocks(kv, newBlocks);
     if (kv.hashes !== null) this.cacheFullBlocks(kv, kv.hashes, Math.min(numComputed + numNewTokens, req.numTokens));
     return newBlocks;
+  }
+
+  /**
+   * Free blocks the queue would hold after allocateSlots with these arguments (negative: it would
+   * fail). Changes nothing; the scheduler uses it to keep room for running requests to grow.
+   */
+  freeBlocksAfter(
+    req: Request, numNewTokens: number, numNewComputedTokens = 0, newComputedBlocks: readonly KVCacheBlock[] = NO_BLOCKS,
+  ): number {
+    // A hit that sits in the free queue leaves it when touched, so it cannot also serve as a new block.
+    let numFreeHits = 0;
+    for (const block of newComputedBlocks) if (block.refCnt === 0) numFreeHits++;
+    return this.pool.numFreeBlocks - numFreeHits - this.numNewBlocks(req, numNewTokens, numNewComputedTokens, newComputedBlocks);
+  }
+
+  /** Blocks allocateSlots would pop from the free queue for these arguments. */
+  private numNewBlocks(req: Request, numNewTokens: number, numNewComputedTokens: number, newComputedBlocks: readonly KVCacheBlock[]): number {
+    const numHeld = this.requests.get(req.id)?.blocks.length ?? 0;
+    const numRequired = Math.ceil((req.numComputedTokens + numNewComputedTokens + numNewTokens) / this.blockSize);
+    return Math.max(0, numRequired - numHeld - newComputedBlocks.length);
   }
 
   /**
