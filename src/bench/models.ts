@@ -7,7 +7,7 @@
 import { existsSync, mkdirSync, renameSync, rmSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { InputError } from "../errors.ts";
-import { TensorName, type Checkpoint } from "../model/checkpoint.ts";
+import { weightTraffic } from "../model/weights.ts";
 import { makeConfig, type ModelConfig } from "../model/config.ts";
 import { llama2cFileSize, writeLlama2c, type Llama2cFormat } from "../model/llama2c-writer.ts";
 import { openCheckpoint } from "../model/load.ts";
@@ -168,20 +168,4 @@ export function benchModel(choice: ModelChoice, log: (line: string) => void): Be
   return { label, path, tokenizer, config: ckpt.config, ...weightTraffic(ckpt), note: choice.shape.note };
 }
 
-/**
- * Parameters and bytes of the matrices one decode token streams, from the checkpoint's tensor
- * list: the same count as ModelWeights.bytesPerToken (every layer matrix, plus the classifier,
- * which is the embedding table when shared), without loading the weights.
- */
-export function weightTraffic(ckpt: Checkpoint): { matmulParams: number; bytesPerToken: number } {
-  let params = 0;
-  let bytes = 0;
-  for (const t of ckpt.tensors.values()) {
-    if (t.shape.length !== 2) continue;
-    const isEmbedding = t.name === TensorName.tokenEmbedding;
-    if (isEmbedding && !ckpt.config.sharedClassifier) continue; // only a row of it is read per token
-    params += t.shape[0]! * t.shape[1]!;
-    bytes += t.byteLength;
-  }
-  return { matmulParams: params, bytesPerToken: bytes };
-}
+

@@ -46,18 +46,22 @@ export async function runCli(argv: string[]): Promise<number> {
   }
 }
 
-/** The (sub)command named by the leading words of argv, and its parent. */
+/**
+ * The (sub)command named by the leading words of argv, and a parent that carries the full command
+ * path ("pagellm bench"), so nested usage reads "pagellm bench prefix".
+ */
 async function commandFor(argv: string[]): Promise<[CommandDef, CommandDef | undefined]> {
   let command: CommandDef = mainCommand as CommandDef;
-  let parent: CommandDef | undefined;
+  const path: string[] = ["pagellm"];
   for (const word of argv) {
     if (word.startsWith("-")) break;
     const subs = typeof command.subCommands === "function" ? await command.subCommands() : await command.subCommands;
     const next = subs?.[word];
     if (!next) break;
-    parent = command;
+    path.push(word);
     command = (typeof next === "function" ? await next() : await next) as CommandDef;
   }
+  const parent: CommandDef | undefined = path.length > 1 ? { meta: { name: path.slice(0, -1).join(" ") } } : undefined;
   return [command, parent];
 }
 

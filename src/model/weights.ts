@@ -38,6 +38,23 @@ export interface ModelWeights {
   bytesPerToken: number;
 }
 
+/**
+ * Parameters and bytes of the matrices one decode token streams, from the checkpoint's tensor
+ * list alone: every layer matrix and the classifier (the embedding table when shared; otherwise
+ * only one row of the embedding is read per token).
+ */
+export function weightTraffic(ckpt: Checkpoint): { matmulParams: number; bytesPerToken: number } {
+  let params = 0;
+  let bytes = 0;
+  for (const t of ckpt.tensors.values()) {
+    if (t.shape.length !== 2) continue;
+    if (t.name === TensorName.tokenEmbedding && !ckpt.config.sharedClassifier) continue;
+    params += t.shape[0]! * t.shape[1]!;
+    bytes += t.byteLength;
+  }
+  return { matmulParams: params, bytesPerToken: bytes };
+}
+
 const STAGING_BYTES = 8 << 20;
 
 /** Load every tensor of the checkpoint into `mem`. */
@@ -110,11 +127,7 @@ function planAllocations(ckpt: Checkpoint, mem: LinearMemory) {
   const output = c.sharedClassifier ? tokenEmbedding : matrix(TensorName.output);
   // Read in file order: sequential I/O.
   placements.sort((a, b) => a.info.offset - b.info.offset);
-  const matrixBytes = (m: WeightMatrix) => (m.kind === "f32" ? 4 * m.rows * m.cols : m.rows * m.cols * (1 + 4 / m.groupSize));
-  const bytesPerToken = layers.reduce(
-    (sum, L) => sum + [L.wq, L.wk, L.wv, L.wo, L.ffnGate, L.ffnDown, L.ffnUp].reduce((s, m) => s + matrixBytes(m), 0),
-    matrixBytes(output),
-  );
+  const { bytesPerToken } = weightTraffic(ckpt);
   return { placements, weights: { tokenEmbedding, layers, outputNorm, output, bytesPerToken } };
 }
 
