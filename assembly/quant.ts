@@ -41,13 +41,13 @@ export function quantizeQ8(xq: usize, xs: usize, x: usize, T: i32, d: i32, gs: i
   }
 }
 
-/** Integer dot product of gs int8 pairs; SIMD when gs is a multiple of 16, else scalar. */
-@inline function groupDot(a: usize, b: usize, gs: i32): i32 {
+/** Integer dot product of gs int8 pairs: SIMD over 16 at a time, scalar tail (exact, so any order does). */
+@inline export function groupDot(a: usize, b: usize, gs: i32): i32 {
   let sum = 0;
   let k = 0;
-  if ((gs & 15) == 0) {
+  if (gs >= 16) {
     let acc = i32x4.splat(0);
-    for (; k < gs; k += 16) {
+    for (; k + 16 <= gs; k += 16) {
       const va = v128.load(a + <usize>k);
       const vb = v128.load(b + <usize>k);
       acc = i32x4.add(acc, i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(va), i16x8.extend_low_i8x16_s(vb)));

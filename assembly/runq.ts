@@ -30,6 +30,7 @@ import {
   fma32, fma32x4, glibcExpf, glibcSincosf, mulFtz, mvecExpf, rcp12, rcp14, recipNewton, roundFtz, rsqrt12, rsqrtNewton, sincosCos, sincosSin,
 } from "./runq-math";
 import { SEQ_INFO_INTS } from "./attention";
+import { groupDot } from "./quant";
 
 // ---------------------------------------------------------------------------------------------
 // The vectorized reduction
@@ -138,23 +139,6 @@ export function quantizeQ8Runq(xq: usize, xs: usize, x: usize, T: i32, d: i32, g
   }
 }
 
-/** Integer dot product of gs int8 pairs (exact, so any order does). */
-@inline function groupDot(a: usize, b: usize, gs: i32): i32 {
-  let sum = 0;
-  let k = 0;
-  if (gs >= 16) {
-    let acc = i32x4.splat(0);
-    for (; k + 16 <= gs; k += 16) {
-      const va = v128.load(a + <usize>k);
-      const vb = v128.load(b + <usize>k);
-      acc = i32x4.add(acc, i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(va), i16x8.extend_low_i8x16_s(vb)));
-      acc = i32x4.add(acc, i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(va), i16x8.extend_high_i8x16_s(vb)));
-    }
-    sum = i32x4.extract_lane(acc, 0) + i32x4.extract_lane(acc, 1) + i32x4.extract_lane(acc, 2) + i32x4.extract_lane(acc, 3);
-  }
-  for (; k < gs; k++) sum += <i32>load<i8>(a + <usize>k) * <i32>load<i8>(b + <usize>k);
-  return sum;
-}
 
 /**
  * out[t][i] = W[i] . x[t] for rows i in [rowStart, rowEnd), as matmulQ8 but with runq's -Ofast

@@ -2,9 +2,9 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ModelFormatError } from "../src/errors.ts";
 import { GGUF_VALUE_TYPE, readGGUF } from "../src/model/gguf.ts";
 import { describeShared } from "./helpers/shared.ts";
+import { expectModelFormatError } from "./helpers/errors.ts";
 
 const SPM_VOCAB = "vocab/ggml-vocab-llama-spm.gguf";
 const STORIES_GGUF = "models/gguf/stories260K.gguf";
@@ -19,19 +19,6 @@ function writeTemp(data: Uint8Array, name = `file-${tempCount++}.gguf`): string 
   return path;
 }
 
-function expectModelFormatError(run: () => unknown, file: string, problem: RegExp): void {
-  let caught: unknown;
-  try {
-    run();
-  } catch (error) {
-    caught = error;
-  }
-  expect(caught).toBeInstanceOf(ModelFormatError);
-  const error = caught as ModelFormatError;
-  expect(error.file).toBe(file);
-  expect(error.message).toStartWith(`${file}: `);
-  expect(error.message).toMatch(problem);
-}
 
 // Little-endian encoders for hand-built GGUF files.
 const u32 = (n: number): Uint8Array => {

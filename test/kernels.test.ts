@@ -8,6 +8,7 @@ import { describe, expect, test } from "bun:test";
 import { CpuBackend } from "../src/backend/cpu.ts";
 import { attentionScratchBytes } from "../src/backend/kernels.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
+import { Scratch } from "./helpers/wasm-scratch.ts";
 
 const fr = Math.fround;
 const be = new CpuBackend();
@@ -17,27 +18,6 @@ const mem = be.mem;
 const REGION_BYTES = 8 << 20;
 const region = mem.alloc(REGION_BYTES);
 
-/** Bump allocator inside the region, reset per iteration. */
-class Scratch {
-  private top = region;
-  f32(values: ArrayLike<number>): number {
-    const addr = this.alloc(4 * values.length);
-    mem.f32.set(values, addr >> 2);
-    return addr;
-  }
-  i32(values: ArrayLike<number>): number {
-    const addr = this.alloc(4 * values.length);
-    mem.i32.set(values, addr >> 2);
-    return addr;
-  }
-  alloc(bytes: number): number {
-    // Deliberately misalign by 4 bytes now and then: kernels must not assume 16-byte alignment.
-    const addr = Math.ceil(this.top / 16) * 16 + (bytes % 3 === 0 ? 4 : 0);
-    this.top = addr + bytes;
-    if (this.top > region + REGION_BYTES) throw new Error("test scratch exhausted");
-    return addr;
-  }
-}
 
 function readF32(addr: number, n: number): Float32Array {
   return mem.f32.slice(addr >> 2, (addr >> 2) + n);
@@ -69,7 +49,7 @@ describe("f32 matmul over packed panels", () => {
   test("matches the canonical scalar order bitwise for any T, shape and row split", () => {
     const rng = new Xoshiro128(1);
     for (let iter = 0; iter < 300; iter++) {
-      const s = new Scratch();
+      const s = new Scratch(mem, region, REGION_BYTES);
       const n = randInt(rng, 1, 41);
       const d = randInt(rng, 1, 75);
       const T = randInt(rng, 1, 7);
@@ -99,7 +79,7 @@ describe("f32 matmul over packed panels", () => {
   test("a token's result does not depend on the rest of the batch", () => {
     const rng = new Xoshiro128(2);
     for (let iter = 0; iter < 50; iter++) {
-      const s = new Scratch();
+      const s = new Scratch(mem, region, REGION_BYTES);
       const n = randInt(rng, 1, 33);
       const d = randInt(rng, 1, 90);
       const T = randInt(rng, 2, 9);
@@ -119,7 +99,7 @@ describe("f32 matmul over packed panels", () => {
   test("matmulF32Multi equals separate products, for any split of the shared row space", () => {
     const rng = new Xoshiro128(14);
     for (let iter = 0; iter < 100; iter++) {
-      const s = new Scratch();
+      const s = new Scratch(mem, region, REGION_BYTES);
       const d = randInt(rng, 1, 40);
       const T = randInt(rng, 1, 5);
       const x = s.f32(randomArray(rng, T * d));
@@ -147,7 +127,7 @@ describe("f32 matmul over packed panels", () => {
   test("unpackRow and embed recover the original rows", () => {
     const rng = new Xoshiro128(3);
     for (let iter = 0; iter < 100; iter++) {
-      const s = new Scratch();
+      const s = new Scratch(mem, region, REGION_BYTES);
       const n = randInt(rng, 1, 30);
       const d = randInt(rng, 1, 50);
       const w = randomArray(rng, n * d);
@@ -162,7 +142,7 @@ describe("f32 matmul over packed panels", () => {
 
   test("the scalar baseline kernel is a plain row-major loop", () => {
     const rng = new Xoshiro128(4);
-    const s = new Scratch();
+    const s = new Scratch(mem, region, REGION_BYTES);
     const n = 13, d = 29;
     const w = randomArray(rng, n * d);
     const x = randomArray(rng, d);
@@ -180,7 +160,7 @@ describe("f32 matmul over packed panels", () => {
 describe("exp", () => {
   test("expF32 is within 2 ulp of exp, saturates at both ends, and lanes equal the scalar tail", () => {
     const rng = new Xoshiro128(13);
-    const s = new Scratch();
+    const s = new Scratch(mem, region, REGION_BYTES);
     const n = 4099;
     const x = new Float32Array(n);
     for (let i = 0; i < n; i++) x[i] = (rng.nextFloat() * 2 - 1) * 100;
@@ -209,7 +189,7 @@ describe("streaming read", () => {
   test("streamSumF32 sums any range with four accumulators and a scalar tail", () => {
     const rng = new Xoshiro128(12);
     for (let iter = 0; iter < 200; iter++) {
-      const s = new Scratch();
+      const s = new Scratch(mem, region, REGION_BYTES);
       const n = randInt(rng, 1, 150);
       const x = randomArray(rng, n);
       const start = randInt(rng, 0, n - 1);
@@ -251,7 +231,7 @@ describe("int8 group-quantized kernels (runq.c arithmetic)", () => {
   test("quantize and matmul match a scalar loop exactly, including groups that straddle rows", () => {
     const rng = new Xoshiro128(5);
     for (let iter = 0; iter < 120; iter++) {
-      const s = new Scratch();
+      const s = new Scratch(mem, region, REGION_BYTES);
       const gs = [2, 4, 8, 16, 32, 48][randInt(rng, 0, 5)]!;
       const d = gs * randInt(rng, 1, 4) + (iter % 3 === 0 ? randInt(rng, 1, gs - 1) || 0 : 0);
       const n = randInt(rng, 1, 21);
@@ -292,7 +272,7 @@ describe("element-wise kernels", () => {
   test("rmsnorm matches the canonical order bitwise", () => {
     const rng = new Xoshiro128(6);
     for (let iter = 0; iter < 100; iter++) {
-      const s = new Scratch();
+      const s = new Scratch(mem, region, REGION_BYTES);
       const n = randInt(rng, 1, 99);
       const T = randInt(rng, 1, 4);
       const x = randomArray(rng, T * n, 4);
@@ -311,7 +291,7 @@ describe("element-wise kernels", () => {
   test("addInPlace, swiglu and softmax", () => {
     const rng = new Xoshiro128(7);
     for (let iter = 0; iter < 100; iter++) {
-      const s = new Scratch();
+      const s = new Scratch(mem, region, REGION_BYTES);
       const n = randInt(rng, 1, 77);
       const x = randomArray(rng, n, 5);
       const y = randomArray(rng, n, 5);
@@ -338,7 +318,7 @@ describe("element-wise kernels", () => {
 
   test("gatherRows copies the selected rows", () => {
     const rng = new Xoshiro128(8);
-    const s = new Scratch();
+    const s = new Scratch(mem, region, REGION_BYTES);
     const n = 7, R = 3;
     const src = randomArray(rng, 10 * n);
     const rows = [9, 0, 4];
@@ -350,7 +330,7 @@ describe("element-wise kernels", () => {
   test("RoPE, interleaved and NeoX forms, match the scalar rotation exactly", () => {
     const rng = new Xoshiro128(9);
     for (let iter = 0; iter < 60; iter++) {
-      const s = new Scratch();
+      const s = new Scratch(mem, region, REGION_BYTES);
       const headDim = 2 * randInt(rng, 1, 20);
       const nHeads = randInt(rng, 1, 5);
       const rowStride = nHeads * headDim + randInt(rng, 0, 3);
@@ -387,7 +367,7 @@ describe("element-wise kernels", () => {
 describe("paged KV cache kernels", () => {
   test("writeKV scatters each head to its slot", () => {
     const rng = new Xoshiro128(10);
-    const s = new Scratch();
+    const s = new Scratch(mem, region, REGION_BYTES);
     const nKv = 3, hd = 6, bs = 4, blocks = 5, T = 7;
     const kvBytes = 4 * blocks * nKv * bs * hd;
     const kc = s.alloc(kvBytes), vc = s.alloc(kvBytes);
@@ -408,7 +388,7 @@ describe("paged KV cache kernels", () => {
   test("pagedAttention gives the same bits whatever the block size and block order", () => {
     const rng = new Xoshiro128(15);
     for (let iter = 0; iter < 30; iter++) {
-      const s = new Scratch();
+      const s = new Scratch(mem, region, REGION_BYTES);
       const nKv = randInt(rng, 1, 2), group = randInt(rng, 1, 2), nHeads = nKv * group;
       const hd = randInt(rng, 1, 20);
       const ctx = randInt(rng, 1, 70);
@@ -439,7 +419,7 @@ describe("paged KV cache kernels", () => {
   test("pagedAttention equals plain causal softmax attention over shuffled blocks, chunks and GQA", () => {
     const rng = new Xoshiro128(11);
     for (let iter = 0; iter < 60; iter++) {
-      const s = new Scratch();
+      const s = new Scratch(mem, region, REGION_BYTES);
       const nKv = randInt(rng, 1, 3);
       const group = randInt(rng, 1, 3);
       const nHeads = nKv * group;

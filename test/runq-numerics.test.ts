@@ -23,6 +23,7 @@ import { Xoshiro128 } from "../src/util/random.ts";
 import { sharedPath } from "./helpers/shared.ts";
 import { decodeTokens, readTokenPieces } from "./reference/decode-tokens.ts";
 import { EXPF_CASES, RECIP_CASES, SINCOSF_CASES } from "./reference/runq-captures.ts";
+import { Scratch } from "./helpers/wasm-scratch.ts";
 
 const fr = Math.fround;
 const be = new CpuBackend();
@@ -92,29 +93,8 @@ function exactFma(a: number, b: number, c: number): number {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Scratch in linear memory
+// Scratch in linear memory (test/helpers/wasm-scratch.ts)
 // ---------------------------------------------------------------------------------------------
-
-class Scratch {
-  private top = region;
-  f32(values: ArrayLike<number>): number {
-    const addr = this.alloc(4 * values.length);
-    mem.f32.set(values, addr >> 2);
-    return addr;
-  }
-  i32(values: ArrayLike<number>): number {
-    const addr = this.alloc(4 * values.length);
-    mem.i32.set(values, addr >> 2);
-    return addr;
-  }
-  alloc(bytes: number): number {
-    // Misalign by 4 bytes now and then: the kernels must not assume 16-byte alignment.
-    const addr = Math.ceil(this.top / 16) * 16 + (bytes % 3 === 0 ? 4 : 0);
-    this.top = addr + bytes;
-    if (this.top > region + REGION_BYTES) throw new Error("test scratch exhausted");
-    return addr;
-  }
-}
 
 const readF32 = (addr: number, n: number) => mem.f32.slice(addr >> 2, (addr >> 2) + n);
 
@@ -323,7 +303,7 @@ describe("runq kernels follow gcc's evaluation order bit for bit", () => {
     const sizes = [1, 3, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32, 33, 40, 47, 48, 55, 63, 64, 65, 71, 72, 79, 288];
     for (const n of sizes) {
       for (const final of [false, true]) {
-        const s = new Scratch();
+        const s = new Scratch(mem, region, REGION_BYTES);
         const T = 3;
         const x = randomArray(rng, T * n, 4);
         const w = randomArray(rng, n, 2);
@@ -345,7 +325,7 @@ describe("runq kernels follow gcc's evaluation order bit for bit", () => {
       x[j] = fr((j % 3 === 0 ? -1 : 1) * m * 2 ** -63);
     }
     const w = randomArray(rng, n, 2);
-    const s = new Scratch();
+    const s = new Scratch(mem, region, REGION_BYTES);
     const out = s.alloc(4 * n);
     // A tiny eps (2^-120), so that the sum of squares still shows in the result.
     const eps = 2 ** -120;
@@ -364,7 +344,7 @@ describe("runq kernels follow gcc's evaluation order bit for bit", () => {
 
   test("rmsnorm in place (the final norm aliases out and x) gives the same bits", () => {
     const rng = new Xoshiro128(22);
-    const s = new Scratch();
+    const s = new Scratch(mem, region, REGION_BYTES);
     const n = 64, T = 2;
     const x = randomArray(rng, T * n, 3);
     const w = randomArray(rng, n);
@@ -376,7 +356,7 @@ describe("runq kernels follow gcc's evaluation order bit for bit", () => {
   test("quantize and matmul: -Ofast's reciprocal scales and (w_scale * x_scale) * ival, groups straddling rows", () => {
     const rng = new Xoshiro128(23);
     for (const [d, gs, rows, T] of [[64, 32, 13, 3], [70, 32, 9, 2], [172, 32, 5, 4], [48, 16, 7, 1], [33, 11, 6, 2], [19, 5, 4, 3]] as const) {
-      const s = new Scratch();
+      const s = new Scratch(mem, region, REGION_BYTES);
       const x = randomArray(rng, T * d, 3);
       // A group of zeros quantizes to zeros with scale 0.
       for (let i = 0; i < gs; i++) x[i] = 0;
@@ -413,7 +393,7 @@ describe("runq kernels follow gcc's evaluation order bit for bit", () => {
   test("SwiGLU: 16-lane blocks, one 8-lane block and the scalar tail per row, for any row length", () => {
     const rng = new Xoshiro128(24);
     for (const n of [1, 5, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 40, 47, 172, 173]) {
-      const s = new Scratch();
+      const s = new Scratch(mem, region, REGION_BYTES);
       const T = 3;
       const a = randomArray(rng, T * n, 8);
       const b = randomArray(rng, T * n, 3);
@@ -424,7 +404,7 @@ describe("runq kernels follow gcc's evaluation order bit for bit", () => {
   });
 
   test("RoPE tables: freq = expf(-(2k * (1/hs)) * f32(ln 10000)), angle = freq * pos, glibc sincosf", () => {
-    const s = new Scratch();
+    const s = new Scratch(mem, region, REGION_BYTES);
     const seqLen = 512;
     for (const hd of [8, 6, 32]) {
       const half = hd / 2;
@@ -450,7 +430,7 @@ describe("runq kernels follow gcc's evaluation order bit for bit", () => {
   test("attention: gcc-ordered scores, runq's softmax split and sum, FMA mix; paged, chunked, GQA", () => {
     const rng = new Xoshiro128(25);
     for (let iter = 0; iter < 14; iter++) {
-      const s = new Scratch();
+      const s = new Scratch(mem, region, REGION_BYTES);
       const nKv = randInt(rng, 1, 2);
       const group = randInt(rng, 1, 2);
       const nHeads = nKv * group;

@@ -2,7 +2,7 @@ import { afterAll, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { InputError, ModelFormatError } from "../src/errors.ts";
+import { InputError } from "../src/errors.ts";
 import {
   LLAMA2C_BOS_ID,
   LLAMA2C_EOS_ID,
@@ -11,6 +11,7 @@ import {
   type Tokenizer,
 } from "../src/tokenizer/index.ts";
 import { describeShared } from "./helpers/shared.ts";
+import { expectModelFormatError } from "./helpers/errors.ts";
 
 const TOK512 = "models/llama2c/tok512.bin";
 const TOK512_RAW = "models/llama2c/variants/tok512_rawbytes.bin";
@@ -70,19 +71,6 @@ function streamDecode(tokenizer: Tokenizer, ids: readonly number[], prevTokenId?
   return ids.map((id) => decoder.push(id)).join("") + decoder.flush();
 }
 
-function expectModelFormatError(run: () => unknown, file: string, problem: RegExp): void {
-  let caught: unknown;
-  try {
-    run();
-  } catch (error) {
-    caught = error;
-  }
-  expect(caught).toBeInstanceOf(ModelFormatError);
-  const error = caught as ModelFormatError;
-  expect(error.file).toBe(file);
-  expect(error.message).toContain(file);
-  expect(error.message).toMatch(problem);
-}
 
 /**
  * The inputs of a llama.cpp `.gguf.inp` file: texts separated by "\n__ggml_vocab_test__\n". The file ends
