@@ -116,6 +116,12 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
     ]);
   }, 30_000);
 
+  test("decode --runc: a missing baseline binary is a one-line input error", () => {
+    const r = pagellm(["bench", "decode", ...QUICK, ...onModel, "--stream-mb", "16", "--tokens", "4", "--threads", "1", "--runc", join(modelsDir, "no-such-run")]);
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim().split("\n").pop()).toMatch(/^pagellm: error: .*no-such-run: --runc binary not found$/);
+  }, 30_000);
+
   test("prefill", () => {
     expectFigures(["bench", "prefill", ...QUICK, ...onModel, "--prompt-tokens", "64", "--decode-tokens", "4", "--threads", "1"], [
       "rows.*.ttftMs.median", "rows.*.prefillTokensPerSecond.median", "rows.*.decodeMsPerToken.median", "rows.*.prefillVsDecode", "target",

@@ -5,10 +5,11 @@
  * measured in the same run, on the same threads.
  */
 import { measureDecode, withLLM } from "./engine-runs.ts";
-import { ratio, type RepeatOptions, type Summary } from "./measure.ts";
+import { ratio, summarize, type RepeatOptions, type Summary } from "./measure.ts";
 import type { BenchModel } from "./models.ts";
 import { fmt, fmtPct, fmtRatio, fmtSpread, progress, type Table } from "./report.ts";
 import { measureStreamBandwidth } from "./roofline.ts";
+import { runcTokensPerSecond } from "./runc.ts";
 
 export interface DecodeOptions extends RepeatOptions {
   threads: number[];
@@ -17,6 +18,8 @@ export interface DecodeOptions extends RepeatOptions {
   genTokens: number;
   streamBytes: number;
   seed: number;
+  /** A llama2.c `run` binary to time on the same file, alternating with pagellm (null: none). */
+  runc: string | null;
 }
 
 export interface DecodeRow {
@@ -32,6 +35,8 @@ export interface DecodeRow {
   fractionOfLimit: number;
   /** tokens/s against the first thread count. */
   vsFirst: number;
+  /** llama2.c run's tokens/s at the same thread count, and ours / its (when --runc was given). */
+  runc: { tokensPerSecond: Summary; ratio: number } | null;
 }
 
 export interface DecodeResult {
@@ -45,13 +50,28 @@ export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
   for (const threads of o.threads) {
     progress(`decode of ${o.model.label}, ${threads} thread(s)`);
     const row = await withLLM(o.model, { threads }, async (llm): Promise<DecodeRow> => {
-      const d = await measureDecode(llm, o);
+      // With a baseline, ours and run alternate repetition by repetition, so both see the same machine.
+      const runc = o.runc;
+      const ours: Summary[] = [];
+      const theirs: number[] = [];
+      let d = await measureDecode(llm, o);
+      if (runc !== null) {
+        for (let r = 0; r < o.reps; r++) {
+          theirs.push(runcTokensPerSecond(runc, o.model.path, o.model.tokenizer, o.promptTokens + o.genTokens, threads));
+          d = await measureDecode(llm, { ...o, warmup: 0, reps: 1 });
+          ours.push(d.tokensPerSecond);
+        }
+        const tps = summarize(ours.map((x) => x.median));
+        d = { ...d, tokensPerSecond: tps, msPerToken: summarize(ours.map((x) => 1000 / x.median)) };
+      }
       const bw = measureStreamBandwidth(llm.engine.backend, o.reps, o.streamBytes);
       // A ceiling is the best repetition: interference from other processes only ever slows one.
       const limit = (bw.max * 1e9) / o.model.bytesPerToken;
+      const baseline = theirs.length === 0 ? null : summarize(theirs);
       return {
         threads, tokensPerSecond: d.tokensPerSecond, msPerToken: d.msPerToken, generatedTokens: d.generatedTokens,
         bandwidthGBps: bw, limitTokensPerSecond: limit, fractionOfLimit: d.tokensPerSecond.median / limit, vsFirst: 1,
+        runc: baseline === null ? null : { tokensPerSecond: baseline, ratio: ratio(d.tokensPerSecond, baseline) },
       };
     });
     row.vsFirst = rows.length === 0 ? 1 : ratio(row.tokensPerSecond, rows[0]!.tokensPerSecond);
@@ -61,7 +81,7 @@ export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
 }
 
 export function decodeTables(r: DecodeResult): Table[] {
-  return [{
+  const tables: Table[] = [{
     title: `single-sequence decode of ${r.model} (${fmt(r.bytesPerToken / 2 ** 20, 4)} MiB of weights per token) vs the bandwidth limit (best stream repetition); median (min-max)`,
     columns: ["threads", "tokens/s", "ms/token", "stream GB/s", "limit tokens/s", "of limit", `vs ${r.rows[0]?.threads ?? 1} thread(s)`],
     rows: r.rows.map((x) => [
@@ -69,4 +89,14 @@ export function decodeTables(r: DecodeResult): Table[] {
       fmt(x.limitTokensPerSecond), fmtPct(x.fractionOfLimit), fmtRatio(x.vsFirst),
     ]),
   }];
+  if (r.rows.some((x) => x.runc !== null)) {
+    tables.push({
+      title: "against llama2.c run (--runc) on the same file, repetitions alternating; median (min-max)",
+      columns: ["threads", "pagellm tokens/s", "run tokens/s", "pagellm / run"],
+      rows: r.rows.filter((x) => x.runc !== null).map((x) => [
+        String(x.threads), fmtSpread(x.tokensPerSecond), fmtSpread(x.runc!.tokensPerSecond), fmtRatio(x.runc!.ratio),
+      ]),
+    });
+  }
+  return tables;
 }

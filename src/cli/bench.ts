@@ -62,6 +62,11 @@ const decodeArgs = {
   ...modelArgs("stories110M"),
   "prompt-tokens": { type: "string", description: "Prompt length before decoding (default 8)", valueHint: "n" },
   tokens: { type: "string", description: "Tokens generated per repetition (default 128)", valueHint: "n" },
+  runc: {
+    type: "string",
+    description: "A llama2.c `run` binary to time on the same model file, alternating with pagellm (OMP_NUM_THREADS = each thread count)",
+    valueHint: "path",
+  },
 } as const satisfies ArgsDef;
 
 const decodeCommand = defineCommand({
@@ -78,6 +83,7 @@ const decodeCommand = defineCommand({
     const o = {
       ...repeatOptions(args, 3), threads: intList(args, "threads", [1, 2]), model, streamBytes: streamBytes(args),
       promptTokens: posint(args, "prompt-tokens", 8), genTokens: posint(args, "tokens", 128), seed: nonNegInt(args, "seed", 1),
+      runc: typeof args.runc === "string" ? args.runc : null,
     };
     const r = await runDecodeBench(o);
     const settings = {
