@@ -145,7 +145,14 @@ export class LLMEngine {
   /** One step: schedule, run the batch, sample and check stops. */
   step(): StepEvent[] {
     const out = this.scheduler.schedule();
-    if (out.scheduled.length === 0) return [];
+    if (out.scheduled.length === 0) {
+      // With nothing running every block is free, and addRequest only accepts requests that fit
+      // the pool: an empty step with work waiting would be a scheduler bug, not a busy pool.
+      if (this.scheduler.waiting.length > 0 && this.scheduler.running.length === 0) {
+        throw new Error(`scheduler admitted none of ${this.scheduler.waiting.length} waiting requests into an idle pool`);
+      }
+      return [];
+    }
     const logits = this.runner.execute(out.scheduled);
     this.scheduler.update(out);
     const events: StepEvent[] = [];

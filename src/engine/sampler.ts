@@ -73,11 +73,16 @@ export class Sampler {
     return x;
   }
 
-  /** Indices that survive top-k, top-p and min-p, most likely first. */
+  /** Indices that survive top-k, top-p and min-p, most likely first (all of them, unsorted, when none applies). */
   private candidates(prob: Float32Array): Int32Array {
     const p = this.params;
     const n = prob.length;
     if (this.order.length !== n) this.order = new Int32Array(n);
+    if (p.topK <= 0 && p.topP >= 1 && p.minP <= 0) {
+      // Plain temperature sampling draws over the whole vocabulary: no sort needed.
+      for (let i = 0; i < n; i++) this.order[i] = i;
+      return this.order;
+    }
     let count = 0;
     let total = 0;
     for (let i = 0; i < n; i++) total += prob[i]!;
