@@ -104,7 +104,7 @@ describe("vLLM design doc worked example (block size 4, 10 blocks, lru)", () => 
 
 describe("KVCacheManager", () => {
   test("a fresh pool hands out blocks in id order", () => {
-    const manager = new KVCacheManager({ numBlocks: 6, blockSize: 4 });
+    const manager = new KVCacheManager({ numBlocks: 6, blockSize: 4, evictionPolicy: "lru" });
     const a = new Request({ id: "a", promptTokenIds: range(0, 5) });
     const b = new Request({ id: "b", promptTokenIds: range(100, 9) });
     expect(manager.getBlockIds(a)).toEqual([]);
@@ -116,7 +116,7 @@ describe("KVCacheManager", () => {
   });
 
   test("decode allocates a block exactly when it crosses a block boundary and caches blocks as they fill", () => {
-    const manager = new KVCacheManager({ numBlocks: 8, blockSize: 4 });
+    const manager = new KVCacheManager({ numBlocks: 8, blockSize: 4, evictionPolicy: "lru" });
     const a = new Request({ id: "a", promptTokenIds: range(0, 6) });
     expect(ids(prefill(manager, a))).toEqual([0, 1]);
     const allocations = [6, 7, 8, 9, 10].map((t) => ids(decode(manager, a, t)));
@@ -132,7 +132,7 @@ describe("KVCacheManager", () => {
   });
 
   test("free puts blocks at the tail in reverse order; cached blocks stay findable until popped", () => {
-    const manager = new KVCacheManager({ numBlocks: 6, blockSize: 2 });
+    const manager = new KVCacheManager({ numBlocks: 6, blockSize: 2, evictionPolicy: "lru" });
     const a = new Request({ id: "a", promptTokenIds: range(0, 7) });
     expect(ids(prefill(manager, a))).toEqual([0, 1, 2, 3]);
     manager.free(a);
@@ -152,7 +152,7 @@ describe("KVCacheManager", () => {
   });
 
   test("a fully cached prompt still recomputes its last token", () => {
-    const manager = new KVCacheManager({ numBlocks: 10, blockSize: 4 });
+    const manager = new KVCacheManager({ numBlocks: 10, blockSize: 4, evictionPolicy: "lru" });
     const first = new Request({ id: "first", promptTokenIds: range(0, 8) });
     expect(ids(prefill(manager, first))).toEqual([0, 1]);
     expect(cachedIds(manager)).toEqual([0, 1]);
@@ -180,7 +180,7 @@ describe("KVCacheManager", () => {
   });
 
   test("duplicated blocks (design doc): the second identical request caches a duplicate of block 1", () => {
-    const manager = new KVCacheManager({ numBlocks: 8, blockSize: 4 });
+    const manager = new KVCacheManager({ numBlocks: 8, blockSize: 4, evictionPolicy: "lru" });
     const [A, B, C, D, E, F, G, H, I] = range(1, 9) as [number, number, number, number, number, number, number, number, number];
     const run = (id: string): Request => {
       const req = new Request({ id, promptTokenIds: [A, B, C, D, E, F] });
@@ -208,7 +208,7 @@ describe("KVCacheManager", () => {
   });
 
   test("requests allocated back to back in one step share the blocks the first just cached", () => {
-    const manager = new KVCacheManager({ numBlocks: 10, blockSize: 4 });
+    const manager = new KVCacheManager({ numBlocks: 10, blockSize: 4, evictionPolicy: "lru" });
     const a = new Request({ id: "a", promptTokenIds: [...range(0, 8), 90, 91] });
     const b = new Request({ id: "b", promptTokenIds: [...range(0, 8), 80, 81, 82] });
     const hitA = manager.getComputedBlocks(a);
@@ -222,7 +222,7 @@ describe("KVCacheManager", () => {
   });
 
   test("chunked prefill caches only the blocks the computed tokens fill", () => {
-    const manager = new KVCacheManager({ numBlocks: 10, blockSize: 4 });
+    const manager = new KVCacheManager({ numBlocks: 10, blockSize: 4, evictionPolicy: "lru" });
     const a = new Request({ id: "a", promptTokenIds: range(0, 14) });
     expect(ids(manager.allocateSlots(a, 6))).toEqual([0, 1]);
     expect(cachedIds(manager)).toEqual([0]);
@@ -235,7 +235,7 @@ describe("KVCacheManager", () => {
   });
 
   test("a failed allocation changes nothing", () => {
-    const manager = new KVCacheManager({ numBlocks: 6, blockSize: 4 });
+    const manager = new KVCacheManager({ numBlocks: 6, blockSize: 4, evictionPolicy: "lru" });
     const a = new Request({ id: "a", promptTokenIds: range(0, 16) });
     expect(ids(prefill(manager, a))).toEqual([0, 1, 2, 3]);
     manager.free(a); // free queue: 4 5 3 2 1 0, blocks 0-3 cached
@@ -266,7 +266,7 @@ describe("KVCacheManager", () => {
   });
 
   test("counts queries and hits in tokens, evictions in blocks", () => {
-    const manager = new KVCacheManager({ numBlocks: 4, blockSize: 2 });
+    const manager = new KVCacheManager({ numBlocks: 4, blockSize: 2, evictionPolicy: "lru" });
     const a = new Request({ id: "a", promptTokenIds: range(0, 5) });
     prefill(manager, a);
     expect(manager.stats).toEqual({ queries: 5, hits: 0, evictions: 0 });
@@ -280,7 +280,7 @@ describe("KVCacheManager", () => {
   });
 
   test("resetPrefixCache refuses while blocks are in use, then forgets every cached block", () => {
-    const manager = new KVCacheManager({ numBlocks: 6, blockSize: 2 });
+    const manager = new KVCacheManager({ numBlocks: 6, blockSize: 2, evictionPolicy: "lru" });
     const a = new Request({ id: "a", promptTokenIds: range(0, 5) });
     prefill(manager, a);
     expect(manager.numCachedBlocks).toBe(2);
@@ -299,7 +299,7 @@ describe("KVCacheManager", () => {
   });
 
   test("enableCaching: false allocates from the same pool without hashing or hits", () => {
-    const manager = new KVCacheManager({ numBlocks: 6, blockSize: 2, enableCaching: false });
+    const manager = new KVCacheManager({ numBlocks: 6, blockSize: 2, enableCaching: false, evictionPolicy: "lru" });
     const a = new Request({ id: "a", promptTokenIds: range(0, 5) });
     expect(ids(prefill(manager, a))).toEqual([0, 1, 2]);
     expect(ids(decode(manager, a, 9))).toEqual([]);
@@ -315,7 +315,7 @@ describe("KVCacheManager", () => {
   });
 
   test("LoRA, salt and multimodal items isolate cached blocks", () => {
-    const manager = new KVCacheManager({ numBlocks: 40, blockSize: 4 });
+    const manager = new KVCacheManager({ numBlocks: 40, blockSize: 4, evictionPolicy: "lru" });
     const tokens = range(0, 13);
     const hits = (opts: Omit<ConstructorParameters<typeof Request>[0], "id" | "promptTokenIds">, id: string): number => {
       const req = new Request({ id, promptTokenIds: tokens, ...opts });
@@ -341,7 +341,7 @@ describe("KVCacheManager", () => {
   });
 
   test("rejects inconsistent calls", () => {
-    const manager = new KVCacheManager({ numBlocks: 10, blockSize: 4 });
+    const manager = new KVCacheManager({ numBlocks: 10, blockSize: 4, evictionPolicy: "lru" });
     const a = new Request({ id: "a", promptTokenIds: range(0, 9) });
     prefill(manager, a);
     const b = new Request({ id: "b", promptTokenIds: range(0, 9) });
@@ -396,6 +396,10 @@ describe("eviction policies", () => {
     });
   });
 
+  test("lru-keep-cached is the default (the README gives the measurements)", () => {
+    expect(new KVCacheManager({ numBlocks: 4, blockSize: 2 }).evictionPolicy).toBe("lru-keep-cached");
+  });
+
   test("lru-keep-cached: unfilled freed blocks are reused before any cached block is evicted", () => {
     expect(scenario("lru-keep-cached")).toEqual({
       aBlocks: [0, 1],
@@ -418,7 +422,7 @@ describe("eviction policies", () => {
 
   test("rejects unknown policies and hash functions", () => {
     expect(() => new KVCacheManager({ numBlocks: 4, blockSize: 4, evictionPolicy: "fifo" as EvictionPolicyName })).toThrow(RangeError);
-    expect(() => new KVCacheManager({ numBlocks: 4, blockSize: 4, hash: "md5" as "sha256" })).toThrow(RangeError);
-    expect(() => new KVCacheManager({ numBlocks: 0, blockSize: 4 })).toThrow(RangeError);
+    expect(() => new KVCacheManager({ numBlocks: 4, blockSize: 4, hash: "md5" as "sha256", evictionPolicy: "lru" })).toThrow(RangeError);
+    expect(() => new KVCacheManager({ numBlocks: 0, blockSize: 4, evictionPolicy: "lru" })).toThrow(RangeError);
   });
 });

@@ -44,7 +44,7 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   numBlocks: null,
   kvCacheMb: 512,
   enablePrefixCaching: true,
-  evictionPolicy: "lru",
+  evictionPolicy: "lru-keep-cached",
   prefixHash: "sha256",
   maxNumBatchedTokens: 512,
   maxNumSeqs: 64,

@@ -16,7 +16,7 @@ export interface KVCacheManagerOptions {
   blockSize: number;
   /** Automatic prefix caching; false: no hashing, no hits, same allocation path. Default true. */
   enableCaching?: boolean;
-  /** Default "lru". */
+  /** Default "lru-keep-cached" (see the README: never evicts a cached block while an unfilled free one exists). */
   evictionPolicy?: EvictionPolicyName;
   /** Block hash function; default "sha256". */
   hash?: HashAlgorithm;
@@ -70,7 +70,7 @@ export class KVCacheManager {
     this.numBlocks = opts.numBlocks;
     this.blockSize = opts.blockSize;
     this.enableCaching = opts.enableCaching ?? true;
-    this.evictionPolicy = opts.evictionPolicy ?? "lru";
+    this.evictionPolicy = opts.evictionPolicy ?? "lru-keep-cached";
     this.hash = opts.hash ?? "sha256";
     this.hasher = new BlockHasher(this.hash);
     this.pool = new BlockPool(opts.numBlocks, opts.blockSize, createEvictionPolicy(this.evictionPolicy), this.stats);
