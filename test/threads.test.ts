@@ -119,22 +119,21 @@ describe("worker threads", () => {
     try {
       const pool = backend.pool!;
       const mem = backend.mem;
-      const hd = 8, blockSize = 4, nKv = 1;
-      // Two sequences: the caller computes the first (valid), the worker the second, whose block
-      // table address lies far outside the memory, so its load traps.
+      const hd = 8, blockSize = 4, nKv = 1, seqs = 64;
+      // 64 one-token sequences. With a bad block table address their loads trap: the caller traps
+      // on its first chunk and claims no more, so the worker takes (and traps on) the rest.
       const kv = mem.allocZeroed(4 * 8 * nKv * blockSize * hd);
-      const q = mem.allocZeroed(4 * 2 * hd);
-      const out = mem.allocZeroed(4 * 2 * hd);
+      const q = mem.allocZeroed(4 * seqs * hd);
+      const out = mem.allocZeroed(4 * seqs * hd);
       const table = mem.allocZeroed(16);
       const scratch = mem.alloc(attentionScratchBytes(1) * 2);
-      const info = mem.alloc(4 * 2 * SEQ_INFO_INTS);
-      mem.i32.set([0, 1, 1, table, 1, 1, 1, 0x7ffffff0], info >> 2);
-      const call = (badSecond: boolean) => {
-        if (!badSecond) mem.i32[(info >> 2) + SEQ_INFO_INTS + 3] = table;
+      const info = mem.alloc(4 * seqs * SEQ_INFO_INTS);
+      const call = (bad: boolean) => {
+        for (let i = 0; i < seqs; i++) mem.i32.set([i, 1, 1, bad ? 0x7ffffff0 : table], (info >> 2) + i * SEQ_INFO_INTS);
         pool.run({
           kernel: "pagedAttention",
-          args: [out, q, kv, kv, info, 1, nKv, hd, blockSize, 8, hd, scratch, 0, 2],
-          total: 2,
+          args: [out, q, kv, kv, info, 1, nKv, hd, blockSize, 8, hd, scratch, 0, seqs],
+          total: seqs,
           granularity: 1,
           scratch: { arg: 11, stride: attentionScratchBytes(1) },
         });

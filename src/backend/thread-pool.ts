@@ -8,7 +8,7 @@
  * job first) claim chunks of the range from an atomic counter until none are left, and each
  * worker bumps DONE. Chunks rather than fixed halves: the two cores of a shared machine rarely
  * run at the same speed, and with fixed halves the caller waited 7-19% of a decode step for the
- * slower one. Spinning costs ~0.2 µs a dispatch where an
+ * slower one; chunks shrink as the range runs out (guided scheduling), which shortens that wait. Spinning costs ~0.2 µs a dispatch where an
  * Atomics.wait/notify round trip costs ~55 µs, and a token dispatches hundreds of kernels; after a
  * short spin a worker sleeps in Atomics.wait, so an idle process does not burn a core.
  *
@@ -82,14 +82,17 @@ export class ThreadPool {
     c.post(PARALLEL_KERNELS.indexOf(call.kernel), call.args, call.total, call.granularity, call.scratch);
     let callerError: unknown = null;
     try {
-      runChunks(this.kernels, { ...call, threads: this.threads }, 0, () => c.claimChunk());
+      runChunks(this.kernels, { ...call, threads: this.threads }, 0, (units, threads) => c.claimChunk(units, threads));
     } catch (e) {
       callerError = e;
     }
     this.awaitDone();
-    if (callerError !== null) throw callerError;
     const workerError = c.takeError();
-    if (workerError !== null) throw new WorkerPoolError(workerError);
+    if (workerError !== null) {
+      const also = callerError === null ? "" : ` (the calling thread failed too: ${(callerError as Error).message})`;
+      throw new WorkerPoolError(workerError + also);
+    }
+    if (callerError !== null) throw callerError;
   }
 
   /** Stop the workers. */
@@ -138,27 +141,22 @@ export class ThreadPool {
   }
 }
 
-/** Chunks a call's range is cut into per thread: enough to even out unequal cores, few enough to keep each one long. */
-const CHUNKS_PER_THREAD = 8;
-
-/** Units (of `granularity`) per chunk of a call split across `threads`. */
-export function chunkUnits(total: number, granularity: number, threads: number): number {
-  return Math.max(1, Math.ceil(Math.ceil(total / granularity) / (threads * CHUNKS_PER_THREAD)));
-}
-
 /**
  * Compute chunks of `call` on thread `index` until `claim` hands out no more (also what a worker
- * runs). Chunk c covers [c, c + 1) × chunk size, on multiples of the granularity; every element is
- * computed exactly as an unsplit call computes it.
+ * runs). `claim(units, threads)` returns the [start, end) units of the next chunk, or null. Each
+ * element is computed exactly as an unsplit call computes it.
  */
-export function runChunks(kernels: Kernels, call: ThreadCall, index: number, claim: () => number): void {
+export function runChunks(
+  kernels: Kernels, call: ThreadCall, index: number, claim: (units: number, threads: number) => [number, number] | null,
+): void {
   const fn = kernels[call.kernel as KernelName] as (...a: number[]) => void;
   const args = call.args.slice();
   if (call.scratch) args[call.scratch.arg] = args[call.scratch.arg]! + index * call.scratch.stride;
-  const size = chunkUnits(call.total, call.granularity, call.threads) * call.granularity;
-  for (let c = claim(); c * size < call.total; c = claim()) {
-    args[args.length - 2] = c * size;
-    args[args.length - 1] = Math.min(call.total, (c + 1) * size);
+  const g = call.granularity;
+  const units = Math.ceil(call.total / g);
+  for (let chunk = claim(units, call.threads); chunk !== null; chunk = claim(units, call.threads)) {
+    args[args.length - 2] = chunk[0] * g;
+    args[args.length - 1] = Math.min(call.total, chunk[1] * g);
     fn(...args);
   }
 }

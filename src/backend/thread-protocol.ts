@@ -10,6 +10,19 @@ export const PARALLEL_KERNELS = [
 ] as const satisfies readonly KernelName[];
 export type ParallelKernel = (typeof PARALLEL_KERNELS)[number];
 
+/**
+ * Guided self-scheduling, as OpenMP's `guided`: each claim takes 1/(GUIDED_DIVISOR x threads)
+ * of what is left, at least MIN_CHUNK_UNITS units. Early chunks are long (few JS-to-kernel
+ * calls); the last ones are short, so the thread that finishes first waits little for the other.
+ */
+const GUIDED_DIVISOR = 2;
+const MIN_CHUNK_UNITS = 4;
+
+/** The size in units of the chunk claimed when `done` of `units` are handed out. */
+export function guidedChunk(done: number, units: number, threads: number): number {
+  return Math.min(units - done, Math.max(MIN_CHUNK_UNITS, Math.ceil((units - done) / (GUIDED_DIVISOR * threads))));
+}
+
 const enum Slot {
   Gen, Kernel, NumArgs, Total, Granularity, ScratchArg, ScratchStride,
   Acks, Done, Ready, Sleepers, CallerSleeping, Error, ErrorLength, Exit, NextChunk,
@@ -66,9 +79,18 @@ export class Control {
     Atomics.notify(this.i32, Slot.Gen);
   }
 
-  /** The next chunk index of the current job, for whichever thread asks (each index once). */
-  claimChunk(): number {
-    return Atomics.add(this.i32, Slot.NextChunk, 1);
+  /**
+   * The next chunk of the current job's `units`, for whichever thread asks: [start, end) units,
+   * each unit handed out once, or null when none are left. Sizes follow guidedChunk.
+   */
+  claimChunk(units: number, threads: number): [number, number] | null {
+    const a = this.i32;
+    for (;;) {
+      const start = Atomics.load(a, Slot.NextChunk);
+      if (start >= units) return null;
+      const end = start + guidedChunk(start, units, threads);
+      if (Atomics.compareExchange(a, Slot.NextChunk, start, end) === start) return [start, end];
+    }
   }
 
   done(): number {
