@@ -9,6 +9,7 @@ import { CpuBackend } from "../src/backend/cpu.ts";
 import { attentionScratchBytes } from "../src/backend/kernels.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { Scratch } from "./helpers/wasm-scratch.ts";
+import { randInt, randomArray, randomPagedSequences } from "./helpers/random-data.ts";
 
 const fr = Math.fround;
 const be = new CpuBackend();
@@ -23,15 +24,7 @@ function readF32(addr: number, n: number): Float32Array {
   return mem.f32.slice(addr >> 2, (addr >> 2) + n);
 }
 
-function randomArray(rng: Xoshiro128, n: number, scale = 1): Float32Array {
-  const a = new Float32Array(n);
-  for (let i = 0; i < n; i++) a[i] = (rng.nextFloat() * 2 - 1) * scale;
-  return a;
-}
 
-function randInt(rng: Xoshiro128, lo: number, hi: number): number {
-  return lo + Math.floor(rng.nextFloat() * (hi - lo + 1));
-}
 
 /** The canonical dot product order of assembly/matmul.ts, in f32. */
 function canonicalDot(w: Float32Array, wOff: number, x: Float32Array, xOff: number, d: number): number {
@@ -431,25 +424,11 @@ describe("paged KV cache kernels", () => {
       const vc = s.f32(randomArray(rng, kvBytes / 4, 2));
       // A few sequences, each a chunk of new tokens at the end of its context, with a shuffled block table.
       const numSeqs = randInt(rng, 1, 3);
-      const perm = Array.from({ length: numBlocks }, (_, i) => i).sort(() => rng.nextFloat() - 0.5);
-      const info: number[] = [];
-      const seqs: { start: number; count: number; ctx: number; table: number[] }[] = [];
-      let T = 0;
-      let nextBlock = 0;
-      for (let q = 0; q < numSeqs; q++) {
-        const ctx = randInt(rng, 1, Math.floor((numBlocks / numSeqs) * bs));
-        const count = randInt(rng, 1, Math.min(ctx, 6));
-        const table = perm.slice(nextBlock, nextBlock + Math.ceil(ctx / bs));
-        nextBlock += table.length;
-        seqs.push({ start: T, count, ctx, table });
-        info.push(T, count, ctx, s.i32(table));
-        T += count;
-      }
+      const { seqs, info: infoAddr, T } = randomPagedSequences(rng, s, { numSeqs, numBlocks, blockSize: bs, maxCtx: Infinity, maxCount: 6 });
       const qStride = nHeads * hd;
       const qv = randomArray(rng, T * qStride, 2);
       const out = s.alloc(4 * T * qStride);
       const scratch = s.alloc(attentionScratchBytes(Math.max(...seqs.map((x) => x.count)) * group));
-      const infoAddr = s.i32(info);
       const items = numSeqs * nKv;
       const split = randInt(rng, 0, items);
       k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, scratch, 0, split);

@@ -24,6 +24,7 @@ import { sharedPath } from "./helpers/shared.ts";
 import { decodeTokens, readTokenPieces } from "./reference/decode-tokens.ts";
 import { EXPF_CASES, RECIP_CASES, SINCOSF_CASES } from "./reference/runq-captures.ts";
 import { Scratch } from "./helpers/wasm-scratch.ts";
+import { randInt, randomArray, randomPagedSequences } from "./helpers/random-data.ts";
 
 const fr = Math.fround;
 const be = new CpuBackend();
@@ -98,15 +99,7 @@ function exactFma(a: number, b: number, c: number): number {
 
 const readF32 = (addr: number, n: number) => mem.f32.slice(addr >> 2, (addr >> 2) + n);
 
-function randomArray(rng: Xoshiro128, n: number, scale = 1): Float32Array {
-  const a = new Float32Array(n);
-  for (let i = 0; i < n; i++) a[i] = (rng.nextFloat() * 2 - 1) * scale;
-  return a;
-}
 
-function randInt(rng: Xoshiro128, lo: number, hi: number): number {
-  return lo + Math.floor(rng.nextFloat() * (hi - lo + 1));
-}
 
 function expectSameBits(got: ArrayLike<number>, want: ArrayLike<number>, what: string): void {
   expect(got.length).toBe(want.length);
@@ -442,26 +435,12 @@ describe("runq kernels follow gcc's evaluation order bit for bit", () => {
       const vv = randomArray(rng, kvFloats, 1.5);
       const kc = s.f32(kv);
       const vc = s.f32(vv);
-      const perm = Array.from({ length: numBlocks }, (_, i) => i).sort(() => rng.nextFloat() - 0.5);
       const numSeqs = randInt(rng, 1, 2);
-      const info: number[] = [];
-      const seqs: { start: number; count: number; ctx: number; table: number[] }[] = [];
-      let T = 0;
-      let nextBlock = 0;
-      for (let q = 0; q < numSeqs; q++) {
-        const ctx = randInt(rng, 1, Math.min(45, Math.floor((numBlocks / numSeqs) * bs)));
-        const count = randInt(rng, 1, Math.min(ctx, 4));
-        const table = perm.slice(nextBlock, nextBlock + Math.ceil(ctx / bs));
-        nextBlock += table.length;
-        seqs.push({ start: T, count, ctx, table });
-        info.push(T, count, ctx, s.i32(table));
-        T += count;
-      }
+      const { seqs, info: infoAddr, T } = randomPagedSequences(rng, s, { numSeqs, numBlocks, blockSize: bs, maxCtx: 45, maxCount: 4 });
       const qStride = nHeads * hd;
       const qv = randomArray(rng, T * qStride, 2);
       const out = s.alloc(4 * T * qStride);
       const scores = s.alloc(4 * 64);
-      const infoAddr = s.i32(info);
       const items = numSeqs * nKv;
       const split = randInt(rng, 0, items);
       const qAddr = s.f32(qv);
