@@ -64,11 +64,13 @@ export function quantizeQ8(xq: usize, xs: usize, x: usize, T: i32, d: i32, gs: i
  * xq/xs: [T][d] int8 and [T][d/gs] scales; wq/ws: [n][d] int8 and one scale per gs values of the
  * flattened tensor. Row i's group g covers columns [g*gs, (g+1)*gs) and takes the scale of the
  * flattened group that holds its first element, (i*d + g*gs) / gs: runq.c's exact arithmetic,
- * which matters when gs does not divide d and groups straddle rows.
+ * which matters when gs does not divide d and groups straddle rows. Groups are summed in order as
+ * f32(ival) * w_scale * x_scale (runq.c's source), or, with `scalesFirst`, as
+ * (w_scale * x_scale) * f32(ival), the association gcc -Ofast compiles it to (assembly/runq.ts).
  */
-export function matmulQ8(
+@inline export function matmulQ8Rows(
   out: usize, xq: usize, xs: usize, wq: usize, ws: usize,
-  T: i32, d: i32, gs: i32, outStride: i32, rowStart: i32, rowEnd: i32,
+  T: i32, d: i32, gs: i32, outStride: i32, rowStart: i32, rowEnd: i32, scalesFirst: bool,
 ): void {
   const groups = d / gs;
   for (let i = rowStart; i < rowEnd; i++) {
@@ -80,13 +82,22 @@ export function matmulQ8(
       let val: f32 = 0;
       for (let g = 0; g < groups; g++) {
         const col = g * gs;
-        const ival = groupDot(xRow + <usize>col, wRow + <usize>col, gs);
+        const ival = <f32>groupDot(xRow + <usize>col, wRow + <usize>col, gs);
         const wScale = load<f32>(ws + (<usize>((rowBase + col) / gs) << 2));
-        val += <f32>ival * wScale * load<f32>(xScales + (<usize>g << 2));
+        const xScale = load<f32>(xScales + (<usize>g << 2));
+        val += scalesFirst ? (wScale * xScale) * ival : ival * wScale * xScale;
       }
       store<f32>(out + (<usize>(t * outStride + i) << 2), val);
     }
   }
+}
+
+/** matmulQ8Rows in runq.c's source order. */
+export function matmulQ8(
+  out: usize, xq: usize, xs: usize, wq: usize, ws: usize,
+  T: i32, d: i32, gs: i32, outStride: i32, rowStart: i32, rowEnd: i32,
+): void {
+  matmulQ8Rows(out, xq, xs, wq, ws, T, d, gs, outStride, rowStart, rowEnd, false);
 }
 
 /** Embedding lookup from a quantized table: out[t][j] = q[r][j] * s[(r*d+j)/gs], r = tokens[t]. */

@@ -30,7 +30,7 @@ import {
   fma32, fma32x4, glibcExpf, glibcSincosf, mulFtz, mvecExpf, rcp12, rcp14, recipNewton, roundFtz, rsqrt12, rsqrtNewton, sincosCos, sincosSin,
 } from "./runq-math";
 import { SEQ_INFO_INTS } from "./attention";
-import { groupDot } from "./quant";
+import { matmulQ8Rows } from "./quant";
 
 // ---------------------------------------------------------------------------------------------
 // The vectorized reduction
@@ -148,23 +148,7 @@ export function matmulQ8Runq(
   out: usize, xq: usize, xs: usize, wq: usize, ws: usize,
   T: i32, d: i32, gs: i32, outStride: i32, rowStart: i32, rowEnd: i32,
 ): void {
-  const groups = d / gs;
-  for (let i = rowStart; i < rowEnd; i++) {
-    const rowBase = i * d;
-    const wRow = wq + <usize>rowBase;
-    for (let t = 0; t < T; t++) {
-      const xRow = xq + <usize>(t * d);
-      const xScales = xs + (<usize>(t * groups) << 2);
-      let val: f32 = 0;
-      for (let g = 0; g < groups; g++) {
-        const col = g * gs;
-        const ival = groupDot(xRow + <usize>col, wRow + <usize>col, gs);
-        const wScale = load<f32>(ws + (<usize>((rowBase + col) / gs) << 2));
-        val += (wScale * load<f32>(xScales + (<usize>g << 2))) * <f32>ival;
-      }
-      store<f32>(out + (<usize>(t * outStride + i) << 2), val);
-    }
-  }
+  matmulQ8Rows(out, xq, xs, wq, ws, T, d, gs, outStride, rowStart, rowEnd, true);
 }
 
 // ---------------------------------------------------------------------------------------------
