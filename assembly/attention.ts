@@ -253,10 +253,19 @@ export function pagedAttention(
     }
     for (let tileStart = 0; tileStart < contextLen; tileStart += ATTN_TILE) {
       // Addresses of the tile's K rows: position p is row p % blockSize of block table[p / blockSize].
+      // Walked with a (block, row) cursor: one division per tile, not two per position.
       const tileEnd = min(contextLen, tileStart + ATTN_TILE);
-      for (let p = tileStart; p < tileEnd; p++) {
-        const block = load<i32>(table + (<usize>(p / blockSize) << 2));
-        store<i32>(rows + (<usize>(p - tileStart) << 2), <i32>(headRows + <usize>block * blockBytes + <usize>(p % blockSize) * headBytes));
+      let logical = tileStart / blockSize;
+      let row = tileStart - logical * blockSize;
+      let rowAddr = headRows + <usize>load<i32>(table + (<usize>logical << 2)) * blockBytes + <usize>row * headBytes;
+      for (let j = 0; j < tileEnd - tileStart; j++) {
+        store<i32>(rows + (<usize>j << 2), <i32>rowAddr);
+        rowAddr += headBytes;
+        if (++row == blockSize) {
+          row = 0;
+          logical++;
+          if (tileStart + j + 1 < tileEnd) rowAddr = headRows + <usize>load<i32>(table + (<usize>logical << 2)) * blockBytes;
+        }
       }
       for (let i = max(0, tileStart - firstPos); i < queryCount; i++) {
         const n = min(ATTN_TILE, firstPos + i + 1 - tileStart);

@@ -5,6 +5,7 @@
 import { readFileSync, existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { PagellmError } from "../errors.ts";
+import { adviseHugePages } from "./huge-pages.ts";
 import type { Kernels } from "./kernels.ts";
 
 const WASM_PATH = fileURLToPath(new URL("../../build/kernels.wasm", import.meta.url));
@@ -63,6 +64,7 @@ export class LinearMemory {
   constructor(initialBytes = 16 * PAGE_BYTES) {
     const pages = Math.max(1, Math.ceil(initialBytes / PAGE_BYTES));
     this.memory = new WebAssembly.Memory({ initial: pages, maximum: MAX_PAGES, shared: true });
+    adviseHugePages(this.memory, MAX_PAGES * PAGE_BYTES);
     this.top = STATIC_RESERVE;
   }
 
