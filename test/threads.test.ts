@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CpuBackend } from "../src/backend/cpu.ts";
 import { attentionScratchBytes, SEQ_INFO_INTS } from "../src/backend/kernels.ts";
+import { guidedChunk } from "../src/backend/thread-protocol.ts";
 import { WorkerPoolError } from "../src/errors.ts";
 import { LLM } from "../src/engine/llm.ts";
 import { KVArena } from "../src/kv/kv-arena.ts";
@@ -143,6 +144,38 @@ describe("worker threads", () => {
       expect(() => call(false)).not.toThrow();
     } finally {
       backend.close();
+    }
+  });
+});
+
+describe("guided chunks", () => {
+  /** The chunk sizes one thread after another would claim. */
+  function chunkSizes(units: number, threads: number, minChunk?: number): number[] {
+    const sizes: number[] = [];
+    for (let done = 0; done < units; ) {
+      const size = guidedChunk(done, units, threads, minChunk);
+      sizes.push(size);
+      done += size;
+    }
+    return sizes;
+  }
+
+  test("chunks shrink to the call's minimum: 12 attention items split 3,3,2,1,1,1,1 between 2 threads", () => {
+    expect(chunkSizes(12, 2, 1)).toEqual([3, 3, 2, 1, 1, 1, 1]);
+    // With the matrix default of 4 units, one thread would take 8 of the 12 heads.
+    expect(chunkSizes(12, 2)).toEqual([4, 4, 4]);
+    expect(chunkSizes(192, 2)).toEqual([48, 36, 27, 21, 15, 12, 9, 6, 5, 4, 4, 4, 1]);
+  });
+
+  test("every unit is handed out exactly once, for any size, thread count and minimum", () => {
+    for (let units = 1; units <= 300; units += 7) {
+      for (const threads of [1, 2, 3, 8]) {
+        for (const minChunk of [1, 2, 4, 9]) {
+          const sizes = chunkSizes(units, threads, minChunk);
+          expect(sizes.reduce((a, b) => a + b, 0)).toBe(units);
+          expect(sizes.every((s, i) => s >= 1 && (s >= minChunk || i === sizes.length - 1))).toBe(true);
+        }
+      }
     }
   });
 });

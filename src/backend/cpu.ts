@@ -172,13 +172,13 @@ export class CpuBackend {
       }
       const args = [out, q, kLayer, vLayer, seqInfo, nHeads, nKvHeads, headDim, blockSize, numBlocks, qStride, this.runqScores, 0, items];
       const stride = 4 * this.runqScoresCapacity;
-      this.dispatch({ kernel: "pagedAttentionRunq", args, total: items, granularity: 1, scratch: { arg: 11, stride } }, parallel);
+      this.dispatch({ kernel: "pagedAttentionRunq", args, total: items, granularity: 1, minChunk: 1, scratch: { arg: 11, stride } }, parallel);
       return;
     }
     if (blockSize > MAX_BLOCK_SIZE) throw new Error(`block size ${blockSize} exceeds ${MAX_BLOCK_SIZE}`);
     if (this.attnQueryRows === 0) throw new Error("attention scratch not reserved");
     const args = [out, q, kLayer, vLayer, seqInfo, nHeads, nKvHeads, headDim, blockSize, numBlocks, qStride, this.attnScratch, 0, items];
-    this.dispatch({ kernel: "pagedAttention", args, total: items, granularity: 1, scratch: { arg: 11, stride: this.attnScratchBytes } }, parallel);
+    this.dispatch({ kernel: "pagedAttention", args, total: items, granularity: 1, minChunk: 1, scratch: { arg: 11, stride: this.attnScratchBytes } }, parallel);
   }
 
   /** Stop the worker threads. */

@@ -18,7 +18,7 @@
  */
 import { WorkerPoolError } from "../errors.ts";
 import type { KernelName, Kernels } from "./kernels.ts";
-import { Control, CTRL_BYTES, PARALLEL_KERNELS, type ParallelKernel } from "./thread-protocol.ts";
+import { Control, CTRL_BYTES, DEFAULT_MIN_CHUNK, PARALLEL_KERNELS, type ParallelKernel } from "./thread-protocol.ts";
 
 /** Spins before the caller sleeps while waiting for workers (each spin is one atomic load). */
 const CALLER_SPINS = 20_000;
@@ -34,6 +34,8 @@ export interface ParallelCall {
   total: number;
   /** Ranges start on multiples of this (4: a panel of rows). */
   granularity: number;
+  /** Smallest chunk a thread claims, in units of `granularity` (default DEFAULT_MIN_CHUNK). */
+  minChunk?: number;
   /** An argument that is a per-thread scratch address: base + thread index * stride. */
   scratch?: { arg: number; stride: number };
 }
@@ -79,10 +81,10 @@ export class ThreadPool {
   run(call: ParallelCall): void {
     if (this.deadReason !== null) throw new WorkerPoolError(this.deadReason);
     const c = this.ctrl;
-    c.post(PARALLEL_KERNELS.indexOf(call.kernel), call.args, call.total, call.granularity, call.scratch);
+    c.post(PARALLEL_KERNELS.indexOf(call.kernel), call.args, call.total, call.granularity, call.minChunk ?? DEFAULT_MIN_CHUNK, call.scratch);
     let callerError: unknown = null;
     try {
-      runChunks(this.kernels, { ...call, threads: this.threads }, 0, (units, threads) => c.claimChunk(units, threads));
+      runChunks(this.kernels, { ...call, threads: this.threads }, 0, (units, threads, minChunk) => c.claimChunk(units, threads, minChunk));
     } catch (e) {
       callerError = e;
     }
@@ -147,14 +149,16 @@ export class ThreadPool {
  * element is computed exactly as an unsplit call computes it.
  */
 export function runChunks(
-  kernels: Kernels, call: ThreadCall, index: number, claim: (units: number, threads: number) => [number, number] | null,
+  kernels: Kernels, call: ThreadCall, index: number,
+  claim: (units: number, threads: number, minChunk: number) => [number, number] | null,
 ): void {
   const fn = kernels[call.kernel as KernelName] as (...a: number[]) => void;
   const args = call.args.slice();
   if (call.scratch) args[call.scratch.arg] = args[call.scratch.arg]! + index * call.scratch.stride;
   const g = call.granularity;
   const units = Math.ceil(call.total / g);
-  for (let chunk = claim(units, call.threads); chunk !== null; chunk = claim(units, call.threads)) {
+  const minChunk = call.minChunk ?? DEFAULT_MIN_CHUNK;
+  for (let chunk = claim(units, call.threads, minChunk); chunk !== null; chunk = claim(units, call.threads, minChunk)) {
     args[args.length - 2] = chunk[0] * g;
     args[args.length - 1] = Math.min(call.total, chunk[1] * g);
     fn(...args);

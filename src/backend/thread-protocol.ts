@@ -12,19 +12,21 @@ export type ParallelKernel = (typeof PARALLEL_KERNELS)[number];
 
 /**
  * Guided self-scheduling, as OpenMP's `guided`: each claim takes 1/(GUIDED_DIVISOR x threads)
- * of what is left, at least MIN_CHUNK_UNITS units. Early chunks are long (few JS-to-kernel
- * calls); the last ones are short, so the thread that finishes first waits little for the other.
+ * of what is left, at least `minChunk` units (DEFAULT_MIN_CHUNK unless the call says otherwise).
+ * Early chunks are long (few JS-to-kernel calls); the last ones are short, so the thread that
+ * finishes first waits little for the other.
  */
 const GUIDED_DIVISOR = 2;
-const MIN_CHUNK_UNITS = 4;
+/** Four units: 16 matrix rows, a few microseconds of a matrix-vector product. */
+export const DEFAULT_MIN_CHUNK = 4;
 
 /** The size in units of the chunk claimed when `done` of `units` are handed out. */
-export function guidedChunk(done: number, units: number, threads: number): number {
-  return Math.min(units - done, Math.max(MIN_CHUNK_UNITS, Math.ceil((units - done) / (GUIDED_DIVISOR * threads))));
+export function guidedChunk(done: number, units: number, threads: number, minChunk = DEFAULT_MIN_CHUNK): number {
+  return Math.min(units - done, Math.max(minChunk, Math.ceil((units - done) / (GUIDED_DIVISOR * threads))));
 }
 
 const enum Slot {
-  Gen, Kernel, NumArgs, Total, Granularity, ScratchArg, ScratchStride,
+  Gen, Kernel, NumArgs, Total, Granularity, MinChunk, ScratchArg, ScratchStride,
   Acks, Done, Ready, Sleepers, CallerSleeping, Error, ErrorLength, Exit, NextChunk,
 }
 const ARGS_OFFSET = 128;
@@ -39,6 +41,8 @@ export interface Job {
   args: number[];
   total: number;
   granularity: number;
+  /** Smallest chunk a claim takes, in units of `granularity`. */
+  minChunk: number;
   scratch?: { arg: number; stride: number };
 }
 
@@ -55,7 +59,7 @@ export class Control {
 
   // ---- caller side
 
-  post(kernel: number, args: readonly number[], total: number, granularity: number, scratch?: { arg: number; stride: number }): void {
+  post(kernel: number, args: readonly number[], total: number, granularity: number, minChunk: number, scratch?: { arg: number; stride: number }): void {
     const a = this.i32;
     if (args.length > MAX_ARGS) throw new Error(`too many kernel arguments (${args.length})`);
     this.args.set(args);
@@ -63,6 +67,7 @@ export class Control {
     a[Slot.NumArgs] = args.length;
     a[Slot.Total] = total;
     a[Slot.Granularity] = granularity;
+    a[Slot.MinChunk] = minChunk;
     a[Slot.ScratchArg] = scratch ? scratch.arg : -1;
     a[Slot.ScratchStride] = scratch ? scratch.stride : 0;
     Atomics.store(a, Slot.Acks, 0);
@@ -83,12 +88,12 @@ export class Control {
    * The next chunk of the current job's `units`, for whichever thread asks: [start, end) units,
    * each unit handed out once, or null when none are left. Sizes follow guidedChunk.
    */
-  claimChunk(units: number, threads: number): [number, number] | null {
+  claimChunk(units: number, threads: number, minChunk: number): [number, number] | null {
     const a = this.i32;
     for (;;) {
       const start = Atomics.load(a, Slot.NextChunk);
       if (start >= units) return null;
-      const end = start + guidedChunk(start, units, threads);
+      const end = start + guidedChunk(start, units, threads, minChunk);
       if (Atomics.compareExchange(a, Slot.NextChunk, start, end) === start) return [start, end];
     }
   }
@@ -158,6 +163,7 @@ export class Control {
       args: Array.from(this.args.subarray(0, a[Slot.NumArgs])),
       total: a[Slot.Total]!,
       granularity: a[Slot.Granularity]!,
+      minChunk: a[Slot.MinChunk]!,
     };
     if (a[Slot.ScratchArg]! >= 0) job.scratch = { arg: a[Slot.ScratchArg]!, stride: a[Slot.ScratchStride]! };
     return job;

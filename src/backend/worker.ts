@@ -37,7 +37,7 @@ self.onmessage = (event: MessageEvent<Start>) => {
     if (ctrl.exiting()) break;
     const job = ctrl.job();
     try {
-      runChunks(kernels, { ...job, threads }, index, (units, n) => ctrl.claimChunk(units, n));
+      runChunks(kernels, { ...job, threads }, index, (units, n, minChunk) => ctrl.claimChunk(units, n, minChunk));
     } catch (e) {
       ctrl.reportError(`worker ${index}: ${job.kernel} failed: ${(e as Error).message}`);
     }
