@@ -199,6 +199,40 @@ export function writeKV(
   store<f32>(state, l, 4);
 }
 
+/**
+ * Addresses of the K rows of positions [start, end) into rows[], walked with a (block, row)
+ * cursor: one division per tile, not two per position.
+ */
+@inline function tileRows(
+  rows: usize, table: usize, headRows: usize, start: i32, end: i32, blockSize: i32, blockBytes: usize, headBytes: usize,
+): void {
+  let logical = start / blockSize;
+  let row = start - logical * blockSize;
+  let rowAddr = headRows + <usize>load<i32>(table + (<usize>logical << 2)) * blockBytes + <usize>row * headBytes;
+  for (let j = 0; j < end - start; j++) {
+    store<i32>(rows + (<usize>j << 2), <i32>rowAddr);
+    rowAddr += headBytes;
+    if (++row == blockSize) {
+      row = 0;
+      logical++;
+      if (start + j + 1 < end) rowAddr = headRows + <usize>load<i32>(table + (<usize>logical << 2)) * blockBytes;
+    }
+  }
+}
+
+/** Loads kept alive by touchRows (a global store is a side effect the compiler must keep). */
+let touchSink: i32 = 0;
+
+/** Read one word of every 64-byte line of n K rows and their V rows, to start fetching them. */
+@inline function touchRows(rows: usize, n: i32, headBytes: usize, vOffset: usize): void {
+  let s = 0;
+  for (let j = 0; j < n; j++) {
+    const k = <usize>load<i32>(rows + (<usize>j << 2));
+    for (let o: usize = 0; o < headBytes; o += 64) s |= load<i32>(k + o) | load<i32>(k + vOffset + o);
+  }
+  touchSink |= s;
+}
+
 /** Byte offset of head h of batch row t in a [T][qStride] array. */
 @inline function headOffset(t: i32, h: i32, qStride: i32, headDim: i32): usize {
   return <usize>(t * qStride + h * headDim) << 2;
@@ -216,8 +250,9 @@ export function writeKV(
  * tiles in order with the same arithmetic, whatever chunk it came in, whatever other sequences
  * share the step and whatever the block size: its result is always the same bits.
  *
- * q and out are [T][qStride] floats. scratch (per thread): ATTN_TILE floats of scores, ATTN_TILE
- * i32 key-row addresses, then (m, l) pairs for queryCount * (nHeads / nKvHeads) rows.
+ * q and out are [T][qStride] floats. scratch (per thread): ATTN_TILE floats of scores, two
+ * buffers of ATTN_TILE i32 key-row addresses (this tile, the next), then (m, l) pairs for
+ * queryCount * (nHeads / nKvHeads) rows.
  */
 export function pagedAttention(
   out: usize, q: usize, kLayer: usize, vLayer: usize, seqInfo: usize,
@@ -230,8 +265,9 @@ export function pagedAttention(
   const vOffset = vLayer - kLayer;
   const scale: f32 = 1.0 / Mathf.sqrt(<f32>headDim);
   const scores = scratch;
-  const rows = scratch + (<usize>ATTN_TILE << 2);
-  const states = rows + (<usize>ATTN_TILE << 2);
+  const rowsA = scratch + (<usize>ATTN_TILE << 2);
+  const rowsB = rowsA + (<usize>ATTN_TILE << 2);
+  const states = rowsB + (<usize>ATTN_TILE << 2);
   for (let item = itemStart; item < itemEnd; item++) {
     const seq = item / nKvHeads;
     const kvHead = item - seq * nKvHeads;
@@ -251,21 +287,18 @@ export function pagedAttention(
         store<f32>(state, 0, 4);
       }
     }
+    // The tiles' K-row addresses, double-buffered: while a tile is computed, the next tile's K and
+    // V lines are already requested (touchRows), so the loads of a cold cache overlap the
+    // arithmetic instead of each tile waiting for memory in turn.
+    let rows = rowsA;
+    let nextRows = rowsB;
+    tileRows(rows, table, headRows, 0, min(contextLen, ATTN_TILE), blockSize, blockBytes, headBytes);
     for (let tileStart = 0; tileStart < contextLen; tileStart += ATTN_TILE) {
-      // Addresses of the tile's K rows: position p is row p % blockSize of block table[p / blockSize].
-      // Walked with a (block, row) cursor: one division per tile, not two per position.
-      const tileEnd = min(contextLen, tileStart + ATTN_TILE);
-      let logical = tileStart / blockSize;
-      let row = tileStart - logical * blockSize;
-      let rowAddr = headRows + <usize>load<i32>(table + (<usize>logical << 2)) * blockBytes + <usize>row * headBytes;
-      for (let j = 0; j < tileEnd - tileStart; j++) {
-        store<i32>(rows + (<usize>j << 2), <i32>rowAddr);
-        rowAddr += headBytes;
-        if (++row == blockSize) {
-          row = 0;
-          logical++;
-          if (tileStart + j + 1 < tileEnd) rowAddr = headRows + <usize>load<i32>(table + (<usize>logical << 2)) * blockBytes;
-        }
+      const nextStart = tileStart + ATTN_TILE;
+      if (nextStart < contextLen) {
+        const nextEnd = min(contextLen, nextStart + ATTN_TILE);
+        tileRows(nextRows, table, headRows, nextStart, nextEnd, blockSize, blockBytes, headBytes);
+        touchRows(nextRows, nextEnd - nextStart, headBytes, vOffset);
       }
       for (let i = max(0, tileStart - firstPos); i < queryCount; i++) {
         const n = min(ATTN_TILE, firstPos + i + 1 - tileStart);
@@ -274,6 +307,9 @@ export function pagedAttention(
           onlineTile(out + off, states + (<usize>(i * group + g) << 3), q + off, rows, vOffset, n, headDim, scale, scores);
         }
       }
+      const done = rows;
+      rows = nextRows;
+      nextRows = done;
     }
     for (let i = 0; i < queryCount; i++) {
       for (let g = 0; g < group; g++) {

@@ -81,5 +81,5 @@ export const ATTN_TILE = 16;
 
 /** Bytes of pagedAttention scratch one thread needs for `queryRows` (query, head) rows of one item. */
 export function attentionScratchBytes(queryRows: number): number {
-  return 4 * (2 * ATTN_TILE + 2 * queryRows);
+  return 4 * (3 * ATTN_TILE + 2 * queryRows);
 }
