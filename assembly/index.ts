@@ -1,7 +1,7 @@
 // The WebAssembly module's exports: every kernel family lives in its own file.
 // All kernels work on addresses in one imported, shared linear memory that holds the weights,
 // the activations and the KV block arena; none allocates.
-export { packF32, unpackRowF32, embedF32, matmulF32, matmulF32Multi, matvecScalarF32, streamSumF32 } from "./matmul";
+export { packF32, unpackRowF32, embedF32, matmulF32, matmulF32Multi, matmulScratchBytes, matvecScalarF32, streamSumF32 } from "./matmul";
 export { quantizeQ8, matmulQ8, embedQ8 } from "./quant";
 export { rmsnorm } from "./norm";
 export { ropeInterleaved, ropeNeox } from "./rope";

@@ -44,8 +44,10 @@ describe("f32 matmul over packed panels", () => {
     for (let iter = 0; iter < 300; iter++) {
       const s = new Scratch(mem, region, REGION_BYTES);
       const n = randInt(rng, 1, 41);
-      const d = randInt(rng, 1, 75);
-      const T = randInt(rng, 1, 7);
+      // Widths past K_BLOCK (128) and batches past TOKEN_BLOCK (16) take several k-blocks and
+      // token blocks, with odd tokens and column tails.
+      const d = randInt(rng, 1, iter % 2 === 0 ? 75 : 300);
+      const T = randInt(rng, 1, iter % 3 === 0 ? 40 : 7);
       const w = randomArray(rng, n * d);
       const x = randomArray(rng, T * d);
       const src = s.f32(w);
@@ -55,8 +57,9 @@ describe("f32 matmul over packed panels", () => {
       const out = s.alloc(4 * T * n);
       // Split rows at a random panel boundary, as the thread pool does.
       const split = Math.min(n, 4 * randInt(rng, 0, Math.ceil(n / 4)));
-      k.matmulF32(out, xAddr, packed, T, n, d, n, 0, split);
-      k.matmulF32(out, xAddr, packed, T, n, d, n, split, n);
+      const acc = s.alloc(k.matmulScratchBytes());
+      k.matmulF32(out, xAddr, packed, T, n, d, n, acc, 0, split);
+      k.matmulF32(out, xAddr, packed, T, n, d, n, acc, split, n);
       const got = readF32(out, T * n);
       for (let t = 0; t < T; t++) {
         for (let i = 0; i < n; i++) {
@@ -74,16 +77,17 @@ describe("f32 matmul over packed panels", () => {
     for (let iter = 0; iter < 50; iter++) {
       const s = new Scratch(mem, region, REGION_BYTES);
       const n = randInt(rng, 1, 33);
-      const d = randInt(rng, 1, 90);
-      const T = randInt(rng, 2, 9);
+      const d = randInt(rng, 1, 290);
+      const T = randInt(rng, 2, 35);
       const packed = s.alloc(4 * n * d);
       k.packF32(packed, s.f32(randomArray(rng, n * d)), n, d);
       const x = s.f32(randomArray(rng, T * d));
       const batched = s.alloc(4 * T * n);
-      k.matmulF32(batched, x, packed, T, n, d, n, 0, n);
+      const acc = s.alloc(k.matmulScratchBytes());
+      k.matmulF32(batched, x, packed, T, n, d, n, acc, 0, n);
       const single = s.alloc(4 * n);
       for (let t = 0; t < T; t++) {
-        k.matmulF32(single, x + 4 * t * d, packed, 1, n, d, n, 0, n);
+        k.matmulF32(single, x + 4 * t * d, packed, 1, n, d, n, acc, 0, n);
         expect(readF32(single, n)).toEqual(readF32(batched + 4 * t * n, n));
       }
     }
@@ -93,9 +97,10 @@ describe("f32 matmul over packed panels", () => {
     const rng = new Xoshiro128(14);
     for (let iter = 0; iter < 100; iter++) {
       const s = new Scratch(mem, region, REGION_BYTES);
-      const d = randInt(rng, 1, 40);
-      const T = randInt(rng, 1, 5);
+      const d = randInt(rng, 1, iter % 2 === 0 ? 40 : 200);
+      const T = randInt(rng, 1, iter % 2 === 0 ? 5 : 20);
       const x = s.f32(randomArray(rng, T * d));
+      const acc = s.alloc(k.matmulScratchBytes());
       const parts = Array.from({ length: randInt(rng, 1, 3) }, () => {
         const n = randInt(rng, 1, 23);
         const packed = s.alloc(4 * n * d);
@@ -107,12 +112,12 @@ describe("f32 matmul over packed panels", () => {
       for (const p of parts) {
         table.push(p.packed, p.out, p.n, p.n, rows);
         rows += Math.ceil(p.n / 4) * 4;
-        k.matmulF32(p.want, x, p.packed, T, p.n, d, p.n, 0, p.n);
+        k.matmulF32(p.want, x, p.packed, T, p.n, d, p.n, acc, 0, p.n);
       }
       const split = 4 * randInt(rng, 0, rows / 4);
       const tableAddr = s.i32(table);
-      k.matmulF32Multi(tableAddr, parts.length, x, T, d, 0, split);
-      k.matmulF32Multi(tableAddr, parts.length, x, T, d, split, rows);
+      k.matmulF32Multi(tableAddr, parts.length, x, T, d, acc, 0, split);
+      k.matmulF32Multi(tableAddr, parts.length, x, T, d, acc, split, rows);
       for (const p of parts) expect(readF32(p.out, T * p.n)).toEqual(readF32(p.want, T * p.n));
     }
   });

@@ -44,6 +44,9 @@ export class CpuBackend {
   private q8Values = 0;
   private q8Scales = 0;
   private q8Capacity = 0;
+  /** Per-thread partial sums of the f32 matrix products (kernels.matmulScratchBytes() each). */
+  readonly matmulScratch: number;
+  readonly matmulScratchBytes: number;
   /** Per-thread attention scratch: a block of scores and (max, sum) per (query, head) row. */
   private attnScratch = 0;
   private attnScratchBytes = 0;
@@ -58,6 +61,8 @@ export class CpuBackend {
     this.mem = new LinearMemory();
     const module = kernelModule();
     this.kernels = instantiateKernels(this.mem.memory, module);
+    this.matmulScratchBytes = this.kernels.matmulScratchBytes();
+    this.matmulScratch = this.mem.alloc(this.matmulScratchBytes * threads);
     this.pool = threads > 1 ? new ThreadPool(threads, this.mem.memory, module, this.kernels) : null;
   }
 
@@ -83,8 +88,8 @@ export class CpuBackend {
   matmul(out: number, x: number, m: WeightMatrix, T: number): void {
     const parallel = T * m.rows * m.cols >= MIN_PARALLEL_MACS;
     if (m.kind === "f32") {
-      const args = [out, x, m.addr, T, m.rows, m.cols, m.rows, 0, m.rows];
-      this.dispatch({ kernel: "matmulF32", args, total: m.rows, granularity: 4 }, parallel);
+      const args = [out, x, m.addr, T, m.rows, m.cols, m.rows, this.matmulScratch, 0, m.rows];
+      this.dispatch({ kernel: "matmulF32", args, total: m.rows, granularity: 4, scratch: this.matmulScratchArg(7) }, parallel);
       return;
     }
     if (T * m.cols > this.q8Capacity) throw new Error(`q8 scratch too small for ${T} x ${m.cols}`);
@@ -120,8 +125,9 @@ export class CpuBackend {
       return;
     }
     const cols = products.parts[0]!.m.cols;
-    const args = [products.table, products.parts.length, x, T, cols, 0, products.rows];
-    this.dispatch({ kernel: "matmulF32Multi", args, total: products.rows, granularity: 4 }, T * products.rows * cols >= MIN_PARALLEL_MACS);
+    const args = [products.table, products.parts.length, x, T, cols, this.matmulScratch, 0, products.rows];
+    const call: ParallelCall = { kernel: "matmulF32Multi", args, total: products.rows, granularity: 4, scratch: this.matmulScratchArg(5) };
+    this.dispatch(call, T * products.rows * cols >= MIN_PARALLEL_MACS);
   }
 
   /** out[t] = row tokens[t] of the embedding table. */
@@ -179,6 +185,11 @@ export class CpuBackend {
     if (this.attnQueryRows === 0) throw new Error("attention scratch not reserved");
     const args = [out, q, kLayer, vLayer, seqInfo, nHeads, nKvHeads, headDim, blockSize, numBlocks, qStride, this.attnScratch, 0, items];
     this.dispatch({ kernel: "pagedAttention", args, total: items, granularity: 1, minChunk: 1, scratch: { arg: 11, stride: this.attnScratchBytes } }, parallel);
+  }
+
+  /** The matrix products' per-thread scratch as argument `arg` of a parallel call. */
+  matmulScratchArg(arg: number): { arg: number; stride: number } {
+    return { arg, stride: this.matmulScratchBytes };
   }
 
   /** Stop the worker threads. */

@@ -9,9 +9,12 @@ export interface Kernels {
   unpackRowF32(out: number, w: number, n: number, d: number, r: number): void;
   embedF32(out: number, w: number, tokens: number, T: number, n: number, d: number): void;
   matmulF32(
-    out: number, x: number, w: number, T: number, n: number, d: number, outStride: number, rowStart: number, rowEnd: number,
+    out: number, x: number, w: number, T: number, n: number, d: number, outStride: number, acc: number,
+    rowStart: number, rowEnd: number,
   ): void;
-  matmulF32Multi(table: number, count: number, x: number, T: number, d: number, rowStart: number, rowEnd: number): void;
+  matmulF32Multi(table: number, count: number, x: number, T: number, d: number, acc: number, rowStart: number, rowEnd: number): void;
+  /** Bytes of the per-thread `acc` scratch matmulF32 and matmulF32Multi take. */
+  matmulScratchBytes(): number;
   matvecScalarF32(out: number, x: number, w: number, n: number, d: number): void;
   streamSumF32(out: number, x: number, start: number, end: number): void;
   // quant.ts

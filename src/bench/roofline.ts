@@ -66,7 +66,8 @@ export function timeMatmul(backend: CpuBackend, m: TestMatrix, T: number, reps: 
   try {
     const { x, out } = allocActivations(backend, m, T);
     // The same arguments as CpuBackend.matmul: outStride = n, rows split in 4-row panels.
-    const call: ParallelCall = { kernel: "matmulF32", args: [out, x, m.packed, T, m.n, m.d, m.n, 0, m.n], total: m.n, granularity: 4 };
+    const args = [out, x, m.packed, T, m.n, m.d, m.n, backend.matmulScratch, 0, m.n];
+    const call: ParallelCall = { kernel: "matmulF32", args, total: m.n, granularity: 4, scratch: backend.matmulScratchArg(7) };
     return secondsPerCall(parallelRunner(backend, call), reps);
   } finally {
     backend.mem.release(mark);
