@@ -88,8 +88,7 @@ export class CpuBackend {
   matmul(out: number, x: number, m: WeightMatrix, T: number): void {
     const parallel = T * m.rows * m.cols >= MIN_PARALLEL_MACS;
     if (m.kind === "f32") {
-      const args = [out, x, m.addr, T, m.rows, m.cols, m.rows, this.matmulScratch, 0, m.rows];
-      this.dispatch({ kernel: "matmulF32", args, total: m.rows, granularity: 4, scratch: this.matmulScratchArg(7) }, parallel);
+      this.dispatch(this.matmulF32Call(out, x, m.addr, T, m.rows, m.cols), parallel);
       return;
     }
     if (T * m.cols > this.q8Capacity) throw new Error(`q8 scratch too small for ${T} x ${m.cols}`);
@@ -187,8 +186,17 @@ export class CpuBackend {
     this.dispatch({ kernel: "pagedAttention", args, total: items, granularity: 1, minChunk: 1, scratch: { arg: 11, stride: this.attnScratchBytes } }, parallel);
   }
 
+  /**
+   * The call computing out[t][0..rows) = W · x[t] for a packed f32 W[rows][cols] at `w`: output
+   * rows `rows` apart, split on 4-row panels, each thread with its own partial-sum scratch.
+   */
+  matmulF32Call(out: number, x: number, w: number, T: number, rows: number, cols: number): ParallelCall {
+    const args = [out, x, w, T, rows, cols, rows, this.matmulScratch, 0, rows];
+    return { kernel: "matmulF32", args, total: rows, granularity: 4, scratch: this.matmulScratchArg(7) };
+  }
+
   /** The matrix products' per-thread scratch as argument `arg` of a parallel call. */
-  matmulScratchArg(arg: number): { arg: number; stride: number } {
+  private matmulScratchArg(arg: number): { arg: number; stride: number } {
     return { arg, stride: this.matmulScratchBytes };
   }
 

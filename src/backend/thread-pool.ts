@@ -40,8 +40,8 @@ export interface ParallelCall {
   scratch?: { arg: number; stride: number };
 }
 
-/** A call as the threads see it: with the thread count its chunk size derives from. */
-export type ThreadCall = ParallelCall & { threads: number };
+/** A call as the threads see it: its minimum chunk settled, and the thread count chunk sizes derive from. */
+export type ThreadCall = ParallelCall & { minChunk: number; threads: number };
 
 export class ThreadPool {
   readonly workers: Worker[] = [];
@@ -81,10 +81,11 @@ export class ThreadPool {
   run(call: ParallelCall): void {
     if (this.deadReason !== null) throw new WorkerPoolError(this.deadReason);
     const c = this.ctrl;
-    c.post(PARALLEL_KERNELS.indexOf(call.kernel), call.args, call.total, call.granularity, call.minChunk ?? DEFAULT_MIN_CHUNK, call.scratch);
+    const job: ThreadCall = { ...call, minChunk: call.minChunk ?? DEFAULT_MIN_CHUNK, threads: this.threads };
+    c.post(PARALLEL_KERNELS.indexOf(job.kernel), job.args, job.total, job.granularity, job.minChunk, job.scratch);
     let callerError: unknown = null;
     try {
-      runChunks(this.kernels, { ...call, threads: this.threads }, 0, (units, threads, minChunk) => c.claimChunk(units, threads, minChunk));
+      runChunks(this.kernels, job, 0, (units, threads, minChunk) => c.claimChunk(units, threads, minChunk));
     } catch (e) {
       callerError = e;
     }
@@ -157,8 +158,7 @@ export function runChunks(
   if (call.scratch) args[call.scratch.arg] = args[call.scratch.arg]! + index * call.scratch.stride;
   const g = call.granularity;
   const units = Math.ceil(call.total / g);
-  const minChunk = call.minChunk ?? DEFAULT_MIN_CHUNK;
-  for (let chunk = claim(units, call.threads, minChunk); chunk !== null; chunk = claim(units, call.threads, minChunk)) {
+  for (let chunk = claim(units, call.threads, call.minChunk); chunk !== null; chunk = claim(units, call.threads, call.minChunk)) {
     args[args.length - 2] = chunk[0] * g;
     args[args.length - 1] = Math.min(call.total, chunk[1] * g);
     fn(...args);

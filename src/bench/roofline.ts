@@ -65,10 +65,7 @@ export function timeMatmul(backend: CpuBackend, m: TestMatrix, T: number, reps: 
   const mark = backend.mem.mark();
   try {
     const { x, out } = allocActivations(backend, m, T);
-    // The same arguments as CpuBackend.matmul: outStride = n, rows split in 4-row panels.
-    const args = [out, x, m.packed, T, m.n, m.d, m.n, backend.matmulScratch, 0, m.n];
-    const call: ParallelCall = { kernel: "matmulF32", args, total: m.n, granularity: 4, scratch: backend.matmulScratchArg(7) };
-    return secondsPerCall(parallelRunner(backend, call), reps);
+    return secondsPerCall(parallelRunner(backend, backend.matmulF32Call(out, x, m.packed, T, m.n, m.d)), reps);
   } finally {
     backend.mem.release(mark);
   }
