@@ -44,7 +44,7 @@ describe("f32 matmul over packed panels", () => {
     for (let iter = 0; iter < 300; iter++) {
       const s = new Scratch(mem, region, REGION_BYTES);
       const n = randInt(rng, 1, 41);
-      // Widths past K_BLOCK (128) and batches past TOKEN_BLOCK (16) take several k-blocks and
+      // Widths past a k-block (128 columns) and batches past TOKEN_BLOCK (16) take several k-blocks and
       // token blocks, with odd tokens and column tails.
       const d = randInt(rng, 1, iter % 2 === 0 ? 75 : 300);
       const T = randInt(rng, 1, iter % 3 === 0 ? 40 : 7);
@@ -67,6 +67,37 @@ describe("f32 matmul over packed panels", () => {
           if (got[t * n + i] !== want) {
             throw new Error(`iter ${iter} n=${n} d=${d} T=${T} t=${t} i=${i}: ${got[t * n + i]} != ${want}`);
           }
+        }
+      }
+    }
+  });
+
+  test("the product does not depend on where the matrix lies (k-blocks end on 2 KiB boundaries)", () => {
+    const rng = new Xoshiro128(3);
+    for (let iter = 0; iter < 60; iter++) {
+      const s = new Scratch(mem, region, REGION_BYTES);
+      const n = randInt(rng, 1, 13);
+      const d = randInt(rng, 130, 700);
+      const T = randInt(rng, 2, 21);
+      const w = randomArray(rng, n * d);
+      const x = s.f32(randomArray(rng, T * d));
+      const src = s.f32(w);
+      const acc = s.alloc(k.matmulScratchBytes());
+      let reference: Float32Array | null = null;
+      for (let place = 0; place < 4; place++) {
+        s.alloc(4 * randInt(rng, 0, 1023)); // a pad: the matrix starts anywhere relative to 2 KiB
+        const packed = s.alloc(4 * n * d);
+        k.packF32(packed, src, n, d);
+        const out = s.alloc(4 * T * n);
+        k.matmulF32(out, x, packed, T, n, d, n, acc, 0, n);
+        const got = readF32(out, T * n);
+        if (reference === null) {
+          reference = got;
+          const t = randInt(rng, 0, T - 1);
+          const i = randInt(rng, 0, n - 1);
+          expect(got[t * n + i]).toBe(canonicalDot(w, i * d, mem.f32.slice(x >> 2, (x >> 2) + T * d), t * d, d));
+        } else {
+          expect(got).toEqual(reference);
         }
       }
     }
