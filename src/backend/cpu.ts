@@ -91,6 +91,10 @@ export class CpuBackend {
       this.dispatch(this.matmulF32Call(out, x, m.addr, T, m.rows, m.cols), parallel);
       return;
     }
+    if (m.kind === "ggml") {
+      this.matmulGGML(out, x, m, T, parallel);
+      return;
+    }
     if (T * m.cols > this.q8Capacity) throw new Error(`q8 scratch too small for ${T} x ${m.cols}`);
     const runq = this.numerics === "runq";
     (runq ? this.kernels.quantizeQ8Runq : this.kernels.quantizeQ8)(this.q8Values, this.q8Scales, x, T, m.cols, m.groupSize);
@@ -132,6 +136,7 @@ export class CpuBackend {
   /** out[t] = row tokens[t] of the embedding table. */
   embed(out: number, table: WeightMatrix, tokens: number, T: number): void {
     if (table.kind === "f32") this.kernels.embedF32(out, table.addr, tokens, T, table.rows, table.cols);
+    else if (table.kind === "ggml") this.embedGGML(out, table, tokens, T);
     else this.kernels.embedQ8(out, table.q, table.s, tokens, T, table.cols, table.groupSize);
   }
 
@@ -198,6 +203,15 @@ export class CpuBackend {
   /** The matrix products' per-thread scratch as argument `arg` of a parallel call. */
   private matmulScratchArg(arg: number): { arg: number; stride: number } {
     return { arg, stride: this.matmulScratchBytes };
+  }
+
+  /** Products on ggml block types (src/backend/ggml-kernels.ts). */
+  private matmulGGML(_out: number, _x: number, m: Extract<WeightMatrix, { kind: "ggml" }>, _T: number, _parallel: boolean): void {
+    throw new Error(`ggml type ${m.type}: kernels not wired yet`);
+  }
+
+  private embedGGML(_out: number, table: Extract<WeightMatrix, { kind: "ggml" }>, _tokens: number, _T: number): void {
+    throw new Error(`ggml type ${table.type}: kernels not wired yet`);
   }
 
   /** Stop the worker threads. */

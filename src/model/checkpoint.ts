@@ -12,7 +12,12 @@ export type TensorEncoding =
    * llama2.c version-2 int8: `rows*cols` int8 values, then one f32 scale per `groupSize` values of
    * the flattened tensor (groups may straddle rows when groupSize does not divide cols).
    */
-  | { kind: "q8-llama2c"; groupSize: number };
+  | { kind: "q8-llama2c"; groupSize: number }
+  /**
+   * A ggml block type as GGUF stores it (F16, BF16, Q8_0, Q4_K, ...): rows of `cols / blockSize` blocks of
+   * `typeSize` bytes each, kept in memory exactly as in the file. `type` is the ggml type code (GGML_TYPES).
+   */
+  | { kind: "ggml"; type: number };
 
 export interface TensorInfo {
   name: string;

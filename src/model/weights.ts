@@ -14,7 +14,9 @@ export type WeightMatrix =
   /** f32, packed in 4-row panels. */
   | { kind: "f32"; rows: number; cols: number; addr: number }
   /** int8 values q[rows*cols] with one f32 scale per groupSize values of the flattened tensor. */
-  | { kind: "q8"; rows: number; cols: number; q: number; s: number; groupSize: number };
+  | { kind: "q8"; rows: number; cols: number; q: number; s: number; groupSize: number }
+  /** ggml blocks as the GGUF file has them, row after row (`rowBytes` each); `type` is the ggml type code. */
+  | { kind: "ggml"; type: number; rows: number; cols: number; addr: number; rowBytes: number };
 
 export interface LayerWeights {
   attnNorm: number; // f32 [dim]
@@ -67,6 +69,7 @@ export function loadWeights(ckpt: Checkpoint, mem: LinearMemory, kernels: Kernel
     for (const { info, target } of plan.placements) {
       if (target.kind === "vector") readInto(ckpt.file, fd, mem, target.addr, info.offset, info.byteLength);
       else if (target.matrix.kind === "q8") readQ8(ckpt.file, fd, mem, target.matrix, info);
+      else if (target.matrix.kind === "ggml") readInto(ckpt.file, fd, mem, target.matrix.addr, info.offset, info.byteLength);
       else packF32(ckpt.file, fd, mem, kernels, target.matrix.addr, info, stagingAddr);
     }
   } finally {
@@ -99,6 +102,8 @@ function planAllocations(ckpt: Checkpoint, mem: LinearMemory) {
     let m: WeightMatrix;
     if (info.encoding.kind === "f32") {
       m = { kind: "f32", rows, cols, addr: mem.alloc(4 * rows * cols) };
+    } else if (info.encoding.kind === "ggml") {
+      m = { kind: "ggml", type: info.encoding.type, rows, cols, addr: mem.alloc(info.byteLength), rowBytes: info.byteLength / rows };
     } else {
       const q = mem.alloc(rows * cols);
       const s = mem.alloc(4 * Math.floor((rows * cols) / info.encoding.groupSize));
