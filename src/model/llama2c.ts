@@ -140,7 +140,7 @@ function layoutTensors(h: Header, c: ModelConfig): { tensors: Map<string, Tensor
 
   const bytesOf = (shape: number[], enc: TensorEncoding): number => {
     const n = shape.reduce((a, b) => a * b, 1);
-    return enc.kind === "f32" ? 4 * n : n + 4 * Math.floor(n / enc.groupSize);
+    return enc.kind === "q8-llama2c" ? n + 4 * Math.floor(n / enc.groupSize) : 4 * n;
   };
   const add = (name: string, shape: number[], enc: TensorEncoding) => {
     const byteLength = bytesOf(shape, enc);
