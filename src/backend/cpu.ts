@@ -8,6 +8,7 @@
 import { attentionScratchBytes, MAX_BLOCK_SIZE, MULTI_SEGMENT_INTS, SEQ_INFO_INTS, type Kernels } from "./kernels.ts";
 import { ThreadPool, type ParallelCall } from "./thread-pool.ts";
 import { instantiateKernels, kernelModule, LinearMemory } from "./wasm.ts";
+import { activationFormat, activationScratchBytes, ggmlKernels, type ActivationFormat } from "./ggml-kernels.ts";
 import type { Numerics } from "../model/config.ts";
 import type { WeightMatrix } from "../model/weights.ts";
 
@@ -25,6 +26,8 @@ const MIN_PARALLEL_ATTENTION = 1 << 13;
  * classifier) differently from the layers' norms; the default kernels make no difference.
  */
 export type NormSite = "layer" | "final";
+
+type GGMLMatrix = Extract<WeightMatrix, { kind: "ggml" }>;
 
 /** Products that share one input, prepared once (see matmulShared). */
 export interface SharedInputProducts {
@@ -44,6 +47,9 @@ export class CpuBackend {
   private q8Values = 0;
   private q8Scales = 0;
   private q8Capacity = 0;
+  /** Scratch for activations quantized for ggml block types (ggml-kernels.ts formats). */
+  private ggmlAct = 0;
+  private ggmlActBytes = 0;
   /** Per-thread partial sums of the f32 matrix products (kernels.matmulScratchBytes() each). */
   readonly matmulScratch: number;
   readonly matmulScratchBytes: number;
@@ -75,6 +81,8 @@ export class CpuBackend {
     this.q8Capacity = maxTokens * maxWidth;
     this.q8Values = this.mem.alloc(this.q8Capacity);
     this.q8Scales = this.mem.alloc(4 * this.q8Capacity);
+    this.ggmlActBytes = activationScratchBytes(maxTokens, maxWidth);
+    this.ggmlAct = this.mem.alloc(this.ggmlActBytes);
     this.attnQueryRows = maxTokens * group;
     this.attnScratchBytes = attentionScratchBytes(this.attnQueryRows);
     this.attnScratch = this.mem.alloc(this.attnScratchBytes * this.threads);
@@ -92,7 +100,7 @@ export class CpuBackend {
       return;
     }
     if (m.kind === "ggml") {
-      this.matmulGGML(out, x, m, T, parallel);
+      this.matmulGGML(out, x, m, T);
       return;
     }
     if (T * m.cols > this.q8Capacity) throw new Error(`q8 scratch too small for ${T} x ${m.cols}`);
@@ -123,8 +131,18 @@ export class CpuBackend {
   /** Run prepared products on x[T][cols]. */
   matmulShared(products: SharedInputProducts, x: number, T: number): void {
     if (products.table === null) {
+      // ggml parts: x quantized once per activation format, each format's parts run on it.
+      const ggml = products.parts.filter((p) => p.m.kind === "ggml");
+      const formats = new Set(ggml.map((p) => ggmlKernels((p.m as GGMLMatrix).type).activation));
+      for (const format of formats) {
+        const act = this.quantizeActivations(format, x, T, products.parts[0]!.m.cols);
+        for (const p of ggml) {
+          const m = p.m as GGMLMatrix;
+          if (ggmlKernels(m.type).activation === format) this.matmulGGMLOn(p.out, act, m, T);
+        }
+      }
       // int8 parts quantize x each; the quantization is the same every time, so results are too.
-      for (const p of products.parts) this.matmul(p.out, x, p.m, T);
+      for (const p of products.parts) if (p.m.kind !== "ggml") this.matmul(p.out, x, p.m, T);
       return;
     }
     const cols = products.parts[0]!.m.cols;
@@ -205,13 +223,32 @@ export class CpuBackend {
     return { arg, stride: this.matmulScratchBytes };
   }
 
-  /** Products on ggml block types (src/backend/ggml-kernels.ts). */
-  private matmulGGML(_out: number, _x: number, m: Extract<WeightMatrix, { kind: "ggml" }>, _T: number, _parallel: boolean): void {
-    throw new Error(`ggml type ${m.type}: kernels not wired yet`);
+  /** Products on ggml block types (src/backend/ggml-kernels.ts): quantize x, then split by rows. */
+  private matmulGGML(out: number, x: number, m: GGMLMatrix, T: number): void {
+    const act = this.quantizeActivations(ggmlKernels(m.type).activation, x, T, m.cols);
+    this.matmulGGMLOn(out, act, m, T);
   }
 
-  private embedGGML(_out: number, table: Extract<WeightMatrix, { kind: "ggml" }>, _tokens: number, _T: number): void {
-    throw new Error(`ggml type ${table.type}: kernels not wired yet`);
+  /** out[t][0..m.rows) = m · act[t], act already in m's activation format. */
+  private matmulGGMLOn(out: number, act: number, m: GGMLMatrix, T: number): void {
+    const kernels = ggmlKernels(m.type);
+    const args = [out, act, m.addr, T, m.cols, m.rows, 0, m.rows];
+    this.dispatch({ kernel: kernels.matmul, args, total: m.rows, granularity: 1 }, T * m.rows * m.cols >= MIN_PARALLEL_MACS);
+  }
+
+  /** x[T][cols] in `format`: x itself for f32, else its quantized copy in the scratch. */
+  private quantizeActivations(format: ActivationFormat, x: number, T: number, cols: number): number {
+    const info = activationFormat(format);
+    if (info.quantizer === null) return x;
+    if (cols % info.blockSize !== 0) throw new Error(`${format} activations need rows of a multiple of ${info.blockSize}, got ${cols}`);
+    const bytes = T * info.rowBytes(cols);
+    if (bytes > this.ggmlActBytes) throw new Error(`ggml activation scratch holds ${this.ggmlActBytes} bytes, ${T} x ${cols} needs ${bytes}`);
+    this.kernels[info.quantizer](this.ggmlAct, x, T, cols);
+    return this.ggmlAct;
+  }
+
+  private embedGGML(out: number, table: GGMLMatrix, tokens: number, T: number): void {
+    this.kernels[ggmlKernels(table.type).embed](out, table.addr, tokens, T, table.cols);
   }
 
   /** Stop the worker threads. */

@@ -68,7 +68,33 @@ export interface Kernels {
   runqMath(which: number, x: number): number;
   /** Test probe: f32 fused multiply-add under flush-to-zero. */
   runqFma(a: number, b: number, c: number): number;
+  // ggml/: block types (table in ggml-kernels.ts)
+  quantizeActQ8_0: GGMLQuantizeKernel;
+  quantizeActQ8_1: GGMLQuantizeKernel;
+  matmulF16: GGMLMatmulKernel;
+  matmulBF16: GGMLMatmulKernel;
+  matmulQ8_0: GGMLMatmulKernel;
+  matmulQ4_0: GGMLMatmulKernel;
+  matmulQ4_1: GGMLMatmulKernel;
+  matmulQ5_0: GGMLMatmulKernel;
+  matmulQ5_1: GGMLMatmulKernel;
+  embedF16: GGMLEmbedKernel;
+  embedBF16: GGMLEmbedKernel;
+  embedQ8_0: GGMLEmbedKernel;
+  embedQ4_0: GGMLEmbedKernel;
+  embedQ4_1: GGMLEmbedKernel;
+  embedQ5_0: GGMLEmbedKernel;
+  embedQ5_1: GGMLEmbedKernel;
 }
+
+/** Activations x[T][cols] f32 -> the block format a ggml type's products read. */
+export type GGMLQuantizeKernel = (dst: number, x: number, T: number, cols: number) => void;
+/** out[t*outStride + r] = row r of the ggml tensor w · activation row t, for r in [rowStart, rowEnd). */
+export type GGMLMatmulKernel = (
+  out: number, xAct: number, w: number, T: number, cols: number, outStride: number, rowStart: number, rowEnd: number,
+) => void;
+/** out[t][0..cols) = row tokens[t] (i32 ids) of the ggml tensor w, dequantized. */
+export type GGMLEmbedKernel = (out: number, w: number, tokens: number, T: number, cols: number) => void;
 
 export type KernelName = keyof Kernels;
 

@@ -1,0 +1,81 @@
+// ============================================================================================
+// Shared pieces of the ggml block-type kernels: half-precision conversion, the quantized
+// activation layouts, and the integer dot of one 32-element block.
+// ============================================================================================
+//
+// Quantized activations (made by act.ts from f32 rows; one row per token, blocks in order):
+//   q8_0 block, 36 bytes: d f32, qs[32] int8                  x ~= d * q
+//   q8_1 block, 40 bytes: d f32, s f32 (= d * sum q), qs[32]  (for weights with a minimum, Q4_1/Q5_1)
+// Scales stay f32 (ggml stores f16): a little more exact, same cost.
+//
+// Every block dot accumulates its integer products into four i32 lanes: element j of the block
+// goes to lane (j >> 1) & 3 (what extmul + pairwise add produce). Integer sums are exact, so only
+// the float steps have an order, and it is fixed: acc[lane] += f32(isum[lane]) * (dw * dx), block
+// after block, then ((acc0 + acc1) + (acc2 + acc3)). It never depends on T or on the row range.
+
+export const QK: i32 = 32;
+export const Q8_0_ACT_BYTES: i32 = 36;
+export const Q8_1_ACT_BYTES: i32 = 40;
+
+const TWO_POW_112: f32 = 5.192296858534828e33;
+
+/** binary16 -> f32, exact (normals, subnormals, zeros, infinities, NaNs). */
+@inline export function f16ToF32(h: u32): f32 {
+  const em = (h & 0x7fff) << 13;
+  let bits = reinterpret<u32>(reinterpret<f32>(em) * TWO_POW_112);
+  if (em >= 0x0f800000) bits |= 0x7f800000;
+  return reinterpret<f32>(bits | ((h & 0x8000) << 16));
+}
+
+/** Eight binary16 values (a v128) -> two f32x4, exact; `high` picks lanes 4..7. */
+@inline export function f16x4ToF32(h16: v128, high: bool): v128 {
+  const h = high ? i32x4.extend_high_i16x8_u(h16) : i32x4.extend_low_i16x8_u(h16);
+  const em = i32x4.shl(v128.and(h, i32x4.splat(0x7fff)), 13);
+  const scaled = f32x4.mul(em, f32x4.splat(TWO_POW_112));
+  const infNan = v128.and(i32x4.ge_u(em, i32x4.splat(0x0f800000)), i32x4.splat(0x7f800000));
+  const sign = i32x4.shl(v128.and(h, i32x4.splat(0x8000)), 16);
+  return v128.or(v128.or(scaled, infNan), sign);
+}
+
+/** Sum of the four lanes in the fixed order (a0 + a1) + (a2 + a3). */
+@inline export function hsum(v: v128): f32 {
+  return (f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1)) + (f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3));
+}
+
+/**
+ * Integer dot of 32 weights (lo = elements 0..15, hi = 16..31, int8) with 32 int8 activations at
+ * x, for weights small enough (|w| <= 31) that four products summed in i16 cannot overflow.
+ */
+@inline export function dotSmall(lo: v128, hi: v128, x: usize): v128 {
+  const x0 = v128.load(x);
+  const x1 = v128.load(x, 16);
+  const p = i16x8.add(
+    i16x8.add(i16x8.extmul_low_i8x16_s(lo, x0), i16x8.extmul_high_i8x16_s(lo, x0)),
+    i16x8.add(i16x8.extmul_low_i8x16_s(hi, x1), i16x8.extmul_high_i8x16_s(hi, x1)),
+  );
+  return i32x4.extadd_pairwise_i16x8_s(p);
+}
+
+/** As dotSmall for any int8 weights: products widened to i32 before they are summed. */
+@inline export function dotWide(lo: v128, hi: v128, x: usize): v128 {
+  const x0 = v128.load(x);
+  const x1 = v128.load(x, 16);
+  const a = i32x4.add(i32x4.extadd_pairwise_i16x8_s(i16x8.extmul_low_i8x16_s(lo, x0)), i32x4.extadd_pairwise_i16x8_s(i16x8.extmul_high_i8x16_s(lo, x0)));
+  const b = i32x4.add(i32x4.extadd_pairwise_i16x8_s(i16x8.extmul_low_i8x16_s(hi, x1)), i32x4.extadd_pairwise_i16x8_s(i16x8.extmul_high_i8x16_s(hi, x1)));
+  return i32x4.add(a, b);
+}
+
+/** acc + f32(isum) * scale, lane by lane. */
+@inline export function accumulate(acc: v128, isum: v128, scale: f32): v128 {
+  return f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(scale)));
+}
+
+/** The 5th bits of 16 elements, from bits [first, first + 16) of qh, as 0xFF / 0x00 bytes. */
+@inline export function highBitMask(qh: u32, upper: bool): v128 {
+  const bytes = i32x4.splat(qh);
+  const spread = upper
+    ? i8x16.swizzle(bytes, i8x16(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3))
+    : i8x16.swizzle(bytes, i8x16(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+  const bit = i8x16(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+  return i8x16.eq(v128.and(spread, bit), bit);
+}

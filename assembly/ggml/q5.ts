@@ -1,0 +1,107 @@
+// ============================================================================================
+// Q5_0 and Q5_1 weights (5-bit, blocks of 32)
+// ============================================================================================
+//
+// Q5_0, 22 bytes: d f16, qh u32, qs[16]; element j = low nibble of qs[j] | bit j of qh << 4,
+//   element j+16 = high nibble | bit j+16 of qh << 4; w = d * (q - 16). With q8_0 activations.
+// Q5_1, 24 bytes: d f16, m f16, qh u32, qs[16]; w = d * q + m. With q8_1 activations, the
+//   minimum's part summed as in q4.ts.
+
+import { accumulate, dotSmall, f16ToF32, highBitMask, hsum, QK, Q8_0_ACT_BYTES, Q8_1_ACT_BYTES } from "./common";
+
+const BLOCK_Q5_0: i32 = 22;
+const BLOCK_Q5_1: i32 = 24;
+
+@inline function rowDotQ5_0(w: usize, x: usize, nb: i32): f32 {
+  let acc = f32x4.splat(0);
+  const sixteen = i8x16.splat(16);
+  const low = i8x16.splat(0x0f);
+  for (let b = 0; b < nb; b++) {
+    const wb = w + <usize>(b * BLOCK_Q5_0);
+    const xb = x + <usize>(b * Q8_0_ACT_BYTES);
+    const qh = load<u32>(wb, 2);
+    const qs = v128.load(wb, 6);
+    // q - 16 = nibble - (16 where the 5th bit is clear).
+    const lo = i8x16.sub(v128.and(qs, low), v128.andnot(sixteen, highBitMask(qh, false)));
+    const hi = i8x16.sub(i8x16.shr_u(qs, 4), v128.andnot(sixteen, highBitMask(qh, true)));
+    acc = accumulate(acc, dotSmall(lo, hi, xb + 4), f16ToF32(load<u16>(wb)) * load<f32>(xb));
+  }
+  return hsum(acc);
+}
+
+@inline function rowDotQ5_1(w: usize, x: usize, nb: i32): f32 {
+  let acc = f32x4.splat(0);
+  let accMin: f32 = 0;
+  const sixteen = i8x16.splat(16);
+  const low = i8x16.splat(0x0f);
+  for (let b = 0; b < nb; b++) {
+    const wb = w + <usize>(b * BLOCK_Q5_1);
+    const xb = x + <usize>(b * Q8_1_ACT_BYTES);
+    const qh = load<u32>(wb, 4);
+    const qs = v128.load(wb, 8);
+    const lo = v128.or(v128.and(qs, low), v128.and(sixteen, highBitMask(qh, false)));
+    const hi = v128.or(i8x16.shr_u(qs, 4), v128.and(sixteen, highBitMask(qh, true)));
+    acc = accumulate(acc, dotSmall(lo, hi, xb + 8), f16ToF32(load<u16>(wb)) * load<f32>(xb));
+    accMin += f16ToF32(load<u16>(wb, 2)) * load<f32>(xb, 4);
+  }
+  return hsum(acc) + accMin;
+}
+
+/** out[t*outStride + r] = row r of w · activation t (q8_0), rows [rowStart, rowEnd), tokens < T. */
+export function matmulQ5_0(out: usize, xAct: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32): void {
+  const nb = cols / QK;
+  const rowBytes = nb * BLOCK_Q5_0;
+  const actBytes = nb * Q8_0_ACT_BYTES;
+  for (let r = rowStart; r < rowEnd; r++) {
+    const row = w + <usize>r * <usize>rowBytes;
+    for (let t = 0; t < T; t++) store<f32>(out + (<usize>(t * outStride + r) << 2), rowDotQ5_0(row, xAct + <usize>(t * actBytes), nb));
+  }
+}
+
+/** As matmulQ5_0 for Q5_1 weights and q8_1 activations. */
+export function matmulQ5_1(out: usize, xAct: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32): void {
+  const nb = cols / QK;
+  const rowBytes = nb * BLOCK_Q5_1;
+  const actBytes = nb * Q8_1_ACT_BYTES;
+  for (let r = rowStart; r < rowEnd; r++) {
+    const row = w + <usize>r * <usize>rowBytes;
+    for (let t = 0; t < T; t++) store<f32>(out + (<usize>(t * outStride + r) << 2), rowDotQ5_1(row, xAct + <usize>(t * actBytes), nb));
+  }
+}
+
+@inline function embedQ5(out: usize, w: usize, tokens: usize, T: i32, cols: i32, withMin: bool): void {
+  const block = withMin ? BLOCK_Q5_1 : BLOCK_Q5_0;
+  const nb = cols / QK;
+  for (let t = 0; t < T; t++) {
+    const row = w + <usize>load<i32>(tokens + (<usize>t << 2)) * <usize>(nb * block);
+    const dst = out + (<usize>(t * cols) << 2);
+    for (let b = 0; b < nb; b++) {
+      const wb = row + <usize>(b * block);
+      const d = f16ToF32(load<u16>(wb));
+      const m: f32 = withMin ? f16ToF32(load<u16>(wb, 2)) : 0;
+      const qhAt = wb + (withMin ? 4 : 2);
+      const qh = load<u32>(qhAt);
+      const qs = qhAt + 4;
+      const o = dst + (<usize>(b * QK) << 2);
+      for (let j = 0; j < 16; j++) {
+        const byte = <i32>load<u8>(qs + <usize>j);
+        let q0 = (byte & 15) | (<i32>((qh >> j) & 1) << 4);
+        let q1 = (byte >> 4) | (<i32>((qh >> (j + 16)) & 1) << 4);
+        if (!withMin) {
+          q0 -= 16;
+          q1 -= 16;
+        }
+        store<f32>(o + (<usize>j << 2), withMin ? <f32>q0 * d + m : <f32>q0 * d);
+        store<f32>(o + (<usize>(j + 16) << 2), withMin ? <f32>q1 * d + m : <f32>q1 * d);
+      }
+    }
+  }
+}
+
+export function embedQ5_0(out: usize, w: usize, tokens: usize, T: i32, cols: i32): void {
+  embedQ5(out, w, tokens, T, cols, false);
+}
+
+export function embedQ5_1(out: usize, w: usize, tokens: usize, T: i32, cols: i32): void {
+  embedQ5(out, w, tokens, T, cols, true);
+}
