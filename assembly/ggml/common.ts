@@ -8,10 +8,9 @@
 //   q8_1 block, 40 bytes: d f32, s f32 (= d * sum q), qs[32]  (for weights with a minimum, Q4_1/Q5_1)
 // Scales stay f32 (ggml stores f16): a little more exact, same cost.
 //
-// Every block dot accumulates its integer products into four i32 lanes: element j of the block
-// goes to lane (j >> 1) & 3 (what extmul + pairwise add produce). Integer sums are exact, so only
-// the float steps have an order, and it is fixed: acc[lane] += f32(isum[lane]) * (dw * dx), block
-// after block, then ((acc0 + acc1) + (acc2 + acc3)). It never depends on T or on the row range.
+// A block's integer dot leaves four i32 lanes, element j of the block in lane (j >> 1) & 3 (what
+// extmul + pairwise add produce). Integer sums are exact, so only the float steps have an order;
+// blocks32.ts fixes it per output, independent of T and the row range.
 
 export const QK: i32 = 32;
 export const Q8_0_ACT_BYTES: i32 = 36;
@@ -56,18 +55,16 @@ const TWO_POW_112: f32 = 5.192296858534828e33;
   return i32x4.extadd_pairwise_i16x8_s(p);
 }
 
-/** As dotSmall for any int8 weights: products widened to i32 before they are summed. */
+/**
+ * As dotSmall for any int8 weights: only two products are summed in i16. Activations are never
+ * -128 (act.ts rounds |x| / d <= 127), so |w * x| <= 128 * 127 and two fit in an i16.
+ */
 @inline export function dotWide(lo: v128, hi: v128, x: usize): v128 {
   const x0 = v128.load(x);
   const x1 = v128.load(x, 16);
-  const a = i32x4.add(i32x4.extadd_pairwise_i16x8_s(i16x8.extmul_low_i8x16_s(lo, x0)), i32x4.extadd_pairwise_i16x8_s(i16x8.extmul_high_i8x16_s(lo, x0)));
-  const b = i32x4.add(i32x4.extadd_pairwise_i16x8_s(i16x8.extmul_low_i8x16_s(hi, x1)), i32x4.extadd_pairwise_i16x8_s(i16x8.extmul_high_i8x16_s(hi, x1)));
+  const a = i32x4.extadd_pairwise_i16x8_s(i16x8.add(i16x8.extmul_low_i8x16_s(lo, x0), i16x8.extmul_high_i8x16_s(lo, x0)));
+  const b = i32x4.extadd_pairwise_i16x8_s(i16x8.add(i16x8.extmul_low_i8x16_s(hi, x1), i16x8.extmul_high_i8x16_s(hi, x1)));
   return i32x4.add(a, b);
-}
-
-/** acc + f32(isum) * scale, lane by lane. */
-@inline export function accumulate(acc: v128, isum: v128, scale: f32): v128 {
-  return f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(scale)));
 }
 
 /** The 5th bits of 16 elements, from bits [first, first + 16) of qh, as 0xFF / 0x00 bytes. */

@@ -8,10 +8,10 @@
 //   sum_j w_j x_j = dw*dx * sum_j q_j xq_j + m * s_x, the minimum's part summed separately, in a
 //   scalar, block after block, and added to the lanes' sum at the end.
 
-import { accumulate, dotSmall, f16ToF32, hsum, QK, Q8_0_ACT_BYTES, Q8_1_ACT_BYTES } from "./common";
+import { dotSmall, f16ToF32, QK } from "./common";
 
-const BLOCK_Q4_0: i32 = 18;
-const BLOCK_Q4_1: i32 = 20;
+export const BLOCK_Q4_0: i32 = 18;
+export const BLOCK_Q4_1: i32 = 20;
 
 @inline function lowNibbles(qs: v128): v128 {
   return v128.and(qs, i8x16.splat(0x0f));
@@ -21,53 +21,17 @@ const BLOCK_Q4_1: i32 = 20;
   return i8x16.shr_u(qs, 4);
 }
 
-@inline function rowDotQ4_0(w: usize, x: usize, nb: i32): f32 {
-  let acc = f32x4.splat(0);
+/** Integer dot lanes of the Q4_0 block at wb (q - 8) with the 32 activation values at xqs. */
+@inline export function isumQ4_0(wb: usize, xqs: usize): v128 {
+  const qs = v128.load(wb, 2);
   const eight = i8x16.splat(8);
-  for (let b = 0; b < nb; b++) {
-    const wb = w + <usize>(b * BLOCK_Q4_0);
-    const xb = x + <usize>(b * Q8_0_ACT_BYTES);
-    const qs = v128.load(wb, 2);
-    const isum = dotSmall(i8x16.sub(lowNibbles(qs), eight), i8x16.sub(highNibbles(qs), eight), xb + 4);
-    acc = accumulate(acc, isum, f16ToF32(load<u16>(wb)) * load<f32>(xb));
-  }
-  return hsum(acc);
+  return dotSmall(i8x16.sub(lowNibbles(qs), eight), i8x16.sub(highNibbles(qs), eight), xqs);
 }
 
-@inline function rowDotQ4_1(w: usize, x: usize, nb: i32): f32 {
-  let acc = f32x4.splat(0);
-  let accMin: f32 = 0;
-  for (let b = 0; b < nb; b++) {
-    const wb = w + <usize>(b * BLOCK_Q4_1);
-    const xb = x + <usize>(b * Q8_1_ACT_BYTES);
-    const qs = v128.load(wb, 4);
-    const isum = dotSmall(lowNibbles(qs), highNibbles(qs), xb + 8);
-    acc = accumulate(acc, isum, f16ToF32(load<u16>(wb)) * load<f32>(xb));
-    accMin += f16ToF32(load<u16>(wb, 2)) * load<f32>(xb, 4);
-  }
-  return hsum(acc) + accMin;
-}
-
-/** out[t*outStride + r] = row r of w · activation t (q8_0), rows [rowStart, rowEnd), tokens < T. */
-export function matmulQ4_0(out: usize, xAct: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32): void {
-  const nb = cols / QK;
-  const rowBytes = nb * BLOCK_Q4_0;
-  const actBytes = nb * Q8_0_ACT_BYTES;
-  for (let r = rowStart; r < rowEnd; r++) {
-    const row = w + <usize>r * <usize>rowBytes;
-    for (let t = 0; t < T; t++) store<f32>(out + (<usize>(t * outStride + r) << 2), rowDotQ4_0(row, xAct + <usize>(t * actBytes), nb));
-  }
-}
-
-/** As matmulQ4_0 for Q4_1 weights and q8_1 activations. */
-export function matmulQ4_1(out: usize, xAct: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32): void {
-  const nb = cols / QK;
-  const rowBytes = nb * BLOCK_Q4_1;
-  const actBytes = nb * Q8_1_ACT_BYTES;
-  for (let r = rowStart; r < rowEnd; r++) {
-    const row = w + <usize>r * <usize>rowBytes;
-    for (let t = 0; t < T; t++) store<f32>(out + (<usize>(t * outStride + r) << 2), rowDotQ4_1(row, xAct + <usize>(t * actBytes), nb));
-  }
+/** Integer dot lanes of the Q4_1 block at wb (q, unsigned) with the 32 activation values at xqs. */
+@inline export function isumQ4_1(wb: usize, xqs: usize): v128 {
+  const qs = v128.load(wb, 4);
+  return dotSmall(lowNibbles(qs), highNibbles(qs), xqs);
 }
 
 @inline function embedQ4(out: usize, w: usize, tokens: usize, T: i32, cols: i32, withMin: bool): void {

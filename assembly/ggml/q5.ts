@@ -7,66 +7,30 @@
 // Q5_1, 24 bytes: d f16, m f16, qh u32, qs[16]; w = d * q + m. With q8_1 activations, the
 //   minimum's part summed as in q4.ts.
 
-import { accumulate, dotSmall, f16ToF32, highBitMask, hsum, QK, Q8_0_ACT_BYTES, Q8_1_ACT_BYTES } from "./common";
+import { dotSmall, f16ToF32, highBitMask, QK } from "./common";
 
-const BLOCK_Q5_0: i32 = 22;
-const BLOCK_Q5_1: i32 = 24;
+export const BLOCK_Q5_0: i32 = 22;
+export const BLOCK_Q5_1: i32 = 24;
 
-@inline function rowDotQ5_0(w: usize, x: usize, nb: i32): f32 {
-  let acc = f32x4.splat(0);
+/** Integer dot lanes of the Q5_0 block at wb (q - 16) with the 32 activation values at xqs. */
+@inline export function isumQ5_0(wb: usize, xqs: usize): v128 {
+  const qh = load<u32>(wb, 2);
+  const qs = v128.load(wb, 6);
   const sixteen = i8x16.splat(16);
-  const low = i8x16.splat(0x0f);
-  for (let b = 0; b < nb; b++) {
-    const wb = w + <usize>(b * BLOCK_Q5_0);
-    const xb = x + <usize>(b * Q8_0_ACT_BYTES);
-    const qh = load<u32>(wb, 2);
-    const qs = v128.load(wb, 6);
-    // q - 16 = nibble - (16 where the 5th bit is clear).
-    const lo = i8x16.sub(v128.and(qs, low), v128.andnot(sixteen, highBitMask(qh, false)));
-    const hi = i8x16.sub(i8x16.shr_u(qs, 4), v128.andnot(sixteen, highBitMask(qh, true)));
-    acc = accumulate(acc, dotSmall(lo, hi, xb + 4), f16ToF32(load<u16>(wb)) * load<f32>(xb));
-  }
-  return hsum(acc);
+  // q - 16 = nibble - (16 where the 5th bit is clear).
+  const lo = i8x16.sub(v128.and(qs, i8x16.splat(0x0f)), v128.andnot(sixteen, highBitMask(qh, false)));
+  const hi = i8x16.sub(i8x16.shr_u(qs, 4), v128.andnot(sixteen, highBitMask(qh, true)));
+  return dotSmall(lo, hi, xqs);
 }
 
-@inline function rowDotQ5_1(w: usize, x: usize, nb: i32): f32 {
-  let acc = f32x4.splat(0);
-  let accMin: f32 = 0;
+/** Integer dot lanes of the Q5_1 block at wb (q, unsigned) with the 32 activation values at xqs. */
+@inline export function isumQ5_1(wb: usize, xqs: usize): v128 {
+  const qh = load<u32>(wb, 4);
+  const qs = v128.load(wb, 8);
   const sixteen = i8x16.splat(16);
-  const low = i8x16.splat(0x0f);
-  for (let b = 0; b < nb; b++) {
-    const wb = w + <usize>(b * BLOCK_Q5_1);
-    const xb = x + <usize>(b * Q8_1_ACT_BYTES);
-    const qh = load<u32>(wb, 4);
-    const qs = v128.load(wb, 8);
-    const lo = v128.or(v128.and(qs, low), v128.and(sixteen, highBitMask(qh, false)));
-    const hi = v128.or(i8x16.shr_u(qs, 4), v128.and(sixteen, highBitMask(qh, true)));
-    acc = accumulate(acc, dotSmall(lo, hi, xb + 8), f16ToF32(load<u16>(wb)) * load<f32>(xb));
-    accMin += f16ToF32(load<u16>(wb, 2)) * load<f32>(xb, 4);
-  }
-  return hsum(acc) + accMin;
-}
-
-/** out[t*outStride + r] = row r of w · activation t (q8_0), rows [rowStart, rowEnd), tokens < T. */
-export function matmulQ5_0(out: usize, xAct: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32): void {
-  const nb = cols / QK;
-  const rowBytes = nb * BLOCK_Q5_0;
-  const actBytes = nb * Q8_0_ACT_BYTES;
-  for (let r = rowStart; r < rowEnd; r++) {
-    const row = w + <usize>r * <usize>rowBytes;
-    for (let t = 0; t < T; t++) store<f32>(out + (<usize>(t * outStride + r) << 2), rowDotQ5_0(row, xAct + <usize>(t * actBytes), nb));
-  }
-}
-
-/** As matmulQ5_0 for Q5_1 weights and q8_1 activations. */
-export function matmulQ5_1(out: usize, xAct: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32): void {
-  const nb = cols / QK;
-  const rowBytes = nb * BLOCK_Q5_1;
-  const actBytes = nb * Q8_1_ACT_BYTES;
-  for (let r = rowStart; r < rowEnd; r++) {
-    const row = w + <usize>r * <usize>rowBytes;
-    for (let t = 0; t < T; t++) store<f32>(out + (<usize>(t * outStride + r) << 2), rowDotQ5_1(row, xAct + <usize>(t * actBytes), nb));
-  }
+  const lo = v128.or(v128.and(qs, i8x16.splat(0x0f)), v128.and(sixteen, highBitMask(qh, false)));
+  const hi = v128.or(i8x16.shr_u(qs, 4), v128.and(sixteen, highBitMask(qh, true)));
+  return dotSmall(lo, hi, xqs);
 }
 
 @inline function embedQ5(out: usize, w: usize, tokens: usize, T: i32, cols: i32, withMin: bool): void {
