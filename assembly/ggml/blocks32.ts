@@ -3,7 +3,8 @@
 // ============================================================================================
 //
 // out[t*outStride + r] = row r of w · activation t for rows [rowStart, rowEnd) and tokens < T,
-// one row at a time: the row streams from memory once and stays in L1 for the T tokens. Each
+// one row at a time, tokens four at a time (each block unpacked once for the four): the row
+// streams from memory once and stays in L1 for the T tokens. Each
 // block's integer dot (isumX) leaves four exact i32 lanes (element j in lane (j >> 1) & 3);
 // the float steps are, per lane, acc += f32(isum) * (dw * dx) block after block, then
 // (acc0 + acc1) + (acc2 + acc3), plus for Q4_1/Q5_1 a scalar accMin += m * sx added last.
@@ -12,10 +13,10 @@
 // Tried and dropped: four rows per vector (the four rows' block sums transposed into the lanes
 // of one vector, scales gathered), fewer float steps per block but 2.5x slower under JSC.
 
-import { f16ToF32, hsum, QK, Q8_0_ACT_BYTES, Q8_1_ACT_BYTES } from "./common";
-import { BLOCK_Q4_0, BLOCK_Q4_1, isumQ4_0, isumQ4_1 } from "./q4";
-import { BLOCK_Q5_0, BLOCK_Q5_1, isumQ5_0, isumQ5_1 } from "./q5";
-import { BLOCK_Q8_0, isumQ8_0 } from "./q8_0";
+import { dotSmall, dotWide, f16ToF32, hsum, QK, Q8_0_ACT_BYTES, Q8_1_ACT_BYTES } from "./common";
+import { BLOCK_Q4_0, BLOCK_Q4_1, unpackQ4_0, unpackQ4_1 } from "./q4";
+import { BLOCK_Q5_0, BLOCK_Q5_1, unpackQ5_0, unpackQ5_1 } from "./q5";
+import { BLOCK_Q8_0, unpackQ8_0 } from "./q8_0";
 
 const KIND_Q8_0: i32 = 0;
 const KIND_Q4_0: i32 = 1;
@@ -31,38 +32,80 @@ const KIND_Q5_1: i32 = 4;
   return kind == KIND_Q4_1 || kind == KIND_Q5_1;
 }
 
-@inline function isum(kind: i32, wb: usize, xqs: usize): v128 {
-  if (kind == KIND_Q8_0) return isumQ8_0(wb, xqs);
-  if (kind == KIND_Q4_0) return isumQ4_0(wb, xqs);
-  if (kind == KIND_Q4_1) return isumQ4_1(wb, xqs);
-  if (kind == KIND_Q5_0) return isumQ5_0(wb, xqs);
-  return isumQ5_1(wb, xqs);
+@inline function unpack(kind: i32, wb: usize, high: bool): v128 {
+  if (kind == KIND_Q8_0) return unpackQ8_0(wb, high);
+  if (kind == KIND_Q4_0) return unpackQ4_0(wb, high);
+  if (kind == KIND_Q4_1) return unpackQ4_1(wb, high);
+  if (kind == KIND_Q5_0) return unpackQ5_0(wb, high);
+  return unpackQ5_1(wb, high);
 }
 
-/** One row · one activation row: lanes acc += f32(isum lanes) * (dw * dx), then summed. */
-@inline function rowDot(kind: i32, w: usize, x: usize, nb: i32): f32 {
+/** Integer dot lanes of 32 unpacked weights with the activation values at xqs. */
+@inline function isum(kind: i32, lo: v128, hi: v128, xqs: usize): v128 {
+  return kind == KIND_Q8_0 ? dotWide(lo, hi, xqs) : dotSmall(lo, hi, xqs);
+}
+
+/** acc + f32(isum lanes) * (dw * dx) for the block of the activation row at xb. */
+@inline function step(acc: v128, isumLanes: v128, dw: f32, xb: usize): v128 {
+  return f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(isumLanes), f32x4.splat(dw * load<f32>(xb))));
+}
+
+/**
+ * One row · activation rows x, x + actBytes, ... (TOKENS of them, 1 or 4): the row's blocks are
+ * unpacked once for all of them. Results go to out, out + outStride floats, ...
+ */
+@inline function rowDots(kind: i32, w: usize, x: usize, actBytes: usize, nb: i32, out: usize, outStride: usize, four: bool): void {
   const bb = blockBytes(kind);
   const ab = hasMin(kind) ? Q8_1_ACT_BYTES : Q8_0_ACT_BYTES;
   const qsAt: usize = hasMin(kind) ? 8 : 4;
-  let acc = f32x4.splat(0);
-  let accMin: f32 = 0;
+  let acc0 = f32x4.splat(0);
+  let acc1 = f32x4.splat(0);
+  let acc2 = f32x4.splat(0);
+  let acc3 = f32x4.splat(0);
+  let min0: f32 = 0;
+  let min1: f32 = 0;
+  let min2: f32 = 0;
+  let min3: f32 = 0;
   for (let b = 0; b < nb; b++) {
     const wb = w + <usize>(b * bb);
     const xb = x + <usize>(b * ab);
-    const lanes = f32x4.convert_i32x4_s(isum(kind, wb, xb + qsAt));
-    acc = f32x4.add(acc, f32x4.mul(lanes, f32x4.splat(f16ToF32(load<u16>(wb)) * load<f32>(xb))));
-    if (hasMin(kind)) accMin += f16ToF32(load<u16>(wb, 2)) * load<f32>(xb, 4);
+    const lo = unpack(kind, wb, false);
+    const hi = unpack(kind, wb, true);
+    const dw = f16ToF32(load<u16>(wb));
+    const m: f32 = hasMin(kind) ? f16ToF32(load<u16>(wb, 2)) : 0;
+    acc0 = step(acc0, isum(kind, lo, hi, xb + qsAt), dw, xb);
+    if (hasMin(kind)) min0 += m * load<f32>(xb, 4);
+    if (four) {
+      const xb1 = xb + actBytes;
+      const xb2 = xb1 + actBytes;
+      const xb3 = xb2 + actBytes;
+      acc1 = step(acc1, isum(kind, lo, hi, xb1 + qsAt), dw, xb1);
+      acc2 = step(acc2, isum(kind, lo, hi, xb2 + qsAt), dw, xb2);
+      acc3 = step(acc3, isum(kind, lo, hi, xb3 + qsAt), dw, xb3);
+      if (hasMin(kind)) {
+        min1 += m * load<f32>(xb1, 4);
+        min2 += m * load<f32>(xb2, 4);
+        min3 += m * load<f32>(xb3, 4);
+      }
+    }
   }
-  return hasMin(kind) ? hsum(acc) + accMin : hsum(acc);
+  store<f32>(out, hasMin(kind) ? hsum(acc0) + min0 : hsum(acc0));
+  if (four) {
+    store<f32>(out + (outStride << 2), hasMin(kind) ? hsum(acc1) + min1 : hsum(acc1));
+    store<f32>(out + (outStride << 3), hasMin(kind) ? hsum(acc2) + min2 : hsum(acc2));
+    store<f32>(out + (outStride << 2) * 3, hasMin(kind) ? hsum(acc3) + min3 : hsum(acc3));
+  }
 }
 
 @inline function matmulBlocks(kind: i32, out: usize, xAct: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32): void {
   const nb = cols / QK;
   const rowBytes = <usize>(nb * blockBytes(kind));
-  const actBytes = nb * (hasMin(kind) ? Q8_1_ACT_BYTES : Q8_0_ACT_BYTES);
+  const actBytes = <usize>(nb * (hasMin(kind) ? Q8_1_ACT_BYTES : Q8_0_ACT_BYTES));
   for (let r = rowStart; r < rowEnd; r++) {
     const row = w + <usize>r * rowBytes;
-    for (let t = 0; t < T; t++) store<f32>(out + (<usize>(t * outStride + r) << 2), rowDot(kind, row, xAct + <usize>(t * actBytes), nb));
+    let t = 0;
+    for (; t + 4 <= T; t += 4) rowDots(kind, row, xAct + <usize>t * actBytes, actBytes, nb, out + (<usize>(t * outStride + r) << 2), <usize>outStride, true);
+    for (; t < T; t++) rowDots(kind, row, xAct + <usize>t * actBytes, actBytes, nb, out + (<usize>(t * outStride + r) << 2), <usize>outStride, false);
   }
 }
 

@@ -8,7 +8,7 @@
 //   sum_j w_j x_j = dw*dx * sum_j q_j xq_j + m * s_x, the minimum's part summed separately, in a
 //   scalar, block after block, and added to the lanes' sum at the end.
 
-import { dotSmall, f16ToF32, QK } from "./common";
+import { f16ToF32, QK } from "./common";
 
 export const BLOCK_Q4_0: i32 = 18;
 export const BLOCK_Q4_1: i32 = 20;
@@ -21,17 +21,16 @@ export const BLOCK_Q4_1: i32 = 20;
   return i8x16.shr_u(qs, 4);
 }
 
-/** Integer dot lanes of the Q4_0 block at wb (q - 8) with the 32 activation values at xqs. */
-@inline export function isumQ4_0(wb: usize, xqs: usize): v128 {
+/** Elements 0..15 (high: 16..31) of the Q4_0 block at wb as int8, q - 8. */
+@inline export function unpackQ4_0(wb: usize, high: bool): v128 {
   const qs = v128.load(wb, 2);
-  const eight = i8x16.splat(8);
-  return dotSmall(i8x16.sub(lowNibbles(qs), eight), i8x16.sub(highNibbles(qs), eight), xqs);
+  return i8x16.sub(high ? highNibbles(qs) : lowNibbles(qs), i8x16.splat(8));
 }
 
-/** Integer dot lanes of the Q4_1 block at wb (q, unsigned) with the 32 activation values at xqs. */
-@inline export function isumQ4_1(wb: usize, xqs: usize): v128 {
+/** Elements 0..15 (high: 16..31) of the Q4_1 block at wb, q unsigned. */
+@inline export function unpackQ4_1(wb: usize, high: bool): v128 {
   const qs = v128.load(wb, 4);
-  return dotSmall(lowNibbles(qs), highNibbles(qs), xqs);
+  return high ? highNibbles(qs) : lowNibbles(qs);
 }
 
 @inline function embedQ4(out: usize, w: usize, tokens: usize, T: i32, cols: i32, withMin: bool): void {

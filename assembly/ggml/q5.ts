@@ -7,30 +7,24 @@
 // Q5_1, 24 bytes: d f16, m f16, qh u32, qs[16]; w = d * q + m. With q8_1 activations, the
 //   minimum's part summed as in q4.ts.
 
-import { dotSmall, f16ToF32, highBitMask, QK } from "./common";
+import { f16ToF32, highBitMask, QK } from "./common";
 
 export const BLOCK_Q5_0: i32 = 22;
 export const BLOCK_Q5_1: i32 = 24;
 
-/** Integer dot lanes of the Q5_0 block at wb (q - 16) with the 32 activation values at xqs. */
-@inline export function isumQ5_0(wb: usize, xqs: usize): v128 {
-  const qh = load<u32>(wb, 2);
+/** Elements 0..15 (high: 16..31) of the Q5_0 block at wb as int8, q - 16. */
+@inline export function unpackQ5_0(wb: usize, high: bool): v128 {
   const qs = v128.load(wb, 6);
-  const sixteen = i8x16.splat(16);
+  const nibbles = high ? i8x16.shr_u(qs, 4) : v128.and(qs, i8x16.splat(0x0f));
   // q - 16 = nibble - (16 where the 5th bit is clear).
-  const lo = i8x16.sub(v128.and(qs, i8x16.splat(0x0f)), v128.andnot(sixteen, highBitMask(qh, false)));
-  const hi = i8x16.sub(i8x16.shr_u(qs, 4), v128.andnot(sixteen, highBitMask(qh, true)));
-  return dotSmall(lo, hi, xqs);
+  return i8x16.sub(nibbles, v128.andnot(i8x16.splat(16), highBitMask(load<u32>(wb, 2), high)));
 }
 
-/** Integer dot lanes of the Q5_1 block at wb (q, unsigned) with the 32 activation values at xqs. */
-@inline export function isumQ5_1(wb: usize, xqs: usize): v128 {
-  const qh = load<u32>(wb, 4);
+/** Elements 0..15 (high: 16..31) of the Q5_1 block at wb, q unsigned. */
+@inline export function unpackQ5_1(wb: usize, high: bool): v128 {
   const qs = v128.load(wb, 8);
-  const sixteen = i8x16.splat(16);
-  const lo = v128.or(v128.and(qs, i8x16.splat(0x0f)), v128.and(sixteen, highBitMask(qh, false)));
-  const hi = v128.or(i8x16.shr_u(qs, 4), v128.and(sixteen, highBitMask(qh, true)));
-  return dotSmall(lo, hi, xqs);
+  const nibbles = high ? i8x16.shr_u(qs, 4) : v128.and(qs, i8x16.splat(0x0f));
+  return v128.or(nibbles, v128.and(i8x16.splat(16), highBitMask(load<u32>(wb, 4), high)));
 }
 
 @inline function embedQ5(out: usize, w: usize, tokens: usize, T: i32, cols: i32, withMin: bool): void {

@@ -2,14 +2,14 @@
 // Q8_0 weights: blocks of 34 bytes, d f16 then qs[32] int8; w = d * q
 // ============================================================================================
 
-import { dotWide, f16ToF32, QK } from "./common";
+import { f16ToF32, QK } from "./common";
 
 export const BLOCK_Q8_0: i32 = 34;
 const BLOCK = BLOCK_Q8_0;
 
-/** Integer dot lanes of the Q8_0 block at wb with the 32 activation values at xqs. */
-@inline export function isumQ8_0(wb: usize, xqs: usize): v128 {
-  return dotWide(v128.load(wb, 2), v128.load(wb, 18), xqs);
+/** Elements 0..15 (high: 16..31) of the Q8_0 block at wb as int8. */
+@inline export function unpackQ8_0(wb: usize, high: bool): v128 {
+  return high ? v128.load(wb, 18) : v128.load(wb, 2);
 }
 
 
