@@ -104,7 +104,7 @@ describe("activation quantizers = reference", () => {
   for (const [kernel, withSum] of [["quantizeActQ8_0", false], ["quantizeActQ8_1", true]] as const) {
     test(kernel, () => {
       const rng = new Xoshiro128(7);
-      const blockBytes = withSum ? 40 : 36;
+      const blockBytes = withSum ? 40 : 52;
       for (let it = 0; it < 200; it++) {
         const s = new Scratch(mem, region, REGION_BYTES);
         const cols = 32 * randInt(rng, 1, 6);
@@ -120,6 +120,7 @@ describe("activation quantizers = reference", () => {
         for (let b = 0; b < cols / 32; b++) {
           expect(view.getFloat32(b * blockBytes, true)).toBe(ref.d[b]!);
           if (withSum) expect(view.getFloat32(b * blockBytes + 4, true)).toBe(ref.s[b]!);
+          else expect(Array.from(new Int32Array(mem.u8.buffer.slice(act + b * blockBytes + 36, act + b * blockBytes + 52)))).toEqual(Array.from(ref.qsum.subarray(4 * b, 4 * b + 4)));
           const qs = new Int8Array(mem.u8.buffer, act + b * blockBytes + (withSum ? 8 : 4), 32);
           expect(Array.from(qs)).toEqual(Array.from(ref.q.subarray(b * 32, b * 32 + 32)));
         }

@@ -3,10 +3,10 @@
 // ============================================================================================
 //
 // Per block of 32: d = max|x| / 127, q = round-half-even(x * (1/d)) (0 where d = 0), as ggml's
-// SIMD quantize_row_q8_0 does; q8_1 adds s = d * sum(q). cols is a multiple of 32 (GGUF rows of
+// SIMD quantize_row_q8_0 does; q8_0 adds the lane sums qsum, q8_1 s = d * sum(q). cols is a multiple of 32 (GGUF rows of
 // these types always are).
 
-import { QK, Q8_0_ACT_BYTES, Q8_1_ACT_BYTES } from "./common";
+import { dotUnsigned, QK, Q8_0_ACT_BYTES, Q8_1_ACT_BYTES } from "./common";
 
 @inline function quantizeBlock(dst: usize, src: usize, withSum: bool): void {
   let amax = f32x4.abs(v128.load(src));
@@ -27,6 +27,7 @@ import { QK, Q8_0_ACT_BYTES, Q8_1_ACT_BYTES } from "./common";
     v128.store(qs + (<usize>k << 4), i8x16.narrow_i16x8_s(i16x8.narrow_i32x4_s(q0, q1), i16x8.narrow_i32x4_s(q2, q3)));
   }
   store<f32>(dst, d);
+  if (!withSum) v128.store(dst, dotUnsigned(i8x16.splat(1), i8x16.splat(1), qs), 36);
   if (withSum) {
     const total = i32x4.extract_lane(sum, 0) + i32x4.extract_lane(sum, 1) + i32x4.extract_lane(sum, 2) + i32x4.extract_lane(sum, 3);
     store<f32>(dst, d * <f32>total, 4);
@@ -42,7 +43,7 @@ import { QK, Q8_0_ACT_BYTES, Q8_1_ACT_BYTES } from "./common";
   }
 }
 
-/** x[T][cols] f32 -> q8_0 blocks, (cols / 32) * 36 bytes per row. */
+/** x[T][cols] f32 -> q8_0 blocks, (cols / 32) * 52 bytes per row. */
 export function quantizeActQ8_0(dst: usize, x: usize, T: i32, cols: i32): void {
   quantizeRows(dst, x, T, cols, Q8_0_ACT_BYTES, false);
 }

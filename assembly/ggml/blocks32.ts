@@ -4,16 +4,15 @@
 //
 // out[t*outStride + r] = row r of w · activation t for rows [rowStart, rowEnd) and tokens < T,
 // one row at a time, tokens four at a time (each block unpacked once for the four): the row
-// streams from memory once and stays in L1 for the T tokens. Each
-// block's integer dot (isumX) leaves four exact i32 lanes (element j in lane (j >> 1) & 3);
-// the float steps are, per lane, acc += f32(isum) * (dw * dx) block after block, then
+// streams from memory once and stays in L1 for the T tokens. Each block's integer dot leaves
+// four exact i32 lanes (which elements each holds: common.ts); the float steps are, per lane, acc += f32(isum) * (dw * dx) block after block, then
 // (acc0 + acc1) + (acc2 + acc3), plus for Q4_1/Q5_1 a scalar accMin += m * sx added last.
 // Nothing depends on T or the row range.
 //
 // Tried and dropped: four rows per vector (the four rows' block sums transposed into the lanes
 // of one vector, scales gathered), fewer float steps per block but 2.5x slower under JSC.
 
-import { dotSmall, dotWide, f16ToF32, hsum, QK, Q8_0_ACT_BYTES, Q8_1_ACT_BYTES } from "./common";
+import { dotUnsigned, dotWide, f16ToF32, hsum, QK, Q8_0_ACT_BYTES, Q8_1_ACT_BYTES } from "./common";
 import { BLOCK_Q4_0, BLOCK_Q4_1, unpackQ4_0, unpackQ4_1 } from "./q4";
 import { BLOCK_Q5_0, BLOCK_Q5_1, unpackQ5_0, unpackQ5_1 } from "./q5";
 import { BLOCK_Q8_0, unpackQ8_0 } from "./q8_0";
@@ -40,9 +39,16 @@ const KIND_Q5_1: i32 = 4;
   return unpackQ5_1(wb, high);
 }
 
-/** Integer dot lanes of 32 unpacked weights with the activation values at xqs. */
+/**
+ * Integer dot lanes of 32 unpacked weights with the activation values at xqs; Q4_0 and Q5_0
+ * subtract their offset (8, 16) times the activation's lane sums (q8_0's qsum, after qs).
+ */
 @inline function isum(kind: i32, lo: v128, hi: v128, xqs: usize): v128 {
-  return kind == KIND_Q8_0 ? dotWide(lo, hi, xqs) : dotSmall(lo, hi, xqs);
+  if (kind == KIND_Q8_0) return dotWide(lo, hi, xqs);
+  const d = dotUnsigned(lo, hi, xqs);
+  if (kind == KIND_Q4_0) return i32x4.sub(d, i32x4.shl(v128.load(xqs, 32), 3));
+  if (kind == KIND_Q5_0) return i32x4.sub(d, i32x4.shl(v128.load(xqs, 32), 4));
+  return d;
 }
 
 /** acc + f32(isum lanes) * (dw * dx) for the block of the activation row at xb. */

@@ -4,16 +4,19 @@
 // ============================================================================================
 //
 // Quantized activations (made by act.ts from f32 rows; one row per token, blocks in order):
-//   q8_0 block, 36 bytes: d f32, qs[32] int8                  x ~= d * q
+//   q8_0 block, 52 bytes: d f32, qs[32] int8, qsum i32x4      x ~= d * q
 //   q8_1 block, 40 bytes: d f32, s f32 (= d * sum q), qs[32]  (for weights with a minimum, Q4_1/Q5_1)
-// Scales stay f32 (ggml stores f16): a little more exact, same cost.
+// Scales stay f32 (ggml stores f16): a little more exact, same cost. qsum lane l is the sum of q
+// over elements 4l..4l+3 and 16+4l..16+4l+3: what dotUnsigned's lane l sums, so weights stored
+// with an offset (Q4_0: q - 8, Q5_0: q - 16) are dotted unsigned and corrected per lane.
 //
-// A block's integer dot leaves four i32 lanes, element j of the block in lane (j >> 1) & 3 (what
-// extmul + pairwise add produce). Integer sums are exact, so only the float steps have an order;
-// blocks32.ts fixes it per output, independent of T and the row range.
+// A block's integer dot leaves four exact i32 lanes: for Q8_0 (dotWide) element j of the block
+// goes to lane (j >> 1) & 3, for the unsigned 4- and 5-bit weights (dotUnsigned) to lane
+// (j & 15) >> 2. Integer sums are exact, so only the float steps have an order; blocks32.ts
+// fixes it per output, independent of T and the row range.
 
 export const QK: i32 = 32;
-export const Q8_0_ACT_BYTES: i32 = 36;
+export const Q8_0_ACT_BYTES: i32 = 52;
 export const Q8_1_ACT_BYTES: i32 = 40;
 
 const TWO_POW_112: f32 = 5.192296858534828e33;
@@ -42,21 +45,18 @@ const TWO_POW_112: f32 = 5.192296858534828e33;
 }
 
 /**
- * Integer dot of 32 weights (lo = elements 0..15, hi = 16..31, int8) with 32 int8 activations at
- * x, for weights small enough (|w| <= 31) that four products summed in i16 cannot overflow.
+ * Integer dot of 32 unsigned weights below 128 (lo = elements 0..15, hi = 16..31) with 32 int8
+ * activations at x. relaxed_dot_i8x16_i7x16_s is exact (the same on every machine) when its
+ * second operand is in [0, 127], and the weights here are at most 31: |pair sum| <= 2*127*31,
+ * two of them still fit an i16.
  */
-@inline export function dotSmall(lo: v128, hi: v128, x: usize): v128 {
-  const x0 = v128.load(x);
-  const x1 = v128.load(x, 16);
-  const p = i16x8.add(
-    i16x8.add(i16x8.extmul_low_i8x16_s(lo, x0), i16x8.extmul_high_i8x16_s(lo, x0)),
-    i16x8.add(i16x8.extmul_low_i8x16_s(hi, x1), i16x8.extmul_high_i8x16_s(hi, x1)),
-  );
+@inline export function dotUnsigned(lo: v128, hi: v128, x: usize): v128 {
+  const p = i16x8.add(i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(x), lo), i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(x, 16), hi));
   return i32x4.extadd_pairwise_i16x8_s(p);
 }
 
 /**
- * As dotSmall for any int8 weights: only two products are summed in i16. Activations are never
+ * Integer dot of 32 int8 weights with 32 int8 activations at x: only two products are summed in i16. Activations are never
  * -128 (act.ts rounds |x| / d <= 127), so |w * x| <= 128 * 127 and two fit in an i16.
  */
 @inline export function dotWide(lo: v128, hi: v128, x: usize): v128 {

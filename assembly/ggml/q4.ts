@@ -21,10 +21,10 @@ export const BLOCK_Q4_1: i32 = 20;
   return i8x16.shr_u(qs, 4);
 }
 
-/** Elements 0..15 (high: 16..31) of the Q4_0 block at wb as int8, q - 8. */
+/** Elements 0..15 (high: 16..31) of the Q4_0 block at wb, q unsigned (the value is q - 8). */
 @inline export function unpackQ4_0(wb: usize, high: bool): v128 {
   const qs = v128.load(wb, 2);
-  return i8x16.sub(high ? highNibbles(qs) : lowNibbles(qs), i8x16.splat(8));
+  return high ? highNibbles(qs) : lowNibbles(qs);
 }
 
 /** Elements 0..15 (high: 16..31) of the Q4_1 block at wb, q unsigned. */

@@ -12,12 +12,11 @@ import { f16ToF32, highBitMask, QK } from "./common";
 export const BLOCK_Q5_0: i32 = 22;
 export const BLOCK_Q5_1: i32 = 24;
 
-/** Elements 0..15 (high: 16..31) of the Q5_0 block at wb as int8, q - 16. */
+/** Elements 0..15 (high: 16..31) of the Q5_0 block at wb, q unsigned (the value is q - 16). */
 @inline export function unpackQ5_0(wb: usize, high: bool): v128 {
   const qs = v128.load(wb, 6);
   const nibbles = high ? i8x16.shr_u(qs, 4) : v128.and(qs, i8x16.splat(0x0f));
-  // q - 16 = nibble - (16 where the 5th bit is clear).
-  return i8x16.sub(nibbles, v128.andnot(i8x16.splat(16), highBitMask(load<u32>(wb, 2), high)));
+  return v128.or(nibbles, v128.and(i8x16.splat(16), highBitMask(load<u32>(wb, 2), high)));
 }
 
 /** Elements 0..15 (high: 16..31) of the Q5_1 block at wb, q unsigned. */

@@ -30,7 +30,7 @@ type KernelOf<F> = { [K in keyof Kernels]: Kernels[K] extends F ? K : never }[ke
 /** Formats of the quantized activations; layouts in assembly/ggml/common.ts. */
 export const ACTIVATION_FORMATS: Partial<Record<ActivationFormat, ActivationFormatInfo>> = {
   f32: { quantizer: null, rowBytes: () => 0, blockSize: 1 },
-  q8_0: { quantizer: "quantizeActQ8_0", rowBytes: (cols) => (cols / 32) * 36, blockSize: 32 },
+  q8_0: { quantizer: "quantizeActQ8_0", rowBytes: (cols) => (cols / 32) * 52, blockSize: 32 },
   q8_1: { quantizer: "quantizeActQ8_1", rowBytes: (cols) => (cols / 32) * 40, blockSize: 32 },
 };
 

@@ -17,11 +17,13 @@ export interface QuantizedActivation {
   d: Float32Array;
   s: Float32Array;
   q: Int8Array;
+  /** Per block, four lane sums of q: lane l over elements 4l..4l+3 and 16+4l..16+4l+3. */
+  qsum: Int32Array;
 }
 
 export function quantizeActivationRow(x: Float32Array): QuantizedActivation {
   const nb = x.length / QK;
-  const out: QuantizedActivation = { d: new Float32Array(nb), s: new Float32Array(nb), q: new Int8Array(x.length) };
+  const out: QuantizedActivation = { d: new Float32Array(nb), s: new Float32Array(nb), q: new Int8Array(x.length), qsum: new Int32Array(4 * nb) };
   for (let b = 0; b < nb; b++) {
     let amax = 0;
     for (let j = 0; j < QK; j++) amax = Math.max(amax, Math.abs(x[b * QK + j]!));
@@ -31,6 +33,7 @@ export function quantizeActivationRow(x: Float32Array): QuantizedActivation {
     for (let j = 0; j < QK; j++) {
       const q = Math.max(-128, Math.min(127, roundHalfEven(fr(x[b * QK + j]! * id))));
       out.q[b * QK + j] = q;
+      out.qsum[4 * b + ((j & 15) >> 2)] += q;
       sum += q;
     }
     out.d[b] = d;
@@ -47,7 +50,8 @@ export function dotBlock32(type: Block32Type, bytes: Uint8Array, x: QuantizedAct
   for (let b = 0; b < x.d.length; b++) {
     const { q, d, m } = blockInts(type, bytes, b);
     const isum = [0, 0, 0, 0];
-    for (let j = 0; j < QK; j++) isum[(j >> 1) & 3]! += q[j]! * x.q[b * QK + j]!;
+    // Q8_0 (dotWide) and the unsigned 4/5-bit weights (dotUnsigned) sum different elements per lane.
+    for (let j = 0; j < QK; j++) isum[type === "Q8_0" ? (j >> 1) & 3 : (j & 15) >> 2]! += q[j]! * x.q[b * QK + j]!;
     const scale = fr(d * x.d[b]!);
     for (let l = 0; l < 4; l++) acc[l] = fr(acc[l]! + fr(isum[l]! * scale));
     if (hasMin) accMin = fr(accMin + fr(m * x.s[b]!));
