@@ -100,6 +100,28 @@ describe("ggml matmul kernels = scalar dot, bitwise", () => {
   for (const c of [...BLOCK_TYPES, ...HALF_TYPES]) test(c.name, () => checkMatmul(c, 300));
 });
 
+test("F16 products widen every half exactly: subnormals, signed zeros, infinities, NaN", () => {
+  const s = new Scratch(mem, region, REGION_BYTES);
+  const rng = new Xoshiro128(5);
+  // Rows of 32 halves: every subnormal and some normals, then rows with an infinity or a NaN.
+  const halves: number[][] = [];
+  for (let base = 0; base < 0x400; base += 32) halves.push(Array.from({ length: 32 }, (_, j) => (base + j) | (j & 1 ? 0x8000 : 0)));
+  halves.push(Array.from({ length: 32 }, (_, j) => 0x3c00 + 977 * j));
+  halves.push(Array.from({ length: 32 }, (_, j) => (j === 5 ? 0x7c00 : 0x7bff - j)));
+  halves.push(Array.from({ length: 32 }, (_, j) => (j === 9 ? 0xfc00 : j === 20 ? 0x7e01 : 0x8001 + j)));
+  const rows = halves.length;
+  const wBytes = new Uint8Array(new Uint16Array(halves.flat()).buffer);
+  const w = bytesAt(s, wBytes);
+  const xf = randomArray(rng, 32);
+  const x = s.f32(xf);
+  const out = s.alloc(4 * rows);
+  k.matmulF16(out, x, w, 1, 32, rows, 0, rows);
+  for (let r = 0; r < rows; r++) {
+    const expected = dotHalf(dequantizeRow(1, wBytes.subarray(64 * r, 64 * (r + 1)), 32), xf);
+    expect(Object.is(mem.f32[(out >> 2) + r]!, expected)).toBe(true);
+  }
+});
+
 describe("activation quantizers = reference", () => {
   for (const [kernel, withSum] of [["quantizeActQ8_0", false], ["quantizeActQ8_1", true]] as const) {
     test(kernel, () => {

@@ -31,12 +31,15 @@ const TWO_POW_112: f32 = 5.192296858534828e33;
 
 /** Eight binary16 values (a v128) -> two f32x4, exact; `high` picks lanes 4..7. */
 @inline export function f16x4ToF32(h16: v128, high: bool): v128 {
-  const h = high ? i32x4.extend_high_i16x8_u(h16) : i32x4.extend_low_i16x8_u(h16);
-  const em = i32x4.shl(v128.and(h, i32x4.splat(0x7fff)), 13);
-  const scaled = f32x4.mul(em, f32x4.splat(TWO_POW_112));
-  const infNan = v128.and(i32x4.ge_u(em, i32x4.splat(0x0f800000)), i32x4.splat(0x7f800000));
-  const sign = i32x4.shl(v128.and(h, i32x4.splat(0x8000)), 16);
-  return v128.or(v128.or(scaled, infNan), sign);
+  // Sign-extended and shifted by 13: the sign fills bits 31..28, exponent and mantissa sit at
+  // 27..13 as f32 fields 112 below theirs; masking keeps bit 31 and those, the multiply rebiases
+  // (exact for normals and subnormals alike).
+  const h = high ? i32x4.extend_high_i16x8_s(h16) : i32x4.extend_low_i16x8_s(h16);
+  const signed = v128.and(i32x4.shl(h, 13), i32x4.splat(0x8fffe000));
+  const scaled = f32x4.mul(signed, f32x4.splat(TWO_POW_112));
+  // Exponent 31 (infinities, NaNs): the rebias left them finite; set all exponent bits.
+  const em = v128.and(signed, i32x4.splat(0x0fffe000));
+  return v128.or(scaled, v128.and(i32x4.gt_s(em, i32x4.splat(0x0f7fffff)), i32x4.splat(0x7f800000)));
 }
 
 /** Sum of the four lanes in the fixed order (a0 + a1) + (a2 + a3). */
