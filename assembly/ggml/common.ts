@@ -23,10 +23,12 @@ const TWO_POW_112: f32 = 5.192296858534828e33;
 
 /** binary16 -> f32, exact (normals, subnormals, zeros, infinities, NaNs). */
 @inline export function f16ToF32(h: u32): f32 {
-  const em = (h & 0x7fff) << 13;
-  let bits = reinterpret<u32>(reinterpret<f32>(em) * TWO_POW_112);
-  if (em >= 0x0f800000) bits |= 0x7f800000;
-  return reinterpret<f32>(bits | ((h & 0x8000) << 16));
+  // As f16x4ToF32: sign-extend, shift the fields into place, rebias by a multiply.
+  const signed = (<i32>(<i16>h) << 13) & 0x8fffe000;
+  const f = reinterpret<f32>(signed) * TWO_POW_112;
+  // Exponent 31 (infinities, NaNs) is rare: a branch that is never taken costs little.
+  if ((signed & 0x0fffe000) > 0x0f7fffff) return reinterpret<f32>(reinterpret<u32>(f) | 0x7f800000);
+  return f;
 }
 
 /** Eight binary16 values (a v128) -> two f32x4, exact; `high` picks lanes 4..7. */
