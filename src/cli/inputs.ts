@@ -41,7 +41,7 @@ export function promptsDirRequests(dir: string, defaults: RequestDefaults): Inpu
 
 /**
  * One request per line: {"id", "prompt" | "prompt_file", "max_tokens", "temperature", "top_p",
- * "top_k", "seed", "stop", "cache_salt"}; absent fields take the command-line defaults; a
+ * "top_k", "seed", "stop", "cache_salt", "logprobs"}; absent fields take the command-line defaults; a
  * prompt_file is relative to the JSONL file. Blank lines are skipped.
  */
 export function jsonlRequests(path: string, defaults: RequestDefaults): InputRequest[] {
@@ -104,5 +104,6 @@ function jsonRequest(f: Record<string, unknown>, id: string, defaults: RequestDe
     seed: num("seed") ?? defaults.seed,
     stop,
     cacheSalt: typeof f.cache_salt === "string" ? f.cache_salt : defaults.cacheSalt,
+    logprobs: num("logprobs") ?? defaults.logprobs,
   };
 }

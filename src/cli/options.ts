@@ -5,7 +5,7 @@
 import type { ArgsDef } from "citty";
 import { InputError } from "../errors.ts";
 import { DEFAULT_ENGINE_OPTIONS, type EngineOptions } from "../engine/engine.ts";
-import type { GenerateRequest } from "../engine/llm.ts";
+import { MAX_LOGPROBS, type GenerateRequest } from "../engine/llm.ts";
 import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
 import { EVICTION_POLICIES } from "../kv/eviction.ts";
 import { HASH_ALGORITHMS } from "../kv/block-hash.ts";
@@ -30,6 +30,11 @@ export const samplingArgs = {
   "repeat-last-n": { type: "string", description: `Tokens the repeat penalty looks back over (default ${DEFAULT_SAMPLING.repeatLastN})`, valueHint: "n" },
   seed: { type: "string", description: "Random seed for sampling (default: random); the same seed reproduces the same output", valueHint: "n" },
   stop: { type: "string", description: "Stop when this text is generated (repeatable)", valueHint: "text" },
+  logprobs: {
+    type: "string",
+    description: `Add each generated token's log-probability and its k most likely alternatives to the results (0-${MAX_LOGPROBS})`,
+    valueHint: "k",
+  },
 } as const satisfies ArgsDef;
 
 export const engineArgs = {
@@ -179,6 +184,7 @@ export function requestDefaults(values: ParsedValues, rawArgs: readonly string[]
     seed: numberOption(values, "seed", "int", { min: 0, max: 2 ** 32 - 1 }),
     stop: repeated(rawArgs, "stop"),
     cacheSalt: str(values["cache-salt"]),
+    logprobs: numberOption(values, "logprobs", "int", { min: 0, max: MAX_LOGPROBS }),
   };
   return defaults;
 }

@@ -16,7 +16,9 @@ import type { ModelConfig } from "../model/config.ts";
 import { LlamaModel } from "../model/llama.ts";
 import { loadWeights } from "../model/weights.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
+import { sampledLogprob } from "./logprobs.ts";
 import { ModelRunner } from "./model-runner.ts";
+import { Request } from "./request.ts";
 import { Scheduler, type SchedulePolicy } from "./scheduler.ts";
 import { Sequence, type GenerationParams } from "./sequence.ts";
 
@@ -87,6 +89,7 @@ export class LLMEngine {
   private readonly scheduler: Scheduler<Sequence>;
   private readonly runner: ModelRunner;
   private readonly stopTokenIds: ReadonlySet<number>;
+  private numScored = 0;
 
   constructor(
     checkpoint: Checkpoint,
@@ -159,11 +162,41 @@ export class LLMEngine {
     out.scheduled.forEach(({ req: seq }, i) => {
       const row = logits[i];
       if (!row) return;
-      const delta = this.postprocess(seq, seq.sampler.sample(row, seq.allTokenIds));
+      const token = seq.sampler.sample(row, seq.allTokenIds);
+      if (seq.params.logprobs !== undefined && !this.stopTokenIds.has(token)) seq.logprobs.push(sampledLogprob(row, token, seq.params.logprobs));
+      const delta = this.postprocess(seq, token);
       if (seq.isFinished) this.scheduler.finish(seq);
       events.push({ seq, delta: delta, finished: seq.isFinished });
     });
     return events;
+  }
+
+  /**
+   * Teacher-forced scoring: runs `tokens` through the model from position 0 and calls
+   * onLogits(i, row) with the logits that follow tokens[0..i], for every i in order (the view is
+   * valid only during the call). Computed in chunks through the paged KV cache like any prompt,
+   * and batch invariance makes the logits the same bits as one pass would give. The tokens must
+   * fit the context and the free blocks of the pool.
+   */
+  score(tokens: readonly number[], onLogits: (position: number, logits: Float32Array) => void): void {
+    if (tokens.length === 0) return;
+    if (tokens.length > this.maxPositions) {
+      throw new RequestTooLongError(`${tokens.length} tokens do not fit the context of ${this.maxPositions}`);
+    }
+    const req = new Request({ id: `score-${this.numScored++}`, promptTokenIds: tokens });
+    if (this.kv.allocateSlots(req, tokens.length) === null) {
+      throw new RequestTooLongError(`${tokens.length} tokens need more KV blocks than are free (${this.kv.numFreeBlocks} of ${this.options.blockSize} tokens)`);
+    }
+    try {
+      const blockTable = this.kv.getBlockIds(req);
+      const chunk = this.runner.maxScoredTokens;
+      for (let start = 0; start < tokens.length; start += chunk) {
+        const rows = this.runner.scoreChunk(tokens.slice(start, start + chunk), start, blockTable);
+        rows.forEach((row, i) => onLogits(start + i, row));
+      }
+    } finally {
+      this.kv.free(req);
+    }
   }
 
   /** Stop a request wherever it is; returns its final event. */

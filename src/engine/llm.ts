@@ -10,6 +10,8 @@ import { loadTokenizer } from "../tokenizer/load.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { DEFAULT_ENGINE_OPTIONS, LLMEngine, type EngineOptions, type StepEvent } from "./engine.ts";
 import { DEFAULT_SAMPLING, type SamplingParams } from "./sampler.ts";
+import { logSumExp } from "./logprobs.ts";
+import { argmax } from "./sampler.ts";
 import type { FinishReason, GenerationParams, Sequence } from "./sequence.ts";
 
 export interface LoadOptions {
@@ -37,6 +39,8 @@ export interface GenerateRequest {
   repeatLastN?: number;
   seed?: number;
   cacheSalt?: string;
+  /** Report each generated token's log-probability and this many most likely alternatives (0-20). */
+  logprobs?: number;
 }
 
 /** The result of one request: the `--json` schema, one object per request. */
@@ -52,6 +56,33 @@ export interface CompletionResult {
   latency_ms: number;
   /** Only when finish_reason is "error": why the request was rejected or failed. */
   error?: string;
+  /** Only when the request asked for logprobs: one entry per generated token, as the OpenAI API returns them. */
+  logprobs?: TokenLogprobResult[];
+}
+
+/** A token's log-probability as a result reports it: id, text and log-probability. */
+export interface TopLogprobResult {
+  token_id: number;
+  token: string;
+  logprob: number;
+}
+
+/** A generated token's log-probability and its most likely alternatives at that position. */
+export interface TokenLogprobResult extends TopLogprobResult {
+  top_logprobs: TopLogprobResult[];
+}
+
+/** `perplexity` over a text: its tokens and, for each position i, log p(tokens[i+1] | tokens[0..i]). */
+export interface ScoreResult {
+  tokens: number[];
+  /** token_logprobs[i] = log p(tokens[i+1] | the tokens of its window up to i). */
+  token_logprobs: number[];
+  /** top_tokens[i] = the most likely token after tokens[0..i]. */
+  top_tokens: number[];
+  /** exp(-mean(token_logprobs)). */
+  ppl: number;
+  /** Tokens per window (the context size). */
+  window: number;
 }
 
 /** What a generation stream yields: text as it becomes showable, and each request's result when it ends. */
@@ -63,6 +94,9 @@ export interface StreamOptions {
   /** Abort every unfinished request (they end with finish_reason "abort"). */
   signal?: AbortSignal;
 }
+
+/** Most alternatives a request may ask for per token (the OpenAI API's limit). */
+export const MAX_LOGPROBS = 20;
 
 /** Yield to the event loop at least this often, so signals and timers run during long batches. */
 const YIELD_EVERY_MS = 20;
@@ -101,6 +135,29 @@ export class LLM {
   /** Prompt token ids of `text`, BOS first when the model expects it. */
   encode(text: string): number[] {
     return this.tokenizer.encode(text, { addBos: this.addBos });
+  }
+
+  /**
+   * Teacher-forced log-probabilities of a text (or of token ids, BOS included if wanted), as
+   * llama-perplexity scores it: in windows of `window` tokens (default: the context), each starting
+   * with an empty KV cache; every position predicts the token after it, the last of a window the
+   * first of the next, so each of the n - 1 transitions is scored exactly once.
+   */
+  score(input: string | readonly number[], window = this.engine.maxPositions): ScoreResult {
+    const tokens = typeof input === "string" ? this.encode(input) : [...input];
+    if (!Number.isInteger(window) || window < 1) throw new InputError(`scoring window must be a positive integer, got ${window}`);
+    const tokenLogprobs: number[] = [];
+    const topTokens: number[] = [];
+    for (let start = 0; start + 1 < tokens.length; start += window) {
+      this.engine.score(tokens.slice(start, start + window), (i, logits) => {
+        const next = tokens[start + i + 1];
+        if (next === undefined) return;
+        tokenLogprobs.push(logits[next]! - logSumExp(logits));
+        topTokens.push(argmax(logits));
+      });
+    }
+    const mean = tokenLogprobs.reduce((a, b) => a + b, 0) / Math.max(1, tokenLogprobs.length);
+    return { tokens, token_logprobs: tokenLogprobs, top_tokens: topTokens, ppl: Math.exp(-mean), window };
   }
 
   /** Run requests to completion and return their results in request order. */
@@ -151,10 +208,17 @@ export class LLM {
     }
   }
 
+  private resultOf(seq: Sequence): CompletionResult {
+    return resultOf(seq, (prev, id) => {
+      const decoder = this.tokenizer.createStreamDecoder(prev);
+      return decoder.push(id) + decoder.flush();
+    });
+  }
+
   private *report(events: StepEvent[]): Generator<GenerationEvent> {
     for (const { seq, delta, finished } of events) {
       if (delta.length > 0) yield { kind: "text", id: seq.id, delta };
-      if (finished) yield { kind: "done", result: resultOf(seq) };
+      if (finished) yield { kind: "done", result: this.resultOf(seq) };
     }
   }
 }
@@ -170,11 +234,15 @@ function generationParams(r: GenerateRequest): GenerationParams {
     seed: r.seed ?? randomSeed(),
   };
   checkSampling(sampling);
+  const logprobs = r.logprobs;
+  if (logprobs !== undefined && !(Number.isInteger(logprobs) && logprobs >= 0 && logprobs <= MAX_LOGPROBS)) {
+    throw new InputError(`logprobs must be an integer from 0 to ${MAX_LOGPROBS}, got ${logprobs}`);
+  }
   const maxTokens = r.maxTokens ?? null;
   if (maxTokens !== null && (!Number.isInteger(maxTokens) || maxTokens < 1)) {
     throw new InputError(`max_tokens must be a positive integer, got ${maxTokens}`);
   }
-  return { maxTokens, stop: r.stop ?? [], sampling };
+  return { maxTokens, stop: r.stop ?? [], sampling, ...(logprobs === undefined ? {} : { logprobs }) };
 }
 
 function checkSampling(s: SamplingParams): void {
@@ -192,7 +260,10 @@ function randomSeed(): number {
   return (Math.random() * 2 ** 32) >>> 0;
 }
 
-function resultOf(seq: Sequence): CompletionResult {
+/** Text of token `id` where it follows token `prev` (so a word's leading space shows). */
+type TokenText = (prev: number | undefined, id: number) => string;
+
+function resultOf(seq: Sequence, tokenText: TokenText): CompletionResult {
   const finish = seq.finishMs ?? performance.now();
   const result: CompletionResult = {
     id: seq.id,
@@ -206,6 +277,13 @@ function resultOf(seq: Sequence): CompletionResult {
     latency_ms: round2(finish - seq.arrivalMs),
   };
   if (seq.error !== null) result.error = seq.error;
+  if (seq.params.logprobs !== undefined) {
+    result.logprobs = seq.logprobs.map((l, k) => {
+      const prev = seq.allTokenIds[seq.numPromptTokens + k - 1];
+      const entry = (id: number, logprob: number): TopLogprobResult => ({ token_id: id, token: tokenText(prev, id), logprob });
+      return { ...entry(l.id, l.logprob), top_logprobs: l.top.map((t) => entry(t.id, t.logprob)) };
+    });
+  }
   return result;
 }
 
