@@ -5,7 +5,7 @@ export { packF32, unpackRowF32, embedF32, matmulF32, matmulF32Multi, matmulScrat
 export { quantizeQ8, matmulQ8, embedQ8 } from "./quant";
 export { rmsnorm } from "./norm";
 export { ropeInterleaved, ropeNeox } from "./rope";
-export { swiglu, addInPlace, softmax, gatherRows } from "./activation";
+export { swiglu, addInPlace, addRows, softmax, gatherRows } from "./activation";
 export { writeKV, pagedAttention } from "./attention";
 export {
   rmsnormRunq, quantizeQ8Runq, matmulQ8Runq, swigluRunq, ropeTablesRunq, pagedAttentionRunq, runqMath, runqFma,

@@ -156,6 +156,11 @@ export class CpuBackend {
     this.kernels.addInPlace(x, y, n);
   }
 
+  /** x[t] += bias for T rows of n. */
+  addRows(x: number, bias: number, T: number, n: number): void {
+    this.kernels.addRows(x, bias, T, n);
+  }
+
   gatherRows(out: number, src: number, rows: number, R: number, n: number): void {
     this.kernels.gatherRows(out, src, rows, R, n);
   }

@@ -28,14 +28,15 @@ export interface Kernels {
   rmsnorm(out: number, x: number, w: number, T: number, n: number, eps: number): void;
   // rope.ts
   ropeInterleaved(
-    vec: number, positions: number, T: number, nHeads: number, headDim: number, rowStride: number, cosTab: number, sinTab: number,
+    vec: number, positions: number, T: number, nHeads: number, headDim: number, ropeDim: number, rowStride: number, cosTab: number, sinTab: number,
   ): void;
   ropeNeox(
-    vec: number, positions: number, T: number, nHeads: number, headDim: number, rowStride: number, cosTab: number, sinTab: number,
+    vec: number, positions: number, T: number, nHeads: number, headDim: number, ropeDim: number, rowStride: number, cosTab: number, sinTab: number,
   ): void;
   // activation.ts
   swiglu(a: number, b: number, n: number): void;
   addInPlace(x: number, y: number, n: number): void;
+  addRows(x: number, bias: number, T: number, n: number): void;
   softmax(x: number, n: number): void;
   gatherRows(out: number, src: number, rows: number, R: number, n: number): void;
   // math.ts

@@ -4,7 +4,7 @@
  */
 import type { ArgsDef } from "citty";
 import { InputError } from "../errors.ts";
-import { DEFAULT_ENGINE_OPTIONS, type EngineOptions } from "../engine/engine.ts";
+import { DEFAULT_CONTEXT, DEFAULT_ENGINE_OPTIONS, type EngineOptions } from "../engine/engine.ts";
 import { MAX_LOGPROBS, type GenerateRequest } from "../engine/llm.ts";
 import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
 import { EVICTION_POLICIES } from "../kv/eviction.ts";
@@ -12,10 +12,10 @@ import { HASH_ALGORITHMS } from "../kv/block-hash.ts";
 import { MAX_BLOCK_SIZE } from "../backend/kernels.ts";
 
 export const modelArgs = {
-  model: { type: "string", description: "Model file: a llama2.c checkpoint (legacy, v1 fp32 or v2 int8)", valueHint: "path", required: true },
+  model: { type: "string", description: "Model file: GGUF (llama, qwen2, qwen3) or a llama2.c checkpoint (legacy, v1 fp32 or v2 int8)", valueHint: "path", required: true },
   tokenizer: {
     type: "string",
-    description: "Tokenizer: llama2.c tokenizer.bin or a GGUF vocabulary (default: tokenizer.bin next to the model)",
+    description: "Tokenizer: a GGUF file, llama2.c tokenizer.bin (default: the GGUF model's own, or tokenizer.bin next to a llama2.c model)",
     valueHint: "path",
   },
 } as const satisfies ArgsDef;
@@ -38,6 +38,11 @@ export const samplingArgs = {
 } as const satisfies ArgsDef;
 
 export const engineArgs = {
+  "ctx-size": {
+    type: "string",
+    description: `Context size in tokens (default ${DEFAULT_CONTEXT}, or the model's own if smaller; 0 = the model's full context)`,
+    valueHint: "n",
+  },
   "prefix-cache": {
     type: "boolean",
     default: true,
@@ -158,6 +163,7 @@ function choice<T extends string>(values: ParsedValues, name: string, options: r
 export function engineOptions(values: ParsedValues): EngineOptions {
   const d = DEFAULT_ENGINE_OPTIONS;
   return {
+    ctxSize: numberOption(values, "ctx-size", "int", { min: 0 }) ?? d.ctxSize,
     blockSize: numberOption(values, "block-size", "posint", { max: MAX_BLOCK_SIZE }) ?? d.blockSize,
     numBlocks: numberOption(values, "num-blocks", "posint") ?? null,
     kvCacheMb: numberOption(values, "kv-cache-mb", "number", { min: 0, minOpen: true }) ?? d.kvCacheMb,

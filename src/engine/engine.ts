@@ -5,7 +5,7 @@
  */
 import { availableParallelism } from "node:os";
 import { CpuBackend } from "../backend/cpu.ts";
-import { RequestTooLongError } from "../errors.ts";
+import { InputError, RequestTooLongError } from "../errors.ts";
 import { KVArena } from "../kv/kv-arena.ts";
 import { KVCacheManager } from "../kv/kv-cache-manager.ts";
 import type { EvictionPolicyName } from "../kv/eviction.ts";
@@ -23,6 +23,11 @@ import { Scheduler, type SchedulePolicy } from "./scheduler.ts";
 import { Sequence, type GenerationParams } from "./sequence.ts";
 
 export interface EngineOptions {
+  /**
+   * Context size: positions a sequence may reach, which size the RoPE tables and cap the KV pool.
+   * null = DEFAULT_CONTEXT or the model's own if smaller; 0 = the model's full context.
+   */
+  ctxSize: number | null;
   /** Tokens per KV block. */
   blockSize: number;
   /** KV pool size in blocks; null = from kvCacheMb. */
@@ -41,7 +46,11 @@ export interface EngineOptions {
   threads: number;
 }
 
+/** Context used when none is asked for: enough for chat, far less memory than a 128K-token maximum. */
+export const DEFAULT_CONTEXT = 4096;
+
 export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
+  ctxSize: null,
   blockSize: 16,
   numBlocks: null,
   kvCacheMb: 512,
@@ -96,7 +105,7 @@ export class LLMEngine {
     readonly tokenizer: Tokenizer,
     readonly options: EngineOptions = DEFAULT_ENGINE_OPTIONS,
   ) {
-    const c = checkpoint.config;
+    const c = withContext(checkpoint.config, options.ctxSize);
     this.config = c;
     this.backend = new CpuBackend(options.threads);
     const weights = loadWeights(checkpoint, this.backend.mem, this.backend.kernels);
@@ -265,6 +274,15 @@ export class LLMEngine {
       );
     }
   }
+}
+
+/** The model's config with seqLen set to the context this engine runs at. */
+export function withContext(c: ModelConfig, ctxSize: number | null): ModelConfig {
+  if (ctxSize !== null && (!Number.isInteger(ctxSize) || ctxSize < 0)) {
+    throw new InputError(`context size must be a non-negative integer, got ${ctxSize}`);
+  }
+  const seqLen = ctxSize === 0 ? c.seqLen : Math.min(ctxSize ?? DEFAULT_CONTEXT, c.seqLen);
+  return seqLen === c.seqLen ? c : { ...c, seqLen };
 }
 
 /** Blocks for kvCacheMb, but no more than every sequence at full context could use. */

@@ -20,10 +20,14 @@ export type WeightMatrix =
 
 export interface LayerWeights {
   attnNorm: number; // f32 [dim]
-  wq: WeightMatrix; // [dim][dim]
+  wq: WeightMatrix; // [qDim][dim], qDim = nHeads * headDim
   wk: WeightMatrix; // [kvDim][dim]
   wv: WeightMatrix; // [kvDim][dim]
-  wo: WeightMatrix; // [dim][dim]
+  /** Biases of q, k, v (qwen2): f32 [qDim], [kvDim], [kvDim]. */
+  qkvBias: { q: number; k: number; v: number } | null;
+  /** Per-head RMSNorm weights of q and k (qwen3): f32 [headDim] each. */
+  qkNorm: { q: number; k: number } | null;
+  wo: WeightMatrix; // [dim][qDim]
   ffnNorm: number; // f32 [dim]
   ffnGate: WeightMatrix; // w1 [hidden][dim]
   ffnDown: WeightMatrix; // w2 [dim][hidden]
@@ -121,6 +125,8 @@ function planAllocations(ckpt: Checkpoint, mem: LinearMemory) {
       wq: matrix(TensorName.attnQ(l)),
       wk: matrix(TensorName.attnK(l)),
       wv: matrix(TensorName.attnV(l)),
+      qkvBias: c.qkvBias ? { q: vector(TensorName.attnQBias(l)), k: vector(TensorName.attnKBias(l)), v: vector(TensorName.attnVBias(l)) } : null,
+      qkNorm: c.qkNorm ? { q: vector(TensorName.attnQNorm(l)), k: vector(TensorName.attnKNorm(l)) } : null,
       wo: matrix(TensorName.attnOutput(l)),
       ffnNorm: vector(TensorName.ffnNorm(l)),
       ffnGate: matrix(TensorName.ffnGate(l)),
