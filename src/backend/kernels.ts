@@ -69,7 +69,52 @@ export interface Kernels {
   runqMath(which: number, x: number): number;
   /** Test probe: f32 fused multiply-add under flush-to-zero. */
   runqFma(a: number, b: number, c: number): number;
+  // ggml/: block types as GGUF files store them (see src/backend/ggml-kernels.ts)
+  quantizeActQ8(xq: number, xd: number, xs: number, x: number, T: number, cols: number): void;
+  actBytesPerToken(cols: number): number;
+  groupScratchBytes(T: number): number;
+  matmulF16: HalfMatmul;
+  matmulBF16: HalfMatmul;
+  matmulQ8_0: BlockMatmul;
+  matmulQ4_0: BlockMatmul;
+  matmulQ4_1: BlockMatmul;
+  matmulQ5_0: BlockMatmul;
+  matmulQ5_1: BlockMatmul;
+  matmulQ2_K: BlockMatmul;
+  matmulQ3_K: BlockMatmul;
+  matmulQ4_K: BlockMatmul;
+  matmulQ5_K: BlockMatmul;
+  matmulQ6_K: BlockMatmul;
+  embedF16: BlockEmbed;
+  embedBF16: BlockEmbed;
+  embedQ8_0: BlockEmbed;
+  embedQ4_0: BlockEmbed;
+  embedQ4_1: BlockEmbed;
+  embedQ5_0: BlockEmbed;
+  embedQ5_1: BlockEmbed;
+  embedQ2_K: BlockEmbed;
+  embedQ3_K: BlockEmbed;
+  embedQ4_K: BlockEmbed;
+  embedQ5_K: BlockEmbed;
+  embedQ6_K: BlockEmbed;
 }
+
+/** out[t][r] = row r of the 16-bit float matrix w dotted with f32 x[t], rows [rowStart, rowEnd); acc: T x 16 bytes. */
+export type HalfMatmul = (
+  out: number, x: number, w: number, T: number, cols: number, outStride: number, acc: number, rowStart: number, rowEnd: number,
+) => void;
+
+/**
+ * out[t][r] = row r of the block-type matrix w dotted with token t's int8 activations (xq, xd, xs
+ * from quantizeActQ8), rows [rowStart, rowEnd); acc: groupScratchBytes(T) of per-thread scratch.
+ */
+export type BlockMatmul = (
+  out: number, xq: number, xd: number, xs: number, w: number, T: number, cols: number, outStride: number, acc: number,
+  rowStart: number, rowEnd: number,
+) => void;
+
+/** out[t] = row tokens[t] of w as f32 (cols values). */
+export type BlockEmbed = (out: number, w: number, tokens: number, T: number, cols: number) => void;
 
 export type KernelName = keyof Kernels;
 
