@@ -12,7 +12,6 @@ export {
 } from "./runq";
 export { expF32 } from "./math";
 export { quantizeActQ8, actBytesPerToken } from "./ggml/common";
-export { groupScratchBytes } from "./ggml/groups";
 export { matmulF16, matmulBF16, embedF16, embedBF16 } from "./ggml/float";
 export {
   matmulQ8_0, matmulQ4_0, matmulQ4_1, matmulQ5_0, matmulQ5_1, embedQ8_0, embedQ4_0, embedQ4_1, embedQ5_0, embedQ5_1,

@@ -8,12 +8,13 @@
 //   Q4_K  d, dmin, scales[12] (8 x 6-bit scale and min), qs[128] (4 bits)          144 bytes
 //   Q5_K  d, dmin, scales[12], qh[32] (5th bit), qs[128]                           176 bytes
 //   Q6_K  ql[128] (low 4 bits), qh[64] (high 2 bits), scales[16] int8, d           210 bytes
-// Each super-block is walked as eight 32-value groups in value order; the unpacking below
-// follows ggml's dequantize_row_*_K value for value. Q2_K, Q3_K and Q6_K scale each 16 values
-// on their own, so their groups carry two integer sub-scales (applyGroupScaled).
+// The activations come in 256-value blocks (llama.cpp's Q8_K), so a whole super-block is one
+// exact integer sum of sub-block dots times their integer sub-scales, and only one float
+// multiply-add per super-block; the unpacking follows ggml's dequantize_row_*_K value for value.
+// matmulX(out, xq, xd, xs, w, T, cols, outStride, scratch, rowStart, rowEnd), as the 32-value
+// types, with 4 bytes of per-thread scratch.
 
-import { loadHalf } from "./common";
-import { applyGroup, applyGroupMin, applyGroupMinScaled, applyGroupScaled, clearSums, storeRow } from "./groups";
+import { accumulate, dotAdd, loadHalf, sumLanes } from "./common";
 
 const QK_K: i32 = 256;
 const LOW_NIBBLES = i8x16.splat(0x0f);
@@ -34,157 +35,213 @@ const THREE = i8x16.splat(3);
   return (low | (high << 4)) - 32;
 }
 
-export function matmulQ2_K(
-  out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, acc: usize, rowStart: i32, rowEnd: i32,
-): void {
-  const nb = cols / QK_K;
-  for (let r = rowStart; r < rowEnd; r++) {
-    clearSums(acc, T);
-    for (let b = 0; b < nb; b++) {
-      const blk = w + <usize>((r * nb + b) * 84);
-      const d = loadHalf(blk + 80);
-      const negMin = -loadHalf(blk + 82);
-      for (let n = 0; n < 2; n++) {
-        const q0 = v128.load(blk + 16 + <usize>(32 * n));
-        const q1 = v128.load(blk + 32 + <usize>(32 * n));
-        for (let j = 0; j < 4; j++) {
-          const lo = v128.and(i8x16.shr_u(q0, <i32>(2 * j)), THREE);
-          const hi = v128.and(i8x16.shr_u(q1, <i32>(2 * j)), THREE);
-          const scLo = <i32>load<u8>(blk + <usize>(8 * n + 2 * j));
-          const scHi = <i32>load<u8>(blk + <usize>(8 * n + 2 * j + 1));
-          const g = b * 8 + 4 * n + j;
-          applyGroupScaled(lo, hi, scLo & 0xf, scHi & 0xf, d, g, xq, xd, T, cols, acc);
-          applyGroupMinScaled(negMin, scLo >> 4, scHi >> 4, g, xd, xs, T, cols, acc);
+const ZERO = i32x4.splat(0);
+const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
+
+@inline function blockBytes(kind: i32): i32 {
+  return kind == Q2_K ? 84 : kind == Q3_K ? 110 : kind == Q4_K ? 144 : kind == Q5_K ? 176 : 210;
+}
+
+/** Sum of the token's 16 values starting at 16s of the super-block (exact). */
+@inline function sum16(xs: usize, s: i32): i32 {
+  return load<i32>(xs + (<usize>s << 2));
+}
+
+/**
+ * dot(x, u) over 16 pairs with every product times `scale` (an i16x8 splat), in four i32 lanes:
+ * the i8 x i7 dot to eight i16 pair sums (at most 2 * 63 * 127, no saturation), then
+ * i32x4.dot_i16x8_s multiplies them by the scale and adds pairs (x86: pmaddubsw, pmaddwd).
+ */
+@inline function scaledDot(x: v128, u: v128, scale: v128): v128 {
+  return i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(x, u), scale);
+}
+
+/** isum + the scaled dots of two 16-value sub-blocks (x and x + 16) with values u0, u1. */
+@inline function twoSubBlocks(isum: v128, x: usize, u0: v128, u1: v128, sc0: i32, sc1: i32): v128 {
+  return i32x4.add(isum, i32x4.add(scaledDot(v128.load(x), u0, i16x8.splat(<i16>sc0)), scaledDot(v128.load(x, 16), u1, i16x8.splat(<i16>sc1))));
+}
+
+/**
+ * Byte fields are extracted with 16-bit shifts (one x86 instruction; byte shifts are emulated)
+ * followed by a mask that drops the bits the neighbouring byte shifted in: every use below masks
+ * the low bits of a byte after shifting it right by at most 7 in all.
+ */
+@inline function highNibbles(v: v128): v128 {
+  return v128.and(i16x8.shr_u(v, 4), LOW_NIBBLES);
+}
+
+/** Bit 0 of each byte moved to 0x10 (Q5_K's fifth bit of a value). */
+@inline function bit4(v: v128): v128 {
+  return i16x8.shl(v128.and(v, i8x16.splat(1)), 4);
+}
+
+/**
+ * One super-block of `kind` dotted with its 256 activations (xq, xs at the block): the integer
+ * sum of every sub-block's dot times its sub-scale, spread over four lanes, and (stored at `mins`)
+ * the integer sum of the sub-minimums times the activations' sums. Exact. Weights enter the dot
+ * unsigned; where ggml's values carry an offset (Q3_K: 4, Q6_K: 32) the offset times each
+ * sub-block's scaled activation sum is taken out at the end, a quarter per lane. Bit fields are
+ * reached by shifting a register a constant 1 or 2 further each step (x86 has no byte shifts, and
+ * a variable one costs several instructions).
+ */
+@inline function superBlockDot(kind: i32, blk: usize, xq: usize, xs: usize, mins: usize): v128 {
+  let isum = ZERO;
+  let minSum = 0;
+  if (kind == Q4_K || kind == Q5_K) {
+    const qsAt: usize = kind == Q4_K ? 16 : 48;
+    let qh0 = kind == Q5_K ? v128.load(blk, 16) : ZERO;
+    let qh1 = kind == Q5_K ? v128.load(blk, 32) : ZERO;
+    for (let c = 0; c < 4; c++) {
+      const q0 = v128.load(blk + qsAt + <usize>(32 * c));
+      const q1 = v128.load(blk + qsAt + <usize>(32 * c + 16));
+      let lo0 = v128.and(q0, LOW_NIBBLES), lo1 = v128.and(q1, LOW_NIBBLES);
+      let hi0 = highNibbles(q0), hi1 = highNibbles(q1);
+      if (kind == Q5_K) {
+        // Bits 2c and 2c + 1 of qh: the fifth bits of this chunk's low and high nibbles.
+        lo0 = v128.or(lo0, bit4(qh0));
+        lo1 = v128.or(lo1, bit4(qh1));
+        hi0 = v128.or(hi0, bit4(i16x8.shr_u(qh0, 1)));
+        hi1 = v128.or(hi1, bit4(i16x8.shr_u(qh1, 1)));
+        qh0 = i16x8.shr_u(qh0, 2);
+        qh1 = i16x8.shr_u(qh1, 2);
+      }
+      const x = xq + <usize>(64 * c);
+      const smLo = scaleMinK4(blk + 4, 2 * c);
+      const smHi = scaleMinK4(blk + 4, 2 * c + 1);
+      isum = twoSubBlocks(isum, x, lo0, lo1, smLo & 0xff, smLo & 0xff);
+      isum = twoSubBlocks(isum, x + 32, hi0, hi1, smHi & 0xff, smHi & 0xff);
+      minSum += (smLo >> 8) * (sum16(xs, 4 * c) + sum16(xs, 4 * c + 1)) + (smHi >> 8) * (sum16(xs, 4 * c + 2) + sum16(xs, 4 * c + 3));
+    }
+  } else if (kind == Q6_K) {
+    for (let n = 0; n < 2; n++) {
+      const ql = blk + <usize>(64 * n);
+      let h0 = v128.load(blk + 128 + <usize>(32 * n));
+      let h1 = v128.load(blk + 144 + <usize>(32 * n));
+      const qlA = v128.load(ql), qlB = v128.load(ql, 16), qlC = v128.load(ql, 32), qlD = v128.load(ql, 48);
+      const sc = blk + 192 + <usize>(8 * n);
+      const x = xq + <usize>(128 * n);
+      // Values l + 32k of the half: a nibble of ql[l] (k = 0, 2) or ql[l + 32] (k = 1, 3), low for
+      // k < 2, and bits 2k, 2k + 1 of qh[l] above it.
+      isum = twoSubBlocks(isum, x, v128.or(v128.and(qlA, LOW_NIBBLES), i16x8.shl(v128.and(h0, THREE), 4)),
+        v128.or(v128.and(qlB, LOW_NIBBLES), i16x8.shl(v128.and(h1, THREE), 4)), <i32>load<i8>(sc), <i32>load<i8>(sc, 1));
+      h0 = i16x8.shr_u(h0, 2);
+      h1 = i16x8.shr_u(h1, 2);
+      isum = twoSubBlocks(isum, x + 32, v128.or(v128.and(qlC, LOW_NIBBLES), i16x8.shl(v128.and(h0, THREE), 4)),
+        v128.or(v128.and(qlD, LOW_NIBBLES), i16x8.shl(v128.and(h1, THREE), 4)), <i32>load<i8>(sc, 2), <i32>load<i8>(sc, 3));
+      h0 = i16x8.shr_u(h0, 2);
+      h1 = i16x8.shr_u(h1, 2);
+      isum = twoSubBlocks(isum, x + 64, v128.or(highNibbles(qlA), i16x8.shl(v128.and(h0, THREE), 4)),
+        v128.or(highNibbles(qlB), i16x8.shl(v128.and(h1, THREE), 4)), <i32>load<i8>(sc, 4), <i32>load<i8>(sc, 5));
+      h0 = i16x8.shr_u(h0, 2);
+      h1 = i16x8.shr_u(h1, 2);
+      isum = twoSubBlocks(isum, x + 96, v128.or(highNibbles(qlC), i16x8.shl(v128.and(h0, THREE), 4)),
+        v128.or(highNibbles(qlD), i16x8.shl(v128.and(h1, THREE), 4)), <i32>load<i8>(sc, 6), <i32>load<i8>(sc, 7));
+    }
+    // Values are u - 32: take out 32 x the scaled sums, 8 per lane.
+    let offset = 0;
+    for (let s = 0; s < 16; s++) offset += <i32>load<i8>(blk + 192 + <usize>s) * sum16(xs, s);
+    isum = i32x4.sub(isum, i32x4.splat(offset << 3));
+  } else {
+    // Q2_K and Q3_K: 2-bit values (plus Q3_K's high bit), 16-value sub-blocks. Q3_K's packed
+    // scales are unpacked once into scratch after the minimum slot, with the offset sum.
+    const qsAt: usize = kind == Q2_K ? 16 : 32;
+    const scales = mins + 16;
+    let offset = 0;
+    if (kind == Q3_K) {
+      for (let s = 0; s < 16; s++) {
+        const sc = scaleQ3K(blk + 96, s);
+        store<i8>(scales + <usize>s, <i8>sc);
+        offset += sc * sum16(xs, s);
+      }
+    }
+    let hm0 = kind == Q3_K ? v128.load(blk) : ZERO;
+    let hm1 = kind == Q3_K ? v128.load(blk, 16) : ZERO;
+    for (let n = 0; n < 2; n++) {
+      let q0 = v128.load(blk + qsAt + <usize>(32 * n));
+      let q1 = v128.load(blk + qsAt + <usize>(32 * n + 16));
+      for (let j = 0; j < 4; j++) {
+        let u0 = v128.and(q0, THREE);
+        let u1 = v128.and(q1, THREE);
+        q0 = i16x8.shr_u(q0, 2);
+        q1 = i16x8.shr_u(q1, 2);
+        const s = 8 * n + 2 * j;
+        const x = xq + <usize>(16 * s);
+        if (kind == Q3_K) {
+          // With its high bit (the next bit of hmask) as 4, u is the value + 4.
+          u0 = v128.or(u0, i16x8.shl(v128.and(hm0, i8x16.splat(1)), 2));
+          u1 = v128.or(u1, i16x8.shl(v128.and(hm1, i8x16.splat(1)), 2));
+          hm0 = i16x8.shr_u(hm0, 1);
+          hm1 = i16x8.shr_u(hm1, 1);
+          isum = twoSubBlocks(isum, x, u0, u1, <i32>load<i8>(scales + <usize>s), <i32>load<i8>(scales + <usize>(s + 1)));
+        } else {
+          const sc0 = <i32>load<u8>(blk + <usize>s), sc1 = <i32>load<u8>(blk + <usize>(s + 1));
+          isum = twoSubBlocks(isum, x, u0, u1, sc0 & 0xf, sc1 & 0xf);
+          minSum += (sc0 >> 4) * sum16(xs, s) + (sc1 >> 4) * sum16(xs, s + 1);
         }
       }
     }
-    storeRow(out, r, T, outStride, acc);
+    if (kind == Q3_K) isum = i32x4.sub(isum, i32x4.splat(offset)); // 4 x the sums, 1 per lane
+  }
+  store<i32>(mins, minSum);
+  return isum;
+}
+
+/** The super-block's weight scale d and minimum scale dmin (0 for types without minimums). */
+@inline function superScale(kind: i32, blk: usize): f32 {
+  return kind == Q2_K ? loadHalf(blk + 80) : kind == Q3_K ? loadHalf(blk + 108) : kind == Q6_K ? loadHalf(blk + 208) : loadHalf(blk);
+}
+
+@inline function superMinScale(kind: i32, blk: usize): f32 {
+  return kind == Q2_K ? loadHalf(blk + 82) : kind == Q4_K || kind == Q5_K ? loadHalf(blk + 2) : 0;
+}
+
+/** One row dotted with one token's activations (256-value blocks). */
+@inline function rowDot(kind: i32, row: usize, xq: usize, xd: usize, xs: usize, cols: i32, minSlot: usize): f32 {
+  const nb = cols >> 8;
+  const bs = blockBytes(kind);
+  let acc = f32x4.splat(0);
+  let mins: f32 = 0;
+  for (let b = 0; b < nb; b++) {
+    const blk = row + <usize>(b * bs);
+    const isum = superBlockDot(kind, blk, xq + <usize>(b << 8), xs + (<usize>(b << 4) << 2), minSlot);
+    const xdb = load<f32>(xd + (<usize>b << 2));
+    acc = accumulate(acc, isum, superScale(kind, blk) * xdb);
+    if (kind == Q2_K || kind == Q4_K || kind == Q5_K) mins -= superMinScale(kind, blk) * (xdb * <f32>load<i32>(minSlot));
+  }
+  return sumLanes(acc) + mins;
+}
+
+/**
+ * `minSlot` is 32 bytes of per-thread scratch: the integer minimum sum leaves superBlockDot in its
+ * first 4 (AssemblyScript returns one value), Q3_K's unpacked scales use bytes 16..31.
+ */
+@inline function matmulK(
+  kind: i32, out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, minSlot: usize, rowStart: i32, rowEnd: i32,
+): void {
+  const rowBytes = (cols >> 8) * blockBytes(kind);
+  for (let r = rowStart; r < rowEnd; r++) {
+    const row = w + <usize>(r * rowBytes);
+    for (let t = 0; t < T; t++) {
+      const v = rowDot(kind, row, xq + <usize>(t * cols), xd + (<usize>(t * (cols >> 8)) << 2), xs + (<usize>(t * (cols >> 4)) << 2), cols, minSlot);
+      store<f32>(out + (<usize>(t * outStride + r) << 2), v);
+    }
   }
 }
 
-export function matmulQ3_K(
-  out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, acc: usize, rowStart: i32, rowEnd: i32,
-): void {
-  const nb = cols / QK_K;
-  const zero = i8x16.splat(0);
-  const four = i8x16.splat(4);
-  for (let r = rowStart; r < rowEnd; r++) {
-    clearSums(acc, T);
-    for (let b = 0; b < nb; b++) {
-      const blk = w + <usize>((r * nb + b) * 110);
-      const d = loadHalf(blk + 108);
-      const hm0 = v128.load(blk);
-      const hm1 = v128.load(blk, 16);
-      for (let n = 0; n < 2; n++) {
-        const q0 = v128.load(blk + 32 + <usize>(32 * n));
-        const q1 = v128.load(blk + 48 + <usize>(32 * n));
-        for (let j = 0; j < 4; j++) {
-          const bit = i8x16.splat(<i8>(<i32>1 << (4 * n + j)));
-          // Values without their high bit set are 4 lower.
-          const lo = i8x16.sub(v128.and(i8x16.shr_u(q0, <i32>(2 * j)), THREE), v128.and(i8x16.eq(v128.and(hm0, bit), zero), four));
-          const hi = i8x16.sub(v128.and(i8x16.shr_u(q1, <i32>(2 * j)), THREE), v128.and(i8x16.eq(v128.and(hm1, bit), zero), four));
-          const s = 8 * n + 2 * j;
-          applyGroupScaled(lo, hi, scaleQ3K(blk + 96, s), scaleQ3K(blk + 96, s + 1), d, b * 8 + 4 * n + j, xq, xd, T, cols, acc);
-        }
-      }
-    }
-    storeRow(out, r, T, outStride, acc);
-  }
+export function matmulQ2_K(out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, scratch: usize, rowStart: i32, rowEnd: i32): void {
+  matmulK(Q2_K, out, xq, xd, xs, w, T, cols, outStride, scratch, rowStart, rowEnd);
 }
-
-export function matmulQ4_K(
-  out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, acc: usize, rowStart: i32, rowEnd: i32,
-): void {
-  const nb = cols / QK_K;
-  for (let r = rowStart; r < rowEnd; r++) {
-    clearSums(acc, T);
-    for (let b = 0; b < nb; b++) {
-      const blk = w + <usize>((r * nb + b) * 144);
-      const d = loadHalf(blk);
-      const dmin = loadHalf(blk + 2);
-      for (let c = 0; c < 4; c++) {
-        const q0 = v128.load(blk + 16 + <usize>(32 * c));
-        const q1 = v128.load(blk + 32 + <usize>(32 * c));
-        const smLo = scaleMinK4(blk + 4, 2 * c);
-        const smHi = scaleMinK4(blk + 4, 2 * c + 1);
-        const g = b * 8 + 2 * c;
-        applyGroup(v128.and(q0, LOW_NIBBLES), v128.and(q1, LOW_NIBBLES), d * <f32>(smLo & 0xff), g, xq, xd, T, cols, acc);
-        applyGroupMin(-(dmin * <f32>(smLo >> 8)), g, xd, xs, T, cols, acc);
-        applyGroup(i8x16.shr_u(q0, 4), i8x16.shr_u(q1, 4), d * <f32>(smHi & 0xff), g + 1, xq, xd, T, cols, acc);
-        applyGroupMin(-(dmin * <f32>(smHi >> 8)), g + 1, xd, xs, T, cols, acc);
-      }
-    }
-    storeRow(out, r, T, outStride, acc);
-  }
+export function matmulQ3_K(out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, scratch: usize, rowStart: i32, rowEnd: i32): void {
+  matmulK(Q3_K, out, xq, xd, xs, w, T, cols, outStride, scratch, rowStart, rowEnd);
 }
-
-export function matmulQ5_K(
-  out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, acc: usize, rowStart: i32, rowEnd: i32,
-): void {
-  const nb = cols / QK_K;
-  const one = i8x16.splat(1);
-  for (let r = rowStart; r < rowEnd; r++) {
-    clearSums(acc, T);
-    for (let b = 0; b < nb; b++) {
-      const blk = w + <usize>((r * nb + b) * 176);
-      const d = loadHalf(blk);
-      const dmin = loadHalf(blk + 2);
-      const qh0 = v128.load(blk, 16);
-      const qh1 = v128.load(blk, 32);
-      for (let c = 0; c < 4; c++) {
-        const q0 = v128.load(blk + 48 + <usize>(32 * c));
-        const q1 = v128.load(blk + 64 + <usize>(32 * c));
-        const smLo = scaleMinK4(blk + 4, 2 * c);
-        const smHi = scaleMinK4(blk + 4, 2 * c + 1);
-        const g = b * 8 + 2 * c;
-        const loBitsA = i8x16.shl(v128.and(i8x16.shr_u(qh0, <i32>(2 * c)), one), 4);
-        const loBitsB = i8x16.shl(v128.and(i8x16.shr_u(qh1, <i32>(2 * c)), one), 4);
-        const hiBitsA = i8x16.shl(v128.and(i8x16.shr_u(qh0, <i32>(2 * c + 1)), one), 4);
-        const hiBitsB = i8x16.shl(v128.and(i8x16.shr_u(qh1, <i32>(2 * c + 1)), one), 4);
-        applyGroup(v128.or(v128.and(q0, LOW_NIBBLES), loBitsA), v128.or(v128.and(q1, LOW_NIBBLES), loBitsB), d * <f32>(smLo & 0xff), g, xq, xd, T, cols, acc);
-        applyGroupMin(-(dmin * <f32>(smLo >> 8)), g, xd, xs, T, cols, acc);
-        applyGroup(v128.or(i8x16.shr_u(q0, 4), hiBitsA), v128.or(i8x16.shr_u(q1, 4), hiBitsB), d * <f32>(smHi & 0xff), g + 1, xq, xd, T, cols, acc);
-        applyGroupMin(-(dmin * <f32>(smHi >> 8)), g + 1, xd, xs, T, cols, acc);
-      }
-    }
-    storeRow(out, r, T, outStride, acc);
-  }
+export function matmulQ4_K(out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, scratch: usize, rowStart: i32, rowEnd: i32): void {
+  matmulK(Q4_K, out, xq, xd, xs, w, T, cols, outStride, scratch, rowStart, rowEnd);
 }
-
-export function matmulQ6_K(
-  out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, acc: usize, rowStart: i32, rowEnd: i32,
-): void {
-  const nb = cols / QK_K;
-  const thirtyTwo = i8x16.splat(32);
-  for (let r = rowStart; r < rowEnd; r++) {
-    clearSums(acc, T);
-    for (let b = 0; b < nb; b++) {
-      const blk = w + <usize>((r * nb + b) * 210);
-      const d = loadHalf(blk + 208);
-      for (let n = 0; n < 2; n++) {
-        const ql = blk + <usize>(64 * n);
-        const qh = blk + 128 + <usize>(32 * n);
-        const sc = blk + 192 + <usize>(8 * n);
-        const qlA = v128.load(ql), qlB = v128.load(ql, 16), qlC = v128.load(ql, 32), qlD = v128.load(ql, 48);
-        const qh0 = v128.load(qh), qh1 = v128.load(qh, 16);
-        for (let k = 0; k < 4; k++) {
-          // Values l + 32k of the half: nibble (low for k < 2, high after) of ql[l] or ql[l + 32], bits 2k of qh[l].
-          const src0 = (k & 1) == 0 ? qlA : qlC;
-          const src1 = (k & 1) == 0 ? qlB : qlD;
-          const nib0 = k < 2 ? v128.and(src0, LOW_NIBBLES) : i8x16.shr_u(src0, 4);
-          const nib1 = k < 2 ? v128.and(src1, LOW_NIBBLES) : i8x16.shr_u(src1, 4);
-          const hb0 = i8x16.shl(v128.and(i8x16.shr_u(qh0, <i32>(2 * k)), THREE), 4);
-          const hb1 = i8x16.shl(v128.and(i8x16.shr_u(qh1, <i32>(2 * k)), THREE), 4);
-          const lo = i8x16.sub(v128.or(nib0, hb0), thirtyTwo);
-          const hi = i8x16.sub(v128.or(nib1, hb1), thirtyTwo);
-          const scLo = <i32>load<i8>(sc + <usize>(2 * k));
-          const scHi = <i32>load<i8>(sc + <usize>(2 * k + 1));
-          applyGroupScaled(lo, hi, scLo, scHi, d, b * 8 + 4 * n + k, xq, xd, T, cols, acc);
-        }
-      }
-    }
-    storeRow(out, r, T, outStride, acc);
-  }
+export function matmulQ5_K(out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, scratch: usize, rowStart: i32, rowEnd: i32): void {
+  matmulK(Q5_K, out, xq, xd, xs, w, T, cols, outStride, scratch, rowStart, rowEnd);
+}
+export function matmulQ6_K(out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, scratch: usize, rowStart: i32, rowEnd: i32): void {
+  matmulK(Q6_K, out, xq, xd, xs, w, T, cols, outStride, scratch, rowStart, rowEnd);
 }
 
 // ---- embedding rows: ggml's dequantize_row_*_K, one row per token

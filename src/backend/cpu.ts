@@ -10,9 +10,12 @@ import { ThreadPool, type ParallelCall } from "./thread-pool.ts";
 import { instantiateKernels, kernelModule, LinearMemory } from "./wasm.ts";
 import type { Numerics } from "../model/config.ts";
 import type { WeightMatrix } from "../model/weights.ts";
-import { ggmlKernels } from "./ggml-kernels.ts";
+import { activationBlock, ggmlKernels, type ActivationFormat } from "./ggml-kernels.ts";
 
 type GGMLMatrix = Extract<WeightMatrix, { kind: "ggml" }>;
+
+/** A K-quant product's per-thread scratch: one i32 (the minimum sum of a super-block); a cache line apart. */
+const SUPER_BLOCK_SCRATCH_BYTES = 64;
 
 /** Multiply-adds below which a product is not worth a dispatch (~10 µs of work on one core). */
 const MIN_PARALLEL_MACS = 1 << 17;
@@ -61,9 +64,8 @@ export class CpuBackend {
   private actScratch = 0;
   private actTokens = 0;
   private actWidth = 0;
-  /** Per-thread running sums of the ggml products (kernels.groupScratchBytes(actTokens) each). */
-  private groupScratch = 0;
-  private groupScratchBytes = 0;
+  /** Per-thread scratch of the K-quant products (SUPER_BLOCK_SCRATCH_BYTES each). */
+  private superBlockScratch = 0;
   /** Which arithmetic the ops use; set once by the model this backend runs (see ModelConfig.numerics). */
   numerics: Numerics = "default";
 
@@ -85,8 +87,7 @@ export class CpuBackend {
     this.actTokens = maxTokens;
     this.actWidth = maxWidth;
     this.actScratch = this.mem.alloc(maxTokens * this.kernels.actBytesPerToken(Math.ceil(maxWidth / 32) * 32));
-    this.groupScratchBytes = this.kernels.groupScratchBytes(maxTokens);
-    this.groupScratch = this.mem.alloc(this.groupScratchBytes * this.threads);
+    this.superBlockScratch = this.mem.alloc(SUPER_BLOCK_SCRATCH_BYTES * this.threads);
     this.q8Capacity = maxTokens * maxWidth;
     this.q8Values = this.mem.alloc(this.q8Capacity);
     this.q8Scales = this.mem.alloc(4 * this.q8Capacity);
@@ -138,12 +139,14 @@ export class CpuBackend {
   /** Run prepared products on x[T][cols]. */
   matmulShared(products: SharedInputProducts, x: number, T: number): void {
     if (products.table === null) {
-      // Block-type parts read x quantized once; other parts quantize it each (the same every time).
-      let quantized = false;
+      // Block-type parts read x quantized once per activation format (the scratch holds the
+      // latest one); other parts quantize it each, the same every time.
+      let quantized: ActivationFormat | null = null;
       for (const p of products.parts) {
-        if (p.m.kind === "ggml" && ggmlKernels(p.m.type).activations === "q8") {
-          this.matmulGGML(p.out, x, p.m, T, T * p.m.rows * p.m.cols >= MIN_PARALLEL_MACS, quantized);
-          quantized = true;
+        const format = p.m.kind === "ggml" ? ggmlKernels(p.m.type).activations : "f32";
+        if (p.m.kind === "ggml" && format !== "f32") {
+          this.matmulGGML(p.out, x, p.m, T, T * p.m.rows * p.m.cols >= MIN_PARALLEL_MACS, quantized === format);
+          quantized = format;
         } else {
           this.matmul(p.out, x, p.m, T);
         }
@@ -239,25 +242,33 @@ export class CpuBackend {
    */
   private matmulGGML(out: number, x: number, m: GGMLMatrix, T: number, parallel: boolean, quantized = false): void {
     const k = ggmlKernels(m.type);
-    if (m.cols % 32 !== 0 && k.activations === "q8") throw new Error(`${k.name} rows of ${m.cols} are not whole blocks`);
     if (T > this.actTokens || m.cols > this.actWidth) throw new Error(`activation scratch too small for ${T} x ${m.cols}`);
-    const scratch = { arg: k.activations === "f32" ? 6 : 8, stride: this.groupScratchBytes };
     if (k.activations === "f32") {
-      const args = [out, x, m.addr, T, m.cols, m.rows, this.groupScratch, 0, m.rows];
-      this.dispatch({ kernel: k.matmul, args, total: m.rows, granularity: 1, scratch }, parallel);
+      const args = [out, x, m.addr, T, m.cols, m.rows, 0, m.rows];
+      this.dispatch({ kernel: k.matmul, args, total: m.rows, granularity: 1 }, parallel);
       return;
     }
-    const act = this.activationBlocks(T, m.cols);
-    if (!quantized) this.kernels.quantizeActQ8(act.xq, act.xd, act.xs, x, T, m.cols);
-    const args = [out, act.xq, act.xd, act.xs, m.addr, T, m.cols, m.rows, this.groupScratch, 0, m.rows];
-    this.dispatch({ kernel: k.matmul, args, total: m.rows, granularity: 1, scratch }, parallel);
+    const block = activationBlock(k.activations);
+    if (m.cols % block !== 0) throw new Error(`${k.name} rows of ${m.cols} are not whole blocks of ${block}`);
+    const act = this.activationBlocks(T, m.cols, block);
+    if (!quantized) this.kernels.quantizeActQ8(act.xq, act.xd, act.xs, x, T, m.cols, block);
+    if (k.activations === "q8x32") {
+      const args = [out, act.xq, act.xd, act.xs, m.addr, T, m.cols, m.rows, 0, m.rows];
+      this.dispatch({ kernel: k.matmul, args, total: m.rows, granularity: 1 }, parallel);
+      return;
+    }
+    const args = [out, act.xq, act.xd, act.xs, m.addr, T, m.cols, m.rows, this.superBlockScratch, 0, m.rows];
+    this.dispatch({ kernel: k.matmul, args, total: m.rows, granularity: 1, scratch: { arg: 8, stride: SUPER_BLOCK_SCRATCH_BYTES } }, parallel);
   }
 
-  /** Where quantizeActQ8 puts T tokens of cols values: int8 values, then block scales, then 16-value sums. */
-  private activationBlocks(T: number, cols: number): { xq: number; xd: number; xs: number } {
+  /**
+   * Where quantizeActQ8 puts T tokens of cols values in blocks of `block`: int8 values, then
+   * block scales, then 16-value sums (the 32-value layout is the larger, and sizes the scratch).
+   */
+  private activationBlocks(T: number, cols: number, block: number): { xq: number; xd: number; xs: number } {
     const xq = this.actScratch;
     const xd = xq + T * cols;
-    return { xq, xd, xs: xd + 4 * T * (cols / 32) };
+    return { xq, xd, xs: xd + 4 * T * (cols / block) };
   }
 
   private embedGGML(out: number, table: GGMLMatrix, tokens: number, T: number): void {

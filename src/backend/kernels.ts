@@ -70,9 +70,8 @@ export interface Kernels {
   /** Test probe: f32 fused multiply-add under flush-to-zero. */
   runqFma(a: number, b: number, c: number): number;
   // ggml/: block types as GGUF files store them (see src/backend/ggml-kernels.ts)
-  quantizeActQ8(xq: number, xd: number, xs: number, x: number, T: number, cols: number): void;
+  quantizeActQ8(xq: number, xd: number, xs: number, x: number, T: number, cols: number, block: number): void;
   actBytesPerToken(cols: number): number;
-  groupScratchBytes(T: number): number;
   matmulF16: HalfMatmul;
   matmulBF16: HalfMatmul;
   matmulQ8_0: BlockMatmul;
@@ -80,11 +79,11 @@ export interface Kernels {
   matmulQ4_1: BlockMatmul;
   matmulQ5_0: BlockMatmul;
   matmulQ5_1: BlockMatmul;
-  matmulQ2_K: BlockMatmul;
-  matmulQ3_K: BlockMatmul;
-  matmulQ4_K: BlockMatmul;
-  matmulQ5_K: BlockMatmul;
-  matmulQ6_K: BlockMatmul;
+  matmulQ2_K: SuperBlockMatmul;
+  matmulQ3_K: SuperBlockMatmul;
+  matmulQ4_K: SuperBlockMatmul;
+  matmulQ5_K: SuperBlockMatmul;
+  matmulQ6_K: SuperBlockMatmul;
   embedF16: BlockEmbed;
   embedBF16: BlockEmbed;
   embedQ8_0: BlockEmbed;
@@ -99,17 +98,20 @@ export interface Kernels {
   embedQ6_K: BlockEmbed;
 }
 
-/** out[t][r] = row r of the 16-bit float matrix w dotted with f32 x[t], rows [rowStart, rowEnd); acc: T x 16 bytes. */
-export type HalfMatmul = (
-  out: number, x: number, w: number, T: number, cols: number, outStride: number, acc: number, rowStart: number, rowEnd: number,
-) => void;
+/** out[t][r] = row r of the 16-bit float matrix w dotted with f32 x[t], rows [rowStart, rowEnd). */
+export type HalfMatmul = (out: number, x: number, w: number, T: number, cols: number, outStride: number, rowStart: number, rowEnd: number) => void;
 
 /**
  * out[t][r] = row r of the block-type matrix w dotted with token t's int8 activations (xq, xd, xs
- * from quantizeActQ8), rows [rowStart, rowEnd); acc: groupScratchBytes(T) of per-thread scratch.
+ * from quantizeActQ8), rows [rowStart, rowEnd).
  */
 export type BlockMatmul = (
-  out: number, xq: number, xd: number, xs: number, w: number, T: number, cols: number, outStride: number, acc: number,
+  out: number, xq: number, xd: number, xs: number, w: number, T: number, cols: number, outStride: number, rowStart: number, rowEnd: number,
+) => void;
+
+/** A K-quant product: as BlockMatmul, with 32 bytes of per-thread scratch before the range. */
+export type SuperBlockMatmul = (
+  out: number, xq: number, xd: number, xs: number, w: number, T: number, cols: number, outStride: number, scratch: number,
   rowStart: number, rowEnd: number,
 ) => void;
 
