@@ -5,7 +5,7 @@
  */
 import { availableParallelism } from "node:os";
 import { CpuBackend } from "../backend/cpu.ts";
-import { InputError, RequestTooLongError } from "../errors.ts";
+import { InputError, ModelFormatError, RequestTooLongError } from "../errors.ts";
 import { KVArena } from "../kv/kv-arena.ts";
 import { KVCacheManager } from "../kv/kv-cache-manager.ts";
 import type { EvictionPolicyName } from "../kv/eviction.ts";
@@ -14,7 +14,8 @@ import { StepBatch } from "../model/batch.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
 import { LlamaModel } from "../model/llama.ts";
-import { loadWeights } from "../model/weights.ts";
+import { loadWeights, weightBytes, type LoadProgress } from "../model/weights.ts";
+import { MAX_PAGES } from "../backend/wasm.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { sampledLogprob } from "./logprobs.ts";
 import { ModelRunner } from "./model-runner.ts";
@@ -104,13 +105,15 @@ export class LLMEngine {
     checkpoint: Checkpoint,
     readonly tokenizer: Tokenizer,
     readonly options: EngineOptions = DEFAULT_ENGINE_OPTIONS,
+    onLoadProgress?: LoadProgress,
   ) {
     const c = withContext(checkpoint.config, options.ctxSize);
     this.config = c;
-    this.backend = new CpuBackend(options.threads);
-    const weights = loadWeights(checkpoint, this.backend.mem, this.backend.kernels);
     const o = options;
     this.numBlocks = o.numBlocks ?? defaultNumBlocks(c, o);
+    checkMemoryFits(checkpoint, c, o, this.numBlocks);
+    this.backend = new CpuBackend(options.threads);
+    const weights = loadWeights(checkpoint, this.backend.mem, this.backend.kernels, onLoadProgress);
     this.maxPositions = Math.min(c.seqLen, this.numBlocks * o.blockSize);
     const model = new LlamaModel(c, weights, this.backend, o.maxNumBatchedTokens, o.maxNumSeqs);
     const arena = new KVArena(this.backend.mem, c, this.numBlocks, o.blockSize);
@@ -273,6 +276,28 @@ export class LLMEngine {
         `needs ${blocks} KV blocks of ${this.options.blockSize} tokens, the whole pool has ${this.numBlocks}`,
       );
     }
+  }
+}
+
+/**
+ * Refuse, before anything is allocated, a model whose weights, KV pool and step buffers cannot
+ * share the 4 GiB of a wasm32 memory. The buffers are estimated from the largest step: activations
+ * of maxNumBatchedTokens tokens, logits of maxNumSeqs rows, RoPE tables of the context.
+ */
+function checkMemoryFits(checkpoint: Checkpoint, c: ModelConfig, o: EngineOptions, numBlocks: number): void {
+  const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
+  const weights = weightBytes(checkpoint);
+  const kv = numBlocks * KVArena.bytesPerBlock(c, o.blockSize);
+  const width = Math.max(c.dim, c.hiddenDim, c.nHeads * c.headDim);
+  const buffers = 4 * o.maxNumBatchedTokens * (6 * width + 2 * c.hiddenDim) + 4 * o.maxNumSeqs * (c.vocabSize + c.dim) +
+    4 * c.seqLen * (c.ropeDim ?? c.headDim) + (8 << 20);
+  const limit = MAX_PAGES * 65536;
+  if (weights + kv + buffers > limit) {
+    throw new ModelFormatError(
+      checkpoint.file,
+      `needs ${gib(weights + kv + buffers)} (weights ${gib(weights)}, KV cache ${gib(kv)}, buffers ${gib(buffers)}), ` +
+        `more than the 4 GiB a WebAssembly memory holds; lower --ctx-size or --kv-cache-mb, or use a smaller quantization`,
+    );
   }
 }
 

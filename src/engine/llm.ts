@@ -5,6 +5,7 @@
 import { InputError, PagellmError, RequestTooLongError } from "../errors.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
+import type { LoadProgress } from "../model/weights.ts";
 import { openCheckpoint } from "../model/load.ts";
 import { loadTokenizer } from "../tokenizer/load.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
@@ -15,11 +16,13 @@ import { argmax } from "./sampler.ts";
 import type { FinishReason, GenerationParams, Sequence } from "./sequence.ts";
 
 export interface LoadOptions {
-  /** Path of the model file (llama2.c checkpoint). */
+  /** Path of the model file (GGUF, or a llama2.c checkpoint). */
   model: string;
-  /** Path of the tokenizer (llama2.c tokenizer.bin or a GGUF vocabulary). */
+  /** Path of the tokenizer (a GGUF file, the model itself for GGUF models, or llama2.c tokenizer.bin). */
   tokenizer: string;
   engine?: Partial<EngineOptions>;
+  /** Told as the weights load (for a progress bar). */
+  onLoadProgress?: LoadProgress;
 }
 
 /** One generation request; every field but `prompt`/`promptTokenIds` falls back to a default. */
@@ -119,7 +122,7 @@ export class LLM {
     const t0 = performance.now();
     const checkpoint = openCheckpoint(opts.model);
     const { tokenizer, addBos } = loadTokenizer(opts.tokenizer, checkpoint.config.vocabSize);
-    const engine = new LLMEngine(checkpoint, tokenizer, { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine });
+    const engine = new LLMEngine(checkpoint, tokenizer, { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine }, opts.onLoadProgress);
     return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0);
   }
 

@@ -63,19 +63,34 @@ export function weightTraffic(ckpt: Checkpoint): { matmulParams: number; bytesPe
 
 const STAGING_BYTES = 8 << 20;
 
+/** Bytes the checkpoint's tensors take in linear memory (as in the file: f32 packed, the rest verbatim). */
+export function weightBytes(ckpt: Checkpoint): number {
+  let bytes = 0;
+  for (const t of ckpt.tensors.values()) bytes += t.byteLength;
+  return bytes;
+}
+
+/** Called as tensors are read: bytes read so far of the total. */
+export type LoadProgress = (doneBytes: number, totalBytes: number) => void;
+
 /** Load every tensor of the checkpoint into `mem`. */
-export function loadWeights(ckpt: Checkpoint, mem: LinearMemory, kernels: Kernels): ModelWeights {
+export function loadWeights(ckpt: Checkpoint, mem: LinearMemory, kernels: Kernels, onProgress?: LoadProgress): ModelWeights {
   const plan = planAllocations(ckpt, mem);
   const fd = openSync(ckpt.file, "r");
   const staging = mem.mark();
+  const total = plan.placements.reduce((a, p) => a + p.info.byteLength, 0);
+  let done = 0;
   try {
     const stagingAddr = mem.alloc(STAGING_BYTES);
     for (const { info, target } of plan.placements) {
+      onProgress?.(done, total);
+      done += info.byteLength;
       if (target.kind === "vector") readInto(ckpt.file, fd, mem, target.addr, info.offset, info.byteLength);
       else if (target.matrix.kind === "q8") readQ8(ckpt.file, fd, mem, target.matrix, info);
       else if (target.matrix.kind === "ggml") readInto(ckpt.file, fd, mem, target.matrix.addr, info.offset, info.byteLength);
       else packF32(ckpt.file, fd, mem, kernels, target.matrix.addr, info, stagingAddr);
     }
+    onProgress?.(total, total);
   } finally {
     closeSync(fd);
     mem.release(staging);
