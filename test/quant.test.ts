@@ -73,7 +73,7 @@ describeShared(
       } finally {
         rmSync(dir, { recursive: true, force: true });
       }
-    });
+    }, 120_000);
   },
 );
 

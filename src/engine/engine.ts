@@ -131,7 +131,8 @@ export class LLMEngine {
       policy: o.schedule,
     });
     this.runner = new ModelRunner(model, arena, this.kv, batch);
-    const stops = new Set(checkpoint.extraStopTokenIds);
+    // Every end-of-generation token of the vocabulary (EOS, EOT, <|im_end|>, ...), as llama.cpp's is_eog.
+    const stops = new Set([...checkpoint.extraStopTokenIds, ...tokenizer.eogIds]);
     if (tokenizer.eosId !== null) stops.add(tokenizer.eosId);
     this.stopTokenIds = stops;
   }

@@ -18,6 +18,9 @@ export const SUPPORTED_TENSOR_TYPES: ReadonlySet<string> = new Set([
 
 export function readGGUFCheckpoint(path: string): Checkpoint {
   const file = readGGUF(path);
+  if (file.tensors.length === 0) {
+    throw new ModelFormatError(path, "has no tensors: a vocabulary-only GGUF file, usable as --tokenizer but not as a model");
+  }
   checkNoOverlap(file);
   const archName = file.getString("general.architecture");
   const arch = ARCHITECTURES.get(archName);
