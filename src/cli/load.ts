@@ -15,7 +15,8 @@ export function loadLLM(values: ParsedValues): LLM {
   if (typeof model !== "string" || model === "") throw new InputError("--model is required");
   if (!existsSync(model)) throw new InputError(`${model}: model file not found`);
   const onLoadProgress = loadProgressBar(basename(model), statSync(model).size);
-  return LLM.load({ model, tokenizer: tokenizerPath(model, values.tokenizer), engine: engineOptions(values), onLoadProgress });
+  const chatTemplate = typeof values.template === "string" && values.template !== "" ? values.template : undefined;
+  return LLM.load({ model, tokenizer: tokenizerPath(model, values.tokenizer), engine: engineOptions(values), onLoadProgress, chatTemplate });
 }
 
 function tokenizerPath(model: string, given: ParsedValues[string]): string {

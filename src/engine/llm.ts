@@ -11,6 +11,9 @@ import { loadTokenizer } from "../tokenizer/load.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { DEFAULT_ENGINE_OPTIONS, LLMEngine, type EngineOptions, type StepEvent } from "./engine.ts";
 import { DEFAULT_SAMPLING, type SamplingParams } from "./sampler.ts";
+import { chatFormat, messagesPromptIds, newConversation, type ChatFormat } from "../chat/formats.ts";
+import type { Conversation } from "../chat/conversation.ts";
+import { ChatTemplateError, type ChatMessage } from "../chat/jinja-template.ts";
 import { logSumExp } from "./logprobs.ts";
 import { argmax } from "./sampler.ts";
 import type { FinishReason, GenerationParams, Sequence } from "./sequence.ts";
@@ -23,6 +26,8 @@ export interface LoadOptions {
   engine?: Partial<EngineOptions>;
   /** Told as the weights load (for a progress bar). */
   onLoadProgress?: LoadProgress;
+  /** The chat format of "messages" requests and chats: raw, llama2, chatml or a Jinja file (default: the model's own template). */
+  chatTemplate?: string;
 }
 
 /** One generation request; every field but `prompt`/`promptTokenIds` falls back to a default. */
@@ -31,6 +36,8 @@ export interface GenerateRequest {
   prompt?: string;
   /** Token ids instead of `prompt` (BOS included if wanted). */
   promptTokenIds?: number[];
+  /** A conversation instead of `prompt`, rendered with the chat format (the model's template by default). */
+  messages?: ChatMessage[];
   /** null or absent: until a stop or the end of the context. */
   maxTokens?: number | null;
   stop?: string[];
@@ -115,15 +122,18 @@ export class LLM {
     readonly engine: LLMEngine,
     /** Milliseconds spent loading weights and setting up. */
     readonly loadMs: number,
+    /** How chats and "messages" requests become prompts. */
+    readonly chatFormat: ChatFormat,
   ) {}
 
   /** Load a model and its tokenizer and set up the engine. Throws ModelFormatError for bad files. */
   static load(opts: LoadOptions): LLM {
     const t0 = performance.now();
     const checkpoint = openCheckpoint(opts.model);
-    const { tokenizer, addBos } = loadTokenizer(opts.tokenizer, { modelVocabSize: checkpoint.config.vocabSize });
+    const { tokenizer, addBos, chatTemplate } = loadTokenizer(opts.tokenizer, { modelVocabSize: checkpoint.config.vocabSize });
+    const format = chatFormat(opts.chatTemplate, chatTemplate, opts.model, tokenizer);
     const engine = new LLMEngine(checkpoint, tokenizer, { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine }, opts.onLoadProgress);
-    return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0);
+    return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0, format);
   }
 
   get config(): ModelConfig {
@@ -138,6 +148,16 @@ export class LLM {
   /** Prompt token ids of `text`, BOS first when the model expects it. */
   encode(text: string): number[] {
     return this.tokenizer.encode(text, { addBos: this.addBos });
+  }
+
+  /** A new conversation in the chat format. */
+  conversation(opts: { system?: string | null; onNote?: (line: string) => void } = {}): Conversation {
+    return newConversation(this.chatFormat, this.tokenizer, { addBos: this.addBos, ...opts });
+  }
+
+  /** The prompt ids of a list of messages in the chat format. */
+  messagesPromptIds(messages: readonly ChatMessage[]): number[] {
+    return messagesPromptIds(this.chatFormat, this.tokenizer, this.addBos, messages);
   }
 
   /**
@@ -184,11 +204,13 @@ export class LLM {
     const admitted: Sequence[] = [];
     for (const request of requests) {
       const id = request.id ?? `req-${this.nextId++}`;
-      const promptTokenIds = request.promptTokenIds ?? this.encode(request.prompt ?? "");
+      let promptTokenIds: number[] = [];
       try {
+        promptTokenIds = request.promptTokenIds ??
+          (request.messages !== undefined ? this.messagesPromptIds(request.messages) : this.encode(request.prompt ?? ""));
         admitted.push(this.engine.addRequest({ id, promptTokenIds, params: generationParams(request), cacheSalt: request.cacheSalt }));
       } catch (e) {
-        if (!(e instanceof RequestTooLongError || e instanceof InputError)) throw e;
+        if (!(e instanceof RequestTooLongError || e instanceof InputError || e instanceof ChatTemplateError)) throw e;
         yield { kind: "done", result: rejectedResult(id, promptTokenIds.length, e) };
       }
     }

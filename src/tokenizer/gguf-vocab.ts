@@ -100,6 +100,8 @@ export interface GGUFTokenizer {
   /** `tokenizer.ggml.add_bos_token` (default: true for SentencePiece, false otherwise, as llama.cpp). */
   readonly addBos: boolean;
   readonly addEos: boolean;
+  /** `tokenizer.chat_template`, the model's Jinja chat template. */
+  readonly chatTemplate: string | null;
 }
 
 /** The token types, or all normal when the file has none. */
@@ -130,6 +132,11 @@ function stringsOf(gguf: GGUFFile, key: string): string[] {
 
 /** Build the tokenizer described by a GGUF file's metadata. Throws ModelFormatError for unsupported ones. */
 export function tokenizerFromGGUF(gguf: GGUFFile): GGUFTokenizer {
+  const chatTemplate = gguf.has("tokenizer.chat_template") ? gguf.getString("tokenizer.chat_template") : null;
+  return { ...tokenizerOf(gguf), chatTemplate };
+}
+
+function tokenizerOf(gguf: GGUFFile): Omit<GGUFTokenizer, "chatTemplate"> {
   const model = gguf.getString(KEY.model);
   const checkId = (id: number | null, count: number, what: string): number | null => {
     if (id !== null && id >= count) throw new ModelFormatError(gguf.path, `${what} token id ${id} is outside the vocabulary (0..${count - 1})`);

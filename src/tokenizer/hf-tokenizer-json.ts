@@ -63,7 +63,15 @@ function specialIdsBeside(path: string): { bos: number | null; eos: number[] } {
   return { bos: null, eos: [] };
 }
 
-export function loadTokenizerJson(path: string): { tokenizer: BpeTokenizer; addBos: boolean; addEos: boolean } {
+/** The chat_template of the tokenizer_config.json beside a tokenizer.json, when there. */
+function chatTemplateBeside(path: string): string | null {
+  const file = join(dirname(path), "tokenizer_config.json");
+  if (!existsSync(file)) return null;
+  const template = obj(JSON.parse(readFileSync(file, "utf8")) as Json)?.chat_template;
+  return typeof template === "string" ? template : null;
+}
+
+export function loadTokenizerJson(path: string): { tokenizer: BpeTokenizer; addBos: boolean; addEos: boolean; chatTemplate: string | null } {
   let root: { [key: string]: Json } | null;
   try {
     root = obj(JSON.parse(readFileSync(path, "utf8")) as Json);
@@ -105,5 +113,5 @@ export function loadTokenizerJson(path: string): { tokenizer: BpeTokenizer; addB
   // A TemplateProcessing post-processor that starts with a special token is the model's BOS.
   const post = obj(root.post_processor);
   const single = post?.type === "TemplateProcessing" && Array.isArray(post.single) ? obj(post.single[0]!) : null;
-  return { tokenizer, addBos: obj(single?.SpecialToken) !== null, addEos: false };
+  return { tokenizer, addBos: obj(single?.SpecialToken) !== null, addEos: false, chatTemplate: chatTemplateBeside(path) };
 }

@@ -16,6 +16,8 @@ export interface LoadedTokenizer {
   addBos: boolean;
   /** Whether prompts end with EOS (BERT-style models). */
   addEos: boolean;
+  /** The model's chat template (Jinja), when the file has one. */
+  chatTemplate: string | null;
 }
 
 export interface LoadTokenizerOptions {
@@ -28,7 +30,7 @@ export function loadTokenizer(path: string, opts: LoadTokenizerOptions = {}): Lo
   if (isGGUF(path)) loaded = loadGGUFTokenizer(path);
   else if (path.endsWith(".json")) loaded = loadTokenizerJson(path);
   // llama2.c's file has no vocabulary size of its own: the model says how many entries to read.
-  else loaded = { tokenizer: loadLlama2cTokenizer(path, opts.modelVocabSize ?? 32000), addBos: true, addEos: false };
+  else loaded = { tokenizer: loadLlama2cTokenizer(path, opts.modelVocabSize ?? 32000), addBos: true, addEos: false, chatTemplate: null };
   const size = opts.modelVocabSize;
   if (size !== undefined && loaded.tokenizer.vocabSize > size) {
     throw new ModelFormatError(path, `vocabulary has ${loaded.tokenizer.vocabSize} tokens, the model has ${size}`);

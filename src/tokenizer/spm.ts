@@ -296,14 +296,14 @@ export class SpmTokenizer implements Tokenizer {
     if (opts.addBos === true && this.bosId !== null) ids.push(this.bosId);
     if (opts.parseSpecial === true) {
       // As llama.cpp: the dummy prefix goes before the text at the start and after each special token.
-      let afterSpecial = true;
+      let afterSpecial = opts.continuation !== true;
       for (const f of partitionSpecials(text, this.specials, true)) {
         if ("id" in f) ids.push(f.id);
         else this.encodeText(f.text, ids, afterSpecial);
         afterSpecial = "id" in f;
       }
     } else if (text.length > 0) {
-      this.encodeText(text, ids, true);
+      this.encodeText(text, ids, opts.continuation !== true);
     }
     if (opts.addEos === true && this.eosId !== null) ids.push(this.eosId);
     return ids;

@@ -12,6 +12,11 @@ export interface EncodeOptions {
    * template. Default false: text a user typed never becomes a control token.
    */
   parseSpecial?: boolean;
+  /**
+   * The text continues text tokenized before it (a piece of a rendered chat template): no
+   * SentencePiece dummy-prefix space at its start. Default false.
+   */
+  continuation?: boolean;
 }
 
 /**
