@@ -8,6 +8,10 @@ import { PagellmError } from "../errors.ts";
 import { chatCommand } from "./chat.ts";
 import { benchCommand } from "./bench.ts";
 import { generateCommand } from "./generate.ts";
+import { infoCommand } from "./info.ts";
+import { modelsCommand } from "./models.ts";
+import { pullCommand } from "./pull.ts";
+import { rmCommand } from "./rm.ts";
 
 const VERSION = (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
 
@@ -21,6 +25,10 @@ export const mainCommand = defineCommand({
     generate: generateCommand,
     bench: benchCommand,
     chat: chatCommand,
+    pull: pullCommand,
+    models: modelsCommand,
+    rm: rmCommand,
+    info: infoCommand,
   },
 });
 
