@@ -57,7 +57,7 @@ async function runChat(values: ParsedValues, rawArgs: readonly string[]): Promis
   const system = typeof values.system === "string" && values.system !== "" ? values.system : null;
   if (system !== null && !templateHasSystem(template)) throw new InputError(`--system needs a template with a system prompt (--template llama2)`);
   const settings = requestDefaults(values, rawArgs);
-  const llm = loadLLM(values);
+  const llm = await loadLLM(values);
   const session = new ChatSession(llm, typeof values.model === "string" ? values.model : "", template, system, settings);
   let interrupted = false;
   try {
