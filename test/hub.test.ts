@@ -12,11 +12,16 @@ import { ChecksumError, DownloadError, ModelSpecError } from "../src/hub/errors.
 import type { HubOptions } from "../src/hub/http.ts";
 import { pullUrl, resolveModel } from "../src/hub/resolve.ts";
 import { parseModelSpec, pickQuantFile, quantOfName } from "../src/hub/spec.ts";
+import { formatBytes, progressLine } from "../src/hub/progress.ts";
 import { REPO_ROOT } from "./helpers/cli.ts";
 import { FakeHub, sha256 } from "./helpers/fake-hub.ts";
 
 const hub = new FakeHub();
-afterAll(() => hub.stop());
+const tempDirs: string[] = [];
+afterAll(() => {
+  hub.stop();
+  for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
+});
 
 function randomBytes(n: number, seed: number): Uint8Array {
   const out = new Uint8Array(n);
@@ -47,6 +52,7 @@ let cacheDir = "";
 let opts: HubOptions;
 beforeEach(() => {
   cacheDir = mkdtempSync(join(tmpdir(), "pagellm-hub-"));
+  tempDirs.push(cacheDir);
   opts = { endpoint: hub.endpoint, token: undefined, cacheDir, progress: false };
   hub.faults = {};
   hub.requests.length = 0;
@@ -85,6 +91,14 @@ describe("model specs", () => {
     expect(pickQuantFile("o/r", ["only.gguf", "x.txt"], null)).toBe("only.gguf");
     expect(quantOfName("SmolLM2-135M-Instruct-Q4_K_M.gguf")).toBe("Q4_K_M");
     expect(quantOfName("model-IQ2_XXS.gguf")).toBe("IQ2_XXS");
+  });
+
+  test("the progress line shows size, percentage, speed and ETA", () => {
+    expect(progressLine("m.gguf", 50 * 2 ** 20, 200 * 2 ** 20, 40 * 2 ** 20, 4)).toBe(
+      "m.gguf  [=====               ]  25%  50.0 MiB/200.0 MiB  10.0 MiB/s  ETA 0:15",
+    );
+    expect(progressLine("m.gguf", 0, 2 ** 30, 0, 0)).toEndWith("0 B/1.0 GiB  0 B/s  ETA --:--");
+    expect(formatBytes(1536)).toBe("1.5 KiB");
   });
 
   test("the cache folder follows HF_HUB_CACHE, then HF_HOME/hub", () => {

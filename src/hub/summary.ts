@@ -116,7 +116,8 @@ function specialTokens(gguf: GGUFFile): SpecialToken[] {
   const out: SpecialToken[] = [];
   for (const role of SPECIAL_ROLES) {
     const id = optionalNumber(gguf, `tokenizer.ggml.${role}_token_id`);
-    if (id === null) continue;
+    // -1 (often stored as u32 0xFFFFFFFF) means "no such token".
+    if (id === null || id < 0 || id >= 0xffffffff || (tokens !== null && id >= tokens.length)) continue;
     const text = tokens !== null && id >= 0 && id < tokens.length ? tokens.get(id) : null;
     out.push({ role: role === "seperator" ? "separator" : role, id, text });
   }
