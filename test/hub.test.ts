@@ -4,7 +4,7 @@
  * commands. Nothing here reaches the internet.
  */
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { RepoCache, hubCacheDir } from "../src/hub/cache.ts";
@@ -134,6 +134,16 @@ describe("downloads from the hub", () => {
     expect(hub.requests).toEqual([]);
   });
 
+  test("HF_HUB_OFFLINE: cached files resolve, anything else fails without a request", async () => {
+    await resolveModel(`hf:${REPO}/${FILE}`, opts);
+    hub.requests.length = 0;
+    const offline = { ...opts, offline: true };
+    expect(await resolveModel(`hf:${REPO}:Q8_0`, offline)).toEndWith(FILE);
+    await expect(resolveModel(`hf:${REPO}/tiny-Q4_K_M.gguf`, offline)).rejects.toThrow(`${REPO}/tiny-Q4_K_M.gguf: not in the cache and HF_HUB_OFFLINE is set`);
+    await expect(resolveModel(`hf:${REPO}:Q4_K_S`, offline)).rejects.toThrow(`${REPO}: not in the cache and HF_HUB_OFFLINE is set`);
+    expect(hub.requests).toEqual([]);
+  });
+
   test("hf:OWNER/REPO:QUANT picks the file from the repository listing", async () => {
     const path = await resolveModel(`hf:${REPO}:q8_0`, opts);
     expect(path.endsWith(FILE)).toBe(true);
@@ -241,6 +251,15 @@ describe("downloads from the hub", () => {
     writeFileSync(cache.lockPath(SHA), `${dead}\n`);
     await resolveModel(`hf:${REPO}/${FILE}`, opts);
     expectCachedLayout(REPO, FILE, SHA, BYTES);
+
+    // huggingface_hub leaves an empty flock file behind: an old one does not block us.
+    const leftover = join(cacheDir, "leftover");
+    const hfCache = new RepoCache(leftover, REPO);
+    mkdirSync(hfCache.lockDir, { recursive: true });
+    writeFileSync(hfCache.lockPath(SHA), "");
+    const old = new Date(Date.now() - 3600_000);
+    utimesSync(hfCache.lockPath(SHA), old, old);
+    expect(sha256(readFileSync(await resolveModel(`hf:${REPO}/${FILE}`, { ...opts, cacheDir: leftover })))).toBe(SHA);
 
     const other = join(cacheDir, "other");
     const held = new RepoCache(other, REPO);

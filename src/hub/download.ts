@@ -74,15 +74,15 @@ async function transfer(opts: HubOptions, target: DownloadTarget, partial: strin
   const fd = openSync(partial, have === 0 ? "w" : "r+");
   try {
     ftruncateSync(fd, have);
-    await writeBody(target, response, fd, have, lock);
+    await writeBody(opts, target, response, fd, have, lock);
   } finally {
     closeSync(fd);
   }
 }
 
-async function writeBody(target: DownloadTarget, response: Response, fd: number, start: number, lock: FileLock | null): Promise<void> {
+async function writeBody(opts: HubOptions, target: DownloadTarget, response: Response, fd: number, start: number, lock: FileLock | null): Promise<void> {
   const total = target.size ?? (Number(response.headers.get("content-length") ?? Number.NaN) + start);
-  const progress = new DownloadProgress(target.label.split("/").pop()!, Number.isFinite(total) ? total : 0, start, undefined);
+  const progress = new DownloadProgress(target.label.split("/").pop()!, Number.isFinite(total) ? total : 0, start, opts.progress);
   let written = start;
   let lastTouch = performance.now();
   const body = response.body;

@@ -14,6 +14,8 @@ export interface HubOptions {
   readonly cacheDir: string;
   /** Draw a progress bar (defaults to: stderr is a terminal). */
   readonly progress: boolean;
+  /** HF_HUB_OFFLINE=1: use the cache only, never send a request. */
+  readonly offline?: boolean;
 }
 
 export function hubOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): HubOptions {
@@ -22,6 +24,7 @@ export function hubOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): HubOpti
     token: env.HF_TOKEN || env.HUGGING_FACE_HUB_TOKEN || undefined,
     cacheDir: hubCacheDir(env),
     progress: process.stderr.isTTY === true,
+    offline: ["1", "true", "yes", "on"].includes((env.HF_HUB_OFFLINE ?? "").toLowerCase()),
   };
 }
 
@@ -60,7 +63,7 @@ export async function fetchFileMetadata(opts: HubOptions, repo: string, file: st
   const target = `${repo}/${file}`;
   let url = resolveUrl(opts, repo, file);
   for (let hop = 0; ; hop++) {
-    const response = await request(target, url, { method: "HEAD", redirect: "manual", headers: requestHeaders(opts, url) });
+    const response = await request(target, url, { method: "HEAD", redirect: "manual", headers: requestHeaders(opts, url) }, opts.offline);
     const location = response.headers.get("location");
     const isRedirect = response.status >= 300 && response.status < 400 && location !== null;
     if (isRedirect && !/^https?:\/\//i.test(location) && hop < MAX_RELATIVE_REDIRECTS) {
@@ -81,7 +84,7 @@ export async function fetchFileMetadata(opts: HubOptions, repo: string, file: st
 /** Names of the files in a repository: GET {endpoint}/api/models/OWNER/REPO (its "siblings"). */
 export async function listRepoFiles(opts: HubOptions, repo: string): Promise<string[]> {
   const url = `${opts.endpoint}/api/models/${repo}`;
-  const response = await request(repo, url, { headers: requestHeaders(opts, url) });
+  const response = await request(repo, url, { headers: requestHeaders(opts, url) }, opts.offline);
   if (!response.ok) throw statusError(opts, repo, response, "hf");
   const body = (await response.json().catch(() => null)) as { siblings?: { rfilename?: unknown }[] } | null;
   if (body === null || !Array.isArray(body.siblings)) throw new DownloadError(repo, `${url} did not answer with a file list`);
@@ -89,7 +92,8 @@ export async function listRepoFiles(opts: HubOptions, repo: string): Promise<str
 }
 
 /** fetch, with network failures turned into a DownloadError naming the target. */
-export async function request(target: string, url: string, init: RequestInit): Promise<Response> {
+export async function request(target: string, url: string, init: RequestInit, offline = false): Promise<Response> {
+  if (offline) throw new DownloadError(target, "not in the cache and HF_HUB_OFFLINE is set; unset it to download");
   try {
     return await fetch(url, init);
   } catch (error) {

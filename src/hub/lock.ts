@@ -3,22 +3,27 @@
  * A lock whose owner process is gone is stale and is taken over; so is one that nobody has touched for
  * STALE_AFTER_MS (a crashed owner on another host sharing the cache). Holders refresh the mtime while
  * they make progress, so a slow download is not mistaken for a dead one.
+ *
+ * huggingface_hub locks the same path with flock() and leaves the (empty) file behind afterwards. An
+ * empty lock is therefore judged by activity: it is stale once neither it nor the download it guards
+ * (`activityPath`, the .incomplete file) has changed for FOREIGN_IDLE_MS.
  */
 import { closeSync, mkdirSync, openSync, readFileSync, statSync, unlinkSync, utimesSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 
 const POLL_MS = 50;
 const STALE_AFTER_MS = 10 * 60 * 1000;
+const FOREIGN_IDLE_MS = 30 * 1000;
 
 export class FileLock {
   private constructor(readonly path: string) {}
 
   /** Wait until the lock is ours; stale locks are broken. */
-  static async acquire(path: string): Promise<FileLock> {
+  static async acquire(path: string, activityPath?: string): Promise<FileLock> {
     mkdirSync(dirname(path), { recursive: true });
     for (;;) {
       if (tryCreate(path)) return new FileLock(path);
-      if (isStale(path)) {
+      if (isStale(path, activityPath)) {
         try {
           unlinkSync(path);
         } catch {
@@ -61,7 +66,7 @@ function tryCreate(path: string): boolean {
   }
 }
 
-function isStale(path: string): boolean {
+function isStale(path: string, activityPath: string | undefined): boolean {
   let pid: number;
   let mtimeMs: number;
   try {
@@ -71,8 +76,18 @@ function isStale(path: string): boolean {
     return false; // vanished: the next tryCreate decides
   }
   if (Date.now() - mtimeMs > STALE_AFTER_MS) return true;
-  if (!Number.isInteger(pid) || pid <= 0) return Date.now() - mtimeMs > 5000; // owner still writing its pid
-  return !processAlive(pid);
+  if (Number.isInteger(pid) && pid > 0) return !processAlive(pid);
+  // No pid: a huggingface_hub flock file (or ours, between create and write).
+  return Date.now() - Math.max(mtimeMs, modifiedMs(activityPath)) > FOREIGN_IDLE_MS;
+}
+
+function modifiedMs(path: string | undefined): number {
+  if (path === undefined) return 0;
+  try {
+    return statSync(path).mtimeMs;
+  } catch {
+    return 0;
+  }
 }
 
 function processAlive(pid: number): boolean {

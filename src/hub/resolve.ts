@@ -60,7 +60,7 @@ export async function pullHubFile(opts: HubOptions, repo: string, file: string):
   const blob = cache.blobPath(meta.etag);
   if (!existsSync(blob)) {
     mkdirSync(dirname(blob), { recursive: true });
-    const lock = await FileLock.acquire(cache.lockPath(meta.etag));
+    const lock = await FileLock.acquire(cache.lockPath(meta.etag), `${blob}.incomplete`);
     try {
       // Another process may have finished it while we waited for the lock.
       if (!existsSync(blob)) {
@@ -94,14 +94,14 @@ export async function pullUrl(opts: HubOptions, url: string): Promise<string> {
   const name = basename(new URL(url).pathname) || "model.gguf";
   const dest = join(urlDownloadDir(url), decodeURIComponent(name));
   if (existsSync(dest)) return dest;
-  const head = await request(url, url, { method: "HEAD", redirect: "follow", headers: requestHeaders(opts, url) });
+  const head = await request(url, url, { method: "HEAD", redirect: "follow", headers: requestHeaders(opts, url) }, opts.offline);
   if (!head.ok) throw statusError(opts, url, head, "url");
   const sizeHeader = head.headers.get("x-linked-size") ?? head.headers.get("content-length");
   const size = sizeHeader === null ? null : Number(sizeHeader);
   // A plain server's ETag is opaque (an MD5, a version stamp): only the hub's X-Linked-Etag is a content hash.
   const etag = normalizeEtag(head.headers.get("x-linked-etag"));
   mkdirSync(dirname(dest), { recursive: true });
-  const lock = await FileLock.acquire(`${dest}.lock`);
+  const lock = await FileLock.acquire(`${dest}.lock`, `${dest}.incomplete`);
   try {
     if (!existsSync(dest)) {
       await downloadFile(opts, { label: url, kind: "url", url: head.url || url, dest, size: Number.isSafeInteger(size) ? size : null, etag }, lock);
