@@ -12,6 +12,7 @@ import { infoCommand } from "./info.ts";
 import { modelsCommand } from "./models.ts";
 import { pullCommand } from "./pull.ts";
 import { rmCommand } from "./rm.ts";
+import { perplexityCommand } from "./perplexity.ts";
 
 const VERSION = (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
 
@@ -25,6 +26,7 @@ export const mainCommand = defineCommand({
     generate: generateCommand,
     bench: benchCommand,
     chat: chatCommand,
+    perplexity: perplexityCommand,
     pull: pullCommand,
     models: modelsCommand,
     rm: rmCommand,
