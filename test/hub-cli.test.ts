@@ -91,6 +91,15 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
     expect(json.memory.totalBytes).toBeGreaterThan(json.memory.weightBytes + json.memory.kvCacheBytes);
   });
 
+  test("generate --model hf:OWNER/REPO:QUANT runs the cached file, same text as its path", async () => {
+    const args = ["--prompt", "Once upon a time", "--max-tokens", "12", "--temperature", "0", "--threads", "1"];
+    const viaHub = await pagellm("generate", "--model", `hf:${REPO}:Q8_0`, ...args);
+    const viaPath = await pagellm("generate", "--model", q8!, ...args);
+    expect(viaHub.code).toBe(0);
+    expect(viaHub.out.length).toBeGreaterThan(0);
+    expect(viaHub.out).toBe(viaPath.out);
+  });
+
   test("rm removes the snapshot link and, when unreferenced, the blob", async () => {
     // A second snapshot that shares the Q4_0 blob keeps it alive when the main one is removed.
     const q4Link = join(repoDir, "snapshots", hub.commit, "stories260K-Q4_0.gguf");
