@@ -107,6 +107,8 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
     const oldCommit = "1111111111111111111111111111111111111111";
     mkdirSync(join(repoDir, "snapshots", oldCommit), { recursive: true });
     symlinkSync(`../../blobs/${blobName}`, join(repoDir, "snapshots", oldCommit, "stories260K-Q4_0.gguf"));
+    const listed = JSON.parse((await pagellm("models", "--json")).out) as { path: string }[];
+    expect(listed.map((m) => m.path)).toEqual([q4Link, join(repoDir, "snapshots", hub.commit, "stories260K-Q8_0.gguf")]);
 
     const r = await pagellm("rm", `hf:${REPO}:q4_0`);
     expect(r.code).toBe(0);

@@ -3,9 +3,9 @@
  * their headers say: size, architecture, quantization, context length.
  */
 import { defineCommand, type ArgsDef } from "citty";
-import { statSync } from "node:fs";
+import { lstatSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { listCachedModels, listFiles } from "../hub/cache.ts";
+import { listCachedModels, listFiles, type CachedModel } from "../hub/cache.ts";
 import { hubOptionsFromEnv } from "../hub/http.ts";
 import { formatBytes } from "../hub/progress.ts";
 import { urlCacheDir } from "../hub/resolve.ts";
@@ -42,9 +42,14 @@ export const modelsCommand = defineCommand({
 });
 
 export function listModels(): ModelListing[] {
-  const hub = listCachedModels(hubOptionsFromEnv().cacheDir)
-    .filter((m) => m.isMain)
-    .map((m) => describe(m.repo, m.file, `hf:${m.repo}/${m.file}`, m.path));
+  // One row per repo/file: the copy at refs/main when there is one, else the newest other snapshot's.
+  const newest = new Map<string, CachedModel>();
+  for (const m of listCachedModels(hubOptionsFromEnv().cacheDir)) {
+    const key = `${m.repo}/${m.file}`;
+    const seen = newest.get(key);
+    if (seen === undefined || (!seen.isMain && (m.isMain || lstatSync(m.path).mtimeMs > lstatSync(seen.path).mtimeMs))) newest.set(key, m);
+  }
+  const hub = [...newest.values()].map((m) => describe(m.repo, m.file, `hf:${m.repo}/${m.file}`, m.path));
   const urlDir = urlCacheDir();
   const byUrl = listFiles(urlDir)
     .filter((f) => /\.gguf$/i.test(f))
