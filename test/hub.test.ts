@@ -81,14 +81,15 @@ describe("model specs", () => {
   });
 
   test("a quant matches a whole word of the file name, case-insensitively", () => {
-    const files = ["m-Q4_K_M.gguf", "m-Q4_K.gguf", "m.Q8_0.gguf", "m-f16.gguf", "mmproj-m-f16.gguf", "m-Q2_K-00002-of-00002.gguf", "README.md"];
+    const files = ["m-Q4_K_M.gguf", "m-Q4_K.gguf", "m.Q8_0.gguf", "m-f16.gguf", "mmproj-m-f16.gguf", "m-Q2_K-00001-of-00002.gguf", "m-Q2_K-00002-of-00002.gguf", "README.md"];
     expect(pickQuantFile("o/r", files, "q4_k_m")).toBe("m-Q4_K_M.gguf");
     expect(pickQuantFile("o/r", files, "Q4_K")).toBe("m-Q4_K.gguf");
     expect(pickQuantFile("o/r", files, "Q8_0")).toBe("m.Q8_0.gguf");
     expect(pickQuantFile("o/r", files, "F16")).toBe("m-f16.gguf");
-    expect(() => pickQuantFile("o/r", files, "Q5_K_M")).toThrow("no Q5_K_M GGUF file; it has: Q4_K_M, Q4_K, Q8_0, F16");
+    expect(() => pickQuantFile("o/r", files, "Q5_K_M")).toThrow("no Q5_K_M GGUF file; it has: Q4_K_M, Q4_K, Q8_0, F16, Q2_K");
     expect(() => pickQuantFile("o/r", files, null)).toThrow("files match");
     expect(pickQuantFile("o/r", ["only.gguf", "x.txt"], null)).toBe("only.gguf");
+    expect(() => pickQuantFile("o/r", files, "Q2_K")).toThrow("m-Q2_K-00001-of-00002.gguf is the first of 2 parts of a split GGUF");
     expect(quantOfName("SmolLM2-135M-Instruct-Q4_K_M.gguf")).toBe("Q4_K_M");
     expect(quantOfName("model-IQ2_XXS.gguf")).toBe("IQ2_XXS");
   });

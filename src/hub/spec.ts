@@ -72,7 +72,13 @@ export function formatModelSpec(spec: ModelSpec): string {
 export function pickQuantFile(repo: string, files: readonly string[], quant: string | null): string {
   const ggufs = files.filter((f) => /\.gguf$/i.test(f) && !/mmproj/i.test(f) && !/-0*([2-9]|[1-9]\d+)-of-\d+\.gguf$/i.test(f));
   const wanted = quant === null ? ggufs : ggufs.filter((f) => hasQuant(f, quant));
-  if (wanted.length === 1) return wanted[0]!;
+  if (wanted.length === 1) {
+    const split = /-0*1-of-0*(\d+)\.gguf$/i.exec(wanted[0]!);
+    if (split !== null && Number(split[1]) > 1) {
+      throw new ModelSpecError(`hf:${repo}: ${wanted[0]} is the first of ${Number(split[1])} parts of a split GGUF, and pagellm reads single-file GGUFs; merge them with llama-gguf-split --merge, or pick another quantization`);
+    }
+    return wanted[0]!;
+  }
   const available = ggufs.map(quantOfName).filter((q, i, all) => q !== null && all.indexOf(q) === i);
   const listing = ggufs.length === 0 ? "it has no .gguf files" : `it has: ${available.length > 0 ? available.join(", ") : ggufs.join(", ")}`;
   if (wanted.length === 0) {
