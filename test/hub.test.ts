@@ -179,6 +179,16 @@ describe("downloads from the hub", () => {
     expectCachedLayout(REPO, FILE, SHA, BYTES);
   });
 
+  test("a 206 that does not start where the partial file ends is not spliced in", async () => {
+    const cache = new RepoCache(cacheDir, REPO);
+    mkdirSync(join(cache.dir, "blobs"), { recursive: true });
+    writeFileSync(`${cache.blobPath(SHA)}.incomplete`, BYTES.subarray(0, 5000));
+    hub.faults = { rangeFromZero: true };
+    await resolveModel(`hf:${REPO}/${FILE}`, opts);
+    expectCachedLayout(REPO, FILE, SHA, BYTES);
+    expect(hub.requests.filter((r) => r.path.startsWith("/cdn/")).map((r) => r.range)).toEqual(["bytes=5000-", null]);
+  });
+
   test("a wrong checksum is refused and leaves no file behind", async () => {
     hub.faults = { corrupt: true };
     const err = await resolveModel(`hf:${REPO}/${FILE}`, opts).catch((e: unknown) => e);

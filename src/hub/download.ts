@@ -70,7 +70,13 @@ async function transfer(opts: HubOptions, target: DownloadTarget, partial: strin
     throw new TransferInterrupted("server refused the resume range");
   }
   if (!response.ok) throw statusError(opts, target.label, response, target.kind);
-  if (response.status !== 206 || rangeStart(response) !== have) have = 0;
+  if (response.status === 206 && rangeStart(response) !== have) {
+    // Bytes from somewhere else than where our file ends: never splice them in.
+    await response.body?.cancel();
+    rmSync(partial, { force: true });
+    throw new TransferInterrupted(`server answered the range from byte ${have} with ${response.headers.get("content-range")}`);
+  }
+  if (response.status !== 206) have = 0; // a 200 is the whole file: start over
   const fd = openSync(partial, have === 0 ? "w" : "r+");
   try {
     ftruncateSync(fd, have);

@@ -22,6 +22,8 @@ export interface Faults {
   corrupt?: boolean;
   /** Answer Range requests with the whole file (200). */
   ignoreRange?: boolean;
+  /** Answer the next Range request with 206 but the whole file (Content-Range from byte 0). */
+  rangeFromZero?: boolean;
   /** Sleep this long between 16 KiB chunks. */
   chunkDelayMs?: number;
 }
@@ -118,11 +120,16 @@ export class FakeHub {
     if (original === undefined) return new Response(null, { status: 404 });
     const bytes = this.faults.corrupt ? flipped(original) : original;
     const range = /^bytes=(\d+)-$/.exec(req.headers.get("range") ?? "");
-    const start = range && !this.faults.ignoreRange ? Number(range[1]) : 0;
+    const start = range && !this.faults.ignoreRange && !this.faults.rangeFromZero ? Number(range[1]) : 0;
     if (start > bytes.length) return new Response(null, { status: 416 });
     const headers: Record<string, string> = { "Content-Length": String(bytes.length - start), "Accept-Ranges": "bytes" };
+    let status = start > 0 ? 206 : 200;
     if (start > 0) headers["Content-Range"] = `bytes ${start}-${bytes.length - 1}/${bytes.length}`;
-    const status = start > 0 ? 206 : 200;
+    if (range && this.faults.rangeFromZero) {
+      this.faults.rangeFromZero = false;
+      headers["Content-Range"] = `bytes 0-${bytes.length - 1}/${bytes.length}`;
+      status = 206;
+    }
     if (req.method === "HEAD") return new Response(null, { status, headers });
     let dropAt = Number.POSITIVE_INFINITY;
     if (this.faults.dropAfterBytes !== undefined && (this.faults.dropTimes ?? 1) > 0) {
