@@ -8,6 +8,7 @@
  *   - F16 and BF16: greedy ids equal, and either the F32 rule or the quantized rule.
  *   - quantized files: err(pagellm) <= 1.15 * err(llama.cpp) + 0.01, where err(E) is the mean over
  *     positions of |log p_E(file) - log p_llama.cpp(F32 original)|.
+ * On each file, batch invariance too: the same logits, bit for bit, at any chunking, batch and thread count.
  * PAGELLM_TEST_VERBOSE=1 prints every measured figure.
  */
 import { afterAll, beforeAll, expect, test } from "bun:test";
@@ -97,6 +98,11 @@ afterAll(() => {
   if (process.env.PAGELLM_TEST_VERBOSE && measured.length > 0) console.log(`pagellm vs llama.cpp (threads ${THREADS}):\n  ${measured.join("\n  ")}`);
 });
 
+function sameBits(a: Float32Array[], b: Float32Array[]): boolean {
+  const bytes = (x: Float32Array) => Buffer.from(x.buffer, x.byteOffset, x.byteLength);
+  return a.length === b.length && a.every((x, p) => bytes(x).equals(bytes(b[p]!)));
+}
+
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 
 for (const m of CASES) {
@@ -142,6 +148,20 @@ for (const m of CASES) {
           expect(errMine).toBeLessThanOrEqual(QUANT_SLOPE * errLlama + QUANT_SLACK);
         }
       });
+    });
+
+    test("batch invariance: the same bits prefilled at once, in chunks of 7, token by token, beside another sequence, on another thread count", () => {
+      const tokens = readJson<ScoreRef>(paths[0]!).tokens.slice(0, 48);
+      const once = rig!.logits(tokens, tokens.length);
+      expect(sameBits(rig!.logits(tokens, 7), once)).toBe(true);
+      expect(sameBits(rig!.logits(tokens, 1), once)).toBe(true);
+      expect(sameBits(rig!.logits(tokens, 11, [...tokens].reverse()), once)).toBe(true);
+      const other = new GGUFRig(m.path(), 64, THREADS === 1 ? 2 : 1);
+      try {
+        expect(sameBits(other.logits(tokens, 5), once)).toBe(true);
+      } finally {
+        other.close();
+      }
     });
 
     if (m.kind !== "quantized") {
