@@ -33,6 +33,28 @@ describe("published templates render the documented prompts", () => {
     );
   });
 
+  test("Llama 3.2: the system header with its dates; today's date from strftime_now", () => {
+    const t = fixture("llama3.2.jinja", "<|begin_of_text|>", "<|eot_id|>");
+    const header = (date: string) =>
+      `<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ${date}\n\n`;
+    expect(t.render([{ role: "system", content: "Be brief." }, ...TWO_TURNS], true, { date_string: "26 Jul 2024" })).toBe(
+      header("26 Jul 2024") + "Be brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>" +
+        "<|start_header_id|>assistant<|end_header_id|>\n\nHello! How can I help?<|eot_id|>" +
+        "<|start_header_id|>user<|end_header_id|>\n\nTell me a joke.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+    );
+    const today = new Date();
+    const month = today.toLocaleString("en-US", { month: "short" });
+    const date = `${String(today.getDate()).padStart(2, "0")} ${month} ${today.getFullYear()}`;
+    expect(t.render(HI, true)).toBe(header(date) + "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  });
+
+  test("Gemma 3: the system prompt opens the first user turn", () => {
+    expect(fixture("gemma3.jinja", "<bos>", "<eos>").render([{ role: "system", content: "Be brief." }, ...TWO_TURNS], true)).toBe(
+      "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello! How can I help?<end_of_turn>\n" +
+        "<start_of_turn>user\nTell me a joke.<end_of_turn>\n<start_of_turn>model\n",
+    );
+  });
+
   test("Qwen2.5, with its default system prompt", () => {
     expect(fixture("qwen2.5.jinja").render(TWO_TURNS, true)).toBe(
       "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n" +
@@ -160,7 +182,7 @@ describeShared("the ChatML template of the shared qwen2 model", ["models/gguf/rn
 describeShared("template text and contents tokenized together", ["models/gguf/stories260K.gguf", "models/gguf/rnd-qwen2-Q5_K_M.gguf"], (models) => {
   // Without control text in the messages, a conversation's ids are the whole rendering's ids with
   // specials parsed: pieces between control tokens are never cut at a content's edge.
-  for (const [model, name] of [[models[0]!, "mistral.jinja"], [models[1]!, "qwen2.5.jinja"], [models[1]!, "llama3.jinja"]] as const) {
+  for (const [model, name] of [[models[0]!, "mistral.jinja"], [models[1]!, "qwen2.5.jinja"], [models[1]!, "llama3.jinja"], [models[1]!, "llama3.2.jinja"], [models[0]!, "gemma3.jinja"]] as const) {
     test(`${name} with ${model.split("/").pop()}`, () => {
       const { tokenizer } = loadTokenizer(model);
       const bosToken = tokenizer.bosId === null ? "" : tokenizer.tokenText(tokenizer.bosId);
