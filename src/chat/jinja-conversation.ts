@@ -107,7 +107,7 @@ export class JinjaConversation implements Conversation {
   commit(user: string, replyIds: readonly number[], replyText: string): void {
     const prompt = this.pending ?? { text: "", ids: this.promptIds(user) };
     this.messages.push({ role: "user", content: user }, { role: "assistant", content: replyText });
-    this.list.push({ user, reply: [...replyIds] });
+    this.list.push({ user, reply: [...replyIds], replyText });
     this.idList = [...prompt.ids, ...replyIds];
     this.rendered = prompt.text + replyText;
     this.pending = null;
