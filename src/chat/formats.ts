@@ -24,17 +24,19 @@ export type ChatFormat = { kind: "builtin"; name: ChatTemplateName } | { kind: "
  * The format `choice` names (a built-in name or a Jinja file), or, when absent, the model's own
  * template (`modelTemplate`, from its metadata) or plain continuation.
  */
-export function chatFormat(choice: string | undefined, modelTemplate: string | null, modelSource: string, tok: Tokenizer): ChatFormat {
+export function chatFormat(
+  choice: string | undefined, modelTemplate: string | null, modelSource: string, tok: Tokenizer, variables: Readonly<Record<string, unknown>> = {},
+): ChatFormat {
   const specials = {
     bosToken: tok.bosId === null ? "" : tok.tokenText(tok.bosId),
     eosToken: tok.eosId === null ? "" : tok.tokenText(tok.eosId),
   };
   if (choice === undefined) {
-    return modelTemplate === null ? { kind: "builtin", name: "raw" } : { kind: "jinja", template: new ChatTemplate(modelTemplate, modelSource, specials) };
+    return modelTemplate === null ? { kind: "builtin", name: "raw" } : { kind: "jinja", template: new ChatTemplate(modelTemplate, modelSource, specials, variables) };
   }
   if ((CHAT_TEMPLATES as readonly string[]).includes(choice)) return { kind: "builtin", name: choice as ChatTemplateName };
-  if (choice === "chatml") return { kind: "jinja", template: new ChatTemplate(CHATML, "chatml", specials) };
-  if (existsSync(choice) && statSync(choice).isFile()) return { kind: "jinja", template: new ChatTemplate(readFileSync(choice, "utf8"), choice, specials) };
+  if (choice === "chatml") return { kind: "jinja", template: new ChatTemplate(CHATML, "chatml", specials, variables) };
+  if (existsSync(choice) && statSync(choice).isFile()) return { kind: "jinja", template: new ChatTemplate(readFileSync(choice, "utf8"), choice, specials, variables) };
   throw new InputError(`--template must be ${FORMAT_NAMES.join(", ")} or a Jinja template file, got "${choice}" (no such file)`);
 }
 

@@ -26,6 +26,7 @@ export const chatArgs = {
     description: `Prompt format: ${FORMAT_NAMES.join(" | ")} | a Jinja template file (default: the model's own chat template; raw, plain continuation, for a model without one)`,
     valueHint: "name|file",
   },
+  "chat-template-kwargs": { type: "string", description: 'More chat template variables as a JSON object, e.g. \'{"enable_thinking": false}\' for Qwen3', valueHint: "json" },
   system: { type: "string", description: "System prompt; /system changes it in the chat", valueHint: "text" },
   ...samplingArgs,
   ...engineArgs,

@@ -28,6 +28,8 @@ export interface LoadOptions {
   onLoadProgress?: LoadProgress;
   /** The chat format of "messages" requests and chats: raw, llama2, chatml or a Jinja file (default: the model's own template). */
   chatTemplate?: string;
+  /** More variables for the chat template (`enable_thinking`, ...), as llama.cpp's --chat-template-kwargs. */
+  chatTemplateKwargs?: Readonly<Record<string, unknown>>;
 }
 
 /** One generation request; every field but `prompt`/`promptTokenIds` falls back to a default. */
@@ -131,7 +133,7 @@ export class LLM {
     const t0 = performance.now();
     const checkpoint = openCheckpoint(opts.model);
     const { tokenizer, addBos, chatTemplate } = loadTokenizer(opts.tokenizer, { modelVocabSize: checkpoint.config.vocabSize });
-    const format = chatFormat(opts.chatTemplate, chatTemplate, opts.model, tokenizer);
+    const format = chatFormat(opts.chatTemplate, chatTemplate, opts.model, tokenizer, opts.chatTemplateKwargs);
     const engine = new LLMEngine(checkpoint, tokenizer, { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine }, opts.onLoadProgress);
     return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0, format);
   }
