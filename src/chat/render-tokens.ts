@@ -111,8 +111,10 @@ function controlTokens(tok: Tokenizer, text: string, start: number, end: number,
   const stretch = text.slice(start, end);
   const found: ControlAt[] = [];
   let cursor = 0;
+  // Ids that plain tokenization also gives are no control tokens: only the others need a check.
+  const plain = new Set(tok.encode(stretch, { continuation: true }));
   for (const id of tok.encode(stretch, { parseSpecial: true, continuation: true })) {
-    if (!isControl(id)) continue;
+    if (plain.has(id) || !isControl(id)) continue;
     const written = tok.tokenText(id);
     const at = stretch.indexOf(written, cursor);
     if (at < 0) continue;
