@@ -54,7 +54,7 @@ type ChatSettings = Omit<GenerateRequest, "id" | "prompt" | "promptTokenIds">;
 async function runChat(values: ParsedValues, rawArgs: readonly string[]): Promise<void> {
   const system = typeof values.system === "string" && values.system !== "" ? values.system : null;
   const settings = requestDefaults(values, rawArgs);
-  const llm = loadLLM(values);
+  const llm = await loadLLM(values);
   let session: ChatSession;
   try {
     session = new ChatSession(llm, typeof values.model === "string" ? values.model : "", system, settings);
