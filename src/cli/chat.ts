@@ -38,7 +38,7 @@ export const chatCommand = defineCommand({
     description:
       "Chat with a model: type a message, the reply streams back; earlier turns are served from the prefix cache. " +
       'A line ending with \\ continues, """ opens and closes a multi-line message. /help in the chat lists its commands ' +
-      "(/reset, /system, /stats, /set, /exit). Ctrl-C stops a reply, Ctrl-C at an empty prompt or Ctrl-D quits. " +
+      "(/reset, /system, /stats, /set, /save, /load, /tokens, /info, /exit). Ctrl-C stops a reply, Ctrl-C at an empty prompt or Ctrl-D quits. " +
       "With stdin not a terminal, reads one message a line and exits at EOF.",
   },
   args: chatArgs,
@@ -86,7 +86,7 @@ const SETTINGS: Record<string, { key: keyof ChatSettings; kind: "number" | "int"
 const HELP = `Commands:
   /help                this list
   /reset               start a new conversation (the prefix cache still holds the old one)
-  /system [TEXT]       show or set the system prompt (llama2 template); /system "" clears it
+  /system [TEXT]       show or set the system prompt (a format with one); /system "" clears it
   /stats               the conversation's length and the engine's prefix cache and KV block totals
   /save FILE           write the conversation as JSON ({"messages": [...]} on one line)
   /load FILE           continue a conversation /save wrote (or any {"messages": [...]} file)
