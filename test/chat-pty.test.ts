@@ -59,6 +59,28 @@ describeShared("pagellm chat on a GGUF chat model", ["models/gguf/rnd-qwen2-Q5_K
   }, 120_000);
 });
 
+describeShared("a long chat on a GGUF chat model", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
+  test.skipIf(!hasScript)("time to first token does not grow with the conversation: 20 turns in a 2048-token context", async () => {
+    const topics = ["the weather", "a red bicycle", "my old cat", "the sea at night", "bread and butter"];
+    const messages = Array.from({ length: 20 }, (_, i) => `Tell me about ${topics[i % topics.length]}, part ${i + 1}.`);
+    const out = await chatInPty(["--model", model!, "--ctx-size", "2048", "--max-tokens", "4", "--temperature", "0", "--threads", "1"], [...messages, "/exit"]);
+    const turns = [...out.matchAll(/\[prompt (\d+) tokens \((\d+) cached\), .*first token ([\d.]+) ms/g)].map((m) => ({
+      prompt: Number(m[1]), cached: Number(m[2]), ttftMs: Number(m[3]),
+    }));
+    expect(turns.length).toBe(20);
+    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+    // The first turn warms up; turns 2-4 against turns 18-20.
+    const early = median(turns.slice(1, 4).map((t) => t.ttftMs));
+    const late = median(turns.slice(-3).map((t) => t.ttftMs));
+    const last = turns[19]!;
+    // What makes it so: the last prompt is long, and all of it but its last partial block and the new message comes from the cache.
+    expect(last.prompt).toBeGreaterThan(10 * turns[0]!.prompt / 2);
+    expect(last.prompt - last.cached).toBeLessThan(16 + 40);
+    console.log(`TTFT: turns 2-4 median ${early} ms, turns 18-20 median ${late} ms; last prompt ${last.prompt} tokens (${last.cached} cached)`);
+    expect(late).toBeLessThan(2 * early);
+  }, 180_000);
+});
+
 describeShared("end-of-generation tokens stop a reply", ["vocab/ggml-vocab-smollm.gguf"], ([vocab]) => {
   test("a model whose next token is always <|im_end|> gives an empty reply that ends with finish_reason stop", async () => {
     // One layer that adds nothing, every embedding the same positive row, and a classifier that

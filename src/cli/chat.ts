@@ -316,7 +316,7 @@ class ChatSession {
     let why = "";
     if (r.finish_reason === "abort") why = ", interrupted";
     else if (r.finish_reason === "length") why = maxTokens !== null && r.completion_tokens >= maxTokens ? ", max tokens reached" : ", context full";
-    this.note(`[prompt ${r.prompt_tokens} tokens (${r.cached_tokens} cached), reply ${plural(r.completion_tokens, "token")}${why}, ${rate}, context ${used}/${this.limit}]`, true);
+    this.note(`[prompt ${r.prompt_tokens} tokens (${r.cached_tokens} cached), reply ${plural(r.completion_tokens, "token")}${why}, first token ${r.ttft_ms.toFixed(1)} ms, ${rate}, context ${used}/${this.limit}]`, true);
     this.totals.replies++;
     this.totals.promptTokens += r.prompt_tokens;
     this.totals.cachedTokens += r.cached_tokens;
