@@ -7,7 +7,7 @@ import { existsSync, readFileSync, statSync } from "node:fs";
 import { InputError } from "../errors.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { ChatHistory, CHAT_TEMPLATES, type ChatTemplateName } from "./builtin-formats.ts";
-import type { Conversation } from "./conversation.ts";
+import { loadConversation, type Conversation } from "./conversation.ts";
 import { JinjaConversation } from "./jinja-conversation.ts";
 import { ChatTemplate, type ChatMessage } from "./jinja-template.ts";
 
@@ -52,18 +52,9 @@ export function newConversation(format: ChatFormat, tok: Tokenizer, opts: { addB
  * assistant's reply to the last user message starts.
  */
 export function messagesPromptIds(format: ChatFormat, tok: Tokenizer, addBos: boolean, messages: readonly ChatMessage[]): number[] {
-  const system = messages[0]?.role === "system" ? messages[0].content : null;
-  const rest = system === null ? messages : messages.slice(1);
-  const last = rest.at(-1);
+  const last = messages.at(-1);
   if (last === undefined || last.role !== "user") throw new InputError(`"messages" must end with a user message`);
-  const conversation = newConversation(format, tok, { addBos, system });
-  if (system !== null && !conversation.hasSystem) throw new InputError(`the ${conversation.name} format has no system prompt`);
-  for (let i = 0; i + 1 < rest.length; i += 2) {
-    const user = rest[i]!;
-    const reply = rest[i + 1]!;
-    if (user.role !== "user" || reply.role !== "assistant") throw new InputError(`"messages" must alternate user and assistant messages after an optional system message`);
-    conversation.promptIds(user.content);
-    conversation.commit(user.content, tok.encode(reply.content, { continuation: true }), reply.content);
-  }
+  const conversation = newConversation(format, tok, { addBos });
+  loadConversation(conversation, tok, messages.slice(0, -1), '"messages"');
   return conversation.promptIds(last.content);
 }
