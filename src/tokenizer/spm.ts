@@ -10,6 +10,7 @@
  * for pieces that are not valid UTF-8 (llama2.c files store raw bytes).
  */
 import { InputError, ModelFormatError } from "../errors.ts";
+import { partitionSpecials, specialTokens, type SpecialToken } from "./special.ts";
 import type { EncodeOptions, StreamDecoder, Tokenizer } from "./tokenizer.ts";
 
 /** Token types as GGUF stores them in `tokenizer.ggml.token_type` (llama.cpp's llama_token_type). */
@@ -84,6 +85,8 @@ export interface SpmVocab {
   readonly addSpacePrefix: boolean;
   /** Pieces spell a space as U+2581 "▁" (SentencePiece, GGUF); false where they hold real spaces (llama2.c). */
   readonly spacesAsMetaspace: boolean;
+  /** Tokens that end generation; default: EOS alone. */
+  readonly eogIds?: ReadonlySet<number>;
 }
 
 const METASPACE = "\u2581";
@@ -226,7 +229,9 @@ export class SpmTokenizer implements Tokenizer {
   readonly eosId: number | null;
   readonly unkId: number | null;
   readonly addSpacePrefix: boolean;
+  readonly eogIds: ReadonlySet<number>;
   private readonly vocab: SpmVocab;
+  private readonly specials: readonly SpecialToken[];
   /** Piece (as a binary string, spaces as in the vocabulary) → id, for matchable tokens only. */
   private readonly pieceToId = new Map<string, number>();
   /** Byte token id of each byte value; -1 where the vocabulary has none. */
@@ -242,6 +247,8 @@ export class SpmTokenizer implements Tokenizer {
     this.eosId = vocab.eosId;
     this.unkId = vocab.unkId;
     this.addSpacePrefix = vocab.addSpacePrefix;
+    this.eogIds = vocab.eogIds ?? new Set(vocab.eosId === null ? [] : [vocab.eosId]);
+    this.specials = specialTokens(this.vocabSize, vocab.types, (id) => utf8Decoder.decode(vocab.pieces.bytes(id)));
     for (let id = 0; id < this.vocabSize; id++) {
       const byte = vocab.byteValues[id];
       if (vocab.types[id] === TokenType.byte) {
@@ -277,7 +284,11 @@ export class SpmTokenizer implements Tokenizer {
   encode(text: string, opts: EncodeOptions = {}): number[] {
     const ids: number[] = [];
     if (opts.addBos === true && this.bosId !== null) ids.push(this.bosId);
-    if (text.length > 0) this.encodeText(text, ids);
+    // Every raw fragment gets the dummy prefix: llama.cpp adds it at the start and after each special token.
+    for (const fragment of partitionSpecials(text, this.specials, opts.parseSpecial === true)) {
+      if ("id" in fragment) ids.push(fragment.id);
+      else this.encodeText(fragment.text, ids);
+    }
     if (opts.addEos === true && this.eosId !== null) ids.push(this.eosId);
     return ids;
   }

@@ -7,6 +7,12 @@ export interface EncodeOptions {
   addBos?: boolean;
   /** Append the EOS token (ignored when the vocabulary has none). Default false. */
   addEos?: boolean;
+  /**
+   * Match control tokens (`<|im_start|>`, `<s>`, ...) written in the text, as in template text. Default false:
+   * their characters are then plain text (llama.cpp's parse_special). User-defined (added) tokens are matched
+   * either way, as llama.cpp and Hugging Face do.
+   */
+  parseSpecial?: boolean;
 }
 
 /**
@@ -24,6 +30,8 @@ export interface Tokenizer {
   readonly vocabSize: number;
   readonly bosId: number | null;
   readonly eosId: number | null;
+  /** Every token that ends generation (llama.cpp's is_eog): EOS, EOT, EOM, `<|im_end|>`, `<|eot_id|>`, ... */
+  readonly eogIds: ReadonlySet<number>;
   /** Token ids of `text`. Invariant: decode(encode(text)) === text for well-formed text. */
   encode(text: string, opts?: EncodeOptions): number[];
   /** Text of `ids`; special tokens (BOS, EOS, other control tokens) contribute nothing. */
