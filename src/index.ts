@@ -23,7 +23,8 @@ export { Sampler, DEFAULT_SAMPLING, argmax, type SamplingParams } from "./engine
 export { Scheduler, type SchedulePolicy, type SchedulerOptions, type SchedulerOutput } from "./engine/scheduler.ts";
 export { ChatHistory, CHAT_TEMPLATES, userTurnIds, type ChatTemplateName } from "./engine/chat-template.ts";
 export type { EncodeOptions, StreamDecoder, Tokenizer } from "./tokenizer/tokenizer.ts";
-export { loadTokenizer, type LoadedTokenizer } from "./tokenizer/load.ts";
+export { loadTokenizer, type LoadedTokenizer, type LoadTokenizerOptions } from "./tokenizer/load.ts";
+export { BpeTokenizer, WpmTokenizer } from "./tokenizer/index.ts";
 export { SpmTokenizer } from "./tokenizer/spm.ts";
 
 // ---- models and files

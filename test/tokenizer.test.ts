@@ -144,8 +144,10 @@ describeShared("GGUF SentencePiece vocabulary", [SPM_VOCAB, GPT2_VOCAB], ([spm, 
     expect(tokenizer.encode("a\u2581b")).toEqual(tokenizer.encode("a b"));
   });
 
-  test("rejects tokenizer models other than llama, naming the model", () => {
-    expectModelFormatError(() => loadGGUFTokenizer(gpt2!), gpt2!, /tokenizer model "gpt2" is not supported/);
+  test("opens byte-level BPE vocabularies too (tokenizer.ggml.model gpt2)", () => {
+    const { tokenizer: bpe } = loadGGUFTokenizer(gpt2!);
+    expect(bpe.vocabSize).toBe(50257);
+    expect(bpe.decode(bpe.encode("Hello world"))).toBe("Hello world");
   });
 });
 

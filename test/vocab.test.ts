@@ -4,29 +4,14 @@
  * parse_special=false), and decoding those ids must give the input back.
  */
 import { expect, test } from "bun:test";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { loadGGUFTokenizer } from "../src/tokenizer/index.ts";
 import { SHARED_DIR } from "./helpers/shared.ts";
 import { describeShared } from "./helpers/shared.ts";
+import { readVectors } from "./helpers/vocab-vectors.ts";
 
 const VOCAB_DIR = join(SHARED_DIR, "vocab");
-const SEPARATOR = "\n__ggml_vocab_test__\n";
-
-/** Inputs and expected ids of a vector pair (llama.cpp's test-tokenizer-0 format). */
-export function readVectors(inpPath: string, outPath: string): { input: string; ids: number[] }[] {
-  const inputs = readFileSync(inpPath, "utf8").split(SEPARATOR);
-  // The file ends with a separator, which leaves one empty item after it.
-  if (inputs.at(-1) === "") inputs.pop();
-  const lines = readFileSync(outPath, "utf8").split("\n");
-  if (lines.at(-1) === "") lines.pop();
-  if (lines.length !== inputs.length) throw new Error(`${outPath}: ${lines.length} lines for ${inputs.length} inputs`);
-  return inputs.map((input, i) => ({
-    input,
-    ids: lines[i].trim() === "" ? [] : lines[i].trim().split(/\s+/).map(Number),
-  }));
-}
-
 const vocabNames = existsSync(VOCAB_DIR)
   ? readdirSync(VOCAB_DIR)
       .filter((file) => file.endsWith(".gguf.inp") && existsSync(join(VOCAB_DIR, file.replace(/\.inp$/, ""))))
@@ -34,6 +19,9 @@ const vocabNames = existsSync(VOCAB_DIR)
   : [];
 
 describeShared("vocabulary vectors", ["vocab"], () => {
+  test("finds vector files with a vocabulary beside them", () => {
+    expect(vocabNames.length).toBeGreaterThan(0);
+  });
   for (const name of vocabNames) {
     test(`${name}: llama.cpp's ids, and decode round-trips`, () => {
       const { tokenizer } = loadGGUFTokenizer(join(VOCAB_DIR, `${name}.gguf`));

@@ -84,7 +84,7 @@ export class LLM {
   static load(opts: LoadOptions): LLM {
     const t0 = performance.now();
     const checkpoint = openCheckpoint(opts.model);
-    const { tokenizer, addBos } = loadTokenizer(opts.tokenizer, checkpoint.config.vocabSize);
+    const { tokenizer, addBos } = loadTokenizer(opts.tokenizer, { vocabSize: checkpoint.config.vocabSize });
     const engine = new LLMEngine(checkpoint, tokenizer, { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine });
     return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0);
   }
