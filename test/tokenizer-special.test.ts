@@ -146,3 +146,21 @@ test("pre-tokenizers split as llama.cpp's regexes do", () => {
   expect(splitWords("a\u0085\u0085b", gpt2.regexes)).toEqual(["a", "\u0085", "\u0085", "b"]);
   expect(splitWords("a \uFEFFb", gpt2.regexes)).toEqual(["a", " \uFEFF", "b"]);
 });
+
+describeShared("Phi-3 special tokens", [PHI3], ([phi3Path]) => {
+  test("user-defined </s> is matched even in user text, and drops the whitespace after it (llama.cpp's rstrip)", () => {
+    const { tokenizer } = loadTokenizer(phi3Path!);
+    const endId = tokenizer.encode("</s>")[0];
+    expect(tokenizer.tokenPiece(endId)).toBe("</s>");
+    expect(tokenizer.encode("a</s>   b")).toEqual([...tokenizer.encode("a"), endId, ...tokenizer.encode("b")]);
+    // Control tokens keep their characters unless parsed; <|end|> strips whitespace after it when parsed.
+    const end = tokenizer.encode("<|end|>\nx", { parseSpecial: true });
+    expect(tokenizer.tokenPiece(end[0])).toBe("<|end|>");
+    expect(end.slice(1)).toEqual(tokenizer.encode("x"));
+  });
+});
+
+test("an empty lookahead match cuts the fragment (superbpe's digit groups)", () => {
+  const superbpe = preTokenizerByName("superbpe", "t");
+  expect(splitWords("1234567", superbpe.regexes)).toEqual(["1", "234", "567"]);
+});

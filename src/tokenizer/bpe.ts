@@ -10,7 +10,7 @@
 import { InputError, ModelFormatError } from "../errors.ts";
 import type { PreTokenizer } from "./pretokenize.ts";
 import { splitWords } from "./pretokenize.ts";
-import { partitionSpecials, specialTokens, type SpecialToken } from "./special.ts";
+import { partitionSpecials, specialTokens, type SpecialToken, type StripFlags } from "./special.ts";
 import { hexBytePieceValue, PieceTable, TokenType } from "./spm.ts";
 import { BytesStreamDecoder, concatBytes } from "./stream.ts";
 import type { EncodeOptions, StreamDecoder, Tokenizer } from "./tokenizer.ts";
@@ -66,6 +66,8 @@ export interface BpeVocab {
   readonly bosId: number | null;
   readonly eosId: number | null;
   readonly eogIds: ReadonlySet<number>;
+  /** lstrip/rstrip of special tokens; default none. */
+  readonly strip?: StripFlags;
 }
 
 /** A candidate merge of adjacent symbols `left` and `right`. */
@@ -151,7 +153,7 @@ export class BpeTokenizer implements Tokenizer {
     vocab.merges.forEach((merge, rank) => {
       if (!this.mergeRank.has(merge)) this.mergeRank.set(merge, rank);
     });
-    this.specials = specialTokens(count, vocab.types, (id) => vocab.tokens[id]);
+    this.specials = specialTokens(count, vocab.types, (id) => vocab.tokens[id], vocab.strip);
     this.textBytes = PieceTable.build(count, (id) => this.decodedToken(id));
   }
 

@@ -7,7 +7,7 @@ import { ModelFormatError } from "../errors.ts";
 import { readGGUF, type GGUFFile } from "../model/gguf.ts";
 import { BpeTokenizer } from "./bpe.ts";
 import { preTokenizerByName } from "./pretokenize.ts";
-import { endOfGenerationIds, type EogMetadata } from "./special.ts";
+import { endOfGenerationIds, type EogMetadata, type StripFlags } from "./special.ts";
 import { hexBytePieceValue, SpmTokenizer, TokenType, type SpmVocab } from "./spm.ts";
 import type { Tokenizer } from "./tokenizer.ts";
 import { WpmTokenizer } from "./wpm.ts";
@@ -31,6 +31,24 @@ const KEY = {
   fimRep: "tokenizer.ggml.fim_rep_token_id",
   fimSep: "tokenizer.ggml.fim_sep_token_id",
 } as const;
+
+/**
+ * lstrip/rstrip of special tokens, which GGUF does not store: llama.cpp sets them by model name (Phi-3:
+ * whitespace after its special tokens is dropped, except after <unk>, <s> and <|endoftext|>) and by
+ * pre-tokenizer (jina v2: whitespace before <mask>).
+ */
+function stripFlags(gguf: GGUFFile, textOf: (id: number) => string): StripFlags | undefined {
+  const name = gguf.getString("general.name", "").toLowerCase();
+  const pre = gguf.getString(KEY.pre, "");
+  if (name.includes("phi-3") || name.includes("phi3")) {
+    const keep = new Set(["<unk>", "<s>", "<|endoftext|>"]);
+    return (id) => ({ lstrip: false, rstrip: !keep.has(textOf(id)) });
+  }
+  if (["jina-v2-de", "jina-v2-es", "jina-v2-code"].includes(pre)) {
+    return (id) => ({ lstrip: textOf(id) === "<mask>", rstrip: false });
+  }
+  return undefined;
+}
 
 /** The metadata ids end-of-generation detection starts from. */
 function eogMetadata(gguf: GGUFFile, eosId: number | null): EogMetadata {
@@ -104,6 +122,7 @@ function spmVocabFromGGUF(gguf: GGUFFile): SpmVocab {
     bosId: tokenIdOrNone(gguf, KEY.bos, 1),
     eosId,
     eogIds,
+    strip: stripFlags(gguf, (id) => pieces.get(id)),
     unkId: tokenIdOrNone(gguf, KEY.unk, 0),
     addSpacePrefix: gguf.getBool(KEY.addSpacePrefix, true),
     spacesAsMetaspace: true,
@@ -142,6 +161,7 @@ function bpeFromGGUF(gguf: GGUFFile): BpeTokenizer {
     bosId: tokenIdOrNone(gguf, KEY.bos, 11),
     eosId,
     eogIds,
+    strip: stripFlags(gguf, (id) => tokens[id]),
   });
 }
 

@@ -119,9 +119,11 @@ export function tokenizerFromHFJson(json: Json, path: string): HFTokenizer {
     types[id] = type;
   };
   for (const [text, id] of Object.entries(model.vocab)) setToken(Number(id), text, TokenType.normal);
+  const stripFlags = new Map<number, { lstrip: boolean; rstrip: boolean }>();
   for (const added of Array.isArray(json.added_tokens) ? json.added_tokens : []) {
     if (!isObject(added) || typeof added.content !== "string" || typeof added.id !== "number") continue;
     setToken(added.id, added.content, added.special === true ? TokenType.control : TokenType.userDefined);
+    if (added.lstrip === true || added.rstrip === true) stripFlags.set(added.id, { lstrip: added.lstrip === true, rstrip: added.rstrip === true });
   }
   for (let id = 0; id < tokens.length; id++) {
     if (tokens[id] === undefined) throw new ModelFormatError(path, `token id ${id} is missing from the vocabulary`);
@@ -143,7 +145,17 @@ export function tokenizerFromHFJson(json: Json, path: string): HFTokenizer {
   const bosId = template.bos ?? config.bos;
   const eosId = template.eos ?? config.eos;
   const eogIds = endOfGenerationIds({ eosId, eotId: null, eomId: null, fimIds: [] }, tokens.length, typeArray, (id) => tokens[id]);
-  const tokenizer = new BpeTokenizer({ file: path, tokens, types: typeArray, merges, preTokenizer, bosId, eosId, eogIds });
+  const tokenizer = new BpeTokenizer({
+    file: path,
+    tokens,
+    types: typeArray,
+    merges,
+    preTokenizer,
+    bosId,
+    eosId,
+    eogIds,
+    strip: (id) => stripFlags.get(id) ?? { lstrip: false, rstrip: false },
+  });
   return { tokenizer, addBos: template.bos !== null, addEos: template.eos !== null };
 }
 

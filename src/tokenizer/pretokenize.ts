@@ -163,7 +163,9 @@ export function splitWords(text: string, regexes: readonly RegExp[]): string[] {
         const at = match.index;
         const matched = match[0];
         if (matched.length === 0) {
-          // An empty match (a pure lookahead) cuts nothing; step over one code point.
+          // An empty match (a pure lookahead, superbpe's) cuts the fragment there, as in llama.cpp.
+          if (at > from) next.push(fragment.slice(from, at));
+          from = at;
           regex.lastIndex = at + ((fragment.codePointAt(at) ?? 0) > 0xffff ? 2 : 1);
           continue;
         }

@@ -16,6 +16,20 @@ export interface SpecialToken {
   readonly text: string;
   /** True for user-defined tokens, matched even when specials are not parsed. */
   readonly always: boolean;
+  /** Whitespace before the token is dropped when it matches (Hugging Face's lstrip). */
+  readonly lstrip: boolean;
+  /** Whitespace after the token is dropped when it matches (Hugging Face's rstrip). */
+  readonly rstrip: boolean;
+}
+
+/** Per-token lstrip/rstrip flags; most vocabularies have none. */
+export type StripFlags = (id: number) => { lstrip: boolean; rstrip: boolean };
+
+const NO_STRIP: StripFlags = () => ({ lstrip: false, rstrip: false });
+
+/** C's isspace, which llama.cpp's stripping uses. */
+function isAsciiSpace(char: string | undefined): boolean {
+  return char === " " || char === "\t" || char === "\n" || char === "\r" || char === "\v" || char === "\f";
 }
 
 /** A piece of text after partitioning: raw text for the vocabulary's algorithm, or one whole token. */
@@ -25,13 +39,13 @@ export type Fragment = { readonly text: string } | { readonly id: number };
  * The tokens of a vocabulary that are matched whole, longest text first (llama.cpp's order: a longer
  * token wins over a shorter one it contains). `types` are TokenType values per id.
  */
-export function specialTokens(count: number, types: Uint8Array, textOf: (id: number) => string): SpecialToken[] {
+export function specialTokens(count: number, types: Uint8Array, textOf: (id: number) => string, strip: StripFlags = NO_STRIP): SpecialToken[] {
   const specials: SpecialToken[] = [];
   for (let id = 0; id < count; id++) {
     const type = types[id];
     if (type !== TokenType.control && type !== TokenType.userDefined && type !== TokenType.unknown) continue;
     const text = textOf(id);
-    if (text.length > 0) specials.push({ id, text, always: type === TokenType.userDefined });
+    if (text.length > 0) specials.push({ id, text, always: type === TokenType.userDefined, ...strip(id) });
   }
   // Stable sort: equal lengths keep id order.
   return specials.sort((a, b) => b.text.length - a.text.length);
@@ -53,13 +67,17 @@ export function partitionSpecials(text: string, specials: readonly SpecialToken[
         next.push(fragment);
         continue;
       }
+      const raw = fragment.text;
       let from = 0;
-      for (let at = fragment.text.indexOf(special.text); at >= 0; at = fragment.text.indexOf(special.text, from)) {
-        if (at > from) next.push({ text: fragment.text.slice(from, at) });
+      for (let at = raw.indexOf(special.text); at >= 0; at = raw.indexOf(special.text, from)) {
+        let leftEnd = at;
+        if (special.lstrip) while (leftEnd > from && isAsciiSpace(raw[leftEnd - 1])) leftEnd--;
+        if (leftEnd > from) next.push({ text: raw.slice(from, leftEnd) });
         next.push({ id: special.id });
         from = at + special.text.length;
+        if (special.rstrip) while (from < raw.length && isAsciiSpace(raw[from])) from++;
       }
-      if (from < fragment.text.length) next.push({ text: from === 0 ? fragment.text : fragment.text.slice(from) });
+      if (from < raw.length) next.push({ text: from === 0 ? raw : raw.slice(from) });
     }
     fragments = next;
   }

@@ -10,7 +10,7 @@
  * for pieces that are not valid UTF-8 (llama2.c files store raw bytes).
  */
 import { InputError, ModelFormatError } from "../errors.ts";
-import { partitionSpecials, specialTokens, type SpecialToken } from "./special.ts";
+import { partitionSpecials, specialTokens, type SpecialToken, type StripFlags } from "./special.ts";
 import type { EncodeOptions, StreamDecoder, Tokenizer } from "./tokenizer.ts";
 
 /** Token types as GGUF stores them in `tokenizer.ggml.token_type` (llama.cpp's llama_token_type). */
@@ -87,6 +87,8 @@ export interface SpmVocab {
   readonly spacesAsMetaspace: boolean;
   /** Tokens that end generation; default: EOS alone. */
   readonly eogIds?: ReadonlySet<number>;
+  /** lstrip/rstrip of special tokens; default none. */
+  readonly strip?: StripFlags;
 }
 
 const METASPACE = "\u2581";
@@ -248,7 +250,7 @@ export class SpmTokenizer implements Tokenizer {
     this.unkId = vocab.unkId;
     this.addSpacePrefix = vocab.addSpacePrefix;
     this.eogIds = vocab.eogIds ?? new Set(vocab.eosId === null ? [] : [vocab.eosId]);
-    this.specials = specialTokens(this.vocabSize, vocab.types, (id) => utf8Decoder.decode(vocab.pieces.bytes(id)));
+    this.specials = specialTokens(this.vocabSize, vocab.types, (id) => utf8Decoder.decode(vocab.pieces.bytes(id)), vocab.strip);
     for (let id = 0; id < this.vocabSize; id++) {
       const byte = vocab.byteValues[id];
       if (vocab.types[id] === TokenType.byte) {
