@@ -10,7 +10,7 @@ import { readGGUF } from "../src/model/gguf.ts";
 import { loadGGUFTokenizer, loadTokenizer, preTokenizerByName, splitWords, type Tokenizer } from "../src/tokenizer/index.ts";
 import { expectModelFormatError } from "./helpers/errors.ts";
 import { describeShared } from "./helpers/shared.ts";
-import { readVectors } from "./helpers/vocab-vectors.ts";
+import { mixedTexts, readVectors } from "./helpers/vocab-vectors.ts";
 
 const SMOLLM = "vocab/ggml-vocab-smollm.gguf";
 const SMOLLM_JSON = "models/tokenizers/smollm2-135m-instruct/tokenizer.json";
@@ -43,6 +43,10 @@ describeShared("tokenizer.json", [SMOLLM, SMOLLM_JSON, `${SMOLLM}.inp`, `${SMOLL
     const chat = "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n";
     expect(fromJson.tokenizer.encode(chat, { parseSpecial: true })).toEqual(fromGGUF.tokenizer.encode(chat, { parseSpecial: true }));
     expect([...fromJson.eogIds].sort()).toEqual([...fromGGUF.eogIds].sort());
+    for (const text of mixedTexts(300, 11)) {
+      expect(fromJson.tokenizer.encode(text)).toEqual(fromGGUF.tokenizer.encode(text));
+      expect(fromJson.tokenizer.encode(text, { parseSpecial: true })).toEqual(fromGGUF.tokenizer.encode(text, { parseSpecial: true }));
+    }
     expect(fromJson.bosText).toBe("<|im_start|>");
     expect(fromJson.eosText).toBe("<|im_end|>");
   });
