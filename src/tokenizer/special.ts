@@ -25,6 +25,8 @@ export interface SpecialToken {
 /** Per-token lstrip/rstrip flags; most vocabularies have none. */
 export type StripFlags = (id: number) => { lstrip: boolean; rstrip: boolean };
 
+const utf8Encoder = new TextEncoder();
+
 const NO_STRIP: StripFlags = () => ({ lstrip: false, rstrip: false });
 
 /** C's isspace, which llama.cpp's stripping uses. */
@@ -47,8 +49,9 @@ export function specialTokens(count: number, types: Uint8Array, textOf: (id: num
     const text = textOf(id);
     if (text.length > 0) specials.push({ id, text, always: type === TokenType.userDefined, ...strip(id) });
   }
-  // Stable sort: equal lengths keep id order.
-  return specials.sort((a, b) => b.text.length - a.text.length);
+  // llama.cpp orders by UTF-8 length; a stable sort keeps equal lengths in id order.
+  const byteLength = new Map(specials.map((special) => [special.id, utf8Encoder.encode(special.text).length]));
+  return specials.sort((a, b) => byteLength.get(b.id)! - byteLength.get(a.id)!);
 }
 
 /**
