@@ -7,6 +7,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { readGGUF } from "../src/model/gguf.ts";
+import { preTokenizerRegexes, type Json } from "../src/tokenizer/hf-json.ts";
+import { compileRegex } from "../src/tokenizer/pretokenize.ts";
 import { loadGGUFTokenizer, loadTokenizer, preTokenizerByName, splitWords, type Tokenizer } from "../src/tokenizer/index.ts";
 import { expectModelFormatError } from "./helpers/errors.ts";
 import { describeShared } from "./helpers/shared.ts";
@@ -167,4 +169,38 @@ describeShared("Phi-3 special tokens", [PHI3], ([phi3Path]) => {
 test("an empty lookahead match cuts the fragment (superbpe's digit groups)", () => {
   const superbpe = preTokenizerByName("superbpe", "t");
   expect(splitWords("1234567", superbpe.regexes)).toEqual(["1", "234", "567"]);
+});
+
+test("tokenizer.json pre-tokenizers of Llama 3 and Qwen2 split as llama.cpp's llama-bpe and qwen2", () => {
+  const llama3Json: Json = {
+    type: "Sequence",
+    pretokenizers: [
+      {
+        type: "Split",
+        pattern: { Regex: "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+" },
+        behavior: "Isolated",
+        invert: false,
+      },
+      { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: false },
+    ],
+  };
+  const qwen2Json: Json = {
+    type: "Sequence",
+    pretokenizers: [
+      {
+        type: "Split",
+        pattern: { Regex: "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+" },
+        behavior: "Isolated",
+        invert: false,
+      },
+      { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false },
+    ],
+  };
+  for (const [json, pre] of [[llama3Json, "llama-bpe"], [qwen2Json, "qwen2"]] as const) {
+    const fromJson = preTokenizerRegexes(json, "tokenizer.json").map(compileRegex);
+    const fromName = preTokenizerByName(pre, "t").regexes;
+    for (const text of [...mixedTexts(200, 5), "I'M HERE, y'all'LL 1234567"]) {
+      expect(splitWords(text, fromJson)).toEqual(splitWords(text, fromName));
+    }
+  }
 });

@@ -15,7 +15,7 @@ import { TokenType } from "./spm.ts";
 /** GPT-2's ByteLevel regex, which ByteLevel with use_regex applies. */
 const BYTE_LEVEL_REGEX = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
 
-type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 type JsonObject = { [key: string]: Json };
 
 function isObject(value: Json | undefined): value is JsonObject {
@@ -38,7 +38,7 @@ function translateRegex(pattern: string): string {
 }
 
 /** The regexes of a pre_tokenizer node, in order. Unsupported kinds are an error naming them. */
-function preTokenizerRegexes(node: Json | undefined, file: string): string[] {
+export function preTokenizerRegexes(node: Json | undefined, file: string): string[] {
   if (node === null || node === undefined) return [];
   if (!isObject(node)) throw new ModelFormatError(file, "pre_tokenizer is not an object");
   switch (node.type) {
