@@ -8,9 +8,9 @@ import { defineCommand, type ArgsDef } from "citty";
 import { basename } from "node:path";
 import { createInterface, type Interface } from "node:readline";
 import { InputError } from "../errors.ts";
-import {
-  CHAT_TEMPLATES, ChatHistory, keptReplyIds, templateHasSystem, userTurnIds, type ChatTemplateName,
-} from "../engine/chat-template.ts";
+import { keptReplyIds } from "../chat/builtin-formats.ts";
+import type { Conversation } from "../chat/conversation.ts";
+import { FORMAT_NAMES } from "../chat/formats.ts";
 import type { CompletionResult, GenerateRequest, LLM } from "../engine/llm.ts";
 import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
 import { InterruptedError } from "./interrupt.ts";
@@ -21,10 +21,10 @@ export const chatArgs = {
   ...modelArgs,
   template: {
     type: "string",
-    description: "Prompt format: raw (the conversation is plain text the model continues; for base models such as TinyStories) | llama2 (Llama 2 chat: [INST] … [/INST], EOS after each reply) (default raw)",
-    valueHint: "name",
+    description: `Prompt format: ${FORMAT_NAMES.join(" | ")} | a Jinja template file (default: the model's own chat template; raw, plain continuation, for a model without one)`,
+    valueHint: "name|file",
   },
-  system: { type: "string", description: "System prompt (llama2 template); /system changes it in the chat", valueHint: "text" },
+  system: { type: "string", description: "System prompt; /system changes it in the chat", valueHint: "text" },
   ...samplingArgs,
   ...engineArgs,
 } as const satisfies ArgsDef;
@@ -49,16 +49,16 @@ export const chatCommand = defineCommand({
 type ChatSettings = Omit<GenerateRequest, "id" | "prompt" | "promptTokenIds">;
 
 async function runChat(values: ParsedValues, rawArgs: readonly string[]): Promise<void> {
-  const templateArg = typeof values.template === "string" ? values.template : "raw";
-  if (!(CHAT_TEMPLATES as readonly string[]).includes(templateArg)) {
-    throw new InputError(`--template must be one of ${CHAT_TEMPLATES.join(", ")}, got "${templateArg}"`);
-  }
-  const template = templateArg as ChatTemplateName;
   const system = typeof values.system === "string" && values.system !== "" ? values.system : null;
-  if (system !== null && !templateHasSystem(template)) throw new InputError(`--system needs a template with a system prompt (--template llama2)`);
   const settings = requestDefaults(values, rawArgs);
   const llm = loadLLM(values);
-  const session = new ChatSession(llm, typeof values.model === "string" ? values.model : "", template, system, settings);
+  let session: ChatSession;
+  try {
+    session = new ChatSession(llm, typeof values.model === "string" ? values.model : "", system, settings);
+  } catch (e) {
+    llm.close();
+    throw e;
+  }
   let interrupted = false;
   try {
     interrupted = await session.run();
@@ -195,7 +195,7 @@ Input:
   Ctrl-C stops a reply (what it wrote stays in the conversation); Ctrl-C at an empty prompt quits`;
 
 class ChatSession {
-  private readonly history: ChatHistory;
+  private readonly history: Conversation;
   private readonly input = new LineInput();
   private readonly colorErr = process.stderr.isTTY === true && !process.env.NO_COLOR;
   private generating: AbortController | null = null;
@@ -210,11 +210,13 @@ class ChatSession {
   constructor(
     private readonly llm: LLM,
     private readonly modelPath: string,
-    private readonly template: ChatTemplateName,
     system: string | null,
     private readonly settings: ChatSettings,
   ) {
-    this.history = new ChatHistory(template, llm.tokenizer, { addBos: llm.addBos, system });
+    this.history = llm.conversation({ system, onNote: (line) => this.note(line) });
+    if (system !== null && !this.history.hasSystem) {
+      throw new InputError(`--system needs a format with a system prompt: the ${this.history.name} format has none (--template llama2, chatml or the model's own)`);
+    }
     this.input.onCtrlC = (typed) => {
       if (this.generating !== null) {
         this.onSignal();
@@ -249,7 +251,7 @@ class ChatSession {
           if (this.command(message) === "exit") break;
           continue;
         }
-        if (message.trim() === "" && this.template !== "raw") continue;
+        if (message.trim() === "" && !this.history.continuesText) continue;
         await this.reply(message);
         if (this.interrupted) break;
       }
@@ -275,11 +277,11 @@ class ChatSession {
   private banner(): void {
     const c = this.llm.config;
     const ctx = this.limit < c.seqLen ? `${this.limit} of ${c.seqLen}` : `${c.seqLen}`;
-    this.note(`pagellm chat: ${basename(this.modelPath)} (${this.llm.checkpoint.format}, ${ctx}-token context), template ${this.template}` +
+    this.note(`pagellm chat: ${basename(this.modelPath)} (${this.llm.checkpoint.format}, ${ctx}-token context), template ${this.history.name}` +
       (this.history.system ? ", with a system prompt" : ""));
     if (this.input.tty) {
       this.note(`/help lists the commands; Ctrl-C stops a reply; Ctrl-D or /exit quits` +
-        (this.template === "raw" ? "; an empty line continues the text" : ""));
+        (this.history.continuesText ? "; an empty line continues the text" : ""));
     }
   }
 
@@ -360,7 +362,7 @@ class ChatSession {
       return;
     }
     const kept = keptReplyIds(this.llm.tokenizer, promptIds[promptIds.length - 1], result.token_ids, result.text);
-    this.history.commit(user, kept);
+    this.history.commit(user, kept, result.text);
     this.turnStats(result, maxTokens);
   }
 
@@ -373,7 +375,7 @@ class ChatSession {
     const limit = this.limit;
     const max = this.settings.maxTokens ?? null;
     const reserve = max ?? Math.max(1, Math.floor(limit / 4));
-    const alone = userTurnIds(this.template, this.llm.tokenizer, user, { addBos: this.llm.addBos, first: true, system: this.history.system });
+    const alone = this.history.aloneIds(user);
     if (alone.length >= limit) {
       this.note(`message too long: ${alone.length} tokens, the context holds ${limit}; not sent`);
       return null;
@@ -442,8 +444,8 @@ class ChatSession {
   }
 
   private systemCommand(arg: string): void {
-    if (!templateHasSystem(this.template)) {
-      this.print(`the ${this.template} template has no system prompt (start with --template llama2)`);
+    if (!this.history.hasSystem) {
+      this.print(`the ${this.history.name} format has no system prompt (start with --template llama2, chatml or the model's own)`);
       return;
     }
     if (arg === "") {
@@ -504,7 +506,7 @@ class ChatSession {
     const rate = s.prefixQueries === 0 ? 0 : (100 * s.prefixHits) / s.prefixQueries;
     const t = this.totals;
     return [
-      `conversation: ${plural(this.history.turns.length, "turn")}, ${this.history.ids.length} of ${this.limit} context tokens (template ${this.template})`,
+      `conversation: ${plural(this.history.turns.length, "turn")}, ${this.history.ids.length} of ${this.limit} context tokens (template ${this.history.name})`,
       `this session: ${plural(t.replies, "reply", "replies")}, ${t.promptTokens} prompt tokens (${t.cachedTokens} cached), ${t.generated} tokens generated`,
       `prefix cache: ${s.prefixQueries} tokens looked up, ${s.prefixHits} hit (${rate.toFixed(1)}%), ${s.evictions} blocks evicted`,
       `KV blocks: ${s.blocksInUse} in use, ${kv.numCachedBlocks} cached, ${s.numBlocks} in the pool (${this.llm.engine.options.blockSize} tokens each); ${s.preemptions} preemptions`,

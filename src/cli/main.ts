@@ -8,6 +8,7 @@ import { PagellmError } from "../errors.ts";
 import { chatCommand } from "./chat.ts";
 import { benchCommand } from "./bench.ts";
 import { generateCommand } from "./generate.ts";
+import { perplexityCommand } from "./perplexity.ts";
 
 const VERSION = (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
 
@@ -21,6 +22,7 @@ export const mainCommand = defineCommand({
     generate: generateCommand,
     bench: benchCommand,
     chat: chatCommand,
+    perplexity: perplexityCommand,
   },
 });
 

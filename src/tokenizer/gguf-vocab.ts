@@ -1,16 +1,15 @@
 /**
- * Tokenizers from the `tokenizer.ggml.*` metadata of a GGUF file, one per `tokenizer.ggml.model`:
- * "llama" (SentencePiece BPE), "gpt2" (byte-level BPE with the pre-tokenizer `tokenizer.ggml.pre`) and
- * "bert" (WordPiece).
+ * Tokenizers from the `tokenizer.ggml.*` metadata of a GGUF file, one kind per
+ * `tokenizer.ggml.model`: "llama" (SentencePiece BPE), "gpt2" (byte-level BPE with the
+ * pre-tokenizer `tokenizer.ggml.pre` names), "bert" (WordPiece).
  */
 import { ModelFormatError } from "../errors.ts";
 import { readGGUF, type GGUFFile } from "../model/gguf.ts";
 import { BpeTokenizer } from "./bpe.ts";
-import { preTokenizerByName } from "./pretokenize.ts";
-import { endOfGenerationIds, type EogMetadata, type StripFlags } from "./special.ts";
+import { PreTokenizer } from "./pretokenizers.ts";
 import { hexBytePieceValue, SpmTokenizer, TokenType, type SpmVocab } from "./spm.ts";
-import type { Tokenizer } from "./tokenizer.ts";
-import { WpmTokenizer } from "./wpm.ts";
+import { EOG_TEXTS, type Tokenizer } from "./tokenizer.ts";
+import { WordPieceTokenizer } from "./wordpiece.ts";
 
 const KEY = {
   model: "tokenizer.ggml.model",
@@ -23,42 +22,13 @@ const KEY = {
   addSpacePrefix: "tokenizer.ggml.add_space_prefix",
   addBos: "tokenizer.ggml.add_bos_token",
   addEos: "tokenizer.ggml.add_eos_token",
-  merges: "tokenizer.ggml.merges",
-  pre: "tokenizer.ggml.pre",
   eot: "tokenizer.ggml.eot_token_id",
   eom: "tokenizer.ggml.eom_token_id",
-  fimPad: "tokenizer.ggml.fim_pad_token_id",
-  fimRep: "tokenizer.ggml.fim_rep_token_id",
-  fimSep: "tokenizer.ggml.fim_sep_token_id",
+  pre: "tokenizer.ggml.pre",
+  merges: "tokenizer.ggml.merges",
+  cls: "tokenizer.ggml.cls_token_id",
+  sep: "tokenizer.ggml.seperator_token_id",
 } as const;
-
-/**
- * lstrip/rstrip of special tokens, which GGUF does not store: llama.cpp sets them by model name (Phi-3:
- * whitespace after its special tokens is dropped, except after <unk>, <s> and <|endoftext|>) and by
- * pre-tokenizer (jina v2: whitespace before <mask>).
- */
-function stripFlags(gguf: GGUFFile, textOf: (id: number) => string): StripFlags | undefined {
-  const name = gguf.getString("general.name", "").toLowerCase();
-  const pre = gguf.getString(KEY.pre, "");
-  if (name.includes("phi-3") || name.includes("phi3")) {
-    const keep = new Set(["<unk>", "<s>", "<|endoftext|>"]);
-    return (id) => ({ lstrip: false, rstrip: !keep.has(textOf(id)) });
-  }
-  if (["jina-v2-de", "jina-v2-es", "jina-v2-code"].includes(pre)) {
-    return (id) => ({ lstrip: textOf(id) === "<mask>", rstrip: false });
-  }
-  return undefined;
-}
-
-/** The metadata ids end-of-generation detection starts from. */
-function eogMetadata(gguf: GGUFFile, eosId: number | null): EogMetadata {
-  return {
-    eosId,
-    eotId: tokenIdOrNone(gguf, KEY.eot, null),
-    eomId: tokenIdOrNone(gguf, KEY.eom, null),
-    fimIds: [KEY.fimPad, KEY.fimRep, KEY.fimSep].map((key) => tokenIdOrNone(gguf, key, null)),
-  };
-}
 
 /** A token id key: `fallback` when absent, null for the writers' "none" (u32 0xFFFFFFFF or i32 -1). */
 function tokenIdOrNone(gguf: GGUFFile, key: string, fallback: number | null): number | null {
@@ -106,9 +76,6 @@ function classifyTokens(gguf: GGUFFile, count: number, pieceAt: (id: number) => 
 function spmVocabFromGGUF(gguf: GGUFFile): SpmVocab {
   const pieces = gguf.getStringArray(KEY.tokens);
   const count = pieces.length;
-  const classified = classifyTokens(gguf, count, (id) => pieces.bytes(id));
-  const eosId = tokenIdOrNone(gguf, KEY.eos, 2);
-  const eogIds = endOfGenerationIds(eogMetadata(gguf, eosId), count, classified.types, (id) => pieces.get(id));
   const scores = gguf.has(KEY.scores) ? gguf.getF32Array(KEY.scores) : new Float32Array(count);
   if (scores.length !== count) {
     throw new ModelFormatError(gguf.path, `${KEY.scores} has ${scores.length} entries for ${count} tokens`);
@@ -117,101 +84,100 @@ function spmVocabFromGGUF(gguf: GGUFFile): SpmVocab {
     file: gguf.path,
     pieces,
     scores,
-    ...classified,
+    ...classifyTokens(gguf, count, (id) => pieces.bytes(id)),
     // llama.cpp's defaults for SentencePiece vocabularies.
     bosId: tokenIdOrNone(gguf, KEY.bos, 1),
-    eosId,
-    eogIds,
-    strip: stripFlags(gguf, (id) => pieces.get(id)),
+    eosId: tokenIdOrNone(gguf, KEY.eos, 2),
     unkId: tokenIdOrNone(gguf, KEY.unk, 0),
     addSpacePrefix: gguf.getBool(KEY.addSpacePrefix, true),
     spacesAsMetaspace: true,
   };
 }
 
-/** Token types of a vocabulary without SentencePiece byte tokens; missing types are normal tokens. */
-function tokenTypes(gguf: GGUFFile, count: number): Uint8Array {
-  const types = new Uint8Array(count).fill(TokenType.normal);
-  if (!gguf.has(KEY.tokenType)) return types;
-  const stored = gguf.getI32Array(KEY.tokenType);
-  if (stored.length !== count) throw new ModelFormatError(gguf.path, `${KEY.tokenType} has ${stored.length} entries for ${count} tokens`);
-  stored.forEach((type, id) => {
-    if (type < TokenType.undefined || type > TokenType.byte) throw new ModelFormatError(gguf.path, `token ${id} has unknown token type ${type}`);
-    types[id] = type;
-  });
-  return types;
-}
-
-/** Byte-level BPE from a "gpt2" vocabulary. A missing `tokenizer.ggml.pre` is llama.cpp's "default". */
-function bpeFromGGUF(gguf: GGUFFile): BpeTokenizer {
-  const stored = gguf.getStringArray(KEY.tokens);
-  const tokens = Array.from({ length: stored.length }, (_, id) => stored.get(id));
-  const storedMerges = gguf.getStringArray(KEY.merges);
-  const merges = Array.from({ length: storedMerges.length }, (_, rank) => storedMerges.get(rank));
-  const types = tokenTypes(gguf, tokens.length);
-  const eosId = tokenIdOrNone(gguf, KEY.eos, 11);
-  const eogIds = endOfGenerationIds(eogMetadata(gguf, eosId), tokens.length, types, (id) => tokens[id]);
-  return new BpeTokenizer({
-    file: gguf.path,
-    tokens,
-    types,
-    merges,
-    preTokenizer: preTokenizerByName(gguf.getString(KEY.pre, "default"), gguf.path),
-    // llama.cpp's defaults for BPE vocabularies.
-    bosId: tokenIdOrNone(gguf, KEY.bos, 11),
-    eosId,
-    eogIds,
-    strip: stripFlags(gguf, (id) => tokens[id]),
-  });
-}
-
-/** WordPiece from a "bert" vocabulary; BOS and EOS are BERT's [CLS] and [SEP]. */
-function wpmFromGGUF(gguf: GGUFFile): WpmTokenizer {
-  const stored = gguf.getStringArray(KEY.tokens);
-  const tokens = Array.from({ length: stored.length }, (_, id) => stored.get(id));
-  const types = tokenTypes(gguf, tokens.length);
-  const eosId = tokenIdOrNone(gguf, "tokenizer.ggml.seperator_token_id", 102);
-  const eogIds = endOfGenerationIds(eogMetadata(gguf, eosId), tokens.length, types, (id) => tokens[id]);
-  return new WpmTokenizer({
-    file: gguf.path,
-    tokens,
-    types,
-    unkId: tokenIdOrNone(gguf, KEY.unk, 100) ?? 100,
-    bosId: tokenIdOrNone(gguf, "tokenizer.ggml.cls_token_id", 101),
-    eosId,
-    eogIds,
-  });
-}
-
-/** A GGUF file's tokenizer and what its metadata says about BOS and EOS. */
+/** A GGUF file's tokenizer and whether prompts get BOS (and EOS) added. */
 export interface GGUFTokenizer {
   readonly tokenizer: Tokenizer;
-  /** `tokenizer.ggml.add_bos_token` (llama.cpp's default per vocabulary kind when absent). */
+  /** `tokenizer.ggml.add_bos_token` (default: true for SentencePiece, false otherwise, as llama.cpp). */
   readonly addBos: boolean;
-  /** `tokenizer.ggml.add_eos_token`. */
   readonly addEos: boolean;
-  /** `tokenizer.chat_template`, when the file has one. */
+  /** `tokenizer.chat_template`, the model's Jinja chat template. */
   readonly chatTemplate: string | null;
 }
 
-/** Build the tokenizer described by a GGUF file's metadata. Throws ModelFormatError for unsupported models. */
-export function tokenizerFromGGUF(gguf: GGUFFile): GGUFTokenizer {
-  const model = gguf.getString(KEY.model);
-  const chatTemplate = gguf.has("tokenizer.chat_template") ? gguf.getString("tokenizer.chat_template") : null;
-  const addEos = gguf.getBool(KEY.addEos, model === "bert");
-  switch (model) {
-    case "llama":
-      return { tokenizer: new SpmTokenizer(spmVocabFromGGUF(gguf)), addBos: gguf.getBool(KEY.addBos, true), addEos, chatTemplate };
-    case "gpt2":
-      return { tokenizer: bpeFromGGUF(gguf), addBos: gguf.getBool(KEY.addBos, false), addEos, chatTemplate };
-    case "bert":
-      return { tokenizer: wpmFromGGUF(gguf), addBos: gguf.getBool(KEY.addBos, true), addEos, chatTemplate };
-    default:
-      throw new ModelFormatError(
-        gguf.path,
-        `tokenizer model "${model}" is not supported (supported: "llama" SentencePiece, "gpt2" byte-level BPE, "bert" WordPiece)`,
-      );
+/** The token types, or all normal when the file has none. */
+function tokenTypes(gguf: GGUFFile, count: number): Uint8Array {
+  if (!gguf.has(KEY.tokenType)) return new Uint8Array(count).fill(TokenType.normal);
+  const stored = gguf.getI32Array(KEY.tokenType);
+  if (stored.length !== count) throw new ModelFormatError(gguf.path, `${KEY.tokenType} has ${stored.length} entries for ${count} tokens`);
+  return Uint8Array.from(stored, (t) => (t >= 0 && t <= TokenType.byte ? t : TokenType.normal));
+}
+
+/** EOT and EOM ids the metadata names, and control tokens whose text marks an end of generation. */
+function eogIds(gguf: GGUFFile, texts: readonly string[], types: Uint8Array): number[] {
+  const ids: number[] = [];
+  for (const key of [KEY.eot, KEY.eom]) {
+    const id = tokenIdOrNone(gguf, key, null);
+    if (id !== null && id < texts.length) ids.push(id);
   }
+  texts.forEach((t, id) => {
+    if ((types[id] === TokenType.control || types[id] === TokenType.userDefined) && EOG_TEXTS.has(t)) ids.push(id);
+  });
+  return ids;
+}
+
+function stringsOf(gguf: GGUFFile, key: string): string[] {
+  const array = gguf.getStringArray(key);
+  return Array.from({ length: array.length }, (_, i) => array.get(i));
+}
+
+/** Build the tokenizer described by a GGUF file's metadata. Throws ModelFormatError for unsupported ones. */
+export function tokenizerFromGGUF(gguf: GGUFFile): GGUFTokenizer {
+  const chatTemplate = gguf.has("tokenizer.chat_template") ? gguf.getString("tokenizer.chat_template") : null;
+  return { ...tokenizerOf(gguf), chatTemplate };
+}
+
+function tokenizerOf(gguf: GGUFFile): Omit<GGUFTokenizer, "chatTemplate"> {
+  const model = gguf.getString(KEY.model);
+  const checkId = (id: number | null, count: number, what: string): number | null => {
+    if (id !== null && id >= count) throw new ModelFormatError(gguf.path, `${what} token id ${id} is outside the vocabulary (0..${count - 1})`);
+    return id;
+  };
+  if (model === "llama") {
+    const vocab = spmVocabFromGGUF(gguf);
+    const texts = stringsOf(gguf, KEY.tokens);
+    return {
+      tokenizer: new SpmTokenizer({ ...vocab, eogIds: eogIds(gguf, texts, vocab.types) }),
+      addBos: gguf.getBool(KEY.addBos, true),
+      addEos: gguf.getBool(KEY.addEos, false),
+    };
+  }
+  if (model === "gpt2") {
+    const tokens = stringsOf(gguf, KEY.tokens);
+    const types = tokenTypes(gguf, tokens.length);
+    const bosId = checkId(tokenIdOrNone(gguf, KEY.bos, null), tokens.length, "BOS");
+    const eosId = checkId(tokenIdOrNone(gguf, KEY.eos, null), tokens.length, "EOS");
+    const eog = new Set(eogIds(gguf, tokens, types));
+    if (eosId !== null) eog.add(eosId);
+    const tokenizer = new BpeTokenizer({
+      file: gguf.path, tokens, types, merges: gguf.has(KEY.merges) ? stringsOf(gguf, KEY.merges) : [],
+      // A file without a pre-tokenizer name gets llama.cpp's default (with its warning there).
+      preTokenizer: PreTokenizer.named(gguf.getString(KEY.pre, "default"), gguf.path),
+      bosId, eosId, eogIds: eog,
+    });
+    return { tokenizer, addBos: gguf.getBool(KEY.addBos, false), addEos: gguf.getBool(KEY.addEos, false) };
+  }
+  if (model === "bert") {
+    const tokens = stringsOf(gguf, KEY.tokens);
+    const unkId = checkId(tokenIdOrNone(gguf, KEY.unk, 100), tokens.length, "unknown");
+    if (unkId === null) throw new ModelFormatError(gguf.path, "a WordPiece vocabulary needs an unknown token");
+    const tokenizer = new WordPieceTokenizer({
+      file: gguf.path, tokens, types: tokenTypes(gguf, tokens.length), unkId,
+      bosId: checkId(tokenIdOrNone(gguf, KEY.cls, 101), tokens.length, "CLS"),
+      eosId: checkId(tokenIdOrNone(gguf, KEY.sep, 102), tokens.length, "SEP"),
+    });
+    return { tokenizer, addBos: gguf.getBool(KEY.addBos, true), addEos: gguf.getBool(KEY.addEos, true) };
+  }
+  throw new ModelFormatError(gguf.path, `tokenizer model "${model}" is not supported (supported: llama, gpt2, bert)`);
 }
 
 /** Read the GGUF header at `path` and build its tokenizer. */

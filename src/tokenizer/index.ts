@@ -11,9 +11,3 @@ export {
   type Llama2cTokenizerFile,
 } from "./llama2c.ts";
 export { loadGGUFTokenizer, tokenizerFromGGUF, type GGUFTokenizer } from "./gguf-vocab.ts";
-export { BpeTokenizer, BYTE_TO_CHAR, byteEncode, type BpeVocab } from "./bpe.ts";
-export { WpmTokenizer, type WpmVocab } from "./wpm.ts";
-export { preTokenizerByName, splitWords, type PreTokenizer } from "./pretokenize.ts";
-export { partitionSpecials, endOfGenerationIds, type SpecialToken, type Fragment } from "./special.ts";
-export { loadHFTokenizer, tokenizerFromHFJson, type HFTokenizer } from "./hf-json.ts";
-export { loadTokenizer, type LoadedTokenizer, type LoadTokenizerOptions } from "./load.ts";

@@ -1,87 +1,39 @@
 /**
- * Opens a tokenizer file by what it is: a GGUF model or vocabulary-only file, a Hugging Face
- * tokenizer.json, or llama2.c's tokenizer.bin.
+ * Opens any tokenizer file by what it is: a GGUF model or vocabulary-only file, a Hugging Face
+ * tokenizer.json, or llama2.c's tokenizer.bin. The model's vocabulary size is an optional check:
+ * a model may have more embedding rows than its tokenizer has tokens (padding), never fewer.
  */
-import { readFileSync } from "node:fs";
 import { ModelFormatError } from "../errors.ts";
 import { isGGUF } from "../model/load.ts";
 import { loadGGUFTokenizer } from "./gguf-vocab.ts";
-import { loadHFTokenizer } from "./hf-json.ts";
-import { llama2cTokenizerFromFile, parseLlama2cTokenizer } from "./llama2c.ts";
+import { loadTokenizerJson } from "./hf-tokenizer-json.ts";
+import { loadLlama2cTokenizer } from "./llama2c.ts";
 import type { Tokenizer } from "./tokenizer.ts";
 
-export interface LoadTokenizerOptions {
-  /** The model's vocabulary size: when given, a tokenizer of another size is a ModelFormatError. */
-  vocabSize?: number;
-}
-
-/** A tokenizer and what callers (generation, chat templates) need to know about its vocabulary. */
 export interface LoadedTokenizer {
   tokenizer: Tokenizer;
   /** Whether prompts start with BOS (llama2.c always; GGUF and tokenizer.json say). */
   addBos: boolean;
-  /** Whether prompts end with EOS (BERT-style vocabularies). */
+  /** Whether prompts end with EOS (BERT-style models). */
   addEos: boolean;
-  /** Every token that ends generation (the same set as `tokenizer.eogIds`). */
-  eogIds: ReadonlySet<number>;
-  /** Text of the BOS token (e.g. "<|begin_of_text|>"), for chat templates; null without one. */
-  bosText: string | null;
-  /** Text of the EOS token (e.g. "<|im_end|>"), for chat templates; null without one. */
-  eosText: string | null;
-  /** The file's `tokenizer.chat_template` (GGUF only); null without one. */
+  /** The model's chat template (Jinja), when the file has one. */
   chatTemplate: string | null;
 }
 
-/** True when the file starts like JSON (a tokenizer.json). */
-function isJson(path: string): boolean {
-  let head: Buffer;
-  try {
-    head = readFileSync(path).subarray(0, 64);
-  } catch (error) {
-    throw new ModelFormatError(path, `cannot read tokenizer: ${error instanceof Error ? error.message : String(error)}`);
-  }
-  return head.toString("utf8").trimStart().startsWith("{");
+export interface LoadTokenizerOptions {
+  /** The model's vocabulary size, checked against the tokenizer's. */
+  modelVocabSize?: number;
 }
 
-function llama2cTokenizer(path: string, vocabSize: number | undefined): Tokenizer {
-  let bytes: Uint8Array;
-  try {
-    bytes = readFileSync(path);
-  } catch (error) {
-    throw new ModelFormatError(path, `cannot read tokenizer: ${error instanceof Error ? error.message : String(error)}`);
-  }
-  const parsed = parseLlama2cTokenizer(bytes, path);
-  return llama2cTokenizerFromFile(parsed, path, vocabSize ?? parsed.pieces.length);
-}
-
-/**
- * Load the tokenizer at `path`. `opts.vocabSize`, when given, must equal the tokenizer's size (a GGUF
- * model may pad its embedding rows, but the vocabulary files here never do).
- */
 export function loadTokenizer(path: string, opts: LoadTokenizerOptions = {}): LoadedTokenizer {
-  let tokenizer: Tokenizer;
-  let addBos: boolean;
-  let addEos = false;
-  let chatTemplate: string | null = null;
-  if (isGGUF(path)) {
-    ({ tokenizer, addBos, addEos, chatTemplate } = loadGGUFTokenizer(path));
-  } else if (isJson(path)) {
-    ({ tokenizer, addBos, addEos } = loadHFTokenizer(path));
-  } else {
-    tokenizer = llama2cTokenizer(path, opts.vocabSize);
-    addBos = true;
+  let loaded: LoadedTokenizer;
+  if (isGGUF(path)) loaded = loadGGUFTokenizer(path);
+  else if (path.endsWith(".json")) loaded = loadTokenizerJson(path);
+  // llama2.c's file has no vocabulary size of its own: the model says how many entries to read.
+  else loaded = { tokenizer: loadLlama2cTokenizer(path, opts.modelVocabSize ?? 32000), addBos: true, addEos: false, chatTemplate: null };
+  const size = opts.modelVocabSize;
+  if (size !== undefined && loaded.tokenizer.vocabSize > size) {
+    throw new ModelFormatError(path, `vocabulary has ${loaded.tokenizer.vocabSize} tokens, the model has ${size}`);
   }
-  if (opts.vocabSize !== undefined && tokenizer.vocabSize !== opts.vocabSize) {
-    throw new ModelFormatError(path, `vocabulary has ${tokenizer.vocabSize} tokens, the model has ${opts.vocabSize}`);
-  }
-  const textOf = (id: number | null): string | null => (id === null ? null : tokenizer.tokenPiece(id));
-  return {
-    tokenizer,
-    addBos,
-    addEos,
-    eogIds: tokenizer.eogIds,
-    bosText: textOf(tokenizer.bosId),
-    eosText: textOf(tokenizer.eosId),
-    chatTemplate,
-  };
+  return loaded;
 }

@@ -8,11 +8,15 @@ export interface EncodeOptions {
   /** Append the EOS token (ignored when the vocabulary has none). Default false. */
   addEos?: boolean;
   /**
-   * Match control tokens (`<|im_start|>`, `<s>`, ...) written in the text, as in template text. Default false:
-   * their characters are then plain text (llama.cpp's parse_special). User-defined (added) tokens are matched
-   * either way, as llama.cpp and Hugging Face do.
+   * Match control tokens (`<|im_start|>`, `<s>`, ...) written in the text, as in a rendered chat
+   * template. Default false: text a user typed never becomes a control token.
    */
   parseSpecial?: boolean;
+  /**
+   * The text continues text tokenized before it (a piece of a rendered chat template): no
+   * SentencePiece dummy-prefix space at its start. Default false.
+   */
+  continuation?: boolean;
 }
 
 /**
@@ -30,7 +34,7 @@ export interface Tokenizer {
   readonly vocabSize: number;
   readonly bosId: number | null;
   readonly eosId: number | null;
-  /** Every token that ends generation (llama.cpp's is_eog): EOS, EOT, EOM, `<|im_end|>`, `<|eot_id|>`, ... */
+  /** Tokens that end a generation (llama.cpp's is_eog): EOS, EOT, `<|im_end|>`, `<|eot_id|>`, ... */
   readonly eogIds: ReadonlySet<number>;
   /** Token ids of `text`. Invariant: decode(encode(text)) === text for well-formed text. */
   encode(text: string, opts?: EncodeOptions): number[];
@@ -43,4 +47,12 @@ export interface Tokenizer {
   createStreamDecoder(prevTokenId?: number): StreamDecoder;
   /** The vocabulary entry of `id` as text, for debugging and tests (byte tokens as "<0xXX>"). */
   tokenPiece(id: number): string;
+  /** The text a special token is written as in templates (`<s>`, `<|im_end|>`); decoded text for others. */
+  tokenText(id: number): string;
 }
+
+/** Texts of end-of-generation tokens, as llama.cpp recognises them besides the ids in the metadata. */
+export const EOG_TEXTS: ReadonlySet<string> = new Set([
+  "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
+  "<｜end▁of▁sentence｜>", "<|end_of_text|>", "<|return|>", "<|call|>",
+]);
