@@ -28,7 +28,7 @@ export interface BpeVocab {
 
 const MAX_CACHED_WORDS = 1 << 16;
 /** Pre-tokenizers whose models keep a word that is itself a token (llama.cpp's ignore_merges). */
-const IGNORE_MERGES: ReadonlySet<string> = new Set(["llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral"]);
+const IGNORE_MERGES: ReadonlySet<string> = new Set(["llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "tekken"]);
 
 export class BpeTokenizer implements Tokenizer {
   readonly vocabSize: number;
