@@ -77,3 +77,25 @@ test("pre-tokenizers of newer families split as llama.cpp's expressions", () => 
   expect(PreTokenizer.named("seed-coder", "t").split("a;;\n\nb")).toEqual(["a", ";;", "\n\n", "b"]);
   expect(PreTokenizer.named("llama-bpe", "t").split("a;;\n\nb")).toEqual(["a", ";;\n\n", "b"]);
 });
+
+describeShared("special tokens as llama.cpp partitions them", ["vocab/ggml-vocab-phi-3.gguf", "vocab/ggml-vocab-llama-spm.gguf"], ([phi3Path, spmPath]) => {
+  test("Phi-3: user-defined </s> is matched in any text and drops the whitespace after it (rstrip)", () => {
+    const { tokenizer } = loadTokenizer(phi3Path!);
+    const [endId] = tokenizer.encode("</s>");
+    expect(tokenizer.tokenPiece(endId!)).toBe("</s>");
+    // After a special token the text gets its dummy-prefix space again, as llama.cpp does.
+    expect(tokenizer.encode("a</s>   b")).toEqual([...tokenizer.encode("a"), endId!, ...tokenizer.encode("b")]);
+    const end = tokenizer.encode("<|end|>\n x", { parseSpecial: true });
+    expect(tokenizer.tokenPiece(end[0]!)).toBe("<|end|>");
+    expect(end.slice(1)).toEqual(tokenizer.encode("x"));
+    // <s> keeps the whitespace after it.
+    expect(tokenizer.encode("<s> x", { parseSpecial: true })).toEqual([1, ...tokenizer.encode(" x")]);
+  });
+
+  test("unknown tokens are matched only when specials are parsed; empty text gives no tokens", () => {
+    const { tokenizer } = loadTokenizer(spmPath!);
+    expect(tokenizer.encode("<unk>", { parseSpecial: true })).toEqual([0]);
+    expect(tokenizer.encode("<unk>")).not.toContain(0);
+    expect(tokenizer.encode("", { parseSpecial: true })).toEqual([]);
+  });
+});

@@ -10,7 +10,7 @@
  * for pieces that are not valid UTF-8 (llama2.c files store raw bytes).
  */
 import { InputError, ModelFormatError } from "../errors.ts";
-import { partitionSpecials, sortSpecials, type SpecialToken } from "./special-tokens.ts";
+import { partitionSpecials, sortSpecials, type SpecialToken, type StripFlags } from "./special-tokens.ts";
 import { EOG_TEXTS, type EncodeOptions, type StreamDecoder, type Tokenizer } from "./tokenizer.ts";
 
 /** Token types as GGUF stores them in `tokenizer.ggml.token_type` (llama.cpp's llama_token_type). */
@@ -86,7 +86,8 @@ export interface SpmVocab {
   /** Pieces spell a space as U+2581 "▁" (SentencePiece, GGUF); false where they hold real spaces (llama2.c). */
   readonly spacesAsMetaspace: boolean;
   /** End-of-generation tokens the metadata names besides EOS (EOT, EOM). */
-  readonly eogIds?: readonly number[];
+  readonly eogIds?: readonly number[];  /** lstrip/rstrip of special tokens (llama.cpp sets them for Phi-3); default none. */
+  readonly stripFlags?: StripFlags;
 }
 
 const METASPACE = "\u2581";
@@ -266,12 +267,14 @@ export class SpmTokenizer implements Tokenizer {
     const eog = new Set<number>(vocab.eogIds ?? []);
     if (this.eosId !== null) eog.add(this.eosId);
     for (let id = 0; id < this.vocabSize; id++) {
-      if (vocab.types[id] !== TokenType.control) continue;
+      const type = vocab.types[id];
+      if (type !== TokenType.control && type !== TokenType.unknown && type !== TokenType.userDefined) continue;
       const text = utf8Decoder.decode(vocab.pieces.bytes(id));
-      controls.push({ id, text, control: true });
-      if (EOG_TEXTS.has(text)) eog.add(id);
+      // As llama.cpp: user-defined tokens are matched in any text, control and unknown ones only when parsed.
+      controls.push({ id, text, control: type !== TokenType.userDefined });
+      if (type === TokenType.control && EOG_TEXTS.has(text)) eog.add(id);
     }
-    this.specials = sortSpecials(controls);
+    this.specials = sortSpecials(controls, vocab.stripFlags);
     this.eogIds = eog;
   }
 
@@ -294,16 +297,12 @@ export class SpmTokenizer implements Tokenizer {
   encode(text: string, opts: EncodeOptions = {}): number[] {
     const ids: number[] = [];
     if (opts.addBos === true && this.bosId !== null) ids.push(this.bosId);
-    if (opts.parseSpecial === true) {
-      // As llama.cpp: the dummy prefix goes before the text at the start and after each special token.
-      let afterSpecial = opts.continuation !== true;
-      for (const f of partitionSpecials(text, this.specials, true)) {
-        if ("id" in f) ids.push(f.id);
-        else this.encodeText(f.text, ids, afterSpecial);
-        afterSpecial = "id" in f;
-      }
-    } else if (text.length > 0) {
-      this.encodeText(text, ids, opts.continuation !== true);
+    // As llama.cpp: the dummy prefix goes before the text at the start and after each special token.
+    let afterSpecial = opts.continuation !== true;
+    for (const f of partitionSpecials(text, this.specials, opts.parseSpecial === true)) {
+      if ("id" in f) ids.push(f.id);
+      else this.encodeText(f.text, ids, afterSpecial);
+      afterSpecial = "id" in f;
     }
     if (opts.addEos === true && this.eosId !== null) ids.push(this.eosId);
     return ids;
