@@ -5,8 +5,9 @@
  * pre-tokenizer details where JavaScript's regex defaults differ from llama.cpp's.
  */
 import { expect, test } from "bun:test";
-import { existsSync, readdirSync } from "node:fs";
-import { join } from "node:path";
+import { copyFileSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
 import { loadTokenizer } from "../src/tokenizer/load.ts";
 import { PreTokenizer, PRE_TOKENIZER_NAMES } from "../src/tokenizer/pretokenizers.ts";
 import { expectModelFormatError } from "./helpers/errors.ts";
@@ -97,5 +98,20 @@ describeShared("special tokens as llama.cpp partitions them", ["vocab/ggml-vocab
     expect(tokenizer.encode("<unk>", { parseSpecial: true })).toEqual([0]);
     expect(tokenizer.encode("<unk>")).not.toContain(0);
     expect(tokenizer.encode("", { parseSpecial: true })).toEqual([]);
+  });
+});
+
+describeShared("loadTokenizer without the model", ["models/llama2c/tok512.bin", SMOLLM_JSON], ([tok512, json]) => {
+  test("a tokenizer.bin needs no vocabulary size; given one, it is checked", () => {
+    expect(loadTokenizer(tok512!).tokenizer.vocabSize).toBe(512);
+    expect(loadTokenizer(tok512!, { modelVocabSize: 512 }).tokenizer.vocabSize).toBe(512);
+    expectModelFormatError(() => loadTokenizer(tok512!, { modelVocabSize: 1000 }), tok512!, /512 tokens/);
+  });
+
+  test("a tokenizer.json under another name is recognised by its content", () => {
+    const renamed = join(mkdtempSync(join(tmpdir(), "pagellm-tok-")), "tokenizer.data");
+    copyFileSync(json!, renamed);
+    expect(loadTokenizer(renamed).tokenizer.encode("Hello world")).toEqual(loadTokenizer(json!).tokenizer.encode("Hello world"));
+    rmSync(dirname(renamed), { recursive: true });
   });
 });
