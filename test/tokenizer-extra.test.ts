@@ -115,3 +115,17 @@ describeShared("loadTokenizer without the model", ["models/llama2c/tok512.bin", 
     rmSync(dirname(renamed), { recursive: true });
   });
 });
+
+describeShared("SentencePiece word by word", ["vocab/ggml-vocab-llama-spm.gguf"], ([spmPath]) => {
+  test("encoding word by word (with the cache) gives the ids of encoding the whole text at once", () => {
+    const { tokenizer } = loadTokenizer(spmPath!);
+    // The switch is private: flip it to compare the two paths on the same vocabulary.
+    const internals = tokenizer as unknown as { wordsAreIndependent: boolean; chunkCache: Map<string, number[]> };
+    expect(internals.wordsAreIndependent).toBe(true);
+    const texts = [...mixedTexts(200, 23), "  two  spaces   and\u2581metaspace ", "word word word word"];
+    const byWords = texts.map((text) => tokenizer.encode(text));
+    internals.wordsAreIndependent = false;
+    internals.chunkCache.clear();
+    expect(texts.map((text) => tokenizer.encode(text))).toEqual(byWords);
+  });
+});

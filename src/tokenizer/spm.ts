@@ -101,6 +101,8 @@ function binaryString(bytes: Uint8Array): string {
 }
 
 const METASPACE_UTF8 = utf8Encoder.encode(METASPACE);
+/** Words whose ids are kept before the cache starts over. */
+const MAX_CACHED_CHUNKS = 1 << 16;
 
 /** `piece` with each UTF-8 "▁" replaced by a space byte, working on bytes so any piece survives intact. */
 function metaspacesToSpaces(piece: Uint8Array): Uint8Array {
@@ -241,6 +243,14 @@ export class SpmTokenizer implements Tokenizer {
   /** The bytes each token contributes to decoded text (empty for control, unknown and unused tokens). */
   private readonly textBytes: PieceTable;
 
+  /**
+   * True when every matchable piece is some spaces followed by text without spaces (as in Llama's and
+   * Phi-3's vocabularies). Then no piece, hence no merge, spans a space that follows a non-space, so the
+   * text can be encoded word by word with the same result, and repeated words come from a cache.
+   */
+  private readonly wordsAreIndependent: boolean;
+  private readonly chunkCache = new Map<string, number[]>();
+
   constructor(vocab: SpmVocab) {
     validateVocab(vocab);
     this.vocab = vocab;
@@ -259,6 +269,12 @@ export class SpmTokenizer implements Tokenizer {
         if (!this.pieceToId.has(key)) this.pieceToId.set(key, id);
       }
     }
+    const space = vocab.spacesAsMetaspace ? binaryString(METASPACE_UTF8) : " ";
+    this.wordsAreIndependent = [...this.pieceToId.keys()].every((piece) => {
+      let at = 0;
+      while (piece.startsWith(space, at)) at += space.length;
+      return !piece.includes(space, at);
+    });
     if (this.unkId === null && this.byteToId.includes(-1)) {
       throw new ModelFormatError(vocab.file, "vocabulary has neither all 256 byte tokens nor an unknown token");
     }
@@ -311,6 +327,35 @@ export class SpmTokenizer implements Tokenizer {
   private encodeText(text: string, out: number[], prefix: boolean): void {
     let normalized = this.addSpacePrefix && prefix ? " " + text : text;
     if (this.vocab.spacesAsMetaspace) normalized = normalized.replaceAll(" ", METASPACE);
+    if (!this.wordsAreIndependent) {
+      this.encodeChunk(normalized, out);
+      return;
+    }
+    // Cut before every space that follows a non-space: no piece spans such a cut (see wordsAreIndependent).
+    const space = this.vocab.spacesAsMetaspace ? METASPACE : " ";
+    let start = 0;
+    for (let i = 1; i < normalized.length; i++) {
+      if (normalized[i] === space && normalized[i - 1] !== space) {
+        this.encodeCachedChunk(normalized.slice(start, i), out);
+        start = i;
+      }
+    }
+    this.encodeCachedChunk(normalized.slice(start), out);
+  }
+
+  private encodeCachedChunk(chunk: string, out: number[]): void {
+    let ids = this.chunkCache.get(chunk);
+    if (ids === undefined) {
+      ids = [];
+      this.encodeChunk(chunk, ids);
+      if (this.chunkCache.size >= MAX_CACHED_CHUNKS) this.chunkCache.clear();
+      this.chunkCache.set(chunk, ids);
+    }
+    for (const id of ids) out.push(id);
+  }
+
+  /** SentencePiece BPE over `normalized` (spaces already spelled as the vocabulary spells them). */
+  private encodeChunk(normalized: string, out: number[]): void {
     const bytes = utf8Encoder.encode(normalized);
     const binary = binaryString(bytes);
     const pieceOf = (start: number, length: number): number =>
