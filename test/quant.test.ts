@@ -1,114 +1,125 @@
 /**
- * Reference quantizers (src/quant): bytes identical to llama.cpp's llama-quantize on the real
- * stories260K weights, half-precision conversions against known values, and round-trip bounds.
+ * The reference quantizers (src/quant/): bytes identical with llama.cpp's llama-quantize on the
+ * shared GGUF files, and round trips within each type's error bound.
  */
 import { describe, expect, test } from "bun:test";
-import { closeSync, openSync, readSync } from "node:fs";
-import { readGGUF, type GGUFTensorInfo } from "../src/model/gguf.ts";
-import {
-  bf16ToFp32, dequantizeRow, fp16ToFp32, fp32ToBf16, fp32ToFp16, quantizeTensor,
-} from "../src/quant/index.ts";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { readGGUF } from "../src/model/gguf.ts";
+import { dequantize, f32ToHalf, halfToF32, f32ToBF16, bf16ToF32, quantize, quantTypeName, type QuantTypeName } from "../src/quant/index.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
-import { randomArray } from "./helpers/random-data.ts";
-import { describeShared } from "./helpers/shared.ts";
+import { describeShared, SHARED_DIR } from "./helpers/shared.ts";
 
-function tensorBytes(path: string, info: GGUFTensorInfo): Uint8Array {
-  const fd = openSync(path, "r");
-  try {
-    const out = new Uint8Array(info.byteSize);
-    readSync(fd, out, 0, info.byteSize, info.fileOffset);
-    return out;
-  } finally {
-    closeSync(fd);
-  }
+/** The f32 values of a tensor of an F32 GGUF file. */
+function f32Tensor(file: string, bytes: Buffer, name: string): Float32Array {
+  const t = readGGUF(file).tensor(name)!;
+  return new Float32Array(bytes.buffer.slice(bytes.byteOffset + t.fileOffset, bytes.byteOffset + t.fileOffset + t.byteSize));
 }
 
-const TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "F16", "BF16"] as const;
+/** For every non-F32 tensor of `quantizedFile`: does quantizing the same tensor of `f32File` give its bytes? */
+function compareWithLlamaQuantize(f32File: string, quantizedFile: string): Map<string, { same: number; differ: string[] }> {
+  const base = readFileSync(f32File);
+  const q = readGGUF(quantizedFile);
+  const qBytes = readFileSync(quantizedFile);
+  const byType = new Map<string, { same: number; differ: string[] }>();
+  for (const t of q.tensors) {
+    const type = quantTypeName(t.type);
+    if (type === undefined || type === "F32") continue;
+    const ours = quantize(type, f32Tensor(f32File, base, t.name));
+    const theirs = qBytes.subarray(t.fileOffset, t.fileOffset + t.byteSize);
+    const entry = byType.get(type) ?? { same: 0, differ: [] };
+    if (Buffer.compare(Buffer.from(ours), theirs) === 0) entry.same++;
+    else entry.differ.push(t.name);
+    byType.set(type, entry);
+  }
+  return byType;
+}
 
-describeShared("byte identity with llama-quantize", ["models/gguf/stories260K.gguf", ...TYPES.map((t) => `models/gguf/stories260K-${t}.gguf`)], (paths) => {
-  const f32Path = paths[0]!;
-  const f32File = readGGUF(f32Path);
-  TYPES.forEach((typeName, i) => {
-    test(typeName, () => {
-      const qPath = paths[i + 1]!;
-      const qFile = readGGUF(qPath);
-      let compared = 0;
-      for (const info of qFile.tensors) {
-        if (info.typeName !== typeName) continue;
-        const src = f32File.tensors.find((t) => t.name === info.name);
-        if (src === undefined || src.type !== 0) continue;
-        const bytes = tensorBytes(f32Path, src);
-        const data = new Float32Array(bytes.buffer, 0, src.nElements);
-        const cols = src.dims[0]!;
-        const ours = quantizeTensor(info.type, data, src.nElements / cols, cols);
-        const theirs = tensorBytes(qPath, info);
-        expect(ours.length).toBe(theirs.length);
-        const firstDiff = ours.findIndex((b, j) => b !== theirs[j]);
-        expect({ tensor: info.name, firstDiff }).toEqual({ tensor: info.name, firstDiff: -1 });
-        compared++;
-      }
-      expect(compared).toBeGreaterThan(0);
-    });
-  });
-});
-
-describe("half-precision conversions", () => {
-  test("f16 known values and round-to-nearest-even", () => {
-    expect(fp32ToFp16(1)).toBe(0x3c00);
-    expect(fp32ToFp16(-2)).toBe(0xc000);
-    expect(fp32ToFp16(65504)).toBe(0x7bff);
-    expect(fp32ToFp16(65520)).toBe(0x7c00); // rounds up to infinity
-    expect(fp32ToFp16(2 ** -24)).toBe(0x0001);
-    expect(fp32ToFp16(2 ** -25)).toBe(0x0000); // tie to even (zero)
-    expect(fp32ToFp16(3 * 2 ** -25)).toBe(0x0002); // tie to even (2)
-    expect(fp32ToFp16(1 + 2 ** -11)).toBe(0x3c00); // tie, even mantissa stays
-    expect(fp32ToFp16(1 + 3 * 2 ** -11)).toBe(0x3c02); // tie, odd rounds up
-    expect(fp32ToFp16(NaN) & 0x7e00).toBe(0x7e00);
-    expect(fp16ToFp32(0x3555)).toBe(Math.fround(0.333251953125));
-    expect(fp16ToFp32(0xfc00)).toBe(-Infinity);
-  });
-  test("f16 round trip of every half is exact", () => {
-    for (let h = 0; h < 0x10000; h++) {
-      const v = fp16ToFp32(h);
-      if (Number.isNaN(v)) continue;
-      expect(fp32ToFp16(v)).toBe(h);
+describeShared(
+  "32-value types and 16-bit floats are byte-identical with llama-quantize",
+  ["models/gguf/stories260K.gguf", ...["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "F16", "BF16"].map((t) => `models/gguf/stories260K-${t}.gguf`)],
+  ([f32File, ...quantized]) => {
+    for (const file of quantized) {
+      test(file!.split("/").pop()!, () => {
+        const result = compareWithLlamaQuantize(f32File!, file!);
+        expect(result.size).toBeGreaterThan(0);
+        for (const [type, { same, differ }] of result) {
+          expect({ type, differ }).toEqual({ type, differ: [] });
+          expect(same).toBeGreaterThan(0);
+        }
+      });
     }
-  });
-  test("bf16 rounding and NaN", () => {
-    expect(fp32ToBf16(1)).toBe(0x3f80);
-    expect(fp32ToBf16(Math.fround(1 + 2 ** -8))).toBe(0x3f80); // tie to even
-    expect(fp32ToBf16(Math.fround(1 + 3 * 2 ** -8))).toBe(0x3f82);
-    expect(fp32ToBf16(NaN) & 0x7fc0).toBe(0x7fc0);
-    expect(bf16ToFp32(0xc040)).toBe(-3);
-  });
-});
+  },
+);
 
-describe("round trip", () => {
-  // Largest |x - dequantize(quantize(x))| relative to a block's max |x|, by type: half a step, a
-  // whole step for Q4_0/Q5_0 (whose top level is clipped: q in [-8, 7] with d = max / -8), plus
-  // the f16 rounding of the scales. Magnitudes stay where f16 scales are normal numbers.
-  const BOUNDS: [number, string, number][] = [
-    [8, "Q8_0", 1 / 127 / 2 + 1e-3],
-    [2, "Q4_0", 1 / 8 + 1e-2],
-    [3, "Q4_1", 2 / 15 / 2 + 1e-2],
-    [6, "Q5_0", 1 / 16 + 1e-2],
-    [7, "Q5_1", 2 / 31 / 2 + 1e-2],
-    [1, "F16", 2 ** -11],
-    [30, "BF16", 2 ** -8],
-  ];
-  for (const [code, name, bound] of BOUNDS) {
-    test(name, () => {
-      const rng = new Xoshiro128(code);
-      for (let it = 0; it < 50; it++) {
-        const cols = 32 * (1 + (it % 5));
-        const x = randomArray(rng, cols, 10 ** ((it % 5) - 2));
-        const back = dequantizeRow(code, quantizeTensor(code, x, 1, cols), cols);
-        for (let b = 0; b < cols; b += 32) {
-          const block = x.subarray(b, b + 32);
-          const amax = Math.max(...Array.from(block, Math.abs));
-          for (let j = b; j < b + 32; j++) expect(Math.abs(back[j]! - x[j]!)).toBeLessThanOrEqual(bound * amax);
+describeShared(
+  "K-quants are byte-identical with llama-quantize (F32 originals rewritten by make_refmodels.ts)",
+  ["tools/llama-ref/make_refmodels.ts", "models/gguf/rnd-llama-Q4_K_M.gguf", "models/gguf/rnd-llama-Q2_K.gguf", "models/gguf/rnd-qwen2-Q5_K_M.gguf"],
+  ([script, q4km, q2k, q5km]) => {
+    test("Q2_K, Q3_K, Q4_K, Q5_K and Q6_K tensors", () => {
+      const dir = mkdtempSync(join(tmpdir(), "pagellm-refmodels-"));
+      try {
+        const run = Bun.spawnSync(["bun", script!, dir], { stdout: "pipe", stderr: "pipe" });
+        expect(run.exitCode).toBe(0);
+        const seen = new Set<string>();
+        for (const [f32, quantized] of [["rnd-llama-F32", q4km], ["rnd-llama-F32", q2k], ["rnd-qwen2-F32", q5km]] as const) {
+          for (const [type, { same, differ }] of compareWithLlamaQuantize(join(dir, `${f32}.gguf`), quantized!)) {
+            expect({ type, differ }).toEqual({ type, differ: [] });
+            if (same > 0) seen.add(type);
+          }
+        }
+        expect([...seen].sort()).toEqual(["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    }, 120_000);
+  },
+);
+
+describe("round trips", () => {
+  /** Largest error a type may make on a value, relative to the largest magnitude of its block. */
+  const BOUND: Record<Exclude<QuantTypeName, "F32">, number> = {
+    F16: 1e-3, BF16: 8e-3, // Half a step, plus the rounding of the stored half-precision scale and minimum.
+    Q8_0: 1 / 127, Q4_0: 1 / 8, Q4_1: 1.1 / 15, Q5_0: 1 / 16, Q5_1: 1.1 / 31,
+    Q2_K: 0.75, Q3_K: 0.35, Q4_K: 0.15, Q5_K: 0.08, Q6_K: 0.04,
+  };
+  for (const type of Object.keys(BOUND) as (keyof typeof BOUND)[]) {
+    test(`${type}: dequantize(quantize(x)) is within the type's step`, () => {
+      const rng = new Xoshiro128(17);
+      for (let iter = 0; iter < 20; iter++) {
+        const n = 512 * (1 + Math.floor(rng.nextFloat() * 3));
+        const x = Float32Array.from({ length: n }, () => (rng.nextFloat() - 0.5) * (iter + 1));
+        const y = dequantize(type, quantize(type, x), n);
+        const block = type.endsWith("_K") ? 256 : 32;
+        for (let b = 0; b < n; b += block) {
+          let amax = 0;
+          for (let i = b; i < b + block; i++) amax = Math.max(amax, Math.abs(x[i]!));
+          for (let i = b; i < b + block; i++) expect(Math.abs(y[i]! - x[i]!)).toBeLessThanOrEqual(BOUND[type] * amax * 1.0001 + 1e-7);
         }
       }
     });
   }
+
+  test("F16 conversion: exact for every half, round-to-nearest-even in between", () => {
+    for (let h = 0; h < 0x7c00; h++) {
+      expect(f32ToHalf(halfToF32(h))).toBe(h);
+      expect(f32ToHalf(-halfToF32(h))).toBe(h === 0 ? 0x8000 : h | 0x8000);
+    }
+    // Halfway between 1 and the next half (1 + 2^-10): ties go to the even one, 1.
+    expect(f32ToHalf(1 + 2 ** -11)).toBe(0x3c00);
+    expect(f32ToHalf(1 + 3 * 2 ** -11)).toBe(0x3c02);
+    expect(f32ToHalf(70000)).toBe(0x7c00);
+    expect(bf16ToF32(f32ToBF16(1.00390625))).toBe(1); // 1 + 2^-8 ties to even
+  });
+
+  test("blocks of zeros stay zero", () => {
+    for (const type of Object.keys(BOUND) as (keyof typeof BOUND)[]) {
+      expect(Array.from(dequantize(type, quantize(type, new Float32Array(256)), 256)).every((v) => v === 0)).toBe(true);
+    }
+  });
+});
+
+test("shared data directory is where the tests look", () => {
+  expect(SHARED_DIR.endsWith("shared")).toBe(true);
 });

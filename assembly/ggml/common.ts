@@ -1,83 +1,96 @@
 // ============================================================================================
-// Shared pieces of the ggml block-type kernels: half-precision conversion, the quantized
-// activation layouts, and the integer dot of one 32-element block.
+// Shared pieces of the ggml block-type kernels: half floats, int8 activations, integer dots
 // ============================================================================================
 //
-// Quantized activations (made by act.ts from f32 rows; one row per token, blocks in order):
-//   q8_0 block, 52 bytes: d f32, qs[32] int8, qsum i32x4      x ~= d * q
-//   q8_1 block, 40 bytes: d f32, s f32 (= d * sum q), qs[32]  (for weights with a minimum, Q4_1/Q5_1)
-// Scales stay f32 (ggml stores f16): a little more exact, same cost. qsum lane l is the sum of q
-// over elements 4l..4l+3 and 16+4l..16+4l+3: what dotUnsigned's lane l sums, so weights stored
-// with an offset (Q4_0: q - 8, Q5_0: q - 16) are dotted unsigned and corrected per lane.
+// Every quantized product here is computed as llama.cpp computes it on a CPU: the activations of
+// a token are quantized to int8 in blocks (32 values for the 32-value weight types, 256 for the
+// K-quants, one f32 scale each), each weight block is unpacked to small unsigned integers, and
+// dots are exact integer sums. Only the float part has an order: per output element, block after
+// block in row order,
+//   acc[lane] += f32(isum[lane]) * (weightScale * activationScale)      (four fixed lanes)
+//   mins      += minimumTerm                                            (weights with a minimum)
+//   result     = ((acc0 + acc1) + (acc2 + acc3)) + mins
+// so an element's bits never depend on how many tokens share the call or which rows a thread got.
 //
-// A block's integer dot leaves four exact i32 lanes: for Q8_0 (dotWide) element j of the block
-// goes to lane (j >> 1) & 3, for the unsigned 4- and 5-bit weights (dotUnsigned) to lane
-// (j & 15) >> 2. Integer sums are exact, so only the float steps have an order; blocks32.ts
-// fixes it per output, independent of T and the row range.
+// Activation buffers for T tokens of `cols` values (cols a multiple of the block):
+//   xq  i8  [T][cols]          quantized values, |q| <= 127
+//   xd  f32 [T][cols/block]    the scale of each block
+//   xs  i32 [T][cols/16]       the sum of the quantized values of each 16 (for offsets and minimums)
+//
+// The dot is WebAssembly's relaxed i8 x i7 dot product (x86 pmaddubsw + pmaddwd): its second
+// operand must lie in 0..127, where every implementation computes the same exact sums, so weights
+// enter it unsigned (ggml's stored values before their offset) and the offset is taken out with
+// the activations' sums, exactly.
 
-export const QK: i32 = 32;
-export const Q8_0_ACT_BYTES: i32 = 52;
-export const Q8_1_ACT_BYTES: i32 = 40;
-
-const TWO_POW_112: f32 = 5.192296858534828e33;
-
-/** binary16 -> f32, exact (normals, subnormals, zeros, infinities, NaNs). */
-@inline export function f16ToF32(h: u32): f32 {
-  // As f16x4ToF32: sign-extend, shift the fields into place, rebias by a multiply.
-  const signed = (<i32>(<i16>h) << 13) & 0x8fffe000;
-  const f = reinterpret<f32>(signed) * TWO_POW_112;
-  // Exponent 31 (infinities, NaNs) is rare: a branch that is never taken costs little.
-  if ((signed & 0x0fffe000) > 0x0f7fffff) return reinterpret<f32>(reinterpret<u32>(f) | 0x7f800000);
-  return f;
+/** IEEE half to f32, exact for every finite half (subnormals included; weights hold no inf/NaN). */
+@inline export function halfToF32(h: u32): f32 {
+  const magnitude = reinterpret<f32>((h & 0x7fff) << 13) * reinterpret<f32>(0x77800000); // * 2^112
+  return reinterpret<f32>(reinterpret<u32>(magnitude) | ((h & 0x8000) << 16));
 }
 
-/** Eight binary16 values (a v128) -> two f32x4, exact; `high` picks lanes 4..7. */
-@inline export function f16x4ToF32(h16: v128, high: bool): v128 {
-  // Sign-extended and shifted by 13: the sign fills bits 31..28, exponent and mantissa sit at
-  // 27..13 as f32 fields 112 below theirs; masking keeps bit 31 and those, the multiply rebiases
-  // (exact for normals and subnormals alike).
-  const h = high ? i32x4.extend_high_i16x8_s(h16) : i32x4.extend_low_i16x8_s(h16);
-  const signed = v128.and(i32x4.shl(h, 13), i32x4.splat(0x8fffe000));
-  const scaled = f32x4.mul(signed, f32x4.splat(TWO_POW_112));
-  // Exponent 31 (infinities, NaNs): the rebias left them finite; set all exponent bits.
-  const em = v128.and(signed, i32x4.splat(0x0fffe000));
-  return v128.or(scaled, v128.and(i32x4.gt_s(em, i32x4.splat(0x0f7fffff)), i32x4.splat(0x7f800000)));
+/** Four halves (in the low 16 bits of each i32 lane, zero-extended) to f32x4, as halfToF32. */
+@inline export function halvesToF32x4(h: v128): v128 {
+  const magnitude = f32x4.mul(i32x4.shl(v128.and(h, i32x4.splat(0x7fff)), 13), f32x4.splat(reinterpret<f32>(0x77800000)));
+  return v128.or(magnitude, i32x4.shl(v128.and(h, i32x4.splat(0x8000)), 16));
 }
 
-/** Sum of the four lanes in the fixed order (a0 + a1) + (a2 + a3). */
-@inline export function hsum(v: v128): f32 {
+/** The half at p as f32. */
+@inline export function loadHalf(p: usize): f32 {
+  return halfToF32(<u32>load<u16>(p));
+}
+
+/** acc + dot(x, u) over 16 pairs, four consecutive products per i32 lane; u must hold 0..127. */
+@inline export function dotAdd(x: v128, u: v128, acc: v128): v128 {
+  return i32x4.relaxed_dot_i8x16_i7x16_add_s(x, u, acc);
+}
+
+/** acc + f32(isum) * scale, lane by lane. */
+@inline export function accumulate(acc: v128, isum: v128, scale: f32): v128 {
+  return f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(scale)));
+}
+
+/** The fixed reduction of four lanes. */
+@inline export function sumLanes(v: v128): f32 {
   return (f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1)) + (f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3));
 }
 
-/**
- * Integer dot of 32 unsigned weights below 128 (lo = elements 0..15, hi = 16..31) with 32 int8
- * activations at x. relaxed_dot_i8x16_i7x16_s is exact (the same on every machine) when its
- * second operand is in [0, 127], and the weights here are at most 31: |pair sum| <= 2*127*31,
- * two of them still fit an i16.
- */
-@inline export function dotUnsigned(lo: v128, hi: v128, x: usize): v128 {
-  const p = i16x8.add(i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(x), lo), i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(x, 16), hi));
-  return i32x4.extadd_pairwise_i16x8_s(p);
+/** Sum of all 16 int8 lanes as i32 (exact). */
+@inline function sumI8(v: v128): i32 {
+  const s = i32x4.extadd_pairwise_i16x8_s(i16x8.extadd_pairwise_i8x16_s(v));
+  return i32x4.extract_lane(s, 0) + i32x4.extract_lane(s, 1) + i32x4.extract_lane(s, 2) + i32x4.extract_lane(s, 3);
+}
+
+/** Bytes of activation scratch one token of `cols` values needs (xq, xd and xs together, 32-value blocks). */
+export function actBytesPerToken(cols: i32): i32 {
+  return cols + (cols >> 5) * 4 + (cols >> 4) * 4;
 }
 
 /**
- * Integer dot of 32 int8 weights with 32 int8 activations at x: only two products are summed in i16. Activations are never
- * -128 (act.ts rounds |x| / d <= 127), so |w * x| <= 128 * 127 and two fit in an i16.
+ * Quantize x[T][cols] (f32) to int8 blocks of `block` (32 or 256) values: d = max|x| / 127,
+ * q = nearest(x / d) (a block of zeros gets d = 0 and q = 0). Writes xq, xd and xs as above.
  */
-@inline export function dotWide(lo: v128, hi: v128, x: usize): v128 {
-  const x0 = v128.load(x);
-  const x1 = v128.load(x, 16);
-  const a = i32x4.extadd_pairwise_i16x8_s(i16x8.add(i16x8.extmul_low_i8x16_s(lo, x0), i16x8.extmul_high_i8x16_s(lo, x0)));
-  const b = i32x4.extadd_pairwise_i16x8_s(i16x8.add(i16x8.extmul_low_i8x16_s(hi, x1), i16x8.extmul_high_i8x16_s(hi, x1)));
-  return i32x4.add(a, b);
-}
-
-/** The 5th bits of 16 elements, from bits [first, first + 16) of qh, as 0xFF / 0x00 bytes. */
-@inline export function highBitMask(qh: u32, upper: bool): v128 {
-  const bytes = i32x4.splat(qh);
-  const spread = upper
-    ? i8x16.swizzle(bytes, i8x16(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3))
-    : i8x16.swizzle(bytes, i8x16(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-  const bit = i8x16(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
-  return i8x16.eq(v128.and(spread, bit), bit);
+export function quantizeActQ8(xq: usize, xd: usize, xs: usize, x: usize, T: i32, cols: i32, block: i32): void {
+  const nb = cols / block;
+  for (let t = 0; t < T; t++) {
+    for (let b = 0; b < nb; b++) {
+      const src = x + (<usize>(t * cols + b * block) << 2);
+      let m = f32x4.abs(v128.load(src));
+      for (let i = 4; i < block; i += 4) m = f32x4.max(m, f32x4.abs(v128.load(src + (<usize>i << 2))));
+      const amax = max(max(f32x4.extract_lane(m, 0), f32x4.extract_lane(m, 1)), max(f32x4.extract_lane(m, 2), f32x4.extract_lane(m, 3)));
+      const d: f32 = amax / 127;
+      const inv = f32x4.splat(d != 0 ? <f32>1 / d : 0);
+      store<f32>(xd + (<usize>(t * nb + b) << 2), d);
+      for (let s = 0; s < block; s += 16) {
+        const p = src + (<usize>s << 2);
+        const q0 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p), inv)));
+        const q1 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p, 16), inv)));
+        const q2 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p, 32), inv)));
+        const q3 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p, 48), inv)));
+        const q = i8x16.narrow_i16x8_s(i16x8.narrow_i32x4_s(q0, q1), i16x8.narrow_i32x4_s(q2, q3));
+        const at = t * cols + b * block + s;
+        v128.store(xq + <usize>at, q);
+        store<i32>(xs + (<usize>(at >> 4) << 2), sumI8(q));
+      }
+    }
+  }
 }

@@ -11,6 +11,12 @@ import { instantiateKernels, kernelModule, LinearMemory } from "./wasm.ts";
 import { activationFormat, activationScratchBytes, ggmlKernels, type ActivationFormat } from "./ggml-kernels.ts";
 import type { Numerics } from "../model/config.ts";
 import type { WeightMatrix } from "../model/weights.ts";
+import { activationBlock, ggmlKernels, type ActivationFormat } from "./ggml-kernels.ts";
+
+type GGMLMatrix = Extract<WeightMatrix, { kind: "ggml" }>;
+
+/** A K-quant product's per-thread scratch: one i32 (the minimum sum of a super-block); a cache line apart. */
+const SUPER_BLOCK_SCRATCH_BYTES = 64;
 
 /** Multiply-adds below which a product is not worth a dispatch (~10 µs of work on one core). */
 const MIN_PARALLEL_MACS = 1 << 17;
@@ -60,6 +66,12 @@ export class CpuBackend {
   /** Per-thread scores for runq attention, which softmaxes a whole context at once. */
   private runqScores = 0;
   private runqScoresCapacity = 0;
+  /** int8 activation blocks of the ggml block types, for up to actTokens x actWidth values. */
+  private actScratch = 0;
+  private actTokens = 0;
+  private actWidth = 0;
+  /** Per-thread scratch of the K-quant products (SUPER_BLOCK_SCRATCH_BYTES each). */
+  private superBlockScratch = 0;
   /** Which arithmetic the ops use; set once by the model this backend runs (see ModelConfig.numerics). */
   numerics: Numerics = "default";
 
@@ -78,6 +90,10 @@ export class CpuBackend {
    * "runq" numerics also need `runqContext` (their seqLen) scores per thread.
    */
   reserveScratch(maxTokens: number, maxWidth: number, group: number, runqContext = 0): void {
+    this.actTokens = maxTokens;
+    this.actWidth = maxWidth;
+    this.actScratch = this.mem.alloc(maxTokens * this.kernels.actBytesPerToken(Math.ceil(maxWidth / 32) * 32));
+    this.superBlockScratch = this.mem.alloc(SUPER_BLOCK_SCRATCH_BYTES * this.threads);
     this.q8Capacity = maxTokens * maxWidth;
     this.q8Values = this.mem.alloc(this.q8Capacity);
     this.q8Scales = this.mem.alloc(4 * this.q8Capacity);
@@ -131,18 +147,18 @@ export class CpuBackend {
   /** Run prepared products on x[T][cols]. */
   matmulShared(products: SharedInputProducts, x: number, T: number): void {
     if (products.table === null) {
-      // ggml parts: x quantized once per activation format, each format's parts run on it.
-      const ggml = products.parts.filter((p) => p.m.kind === "ggml");
-      const formats = new Set(ggml.map((p) => ggmlKernels((p.m as GGMLMatrix).type).activation));
-      for (const format of formats) {
-        const act = this.quantizeActivations(format, x, T, products.parts[0]!.m.cols);
-        for (const p of ggml) {
-          const m = p.m as GGMLMatrix;
-          if (ggmlKernels(m.type).activation === format) this.matmulGGMLOn(p.out, act, m, T);
+      // Block-type parts read x quantized once per activation format (the scratch holds the
+      // latest one); other parts quantize it each, the same every time.
+      let quantized: ActivationFormat | null = null;
+      for (const p of products.parts) {
+        const format = p.m.kind === "ggml" ? ggmlKernels(p.m.type).activations : "f32";
+        if (p.m.kind === "ggml" && format !== "f32") {
+          this.matmulGGML(p.out, x, p.m, T, T * p.m.rows * p.m.cols >= MIN_PARALLEL_MACS, quantized === format);
+          quantized = format;
+        } else {
+          this.matmul(p.out, x, p.m, T);
         }
       }
-      // int8 parts quantize x each; the quantization is the same every time, so results are too.
-      for (const p of products.parts) if (p.m.kind !== "ggml") this.matmul(p.out, x, p.m, T);
       return;
     }
     const cols = products.parts[0]!.m.cols;
@@ -172,6 +188,11 @@ export class CpuBackend {
 
   add(x: number, y: number, n: number): void {
     this.kernels.addInPlace(x, y, n);
+  }
+
+  /** x[t] += bias for T rows of n. */
+  addRows(x: number, bias: number, T: number, n: number): void {
+    this.kernels.addRows(x, bias, T, n);
   }
 
   gatherRows(out: number, src: number, rows: number, R: number, n: number): void {
@@ -223,32 +244,44 @@ export class CpuBackend {
     return { arg, stride: this.matmulScratchBytes };
   }
 
-  /** Products on ggml block types (src/backend/ggml-kernels.ts): quantize x, then split by rows. */
-  private matmulGGML(out: number, x: number, m: GGMLMatrix, T: number): void {
-    const act = this.quantizeActivations(ggmlKernels(m.type).activation, x, T, m.cols);
-    this.matmulGGMLOn(out, act, m, T);
+  /**
+   * A product on a ggml type (src/backend/ggml-kernels.ts): 16-bit floats read x as it is, block
+   * types read x quantized to int8 blocks, which `quantized` says is done already (shared inputs).
+   */
+  private matmulGGML(out: number, x: number, m: GGMLMatrix, T: number, parallel: boolean, quantized = false): void {
+    const k = ggmlKernels(m.type);
+    if (T > this.actTokens || m.cols > this.actWidth) throw new Error(`activation scratch too small for ${T} x ${m.cols}`);
+    if (k.activations === "f32") {
+      const args = [out, x, m.addr, T, m.cols, m.rows, 0, m.rows];
+      this.dispatch({ kernel: k.matmul, args, total: m.rows, granularity: 1 }, parallel);
+      return;
+    }
+    const block = activationBlock(k.activations);
+    if (m.cols % block !== 0) throw new Error(`${k.name} rows of ${m.cols} are not whole blocks of ${block}`);
+    const act = this.activationBlocks(T, m.cols, block);
+    if (!quantized) this.kernels.quantizeActQ8(act.xq, act.xd, act.xs, x, T, m.cols, block);
+    if (k.activations === "q8x32") {
+      const args = [out, act.xq, act.xd, act.xs, m.addr, T, m.cols, m.rows, 0, m.rows];
+      this.dispatch({ kernel: k.matmul, args, total: m.rows, granularity: 1 }, parallel);
+      return;
+    }
+    const args = [out, act.xq, act.xd, act.xs, m.addr, T, m.cols, m.rows, this.superBlockScratch, 0, m.rows];
+    this.dispatch({ kernel: k.matmul, args, total: m.rows, granularity: 1, scratch: { arg: 8, stride: SUPER_BLOCK_SCRATCH_BYTES } }, parallel);
   }
 
-  /** out[t][0..m.rows) = m · act[t], act already in m's activation format. */
-  private matmulGGMLOn(out: number, act: number, m: GGMLMatrix, T: number): void {
-    const kernels = ggmlKernels(m.type);
-    const args = [out, act, m.addr, T, m.cols, m.rows, 0, m.rows];
-    this.dispatch({ kernel: kernels.matmul, args, total: m.rows, granularity: 1 }, T * m.rows * m.cols >= MIN_PARALLEL_MACS);
-  }
-
-  /** x[T][cols] in `format`: x itself for f32, else its quantized copy in the scratch. */
-  private quantizeActivations(format: ActivationFormat, x: number, T: number, cols: number): number {
-    const info = activationFormat(format);
-    if (info.quantizer === null) return x;
-    if (cols % info.blockSize !== 0) throw new Error(`${format} activations need rows of a multiple of ${info.blockSize}, got ${cols}`);
-    const bytes = T * info.rowBytes(cols);
-    if (bytes > this.ggmlActBytes) throw new Error(`ggml activation scratch holds ${this.ggmlActBytes} bytes, ${T} x ${cols} needs ${bytes}`);
-    this.kernels[info.quantizer](this.ggmlAct, x, T, cols);
-    return this.ggmlAct;
+  /**
+   * Where quantizeActQ8 puts T tokens of cols values in blocks of `block`: int8 values, then
+   * block scales, then 16-value sums (the 32-value layout is the larger, and sizes the scratch).
+   */
+  private activationBlocks(T: number, cols: number, block: number): { xq: number; xd: number; xs: number } {
+    const xq = this.actScratch;
+    const xd = xq + T * cols;
+    return { xq, xd, xs: xd + 4 * T * (cols / block) };
   }
 
   private embedGGML(out: number, table: GGMLMatrix, tokens: number, T: number): void {
-    this.kernels[ggmlKernels(table.type).embed](out, table.addr, tokens, T, table.cols);
+    const fn = this.kernels[ggmlKernels(table.type).embed] as (out: number, w: number, tokens: number, T: number, cols: number) => void;
+    fn(out, table.addr, tokens, T, table.cols);
   }
 
   /** Stop the worker threads. */

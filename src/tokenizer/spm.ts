@@ -10,7 +10,8 @@
  * for pieces that are not valid UTF-8 (llama2.c files store raw bytes).
  */
 import { InputError, ModelFormatError } from "../errors.ts";
-import type { EncodeOptions, StreamDecoder, Tokenizer } from "./tokenizer.ts";
+import { partitionSpecials, sortSpecials, type SpecialToken, type StripFlags } from "./special-tokens.ts";
+import { EOG_TEXTS, type EncodeOptions, type StreamDecoder, type Tokenizer } from "./tokenizer.ts";
 
 /** Token types as GGUF stores them in `tokenizer.ggml.token_type` (llama.cpp's llama_token_type). */
 export const TokenType = {
@@ -84,6 +85,9 @@ export interface SpmVocab {
   readonly addSpacePrefix: boolean;
   /** Pieces spell a space as U+2581 "▁" (SentencePiece, GGUF); false where they hold real spaces (llama2.c). */
   readonly spacesAsMetaspace: boolean;
+  /** End-of-generation tokens the metadata names besides EOS (EOT, EOM). */
+  readonly eogIds?: readonly number[];  /** lstrip/rstrip of special tokens (llama.cpp sets them for Phi-3); default none. */
+  readonly stripFlags?: StripFlags;
 }
 
 const METASPACE = "\u2581";
@@ -97,6 +101,8 @@ function binaryString(bytes: Uint8Array): string {
 }
 
 const METASPACE_UTF8 = utf8Encoder.encode(METASPACE);
+/** Words whose ids are kept before the cache starts over. */
+const MAX_CACHED_CHUNKS = 1 << 16;
 
 /** `piece` with each UTF-8 "▁" replaced by a space byte, working on bytes so any piece survives intact. */
 function metaspacesToSpaces(piece: Uint8Array): Uint8Array {
@@ -226,13 +232,24 @@ export class SpmTokenizer implements Tokenizer {
   readonly eosId: number | null;
   readonly unkId: number | null;
   readonly addSpacePrefix: boolean;
+  readonly eogIds: ReadonlySet<number>;
   private readonly vocab: SpmVocab;
+  /** Control tokens, matched in text only when specials are parsed. */
+  private readonly specials: SpecialToken[];
   /** Piece (as a binary string, spaces as in the vocabulary) → id, for matchable tokens only. */
   private readonly pieceToId = new Map<string, number>();
   /** Byte token id of each byte value; -1 where the vocabulary has none. */
   private readonly byteToId = new Int32Array(256).fill(-1);
   /** The bytes each token contributes to decoded text (empty for control, unknown and unused tokens). */
   private readonly textBytes: PieceTable;
+
+  /**
+   * True when every matchable piece is some spaces followed by text without spaces (as in Llama's and
+   * Phi-3's vocabularies). Then no piece, hence no merge, spans a space that follows a non-space, so the
+   * text can be encoded word by word with the same result, and repeated words come from a cache.
+   */
+  private readonly wordsAreIndependent: boolean;
+  private readonly chunkCache = new Map<string, number[]>();
 
   constructor(vocab: SpmVocab) {
     validateVocab(vocab);
@@ -252,10 +269,29 @@ export class SpmTokenizer implements Tokenizer {
         if (!this.pieceToId.has(key)) this.pieceToId.set(key, id);
       }
     }
+    const space = vocab.spacesAsMetaspace ? binaryString(METASPACE_UTF8) : " ";
+    this.wordsAreIndependent = [...this.pieceToId.keys()].every((piece) => {
+      let at = 0;
+      while (piece.startsWith(space, at)) at += space.length;
+      return !piece.includes(space, at);
+    });
     if (this.unkId === null && this.byteToId.includes(-1)) {
       throw new ModelFormatError(vocab.file, "vocabulary has neither all 256 byte tokens nor an unknown token");
     }
     this.textBytes = PieceTable.build(this.vocabSize, (id) => this.decodedPiece(id));
+    const controls: SpecialToken[] = [];
+    const eog = new Set<number>(vocab.eogIds ?? []);
+    if (this.eosId !== null) eog.add(this.eosId);
+    for (let id = 0; id < this.vocabSize; id++) {
+      const type = vocab.types[id];
+      if (type !== TokenType.control && type !== TokenType.unknown && type !== TokenType.userDefined) continue;
+      const text = utf8Decoder.decode(vocab.pieces.bytes(id));
+      // As llama.cpp: user-defined tokens are matched in any text, control and unknown ones only when parsed.
+      controls.push({ id, text, control: type !== TokenType.userDefined });
+      if (type === TokenType.control && EOG_TEXTS.has(text)) eog.add(id);
+    }
+    this.specials = sortSpecials(controls, vocab.stripFlags);
+    this.eogIds = eog;
   }
 
   /** The bytes token `id` stands for in text, before any leading-space stripping. */
@@ -277,14 +313,49 @@ export class SpmTokenizer implements Tokenizer {
   encode(text: string, opts: EncodeOptions = {}): number[] {
     const ids: number[] = [];
     if (opts.addBos === true && this.bosId !== null) ids.push(this.bosId);
-    if (text.length > 0) this.encodeText(text, ids);
+    // As llama.cpp: the dummy prefix goes before the text at the start and after each special token.
+    let afterSpecial = opts.continuation !== true;
+    for (const f of partitionSpecials(text, this.specials, opts.parseSpecial === true)) {
+      if ("id" in f) ids.push(f.id);
+      else this.encodeText(f.text, ids, afterSpecial);
+      afterSpecial = "id" in f;
+    }
     if (opts.addEos === true && this.eosId !== null) ids.push(this.eosId);
     return ids;
   }
 
-  private encodeText(text: string, out: number[]): void {
-    let normalized = this.addSpacePrefix ? " " + text : text;
+  private encodeText(text: string, out: number[], prefix: boolean): void {
+    let normalized = this.addSpacePrefix && prefix ? " " + text : text;
     if (this.vocab.spacesAsMetaspace) normalized = normalized.replaceAll(" ", METASPACE);
+    if (!this.wordsAreIndependent) {
+      this.encodeChunk(normalized, out);
+      return;
+    }
+    // Cut before every space that follows a non-space: no piece spans such a cut (see wordsAreIndependent).
+    const space = this.vocab.spacesAsMetaspace ? METASPACE : " ";
+    let start = 0;
+    for (let i = 1; i < normalized.length; i++) {
+      if (normalized[i] === space && normalized[i - 1] !== space) {
+        this.encodeCachedChunk(normalized.slice(start, i), out);
+        start = i;
+      }
+    }
+    this.encodeCachedChunk(normalized.slice(start), out);
+  }
+
+  private encodeCachedChunk(chunk: string, out: number[]): void {
+    let ids = this.chunkCache.get(chunk);
+    if (ids === undefined) {
+      ids = [];
+      this.encodeChunk(chunk, ids);
+      if (this.chunkCache.size >= MAX_CACHED_CHUNKS) this.chunkCache.clear();
+      this.chunkCache.set(chunk, ids);
+    }
+    for (const id of ids) out.push(id);
+  }
+
+  /** SentencePiece BPE over `normalized` (spaces already spelled as the vocabulary spells them). */
+  private encodeChunk(normalized: string, out: number[]): void {
     const bytes = utf8Encoder.encode(normalized);
     const binary = binaryString(bytes);
     const pieceOf = (start: number, length: number): number =>
@@ -371,6 +442,11 @@ export class SpmTokenizer implements Tokenizer {
       return `<0x${this.vocab.byteValues[id].toString(16).toUpperCase().padStart(2, "0")}>`;
     }
     return utf8Decoder.decode(this.vocab.pieces.bytes(id));
+  }
+
+  tokenText(id: number): string {
+    this.checkId(id);
+    return this.vocab.types[id] === TokenType.control ? this.tokenPiece(id) : utf8Decoder.decode(this.textBytes.bytes(id));
   }
 
   /** True for tokens that never appear in text: control (BOS, EOS, …), unknown and unused tokens. */
