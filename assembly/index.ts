@@ -24,10 +24,3 @@ export {
 export function heapBase(): usize {
   return __heap_base;
 }
-// ggml block types (assembly/ggml/): activation quantizers, matrix products and embedding lookups
-export { quantizeActQ8_0, quantizeActQ8_1 } from "./ggml/act";
-export { matmulF16, matmulBF16, embedF16, embedBF16 } from "./ggml/f16";
-export { matmulQ8_0, matmulQ4_0, matmulQ4_1, matmulQ5_0, matmulQ5_1 } from "./ggml/blocks32";
-export { embedQ8_0 } from "./ggml/q8_0";
-export { embedQ4_0, embedQ4_1 } from "./ggml/q4";
-export { embedQ5_0, embedQ5_1 } from "./ggml/q5";

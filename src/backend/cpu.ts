@@ -8,7 +8,6 @@
 import { attentionScratchBytes, MAX_BLOCK_SIZE, MULTI_SEGMENT_INTS, SEQ_INFO_INTS, type Kernels } from "./kernels.ts";
 import { ThreadPool, type ParallelCall } from "./thread-pool.ts";
 import { instantiateKernels, kernelModule, LinearMemory } from "./wasm.ts";
-import { activationFormat, activationScratchBytes, ggmlKernels, type ActivationFormat } from "./ggml-kernels.ts";
 import type { Numerics } from "../model/config.ts";
 import type { WeightMatrix } from "../model/weights.ts";
 import { activationBlock, ggmlKernels, type ActivationFormat } from "./ggml-kernels.ts";
@@ -33,8 +32,6 @@ const MIN_PARALLEL_ATTENTION = 1 << 13;
  */
 export type NormSite = "layer" | "final";
 
-type GGMLMatrix = Extract<WeightMatrix, { kind: "ggml" }>;
-
 /** Products that share one input, prepared once (see matmulShared). */
 export interface SharedInputProducts {
   parts: readonly { out: number; m: WeightMatrix }[];
@@ -53,9 +50,6 @@ export class CpuBackend {
   private q8Values = 0;
   private q8Scales = 0;
   private q8Capacity = 0;
-  /** Scratch for activations quantized for ggml block types (ggml-kernels.ts formats). */
-  private ggmlAct = 0;
-  private ggmlActBytes = 0;
   /** Per-thread partial sums of the f32 matrix products (kernels.matmulScratchBytes() each). */
   readonly matmulScratch: number;
   readonly matmulScratchBytes: number;
@@ -97,8 +91,6 @@ export class CpuBackend {
     this.q8Capacity = maxTokens * maxWidth;
     this.q8Values = this.mem.alloc(this.q8Capacity);
     this.q8Scales = this.mem.alloc(4 * this.q8Capacity);
-    this.ggmlActBytes = activationScratchBytes(maxTokens, maxWidth);
-    this.ggmlAct = this.mem.alloc(this.ggmlActBytes);
     this.attnQueryRows = maxTokens * group;
     this.attnScratchBytes = attentionScratchBytes(this.attnQueryRows);
     this.attnScratch = this.mem.alloc(this.attnScratchBytes * this.threads);
@@ -116,7 +108,7 @@ export class CpuBackend {
       return;
     }
     if (m.kind === "ggml") {
-      this.matmulGGML(out, x, m, T);
+      this.matmulGGML(out, x, m, T, parallel);
       return;
     }
     if (T * m.cols > this.q8Capacity) throw new Error(`q8 scratch too small for ${T} x ${m.cols}`);
