@@ -88,10 +88,39 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
   store<f32>(outB, sumLanes(accB) + minsB);
 }
 
+/** One row dotted with one token's activations, the same operations as a row of rowPairDot. */
+@inline function rowDot(kind: i32, row: usize, xq: usize, xd: usize, xs: usize, cols: i32): f32 {
+  const nb = cols >> 5;
+  const bs = blockBytes(kind);
+  let acc = f32x4.splat(0);
+  let mins: f32 = 0;
+  for (let g = 0; g < nb; g++) {
+    const x0 = v128.load(xq + <usize>(g << 5));
+    const x1 = v128.load(xq + <usize>(g << 5), 16);
+    const xdg = load<f32>(xd + (<usize>g << 2));
+    const blk = row + <usize>(g * bs);
+    acc = accumulate(acc, blockIsum(kind, blk, x0, x1, xs, g), loadHalf(blk) * xdg);
+    if (kind == Q4_1 || kind == Q5_1) mins += loadHalf(blk + 2) * (xdg * <f32>blockSum(xs, g));
+  }
+  return sumLanes(acc) + mins;
+}
+
 @inline function matmulLegacy(
   kind: i32, out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32,
 ): void {
   const rowBytes = (cols >> 5) * blockBytes(kind);
+  if (kind == Q8_0 || kind == Q5_0 || kind == Q5_1) {
+    // One row at a time for these: in pairs they run slower under JSC (register pressure;
+    // 2048x768, one thread, pairs -> single: Q8_0 206 -> 100 us, Q5_0 185 -> 131, Q5_1 164 -> 146,
+    // while Q4_0 79 -> 92 and Q4_1 99 -> 112 keep the pairs).
+    for (let r = rowStart; r < rowEnd; r++) {
+      const row = w + <usize>(r * rowBytes);
+      for (let t = 0; t < T; t++) {
+        store<f32>(out + (<usize>(t * outStride + r) << 2), rowDot(kind, row, xq + <usize>(t * cols), xd + (<usize>(t * (cols >> 5)) << 2), xs + (<usize>(t * (cols >> 4)) << 2), cols));
+      }
+    }
+    return;
+  }
   for (let r = rowStart; r < rowEnd; r += 2) {
     const rowA = w + <usize>(r * rowBytes);
     const rB = r + 1 < rowEnd ? r + 1 : r;
