@@ -28,12 +28,6 @@
   return reinterpret<f32>(reinterpret<u32>(magnitude) | ((h & 0x8000) << 16));
 }
 
-/** Four halves (in the low 16 bits of each i32 lane, zero-extended) to f32x4, as halfToF32. */
-@inline export function halvesToF32x4(h: v128): v128 {
-  const magnitude = f32x4.mul(i32x4.shl(v128.and(h, i32x4.splat(0x7fff)), 13), f32x4.splat(reinterpret<f32>(0x77800000)));
-  return v128.or(magnitude, i32x4.shl(v128.and(h, i32x4.splat(0x8000)), 16));
-}
-
 /** The half at p as f32. */
 @inline export function loadHalf(p: usize): f32 {
   return halfToF32(<u32>load<u16>(p));
