@@ -27,7 +27,9 @@ export function modelArgs(shapeDefault: string) {
     quant: { type: "string", description: `Weights of a random llama2.c model: ${WEIGHT_FORMATS.join(" | ")} (default f32)`, valueHint: "format" },
     type: {
       type: "string",
-      description: `Bench random GGUF models of the shape in these types or mixes, comma-separated: ${Object.keys(MODEL_MIXES).join(" | ")} (the first is the baseline of the others)`,
+      description:
+        `Bench random GGUF models of the shape in these types or mixes, comma-separated: ${Object.keys(MODEL_MIXES).join(" | ")}; ` +
+        "F32 of the same shape is added first as the baseline of a quantized type",
       valueHint: "mix,mix",
     },
     tokenizer: {
@@ -119,7 +121,16 @@ export function benchModels(values: ParsedValues, rawArgs: readonly string[], de
   if (mixes.length > 0 && str(values, "quant") !== undefined) throw new InputError("--quant is for llama2.c models, --type for GGUF: give one");
   const specs = shapes.length > 0 ? shapes : defaultShapes;
   if (mixes.length === 0) return specs.map((spec) => benchModel({ ...base, shape: parseShape(spec) }, progress));
-  return specs.flatMap((spec) => mixes.map((mix) => benchModel({ ...base, shape: parseShape(spec), mix }, progress)));
+  return specs.flatMap((spec) => withF32Baseline(mixes).map((mix) => benchModel({ ...base, shape: parseShape(spec), mix }, progress)));
+}
+
+/**
+ * The mixes to bench: a quantized mix is always measured next to pagellm's own F32 decode of the
+ * same shape in the same run (the issue's floors are ratios to it), so F32 goes first when absent.
+ */
+export function withF32Baseline(mixes: readonly ModelMix[]): ModelMix[] {
+  const quantized = mixes.some((m) => m !== "F32" && m !== "F16" && m !== "BF16");
+  return quantized && !mixes.includes("F32") ? ["F32", ...mixes] : [...mixes];
 }
 
 /** --type: GGUF mixes, comma-separated ([] when absent). */
