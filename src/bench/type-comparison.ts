@@ -39,9 +39,11 @@ function valueAt(item: TypedFigure, threads: number): Summary | undefined {
 export function typeComparisonTables(figure: string, items: readonly TypedFigure[]): Table[] {
   return byShape(items).filter((g) => g.length > 1).map((group) => {
     const base = group[0]!;
+    // Within one shape a model is named by its mix alone.
+    const name = (m: TypedFigure) => m.gguf?.mix ?? m.label;
     return {
-      title: `${figure} by tensor type, and the ratio to ${base.label} in the same run; median (min-max)`,
-      columns: ["threads", ...group.flatMap((m, i) => (i === 0 ? [m.label] : [m.label, `vs ${base.label}`]))],
+      title: `${figure} of ${base.gguf?.shape ?? base.label} by tensor type, and the ratio to ${name(base)} in the same run; median (min-max)`,
+      columns: ["threads", ...group.flatMap((m, i) => (i === 0 ? [name(m)] : [name(m), `vs ${name(base)}`]))],
       rows: base.rows.map(({ threads, value: first }) => [
         String(threads),
         ...group.flatMap((m, i) => {

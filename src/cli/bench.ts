@@ -152,7 +152,7 @@ const prefillCommand = defineCommand({
     const settings = { reps: o.reps, warmup: o.warmup, threads: o.threads, models: models.map((m) => m.label), promptTokens: o.promptTokens, decodeTokens: o.decodeTokens, seed: o.seed };
     const figures = results.map((r, i) => ({ label: r.model, gguf: models[i]!.gguf, rows: r.rows.map((x) => ({ threads: x.threads, value: x.prefillTokensPerSecond })) }));
     const tables = [...results.flatMap(prefillTables), ...typeComparisonTables("prefill tokens/s", figures)];
-    emit("prefill", args, settings, modelNotes(models), results.length === 1 ? results[0] : results, tables);
+    emit("prefill", args, settings, modelNotes(models), results.length === 1 ? results[0] : { models: results }, tables);
   },
 });
 
