@@ -21,7 +21,9 @@ const hasScript = Bun.spawnSync(["sh", "-c", "command -v script"]).exitCode === 
 /** Output of `pagellm chat ...` run in a pseudo-terminal, fed `lines` a few seconds apart, escapes removed. */
 async function chatInPty(args: string[], lines: string[]): Promise<string> {
   const command = ["bun", "bin/pagellm", "chat", ...args].map((a) => `'${a}'`).join(" ");
-  const proc = Bun.spawn(["script", "-qfec", command, "/dev/null"], { cwd: REPO_ROOT, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
+  // The line history goes to the test's folder, not the user's.
+  const env = { ...process.env, XDG_DATA_HOME: join(dir, "xdg") };
+  const proc = Bun.spawn(["script", "-qfec", command, "/dev/null"], { cwd: REPO_ROOT, env, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
   let out = "";
   const reader = (async () => {
     for await (const chunk of proc.stdout) out += new TextDecoder().decode(chunk);

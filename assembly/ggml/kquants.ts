@@ -76,6 +76,87 @@ const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
 }
 
 /**
+ * The 8 scales (bytes 0..7) and 8 minimums (bytes 8..15) of Q4_K/Q5_K's 12 packed bytes at q, as
+ * get_scale_min_k4 unpacks them, for all sub-blocks at once: j < 4 are the low 6 bits of bytes j
+ * and j + 4; j >= 4 take a nibble of byte j + 4 and the top 2 bits of byte j - 4 (scale) or j (min).
+ */
+@inline function scalesMinsK4(q: usize): v128 {
+  const v = v128.load(q); // 12 bytes and 4 that are not read
+  const none = <i8>-128; // swizzle index that gives 0
+  const low = i8x16.swizzle(v, i8x16(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+  const top = i8x16.swizzle(v, i8x16(none, none, none, none, 0, 1, 2, 3, none, none, none, none, 4, 5, 6, 7));
+  // Lanes 0-3, 8-11: the 6 low bits; lanes 4-7: the low nibble; lanes 12-15: the high nibble.
+  const nibbles = v128.or(
+    v128.and(low, i8x16(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0)),
+    v128.and(i16x8.shr_u(low, 4), i8x16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15)),
+  );
+  // The top 2 bits of the partner byte above them (lanes 4-7, 12-15 only: `top` is 0 elsewhere).
+  return v128.or(nibbles, i16x8.shl(v128.and(i16x8.shr_u(top, 6), THREE), 4));
+}
+
+/** Sums of each 32 activations (two 16-value sums) of sub-blocks 4k..4k+3, k = at / 32 (bytes into xs). */
+@inline function pairSums(xs: usize, at: usize): v128 {
+  const a = v128.load(xs + at), b = v128.load(xs + at, 16);
+  return i32x4.add(i32x4.shuffle(a, b, 0, 2, 4, 6), i32x4.shuffle(a, b, 1, 3, 5, 7));
+}
+
+/** i16 lane `lane` of v in every lane (lane a compile-time constant after inlining). */
+@inline function lane16(v: v128, lane: i32): v128 {
+  return i8x16.swizzle(v, i16x8.splat(<i16>((2 * lane) | ((2 * lane + 1) << 8))));
+}
+
+/** isum + the 64-value chunk c of a Q4_K/Q5_K super-block: low nibbles are sub-block 2c, high 2c + 1. */
+@inline function chunkK45(kind: i32, isum: v128, blk: usize, xq: usize, sc: v128, c: i32): v128 {
+  const qsAt: usize = kind == Q4_K ? 16 : 48;
+  const q0 = v128.load(blk + qsAt + <usize>(32 * c));
+  const q1 = v128.load(blk + qsAt + <usize>(32 * c + 16));
+  let lo0 = v128.and(q0, LOW_NIBBLES), lo1 = v128.and(q1, LOW_NIBBLES);
+  let hi0 = highNibbles(q0), hi1 = highNibbles(q1);
+  if (kind == Q5_K) {
+    // Bits 2c and 2c + 1 of qh: the fifth bits of this chunk's low and high nibbles.
+    const qh0 = i16x8.shr_u(v128.load(blk, 16), <i32>(2 * c));
+    const qh1 = i16x8.shr_u(v128.load(blk, 32), <i32>(2 * c));
+    lo0 = v128.or(lo0, bit4(qh0));
+    lo1 = v128.or(lo1, bit4(qh1));
+    hi0 = v128.or(hi0, bit4(i16x8.shr_u(qh0, 1)));
+    hi1 = v128.or(hi1, bit4(i16x8.shr_u(qh1, 1)));
+  }
+  const x = xq + <usize>(64 * c);
+  const sLo = lane16(sc, 2 * c), sHi = lane16(sc, 2 * c + 1);
+  isum = i32x4.add(isum, i32x4.add(scaledDot(v128.load(x), lo0, sLo), scaledDot(v128.load(x, 16), lo1, sLo)));
+  return i32x4.add(isum, i32x4.add(scaledDot(v128.load(x, 32), hi0, sHi), scaledDot(v128.load(x, 48), hi1, sHi)));
+}
+
+/** isum + half n (128 values) of a Q6_K super-block; sc holds its 8 sub-block scales as i16. */
+@inline function halfQ6K(isum: v128, blk: usize, xq: usize, n: i32, sc: v128): v128 {
+  const ql = blk + <usize>(64 * n);
+  let h0 = v128.load(blk + 128 + <usize>(32 * n));
+  let h1 = v128.load(blk + 144 + <usize>(32 * n));
+  const qlA = v128.load(ql), qlB = v128.load(ql, 16), qlC = v128.load(ql, 32), qlD = v128.load(ql, 48);
+  const x = xq + <usize>(128 * n);
+  // Values l + 32k of the half: a nibble of ql[l] (k = 0, 2) or ql[l + 32] (k = 1, 3), low for
+  // k < 2, and bits 2k, 2k + 1 of qh[l] above it.
+  isum = i32x4.add(isum, i32x4.add(
+    scaledDot(v128.load(x), v128.or(v128.and(qlA, LOW_NIBBLES), i16x8.shl(v128.and(h0, THREE), 4)), lane16(sc, 0)),
+    scaledDot(v128.load(x, 16), v128.or(v128.and(qlB, LOW_NIBBLES), i16x8.shl(v128.and(h1, THREE), 4)), lane16(sc, 1))));
+  h0 = i16x8.shr_u(h0, 2);
+  h1 = i16x8.shr_u(h1, 2);
+  isum = i32x4.add(isum, i32x4.add(
+    scaledDot(v128.load(x, 32), v128.or(v128.and(qlC, LOW_NIBBLES), i16x8.shl(v128.and(h0, THREE), 4)), lane16(sc, 2)),
+    scaledDot(v128.load(x, 48), v128.or(v128.and(qlD, LOW_NIBBLES), i16x8.shl(v128.and(h1, THREE), 4)), lane16(sc, 3))));
+  h0 = i16x8.shr_u(h0, 2);
+  h1 = i16x8.shr_u(h1, 2);
+  isum = i32x4.add(isum, i32x4.add(
+    scaledDot(v128.load(x, 64), v128.or(highNibbles(qlA), i16x8.shl(v128.and(h0, THREE), 4)), lane16(sc, 4)),
+    scaledDot(v128.load(x, 80), v128.or(highNibbles(qlB), i16x8.shl(v128.and(h1, THREE), 4)), lane16(sc, 5))));
+  h0 = i16x8.shr_u(h0, 2);
+  h1 = i16x8.shr_u(h1, 2);
+  return i32x4.add(isum, i32x4.add(
+    scaledDot(v128.load(x, 96), v128.or(highNibbles(qlC), i16x8.shl(v128.and(h0, THREE), 4)), lane16(sc, 6)),
+    scaledDot(v128.load(x, 112), v128.or(highNibbles(qlD), i16x8.shl(v128.and(h1, THREE), 4)), lane16(sc, 7))));
+}
+
+/**
  * One super-block of `kind` dotted with its 256 activations (xq, xs at the block): the integer
  * sum of every sub-block's dot times its sub-scale, spread over four lanes, and (stored at `mins`)
  * the integer sum of the sub-minimums times the activations' sums. Exact. Weights enter the dot
@@ -88,58 +169,30 @@ const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
   let isum = ZERO;
   let minSum = 0;
   if (kind == Q4_K || kind == Q5_K) {
-    const qsAt: usize = kind == Q4_K ? 16 : 48;
-    let qh0 = kind == Q5_K ? v128.load(blk, 16) : ZERO;
-    let qh1 = kind == Q5_K ? v128.load(blk, 32) : ZERO;
-    for (let c = 0; c < 4; c++) {
-      const q0 = v128.load(blk + qsAt + <usize>(32 * c));
-      const q1 = v128.load(blk + qsAt + <usize>(32 * c + 16));
-      let lo0 = v128.and(q0, LOW_NIBBLES), lo1 = v128.and(q1, LOW_NIBBLES);
-      let hi0 = highNibbles(q0), hi1 = highNibbles(q1);
-      if (kind == Q5_K) {
-        // Bits 2c and 2c + 1 of qh: the fifth bits of this chunk's low and high nibbles.
-        lo0 = v128.or(lo0, bit4(qh0));
-        lo1 = v128.or(lo1, bit4(qh1));
-        hi0 = v128.or(hi0, bit4(i16x8.shr_u(qh0, 1)));
-        hi1 = v128.or(hi1, bit4(i16x8.shr_u(qh1, 1)));
-        qh0 = i16x8.shr_u(qh0, 2);
-        qh1 = i16x8.shr_u(qh1, 2);
-      }
-      const x = xq + <usize>(64 * c);
-      const smLo = scaleMinK4(blk + 4, 2 * c);
-      const smHi = scaleMinK4(blk + 4, 2 * c + 1);
-      isum = twoSubBlocks(isum, x, lo0, lo1, smLo & 0xff, smLo & 0xff);
-      isum = twoSubBlocks(isum, x + 32, hi0, hi1, smHi & 0xff, smHi & 0xff);
-      minSum += (smLo >> 8) * (sum16(xs, 4 * c) + sum16(xs, 4 * c + 1)) + (smHi >> 8) * (sum16(xs, 4 * c + 2) + sum16(xs, 4 * c + 3));
-    }
+    const sm = scalesMinsK4(blk + 4);
+    const sc = i16x8.extend_low_i8x16_u(sm);
+    isum = chunkK45(kind, isum, blk, xq, sc, 0);
+    isum = chunkK45(kind, isum, blk, xq, sc, 1);
+    isum = chunkK45(kind, isum, blk, xq, sc, 2);
+    isum = chunkK45(kind, isum, blk, xq, sc, 3);
+    // Minimums times the activations' 32-value sums, in integers.
+    const mins8 = i16x8.extend_high_i8x16_u(sm);
+    const m = i32x4.add(
+      i32x4.mul(i32x4.extend_low_i16x8_u(mins8), pairSums(xs, 0)),
+      i32x4.mul(i32x4.extend_high_i16x8_u(mins8), pairSums(xs, 32)),
+    );
+    minSum = i32x4.extract_lane(m, 0) + i32x4.extract_lane(m, 1) + i32x4.extract_lane(m, 2) + i32x4.extract_lane(m, 3);
   } else if (kind == Q6_K) {
-    for (let n = 0; n < 2; n++) {
-      const ql = blk + <usize>(64 * n);
-      let h0 = v128.load(blk + 128 + <usize>(32 * n));
-      let h1 = v128.load(blk + 144 + <usize>(32 * n));
-      const qlA = v128.load(ql), qlB = v128.load(ql, 16), qlC = v128.load(ql, 32), qlD = v128.load(ql, 48);
-      const sc = blk + 192 + <usize>(8 * n);
-      const x = xq + <usize>(128 * n);
-      // Values l + 32k of the half: a nibble of ql[l] (k = 0, 2) or ql[l + 32] (k = 1, 3), low for
-      // k < 2, and bits 2k, 2k + 1 of qh[l] above it.
-      isum = twoSubBlocks(isum, x, v128.or(v128.and(qlA, LOW_NIBBLES), i16x8.shl(v128.and(h0, THREE), 4)),
-        v128.or(v128.and(qlB, LOW_NIBBLES), i16x8.shl(v128.and(h1, THREE), 4)), <i32>load<i8>(sc), <i32>load<i8>(sc, 1));
-      h0 = i16x8.shr_u(h0, 2);
-      h1 = i16x8.shr_u(h1, 2);
-      isum = twoSubBlocks(isum, x + 32, v128.or(v128.and(qlC, LOW_NIBBLES), i16x8.shl(v128.and(h0, THREE), 4)),
-        v128.or(v128.and(qlD, LOW_NIBBLES), i16x8.shl(v128.and(h1, THREE), 4)), <i32>load<i8>(sc, 2), <i32>load<i8>(sc, 3));
-      h0 = i16x8.shr_u(h0, 2);
-      h1 = i16x8.shr_u(h1, 2);
-      isum = twoSubBlocks(isum, x + 64, v128.or(highNibbles(qlA), i16x8.shl(v128.and(h0, THREE), 4)),
-        v128.or(highNibbles(qlB), i16x8.shl(v128.and(h1, THREE), 4)), <i32>load<i8>(sc, 4), <i32>load<i8>(sc, 5));
-      h0 = i16x8.shr_u(h0, 2);
-      h1 = i16x8.shr_u(h1, 2);
-      isum = twoSubBlocks(isum, x + 96, v128.or(highNibbles(qlC), i16x8.shl(v128.and(h0, THREE), 4)),
-        v128.or(highNibbles(qlD), i16x8.shl(v128.and(h1, THREE), 4)), <i32>load<i8>(sc, 6), <i32>load<i8>(sc, 7));
-    }
+    const scales = v128.load(blk, 192);
+    isum = halfQ6K(isum, blk, xq, 0, i16x8.extend_low_i8x16_s(scales));
+    isum = halfQ6K(isum, blk, xq, 1, i16x8.extend_high_i8x16_s(scales));
     // Values are u - 32: take out 32 x the scaled sums, 8 per lane.
-    let offset = 0;
-    for (let s = 0; s < 16; s++) offset += <i32>load<i8>(blk + 192 + <usize>s) * sum16(xs, s);
+    const lo = i16x8.extend_low_i8x16_s(scales), hi = i16x8.extend_high_i8x16_s(scales);
+    const o = i32x4.add(
+      i32x4.add(i32x4.mul(i32x4.extend_low_i16x8_s(lo), v128.load(xs)), i32x4.mul(i32x4.extend_high_i16x8_s(lo), v128.load(xs, 16))),
+      i32x4.add(i32x4.mul(i32x4.extend_low_i16x8_s(hi), v128.load(xs, 32)), i32x4.mul(i32x4.extend_high_i16x8_s(hi), v128.load(xs, 48))),
+    );
+    const offset = i32x4.extract_lane(o, 0) + i32x4.extract_lane(o, 1) + i32x4.extract_lane(o, 2) + i32x4.extract_lane(o, 3);
     isum = i32x4.sub(isum, i32x4.splat(offset << 3));
   } else {
     // Q2_K and Q3_K: 2-bit values (plus Q3_K's high bit), 16-value sub-blocks. Q3_K's packed

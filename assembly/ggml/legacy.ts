@@ -37,53 +37,69 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
   return kind == Q8_0 ? 34 : kind == Q4_0 ? 18 : kind == Q4_1 ? 20 : kind == Q5_0 ? 22 : 24;
 }
 
-/** One row of `kind` dotted with one token's activations (xq, xd, xs at the token). */
-@inline function rowDot(kind: i32, row: usize, xq: usize, xd: usize, xs: usize, cols: i32): f32 {
+/** The exact integer dot of block g of a row with the token's 32 activations x0 (0..15), x1 (16..31). */
+@inline function blockIsum(kind: i32, blk: usize, x0: v128, x1: v128, xs: usize, g: i32): v128 {
+  if (kind == Q8_0) {
+    // Signed weights: dot(|w|, x * sign(w)).
+    const w0 = v128.load(blk, 2), w1 = v128.load(blk, 18);
+    const s0 = v128.bitselect(i8x16.neg(x0), x0, i8x16.lt_s(w0, ZERO));
+    const s1 = v128.bitselect(i8x16.neg(x1), x1, i8x16.lt_s(w1, ZERO));
+    return dotAdd(s1, i8x16.abs(w1), dotAdd(s0, i8x16.abs(w0), ZERO));
+  }
+  const qs = v128.load(blk + <usize>(kind == Q4_0 ? 2 : kind == Q4_1 ? 4 : kind == Q5_0 ? 6 : 8));
+  let u0 = v128.and(qs, LOW_NIBBLES);
+  let u1 = v128.and(i16x8.shr_u(qs, 4), LOW_NIBBLES);
+  if (kind == Q5_0 || kind == Q5_1) {
+    const qh = load<u32>(blk + <usize>(kind == Q5_0 ? 2 : 4));
+    u0 = v128.or(u0, highBits(qh, false));
+    u1 = v128.or(u1, highBits(qh, true));
+  }
+  let isum = dotAdd(x1, u1, dotAdd(x0, u0, ZERO));
+  // Take out the offset: 8 (Q4_0) or 16 (Q5_0) times the block's sum, a quarter per lane.
+  if (kind == Q4_0) isum = i32x4.sub(isum, i32x4.splat(blockSum(xs, g) << 1));
+  if (kind == Q5_0) isum = i32x4.sub(isum, i32x4.splat(blockSum(xs, g) << 2));
+  return isum;
+}
+
+/**
+ * Rows rowA and rowB (rowB may equal rowA: one row) dotted with one token's activations (xq, xd,
+ * xs at the token), written to outA and outB. Two rows share the activation loads; each row's
+ * float sums are the same operations as alone.
+ */
+@inline function rowPairDot(kind: i32, rowA: usize, rowB: usize, xq: usize, xd: usize, xs: usize, cols: i32, outA: usize, outB: usize): void {
   const nb = cols >> 5;
   const bs = blockBytes(kind);
-  let acc = f32x4.splat(0);
-  let mins: f32 = 0;
+  let accA = f32x4.splat(0), accB = f32x4.splat(0);
+  let minsA: f32 = 0, minsB: f32 = 0;
   for (let g = 0; g < nb; g++) {
-    const blk = row + <usize>(g * bs);
     const x0 = v128.load(xq + <usize>(g << 5));
     const x1 = v128.load(xq + <usize>(g << 5), 16);
-    let isum: v128;
-    if (kind == Q8_0) {
-      // Signed weights: dot(|w|, x * sign(w)).
-      const w0 = v128.load(blk, 2), w1 = v128.load(blk, 18);
-      const s0 = v128.bitselect(i8x16.neg(x0), x0, i8x16.lt_s(w0, ZERO));
-      const s1 = v128.bitselect(i8x16.neg(x1), x1, i8x16.lt_s(w1, ZERO));
-      isum = dotAdd(s1, i8x16.abs(w1), dotAdd(s0, i8x16.abs(w0), ZERO));
-    } else {
-      const qs = v128.load(blk + <usize>(kind == Q4_0 ? 2 : kind == Q4_1 ? 4 : kind == Q5_0 ? 6 : 8));
-      let u0 = v128.and(qs, LOW_NIBBLES);
-      let u1 = v128.and(i16x8.shr_u(qs, 4), LOW_NIBBLES);
-      if (kind == Q5_0 || kind == Q5_1) {
-        const qh = load<u32>(blk + <usize>(kind == Q5_0 ? 2 : 4));
-        u0 = v128.or(u0, highBits(qh, false));
-        u1 = v128.or(u1, highBits(qh, true));
-      }
-      isum = dotAdd(x1, u1, dotAdd(x0, u0, ZERO));
-      // Take out the offset: 8 (Q4_0) or 16 (Q5_0) times the block's sum, a quarter per lane.
-      if (kind == Q4_0) isum = i32x4.sub(isum, i32x4.splat(blockSum(xs, g) << 1));
-      if (kind == Q5_0) isum = i32x4.sub(isum, i32x4.splat(blockSum(xs, g) << 2));
-    }
     const xdg = load<f32>(xd + (<usize>g << 2));
-    acc = accumulate(acc, isum, loadHalf(blk) * xdg);
-    if (kind == Q4_1 || kind == Q5_1) mins += loadHalf(blk + 2) * (xdg * <f32>blockSum(xs, g));
+    const blkA = rowA + <usize>(g * bs), blkB = rowB + <usize>(g * bs);
+    accA = accumulate(accA, blockIsum(kind, blkA, x0, x1, xs, g), loadHalf(blkA) * xdg);
+    accB = accumulate(accB, blockIsum(kind, blkB, x0, x1, xs, g), loadHalf(blkB) * xdg);
+    if (kind == Q4_1 || kind == Q5_1) {
+      const xsum = xdg * <f32>blockSum(xs, g);
+      minsA += loadHalf(blkA + 2) * xsum;
+      minsB += loadHalf(blkB + 2) * xsum;
+    }
   }
-  return sumLanes(acc) + mins;
+  store<f32>(outA, sumLanes(accA) + minsA);
+  store<f32>(outB, sumLanes(accB) + minsB);
 }
 
 @inline function matmulLegacy(
   kind: i32, out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32,
 ): void {
   const rowBytes = (cols >> 5) * blockBytes(kind);
-  for (let r = rowStart; r < rowEnd; r++) {
-    const row = w + <usize>(r * rowBytes);
+  for (let r = rowStart; r < rowEnd; r += 2) {
+    const rowA = w + <usize>(r * rowBytes);
+    const rB = r + 1 < rowEnd ? r + 1 : r;
+    const rowB = w + <usize>(rB * rowBytes);
     for (let t = 0; t < T; t++) {
-      const v = rowDot(kind, row, xq + <usize>(t * cols), xd + (<usize>(t * (cols >> 5)) << 2), xs + (<usize>(t * (cols >> 4)) << 2), cols);
-      store<f32>(out + (<usize>(t * outStride + r) << 2), v);
+      const o = out + (<usize>(t * outStride) << 2);
+      rowPairDot(kind, rowA, rowB, xq + <usize>(t * cols), xd + (<usize>(t * (cols >> 5)) << 2), xs + (<usize>(t * (cols >> 4)) << 2), cols,
+        o + (<usize>r << 2), o + (<usize>rB << 2));
     }
   }
 }

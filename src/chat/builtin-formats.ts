@@ -161,9 +161,9 @@ export class ChatHistory implements Conversation {
   }
 
   /** Add a message and the ids of its reply (as generated; a closing EOS is added here). */
-  commit(user: string, replyIds: readonly number[], _replyText = ""): void {
+  commit(user: string, replyIds: readonly number[], replyText = ""): void {
     this.idList = [...this.idList, ...this.turnIds(user), ...replyIds, ...replyEndIds(this.template, this.tok)];
-    this.list.push({ user, reply: [...replyIds] });
+    this.list.push({ user, reply: [...replyIds], replyText });
   }
 
   /** Forget the oldest turn (to make room); returns it, or undefined when there is none. */
@@ -182,6 +182,6 @@ export class ChatHistory implements Conversation {
   private rebuild(): void {
     const turns = this.list.splice(0);
     this.idList = [];
-    for (const t of turns) this.commit(t.user, t.reply);
+    for (const t of turns) this.commit(t.user, t.reply, t.replyText);
   }
 }

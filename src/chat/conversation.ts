@@ -5,11 +5,16 @@
  * (jinja-conversation.ts) renders the whole conversation and reuses the ids of the text it
  * rendered before.
  */
+import { InputError } from "../errors.ts";
+import type { Tokenizer } from "../tokenizer/tokenizer.ts";
+import type { ChatMessage } from "./jinja-template.ts";
 
 export interface ChatTurn {
   user: string;
   /** The reply's token ids as kept in the conversation (no closing end-of-turn token). */
   reply: number[];
+  /** The reply's text. */
+  replyText: string;
 }
 
 export interface Conversation {
@@ -32,4 +37,31 @@ export interface Conversation {
   /** Forget the oldest turn (to make room). */
   dropOldest(): ChatTurn | undefined;
   reset(): void;
+}
+
+/** The conversation as messages: the system prompt first if any, then each turn's user and assistant messages. */
+export function conversationMessages(conversation: Conversation): ChatMessage[] {
+  const system: ChatMessage[] = conversation.system === null ? [] : [{ role: "system", content: conversation.system }];
+  return [...system, ...conversation.turns.flatMap((t): ChatMessage[] => [{ role: "user", content: t.user }, { role: "assistant", content: t.replyText }])];
+}
+
+/**
+ * Replace the conversation with `messages` (an optional system message, then user and assistant
+ * messages in turn; the replies' ids are their text tokenized). Throws InputError on another shape.
+ */
+export function loadConversation(conversation: Conversation, tok: Tokenizer, messages: readonly ChatMessage[], where: string): void {
+  const system = messages[0]?.role === "system" ? messages[0].content : null;
+  const rest = system === null ? messages : messages.slice(1);
+  if (rest.length % 2 !== 0 || rest.some((m, i) => m.role !== (i % 2 === 0 ? "user" : "assistant"))) {
+    throw new InputError(`${where}: a conversation is an optional system message, then user and assistant messages in turn`);
+  }
+  if (system !== null && !conversation.hasSystem) throw new InputError(`${where}: the ${conversation.name} format has no system prompt`);
+  conversation.reset();
+  conversation.system = system;
+  for (let i = 0; i < rest.length; i += 2) {
+    const user = rest[i]!.content;
+    const reply = rest[i + 1]!.content;
+    conversation.promptIds(user);
+    conversation.commit(user, tok.encode(reply, { continuation: true }), reply);
+  }
 }

@@ -6,8 +6,7 @@
  * - The ids of the text rendered so far (the last prompt and the reply as generated) are kept;
  *   when the next rendering starts with that text, only the new part is tokenized after them.
  *   The reply's own ids are reused, never re-tokenized from its text.
- * - Template text is tokenized with special tokens parsed (`<|im_start|>` becomes the control
- *   token); each message's content is found in the rendering and tokenized as plain text, so a
+ * - Control tokens come from the template's own text only (render-tokens.ts says how), so a
  *   user who types `<|im_start|>` gets those characters.
  * - A template that rewrites earlier turns (Qwen3 drops the reasoning of earlier replies, Llama 3
  *   trims them) breaks the prefix: the whole rendering is tokenized again, the prefix cache still
@@ -16,37 +15,13 @@
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import type { ChatTurn, Conversation } from "./conversation.ts";
 import type { ChatMessage, ChatTemplate } from "./jinja-template.ts";
+import { contentSpans, encodeRendered } from "./render-tokens.ts";
 
 export interface JinjaConversationOptions {
   addBos: boolean;
   system?: string | null;
   /** Told once when the template rewrites earlier turns. */
   onNote?: (line: string) => void;
-}
-
-/**
- * Token ids of a rendered template: `contents` (the messages' texts, in order) are tokenized as
- * plain text where they are found, the rest with special tokens parsed.
- */
-export function encodeRendered(tok: Tokenizer, text: string, contents: readonly string[], continuation = false): number[] {
-  const segments: { text: string; plain: boolean }[] = [];
-  let cursor = 0;
-  for (const c of contents) {
-    if (c === "") continue;
-    const at = text.indexOf(c, cursor);
-    if (at < 0) continue; // the template changed it: what is left is template text
-    segments.push({ text: text.slice(cursor, at), plain: false }, { text: c, plain: true });
-    cursor = at + c.length;
-  }
-  segments.push({ text: text.slice(cursor), plain: false });
-  const ids: number[] = [];
-  let first = true;
-  for (const s of segments) {
-    if (s.text === "") continue;
-    ids.push(...tok.encode(s.text, { parseSpecial: !s.plain, continuation: continuation || !first }));
-    first = false;
-  }
-  return ids;
 }
 
 export class JinjaConversation implements Conversation {
@@ -97,8 +72,8 @@ export class JinjaConversation implements Conversation {
   }
 
   /** Ids of a whole rendering, BOS first when the model wants it and the template did not write it. */
-  private encodeAll(text: string, messages: readonly ChatMessage[]): number[] {
-    const ids = encodeRendered(this.tok, text, messages.map((m) => m.content));
+  private encodeAll(text: string, messages: readonly ChatMessage[], addGenerationPrompt: boolean): number[] {
+    const ids = encodeRendered(this.tok, text, contentSpans(this.template, this.tok, text, messages, addGenerationPrompt));
     const bos = this.tok.bosId;
     if (this.opts.addBos && bos !== null && ids[0] !== bos) ids.unshift(bos);
     return ids;
@@ -109,9 +84,10 @@ export class JinjaConversation implements Conversation {
     const text = this.template.render(messages, true);
     let ids: number[];
     if (this.idList.length > 0 && text.startsWith(this.rendered)) {
-      ids = [...this.idList, ...encodeRendered(this.tok, text.slice(this.rendered.length), [user], true)];
+      const spans = contentSpans(this.template, this.tok, text, messages, true);
+      ids = [...this.idList, ...encodeRendered(this.tok, text, spans, this.rendered.length)];
     } else {
-      ids = this.encodeAll(text, messages);
+      ids = this.encodeAll(text, messages, true);
       if (this.idList.length > 0 && !this.warned) {
         this.warned = true;
         let same = 0;
@@ -125,13 +101,13 @@ export class JinjaConversation implements Conversation {
 
   aloneIds(user: string): number[] {
     const messages = this.withSystem([{ role: "user", content: user }]);
-    return this.encodeAll(this.template.render(messages, true), messages);
+    return this.encodeAll(this.template.render(messages, true), messages, true);
   }
 
   commit(user: string, replyIds: readonly number[], replyText: string): void {
     const prompt = this.pending ?? { text: "", ids: this.promptIds(user) };
     this.messages.push({ role: "user", content: user }, { role: "assistant", content: replyText });
-    this.list.push({ user, reply: [...replyIds] });
+    this.list.push({ user, reply: [...replyIds], replyText });
     this.idList = [...prompt.ids, ...replyIds];
     this.rendered = prompt.text + replyText;
     this.pending = null;
@@ -162,6 +138,6 @@ export class JinjaConversation implements Conversation {
     }
     const messages = this.withSystem(this.messages);
     this.rendered = this.template.render(messages, false);
-    this.idList = this.encodeAll(this.rendered, messages);
+    this.idList = this.encodeAll(this.rendered, messages, false);
   }
 }

@@ -49,7 +49,7 @@ async function runGenerate(values: ParsedValues, rawArgs: readonly string[]): Pr
   const output = typeof values.output === "string" ? ResultsFile.open(values.output, values.resume === true) : null;
   if (values.resume === true && output === null) throw new InputError("--resume needs --output");
   const todo = inputs.filter((r) => !output?.doneIds.has("request" in r ? r.request.id! : r.rejected.id));
-  const llm = loadLLM(values);
+  const llm = await loadLLM(values);
   const json = values.json === true;
   const streamText = !json && todo.length === 1 && inputs.length === 1 && output === null;
   const sink = new ResultSink(output, json, streamText);

@@ -6,14 +6,15 @@ import { existsSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { InputError } from "../errors.ts";
 import { LLM } from "../engine/llm.ts";
+import { resolveModel } from "../hub/resolve.ts";
 import { isGGUF } from "../model/load.ts";
 import { engineOptions, type ParsedValues } from "./options.ts";
 import { loadProgressBar } from "./progress.ts";
 
-export function loadLLM(values: ParsedValues): LLM {
-  const model = values.model;
-  if (typeof model !== "string" || model === "") throw new InputError("--model is required");
-  if (!existsSync(model)) throw new InputError(`${model}: model file not found`);
+export async function loadLLM(values: ParsedValues): Promise<LLM> {
+  if (typeof values.model !== "string" || values.model === "") throw new InputError("--model is required");
+  // A path, hf:OWNER/REPO/FILE.gguf, hf:OWNER/REPO:QUANT or a URL: downloaded into the HF cache when needed.
+  const model = await resolveModel(values.model);
   const onLoadProgress = loadProgressBar(basename(model), statSync(model).size);
   const chatTemplate = typeof values.template === "string" && values.template !== "" ? values.template : undefined;
   return LLM.load({ model, tokenizer: tokenizerPath(model, values.tokenizer), engine: engineOptions(values), onLoadProgress, chatTemplate });

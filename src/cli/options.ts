@@ -12,7 +12,12 @@ import { HASH_ALGORITHMS } from "../kv/block-hash.ts";
 import { MAX_BLOCK_SIZE } from "../backend/kernels.ts";
 
 export const modelArgs = {
-  model: { type: "string", description: "Model file: GGUF (llama, qwen2, qwen3) or a llama2.c checkpoint (legacy, v1 fp32 or v2 int8)", valueHint: "path", required: true },
+  model: {
+    type: "string",
+    description: "Model: a GGUF (llama, qwen2, qwen3) or llama2.c checkpoint path, hf:OWNER/REPO/FILE.gguf, hf:OWNER/REPO:QUANT, or an http(s) URL (downloaded into the Hugging Face cache)",
+    valueHint: "model",
+    required: true,
+  },
   tokenizer: {
     type: "string",
     description: "Tokenizer: a GGUF file, llama2.c tokenizer.bin (default: the GGUF model's own, or tokenizer.bin next to a llama2.c model)",

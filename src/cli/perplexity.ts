@@ -25,7 +25,7 @@ export const perplexityCommand = defineCommand({
   args: perplexityArgs,
   async run({ args, rawArgs }) {
     checkKnownOptions(rawArgs, perplexityArgs);
-    runPerplexity(args);
+    await runPerplexity(args);
   },
 });
 
@@ -35,11 +35,11 @@ function readText(path: string): string {
   return readFileSync(path, "utf8");
 }
 
-function runPerplexity(values: ParsedValues): void {
+async function runPerplexity(values: ParsedValues): Promise<void> {
   const file = values.file;
   if (typeof file !== "string" || file === "") throw new InputError("--file is required");
   const text = readText(file);
-  const llm = loadLLM(values);
+  const llm = await loadLLM(values);
   try {
     const t0 = performance.now();
     const result = llm.score(text);

@@ -6,7 +6,7 @@ import { InputError, PagellmError, RequestTooLongError } from "../errors.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
 import type { LoadProgress } from "../model/weights.ts";
-import { openCheckpoint } from "../model/load.ts";
+import { isGGUF, openCheckpoint } from "../model/load.ts";
 import { loadTokenizer } from "../tokenizer/load.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { DEFAULT_ENGINE_OPTIONS, LLMEngine, type EngineOptions, type StepEvent } from "./engine.ts";
@@ -21,8 +21,11 @@ import type { FinishReason, GenerationParams, Sequence } from "./sequence.ts";
 export interface LoadOptions {
   /** Path of the model file (GGUF, or a llama2.c checkpoint). */
   model: string;
-  /** Path of the tokenizer (a GGUF file, the model itself for GGUF models, or llama2.c tokenizer.bin). */
-  tokenizer: string;
+  /**
+   * Path of the tokenizer (a GGUF file or llama2.c tokenizer.bin). Absent: a GGUF model's own
+   * vocabulary; a llama2.c checkpoint has none and must name one.
+   */
+  tokenizer?: string;
   engine?: Partial<EngineOptions>;
   /** Told as the weights load (for a progress bar). */
   onLoadProgress?: LoadProgress;
@@ -130,7 +133,9 @@ export class LLM {
   static load(opts: LoadOptions): LLM {
     const t0 = performance.now();
     const checkpoint = openCheckpoint(opts.model);
-    const { tokenizer, addBos, chatTemplate } = loadTokenizer(opts.tokenizer, { modelVocabSize: checkpoint.config.vocabSize });
+    const tokenizerPath = opts.tokenizer ?? (isGGUF(opts.model) ? opts.model : undefined);
+    if (tokenizerPath === undefined) throw new InputError(`${opts.model}: a llama2.c checkpoint carries no vocabulary; name a tokenizer`);
+    const { tokenizer, addBos, chatTemplate } = loadTokenizer(tokenizerPath, { modelVocabSize: checkpoint.config.vocabSize });
     const format = chatFormat(opts.chatTemplate, chatTemplate, opts.model, tokenizer);
     const engine = new LLMEngine(checkpoint, tokenizer, { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine }, opts.onLoadProgress);
     return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0, format);
