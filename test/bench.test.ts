@@ -9,6 +9,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { existsSync, statSync } from "node:fs";
+import { readGGUF } from "../src/model/gguf.ts";
 import { ggufShapeOf, GGUF_SHAPES } from "../src/bench/gguf-models.ts";
 import { summarize } from "../src/bench/measure.ts";
 import { parseShape } from "../src/bench/models.ts";
@@ -206,7 +207,9 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
 /** A tiny llama shape whose GGUF form has Llama 2's vocabulary. */
 const TINY_GGUF_SHAPE = "dim=64,hidden=256,layers=2,heads=4,kv=2,vocab=32000,seq=256";
 
-describeShared("GGUF benches end to end (--type)", ["vocab/ggml-vocab-llama-spm.gguf", "models/llama2c/stories260K.bin"], ([, llama2c]) => {
+const SHARED = resolve(ROOT, "..", "shared");
+
+describeShared("GGUF benches end to end (--type)", ["vocab/ggml-vocab-llama-spm.gguf", "models/llama2c/stories260K.bin", "models/gguf/rnd-llama-Q4_K_M.gguf"], ([, llama2c]) => {
   const tiny = ["--shape", TINY_GGUF_SHAPE, "--models-dir", modelsDir, "--threads", "1"];
 
   test("decode --type Q8_0,Q4_K_M writes the models once and checks the floor against F32", () => {
@@ -222,6 +225,18 @@ describeShared("GGUF benches end to end (--type)", ["vocab/ggml-vocab-llama-spm.
       "models.*.rows.*.prefillTokensPerSecond.median", "models.*.rows.*.prefillVsDecode",
     ]);
     expect(statSync(file).mtimeMs).toBe(written);
+  }, 60_000);
+
+  test("--model FILE.gguf --f32-baseline measures the file next to random F32 weights of its exact shape", () => {
+    const file = join(SHARED, "models", "gguf", "rnd-llama-Q4_K_M.gguf");
+    const doc = expectFigures(["bench", "decode", ...QUICK, "--model", file, "--f32-baseline", "--models-dir", modelsDir, "--threads", "1", "--stream-mb", "16", "--tokens", "4"], [
+      "models.*.rows.*.tokensPerSecond.median", "floor.*.ratio",
+    ]);
+    expect(at(doc, "results.models.*.model")).toEqual(["rnd-llama-Q4_K_M.gguf F32 twin", "rnd-llama-Q4_K_M.gguf"]);
+    const twin = readGGUF(join(modelsDir, "random-twin-rnd-llama-Q4_K_M-F32.gguf"));
+    const original = readGGUF(file);
+    expect(twin.tensors.map((t) => `${t.name} ${t.dims.join("x")}`).sort()).toEqual(original.tensors.map((t) => `${t.name} ${t.dims.join("x")}`).sort());
+    expect(new Set(twin.tensors.map((t) => t.typeName))).toEqual(new Set(["F32"]));
   }, 60_000);
 
   test("--peer-nlc: a folder without node-llama-cpp, or a llama2.c model, is a one-line input error", () => {

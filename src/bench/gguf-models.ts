@@ -6,11 +6,12 @@
  * config.json; the tokenizers are read in place from the shared folder.
  */
 import { existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { InputError, PagellmError } from "../errors.ts";
 import { makeConfig, type ModelConfig } from "../model/config.ts";
 import { readGGUF } from "../model/gguf.ts";
-import { writeModelGGUF, type Arch, type ModelMix } from "../model/gguf-model-writer.ts";
+import { ARCHS, mixOfFileType, writeModelGGUF, type Arch, type ModelMix } from "../model/gguf-model-writer.ts";
+import { openCheckpoint } from "../model/load.ts";
 import { padVocabulary, tokenizerMetadata } from "../model/gguf-tokenizer-metadata.ts";
 
 /** The GGUF form of a shape: its architecture, the real model's hyper-parameters and a real vocabulary. */
@@ -122,4 +123,33 @@ export function ensureRandomGGUF(
     rmSync(tmp, { force: true });
   }
   return file;
+}
+
+/**
+ * The F32 twin of a GGUF model file (--f32-baseline): random F32 weights of exactly its
+ * architecture and hyper-parameters, with its tokenizer, written once into `modelsDir`, so a
+ * downloaded quantized model is measured next to pagellm's F32 decode of the same shape.
+ * Returns the twin's path and the file's mix (undefined when general.file_type names none here).
+ */
+export function ensureF32Twin(model: string, modelsDir: string, log: (line: string) => void): { path: string; mix: ModelMix | undefined } {
+  const file = readGGUF(model);
+  const arch = file.getString("general.architecture");
+  if (!(ARCHS as readonly string[]).includes(arch)) throw new InputError(`--f32-baseline: ${model} has architecture ${arch}; the writer makes ${ARCHS.join(", ")}`);
+  const mix = mixOfFileType(file.getU32("general.file_type", 0));
+  const stem = basename(model).replace(/\.gguf$/i, "");
+  const path = join(modelsDir, `random-twin-${stem}-F32.gguf`);
+  const name = `random F32 twin of ${stem} v${RANDOM_GGUF_VERSION}`;
+  if (existsSync(path) && isCurrent(path, name)) return { path, mix };
+  const { config } = openCheckpoint(model);
+  const tokenizer = new Map([...file.metadata].filter(([key]) => key.startsWith("tokenizer.")));
+  mkdirSync(modelsDir, { recursive: true });
+  log(`writing ${path} (random F32 weights of ${basename(model)}'s shape, once)`);
+  const tmp = `${path}.${process.pid}.tmp`;
+  try {
+    writeModelGGUF(tmp, { arch: arch as Arch, name, config, mix: "F32", seed: WEIGHTS_SEED, tokenizer: padVocabulary(tokenizer, config.vocabSize) });
+    renameSync(tmp, path);
+  } finally {
+    rmSync(tmp, { force: true });
+  }
+  return { path, mix };
 }

@@ -21,7 +21,7 @@ import type { GGUFValue } from "./gguf.ts";
 import { MODEL_MIXES, tensorType, type MixContext, type ModelMix, type TensorRole } from "./gguf-quant-mix.ts";
 import { gguf, writeGGUF, type TensorToWrite } from "./gguf-writer.ts";
 
-export { isModelMix, MODEL_MIXES, MODEL_MIX_NAMES, type ModelMix } from "./gguf-quant-mix.ts";
+export { isModelMix, mixOfFileType, MODEL_MIXES, MODEL_MIX_NAMES, type ModelMix } from "./gguf-quant-mix.ts";
 
 export type Arch = "llama" | "qwen2" | "qwen3";
 export const ARCHS: readonly Arch[] = ["llama", "qwen2", "qwen3"];

@@ -31,6 +31,11 @@ export function isModelMix(name: string): name is ModelMix {
   return Object.hasOwn(MODEL_MIXES, name);
 }
 
+/** The mix a file's general.file_type names (undefined for mixes not listed here, such as the IQ ones). */
+export function mixOfFileType(fileType: number): ModelMix | undefined {
+  return MODEL_MIX_NAMES.find((m) => MODEL_MIXES[m] === fileType);
+}
+
 /** The type most tensors of a mix get (llama_ftype_get_default_type). */
 export function mixBaseType(mix: ModelMix): QuantTypeName {
   const base: Record<ModelMix, QuantTypeName> = {
