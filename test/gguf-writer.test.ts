@@ -19,7 +19,7 @@ import { MODEL_MIXES, writeModelGGUF, type Arch, type ModelMix } from "../src/mo
 import { tensorRole, tensorType, useMoreBits } from "../src/model/gguf-quant-mix.ts";
 import { gguf, tensorBytes, writeGGUF, type TensorToWrite } from "../src/model/gguf-writer.ts";
 import { padVocabulary, tokenizerMetadata, vocabularySize } from "../src/model/gguf-tokenizer-metadata.ts";
-import { GGML_TYPE, quantTypeName } from "../src/quant/index.ts";
+import { GGML_TYPE, quantize, quantTypeName } from "../src/quant/index.ts";
 import { expectModelFormatError } from "./helpers/errors.ts";
 import { describeShared } from "./helpers/shared.ts";
 
@@ -299,6 +299,21 @@ describeShared("written models", ["vocab/ggml-vocab-smollm.gguf", "models/gguf/s
     expect(new Uint8Array(readFileSync(join(dir, "same-2.gguf")))).toEqual(new Uint8Array(readFileSync(join(dir, "same-1.gguf"))));
     expect(() => writeModelGGUF(join(dir, "x.gguf"), { ...model, config: { ...config, vocabSize: 600 } })).toThrow("the tokenizer has 512 tokens, the model's vocabulary 600");
     expect(() => writeModelGGUF(join(dir, "x.gguf"), { ...model, arch: "qwen2" })).toThrow("q/k/v biases are required by qwen2");
+  });
+
+  test("a quantized model holds its F32 twin's weights quantized, as llama-quantize would make it from the F32 file", () => {
+    const config = { ...smallShape("qwen2", 512), nLayers: 2 };
+    const model = { arch: "qwen2" as const, name: "twin", config, tokenizer: tokenizerMetadata(stories!), seed: 11 };
+    writeModelGGUF(join(dir, "twin-F32.gguf"), { ...model, mix: "F32" });
+    writeModelGGUF(join(dir, "twin-Q4_K_M.gguf"), { ...model, mix: "Q4_K_M" });
+    const f32 = readGGUF(join(dir, "twin-F32.gguf"));
+    const q = readGGUF(join(dir, "twin-Q4_K_M.gguf"));
+    expect(q.tensors.map((t) => t.name)).toEqual(f32.tensors.map((t) => t.name));
+    for (const t of q.tensors) {
+      const source = tensorData(f32, t.name);
+      const values = new Float32Array(source.buffer, source.byteOffset, source.byteLength / 4);
+      expect(tensorData(q, t.name), t.name).toEqual(quantize(quantTypeName(t.type)!, values));
+    }
   });
 
   test("a vocabulary padded as convert_hf_to_gguf pads one: [PAD<id>] tokens of type UNUSED", () => {

@@ -43,7 +43,7 @@ export function modelArgs(shapeDefault: string) {
       type: "boolean",
       description: "With a GGUF --model: also bench random F32 weights of its exact shape (written once into --models-dir), the baseline of its type",
     },
-    "models-dir": { type: "string", description: `Cache folder of random-weight models, random-<shape>.bin (default ${DEFAULT_MODELS_DIR})`, valueHint: "dir" },
+    "models-dir": { type: "string", description: `Cache folder of random-weight models, random-<shape>.bin and random-<shape>-<type>.gguf (default ${DEFAULT_MODELS_DIR})`, valueHint: "dir" },
   } as const satisfies ArgsDef;
 }
 

@@ -10,7 +10,8 @@
  * Weights (reproducible from the seed; each tensor has its own random stream, so one can be made
  * alone): approximately normal, like src/model/random-weights.ts, so activations stay sane at any
  * depth: every matrix std 1/sqrt(its input width), the embedding and classifier std 1/sqrt(dim),
- * norm gains 1 + N(0, 0.05), biases N(0, 0.1).
+ * norm gains 1 + N(0, 0.05), biases N(0, 0.1). Every mix draws the same f32 values for a tensor,
+ * so a quantized file holds exactly what llama-quantize would make of the F32 file of the same seed.
  */
 import { InputError } from "../errors.ts";
 import { GGML_TYPE, quantize, type QuantTypeName } from "../quant/index.ts";
