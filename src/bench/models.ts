@@ -1,7 +1,7 @@
 /**
  * The models the benchmarks run: random weights in the shapes of real checkpoints, written once
- * with the project's llama2.c writer into a cache folder and reused, or a model file the user
- * names. Random weights cost the same to run as trained ones of the same shape, and need no
+ * into a cache folder and reused (llama2.c files with the project's llama2.c writer; GGUF files in
+ * any tensor type with its GGUF writer, gguf-models.ts), or a model file the user names. Random weights cost the same to run as trained ones of the same shape, and need no
  * download.
  */
 import { existsSync, mkdirSync, renameSync, rmSync, statSync } from "node:fs";
