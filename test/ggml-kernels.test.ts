@@ -177,7 +177,7 @@ describe("half-precision scales", () => {
     backend.embed(out, m, tokAddr, rows);
     const got = backend.mem.f32.slice(out >> 2, (out >> 2) + halves.length);
     const want = dequantize("F16", new Uint8Array(halves.buffer), halves.length);
-    expect(got).toEqual(want);
+    expect(Array.from(got)).toEqual(Array.from(want));
     // The SIMD conversion in the product: x = e_k picks column k of every row.
     const x = new Float32Array(cols);
     x[cols - 9] = 1; // inside the SIMD part of the row
