@@ -22,10 +22,18 @@
 // enter it unsigned (ggml's stored values before their offset) and the offset is taken out with
 // the activations' sums, exactly.
 
-/** IEEE half to f32, exact for every finite half (subnormals included; weights hold no inf/NaN). */
+/**
+ * IEEE half to f32, exact for every half. A normal half only needs its exponent re-biased (an
+ * integer add); a subnormal one is its mantissa times 2^-24, a multiply of normal numbers. (The
+ * obvious multiply of the shifted bits by 2^112 is exact too, but on a subnormal f32 when the
+ * half is subnormal, which x86 runs through a slow microcode path: Q6_K scales of small weights
+ * are subnormal halves.)
+ */
 @inline export function halfToF32(h: u32): f32 {
-  const magnitude = reinterpret<f32>((h & 0x7fff) << 13) * reinterpret<f32>(0x77800000); // * 2^112
-  return reinterpret<f32>(reinterpret<u32>(magnitude) | ((h & 0x8000) << 16));
+  const sign = (h & 0x8000) << 16;
+  const em = h & 0x7fff;
+  if (em < 0x0400) return reinterpret<f32>(reinterpret<u32>(<f32>em * <f32>5.9604644775390625e-8) | sign);
+  return reinterpret<f32>((em >= 0x7c00 ? (em << 13) | 0x7f800000 : (em << 13) + 0x38000000) | sign);
 }
 
 /** The half at p as f32. */

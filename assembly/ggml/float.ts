@@ -13,10 +13,13 @@
 import { halfToF32, sumLanes } from "./common";
 
 /**
- * Four halves, sign-extended to i32 lanes, to f32x4 as halfToF32: shifted by 13 the sign fills
- * bits 31..28 and exponent and mantissa sit at 27..13, 112 below f32's bias; the mask keeps bit
- * 31 and those, the multiply rebiases (exact for normals and subnormals). 1.7x faster than
- * separate magnitude and sign steps.
+ * Four halves, sign-extended to i32 lanes, to f32x4: shifted by 13 the sign fills bits 31..28
+ * and exponent and mantissa sit at 27..13, 112 below f32's bias; the mask keeps bit 31 and
+ * those, the multiply by 2^112 rebiases. Exact for every finite half, subnormals included (their
+ * operand is a subnormal f32, but measured here: weights of +-1e-4, 60% subnormal halves, 205 us
+ * against 197 us at 2048x768). Infinities and NaNs (no valid model holds them) come out as
+ * +-65536 * (1 + m/1024), where halfToF32 is exact. Measured against the exact select-based
+ * widening (subnormal, normal and inf/NaN paths blended): 6x faster under JSC.
  */
 @inline function signedHalvesToF32x4(h: v128): v128 {
   return f32x4.mul(v128.and(i32x4.shl(h, 13), i32x4.splat(0x8fffe000)), f32x4.splat(reinterpret<f32>(0x77800000)));
