@@ -154,7 +154,9 @@ export class WebGpuBackend {
     }
   }
 
+  /** out[t] = weight * x[t] / rms(x[t]); out must not be x (WebGPU forbids aliasing a writable binding). */
   rmsnorm(out: GPUBuffer, x: GPUBuffer, weight: GPUBuffer, T: number, n: number, eps: number): void {
+    if (out === x) throw new Error("webgpu rmsnorm: out and x must be different buffers");
     this.runner.dispatch(this.kernel("rmsnorm"), params(n, { f32: eps }), [out, x, weight], [T, 1, 1]);
   }
 

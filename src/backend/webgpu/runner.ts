@@ -25,6 +25,8 @@ export class GpuRunner {
   private readonly bindGroups = new Map<string, { group: GPUBindGroup; params: GPUBuffer }>();
   private encoder: GPUCommandEncoder | null = null;
   private pass: GPUComputePassEncoder | null = null;
+  /** Validation scopes of submitted work, checked at the next read-back (WebGPU reports errors asynchronously). */
+  private pendingErrors: Promise<GPUError | null>[] = [];
   /** Largest storage binding the device allows (bun-webgpu keeps the default 128 MiB). */
   readonly maxBinding: number;
 
@@ -68,6 +70,7 @@ export class GpuRunner {
    */
   dispatch(kernel: GpuKernel, params: Uint32Array, buffers: readonly GPUBuffer[], workgroups: readonly [number, number, number]): void {
     if (workgroups.some((n) => n === 0)) return;
+    this.openEncoder();
     const group = this.bindGroup(kernel, params, buffers);
     const pass = this.openPass();
     pass.setPipeline(kernel.pipeline);
@@ -87,6 +90,16 @@ export class GpuRunner {
     if (this.encoder === null) return;
     this.device.queue.submit([this.encoder.finish()]);
     this.encoder = null;
+    this.pendingErrors.push(this.device.popErrorScope());
+  }
+
+  /** Throw a DeviceError if any submitted work failed validation (an aliased binding, a bad size). */
+  async checkErrors(): Promise<void> {
+    const pending = this.pendingErrors;
+    this.pendingErrors = [];
+    for (const error of await Promise.all(pending)) {
+      if (error !== null) throw new DeviceError(`webgpu: a dispatch failed validation: ${error.message.split("\n")[0]}`);
+    }
   }
 
   /** Run what is recorded, then read `bytes` of `buf` from byteOffset. */
@@ -95,6 +108,7 @@ export class GpuRunner {
     const staging = this.device.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
     this.copy(buf, byteOffset, staging, 0, size);
     this.flush();
+    await this.checkErrors();
     await staging.mapAsync(GPUMapMode.READ);
     const data = staging.getMappedRange().slice(0, bytes);
     staging.unmap();
@@ -132,7 +146,11 @@ export class GpuRunner {
   }
 
   private openEncoder(): GPUCommandEncoder {
-    this.encoder ??= this.device.createCommandEncoder();
+    if (this.encoder === null) {
+      // Everything recorded until the submission is checked as one validation scope.
+      this.device.pushErrorScope("validation");
+      this.encoder = this.device.createCommandEncoder();
+    }
     return this.encoder;
   }
 
