@@ -27,6 +27,7 @@ export class GpuRunner {
   private pass: GPUComputePassEncoder | null = null;
   /** Validation scopes of submitted work, checked at the next read-back (WebGPU reports errors asynchronously). */
   private pendingErrors: Promise<GPUError | null>[] = [];
+  private staging: GPUBuffer | null = null;
   /** Largest storage binding the device allows (bun-webgpu keeps the default 128 MiB). */
   readonly maxBinding: number;
 
@@ -105,14 +106,19 @@ export class GpuRunner {
   /** Run what is recorded, then read `bytes` of `buf` from byteOffset. */
   async read(buf: GPUBuffer, bytes: number, byteOffset = 0): Promise<ArrayBuffer> {
     const size = Math.ceil(bytes / 4) * 4;
-    const staging = this.device.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    // One staging buffer, grown when needed: a new one per read-back (every decode step) leaks
+    // native memory under bun-webgpu.
+    if (this.staging === null || this.staging.size < size) {
+      this.staging?.destroy();
+      this.staging = this.device.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    }
+    const staging = this.staging;
     this.copy(buf, byteOffset, staging, 0, size);
     this.flush();
     await this.checkErrors();
-    await staging.mapAsync(GPUMapMode.READ);
-    const data = staging.getMappedRange().slice(0, bytes);
+    await staging.mapAsync(GPUMapMode.READ, 0, size);
+    const data = staging.getMappedRange(0, size).slice(0, bytes);
     staging.unmap();
-    staging.destroy();
     return data;
   }
 
@@ -167,6 +173,8 @@ export class GpuRunner {
 
   destroy(): void {
     this.flush();
+    this.staging?.destroy();
+    this.staging = null;
     for (const { params } of this.bindGroups.values()) params.destroy();
     this.bindGroups.clear();
   }
