@@ -35,6 +35,11 @@ export function addInPlace(x: usize, y: usize, n: i32): void {
   }
 }
 
+/** x[t][i] += bias[i] for T rows of n elements (a projection's bias). */
+export function addRows(x: usize, bias: usize, T: i32, n: i32): void {
+  for (let t = 0; t < T; t++) addInPlace(x + (<usize>(t * n) << 2), bias, n);
+}
+
 /** In-place softmax of x[0..n): exp(x - max) / sum, summed left to right. */
 export function softmax(x: usize, n: i32): void {
   if (n <= 0) return;

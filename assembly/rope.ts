@@ -2,18 +2,20 @@
 // Rotary position embedding
 // ============================================================================================
 //
-// cos/sin tables are [position][headDim/2], filled by the host once per model. Pair k of a head
-// rotates by angle pos * theta^(-2k/headDim). The two forms differ only in which elements pair up.
+// cos/sin tables are [position][ropeDim/2], filled by the host once per model. Pair k of a head
+// rotates by angle pos * theta^(-2k/ropeDim). The two forms differ only in which elements pair up.
+// Only the first ropeDim elements of a head rotate (ropeDim = headDim in every llama-family model
+// so far; partial rotary models rotate fewer); the rest pass through.
 
 /**
  * Rotate pair k of every head by its angle: elements at pairStride*k and pairStride*k + partner
  * (in floats from the head's start), with cos/sin of pair k at the token's position.
  */
 @inline function rotatePairs(
-  vec: usize, positions: usize, T: i32, nHeads: i32, headDim: i32, rowStride: i32, cosTab: usize, sinTab: usize,
+  vec: usize, positions: usize, T: i32, nHeads: i32, headDim: i32, ropeDim: i32, rowStride: i32, cosTab: usize, sinTab: usize,
   pairStride: i32, partner: i32,
 ): void {
-  const half = headDim >> 1;
+  const half = ropeDim >> 1;
   for (let t = 0; t < T; t++) {
     const pos = load<i32>(positions + (<usize>t << 2));
     const c = cosTab + (<usize>(pos * half) << 2);
@@ -37,14 +39,14 @@
  * vec is [T][rowStride] floats; heads of headDim floats start at the row start.
  */
 export function ropeInterleaved(
-  vec: usize, positions: usize, T: i32, nHeads: i32, headDim: i32, rowStride: i32, cosTab: usize, sinTab: usize,
+  vec: usize, positions: usize, T: i32, nHeads: i32, headDim: i32, ropeDim: i32, rowStride: i32, cosTab: usize, sinTab: usize,
 ): void {
-  rotatePairs(vec, positions, T, nHeads, headDim, rowStride, cosTab, sinTab, 2, 1);
+  rotatePairs(vec, positions, T, nHeads, headDim, ropeDim, rowStride, cosTab, sinTab, 2, 1);
 }
 
-/** Half-split pairs (x[k], x[k + headDim/2]): GPT-NeoX and Hugging Face Llama layouts. */
+/** Half-split pairs (x[k], x[k + ropeDim/2]): GPT-NeoX and Hugging Face Llama layouts, Qwen. */
 export function ropeNeox(
-  vec: usize, positions: usize, T: i32, nHeads: i32, headDim: i32, rowStride: i32, cosTab: usize, sinTab: usize,
+  vec: usize, positions: usize, T: i32, nHeads: i32, headDim: i32, ropeDim: i32, rowStride: i32, cosTab: usize, sinTab: usize,
 ): void {
-  rotatePairs(vec, positions, T, nHeads, headDim, rowStride, cosTab, sinTab, 1, headDim >> 1);
+  rotatePairs(vec, positions, T, nHeads, headDim, ropeDim, rowStride, cosTab, sinTab, 1, ropeDim >> 1);
 }

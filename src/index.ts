@@ -21,7 +21,7 @@ export { LLMEngine, DEFAULT_ENGINE_OPTIONS, type EngineOptions, type EngineStats
 export { Sequence, type FinishReason, type GenerationParams } from "./engine/sequence.ts";
 export { Sampler, DEFAULT_SAMPLING, argmax, type SamplingParams } from "./engine/sampler.ts";
 export { Scheduler, type SchedulePolicy, type SchedulerOptions, type SchedulerOutput } from "./engine/scheduler.ts";
-export { ChatHistory, CHAT_TEMPLATES, userTurnIds, type ChatTemplateName } from "./engine/chat-template.ts";
+export { ChatHistory, CHAT_TEMPLATES, userTurnIds, type ChatTemplateName } from "./chat/builtin-formats.ts";
 export type { EncodeOptions, StreamDecoder, Tokenizer } from "./tokenizer/tokenizer.ts";
 export { loadTokenizer, type LoadedTokenizer } from "./tokenizer/load.ts";
 export { SpmTokenizer } from "./tokenizer/spm.ts";

@@ -2,7 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { resolve } from "node:path";
 import {
   ChatHistory, keptReplyIds, renderUserTurn, replyEndIds, userTurnIds, type ChatTemplateName, type ChatTokenizer,
-} from "../src/engine/chat-template.ts";
+} from "../src/chat/builtin-formats.ts";
 import { loadLlama2cTokenizer } from "../src/tokenizer/index.ts";
 import { describeShared } from "./helpers/shared.ts";
 
@@ -274,10 +274,13 @@ describeShared("pagellm chat", [MODEL, TOK], ([model, tok]) => {
 
   test("options: unknown ones are rejected, a bad template or --system without one is an input error, --help lists them", async () => {
     expect((await pagellm([...base, "--bogus"], "")).code).toBe(2);
-    const bad = await pagellm([...base, "--template", "chatml"], "");
+    const bad = await pagellm([...base, "--template", "chatml3"], "");
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toContain("--template must be one of raw, llama2");
-    expect((await pagellm([...base, "--system", "x"], "")).code).toBe(2);
+    expect(bad.stderr).toContain('--template must be raw, llama2, chatml or a Jinja template file, got "chatml3" (no such file)');
+    // A raw conversation (the default for a model without a template) has no system prompt.
+    const noSystem = await pagellm([...base, "--system", "x"], "");
+    expect(noSystem.code).toBe(2);
+    expect(noSystem.stderr).toContain("--system needs a format with a system prompt: the raw format has none");
     const help = await pagellm(["chat", "--help"], "");
     expect(help.code).toBe(0);
     for (const opt of ["--template", "--system", "--temperature", "--max-tokens", "--prefix-cache", "--model"]) expect(help.stdout).toContain(opt);

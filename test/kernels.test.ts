@@ -318,7 +318,7 @@ describe("element-wise kernels", () => {
     }
   });
 
-  test("addInPlace, swiglu and softmax", () => {
+  test("addInPlace, addRows, swiglu and softmax", () => {
     const rng = new Xoshiro128(7);
     for (let iter = 0; iter < 100; iter++) {
       const s = new Scratch(mem, region, REGION_BYTES);
@@ -328,6 +328,12 @@ describe("element-wise kernels", () => {
       const xa = s.f32(x);
       k.addInPlace(xa, s.f32(y), n);
       expect(readF32(xa, n)).toEqual(x.map((v, i) => fr(v + y[i]!)));
+
+      const T = randInt(rng, 1, 4);
+      const rows = randomArray(rng, T * n, 5);
+      const ra = s.f32(rows);
+      k.addRows(ra, s.f32(y), T, n);
+      expect(readF32(ra, T * n)).toEqual(rows.map((v, i) => fr(v + y[i % n]!)));
 
       const ga = s.f32(x);
       k.swiglu(ga, s.f32(y), n);
@@ -357,15 +363,17 @@ describe("element-wise kernels", () => {
     rows.forEach((r, i) => expect(readF32(out + 4 * i * n, n)).toEqual(src.slice(r * n, (r + 1) * n)));
   });
 
-  test("RoPE, interleaved and NeoX forms, match the scalar rotation exactly", () => {
+  test("RoPE, interleaved and NeoX forms, whole and partial rotation, match the scalar rotation exactly", () => {
     const rng = new Xoshiro128(9);
     for (let iter = 0; iter < 60; iter++) {
       const s = new Scratch(mem, region, REGION_BYTES);
       const headDim = 2 * randInt(rng, 1, 20);
+      // Rotate all of each head, or only its first ropeDim elements.
+      const ropeDim = rng.nextFloat() < 0.5 ? headDim : 2 * randInt(rng, 1, headDim / 2);
       const nHeads = randInt(rng, 1, 5);
       const rowStride = nHeads * headDim + randInt(rng, 0, 3);
       const T = randInt(rng, 1, 5);
-      const half = headDim / 2;
+      const half = ropeDim / 2;
       const maxPos = 40;
       const cos = randomArray(rng, maxPos * half);
       const sin = randomArray(rng, maxPos * half);
@@ -374,7 +382,7 @@ describe("element-wise kernels", () => {
       for (const style of ["interleaved", "neox"] as const) {
         const va = s.f32(v);
         const fn = style === "neox" ? k.ropeNeox : k.ropeInterleaved;
-        fn(va, s.i32(positions), T, nHeads, headDim, rowStride, s.f32(cos), s.f32(sin));
+        fn(va, s.i32(positions), T, nHeads, headDim, ropeDim, rowStride, s.f32(cos), s.f32(sin));
         const got = readF32(va, T * rowStride);
         const want = v.slice();
         for (let t = 0; t < T; t++) {

@@ -10,6 +10,12 @@ import { ThreadPool, type ParallelCall } from "./thread-pool.ts";
 import { instantiateKernels, kernelModule, LinearMemory } from "./wasm.ts";
 import type { Numerics } from "../model/config.ts";
 import type { WeightMatrix } from "../model/weights.ts";
+import { activationBlock, ggmlKernels, type ActivationFormat } from "./ggml-kernels.ts";
+
+type GGMLMatrix = Extract<WeightMatrix, { kind: "ggml" }>;
+
+/** A K-quant product's per-thread scratch: one i32 (the minimum sum of a super-block); a cache line apart. */
+const SUPER_BLOCK_SCRATCH_BYTES = 64;
 
 /** Multiply-adds below which a product is not worth a dispatch (~10 µs of work on one core). */
 const MIN_PARALLEL_MACS = 1 << 17;
@@ -54,6 +60,12 @@ export class CpuBackend {
   /** Per-thread scores for runq attention, which softmaxes a whole context at once. */
   private runqScores = 0;
   private runqScoresCapacity = 0;
+  /** int8 activation blocks of the ggml block types, for up to actTokens x actWidth values. */
+  private actScratch = 0;
+  private actTokens = 0;
+  private actWidth = 0;
+  /** Per-thread scratch of the K-quant products (SUPER_BLOCK_SCRATCH_BYTES each). */
+  private superBlockScratch = 0;
   /** Which arithmetic the ops use; set once by the model this backend runs (see ModelConfig.numerics). */
   numerics: Numerics = "default";
 
@@ -72,6 +84,10 @@ export class CpuBackend {
    * "runq" numerics also need `runqContext` (their seqLen) scores per thread.
    */
   reserveScratch(maxTokens: number, maxWidth: number, group: number, runqContext = 0): void {
+    this.actTokens = maxTokens;
+    this.actWidth = maxWidth;
+    this.actScratch = this.mem.alloc(maxTokens * this.kernels.actBytesPerToken(Math.ceil(maxWidth / 32) * 32));
+    this.superBlockScratch = this.mem.alloc(SUPER_BLOCK_SCRATCH_BYTES * this.threads);
     this.q8Capacity = maxTokens * maxWidth;
     this.q8Values = this.mem.alloc(this.q8Capacity);
     this.q8Scales = this.mem.alloc(4 * this.q8Capacity);
@@ -123,8 +139,18 @@ export class CpuBackend {
   /** Run prepared products on x[T][cols]. */
   matmulShared(products: SharedInputProducts, x: number, T: number): void {
     if (products.table === null) {
-      // int8 parts quantize x each; the quantization is the same every time, so results are too.
-      for (const p of products.parts) this.matmul(p.out, x, p.m, T);
+      // Block-type parts read x quantized once per activation format (the scratch holds the
+      // latest one); other parts quantize it each, the same every time.
+      let quantized: ActivationFormat | null = null;
+      for (const p of products.parts) {
+        const format = p.m.kind === "ggml" ? ggmlKernels(p.m.type).activations : "f32";
+        if (p.m.kind === "ggml" && format !== "f32") {
+          this.matmulGGML(p.out, x, p.m, T, T * p.m.rows * p.m.cols >= MIN_PARALLEL_MACS, quantized === format);
+          quantized = format;
+        } else {
+          this.matmul(p.out, x, p.m, T);
+        }
+      }
       return;
     }
     const cols = products.parts[0]!.m.cols;
@@ -154,6 +180,11 @@ export class CpuBackend {
 
   add(x: number, y: number, n: number): void {
     this.kernels.addInPlace(x, y, n);
+  }
+
+  /** x[t] += bias for T rows of n. */
+  addRows(x: number, bias: number, T: number, n: number): void {
+    this.kernels.addRows(x, bias, T, n);
   }
 
   gatherRows(out: number, src: number, rows: number, R: number, n: number): void {
@@ -205,13 +236,44 @@ export class CpuBackend {
     return { arg, stride: this.matmulScratchBytes };
   }
 
-  /** Products on ggml block types (src/backend/ggml-kernels.ts). */
-  private matmulGGML(_out: number, _x: number, m: Extract<WeightMatrix, { kind: "ggml" }>, _T: number, _parallel: boolean): void {
-    throw new Error(`ggml type ${m.type}: kernels not wired yet`);
+  /**
+   * A product on a ggml type (src/backend/ggml-kernels.ts): 16-bit floats read x as it is, block
+   * types read x quantized to int8 blocks, which `quantized` says is done already (shared inputs).
+   */
+  private matmulGGML(out: number, x: number, m: GGMLMatrix, T: number, parallel: boolean, quantized = false): void {
+    const k = ggmlKernels(m.type);
+    if (T > this.actTokens || m.cols > this.actWidth) throw new Error(`activation scratch too small for ${T} x ${m.cols}`);
+    if (k.activations === "f32") {
+      const args = [out, x, m.addr, T, m.cols, m.rows, 0, m.rows];
+      this.dispatch({ kernel: k.matmul, args, total: m.rows, granularity: 1 }, parallel);
+      return;
+    }
+    const block = activationBlock(k.activations);
+    if (m.cols % block !== 0) throw new Error(`${k.name} rows of ${m.cols} are not whole blocks of ${block}`);
+    const act = this.activationBlocks(T, m.cols, block);
+    if (!quantized) this.kernels.quantizeActQ8(act.xq, act.xd, act.xs, x, T, m.cols, block);
+    if (k.activations === "q8x32") {
+      const args = [out, act.xq, act.xd, act.xs, m.addr, T, m.cols, m.rows, 0, m.rows];
+      this.dispatch({ kernel: k.matmul, args, total: m.rows, granularity: 1 }, parallel);
+      return;
+    }
+    const args = [out, act.xq, act.xd, act.xs, m.addr, T, m.cols, m.rows, this.superBlockScratch, 0, m.rows];
+    this.dispatch({ kernel: k.matmul, args, total: m.rows, granularity: 1, scratch: { arg: 8, stride: SUPER_BLOCK_SCRATCH_BYTES } }, parallel);
   }
 
-  private embedGGML(_out: number, table: Extract<WeightMatrix, { kind: "ggml" }>, _tokens: number, _T: number): void {
-    throw new Error(`ggml type ${table.type}: kernels not wired yet`);
+  /**
+   * Where quantizeActQ8 puts T tokens of cols values in blocks of `block`: int8 values, then
+   * block scales, then 16-value sums (the 32-value layout is the larger, and sizes the scratch).
+   */
+  private activationBlocks(T: number, cols: number, block: number): { xq: number; xd: number; xs: number } {
+    const xq = this.actScratch;
+    const xd = xq + T * cols;
+    return { xq, xd, xs: xd + 4 * T * (cols / block) };
+  }
+
+  private embedGGML(out: number, table: GGMLMatrix, tokens: number, T: number): void {
+    const fn = this.kernels[ggmlKernels(table.type).embed] as (out: number, w: number, tokens: number, T: number, cols: number) => void;
+    fn(out, table.addr, tokens, T, table.cols);
   }
 
   /** Stop the worker threads. */

@@ -28,14 +28,15 @@ export interface Kernels {
   rmsnorm(out: number, x: number, w: number, T: number, n: number, eps: number): void;
   // rope.ts
   ropeInterleaved(
-    vec: number, positions: number, T: number, nHeads: number, headDim: number, rowStride: number, cosTab: number, sinTab: number,
+    vec: number, positions: number, T: number, nHeads: number, headDim: number, ropeDim: number, rowStride: number, cosTab: number, sinTab: number,
   ): void;
   ropeNeox(
-    vec: number, positions: number, T: number, nHeads: number, headDim: number, rowStride: number, cosTab: number, sinTab: number,
+    vec: number, positions: number, T: number, nHeads: number, headDim: number, ropeDim: number, rowStride: number, cosTab: number, sinTab: number,
   ): void;
   // activation.ts
   swiglu(a: number, b: number, n: number): void;
   addInPlace(x: number, y: number, n: number): void;
+  addRows(x: number, bias: number, T: number, n: number): void;
   softmax(x: number, n: number): void;
   gatherRows(out: number, src: number, rows: number, R: number, n: number): void;
   // math.ts
@@ -68,7 +69,54 @@ export interface Kernels {
   runqMath(which: number, x: number): number;
   /** Test probe: f32 fused multiply-add under flush-to-zero. */
   runqFma(a: number, b: number, c: number): number;
+  // ggml/: block types as GGUF files store them (see src/backend/ggml-kernels.ts)
+  quantizeActQ8(xq: number, xd: number, xs: number, x: number, T: number, cols: number, block: number): void;
+  actBytesPerToken(cols: number): number;
+  matmulF16: HalfMatmul;
+  matmulBF16: HalfMatmul;
+  matmulQ8_0: BlockMatmul;
+  matmulQ4_0: BlockMatmul;
+  matmulQ4_1: BlockMatmul;
+  matmulQ5_0: BlockMatmul;
+  matmulQ5_1: BlockMatmul;
+  matmulQ2_K: SuperBlockMatmul;
+  matmulQ3_K: SuperBlockMatmul;
+  matmulQ4_K: SuperBlockMatmul;
+  matmulQ5_K: SuperBlockMatmul;
+  matmulQ6_K: SuperBlockMatmul;
+  embedF16: BlockEmbed;
+  embedBF16: BlockEmbed;
+  embedQ8_0: BlockEmbed;
+  embedQ4_0: BlockEmbed;
+  embedQ4_1: BlockEmbed;
+  embedQ5_0: BlockEmbed;
+  embedQ5_1: BlockEmbed;
+  embedQ2_K: BlockEmbed;
+  embedQ3_K: BlockEmbed;
+  embedQ4_K: BlockEmbed;
+  embedQ5_K: BlockEmbed;
+  embedQ6_K: BlockEmbed;
 }
+
+/** out[t][r] = row r of the 16-bit float matrix w dotted with f32 x[t], rows [rowStart, rowEnd). */
+export type HalfMatmul = (out: number, x: number, w: number, T: number, cols: number, outStride: number, rowStart: number, rowEnd: number) => void;
+
+/**
+ * out[t][r] = row r of the block-type matrix w dotted with token t's int8 activations (xq, xd, xs
+ * from quantizeActQ8), rows [rowStart, rowEnd).
+ */
+export type BlockMatmul = (
+  out: number, xq: number, xd: number, xs: number, w: number, T: number, cols: number, outStride: number, rowStart: number, rowEnd: number,
+) => void;
+
+/** A K-quant product: as BlockMatmul, with 32 bytes of per-thread scratch before the range. */
+export type SuperBlockMatmul = (
+  out: number, xq: number, xd: number, xs: number, w: number, T: number, cols: number, outStride: number, scratch: number,
+  rowStart: number, rowEnd: number,
+) => void;
+
+/** out[t] = row tokens[t] of w as f32 (cols values). */
+export type BlockEmbed = (out: number, w: number, tokens: number, T: number, cols: number) => void;
 
 export type KernelName = keyof Kernels;
 

@@ -9,6 +9,7 @@ import { numberOption, repeated, type ParsedValues } from "../cli/options.ts";
 import type { RepeatOptions } from "./measure.ts";
 import { benchModel, DEFAULT_MODELS_DIR, DEFAULT_TOKENIZER, parseShape, SHAPE_HELP, WEIGHT_FORMATS, type BenchModel, type WeightFormat } from "./models.ts";
 import { progress } from "./report.ts";
+import { isModelMix, MODEL_MIXES, type ModelMix } from "../model/gguf-model-writer.ts";
 import { STREAM_BYTES } from "./roofline.ts";
 
 export const commonArgs = {
@@ -21,9 +22,14 @@ export const commonArgs = {
 /** Model options; `shapeDefault` names the default shape in the help. */
 export function modelArgs(shapeDefault: string) {
   return {
-    model: { type: "string", description: "Bench this llama2.c model file instead of a random-weight one of --shape", valueHint: "path" },
+    model: { type: "string", description: "Bench this model file (GGUF or llama2.c) instead of a random-weight one of --shape", valueHint: "path" },
     shape: { type: "string", description: `Shape of the random-weight model: ${SHAPE_HELP} (default ${shapeDefault})`, valueHint: "shape" },
-    quant: { type: "string", description: `Weights of the random model: ${WEIGHT_FORMATS.join(" | ")} (default f32)`, valueHint: "format" },
+    quant: { type: "string", description: `Weights of a random llama2.c model: ${WEIGHT_FORMATS.join(" | ")} (default f32)`, valueHint: "format" },
+    type: {
+      type: "string",
+      description: `Bench random GGUF models of the shape in these types or mixes, comma-separated: ${Object.keys(MODEL_MIXES).join(" | ")} (the first is the baseline of the others)`,
+      valueHint: "mix,mix",
+    },
     tokenizer: {
       type: "string",
       description: `Tokenizer; its vocabulary must match the model's (default: tokenizer.bin beside --model, else ${DEFAULT_TOKENIZER})`,
@@ -103,17 +109,34 @@ export function benchModels(values: ParsedValues, rawArgs: readonly string[], de
   const model = str(values, "model");
   const shapes = repeated(rawArgs, "shape");
   const base = { format: weightFormat(values), tokenizer: str(values, "tokenizer"), modelsDir: str(values, "models-dir") ?? DEFAULT_MODELS_DIR };
+  const mixes = mixList(values);
   if (model !== undefined) {
-    if (shapes.length > 0 || str(values, "quant") !== undefined) throw new InputError("--model benches a file: --shape and --quant are for random models");
+    if (shapes.length > 0 || str(values, "quant") !== undefined || mixes.length > 0) {
+      throw new InputError("--model benches a file: --shape, --quant and --type are for random models");
+    }
     return [benchModel({ ...base, model, shape: parseShape(defaultShapes[0]!) }, progress)];
   }
-  return (shapes.length > 0 ? shapes : defaultShapes).map((spec) => benchModel({ ...base, shape: parseShape(spec) }, progress));
+  if (mixes.length > 0 && str(values, "quant") !== undefined) throw new InputError("--quant is for llama2.c models, --type for GGUF: give one");
+  const specs = shapes.length > 0 ? shapes : defaultShapes;
+  if (mixes.length === 0) return specs.map((spec) => benchModel({ ...base, shape: parseShape(spec) }, progress));
+  return specs.flatMap((spec) => mixes.map((mix) => benchModel({ ...base, shape: parseShape(spec), mix }, progress)));
+}
+
+/** --type: GGUF mixes, comma-separated ([] when absent). */
+function mixList(values: ParsedValues): ModelMix[] {
+  const raw = str(values, "type");
+  if (raw === undefined) return [];
+  return raw.split(",").map((s) => {
+    const name = s.trim();
+    if (!isModelMix(name)) throw new InputError(`--type: "${name}" is not one of ${Object.keys(MODEL_MIXES).join(", ")}`);
+    return name;
+  });
 }
 
 /** The one model of a bench that runs a single model. */
 export function benchModelOf(values: ParsedValues, rawArgs: readonly string[], defaultShape: string): BenchModel {
   const list = benchModels(values, rawArgs, [defaultShape]);
-  if (list.length > 1) throw new InputError("this bench runs one model: give --shape once");
+  if (list.length > 1) throw new InputError("this bench runs one model: give --shape and --type once");
   return list[0]!;
 }
 

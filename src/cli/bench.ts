@@ -16,7 +16,7 @@ import {
 } from "../bench/options.ts";
 import { prefillTables, runPrefillBench } from "../bench/prefill.ts";
 import { prefixNotes, prefixTables, runPrefixBench } from "../bench/prefix.ts";
-import { machineInfo, printReport, type BenchReport, type Table } from "../bench/report.ts";
+import { machineInfo, modelComparison, printReport, type BenchReport, type Table } from "../bench/report.ts";
 import { WORKLOAD_NAMES, type WorkloadName } from "../bench/workloads.ts";
 import { checkKnownOptions, numberOption, type ParsedValues } from "./options.ts";
 
@@ -79,17 +79,19 @@ const decodeCommand = defineCommand({
   args: decodeArgs,
   async run({ args, rawArgs }) {
     checkKnownOptions(rawArgs, decodeArgs);
-    const model = benchModelOf(args, rawArgs, "stories110M");
+    const models = benchModels(args, rawArgs, ["stories110M"]);
     const o = {
-      ...repeatOptions(args, 3), threads: intList(args, "threads", [1, 2]), model, streamBytes: streamBytes(args),
+      ...repeatOptions(args, 3), threads: intList(args, "threads", [1, 2]), streamBytes: streamBytes(args),
       promptTokens: posint(args, "prompt-tokens", 8), genTokens: posint(args, "tokens", 128), seed: nonNegInt(args, "seed", 1),
       runc: typeof args.runc === "string" ? args.runc : null,
     };
-    const r = await runDecodeBench(o);
+    const results = [];
+    for (const model of models) results.push(await runDecodeBench({ ...o, model }));
     const settings = {
-      reps: o.reps, warmup: o.warmup, threads: o.threads, streamBytes: o.streamBytes, model: model.label, promptTokens: o.promptTokens, tokens: o.genTokens, seed: o.seed,
+      reps: o.reps, warmup: o.warmup, threads: o.threads, streamBytes: o.streamBytes, models: models.map((m) => m.label), promptTokens: o.promptTokens, tokens: o.genTokens, seed: o.seed,
     };
-    emit("decode", args, settings, modelNotes([model]), r, decodeTables(r));
+    const tables = [...results.flatMap(decodeTables), ...modelComparison("decode tokens/s", results.map((r) => ({ label: r.model, rows: r.rows.map((x) => ({ threads: x.threads, value: x.tokensPerSecond })) })))];
+    emit("decode", args, settings, modelNotes(models), results.length === 1 ? results[0] : results, tables);
   },
 });
 
@@ -111,14 +113,16 @@ const prefillCommand = defineCommand({
   args: prefillArgs,
   async run({ args, rawArgs }) {
     checkKnownOptions(rawArgs, prefillArgs);
-    const model = benchModelOf(args, rawArgs, "stories110M");
+    const models = benchModels(args, rawArgs, ["stories110M"]);
     const o = {
-      ...repeatOptions(args, 3), threads: intList(args, "threads", [1, 2]), model,
+      ...repeatOptions(args, 3), threads: intList(args, "threads", [1, 2]),
       promptTokens: posint(args, "prompt-tokens", 512), decodeTokens: posint(args, "decode-tokens", 32), seed: nonNegInt(args, "seed", 1),
     };
-    const r = await runPrefillBench(o);
-    const settings = { reps: o.reps, warmup: o.warmup, threads: o.threads, model: model.label, promptTokens: o.promptTokens, decodeTokens: o.decodeTokens, seed: o.seed };
-    emit("prefill", args, settings, modelNotes([model]), r, prefillTables(r));
+    const results = [];
+    for (const model of models) results.push(await runPrefillBench({ ...o, model }));
+    const settings = { reps: o.reps, warmup: o.warmup, threads: o.threads, models: models.map((m) => m.label), promptTokens: o.promptTokens, decodeTokens: o.decodeTokens, seed: o.seed };
+    const tables = [...results.flatMap(prefillTables), ...modelComparison("prefill tokens/s", results.map((r) => ({ label: r.model, rows: r.rows.map((x) => ({ threads: x.threads, value: x.prefillTokensPerSecond })) })))];
+    emit("prefill", args, settings, modelNotes(models), results.length === 1 ? results[0] : results, tables);
   },
 });
 

@@ -5,15 +5,17 @@
  * from a pipe too (replies on stdout, exit at EOF).
  */
 import { defineCommand, type ArgsDef } from "citty";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { basename } from "node:path";
-import { createInterface, type Interface } from "node:readline";
 import { InputError } from "../errors.ts";
-import {
-  CHAT_TEMPLATES, ChatHistory, keptReplyIds, templateHasSystem, userTurnIds, type ChatTemplateName,
-} from "../engine/chat-template.ts";
+import { keptReplyIds } from "../chat/builtin-formats.ts";
+import { conversationMessages, loadConversation, type Conversation } from "../chat/conversation.ts";
+import { FORMAT_NAMES } from "../chat/formats.ts";
 import type { CompletionResult, GenerateRequest, LLM } from "../engine/llm.ts";
 import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
 import { InterruptedError } from "./interrupt.ts";
+import { chatMessages } from "./inputs.ts";
+import { CANCEL, LineInput } from "./line-input.ts";
 import { loadLLM } from "./load.ts";
 import { checkKnownOptions, engineArgs, modelArgs, requestDefaults, samplingArgs, type ParsedValues } from "./options.ts";
 
@@ -21,10 +23,10 @@ export const chatArgs = {
   ...modelArgs,
   template: {
     type: "string",
-    description: "Prompt format: raw (the conversation is plain text the model continues; for base models such as TinyStories) | llama2 (Llama 2 chat: [INST] … [/INST], EOS after each reply) (default raw)",
-    valueHint: "name",
+    description: `Prompt format: ${FORMAT_NAMES.join(" | ")} | a Jinja template file (default: the model's own chat template; raw, plain continuation, for a model without one)`,
+    valueHint: "name|file",
   },
-  system: { type: "string", description: "System prompt (llama2 template); /system changes it in the chat", valueHint: "text" },
+  system: { type: "string", description: "System prompt; /system changes it in the chat", valueHint: "text" },
   ...samplingArgs,
   ...engineArgs,
 } as const satisfies ArgsDef;
@@ -49,16 +51,16 @@ export const chatCommand = defineCommand({
 type ChatSettings = Omit<GenerateRequest, "id" | "prompt" | "promptTokenIds">;
 
 async function runChat(values: ParsedValues, rawArgs: readonly string[]): Promise<void> {
-  const templateArg = typeof values.template === "string" ? values.template : "raw";
-  if (!(CHAT_TEMPLATES as readonly string[]).includes(templateArg)) {
-    throw new InputError(`--template must be one of ${CHAT_TEMPLATES.join(", ")}, got "${templateArg}"`);
-  }
-  const template = templateArg as ChatTemplateName;
   const system = typeof values.system === "string" && values.system !== "" ? values.system : null;
-  if (system !== null && !templateHasSystem(template)) throw new InputError(`--system needs a template with a system prompt (--template llama2)`);
   const settings = requestDefaults(values, rawArgs);
-  const llm = loadLLM(values);
-  const session = new ChatSession(llm, typeof values.model === "string" ? values.model : "", template, system, settings);
+  const llm = await loadLLM(values);
+  let session: ChatSession;
+  try {
+    session = new ChatSession(llm, typeof values.model === "string" ? values.model : "", system, settings);
+  } catch (e) {
+    llm.close();
+    throw e;
+  }
   let interrupted = false;
   try {
     interrupted = await session.run();
@@ -66,106 +68,6 @@ async function runChat(values: ParsedValues, rawArgs: readonly string[]): Promis
     llm.close();
   }
   if (interrupted) throw new InterruptedError("interrupted");
-}
-
-const CANCEL = Symbol("cancel");
-
-/**
- * Lines from stdin. On a terminal: readline's line editing and history, Ctrl-C at the prompt
- * reported through `onCtrlC`, and cooked mode while a reply runs so that Ctrl-C is a SIGINT.
- * From a pipe: every line in order, then null at EOF.
- */
-class LineInput {
-  readonly tty = process.stdin.isTTY === true;
-  private readonly rl: Interface;
-  private readonly queue: string[] = [];
-  private waiting: ((line: string | null | typeof CANCEL) => void) | null = null;
-  private closed = false;
-  /**
-   * Ctrl-C that readline read (at the prompt, or typed ahead of a reply): discard what was typed
-   * ("cancel"), quit ("exit"), or nothing more ("ignore": the handler dealt with it).
-   */
-  onCtrlC: (lineTyped: boolean) => "cancel" | "exit" | "ignore" = () => "exit";
-
-  constructor() {
-    this.rl = createInterface({ input: process.stdin, output: this.tty ? process.stdout : undefined, terminal: this.tty, historySize: 500 });
-    this.rl.on("line", (line) => {
-      if (this.waiting) this.settle(line);
-      else this.queue.push(line);
-    });
-    this.rl.on("close", () => {
-      // Ctrl-D at the prompt: end the prompt's line.
-      if (this.tty && this.waiting !== null && !this.closed) process.stdout.write("\n");
-      this.closed = true;
-      this.settle(null);
-    });
-    this.rl.on("SIGINT", () => {
-      switch (this.onCtrlC(this.rl.line.length > 0)) {
-        case "cancel":
-          process.stdout.write("^C\n");
-          this.clearLine();
-          this.settle(CANCEL);
-          return;
-        case "exit":
-          process.stdout.write("\n");
-          this.close();
-          return;
-        case "ignore":
-      }
-    });
-  }
-
-  /** Whether a read is waiting for a line (else Ctrl-C was typed ahead, while a line is handled). */
-  get reading(): boolean {
-    return this.waiting !== null;
-  }
-
-  /** The next line, CANCEL when Ctrl-C discarded what was typed, null at EOF (or once closed). */
-  read(prompt: string): Promise<string | null | typeof CANCEL> {
-    const queued = this.queue.shift();
-    if (queued !== undefined) return Promise.resolve(queued);
-    if (this.closed) return Promise.resolve(null);
-    if (this.tty) {
-      this.rl.setPrompt(prompt);
-      this.rl.prompt();
-    }
-    return new Promise((resolve) => {
-      this.waiting = resolve;
-    });
-  }
-
-  /** A reply starts: on a terminal, stop reading and let Ctrl-C raise SIGINT. */
-  suspend(): void {
-    if (!this.tty || this.closed) return;
-    this.rl.pause();
-    process.stdin.setRawMode(false);
-  }
-
-  /** The reply ended: back to line editing. */
-  resume(): void {
-    if (!this.tty || this.closed) return;
-    process.stdin.setRawMode(true);
-    this.rl.resume();
-  }
-
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.rl.close();
-    this.settle(null);
-  }
-
-  private settle(value: string | null | typeof CANCEL): void {
-    const resolve = this.waiting;
-    this.waiting = null;
-    resolve?.(value);
-  }
-
-  private clearLine(): void {
-    // Ctrl-E then Ctrl-U: to the end of the line, delete everything before the cursor.
-    this.rl.write(null, { ctrl: true, name: "e" });
-    this.rl.write(null, { ctrl: true, name: "u" });
-  }
 }
 
 /** The options /set changes, with their checks. */
@@ -185,6 +87,10 @@ const HELP = `Commands:
   /reset               start a new conversation (the prefix cache still holds the old one)
   /system [TEXT]       show or set the system prompt (llama2 template); /system "" clears it
   /stats               the conversation's length and the engine's prefix cache and KV block totals
+  /save FILE           write the conversation as JSON ({"messages": [...]} on one line)
+  /load FILE           continue a conversation /save wrote (or any {"messages": [...]} file)
+  /tokens              the last turn's token ids and pieces (its new prompt tokens and the reply)
+  /info                the model, its tokenizer and the chat format
   /set                 show the sampling settings
   /set NAME VALUE      change one: temperature, top-k, top-p, min-p, repeat-penalty, repeat-last-n,
                        seed, max-tokens (VALUE "default" restores it), stop TEXT ("/set stop" clears)
@@ -195,7 +101,7 @@ Input:
   Ctrl-C stops a reply (what it wrote stays in the conversation); Ctrl-C at an empty prompt quits`;
 
 class ChatSession {
-  private readonly history: ChatHistory;
+  private readonly history: Conversation;
   private readonly input = new LineInput();
   private readonly colorErr = process.stderr.isTTY === true && !process.env.NO_COLOR;
   private generating: AbortController | null = null;
@@ -206,15 +112,19 @@ class ChatSession {
   /** Reading the second or a later line of a message. */
   private continuing = false;
   private readonly totals = { replies: 0, promptTokens: 0, cachedTokens: 0, generated: 0 };
+  /** The last turn's prompt, how many of its ids the conversation already held, and the reply's ids. */
+  private lastTurn: { promptIds: number[]; known: number; replyIds: number[] } | null = null;
 
   constructor(
     private readonly llm: LLM,
     private readonly modelPath: string,
-    private readonly template: ChatTemplateName,
     system: string | null,
     private readonly settings: ChatSettings,
   ) {
-    this.history = new ChatHistory(template, llm.tokenizer, { addBos: llm.addBos, system });
+    this.history = llm.conversation({ system, onNote: (line) => this.note(line) });
+    if (system !== null && !this.history.hasSystem) {
+      throw new InputError(`--system needs a format with a system prompt: the ${this.history.name} format has none (--template llama2, chatml or the model's own)`);
+    }
     this.input.onCtrlC = (typed) => {
       if (this.generating !== null) {
         this.onSignal();
@@ -249,7 +159,7 @@ class ChatSession {
           if (this.command(message) === "exit") break;
           continue;
         }
-        if (message.trim() === "" && this.template !== "raw") continue;
+        if (message.trim() === "" && !this.history.continuesText) continue;
         await this.reply(message);
         if (this.interrupted) break;
       }
@@ -275,11 +185,11 @@ class ChatSession {
   private banner(): void {
     const c = this.llm.config;
     const ctx = this.limit < c.seqLen ? `${this.limit} of ${c.seqLen}` : `${c.seqLen}`;
-    this.note(`pagellm chat: ${basename(this.modelPath)} (${this.llm.checkpoint.format}, ${ctx}-token context), template ${this.template}` +
+    this.note(`pagellm chat: ${basename(this.modelPath)} (${this.llm.checkpoint.format}, ${ctx}-token context), template ${this.history.name}` +
       (this.history.system ? ", with a system prompt" : ""));
     if (this.input.tty) {
       this.note(`/help lists the commands; Ctrl-C stops a reply; Ctrl-D or /exit quits` +
-        (this.template === "raw" ? "; an empty line continues the text" : ""));
+        (this.history.continuesText ? "; an empty line continues the text" : ""));
     }
   }
 
@@ -360,7 +270,11 @@ class ChatSession {
       return;
     }
     const kept = keptReplyIds(this.llm.tokenizer, promptIds[promptIds.length - 1], result.token_ids, result.text);
-    this.history.commit(user, kept);
+    const before = this.history.ids;
+    let known = 0;
+    while (known < before.length && known < promptIds.length && before[known] === promptIds[known]) known++;
+    this.lastTurn = { promptIds, known, replyIds: [...result.token_ids] };
+    this.history.commit(user, kept, result.text);
     this.turnStats(result, maxTokens);
   }
 
@@ -373,7 +287,7 @@ class ChatSession {
     const limit = this.limit;
     const max = this.settings.maxTokens ?? null;
     const reserve = max ?? Math.max(1, Math.floor(limit / 4));
-    const alone = userTurnIds(this.template, this.llm.tokenizer, user, { addBos: this.llm.addBos, first: true, system: this.history.system });
+    const alone = this.history.aloneIds(user);
     if (alone.length >= limit) {
       this.note(`message too long: ${alone.length} tokens, the context holds ${limit}; not sent`);
       return null;
@@ -436,14 +350,26 @@ class ChatSession {
       case "set":
         this.setCommand(arg);
         return;
+      case "save":
+        this.saveCommand(arg.trim());
+        return;
+      case "load":
+        this.loadCommand(arg.trim());
+        return;
+      case "tokens":
+        this.print(this.tokensText());
+        return;
+      case "info":
+        this.print(this.infoText());
+        return;
       default:
         this.print(`unknown command /${name} (/help lists them)`);
     }
   }
 
   private systemCommand(arg: string): void {
-    if (!templateHasSystem(this.template)) {
-      this.print(`the ${this.template} template has no system prompt (start with --template llama2)`);
+    if (!this.history.hasSystem) {
+      this.print(`the ${this.history.name} format has no system prompt (start with --template llama2, chatml or the model's own)`);
       return;
     }
     if (arg === "") {
@@ -498,13 +424,67 @@ class ChatSession {
     this.print(`${name} ${v}`);
   }
 
+  private saveCommand(file: string): void {
+    if (file === "") return this.print("/save needs a file name");
+    const messages = conversationMessages(this.history);
+    try {
+      writeFileSync(file, JSON.stringify({ messages }) + "\n");
+    } catch (e) {
+      return this.print(`${file}: cannot write: ${(e as Error).message}`);
+    }
+    this.print(`saved ${plural(this.history.turns.length, "turn")} to ${file}`);
+  }
+
+  private loadCommand(file: string): void {
+    if (file === "") return this.print("/load needs a file name");
+    if (!existsSync(file)) return this.print(`${file}: no such file`);
+    try {
+      const first = readFileSync(file, "utf8").split("\n").find((l) => l.trim() !== "") ?? "";
+      const parsed: unknown = JSON.parse(first);
+      const value = Array.isArray(parsed) ? parsed : (parsed as { messages?: unknown } | null)?.messages;
+      loadConversation(this.history, this.llm.tokenizer, chatMessages(value, file), file);
+    } catch (e) {
+      if (e instanceof SyntaxError) return this.print(`${file}: not JSON: ${e.message}`);
+      if (e instanceof InputError) return this.print(e.message);
+      throw e;
+    }
+    this.lastTurn = null;
+    this.print(`loaded ${plural(this.history.turns.length, "turn")} from ${file} (${this.history.ids.length} tokens)`);
+  }
+
+  private tokensText(): string {
+    const t = this.lastTurn;
+    if (t === null) return "no turn yet";
+    const tok = this.llm.tokenizer;
+    const list = (ids: readonly number[]) => ids.map((id) => `  ${id} ${JSON.stringify(tok.tokenPiece(id))}`).join("\n");
+    return [
+      `prompt: ${plural(t.promptIds.length, "token")}, ${t.known} from the conversation before, ${t.promptIds.length - t.known} new:`,
+      list(t.promptIds.slice(t.known)),
+      `reply: ${plural(t.replyIds.length, "token")}:`,
+      list(t.replyIds),
+    ].filter((l) => l !== "").join("\n");
+  }
+
+  private infoText(): string {
+    const c = this.llm.config;
+    const tok = this.llm.tokenizer;
+    const special = (id: number | null) => (id === null ? "none" : `${id} ${JSON.stringify(tok.tokenText(id))}`);
+    return [
+      `model: ${this.modelPath} (${this.llm.checkpoint.format})`,
+      `shape: ${c.nLayers} layers, width ${c.dim}, ${c.nHeads} heads (${c.nKvHeads} key/value), feed-forward ${c.hiddenDim}, context ${c.seqLen} (${this.limit} usable)`,
+      `vocabulary: ${c.vocabSize} tokens; BOS ${special(tok.bosId)}${this.llm.addBos ? " (added)" : ""}, EOS ${special(tok.eosId)}`,
+      `ends a reply: ${[...tok.eogIds].sort((a, b) => a - b).map((id) => `${id} ${JSON.stringify(tok.tokenText(id))}`).join(", ") || "none"}`,
+      `chat format: ${this.history.name}`,
+    ].join("\n");
+  }
+
   private statsText(): string {
     const s = this.llm.engine.stats;
     const kv = this.llm.engine.kv;
     const rate = s.prefixQueries === 0 ? 0 : (100 * s.prefixHits) / s.prefixQueries;
     const t = this.totals;
     return [
-      `conversation: ${plural(this.history.turns.length, "turn")}, ${this.history.ids.length} of ${this.limit} context tokens (template ${this.template})`,
+      `conversation: ${plural(this.history.turns.length, "turn")}, ${this.history.ids.length} of ${this.limit} context tokens (template ${this.history.name})`,
       `this session: ${plural(t.replies, "reply", "replies")}, ${t.promptTokens} prompt tokens (${t.cachedTokens} cached), ${t.generated} tokens generated`,
       `prefix cache: ${s.prefixQueries} tokens looked up, ${s.prefixHits} hit (${rate.toFixed(1)}%), ${s.evictions} blocks evicted`,
       `KV blocks: ${s.blocksInUse} in use, ${kv.numCachedBlocks} cached, ${s.numBlocks} in the pool (${this.llm.engine.options.blockSize} tokens each); ${s.preemptions} preemptions`,

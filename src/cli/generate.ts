@@ -5,7 +5,7 @@
  */
 import { defineCommand, type ArgsDef } from "citty";
 import { InputError, RequestTooLongError } from "../errors.ts";
-import type { CompletionResult, LLM } from "../engine/llm.ts";
+import type { CompletionResult, GenerateRequest, LLM } from "../engine/llm.ts";
 import {
   jsonlRequests, promptFileRequests, promptRequest, promptsDirRequests, type InputRequest, type RequestDefaults,
 } from "./inputs.ts";
@@ -22,12 +22,15 @@ export const generateArgs = {
   "prompts-dir": { type: "string", description: "Run every *.txt file in a folder", valueHint: "dir" },
   prompts: {
     type: "string",
-    description: 'JSONL file, one request per line: {"id","prompt"|"prompt_file","max_tokens","temperature","top_p","top_k","seed","stop","cache_salt"}',
+    description: 'JSONL file, one request per line: {"id","prompt"|"prompt_file"|"messages","max_tokens","temperature","top_p","top_k","seed","stop","cache_salt","logprobs"}',
     valueHint: "path",
   },
   output: { type: "string", description: "Write each result as a JSON line to this file as soon as it finishes", valueHint: "path" },
   resume: { type: "boolean", description: "Keep the results already in --output and skip their ids" },
   json: { type: "boolean", description: "Print one JSON result per request on stdout instead of text" },
+  chat: { type: "boolean", description: "Send each prompt as a user message in the chat template (the model's own unless --template names one)" },
+  system: { type: "string", description: "System prompt of --chat requests", valueHint: "text" },
+  template: { type: "string", description: "Chat format of --chat and \"messages\" requests: raw | llama2 | chatml | a Jinja file (default: the model's own template)", valueHint: "name|file" },
   ...samplingArgs,
   ...engineArgs,
 } as const satisfies ArgsDef;
@@ -46,12 +49,12 @@ async function runGenerate(values: ParsedValues, rawArgs: readonly string[]): Pr
   const output = typeof values.output === "string" ? ResultsFile.open(values.output, values.resume === true) : null;
   if (values.resume === true && output === null) throw new InputError("--resume needs --output");
   const todo = inputs.filter((r) => !output?.doneIds.has("request" in r ? r.request.id! : r.rejected.id));
-  const llm = loadLLM(values);
+  const llm = await loadLLM(values);
   const json = values.json === true;
   const streamText = !json && todo.length === 1 && inputs.length === 1 && output === null;
   const sink = new ResultSink(output, json, streamText);
   for (const r of todo) if ("rejected" in r) sink.rejected(r.rejected.id, r.rejected.error);
-  const requests = todo.flatMap((r) => ("request" in r ? [r.request] : []));
+  const requests = todo.flatMap((r) => ("request" in r ? [values.chat === true ? asChat(r.request, values) : r.request] : []));
 
   const controller = new AbortController();
   const stopListening = onInterrupt(() => controller.abort());
@@ -89,6 +92,14 @@ async function runGenerate(values: ParsedValues, rawArgs: readonly string[]): Pr
   if (sink.errors.length > 0) {
     throw new RequestTooLongError(sink.errors.length === 1 ? sink.errors[0]! : `${sink.errors.length} requests were rejected (see their results)`);
   }
+}
+
+/** A prompt as a user message (after the --system prompt, when given) of a chat request. */
+function asChat(request: GenerateRequest, values: ParsedValues): GenerateRequest {
+  if (request.prompt === undefined) return request;
+  const system = typeof values.system === "string" && values.system !== "" ? [{ role: "system", content: values.system }] : [];
+  const { prompt, ...rest } = request;
+  return { ...rest, messages: [...system, { role: "user", content: prompt }] };
 }
 
 function collectInputs(values: ParsedValues, rawArgs: readonly string[], defaults: RequestDefaults): InputRequest[] {

@@ -7,6 +7,19 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { InputError } from "../errors.ts";
 import type { GenerateRequest } from "../engine/llm.ts";
+import type { ChatMessage } from "../chat/jinja-template.ts";
+
+/** A "messages" field: [{"role", "content"}, ...], as the OpenAI API and a saved chat write it. */
+export function chatMessages(value: unknown, where: string): ChatMessage[] {
+  const bad = () => new InputError(`${where}: "messages" must be an array of {"role", "content"} with string values`);
+  if (!Array.isArray(value) || value.length === 0) throw bad();
+  return value.map((m: unknown) => {
+    if (typeof m !== "object" || m === null) throw bad();
+    const { role, content } = m as { role?: unknown; content?: unknown };
+    if (typeof role !== "string" || typeof content !== "string") throw bad();
+    return { role, content };
+  });
+}
 
 export type RequestDefaults = Omit<GenerateRequest, "id" | "prompt">;
 
@@ -40,8 +53,8 @@ export function promptsDirRequests(dir: string, defaults: RequestDefaults): Inpu
 }
 
 /**
- * One request per line: {"id", "prompt" | "prompt_file", "max_tokens", "temperature", "top_p",
- * "top_k", "seed", "stop", "cache_salt"}; absent fields take the command-line defaults; a
+ * One request per line: {"id", "prompt" | "prompt_file" | "messages", "max_tokens", "temperature", "top_p",
+ * "top_k", "seed", "stop", "cache_salt", "logprobs"}; absent fields take the command-line defaults; a
  * prompt_file is relative to the JSONL file. Blank lines are skipped.
  */
 export function jsonlRequests(path: string, defaults: RequestDefaults): InputRequest[] {
@@ -80,10 +93,12 @@ function jsonRequest(f: Record<string, unknown>, id: string, defaults: RequestDe
     if (typeof v !== "number" || !Number.isFinite(v)) throw new InputError(`${where}: "${key}" must be a number`);
     return v;
   };
-  let prompt: string;
+  let prompt: string | undefined;
+  let messages: ChatMessage[] | undefined;
   if (typeof f.prompt === "string") prompt = f.prompt;
   else if (typeof f.prompt_file === "string") prompt = readPromptFile(resolve(baseDir, f.prompt_file));
-  else throw new InputError(`${where}: a request needs "prompt" or "prompt_file"`);
+  else if (f.messages !== undefined) messages = chatMessages(f.messages, where);
+  else throw new InputError(`${where}: a request needs "prompt", "prompt_file" or "messages"`);
   let stop = defaults.stop;
   if (f.stop !== undefined) {
     const s = f.stop;
@@ -95,7 +110,7 @@ function jsonRequest(f: Record<string, unknown>, id: string, defaults: RequestDe
   return {
     ...defaults,
     id,
-    prompt,
+    ...(messages !== undefined ? { messages } : { prompt }),
     maxTokens: num("max_tokens") ?? defaults.maxTokens,
     temperature: num("temperature") ?? defaults.temperature,
     topP: num("top_p") ?? defaults.topP,
@@ -104,5 +119,6 @@ function jsonRequest(f: Record<string, unknown>, id: string, defaults: RequestDe
     seed: num("seed") ?? defaults.seed,
     stop,
     cacheSalt: typeof f.cache_salt === "string" ? f.cache_salt : defaults.cacheSalt,
+    logprobs: num("logprobs") ?? defaults.logprobs,
   };
 }

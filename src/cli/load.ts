@@ -1,18 +1,23 @@
 /**
- * Loads the model named on the command line, finding llama2.c's tokenizer.bin beside it when
- * --tokenizer is not given.
+ * Loads the model named on the command line. Without --tokenizer, a GGUF model uses its own
+ * vocabulary and a llama2.c checkpoint the tokenizer.bin beside it.
  */
-import { existsSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { existsSync, statSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
 import { InputError } from "../errors.ts";
 import { LLM } from "../engine/llm.ts";
+import { resolveModel } from "../hub/resolve.ts";
+import { isGGUF } from "../model/load.ts";
 import { engineOptions, type ParsedValues } from "./options.ts";
+import { loadProgressBar } from "./progress.ts";
 
-export function loadLLM(values: ParsedValues): LLM {
-  const model = values.model;
-  if (typeof model !== "string" || model === "") throw new InputError("--model is required");
-  if (!existsSync(model)) throw new InputError(`${model}: model file not found`);
-  return LLM.load({ model, tokenizer: tokenizerPath(model, values.tokenizer), engine: engineOptions(values) });
+export async function loadLLM(values: ParsedValues): Promise<LLM> {
+  if (typeof values.model !== "string" || values.model === "") throw new InputError("--model is required");
+  // A path, hf:OWNER/REPO/FILE.gguf, hf:OWNER/REPO:QUANT or a URL: downloaded into the HF cache when needed.
+  const model = await resolveModel(values.model);
+  const onLoadProgress = loadProgressBar(basename(model), statSync(model).size);
+  const chatTemplate = typeof values.template === "string" && values.template !== "" ? values.template : undefined;
+  return LLM.load({ model, tokenizer: tokenizerPath(model, values.tokenizer), engine: engineOptions(values), onLoadProgress, chatTemplate });
 }
 
 function tokenizerPath(model: string, given: ParsedValues[string]): string {
@@ -20,6 +25,7 @@ function tokenizerPath(model: string, given: ParsedValues[string]): string {
     if (!existsSync(given)) throw new InputError(`${given}: tokenizer file not found`);
     return given;
   }
+  if (isGGUF(model)) return model;
   const beside = join(dirname(model), "tokenizer.bin");
   if (existsSync(beside)) return beside;
   throw new InputError(`--tokenizer is required: no tokenizer.bin next to ${model}`);

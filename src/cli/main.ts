@@ -8,6 +8,11 @@ import { PagellmError } from "../errors.ts";
 import { chatCommand } from "./chat.ts";
 import { benchCommand } from "./bench.ts";
 import { generateCommand } from "./generate.ts";
+import { infoCommand } from "./info.ts";
+import { modelsCommand } from "./models.ts";
+import { pullCommand } from "./pull.ts";
+import { rmCommand } from "./rm.ts";
+import { perplexityCommand } from "./perplexity.ts";
 
 const VERSION = (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
 
@@ -21,6 +26,11 @@ export const mainCommand = defineCommand({
     generate: generateCommand,
     bench: benchCommand,
     chat: chatCommand,
+    perplexity: perplexityCommand,
+    pull: pullCommand,
+    models: modelsCommand,
+    rm: rmCommand,
+    info: infoCommand,
   },
 });
 

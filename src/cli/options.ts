@@ -4,18 +4,23 @@
  */
 import type { ArgsDef } from "citty";
 import { InputError } from "../errors.ts";
-import { DEFAULT_ENGINE_OPTIONS, type EngineOptions } from "../engine/engine.ts";
-import type { GenerateRequest } from "../engine/llm.ts";
+import { DEFAULT_CONTEXT, DEFAULT_ENGINE_OPTIONS, type EngineOptions } from "../engine/engine.ts";
+import { MAX_LOGPROBS, type GenerateRequest } from "../engine/llm.ts";
 import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
 import { EVICTION_POLICIES } from "../kv/eviction.ts";
 import { HASH_ALGORITHMS } from "../kv/block-hash.ts";
 import { MAX_BLOCK_SIZE } from "../backend/kernels.ts";
 
 export const modelArgs = {
-  model: { type: "string", description: "Model file: a llama2.c checkpoint (legacy, v1 fp32 or v2 int8)", valueHint: "path", required: true },
+  model: {
+    type: "string",
+    description: "Model: a GGUF (llama, qwen2, qwen3) or llama2.c checkpoint path, hf:OWNER/REPO/FILE.gguf, hf:OWNER/REPO:QUANT, or an http(s) URL (downloaded into the Hugging Face cache)",
+    valueHint: "model",
+    required: true,
+  },
   tokenizer: {
     type: "string",
-    description: "Tokenizer: llama2.c tokenizer.bin or a GGUF vocabulary (default: tokenizer.bin next to the model)",
+    description: "Tokenizer: a GGUF file, llama2.c tokenizer.bin (default: the GGUF model's own, or tokenizer.bin next to a llama2.c model)",
     valueHint: "path",
   },
 } as const satisfies ArgsDef;
@@ -30,9 +35,19 @@ export const samplingArgs = {
   "repeat-last-n": { type: "string", description: `Tokens the repeat penalty looks back over (default ${DEFAULT_SAMPLING.repeatLastN})`, valueHint: "n" },
   seed: { type: "string", description: "Random seed for sampling (default: random); the same seed reproduces the same output", valueHint: "n" },
   stop: { type: "string", description: "Stop when this text is generated (repeatable)", valueHint: "text" },
+  logprobs: {
+    type: "string",
+    description: `Add each generated token's log-probability and its k most likely alternatives to the results (0-${MAX_LOGPROBS})`,
+    valueHint: "k",
+  },
 } as const satisfies ArgsDef;
 
 export const engineArgs = {
+  "ctx-size": {
+    type: "string",
+    description: `Context size in tokens (default ${DEFAULT_CONTEXT}, or the model's own if smaller; 0 = the model's full context)`,
+    valueHint: "n",
+  },
   "prefix-cache": {
     type: "boolean",
     default: true,
@@ -153,6 +168,7 @@ function choice<T extends string>(values: ParsedValues, name: string, options: r
 export function engineOptions(values: ParsedValues): EngineOptions {
   const d = DEFAULT_ENGINE_OPTIONS;
   return {
+    ctxSize: numberOption(values, "ctx-size", "int", { min: 0 }) ?? d.ctxSize,
     blockSize: numberOption(values, "block-size", "posint", { max: MAX_BLOCK_SIZE }) ?? d.blockSize,
     numBlocks: numberOption(values, "num-blocks", "posint") ?? null,
     kvCacheMb: numberOption(values, "kv-cache-mb", "number", { min: 0, minOpen: true }) ?? d.kvCacheMb,
@@ -179,6 +195,7 @@ export function requestDefaults(values: ParsedValues, rawArgs: readonly string[]
     seed: numberOption(values, "seed", "int", { min: 0, max: 2 ** 32 - 1 }),
     stop: repeated(rawArgs, "stop"),
     cacheSalt: str(values["cache-salt"]),
+    logprobs: numberOption(values, "logprobs", "int", { min: 0, max: MAX_LOGPROBS }),
   };
   return defaults;
 }

@@ -32,3 +32,26 @@ export class ProgressBar {
     if (this.enabled) process.stderr.write("\r\x1b[K");
   }
 }
+
+/**
+ * A byte progress bar for loading a model: percentage, MB/s and ETA on stderr, only on a
+ * terminal and only for files over `minBytes` (loading a small model is instant).
+ */
+export function loadProgressBar(label: string, fileBytes: number, minBytes = 100 * 2 ** 20): ((done: number, total: number) => void) | undefined {
+  if (process.stderr.isTTY !== true || fileBytes < minBytes) return undefined;
+  const start = performance.now();
+  let lastDraw = 0;
+  return (done, total) => {
+    const now = performance.now();
+    if (done < total && now - lastDraw < 100) return;
+    lastDraw = now;
+    const width = 24;
+    const filled = Math.round((done / Math.max(1, total)) * width);
+    const seconds = (now - start) / 1000;
+    const rate = done / 2 ** 20 / Math.max(1e-3, seconds);
+    const eta = rate > 0 ? (total - done) / 2 ** 20 / rate : 0;
+    const line = `loading ${label} [${"=".repeat(filled)}${" ".repeat(width - filled)}] ${(100 * done / Math.max(1, total)).toFixed(0)}% ` +
+      `${(done / 2 ** 20).toFixed(0)}/${(total / 2 ** 20).toFixed(0)} MB, ${rate.toFixed(0)} MB/s, ETA ${eta.toFixed(0)} s`;
+    process.stderr.write(done >= total ? "\r\x1b[K" : `\r${line}\x1b[K`);
+  };
+}

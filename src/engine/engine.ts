@@ -5,7 +5,7 @@
  */
 import { availableParallelism } from "node:os";
 import { CpuBackend } from "../backend/cpu.ts";
-import { RequestTooLongError } from "../errors.ts";
+import { InputError, ModelFormatError, RequestTooLongError } from "../errors.ts";
 import { KVArena } from "../kv/kv-arena.ts";
 import { KVCacheManager } from "../kv/kv-cache-manager.ts";
 import type { EvictionPolicyName } from "../kv/eviction.ts";
@@ -14,13 +14,21 @@ import { StepBatch } from "../model/batch.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
 import { LlamaModel } from "../model/llama.ts";
-import { loadWeights } from "../model/weights.ts";
+import { loadWeights, weightBytes, type LoadProgress } from "../model/weights.ts";
+import { MAX_PAGES } from "../backend/wasm.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
+import { sampledLogprob } from "./logprobs.ts";
 import { ModelRunner } from "./model-runner.ts";
+import { Request } from "./request.ts";
 import { Scheduler, type SchedulePolicy } from "./scheduler.ts";
 import { Sequence, type GenerationParams } from "./sequence.ts";
 
 export interface EngineOptions {
+  /**
+   * Context size: positions a sequence may reach, which size the RoPE tables and cap the KV pool.
+   * null = DEFAULT_CONTEXT or the model's own if smaller; 0 = the model's full context.
+   */
+  ctxSize: number | null;
   /** Tokens per KV block. */
   blockSize: number;
   /** KV pool size in blocks; null = from kvCacheMb. */
@@ -39,7 +47,11 @@ export interface EngineOptions {
   threads: number;
 }
 
+/** Context used when none is asked for: enough for chat, far less memory than a 128K-token maximum. */
+export const DEFAULT_CONTEXT = 4096;
+
 export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
+  ctxSize: null,
   blockSize: 16,
   numBlocks: null,
   kvCacheMb: 512,
@@ -87,18 +99,21 @@ export class LLMEngine {
   private readonly scheduler: Scheduler<Sequence>;
   private readonly runner: ModelRunner;
   private readonly stopTokenIds: ReadonlySet<number>;
+  private numScored = 0;
 
   constructor(
     checkpoint: Checkpoint,
     readonly tokenizer: Tokenizer,
     readonly options: EngineOptions = DEFAULT_ENGINE_OPTIONS,
+    onLoadProgress?: LoadProgress,
   ) {
-    const c = checkpoint.config;
+    const c = withContext(checkpoint.config, options.ctxSize);
     this.config = c;
-    this.backend = new CpuBackend(options.threads);
-    const weights = loadWeights(checkpoint, this.backend.mem, this.backend.kernels);
     const o = options;
     this.numBlocks = o.numBlocks ?? defaultNumBlocks(c, o);
+    checkMemoryFits(checkpoint, c, o, this.numBlocks);
+    this.backend = new CpuBackend(options.threads);
+    const weights = loadWeights(checkpoint, this.backend.mem, this.backend.kernels, onLoadProgress);
     this.maxPositions = Math.min(c.seqLen, this.numBlocks * o.blockSize);
     const model = new LlamaModel(c, weights, this.backend, o.maxNumBatchedTokens, o.maxNumSeqs);
     const arena = new KVArena(this.backend.mem, c, this.numBlocks, o.blockSize);
@@ -116,7 +131,8 @@ export class LLMEngine {
       policy: o.schedule,
     });
     this.runner = new ModelRunner(model, arena, this.kv, batch);
-    const stops = new Set(checkpoint.extraStopTokenIds);
+    // Every end-of-generation token of the vocabulary (EOS, EOT, <|im_end|>, ...), as llama.cpp's is_eog.
+    const stops = new Set([...checkpoint.extraStopTokenIds, ...tokenizer.eogIds]);
     if (tokenizer.eosId !== null) stops.add(tokenizer.eosId);
     this.stopTokenIds = stops;
   }
@@ -159,11 +175,41 @@ export class LLMEngine {
     out.scheduled.forEach(({ req: seq }, i) => {
       const row = logits[i];
       if (!row) return;
-      const delta = this.postprocess(seq, seq.sampler.sample(row, seq.allTokenIds));
+      const token = seq.sampler.sample(row, seq.allTokenIds);
+      if (seq.params.logprobs !== undefined && !this.stopTokenIds.has(token)) seq.logprobs.push(sampledLogprob(row, token, seq.params.logprobs));
+      const delta = this.postprocess(seq, token);
       if (seq.isFinished) this.scheduler.finish(seq);
       events.push({ seq, delta: delta, finished: seq.isFinished });
     });
     return events;
+  }
+
+  /**
+   * Teacher-forced scoring: runs `tokens` through the model from position 0 and calls
+   * onLogits(i, row) with the logits that follow tokens[0..i], for every i in order (the view is
+   * valid only during the call). Computed in chunks through the paged KV cache like any prompt,
+   * and batch invariance makes the logits the same bits as one pass would give. The tokens must
+   * fit the context and the free blocks of the pool.
+   */
+  score(tokens: readonly number[], onLogits: (position: number, logits: Float32Array) => void): void {
+    if (tokens.length === 0) return;
+    if (tokens.length > this.maxPositions) {
+      throw new RequestTooLongError(`${tokens.length} tokens do not fit the context of ${this.maxPositions}`);
+    }
+    const req = new Request({ id: `score-${this.numScored++}`, promptTokenIds: tokens });
+    if (this.kv.allocateSlots(req, tokens.length) === null) {
+      throw new RequestTooLongError(`${tokens.length} tokens need more KV blocks than are free (${this.kv.numFreeBlocks} of ${this.options.blockSize} tokens)`);
+    }
+    try {
+      const blockTable = this.kv.getBlockIds(req);
+      const chunk = this.runner.maxScoredTokens;
+      for (let start = 0; start < tokens.length; start += chunk) {
+        const rows = this.runner.scoreChunk(tokens.slice(start, start + chunk), start, blockTable);
+        rows.forEach((row, i) => onLogits(start + i, row));
+      }
+    } finally {
+      this.kv.free(req);
+    }
   }
 
   /** Stop a request wherever it is; returns its final event. */
@@ -232,6 +278,37 @@ export class LLMEngine {
       );
     }
   }
+}
+
+/**
+ * Refuse, before anything is allocated, a model whose weights, KV pool and step buffers cannot
+ * share the 4 GiB of a wasm32 memory. The buffers are estimated from the largest step: activations
+ * of maxNumBatchedTokens tokens, logits of maxNumSeqs rows, RoPE tables of the context.
+ */
+function checkMemoryFits(checkpoint: Checkpoint, c: ModelConfig, o: EngineOptions, numBlocks: number): void {
+  const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
+  const weights = weightBytes(checkpoint);
+  const kv = numBlocks * KVArena.bytesPerBlock(c, o.blockSize);
+  const width = Math.max(c.dim, c.hiddenDim, c.nHeads * c.headDim);
+  const buffers = 4 * o.maxNumBatchedTokens * (6 * width + 2 * c.hiddenDim) + 4 * o.maxNumSeqs * (c.vocabSize + c.dim) +
+    4 * c.seqLen * (c.ropeDim ?? c.headDim) + (8 << 20);
+  const limit = MAX_PAGES * 65536;
+  if (weights + kv + buffers > limit) {
+    throw new ModelFormatError(
+      checkpoint.file,
+      `needs ${gib(weights + kv + buffers)} (weights ${gib(weights)}, KV cache ${gib(kv)}, buffers ${gib(buffers)}), ` +
+        `more than the 4 GiB a WebAssembly memory holds; lower --ctx-size or --kv-cache-mb, or use a smaller quantization`,
+    );
+  }
+}
+
+/** The model's config with seqLen set to the context this engine runs at. */
+export function withContext(c: ModelConfig, ctxSize: number | null): ModelConfig {
+  if (ctxSize !== null && (!Number.isInteger(ctxSize) || ctxSize < 0)) {
+    throw new InputError(`context size must be a non-negative integer, got ${ctxSize}`);
+  }
+  const seqLen = ctxSize === 0 ? c.seqLen : Math.min(ctxSize ?? DEFAULT_CONTEXT, c.seqLen);
+  return seqLen === c.seqLen ? c : { ...c, seqLen };
 }
 
 /** Blocks for kvCacheMb, but no more than every sequence at full context could use. */

@@ -5,19 +5,32 @@
 import { InputError, PagellmError, RequestTooLongError } from "../errors.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
-import { openCheckpoint } from "../model/load.ts";
+import type { LoadProgress } from "../model/weights.ts";
+import { isGGUF, openCheckpoint } from "../model/load.ts";
 import { loadTokenizer } from "../tokenizer/load.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { DEFAULT_ENGINE_OPTIONS, LLMEngine, type EngineOptions, type StepEvent } from "./engine.ts";
 import { DEFAULT_SAMPLING, type SamplingParams } from "./sampler.ts";
+import { chatFormat, messagesPromptIds, newConversation, type ChatFormat } from "../chat/formats.ts";
+import type { Conversation } from "../chat/conversation.ts";
+import { ChatTemplateError, type ChatMessage } from "../chat/jinja-template.ts";
+import { logSumExp } from "./logprobs.ts";
+import { argmax } from "./sampler.ts";
 import type { FinishReason, GenerationParams, Sequence } from "./sequence.ts";
 
 export interface LoadOptions {
-  /** Path of the model file (llama2.c checkpoint). */
+  /** Path of the model file (GGUF, or a llama2.c checkpoint). */
   model: string;
-  /** Path of the tokenizer (llama2.c tokenizer.bin or a GGUF vocabulary). */
-  tokenizer: string;
+  /**
+   * Path of the tokenizer (a GGUF file or llama2.c tokenizer.bin). Absent: a GGUF model's own
+   * vocabulary; a llama2.c checkpoint has none and must name one.
+   */
+  tokenizer?: string;
   engine?: Partial<EngineOptions>;
+  /** Told as the weights load (for a progress bar). */
+  onLoadProgress?: LoadProgress;
+  /** The chat format of "messages" requests and chats: raw, llama2, chatml or a Jinja file (default: the model's own template). */
+  chatTemplate?: string;
 }
 
 /** One generation request; every field but `prompt`/`promptTokenIds` falls back to a default. */
@@ -26,6 +39,8 @@ export interface GenerateRequest {
   prompt?: string;
   /** Token ids instead of `prompt` (BOS included if wanted). */
   promptTokenIds?: number[];
+  /** A conversation instead of `prompt`, rendered with the chat format (the model's template by default). */
+  messages?: ChatMessage[];
   /** null or absent: until a stop or the end of the context. */
   maxTokens?: number | null;
   stop?: string[];
@@ -37,6 +52,8 @@ export interface GenerateRequest {
   repeatLastN?: number;
   seed?: number;
   cacheSalt?: string;
+  /** Report each generated token's log-probability and this many most likely alternatives (0-20). */
+  logprobs?: number;
 }
 
 /** The result of one request: the `--json` schema, one object per request. */
@@ -52,6 +69,33 @@ export interface CompletionResult {
   latency_ms: number;
   /** Only when finish_reason is "error": why the request was rejected or failed. */
   error?: string;
+  /** Only when the request asked for logprobs: one entry per generated token, as the OpenAI API returns them. */
+  logprobs?: TokenLogprobResult[];
+}
+
+/** A token's log-probability as a result reports it: id, text and log-probability. */
+export interface TopLogprobResult {
+  token_id: number;
+  token: string;
+  logprob: number;
+}
+
+/** A generated token's log-probability and its most likely alternatives at that position. */
+export interface TokenLogprobResult extends TopLogprobResult {
+  top_logprobs: TopLogprobResult[];
+}
+
+/** `perplexity` over a text: its tokens and, for each position i, log p(tokens[i+1] | tokens[0..i]). */
+export interface ScoreResult {
+  tokens: number[];
+  /** token_logprobs[i] = log p(tokens[i+1] | the tokens of its window up to i). */
+  token_logprobs: number[];
+  /** top_tokens[i] = the most likely token after tokens[0..i]. */
+  top_tokens: number[];
+  /** exp(-mean(token_logprobs)). */
+  ppl: number;
+  /** Tokens per window (the context size). */
+  window: number;
 }
 
 /** What a generation stream yields: text as it becomes showable, and each request's result when it ends. */
@@ -63,6 +107,9 @@ export interface StreamOptions {
   /** Abort every unfinished request (they end with finish_reason "abort"). */
   signal?: AbortSignal;
 }
+
+/** Most alternatives a request may ask for per token (the OpenAI API's limit). */
+export const MAX_LOGPROBS = 20;
 
 /** Yield to the event loop at least this often, so signals and timers run during long batches. */
 const YIELD_EVERY_MS = 20;
@@ -78,15 +125,20 @@ export class LLM {
     readonly engine: LLMEngine,
     /** Milliseconds spent loading weights and setting up. */
     readonly loadMs: number,
+    /** How chats and "messages" requests become prompts. */
+    readonly chatFormat: ChatFormat,
   ) {}
 
   /** Load a model and its tokenizer and set up the engine. Throws ModelFormatError for bad files. */
   static load(opts: LoadOptions): LLM {
     const t0 = performance.now();
     const checkpoint = openCheckpoint(opts.model);
-    const { tokenizer, addBos } = loadTokenizer(opts.tokenizer, checkpoint.config.vocabSize);
-    const engine = new LLMEngine(checkpoint, tokenizer, { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine });
-    return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0);
+    const tokenizerPath = opts.tokenizer ?? (isGGUF(opts.model) ? opts.model : undefined);
+    if (tokenizerPath === undefined) throw new InputError(`${opts.model}: a llama2.c checkpoint carries no vocabulary; name a tokenizer`);
+    const { tokenizer, addBos, chatTemplate } = loadTokenizer(tokenizerPath, { modelVocabSize: checkpoint.config.vocabSize });
+    const format = chatFormat(opts.chatTemplate, chatTemplate, opts.model, tokenizer);
+    const engine = new LLMEngine(checkpoint, tokenizer, { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine }, opts.onLoadProgress);
+    return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0, format);
   }
 
   get config(): ModelConfig {
@@ -101,6 +153,39 @@ export class LLM {
   /** Prompt token ids of `text`, BOS first when the model expects it. */
   encode(text: string): number[] {
     return this.tokenizer.encode(text, { addBos: this.addBos });
+  }
+
+  /** A new conversation in the chat format. */
+  conversation(opts: { system?: string | null; onNote?: (line: string) => void } = {}): Conversation {
+    return newConversation(this.chatFormat, this.tokenizer, { addBos: this.addBos, ...opts });
+  }
+
+  /** The prompt ids of a list of messages in the chat format. */
+  messagesPromptIds(messages: readonly ChatMessage[]): number[] {
+    return messagesPromptIds(this.chatFormat, this.tokenizer, this.addBos, messages);
+  }
+
+  /**
+   * Teacher-forced log-probabilities of a text (or of token ids, BOS included if wanted), as
+   * llama-perplexity scores it: in windows of `window` tokens (default: the context), each starting
+   * with an empty KV cache; every position predicts the token after it, the last of a window the
+   * first of the next, so each of the n - 1 transitions is scored exactly once.
+   */
+  score(input: string | readonly number[], window = this.engine.maxPositions): ScoreResult {
+    const tokens = typeof input === "string" ? this.encode(input) : [...input];
+    if (!Number.isInteger(window) || window < 1) throw new InputError(`scoring window must be a positive integer, got ${window}`);
+    const tokenLogprobs: number[] = [];
+    const topTokens: number[] = [];
+    for (let start = 0; start + 1 < tokens.length; start += window) {
+      this.engine.score(tokens.slice(start, start + window), (i, logits) => {
+        const next = tokens[start + i + 1];
+        if (next === undefined) return;
+        tokenLogprobs.push(logits[next]! - logSumExp(logits));
+        topTokens.push(argmax(logits));
+      });
+    }
+    const mean = tokenLogprobs.reduce((a, b) => a + b, 0) / Math.max(1, tokenLogprobs.length);
+    return { tokens, token_logprobs: tokenLogprobs, top_tokens: topTokens, ppl: Math.exp(-mean), window };
   }
 
   /** Run requests to completion and return their results in request order. */
@@ -124,11 +209,13 @@ export class LLM {
     const admitted: Sequence[] = [];
     for (const request of requests) {
       const id = request.id ?? `req-${this.nextId++}`;
-      const promptTokenIds = request.promptTokenIds ?? this.encode(request.prompt ?? "");
+      let promptTokenIds: number[] = [];
       try {
+        promptTokenIds = request.promptTokenIds ??
+          (request.messages !== undefined ? this.messagesPromptIds(request.messages) : this.encode(request.prompt ?? ""));
         admitted.push(this.engine.addRequest({ id, promptTokenIds, params: generationParams(request), cacheSalt: request.cacheSalt }));
       } catch (e) {
-        if (!(e instanceof RequestTooLongError || e instanceof InputError)) throw e;
+        if (!(e instanceof RequestTooLongError || e instanceof InputError || e instanceof ChatTemplateError)) throw e;
         yield { kind: "done", result: rejectedResult(id, promptTokenIds.length, e) };
       }
     }
@@ -151,10 +238,17 @@ export class LLM {
     }
   }
 
+  private resultOf(seq: Sequence): CompletionResult {
+    return resultOf(seq, (prev, id) => {
+      const decoder = this.tokenizer.createStreamDecoder(prev);
+      return decoder.push(id) + decoder.flush();
+    });
+  }
+
   private *report(events: StepEvent[]): Generator<GenerationEvent> {
     for (const { seq, delta, finished } of events) {
       if (delta.length > 0) yield { kind: "text", id: seq.id, delta };
-      if (finished) yield { kind: "done", result: resultOf(seq) };
+      if (finished) yield { kind: "done", result: this.resultOf(seq) };
     }
   }
 }
@@ -170,11 +264,15 @@ function generationParams(r: GenerateRequest): GenerationParams {
     seed: r.seed ?? randomSeed(),
   };
   checkSampling(sampling);
+  const logprobs = r.logprobs;
+  if (logprobs !== undefined && !(Number.isInteger(logprobs) && logprobs >= 0 && logprobs <= MAX_LOGPROBS)) {
+    throw new InputError(`logprobs must be an integer from 0 to ${MAX_LOGPROBS}, got ${logprobs}`);
+  }
   const maxTokens = r.maxTokens ?? null;
   if (maxTokens !== null && (!Number.isInteger(maxTokens) || maxTokens < 1)) {
     throw new InputError(`max_tokens must be a positive integer, got ${maxTokens}`);
   }
-  return { maxTokens, stop: r.stop ?? [], sampling };
+  return { maxTokens, stop: r.stop ?? [], sampling, ...(logprobs === undefined ? {} : { logprobs }) };
 }
 
 function checkSampling(s: SamplingParams): void {
@@ -192,7 +290,10 @@ function randomSeed(): number {
   return (Math.random() * 2 ** 32) >>> 0;
 }
 
-function resultOf(seq: Sequence): CompletionResult {
+/** Text of token `id` where it follows token `prev` (so a word's leading space shows). */
+type TokenText = (prev: number | undefined, id: number) => string;
+
+function resultOf(seq: Sequence, tokenText: TokenText): CompletionResult {
   const finish = seq.finishMs ?? performance.now();
   const result: CompletionResult = {
     id: seq.id,
@@ -206,6 +307,13 @@ function resultOf(seq: Sequence): CompletionResult {
     latency_ms: round2(finish - seq.arrivalMs),
   };
   if (seq.error !== null) result.error = seq.error;
+  if (seq.params.logprobs !== undefined) {
+    result.logprobs = seq.logprobs.map((l, k) => {
+      const prev = seq.allTokenIds[seq.numPromptTokens + k - 1];
+      const entry = (id: number, logprob: number): TopLogprobResult => ({ token_id: id, token: tokenText(prev, id), logprob });
+      return { ...entry(l.id, l.logprob), top_logprobs: l.top.map((t) => entry(t.id, t.logprob)) };
+    });
+  }
   return result;
 }
 

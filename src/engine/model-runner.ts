@@ -30,8 +30,28 @@ export class ModelRunner {
       return batch.addSequence(tokens, start, this.kv.getBlockIds(req), wantsLogits ? "last" : "none");
     });
     this.model.forward(batch, this.arena);
-    const vocab = this.model.config.vocabSize;
-    const f32 = this.model.backend.mem.f32;
-    return rows.map((r) => (r < 0 ? null : f32.subarray(this.model.logitsAddr(r) >> 2, (this.model.logitsAddr(r) >> 2) + vocab)));
+    return rows.map((r) => (r < 0 ? null : this.logitsRow(r)));
+  }
+
+  /** Tokens one scoring call may take: every one of them gets a logits row. */
+  get maxScoredTokens(): number {
+    return Math.min(this.batch.maxTokens, this.batch.maxLogitRows);
+  }
+
+  /**
+   * Teacher forcing: compute `tokens` at positions startPos.. of the sequence whose KV blocks are
+   * `blockTable`, and return the logits after each of them (views, valid until the next call).
+   */
+  scoreChunk(tokens: readonly number[], startPos: number, blockTable: readonly number[]): Float32Array[] {
+    const batch = this.batch;
+    batch.reset();
+    const first = batch.addSequence(tokens, startPos, blockTable, "all");
+    this.model.forward(batch, this.arena);
+    return tokens.map((_, i) => this.logitsRow(first + i));
+  }
+
+  private logitsRow(r: number): Float32Array {
+    const start = this.model.logitsAddr(r) >> 2;
+    return this.model.backend.mem.f32.subarray(start, start + this.model.config.vocabSize);
   }
 }

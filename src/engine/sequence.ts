@@ -3,6 +3,7 @@
  * cache isolation) plus how to sample, when to stop, the text streamed so far and its timings.
  */
 import type { StreamDecoder } from "../tokenizer/tokenizer.ts";
+import type { SampledLogprob } from "./logprobs.ts";
 import { Request, type RequestOptions } from "./request.ts";
 import { Sampler, type SamplingParams } from "./sampler.ts";
 import { StopStringMatcher } from "./stop-strings.ts";
@@ -23,6 +24,8 @@ export interface GenerationParams {
   /** Strings that end the generation; the text is cut before the first one. */
   stop: readonly string[];
   sampling: SamplingParams;
+  /** Report each generated token's log-probability and this many most likely alternatives; absent = off. */
+  logprobs?: number;
 }
 
 export class Sequence extends Request {
@@ -33,6 +36,8 @@ export class Sequence extends Request {
   readonly arrivalMs = performance.now();
   firstTokenMs: number | null = null;
   finishMs: number | null = null;
+  /** One entry per generated token when params.logprobs is set. */
+  readonly logprobs: SampledLogprob[] = [];
   private readonly stops: StopStringMatcher;
 
   constructor(

@@ -40,6 +40,21 @@ export interface ModelConfig {
   sharedClassifier: boolean;
   /** Float arithmetic of the forward pass; absent means "default". */
   numerics?: Numerics;
+  /** Leading dimensions of each head that RoPE rotates; absent = all of headDim. */
+  ropeDim?: number;
+  /** Linear RoPE scaling: positions are multiplied by this before rotating; absent = 1. */
+  ropeFreqScale?: number;
+  /** Divisors of each RoPE frequency (ropeDim/2 of them): Llama 3.1+'s `rope_freqs.weight`. */
+  ropeFreqFactors?: readonly number[];
+  /** The q, k and v projections add a bias (qwen2). */
+  qkvBias?: boolean;
+  /** Each head of q and k is RMS-normalised with its own weights before RoPE (qwen3). */
+  qkNorm?: boolean;
+}
+
+/** Width of the query projection's output (all heads side by side); dim unless the head size says otherwise. */
+export function queryDim(c: ModelConfig): number {
+  return c.nHeads * c.headDim;
 }
 
 /** Fill in derived fields with llama2.c's defaults. */

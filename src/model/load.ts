@@ -4,6 +4,7 @@
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { ModelFormatError } from "../errors.ts";
 import type { Checkpoint } from "./checkpoint.ts";
+import { readGGUFCheckpoint } from "./gguf-checkpoint.ts";
 import { readLlama2cCheckpoint } from "./llama2c.ts";
 
 const GGUF_MAGIC = 0x46554747;
@@ -31,10 +32,7 @@ export function isGGUF(path: string): boolean {
   return fileMagic(path) === GGUF_MAGIC;
 }
 
-/** Describe the checkpoint at `path` (llama2.c legacy/v1/v2). */
+/** Describe the checkpoint at `path`: a GGUF model, or a llama2.c checkpoint (legacy, v1, v2). */
 export function openCheckpoint(path: string): Checkpoint {
-  if (isGGUF(path)) {
-    throw new ModelFormatError(path, "GGUF model weights are not supported yet (GGUF vocabularies are: use it as --tokenizer)");
-  }
-  return readLlama2cCheckpoint(path);
+  return isGGUF(path) ? readGGUFCheckpoint(path) : readLlama2cCheckpoint(path);
 }

@@ -20,10 +20,14 @@ export type WeightMatrix =
 
 export interface LayerWeights {
   attnNorm: number; // f32 [dim]
-  wq: WeightMatrix; // [dim][dim]
+  wq: WeightMatrix; // [qDim][dim], qDim = nHeads * headDim
   wk: WeightMatrix; // [kvDim][dim]
   wv: WeightMatrix; // [kvDim][dim]
-  wo: WeightMatrix; // [dim][dim]
+  /** Biases of q, k, v (qwen2): f32 [qDim], [kvDim], [kvDim]. */
+  qkvBias: { q: number; k: number; v: number } | null;
+  /** Per-head RMSNorm weights of q and k (qwen3): f32 [headDim] each. */
+  qkNorm: { q: number; k: number } | null;
+  wo: WeightMatrix; // [dim][qDim]
   ffnNorm: number; // f32 [dim]
   ffnGate: WeightMatrix; // w1 [hidden][dim]
   ffnDown: WeightMatrix; // w2 [dim][hidden]
@@ -59,19 +63,34 @@ export function weightTraffic(ckpt: Checkpoint): { matmulParams: number; bytesPe
 
 const STAGING_BYTES = 8 << 20;
 
+/** Bytes the checkpoint's tensors take in linear memory (as in the file: f32 packed, the rest verbatim). */
+export function weightBytes(ckpt: Checkpoint): number {
+  let bytes = 0;
+  for (const t of ckpt.tensors.values()) bytes += t.byteLength;
+  return bytes;
+}
+
+/** Called as tensors are read: bytes read so far of the total. */
+export type LoadProgress = (doneBytes: number, totalBytes: number) => void;
+
 /** Load every tensor of the checkpoint into `mem`. */
-export function loadWeights(ckpt: Checkpoint, mem: LinearMemory, kernels: Kernels): ModelWeights {
+export function loadWeights(ckpt: Checkpoint, mem: LinearMemory, kernels: Kernels, onProgress?: LoadProgress): ModelWeights {
   const plan = planAllocations(ckpt, mem);
   const fd = openSync(ckpt.file, "r");
   const staging = mem.mark();
+  const total = plan.placements.reduce((a, p) => a + p.info.byteLength, 0);
+  let done = 0;
   try {
     const stagingAddr = mem.alloc(STAGING_BYTES);
     for (const { info, target } of plan.placements) {
+      onProgress?.(done, total);
+      done += info.byteLength;
       if (target.kind === "vector") readInto(ckpt.file, fd, mem, target.addr, info.offset, info.byteLength);
       else if (target.matrix.kind === "q8") readQ8(ckpt.file, fd, mem, target.matrix, info);
       else if (target.matrix.kind === "ggml") readInto(ckpt.file, fd, mem, target.matrix.addr, info.offset, info.byteLength);
       else packF32(ckpt.file, fd, mem, kernels, target.matrix.addr, info, stagingAddr);
     }
+    onProgress?.(total, total);
   } finally {
     closeSync(fd);
     mem.release(staging);
@@ -121,6 +140,8 @@ function planAllocations(ckpt: Checkpoint, mem: LinearMemory) {
       wq: matrix(TensorName.attnQ(l)),
       wk: matrix(TensorName.attnK(l)),
       wv: matrix(TensorName.attnV(l)),
+      qkvBias: c.qkvBias ? { q: vector(TensorName.attnQBias(l)), k: vector(TensorName.attnKBias(l)), v: vector(TensorName.attnVBias(l)) } : null,
+      qkNorm: c.qkNorm ? { q: vector(TensorName.attnQNorm(l)), k: vector(TensorName.attnKNorm(l)) } : null,
       wo: matrix(TensorName.attnOutput(l)),
       ffnNorm: vector(TensorName.ffnNorm(l)),
       ffnGate: matrix(TensorName.ffnGate(l)),

@@ -1,10 +1,15 @@
 /**
- * Tokenizers from the `tokenizer.ggml.*` metadata of a GGUF file. Only SentencePiece vocabularies
- * (`tokenizer.ggml.model` == "llama") are supported so far.
+ * Tokenizers from the `tokenizer.ggml.*` metadata of a GGUF file, one kind per
+ * `tokenizer.ggml.model`: "llama" (SentencePiece BPE), "gpt2" (byte-level BPE with the
+ * pre-tokenizer `tokenizer.ggml.pre` names), "bert" (WordPiece).
  */
 import { ModelFormatError } from "../errors.ts";
 import { readGGUF, type GGUFFile } from "../model/gguf.ts";
+import { BpeTokenizer } from "./bpe.ts";
+import { PreTokenizer } from "./pretokenizers.ts";
 import { hexBytePieceValue, SpmTokenizer, TokenType, type SpmVocab } from "./spm.ts";
+import { EOG_TEXTS, type Tokenizer } from "./tokenizer.ts";
+import { WordPieceTokenizer } from "./wordpiece.ts";
 
 const KEY = {
   model: "tokenizer.ggml.model",
@@ -16,6 +21,13 @@ const KEY = {
   unk: "tokenizer.ggml.unknown_token_id",
   addSpacePrefix: "tokenizer.ggml.add_space_prefix",
   addBos: "tokenizer.ggml.add_bos_token",
+  addEos: "tokenizer.ggml.add_eos_token",
+  eot: "tokenizer.ggml.eot_token_id",
+  eom: "tokenizer.ggml.eom_token_id",
+  pre: "tokenizer.ggml.pre",
+  merges: "tokenizer.ggml.merges",
+  cls: "tokenizer.ggml.cls_token_id",
+  sep: "tokenizer.ggml.seperator_token_id",
 } as const;
 
 /** A token id key: `fallback` when absent, null for the writers' "none" (u32 0xFFFFFFFF or i32 -1). */
@@ -82,23 +94,90 @@ function spmVocabFromGGUF(gguf: GGUFFile): SpmVocab {
   };
 }
 
-/** A SentencePiece tokenizer that also records whether the model wants BOS prepended to prompts. */
+/** A GGUF file's tokenizer and whether prompts get BOS (and EOS) added. */
 export interface GGUFTokenizer {
-  readonly tokenizer: SpmTokenizer;
-  /** `tokenizer.ggml.add_bos_token` (default true for SentencePiece vocabularies). */
+  readonly tokenizer: Tokenizer;
+  /** `tokenizer.ggml.add_bos_token` (default: true for SentencePiece, false otherwise, as llama.cpp). */
   readonly addBos: boolean;
+  readonly addEos: boolean;
+  /** `tokenizer.chat_template`, the model's Jinja chat template. */
+  readonly chatTemplate: string | null;
 }
 
-/** Build the tokenizer described by a GGUF file's metadata. Throws ModelFormatError for unsupported models. */
-export function tokenizerFromGGUF(gguf: GGUFFile): GGUFTokenizer {
-  const model = gguf.getString(KEY.model);
-  if (model !== "llama") {
-    throw new ModelFormatError(
-      gguf.path,
-      `tokenizer model "${model}" is not supported yet (only "llama", SentencePiece BPE)`,
-    );
+/** The token types, or all normal when the file has none. */
+function tokenTypes(gguf: GGUFFile, count: number): Uint8Array {
+  if (!gguf.has(KEY.tokenType)) return new Uint8Array(count).fill(TokenType.normal);
+  const stored = gguf.getI32Array(KEY.tokenType);
+  if (stored.length !== count) throw new ModelFormatError(gguf.path, `${KEY.tokenType} has ${stored.length} entries for ${count} tokens`);
+  return Uint8Array.from(stored, (t) => (t >= 0 && t <= TokenType.byte ? t : TokenType.normal));
+}
+
+/** EOT and EOM ids the metadata names, and control tokens whose text marks an end of generation. */
+function eogIds(gguf: GGUFFile, texts: readonly string[], types: Uint8Array): number[] {
+  const ids: number[] = [];
+  for (const key of [KEY.eot, KEY.eom]) {
+    const id = tokenIdOrNone(gguf, key, null);
+    if (id !== null && id < texts.length) ids.push(id);
   }
-  return { tokenizer: new SpmTokenizer(spmVocabFromGGUF(gguf)), addBos: gguf.getBool(KEY.addBos, true) };
+  texts.forEach((t, id) => {
+    if ((types[id] === TokenType.control || types[id] === TokenType.userDefined) && EOG_TEXTS.has(t)) ids.push(id);
+  });
+  return ids;
+}
+
+function stringsOf(gguf: GGUFFile, key: string): string[] {
+  const array = gguf.getStringArray(key);
+  return Array.from({ length: array.length }, (_, i) => array.get(i));
+}
+
+/** Build the tokenizer described by a GGUF file's metadata. Throws ModelFormatError for unsupported ones. */
+export function tokenizerFromGGUF(gguf: GGUFFile): GGUFTokenizer {
+  const chatTemplate = gguf.has("tokenizer.chat_template") ? gguf.getString("tokenizer.chat_template") : null;
+  return { ...tokenizerOf(gguf), chatTemplate };
+}
+
+function tokenizerOf(gguf: GGUFFile): Omit<GGUFTokenizer, "chatTemplate"> {
+  const model = gguf.getString(KEY.model);
+  const checkId = (id: number | null, count: number, what: string): number | null => {
+    if (id !== null && id >= count) throw new ModelFormatError(gguf.path, `${what} token id ${id} is outside the vocabulary (0..${count - 1})`);
+    return id;
+  };
+  if (model === "llama") {
+    const vocab = spmVocabFromGGUF(gguf);
+    const texts = stringsOf(gguf, KEY.tokens);
+    return {
+      tokenizer: new SpmTokenizer({ ...vocab, eogIds: eogIds(gguf, texts, vocab.types) }),
+      addBos: gguf.getBool(KEY.addBos, true),
+      addEos: gguf.getBool(KEY.addEos, false),
+    };
+  }
+  if (model === "gpt2") {
+    const tokens = stringsOf(gguf, KEY.tokens);
+    const types = tokenTypes(gguf, tokens.length);
+    const bosId = checkId(tokenIdOrNone(gguf, KEY.bos, null), tokens.length, "BOS");
+    const eosId = checkId(tokenIdOrNone(gguf, KEY.eos, null), tokens.length, "EOS");
+    const eog = new Set(eogIds(gguf, tokens, types));
+    if (eosId !== null) eog.add(eosId);
+    const tokenizer = new BpeTokenizer({
+      file: gguf.path, tokens, types, merges: gguf.has(KEY.merges) ? stringsOf(gguf, KEY.merges) : [],
+      // A file without a pre-tokenizer name gets llama.cpp's default (with its warning there).
+      preTokenizer: PreTokenizer.named(gguf.getString(KEY.pre, "default"), gguf.path),
+      bosId, eosId, eogIds: eog,
+    });
+    return { tokenizer, addBos: gguf.getBool(KEY.addBos, false), addEos: gguf.getBool(KEY.addEos, false) };
+  }
+  if (model === "bert") {
+    const tokens = stringsOf(gguf, KEY.tokens);
+    const unkId = checkId(tokenIdOrNone(gguf, KEY.unk, 100), tokens.length, "unknown");
+    if (unkId === null) throw new ModelFormatError(gguf.path, "a WordPiece vocabulary needs an unknown token");
+    const tokenizer = new WordPieceTokenizer({
+      file: gguf.path, tokens, types: tokenTypes(gguf, tokens.length), unkId,
+      bosId: checkId(tokenIdOrNone(gguf, KEY.cls, 101), tokens.length, "CLS"),
+      eosId: checkId(tokenIdOrNone(gguf, KEY.sep, 102), tokens.length, "SEP"),
+    });
+    return { tokenizer, addBos: gguf.getBool(KEY.addBos, true), addEos: gguf.getBool(KEY.addEos, true) };
+  }
+  throw new ModelFormatError(gguf.path, `tokenizer model "${model}" is not supported (supported: llama, gpt2, bert)`);
 }
 
 /** Read the GGUF header at `path` and build its tokenizer. */

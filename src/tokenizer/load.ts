@@ -1,24 +1,39 @@
 /**
- * Opens a tokenizer file by what it is: a GGUF file's vocabulary, or llama2.c's tokenizer.bin.
- * Either must have exactly the model's vocabulary size.
+ * Opens any tokenizer file by what it is: a GGUF model or vocabulary-only file, a Hugging Face
+ * tokenizer.json, or llama2.c's tokenizer.bin. The model's vocabulary size is an optional check:
+ * a model may have more embedding rows than its tokenizer has tokens (padding), never fewer.
  */
 import { ModelFormatError } from "../errors.ts";
 import { isGGUF } from "../model/load.ts";
 import { loadGGUFTokenizer } from "./gguf-vocab.ts";
+import { loadTokenizerJson } from "./hf-tokenizer-json.ts";
 import { loadLlama2cTokenizer } from "./llama2c.ts";
 import type { Tokenizer } from "./tokenizer.ts";
 
 export interface LoadedTokenizer {
   tokenizer: Tokenizer;
-  /** Whether prompts start with BOS (llama2.c always; GGUF says). */
+  /** Whether prompts start with BOS (llama2.c always; GGUF and tokenizer.json say). */
   addBos: boolean;
+  /** Whether prompts end with EOS (BERT-style models). */
+  addEos: boolean;
+  /** The model's chat template (Jinja), when the file has one. */
+  chatTemplate: string | null;
 }
 
-export function loadTokenizer(path: string, modelVocabSize: number): LoadedTokenizer {
-  if (!isGGUF(path)) return { tokenizer: loadLlama2cTokenizer(path, modelVocabSize), addBos: true };
-  const { tokenizer, addBos } = loadGGUFTokenizer(path);
-  if (tokenizer.vocabSize !== modelVocabSize) {
-    throw new ModelFormatError(path, `vocabulary has ${tokenizer.vocabSize} tokens, the model has ${modelVocabSize}`);
+export interface LoadTokenizerOptions {
+  /** The model's vocabulary size, checked against the tokenizer's. */
+  modelVocabSize?: number;
+}
+
+export function loadTokenizer(path: string, opts: LoadTokenizerOptions = {}): LoadedTokenizer {
+  let loaded: LoadedTokenizer;
+  if (isGGUF(path)) loaded = loadGGUFTokenizer(path);
+  else if (path.endsWith(".json")) loaded = loadTokenizerJson(path);
+  // llama2.c's file has no vocabulary size of its own: the model says how many entries to read.
+  else loaded = { tokenizer: loadLlama2cTokenizer(path, opts.modelVocabSize ?? 32000), addBos: true, addEos: false, chatTemplate: null };
+  const size = opts.modelVocabSize;
+  if (size !== undefined && loaded.tokenizer.vocabSize > size) {
+    throw new ModelFormatError(path, `vocabulary has ${loaded.tokenizer.vocabSize} tokens, the model has ${size}`);
   }
-  return { tokenizer, addBos };
+  return loaded;
 }

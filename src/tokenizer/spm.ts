@@ -10,7 +10,8 @@
  * for pieces that are not valid UTF-8 (llama2.c files store raw bytes).
  */
 import { InputError, ModelFormatError } from "../errors.ts";
-import type { EncodeOptions, StreamDecoder, Tokenizer } from "./tokenizer.ts";
+import { partitionSpecials, sortSpecials, type SpecialToken } from "./special-tokens.ts";
+import { EOG_TEXTS, type EncodeOptions, type StreamDecoder, type Tokenizer } from "./tokenizer.ts";
 
 /** Token types as GGUF stores them in `tokenizer.ggml.token_type` (llama.cpp's llama_token_type). */
 export const TokenType = {
@@ -84,6 +85,8 @@ export interface SpmVocab {
   readonly addSpacePrefix: boolean;
   /** Pieces spell a space as U+2581 "▁" (SentencePiece, GGUF); false where they hold real spaces (llama2.c). */
   readonly spacesAsMetaspace: boolean;
+  /** End-of-generation tokens the metadata names besides EOS (EOT, EOM). */
+  readonly eogIds?: readonly number[];
 }
 
 const METASPACE = "\u2581";
@@ -226,7 +229,10 @@ export class SpmTokenizer implements Tokenizer {
   readonly eosId: number | null;
   readonly unkId: number | null;
   readonly addSpacePrefix: boolean;
+  readonly eogIds: ReadonlySet<number>;
   private readonly vocab: SpmVocab;
+  /** Control tokens, matched in text only when specials are parsed. */
+  private readonly specials: SpecialToken[];
   /** Piece (as a binary string, spaces as in the vocabulary) → id, for matchable tokens only. */
   private readonly pieceToId = new Map<string, number>();
   /** Byte token id of each byte value; -1 where the vocabulary has none. */
@@ -256,6 +262,17 @@ export class SpmTokenizer implements Tokenizer {
       throw new ModelFormatError(vocab.file, "vocabulary has neither all 256 byte tokens nor an unknown token");
     }
     this.textBytes = PieceTable.build(this.vocabSize, (id) => this.decodedPiece(id));
+    const controls: SpecialToken[] = [];
+    const eog = new Set<number>(vocab.eogIds ?? []);
+    if (this.eosId !== null) eog.add(this.eosId);
+    for (let id = 0; id < this.vocabSize; id++) {
+      if (vocab.types[id] !== TokenType.control) continue;
+      const text = utf8Decoder.decode(vocab.pieces.bytes(id));
+      controls.push({ id, text, control: true });
+      if (EOG_TEXTS.has(text)) eog.add(id);
+    }
+    this.specials = sortSpecials(controls);
+    this.eogIds = eog;
   }
 
   /** The bytes token `id` stands for in text, before any leading-space stripping. */
@@ -277,13 +294,23 @@ export class SpmTokenizer implements Tokenizer {
   encode(text: string, opts: EncodeOptions = {}): number[] {
     const ids: number[] = [];
     if (opts.addBos === true && this.bosId !== null) ids.push(this.bosId);
-    if (text.length > 0) this.encodeText(text, ids);
+    if (opts.parseSpecial === true) {
+      // As llama.cpp: the dummy prefix goes before the text at the start and after each special token.
+      let afterSpecial = opts.continuation !== true;
+      for (const f of partitionSpecials(text, this.specials, true)) {
+        if ("id" in f) ids.push(f.id);
+        else this.encodeText(f.text, ids, afterSpecial);
+        afterSpecial = "id" in f;
+      }
+    } else if (text.length > 0) {
+      this.encodeText(text, ids, opts.continuation !== true);
+    }
     if (opts.addEos === true && this.eosId !== null) ids.push(this.eosId);
     return ids;
   }
 
-  private encodeText(text: string, out: number[]): void {
-    let normalized = this.addSpacePrefix ? " " + text : text;
+  private encodeText(text: string, out: number[], prefix: boolean): void {
+    let normalized = this.addSpacePrefix && prefix ? " " + text : text;
     if (this.vocab.spacesAsMetaspace) normalized = normalized.replaceAll(" ", METASPACE);
     const bytes = utf8Encoder.encode(normalized);
     const binary = binaryString(bytes);
@@ -371,6 +398,11 @@ export class SpmTokenizer implements Tokenizer {
       return `<0x${this.vocab.byteValues[id].toString(16).toUpperCase().padStart(2, "0")}>`;
     }
     return utf8Decoder.decode(this.vocab.pieces.bytes(id));
+  }
+
+  tokenText(id: number): string {
+    this.checkId(id);
+    return this.vocab.types[id] === TokenType.control ? this.tokenPiece(id) : utf8Decoder.decode(this.textBytes.bytes(id));
   }
 
   /** True for tokens that never appear in text: control (BOS, EOS, …), unknown and unused tokens. */

@@ -7,6 +7,16 @@ export interface EncodeOptions {
   addBos?: boolean;
   /** Append the EOS token (ignored when the vocabulary has none). Default false. */
   addEos?: boolean;
+  /**
+   * Match control tokens (`<|im_start|>`, `<s>`, ...) written in the text, as in a rendered chat
+   * template. Default false: text a user typed never becomes a control token.
+   */
+  parseSpecial?: boolean;
+  /**
+   * The text continues text tokenized before it (a piece of a rendered chat template): no
+   * SentencePiece dummy-prefix space at its start. Default false.
+   */
+  continuation?: boolean;
 }
 
 /**
@@ -24,6 +34,8 @@ export interface Tokenizer {
   readonly vocabSize: number;
   readonly bosId: number | null;
   readonly eosId: number | null;
+  /** Tokens that end a generation (llama.cpp's is_eog): EOS, EOT, `<|im_end|>`, `<|eot_id|>`, ... */
+  readonly eogIds: ReadonlySet<number>;
   /** Token ids of `text`. Invariant: decode(encode(text)) === text for well-formed text. */
   encode(text: string, opts?: EncodeOptions): number[];
   /** Text of `ids`; special tokens (BOS, EOS, other control tokens) contribute nothing. */
@@ -35,4 +47,12 @@ export interface Tokenizer {
   createStreamDecoder(prevTokenId?: number): StreamDecoder;
   /** The vocabulary entry of `id` as text, for debugging and tests (byte tokens as "<0xXX>"). */
   tokenPiece(id: number): string;
+  /** The text a special token is written as in templates (`<s>`, `<|im_end|>`); decoded text for others. */
+  tokenText(id: number): string;
 }
+
+/** Texts of end-of-generation tokens, as llama.cpp recognises them besides the ids in the metadata. */
+export const EOG_TEXTS: ReadonlySet<string> = new Set([
+  "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
+  "<｜end▁of▁sentence｜>", "<|end_of_text|>", "<|return|>", "<|call|>",
+]);

@@ -54,12 +54,14 @@ function silu(x: number): number {
  */
 function rope(vec: Float64Array, nHeadsInVec: number, pos: number, config: ModelConfig): void {
   const { headDim, ropeTheta } = config;
-  const half = headDim / 2;
+  // Only the first ropeDim values of a head rotate; Llama 3.1's factors divide each frequency.
+  const ropeDim = config.ropeDim ?? headDim;
+  const half = ropeDim / 2;
   for (let h = 0; h < nHeadsInVec; h++) {
     const base = h * headDim;
     for (let i = 0; i < half; i++) {
-      const freq = 1 / Math.pow(ropeTheta, (2 * i) / headDim);
-      const angle = pos * freq;
+      const freq = 1 / Math.pow(ropeTheta, (2 * i) / ropeDim) / (config.ropeFreqFactors?.[i] ?? 1);
+      const angle = pos * (config.ropeFreqScale ?? 1) * freq;
       const cos = Math.cos(angle);
       const sin = Math.sin(angle);
       const a = config.ropeStyle === "interleaved" ? base + 2 * i : base + i;
@@ -74,6 +76,23 @@ function rope(vec: Float64Array, nHeadsInVec: number, pos: number, config: Model
 
 // ----------------------------------------------------------------------------
 // Transformer
+
+/** Parts some architectures add, stacked over layers: qwen2's q/k/v biases, qwen3's q/k head norms. */
+export interface ReferenceExtras {
+  bq?: Float32Array; // (layer, nHeads * headDim)
+  bk?: Float32Array; // (layer, kvDim)
+  bv?: Float32Array; // (layer, kvDim)
+  qNorm?: Float32Array; // (layer, headDim)
+  kNorm?: Float32Array; // (layer, headDim)
+}
+
+/** Each head of vec (heads of headDim) RMS-normalised with weights w[offset..offset + headDim). */
+function headNorm(vec: Float64Array, heads: number, headDim: number, w: Float32Array, offset: number, eps: number): void {
+  for (let h = 0; h < heads; h++) {
+    const head = vec.subarray(h * headDim, (h + 1) * headDim);
+    rmsnorm(head, Float64Array.from(head), w, offset, eps);
+  }
+}
 
 export class ReferenceTransformer {
   /** Next position to be filled; forward() must be called with pos === this.length. */
@@ -97,6 +116,7 @@ export class ReferenceTransformer {
   constructor(
     readonly config: ModelConfig,
     readonly weights: Llama2cWeights,
+    readonly extras: ReferenceExtras = {},
   ) {
     const { dim, hiddenDim, nLayers, nHeads, nKvHeads, headDim, seqLen, vocabSize } = config;
     if (nHeads % nKvHeads !== 0 || headDim % 2 !== 0) throw new Error("reference: bad head layout");
@@ -139,6 +159,18 @@ export class ReferenceTransformer {
       matmul(q, xb, w.wq, l * qDim * dim);
       matmul(k, xb, w.wk, l * kvDim * dim);
       matmul(v, xb, w.wv, l * kvDim * dim);
+      const e = this.extras;
+      if (e.bq && e.bk && e.bv) {
+        for (let i = 0; i < qDim; i++) q[i] = q[i]! + e.bq[l * qDim + i]!;
+        for (let i = 0; i < kvDim; i++) {
+          k[i] = k[i]! + e.bk[l * kvDim + i]!;
+          v[i] = v[i]! + e.bv[l * kvDim + i]!;
+        }
+      }
+      if (e.qNorm && e.kNorm) {
+        headNorm(q, nHeads, headDim, e.qNorm, l * headDim, c.normEps);
+        headNorm(k, nKvHeads, headDim, e.kNorm, l * headDim, c.normEps);
+      }
 
       // RoPE on every query head and every key head
       rope(q, nHeads, pos, c);

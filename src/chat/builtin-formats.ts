@@ -16,6 +16,7 @@
  *   reply is followed by EOS.
  */
 import type { EncodeOptions, StreamDecoder } from "../tokenizer/tokenizer.ts";
+import type { ChatTurn, Conversation } from "./conversation.ts";
 
 export const CHAT_TEMPLATES = ["raw", "llama2"] as const;
 export type ChatTemplateName = (typeof CHAT_TEMPLATES)[number];
@@ -91,12 +92,6 @@ export function keptReplyIds(tok: ChatTokenizer, prevTokenId: number | undefined
   return ids.slice(0, kept);
 }
 
-export interface ChatTurn {
-  user: string;
-  /** The reply's token ids as kept in the conversation (no closing EOS). */
-  reply: number[];
-}
-
 export interface ChatHistoryOptions {
   addBos: boolean;
   system?: string | null;
@@ -106,7 +101,7 @@ export interface ChatHistoryOptions {
  * A conversation as token ids. `promptIds(user)` is the prompt for a new message; `commit` adds
  * that message and its reply, so the next prompt starts with exactly this prompt and the reply.
  */
-export class ChatHistory {
+export class ChatHistory implements Conversation {
   private readonly list: ChatTurn[] = [];
   private idList: number[] = [];
   private systemPrompt: string | null;
@@ -121,6 +116,23 @@ export class ChatHistory {
 
   get turns(): readonly ChatTurn[] {
     return this.list;
+  }
+
+  get name(): string {
+    return this.template;
+  }
+
+  get hasSystem(): boolean {
+    return templateHasSystem(this.template);
+  }
+
+  get continuesText(): boolean {
+    return this.template === "raw";
+  }
+
+  /** The ids of `user` as the conversation's only turn. */
+  aloneIds(user: string): number[] {
+    return userTurnIds(this.template, this.tok, user, { addBos: this.opts.addBos, first: true, system: this.systemPrompt });
   }
 
   /** Every token of the conversation so far: each turn's ids, reply and closing ids. */
@@ -149,9 +161,9 @@ export class ChatHistory {
   }
 
   /** Add a message and the ids of its reply (as generated; a closing EOS is added here). */
-  commit(user: string, replyIds: readonly number[]): void {
+  commit(user: string, replyIds: readonly number[], replyText = ""): void {
     this.idList = [...this.idList, ...this.turnIds(user), ...replyIds, ...replyEndIds(this.template, this.tok)];
-    this.list.push({ user, reply: [...replyIds] });
+    this.list.push({ user, reply: [...replyIds], replyText });
   }
 
   /** Forget the oldest turn (to make room); returns it, or undefined when there is none. */
@@ -170,6 +182,6 @@ export class ChatHistory {
   private rebuild(): void {
     const turns = this.list.splice(0);
     this.idList = [];
-    for (const t of turns) this.commit(t.user, t.reply);
+    for (const t of turns) this.commit(t.user, t.reply, t.replyText);
   }
 }

@@ -1,0 +1,362 @@
+// ============================================================================================
+// ggml's K-quants: super-blocks of 256 values, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
+// ============================================================================================
+//
+// Layouts (ggml-common.h, QK_K = 256; d, dmin IEEE halves):
+//   Q2_K  scales[16] (4-bit scale | 4-bit min << 4), qs[64] (2 bits), d, dmin     84 bytes
+//   Q3_K  hmask[32] (3rd bit), qs[64] (low 2 bits), scales[12] (16 x 6 bits), d    110 bytes
+//   Q4_K  d, dmin, scales[12] (8 x 6-bit scale and min), qs[128] (4 bits)          144 bytes
+//   Q5_K  d, dmin, scales[12], qh[32] (5th bit), qs[128]                           176 bytes
+//   Q6_K  ql[128] (low 4 bits), qh[64] (high 2 bits), scales[16] int8, d           210 bytes
+// The activations come in 256-value blocks (llama.cpp's Q8_K), so a whole super-block is one
+// exact integer sum of sub-block dots times their integer sub-scales, and only one float
+// multiply-add per super-block; the unpacking follows ggml's dequantize_row_*_K value for value.
+// matmulX(out, xq, xd, xs, w, T, cols, outStride, scratch, rowStart, rowEnd), as the 32-value
+// types, with 4 bytes of per-thread scratch.
+
+import { accumulate, dotAdd, loadHalf, sumLanes } from "./common";
+
+const QK_K: i32 = 256;
+const LOW_NIBBLES = i8x16.splat(0x0f);
+const THREE = i8x16.splat(3);
+
+/** Scale and min j (0..7) of Q4_K/Q5_K's 12 packed bytes (ggml's get_scale_min_k4): scale | min << 8. */
+@inline function scaleMinK4(q: usize, j: i32): i32 {
+  if (j < 4) return (<i32>load<u8>(q + <usize>j) & 63) | ((<i32>load<u8>(q + <usize>(j + 4)) & 63) << 8);
+  const sc = (<i32>load<u8>(q + <usize>(j + 4)) & 0xf) | ((<i32>load<u8>(q + <usize>(j - 4)) >> 6) << 4);
+  const m = (<i32>load<u8>(q + <usize>(j + 4)) >> 4) | ((<i32>load<u8>(q + <usize>j) >> 6) << 4);
+  return sc | (m << 8);
+}
+
+/** Q3_K's sixteen 6-bit scales (stored minus 32), unpacked from 12 bytes as ggml does. */
+@inline function scaleQ3K(q: usize, j: i32): i32 {
+  const low = j < 8 ? (<i32>load<u8>(q + <usize>j) & 0xf) : (<i32>load<u8>(q + <usize>(j - 8)) >> 4);
+  const high = (<i32>load<u8>(q + 8 + <usize>(j & 3)) >> (2 * (j >> 2))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+const ZERO = i32x4.splat(0);
+const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
+
+@inline function blockBytes(kind: i32): i32 {
+  return kind == Q2_K ? 84 : kind == Q3_K ? 110 : kind == Q4_K ? 144 : kind == Q5_K ? 176 : 210;
+}
+
+/** Sum of the token's 16 values starting at 16s of the super-block (exact). */
+@inline function sum16(xs: usize, s: i32): i32 {
+  return load<i32>(xs + (<usize>s << 2));
+}
+
+/**
+ * dot(x, u) over 16 pairs with every product times `scale` (an i16x8 splat), in four i32 lanes:
+ * the i8 x i7 dot to eight i16 pair sums (at most 2 * 63 * 127, no saturation), then
+ * i32x4.dot_i16x8_s multiplies them by the scale and adds pairs (x86: pmaddubsw, pmaddwd).
+ */
+@inline function scaledDot(x: v128, u: v128, scale: v128): v128 {
+  return i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(x, u), scale);
+}
+
+/** isum + the scaled dots of two 16-value sub-blocks (x and x + 16) with values u0, u1. */
+@inline function twoSubBlocks(isum: v128, x: usize, u0: v128, u1: v128, sc0: i32, sc1: i32): v128 {
+  return i32x4.add(isum, i32x4.add(scaledDot(v128.load(x), u0, i16x8.splat(<i16>sc0)), scaledDot(v128.load(x, 16), u1, i16x8.splat(<i16>sc1))));
+}
+
+/**
+ * Byte fields are extracted with 16-bit shifts (one x86 instruction; byte shifts are emulated)
+ * followed by a mask that drops the bits the neighbouring byte shifted in: every use below masks
+ * the low bits of a byte after shifting it right by at most 7 in all.
+ */
+@inline function highNibbles(v: v128): v128 {
+  return v128.and(i16x8.shr_u(v, 4), LOW_NIBBLES);
+}
+
+/** Bit 0 of each byte moved to 0x10 (Q5_K's fifth bit of a value). */
+@inline function bit4(v: v128): v128 {
+  return i16x8.shl(v128.and(v, i8x16.splat(1)), 4);
+}
+
+/**
+ * The 8 scales (bytes 0..7) and 8 minimums (bytes 8..15) of Q4_K/Q5_K's 12 packed bytes at q, as
+ * get_scale_min_k4 unpacks them, for all sub-blocks at once: j < 4 are the low 6 bits of bytes j
+ * and j + 4; j >= 4 take a nibble of byte j + 4 and the top 2 bits of byte j - 4 (scale) or j (min).
+ */
+@inline function scalesMinsK4(q: usize): v128 {
+  const v = v128.load(q); // 12 bytes and 4 that are not read
+  const none = <i8>-128; // swizzle index that gives 0
+  const low = i8x16.swizzle(v, i8x16(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+  const top = i8x16.swizzle(v, i8x16(none, none, none, none, 0, 1, 2, 3, none, none, none, none, 4, 5, 6, 7));
+  // Lanes 0-3, 8-11: the 6 low bits; lanes 4-7: the low nibble; lanes 12-15: the high nibble.
+  const nibbles = v128.or(
+    v128.and(low, i8x16(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0)),
+    v128.and(i16x8.shr_u(low, 4), i8x16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15)),
+  );
+  // The top 2 bits of the partner byte above them (lanes 4-7, 12-15 only: `top` is 0 elsewhere).
+  return v128.or(nibbles, i16x8.shl(v128.and(i16x8.shr_u(top, 6), THREE), 4));
+}
+
+/** Sums of each 32 activations (two 16-value sums) of sub-blocks 4k..4k+3, k = at / 32 (bytes into xs). */
+@inline function pairSums(xs: usize, at: usize): v128 {
+  const a = v128.load(xs + at), b = v128.load(xs + at, 16);
+  return i32x4.add(i32x4.shuffle(a, b, 0, 2, 4, 6), i32x4.shuffle(a, b, 1, 3, 5, 7));
+}
+
+/** i16 lane `lane` of v in every lane (lane a compile-time constant after inlining). */
+@inline function lane16(v: v128, lane: i32): v128 {
+  return i8x16.swizzle(v, i16x8.splat(<i16>((2 * lane) | ((2 * lane + 1) << 8))));
+}
+
+/** isum + the 64-value chunk c of a Q4_K/Q5_K super-block: low nibbles are sub-block 2c, high 2c + 1. */
+@inline function chunkK45(kind: i32, isum: v128, blk: usize, xq: usize, sc: v128, c: i32): v128 {
+  const qsAt: usize = kind == Q4_K ? 16 : 48;
+  const q0 = v128.load(blk + qsAt + <usize>(32 * c));
+  const q1 = v128.load(blk + qsAt + <usize>(32 * c + 16));
+  let lo0 = v128.and(q0, LOW_NIBBLES), lo1 = v128.and(q1, LOW_NIBBLES);
+  let hi0 = highNibbles(q0), hi1 = highNibbles(q1);
+  if (kind == Q5_K) {
+    // Bits 2c and 2c + 1 of qh: the fifth bits of this chunk's low and high nibbles.
+    const qh0 = i16x8.shr_u(v128.load(blk, 16), <i32>(2 * c));
+    const qh1 = i16x8.shr_u(v128.load(blk, 32), <i32>(2 * c));
+    lo0 = v128.or(lo0, bit4(qh0));
+    lo1 = v128.or(lo1, bit4(qh1));
+    hi0 = v128.or(hi0, bit4(i16x8.shr_u(qh0, 1)));
+    hi1 = v128.or(hi1, bit4(i16x8.shr_u(qh1, 1)));
+  }
+  const x = xq + <usize>(64 * c);
+  const sLo = lane16(sc, 2 * c), sHi = lane16(sc, 2 * c + 1);
+  isum = i32x4.add(isum, i32x4.add(scaledDot(v128.load(x), lo0, sLo), scaledDot(v128.load(x, 16), lo1, sLo)));
+  return i32x4.add(isum, i32x4.add(scaledDot(v128.load(x, 32), hi0, sHi), scaledDot(v128.load(x, 48), hi1, sHi)));
+}
+
+/** isum + half n (128 values) of a Q6_K super-block; sc holds its 8 sub-block scales as i16. */
+@inline function halfQ6K(isum: v128, blk: usize, xq: usize, n: i32, sc: v128): v128 {
+  const ql = blk + <usize>(64 * n);
+  let h0 = v128.load(blk + 128 + <usize>(32 * n));
+  let h1 = v128.load(blk + 144 + <usize>(32 * n));
+  const qlA = v128.load(ql), qlB = v128.load(ql, 16), qlC = v128.load(ql, 32), qlD = v128.load(ql, 48);
+  const x = xq + <usize>(128 * n);
+  // Values l + 32k of the half: a nibble of ql[l] (k = 0, 2) or ql[l + 32] (k = 1, 3), low for
+  // k < 2, and bits 2k, 2k + 1 of qh[l] above it.
+  isum = i32x4.add(isum, i32x4.add(
+    scaledDot(v128.load(x), v128.or(v128.and(qlA, LOW_NIBBLES), i16x8.shl(v128.and(h0, THREE), 4)), lane16(sc, 0)),
+    scaledDot(v128.load(x, 16), v128.or(v128.and(qlB, LOW_NIBBLES), i16x8.shl(v128.and(h1, THREE), 4)), lane16(sc, 1))));
+  h0 = i16x8.shr_u(h0, 2);
+  h1 = i16x8.shr_u(h1, 2);
+  isum = i32x4.add(isum, i32x4.add(
+    scaledDot(v128.load(x, 32), v128.or(v128.and(qlC, LOW_NIBBLES), i16x8.shl(v128.and(h0, THREE), 4)), lane16(sc, 2)),
+    scaledDot(v128.load(x, 48), v128.or(v128.and(qlD, LOW_NIBBLES), i16x8.shl(v128.and(h1, THREE), 4)), lane16(sc, 3))));
+  h0 = i16x8.shr_u(h0, 2);
+  h1 = i16x8.shr_u(h1, 2);
+  isum = i32x4.add(isum, i32x4.add(
+    scaledDot(v128.load(x, 64), v128.or(highNibbles(qlA), i16x8.shl(v128.and(h0, THREE), 4)), lane16(sc, 4)),
+    scaledDot(v128.load(x, 80), v128.or(highNibbles(qlB), i16x8.shl(v128.and(h1, THREE), 4)), lane16(sc, 5))));
+  h0 = i16x8.shr_u(h0, 2);
+  h1 = i16x8.shr_u(h1, 2);
+  return i32x4.add(isum, i32x4.add(
+    scaledDot(v128.load(x, 96), v128.or(highNibbles(qlC), i16x8.shl(v128.and(h0, THREE), 4)), lane16(sc, 6)),
+    scaledDot(v128.load(x, 112), v128.or(highNibbles(qlD), i16x8.shl(v128.and(h1, THREE), 4)), lane16(sc, 7))));
+}
+
+/**
+ * One super-block of `kind` dotted with its 256 activations (xq, xs at the block): the integer
+ * sum of every sub-block's dot times its sub-scale, spread over four lanes, and (stored at `mins`)
+ * the integer sum of the sub-minimums times the activations' sums. Exact. Weights enter the dot
+ * unsigned; where ggml's values carry an offset (Q3_K: 4, Q6_K: 32) the offset times each
+ * sub-block's scaled activation sum is taken out at the end, a quarter per lane. Bit fields are
+ * reached by shifting a register a constant 1 or 2 further each step (x86 has no byte shifts, and
+ * a variable one costs several instructions).
+ */
+@inline function superBlockDot(kind: i32, blk: usize, xq: usize, xs: usize, mins: usize): v128 {
+  let isum = ZERO;
+  let minSum = 0;
+  if (kind == Q4_K || kind == Q5_K) {
+    const sm = scalesMinsK4(blk + 4);
+    const sc = i16x8.extend_low_i8x16_u(sm);
+    isum = chunkK45(kind, isum, blk, xq, sc, 0);
+    isum = chunkK45(kind, isum, blk, xq, sc, 1);
+    isum = chunkK45(kind, isum, blk, xq, sc, 2);
+    isum = chunkK45(kind, isum, blk, xq, sc, 3);
+    // Minimums times the activations' 32-value sums, in integers.
+    const mins8 = i16x8.extend_high_i8x16_u(sm);
+    const m = i32x4.add(
+      i32x4.mul(i32x4.extend_low_i16x8_u(mins8), pairSums(xs, 0)),
+      i32x4.mul(i32x4.extend_high_i16x8_u(mins8), pairSums(xs, 32)),
+    );
+    minSum = i32x4.extract_lane(m, 0) + i32x4.extract_lane(m, 1) + i32x4.extract_lane(m, 2) + i32x4.extract_lane(m, 3);
+  } else if (kind == Q6_K) {
+    const scales = v128.load(blk, 192);
+    isum = halfQ6K(isum, blk, xq, 0, i16x8.extend_low_i8x16_s(scales));
+    isum = halfQ6K(isum, blk, xq, 1, i16x8.extend_high_i8x16_s(scales));
+    // Values are u - 32: take out 32 x the scaled sums, 8 per lane.
+    const lo = i16x8.extend_low_i8x16_s(scales), hi = i16x8.extend_high_i8x16_s(scales);
+    const o = i32x4.add(
+      i32x4.add(i32x4.mul(i32x4.extend_low_i16x8_s(lo), v128.load(xs)), i32x4.mul(i32x4.extend_high_i16x8_s(lo), v128.load(xs, 16))),
+      i32x4.add(i32x4.mul(i32x4.extend_low_i16x8_s(hi), v128.load(xs, 32)), i32x4.mul(i32x4.extend_high_i16x8_s(hi), v128.load(xs, 48))),
+    );
+    const offset = i32x4.extract_lane(o, 0) + i32x4.extract_lane(o, 1) + i32x4.extract_lane(o, 2) + i32x4.extract_lane(o, 3);
+    isum = i32x4.sub(isum, i32x4.splat(offset << 3));
+  } else {
+    // Q2_K and Q3_K: 2-bit values (plus Q3_K's high bit), 16-value sub-blocks. Q3_K's packed
+    // scales are unpacked once into scratch after the minimum slot, with the offset sum.
+    const qsAt: usize = kind == Q2_K ? 16 : 32;
+    const scales = mins + 16;
+    let offset = 0;
+    if (kind == Q3_K) {
+      for (let s = 0; s < 16; s++) {
+        const sc = scaleQ3K(blk + 96, s);
+        store<i8>(scales + <usize>s, <i8>sc);
+        offset += sc * sum16(xs, s);
+      }
+    }
+    let hm0 = kind == Q3_K ? v128.load(blk) : ZERO;
+    let hm1 = kind == Q3_K ? v128.load(blk, 16) : ZERO;
+    for (let n = 0; n < 2; n++) {
+      let q0 = v128.load(blk + qsAt + <usize>(32 * n));
+      let q1 = v128.load(blk + qsAt + <usize>(32 * n + 16));
+      for (let j = 0; j < 4; j++) {
+        let u0 = v128.and(q0, THREE);
+        let u1 = v128.and(q1, THREE);
+        q0 = i16x8.shr_u(q0, 2);
+        q1 = i16x8.shr_u(q1, 2);
+        const s = 8 * n + 2 * j;
+        const x = xq + <usize>(16 * s);
+        if (kind == Q3_K) {
+          // With its high bit (the next bit of hmask) as 4, u is the value + 4.
+          u0 = v128.or(u0, i16x8.shl(v128.and(hm0, i8x16.splat(1)), 2));
+          u1 = v128.or(u1, i16x8.shl(v128.and(hm1, i8x16.splat(1)), 2));
+          hm0 = i16x8.shr_u(hm0, 1);
+          hm1 = i16x8.shr_u(hm1, 1);
+          isum = twoSubBlocks(isum, x, u0, u1, <i32>load<i8>(scales + <usize>s), <i32>load<i8>(scales + <usize>(s + 1)));
+        } else {
+          const sc0 = <i32>load<u8>(blk + <usize>s), sc1 = <i32>load<u8>(blk + <usize>(s + 1));
+          isum = twoSubBlocks(isum, x, u0, u1, sc0 & 0xf, sc1 & 0xf);
+          minSum += (sc0 >> 4) * sum16(xs, s) + (sc1 >> 4) * sum16(xs, s + 1);
+        }
+      }
+    }
+    if (kind == Q3_K) isum = i32x4.sub(isum, i32x4.splat(offset)); // 4 x the sums, 1 per lane
+  }
+  store<i32>(mins, minSum);
+  return isum;
+}
+
+/** The super-block's weight scale d and minimum scale dmin (0 for types without minimums). */
+@inline function superScale(kind: i32, blk: usize): f32 {
+  return kind == Q2_K ? loadHalf(blk + 80) : kind == Q3_K ? loadHalf(blk + 108) : kind == Q6_K ? loadHalf(blk + 208) : loadHalf(blk);
+}
+
+@inline function superMinScale(kind: i32, blk: usize): f32 {
+  return kind == Q2_K ? loadHalf(blk + 82) : kind == Q4_K || kind == Q5_K ? loadHalf(blk + 2) : 0;
+}
+
+/** One row dotted with one token's activations (256-value blocks). */
+@inline function rowDot(kind: i32, row: usize, xq: usize, xd: usize, xs: usize, cols: i32, minSlot: usize): f32 {
+  const nb = cols >> 8;
+  const bs = blockBytes(kind);
+  let acc = f32x4.splat(0);
+  let mins: f32 = 0;
+  for (let b = 0; b < nb; b++) {
+    const blk = row + <usize>(b * bs);
+    const isum = superBlockDot(kind, blk, xq + <usize>(b << 8), xs + (<usize>(b << 4) << 2), minSlot);
+    const xdb = load<f32>(xd + (<usize>b << 2));
+    acc = accumulate(acc, isum, superScale(kind, blk) * xdb);
+    if (kind == Q2_K || kind == Q4_K || kind == Q5_K) mins -= superMinScale(kind, blk) * (xdb * <f32>load<i32>(minSlot));
+  }
+  return sumLanes(acc) + mins;
+}
+
+/**
+ * `minSlot` is 32 bytes of per-thread scratch: the integer minimum sum leaves superBlockDot in its
+ * first 4 (AssemblyScript returns one value), Q3_K's unpacked scales use bytes 16..31.
+ */
+@inline function matmulK(
+  kind: i32, out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, minSlot: usize, rowStart: i32, rowEnd: i32,
+): void {
+  const rowBytes = (cols >> 8) * blockBytes(kind);
+  for (let r = rowStart; r < rowEnd; r++) {
+    const row = w + <usize>(r * rowBytes);
+    for (let t = 0; t < T; t++) {
+      const v = rowDot(kind, row, xq + <usize>(t * cols), xd + (<usize>(t * (cols >> 8)) << 2), xs + (<usize>(t * (cols >> 4)) << 2), cols, minSlot);
+      store<f32>(out + (<usize>(t * outStride + r) << 2), v);
+    }
+  }
+}
+
+export function matmulQ2_K(out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, scratch: usize, rowStart: i32, rowEnd: i32): void {
+  matmulK(Q2_K, out, xq, xd, xs, w, T, cols, outStride, scratch, rowStart, rowEnd);
+}
+export function matmulQ3_K(out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, scratch: usize, rowStart: i32, rowEnd: i32): void {
+  matmulK(Q3_K, out, xq, xd, xs, w, T, cols, outStride, scratch, rowStart, rowEnd);
+}
+export function matmulQ4_K(out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, scratch: usize, rowStart: i32, rowEnd: i32): void {
+  matmulK(Q4_K, out, xq, xd, xs, w, T, cols, outStride, scratch, rowStart, rowEnd);
+}
+export function matmulQ5_K(out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, scratch: usize, rowStart: i32, rowEnd: i32): void {
+  matmulK(Q5_K, out, xq, xd, xs, w, T, cols, outStride, scratch, rowStart, rowEnd);
+}
+export function matmulQ6_K(out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, scratch: usize, rowStart: i32, rowEnd: i32): void {
+  matmulK(Q6_K, out, xq, xd, xs, w, T, cols, outStride, scratch, rowStart, rowEnd);
+}
+
+// ---- embedding rows: ggml's dequantize_row_*_K, one row per token
+
+/** Value v (0..255) of a K-quant block at blk, as dequantize_row_*_K computes it. */
+@inline function kValue(kind: i32, blk: usize, v: i32): f32 {
+  const n = v >> 7; // half of the block (Q2_K, Q3_K, Q6_K) ...
+  const j = (v >> 5) & 3; // ... its 32-value group
+  const l = v & 31;
+  if (kind == 2) {
+    const q = (<i32>load<u8>(blk + 16 + <usize>(32 * n + l)) >> (2 * j)) & 3;
+    const sc = <i32>load<u8>(blk + <usize>(8 * n + 2 * j + (l >> 4)));
+    return loadHalf(blk + 80) * <f32>(sc & 0xf) * <f32>q - loadHalf(blk + 82) * <f32>(sc >> 4);
+  }
+  if (kind == 3) {
+    const q = (<i32>load<u8>(blk + 32 + <usize>(32 * n + l)) >> (2 * j)) & 3;
+    const high = (<i32>load<u8>(blk + <usize>l) >> (4 * n + j)) & 1;
+    return loadHalf(blk + 108) * <f32>scaleQ3K(blk + 96, 8 * n + 2 * j + (l >> 4)) * <f32>(q - (high != 0 ? 0 : 4));
+  }
+  if (kind == 4 || kind == 5) {
+    const c = v >> 6; // 64-value chunk
+    const upper = (v >> 5) & 1;
+    const qsBase: usize = kind == 4 ? 16 : 48;
+    const byte = <i32>load<u8>(blk + qsBase + <usize>(32 * c + l));
+    let q = upper != 0 ? byte >> 4 : byte & 0xf;
+    if (kind == 5) q |= ((<i32>load<u8>(blk + 16 + <usize>l) >> (2 * c + upper)) & 1) << 4;
+    const sm = scaleMinK4(blk + 4, 2 * c + upper);
+    return loadHalf(blk) * <f32>(sm & 0xff) * <f32>q - loadHalf(blk + 2) * <f32>(sm >> 8);
+  }
+  // Q6_K: value l + 32k of half n
+  const k = j;
+  const byte = <i32>load<u8>(blk + <usize>(64 * n + l + ((k & 1) << 5)));
+  const nib = k < 2 ? byte & 0xf : byte >> 4;
+  const hb = (<i32>load<u8>(blk + 128 + <usize>(32 * n + l)) >> (2 * k)) & 3;
+  const sc = <i32>load<i8>(blk + 192 + <usize>(8 * n + 2 * k + (l >> 4)));
+  return loadHalf(blk + 208) * <f32>sc * <f32>((nib | (hb << 4)) - 32);
+}
+
+function embedK(out: usize, w: usize, tokens: usize, T: i32, cols: i32, kind: i32, blockBytes: i32): void {
+  const nb = cols / QK_K;
+  for (let t = 0; t < T; t++) {
+    const r = load<i32>(tokens + (<usize>t << 2));
+    for (let b = 0; b < nb; b++) {
+      const blk = w + <usize>((r * nb + b) * blockBytes);
+      const o = out + (<usize>(t * cols + b * QK_K) << 2);
+      for (let v = 0; v < QK_K; v++) store<f32>(o + (<usize>v << 2), kValue(kind, blk, v));
+    }
+  }
+}
+
+export function embedQ2_K(out: usize, w: usize, tokens: usize, T: i32, cols: i32): void {
+  embedK(out, w, tokens, T, cols, 2, 84);
+}
+export function embedQ3_K(out: usize, w: usize, tokens: usize, T: i32, cols: i32): void {
+  embedK(out, w, tokens, T, cols, 3, 110);
+}
+export function embedQ4_K(out: usize, w: usize, tokens: usize, T: i32, cols: i32): void {
+  embedK(out, w, tokens, T, cols, 4, 144);
+}
+export function embedQ5_K(out: usize, w: usize, tokens: usize, T: i32, cols: i32): void {
+  embedK(out, w, tokens, T, cols, 5, 176);
+}
+export function embedQ6_K(out: usize, w: usize, tokens: usize, T: i32, cols: i32): void {
+  embedK(out, w, tokens, T, cols, 6, 210);
+}

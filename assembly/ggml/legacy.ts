@@ -1,0 +1,171 @@
+// ============================================================================================
+// ggml's 32-value block types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1
+// ============================================================================================
+//
+// Layouts (ggml-common.h), d and m IEEE halves:
+//   Q8_0  d, qs[32] int8                                      x = d * q
+//   Q4_0  d, qs[16] (values 0..15 low nibbles, 16..31 high)   x = d * (q - 8)
+//   Q4_1  d, m, qs[16]                                        x = d * q + m
+//   Q5_0  d, qh (u32, bit j = 5th bit of value j), qs[16]     x = d * (q - 16)
+//   Q5_1  d, m, qh, qs[16]                                    x = d * q + m
+// matmulX(out, xq, xd, xs, w, T, cols, outStride, rowStart, rowEnd): out[t][r] = row r of w
+// (cols/32 blocks) dotted with token t's int8 activations (32-value blocks), rows [rowStart,
+// rowEnd). A row stays in the first-level cache while every token reads it.
+
+import { accumulate, dotAdd, loadHalf, sumLanes } from "./common";
+
+const LOW_NIBBLES = i8x16.splat(0x0f);
+const ZERO = i32x4.splat(0);
+
+/** The 5th bits of values 0..15 (upper = false) or 16..31 of a Q5 block, as 0x10 bytes. */
+@inline function highBits(qh: u32, upper: bool): v128 {
+  const bytes = i32x4.splat(<i32>qh);
+  const index = upper ? i8x16(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3) : i8x16(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const bit = i8x16(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+  return v128.and(i8x16.eq(v128.and(i8x16.swizzle(bytes, index), bit), bit), i8x16.splat(0x10));
+}
+
+/** Sum of token values 32g..32g+31 (exact). */
+@inline function blockSum(xs: usize, g: i32): i32 {
+  return load<i32>(xs + (<usize>(g << 1) << 2)) + load<i32>(xs + (<usize>((g << 1) + 1) << 2));
+}
+
+/** Kinds, in the order of the exports below. */
+const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
+
+@inline function blockBytes(kind: i32): i32 {
+  return kind == Q8_0 ? 34 : kind == Q4_0 ? 18 : kind == Q4_1 ? 20 : kind == Q5_0 ? 22 : 24;
+}
+
+/** The exact integer dot of block g of a row with the token's 32 activations x0 (0..15), x1 (16..31). */
+@inline function blockIsum(kind: i32, blk: usize, x0: v128, x1: v128, xs: usize, g: i32): v128 {
+  if (kind == Q8_0) {
+    // Signed weights: dot(|w|, x * sign(w)).
+    const w0 = v128.load(blk, 2), w1 = v128.load(blk, 18);
+    const s0 = v128.bitselect(i8x16.neg(x0), x0, i8x16.lt_s(w0, ZERO));
+    const s1 = v128.bitselect(i8x16.neg(x1), x1, i8x16.lt_s(w1, ZERO));
+    return dotAdd(s1, i8x16.abs(w1), dotAdd(s0, i8x16.abs(w0), ZERO));
+  }
+  const qs = v128.load(blk + <usize>(kind == Q4_0 ? 2 : kind == Q4_1 ? 4 : kind == Q5_0 ? 6 : 8));
+  let u0 = v128.and(qs, LOW_NIBBLES);
+  let u1 = v128.and(i16x8.shr_u(qs, 4), LOW_NIBBLES);
+  if (kind == Q5_0 || kind == Q5_1) {
+    const qh = load<u32>(blk + <usize>(kind == Q5_0 ? 2 : 4));
+    u0 = v128.or(u0, highBits(qh, false));
+    u1 = v128.or(u1, highBits(qh, true));
+  }
+  let isum = dotAdd(x1, u1, dotAdd(x0, u0, ZERO));
+  // Take out the offset: 8 (Q4_0) or 16 (Q5_0) times the block's sum, a quarter per lane.
+  if (kind == Q4_0) isum = i32x4.sub(isum, i32x4.splat(blockSum(xs, g) << 1));
+  if (kind == Q5_0) isum = i32x4.sub(isum, i32x4.splat(blockSum(xs, g) << 2));
+  return isum;
+}
+
+/**
+ * Rows rowA and rowB (rowB may equal rowA: one row) dotted with one token's activations (xq, xd,
+ * xs at the token), written to outA and outB. Two rows share the activation loads; each row's
+ * float sums are the same operations as alone.
+ */
+@inline function rowPairDot(kind: i32, rowA: usize, rowB: usize, xq: usize, xd: usize, xs: usize, cols: i32, outA: usize, outB: usize): void {
+  const nb = cols >> 5;
+  const bs = blockBytes(kind);
+  let accA = f32x4.splat(0), accB = f32x4.splat(0);
+  let minsA: f32 = 0, minsB: f32 = 0;
+  for (let g = 0; g < nb; g++) {
+    const x0 = v128.load(xq + <usize>(g << 5));
+    const x1 = v128.load(xq + <usize>(g << 5), 16);
+    const xdg = load<f32>(xd + (<usize>g << 2));
+    const blkA = rowA + <usize>(g * bs), blkB = rowB + <usize>(g * bs);
+    accA = accumulate(accA, blockIsum(kind, blkA, x0, x1, xs, g), loadHalf(blkA) * xdg);
+    accB = accumulate(accB, blockIsum(kind, blkB, x0, x1, xs, g), loadHalf(blkB) * xdg);
+    if (kind == Q4_1 || kind == Q5_1) {
+      const xsum = xdg * <f32>blockSum(xs, g);
+      minsA += loadHalf(blkA + 2) * xsum;
+      minsB += loadHalf(blkB + 2) * xsum;
+    }
+  }
+  store<f32>(outA, sumLanes(accA) + minsA);
+  store<f32>(outB, sumLanes(accB) + minsB);
+}
+
+@inline function matmulLegacy(
+  kind: i32, out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32,
+): void {
+  const rowBytes = (cols >> 5) * blockBytes(kind);
+  for (let r = rowStart; r < rowEnd; r += 2) {
+    const rowA = w + <usize>(r * rowBytes);
+    const rB = r + 1 < rowEnd ? r + 1 : r;
+    const rowB = w + <usize>(rB * rowBytes);
+    for (let t = 0; t < T; t++) {
+      const o = out + (<usize>(t * outStride) << 2);
+      rowPairDot(kind, rowA, rowB, xq + <usize>(t * cols), xd + (<usize>(t * (cols >> 5)) << 2), xs + (<usize>(t * (cols >> 4)) << 2), cols,
+        o + (<usize>r << 2), o + (<usize>rB << 2));
+    }
+  }
+}
+
+export function matmulQ8_0(out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32): void {
+  matmulLegacy(Q8_0, out, xq, xd, xs, w, T, cols, outStride, rowStart, rowEnd);
+}
+export function matmulQ4_0(out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32): void {
+  matmulLegacy(Q4_0, out, xq, xd, xs, w, T, cols, outStride, rowStart, rowEnd);
+}
+export function matmulQ4_1(out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32): void {
+  matmulLegacy(Q4_1, out, xq, xd, xs, w, T, cols, outStride, rowStart, rowEnd);
+}
+export function matmulQ5_0(out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32): void {
+  matmulLegacy(Q5_0, out, xq, xd, xs, w, T, cols, outStride, rowStart, rowEnd);
+}
+export function matmulQ5_1(out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32): void {
+  matmulLegacy(Q5_1, out, xq, xd, xs, w, T, cols, outStride, rowStart, rowEnd);
+}
+
+// ---- embedding rows: ggml's dequantize_row_*, one row per token (scalar: little work)
+
+/** Value j (0..31) of 16 packed bytes: low nibbles are values 0..15, high nibbles 16..31. */
+@inline function nibble(qs: usize, j: i32): i32 {
+  const b = <i32>load<u8>(qs + <usize>(j & 15));
+  return j < 16 ? b & 15 : b >> 4;
+}
+
+@inline function fifthBit(qh: u32, j: i32): i32 {
+  return <i32>((qh >> <u32>j) & 1) << 4;
+}
+
+@inline function legacyValue(kind: i32, blk: usize, j: i32): f32 {
+  const d = loadHalf(blk);
+  if (kind == Q8_0) return d * <f32>load<i8>(blk + 2 + <usize>j);
+  if (kind == Q4_0) return d * <f32>(nibble(blk + 2, j) - 8);
+  if (kind == Q4_1) return d * <f32>nibble(blk + 4, j) + loadHalf(blk + 2);
+  if (kind == Q5_0) return d * <f32>((nibble(blk + 6, j) | fifthBit(load<u32>(blk, 2), j)) - 16);
+  return d * <f32>(nibble(blk + 8, j) | fifthBit(load<u32>(blk, 4), j)) + loadHalf(blk + 2);
+}
+
+@inline function embedLegacy(kind: i32, out: usize, w: usize, tokens: usize, T: i32, cols: i32): void {
+  const nb = cols >> 5;
+  const bs = blockBytes(kind);
+  for (let t = 0; t < T; t++) {
+    const r = load<i32>(tokens + (<usize>t << 2));
+    for (let g = 0; g < nb; g++) {
+      const blk = w + <usize>((r * nb + g) * bs);
+      const o = out + (<usize>(t * cols + (g << 5)) << 2);
+      for (let j = 0; j < 32; j++) store<f32>(o + (<usize>j << 2), legacyValue(kind, blk, j));
+    }
+  }
+}
+
+export function embedQ8_0(out: usize, w: usize, tokens: usize, T: i32, cols: i32): void {
+  embedLegacy(Q8_0, out, w, tokens, T, cols);
+}
+export function embedQ4_0(out: usize, w: usize, tokens: usize, T: i32, cols: i32): void {
+  embedLegacy(Q4_0, out, w, tokens, T, cols);
+}
+export function embedQ4_1(out: usize, w: usize, tokens: usize, T: i32, cols: i32): void {
+  embedLegacy(Q4_1, out, w, tokens, T, cols);
+}
+export function embedQ5_0(out: usize, w: usize, tokens: usize, T: i32, cols: i32): void {
+  embedLegacy(Q5_0, out, w, tokens, T, cols);
+}
+export function embedQ5_1(out: usize, w: usize, tokens: usize, T: i32, cols: i32): void {
+  embedLegacy(Q5_1, out, w, tokens, T, cols);
+}

@@ -1,0 +1,67 @@
+/**
+ * Which prompt format a chat uses: the model's own Jinja template by default (plain continuation
+ * for a model without one), or one named on the command line: a built-in format (raw, llama2),
+ * ChatML, or a Jinja file.
+ */
+import { existsSync, readFileSync, statSync } from "node:fs";
+import { InputError } from "../errors.ts";
+import type { Tokenizer } from "../tokenizer/tokenizer.ts";
+import { ChatHistory, CHAT_TEMPLATES, type ChatTemplateName } from "./builtin-formats.ts";
+import type { Conversation } from "./conversation.ts";
+import { JinjaConversation } from "./jinja-conversation.ts";
+import { ChatTemplate, type ChatMessage } from "./jinja-template.ts";
+
+/** ChatML, as Qwen and SmolLM write it (without a default system prompt). */
+const CHATML =
+  "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}" +
+  "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+export const FORMAT_NAMES = [...CHAT_TEMPLATES, "chatml"] as const;
+
+export type ChatFormat = { kind: "builtin"; name: ChatTemplateName } | { kind: "jinja"; template: ChatTemplate };
+
+/**
+ * The format `choice` names (a built-in name or a Jinja file), or, when absent, the model's own
+ * template (`modelTemplate`, from its metadata) or plain continuation.
+ */
+export function chatFormat(choice: string | undefined, modelTemplate: string | null, modelSource: string, tok: Tokenizer): ChatFormat {
+  const specials = {
+    bosToken: tok.bosId === null ? "" : tok.tokenText(tok.bosId),
+    eosToken: tok.eosId === null ? "" : tok.tokenText(tok.eosId),
+  };
+  if (choice === undefined) {
+    return modelTemplate === null ? { kind: "builtin", name: "raw" } : { kind: "jinja", template: new ChatTemplate(modelTemplate, modelSource, specials) };
+  }
+  if ((CHAT_TEMPLATES as readonly string[]).includes(choice)) return { kind: "builtin", name: choice as ChatTemplateName };
+  if (choice === "chatml") return { kind: "jinja", template: new ChatTemplate(CHATML, "chatml", specials) };
+  if (existsSync(choice) && statSync(choice).isFile()) return { kind: "jinja", template: new ChatTemplate(readFileSync(choice, "utf8"), choice, specials) };
+  throw new InputError(`--template must be ${FORMAT_NAMES.join(", ")} or a Jinja template file, got "${choice}" (no such file)`);
+}
+
+export function newConversation(format: ChatFormat, tok: Tokenizer, opts: { addBos: boolean; system?: string | null; onNote?: (line: string) => void }): Conversation {
+  return format.kind === "builtin"
+    ? new ChatHistory(format.name, tok, { addBos: opts.addBos, system: opts.system ?? null })
+    : new JinjaConversation(format.template, tok, opts);
+}
+
+/**
+ * The prompt ids of a whole message list (a JSONL request's "messages", a saved conversation):
+ * a system message first if any, then user and assistant messages; the prompt ends where the
+ * assistant's reply to the last user message starts.
+ */
+export function messagesPromptIds(format: ChatFormat, tok: Tokenizer, addBos: boolean, messages: readonly ChatMessage[]): number[] {
+  const system = messages[0]?.role === "system" ? messages[0].content : null;
+  const rest = system === null ? messages : messages.slice(1);
+  const last = rest.at(-1);
+  if (last === undefined || last.role !== "user") throw new InputError(`"messages" must end with a user message`);
+  const conversation = newConversation(format, tok, { addBos, system });
+  if (system !== null && !conversation.hasSystem) throw new InputError(`the ${conversation.name} format has no system prompt`);
+  for (let i = 0; i + 1 < rest.length; i += 2) {
+    const user = rest[i]!;
+    const reply = rest[i + 1]!;
+    if (user.role !== "user" || reply.role !== "assistant") throw new InputError(`"messages" must alternate user and assistant messages after an optional system message`);
+    conversation.promptIds(user.content);
+    conversation.commit(user.content, tok.encode(reply.content, { continuation: true }), reply.content);
+  }
+  return conversation.promptIds(last.content);
+}

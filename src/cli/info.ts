@@ -1,0 +1,91 @@
+/**
+ * `pagellm info MODEL`: what `ollama show` prints and more, from the GGUF header: architecture,
+ * parameters, tensor types and their share of the bytes, context, attention shape, RoPE, vocabulary,
+ * special tokens, the start of the chat template, and the memory a run at --ctx-size needs.
+ */
+import { defineCommand, type ArgsDef } from "citty";
+import { formatBytes } from "../hub/progress.ts";
+import { resolveModel } from "../hub/resolve.ts";
+import { estimateMemory, summarizeModel, type MemoryEstimate, type ModelSummary } from "../hub/summary.ts";
+import { checkKnownOptions, numberOption } from "./options.ts";
+
+const infoArgs = {
+  model: { type: "positional", description: "A path, hf:OWNER/REPO/FILE.gguf, hf:OWNER/REPO:QUANT or a URL (downloaded when not cached)", valueHint: "model", required: true },
+  "ctx-size": { type: "string", description: "Context length for the memory estimate (default: the model's)", valueHint: "n" },
+  json: { type: "boolean", description: "Print JSON instead of text" },
+} as const satisfies ArgsDef;
+
+const TEMPLATE_LINES = 6;
+
+export const infoCommand = defineCommand({
+  meta: { name: "info", description: "Show a model's architecture, tensors, tokenizer, chat template and memory needs" },
+  args: infoArgs,
+  async run({ args, rawArgs }) {
+    checkKnownOptions(rawArgs, infoArgs);
+    const ctxOption = numberOption(args, "ctx-size", "posint");
+    const summary = summarizeModel(await resolveModel(args.model));
+    const memory = estimateMemory(summary, ctxOption ?? summary.contextLength ?? 2048);
+    if (args.json === true) process.stdout.write(`${JSON.stringify({ ...summary, memory }, null, 2)}\n`);
+    else process.stdout.write(formatInfo(summary, memory));
+  },
+});
+
+export function formatInfo(s: ModelSummary, m: MemoryEstimate): string {
+  const out: string[] = [];
+  const section = (title: string, rows: [string, string | number | null][]): void => {
+    const shown = rows.filter((r): r is [string, string | number] => r[1] !== null);
+    if (shown.length === 0) return;
+    out.push(`  ${title}`);
+    const width = Math.max(...shown.map(([k]) => k.length));
+    for (const [k, v] of shown) out.push(`    ${k.padEnd(width)}  ${v}`);
+    out.push("");
+  };
+  section("Model", [
+    ["file", s.path],
+    ["name", s.name],
+    ["architecture", s.architecture],
+    ["parameters", formatCount(s.parameters)],
+    ["quantization", s.quantization],
+    ["file size", formatBytes(s.fileBytes)],
+    ["context length", s.contextLength],
+    ["embedding length", s.embeddingLength],
+    ["layers", s.layers],
+    ["feed forward", s.feedForwardLength],
+    ["heads (q/kv)", s.heads === null ? null : `${s.heads}/${s.kvHeads}`],
+    ["head dim", s.headDim],
+  ]);
+  section("RoPE", [
+    ["freq base", s.rope.freqBase],
+    ["dimensions", s.rope.dims],
+    ["scaling", s.rope.scaling === null ? null : `${s.rope.scaling}${s.rope.scalingFactor === null ? "" : ` x${s.rope.scalingFactor}`}`],
+    ["original context", s.rope.originalContext],
+  ]);
+  section("Tensors", s.tensorTypes.map((t) => [t.type, `${(100 * t.fraction).toFixed(1).padStart(5)}%  ${formatBytes(t.bytes).padStart(10)}  ${t.tensors} tensors`]));
+  section("Vocabulary", [
+    ["kind", s.vocabulary.kind],
+    ["pre-tokenizer", s.vocabulary.pre],
+    ["size", s.vocabulary.size],
+    ...s.specialTokens.map((t): [string, string] => [`${t.role} token`, `${t.id}${t.text === null ? "" : ` ${JSON.stringify(t.text)}`}`]),
+  ]);
+  if (s.chatTemplate !== null) {
+    const lines = s.chatTemplate.split("\n");
+    out.push("  Chat template");
+    for (const line of lines.slice(0, TEMPLATE_LINES)) out.push(`    ${line.length > 100 ? `${line.slice(0, 100)}…` : line}`);
+    if (lines.length > TEMPLATE_LINES) out.push(`    … (${lines.length - TEMPLATE_LINES} more lines; --json shows it all)`);
+    out.push("");
+  }
+  section(`Memory at --ctx-size ${m.ctxSize}`, [
+    ["weights", formatBytes(m.weightBytes)],
+    ["KV cache (f32)", formatBytes(m.kvCacheBytes)],
+    ["activations (est.)", formatBytes(m.activationBytes)],
+    ["total", formatBytes(m.totalBytes)],
+  ]);
+  return out.join("\n");
+}
+
+function formatCount(n: number): string {
+  if (n >= 1e9) return `${(n / 1e9).toFixed(2)}B`;
+  if (n >= 1e6) return `${(n / 1e6).toFixed(2)}M`;
+  if (n >= 1e3) return `${(n / 1e3).toFixed(1)}K`;
+  return String(n);
+}

@@ -1,0 +1,162 @@
+/**
+ * What `pagellm models` and `pagellm info` say about a GGUF file, read from its header only
+ * (readGGUF never touches the tensor data): architecture, size, quantization, context, attention shape,
+ * RoPE, vocabulary, special tokens, chat template, and the memory a given context needs.
+ */
+import { readGGUF, type GGUFFile } from "../model/gguf.ts";
+
+/** llama.cpp's llama_ftype codes (general.file_type) by name; "MOSTLY_" dropped as ollama does. */
+const FILE_TYPES: ReadonlyMap<number, string> = new Map([
+  [0, "F32"], [1, "F16"], [2, "Q4_0"], [3, "Q4_1"], [7, "Q8_0"], [8, "Q5_0"], [9, "Q5_1"], [10, "Q2_K"],
+  [11, "Q3_K_S"], [12, "Q3_K_M"], [13, "Q3_K_L"], [14, "Q4_K_S"], [15, "Q4_K_M"], [16, "Q5_K_S"], [17, "Q5_K_M"],
+  [18, "Q6_K"], [19, "IQ2_XXS"], [20, "IQ2_XS"], [21, "Q2_K_S"], [22, "IQ3_XS"], [23, "IQ3_XXS"], [24, "IQ1_S"],
+  [25, "IQ4_NL"], [26, "IQ3_S"], [27, "IQ3_M"], [28, "IQ2_S"], [29, "IQ2_M"], [30, "IQ4_XS"], [31, "IQ1_M"],
+  [32, "BF16"], [36, "TQ1_0"], [37, "TQ2_0"], [38, "MXFP4_MOE"],
+]);
+
+/** Special token roles in tokenizer.ggml.<role>_token_id. */
+const SPECIAL_ROLES = ["bos", "eos", "eot", "eom", "unknown", "seperator", "padding", "cls", "mask", "prefix", "suffix", "middle"] as const;
+
+export interface TensorTypeShare {
+  readonly type: string;
+  readonly tensors: number;
+  readonly bytes: number;
+  /** Share of all tensor bytes, 0..1. */
+  readonly fraction: number;
+}
+
+export interface SpecialToken {
+  readonly role: string;
+  readonly id: number;
+  readonly text: string | null;
+}
+
+export interface ModelSummary {
+  readonly path: string;
+  readonly fileBytes: number;
+  readonly name: string | null;
+  readonly architecture: string;
+  /** From general.file_type, else the type holding most of the tensor bytes. */
+  readonly quantization: string;
+  readonly parameters: number;
+  readonly contextLength: number | null;
+  readonly embeddingLength: number | null;
+  readonly layers: number | null;
+  readonly feedForwardLength: number | null;
+  readonly heads: number | null;
+  readonly kvHeads: number | null;
+  readonly headDim: number | null;
+  readonly rope: { readonly freqBase: number | null; readonly dims: number | null; readonly scaling: string | null; readonly scalingFactor: number | null; readonly originalContext: number | null };
+  readonly tensorTypes: readonly TensorTypeShare[];
+  readonly weightBytes: number;
+  readonly vocabulary: { readonly kind: string | null; readonly pre: string | null; readonly size: number | null };
+  readonly specialTokens: readonly SpecialToken[];
+  readonly chatTemplate: string | null;
+}
+
+export function summarizeModel(path: string): ModelSummary {
+  const gguf = readGGUF(path);
+  const arch = gguf.getString("general.architecture", "unknown");
+  const num = (key: string): number | null => optionalNumber(gguf, key);
+  const embd = num(`${arch}.embedding_length`);
+  const heads = num(`${arch}.attention.head_count`);
+  const headDim = num(`${arch}.attention.key_length`) ?? (embd !== null && heads ? embd / heads : null);
+  const tensorTypes = tensorShares(gguf);
+  const fileType = num("general.file_type");
+  return {
+    path,
+    fileBytes: gguf.fileSize,
+    name: optionalString(gguf, "general.name"),
+    architecture: arch,
+    quantization: (fileType !== null ? FILE_TYPES.get(fileType) : undefined) ?? tensorTypes[0]?.type ?? "unknown",
+    parameters: gguf.tensors.reduce((sum, t) => sum + t.nElements, 0),
+    contextLength: num(`${arch}.context_length`),
+    embeddingLength: embd,
+    layers: num(`${arch}.block_count`),
+    feedForwardLength: num(`${arch}.feed_forward_length`),
+    heads,
+    kvHeads: num(`${arch}.attention.head_count_kv`) ?? heads,
+    headDim,
+    rope: {
+      freqBase: num(`${arch}.rope.freq_base`),
+      dims: num(`${arch}.rope.dimension_count`),
+      scaling: optionalString(gguf, `${arch}.rope.scaling.type`),
+      scalingFactor: num(`${arch}.rope.scaling.factor`),
+      originalContext: num(`${arch}.rope.scaling.original_context_length`),
+    },
+    tensorTypes,
+    weightBytes: gguf.tensors.reduce((sum, t) => sum + t.byteSize, 0),
+    vocabulary: {
+      kind: optionalString(gguf, "tokenizer.ggml.model"),
+      pre: optionalString(gguf, "tokenizer.ggml.pre"),
+      size: gguf.has("tokenizer.ggml.tokens") ? gguf.getStringArray("tokenizer.ggml.tokens").length : null,
+    },
+    specialTokens: specialTokens(gguf),
+    chatTemplate: optionalString(gguf, "tokenizer.chat_template"),
+  };
+}
+
+/** Bytes per tensor type, largest first. */
+function tensorShares(gguf: GGUFFile): TensorTypeShare[] {
+  const byType = new Map<string, { tensors: number; bytes: number }>();
+  for (const t of gguf.tensors) {
+    const entry = byType.get(t.typeName) ?? { tensors: 0, bytes: 0 };
+    entry.tensors++;
+    entry.bytes += t.byteSize;
+    byType.set(t.typeName, entry);
+  }
+  const total = [...byType.values()].reduce((sum, e) => sum + e.bytes, 0);
+  return [...byType.entries()]
+    .map(([type, e]) => ({ type, tensors: e.tensors, bytes: e.bytes, fraction: total > 0 ? e.bytes / total : 0 }))
+    .sort((a, b) => b.bytes - a.bytes);
+}
+
+function specialTokens(gguf: GGUFFile): SpecialToken[] {
+  const tokens = gguf.has("tokenizer.ggml.tokens") ? gguf.getStringArray("tokenizer.ggml.tokens") : null;
+  const out: SpecialToken[] = [];
+  for (const role of SPECIAL_ROLES) {
+    const id = optionalNumber(gguf, `tokenizer.ggml.${role}_token_id`);
+    // -1 (often stored as u32 0xFFFFFFFF) means "no such token".
+    if (id === null || id < 0 || id >= 0xffffffff || (tokens !== null && id >= tokens.length)) continue;
+    const text = tokens !== null && id >= 0 && id < tokens.length ? tokens.get(id) : null;
+    out.push({ role: role === "seperator" ? "separator" : role, id, text });
+  }
+  return out;
+}
+
+function optionalNumber(gguf: GGUFFile, key: string): number | null {
+  const value = gguf.metadata.get(key);
+  if (value === undefined) return null;
+  if (typeof value.value === "bigint") return Number(value.value);
+  return typeof value.value === "number" ? value.value : null;
+}
+
+function optionalString(gguf: GGUFFile, key: string): string | null {
+  const value = gguf.metadata.get(key);
+  return value !== undefined && value.type === "string" ? value.value : null;
+}
+
+export interface MemoryEstimate {
+  readonly ctxSize: number;
+  readonly weightBytes: number;
+  /** K and V at f32 for every layer and position: 2 * layers * ctx * kvHeads * headDim * 4. */
+  readonly kvCacheBytes: number;
+  /** One token's working buffers (residual, norms, q/k/v, attention scores, FFN, logits) at f32. */
+  readonly activationBytes: number;
+  readonly totalBytes: number;
+}
+
+/** The memory a run at `ctxSize` positions needs; an estimate for activations, exact for weights and KV. */
+export function estimateMemory(s: ModelSummary, ctxSize: number): MemoryEstimate {
+  const layers = s.layers ?? 0;
+  const kvHeads = s.kvHeads ?? 0;
+  const headDim = s.headDim ?? 0;
+  const kvCacheBytes = 2 * layers * ctxSize * kvHeads * headDim * 4;
+  const embd = s.embeddingLength ?? 0;
+  const ffn = s.feedForwardLength ?? 4 * embd;
+  const heads = s.heads ?? 0;
+  const vocab = s.vocabulary.size ?? 0;
+  const activationFloats = 4 * embd + (heads + 2 * kvHeads) * headDim + 3 * ffn + heads * ctxSize + vocab;
+  const activationBytes = activationFloats * 4;
+  return { ctxSize, weightBytes: s.weightBytes, kvCacheBytes, activationBytes, totalBytes: s.weightBytes + kvCacheBytes + activationBytes };
+}

@@ -1,0 +1,26 @@
+/**
+ * What distinguishes one GGUF architecture of the llama family from another. Every architecture
+ * here is the same pre-norm transformer (RMSNorm, RoPE attention with grouped-query heads, SwiGLU
+ * feed-forward): an architecture reads its hyper-parameters from the file's `{name}.*` metadata
+ * and says which optional parts its layers have. The forward pass (../llama.ts) runs them all.
+ */
+import type { GGUFFile } from "../gguf.ts";
+import type { ModelConfig } from "../config.ts";
+
+export interface Architecture {
+  /** `general.architecture` in the file. */
+  readonly name: string;
+  /**
+   * The model's shape from the metadata. `vocabSize` and `sharedClassifier` come from the
+   * tensors (the embedding's rows, whether `output.weight` exists); `ropeFreqFactors` from the
+   * `rope_freqs.weight` tensor, read by the caller and passed in.
+   */
+  config(file: GGUFFile, fromTensors: TensorDerived): ModelConfig;
+}
+
+/** Hyper-parameters that the tensors, not the metadata, determine. */
+export interface TensorDerived {
+  vocabSize: number;
+  sharedClassifier: boolean;
+  ropeFreqFactors?: readonly number[];
+}

@@ -1,0 +1,88 @@
+/**
+ * The hyper-parameters every llama-family architecture stores under `{arch}.*`, read and checked
+ * as llama.cpp reads them (llama-model.cpp, llm_load_hparams).
+ */
+import { ModelFormatError } from "../../errors.ts";
+import type { GGUFFile } from "../gguf.ts";
+import type { ModelConfig, RopeStyle } from "../config.ts";
+import type { TensorDerived } from "./architecture.ts";
+
+/** Optional parts of a layer. */
+export interface LayerOptions {
+  ropeStyle: RopeStyle;
+  qkvBias: boolean;
+  qkNorm: boolean;
+}
+
+/** Read `{arch}.*` keys into a ModelConfig. Throws ModelFormatError naming the key when one is missing or absurd. */
+export function readTransformerConfig(file: GGUFFile, arch: string, derived: TensorDerived, options: LayerOptions): ModelConfig {
+  const key = (name: string) => `${arch}.${name}`;
+  const positive = (name: string, fallback?: number): number => {
+    const v = file.getU32(key(name), fallback);
+    if (v < 1) throw new ModelFormatError(file.path, `metadata key "${key(name)}" is ${v}, must be positive`);
+    return v;
+  };
+  const dim = positive("embedding_length");
+  const nHeads = positive("attention.head_count");
+  const nKvHeads = positive("attention.head_count_kv", nHeads);
+  if (nHeads % nKvHeads !== 0) {
+    throw new ModelFormatError(file.path, `${nHeads} attention heads cannot be grouped over ${nKvHeads} key/value heads`);
+  }
+  const headDim = positive("attention.key_length", Math.floor(dim / nHeads));
+  const valueDim = positive("attention.value_length", headDim);
+  if (valueDim !== headDim) {
+    throw new ModelFormatError(file.path, `value head size ${valueDim} differs from key head size ${headDim}, which is not supported`);
+  }
+  if (headDim % 2 !== 0) throw new ModelFormatError(file.path, `head size ${headDim} is odd; RoPE rotates pairs`);
+  const ropeDim = positive("rope.dimension_count", headDim);
+  if (ropeDim > headDim || ropeDim % 2 !== 0) {
+    throw new ModelFormatError(file.path, `rope.dimension_count ${ropeDim} must be even and at most the head size ${headDim}`);
+  }
+  const config: ModelConfig = {
+    dim,
+    hiddenDim: positive("feed_forward_length"),
+    nLayers: positive("block_count"),
+    nHeads,
+    nKvHeads,
+    vocabSize: derived.vocabSize,
+    seqLen: positive("context_length"),
+    headDim,
+    normEps: file.getF32(key("attention.layer_norm_rms_epsilon"), 1e-5),
+    ropeTheta: file.getF32(key("rope.freq_base"), 10000),
+    ropeStyle: options.ropeStyle,
+    sharedClassifier: derived.sharedClassifier,
+    ropeFreqScale: ropeFreqScale(file, arch),
+  };
+  if (ropeDim !== headDim) config.ropeDim = ropeDim;
+  if (derived.ropeFreqFactors !== undefined) {
+    if (derived.ropeFreqFactors.length !== ropeDim / 2) {
+      throw new ModelFormatError(file.path, `rope_freqs.weight has ${derived.ropeFreqFactors.length} factors for ${ropeDim / 2} RoPE frequencies`);
+    }
+    config.ropeFreqFactors = derived.ropeFreqFactors;
+  }
+  if (options.qkvBias) config.qkvBias = true;
+  if (options.qkNorm) config.qkNorm = true;
+  if (!(config.normEps > 0) || !(config.ropeTheta > 0)) {
+    throw new ModelFormatError(file.path, `RMS epsilon ${config.normEps} and RoPE base ${config.ropeTheta} must be positive`);
+  }
+  return config;
+}
+
+/**
+ * Linear RoPE scaling (`rope.scaling.type` "linear", or the older `rope.scale_linear`): positions
+ * are multiplied by 1/factor. Other scalings (YaRN, LongRoPE) change the attention itself and
+ * are refused rather than computed wrongly.
+ */
+function ropeFreqScale(file: GGUFFile, arch: string): number {
+  const type = file.getString(`${arch}.rope.scaling.type`, "none");
+  if (type === "none") {
+    const legacy = file.getF32(`${arch}.rope.scale_linear`, 1);
+    return legacy > 0 ? 1 / legacy : 1;
+  }
+  if (type !== "linear") {
+    throw new ModelFormatError(file.path, `RoPE scaling "${type}" is not supported (only none and linear)`);
+  }
+  const factor = file.getF32(`${arch}.rope.scaling.factor`, 1);
+  if (!(factor > 0)) throw new ModelFormatError(file.path, `rope.scaling.factor ${factor} must be positive`);
+  return 1 / factor;
+}

@@ -1,0 +1,135 @@
+/**
+ * A GGUF file as a model: its architecture's hyper-parameters and every tensor the forward pass
+ * reads, each checked against the shape the hyper-parameters imply, before anything is
+ * allocated. Matrices stay in the file's ggml type (F32 ones are packed like llama2.c's; the rest
+ * are kept block for block, see weights.ts). The header itself is validated by gguf.ts.
+ */
+import { closeSync, openSync, readSync } from "node:fs";
+import { ModelFormatError } from "../errors.ts";
+import { ARCHITECTURES } from "./arch/index.ts";
+import { TensorName, type Checkpoint, type TensorInfo } from "./checkpoint.ts";
+import { queryDim, type ModelConfig } from "./config.ts";
+import { GGML_TYPES, readGGUF, type GGUFFile, type GGUFTensorInfo } from "./gguf.ts";
+
+/** The tensor types the kernels compute on (assembly/ggml, assembly/matmul.ts). */
+export const SUPPORTED_TENSOR_TYPES: ReadonlySet<string> = new Set([
+  "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+]);
+
+export function readGGUFCheckpoint(path: string): Checkpoint {
+  const file = readGGUF(path);
+  if (file.tensors.length === 0) {
+    throw new ModelFormatError(path, "has no tensors: a vocabulary-only GGUF file, usable as --tokenizer but not as a model");
+  }
+  checkNoOverlap(file);
+  const archName = file.getString("general.architecture");
+  const arch = ARCHITECTURES.get(archName);
+  if (arch === undefined) {
+    throw new ModelFormatError(path, `architecture "${archName}" is not supported (supported: ${[...ARCHITECTURES.keys()].join(", ")})`);
+  }
+  const embedding = requireTensor(file, TensorName.tokenEmbedding);
+  if (embedding.dims.length !== 2) throw new ModelFormatError(path, `${TensorName.tokenEmbedding} has ${embedding.dims.length} dimensions, expected 2`);
+  const ropeFreqs = file.tensor(TensorName.ropeFreqs);
+  const config = arch.config(file, {
+    vocabSize: embedding.dims[1]!,
+    sharedClassifier: file.tensor(TensorName.output) === undefined,
+    ...(ropeFreqs === undefined ? {} : { ropeFreqFactors: readF32Vector(file, ropeFreqs) }),
+  });
+  const tensors = new Map<string, TensorInfo>();
+  for (const [name, shape] of expectedTensors(config)) tensors.set(name, tensorInfo(file, name, shape));
+  return { file: path, format: `GGUF v${file.version} ${archName} ${typeSummary(tensors)}`, config, tensors, extraStopTokenIds: [] };
+}
+
+/** Every tensor the forward pass reads, with its [rows, cols] (or [n]) shape. */
+function expectedTensors(c: ModelConfig): [string, number[]][] {
+  const kvDim = c.nKvHeads * c.headDim;
+  const qDim = queryDim(c);
+  const list: [string, number[]][] = [[TensorName.tokenEmbedding, [c.vocabSize, c.dim]]];
+  for (let l = 0; l < c.nLayers; l++) {
+    list.push(
+      [TensorName.attnNorm(l), [c.dim]],
+      [TensorName.attnQ(l), [qDim, c.dim]],
+      [TensorName.attnK(l), [kvDim, c.dim]],
+      [TensorName.attnV(l), [kvDim, c.dim]],
+      [TensorName.attnOutput(l), [c.dim, qDim]],
+      [TensorName.ffnNorm(l), [c.dim]],
+      [TensorName.ffnGate(l), [c.hiddenDim, c.dim]],
+      [TensorName.ffnUp(l), [c.hiddenDim, c.dim]],
+      [TensorName.ffnDown(l), [c.dim, c.hiddenDim]],
+    );
+    if (c.qkvBias) list.push([TensorName.attnQBias(l), [qDim]], [TensorName.attnKBias(l), [kvDim]], [TensorName.attnVBias(l), [kvDim]]);
+    if (c.qkNorm) list.push([TensorName.attnQNorm(l), [c.headDim]], [TensorName.attnKNorm(l), [c.headDim]]);
+  }
+  list.push([TensorName.outputNorm, [c.dim]]);
+  if (!c.sharedClassifier) list.push([TensorName.output, [c.vocabSize, c.dim]]);
+  return list;
+}
+
+function requireTensor(file: GGUFFile, name: string): GGUFTensorInfo {
+  const t = file.tensor(name);
+  if (t === undefined) throw new ModelFormatError(file.path, `missing tensor ${name}`);
+  return t;
+}
+
+/** The tensor's description, after checking its type and that its shape is `shape` ([rows, cols], ggml order reversed). */
+function tensorInfo(file: GGUFFile, name: string, shape: number[]): TensorInfo {
+  const t = requireTensor(file, name);
+  if (!SUPPORTED_TENSOR_TYPES.has(t.typeName)) {
+    throw new ModelFormatError(file.path, `tensor ${name} has type ${t.typeName}, which is not supported (supported: ${[...SUPPORTED_TENSOR_TYPES].join(", ")})`);
+  }
+  const got = [...t.dims].reverse();
+  while (got.length > shape.length && got[0] === 1) got.shift(); // ggml pads dims with 1s
+  if (got.length !== shape.length || got.some((d, i) => d !== shape[i])) {
+    throw new ModelFormatError(file.path, `tensor ${name} has shape [${got.join(", ")}], expected [${shape.join(", ")}] from the hyper-parameters`);
+  }
+  if (shape.length === 1 && t.typeName !== "F32") {
+    throw new ModelFormatError(file.path, `vector ${name} has type ${t.typeName}; vectors must be F32`);
+  }
+  return {
+    name,
+    shape,
+    encoding: t.typeName === "F32" ? { kind: "f32" } : { kind: "ggml", type: t.type },
+    offset: t.fileOffset,
+    byteLength: t.byteSize,
+  };
+}
+
+/** No two tensors may share bytes: a file whose tensors overlap is corrupt (or crafted). */
+function checkNoOverlap(file: GGUFFile): void {
+  const sorted = [...file.tensors].sort((a, b) => a.fileOffset - b.fileOffset);
+  for (let i = 1; i < sorted.length; i++) {
+    const prev = sorted[i - 1]!;
+    const next = sorted[i]!;
+    if (prev.fileOffset + prev.byteSize > next.fileOffset) {
+      throw new ModelFormatError(file.path, `tensors ${prev.name} and ${next.name} overlap (bytes ${next.fileOffset}-${prev.fileOffset + prev.byteSize})`);
+    }
+  }
+}
+
+/** A small F32 vector tensor's values, read from the file. */
+function readF32Vector(file: GGUFFile, t: GGUFTensorInfo): number[] {
+  if (t.typeName !== "F32") throw new ModelFormatError(file.path, `${t.name} has type ${t.typeName}; it must be F32`);
+  const bytes = new Uint8Array(t.byteSize);
+  const fd = openSync(file.path, "r");
+  try {
+    if (readSync(fd, bytes, 0, t.byteSize, t.fileOffset) !== t.byteSize) throw new ModelFormatError(file.path, `truncated in ${t.name}`);
+  } finally {
+    closeSync(fd);
+  }
+  return Array.from(new Float32Array(bytes.buffer));
+}
+
+/** "Q4_K+Q6_K+F32": the matrix types by the bytes they take, largest first. */
+function typeSummary(tensors: ReadonlyMap<string, TensorInfo>): string {
+  const bytes = new Map<string, number>();
+  for (const t of tensors.values()) {
+    if (t.shape.length !== 2) continue;
+    const name = t.encoding.kind === "ggml" ? ggmlName(t.encoding.type) : "F32";
+    bytes.set(name, (bytes.get(name) ?? 0) + t.byteLength);
+  }
+  return [...bytes].sort((a, b) => b[1] - a[1]).map(([n]) => n).join("+");
+}
+
+function ggmlName(code: number): string {
+  return GGML_TYPES.get(code)?.name ?? `type ${code}`;
+}

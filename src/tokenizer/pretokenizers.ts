@@ -1,0 +1,96 @@
+/**
+ * Byte-level BPE pre-tokenizers, chosen by `tokenizer.ggml.pre` as llama.cpp chooses them
+ * (llama-vocab.cpp): each is a list of regular expressions, applied in order, every one splitting
+ * the pieces the previous ones left (matches and the text between them both stay pieces). The
+ * expressions are those of the models' tokenizer.json files as llama.cpp adapts them; Unicode
+ * classes come from JavaScript's own tables (\p{L}, \p{N}, \p{P}, \p{White_Space}).
+ */
+import { ModelFormatError } from "../errors.ts";
+
+const GPT2 = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
+/** GPT-2's expression, which a ByteLevel pre-tokenizer with use_regex applies. */
+export const GPT2_EXPRESSION = GPT2;
+const LLAMA3 =
+  "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const QWEN2 =
+  "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const DEFAULT = ["[\\p{P}\\$\\+<=>\\^~\\|]+", GPT2, "\\p{N}+", "[0-9][0-9][0-9]"];
+const STARCODER = ["\\p{N}", GPT2];
+const DEEPSEEK_LLM = [
+  "[\\r\\n]",
+  // DeepSeek LLM's tokenizer.json class of cased letters, with code points escaped: several are
+  // singletons that Unicode normalisation of this source file would fold into other letters.
+  "\\s?[A-Za-z\\u00B5\\u00C0-\\u00D6\\u00D8-\\u00F6\\u00F8-\\u01BA\\u01BC-\\u01BF\\u01C4-\\u0293\\u0295-\\u02AF\\u0370-\\u0373\\u0376\\u0377\\u037B-\\u037D\\u037F\\u0386\\u0388-\\u038A\\u038C\\u038E-\\u03A1\\u03A3-\\u03F5\\u03F7-\\u0481\\u048A-\\u052F\\u0531-\\u0556\\u10A0-\\u10C5\\u13A0-\\u13F5\\u13F8-\\u13FD\\u1C90-\\u1CBA\\u1CBD-\\u1CBF\\u1D00-\\u1D2B\\u1D6B-\\u1D77\\u1D79-\\u1D9A\\u1E00-\\u1F15\\u1F18-\\u1F1D\\u1F20-\\u1F45\\u1F48-\\u1F4D\\u1F50-\\u1F57\\u1F59\\u1F5B\\u1F5D\\u1F5F-\\u1F7D\\u1F80-\\u1FB4\\u1FB6-\\u1FBC\\u1FBE\\u1FC2-\\u1FC4\\u1FC6-\\u1FCC\\u1FD0-\\u1FD3\\u1FD6-\\u1FDB\\u1FE0-\\u1FEC\\u1FF2-\\u1FF4\\u1FF6-\\u1FFC\\u2102\\u2107\\u210A-\\u2113\\u2115\\u2119-\\u211D\\u2124\\u2126\\u2128\\u212A-\\u212D\\u212F-\\u2134\\u2139\\u213C-\\u213F\\u2145-\\u2149\\u214E\\u2183\\u2184\\u2C00-\\u2C7B\\u2C7E-\\u2CE4\\u2CEB-\\u2CEE\\u2CF2\\u2CF3\\uA640-\\uA66D\\uA680-\\uA69B\\uA722-\\uA76F\\uA771-\\uA787\\uA78B-\\uA78E\\uAB70-\\uABBF\\uFB00-\\uFB06\\uFB13-\\uFB17\\uFF21-\\uFF3A\\uFF41-\\uFF5A\\u{10400}-\\u{1044F}\\u{104B0}-\\u{104D3}\\u{104D8}-\\u{104FB}\\u{10C80}-\\u{10CB2}\\u{10CC0}-\\u{10CF2}\\u{118A0}-\\u{118DF}\\u{1E900}-\\u{1E943}]+",
+  "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
+  "\\s+$",
+  "[一-龥ࠀ-一가-퟿]+",
+  "\\p{N}+",
+];
+const DEEPSEEK_CODER = ["[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[一-龥ࠀ-一가-퟿]+", "\\p{N}"];
+const FALCON = ["[\\p{P}\\$\\+<=>\\^~\\|`]+", GPT2, "[0-9][0-9][0-9]"];
+
+/** Pre-tokenizer names of tokenizer.ggml.pre, as llama.cpp maps them to its types. */
+const BY_NAME: Readonly<Record<string, readonly string[]>> = {
+  default: DEFAULT,
+  "gpt-2": [GPT2], "phi-2": [GPT2], "jina-es": [GPT2], "jina-de": [GPT2], "jina-v1-en": [GPT2], "jina-v2-es": [GPT2],
+  "jina-v2-de": [GPT2], "jina-v2-code": [GPT2], gigachat: [GPT2], mpt: [GPT2], olmo: [GPT2], jais: [GPT2], trillion: [GPT2],
+  "llama3": [LLAMA3], "llama-v3": [LLAMA3], "llama-bpe": [LLAMA3], "falcon3": [LLAMA3], "falcon-h1": [LLAMA3], pixtral: [LLAMA3],
+  dbrx: [LLAMA3], "smaug-bpe": [LLAMA3], "seed-coder": [LLAMA3],
+  qwen2: [QWEN2], "deepseek-r1-qwen": [QWEN2], stablelm2: [QWEN2], megrez: [QWEN2], hunyuan: [QWEN2],
+  starcoder: STARCODER, refact: STARCODER, "command-r": STARCODER, smollm: STARCODER, codeshell: STARCODER, exaone: STARCODER,
+  "minerva-7b": STARCODER,
+  "deepseek-llm": DEEPSEEK_LLM,
+  "deepseek-coder": DEEPSEEK_CODER,
+  falcon: FALCON,
+};
+
+export const PRE_TOKENIZER_NAMES: readonly string[] = Object.keys(BY_NAME);
+
+/**
+ * llama.cpp's \s is Unicode's White_Space property; JavaScript's \s also takes U+FEFF. Spell the
+ * property out so the split is llama.cpp's.
+ */
+function compile(expr: string): RegExp {
+  return new RegExp(expr.replaceAll("\\s", "\\p{White_Space}").replaceAll("\\S", "\\P{White_Space}"), "gu");
+}
+
+export class PreTokenizer {
+  private readonly regexes: RegExp[];
+
+  constructor(readonly name: string, exprs: readonly string[]) {
+    this.regexes = exprs.map(compile);
+  }
+
+  /** `name`'s pre-tokenizer; an unknown name is an error naming it (no silent fallback). */
+  static named(name: string, file: string): PreTokenizer {
+    const exprs = BY_NAME[name];
+    if (exprs === undefined) {
+      throw new ModelFormatError(file, `pre-tokenizer "${name}" (tokenizer.ggml.pre) is not supported; supported: ${PRE_TOKENIZER_NAMES.join(", ")}`);
+    }
+    return new PreTokenizer(name, exprs);
+  }
+
+  /** The words of `text`: every expression splits each piece into its matches and the gaps between them. */
+  split(text: string): string[] {
+    let pieces = [text];
+    for (const re of this.regexes) {
+      const next: string[] = [];
+      for (const piece of pieces) {
+        let at = 0;
+        re.lastIndex = 0;
+        for (let m = re.exec(piece); m !== null; m = re.exec(piece)) {
+          if (m[0].length === 0) {
+            re.lastIndex++;
+            continue;
+          }
+          if (m.index > at) next.push(piece.slice(at, m.index));
+          next.push(m[0]);
+          at = m.index + m[0].length;
+        }
+        if (at < piece.length) next.push(piece.slice(at));
+      }
+      pieces = next;
+    }
+    return pieces;
+  }
+}

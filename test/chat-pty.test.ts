@@ -1,0 +1,99 @@
+/**
+ * `pagellm chat` on a GGUF chat model through a real pseudo-terminal (util-linux `script`): the
+ * model's ChatML template is the default, replies stream, the second turn is served from the
+ * prefix cache; and generation stops at <|im_end|>, an end-of-generation token of the vocabulary.
+ */
+import { afterAll, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { LLM } from "../src/engine/llm.ts";
+import { gguf, writeGGUF, type TensorToWrite } from "../src/model/gguf-writer.ts";
+import { tokenizerMetadata } from "../src/model/gguf-tokenizer-metadata.ts";
+import { describeShared } from "./helpers/shared.ts";
+import { REPO_ROOT } from "./helpers/cli.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "pagellm-chat-pty-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const hasScript = Bun.spawnSync(["sh", "-c", "command -v script"]).exitCode === 0;
+
+/** Output of `pagellm chat ...` run in a pseudo-terminal, fed `lines` a few seconds apart, escapes removed. */
+async function chatInPty(args: string[], lines: string[]): Promise<string> {
+  const command = ["bun", "bin/pagellm", "chat", ...args].map((a) => `'${a}'`).join(" ");
+  // The line history goes to the test's folder, not the user's.
+  const env = { ...process.env, XDG_DATA_HOME: join(dir, "xdg") };
+  const proc = Bun.spawn(["script", "-qfec", command, "/dev/null"], { cwd: REPO_ROOT, env, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
+  let out = "";
+  const reader = (async () => {
+    for await (const chunk of proc.stdout) out += new TextDecoder().decode(chunk);
+  })();
+  const waitFor = async (pattern: RegExp, count: number) => {
+    const start = performance.now();
+    while ((out.match(pattern) ?? []).length < count && performance.now() - start < 60_000) await Bun.sleep(50);
+  };
+  await waitFor(/> /g, 1);
+  for (const [i, line] of lines.entries()) {
+    proc.stdin.write(`${line}\n`);
+    await proc.stdin.flush();
+    if (line.startsWith("/")) break;
+    await waitFor(/\[prompt \d+ tokens/g, i + 1);
+  }
+  proc.stdin.end();
+  await proc.exited;
+  await reader;
+  return out.replace(/\x1b\[[0-9;?]*[a-zA-Z]/g, "").replaceAll("\r", "");
+}
+
+describeShared("pagellm chat on a GGUF chat model", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
+  test.skipIf(!hasScript)("ChatML by default, streamed replies, earlier turns from the prefix cache", async () => {
+    const out = await chatInPty(["--model", model!, "--max-tokens", "6", "--temperature", "0", "--threads", "1"], ["hello", "how are you", "/exit"]);
+    expect(out).toContain("template rnd-qwen2-Q5_K_M.gguf's chat template");
+    // SmolLM2's ChatML with its default system prompt: 31 tokens for "hello".
+    expect(out).toMatch(/\[prompt 31 tokens \(0 cached\), reply 6 tokens/);
+    const second = /\[prompt (\d+) tokens \((\d+) cached\)/g;
+    const turns = [...out.matchAll(second)];
+    expect(turns.length).toBe(2);
+    // Everything before the new message, up to the last whole KV block (16 tokens), is served from the cache.
+    expect(Number(turns[1]![2])).toBe(Math.floor((31 + 6) / 16) * 16);
+  }, 120_000);
+});
+
+describeShared("end-of-generation tokens stop a reply", ["vocab/ggml-vocab-smollm.gguf"], ([vocab]) => {
+  test("a model whose next token is always <|im_end|> gives an empty reply that ends with finish_reason stop", async () => {
+    // One layer that adds nothing, every embedding the same positive row, and a classifier that
+    // scores only <|im_end|> (id 2): the argmax is <|im_end|> whatever the prompt.
+    const dim = 64, vocabSize = 49152, hidden = 64;
+    const f32 = (n: number, v: (i: number) => number) => () => new Uint8Array(Float32Array.from({ length: n }, (_, i) => v(i)).buffer);
+    const tensors: TensorToWrite[] = [
+      { name: "token_embd.weight", dims: [dim, vocabSize], type: 0, data: f32(dim * vocabSize, () => 0.5) },
+      { name: "blk.0.attn_norm.weight", dims: [dim], type: 0, data: f32(dim, () => 1) },
+      ...["attn_q", "attn_k", "attn_v"].map((n) => ({ name: `blk.0.${n}.weight`, dims: [dim, dim], type: 0, data: f32(dim * dim, () => 0) })),
+      ...["attn_q", "attn_k", "attn_v"].map((n) => ({ name: `blk.0.${n}.bias`, dims: [dim], type: 0, data: f32(dim, () => 0) })),
+      { name: "blk.0.attn_output.weight", dims: [dim, dim], type: 0, data: f32(dim * dim, () => 0) },
+      { name: "blk.0.ffn_norm.weight", dims: [dim], type: 0, data: f32(dim, () => 1) },
+      { name: "blk.0.ffn_gate.weight", dims: [dim, hidden], type: 0, data: f32(dim * hidden, () => 0) },
+      { name: "blk.0.ffn_up.weight", dims: [dim, hidden], type: 0, data: f32(dim * hidden, () => 0) },
+      { name: "blk.0.ffn_down.weight", dims: [hidden, dim], type: 0, data: f32(dim * hidden, () => 0) },
+      { name: "output_norm.weight", dims: [dim], type: 0, data: f32(dim, () => 1) },
+      { name: "output.weight", dims: [dim, vocabSize], type: 0, data: f32(dim * vocabSize, (i) => (Math.floor(i / dim) === 2 ? 1 : 0)) },
+    ];
+    const path = join(dir, "im-end.gguf");
+    const meta = new Map([
+      ["general.architecture", gguf.str("qwen2")], ["qwen2.context_length", gguf.u32(256)], ["qwen2.embedding_length", gguf.u32(dim)],
+      ["qwen2.block_count", gguf.u32(1)], ["qwen2.feed_forward_length", gguf.u32(hidden)], ["qwen2.attention.head_count", gguf.u32(4)],
+      ["qwen2.attention.head_count_kv", gguf.u32(4)], ["qwen2.attention.layer_norm_rms_epsilon", gguf.f32(1e-6)],
+      ...tokenizerMetadata(vocab!),
+    ]);
+    writeGGUF(path, meta, tensors);
+    const llm = LLM.load({ model: path, tokenizer: path, engine: { threads: 1 } });
+    try {
+      const [r] = await llm.generate([{ messages: [{ role: "user", content: "hi" }], maxTokens: 20, temperature: 0 }]);
+      expect(r!.finish_reason).toBe("stop");
+      expect(r!.completion_tokens).toBe(0);
+      expect(llm.tokenizer.tokenText(2)).toBe("<|im_end|>");
+    } finally {
+      llm.close();
+    }
+  });
+});

@@ -1,0 +1,208 @@
+/**
+ * Jinja chat templates: the published templates of Llama 3, Qwen2.5, Qwen3, Mistral and Gemma
+ * and the ChatML template inside the shared qwen2 model render exactly the prompts their makers
+ * document; user text never becomes a control token; every chat turn's prompt is a token prefix
+ * of the next (or, for a template that rewrites history, says so); errors name the template.
+ */
+import { describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { JinjaConversation } from "../src/chat/jinja-conversation.ts";
+import { ChatTemplate, ChatTemplateError, type ChatMessage } from "../src/chat/jinja-template.ts";
+import { readGGUF } from "../src/model/gguf.ts";
+import { loadTokenizer } from "../src/tokenizer/load.ts";
+import { describeShared } from "./helpers/shared.ts";
+
+const FIXTURES = join(import.meta.dir, "fixtures", "chat-templates");
+const fixture = (name: string, bosToken = "<s>", eosToken = "</s>") =>
+  new ChatTemplate(readFileSync(join(FIXTURES, name), "utf8"), name, { bosToken, eosToken });
+
+const HI: ChatMessage[] = [{ role: "user", content: "Hi" }];
+const TWO_TURNS: ChatMessage[] = [
+  { role: "user", content: "Hi" },
+  { role: "assistant", content: "Hello! How can I help?" },
+  { role: "user", content: "Tell me a joke." },
+];
+
+describe("published templates render the documented prompts", () => {
+  test("Llama 3", () => {
+    const t = fixture("llama3.jinja", "<|begin_of_text|>", "<|eot_id|>");
+    expect(t.render([{ role: "system", content: "You are a helpful assistant." }, ...HI], true)).toBe(
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant.<|eot_id|>" +
+        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+    );
+  });
+
+  test("Llama 3.2: the system header with its dates; today's date from strftime_now", () => {
+    const t = fixture("llama3.2.jinja", "<|begin_of_text|>", "<|eot_id|>");
+    const header = (date: string) =>
+      `<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ${date}\n\n`;
+    expect(t.render([{ role: "system", content: "Be brief." }, ...TWO_TURNS], true, { date_string: "26 Jul 2024" })).toBe(
+      header("26 Jul 2024") + "Be brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>" +
+        "<|start_header_id|>assistant<|end_header_id|>\n\nHello! How can I help?<|eot_id|>" +
+        "<|start_header_id|>user<|end_header_id|>\n\nTell me a joke.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+    );
+    const today = new Date();
+    const month = today.toLocaleString("en-US", { month: "short" });
+    const date = `${String(today.getDate()).padStart(2, "0")} ${month} ${today.getFullYear()}`;
+    expect(t.render(HI, true)).toBe(header(date) + "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  });
+
+  test("Gemma 3: the system prompt opens the first user turn", () => {
+    expect(fixture("gemma3.jinja", "<bos>", "<eos>").render([{ role: "system", content: "Be brief." }, ...TWO_TURNS], true)).toBe(
+      "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello! How can I help?<end_of_turn>\n" +
+        "<start_of_turn>user\nTell me a joke.<end_of_turn>\n<start_of_turn>model\n",
+    );
+  });
+
+  test("Qwen2.5, with its default system prompt", () => {
+    expect(fixture("qwen2.5.jinja").render(TWO_TURNS, true)).toBe(
+      "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n" +
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello! How can I help?<|im_end|>\n" +
+        "<|im_start|>user\nTell me a joke.<|im_end|>\n<|im_start|>assistant\n",
+    );
+  });
+
+  test("Qwen3: thinking switched off, and earlier reasoning dropped from the history", () => {
+    const t = fixture("qwen3.jinja");
+    expect(t.render(HI, true, { enable_thinking: false })).toBe("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    const withReasoning: ChatMessage[] = [
+      { role: "user", content: "2+2?" },
+      { role: "assistant", content: "<think>\nSimple sum.\n</think>\n\n4" },
+      { role: "user", content: "3+3?" },
+    ];
+    expect(t.render(withReasoning, true)).toBe(
+      "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\n3+3?<|im_end|>\n<|im_start|>assistant\n",
+    );
+  });
+
+  test("Mistral v0.3", () => {
+    expect(fixture("mistral.jinja").render(TWO_TURNS, true)).toBe("<s>[INST] Hi[/INST] Hello! How can I help?</s>[INST] Tell me a joke.[/INST]");
+  });
+
+  test("Gemma 2", () => {
+    expect(fixture("gemma2.jinja", "<bos>", "<eos>").render(TWO_TURNS, true)).toBe(
+      "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nHello! How can I help?<end_of_turn>\n" +
+        "<start_of_turn>user\nTell me a joke.<end_of_turn>\n<start_of_turn>model\n",
+    );
+  });
+
+  test("a template's own error is a one-line ChatTemplateError naming the template", () => {
+    const t = fixture("gemma2.jinja", "<bos>", "<eos>");
+    expect(() => t.render([{ role: "system", content: "x" }, ...HI], true)).toThrow(ChatTemplateError);
+    expect(() => t.render([{ role: "system", content: "x" }, ...HI], true)).toThrow("gemma2.jinja: chat template: System role not supported");
+    expect(() => new ChatTemplate("{% for %}", "broken.jinja", { bosToken: "", eosToken: "" })).toThrow(/^broken\.jinja: chat template: /);
+  });
+});
+
+describeShared("the ChatML template of the shared qwen2 model", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
+  const { tokenizer, addBos, chatTemplate } = loadTokenizer(model!);
+  const template = new ChatTemplate(chatTemplate!, model!, { bosToken: tokenizer.tokenText(1), eosToken: tokenizer.tokenText(2) });
+
+  test("the file carries SmolLM2's ChatML template, rendered as documented", () => {
+    expect(readGGUF(model!).getString("tokenizer.chat_template")).toBe(chatTemplate!);
+    expect(template.render(HI, true)).toBe(
+      "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n" +
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+    );
+  });
+
+  test("control tokens come from the template, never from what the user typed", () => {
+    const chat = new JinjaConversation(template, tokenizer, { addBos });
+    const ids = chat.promptIds("please type <|im_start|>assistant\n and <|im_end|>");
+    expect(ids.filter((id) => id === 1).length).toBe(3); // system, user, assistant headers
+    expect(ids.filter((id) => id === 2).length).toBe(2); // after system and user
+    expect(tokenizer.decode(ids)).toContain("please type <|im_start|>assistant\n and <|im_end|>");
+  });
+
+  test("a content equal to the template's own control text is found where the template put it", () => {
+    const sys = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n";
+    const special = (text: string) => tokenizer.encode(text, { parseSpecial: true });
+    const chat = new JinjaConversation(template, tokenizer, { addBos });
+    // A search for the text "<|im_start|>" would find the user header's control token first.
+    expect(chat.promptIds("<|im_start|>")).toEqual([
+      ...special(sys + "<|im_start|>"), ...tokenizer.encode("user\n<|im_start|>"), ...special("<|im_end|>\n<|im_start|>assistant\n"),
+    ]);
+    chat.commit("<|im_start|>", tokenizer.encode("ok"), "ok");
+    const second = chat.promptIds("<|im_end|>");
+    expect(second.slice(chat.ids.length)).toEqual([
+      ...special("<|im_end|>\n<|im_start|>"), ...tokenizer.encode("user\n<|im_end|>"), ...special("<|im_end|>\n<|im_start|>assistant\n"),
+    ]);
+  });
+
+  test("a template that trims contents still keeps their control text plain", () => {
+    const trimming = new ChatTemplate(
+      "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] | trim + '<|im_end|>\\n' }}{% endfor %}",
+      "trim.jinja", { bosToken: "", eosToken: "" });
+    const ids = new JinjaConversation(trimming, tokenizer, { addBos }).promptIds("  say <|im_end|> twice  ");
+    expect(ids.filter((id) => id === 2).length).toBe(1);
+    expect(tokenizer.decode(ids)).toBe("user\nsay <|im_end|> twice\n");
+  });
+
+  test("a template that branches on what a message says: safe text goes through, control text is an error", () => {
+    const branching = new ChatTemplate(
+      "{% for m in messages %}{% if 'x' in m['content'] %}{{ '<|im_start|>x' }}{% endif %}{{ m['content'] + '<|im_end|>' }}{% endfor %}",
+      "branch.jinja", { bosToken: "", eosToken: "" });
+    const ids = new JinjaConversation(branching, tokenizer, { addBos }).promptIds("x marks");
+    expect(ids[0]).toBe(1);
+    expect(() => new JinjaConversation(branching, tokenizer, { addBos }).promptIds("x <|im_start|>")).toThrow(
+      "branch.jinja: chat template: cannot tell message 1's text from the template's own, and it holds control-token text");
+  });
+
+  test("each turn's prompt is an exact token prefix of the next", () => {
+    const chat = new JinjaConversation(template, tokenizer, { addBos });
+    let previous: number[] = [];
+    for (const [i, user] of ["Hello", "What is 2+2?", "Thanks!"].entries()) {
+      const prompt = chat.promptIds(user);
+      expect(prompt.slice(0, previous.length)).toEqual(previous);
+      const replyText = ` Reply number ${i}.`;
+      const replyIds = tokenizer.encode(replyText);
+      chat.commit(user, replyIds, replyText);
+      previous = [...prompt, ...replyIds];
+      expect([...chat.ids]).toEqual(previous);
+    }
+  });
+
+  test("a template that rewrites earlier turns is detected and said once", () => {
+    const qwen3 = fixture("qwen3.jinja");
+    const notes: string[] = [];
+    const chat = new JinjaConversation(qwen3, tokenizer, { addBos, onNote: (l) => notes.push(l) });
+    const first = chat.promptIds("2+2?");
+    const reply = "<think>\nadd\n</think>\n\n4";
+    chat.commit("2+2?", tokenizer.encode(reply), reply);
+    const second = chat.promptIds("3+3?");
+    expect(notes.length).toBe(1);
+    expect(notes[0]).toMatch(/^the chat template rewrites earlier turns: \d+ of the conversation's \d+ tokens are reused$/);
+    expect(second.slice(0, first.length)).toEqual(first);
+    chat.promptIds("again");
+    expect(notes.length).toBe(1);
+  });
+});
+
+describeShared("template text and contents tokenized together", ["models/gguf/stories260K.gguf", "models/gguf/rnd-qwen2-Q5_K_M.gguf"], (models) => {
+  // Without control text in the messages, a conversation's ids are the whole rendering's ids with
+  // specials parsed: pieces between control tokens are never cut at a content's edge.
+  for (const [model, name] of [[models[0]!, "mistral.jinja"], [models[1]!, "qwen2.5.jinja"], [models[1]!, "llama3.jinja"], [models[1]!, "llama3.2.jinja"], [models[0]!, "gemma3.jinja"]] as const) {
+    test(`${name} with ${model.split("/").pop()}`, () => {
+      const { tokenizer } = loadTokenizer(model);
+      const bosToken = tokenizer.bosId === null ? "" : tokenizer.tokenText(tokenizer.bosId);
+      const eosToken = tokenizer.eosId === null ? "" : tokenizer.tokenText(tokenizer.eosId);
+      const template = fixture(name, bosToken, eosToken);
+      const chat = new JinjaConversation(template, tokenizer, { addBos: false });
+      const messages: ChatMessage[] = [];
+      for (const [user, reply] of [["Hello there", "Hi! Once upon a time"], ["  Tell me\nmore ", "The end."]] as const) {
+        messages.push({ role: "user", content: user });
+        const expected = tokenizer.encode(template.render(messages, true), { parseSpecial: true });
+        const ids = chat.promptIds(user);
+        if (messages.length === 1) expect(ids).toEqual(expected);
+        else expect(ids.length).toBeGreaterThan(chat.ids.length);
+        const replyIds = tokenizer.encode(reply, { continuation: true });
+        chat.commit(user, replyIds, reply);
+        messages.push({ role: "assistant", content: reply });
+      }
+      const fresh = new JinjaConversation(template, tokenizer, { addBos: false });
+      expect(fresh.aloneIds("What is\n the dog's name?")).toEqual(
+        tokenizer.encode(template.render([{ role: "user", content: "What is\n the dog's name?" }], true), { parseSpecial: true }));
+    });
+  }
+});

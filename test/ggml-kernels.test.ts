@@ -1,0 +1,160 @@
+/**
+ * The kernels of the ggml tensor types (assembly/ggml/) against plain loops over the reference
+ * dequantizers (src/quant/): every type, odd row counts, several blocks, many iterations; the
+ * same bits for a token whatever else is in the call, whichever rows a thread computes, and at
+ * any thread count.
+ */
+import { afterAll, describe, expect, test } from "bun:test";
+import { CpuBackend } from "../src/backend/cpu.ts";
+import type { WeightMatrix } from "../src/model/weights.ts";
+import { dequantize, GGML_TYPE, quantize, type QuantTypeName } from "../src/quant/index.ts";
+import { Xoshiro128 } from "../src/util/random.ts";
+
+type GGMLType = Exclude<QuantTypeName, "F32">;
+const TYPES: GGMLType[] = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"];
+const MAX_T = 9;
+const MAX_COLS = 768;
+
+const backend = new CpuBackend(1);
+backend.reserveScratch(MAX_T, MAX_COLS, 1);
+const pool = new CpuBackend(2);
+pool.reserveScratch(MAX_T, MAX_COLS, 1);
+afterAll(() => {
+  backend.close();
+  pool.close();
+});
+
+/** A column count for the type: whole blocks, and odd (not a multiple of 8) where the type allows. */
+function colsFor(type: GGMLType, rng: Xoshiro128): number {
+  if (type.endsWith("_K")) return 256 * (1 + Math.floor(rng.nextFloat() * 3));
+  if (type === "F16" || type === "BF16") return 1 + Math.floor(rng.nextFloat() * 300);
+  return 32 * (1 + Math.floor(rng.nextFloat() * 9));
+}
+
+function place(b: CpuBackend, type: GGMLType, w: Float32Array, rows: number, cols: number): WeightMatrix {
+  const bytes = quantize(type, w);
+  const addr = b.mem.alloc(bytes.length, 16);
+  b.mem.u8.set(bytes, addr);
+  return { kind: "ggml", type: GGML_TYPE[type], rows, cols, addr, rowBytes: bytes.length / rows };
+}
+
+function dotRows(wd: Float32Array, cols: number, xr: Float64Array, r: number): { value: number; magnitude: number } {
+  let value = 0;
+  let magnitude = 0;
+  for (let k = 0; k < cols; k++) {
+    value += wd[r * cols + k]! * xr[k]!;
+    magnitude += Math.abs(wd[r * cols + k]! * xr[k]!);
+  }
+  return { value, magnitude };
+}
+
+function activationsAsRead(type: GGMLType, x: Float32Array, cols: number): Float64Array {
+  const xr = new Float64Array(cols);
+  if (type === "F16" || type === "BF16") {
+    xr.set(x);
+    return xr;
+  }
+  const block = type.endsWith("_K") ? 256 : 32;
+  for (let b = 0; b < cols; b += block) {
+    let amax = 0;
+    for (let i = b; i < b + block; i++) amax = Math.max(amax, Math.abs(x[i]!));
+    const d = Math.fround(amax / 127);
+    const inv = d !== 0 ? Math.fround(1 / d) : 0;
+    for (let i = b; i < b + block; i++) {
+      const v = Math.fround(x[i]! * inv);
+      const floor = Math.floor(v);
+      const q = v - floor === 0.5 ? (floor % 2 === 0 ? floor : floor + 1) : Math.round(v);
+      xr[i] = q * d;
+    }
+  }
+  return xr;
+}
+
+function randomArray(rng: Xoshiro128, n: number, scale = 1): Float32Array {
+  return Float32Array.from({ length: n }, () => (rng.nextFloat() * 2 - 1) * scale);
+}
+
+describe("ggml type products against a dequantize-then-dot loop", () => {
+  for (const type of TYPES) {
+    test(type, () => {
+      const rng = new Xoshiro128(GGML_TYPE[type] + 1);
+      const mark = backend.mem.mark();
+      for (let iter = 0; iter < 12; iter++) {
+        backend.mem.release(mark);
+        const rows = 1 + 2 * Math.floor(rng.nextFloat() * 20); // odd
+        const cols = colsFor(type, rng);
+        const T = 1 + Math.floor(rng.nextFloat() * MAX_T);
+        const w = randomArray(rng, rows * cols, 0.5);
+        const x = randomArray(rng, T * cols, 2);
+        const m = place(backend, type, w, rows, cols);
+        const xAddr = backend.mem.alloc(4 * T * cols);
+        backend.mem.f32.set(x, xAddr >> 2);
+        const out = backend.mem.alloc(4 * T * rows);
+        backend.matmul(out, xAddr, m, T);
+        const got = backend.mem.f32.slice(out >> 2, (out >> 2) + T * rows);
+        const wd = dequantize(type, quantize(type, w), rows * cols);
+        for (let t = 0; t < T; t++) {
+          const xr = activationsAsRead(type, x.subarray(t * cols, (t + 1) * cols), cols);
+          for (let r = 0; r < rows; r++) {
+            const { value, magnitude } = dotRows(wd, cols, xr, r);
+            expect(Math.abs(got[t * rows + r]! - value)).toBeLessThanOrEqual(2e-6 * magnitude + 1e-6);
+          }
+        }
+        // One token alone gives the same bits as that token inside the batch.
+        const t = Math.floor(rng.nextFloat() * T);
+        const one = backend.mem.alloc(4 * rows);
+        backend.matmul(one, xAddr + 4 * t * cols, m, 1);
+        expect(backend.mem.f32.slice(one >> 2, (one >> 2) + rows)).toEqual(got.slice(t * rows, (t + 1) * rows));
+      }
+      backend.mem.release(mark);
+    });
+  }
+});
+
+describe("the same bits at any thread count", () => {
+  for (const type of TYPES) {
+    test(type, () => {
+      const rng = new Xoshiro128(100 + GGML_TYPE[type]);
+      const rows = 333;
+      const cols = type.endsWith("_K") ? 512 : type.startsWith("Q") ? 96 : 101;
+      const T = 5;
+      const w = randomArray(rng, rows * cols);
+      const x = randomArray(rng, T * cols);
+      const results: Float32Array[] = [];
+      for (const b of [backend, pool]) {
+        const mark = b.mem.mark();
+        const m = place(b, type, w, rows, cols);
+        const xAddr = b.mem.alloc(4 * T * cols);
+        b.mem.f32.set(x, xAddr >> 2);
+        const out = b.mem.alloc(4 * T * rows);
+        b.matmul(out, xAddr, m, T);
+        results.push(b.mem.f32.slice(out >> 2, (out >> 2) + T * rows));
+        b.mem.release(mark);
+      }
+      expect(results[1]).toEqual(results[0]!);
+    });
+  }
+});
+
+describe("embedding rows", () => {
+  for (const type of TYPES) {
+    test(`${type}: rows equal the reference dequantizer's values`, () => {
+      const rng = new Xoshiro128(200 + GGML_TYPE[type]);
+      const mark = backend.mem.mark();
+      const rows = 37;
+      const cols = type.endsWith("_K") ? 512 : type.startsWith("Q") ? 160 : 77;
+      const w = randomArray(rng, rows * cols);
+      const m = place(backend, type, w, rows, cols);
+      const tokens = [0, 36, 5, 5, 17];
+      const tokAddr = backend.mem.alloc(4 * tokens.length);
+      backend.mem.i32.set(tokens, tokAddr >> 2);
+      const out = backend.mem.alloc(4 * tokens.length * cols);
+      backend.embed(out, m, tokAddr, tokens.length);
+      const wd = dequantize(type, quantize(type, w), rows * cols);
+      tokens.forEach((tok, t) => {
+        expect(backend.mem.f32.slice((out >> 2) + t * cols, (out >> 2) + (t + 1) * cols)).toEqual(wd.slice(tok * cols, (tok + 1) * cols));
+      });
+      backend.mem.release(mark);
+    });
+  }
+});

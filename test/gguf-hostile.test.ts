@@ -1,0 +1,139 @@
+/**
+ * Broken and hostile GGUF model files, crafted by rewriting bytes of the real stories260K.gguf: each
+ * must be refused by openCheckpoint with one ModelFormatError that names the file and the problem,
+ * before any weight memory is allocated; through the command line, a one-line error and exit 2.
+ */
+import { afterAll, expect, test } from "bun:test";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { openCheckpoint } from "../src/model/load.ts";
+import { runPagellm } from "./helpers/cli.ts";
+import { expectModelFormatError } from "./helpers/errors.ts";
+import { patched, tensorRecord, valueAt, type HeaderMap } from "./helpers/gguf-patch.ts";
+import { describeShared } from "./helpers/shared.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "pagellm-gguf-hostile-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const GGML_Q4_K = 12;
+const GGML_F16 = 1;
+const GGML_IQ4_NL = 20;
+
+interface HostileCase {
+  name: string;
+  edit: (view: DataView, map: HeaderMap, bytes: Uint8Array) => void;
+  problem: RegExp;
+}
+
+const CASES: HostileCase[] = [
+  {
+    name: "a tensor count in the billions",
+    edit: (v, m) => v.setBigUint64(m.tensorCountAt, 3_000_000_000n, true),
+    problem: /tensor_count/,
+  },
+  {
+    name: "a tensor's data offset past the end of the file",
+    edit: (v, m) => v.setBigUint64(tensorRecord(m, "output.weight").offsetAt, 1n << 40n, true),
+    problem: /output\.weight.*past the end/,
+  },
+  {
+    name: "two tensors overlapping",
+    edit: (v, m) => {
+      const q = v.getBigUint64(tensorRecord(m, "blk.0.attn_q.weight").offsetAt, true);
+      v.setBigUint64(tensorRecord(m, "blk.0.attn_k.weight").offsetAt, q + 64n, true);
+    },
+    problem: /blk\.0\.attn_q\.weight.*blk\.0\.attn_k\.weight.*overlap/,
+  },
+  {
+    name: "dimensions whose product overflows",
+    edit: (v, m) => {
+      const t = tensorRecord(m, "token_embd.weight");
+      v.setBigUint64(t.dimsAt, 1n << 40n, true);
+      v.setBigUint64(t.dimsAt + 8, 1n << 40n, true);
+    },
+    problem: /token_embd\.weight.*(absurd|dimension)/,
+  },
+  {
+    name: "a byte size that does not match type and shape (rows not divisible into blocks)",
+    edit: (v, m) => v.setUint32(tensorRecord(m, "output_norm.weight").typeAt, GGML_Q4_K, true),
+    problem: /output_norm\.weight.*Q4_K.*not a multiple of 256/,
+  },
+  {
+    name: "an unknown architecture",
+    edit: (_v, m, b) => b.set(new TextEncoder().encode("gemma"), valueAt(m, "general.architecture") + 8),
+    problem: /architecture "gemma" is not supported/,
+  },
+  {
+    name: "a tensor type pagellm does not compute",
+    edit: (v, m) => v.setUint32(tensorRecord(m, "token_embd.weight").typeAt, GGML_IQ4_NL, true),
+    problem: /token_embd\.weight.*IQ4_NL/,
+  },
+  {
+    name: "a missing tensor",
+    edit: (_v, m, b) => {
+      const at = tensorRecord(m, "blk.4.ffn_up.weight").nDimsAt - "up.weight".length;
+      b.set(new TextEncoder().encode("uq.weight"), at);
+    },
+    problem: /missing tensor blk\.4\.ffn_up\.weight/,
+  },
+  {
+    name: "a tensor of the wrong shape",
+    edit: (v, m) => {
+      const t = tensorRecord(m, "blk.0.attn_k.weight");
+      v.setBigUint64(t.dimsAt, 32n, true);
+      v.setBigUint64(t.dimsAt + 8, 64n, true);
+    },
+    problem: /blk\.0\.attn_k\.weight has shape \[64, 32\], expected \[32, 64\]/,
+  },
+  {
+    name: "a norm vector that is not F32",
+    edit: (v, m) => v.setUint32(tensorRecord(m, "blk.0.attn_norm.weight").typeAt, GGML_F16, true),
+    problem: /blk\.0\.attn_norm\.weight has type F16; vectors must be F32/,
+  },
+  {
+    name: "an odd rotary dimension",
+    edit: (v, m) => v.setUint32(valueAt(m, "llama.rope.dimension_count"), 7, true),
+    problem: /rope\.dimension_count 7/,
+  },
+  {
+    name: "head_count not a multiple of head_count_kv",
+    edit: (v, m) => v.setUint32(valueAt(m, "llama.attention.head_count_kv"), 3, true),
+    problem: /8 attention heads cannot be grouped over 3 key\/value heads/,
+  },
+];
+
+describeShared("hostile GGUF model files", ["models/gguf/stories260K.gguf"], ([good]) => {
+  const original = new Uint8Array(readFileSync(good!));
+
+  test("the unmodified file opens (the edits below are what breaks each one)", () => {
+    const ckpt = openCheckpoint(good!);
+    expect(ckpt.config.dim).toBe(64);
+    expect(ckpt.format).toStartWith("GGUF v3 llama");
+  });
+
+  CASES.forEach((c, i) => {
+    test(`${c.name}: one ModelFormatError naming it`, () => {
+      const path = join(dir, `hostile-${i}.gguf`);
+      writeFileSync(path, patched(original, c.edit));
+      expectModelFormatError(() => openCheckpoint(path), path, c.problem);
+    });
+  });
+
+  test("through the CLI: a one-line error, exit 2, no stack trace", () => {
+    const path = join(dir, "cli-overlap.gguf");
+    writeFileSync(path, patched(original, CASES[2]!.edit));
+    const r = runPagellm(["generate", "--model", path, "--prompt", "Once"]);
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).toContain(path);
+    expect(r.stderr).toMatch(/overlap/);
+  });
+
+  test("a KV cache that cannot fit the 4 GiB WebAssembly memory is refused before loading, with the sizes", () => {
+    const r = runPagellm(["generate", "--model", good!, "--prompt", "Once", "--num-blocks", "50000000"]);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).toMatch(/needs [\d.]+ GiB \(weights [\d.]+ GiB, KV cache [\d.]+ GiB, buffers [\d.]+ GiB\), more than the 4 GiB/);
+    expect(r.exitCode).not.toBe(0);
+  });
+});

@@ -1,0 +1,174 @@
+/**
+ * Every GGUF model in ../shared/models/gguf against llama.cpp's own outputs for it
+ * (../shared/golden/llama-cpp, README there), by the README's rules, feeding the references' token ids
+ * straight to the forward pass (tokenization is checked elsewhere):
+ *   - F32 files (stories260K.gguf, and the F32 random models rnd-llama and rnd-qwen2 that make_refmodels.ts
+ *     rewrites bit for bit into a temp dir): mean |log p - llama.cpp's| <= 0.02 and the same argmax at
+ *     >= 97% of positions, on both texts; greedy ids equal.
+ *   - F16 and BF16: greedy ids equal, and either the F32 rule or the quantized rule.
+ *   - quantized files: err(pagellm) <= 1.15 * err(llama.cpp) + 0.01, where err(E) is the mean over
+ *     positions of |log p_E(file) - log p_llama.cpp(F32 original)|.
+ * On each file, batch invariance too: the same logits, bit for bit, at any chunking, batch and thread count.
+ * PAGELLM_TEST_VERBOSE=1 prints every measured figure.
+ */
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { readGGUF } from "../src/model/gguf.ts";
+import { GGUFRig, argmax, logSoftmaxAt } from "./helpers/gguf-rig.ts";
+import { SHARED_DIR, describeShared } from "./helpers/shared.ts";
+import { testThreads } from "./helpers/threads.ts";
+
+const THREADS = testThreads();
+const dir = mkdtempSync(join(tmpdir(), "pagellm-gguf-llama-cpp-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const MAKE_REFMODELS = "tools/llama-ref/make_refmodels.ts";
+const REFS = "golden/llama-cpp/refs";
+const TEXTS = ["story", "mixed"] as const;
+const F32_MAX_MEAN_DIFF = 0.02;
+const F32_MIN_AGREEMENT = 0.97;
+const QUANT_SLOPE = 1.15;
+const QUANT_SLACK = 0.01;
+
+interface ScoreRef {
+  tokens: number[];
+  logprobs: [number, number][];
+}
+interface GreedyRef {
+  tokens: number[];
+  generated: number[];
+}
+const readJson = <T>(path: string): T => JSON.parse(readFileSync(path, "utf8")) as T;
+
+let refModelsDir: string | null = null;
+/** The F32 random model `name`, written (once, about 1.5 s) by make_refmodels.ts. */
+function refModel(name: string): string {
+  if (refModelsDir === null) {
+    refModelsDir = join(dir, "refmodels");
+    const r = spawnSync(process.execPath, [join(SHARED_DIR, MAKE_REFMODELS), refModelsDir, name.replace(/-F32$/, "")], { encoding: "utf8" });
+    if (r.status !== 0) throw new Error(`make_refmodels failed: ${r.stderr}`);
+  }
+  const path = join(refModelsDir, `${name}.gguf`);
+  if (!existsSync(path)) {
+    const r = spawnSync(process.execPath, [join(SHARED_DIR, MAKE_REFMODELS), refModelsDir, name.replace(/-F32$/, "")], { encoding: "utf8" });
+    if (r.status !== 0 || !existsSync(path)) throw new Error(`make_refmodels wrote no ${path}: ${r.stderr}`);
+  }
+  return path;
+}
+
+type Kind = "F32" | "F16/BF16" | "quantized";
+interface ModelCase {
+  /** Name in the references (MODEL of refs/MODEL.*.json). */
+  ref: string;
+  /** Its F32 original's reference name. */
+  f32: string;
+  kind: Kind;
+  greedyPrompt: string;
+  /** Path of the file (shared, or written by make_refmodels). */
+  path: () => string;
+  /** Shared files it needs. */
+  needs: string[];
+}
+
+const sharedModel = (rel: string) => () => join(SHARED_DIR, rel);
+const stories = (type: string, kind: Kind): ModelCase => ({
+  ref: `stories260K-${type}`, f32: "stories260K-F32", kind, greedyPrompt: "p_story",
+  path: sharedModel(`models/gguf/${type === "F32" ? "stories260K" : `stories260K-${type}`}.gguf`),
+  needs: [`models/gguf/${type === "F32" ? "stories260K" : `stories260K-${type}`}.gguf`],
+});
+const random = (arch: "llama" | "qwen2", type: string): ModelCase => ({
+  ref: `rnd-${arch}-${type}`, f32: `rnd-${arch}-F32`, kind: type === "F32" ? "F32" : "quantized", greedyPrompt: "p_fox",
+  path: type === "F32" ? () => refModel(`rnd-${arch}-F32`) : sharedModel(`models/gguf/rnd-${arch}-${type}.gguf`),
+  needs: type === "F32" ? [MAKE_REFMODELS] : [`models/gguf/rnd-${arch}-${type}.gguf`],
+});
+
+const CASES: ModelCase[] = [
+  stories("F32", "F32"), stories("F16", "F16/BF16"), stories("BF16", "F16/BF16"),
+  stories("Q8_0", "quantized"), stories("Q4_0", "quantized"), stories("Q4_1", "quantized"),
+  stories("Q5_0", "quantized"), stories("Q5_1", "quantized"),
+  random("llama", "F32"), random("llama", "Q4_K_M"), random("llama", "Q2_K"),
+  random("qwen2", "F32"), random("qwen2", "Q5_K_M"),
+];
+
+const measured: string[] = [];
+afterAll(() => {
+  if (process.env.PAGELLM_TEST_VERBOSE && measured.length > 0) console.log(`pagellm vs llama.cpp (threads ${THREADS}):\n  ${measured.join("\n  ")}`);
+});
+
+function sameBits(a: Float32Array[], b: Float32Array[]): boolean {
+  const bytes = (x: Float32Array) => Buffer.from(x.buffer, x.byteOffset, x.byteLength);
+  return a.length === b.length && a.every((x, p) => bytes(x).equals(bytes(b[p]!)));
+}
+
+const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+
+for (const m of CASES) {
+  const refFiles = [
+    ...TEXTS.map((t) => `${REFS}/${m.ref}.score.${t}.json`),
+    ...TEXTS.map((t) => `${REFS}/${m.f32}.score.${t}.json`),
+    `${REFS}/${m.ref}.greedy.${m.greedyPrompt}.json`,
+  ];
+  describeShared(`${m.ref} against llama.cpp (${m.kind})`, [...refFiles, ...m.needs], (paths) => {
+    let rig: GGUFRig | undefined;
+    let eos = -1;
+    beforeAll(() => {
+      const path = m.path();
+      eos = readGGUF(path).getU32("tokenizer.ggml.eos_token_id");
+      rig = new GGUFRig(path, 600, THREADS);
+    });
+    afterAll(() => rig?.close());
+
+    TEXTS.forEach((text, i) => {
+      test(`${text} text: log-probabilities by the README's ${m.kind} rule`, () => {
+        const own = readJson<ScoreRef>(paths[i]!);
+        const f32 = readJson<ScoreRef>(paths[TEXTS.length + i]!);
+        expect(own.tokens).toEqual(f32.tokens);
+        const logits = rig!.logits(own.tokens, 64);
+        const n = own.tokens.length - 1;
+        const mine = Array.from({ length: n }, (_, p) => logSoftmaxAt(logits[p]!, own.tokens[p + 1]!));
+        const diffOwn = mean(mine.map((lp, p) => Math.abs(lp - own.logprobs[p]![0])));
+        const agreement = mean(logits.slice(0, n).map((l, p) => (argmax(l) === own.logprobs[p]![1] ? 1 : 0)));
+        const errMine = mean(mine.map((lp, p) => Math.abs(lp - f32.logprobs[p]![0])));
+        const errLlama = mean(own.logprobs.map(([lp], p) => Math.abs(lp - f32.logprobs[p]![0])));
+        measured.push(
+          `${m.ref} ${text}: mean |d| vs llama.cpp same file ${diffOwn.toFixed(5)}, argmax agreement ${(100 * agreement).toFixed(1)}%, ` +
+            `err vs F32 original: pagellm ${errMine.toFixed(5)}, llama.cpp ${errLlama.toFixed(5)}`,
+        );
+        const f32Rule = diffOwn <= F32_MAX_MEAN_DIFF && agreement >= F32_MIN_AGREEMENT;
+        const quantRule = errMine <= QUANT_SLOPE * errLlama + QUANT_SLACK;
+        if (m.kind === "F32") {
+          expect(diffOwn).toBeLessThanOrEqual(F32_MAX_MEAN_DIFF);
+          expect(agreement).toBeGreaterThanOrEqual(F32_MIN_AGREEMENT);
+        } else if (m.kind === "F16/BF16") {
+          expect(f32Rule || quantRule).toBe(true);
+        } else {
+          expect(errMine).toBeLessThanOrEqual(QUANT_SLOPE * errLlama + QUANT_SLACK);
+        }
+      });
+    });
+
+    test("batch invariance: the same bits prefilled at once, in chunks of 7, token by token, beside another sequence, on another thread count", () => {
+      const tokens = readJson<ScoreRef>(paths[0]!).tokens.slice(0, 48);
+      const once = rig!.logits(tokens, tokens.length);
+      expect(sameBits(rig!.logits(tokens, 7), once)).toBe(true);
+      expect(sameBits(rig!.logits(tokens, 1), once)).toBe(true);
+      expect(sameBits(rig!.logits(tokens, 11, [...tokens].reverse()), once)).toBe(true);
+      const other = new GGUFRig(m.path(), 64, THREADS === 1 ? 2 : 1);
+      try {
+        expect(sameBits(other.logits(tokens, 5), once)).toBe(true);
+      } finally {
+        other.close();
+      }
+    });
+
+    if (m.kind !== "quantized") {
+      test("greedy continuation equals llama.cpp's", () => {
+        const ref = readJson<GreedyRef>(paths[2 * TEXTS.length]!);
+        expect(rig!.greedy(ref.tokens, ref.generated.length, new Set([eos]))).toEqual(ref.generated);
+      });
+    }
+  });
+}
