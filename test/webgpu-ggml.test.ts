@@ -1,5 +1,5 @@
 /**
- * WGSL products over ggml block types (Q8_0, Q4_0, Q4_K, Q6_K) against a scalar
+ * WGSL products over ggml types (F16, Q8_0, Q4_0, Q4_K, Q6_K) against a scalar
  * dequantize-then-dot in TypeScript, written here from ggml-common.h's block layouts and
  * ggml-quants.c's dequantize_row_* (the WebAssembly twins are being written in parallel). Random
  * blocks: every quant byte random, scales random normal f16 values.
@@ -31,6 +31,13 @@ interface BlockType {
 }
 
 const TYPES: BlockType[] = [
+  {
+    name: "F16", code: 1, values: 2, bytes: 4, halves: [0, 2],
+    dequantize(b, o, y) {
+      y[0] = f16(u16(b, o));
+      y[1] = f16(u16(b, o + 2));
+    },
+  },
   {
     name: "Q8_0", code: 8, values: 32, bytes: 34, halves: [0],
     dequantize(b, o, y) {
@@ -110,7 +117,7 @@ async function describeGgml(): Promise<void> {
         const rng = new Xoshiro128(40 + type.code);
         for (let iter = 0; iter < 4; iter++) {
           const rows = randInt(rng, 1, 9);
-          const blocksPerRow = randInt(rng, 1, 3);
+          const blocksPerRow = type.values === 2 ? randInt(rng, 1, 150) : randInt(rng, 1, 3);
           const cols = blocksPerRow * type.values;
           const T = randInt(rng, 1, 3);
           const bytes = randomBlocks(rng, type, rows * blocksPerRow);

@@ -97,26 +97,28 @@ async function describeKernels(): Promise<void> {
         const rng = new Xoshiro128(style === "neox" ? 23 : 24);
         for (let iter = 0; iter < 6; iter++) {
           const headDim = 2 * randInt(rng, 1, 12);
+          // Partial rotary on some iterations: the elements past ropeDim pass through.
+          const ropeDim = iter % 2 === 0 ? headDim : 2 * randInt(rng, 1, headDim / 2);
           const nHeads = randInt(rng, 1, 4);
           const rowStride = nHeads * headDim + randInt(rng, 0, 3);
           const T = randInt(rng, 1, 5);
           const seqLen = 32;
-          const half = headDim / 2;
+          const half = ropeDim / 2;
           const cos = new Float32Array(seqLen * half).map((_, i) => Math.cos(i * 0.37));
           const sin = new Float32Array(seqLen * half).map((_, i) => Math.sin(i * 0.37));
           const positions = new Int32Array(T).map(() => randInt(rng, 0, seqLen - 1));
           const vec = randomArray(rng, T * rowStride);
           const vAddr = wasmF32(vec);
           const ropeWasm = style === "neox" ? k.ropeNeox : k.ropeInterleaved;
-          ropeWasm(vAddr, wasmI32(positions), T, nHeads, headDim, rowStride, wasmF32(cos), wasmF32(sin));
+          ropeWasm(vAddr, wasmI32(positions), T, nHeads, headDim, ropeDim, rowStride, wasmF32(cos), wasmF32(sin));
           const buf = upload(vec);
-          gpu.rope(style, buf, upload(positions), T, nHeads, headDim, rowStride, upload(cos), upload(sin));
+          gpu.rope(style, buf, upload(positions), T, nHeads, headDim, ropeDim, rowStride, upload(cos), upload(sin));
           expectClose(await run.readF32(buf, T * rowStride), wasmRead(vAddr, T * rowStride), 1e-6);
         }
       });
     }
 
-    test("swiglu and add match the wasm kernels", async () => {
+    test("swiglu, add and addRows match the wasm kernels", async () => {
       const rng = new Xoshiro128(25);
       const n = 333;
       const g = randomArray(rng, n, 6);
@@ -134,6 +136,15 @@ async function describeKernels(): Promise<void> {
       const xBuf = upload(x);
       gpu.add(xBuf, upload(y), n);
       expect(await run.readF32(xBuf, n)).toEqual(wasmRead(xAddr, n));
+
+      const rows = 3, width = 111;
+      const z = randomArray(rng, rows * width);
+      const bias = randomArray(rng, width);
+      const zAddr = wasmF32(z);
+      k.addRows(zAddr, wasmF32(bias), rows, width);
+      const zBuf = upload(z);
+      gpu.addRows(zBuf, upload(bias), rows, width);
+      expect(await run.readF32(zBuf, rows * width)).toEqual(wasmRead(zAddr, rows * width));
     });
 
     test("gatherRows picks rows from a split table", async () => {

@@ -13,7 +13,7 @@ import type { GpuContext } from "./device.ts";
 import { params, GpuRunner, type GpuKernel } from "./runner.ts";
 import { ATTENTION_WGSL, attentionGrid, MAX_HEAD_DIM } from "./wgsl-attention.ts";
 import {
-  ADD_WGSL, elementGrid, GATHER_ROWS_WGSL, RMSNORM_WGSL, ROPE_WGSL, SWIGLU_WGSL, WRITE_KV_WGSL,
+  ADD_ROWS_WGSL, ADD_WGSL, elementGrid, GATHER_ROWS_WGSL, RMSNORM_WGSL, ROPE_WGSL, SWIGLU_WGSL, WRITE_KV_WGSL,
 } from "./wgsl-elementwise.ts";
 import { GGML_SHADERS, MATMUL_F32_WGSL, matmulGgmlWgsl, matmulGrid } from "./wgsl-matmul.ts";
 
@@ -40,6 +40,7 @@ export interface GpuWeightMatrix {
 /** Kernel names and their sources; ggml products are added per type. */
 const FIXED_KERNELS = {
   add: ADD_WGSL,
+  addRows: ADD_ROWS_WGSL,
   swiglu: SWIGLU_WGSL,
   rmsnorm: RMSNORM_WGSL,
   rope: ROPE_WGSL,
@@ -172,11 +173,16 @@ export class WebGpuBackend {
   /** Rotate the T rows of vec in place (positions: i32 buffer; tables [seqLen][headDim/2]). */
   rope(
     style: "interleaved" | "neox", vec: GPUBuffer, positions: GPUBuffer, T: number, nHeads: number, headDim: number,
-    rowStride: number, cosTab: GPUBuffer, sinTab: GPUBuffer,
+    ropeDim: number, rowStride: number, cosTab: GPUBuffer, sinTab: GPUBuffer,
   ): void {
-    const [pairStride, partner] = style === "neox" ? [1, headDim / 2] : [2, 1];
-    const p = params(T, nHeads, headDim, rowStride, pairStride, partner);
-    this.runner.dispatch(this.kernel("rope"), p, [vec, positions, cosTab, sinTab], elementGrid((T * nHeads * headDim) / 2));
+    const [pairStride, partner] = style === "neox" ? [1, ropeDim / 2] : [2, 1];
+    const p = params(T, nHeads, headDim, ropeDim, rowStride, pairStride, partner);
+    this.runner.dispatch(this.kernel("rope"), p, [vec, positions, cosTab, sinTab], elementGrid((T * nHeads * ropeDim) / 2));
+  }
+
+  /** x[t] += bias for T rows of n. */
+  addRows(x: GPUBuffer, bias: GPUBuffer, T: number, n: number): void {
+    this.runner.dispatch(this.kernel("addRows"), params(T, n), [x, bias], elementGrid(T * n));
   }
 
   /** Scatter k, v [T][nKvHeads * headDim] into their slots (i32 buffer) of one layer's arena. */

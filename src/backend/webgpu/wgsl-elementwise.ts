@@ -87,12 +87,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 }`;
 
 /**
- * Rotary embedding in place; one invocation per (token, head, pair k). Pair k of a head is the
- * elements k * pairStride and k * pairStride + partner: (2k, 2k + 1) interleaved, (k, k + half)
- * neox. cos/sin tables are [position][headDim / 2].
+ * Rotary embedding in place; one invocation per (token, head, pair k < ropeDim / 2). Pair k of a
+ * head is the elements k * pairStride and k * pairStride + partner: (2k, 2k + 1) interleaved,
+ * (k, k + ropeDim / 2) neox; elements past ropeDim pass through. cos/sin tables are
+ * [position][ropeDim / 2].
  */
 export const ROPE_WGSL = /* wgsl */ `
-struct Params { T: u32, nHeads: u32, headDim: u32, rowStride: u32, pairStride: u32, partner: u32 }
+struct Params { T: u32, nHeads: u32, headDim: u32, ropeDim: u32, rowStride: u32, pairStride: u32, partner: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> vec: array<f32>;
 @group(0) @binding(2) var<storage, read> positions: array<i32>;
@@ -101,7 +102,7 @@ struct Params { T: u32, nHeads: u32, headDim: u32, rowStride: u32, pairStride: u
 ${ELEMENT_INDEX}
 ${ELEMENT_ENTRY} {
   let i = elementIndex(wg, nwg, lid);
-  let half = p.headDim / 2u;
+  let half = p.ropeDim / 2u;
   if (i >= p.T * p.nHeads * half) { return; }
   let k = i % half;
   let h = (i / half) % p.nHeads;
@@ -144,6 +145,18 @@ ${ELEMENT_ENTRY} {
   let dst = ((h * p.numBlocks + block) * p.blockSize + row) * p.headDim + d;
   kArena[dst] = k[i];
   vArena[dst] = v[i];
+}`;
+
+/** x[t][i] += bias[i] for T rows of n (the q, k, v biases of qwen2). */
+export const ADD_ROWS_WGSL = /* wgsl */ `
+struct Params { T: u32, n: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+@group(0) @binding(2) var<storage, read> bias: array<f32>;
+${ELEMENT_INDEX}
+${ELEMENT_ENTRY} {
+  let i = elementIndex(wg, nwg, lid);
+  if (i < p.T * p.n) { x[i] = x[i] + bias[i % p.n]; }
 }`;
 
 /** out[r] = src[rows[r]] for R rows of n floats (embedding look-up and the classifier's rows). */

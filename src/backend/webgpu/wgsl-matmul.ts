@@ -158,8 +158,19 @@ fn blockDot(b: u32, xi: u32) -> f32 {
 }`,
 };
 
+/** F16: a "block" of two values, one u32 word (rows of an even width stay word-aligned). */
+const F16: GgmlShader = {
+  blockValues: 2,
+  blockDot: /* wgsl */ `
+fn blockDot(b: u32, xi: u32) -> f32 {
+  let h = unpack2x16float(w[b >> 2u]);
+  return h.x * x[xi] + h.y * x[xi + 1u];
+}`,
+};
+
 /** ggml type codes with a WGSL product, and their shaders (the codes of src/model/gguf.ts GGML_TYPES). */
 export const GGML_SHADERS: ReadonlyMap<number, GgmlShader & { name: string; blockBytes: number }> = new Map([
+  [1, { ...F16, name: "F16", blockBytes: 4 }],
   [2, { ...Q4_0, name: "Q4_0", blockBytes: 18 }],
   [8, { ...Q8_0, name: "Q8_0", blockBytes: 34 }],
   [12, { ...Q4_K, name: "Q4_K", blockBytes: 144 }],
