@@ -47,7 +47,9 @@ export class GpuRunner {
   /** Copy `data` into `buf` at byteOffset (queued before any later submission). */
   upload(buf: GPUBuffer, data: ArrayBufferView, byteOffset = 0): void {
     const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-    const padded = bytes.byteLength % 4 === 0 ? bytes : padTo4(bytes);
+    // bun-webgpu copies only from an ArrayBuffer: views of the shared linear memory are copied first.
+    const owned = data.buffer instanceof ArrayBuffer ? bytes : bytes.slice();
+    const padded = owned.byteLength % 4 === 0 ? owned : padTo4(owned);
     this.device.queue.writeBuffer(buf, byteOffset, padded);
   }
 
