@@ -1,6 +1,7 @@
 /**
  * A whole llama forward pass on WebGPU (GpuLlamaModel) against the WebAssembly engine's
- * (LlamaModel) on stories260K as llama2.c f32 and as GGUF F32, F16, Q8_0 and Q4_0: the same
+ * (LlamaModel) on stories260K as llama2.c f32 and as GGUF F32, F16, Q8_0 and Q4_0, and on a random
+ * Q4_K_M llama (Q4_K and Q6_K tensors): the same
  * StepBatches, block tables and block ids, logits compared step after step through a
  * two-sequence prefill in chunks and greedy decode (driven by the WebAssembly engine's tokens).
  * And the GPU's own invariance: a sequence's logits are the same bits decoded alone or beside
@@ -25,6 +26,9 @@ const MODELS: { rel: string; tolerance: number }[] = [
   { rel: "models/gguf/stories260K-F16.gguf", tolerance: 1e-4 },
   { rel: "models/gguf/stories260K-Q8_0.gguf", tolerance: 2e-2 },
   { rel: "models/gguf/stories260K-Q4_0.gguf", tolerance: 3e-2 },
+  // Random weights: larger activations, so int8 activation blocks on the wasm side cost more (a
+  // wrong Q6_K scale index fails this by 0.7 of the largest logit).
+  { rel: "models/gguf/rnd-llama-Q4_K_M.gguf", tolerance: 6e-2 },
 ];
 const BLOCK = 4;
 const MAX_TOKENS = 12;

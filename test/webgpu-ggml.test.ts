@@ -1,10 +1,14 @@
 /**
  * WGSL products over ggml types (F16, Q8_0, Q4_0, Q4_K, Q6_K) against a scalar
- * dequantize-then-dot in TypeScript, written here from ggml-common.h's block layouts and
- * ggml-quants.c's dequantize_row_* (the WebAssembly twins are being written in parallel). Random
- * blocks: every quant byte random, scales random normal f16 values.
+ * dequantize-then-dot in TypeScript, written from ggml-common.h's block layouts and
+ * ggml-quants.c's dequantize_row_*, and that dequantization checked bit for bit against the
+ * WebAssembly twin (the embed kernels of assembly/ggml, which dequantize whole rows). Random
+ * blocks: every quant byte random, scales random normal f16 values. (The WebAssembly products
+ * quantize activations to int8 blocks, so the products themselves are compared with f32 x here.)
  */
-import { expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
+import { CpuBackend } from "../src/backend/cpu.ts";
+import { ggmlKernels } from "../src/backend/ggml-kernels.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { randInt, randomArray } from "./helpers/random-data.ts";
@@ -109,6 +113,46 @@ function randomBlocks(rng: Xoshiro128, type: BlockType, blocks: number): Uint8Ar
   }
   return b;
 }
+
+const cpu = new CpuBackend();
+
+/** Rows of a ggml matrix dequantized by the WebAssembly embed kernel of its type. */
+function wasmDequantize(bytes: Uint8Array, type: BlockType, rows: number, cols: number): Float32Array {
+  const mem = cpu.mem;
+  const mark = mem.mark();
+  try {
+    const w = mem.alloc(bytes.byteLength);
+    mem.u8.set(bytes, w);
+    const tokens = mem.alloc(4 * rows);
+    mem.i32.set(Array.from({ length: rows }, (_, r) => r), tokens >> 2);
+    const out = mem.alloc(4 * rows * cols);
+    const embed = cpu.kernels[ggmlKernels(type.code).embed] as (out: number, w: number, tokens: number, T: number, cols: number) => void;
+    embed(out, w, tokens, rows, cols);
+    return mem.f32.slice(out >> 2, (out >> 2) + rows * cols);
+  } finally {
+    mem.release(mark);
+  }
+}
+
+describe("the TypeScript dequantizers equal the WebAssembly ones", () => {
+  for (const type of TYPES) {
+    test(type.name, () => {
+      const rng = new Xoshiro128(60 + type.code);
+      const rows = 3;
+      const blocksPerRow = type.values === 2 ? 37 : 2;
+      const cols = blocksPerRow * type.values;
+      const bytes = randomBlocks(rng, type, rows * blocksPerRow);
+      const want = wasmDequantize(bytes, type, rows, cols);
+      const y = new Float64Array(type.values);
+      const got = new Float32Array(rows * cols);
+      for (let b = 0; b < rows * blocksPerRow; b++) {
+        type.dequantize(bytes, b * type.bytes, y);
+        got.set(y, b * type.values);
+      }
+      expect(Array.from(got)).toEqual(Array.from(want));
+    });
+  }
+});
 
 async function describeGgml(): Promise<void> {
   await describeGpu("WGSL ggml block products against scalar dequantize-then-dot", (gpu: WebGpuBackend) => {
