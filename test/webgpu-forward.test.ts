@@ -25,10 +25,16 @@ const MODELS: { rel: string; tolerance: number }[] = [
   { rel: "models/gguf/stories260K.gguf", tolerance: 1e-4 },
   { rel: "models/gguf/stories260K-F16.gguf", tolerance: 1e-4 },
   { rel: "models/gguf/stories260K-Q8_0.gguf", tolerance: 2e-2 },
+  { rel: "models/gguf/stories260K-BF16.gguf", tolerance: 1e-4 },
   { rel: "models/gguf/stories260K-Q4_0.gguf", tolerance: 3e-2 },
+  { rel: "models/gguf/stories260K-Q4_1.gguf", tolerance: 3e-2 },
+  { rel: "models/gguf/stories260K-Q5_0.gguf", tolerance: 3e-2 },
+  { rel: "models/gguf/stories260K-Q5_1.gguf", tolerance: 3e-2 },
   // Random weights: larger activations, so int8 activation blocks on the wasm side cost more (a
   // wrong Q6_K scale index fails this by 0.7 of the largest logit).
   { rel: "models/gguf/rnd-llama-Q4_K_M.gguf", tolerance: 6e-2 },
+  // qwen2: q/k/v biases, neox RoPE; Q5_K and Q6_K tensors.
+  { rel: "models/gguf/rnd-qwen2-Q5_K_M.gguf", tolerance: 6e-2 },
 ];
 const BLOCK = 4;
 const MAX_TOKENS = 12;
@@ -39,7 +45,7 @@ function argmax(v: Float32Array): number {
   return best;
 }
 
-await describeGpu("stories260K forward pass: WebGPU against WebAssembly", (gpu) => {
+await describeGpu("forward pass: WebGPU against WebAssembly", (gpu) => {
   for (const { rel, tolerance } of MODELS) {
   const path = sharedPath(rel);
   test.skipIf(path === null)(`${rel}: logits agree through chunked prefill of two sequences and greedy decode`, async () => {

@@ -1,5 +1,5 @@
 /**
- * WGSL products over ggml types (F16, Q8_0, Q4_0, Q4_K, Q6_K) against a scalar
+ * WGSL products over ggml types (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) against a scalar
  * dequantize-then-dot in TypeScript, written from ggml-common.h's block layouts and
  * ggml-quants.c's dequantize_row_*, and that dequantization checked bit for bit against the
  * WebAssembly twin (the embed kernels of assembly/ggml, which dequantize whole rows). Random
@@ -40,6 +40,66 @@ const TYPES: BlockType[] = [
     dequantize(b, o, y) {
       y[0] = f16(u16(b, o));
       y[1] = f16(u16(b, o + 2));
+    },
+  },
+  {
+    name: "BF16", code: 30, values: 2, bytes: 4, halves: [],
+    dequantize(b, o, y) {
+      y[0] = new Float32Array(new Uint32Array([u16(b, o) << 16]).buffer)[0]!;
+      y[1] = new Float32Array(new Uint32Array([u16(b, o + 2) << 16]).buffer)[0]!;
+    },
+  },
+  {
+    name: "Q4_1", code: 3, values: 32, bytes: 20, halves: [0, 2],
+    dequantize(b, o, y) {
+      const d = f16(u16(b, o)), m = f16(u16(b, o + 2));
+      for (let j = 0; j < 16; j++) {
+        y[j] = Math.fround(d * (b[o + 4 + j]! & 15) + m);
+        y[j + 16] = Math.fround(d * (b[o + 4 + j]! >> 4) + m);
+      }
+    },
+  },
+  {
+    name: "Q5_0", code: 6, values: 32, bytes: 22, halves: [0],
+    dequantize(b, o, y) {
+      const d = f16(u16(b, o));
+      const qh = (u16(b, o + 2) | (u16(b, o + 4) << 16)) >>> 0;
+      for (let j = 0; j < 16; j++) {
+        y[j] = Math.fround(d * (((b[o + 6 + j]! & 15) | (((qh >>> j) & 1) << 4)) - 16));
+        y[j + 16] = Math.fround(d * (((b[o + 6 + j]! >> 4) | (((qh >>> (j + 16)) & 1) << 4)) - 16));
+      }
+    },
+  },
+  {
+    name: "Q5_1", code: 7, values: 32, bytes: 24, halves: [0, 2],
+    dequantize(b, o, y) {
+      const d = f16(u16(b, o)), m = f16(u16(b, o + 2));
+      const qh = (u16(b, o + 4) | (u16(b, o + 6) << 16)) >>> 0;
+      for (let j = 0; j < 16; j++) {
+        y[j] = Math.fround(d * ((b[o + 8 + j]! & 15) | (((qh >>> j) & 1) << 4)) + m);
+        y[j + 16] = Math.fround(d * ((b[o + 8 + j]! >> 4) | (((qh >>> (j + 16)) & 1) << 4)) + m);
+      }
+    },
+  },
+  {
+    name: "Q5_K", code: 13, values: 256, bytes: 176, halves: [0, 2],
+    dequantize(b, o, y) {
+      const d = f16(u16(b, o));
+      const dmin = f16(u16(b, o + 2));
+      const sc = o + 4;
+      const scaleMin = (j: number): [number, number] => j < 4
+        ? [b[sc + j]! & 63, b[sc + j + 4]! & 63]
+        : [(b[sc + j + 4]! & 15) | ((b[sc + j - 4]! >> 6) << 4), (b[sc + j + 4]! >> 4) | ((b[sc + j]! >> 6) << 4)];
+      for (let i = 0; i < 4; i++) {
+        const [s1, m1] = scaleMin(2 * i);
+        const [s2, m2] = scaleMin(2 * i + 1);
+        const q = o + 48 + 32 * i;
+        for (let l = 0; l < 32; l++) {
+          const h = b[o + 16 + l]!;
+          y[64 * i + l] = d * s1 * ((b[q + l]! & 15) | (((h >> (2 * i)) & 1) << 4)) - dmin * m1;
+          y[64 * i + 32 + l] = d * s2 * ((b[q + l]! >> 4) | (((h >> (2 * i + 1)) & 1) << 4)) - dmin * m2;
+        }
+      }
     },
   },
   {
@@ -104,6 +164,14 @@ const TYPES: BlockType[] = [
 /** Random blocks: random quant bytes, f16 scales of magnitude 2^-6 .. 2^-1. */
 function randomBlocks(rng: Xoshiro128, type: BlockType, blocks: number): Uint8Array {
   const b = new Uint8Array(blocks * type.bytes).map(() => randInt(rng, 0, 255));
+  if (type.code === 30) {
+    // bf16 values of magnitude 2^-7 .. 2^3 (f32 exponents 120 .. 130).
+    for (let i = 0; i < b.length; i += 2) {
+      const bits = (randInt(rng, 0, 1) << 15) | (randInt(rng, 120, 130) << 7) | randInt(rng, 0, 127);
+      b[i] = bits & 255;
+      b[i + 1] = bits >> 8;
+    }
+  }
   for (let i = 0; i < blocks; i++) {
     for (const h of type.halves) {
       const bits = (randInt(rng, 0, 1) << 15) | (randInt(rng, 9, 14) << 10) | randInt(rng, 0, 1023);

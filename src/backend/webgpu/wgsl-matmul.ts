@@ -168,10 +168,115 @@ fn blockDot(b: u32, xi: u32) -> f32 {
 }`,
 };
 
+/** BF16: two values per u32 word, each the high half of an f32. */
+const BF16: GgmlShader = {
+  blockValues: 2,
+  blockDot: /* wgsl */ `
+fn blockDot(b: u32, xi: u32) -> f32 {
+  let word = w[b >> 2u];
+  return bitcast<f32>(word << 16u) * x[xi] + bitcast<f32>(word & 0xffff0000u) * x[xi + 1u];
+}`,
+};
+
+/** block_q4_1: f16 d, f16 m, qs[16]; value j = d * (qs[j] & 15) + m, value j + 16 = d * (qs[j] >> 4) + m. */
+const Q4_1: GgmlShader = {
+  blockValues: 32,
+  blockDot: /* wgsl */ `
+fn blockDot(b: u32, xi: u32) -> f32 {
+  let d = f16At(b);
+  let m = f16At(b + 2u);
+  var s = 0.0;
+  for (var j = 0u; j < 16u; j++) { s = s + (d * f32(u8At(b + 4u + j) & 15u) + m) * x[xi + j]; }
+  for (var j = 0u; j < 16u; j++) { s = s + (d * f32(u8At(b + 4u + j) >> 4u) + m) * x[xi + 16u + j]; }
+  return s;
+}`,
+};
+
+/** The fifth bits of block_q5_0 / q5_1: qh (a little-endian u32 at byte h), bit j for value j. */
+const Q5_HIGH_BITS = /* wgsl */ `
+fn q5High(h: u32) -> u32 { return u8At(h) | (u8At(h + 1u) << 8u) | (u8At(h + 2u) << 16u) | (u8At(h + 3u) << 24u); }`;
+
+/** block_q5_0: f16 d, qh[4], qs[16]; value j = d * ((nibble | bit j of qh << 4) - 16). */
+const Q5_0: GgmlShader = {
+  blockValues: 32,
+  blockDot: /* wgsl */ `${Q5_HIGH_BITS}
+fn blockDot(b: u32, xi: u32) -> f32 {
+  let d = f16At(b);
+  let qh = q5High(b + 2u);
+  var s = 0.0;
+  for (var j = 0u; j < 16u; j++) {
+    let lo = (u8At(b + 6u + j) & 15u) | (((qh >> j) & 1u) << 4u);
+    s = s + (d * f32(i32(lo) - 16)) * x[xi + j];
+  }
+  for (var j = 0u; j < 16u; j++) {
+    let hi = (u8At(b + 6u + j) >> 4u) | (((qh >> (j + 16u)) & 1u) << 4u);
+    s = s + (d * f32(i32(hi) - 16)) * x[xi + 16u + j];
+  }
+  return s;
+}`,
+};
+
+/** block_q5_1: f16 d, f16 m, qh[4], qs[16]; value j = d * (nibble | bit j of qh << 4) + m. */
+const Q5_1: GgmlShader = {
+  blockValues: 32,
+  blockDot: /* wgsl */ `${Q5_HIGH_BITS}
+fn blockDot(b: u32, xi: u32) -> f32 {
+  let d = f16At(b);
+  let m = f16At(b + 2u);
+  let qh = q5High(b + 4u);
+  var s = 0.0;
+  for (var j = 0u; j < 16u; j++) {
+    let lo = (u8At(b + 8u + j) & 15u) | (((qh >> j) & 1u) << 4u);
+    s = s + (d * f32(lo) + m) * x[xi + j];
+  }
+  for (var j = 0u; j < 16u; j++) {
+    let hi = (u8At(b + 8u + j) >> 4u) | (((qh >> (j + 16u)) & 1u) << 4u);
+    s = s + (d * f32(hi) + m) * x[xi + 16u + j];
+  }
+  return s;
+}`,
+};
+
+/**
+ * block_q5_K: f16 d, f16 dmin, scales[12] (as Q4_K), qh[32], qs[128]. Sub-block pair i reads
+ * qs[32i ..] nibbles and bits 2i (low nibbles) and 2i + 1 (high nibbles) of qh[l] as fifth bits.
+ */
+const Q5_K: GgmlShader = {
+  blockValues: 256,
+  blockDot: Q4_K.blockDot.split("fn blockDot")[0] + /* wgsl */ `
+fn blockDot(b: u32, xi: u32) -> f32 {
+  let d = f16At(b);
+  let dmin = f16At(b + 2u);
+  var s = 0.0;
+  for (var i = 0u; i < 4u; i++) {
+    let lo = scaleMinK4(b, 2u * i);
+    let hi = scaleMinK4(b, 2u * i + 1u);
+    let d1 = d * lo.x; let m1 = dmin * lo.y;
+    let d2 = d * hi.x; let m2 = dmin * hi.y;
+    let q = b + 48u + 32u * i;
+    let xo = xi + 64u * i;
+    for (var l = 0u; l < 32u; l++) {
+      let h = u8At(b + 16u + l);
+      s = s + (d1 * f32((u8At(q + l) & 15u) | (((h >> (2u * i)) & 1u) << 4u)) - m1) * x[xo + l];
+    }
+    for (var l = 0u; l < 32u; l++) {
+      let h = u8At(b + 16u + l);
+      s = s + (d2 * f32((u8At(q + l) >> 4u) | (((h >> (2u * i + 1u)) & 1u) << 4u)) - m2) * x[xo + 32u + l];
+    }
+  }
+  return s;
+}`,
+};
+
 /** ggml type codes with a WGSL product, and their shaders (the codes of src/model/gguf.ts GGML_TYPES). */
 export const GGML_SHADERS: ReadonlyMap<number, GgmlShader & { name: string; blockBytes: number }> = new Map([
   [1, { ...F16, name: "F16", blockBytes: 4 }],
+  [30, { ...BF16, name: "BF16", blockBytes: 4 }],
   [2, { ...Q4_0, name: "Q4_0", blockBytes: 18 }],
+  [3, { ...Q4_1, name: "Q4_1", blockBytes: 20 }],
+  [6, { ...Q5_0, name: "Q5_0", blockBytes: 22 }],
+  [7, { ...Q5_1, name: "Q5_1", blockBytes: 24 }],
+  [13, { ...Q5_K, name: "Q5_K", blockBytes: 176 }],
   [8, { ...Q8_0, name: "Q8_0", blockBytes: 34 }],
   [12, { ...Q4_K, name: "Q4_K", blockBytes: 144 }],
   [14, { ...Q6_K, name: "Q6_K", blockBytes: 210 }],
