@@ -59,6 +59,75 @@ describeShared("pagellm chat on a GGUF chat model", ["models/gguf/rnd-qwen2-Q5_K
   }, 120_000);
 });
 
+describeShared("a long chat on a GGUF chat model", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
+  test.skipIf(!hasScript)("time to first token does not grow with the conversation: 20 turns in a 2048-token context", async () => {
+    const topics = ["the weather", "a red bicycle", "my old cat", "the sea at night", "bread and butter"];
+    const messages = Array.from({ length: 20 }, (_, i) => `Tell me about ${topics[i % topics.length]}, part ${i + 1}.`);
+    const out = await chatInPty(["--model", model!, "--ctx-size", "2048", "--max-tokens", "4", "--temperature", "0", "--threads", "1"], [...messages, "/exit"]);
+    const turns = [...out.matchAll(/\[prompt (\d+) tokens \((\d+) cached\), .*first token ([\d.]+) ms/g)].map((m) => ({
+      prompt: Number(m[1]), cached: Number(m[2]), ttftMs: Number(m[3]),
+    }));
+    expect(turns.length).toBe(20);
+    // The least of five turns: the machine is shared, and other work only ever adds time.
+    // The first turn warms up; turns 2-6 against turns 16-20.
+    const least = (xs: number[]) => Math.min(...xs);
+    const early = least(turns.slice(1, 6).map((t) => t.ttftMs));
+    const late = least(turns.slice(-5).map((t) => t.ttftMs));
+    const last = turns[19]!;
+    // What makes it so: the last prompt is long, and all of it but its last partial block and the new message comes from the cache.
+    expect(last.prompt).toBeGreaterThan(10 * turns[0]!.prompt / 2);
+    expect(last.prompt - last.cached).toBeLessThan(16 + 40);
+    console.log(`TTFT: turns 2-6 least ${early} ms, turns 16-20 least ${late} ms; last prompt ${last.prompt} tokens (${last.cached} cached)`);
+    expect(late).toBeLessThan(2 * early);
+  }, 180_000);
+});
+
+describeShared("Ctrl-C during a reply", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
+  test.skipIf(!hasScript)("stops the reply, keeps it in the conversation, and the chat goes on", async () => {
+    const args = ["chat", "--model", model!, "--ctx-size", "2048", "--max-tokens", "1500", "--temperature", "0", "--threads", "1"];
+    const command = ["bun", "bin/pagellm", ...args].map((a) => `'${a}'`).join(" ");
+    const env = { ...process.env, XDG_DATA_HOME: join(dir, "xdg") };
+    const proc = Bun.spawn(["script", "-qfec", command, "/dev/null"], { cwd: REPO_ROOT, env, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
+    let out = "";
+    const reader = (async () => {
+      for await (const chunk of proc.stdout) out += new TextDecoder().decode(chunk);
+    })();
+    const waitFor = async (test: () => boolean) => {
+      const start = performance.now();
+      while (!test() && performance.now() - start < 60_000) await Bun.sleep(20);
+    };
+    const send = async (keys: string) => {
+      proc.stdin.write(keys);
+      await proc.stdin.flush();
+    };
+    await waitFor(() => out.includes("> "));
+    await send("hello\r");
+    const echoed = () => out.lastIndexOf("hello");
+    await waitFor(() => echoed() >= 0);
+    // The reply is streaming: text after the echoed message, escapes and the line end aside.
+    await waitFor(() => out.slice(echoed() + 5).replace(/\x1b\[[0-9;?]*[a-zA-Z]/g, "").trim().length > 40);
+    await send("\x03");
+    await waitFor(() => /\[prompt \d+ tokens[^\]]*interrupted/.test(out));
+    await send("/set max-tokens 4\r");
+    await send("and then?\r");
+    await waitFor(() => (out.match(/\[prompt \d+ tokens/g) ?? []).length >= 2);
+    await send("/exit\r");
+    proc.stdin.end();
+    expect(await proc.exited).toBe(0);
+    await reader;
+    const turns = [...out.matchAll(/\[prompt (\d+) tokens \((\d+) cached\), reply (\d+) tokens?([^\]]*)\]/g)];
+    expect(turns.length).toBe(2);
+    expect(turns[0]![4]).toContain("interrupted");
+    const firstReply = Number(turns[0]![3]);
+    expect(firstReply).toBeGreaterThan(0);
+    expect(firstReply).toBeLessThan(1500);
+    // The interrupted reply stays in the conversation: the second prompt holds it, served from the cache.
+    expect(Number(turns[1]![1])).toBeGreaterThan(31 + firstReply);
+    // Every whole 16-token block the first turn computed (its last sampled token is never fed back).
+    expect(Number(turns[1]![2])).toBeGreaterThanOrEqual(Math.floor((31 + firstReply - 1) / 16) * 16);
+  }, 120_000);
+});
+
 describeShared("end-of-generation tokens stop a reply", ["vocab/ggml-vocab-smollm.gguf"], ([vocab]) => {
   test("a model whose next token is always <|im_end|> gives an empty reply that ends with finish_reason stop", async () => {
     // One layer that adds nothing, every embedding the same positive row, and a classifier that

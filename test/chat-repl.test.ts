@@ -88,6 +88,22 @@ describeShared("pagellm chat commands", ["models/gguf/stories260K.gguf"], ([mode
     expect(turnStats(run.stderr).length).toBe(1);
   }, 60_000);
 
+  test("--chat-template-kwargs passes variables to the template (Qwen3's enable_thinking); a bad one is an input error", () => {
+    const qwen3 = join(REPO_ROOT, "test", "fixtures", "chat-templates", "qwen3.jinja");
+    const gen = (...more: string[]) => runPagellm(["generate", "--model", model!, "--template", qwen3, "--chat", "--prompt", "Once upon a time",
+      "--temperature", "0", "--threads", "1", "--max-tokens", "2", "--json", ...more]);
+    const promptTokens = (r: { stdout: string }) => (JSON.parse(r.stdout.trim()) as { prompt_tokens: number }).prompt_tokens;
+    const thinking = gen();
+    const direct = gen("--chat-template-kwargs", '{"enable_thinking": false}');
+    expect(thinking.exitCode).toBe(0);
+    expect(direct.exitCode).toBe(0);
+    // The empty "<think>\n\n</think>\n\n" that switches reasoning off.
+    expect(promptTokens(direct)).toBeGreaterThan(promptTokens(thinking));
+    const bad = gen("--chat-template-kwargs", "[1]");
+    expect(bad.exitCode).toBe(2);
+    expect(bad.stderr).toContain("--chat-template-kwargs must be a JSON object, got [1]");
+  }, 60_000);
+
   test.skipIf(!hasScript)("history: lines typed in one session come back with the up arrow in the next", async () => {
     const env = { ...process.env, XDG_DATA_HOME: join(dir, "xdg") };
     const session = async (keys: string[]): Promise<string> => {

@@ -76,6 +76,12 @@ describe("published templates render the documented prompts", () => {
     );
   });
 
+  test("variables given with the template reach every rendering", () => {
+    const t = new ChatTemplate(readFileSync(join(FIXTURES, "qwen3.jinja"), "utf8"), "qwen3.jinja", { bosToken: "", eosToken: "" }, { enable_thinking: false });
+    expect(t.render(HI, true)).toEndWith("<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    expect(fixture("qwen3.jinja").render(HI, true)).toEndWith("<|im_start|>assistant\n");
+  });
+
   test("Mistral v0.3", () => {
     expect(fixture("mistral.jinja").render(TWO_TURNS, true)).toBe("<s>[INST] Hi[/INST] Hello! How can I help?</s>[INST] Tell me a joke.[/INST]");
   });

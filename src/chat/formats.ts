@@ -7,7 +7,7 @@ import { existsSync, readFileSync, statSync } from "node:fs";
 import { InputError } from "../errors.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { ChatHistory, CHAT_TEMPLATES, type ChatTemplateName } from "./builtin-formats.ts";
-import type { Conversation } from "./conversation.ts";
+import { loadConversation, type Conversation } from "./conversation.ts";
 import { JinjaConversation } from "./jinja-conversation.ts";
 import { ChatTemplate, type ChatMessage } from "./jinja-template.ts";
 
@@ -24,17 +24,19 @@ export type ChatFormat = { kind: "builtin"; name: ChatTemplateName } | { kind: "
  * The format `choice` names (a built-in name or a Jinja file), or, when absent, the model's own
  * template (`modelTemplate`, from its metadata) or plain continuation.
  */
-export function chatFormat(choice: string | undefined, modelTemplate: string | null, modelSource: string, tok: Tokenizer): ChatFormat {
+export function chatFormat(
+  choice: string | undefined, modelTemplate: string | null, modelSource: string, tok: Tokenizer, variables: Readonly<Record<string, unknown>> = {},
+): ChatFormat {
   const specials = {
     bosToken: tok.bosId === null ? "" : tok.tokenText(tok.bosId),
     eosToken: tok.eosId === null ? "" : tok.tokenText(tok.eosId),
   };
   if (choice === undefined) {
-    return modelTemplate === null ? { kind: "builtin", name: "raw" } : { kind: "jinja", template: new ChatTemplate(modelTemplate, modelSource, specials) };
+    return modelTemplate === null ? { kind: "builtin", name: "raw" } : { kind: "jinja", template: new ChatTemplate(modelTemplate, modelSource, specials, variables) };
   }
   if ((CHAT_TEMPLATES as readonly string[]).includes(choice)) return { kind: "builtin", name: choice as ChatTemplateName };
-  if (choice === "chatml") return { kind: "jinja", template: new ChatTemplate(CHATML, "chatml", specials) };
-  if (existsSync(choice) && statSync(choice).isFile()) return { kind: "jinja", template: new ChatTemplate(readFileSync(choice, "utf8"), choice, specials) };
+  if (choice === "chatml") return { kind: "jinja", template: new ChatTemplate(CHATML, "chatml", specials, variables) };
+  if (existsSync(choice) && statSync(choice).isFile()) return { kind: "jinja", template: new ChatTemplate(readFileSync(choice, "utf8"), choice, specials, variables) };
   throw new InputError(`--template must be ${FORMAT_NAMES.join(", ")} or a Jinja template file, got "${choice}" (no such file)`);
 }
 
@@ -50,18 +52,9 @@ export function newConversation(format: ChatFormat, tok: Tokenizer, opts: { addB
  * assistant's reply to the last user message starts.
  */
 export function messagesPromptIds(format: ChatFormat, tok: Tokenizer, addBos: boolean, messages: readonly ChatMessage[]): number[] {
-  const system = messages[0]?.role === "system" ? messages[0].content : null;
-  const rest = system === null ? messages : messages.slice(1);
-  const last = rest.at(-1);
+  const last = messages.at(-1);
   if (last === undefined || last.role !== "user") throw new InputError(`"messages" must end with a user message`);
-  const conversation = newConversation(format, tok, { addBos, system });
-  if (system !== null && !conversation.hasSystem) throw new InputError(`the ${conversation.name} format has no system prompt`);
-  for (let i = 0; i + 1 < rest.length; i += 2) {
-    const user = rest[i]!;
-    const reply = rest[i + 1]!;
-    if (user.role !== "user" || reply.role !== "assistant") throw new InputError(`"messages" must alternate user and assistant messages after an optional system message`);
-    conversation.promptIds(user.content);
-    conversation.commit(user.content, tok.encode(reply.content, { continuation: true }), reply.content);
-  }
+  const conversation = newConversation(format, tok, { addBos });
+  loadConversation(conversation, tok, messages.slice(0, -1), '"messages"');
   return conversation.promptIds(last.content);
 }

@@ -29,6 +29,8 @@ export class ChatTemplate {
     readonly text: string,
     readonly source: string,
     private readonly specials: { bosToken: string; eosToken: string },
+    /** More variables for every rendering (--chat-template-kwargs: `enable_thinking` for Qwen3, ...). */
+    private readonly variables: Readonly<Record<string, unknown>> = {},
   ) {
     try {
       this.template = new Template(text);
@@ -46,6 +48,7 @@ export class ChatTemplate {
         bos_token: this.specials.bosToken,
         eos_token: this.specials.eosToken,
         // raise_exception and strftime_now come with @huggingface/jinja's environment.
+        ...this.variables,
         ...extra,
       });
     } catch (e) {

@@ -74,6 +74,16 @@ export function markedMessages(messages: readonly ChatMessage[]): ChatMessage[] 
   return messages.map((m, i) => ({ ...m, content: `${MARK_OPEN}${i}${MARK_CLOSE}` }));
 }
 
+/** The rendering with markers for contents; "" (lines up with nothing) when the template rejects markers. */
+function markedRendering(template: ChatTemplate, messages: readonly ChatMessage[], addGenerationPrompt: boolean): string {
+  try {
+    return template.render(markedMessages(messages), addGenerationPrompt);
+  } catch (e) {
+    if (e instanceof ChatTemplateError) return "";
+    throw e;
+  }
+}
+
 /** Whether `text` holds the text of a control token (it tokenizes differently with specials parsed). */
 function holdsControlText(tok: Tokenizer, text: string): boolean {
   const parsed = tok.encode(text, { parseSpecial: true, continuation: true });
@@ -89,7 +99,7 @@ function holdsControlText(tok: Tokenizer, text: string): boolean {
 export function contentSpans(template: ChatTemplate, tok: Tokenizer, text: string, messages: readonly ChatMessage[], addGenerationPrompt: boolean): ContentSpan[] {
   const unsafe = messages.some((m) => m.content.includes(MARK_OPEN) || m.content.includes(MARK_CLOSE));
   if (!unsafe) {
-    const spans = locateContents(text, template.render(markedMessages(messages), addGenerationPrompt), messages);
+    const spans = locateContents(text, markedRendering(template, messages, addGenerationPrompt), messages);
     if (spans !== null) return spans;
   }
   const risky = messages.findIndex((m) => holdsControlText(tok, m.content));
@@ -111,8 +121,10 @@ function controlTokens(tok: Tokenizer, text: string, start: number, end: number,
   const stretch = text.slice(start, end);
   const found: ControlAt[] = [];
   let cursor = 0;
+  // Ids that plain tokenization also gives are no control tokens: only the others need a check.
+  const plain = new Set(tok.encode(stretch, { continuation: true }));
   for (const id of tok.encode(stretch, { parseSpecial: true, continuation: true })) {
-    if (!isControl(id)) continue;
+    if (plain.has(id) || !isControl(id)) continue;
     const written = tok.tokenText(id);
     const at = stretch.indexOf(written, cursor);
     if (at < 0) continue;

@@ -26,6 +26,7 @@ export const chatArgs = {
     description: `Prompt format: ${FORMAT_NAMES.join(" | ")} | a Jinja template file (default: the model's own chat template; raw, plain continuation, for a model without one)`,
     valueHint: "name|file",
   },
+  "chat-template-kwargs": { type: "string", description: 'More chat template variables as a JSON object, e.g. \'{"enable_thinking": false}\' for Qwen3', valueHint: "json" },
   system: { type: "string", description: "System prompt; /system changes it in the chat", valueHint: "text" },
   ...samplingArgs,
   ...engineArgs,
@@ -37,7 +38,7 @@ export const chatCommand = defineCommand({
     description:
       "Chat with a model: type a message, the reply streams back; earlier turns are served from the prefix cache. " +
       'A line ending with \\ continues, """ opens and closes a multi-line message. /help in the chat lists its commands ' +
-      "(/reset, /system, /stats, /set, /exit). Ctrl-C stops a reply, Ctrl-C at an empty prompt or Ctrl-D quits. " +
+      "(/reset, /system, /stats, /set, /save, /load, /tokens, /info, /exit). Ctrl-C stops a reply, Ctrl-C at an empty prompt or Ctrl-D quits. " +
       "With stdin not a terminal, reads one message a line and exits at EOF.",
   },
   args: chatArgs,
@@ -85,7 +86,7 @@ const SETTINGS: Record<string, { key: keyof ChatSettings; kind: "number" | "int"
 const HELP = `Commands:
   /help                this list
   /reset               start a new conversation (the prefix cache still holds the old one)
-  /system [TEXT]       show or set the system prompt (llama2 template); /system "" clears it
+  /system [TEXT]       show or set the system prompt (a format with one); /system "" clears it
   /stats               the conversation's length and the engine's prefix cache and KV block totals
   /save FILE           write the conversation as JSON ({"messages": [...]} on one line)
   /load FILE           continue a conversation /save wrote (or any {"messages": [...]} file)
@@ -315,7 +316,7 @@ class ChatSession {
     let why = "";
     if (r.finish_reason === "abort") why = ", interrupted";
     else if (r.finish_reason === "length") why = maxTokens !== null && r.completion_tokens >= maxTokens ? ", max tokens reached" : ", context full";
-    this.note(`[prompt ${r.prompt_tokens} tokens (${r.cached_tokens} cached), reply ${plural(r.completion_tokens, "token")}${why}, ${rate}, context ${used}/${this.limit}]`, true);
+    this.note(`[prompt ${r.prompt_tokens} tokens (${r.cached_tokens} cached), reply ${plural(r.completion_tokens, "token")}${why}, first token ${r.ttft_ms.toFixed(1)} ms, ${rate}, context ${used}/${this.limit}]`, true);
     this.totals.replies++;
     this.totals.promptTokens += r.prompt_tokens;
     this.totals.cachedTokens += r.cached_tokens;

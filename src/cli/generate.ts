@@ -31,6 +31,7 @@ export const generateArgs = {
   chat: { type: "boolean", description: "Send each prompt as a user message in the chat template (the model's own unless --template names one)" },
   system: { type: "string", description: "System prompt of --chat requests", valueHint: "text" },
   template: { type: "string", description: "Chat format of --chat and \"messages\" requests: raw | llama2 | chatml | a Jinja file (default: the model's own template)", valueHint: "name|file" },
+  "chat-template-kwargs": { type: "string", description: 'More chat template variables as a JSON object, e.g. \'{"enable_thinking": false}\' for Qwen3', valueHint: "json" },
   ...samplingArgs,
   ...engineArgs,
 } as const satisfies ArgsDef;

@@ -17,7 +17,21 @@ export async function loadLLM(values: ParsedValues): Promise<LLM> {
   const model = await resolveModel(values.model);
   const onLoadProgress = loadProgressBar(basename(model), statSync(model).size);
   const chatTemplate = typeof values.template === "string" && values.template !== "" ? values.template : undefined;
-  return LLM.load({ model, tokenizer: tokenizerPath(model, values.tokenizer), engine: engineOptions(values), onLoadProgress, chatTemplate });
+  const chatTemplateKwargs = templateKwargs(values["chat-template-kwargs"]);
+  return LLM.load({ model, tokenizer: tokenizerPath(model, values.tokenizer), engine: engineOptions(values), onLoadProgress, chatTemplate, chatTemplateKwargs });
+}
+
+/** --chat-template-kwargs: a JSON object of more template variables. */
+function templateKwargs(given: ParsedValues[string]): Record<string, unknown> | undefined {
+  if (typeof given !== "string" || given === "") return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(given);
+  } catch (e) {
+    throw new InputError(`--chat-template-kwargs must be a JSON object: ${(e as Error).message}`);
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new InputError(`--chat-template-kwargs must be a JSON object, got ${given}`);
+  return parsed as Record<string, unknown>;
 }
 
 function tokenizerPath(model: string, given: ParsedValues[string]): string {

@@ -31,6 +31,8 @@ export interface LoadOptions {
   onLoadProgress?: LoadProgress;
   /** The chat format of "messages" requests and chats: raw, llama2, chatml or a Jinja file (default: the model's own template). */
   chatTemplate?: string;
+  /** More variables for the chat template (`enable_thinking`, ...), as llama.cpp's --chat-template-kwargs. */
+  chatTemplateKwargs?: Readonly<Record<string, unknown>>;
 }
 
 /** One generation request; every field but `prompt`/`promptTokenIds` falls back to a default. */
@@ -136,7 +138,7 @@ export class LLM {
     const tokenizerPath = opts.tokenizer ?? (isGGUF(opts.model) ? opts.model : undefined);
     if (tokenizerPath === undefined) throw new InputError(`${opts.model}: a llama2.c checkpoint carries no vocabulary; name a tokenizer`);
     const { tokenizer, addBos, chatTemplate } = loadTokenizer(tokenizerPath, { modelVocabSize: checkpoint.config.vocabSize });
-    const format = chatFormat(opts.chatTemplate, chatTemplate, opts.model, tokenizer);
+    const format = chatFormat(opts.chatTemplate, chatTemplate, opts.model, tokenizer, opts.chatTemplateKwargs);
     const engine = new LLMEngine(checkpoint, tokenizer, { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine }, opts.onLoadProgress);
     return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0, format);
   }

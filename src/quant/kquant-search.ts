@@ -14,11 +14,8 @@ export function nearestInt(x: number): number {
   return (f32Bits(fr(x + 12582912)) & 0x007fffff) - 0x00400000;
 }
 
-/**
- * Levels L[i] in 0..2*nmax-1 for x (offset by nmax) with one signed scale, refined to minimize
- * the x^2-weighted error (rmse_type 1, no importance weights); returns the scale.
- */
-export function makeQxQuants(n: number, nmax: number, x: Float32Array, at: number, L: Int8Array, lAt: number): number {
+/** The first value of largest magnitude among n values, or null when all are (nearly) zero. */
+function signedMax(x: Float32Array, at: number, n: number): number | null {
   let max = 0;
   let amax = 0;
   for (let i = 0; i < n; i++) {
@@ -28,7 +25,16 @@ export function makeQxQuants(n: number, nmax: number, x: Float32Array, at: numbe
       max = x[at + i]!;
     }
   }
-  if (amax < GROUP_MAX_EPS) {
+  return amax < GROUP_MAX_EPS ? null : max;
+}
+
+/**
+ * Levels L[i] in 0..2*nmax-1 for x (offset by nmax) with one signed scale, refined to minimize
+ * the x^2-weighted error (rmse_type 1, no importance weights); returns the scale.
+ */
+export function makeQxQuants(n: number, nmax: number, x: Float32Array, at: number, L: Int8Array, lAt: number): number {
+  const max = signedMax(x, at, n);
+  if (max === null) {
     L.fill(0, lAt, lAt + n);
     return 0;
   }
@@ -70,16 +76,8 @@ export function makeQxQuants(n: number, nmax: number, x: Float32Array, at: numbe
 
 /** Q3_K's per-16 search (make_q3_quants with do_rmse): levels 0..2*nmax-1 and a signed scale. */
 export function makeQ3Quants(n: number, nmax: number, x: Float32Array, at: number, L: Int8Array, lAt: number): number {
-  let max = 0;
-  let amax = 0;
-  for (let i = 0; i < n; i++) {
-    const ax = Math.abs(x[at + i]!);
-    if (ax > amax) {
-      amax = ax;
-      max = x[at + i]!;
-    }
-  }
-  if (amax < GROUP_MAX_EPS) {
+  const max = signedMax(x, at, n);
+  if (max === null) {
     L.fill(0, lAt, lAt + n);
     return 0;
   }

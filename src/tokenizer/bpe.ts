@@ -9,7 +9,7 @@
 import { InputError, ModelFormatError } from "../errors.ts";
 import { fromByteLevel, toByteLevel } from "./byte-level.ts";
 import { PreTokenizer } from "./pretokenizers.ts";
-import { partitionSpecials, sortSpecials, type SpecialToken } from "./special-tokens.ts";
+import { partitionSpecials, sortSpecials, type SpecialToken, type StripFlags } from "./special-tokens.ts";
 import { TokenType } from "./spm.ts";
 import type { EncodeOptions, StreamDecoder, Tokenizer } from "./tokenizer.ts";
 
@@ -24,11 +24,13 @@ export interface BpeVocab {
   readonly bosId: number | null;
   readonly eosId: number | null;
   readonly eogIds: ReadonlySet<number>;
+  /** lstrip/rstrip of special tokens (tokenizer.json's added tokens); default none. */
+  readonly stripFlags?: StripFlags;
 }
 
 const MAX_CACHED_WORDS = 1 << 16;
 /** Pre-tokenizers whose models keep a word that is itself a token (llama.cpp's ignore_merges). */
-const IGNORE_MERGES: ReadonlySet<string> = new Set(["llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral"]);
+const IGNORE_MERGES: ReadonlySet<string> = new Set(["llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "tekken"]);
 
 export class BpeTokenizer implements Tokenizer {
   readonly vocabSize: number;
@@ -57,9 +59,11 @@ export class BpeTokenizer implements Tokenizer {
     const specials: SpecialToken[] = [];
     vocab.tokens.forEach((text, id) => {
       const type = vocab.types[id];
-      if (type === TokenType.control || type === TokenType.userDefined) specials.push({ id, text, control: type === TokenType.control });
+      if (type === TokenType.control || type === TokenType.unknown || type === TokenType.userDefined) {
+        specials.push({ id, text, control: type !== TokenType.userDefined });
+      }
     });
-    this.specials = sortSpecials(specials);
+    this.specials = sortSpecials(specials, vocab.stripFlags);
     this.ignoreMerges = IGNORE_MERGES.has(vocab.preTokenizer.name);
     this.textBytes = vocab.tokens.map((text, id) => {
       const type = vocab.types[id];

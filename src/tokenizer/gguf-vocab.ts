@@ -8,6 +8,7 @@ import { readGGUF, type GGUFFile } from "../model/gguf.ts";
 import { BpeTokenizer } from "./bpe.ts";
 import { PreTokenizer } from "./pretokenizers.ts";
 import { hexBytePieceValue, SpmTokenizer, TokenType, type SpmVocab } from "./spm.ts";
+import type { StripFlags } from "./special-tokens.ts";
 import { EOG_TEXTS, type Tokenizer } from "./tokenizer.ts";
 import { WordPieceTokenizer } from "./wordpiece.ts";
 
@@ -24,6 +25,9 @@ const KEY = {
   addEos: "tokenizer.ggml.add_eos_token",
   eot: "tokenizer.ggml.eot_token_id",
   eom: "tokenizer.ggml.eom_token_id",
+  fimPad: "tokenizer.ggml.fim_pad_token_id",
+  fimRep: "tokenizer.ggml.fim_rep_token_id",
+  fimSep: "tokenizer.ggml.fim_sep_token_id",
   pre: "tokenizer.ggml.pre",
   merges: "tokenizer.ggml.merges",
   cls: "tokenizer.ggml.cls_token_id",
@@ -112,17 +116,40 @@ function tokenTypes(gguf: GGUFFile, count: number): Uint8Array {
   return Uint8Array.from(stored, (t) => (t >= 0 && t <= TokenType.byte ? t : TokenType.normal));
 }
 
-/** EOT and EOM ids the metadata names, and control tokens whose text marks an end of generation. */
+/**
+ * EOT, EOM and FIM pad/repo/separator ids the metadata names, and every token whose text marks an
+ * end of generation, as llama.cpp's is_eog. Like llama.cpp, a detected token becomes a control token
+ * in `types`, so text a user types never produces it.
+ */
 function eogIds(gguf: GGUFFile, texts: readonly string[], types: Uint8Array): number[] {
   const ids: number[] = [];
-  for (const key of [KEY.eot, KEY.eom]) {
+  for (const key of [KEY.eot, KEY.eom, KEY.fimPad, KEY.fimRep, KEY.fimSep]) {
     const id = tokenIdOrNone(gguf, key, null);
     if (id !== null && id < texts.length) ids.push(id);
   }
   texts.forEach((t, id) => {
-    if ((types[id] === TokenType.control || types[id] === TokenType.userDefined) && EOG_TEXTS.has(t)) ids.push(id);
+    if (types[id] === TokenType.byte || !EOG_TEXTS.has(t)) return;
+    ids.push(id);
+    types[id] = TokenType.control;
   });
   return ids;
+}
+
+/**
+ * lstrip/rstrip of special tokens, which GGUF does not store: llama.cpp sets them by model name. Phi-3
+ * drops the whitespace after its special tokens (after </s> too), except after <unk>, <s> and
+ * <|endoftext|>.
+ */
+function stripFlagsByName(gguf: GGUFFile, texts: readonly string[], types: Uint8Array): StripFlags | undefined {
+  const name = gguf.getString("general.name", "").toLowerCase();
+  if (!name.includes("phi-3") && !name.includes("phi3")) return undefined;
+  const keep = new Set(["<unk>", "<s>", "<|endoftext|>"]);
+  const flags = new Map<number, { lstrip: boolean; rstrip: boolean }>();
+  texts.forEach((text, id) => {
+    const special = types[id] === TokenType.control || types[id] === TokenType.userDefined || types[id] === TokenType.unknown;
+    if ((special || text === "</s>") && !keep.has(text)) flags.set(id, { lstrip: false, rstrip: true });
+  });
+  return flags;
 }
 
 function stringsOf(gguf: GGUFFile, key: string): string[] {
@@ -146,7 +173,11 @@ function tokenizerOf(gguf: GGUFFile): Omit<GGUFTokenizer, "chatTemplate"> {
     const vocab = spmVocabFromGGUF(gguf);
     const texts = stringsOf(gguf, KEY.tokens);
     return {
-      tokenizer: new SpmTokenizer({ ...vocab, eogIds: eogIds(gguf, texts, vocab.types) }),
+      tokenizer: new SpmTokenizer({
+        ...vocab,
+        eogIds: eogIds(gguf, texts, vocab.types),
+        stripFlags: stripFlagsByName(gguf, texts, vocab.types),
+      }),
       addBos: gguf.getBool(KEY.addBos, true),
       addEos: gguf.getBool(KEY.addEos, false),
     };

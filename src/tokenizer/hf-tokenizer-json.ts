@@ -89,12 +89,14 @@ export function loadTokenizerJson(path: string): { tokenizer: BpeTokenizer; addB
   for (const a of added) if (typeof a.id === "number") size = Math.max(size, a.id + 1);
   const tokens: string[] = new Array<string>(size).fill("");
   const types = new Uint8Array(size).fill(TokenType.normal);
+  const stripFlags = new Map<number, { lstrip: boolean; rstrip: boolean }>();
   for (const [text, id] of Object.entries(vocab)) if (typeof id === "number") tokens[id] = text;
   for (const a of added) {
     if (typeof a.id !== "number" || typeof a.content !== "string") continue;
     tokens[a.id] = a.content;
     // As llama.cpp's converter: special added tokens are control tokens, the others user-defined.
     types[a.id] = a.special === true ? TokenType.control : TokenType.userDefined;
+    if (a.lstrip === true || a.rstrip === true) stripFlags.set(a.id, { lstrip: a.lstrip === true, rstrip: a.rstrip === true });
   }
   const merges = ((model.merges as Json[] | undefined) ?? []).map((m) => (Array.isArray(m) ? m.join(" ") : String(m)));
   const exprs: string[] = [];
@@ -108,7 +110,7 @@ export function loadTokenizerJson(path: string): { tokenizer: BpeTokenizer; addB
   if (eosId !== null) eog.add(eosId);
   const tokenizer = new BpeTokenizer({
     file: path, tokens, types, merges, preTokenizer: new PreTokenizer(model.ignore_merges === true ? "llama3" : "tokenizer.json", exprs),
-    bosId: ids.bos, eosId, eogIds: eog,
+    bosId: ids.bos, eosId, eogIds: eog, stripFlags,
   });
   // A TemplateProcessing post-processor that starts with a special token is the model's BOS.
   const post = obj(root.post_processor);

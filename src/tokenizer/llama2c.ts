@@ -119,15 +119,17 @@ export function llama2cTokenizerFromFile(parsed: Llama2cTokenizerFile, file: str
 }
 
 /**
- * Load llama2.c's tokenizer.bin for a model with `expectedVocabSize` tokens. Throws ModelFormatError naming
- * the file when it cannot be read, is truncated mid-entry, has absurd lengths, or has another token count.
+ * Load llama2.c's tokenizer.bin for a model with `expectedVocabSize` tokens (undefined: as many as the file
+ * holds). Throws ModelFormatError naming the file when it cannot be read, is truncated mid-entry, has absurd
+ * lengths, or has another token count.
  */
-export function loadLlama2cTokenizer(path: string, expectedVocabSize: number): SpmTokenizer {
+export function loadLlama2cTokenizer(path: string, expectedVocabSize?: number): SpmTokenizer {
   let bytes: Uint8Array;
   try {
     bytes = readFileSync(path);
   } catch (error) {
     throw new ModelFormatError(path, `cannot read tokenizer: ${error instanceof Error ? error.message : String(error)}`);
   }
-  return llama2cTokenizerFromFile(parseLlama2cTokenizer(bytes, path), path, expectedVocabSize);
+  const parsed = parseLlama2cTokenizer(bytes, path);
+  return llama2cTokenizerFromFile(parsed, path, expectedVocabSize ?? parsed.pieces.length);
 }

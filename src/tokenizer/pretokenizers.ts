@@ -28,6 +28,23 @@ const DEEPSEEK_LLM = [
 ];
 const DEEPSEEK_CODER = ["[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[一-龥ࠀ-一가-퟿]+", "\\p{N}"];
 const FALCON = ["[\\p{P}\\$\\+<=>\\^~\\|`]+", GPT2, "[0-9][0-9][0-9]"];
+const CONTRACTIONS = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])";
+/** Qwen3.5: letters take their combining marks along. */
+const QWEN35 = `${CONTRACTIONS}|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`;
+const CHATGLM4 = `${CONTRACTIONS}|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`;
+const SEED_CODER = `${CONTRACTIONS}|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| ?[^\\s\\p{L}\\p{N}\\r\\n]+|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`;
+const BAILINGMOE = "'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+";
+/** GPT-4o's cased words: upper-case run then lower-case run, or an all-caps run (llama.cpp's lookahead form). */
+const GPT4O_LOWER = "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+";
+const GPT4O_UPPER = "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*";
+const GPT4O = `${GPT4O_LOWER}${CONTRACTIONS}?|${GPT4O_UPPER}${CONTRACTIONS}?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`;
+const TEKKEN = `${GPT4O_LOWER}|${GPT4O_UPPER}|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`;
+const BLOOM = " ?[^(\\s|.,!?…。，、।۔،)]+";
+const DEEPSEEK_V3 = [
+  "\\p{N}{1,3}",
+  "[一-龥぀-ゟ゠-ヿ]+",
+  "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+];
 
 /** Pre-tokenizer names of tokenizer.ggml.pre, as llama.cpp maps them to its types. */
 const BY_NAME: Readonly<Record<string, readonly string[]>> = {
@@ -35,11 +52,20 @@ const BY_NAME: Readonly<Record<string, readonly string[]>> = {
   "gpt-2": [GPT2], "phi-2": [GPT2], "jina-es": [GPT2], "jina-de": [GPT2], "jina-v1-en": [GPT2], "jina-v2-es": [GPT2],
   "jina-v2-de": [GPT2], "jina-v2-code": [GPT2], gigachat: [GPT2], mpt: [GPT2], olmo: [GPT2], jais: [GPT2], trillion: [GPT2],
   "llama3": [LLAMA3], "llama-v3": [LLAMA3], "llama-bpe": [LLAMA3], "falcon3": [LLAMA3], "falcon-h1": [LLAMA3], pixtral: [LLAMA3],
-  dbrx: [LLAMA3], "smaug-bpe": [LLAMA3], "seed-coder": [LLAMA3],
+  dbrx: [LLAMA3], "smaug-bpe": [LLAMA3], "seed-coder": [SEED_CODER],
   qwen2: [QWEN2], "deepseek-r1-qwen": [QWEN2], stablelm2: [QWEN2], megrez: [QWEN2], hunyuan: [QWEN2],
   starcoder: STARCODER, refact: STARCODER, "command-r": STARCODER, smollm: STARCODER, codeshell: STARCODER, exaone: STARCODER,
   "minerva-7b": STARCODER,
   "deepseek-llm": DEEPSEEK_LLM,
+  "deepseek-v3": DEEPSEEK_V3, "hunyuan-dense": DEEPSEEK_V3,
+  qwen35: [QWEN35], "grok-2": [QWEN2],
+  "lfm2": [LLAMA3], "midm-2.0": [LLAMA3],
+  "chatglm-bpe": [CHATGLM4],
+  "gpt-4o": [GPT4O], llama4: [GPT4O], "minimax-m2": [GPT4O],
+  tekken: [TEKKEN],
+  "poro-chat": [BLOOM], bloom: [BLOOM], "gpt3-finnish": [BLOOM], viking: [BLOOM, "\\p{N}"],
+  superbpe: ["\\p{N}+", "(?=(\\d{3})+(?!\\d))"],
+  bailingmoe: [BAILINGMOE], "llada-moe": [BAILINGMOE],
   "deepseek-coder": DEEPSEEK_CODER,
   falcon: FALCON,
 };
@@ -63,7 +89,8 @@ export class PreTokenizer {
 
   /** `name`'s pre-tokenizer; an unknown name is an error naming it (no silent fallback). */
   static named(name: string, file: string): PreTokenizer {
-    const exprs = BY_NAME[name];
+    // hasOwn: a name such as "constructor" must not find Object.prototype's members.
+    const exprs = Object.hasOwn(BY_NAME, name) ? BY_NAME[name] : undefined;
     if (exprs === undefined) {
       throw new ModelFormatError(file, `pre-tokenizer "${name}" (tokenizer.ggml.pre) is not supported; supported: ${PRE_TOKENIZER_NAMES.join(", ")}`);
     }
@@ -80,7 +107,11 @@ export class PreTokenizer {
         re.lastIndex = 0;
         for (let m = re.exec(piece); m !== null; m = re.exec(piece)) {
           if (m[0].length === 0) {
-            re.lastIndex++;
+            // An empty match (superbpe's lookahead) cuts the piece there, as llama.cpp's split does;
+            // step over a whole code point so the next search never starts inside a surrogate pair.
+            if (m.index > at) next.push(piece.slice(at, m.index));
+            at = m.index;
+            re.lastIndex = m.index + ((piece.codePointAt(m.index) ?? 0) > 0xffff ? 2 : 1);
             continue;
           }
           if (m.index > at) next.push(piece.slice(at, m.index));

@@ -10,7 +10,7 @@
  * for pieces that are not valid UTF-8 (llama2.c files store raw bytes).
  */
 import { InputError, ModelFormatError } from "../errors.ts";
-import { partitionSpecials, sortSpecials, type SpecialToken } from "./special-tokens.ts";
+import { partitionSpecials, sortSpecials, type SpecialToken, type StripFlags } from "./special-tokens.ts";
 import { EOG_TEXTS, type EncodeOptions, type StreamDecoder, type Tokenizer } from "./tokenizer.ts";
 
 /** Token types as GGUF stores them in `tokenizer.ggml.token_type` (llama.cpp's llama_token_type). */
@@ -86,7 +86,8 @@ export interface SpmVocab {
   /** Pieces spell a space as U+2581 "▁" (SentencePiece, GGUF); false where they hold real spaces (llama2.c). */
   readonly spacesAsMetaspace: boolean;
   /** End-of-generation tokens the metadata names besides EOS (EOT, EOM). */
-  readonly eogIds?: readonly number[];
+  readonly eogIds?: readonly number[];  /** lstrip/rstrip of special tokens (llama.cpp sets them for Phi-3); default none. */
+  readonly stripFlags?: StripFlags;
 }
 
 const METASPACE = "\u2581";
@@ -100,6 +101,8 @@ function binaryString(bytes: Uint8Array): string {
 }
 
 const METASPACE_UTF8 = utf8Encoder.encode(METASPACE);
+/** Words whose ids are kept before the cache starts over. */
+const MAX_CACHED_CHUNKS = 1 << 16;
 
 /** `piece` with each UTF-8 "▁" replaced by a space byte, working on bytes so any piece survives intact. */
 function metaspacesToSpaces(piece: Uint8Array): Uint8Array {
@@ -240,6 +243,14 @@ export class SpmTokenizer implements Tokenizer {
   /** The bytes each token contributes to decoded text (empty for control, unknown and unused tokens). */
   private readonly textBytes: PieceTable;
 
+  /**
+   * True when every matchable piece is some spaces followed by text without spaces (as in Llama's and
+   * Phi-3's vocabularies). Then no piece, hence no merge, spans a space that follows a non-space, so the
+   * text can be encoded word by word with the same result, and repeated words come from a cache.
+   */
+  private readonly wordsAreIndependent: boolean;
+  private readonly chunkCache = new Map<string, number[]>();
+
   constructor(vocab: SpmVocab) {
     validateVocab(vocab);
     this.vocab = vocab;
@@ -258,6 +269,12 @@ export class SpmTokenizer implements Tokenizer {
         if (!this.pieceToId.has(key)) this.pieceToId.set(key, id);
       }
     }
+    const space = vocab.spacesAsMetaspace ? binaryString(METASPACE_UTF8) : " ";
+    this.wordsAreIndependent = [...this.pieceToId.keys()].every((piece) => {
+      let at = 0;
+      while (piece.startsWith(space, at)) at += space.length;
+      return !piece.includes(space, at);
+    });
     if (this.unkId === null && this.byteToId.includes(-1)) {
       throw new ModelFormatError(vocab.file, "vocabulary has neither all 256 byte tokens nor an unknown token");
     }
@@ -266,12 +283,14 @@ export class SpmTokenizer implements Tokenizer {
     const eog = new Set<number>(vocab.eogIds ?? []);
     if (this.eosId !== null) eog.add(this.eosId);
     for (let id = 0; id < this.vocabSize; id++) {
-      if (vocab.types[id] !== TokenType.control) continue;
+      const type = vocab.types[id];
+      if (type !== TokenType.control && type !== TokenType.unknown && type !== TokenType.userDefined) continue;
       const text = utf8Decoder.decode(vocab.pieces.bytes(id));
-      controls.push({ id, text, control: true });
-      if (EOG_TEXTS.has(text)) eog.add(id);
+      // As llama.cpp: user-defined tokens are matched in any text, control and unknown ones only when parsed.
+      controls.push({ id, text, control: type !== TokenType.userDefined });
+      if (type === TokenType.control && EOG_TEXTS.has(text)) eog.add(id);
     }
-    this.specials = sortSpecials(controls);
+    this.specials = sortSpecials(controls, vocab.stripFlags);
     this.eogIds = eog;
   }
 
@@ -294,16 +313,12 @@ export class SpmTokenizer implements Tokenizer {
   encode(text: string, opts: EncodeOptions = {}): number[] {
     const ids: number[] = [];
     if (opts.addBos === true && this.bosId !== null) ids.push(this.bosId);
-    if (opts.parseSpecial === true) {
-      // As llama.cpp: the dummy prefix goes before the text at the start and after each special token.
-      let afterSpecial = opts.continuation !== true;
-      for (const f of partitionSpecials(text, this.specials, true)) {
-        if ("id" in f) ids.push(f.id);
-        else this.encodeText(f.text, ids, afterSpecial);
-        afterSpecial = "id" in f;
-      }
-    } else if (text.length > 0) {
-      this.encodeText(text, ids, opts.continuation !== true);
+    // As llama.cpp: the dummy prefix goes before the text at the start and after each special token.
+    let afterSpecial = opts.continuation !== true;
+    for (const f of partitionSpecials(text, this.specials, opts.parseSpecial === true)) {
+      if ("id" in f) ids.push(f.id);
+      else this.encodeText(f.text, ids, afterSpecial);
+      afterSpecial = "id" in f;
     }
     if (opts.addEos === true && this.eosId !== null) ids.push(this.eosId);
     return ids;
@@ -312,6 +327,35 @@ export class SpmTokenizer implements Tokenizer {
   private encodeText(text: string, out: number[], prefix: boolean): void {
     let normalized = this.addSpacePrefix && prefix ? " " + text : text;
     if (this.vocab.spacesAsMetaspace) normalized = normalized.replaceAll(" ", METASPACE);
+    if (!this.wordsAreIndependent) {
+      this.encodeChunk(normalized, out);
+      return;
+    }
+    // Cut before every space that follows a non-space: no piece spans such a cut (see wordsAreIndependent).
+    const space = this.vocab.spacesAsMetaspace ? METASPACE : " ";
+    let start = 0;
+    for (let i = 1; i < normalized.length; i++) {
+      if (normalized[i] === space && normalized[i - 1] !== space) {
+        this.encodeCachedChunk(normalized.slice(start, i), out);
+        start = i;
+      }
+    }
+    this.encodeCachedChunk(normalized.slice(start), out);
+  }
+
+  private encodeCachedChunk(chunk: string, out: number[]): void {
+    let ids = this.chunkCache.get(chunk);
+    if (ids === undefined) {
+      ids = [];
+      this.encodeChunk(chunk, ids);
+      if (this.chunkCache.size >= MAX_CACHED_CHUNKS) this.chunkCache.clear();
+      this.chunkCache.set(chunk, ids);
+    }
+    for (const id of ids) out.push(id);
+  }
+
+  /** SentencePiece BPE over `normalized` (spaces already spelled as the vocabulary spells them). */
+  private encodeChunk(normalized: string, out: number[]): void {
     const bytes = utf8Encoder.encode(normalized);
     const binary = binaryString(bytes);
     const pieceOf = (start: number, length: number): number =>

@@ -54,5 +54,5 @@ export interface Tokenizer {
 /** Texts of end-of-generation tokens, as llama.cpp recognises them besides the ids in the metadata. */
 export const EOG_TEXTS: ReadonlySet<string> = new Set([
   "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
-  "<｜end▁of▁sentence｜>", "<|end_of_text|>", "<|return|>", "<|call|>",
+  "<｜end▁of▁sentence｜>", "<|end_of_text|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_utterance>",
 ]);
