@@ -27,7 +27,8 @@ export class GpuRunner {
   private pass: GPUComputePassEncoder | null = null;
   /** Validation scopes of submitted work, checked at the next read-back (WebGPU reports errors asynchronously). */
   private pendingErrors: Promise<GPUError | null>[] = [];
-  private staging: GPUBuffer | null = null;
+  /** Staging buffers not in use by a read-back. */
+  private readonly freeStaging: GPUBuffer[] = [];
   /** Largest storage binding the device allows (bun-webgpu keeps the default 128 MiB). */
   readonly maxBinding: number;
 
@@ -105,23 +106,32 @@ export class GpuRunner {
     }
   }
 
-  /** Run what is recorded, then read `bytes` of `buf` from byteOffset. */
+  /**
+   * Run what is recorded, then read `bytes` of `buf` from byteOffset. The copy is recorded now, so
+   * later dispatches cannot change what is read. Staging buffers are kept in a pool (a new one
+   * per read-back, every decode step, leaked native memory under bun-webgpu); one still mapped
+   * by an earlier read is never reused until it is unmapped.
+   */
   async read(buf: GPUBuffer, bytes: number, byteOffset = 0): Promise<ArrayBuffer> {
     const size = Math.ceil(bytes / 4) * 4;
-    // One staging buffer, grown when needed: a new one per read-back (every decode step) leaks
-    // native memory under bun-webgpu.
-    if (this.staging === null || this.staging.size < size) {
-      this.staging?.destroy();
-      this.staging = this.device.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    const staging = this.takeStaging(size);
+    try {
+      this.copy(buf, byteOffset, staging, 0, size);
+      this.flush();
+      await this.checkErrors();
+      await staging.mapAsync(GPUMapMode.READ, 0, size);
+      const data = staging.getMappedRange(0, size).slice(0, bytes);
+      staging.unmap();
+      return data;
+    } finally {
+      this.freeStaging.push(staging);
     }
-    const staging = this.staging;
-    this.copy(buf, byteOffset, staging, 0, size);
-    this.flush();
-    await this.checkErrors();
-    await staging.mapAsync(GPUMapMode.READ, 0, size);
-    const data = staging.getMappedRange(0, size).slice(0, bytes);
-    staging.unmap();
-    return data;
+  }
+
+  private takeStaging(size: number): GPUBuffer {
+    const i = this.freeStaging.findIndex((b) => b.size >= size);
+    if (i >= 0) return this.freeStaging.splice(i, 1)[0]!;
+    return this.device.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
   }
 
   async readF32(buf: GPUBuffer, count: number, elementOffset = 0): Promise<Float32Array> {
@@ -175,8 +185,8 @@ export class GpuRunner {
 
   destroy(): void {
     this.flush();
-    this.staging?.destroy();
-    this.staging = null;
+    for (const b of this.freeStaging) b.destroy();
+    this.freeStaging.length = 0;
     for (const { params } of this.bindGroups.values()) params.destroy();
     this.bindGroups.clear();
   }
