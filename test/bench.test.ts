@@ -8,8 +8,13 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { existsSync, statSync } from "node:fs";
+import { readGGUF } from "../src/model/gguf.ts";
+import { ggufShapeOf, GGUF_SHAPES } from "../src/bench/gguf-models.ts";
 import { summarize } from "../src/bench/measure.ts";
 import { parseShape } from "../src/bench/models.ts";
+import { withF32Baseline } from "../src/bench/options.ts";
+import { decodeFloorChecks, typeComparisonTables } from "../src/bench/type-comparison.ts";
 import { describeShared } from "./helpers/shared.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
@@ -69,8 +74,8 @@ describe("bench command", () => {
   test("every bench's --help lists its options", () => {
     const expected: Record<string, string[]> = {
       kernels: ["--threads", "--stream-mb", "--decode-tokens", "--model", "--shape", "--models-dir", "--tokenizer", "--json", "--reps"],
-      decode: ["--threads", "--tokens", "--prompt-tokens", "--stream-mb", "--model", "--quant"],
-      prefill: ["--threads", "--prompt-tokens", "--decode-tokens", "--model"],
+      decode: ["--threads", "--tokens", "--prompt-tokens", "--stream-mb", "--model", "--quant", "--type", "--peer-nlc"],
+      prefill: ["--threads", "--prompt-tokens", "--decode-tokens", "--model", "--type", "--peer-nlc"],
       batch: ["--threads", "--seqs", "--steps", "--warmup-steps", "--shape"],
       prefix: ["--threads", "--prefix-tokens", "--suffix-tokens", "--workloads", "--requests", "--max-num-seqs", "--num-blocks", "--eviction-policies"],
     };
@@ -91,6 +96,52 @@ describe("bench command", () => {
     expect(parseShape(TINY_SHAPE).config.headDim).toBe(16);
     expect(parseShape("stories110M").config.dim).toBe(768);
     expect(() => parseShape("dim=32,hidden=64")).toThrow("lacks");
+  });
+
+  test("the GGUF shapes are the real models' configs", () => {
+    const smol = GGUF_SHAPES["smollm2-135m"]!;
+    expect([smol.arch, smol.config.dim, smol.config.nLayers, smol.config.nHeads, smol.config.nKvHeads, smol.config.hiddenDim, smol.config.vocabSize]).toEqual(["llama", 576, 30, 9, 3, 1536, 49152]);
+    expect([smol.config.ropeTheta, smol.config.sharedClassifier, smol.vocabFile]).toEqual([100000, true, "ggml-vocab-smollm.gguf"]);
+    const qwen = GGUF_SHAPES["qwen2.5-0.5b"]!;
+    expect([qwen.arch, qwen.config.dim, qwen.config.nLayers, qwen.config.nHeads, qwen.config.nKvHeads, qwen.config.hiddenDim, qwen.config.vocabSize]).toEqual(["qwen2", 896, 24, 14, 2, 4864, 151936]);
+    expect([qwen.config.qkvBias, qwen.config.sharedClassifier, qwen.config.ropeTheta, qwen.config.normEps, qwen.config.headDim]).toEqual([true, true, 1e6, 1e-6, 64]);
+    const stories = GGUF_SHAPES.stories110M!;
+    expect([stories.arch, stories.config.dim, stories.config.nLayers, stories.config.nHeads, stories.config.hiddenDim, stories.config.vocabSize]).toEqual(["llama", 768, 12, 12, 2048, 32000]);
+    expect(ggufShapeOf(parseShape("dim=64,hidden=256,layers=1,heads=4,kv=2,vocab=32000,seq=64")).vocabFile).toBe("ggml-vocab-llama-spm.gguf");
+    expect(() => ggufShapeOf(parseShape(TINY_SHAPE))).toThrow("vocab must be at least 32000");
+  });
+
+  test("a quantized --type is measured next to F32 of the same shape", () => {
+    expect(withF32Baseline(["Q4_K_M"])).toEqual(["F32", "Q4_K_M"]);
+    expect(withF32Baseline(["Q8_0", "F32"])).toEqual(["Q8_0", "F32"]);
+    expect(withF32Baseline(["F16"])).toEqual(["F16"]);
+    const s = (x: number) => summarize([x]);
+    const figure = (mix: "F32" | "Q8_0" | "Q4_K_M" | "Q6_K", shape: string, t1: number) => ({
+      label: `${shape} ${mix}`, gguf: { shape, mix }, rows: [{ threads: 1, value: s(t1) }, { threads: 2, value: s(2 * t1) }],
+    });
+    const items = [figure("Q8_0", "a", 30), figure("F32", "a", 10), figure("Q4_K_M", "a", 14), figure("Q6_K", "a", 40), figure("F32", "b", 5), figure("Q8_0", "b", 9)];
+    expect(decodeFloorChecks(items)).toEqual([
+      { label: "a Q8_0", ratio: 3, met: true }, { label: "a Q4_K_M", ratio: 1.4, met: false }, { label: "b Q8_0", ratio: 1.8, met: true },
+    ]);
+    const tables = typeComparisonTables("decode tokens/s", items);
+    expect(tables.map((t) => t.columns)).toEqual([
+      ["threads", "F32", "Q8_0", "vs F32", "Q4_K_M", "vs F32", "Q6_K", "vs F32"], ["threads", "F32", "Q8_0", "vs F32"],
+    ]);
+    expect(tables[0]!.rows[1]).toEqual(["2", "20.0 (20.0-20.0)", "60.0 (60.0-60.0)", "3.00x", "28.0 (28.0-28.0)", "1.40x", "80.0 (80.0-80.0)", "4.00x"]);
+  });
+
+  test("bad --type, --peer-nlc and GGUF-only shapes are one-line input errors", () => {
+    const cases: [string[], RegExp][] = [
+      [["bench", "decode", "--type", "Q4_K_X"], /--type: "Q4_K_X" is not one of F32, F16/],
+      [["bench", "decode", "--shape", "qwen2.5-0.5b"], /the qwen2\.5-0\.5b shape exists as GGUF only: give --type/],
+      [["bench", "decode", "--type", "Q8_0", "--quant", "q8"], /--quant is for llama2\.c models, --type for GGUF/],
+      [["bench", "prefill", "--shape", TINY_SHAPE, "--type", "Q8_0", "--models-dir", modelsDir], /vocab must be at least 32000/],
+    ];
+    for (const [args, message] of cases) {
+      const r = pagellm(args);
+      expect(r.code, args.join(" ")).toBe(2);
+      expect(r.stderr.trim().split("\n").pop()).toMatch(message);
+    }
   });
 
   test("summaries", () => {
@@ -151,4 +202,63 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
     expect(at(doc, "results.workloads.*.configs.*.cache")).toEqual([false, true, true, true, true, false, true, true, true, true]);
     expect(at(doc, "results.zeroHit.hitRate")).toEqual([0]);
   }, 30_000);
+});
+
+/** A tiny llama shape whose GGUF form has Llama 2's vocabulary. */
+const TINY_GGUF_SHAPE = "dim=64,hidden=256,layers=2,heads=4,kv=2,vocab=32000,seq=256";
+
+const SHARED = resolve(ROOT, "..", "shared");
+
+describeShared("GGUF benches end to end (--type)", ["vocab/ggml-vocab-llama-spm.gguf", "models/llama2c/stories260K.bin", "models/gguf/rnd-llama-Q4_K_M.gguf"], ([, llama2c]) => {
+  const tiny = ["--shape", TINY_GGUF_SHAPE, "--models-dir", modelsDir, "--threads", "1"];
+
+  test("decode --type Q8_0,Q4_K_M writes the models once and checks the floor against F32", () => {
+    const doc = expectFigures(["bench", "decode", ...QUICK, ...tiny, "--type", "Q8_0,Q4_K_M", "--stream-mb", "16", "--tokens", "4"], [
+      "models.*.bytesPerToken", "models.*.rows.*.tokensPerSecond.median", "models.*.rows.*.limitTokensPerSecond", "floor.*.ratio",
+    ]);
+    const base = "d64-h256-l2-q4-kv2-v32000-s256";
+    expect(at(doc, "results.models.*.model")).toEqual([`${base} F32`, `${base} Q8_0`, `${base} Q4_K_M`]);
+    expect(at(doc, "results.floor.*.label")).toEqual([`${base} Q8_0`, `${base} Q4_K_M`]);
+    const file = join(modelsDir, `random-${base}-Q4_K_M.gguf`);
+    const written = statSync(file).mtimeMs;
+    expectFigures(["bench", "prefill", ...QUICK, ...tiny, "--type", "Q4_K_M", "--prompt-tokens", "16", "--decode-tokens", "4"], [
+      "models.*.rows.*.prefillTokensPerSecond.median", "models.*.rows.*.prefillVsDecode",
+    ]);
+    expect(statSync(file).mtimeMs).toBe(written);
+  }, 60_000);
+
+  test("--model FILE.gguf --f32-baseline measures the file next to random F32 weights of its exact shape", () => {
+    const file = join(SHARED, "models", "gguf", "rnd-llama-Q4_K_M.gguf");
+    const doc = expectFigures(["bench", "decode", ...QUICK, "--model", file, "--f32-baseline", "--models-dir", modelsDir, "--threads", "1", "--stream-mb", "16", "--tokens", "4"], [
+      "models.*.rows.*.tokensPerSecond.median", "floor.*.ratio",
+    ]);
+    expect(at(doc, "results.models.*.model")).toEqual(["rnd-llama-Q4_K_M.gguf F32 twin", "rnd-llama-Q4_K_M.gguf"]);
+    const twin = readGGUF(join(modelsDir, "random-twin-rnd-llama-Q4_K_M-F32.gguf"));
+    const original = readGGUF(file);
+    expect(twin.tensors.map((t) => `${t.name} ${t.dims.join("x")}`).sort()).toEqual(original.tensors.map((t) => `${t.name} ${t.dims.join("x")}`).sort());
+    expect(new Set(twin.tensors.map((t) => t.typeName))).toEqual(new Set(["F32"]));
+  }, 60_000);
+
+  test("--peer-nlc: a folder without node-llama-cpp, or a llama2.c model, is a one-line input error", () => {
+    const missing = pagellm(["bench", "decode", ...QUICK, ...tiny, "--type", "F32", "--peer-nlc", join(modelsDir, "no-peer")]);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr.trim().split("\n").pop()).toMatch(/no-peer: no node_modules\/node-llama-cpp there; install it outside the project/);
+    const foreign = pagellm(["bench", "decode", ...QUICK, "--model", llama2c!, "--peer-nlc", join(modelsDir, "no-peer")]);
+    expect(foreign.code).toBe(2);
+    expect(foreign.stderr).toContain("--peer-nlc runs llama.cpp on GGUF files");
+  }, 30_000);
+
+  // node-llama-cpp is never a dependency of the project: this runs only where it was installed
+  // outside it (PAGELLM_PEER_NLC, default /tmp/peers), and says so when skipped.
+  const peerDir = process.env.PAGELLM_PEER_NLC ?? "/tmp/peers";
+  const hasPeer = existsSync(join(peerDir, "node_modules", "node-llama-cpp", "package.json"));
+  if (!hasPeer) console.warn(`[skip] --peer-nlc end to end: node-llama-cpp is not installed in ${peerDir} (set PAGELLM_PEER_NLC)`);
+  test.skipIf(!hasPeer)("decode and prefill --peer-nlc report pagellm / llama.cpp on the same file", () => {
+    expectFigures(["bench", "decode", ...QUICK, ...tiny, "--type", "Q8_0", "--stream-mb", "16", "--tokens", "6", "--peer-nlc", peerDir], [
+      "models.*.rows.*.peer.tokensPerSecond.median", "models.*.rows.*.peer.ratio",
+    ]);
+    expectFigures(["bench", "prefill", ...QUICK, ...tiny, "--type", "F32", "--prompt-tokens", "16", "--decode-tokens", "4", "--peer-nlc", peerDir], [
+      "rows.*.peer.tokensPerSecond.median", "rows.*.peer.ratio",
+    ]);
+  }, 60_000);
 });

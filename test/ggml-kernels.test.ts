@@ -158,3 +158,34 @@ describe("embedding rows", () => {
     });
   }
 });
+
+describe("half-precision scales", () => {
+  test("every half converts exactly (subnormals included), in an embedding row and in an F16 product", () => {
+    // Every finite half, positive and negative, as the rows of an F16 matrix: embedding rows give
+    // the scalar conversion, a product with a one-hot x the SIMD one.
+    const mark = backend.mem.mark();
+    const halves = Uint16Array.from({ length: 0x7c00 * 2 }, (_, i) => (i < 0x7c00 ? i : 0x8000 | (i - 0x7c00)));
+    const cols = 512;
+    const rows = halves.length / cols;
+    const addr = backend.mem.alloc(halves.byteLength, 16);
+    backend.mem.u8.set(new Uint8Array(halves.buffer), addr);
+    const m: WeightMatrix = { kind: "ggml", type: GGML_TYPE.F16, rows, cols, addr, rowBytes: 2 * cols };
+    const tokens = Array.from({ length: rows }, (_, i) => i);
+    const tokAddr = backend.mem.alloc(4 * rows);
+    backend.mem.i32.set(tokens, tokAddr >> 2);
+    const out = backend.mem.alloc(4 * halves.length);
+    backend.embed(out, m, tokAddr, rows);
+    const got = backend.mem.f32.slice(out >> 2, (out >> 2) + halves.length);
+    const want = dequantize("F16", new Uint8Array(halves.buffer), halves.length);
+    expect(Array.from(got)).toEqual(Array.from(want));
+    // The SIMD conversion in the product: x = e_k picks column k of every row.
+    const x = new Float32Array(cols);
+    x[cols - 9] = 1; // inside the SIMD part of the row
+    const xAddr = backend.mem.alloc(4 * cols);
+    backend.mem.f32.set(x, xAddr >> 2);
+    const prod = backend.mem.alloc(4 * rows);
+    backend.matmul(prod, xAddr, m, 1);
+    expect(backend.mem.f32.slice(prod >> 2, (prod >> 2) + rows)).toEqual(Float32Array.from({ length: rows }, (_, r) => want[r * cols + cols - 9]!));
+    backend.mem.release(mark);
+  });
+});

@@ -1,95 +1,334 @@
 /**
- * The GGUF writer and the model writer: metadata and tensors round-trip through the reader, each
- * mix chooses tensor types as llama-quantize does, and broken or hostile model files are refused
- * with one-line errors naming the file and the problem before anything is allocated.
+ * The GGUF writer and the model writer: every metadata value type and every tensor type round-trip
+ * through the reader (readGGUF), with the alignment asked for and tensor data given whole or in
+ * chunks; each quantization mix chooses tensor types as llama-quantize did for the shared files and
+ * as llama.cpp's rules give for shapes whose rows are not whole K-quant blocks; written models of
+ * each architecture carry the metadata llama.cpp reads and a real vocabulary; broken or hostile
+ * model files are refused with one-line errors naming the file and the problem.
  */
 import { afterAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { LLM } from "../src/engine/llm.ts";
-import { makeConfig } from "../src/model/config.ts";
-import { GGUFStringArray, readGGUF, type GGUFValue } from "../src/model/gguf.ts";
+import { InputError } from "../src/errors.ts";
+import { makeConfig, type ModelConfig } from "../src/model/config.ts";
+import { GGML_TYPES, GGUFStringArray, readGGUF, type GGUFFile, type GGUFValue } from "../src/model/gguf.ts";
 import { readGGUFCheckpoint } from "../src/model/gguf-checkpoint.ts";
-import { tensorType, writeModelGGUF, type ModelMix } from "../src/model/gguf-model-writer.ts";
-import { gguf, writeGGUF } from "../src/model/gguf-writer.ts";
-import { tokenizerMetadata } from "../src/model/gguf-tokenizer-metadata.ts";
+import { MODEL_MIXES, writeModelGGUF, type Arch, type ModelMix } from "../src/model/gguf-model-writer.ts";
+import { tensorRole, tensorType, useMoreBits } from "../src/model/gguf-quant-mix.ts";
+import { gguf, tensorBytes, writeGGUF, type TensorToWrite } from "../src/model/gguf-writer.ts";
+import { padVocabulary, tokenizerMetadata, vocabularySize } from "../src/model/gguf-tokenizer-metadata.ts";
+import { GGML_TYPE, quantize, quantTypeName } from "../src/quant/index.ts";
 import { expectModelFormatError } from "./helpers/errors.ts";
 import { describeShared } from "./helpers/shared.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "pagellm-gguf-writer-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
+/** The items of an array value as plain JS values (strings as their raw bytes). */
+function arrayItems(v: GGUFValue): unknown[] {
+  if (v.type !== "array") throw new Error("not an array");
+  const items = v.value.items;
+  if (items instanceof GGUFStringArray) return Array.from({ length: items.length }, (_, i) => Array.from(items.bytes(i)));
+  return Array.from(items as ArrayLike<unknown>);
+}
+
+function expectSameValue(got: GGUFValue, want: GGUFValue, key: string): void {
+  if (want.type === "array") {
+    expect(got.type, key).toBe("array");
+    if (got.type === "array") expect(got.value.itemType, key).toBe(want.value.itemType);
+    expect(arrayItems(got), key).toEqual(arrayItems(want));
+  } else {
+    expect(got, key).toEqual(want);
+  }
+}
+
+/** The bytes of tensor `name` as the file holds them. */
+function tensorData(f: GGUFFile, name: string): Uint8Array {
+  const t = f.tensor(name)!;
+  return new Uint8Array(readFileSync(f.path).subarray(t.fileOffset, t.fileOffset + t.byteSize));
+}
+
 describe("writeGGUF", () => {
-  test("every metadata value type and tensor data round-trip through readGGUF", () => {
+  test("every metadata value type round-trips, strings byte for byte", () => {
+    const notUtf8 = Uint8Array.from([0xe2, 0x82, 0x20, 0xff]);
     const metadata = new Map<string, GGUFValue>([
-      ["general.alignment", gguf.u32(64)],
-      ["a.u8", { type: "u8", value: 200 }], ["a.i8", { type: "i8", value: -5 }],
-      ["a.u16", { type: "u16", value: 60000 }], ["a.i16", { type: "i16", value: -30000 }],
-      ["a.u32", gguf.u32(4000000000)], ["a.i32", gguf.i32(-2000000000)],
-      ["a.f32", gguf.f32(1.5)], ["a.f64", { type: "f64", value: Math.PI }],
-      ["a.u64", { type: "u64", value: 2n ** 60n }], ["a.i64", { type: "i64", value: -(2n ** 60n) }],
-      ["a.bool", gguf.bool(true)], ["a.str", gguf.str("héllo ✓")],
-      ["a.strings", gguf.strings(["", "x", "<|im_end|>"])], ["a.i32s", gguf.i32s([1, -2, 3])], ["a.f32s", gguf.f32s([0.5, -1])],
-      ["a.u8s", { type: "array", value: { itemType: "u8", items: Uint8Array.from([1, 2]) } }],
-      ["a.u64s", { type: "array", value: { itemType: "u64", items: BigUint64Array.from([5n]) } }],
+      ["a.u8", gguf.u8(200)], ["a.i8", gguf.i8(-5)], ["a.u16", gguf.u16(60000)], ["a.i16", gguf.i16(-30000)],
+      ["a.u32", gguf.u32(4000000000)], ["a.i32", gguf.i32(-2000000000)], ["a.f32", gguf.f32(1.5)], ["a.f64", gguf.f64(Math.PI)],
+      ["a.u64", gguf.u64(2n ** 60n)], ["a.i64", gguf.i64(-(2n ** 60n))], ["a.bool", gguf.bool(true)], ["a.false", gguf.bool(false)],
+      ["a.str", gguf.str("héllo ✓ \u{1F600}")], ["a.empty", gguf.str("")],
+      ["a.strings", gguf.strings(["", "x", "<|im_end|>", notUtf8, "\u0120the"])],
+      ["a.u8s", gguf.u8s([1, 255])], ["a.i8s", gguf.i8s([-128, 127])], ["a.u16s", gguf.u16s([0, 65535])], ["a.i16s", gguf.i16s([-32768, 7])],
+      ["a.u32s", gguf.u32s([0, 4294967295])], ["a.i32s", gguf.i32s([1, -2, 3])], ["a.u64s", gguf.u64s([5n, 2n ** 63n])],
+      ["a.i64s", gguf.i64s([-(2n ** 63n), 9n])], ["a.f32s", gguf.f32s([0.5, -1, Infinity])], ["a.f64s", gguf.f64s([Math.E, -0])],
+      ["a.bools", gguf.bools([true, false, true])], ["a.no-items", gguf.i32s([])],
     ]);
-    const t0 = Uint8Array.from({ length: 4 * 6 }, (_, i) => i);
-    const t1 = Uint8Array.from({ length: 34 * 2 }, (_, i) => 255 - i);
-    const path = join(dir, "roundtrip.gguf");
-    writeGGUF(path, metadata, [
-      { name: "t0", dims: [3, 2], type: 0, data: () => t0 },
-      { name: "t1", dims: [32, 2], type: 8, data: () => t1 },
-    ]);
+    const path = join(dir, "values.gguf");
+    writeGGUF(path, metadata, []);
     const f = readGGUF(path);
     expect(f.version).toBe(3);
-    expect(f.alignment).toBe(64);
-    for (const [key, value] of metadata) {
-      const got = f.get(key);
-      if (value.type === "array" && got.type === "array") {
-        const items = (a: typeof value.value) => (a.items instanceof GGUFStringArray ? Array.from({ length: a.items.length }, (_, i) => (a.items as GGUFStringArray).get(i)) : Array.from(a.items as ArrayLike<unknown>));
-        expect(got.value.itemType).toBe(value.value.itemType);
-        expect(items(got.value)).toEqual(items(value.value));
-      } else {
-        expect(got).toEqual(value);
-      }
-    }
-    const bytes = readFileSync(path);
-    expect(f.dataOffset % 64).toBe(0);
-    expect(new Uint8Array(bytes.subarray(f.tensor("t0")!.fileOffset, f.tensor("t0")!.fileOffset + t0.length))).toEqual(t0);
-    expect(new Uint8Array(bytes.subarray(f.tensor("t1")!.fileOffset, f.tensor("t1")!.fileOffset + t1.length))).toEqual(t1);
-    expect(f.tensor("t1")!.fileOffset % 64).toBe(0);
+    expect(f.tensors.length).toBe(0);
+    expect([...f.metadata.keys()]).toEqual([...metadata.keys()]);
+    for (const [key, value] of metadata) expectSameValue(f.get(key), value, key);
+    const strings = f.getStringArray("a.strings");
+    expect(Array.from(strings.bytes(3))).toEqual(Array.from(notUtf8));
   });
 
-  test("a tensor whose bytes do not match its type and shape is refused", () => {
-    expect(() => writeGGUF(join(dir, "bad.gguf"), new Map(), [{ name: "t", dims: [32], type: 8, data: () => new Uint8Array(33) }])).toThrow(
-      "tensor t: 33 bytes given, its type and shape take 34",
+  test("a vocabulary copied from a file is written back byte for byte", () => {
+    const meta = new Map<string, GGUFValue>([["tokenizer.ggml.tokens", gguf.strings([Uint8Array.from([0x80]), "a", Uint8Array.from([0xc3])])]]);
+    const first = join(dir, "vocab-1.gguf");
+    const second = join(dir, "vocab-2.gguf");
+    writeGGUF(first, meta, []);
+    writeGGUF(second, tokenizerMetadata(first), []);
+    expect(new Uint8Array(readFileSync(second))).toEqual(new Uint8Array(readFileSync(first)));
+  });
+
+  for (const alignment of [32, 64, 1, 4096]) {
+    test(`every tensor type at alignment ${alignment}: offsets aligned, bytes as given`, () => {
+      const tensors: TensorToWrite[] = [...GGML_TYPES.entries()].map(([type, info], i) => {
+        const dims = [info.blockSize * (1 + (i % 3)), 1 + (i % 4)];
+        const bytes = Uint8Array.from({ length: tensorBytes(type, dims) }, (_, j) => (j * 31 + i * 7) & 255);
+        return { name: `t.${info.name}`, dims, type, data: bytes };
+      });
+      tensors.push({ name: "vector", dims: [3], type: 0, data: () => new Uint8Array(12).fill(9) });
+      tensors.push({ name: "cube", dims: [2, 3, 4, 5], type: 0, data: () => new Uint8Array(4 * 120).fill(1) });
+      const path = join(dir, `types-${alignment}.gguf`);
+      writeGGUF(path, new Map([["general.alignment", gguf.u32(alignment)]]), tensors);
+      const f = readGGUF(path);
+      expect(f.alignment).toBe(alignment);
+      expect(f.dataOffset % alignment).toBe(0);
+      expect(f.tensors.map((t) => t.name)).toEqual(tensors.map((t) => t.name));
+      for (const t of tensors) {
+        const info = f.tensor(t.name)!;
+        expect(info.type).toBe(t.type);
+        expect(info.dims).toEqual([...t.dims]);
+        expect(info.offset % alignment).toBe(0);
+        const want = t.data instanceof Uint8Array ? t.data : (t.data() as Uint8Array);
+        expect(tensorData(f, t.name)).toEqual(want);
+      }
+      const last = f.tensors[f.tensors.length - 1]!;
+      expect(statSync(path).size).toBe(f.dataOffset + Math.ceil((last.offset + last.byteSize) / alignment) * alignment);
+    });
+  }
+
+  test("tensor data given in chunks is the same file as given whole", () => {
+    const whole = Uint8Array.from({ length: 34 * 12 }, (_, i) => (i * 13) & 255);
+    const chunks = function* () {
+      for (let at = 0; at < whole.length; at += 34 * 5) yield whole.subarray(at, Math.min(whole.length, at + 34 * 5));
+    };
+    writeGGUF(join(dir, "whole.gguf"), new Map(), [{ name: "q", dims: [64, 6], type: 8, data: whole }]);
+    writeGGUF(join(dir, "chunks.gguf"), new Map(), [{ name: "q", dims: [64, 6], type: 8, data: chunks }]);
+    expect(new Uint8Array(readFileSync(join(dir, "chunks.gguf")))).toEqual(new Uint8Array(readFileSync(join(dir, "whole.gguf"))));
+  });
+
+  test("bad input is refused with an InputError naming the problem", () => {
+    const write = (meta: Map<string, GGUFValue>, tensors: TensorToWrite[]) => () => writeGGUF(join(dir, "bad.gguf"), meta, tensors);
+    const none = new Map<string, GGUFValue>();
+    expect(write(none, [{ name: "t", dims: [32], type: 8, data: new Uint8Array(33) }])).toThrow("tensor t: 33 bytes given, its type and shape take 34");
+    expect(write(none, [{ name: "t", dims: [32], type: 8, data: () => [new Uint8Array(34), new Uint8Array(1)] }])).toThrow(
+      "tensor t: more than 35 bytes given, its type and shape take 34",
     );
+    expect(write(none, [{ name: "t", dims: [48], type: 8, data: new Uint8Array(0) }])).toThrow("tensor t: Q8_0 rows are whole blocks of 32 values; the row length 48 is not");
+    expect(write(none, [{ name: "t", dims: [4], type: 4, data: new Uint8Array(0) }])).toThrow("tensor t: unknown ggml type 4");
+    expect(write(none, [{ name: "t", dims: [1, 1, 1, 1, 1], type: 0, data: new Uint8Array(4) }])).toThrow("bad dims");
+    const twice: TensorToWrite = { name: "t", dims: [1], type: 0, data: new Uint8Array(4) };
+    expect(write(none, [twice, twice])).toThrow("duplicate tensor name t");
+    expect(write(new Map([["general.alignment", gguf.u32(48)]]), [])).toThrow("general.alignment must be a u32 power of two");
+    expect(write(new Map([["general.alignment", gguf.i32(32)]]), [])).toThrow(InputError);
   });
 });
 
-describeShared(
-  "mixes choose tensor types as llama-quantize did for the shared files",
-  ["models/gguf/rnd-llama-Q4_K_M.gguf", "models/gguf/rnd-llama-Q2_K.gguf", "models/gguf/rnd-qwen2-Q5_K_M.gguf", "models/gguf/stories260K-Q4_0.gguf", "models/gguf/stories260K-Q8_0.gguf"],
-  (files) => {
-    const mixes: ModelMix[] = ["Q4_K_M", "Q2_K", "Q5_K_M", "Q4_0", "Q8_0"];
-    files.forEach((file, i) => {
-      test(file.split("/").pop()!, () => {
-        const ck = readGGUFCheckpoint(file);
-        const c = ck.config;
-        for (const t of readGGUF(file).tensors) {
-          if (t.dims.length < 2) continue;
-          const m = /^blk\.(\d+)\.(\w+)\.weight$/.exec(t.name);
-          const layer = m ? Number(m[1]) : null;
-          const part = m ? m[2]! : t.name.split(".")[0]!;
-          const kind = (["token_embd", "output", "attn_v", "attn_output", "ffn_down"] as const).find((k) => k === part) ?? "other";
-          const want = tensorType(mixes[i]!, kind, layer, c.nLayers, t.dims[0]!, c.sharedClassifier, c.nHeads / c.nKvHeads);
-          expect(`${t.name}: ${want}`).toBe(`${t.name}: ${t.typeName}`);
-        }
-      });
+// ----------------------------------------------------------------------------
+// Mixes
+
+/** A mix by llama.cpp's general.file_type. */
+function mixOfFileType(fileType: number): ModelMix {
+  const mix = (Object.keys(MODEL_MIXES) as ModelMix[]).find((m) => MODEL_MIXES[m] === fileType);
+  if (mix === undefined) throw new Error(`no mix has file type ${fileType}`);
+  return mix;
+}
+
+/** Every 2-D weight's type in `file` as the mix rules give it, "name: TYPE" (the role's running index as llama-quantize counts it). */
+function expectedTypes(f: GGUFFile, mix: ModelMix): string[] {
+  const arch = f.getString("general.architecture");
+  const heads = f.getU32(`${arch}.attention.head_count`);
+  const ctx = { nLayers: f.getU32(`${arch}.block_count`), tied: f.tensor("output.weight") === undefined, gqa: heads / f.getU32(`${arch}.attention.head_count_kv`, heads) };
+  const seen = new Map<string, number>();
+  return f.tensors.flatMap((t) => {
+    const role = tensorRole(t.name, t.dims.length);
+    if (role === null) return [`${t.name}: F32`];
+    const index = seen.get(role) ?? 0;
+    seen.set(role, index + 1);
+    return [`${t.name}: ${tensorType(mix, role, index, t.dims[0]!, ctx)}`];
+  });
+}
+
+const SHARED_QUANTIZED = [
+  "rnd-llama-Q4_K_M", "rnd-llama-Q2_K", "rnd-qwen2-Q5_K_M", "stories260K-Q4_0", "stories260K-Q4_1", "stories260K-Q5_0", "stories260K-Q5_1",
+  "stories260K-Q8_0", "stories260K-F16", "stories260K-BF16", "stories260K",
+];
+describeShared("mixes choose every tensor's type as llama-quantize did for the shared files", SHARED_QUANTIZED.map((n) => `models/gguf/${n}.gguf`), (files) => {
+  files.forEach((file, i) => {
+    test(SHARED_QUANTIZED[i]!, () => {
+      const f = readGGUF(file);
+      const mix = mixOfFileType(f.getU32("general.file_type", 0));
+      expect(expectedTypes(f, mix)).toEqual(f.tensors.map((t) => `${t.name}: ${t.typeName}`));
     });
-  },
-);
+  });
+});
+
+describe("tensorType", () => {
+  test("use_more_bits picks llama.cpp's layers", () => {
+    const picked = (n: number) => Array.from({ length: n }, (_, l) => l).filter((l) => useMoreBits(l, n));
+    expect(picked(3)).toEqual([2]);
+    expect(picked(8)).toEqual([0, 3, 6, 7]);
+    expect(picked(30)).toEqual([0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 26, 27, 28, 29]);
+  });
+
+  test("Q4_K_M on SmolLM2-135M's 576-wide rows falls back as llama.cpp does", () => {
+    const ctx = { nLayers: 30, tied: true, gqa: 3 };
+    expect(tensorType("Q4_K_M", "token_embd", 0, 576, ctx)).toBe("Q8_0");
+    expect(tensorType("Q4_K_M", "other", 4, 576, ctx)).toBe("Q5_0");
+    expect(tensorType("Q4_K_M", "attn_v", 4, 576, ctx)).toBe("Q5_0");
+    expect(tensorType("Q4_K_M", "attn_v", 5, 576, ctx)).toBe("Q8_0");
+    expect(tensorType("Q4_K_M", "ffn_down", 4, 1536, ctx)).toBe("Q4_K");
+    expect(tensorType("Q4_K_M", "ffn_down", 5, 1536, ctx)).toBe("Q6_K");
+  });
+
+  test("the other mixes' steps and fallbacks", () => {
+    const ctx = { nLayers: 16, tied: false, gqa: 4 };
+    expect(tensorType("Q3_K_M", "attn_v", 1, 512, ctx)).toBe("Q5_K");
+    expect(tensorType("Q3_K_M", "attn_v", 2, 512, ctx)).toBe("Q4_K");
+    expect(tensorType("Q3_K_M", "ffn_down", 0, 512, ctx)).toBe("Q5_K");
+    expect(tensorType("Q3_K_M", "ffn_down", 1, 512, ctx)).toBe("Q4_K");
+    expect(tensorType("Q3_K_M", "attn_output", 1, 512, ctx)).toBe("Q4_K");
+    expect(tensorType("Q3_K_S", "attn_v", 1, 512, ctx)).toBe("Q3_K");
+    expect(tensorType("Q4_K_S", "attn_v", 3, 512, ctx)).toBe("Q5_K");
+    expect(tensorType("Q4_K_S", "attn_v", 4, 512, ctx)).toBe("Q4_K");
+    expect(tensorType("Q2_K", "attn_v", 4, 512, ctx)).toBe("Q4_K");
+    expect(tensorType("Q2_K", "attn_v", 4, 96, ctx)).toBe("Q5_0");
+    expect(tensorType("Q2_K", "ffn_down", 4, 96, ctx)).toBe("Q4_0");
+    expect(tensorType("Q2_K", "output", 0, 512, ctx)).toBe("Q6_K");
+    expect(tensorType("Q2_K", "token_embd", 0, 512, ctx)).toBe("Q2_K");
+    expect(tensorType("Q5_K_S", "other", 0, 96, ctx)).toBe("Q5_1");
+    expect(tensorType("Q8_0", "output", 0, 512, ctx)).toBe("Q8_0");
+    expect(tensorType("Q4_0", "output", 0, 64, ctx)).toBe("Q8_0");
+    expect(tensorType("Q4_0", "other", 0, 48, ctx)).toBe("F16");
+    expect(tensorType("F16", "output", 0, 48, ctx)).toBe("F16");
+    expect(tensorType("Q4_K_M", "output", 0, 512, ctx, true)).toBe("Q4_K");
+  });
+});
+
+// ----------------------------------------------------------------------------
+// Models
+
+/** A small shape of `arch`, every optional part on; dim 96 is not whole K-quant blocks, hidden 256 is. */
+function smallShape(arch: Arch, vocabSize: number): ModelConfig {
+  const base = { dim: 96, hiddenDim: 256, nLayers: 8, nHeads: 6, nKvHeads: 2, vocabSize, seqLen: 512, normEps: 1e-6 };
+  if (arch === "llama") return makeConfig({ ...base, sharedClassifier: false, ropeTheta: 500000, ropeFreqFactors: [1, 1, 1, 1, 2, 4, 6, 8] });
+  if (arch === "qwen2") return makeConfig({ ...base, sharedClassifier: true, ropeTheta: 1e6, ropeStyle: "neox", qkvBias: true });
+  // qwen3: 8 heads of 32, so q is 256 wide for a 96-wide model.
+  return makeConfig({ ...base, nHeads: 8, headDim: 32, sharedClassifier: true, ropeTheta: 1e6, ropeStyle: "neox", qkNorm: true });
+}
+
+describeShared("written models", ["vocab/ggml-vocab-smollm.gguf", "models/gguf/stories260K.gguf"], ([smollm, stories]) => {
+  const vocab = tokenizerMetadata(smollm!);
+
+  for (const arch of ["llama", "qwen2", "qwen3"] as const) {
+    test(`${arch} Q4_K_M: llama.cpp's metadata, every tensor, and Q4_K_M's types with the fallbacks`, () => {
+      const config = smallShape(arch, vocabularySize(vocab));
+      const path = join(dir, `${arch}-Q4_K_M.gguf`);
+      writeModelGGUF(path, { arch, name: `small-${arch}`, config, mix: "Q4_K_M", tokenizer: vocab, seed: 3 });
+      const f = readGGUF(path);
+      expect(f.getString("general.architecture")).toBe(arch);
+      expect(f.getU32("general.file_type")).toBe(15);
+      for (const [key, want] of [["block_count", 8], ["embedding_length", 96], ["feed_forward_length", 256], ["attention.head_count_kv", 2], ["context_length", 512], ["vocab_size", 49152]] as const) {
+        expect(f.getU32(`${arch}.${key}`), key).toBe(want);
+      }
+      expect(f.getU32(`${arch}.attention.head_count`)).toBe(config.nHeads);
+      expect(f.getU32(`${arch}.attention.key_length`)).toBe(config.headDim);
+      expect(f.getF32(`${arch}.attention.layer_norm_rms_epsilon`)).toBeCloseTo(1e-6, 12);
+      for (const [key, value] of vocab) expectSameValue(f.get(key), value, key);
+      const qDim = config.nHeads * config.headDim;
+      const types = new Map(f.tensors.map((t) => [t.name, t.typeName]));
+      const shapes = new Map(f.tensors.map((t) => [t.name, t.dims.join("x")]));
+      // Rows of 96 take no K-quant: Q4_K -> Q5_0, Q6_K -> Q8_0; rows of 256 (ffn_down) keep Q4_K / Q6_K.
+      const moreBits = [0, 3, 6, 7];
+      for (let l = 0; l < 8; l++) {
+        expect(types.get(`blk.${l}.attn_q.weight`)).toBe("Q5_0");
+        expect(shapes.get(`blk.${l}.attn_q.weight`)).toBe(`96x${qDim}`);
+        expect(types.get(`blk.${l}.attn_v.weight`)).toBe(moreBits.includes(l) ? "Q8_0" : "Q5_0");
+        // attn_output's rows are q's width: 96 (Q4_K -> Q5_0), but 256 in qwen3 (Q4_K).
+        expect(types.get(`blk.${l}.attn_output.weight`)).toBe(arch === "qwen3" ? "Q4_K" : "Q5_0");
+        expect(types.get(`blk.${l}.ffn_down.weight`)).toBe(moreBits.includes(l) ? "Q6_K" : "Q4_K");
+        expect(types.get(`blk.${l}.attn_norm.weight`)).toBe("F32");
+        expect(types.has(`blk.${l}.attn_q.bias`)).toBe(arch === "qwen2");
+        expect(types.has(`blk.${l}.attn_q_norm.weight`)).toBe(arch === "qwen3");
+      }
+      expect(types.get("token_embd.weight")).toBe(arch === "llama" ? "Q5_0" : "Q8_0");
+      expect(types.get("output.weight")).toBe(arch === "llama" ? "Q8_0" : undefined);
+      expect(types.get("rope_freqs.weight")).toBe(arch === "llama" ? "F32" : undefined);
+    });
+  }
+
+  test("Q8_0, F16 and F32 models of each architecture load and run", () => {
+    for (const arch of ["llama", "qwen2", "qwen3"] as const) {
+      for (const mix of ["F32", "F16", "Q8_0"] as const) {
+        const path = join(dir, `${arch}-${mix}.gguf`);
+        writeModelGGUF(path, { arch, name: "run", config: { ...smallShape(arch, 512), nLayers: 2 }, mix, tokenizer: tokenizerMetadata(stories!), seed: 4 });
+        const llm = LLM.load({ model: path, tokenizer: path, engine: { threads: 1 } });
+        try {
+          expect(llm.checkpoint.format).toBe(`GGUF v3 ${arch} ${mix}`);
+          const logits: Float32Array[] = [];
+          llm.engine.score([1, 20, 30], (_, row) => logits.push(row.slice()));
+          expect(logits.length).toBeGreaterThan(0);
+          for (const row of logits) expect(row.every(Number.isFinite)).toBe(true);
+        } finally {
+          llm.close();
+        }
+      }
+    }
+  });
+
+  test("the same seed writes the same file; the vocabulary must fit the model", () => {
+    const config = { ...smallShape("llama", 512), nLayers: 1 };
+    const model = { arch: "llama" as const, name: "same", config, mix: "Q4_K_M" as const, tokenizer: tokenizerMetadata(stories!), seed: 9 };
+    writeModelGGUF(join(dir, "same-1.gguf"), model);
+    writeModelGGUF(join(dir, "same-2.gguf"), model);
+    expect(new Uint8Array(readFileSync(join(dir, "same-2.gguf")))).toEqual(new Uint8Array(readFileSync(join(dir, "same-1.gguf"))));
+    expect(() => writeModelGGUF(join(dir, "x.gguf"), { ...model, config: { ...config, vocabSize: 600 } })).toThrow("the tokenizer has 512 tokens, the model's vocabulary 600");
+    expect(() => writeModelGGUF(join(dir, "x.gguf"), { ...model, arch: "qwen2" })).toThrow("q/k/v biases are required by qwen2");
+  });
+
+  test("a quantized model holds its F32 twin's weights quantized, as llama-quantize would make it from the F32 file", () => {
+    const config = { ...smallShape("qwen2", 512), nLayers: 2 };
+    const model = { arch: "qwen2" as const, name: "twin", config, tokenizer: tokenizerMetadata(stories!), seed: 11 };
+    writeModelGGUF(join(dir, "twin-F32.gguf"), { ...model, mix: "F32" });
+    writeModelGGUF(join(dir, "twin-Q4_K_M.gguf"), { ...model, mix: "Q4_K_M" });
+    const f32 = readGGUF(join(dir, "twin-F32.gguf"));
+    const q = readGGUF(join(dir, "twin-Q4_K_M.gguf"));
+    expect(q.tensors.map((t) => t.name)).toEqual(f32.tensors.map((t) => t.name));
+    for (const t of q.tensors) {
+      const source = tensorData(f32, t.name);
+      const values = new Float32Array(source.buffer, source.byteOffset, source.byteLength / 4);
+      expect(tensorData(q, t.name), t.name).toEqual(quantize(quantTypeName(t.type)!, values));
+    }
+  });
+
+  test("a vocabulary padded as convert_hf_to_gguf pads one: [PAD<id>] tokens of type UNUSED", () => {
+    const padded = padVocabulary(vocab, 49160);
+    expect(vocabularySize(padded)).toBe(49160);
+    const tokens = (padded.get("tokenizer.ggml.tokens")!.value as { items: GGUFStringArray }).items;
+    expect(tokens.get(49152)).toBe("[PAD49152]");
+    expect(tokens.get(100)).toBe((vocab.get("tokenizer.ggml.tokens")!.value as { items: GGUFStringArray }).items.get(100));
+    const types = padded.get("tokenizer.ggml.token_type")!;
+    expect(arrayItems(types).slice(49150)).toEqual([...arrayItems(vocab.get("tokenizer.ggml.token_type")!).slice(49150), 5, 5, 5, 5, 5, 5, 5, 5]);
+    expect(() => padVocabulary(vocab, 100)).toThrow("cannot be padded down");
+    expect(GGML_TYPE.Q4_K).toBe(12);
+    expect(quantTypeName(12)).toBe("Q4_K");
+  });
+});
 
 describeShared("broken and hostile model files", ["models/gguf/stories260K.gguf"], ([vocab]) => {
   const config = makeConfig({ dim: 64, hiddenDim: 96, nLayers: 1, nHeads: 4, nKvHeads: 4, vocabSize: 512, seqLen: 128, sharedClassifier: true });

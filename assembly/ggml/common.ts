@@ -22,16 +22,30 @@
 // enter it unsigned (ggml's stored values before their offset) and the offset is taken out with
 // the activations' sums, exactly.
 
-/** IEEE half to f32, exact for every finite half (subnormals included; weights hold no inf/NaN). */
+/**
+ * IEEE half to f32, exact for every half. A normal half only needs its exponent re-biased (an
+ * integer add); a subnormal one is its mantissa times 2^-24, a multiply of normal numbers. (The
+ * obvious multiply of the shifted bits by 2^112 is exact too, but on a subnormal f32 when the
+ * half is subnormal, which x86 runs through a slow microcode path: Q6_K scales of small weights
+ * are subnormal halves.)
+ */
 @inline export function halfToF32(h: u32): f32 {
-  const magnitude = reinterpret<f32>((h & 0x7fff) << 13) * reinterpret<f32>(0x77800000); // * 2^112
-  return reinterpret<f32>(reinterpret<u32>(magnitude) | ((h & 0x8000) << 16));
+  const sign = (h & 0x8000) << 16;
+  const em = h & 0x7fff;
+  if (em < 0x0400) return reinterpret<f32>(reinterpret<u32>(<f32>em * <f32>5.9604644775390625e-8) | sign);
+  return reinterpret<f32>((em >= 0x7c00 ? (em << 13) | 0x7f800000 : (em << 13) + 0x38000000) | sign);
 }
 
 /** Four halves (in the low 16 bits of each i32 lane, zero-extended) to f32x4, as halfToF32. */
 @inline export function halvesToF32x4(h: v128): v128 {
-  const magnitude = f32x4.mul(i32x4.shl(v128.and(h, i32x4.splat(0x7fff)), 13), f32x4.splat(reinterpret<f32>(0x77800000)));
-  return v128.or(magnitude, i32x4.shl(v128.and(h, i32x4.splat(0x8000)), 16));
+  const em = v128.and(h, i32x4.splat(0x7fff));
+  const shifted = i32x4.shl(em, 13);
+  const normal = i32x4.add(shifted, i32x4.splat(0x38000000));
+  const infNan = v128.or(shifted, i32x4.splat(0x7f800000));
+  const subnormal = f32x4.mul(f32x4.convert_i32x4_u(em), f32x4.splat(5.9604644775390625e-8));
+  let r = v128.bitselect(subnormal, normal, i32x4.lt_u(em, i32x4.splat(0x0400)));
+  r = v128.bitselect(infNan, r, i32x4.ge_u(em, i32x4.splat(0x7c00)));
+  return v128.or(r, i32x4.shl(v128.and(h, i32x4.splat(0x8000)), 16));
 }
 
 /** The half at p as f32. */

@@ -62,11 +62,13 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
 }
 
 /**
- * Rows rowA and rowB (rowB may equal rowA: one row) dotted with one token's activations (xq, xd,
+ * Rows rowA and rowB (only rowA when not `pair`) dotted with one token's activations (xq, xd,
  * xs at the token), written to outA and outB. Two rows share the activation loads; each row's
  * float sums are the same operations as alone.
  */
-@inline function rowPairDot(kind: i32, rowA: usize, rowB: usize, xq: usize, xd: usize, xs: usize, cols: i32, outA: usize, outB: usize): void {
+@inline function rowPairDot(
+  kind: i32, pair: bool, rowA: usize, rowB: usize, xq: usize, xd: usize, xs: usize, cols: i32, outA: usize, outB: usize,
+): void {
   const nb = cols >> 5;
   const bs = blockBytes(kind);
   let accA = f32x4.splat(0), accB = f32x4.splat(0);
@@ -77,29 +79,32 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
     const xdg = load<f32>(xd + (<usize>g << 2));
     const blkA = rowA + <usize>(g * bs), blkB = rowB + <usize>(g * bs);
     accA = accumulate(accA, blockIsum(kind, blkA, x0, x1, xs, g), loadHalf(blkA) * xdg);
-    accB = accumulate(accB, blockIsum(kind, blkB, x0, x1, xs, g), loadHalf(blkB) * xdg);
+    if (pair) accB = accumulate(accB, blockIsum(kind, blkB, x0, x1, xs, g), loadHalf(blkB) * xdg);
     if (kind == Q4_1 || kind == Q5_1) {
       const xsum = xdg * <f32>blockSum(xs, g);
       minsA += loadHalf(blkA + 2) * xsum;
-      minsB += loadHalf(blkB + 2) * xsum;
+      if (pair) minsB += loadHalf(blkB + 2) * xsum;
     }
   }
   store<f32>(outA, sumLanes(accA) + minsA);
-  store<f32>(outB, sumLanes(accB) + minsB);
+  if (pair) store<f32>(outB, sumLanes(accB) + minsB);
 }
 
 @inline function matmulLegacy(
   kind: i32, out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32,
 ): void {
   const rowBytes = (cols >> 5) * blockBytes(kind);
-  for (let r = rowStart; r < rowEnd; r += 2) {
+  // Q8_0's sign handling needs more registers than a second row leaves: it goes row by row.
+  const step = kind == Q8_0 ? 1 : 2;
+  for (let r = rowStart; r < rowEnd; r += step) {
+    const pair = step == 2 && r + 1 < rowEnd;
     const rowA = w + <usize>(r * rowBytes);
-    const rB = r + 1 < rowEnd ? r + 1 : r;
-    const rowB = w + <usize>(rB * rowBytes);
+    const rowB = rowA + <usize>rowBytes;
     for (let t = 0; t < T; t++) {
       const o = out + (<usize>(t * outStride) << 2);
-      rowPairDot(kind, rowA, rowB, xq + <usize>(t * cols), xd + (<usize>(t * (cols >> 5)) << 2), xs + (<usize>(t * (cols >> 4)) << 2), cols,
-        o + (<usize>r << 2), o + (<usize>rB << 2));
+      const x = xq + <usize>(t * cols), d = xd + (<usize>(t * (cols >> 5)) << 2), s = xs + (<usize>(t * (cols >> 4)) << 2);
+      if (pair) rowPairDot(kind, true, rowA, rowB, x, d, s, cols, o + (<usize>r << 2), o + (<usize>(r + 1) << 2));
+      else rowPairDot(kind, false, rowA, rowA, x, d, s, cols, o + (<usize>r << 2), 0);
     }
   }
 }

@@ -9,6 +9,7 @@ import { ratio, summarize, type RepeatOptions, type Summary } from "./measure.ts
 import type { BenchModel } from "./models.ts";
 import { fmt, fmtPct, fmtRatio, fmtSpread, progress, type Table } from "./report.ts";
 import { measureStreamBandwidth } from "./roofline.ts";
+import { peerTable, runNlcPeer, type PeerFigure } from "./peer-nlc.ts";
 import { runcTokensPerSecond } from "./runc.ts";
 
 export interface DecodeOptions extends RepeatOptions {
@@ -20,6 +21,8 @@ export interface DecodeOptions extends RepeatOptions {
   seed: number;
   /** A llama2.c `run` binary to time on the same file, alternating with pagellm (null: none). */
   runc: string | null;
+  /** A folder with node-llama-cpp installed: llama.cpp's decode on the same GGUF file, at each thread count (null: none). */
+  peerNlc: string | null;
 }
 
 export interface DecodeRow {
@@ -37,6 +40,8 @@ export interface DecodeRow {
   vsFirst: number;
   /** llama2.c run's tokens/s at the same thread count, and ours / its (when --runc was given). */
   runc: { tokensPerSecond: Summary; ratio: number } | null;
+  /** llama.cpp's (node-llama-cpp) tokens/s at the same thread count, and ours / its (when --peer-nlc was given). */
+  peer: PeerFigure | null;
 }
 
 export interface DecodeResult {
@@ -71,9 +76,17 @@ export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
       return {
         threads, tokensPerSecond: d.tokensPerSecond, msPerToken: d.msPerToken, generatedTokens: d.generatedTokens,
         bandwidthGBps: bw, limitTokensPerSecond: limit, fractionOfLimit: d.tokensPerSecond.median / limit, vsFirst: 1,
-        runc: baseline === null ? null : { tokensPerSecond: baseline, ratio: ratio(d.tokensPerSecond, baseline) },
+        runc: baseline === null ? null : { tokensPerSecond: baseline, ratio: ratio(d.tokensPerSecond, baseline) }, peer: null,
       };
     });
+    if (o.peerNlc !== null) {
+      progress(`decode of ${o.model.label} by llama.cpp (node-llama-cpp), ${threads} thread(s)`);
+      const peer = runNlcPeer({
+        dir: o.peerNlc, model: o.model.path, threads, mode: "decode", promptTokens: o.promptTokens, genTokens: o.genTokens,
+        warmup: o.warmup, reps: o.reps, vocabSize: o.model.config.vocabSize, seed: o.seed,
+      });
+      row.peer = { ...peer, ratio: ratio(row.tokensPerSecond, peer.tokensPerSecond) };
+    }
     row.vsFirst = rows.length === 0 ? 1 : ratio(row.tokensPerSecond, rows[0]!.tokensPerSecond);
     rows.push(row);
   }
@@ -97,6 +110,9 @@ export function decodeTables(r: DecodeResult): Table[] {
         String(x.threads), fmtSpread(x.tokensPerSecond), fmtSpread(x.runc!.tokensPerSecond), fmtRatio(x.runc!.ratio),
       ]),
     });
+  }
+  if (r.rows.some((x) => x.peer !== null)) {
+    tables.push(peerTable(`decode of ${r.model}`, r.rows.map((x) => ({ threads: x.threads, ours: x.tokensPerSecond, peer: x.peer }))));
   }
   return tables;
 }

@@ -1,7 +1,7 @@
 /**
  * The models the benchmarks run: random weights in the shapes of real checkpoints, written once
- * with the project's llama2.c writer into a cache folder and reused, or a model file the user
- * names. Random weights cost the same to run as trained ones of the same shape, and need no
+ * into a cache folder and reused (llama2.c files with the project's llama2.c writer; GGUF files in
+ * any tensor type with its GGUF writer, gguf-models.ts), or a model file the user names. Random weights cost the same to run as trained ones of the same shape, and need no
  * download.
  */
 import { existsSync, mkdirSync, renameSync, rmSync, statSync } from "node:fs";
@@ -11,11 +11,9 @@ import { weightTraffic } from "../model/weights.ts";
 import { makeConfig, type ModelConfig } from "../model/config.ts";
 import { llama2cFileSize, writeLlama2c, type Llama2cFormat } from "../model/llama2c-writer.ts";
 import { isGGUF, openCheckpoint } from "../model/load.ts";
-import { writeModelGGUF, type Arch, type ModelMix } from "../model/gguf-model-writer.ts";
-import { tokenizerMetadata } from "../model/gguf-tokenizer-metadata.ts";
-import { gguf } from "../model/gguf-writer.ts";
-import type { GGUFValue } from "../model/gguf.ts";
+import type { ModelMix } from "../model/gguf-model-writer.ts";
 import { randomWeights } from "../model/random-weights.ts";
+import { ensureRandomGGUF, GGUF_SHAPES } from "./gguf-models.ts";
 
 /** The repository root (this file is src/bench/models.ts). */
 export const REPO_ROOT = resolve(import.meta.dir, "..", "..");
@@ -32,10 +30,8 @@ const WEIGHTS_SEED = 1234;
 export interface Shape {
   name: string;
   config: ModelConfig;
-  /** Architecture of its GGUF form (default llama). */
-  arch?: Arch;
-  /** Vocabulary of its GGUF form, when it differs from the llama2.c form's 32000 (the real model's). */
-  ggufVocabSize?: number;
+  /** Benched as GGUF only (--type): its architecture is not llama2.c's. */
+  ggufOnly?: boolean;
   /** Said next to results measured on it (e.g. a vocabulary that differs from the real model's). */
   note?: string;
 }
@@ -53,17 +49,13 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
   "smollm2-135m": {
     name: "smollm2-135m",
     config: makeConfig({ dim: 576, hiddenDim: 1536, nLayers: 30, nHeads: 9, nKvHeads: 3, vocabSize: 32000, seqLen: 2048, sharedClassifier: true }),
-    ggufVocabSize: 49152,
-    note: "smollm2-135m shape; its llama2.c form has a 32000-token vocabulary (the real model has 49152, as its GGUF form) so the llama2 tokenizer fits",
+    note: "smollm2-135m shape; its llama2.c form has a 32000-token vocabulary so the llama2 tokenizer fits (the real model, and its --type GGUF form, have 49152)",
   },
   "qwen2.5-0.5b": {
     name: "qwen2.5-0.5b",
-    arch: "qwen2",
-    config: makeConfig({
-      dim: 896, hiddenDim: 4864, nLayers: 24, nHeads: 14, nKvHeads: 2, vocabSize: 151936, seqLen: 32768, sharedClassifier: true,
-      ropeTheta: 1e6, ropeStyle: "neox", normEps: 1e-6, qkvBias: true,
-    }),
-    note: "qwen2.5-0.5b shape (GGUF only); its vocabulary is Llama 2's 32000 tokens padded with unused ones to 151936",
+    // The qwen2 shape and its vocabulary are in GGUF_SHAPES (src/bench/gguf-models.ts).
+    config: GGUF_SHAPES["qwen2.5-0.5b"]!.config,
+    ggufOnly: true,
   },
 };
 
@@ -107,34 +99,6 @@ export function parseShape(spec: string): Shape {
 /** Weight encoding of a random llama2.c model: f32 (legacy, as the real stories*.bin) or int8 (v2, Q8_0). */
 export type WeightFormat = "f32" | "q8";
 export const WEIGHT_FORMATS: readonly WeightFormat[] = ["f32", "q8"];
-
-/** Llama 2's SentencePiece vocabulary as a GGUF file (32000 tokens): the random GGUF models' tokenizer. */
-export const GGUF_VOCAB = join(SHARED_DIR, "vocab", "ggml-vocab-llama-spm.gguf");
-
-/**
- * Path of the cached random GGUF model of `shape` in `mix`, written first when missing (to a
- * temporary name, then renamed). Its vocabulary is Llama 2's, padded with unused tokens when the
- * shape's is larger.
- */
-export function ensureRandomGGUF(shape: Shape, mix: ModelMix, modelsDir: string, log: (line: string) => void): string {
-  const file = join(modelsDir, `random-${shape.name}-${mix}.gguf`);
-  if (existsSync(file)) return file;
-  if (!existsSync(GGUF_VOCAB)) throw new InputError(`${GGUF_VOCAB} not found (the shared data folder ../shared is absent?): pass --model`);
-  mkdirSync(modelsDir, { recursive: true });
-  const config = { ...shape.config, vocabSize: shape.ggufVocabSize ?? shape.config.vocabSize };
-  log(`writing ${file} (random ${mix} weights of the ${shape.name} shape, once)`);
-  const tmp = `${file}.${process.pid}.tmp`;
-  try {
-    writeModelGGUF(tmp, {
-      arch: shape.arch ?? "llama", name: `random-${shape.name}`, config, mix, seed: WEIGHTS_SEED,
-      tokenizer: paddedVocabulary(tokenizerMetadata(GGUF_VOCAB), config.vocabSize),
-    });
-    renameSync(tmp, file);
-  } finally {
-    rmSync(tmp, { force: true });
-  }
-  return file;
-}
 
 const FILE_FORMAT: Record<WeightFormat, Llama2cFormat> = { f32: "legacy", q8: "v2" };
 
@@ -189,6 +153,8 @@ export interface BenchModel {
   /** Bytes of those weights, read once per decode step (the embedding row aside). */
   bytesPerToken: number;
   note?: string;
+  /** The shape and mix of a random GGUF model (--type). */
+  gguf?: { shape: string; mix: ModelMix };
 }
 
 export interface ModelChoice {
@@ -211,11 +177,12 @@ export function benchModel(choice: ModelChoice, log: (line: string) => void): Be
     return { label: choice.model.split("/").pop()!, path: choice.model, tokenizer, config: ckpt.config, ...weightTraffic(ckpt) };
   }
   if (choice.mix !== undefined) {
-    const path = ensureRandomGGUF(choice.shape, choice.mix, choice.modelsDir, log);
+    const path = ensureRandomGGUF(choice.shape, choice.mix, choice.modelsDir, join(SHARED_DIR, "vocab"), log);
     const ckpt = openCheckpoint(path);
-    return { label: `${choice.shape.name} ${choice.mix}`, path, tokenizer: path, config: ckpt.config, ...weightTraffic(ckpt), note: choice.shape.note };
+    const note = GGUF_SHAPES[choice.shape.name]?.note;
+    return { label: `${choice.shape.name} ${choice.mix}`, path, tokenizer: path, config: ckpt.config, ...weightTraffic(ckpt), note, gguf: { shape: choice.shape.name, mix: choice.mix } };
   }
-  if (choice.shape.arch !== undefined && choice.shape.arch !== "llama") {
+  if (choice.shape.ggufOnly === true) {
     throw new InputError(`the ${choice.shape.name} shape exists as GGUF only: give --type (F32, Q8_0, Q4_K_M, ...)`);
   }
   const tokenizer = resolveTokenizer(choice.tokenizer, choice.model);
@@ -223,26 +190,4 @@ export function benchModel(choice: ModelChoice, log: (line: string) => void): Be
   const ckpt = openCheckpoint(path);
   const label = choice.format === "f32" ? choice.shape.name : `${choice.shape.name} q8`;
   return { label, path, tokenizer, config: ckpt.config, ...weightTraffic(ckpt), note: choice.shape.note };
-}
-
-/** A vocabulary's metadata with unused user-defined tokens appended up to `size` tokens. */
-function paddedVocabulary(meta: Map<string, GGUFValue>, size: number): Map<string, GGUFValue> {
-  const tokens = meta.get("tokenizer.ggml.tokens");
-  if (tokens?.type !== "array" || tokens.value.itemType !== "string" || tokens.value.items.length >= size) return meta;
-  const have = tokens.value.items;
-  const pieces = Array.from({ length: size }, (_, i) => (i < have.length ? have.get(i) : `<unused_${i}>`));
-  const out = new Map(meta);
-  out.set("tokenizer.ggml.tokens", gguf.strings(pieces));
-  const scores = meta.get("tokenizer.ggml.scores");
-  if (scores?.type === "array" && scores.value.itemType === "f32") {
-    const given = scores.value.items;
-    out.set("tokenizer.ggml.scores", gguf.f32s(Array.from({ length: size }, (_, i) => (i < have.length ? given[i]! : -1e9))));
-  }
-  const types = meta.get("tokenizer.ggml.token_type");
-  if (types?.type === "array" && types.value.itemType === "i32") {
-    const given = types.value.items;
-    // 4: user-defined, never produced by encoding ordinary text.
-    out.set("tokenizer.ggml.token_type", gguf.i32s(Array.from({ length: size }, (_, i) => (i < have.length ? given[i]! : 4))));
-  }
-  return out;
 }

@@ -9,6 +9,8 @@ import { numberOption, repeated, type ParsedValues } from "../cli/options.ts";
 import type { RepeatOptions } from "./measure.ts";
 import { benchModel, DEFAULT_MODELS_DIR, DEFAULT_TOKENIZER, parseShape, SHAPE_HELP, WEIGHT_FORMATS, type BenchModel, type WeightFormat } from "./models.ts";
 import { progress } from "./report.ts";
+import { ensureF32Twin } from "./gguf-models.ts";
+import { isGGUF } from "../model/load.ts";
 import { isModelMix, MODEL_MIXES, type ModelMix } from "../model/gguf-model-writer.ts";
 import { STREAM_BYTES } from "./roofline.ts";
 
@@ -27,7 +29,9 @@ export function modelArgs(shapeDefault: string) {
     quant: { type: "string", description: `Weights of a random llama2.c model: ${WEIGHT_FORMATS.join(" | ")} (default f32)`, valueHint: "format" },
     type: {
       type: "string",
-      description: `Bench random GGUF models of the shape in these types or mixes, comma-separated: ${Object.keys(MODEL_MIXES).join(" | ")} (the first is the baseline of the others)`,
+      description:
+        `Bench random GGUF models of the shape in these types or mixes, comma-separated: ${Object.keys(MODEL_MIXES).join(" | ")}; ` +
+        "F32 of the same shape is added first as the baseline of a quantized type",
       valueHint: "mix,mix",
     },
     tokenizer: {
@@ -35,7 +39,11 @@ export function modelArgs(shapeDefault: string) {
       description: `Tokenizer; its vocabulary must match the model's (default: tokenizer.bin beside --model, else ${DEFAULT_TOKENIZER})`,
       valueHint: "path",
     },
-    "models-dir": { type: "string", description: `Cache folder of random-weight models, random-<shape>.bin (default ${DEFAULT_MODELS_DIR})`, valueHint: "dir" },
+    "f32-baseline": {
+      type: "boolean",
+      description: "With a GGUF --model: also bench random F32 weights of its exact shape (written once into --models-dir), the baseline of its type",
+    },
+    "models-dir": { type: "string", description: `Cache folder of random-weight models, random-<shape>.bin and random-<shape>-<type>.gguf (default ${DEFAULT_MODELS_DIR})`, valueHint: "dir" },
   } as const satisfies ArgsDef;
 }
 
@@ -114,12 +122,35 @@ export function benchModels(values: ParsedValues, rawArgs: readonly string[], de
     if (shapes.length > 0 || str(values, "quant") !== undefined || mixes.length > 0) {
       throw new InputError("--model benches a file: --shape, --quant and --type are for random models");
     }
-    return [benchModel({ ...base, model, shape: parseShape(defaultShapes[0]!) }, progress)];
+    const file = benchModel({ ...base, model, shape: parseShape(defaultShapes[0]!) }, progress);
+    return values["f32-baseline"] === true ? withF32Twin(file, base.modelsDir) : [file];
   }
+  if (values["f32-baseline"] === true) throw new InputError("--f32-baseline is for a GGUF --model (--type adds F32 itself)");
   if (mixes.length > 0 && str(values, "quant") !== undefined) throw new InputError("--quant is for llama2.c models, --type for GGUF: give one");
   const specs = shapes.length > 0 ? shapes : defaultShapes;
   if (mixes.length === 0) return specs.map((spec) => benchModel({ ...base, shape: parseShape(spec) }, progress));
-  return specs.flatMap((spec) => mixes.map((mix) => benchModel({ ...base, shape: parseShape(spec), mix }, progress)));
+  return specs.flatMap((spec) => withF32Baseline(mixes).map((mix) => benchModel({ ...base, shape: parseShape(spec), mix }, progress)));
+}
+
+/**
+ * The mixes to bench: a quantized mix is always measured next to pagellm's own F32 decode of the
+ * same shape in the same run (the issue's floors are ratios to it), so F32 goes first when absent.
+ */
+export function withF32Baseline(mixes: readonly ModelMix[]): ModelMix[] {
+  const quantized = mixes.some((m) => m !== "F32" && m !== "F16" && m !== "BF16");
+  return quantized && !mixes.includes("F32") ? ["F32", ...mixes] : [...mixes];
+}
+
+/** A GGUF --model and, first, its F32 twin (same architecture and shape, random weights), grouped as one shape. */
+function withF32Twin(file: BenchModel, modelsDir: string): BenchModel[] {
+  if (!isGGUF(file.path)) throw new InputError("--f32-baseline is for a GGUF --model");
+  const twin = ensureF32Twin(file.path, modelsDir, progress);
+  const shape = file.label;
+  const twinModel = benchModel({ model: twin.path, shape: parseShape("stories15M"), format: "f32", modelsDir }, progress);
+  return [
+    { ...twinModel, label: `${shape} F32 twin`, gguf: { shape, mix: "F32" } },
+    twin.mix === undefined ? file : { ...file, gguf: { shape, mix: twin.mix } },
+  ];
 }
 
 /** --type: GGUF mixes, comma-separated ([] when absent). */

@@ -8,6 +8,7 @@ import { measureDecode, measureTtft, withLLM } from "./engine-runs.ts";
 import { ratio, summarize, type RepeatOptions, type Summary } from "./measure.ts";
 import type { BenchModel } from "./models.ts";
 import { fmt, fmtRatio, fmtSpread, progress, type Table } from "./report.ts";
+import { peerTable, runNlcPeer, type PeerFigure } from "./peer-nlc.ts";
 import { TokenSource } from "./prompts.ts";
 
 /** The issue's bar: prefill per token at least this many times faster than decode per token. */
@@ -20,6 +21,8 @@ export interface PrefillOptions extends RepeatOptions {
   /** Tokens generated to measure decode per token in the same run. */
   decodeTokens: number;
   seed: number;
+  /** A folder with node-llama-cpp installed: llama.cpp's prefill on the same GGUF file, at each thread count (null: none). */
+  peerNlc: string | null;
 }
 
 export interface PrefillRow {
@@ -31,6 +34,8 @@ export interface PrefillRow {
   prefillVsDecode: number;
   /** prefill tokens/s against the first thread count. */
   vsFirst: number;
+  /** llama.cpp's (node-llama-cpp) prefill tokens/s of a prompt as long, and ours / its (when --peer-nlc was given). */
+  peer: PeerFigure | null;
 }
 
 export interface PrefillResult {
@@ -56,9 +61,17 @@ export async function runPrefillBench(o: PrefillOptions): Promise<PrefillResult>
         prefillTokensPerSecond: summarize(ttft.map((ms) => (1000 * o.promptTokens) / ms)),
         decodeMsPerToken: decode.msPerToken,
         prefillVsDecode: decode.msPerToken.median / prefillMsPerToken,
-        vsFirst: 1,
+        vsFirst: 1, peer: null,
       };
     });
+    if (o.peerNlc !== null) {
+      progress(`prefill of ${o.promptTokens} tokens on ${o.model.label} by llama.cpp (node-llama-cpp), ${threads} thread(s)`);
+      const peer = runNlcPeer({
+        dir: o.peerNlc, model: o.model.path, threads, mode: "prefill", promptTokens: o.promptTokens, genTokens: 1,
+        warmup: o.warmup, reps: o.reps, vocabSize: o.model.config.vocabSize, seed: o.seed,
+      });
+      row.peer = { ...peer, ratio: ratio(row.prefillTokensPerSecond, peer.tokensPerSecond) };
+    }
     row.vsFirst = rows.length === 0 ? 1 : ratio(row.prefillTokensPerSecond, rows[0]!.prefillTokensPerSecond);
     rows.push(row);
   }
@@ -66,7 +79,7 @@ export async function runPrefillBench(o: PrefillOptions): Promise<PrefillResult>
 }
 
 export function prefillTables(r: PrefillResult): Table[] {
-  return [{
+  const tables: Table[] = [{
     title: `prefill of one ${r.promptTokens}-token prompt on ${r.model} (prefix cache off); median (min-max)`,
     columns: ["threads", "TTFT ms", "prefill tokens/s", `vs ${r.rows[0]?.threads ?? 1} thread(s)`, "decode ms/token", "prefill ms/token", `prefill/decode speed (target >= ${r.target}x)`],
     rows: r.rows.map((x) => [
@@ -74,4 +87,8 @@ export function prefillTables(r: PrefillResult): Table[] {
       fmtSpread(x.decodeMsPerToken), fmt(x.ttftMs.median / r.promptTokens), fmtRatio(x.prefillVsDecode),
     ]),
   }];
+  if (r.rows.some((x) => x.peer !== null)) {
+    tables.push(peerTable(`prefill of ${r.promptTokens} tokens on ${r.model}`, r.rows.map((x) => ({ threads: x.threads, ours: x.prefillTokensPerSecond, peer: x.peer }))));
+  }
+  return tables;
 }

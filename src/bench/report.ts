@@ -4,7 +4,7 @@
  * clean table or a clean document.
  */
 import { availableParallelism, cpus } from "node:os";
-import { ratio, type Summary } from "./measure.ts";
+import type { Summary } from "./measure.ts";
 
 export interface Table {
   title: string;
@@ -83,25 +83,4 @@ export function fmtPct(x: number): string {
 /** "median (min-max)" of a summary. */
 export function fmtSpread(s: Summary, digits = 3): string {
   return `${fmt(s.median, digits)} (${fmt(s.min, digits)}-${fmt(s.max, digits)})`;
-}
-
-/**
- * One figure of several models (tensor types of one shape, say) side by side per thread count,
- * each as a ratio to the first model measured in the same run; [] for a single model.
- */
-export function modelComparison(figure: string, models: { label: string; rows: { threads: number; value: Summary }[] }[]): Table[] {
-  if (models.length < 2) return [];
-  const base = models[0]!;
-  const threads = base.rows.map((r) => r.threads);
-  return [{
-    title: `${figure} by model, and the ratio to ${base.label} in the same run; median (min-max)`,
-    columns: ["threads", ...models.flatMap((m, i) => (i === 0 ? [m.label] : [m.label, `vs ${base.label}`]))],
-    rows: threads.map((t) => {
-      const first = base.rows.find((r) => r.threads === t)!.value;
-      return [String(t), ...models.flatMap((m, i) => {
-        const v = m.rows.find((r) => r.threads === t)!.value;
-        return i === 0 ? [fmtSpread(v)] : [fmtSpread(v), fmtRatio(ratio(v, first))];
-      })];
-    }),
-  }];
 }

@@ -16,11 +16,35 @@ import {
 } from "../bench/options.ts";
 import { prefillTables, runPrefillBench } from "../bench/prefill.ts";
 import { prefixNotes, prefixTables, runPrefixBench } from "../bench/prefix.ts";
-import { machineInfo, modelComparison, printReport, type BenchReport, type Table } from "../bench/report.ts";
+import { checkPeerDir } from "../bench/peer-nlc.ts";
+import { machineInfo, printReport, type BenchReport, type Table } from "../bench/report.ts";
+import { decodeFloorChecks, decodeFloorTables, typeComparisonTables } from "../bench/type-comparison.ts";
+import type { BenchModel } from "../bench/models.ts";
+import { isGGUF } from "../model/load.ts";
+import { InputError } from "../errors.ts";
 import { WORKLOAD_NAMES, type WorkloadName } from "../bench/workloads.ts";
 import { checkKnownOptions, numberOption, type ParsedValues } from "./options.ts";
 
 type Settings = BenchReport<unknown>["settings"];
+
+const peerArg = {
+  "peer-nlc": {
+    type: "string",
+    description:
+      "A folder with node-llama-cpp installed (outside the project: NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install node-llama-cpp@3.22.1): " +
+      "run llama.cpp on the same GGUF file after each measurement and report pagellm / llama.cpp",
+    valueHint: "dir",
+  },
+} as const satisfies ArgsDef;
+
+/** --peer-nlc, checked: an installed node-llama-cpp, and GGUF models only (llama.cpp reads nothing else). */
+function peerOption(values: ParsedValues, models: readonly BenchModel[]): string | null {
+  const dir = str(values, "peer-nlc");
+  if (dir === undefined) return null;
+  const foreign = models.find((m) => !isGGUF(m.path));
+  if (foreign !== undefined) throw new InputError(`--peer-nlc runs llama.cpp on GGUF files; ${foreign.label} is a llama2.c model (use --type or a GGUF --model)`);
+  return checkPeerDir(dir);
+}
 
 function emit<R>(bench: string, values: ParsedValues, settings: Settings, notes: string[], results: R, tables: Table[]): void {
   printReport({ bench, machine: machineInfo(), settings, notes, results }, tables, values.json === true);
@@ -60,6 +84,7 @@ const decodeArgs = {
   ...threadsListArg,
   ...streamArg,
   ...modelArgs("stories110M"),
+  ...peerArg,
   "prompt-tokens": { type: "string", description: "Prompt length before decoding (default 8)", valueHint: "n" },
   tokens: { type: "string", description: "Tokens generated per repetition (default 128)", valueHint: "n" },
   runc: {
@@ -83,15 +108,17 @@ const decodeCommand = defineCommand({
     const o = {
       ...repeatOptions(args, 3), threads: intList(args, "threads", [1, 2]), streamBytes: streamBytes(args),
       promptTokens: posint(args, "prompt-tokens", 8), genTokens: posint(args, "tokens", 128), seed: nonNegInt(args, "seed", 1),
-      runc: typeof args.runc === "string" ? args.runc : null,
+      runc: typeof args.runc === "string" ? args.runc : null, peerNlc: peerOption(args, models),
     };
     const results = [];
     for (const model of models) results.push(await runDecodeBench({ ...o, model }));
     const settings = {
       reps: o.reps, warmup: o.warmup, threads: o.threads, streamBytes: o.streamBytes, models: models.map((m) => m.label), promptTokens: o.promptTokens, tokens: o.genTokens, seed: o.seed,
     };
-    const tables = [...results.flatMap(decodeTables), ...modelComparison("decode tokens/s", results.map((r) => ({ label: r.model, rows: r.rows.map((x) => ({ threads: x.threads, value: x.tokensPerSecond })) })))];
-    emit("decode", args, settings, modelNotes(models), results.length === 1 ? results[0] : results, tables);
+    const figures = results.map((r, i) => ({ label: r.model, gguf: models[i]!.gguf, rows: r.rows.map((x) => ({ threads: x.threads, value: x.tokensPerSecond })) }));
+    const tables = [...results.flatMap(decodeTables), ...typeComparisonTables("decode tokens/s", figures), ...decodeFloorTables(figures)];
+    const floor = decodeFloorChecks(figures);
+    emit("decode", args, settings, modelNotes(models), results.length === 1 && floor.length === 0 ? results[0] : { models: results, floor }, tables);
   },
 });
 
@@ -99,6 +126,7 @@ const prefillArgs = {
   ...commonArgs,
   ...threadsListArg,
   ...modelArgs("stories110M"),
+  ...peerArg,
   "prompt-tokens": { type: "string", description: "Prompt length (default 512)", valueHint: "n" },
   "decode-tokens": { type: "string", description: "Tokens generated to measure decode per token in the same run (default 32)", valueHint: "n" },
 } as const satisfies ArgsDef;
@@ -117,12 +145,14 @@ const prefillCommand = defineCommand({
     const o = {
       ...repeatOptions(args, 3), threads: intList(args, "threads", [1, 2]),
       promptTokens: posint(args, "prompt-tokens", 512), decodeTokens: posint(args, "decode-tokens", 32), seed: nonNegInt(args, "seed", 1),
+      peerNlc: peerOption(args, models),
     };
     const results = [];
     for (const model of models) results.push(await runPrefillBench({ ...o, model }));
     const settings = { reps: o.reps, warmup: o.warmup, threads: o.threads, models: models.map((m) => m.label), promptTokens: o.promptTokens, decodeTokens: o.decodeTokens, seed: o.seed };
-    const tables = [...results.flatMap(prefillTables), ...modelComparison("prefill tokens/s", results.map((r) => ({ label: r.model, rows: r.rows.map((x) => ({ threads: x.threads, value: x.prefillTokensPerSecond })) })))];
-    emit("prefill", args, settings, modelNotes(models), results.length === 1 ? results[0] : results, tables);
+    const figures = results.map((r, i) => ({ label: r.model, gguf: models[i]!.gguf, rows: r.rows.map((x) => ({ threads: x.threads, value: x.prefillTokensPerSecond })) }));
+    const tables = [...results.flatMap(prefillTables), ...typeComparisonTables("prefill tokens/s", figures)];
+    emit("prefill", args, settings, modelNotes(models), results.length === 1 ? results[0] : { models: results }, tables);
   },
 });
 

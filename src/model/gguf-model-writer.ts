@@ -1,118 +1,92 @@
 /**
- * Writes models of the llama, qwen2 and qwen3 architectures as GGUF files in any tensor type or
- * quantization mix, with the metadata llama.cpp reads: for tests, and for benchmarks of real
- * shapes with random weights. A mix chooses each tensor's type as llama.cpp's llama-quantize
- * does (llama_tensor_get_type): Q4_K_M keeps the classifier and some attn_v / ffn_down layers in
- * Q6_K, Q2_K raises attn_v, attn_output and ffn_down to Q3_K, and a row length a type's blocks
- * do not divide falls back (Q4_K -> Q5_0, Q6_K -> Q8_0, ... and F16 when no block type fits).
+ * Writes models of the llama, qwen2 and qwen3 architectures as GGUF files, in any tensor type or
+ * quantization mix (gguf-quant-mix.ts), with the metadata llama.cpp reads for them and a real
+ * tokenizer's `tokenizer.*` keys: for tests, and for benchmarks of real shapes with random weights.
+ *
+ * Tensors are written in llama.cpp's order (token_embd, rope_freqs, each layer's tensors, output_norm,
+ * output), each made a few MiB of rows at a time: random f32 values, then encoded in its type, so
+ * the largest model costs one chunk of memory, not its size.
+ *
+ * Weights (reproducible from the seed; each tensor has its own random stream, so one can be made
+ * alone): approximately normal, like src/model/random-weights.ts, so activations stay sane at any
+ * depth: every matrix std 1/sqrt(its input width), the embedding and classifier std 1/sqrt(dim),
+ * norm gains 1 + N(0, 0.05), biases N(0, 0.1). Every mix draws the same f32 values for a tensor,
+ * so a quantized file holds exactly what llama-quantize would make of the F32 file of the same seed.
  */
 import { InputError } from "../errors.ts";
-import { GGML_TYPE, quantize, rowBytes, type QuantTypeName } from "../quant/index.ts";
+import { GGML_TYPE, quantize, type QuantTypeName } from "../quant/index.ts";
 import { Xoshiro128 } from "../util/random.ts";
 import { TensorName } from "./checkpoint.ts";
 import { queryDim, type ModelConfig } from "./config.ts";
 import type { GGUFValue } from "./gguf.ts";
+import { MODEL_MIXES, tensorType, type MixContext, type ModelMix, type TensorRole } from "./gguf-quant-mix.ts";
 import { gguf, writeGGUF, type TensorToWrite } from "./gguf-writer.ts";
 
+export { isModelMix, mixOfFileType, MODEL_MIXES, MODEL_MIX_NAMES, type ModelMix } from "./gguf-quant-mix.ts";
+
 export type Arch = "llama" | "qwen2" | "qwen3";
-
-/** The mixes users download, by llama.cpp's names, and llama.cpp's general.file_type for each. */
-export const MODEL_MIXES = {
-  F32: 0, F16: 1, BF16: 32, Q4_0: 2, Q4_1: 3, Q8_0: 7, Q5_0: 8, Q5_1: 9, Q2_K: 10, Q3_K_M: 12, Q4_K_S: 14, Q4_K_M: 15,
-  Q5_K_S: 16, Q5_K_M: 17, Q6_K: 18,
-} as const;
-export type ModelMix = keyof typeof MODEL_MIXES;
-
-export function isModelMix(name: string): name is ModelMix {
-  return name in MODEL_MIXES;
-}
-
-/** The type most tensors of a mix get. */
-function baseType(mix: ModelMix): QuantTypeName {
-  const base: Record<ModelMix, QuantTypeName> = {
-    F32: "F32", F16: "F16", BF16: "BF16", Q4_0: "Q4_0", Q4_1: "Q4_1", Q8_0: "Q8_0", Q5_0: "Q5_0", Q5_1: "Q5_1",
-    Q2_K: "Q2_K", Q3_K_M: "Q3_K", Q4_K_S: "Q4_K", Q4_K_M: "Q4_K", Q5_K_S: "Q5_K", Q5_K_M: "Q5_K", Q6_K: "Q6_K",
-  };
-  return base[mix];
-}
-
-/** llama.cpp's use_more_bits: the first and last eighth of the layers, and every third between. */
-function useMoreBits(layer: number, nLayers: number): boolean {
-  return layer < Math.floor(nLayers / 8) || layer >= Math.floor((7 * nLayers) / 8) || (layer - Math.floor(nLayers / 8)) % 3 === 2;
-}
-
-/** The type a type falls back to when a row is not whole blocks of it (llama-quant.cpp). */
-const FALLBACK: Partial<Record<QuantTypeName, QuantTypeName>> = {
-  Q2_K: "Q4_0", Q3_K: "Q4_0", Q4_K: "Q5_0", Q5_K: "Q5_1", Q6_K: "Q8_0", Q4_0: "F16", Q4_1: "F16", Q5_0: "F16", Q5_1: "F16", Q8_0: "F16",
-};
-
-function fits(type: QuantTypeName, cols: number): boolean {
-  try {
-    rowBytes(type, cols);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/** Tensor `kind` of layer `layer` (null for whole-model tensors) in `mix`, for rows of `cols`. */
-export function tensorType(
-  mix: ModelMix, kind: "token_embd" | "output" | "attn_v" | "attn_output" | "ffn_down" | "other", layer: number | null,
-  nLayers: number, cols: number, tied: boolean, gqa: number,
-): QuantTypeName {
-  let type = baseType(mix);
-  const quantized = !["F32", "F16", "BF16"].includes(type);
-  const classifier = kind === "output" || (tied && kind === "token_embd");
-  if (quantized && classifier && type !== "Q8_0") type = "Q6_K";
-  else if (mix === "Q2_K" && (kind === "attn_output" || kind === "ffn_down")) type = "Q3_K";
-  else if (mix === "Q2_K" && kind === "attn_v") type = gqa >= 4 ? "Q4_K" : "Q3_K";
-  else if ((mix === "Q4_K_M" || mix === "Q5_K_M") && (kind === "attn_v" || kind === "ffn_down") && useMoreBits(layer ?? 0, nLayers)) type = "Q6_K";
-  else if (mix === "Q3_K_M" && kind === "attn_v") type = "Q5_K";
-  else if (mix === "Q3_K_M" && (kind === "attn_output" || kind === "ffn_down")) type = "Q4_K";
-  while (!fits(type, cols)) {
-    const next = FALLBACK[type];
-    if (next === undefined) throw new InputError(`no tensor type fits rows of ${cols} values`);
-    type = next;
-  }
-  return type;
-}
+export const ARCHS: readonly Arch[] = ["llama", "qwen2", "qwen3"];
 
 export interface ModelToWrite {
   arch: Arch;
+  /** general.name */
   name: string;
+  /**
+   * The shape. headDim may differ from dim/nHeads (qwen3); qkvBias (qwen2) and qkNorm (qwen3) must
+   * match the architecture; ropeFreqFactors adds Llama 3's `rope_freqs.weight`; sharedClassifier
+   * leaves out output.weight.
+   */
   config: ModelConfig;
   mix: ModelMix;
-  /** Metadata copied as it is: the `tokenizer.*` keys of a real vocabulary (GGUF vocab file, say). */
+  /** Every weight in the mix's base type (llama-quantize --pure), fallbacks aside. */
+  pure?: boolean;
+  /**
+   * Metadata copied as it is, normally the `tokenizer.*` keys of a real vocabulary
+   * (gguf-tokenizer-metadata.ts). Its token count must equal config.vocabSize.
+   */
   tokenizer: ReadonlyMap<string, GGUFValue>;
   /** Seed of the random weights. */
   seed: number;
 }
 
+/** Values generated and encoded at a time. */
+const CHUNK_VALUES = 1 << 20;
+const NORM_NOISE = 0.05;
+const BIAS_STD = 0.1;
+
+// ----------------------------------------------------------------------------
+// Random tensors
+
 /**
- * Random weights, reproducible from the seed: matrices uniform with std 1/sqrt(fan-in), norms
- * around 1, biases small; each tensor has its own stream, so any tensor can be made alone.
+ * The bytes of a random rows x cols tensor in `type`, made chunk by chunk of whole rows (rows are
+ * encoded independently, so chunking does not change a byte). Stream `stream` of `seed`.
  */
-function randomTensor(seed: number, index: number, n: number, std: number, mean = 0): Float32Array {
-  const rng = new Xoshiro128((seed * 1000003 + index * 7919) >>> 0);
-  const a = new Float32Array(n);
-  const amp = std * Math.sqrt(3);
-  for (let i = 0; i < n; i++) a[i] = mean + (rng.nextFloat() * 2 - 1) * amp;
-  return a;
+function randomTensorData(seed: number, stream: number, rows: number, cols: number, type: QuantTypeName, mean: number, std: number) {
+  return function* chunks(): Generator<Uint8Array> {
+    const rng = new Xoshiro128((Math.imul(seed, 1000003) + Math.imul(stream + 1, 7919)) >>> 0);
+    const chunkRows = Math.max(1, Math.floor(CHUNK_VALUES / cols));
+    for (let r = 0; r < rows; r += chunkRows) {
+      const values = new Float32Array(Math.min(chunkRows, rows - r) * cols);
+      rng.fillNormalish(values, mean, std);
+      yield quantize(type, values);
+    }
+  };
 }
 
-/** Write `model` to `path` as GGUF v3. */
-export function writeModelGGUF(path: string, model: ModelToWrite): void {
-  const { arch, config: c, mix } = model;
-  const kvDim = c.nKvHeads * c.headDim;
-  const qDim = queryDim(c);
-  const tied = c.sharedClassifier;
-  const gqa = c.nHeads / c.nKvHeads;
-  const metadata = new Map<string, GGUFValue>([
+// ----------------------------------------------------------------------------
+// Metadata
+
+/** The `{arch}.*` and `general.*` keys llama.cpp reads for these architectures (llama-arch.cpp's LLM_KV names). */
+function modelMetadata(model: ModelToWrite): Map<string, GGUFValue> {
+  const { arch, config: c } = model;
+  return new Map<string, GGUFValue>([
     ["general.architecture", gguf.str(arch)],
+    ["general.type", gguf.str("model")],
     ["general.name", gguf.str(model.name)],
-    ["general.file_type", gguf.u32(MODEL_MIXES[mix])],
+    ["general.file_type", gguf.u32(MODEL_MIXES[model.mix])],
     ["general.quantization_version", gguf.u32(2)],
     ["general.alignment", gguf.u32(32)],
+    [`${arch}.vocab_size`, gguf.u32(c.vocabSize)],
     [`${arch}.context_length`, gguf.u32(c.seqLen)],
     [`${arch}.embedding_length`, gguf.u32(c.dim)],
     [`${arch}.block_count`, gguf.u32(c.nLayers)],
@@ -124,46 +98,86 @@ export function writeModelGGUF(path: string, model: ModelToWrite): void {
     [`${arch}.rope.dimension_count`, gguf.u32(c.ropeDim ?? c.headDim)],
     [`${arch}.rope.freq_base`, gguf.f32(c.ropeTheta)],
     [`${arch}.attention.layer_norm_rms_epsilon`, gguf.f32(c.normEps)],
-    [`${arch}.vocab_size`, gguf.u32(c.vocabSize)],
-    ...model.tokenizer,
   ]);
-  let index = 0;
+}
+
+/** Refuse shapes llama.cpp would refuse for the architecture, and a vocabulary of the wrong size. */
+function checkModel(model: ModelToWrite): void {
+  const { arch, config: c } = model;
+  const fail = (problem: string): never => {
+    throw new InputError(`cannot write ${arch} model "${model.name}": ${problem}`);
+  };
+  for (const [key, v] of Object.entries({ dim: c.dim, hiddenDim: c.hiddenDim, nLayers: c.nLayers, nHeads: c.nHeads, nKvHeads: c.nKvHeads, headDim: c.headDim, vocabSize: c.vocabSize, seqLen: c.seqLen })) {
+    if (!Number.isInteger(v) || v < 1) fail(`${key} is ${v}`);
+  }
+  if (c.nHeads % c.nKvHeads !== 0) fail(`${c.nHeads} heads are not a multiple of ${c.nKvHeads} KV heads`);
+  if (c.headDim % 2 !== 0) fail(`head size ${c.headDim} is odd`);
+  if ((c.qkvBias ?? false) !== (arch === "qwen2")) fail(`q/k/v biases are ${arch === "qwen2" ? "required by" : "not part of"} ${arch}`);
+  if ((c.qkNorm ?? false) !== (arch === "qwen3")) fail(`per-head q/k norms are ${arch === "qwen3" ? "required by" : "not part of"} ${arch}`);
+  if (c.ropeFreqFactors !== undefined && c.ropeFreqFactors.length !== (c.ropeDim ?? c.headDim) / 2) {
+    fail(`${c.ropeFreqFactors.length} RoPE frequency factors, expected ${(c.ropeDim ?? c.headDim) / 2}`);
+  }
+  const tokens = model.tokenizer.get("tokenizer.ggml.tokens");
+  if (tokens === undefined || tokens.type !== "array" || tokens.value.itemType !== "string") fail("the tokenizer metadata has no tokenizer.ggml.tokens");
+  else if (tokens.value.items.length !== c.vocabSize) {
+    fail(`the tokenizer has ${tokens.value.items.length} tokens, the model's vocabulary ${c.vocabSize} (pad it with padVocabulary)`);
+  }
+  for (const key of model.tokenizer.keys()) if (!key.startsWith("tokenizer.")) fail(`tokenizer metadata key ${key} is not a tokenizer.* key`);
+}
+
+// ----------------------------------------------------------------------------
+// The model
+
+/** The tensors of `model` in file order, each with its type, its data made when written. */
+export function modelTensors(model: ModelToWrite): TensorToWrite[] {
+  const { arch, config: c, mix, seed } = model;
+  const kvDim = c.nKvHeads * c.headDim;
+  const qDim = queryDim(c);
+  const ctx: MixContext = { nLayers: c.nLayers, tied: c.sharedClassifier, gqa: c.nHeads / c.nKvHeads };
   const tensors: TensorToWrite[] = [];
-  const matrix = (name: string, rows: number, cols: number, kind: Parameters<typeof tensorType>[1], layer: number | null, std: number) => {
-    const type = tensorType(mix, kind, layer, c.nLayers, cols, tied, gqa);
-    const i = index++;
-    tensors.push({ name, dims: [cols, rows], type: GGML_TYPE[type], data: () => quantize(type, randomTensor(model.seed, i, rows * cols, std)) });
+  const matrix = (name: string, rows: number, cols: number, role: TensorRole, layer: number, std: number): void => {
+    const type = tensorType(mix, role, layer, cols, ctx, model.pure);
+    tensors.push({ name, dims: [cols, rows], type: GGML_TYPE[type], data: randomTensorData(seed, tensors.length, rows, cols, type, 0, std) });
   };
-  const vector = (name: string, n: number, std: number, mean: number) => {
-    const i = index++;
-    tensors.push({ name, dims: [n], type: GGML_TYPE.F32, data: () => quantize("F32", randomTensor(model.seed, i, n, std, mean)) });
+  const vector = (name: string, n: number, mean: number, std: number): void => {
+    tensors.push({ name, dims: [n], type: GGML_TYPE.F32, data: randomTensorData(seed, tensors.length, 1, n, "F32", mean, std) });
   };
-  matrix(TensorName.tokenEmbedding, c.vocabSize, c.dim, "token_embd", null, 1);
+  const input = (width: number) => 1 / Math.sqrt(width);
+
+  matrix(TensorName.tokenEmbedding, c.vocabSize, c.dim, "token_embd", 0, input(c.dim));
   if (c.ropeFreqFactors !== undefined) {
     const factors = Float32Array.from(c.ropeFreqFactors);
-    tensors.push({ name: TensorName.ropeFreqs, dims: [factors.length], type: GGML_TYPE.F32, data: () => new Uint8Array(factors.buffer) });
+    tensors.push({ name: TensorName.ropeFreqs, dims: [factors.length], type: GGML_TYPE.F32, data: new Uint8Array(factors.buffer) });
   }
   for (let l = 0; l < c.nLayers; l++) {
-    vector(TensorName.attnNorm(l), c.dim, 0.05, 1);
-    matrix(TensorName.attnQ(l), qDim, c.dim, "other", l, 1 / Math.sqrt(c.dim));
-    matrix(TensorName.attnK(l), kvDim, c.dim, "other", l, 1 / Math.sqrt(c.dim));
-    matrix(TensorName.attnV(l), kvDim, c.dim, "attn_v", l, 1 / Math.sqrt(c.dim));
+    vector(TensorName.attnNorm(l), c.dim, 1, NORM_NOISE);
+    matrix(TensorName.attnQ(l), qDim, c.dim, "other", l, input(c.dim));
+    matrix(TensorName.attnK(l), kvDim, c.dim, "other", l, input(c.dim));
+    matrix(TensorName.attnV(l), kvDim, c.dim, "attn_v", l, input(c.dim));
     if (arch === "qwen2") {
-      vector(TensorName.attnQBias(l), qDim, 0.1, 0);
-      vector(TensorName.attnKBias(l), kvDim, 0.1, 0);
-      vector(TensorName.attnVBias(l), kvDim, 0.1, 0);
+      vector(TensorName.attnQBias(l), qDim, 0, BIAS_STD);
+      vector(TensorName.attnKBias(l), kvDim, 0, BIAS_STD);
+      vector(TensorName.attnVBias(l), kvDim, 0, BIAS_STD);
     }
     if (arch === "qwen3") {
-      vector(TensorName.attnQNorm(l), c.headDim, 0.05, 1);
-      vector(TensorName.attnKNorm(l), c.headDim, 0.05, 1);
+      vector(TensorName.attnQNorm(l), c.headDim, 1, NORM_NOISE);
+      vector(TensorName.attnKNorm(l), c.headDim, 1, NORM_NOISE);
     }
-    matrix(TensorName.attnOutput(l), c.dim, qDim, "attn_output", l, 1 / Math.sqrt(qDim));
-    vector(TensorName.ffnNorm(l), c.dim, 0.05, 1);
-    matrix(TensorName.ffnGate(l), c.hiddenDim, c.dim, "other", l, 1 / Math.sqrt(c.dim));
-    matrix(TensorName.ffnUp(l), c.hiddenDim, c.dim, "other", l, 1 / Math.sqrt(c.dim));
-    matrix(TensorName.ffnDown(l), c.dim, c.hiddenDim, "ffn_down", l, 1 / Math.sqrt(c.hiddenDim));
+    matrix(TensorName.attnOutput(l), c.dim, qDim, "attn_output", l, input(qDim));
+    vector(TensorName.ffnNorm(l), c.dim, 1, NORM_NOISE);
+    matrix(TensorName.ffnGate(l), c.hiddenDim, c.dim, "other", l, input(c.dim));
+    matrix(TensorName.ffnUp(l), c.hiddenDim, c.dim, "other", l, input(c.dim));
+    matrix(TensorName.ffnDown(l), c.dim, c.hiddenDim, "ffn_down", l, input(c.hiddenDim));
   }
-  vector(TensorName.outputNorm, c.dim, 0.05, 1);
-  if (!tied) matrix(TensorName.output, c.vocabSize, c.dim, "output", null, 1 / Math.sqrt(c.dim));
-  writeGGUF(path, metadata, tensors);
+  vector(TensorName.outputNorm, c.dim, 1, NORM_NOISE);
+  if (!c.sharedClassifier) matrix(TensorName.output, c.vocabSize, c.dim, "output", 0, input(c.dim));
+  return tensors;
+}
+
+/** Write `model` to `path` as GGUF v3 (write to a temporary name and rename: a failed write leaves a partial file). */
+export function writeModelGGUF(path: string, model: ModelToWrite): void {
+  checkModel(model);
+  const metadata = modelMetadata(model);
+  for (const [key, value] of model.tokenizer) metadata.set(key, value);
+  writeGGUF(path, metadata, modelTensors(model));
 }
