@@ -38,3 +38,8 @@ export class RequestTooLongError extends PagellmError {
 export class WorkerPoolError extends PagellmError {
   override readonly exitCode = 4;
 }
+
+/** The requested compute device cannot be used: no WebGPU adapter, a null or broken one, a failed check. */
+export class DeviceError extends PagellmError {
+  override readonly exitCode = 2;
+}

@@ -1,0 +1,228 @@
+/// <reference types="@webgpu/types" />
+/**
+ * The WebGPU backend: the operations of a forward pass as WGSL dispatches on GPU buffers. Weights,
+ * the KV arena and block tables live in GPU buffers; a matrix larger than one storage binding
+ * (128 MiB under bun-webgpu's default limits) is split into row ranges, each its own buffer and
+ * dispatch, which changes no output element's reduction order (a row never straddles parts).
+ *
+ * Ops mirror CpuBackend's, with GPUBuffers where CpuBackend takes linear-memory addresses. Every
+ * op only records a dispatch; results are visible after flush() / a read-back (GpuRunner).
+ */
+import { DeviceError } from "../../errors.ts";
+import type { GpuContext } from "./device.ts";
+import { params, GpuRunner, type GpuKernel } from "./runner.ts";
+import { ATTENTION_WGSL, attentionGrid, MAX_HEAD_DIM } from "./wgsl-attention.ts";
+import {
+  ADD_ROWS_WGSL, ADD_WGSL, elementGrid, GATHER_ROWS_WGSL, RMSNORM_WGSL, ROPE_WGSL, SWIGLU_WGSL, WRITE_KV_WGSL,
+} from "./wgsl-elementwise.ts";
+import { GGML_SHADERS, MATMUL_F32_WGSL, matmulGgmlWgsl, matmulGrid } from "./wgsl-matmul.ts";
+
+/** One row range of a weight matrix in its own buffer. */
+export interface GpuMatrixPart {
+  buffer: GPUBuffer;
+  firstRow: number;
+  rows: number;
+}
+
+/**
+ * A weight matrix W[rows][cols] on the GPU: f32 row-major, or ggml blocks as the GGUF file has
+ * them (`type` the ggml type code, `rowBytes` per row).
+ */
+export interface GpuWeightMatrix {
+  kind: "f32" | "ggml";
+  type: number;
+  rows: number;
+  cols: number;
+  rowBytes: number;
+  parts: GpuMatrixPart[];
+}
+
+/** Kernel names and their sources; ggml products are added per type. */
+const FIXED_KERNELS = {
+  add: ADD_WGSL,
+  addRows: ADD_ROWS_WGSL,
+  swiglu: SWIGLU_WGSL,
+  rmsnorm: RMSNORM_WGSL,
+  rope: ROPE_WGSL,
+  writeKV: WRITE_KV_WGSL,
+  gatherRows: GATHER_ROWS_WGSL,
+  attention: ATTENTION_WGSL,
+  matmulF32: MATMUL_F32_WGSL,
+} as const;
+type FixedKernel = keyof typeof FIXED_KERNELS;
+
+export class WebGpuBackend {
+  readonly runner: GpuRunner;
+  private readonly fixed = new Map<FixedKernel, GpuKernel>();
+  private readonly ggml = new Map<number, GpuKernel>();
+  /** Largest part of a split matrix, in bytes: one storage binding (tests lower it to force splits). */
+  matrixPartBytes: number;
+
+  private constructor(readonly gpu: GpuContext) {
+    this.runner = new GpuRunner(gpu.device);
+    this.matrixPartBytes = this.runner.maxBinding;
+  }
+
+  /** Compile every kernel up front, so a WGSL error surfaces at start-up as a DeviceError. */
+  static async create(gpu: GpuContext): Promise<WebGpuBackend> {
+    const backend = new WebGpuBackend(gpu);
+    for (const [name, code] of Object.entries(FIXED_KERNELS) as [FixedKernel, string][]) {
+      backend.fixed.set(name, await backend.runner.compile(name, code));
+    }
+    for (const type of GGML_SHADERS.keys()) {
+      backend.ggml.set(type, await backend.runner.compile(`matmulGgml${type}`, matmulGgmlWgsl(type)));
+    }
+    return backend;
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // Buffers
+  // ------------------------------------------------------------------------------------------
+
+  /** A zeroed f32 buffer of n elements. */
+  f32Buffer(n: number, label: string): GPUBuffer {
+    return this.runner.buffer(4 * n, label);
+  }
+
+  /** A buffer holding `data` (f32 or i32 values). */
+  bufferFrom(data: Float32Array | Int32Array, label: string): GPUBuffer {
+    const buf = this.runner.buffer(data.byteLength, label);
+    this.runner.upload(buf, data);
+    return buf;
+  }
+
+  /** Upload an f32 matrix [rows][cols] (row-major), split into parts that fit one binding. */
+  uploadF32Matrix(values: Float32Array, rows: number, cols: number, label: string): GpuWeightMatrix {
+    if (values.length !== rows * cols) throw new Error(`${label}: ${values.length} values for [${rows}][${cols}]`);
+    const rowBytes = 4 * cols;
+    const parts = this.splitRows(rows, rowBytes, label, (first, count, buf) => {
+      this.runner.upload(buf, values.subarray(first * cols, (first + count) * cols));
+    });
+    return { kind: "f32", type: 0, rows, cols, rowBytes, parts };
+  }
+
+  /** Upload ggml blocks as stored in the file: `rows` rows of rowBytes each. */
+  uploadGgmlMatrix(bytes: Uint8Array, type: number, rows: number, cols: number, label: string): GpuWeightMatrix {
+    const shader = GGML_SHADERS.get(type);
+    if (shader === undefined) throw new DeviceError(`webgpu: ${label}: ggml type ${type} has no WGSL product`);
+    if (cols % shader.blockValues !== 0) throw new Error(`${label}: ${cols} columns is not a whole number of ${shader.name} blocks`);
+    const rowBytes = (cols / shader.blockValues) * shader.blockBytes;
+    if (bytes.byteLength !== rows * rowBytes) throw new Error(`${label}: ${bytes.byteLength} bytes for ${rows} rows of ${rowBytes}`);
+    const parts = this.splitRows(rows, rowBytes, label, (first, count, buf) => {
+      this.runner.upload(buf, bytes.subarray(first * rowBytes, (first + count) * rowBytes));
+    });
+    return { kind: "ggml", type, rows, cols, rowBytes, parts };
+  }
+
+  private splitRows(rows: number, rowBytes: number, label: string, fill: (first: number, count: number, buf: GPUBuffer) => void): GpuMatrixPart[] {
+    const rowsPerPart = Math.floor(Math.min(this.matrixPartBytes, this.runner.maxBinding) / rowBytes);
+    if (rowsPerPart === 0) throw new DeviceError(`webgpu: ${label}: one row (${rowBytes} bytes) exceeds a storage binding`);
+    const parts: GpuMatrixPart[] = [];
+    for (let first = 0; first < rows; first += rowsPerPart) {
+      const count = Math.min(rowsPerPart, rows - first);
+      const buffer = this.runner.buffer(count * rowBytes, `${label}[${first}..${first + count})`);
+      fill(first, count, buffer);
+      parts.push({ buffer, firstRow: first, rows: count });
+    }
+    return parts;
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // Ops (CpuBackend's, on buffers)
+  // ------------------------------------------------------------------------------------------
+
+  /** out[t][0..m.rows) = m · x[t] for T tokens; out rows are outStride (default m.rows) wide. */
+  matmul(out: GPUBuffer, x: GPUBuffer, m: GpuWeightMatrix, T: number, outStride = m.rows): void {
+    const kernel = m.kind === "f32" ? this.kernel("matmulF32") : this.ggml.get(m.type);
+    if (kernel === undefined) throw new DeviceError(`webgpu: ggml type ${m.type} has no WGSL product`);
+    for (const part of m.parts) {
+      const p = params(part.rows, m.cols, outStride, part.firstRow, m.rowBytes);
+      this.runner.dispatch(kernel, p, [part.buffer, x, out], matmulGrid(part.rows, T));
+    }
+  }
+
+  /** out[t] = row tokens[t] of an f32 table (tokens: i32 buffer). */
+  embed(out: GPUBuffer, table: GpuWeightMatrix, tokens: GPUBuffer, T: number): void {
+    this.gatherRows(out, table, tokens, T, table.cols);
+  }
+
+  /** out[r] = src row rows[r], for a matrix (split or not) or a plain [*][n] activation buffer. */
+  gatherRows(out: GPUBuffer, src: GpuWeightMatrix | GPUBuffer, rows: GPUBuffer, R: number, n: number): void {
+    const parts = "parts" in src ? src.parts : [{ buffer: src, firstRow: 0, rows: 0x7fffffff }];
+    if ("parts" in src && src.kind !== "f32") throw new DeviceError("webgpu: embedding look-up of ggml tables is not implemented");
+    for (const part of parts) {
+      this.runner.dispatch(this.kernel("gatherRows"), params(R, n, part.firstRow, part.rows), [out, part.buffer, rows], elementGrid(R * n));
+    }
+  }
+
+  /** out[t] = weight * x[t] / rms(x[t]); out must not be x (WebGPU forbids aliasing a writable binding). */
+  rmsnorm(out: GPUBuffer, x: GPUBuffer, weight: GPUBuffer, T: number, n: number, eps: number): void {
+    if (out === x) throw new Error("webgpu rmsnorm: out and x must be different buffers");
+    this.runner.dispatch(this.kernel("rmsnorm"), params(n, { f32: eps }), [out, x, weight], [T, 1, 1]);
+  }
+
+  /** gate[t][i] = silu(gate[t][i]) * up[t][i] for T rows of n. */
+  swiglu(gate: GPUBuffer, up: GPUBuffer, T: number, n: number): void {
+    this.runner.dispatch(this.kernel("swiglu"), params(T * n), [gate, up], elementGrid(T * n));
+  }
+
+  add(x: GPUBuffer, y: GPUBuffer, n: number): void {
+    this.runner.dispatch(this.kernel("add"), params(n), [x, y], elementGrid(n));
+  }
+
+  /** Rotate the T rows of vec in place (positions: i32 buffer; tables [seqLen][headDim/2]). */
+  rope(
+    style: "interleaved" | "neox", vec: GPUBuffer, positions: GPUBuffer, T: number, nHeads: number, headDim: number,
+    ropeDim: number, rowStride: number, cosTab: GPUBuffer, sinTab: GPUBuffer,
+  ): void {
+    const [pairStride, partner] = style === "neox" ? [1, ropeDim / 2] : [2, 1];
+    const p = params(T, nHeads, headDim, ropeDim, rowStride, pairStride, partner);
+    this.runner.dispatch(this.kernel("rope"), p, [vec, positions, cosTab, sinTab], elementGrid((T * nHeads * ropeDim) / 2));
+  }
+
+  /** x[t] += bias for T rows of n. */
+  addRows(x: GPUBuffer, bias: GPUBuffer, T: number, n: number): void {
+    this.runner.dispatch(this.kernel("addRows"), params(T, n), [x, bias], elementGrid(T * n));
+  }
+
+  /** Scatter k, v [T][nKvHeads * headDim] into their slots (i32 buffer) of one layer's arena. */
+  writeKV(
+    kLayer: GPUBuffer, vLayer: GPUBuffer, k: GPUBuffer, v: GPUBuffer, slots: GPUBuffer,
+    T: number, nKvHeads: number, headDim: number, blockSize: number, numBlocks: number,
+  ): void {
+    const p = params(T, nKvHeads, headDim, blockSize, numBlocks);
+    this.runner.dispatch(this.kernel("writeKV"), p, [kLayer, vLayer, k, v, slots], elementGrid(T * nKvHeads * headDim));
+  }
+
+  /**
+   * Paged attention for every new token of the step. seqInfo holds numSeqs records of
+   * (queryStart, queryCount, contextLen, blockTable) with blockTable an element index into
+   * `tables`; maxQueryCount is the largest queryCount (the grid's height).
+   */
+  attention(
+    out: GPUBuffer, q: GPUBuffer, kLayer: GPUBuffer, vLayer: GPUBuffer, seqInfo: GPUBuffer, tables: GPUBuffer,
+    numSeqs: number, maxQueryCount: number, nHeads: number, nKvHeads: number, headDim: number,
+    blockSize: number, numBlocks: number, qStride: number,
+  ): void {
+    if (headDim > MAX_HEAD_DIM) throw new DeviceError(`webgpu: head dimension ${headDim} exceeds ${MAX_HEAD_DIM}`);
+    const scale = Math.fround(1 / Math.sqrt(headDim));
+    const p = params(nHeads, nKvHeads, headDim, blockSize, numBlocks, qStride, { f32: scale });
+    this.runner.dispatch(this.kernel("attention"), p, [out, q, kLayer, vLayer, seqInfo, tables], attentionGrid(numSeqs, nHeads, maxQueryCount));
+  }
+
+  /** Submit recorded ops. */
+  flush(): void {
+    this.runner.flush();
+  }
+
+  close(): void {
+    this.runner.destroy();
+    this.gpu.device.destroy();
+  }
+
+  private kernel(name: FixedKernel): GpuKernel {
+    const k = this.fixed.get(name);
+    if (k === undefined) throw new Error(`kernel ${name} not compiled`);
+    return k;
+  }
+}

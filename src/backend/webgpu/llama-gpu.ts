@@ -1,0 +1,259 @@
+/// <reference types="@webgpu/types" />
+/**
+ * The llama forward pass on WebGPU, step for step the same as src/model/llama.ts's forward(): the
+ * same StepBatch (read from linear memory, where the scheduler wrote it), the same block ids into
+ * a KV arena of the same shape, here kept in GPU buffers. Weights are copied from the loaded
+ * ModelWeights: f32 matrices unpacked from their 4-row panels to row-major, ggml blocks as they
+ * are. A ggml embedding table is looked up by the WebAssembly kernel (T rows per step) and the rows
+ * uploaded. A stepping stone until the lead's shared backend interface lets LlamaModel drive
+ * either backend; "runq" numerics and int8 (q8) llama2.c matrices are WebAssembly-only.
+ */
+import { SEQ_INFO_INTS } from "../kernels.ts";
+import type { CpuBackend } from "../cpu.ts";
+import { DeviceError } from "../../errors.ts";
+import { queryDim, type ModelConfig } from "../../model/config.ts";
+import type { StepBatch } from "../../model/batch.ts";
+import type { ModelWeights, WeightMatrix } from "../../model/weights.ts";
+import type { GpuWeightMatrix, WebGpuBackend } from "./backend.ts";
+
+interface GpuLayer {
+  attnNorm: GPUBuffer; // [dim]
+  wq: GpuWeightMatrix; // [dim][dim]
+  wk: GpuWeightMatrix; // [kvDim][dim]
+  wv: GpuWeightMatrix; // [kvDim][dim]
+  wo: GpuWeightMatrix; // [dim][dim]
+  ffnNorm: GPUBuffer; // [dim]
+  ffnGate: GpuWeightMatrix; // [hidden][dim]
+  ffnDown: GpuWeightMatrix; // [dim][hidden]
+  ffnUp: GpuWeightMatrix; // [hidden][dim]
+  qkvBias: { q: GPUBuffer; k: GPUBuffer; v: GPUBuffer } | null; // [qDim], [kvDim], [kvDim]
+  qkNorm: { q: GPUBuffer; k: GPUBuffer } | null; // [headDim] each
+  k: GPUBuffer; // KV arena, [kvHead][block][blockSize][headDim]
+  v: GPUBuffer;
+}
+
+/** Per-step inputs copied from the StepBatch. */
+interface StepInputs {
+  tokens: GPUBuffer;
+  positions: GPUBuffer;
+  slots: GPUBuffer;
+  seqInfo: GPUBuffer;
+  tables: GPUBuffer;
+  logitRows: GPUBuffer;
+}
+
+export class GpuLlamaModel {
+  private readonly layers: GpuLayer[];
+  /** Null when the table is a ggml block type: looked up on the CPU (embedOnCpu). */
+  private readonly embedding: GpuWeightMatrix | null;
+  private readonly cpuEmbedding: { table: WeightMatrix; rows: number } | null;
+  private readonly output: GpuWeightMatrix;
+  private readonly outputNorm: GPUBuffer;
+  private readonly ropeCos: GPUBuffer;
+  private readonly ropeSin: GPUBuffer;
+  private readonly act: Record<"x" | "xb" | "xb2" | "q" | "k" | "v" | "att" | "hb" | "hb2" | "xLogits" | "logits", GPUBuffer>;
+  private readonly inputs: StepInputs;
+
+  constructor(
+    readonly config: ModelConfig,
+    weights: ModelWeights,
+    cpu: CpuBackend,
+    readonly gpu: WebGpuBackend,
+    readonly maxTokens: number,
+    readonly maxLogits: number,
+    readonly numBlocks: number,
+    readonly blockSize: number,
+    maxSeqs: number,
+    maxBlocksPerSeq: number,
+  ) {
+    const c = config;
+    if (maxLogits > maxTokens) throw new Error("GpuLlamaModel: logit rows are rows of the step, so maxLogits <= maxTokens");
+    if ((c.numerics ?? "default") !== "default") throw new DeviceError(`webgpu: ${c.numerics} numerics run on WebAssembly only`);
+    const kvDim = c.nKvHeads * c.headDim;
+    const qDim = queryDim(c);
+    const vector = (addr: number, n: number, label: string) => gpu.bufferFrom(cpu.mem.f32.slice(addr >> 2, (addr >> 2) + n), label);
+    const matrix = (m: WeightMatrix, label: string) => uploadMatrix(gpu, cpu, m, label);
+    const arena = c.nKvHeads * numBlocks * blockSize * c.headDim;
+    this.layers = weights.layers.map((L, l) => ({
+      attnNorm: vector(L.attnNorm, c.dim, `attn_norm.${l}`),
+      wq: matrix(L.wq, `wq.${l}`), wk: matrix(L.wk, `wk.${l}`), wv: matrix(L.wv, `wv.${l}`), wo: matrix(L.wo, `wo.${l}`),
+      ffnNorm: vector(L.ffnNorm, c.dim, `ffn_norm.${l}`),
+      ffnGate: matrix(L.ffnGate, `ffn_gate.${l}`), ffnDown: matrix(L.ffnDown, `ffn_down.${l}`), ffnUp: matrix(L.ffnUp, `ffn_up.${l}`),
+      qkvBias: L.qkvBias && {
+        q: vector(L.qkvBias.q, qDim, `q_bias.${l}`), k: vector(L.qkvBias.k, kvDim, `k_bias.${l}`), v: vector(L.qkvBias.v, kvDim, `v_bias.${l}`),
+      },
+      qkNorm: L.qkNorm && { q: vector(L.qkNorm.q, c.headDim, `q_norm.${l}`), k: vector(L.qkNorm.k, c.headDim, `k_norm.${l}`) },
+      k: gpu.f32Buffer(arena, `k_cache.${l}`), v: gpu.f32Buffer(arena, `v_cache.${l}`),
+    }));
+    const table = weights.tokenEmbedding;
+    this.embedding = table.kind === "f32" ? matrix(table, "token_embd") : null;
+    this.cpuEmbedding = table.kind === "f32" ? null : { table, rows: cpu.mem.alloc(4 * maxTokens * c.dim) };
+    this.output = weights.output === table && this.embedding !== null ? this.embedding : matrix(weights.output, "output");
+    this.outputNorm = vector(weights.outputNorm, c.dim, "output_norm");
+    [this.ropeCos, this.ropeSin] = this.ropeTables();
+    const f32 = (n: number, label: string) => gpu.f32Buffer(n, label);
+    this.act = {
+      x: f32(maxTokens * c.dim, "x"), xb: f32(maxTokens * c.dim, "xb"), xb2: f32(maxTokens * c.dim, "xb2"),
+      q: f32(maxTokens * qDim, "q"), k: f32(maxTokens * kvDim, "k"), v: f32(maxTokens * kvDim, "v"),
+      att: f32(maxTokens * Math.max(qDim, kvDim), "att"), hb: f32(maxTokens * c.hiddenDim, "hb"), hb2: f32(maxTokens * c.hiddenDim, "hb2"),
+      xLogits: f32(maxLogits * c.dim, "x_logits"), logits: f32(maxLogits * c.vocabSize, "logits"),
+    };
+    const i32 = (n: number, label: string) => gpu.runner.buffer(4 * n, label);
+    this.inputs = {
+      tokens: i32(maxTokens, "tokens"), positions: i32(maxTokens, "positions"), slots: i32(maxTokens, "slots"),
+      seqInfo: i32(maxSeqs * SEQ_INFO_INTS, "seq_info"), tables: i32(maxSeqs * maxBlocksPerSeq, "block_tables"),
+      logitRows: i32(maxLogits, "logit_rows"),
+    };
+  }
+
+  /**
+   * Run the step described by `batch` (in cpu's linear memory): K/V of the new tokens go into the
+   * GPU arena, and the logits of the batch's logit rows come back, [numLogits][vocab].
+   */
+  async forward(batch: StepBatch, cpu: CpuBackend): Promise<Float32Array> {
+    const c = this.config;
+    const g = this.gpu;
+    const a = this.act;
+    const T = batch.numTokens;
+    const kvDim = c.nKvHeads * c.headDim;
+    const qDim = queryDim(c);
+    const ropeDim = c.ropeDim ?? c.headDim;
+    if (T > this.maxTokens || batch.numLogits > this.maxLogits) throw new Error("forward: batch exceeds the model's buffers");
+    const maxQueryCount = this.uploadStep(batch, cpu);
+    const inp = this.inputs;
+    const rope = c.ropeStyle === "neox" ? "neox" : "interleaved";
+
+    if (this.embedding !== null) g.embed(a.x, this.embedding, inp.tokens, T);
+    else this.embedOnCpu(batch, cpu);
+    for (const L of this.layers) {
+      // ---- attention: x += wo · attention(rope(wq·xb), rope(wk·xb), wv·xb)
+      g.rmsnorm(a.xb, a.x, L.attnNorm, T, c.dim, c.normEps);
+      g.matmul(a.q, a.xb, L.wq, T);
+      g.matmul(a.k, a.xb, L.wk, T);
+      g.matmul(a.v, a.xb, L.wv, T);
+      if (L.qkvBias) {
+        g.addRows(a.q, L.qkvBias.q, T, qDim);
+        g.addRows(a.k, L.qkvBias.k, T, kvDim);
+        g.addRows(a.v, L.qkvBias.v, T, kvDim);
+      }
+      if (L.qkNorm) {
+        // Each head a row of headDim, normalised through att (a kernel may not read and write one buffer).
+        g.runner.copy(a.q, 0, a.att, 0, 4 * T * qDim);
+        g.rmsnorm(a.q, a.att, L.qkNorm.q, T * c.nHeads, c.headDim, c.normEps);
+        g.runner.copy(a.k, 0, a.att, 0, 4 * T * kvDim);
+        g.rmsnorm(a.k, a.att, L.qkNorm.k, T * c.nKvHeads, c.headDim, c.normEps);
+      }
+      g.rope(rope, a.q, inp.positions, T, c.nHeads, c.headDim, ropeDim, qDim, this.ropeCos, this.ropeSin);
+      g.rope(rope, a.k, inp.positions, T, c.nKvHeads, c.headDim, ropeDim, kvDim, this.ropeCos, this.ropeSin);
+      g.writeKV(L.k, L.v, a.k, a.v, inp.slots, T, c.nKvHeads, c.headDim, this.blockSize, this.numBlocks);
+      g.attention(
+        a.att, a.q, L.k, L.v, inp.seqInfo, inp.tables, batch.numSeqs, maxQueryCount,
+        c.nHeads, c.nKvHeads, c.headDim, this.blockSize, this.numBlocks, qDim,
+      );
+      g.matmul(a.xb2, a.att, L.wo, T);
+      g.add(a.x, a.xb2, T * c.dim);
+
+      // ---- feed-forward: x += w2 · (silu(w1·xb) * (w3·xb))
+      g.rmsnorm(a.xb, a.x, L.ffnNorm, T, c.dim, c.normEps);
+      g.matmul(a.hb, a.xb, L.ffnGate, T);
+      g.matmul(a.hb2, a.xb, L.ffnUp, T);
+      g.swiglu(a.hb, a.hb2, T, c.hiddenDim);
+      g.matmul(a.xb2, a.hb, L.ffnDown, T);
+      g.add(a.x, a.xb2, T * c.dim);
+    }
+
+    // ---- classifier, only for the rows whose next token is sampled
+    const R = batch.numLogits;
+    if (R === 0) {
+      g.flush();
+      return new Float32Array(0);
+    }
+    // Through xb: WebGPU forbids a kernel reading and writing one buffer through two bindings.
+    g.gatherRows(a.xb, a.x, inp.logitRows, R, c.dim);
+    g.rmsnorm(a.xLogits, a.xb, this.outputNorm, R, c.dim, c.normEps);
+    g.matmul(a.logits, a.xLogits, this.output, R);
+    return g.runner.readF32(a.logits, R * c.vocabSize);
+  }
+
+  /** Embedding rows of a ggml table, dequantized by the WebAssembly kernel and uploaded to x. */
+  private embedOnCpu(batch: StepBatch, cpu: CpuBackend): void {
+    const e = this.cpuEmbedding!;
+    const n = batch.numTokens * this.config.dim;
+    cpu.embed(e.rows, e.table, batch.tokens, batch.numTokens);
+    this.gpu.runner.upload(this.act.x, cpu.mem.f32.subarray(e.rows >> 2, (e.rows >> 2) + n));
+  }
+
+  /** Copy the batch's arrays to the GPU; block-table addresses become element indices. */
+  private uploadStep(batch: StepBatch, cpu: CpuBackend): number {
+    const i32 = cpu.mem.i32;
+    const read = (addr: number, n: number) => i32.slice(addr >> 2, (addr >> 2) + n);
+    const T = batch.numTokens;
+    const info = read(batch.seqInfo, batch.numSeqs * SEQ_INFO_INTS);
+    const tables: number[] = [];
+    let maxQueryCount = 0;
+    for (let s = 0; s < batch.numSeqs; s++) {
+      const r = s * SEQ_INFO_INTS;
+      maxQueryCount = Math.max(maxQueryCount, info[r + 1]!);
+      const blocks = Math.ceil(info[r + 2]! / this.blockSize);
+      const table = read(info[r + 3]!, blocks);
+      info[r + 3] = tables.length;
+      tables.push(...table);
+    }
+    const run = this.gpu.runner;
+    run.upload(this.inputs.tokens, read(batch.tokens, T));
+    run.upload(this.inputs.positions, read(batch.positions, T));
+    run.upload(this.inputs.slots, read(batch.slots, T));
+    run.upload(this.inputs.seqInfo, info);
+    if (tables.length > 0) run.upload(this.inputs.tables, new Int32Array(tables));
+    if (batch.numLogits > 0) run.upload(this.inputs.logitRows, read(batch.logitRows, batch.numLogits));
+    return maxQueryCount;
+  }
+
+  /** cos/sin of pos * scale * theta^(-2k/ropeDim) / factor[k] in f32 steps, as LlamaModel's default numerics compute them. */
+  private ropeTables(): [GPUBuffer, GPUBuffer] {
+    const c = this.config;
+    const ropeDim = c.ropeDim ?? c.headDim;
+    const half = ropeDim / 2;
+    const scale = c.ropeFreqScale ?? 1;
+    const cos = new Float32Array(c.seqLen * half);
+    const sin = new Float32Array(c.seqLen * half);
+    const fr = Math.fround;
+    for (let k = 0; k < half; k++) {
+      let freq = fr(1 / fr(Math.pow(c.ropeTheta, fr((2 * k) / ropeDim))));
+      if (c.ropeFreqFactors !== undefined) freq = fr(freq / c.ropeFreqFactors[k]!);
+      for (let pos = 0; pos < c.seqLen; pos++) {
+        const angle = fr((scale === 1 ? pos : fr(pos * scale)) * freq);
+        cos[pos * half + k] = Math.cos(angle);
+        sin[pos * half + k] = Math.sin(angle);
+      }
+    }
+    return [this.gpu.bufferFrom(cos, "rope_cos"), this.gpu.bufferFrom(sin, "rope_sin")];
+  }
+}
+
+/** ggml's type code of f32 tensors (stored row-major, as the GPU product reads them). */
+const GGML_F32 = 0;
+
+/** Copy one loaded weight matrix to the GPU: f32 panels unpacked to rows, ggml blocks as they are. */
+function uploadMatrix(gpu: WebGpuBackend, cpu: CpuBackend, m: WeightMatrix, label: string): GpuWeightMatrix {
+  if (m.kind === "q8") throw new DeviceError(`webgpu: ${label}: llama2.c int8 (q8) weights run on WebAssembly only`);
+  if (m.kind === "ggml" && m.type === GGML_F32) {
+    const values = new Float32Array(cpu.mem.u8.slice(m.addr, m.addr + 4 * m.rows * m.cols).buffer);
+    return gpu.uploadF32Matrix(values, m.rows, m.cols, label);
+  }
+  if (m.kind === "ggml") {
+    return gpu.uploadGgmlMatrix(cpu.mem.u8.slice(m.addr, m.addr + m.rows * m.rowBytes), m.type, m.rows, m.cols, label);
+  }
+  const rows = new Float32Array(m.rows * m.cols);
+  const mark = cpu.mem.mark();
+  try {
+    const row = cpu.mem.alloc(4 * m.cols);
+    for (let r = 0; r < m.rows; r++) {
+      cpu.kernels.unpackRowF32(row, m.addr, m.rows, m.cols, r);
+      rows.set(cpu.mem.f32.subarray(row >> 2, (row >> 2) + m.cols), r * m.cols);
+    }
+  } finally {
+    cpu.mem.release(mark);
+  }
+  return gpu.uploadF32Matrix(rows, m.rows, m.cols, label);
+}

@@ -1,0 +1,102 @@
+/**
+ * Paged attention in WGSL over the same K/V arena layout, block tables and sequence records as
+ * assembly/attention.ts: the arena of a layer is [kvHead][block][blockSize][headDim] floats, and a
+ * sequence record is four i32 (queryStart, queryCount, contextLen, blockTable). The one difference:
+ * blockTable is an element index into the block-table buffer (the GPU has no linear memory to
+ * point into), where the WebAssembly record holds a byte address.
+ *
+ * One workgroup per (sequence, query head, query of the chunk). The query at position p sees keys
+ * 0..p (causal within its chunk). Keys are visited in fixed tiles of ATTN_TILE positions with the
+ * online softmax, in order; scores of a tile are each one invocation's dot product in element
+ * order; every invocation then derives the tile max, exp weights and running sum in the same
+ * order, and accumulates its own output elements over the tile's keys in order. So a (query,
+ * head)'s result depends neither on the chunk it came in nor on the other sequences of the step,
+ * nor on the block size. No atomics.
+ */
+import { ATTN_TILE } from "../kernels.ts";
+import { WORKGROUP } from "./wgsl-elementwise.ts";
+
+/** Largest head dimension: each invocation keeps MAX_HEAD_DIM / WORKGROUP output elements. */
+export const MAX_HEAD_DIM = 256;
+const PER_INVOCATION = MAX_HEAD_DIM / WORKGROUP;
+
+/** Grid: x = sequences * query heads, y = the longest query count of the step. */
+export function attentionGrid(numSeqs: number, nHeads: number, maxQueryCount: number): [number, number, number] {
+  return [numSeqs * nHeads, maxQueryCount, 1];
+}
+
+export const ATTENTION_WGSL = /* wgsl */ `
+struct Params { nHeads: u32, nKvHeads: u32, headDim: u32, blockSize: u32, numBlocks: u32, qStride: u32, scale: f32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+@group(0) @binding(2) var<storage, read> q: array<f32>;
+@group(0) @binding(3) var<storage, read> kArena: array<f32>;
+@group(0) @binding(4) var<storage, read> vArena: array<f32>;
+@group(0) @binding(5) var<storage, read> seqInfo: array<i32>;
+@group(0) @binding(6) var<storage, read> tables: array<i32>;
+var<workgroup> scores: array<f32, ${ATTN_TILE}>;
+var<workgroup> rowBase: array<u32, ${ATTN_TILE}>;
+
+@compute @workgroup_size(${WORKGROUP})
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let seq = wg.x / p.nHeads;
+  let h = wg.x % p.nHeads;
+  let i = wg.y;
+  let queryStart = u32(seqInfo[4u * seq]);
+  let queryCount = u32(seqInfo[4u * seq + 1u]);
+  let contextLen = u32(seqInfo[4u * seq + 2u]);
+  let table = u32(seqInfo[4u * seq + 3u]);
+  if (i >= queryCount) { return; }
+  let kvHead = h / (p.nHeads / p.nKvHeads);
+  let keys = contextLen - queryCount + i + 1u;
+  let qOff = (queryStart + i) * p.qStride + h * p.headDim;
+  let headRows = kvHead * p.numBlocks;
+
+  var acc: array<f32, ${PER_INVOCATION}>;
+  for (var e = 0u; e < ${PER_INVOCATION}u; e++) { acc[e] = 0.0; }
+  var m = 0.0; // the running max, set by the first tile
+  var started = false;
+  var l = 0.0;
+  for (var tile = 0u; tile < keys; tile += ${ATTN_TILE}u) {
+    let n = min(${ATTN_TILE}u, keys - tile);
+    if (lid < n) {
+      let pos = tile + lid;
+      let block = u32(tables[table + pos / p.blockSize]);
+      let base = ((headRows + block) * p.blockSize + pos % p.blockSize) * p.headDim;
+      var s = 0.0;
+      for (var c = 0u; c < p.headDim; c++) { s = s + q[qOff + c] * kArena[base + c]; }
+      scores[lid] = s * p.scale;
+      rowBase[lid] = base;
+    }
+    workgroupBarrier();
+    var tileMax = scores[0];
+    for (var j = 1u; j < n; j++) { tileMax = max(tileMax, scores[j]); }
+    // The first tile sets the max; later tiles rescale the sum and accumulator when it rises.
+    let mNew = select(tileMax, max(m, tileMax), started);
+    let rescale = started && mNew > m;
+    let alpha = select(1.0, exp(m - mNew), rescale);
+    if (rescale) { l = l * alpha; }
+    var w: array<f32, ${ATTN_TILE}>;
+    for (var j = 0u; j < n; j++) {
+      w[j] = exp(scores[j] - mNew);
+      l = l + w[j];
+    }
+    for (var e = 0u; e < ${PER_INVOCATION}u; e++) {
+      let c = lid + e * ${WORKGROUP}u;
+      if (c < p.headDim) {
+        var a = acc[e];
+        if (rescale) { a = a * alpha; }
+        for (var j = 0u; j < n; j++) { a = a + w[j] * vArena[rowBase[j] + c]; }
+        acc[e] = a;
+      }
+    }
+    m = mNew;
+    started = true;
+    workgroupBarrier();
+  }
+  let inv = 1.0 / l;
+  for (var e = 0u; e < ${PER_INVOCATION}u; e++) {
+    let c = lid + e * ${WORKGROUP}u;
+    if (c < p.headDim) { out[qOff + c] = acc[e] * inv; }
+  }
+}`;

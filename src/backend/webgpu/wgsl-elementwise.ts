@@ -1,0 +1,178 @@
+/**
+ * WGSL kernels that touch each element once or reduce one row: RMSNorm, RoPE, SwiGLU, the
+ * residual add, writing K/V into the paged arena, embedding rows and gathering rows. Binding 0 is
+ * always the parameter block (see GpuRunner.dispatch); the storage buffers follow in order.
+ *
+ * Element-wise kernels run 64 invocations per workgroup over a 2-D grid of workgroups (WebGPU
+ * allows at most 65,535 per dimension): element = (wg.y * gridWidth + wg.x) * 64 + local index.
+ */
+
+/** Invocations per workgroup of every kernel here (the default limit allows 256). */
+export const WORKGROUP = 64;
+/** Most workgroups per grid dimension (WebGPU's default maxComputeWorkgroupsPerDimension). */
+export const MAX_GRID = 65535;
+
+/** Workgroup grid covering n invocations of WORKGROUP each. */
+export function elementGrid(n: number): [number, number, number] {
+  const groups = Math.ceil(n / WORKGROUP);
+  const x = Math.min(groups, MAX_GRID);
+  return [x, Math.ceil(groups / Math.max(x, 1)), 1];
+}
+
+const ELEMENT_INDEX = /* wgsl */ `
+fn elementIndex(wg: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+  return (wg.y * nwg.x + wg.x) * ${WORKGROUP}u + lid;
+}`;
+
+const ELEMENT_ENTRY = `@compute @workgroup_size(${WORKGROUP})
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32)`;
+
+/** x[i] += y[i] for i < n. */
+export const ADD_WGSL = /* wgsl */ `
+struct Params { n: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+@group(0) @binding(2) var<storage, read> y: array<f32>;
+${ELEMENT_INDEX}
+${ELEMENT_ENTRY} {
+  let i = elementIndex(wg, nwg, lid);
+  if (i < p.n) { x[i] = x[i] + y[i]; }
+}`;
+
+/** gate[i] = silu(gate[i]) * up[i] for i < n, silu(v) = v / (1 + exp(-v)) as in assembly/activation.ts. */
+export const SWIGLU_WGSL = /* wgsl */ `
+struct Params { n: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> gate: array<f32>;
+@group(0) @binding(2) var<storage, read> up: array<f32>;
+${ELEMENT_INDEX}
+${ELEMENT_ENTRY} {
+  let i = elementIndex(wg, nwg, lid);
+  if (i < p.n) {
+    let v = gate[i];
+    gate[i] = (v * (1.0 / (1.0 + exp(-v)))) * up[i];
+  }
+}`;
+
+/**
+ * out[t] = w * (x[t] * inv_rms(x[t])) for T rows of n floats, one workgroup per row; out may be
+ * x. Each invocation sums the squares of elements lid, lid + 64, ... in order, then a fixed
+ * pairwise tree adds the 64 partial sums: one order for a row, whatever T is.
+ */
+export const RMSNORM_WGSL = /* wgsl */ `
+struct Params { n: u32, eps: f32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+@group(0) @binding(2) var<storage, read> x: array<f32>;
+@group(0) @binding(3) var<storage, read> w: array<f32>;
+var<workgroup> partial: array<f32, ${WORKGROUP}>;
+@compute @workgroup_size(${WORKGROUP})
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let base = wg.x * p.n;
+  var s = 0.0;
+  for (var j = lid; j < p.n; j += ${WORKGROUP}u) {
+    let v = x[base + j];
+    s = s + v * v;
+  }
+  partial[lid] = s;
+  workgroupBarrier();
+  for (var k = ${WORKGROUP / 2}u; k > 0u; k = k >> 1u) {
+    if (lid < k) { partial[lid] = partial[lid] + partial[lid + k]; }
+    workgroupBarrier();
+  }
+  let inv = 1.0 / sqrt(partial[0] / f32(p.n) + p.eps);
+  for (var j = lid; j < p.n; j += ${WORKGROUP}u) {
+    out[base + j] = w[j] * (inv * x[base + j]);
+  }
+}`;
+
+/**
+ * Rotary embedding in place; one invocation per (token, head, pair k < ropeDim / 2). Pair k of a
+ * head is the elements k * pairStride and k * pairStride + partner: (2k, 2k + 1) interleaved,
+ * (k, k + ropeDim / 2) neox; elements past ropeDim pass through. cos/sin tables are
+ * [position][ropeDim / 2].
+ */
+export const ROPE_WGSL = /* wgsl */ `
+struct Params { T: u32, nHeads: u32, headDim: u32, ropeDim: u32, rowStride: u32, pairStride: u32, partner: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> vec: array<f32>;
+@group(0) @binding(2) var<storage, read> positions: array<i32>;
+@group(0) @binding(3) var<storage, read> cosTab: array<f32>;
+@group(0) @binding(4) var<storage, read> sinTab: array<f32>;
+${ELEMENT_INDEX}
+${ELEMENT_ENTRY} {
+  let i = elementIndex(wg, nwg, lid);
+  let half = p.ropeDim / 2u;
+  if (i >= p.T * p.nHeads * half) { return; }
+  let k = i % half;
+  let h = (i / half) % p.nHeads;
+  let t = i / (half * p.nHeads);
+  let pos = u32(positions[t]);
+  let p0 = t * p.rowStride + h * p.headDim + k * p.pairStride;
+  let p1 = p0 + p.partner;
+  let v0 = vec[p0];
+  let v1 = vec[p1];
+  let c = cosTab[pos * half + k];
+  let s = sinTab[pos * half + k];
+  vec[p0] = v0 * c - v1 * s;
+  vec[p1] = v0 * s + v1 * c;
+}`;
+
+/**
+ * Scatter the step's keys and values into the arena: slot = block * blockSize + row, and the
+ * arena is [kvHead][block][blockSize][headDim] as in assembly/attention.ts. One invocation per
+ * (token, kv head, element).
+ */
+export const WRITE_KV_WGSL = /* wgsl */ `
+struct Params { T: u32, nKvHeads: u32, headDim: u32, blockSize: u32, numBlocks: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> kArena: array<f32>;
+@group(0) @binding(2) var<storage, read_write> vArena: array<f32>;
+@group(0) @binding(3) var<storage, read> k: array<f32>;
+@group(0) @binding(4) var<storage, read> v: array<f32>;
+@group(0) @binding(5) var<storage, read> slots: array<i32>;
+${ELEMENT_INDEX}
+${ELEMENT_ENTRY} {
+  let i = elementIndex(wg, nwg, lid);
+  let kvDim = p.nKvHeads * p.headDim;
+  if (i >= p.T * kvDim) { return; }
+  let t = i / kvDim;
+  let h = (i % kvDim) / p.headDim;
+  let d = i % p.headDim;
+  let slot = u32(slots[t]);
+  let block = slot / p.blockSize;
+  let row = slot % p.blockSize;
+  let dst = ((h * p.numBlocks + block) * p.blockSize + row) * p.headDim + d;
+  kArena[dst] = k[i];
+  vArena[dst] = v[i];
+}`;
+
+/** x[t][i] += bias[i] for T rows of n (the q, k, v biases of qwen2). */
+export const ADD_ROWS_WGSL = /* wgsl */ `
+struct Params { T: u32, n: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+@group(0) @binding(2) var<storage, read> bias: array<f32>;
+${ELEMENT_INDEX}
+${ELEMENT_ENTRY} {
+  let i = elementIndex(wg, nwg, lid);
+  if (i < p.T * p.n) { x[i] = x[i] + bias[i % p.n]; }
+}`;
+
+/** out[r] = src[rows[r]] for R rows of n floats (embedding look-up and the classifier's rows). */
+export const GATHER_ROWS_WGSL = /* wgsl */ `
+struct Params { R: u32, n: u32, firstRow: u32, rowCount: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+@group(0) @binding(2) var<storage, read> src: array<f32>;
+@group(0) @binding(3) var<storage, read> rows: array<i32>;
+${ELEMENT_INDEX}
+${ELEMENT_ENTRY} {
+  let i = elementIndex(wg, nwg, lid);
+  if (i >= p.R * p.n) { return; }
+  let r = i / p.n;
+  let row = u32(rows[r]);
+  // A table split across buffers: this call copies only the rows its part holds.
+  if (row < p.firstRow || row >= p.firstRow + p.rowCount) { return; }
+  out[i] = src[(row - p.firstRow) * p.n + i % p.n];
+}`;

@@ -1,0 +1,301 @@
+/**
+ * WGSL matrix products out[t][outOffset + r] = W[r] · x[t], one workgroup per (row, token).
+ * Invocation i sums the products of its columns (f32) or blocks (ggml types) i, i + 64, ... in
+ * order, then a fixed pairwise tree adds the 64 partial sums, so each output element is reduced in
+ * one order that does not depend on T, on the other tokens of the batch, or on how the matrix was
+ * split into buffers. No atomics.
+ *
+ * ggml weights stay as the GGUF file has them (rows of blocks, `rowBytes` each, not 4-byte
+ * aligned in general) and are read as bytes from an array<u32>; each block is dequantized in the
+ * shader with the layouts of ggml-common.h.
+ */
+import { WORKGROUP } from "./wgsl-elementwise.ts";
+
+/** Rows per grid column: rows are wg.x + wg.z * ROWS_PER_Z (a grid dimension holds 65,535). */
+export const ROWS_PER_Z = 32768;
+
+/** Workgroup grid for a product of `rows` rows and T tokens. */
+export function matmulGrid(rows: number, T: number): [number, number, number] {
+  return [Math.min(rows, ROWS_PER_Z), T, Math.ceil(rows / ROWS_PER_Z)];
+}
+
+/** The shared tail: tree-reduce `partial` and store the row's result. */
+const REDUCE_AND_STORE = /* wgsl */ `
+  partial[lid] = s;
+  workgroupBarrier();
+  for (var k = ${WORKGROUP / 2}u; k > 0u; k = k >> 1u) {
+    if (lid < k) { partial[lid] = partial[lid] + partial[lid + k]; }
+    workgroupBarrier();
+  }
+  if (lid == 0u) { out[t * p.outStride + p.outOffset + r] = partial[0]; }`;
+
+const MATMUL_HEAD = /* wgsl */ `
+struct Params { rows: u32, cols: u32, outStride: u32, outOffset: u32, rowBytes: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(2) var<storage, read> x: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+var<workgroup> partial: array<f32, ${WORKGROUP}>;`;
+
+const MATMUL_ENTRY = /* wgsl */ `
+@compute @workgroup_size(${WORKGROUP})
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let r = wg.x + wg.z * ${ROWS_PER_Z}u;
+  let t = wg.y;
+  if (r >= p.rows) { return; }`;
+
+/** W is f32 [rows][cols], row-major. rowBytes is unused (4 * cols). */
+export const MATMUL_F32_WGSL = /* wgsl */ `
+${MATMUL_HEAD}
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+${MATMUL_ENTRY}
+  let wRow = r * p.cols;
+  let xRow = t * p.cols;
+  var s = 0.0;
+  for (var c = lid; c < p.cols; c += ${WORKGROUP}u) { s = s + w[wRow + c] * x[xRow + c]; }
+${REDUCE_AND_STORE}
+}`;
+
+/** Byte, signed byte and f16 readers over the weight words. */
+const BYTE_READERS = /* wgsl */ `
+@group(0) @binding(1) var<storage, read> w: array<u32>;
+fn u8At(off: u32) -> u32 { return (w[off >> 2u] >> ((off & 3u) * 8u)) & 0xffu; }
+fn i8At(off: u32) -> i32 { return (i32(u8At(off)) << 24u) >> 24u; }
+fn f16At(off: u32) -> f32 { return unpack2x16float(u8At(off) | (u8At(off + 1u) << 8u)).x; }`;
+
+/**
+ * Per ggml type: block size in values and bytes, and blockDot(b, xi) = the dot of the block whose
+ * first byte is b with x[xi .. xi + blockValues), the values in the block's element order.
+ */
+interface GgmlShader {
+  blockValues: number;
+  blockDot: string;
+}
+
+/** block_q8_0: f16 d, int8 qs[32]; value j = d * qs[j]. */
+const Q8_0: GgmlShader = {
+  blockValues: 32,
+  blockDot: /* wgsl */ `
+fn blockDot(b: u32, xi: u32) -> f32 {
+  let d = f16At(b);
+  var s = 0.0;
+  for (var j = 0u; j < 32u; j++) { s = s + (d * f32(i8At(b + 2u + j))) * x[xi + j]; }
+  return s;
+}`,
+};
+
+/** block_q4_0: f16 d, qs[16]; value j = d * ((qs[j] & 15) - 8), value j + 16 = d * ((qs[j] >> 4) - 8). */
+const Q4_0: GgmlShader = {
+  blockValues: 32,
+  blockDot: /* wgsl */ `
+fn blockDot(b: u32, xi: u32) -> f32 {
+  let d = f16At(b);
+  var s = 0.0;
+  for (var j = 0u; j < 16u; j++) { s = s + (d * f32(i32(u8At(b + 2u + j) & 15u) - 8)) * x[xi + j]; }
+  for (var j = 0u; j < 16u; j++) { s = s + (d * f32(i32(u8At(b + 2u + j) >> 4u) - 8)) * x[xi + 16u + j]; }
+  return s;
+}`,
+};
+
+/**
+ * block_q4_K: f16 d, f16 dmin, scales[12] (eight 6-bit scale/min pairs), qs[128]. Sub-block
+ * pair i (64 values) uses qs[32i .. 32i + 32): low nibbles with (scale, min) 2i, high nibbles 2i + 1.
+ */
+const Q4_K: GgmlShader = {
+  blockValues: 256,
+  blockDot: /* wgsl */ `
+fn scaleMinK4(b: u32, j: u32) -> vec2<f32> {
+  let q = b + 4u;
+  if (j < 4u) { return vec2<f32>(f32(u8At(q + j) & 63u), f32(u8At(q + j + 4u) & 63u)); }
+  let sc = (u8At(q + j + 4u) & 15u) | ((u8At(q + j - 4u) >> 6u) << 4u);
+  let mn = (u8At(q + j + 4u) >> 4u) | ((u8At(q + j) >> 6u) << 4u);
+  return vec2<f32>(f32(sc), f32(mn));
+}
+fn blockDot(b: u32, xi: u32) -> f32 {
+  let d = f16At(b);
+  let dmin = f16At(b + 2u);
+  var s = 0.0;
+  for (var i = 0u; i < 4u; i++) {
+    let lo = scaleMinK4(b, 2u * i);
+    let hi = scaleMinK4(b, 2u * i + 1u);
+    let d1 = d * lo.x; let m1 = dmin * lo.y;
+    let d2 = d * hi.x; let m2 = dmin * hi.y;
+    let q = b + 16u + 32u * i;
+    let xo = xi + 64u * i;
+    for (var l = 0u; l < 32u; l++) { s = s + (d1 * f32(u8At(q + l) & 15u) - m1) * x[xo + l]; }
+    for (var l = 0u; l < 32u; l++) { s = s + (d2 * f32(u8At(q + l) >> 4u) - m2) * x[xo + 32u + l]; }
+  }
+  return s;
+}`,
+};
+
+/**
+ * block_q6_K: ql[128] low nibbles, qh[64] high 2-bit pairs, int8 scales[16], f16 d. Each half of
+ * 128 values reads ql[64h ..], qh[32h ..], scales[8h ..]; value l + 32k of the half is
+ * (nibble | 2 bits << 4) - 32 times d * scales[l / 16 + 2k].
+ */
+const Q6_K: GgmlShader = {
+  blockValues: 256,
+  blockDot: /* wgsl */ `
+fn blockDot(b: u32, xi: u32) -> f32 {
+  let d = f16At(b + 208u);
+  var s = 0.0;
+  for (var half = 0u; half < 2u; half++) {
+    let ql = b + 64u * half;
+    let qh = b + 128u + 32u * half;
+    let sc = b + 192u + 8u * half;
+    let xo = xi + 128u * half;
+    for (var k = 0u; k < 4u; k++) {
+      for (var l = 0u; l < 32u; l++) {
+        let low = select(u8At(ql + l + 32u * (k & 1u)) & 15u, u8At(ql + l + 32u * (k & 1u)) >> 4u, k >= 2u);
+        let high = (u8At(qh + l) >> (2u * k)) & 3u;
+        let q = i32(low | (high << 4u)) - 32;
+        let scale = d * f32(i8At(sc + l / 16u + 2u * k));
+        s = s + (scale * f32(q)) * x[xo + 32u * k + l];
+      }
+    }
+  }
+  return s;
+}`,
+};
+
+/** F16: a "block" of two values, one u32 word (rows of an even width stay word-aligned). */
+const F16: GgmlShader = {
+  blockValues: 2,
+  blockDot: /* wgsl */ `
+fn blockDot(b: u32, xi: u32) -> f32 {
+  let h = unpack2x16float(w[b >> 2u]);
+  return h.x * x[xi] + h.y * x[xi + 1u];
+}`,
+};
+
+/** BF16: two values per u32 word, each the high half of an f32. */
+const BF16: GgmlShader = {
+  blockValues: 2,
+  blockDot: /* wgsl */ `
+fn blockDot(b: u32, xi: u32) -> f32 {
+  let word = w[b >> 2u];
+  return bitcast<f32>(word << 16u) * x[xi] + bitcast<f32>(word & 0xffff0000u) * x[xi + 1u];
+}`,
+};
+
+/** block_q4_1: f16 d, f16 m, qs[16]; value j = d * (qs[j] & 15) + m, value j + 16 = d * (qs[j] >> 4) + m. */
+const Q4_1: GgmlShader = {
+  blockValues: 32,
+  blockDot: /* wgsl */ `
+fn blockDot(b: u32, xi: u32) -> f32 {
+  let d = f16At(b);
+  let m = f16At(b + 2u);
+  var s = 0.0;
+  for (var j = 0u; j < 16u; j++) { s = s + (d * f32(u8At(b + 4u + j) & 15u) + m) * x[xi + j]; }
+  for (var j = 0u; j < 16u; j++) { s = s + (d * f32(u8At(b + 4u + j) >> 4u) + m) * x[xi + 16u + j]; }
+  return s;
+}`,
+};
+
+/** The fifth bits of block_q5_0 / q5_1: qh (a little-endian u32 at byte h), bit j for value j. */
+const Q5_HIGH_BITS = /* wgsl */ `
+fn q5High(h: u32) -> u32 { return u8At(h) | (u8At(h + 1u) << 8u) | (u8At(h + 2u) << 16u) | (u8At(h + 3u) << 24u); }`;
+
+/** block_q5_0: f16 d, qh[4], qs[16]; value j = d * ((nibble | bit j of qh << 4) - 16). */
+const Q5_0: GgmlShader = {
+  blockValues: 32,
+  blockDot: /* wgsl */ `${Q5_HIGH_BITS}
+fn blockDot(b: u32, xi: u32) -> f32 {
+  let d = f16At(b);
+  let qh = q5High(b + 2u);
+  var s = 0.0;
+  for (var j = 0u; j < 16u; j++) {
+    let lo = (u8At(b + 6u + j) & 15u) | (((qh >> j) & 1u) << 4u);
+    s = s + (d * f32(i32(lo) - 16)) * x[xi + j];
+  }
+  for (var j = 0u; j < 16u; j++) {
+    let hi = (u8At(b + 6u + j) >> 4u) | (((qh >> (j + 16u)) & 1u) << 4u);
+    s = s + (d * f32(i32(hi) - 16)) * x[xi + 16u + j];
+  }
+  return s;
+}`,
+};
+
+/** block_q5_1: f16 d, f16 m, qh[4], qs[16]; value j = d * (nibble | bit j of qh << 4) + m. */
+const Q5_1: GgmlShader = {
+  blockValues: 32,
+  blockDot: /* wgsl */ `${Q5_HIGH_BITS}
+fn blockDot(b: u32, xi: u32) -> f32 {
+  let d = f16At(b);
+  let m = f16At(b + 2u);
+  let qh = q5High(b + 4u);
+  var s = 0.0;
+  for (var j = 0u; j < 16u; j++) {
+    let lo = (u8At(b + 8u + j) & 15u) | (((qh >> j) & 1u) << 4u);
+    s = s + (d * f32(lo) + m) * x[xi + j];
+  }
+  for (var j = 0u; j < 16u; j++) {
+    let hi = (u8At(b + 8u + j) >> 4u) | (((qh >> (j + 16u)) & 1u) << 4u);
+    s = s + (d * f32(hi) + m) * x[xi + 16u + j];
+  }
+  return s;
+}`,
+};
+
+/**
+ * block_q5_K: f16 d, f16 dmin, scales[12] (as Q4_K), qh[32], qs[128]. Sub-block pair i reads
+ * qs[32i ..] nibbles and bits 2i (low nibbles) and 2i + 1 (high nibbles) of qh[l] as fifth bits.
+ */
+const Q5_K: GgmlShader = {
+  blockValues: 256,
+  blockDot: Q4_K.blockDot.split("fn blockDot")[0] + /* wgsl */ `
+fn blockDot(b: u32, xi: u32) -> f32 {
+  let d = f16At(b);
+  let dmin = f16At(b + 2u);
+  var s = 0.0;
+  for (var i = 0u; i < 4u; i++) {
+    let lo = scaleMinK4(b, 2u * i);
+    let hi = scaleMinK4(b, 2u * i + 1u);
+    let d1 = d * lo.x; let m1 = dmin * lo.y;
+    let d2 = d * hi.x; let m2 = dmin * hi.y;
+    let q = b + 48u + 32u * i;
+    let xo = xi + 64u * i;
+    for (var l = 0u; l < 32u; l++) {
+      let h = u8At(b + 16u + l);
+      s = s + (d1 * f32((u8At(q + l) & 15u) | (((h >> (2u * i)) & 1u) << 4u)) - m1) * x[xo + l];
+    }
+    for (var l = 0u; l < 32u; l++) {
+      let h = u8At(b + 16u + l);
+      s = s + (d2 * f32((u8At(q + l) >> 4u) | (((h >> (2u * i + 1u)) & 1u) << 4u)) - m2) * x[xo + 32u + l];
+    }
+  }
+  return s;
+}`,
+};
+
+/** ggml type codes with a WGSL product, and their shaders (the codes of src/model/gguf.ts GGML_TYPES). */
+export const GGML_SHADERS: ReadonlyMap<number, GgmlShader & { name: string; blockBytes: number }> = new Map([
+  [1, { ...F16, name: "F16", blockBytes: 4 }],
+  [30, { ...BF16, name: "BF16", blockBytes: 4 }],
+  [2, { ...Q4_0, name: "Q4_0", blockBytes: 18 }],
+  [3, { ...Q4_1, name: "Q4_1", blockBytes: 20 }],
+  [6, { ...Q5_0, name: "Q5_0", blockBytes: 22 }],
+  [7, { ...Q5_1, name: "Q5_1", blockBytes: 24 }],
+  [13, { ...Q5_K, name: "Q5_K", blockBytes: 176 }],
+  [8, { ...Q8_0, name: "Q8_0", blockBytes: 34 }],
+  [12, { ...Q4_K, name: "Q4_K", blockBytes: 144 }],
+  [14, { ...Q6_K, name: "Q6_K", blockBytes: 210 }],
+]);
+
+/** The product over one ggml type: invocation i takes blocks i, i + 64, ... of the row. */
+export function matmulGgmlWgsl(type: number): string {
+  const shader = GGML_SHADERS.get(type);
+  if (shader === undefined) throw new Error(`no WGSL product for ggml type ${type}`);
+  return /* wgsl */ `
+${MATMUL_HEAD}
+${BYTE_READERS}
+${shader.blockDot}
+${MATMUL_ENTRY}
+  let blocks = p.cols / ${shader.blockValues}u;
+  var s = 0.0;
+  for (var bi = lid; bi < blocks; bi += ${WORKGROUP}u) {
+    s = s + blockDot(r * p.rowBytes + bi * ${shader.blockBytes}u, t * p.cols + bi * ${shader.blockValues}u);
+  }
+${REDUCE_AND_STORE}
+}`;
+}

@@ -1,0 +1,49 @@
+/**
+ * The WebGPU device for tests. Without a usable adapter, WebGPU tests skip with the reason outside
+ * CI, and in CI (process.env.CI === "true") become one failing test naming it: CI installs a
+ * software Vulkan driver (.ci/run), so a missing adapter there is a broken set-up, not a skip.
+ */
+import { describe, test } from "bun:test";
+import { acquireGpu, type GpuContext } from "../../src/backend/webgpu/device.ts";
+import { WebGpuBackend } from "../../src/backend/webgpu/backend.ts";
+import { PagellmError } from "../../src/errors.ts";
+
+let shared: Promise<{ backend: WebGpuBackend; gpu: GpuContext } | { reason: string }> | null = null;
+
+/** One backend for the whole test run (devices are slow to create on llvmpipe). */
+export function testGpu(): Promise<{ backend: WebGpuBackend; gpu: GpuContext } | { reason: string }> {
+  shared ??= (async () => {
+    let gpu: GpuContext;
+    try {
+      gpu = await acquireGpu();
+    } catch (e) {
+      if (e instanceof PagellmError) return { reason: e.message };
+      throw e;
+    }
+    // A kernel that does not compile on a working adapter is a bug: it throws, never skips.
+    return { backend: await WebGpuBackend.create(gpu), gpu };
+  })();
+  return shared;
+}
+
+/** describe() a group that needs a WebGPU backend; fn receives it. */
+export async function describeGpu(name: string, fn: (backend: WebGpuBackend, gpu: GpuContext) => void): Promise<void> {
+  const got = await testGpu();
+  if ("backend" in got) {
+    describe(name, () => fn(got.backend, got.gpu));
+    return;
+  }
+  const reason = `no WebGPU adapter: ${got.reason}`;
+  if (process.env.CI === "true") {
+    describe(name, () => {
+      test(reason, () => {
+        throw new Error(reason);
+      });
+    });
+    return;
+  }
+  console.warn(`[skip] ${name}: ${reason}`);
+  describe.skip(name, () => {
+    test(reason, () => {});
+  });
+}

@@ -1,0 +1,132 @@
+/**
+ * WGSL paged attention and K/V writes against assembly/attention.ts on the same arena layout,
+ * block tables and sequence records: shuffled blocks, chunks of new tokens, GQA, contexts of
+ * several 16-position tiles. And the GPU's own invariance: a sequence's output is the same bits
+ * alone or in a batch with others.
+ */
+import { expect, test } from "bun:test";
+import { CpuBackend } from "../src/backend/cpu.ts";
+import { attentionScratchBytes, SEQ_INFO_INTS } from "../src/backend/kernels.ts";
+import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
+import { Xoshiro128 } from "../src/util/random.ts";
+import { randInt, randomArray } from "./helpers/random-data.ts";
+import { describeGpu } from "./helpers/webgpu.ts";
+
+const cpu = new CpuBackend();
+const k = cpu.kernels;
+const mem = cpu.mem;
+
+function wasmF32(values: ArrayLike<number>): number {
+  const addr = mem.alloc(4 * Math.max(1, values.length));
+  mem.f32.set(values, addr >> 2);
+  return addr;
+}
+function wasmI32(values: ArrayLike<number>): number {
+  const addr = mem.alloc(4 * Math.max(1, values.length));
+  mem.i32.set(values, addr >> 2);
+  return addr;
+}
+function wasmRead(addr: number, n: number): Float32Array {
+  return mem.f32.slice(addr >> 2, (addr >> 2) + n);
+}
+
+interface Sequence {
+  start: number;
+  count: number;
+  ctx: number;
+  table: number[];
+}
+
+/** Sequences with shuffled block tables drawn from one pool; contexts up to maxCtx. */
+function randomSequences(rng: Xoshiro128, numSeqs: number, numBlocks: number, blockSize: number, maxCtx: number): { seqs: Sequence[]; T: number } {
+  const perm = Array.from({ length: numBlocks }, (_, i) => i).sort(() => rng.nextFloat() - 0.5);
+  const seqs: Sequence[] = [];
+  let T = 0;
+  let next = 0;
+  for (let s = 0; s < numSeqs; s++) {
+    const ctx = randInt(rng, 1, Math.min(maxCtx, Math.floor(numBlocks / numSeqs) * blockSize));
+    const count = randInt(rng, 1, Math.min(ctx, 6));
+    const table = perm.slice(next, next + Math.ceil(ctx / blockSize));
+    next += table.length;
+    seqs.push({ start: T, count, ctx, table });
+    T += count;
+  }
+  return { seqs, T };
+}
+
+/** GPU records: blockTable is an element index into the concatenated tables. */
+function gpuRecords(seqs: Sequence[], firstRow = (s: Sequence) => s.start): { info: Int32Array; tables: Int32Array } {
+  const info: number[] = [];
+  const tables: number[] = [];
+  for (const s of seqs) {
+    info.push(firstRow(s), s.count, s.ctx, tables.length);
+    tables.push(...s.table);
+  }
+  return { info: new Int32Array(info), tables: new Int32Array(tables.length > 0 ? tables : [0]) };
+}
+
+async function describeAttention(): Promise<void> {
+  await describeGpu("WGSL paged attention against the WebAssembly kernel", (gpu: WebGpuBackend) => {
+    const run = gpu.runner;
+    const upload = (v: Float32Array | Int32Array) => gpu.bufferFrom(v, "test");
+
+    test("matches pagedAttention over shuffled blocks, chunks and GQA; a sequence alone gives the same bits", async () => {
+      const rng = new Xoshiro128(31);
+      for (let iter = 0; iter < 10; iter++) {
+        const nKv = randInt(rng, 1, 2);
+        const group = randInt(rng, 1, 3);
+        const nHeads = nKv * group;
+        // Head sizes past the 64 invocations of a workgroup exercise several elements each.
+        const hd = iter % 3 === 0 ? randInt(rng, 65, 90) : randInt(rng, 1, 19);
+        const bs = randInt(rng, 1, 6);
+        const numBlocks = 24;
+        const arena = numBlocks * nKv * bs * hd;
+        const kv = { k: randomArray(rng, arena, 2), v: randomArray(rng, arena, 2) };
+        const { seqs, T } = randomSequences(rng, randInt(rng, 1, 3), numBlocks, bs, 40);
+        const qStride = nHeads * hd;
+        const q = randomArray(rng, T * qStride, 2);
+
+        const records = seqs.flatMap((s) => [s.start, s.count, s.ctx, wasmI32(s.table)]);
+        const outAddr = mem.alloc(4 * T * qStride);
+        const scratch = mem.alloc(attentionScratchBytes(6 * group));
+        k.pagedAttention(outAddr, wasmF32(q), wasmF32(kv.k), wasmF32(kv.v), wasmI32(records), nHeads, nKv, hd, bs, numBlocks, qStride, scratch, 0, seqs.length * nKv);
+        expect(records.length).toBe(seqs.length * SEQ_INFO_INTS);
+
+        const kBuf = upload(kv.k), vBuf = upload(kv.v);
+        const { info, tables } = gpuRecords(seqs);
+        const out = gpu.f32Buffer(T * qStride, "out");
+        const maxCount = Math.max(...seqs.map((s) => s.count));
+        gpu.attention(out, upload(q), kBuf, vBuf, upload(info), upload(tables), seqs.length, maxCount, nHeads, nKv, hd, bs, numBlocks, qStride);
+        const got = await run.readF32(out, T * qStride);
+        const want = wasmRead(outAddr, T * qStride);
+        for (let i = 0; i < got.length; i++) {
+          if (!(Math.abs(got[i]! - want[i]!) <= 2e-5 * 2)) throw new Error(`iter ${iter} element ${i}: ${got[i]} vs ${want[i]}`);
+        }
+
+        for (const s of seqs) {
+          const alone = gpuRecords([s], () => 0);
+          const outAlone = gpu.f32Buffer(s.count * qStride, "alone");
+          const qAlone = q.slice(s.start * qStride, (s.start + s.count) * qStride);
+          gpu.attention(outAlone, upload(qAlone), kBuf, vBuf, upload(alone.info), upload(alone.tables), 1, s.count, nHeads, nKv, hd, bs, numBlocks, qStride);
+          expect(await run.readF32(outAlone, s.count * qStride)).toEqual(got.slice(s.start * qStride, (s.start + s.count) * qStride));
+        }
+      }
+    });
+
+    test("writeKV fills the same arena slots as the wasm kernel", async () => {
+      const rng = new Xoshiro128(32);
+      const nKv = 2, hd = 5, bs = 3, numBlocks = 7, T = 6;
+      const arena = nKv * numBlocks * bs * hd;
+      const kNew = randomArray(rng, T * nKv * hd), vNew = randomArray(rng, T * nKv * hd);
+      const slots = new Int32Array([20, 0, 4, 5, 13, 9]);
+      const kc = wasmF32(new Float32Array(arena)), vc = wasmF32(new Float32Array(arena));
+      k.writeKV(kc, vc, wasmF32(kNew), wasmF32(vNew), wasmI32(slots), T, nKv, hd, bs, numBlocks);
+      const kBuf = gpu.f32Buffer(arena, "k"), vBuf = gpu.f32Buffer(arena, "v");
+      gpu.writeKV(kBuf, vBuf, upload(kNew), upload(vNew), upload(slots), T, nKv, hd, bs, numBlocks);
+      expect(await run.readF32(kBuf, arena)).toEqual(wasmRead(kc, arena));
+      expect(await run.readF32(vBuf, arena)).toEqual(wasmRead(vc, arena));
+    });
+  });
+}
+
+await describeAttention();

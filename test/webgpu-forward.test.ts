@@ -1,0 +1,115 @@
+/**
+ * A whole llama forward pass on WebGPU (GpuLlamaModel) against the WebAssembly engine's
+ * (LlamaModel) on stories260K as llama2.c f32 and as GGUF F32, F16, Q8_0 and Q4_0, and on a random
+ * Q4_K_M llama (Q4_K and Q6_K tensors): the same
+ * StepBatches, block tables and block ids, logits compared step after step through a
+ * two-sequence prefill in chunks and greedy decode (driven by the WebAssembly engine's tokens).
+ * And the GPU's own invariance: a sequence's logits are the same bits decoded alone or beside
+ * another sequence. The WebAssembly block-type products quantize activations to int8 blocks (as
+ * llama.cpp does) while the WGSL ones read them as f32, so those files agree more loosely.
+ */
+import { expect, test } from "bun:test";
+import { CpuBackend } from "../src/backend/cpu.ts";
+import { GpuLlamaModel } from "../src/backend/webgpu/llama-gpu.ts";
+import { KVArena } from "../src/kv/kv-arena.ts";
+import { StepBatch } from "../src/model/batch.ts";
+import { LlamaModel } from "../src/model/llama.ts";
+import { openCheckpoint } from "../src/model/load.ts";
+import { loadWeights } from "../src/model/weights.ts";
+import { sharedPath } from "./helpers/shared.ts";
+import { describeGpu } from "./helpers/webgpu.ts";
+
+/** Model file, and the tolerance of its logits relative to the largest (argmax checked when tight). */
+const MODELS: { rel: string; tolerance: number }[] = [
+  { rel: "models/llama2c/stories260K.bin", tolerance: 1e-4 },
+  { rel: "models/gguf/stories260K.gguf", tolerance: 1e-4 },
+  { rel: "models/gguf/stories260K-F16.gguf", tolerance: 1e-4 },
+  { rel: "models/gguf/stories260K-Q8_0.gguf", tolerance: 2e-2 },
+  { rel: "models/gguf/stories260K-BF16.gguf", tolerance: 1e-4 },
+  { rel: "models/gguf/stories260K-Q4_0.gguf", tolerance: 3e-2 },
+  { rel: "models/gguf/stories260K-Q4_1.gguf", tolerance: 3e-2 },
+  { rel: "models/gguf/stories260K-Q5_0.gguf", tolerance: 3e-2 },
+  { rel: "models/gguf/stories260K-Q5_1.gguf", tolerance: 3e-2 },
+  // Random weights: larger activations, so int8 activation blocks on the wasm side cost more (a
+  // wrong Q6_K scale index fails this by 0.7 of the largest logit).
+  { rel: "models/gguf/rnd-llama-Q4_K_M.gguf", tolerance: 6e-2 },
+  // qwen2: q/k/v biases, neox RoPE; Q5_K and Q6_K tensors.
+  { rel: "models/gguf/rnd-qwen2-Q5_K_M.gguf", tolerance: 6e-2 },
+];
+const BLOCK = 4;
+const MAX_TOKENS = 12;
+
+function argmax(v: Float32Array): number {
+  let best = 0;
+  for (let i = 1; i < v.length; i++) if (v[i]! > v[best]!) best = i;
+  return best;
+}
+
+await describeGpu("forward pass: WebGPU against WebAssembly", (gpu) => {
+  for (const { rel, tolerance } of MODELS) {
+  const path = sharedPath(rel);
+  test.skipIf(path === null)(`${rel}: logits agree through chunked prefill of two sequences and greedy decode`, async () => {
+    const cpu = new CpuBackend();
+    try {
+      const ckpt = openCheckpoint(path!);
+      const c = ckpt.config;
+      const weights = loadWeights(ckpt, cpu.mem, cpu.kernels);
+      const blocksPerSeq = Math.ceil(c.seqLen / BLOCK);
+      const numBlocks = 2 * blocksPerSeq + 3;
+      const wasm = new LlamaModel(c, weights, cpu, MAX_TOKENS, MAX_TOKENS);
+      const kv = new KVArena(cpu.mem, c, numBlocks, BLOCK);
+      const batch = new StepBatch(cpu.mem, MAX_TOKENS, 2, blocksPerSeq, BLOCK, MAX_TOKENS);
+      const model = new GpuLlamaModel(c, weights, cpu, gpu, MAX_TOKENS, MAX_TOKENS, numBlocks, BLOCK, 2, blocksPerSeq);
+      // Interleaved, reversed block ids: both caches must be read through the tables.
+      const tables = [0, 1].map((s) => Array.from({ length: blocksPerSeq }, (_, i) => numBlocks - 1 - (2 * i + s)));
+
+      /** Compare the step's logits; returns the GPU rows and the WebAssembly engine's next tokens. */
+      const compare = async (): Promise<{ rows: Float32Array[]; next: number[] }> => {
+        wasm.forward(batch, kv);
+        const got = await model.forward(batch, cpu);
+        const rows: Float32Array[] = [];
+        const next: number[] = [];
+        for (let r = 0; r < batch.numLogits; r++) {
+          const want = cpu.mem.f32.slice(wasm.logitsAddr(r) >> 2, (wasm.logitsAddr(r) >> 2) + c.vocabSize);
+          const row = got.slice(r * c.vocabSize, (r + 1) * c.vocabSize);
+          let scale = 1;
+          for (const v of want) scale = Math.max(scale, Math.abs(v));
+          for (let i = 0; i < c.vocabSize; i++) {
+            if (!(Math.abs(row[i]! - want[i]!) <= tolerance * scale)) throw new Error(`row ${r} logit ${i}: ${row[i]} vs ${want[i]}`);
+          }
+          if (tolerance <= 1e-4) expect(argmax(row)).toBe(argmax(want));
+          rows.push(row);
+          next.push(argmax(want));
+        }
+        return { rows, next };
+      };
+
+      // Prompts of 7 and 5 tokens: chunks of 4 + 3 and 5, the first chunk of one beside the other.
+      const prompts = [[1, 403, 407, 261, 378, 291, 400], [1, 291, 400, 428, 300]];
+      batch.reset();
+      batch.addSequence(prompts[0]!.slice(0, 4), 0, tables[0]!, "none");
+      batch.addSequence(prompts[1]!, 0, tables[1]!, "last");
+      const [next1] = (await compare()).next;
+      batch.reset();
+      batch.addSequence(prompts[0]!.slice(4), 4, tables[0]!, "last");
+      const [next0] = (await compare()).next;
+      let tok = [next0!, next1!];
+      let pos = [prompts[0]!.length, prompts[1]!.length];
+      for (let step = 0; step < 6; step++) {
+        batch.reset();
+        batch.addSequence([tok[0]!], pos[0]!, tables[0]!, "last");
+        batch.addSequence([tok[1]!], pos[1]!, tables[1]!, "last");
+        const both = await compare();
+        // Sequence 1's next logits alone: the same GPU bits as in the pair (written to the same slots again).
+        batch.reset();
+        batch.addSequence([tok[1]!], pos[1]!, tables[1]!, "last");
+        expect(await model.forward(batch, cpu)).toEqual(both.rows[1]!);
+        tok = both.next;
+        pos = pos.map((p) => p + 1);
+      }
+    } finally {
+      cpu.close();
+    }
+  }, 120_000); // the random 3-layer models take ~10 s on a software adapter
+  }
+});

@@ -1,0 +1,273 @@
+/**
+ * WGSL products over ggml types (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) against a scalar
+ * dequantize-then-dot in TypeScript, written from ggml-common.h's block layouts and
+ * ggml-quants.c's dequantize_row_*, and that dequantization checked bit for bit against the
+ * WebAssembly twin (the embed kernels of assembly/ggml, which dequantize whole rows). Random
+ * blocks: every quant byte random, scales random normal f16 values. (The WebAssembly products
+ * quantize activations to int8 blocks, so the products themselves are compared with f32 x here.)
+ */
+import { describe, expect, test } from "bun:test";
+import { CpuBackend } from "../src/backend/cpu.ts";
+import { ggmlKernels } from "../src/backend/ggml-kernels.ts";
+import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
+import { Xoshiro128 } from "../src/util/random.ts";
+import { randInt, randomArray } from "./helpers/random-data.ts";
+import { describeGpu } from "./helpers/webgpu.ts";
+
+/** IEEE half to number (normal, subnormal, zero; no inf/NaN is ever generated here). */
+function f16(bits: number): number {
+  const sign = bits & 0x8000 ? -1 : 1;
+  const exp = (bits >> 10) & 31;
+  const mant = bits & 1023;
+  return exp === 0 ? sign * mant * 2 ** -24 : sign * (1 + mant / 1024) * 2 ** (exp - 15);
+}
+const u16 = (b: Uint8Array, o: number) => b[o]! | (b[o + 1]! << 8);
+const i8 = (v: number) => (v << 24) >> 24;
+
+interface BlockType {
+  name: string;
+  code: number;
+  values: number;
+  bytes: number;
+  /** Byte offsets of the block's f16 fields. */
+  halves: number[];
+  dequantize(b: Uint8Array, o: number, y: Float64Array): void;
+}
+
+const TYPES: BlockType[] = [
+  {
+    name: "F16", code: 1, values: 2, bytes: 4, halves: [0, 2],
+    dequantize(b, o, y) {
+      y[0] = f16(u16(b, o));
+      y[1] = f16(u16(b, o + 2));
+    },
+  },
+  {
+    name: "BF16", code: 30, values: 2, bytes: 4, halves: [],
+    dequantize(b, o, y) {
+      y[0] = new Float32Array(new Uint32Array([u16(b, o) << 16]).buffer)[0]!;
+      y[1] = new Float32Array(new Uint32Array([u16(b, o + 2) << 16]).buffer)[0]!;
+    },
+  },
+  {
+    name: "Q4_1", code: 3, values: 32, bytes: 20, halves: [0, 2],
+    dequantize(b, o, y) {
+      const d = f16(u16(b, o)), m = f16(u16(b, o + 2));
+      for (let j = 0; j < 16; j++) {
+        y[j] = Math.fround(d * (b[o + 4 + j]! & 15) + m);
+        y[j + 16] = Math.fround(d * (b[o + 4 + j]! >> 4) + m);
+      }
+    },
+  },
+  {
+    name: "Q5_0", code: 6, values: 32, bytes: 22, halves: [0],
+    dequantize(b, o, y) {
+      const d = f16(u16(b, o));
+      const qh = (u16(b, o + 2) | (u16(b, o + 4) << 16)) >>> 0;
+      for (let j = 0; j < 16; j++) {
+        y[j] = Math.fround(d * (((b[o + 6 + j]! & 15) | (((qh >>> j) & 1) << 4)) - 16));
+        y[j + 16] = Math.fround(d * (((b[o + 6 + j]! >> 4) | (((qh >>> (j + 16)) & 1) << 4)) - 16));
+      }
+    },
+  },
+  {
+    name: "Q5_1", code: 7, values: 32, bytes: 24, halves: [0, 2],
+    dequantize(b, o, y) {
+      const d = f16(u16(b, o)), m = f16(u16(b, o + 2));
+      const qh = (u16(b, o + 4) | (u16(b, o + 6) << 16)) >>> 0;
+      for (let j = 0; j < 16; j++) {
+        y[j] = Math.fround(d * ((b[o + 8 + j]! & 15) | (((qh >>> j) & 1) << 4)) + m);
+        y[j + 16] = Math.fround(d * ((b[o + 8 + j]! >> 4) | (((qh >>> (j + 16)) & 1) << 4)) + m);
+      }
+    },
+  },
+  {
+    name: "Q5_K", code: 13, values: 256, bytes: 176, halves: [0, 2],
+    dequantize(b, o, y) {
+      const d = f16(u16(b, o));
+      const dmin = f16(u16(b, o + 2));
+      const sc = o + 4;
+      const scaleMin = (j: number): [number, number] => j < 4
+        ? [b[sc + j]! & 63, b[sc + j + 4]! & 63]
+        : [(b[sc + j + 4]! & 15) | ((b[sc + j - 4]! >> 6) << 4), (b[sc + j + 4]! >> 4) | ((b[sc + j]! >> 6) << 4)];
+      for (let i = 0; i < 4; i++) {
+        const [s1, m1] = scaleMin(2 * i);
+        const [s2, m2] = scaleMin(2 * i + 1);
+        const q = o + 48 + 32 * i;
+        for (let l = 0; l < 32; l++) {
+          const h = b[o + 16 + l]!;
+          y[64 * i + l] = d * s1 * ((b[q + l]! & 15) | (((h >> (2 * i)) & 1) << 4)) - dmin * m1;
+          y[64 * i + 32 + l] = d * s2 * ((b[q + l]! >> 4) | (((h >> (2 * i + 1)) & 1) << 4)) - dmin * m2;
+        }
+      }
+    },
+  },
+  {
+    name: "Q8_0", code: 8, values: 32, bytes: 34, halves: [0],
+    dequantize(b, o, y) {
+      const d = f16(u16(b, o));
+      for (let j = 0; j < 32; j++) y[j] = Math.fround(d * i8(b[o + 2 + j]!));
+    },
+  },
+  {
+    name: "Q4_0", code: 2, values: 32, bytes: 18, halves: [0],
+    dequantize(b, o, y) {
+      const d = f16(u16(b, o));
+      for (let j = 0; j < 16; j++) {
+        y[j] = Math.fround(d * ((b[o + 2 + j]! & 15) - 8));
+        y[j + 16] = Math.fround(d * ((b[o + 2 + j]! >> 4) - 8));
+      }
+    },
+  },
+  {
+    name: "Q4_K", code: 12, values: 256, bytes: 144, halves: [0, 2],
+    dequantize(b, o, y) {
+      const d = f16(u16(b, o));
+      const dmin = f16(u16(b, o + 2));
+      const sc = o + 4;
+      const scaleMin = (j: number): [number, number] => j < 4
+        ? [b[sc + j]! & 63, b[sc + j + 4]! & 63]
+        : [(b[sc + j + 4]! & 15) | ((b[sc + j - 4]! >> 6) << 4), (b[sc + j + 4]! >> 4) | ((b[sc + j]! >> 6) << 4)];
+      for (let i = 0; i < 4; i++) {
+        const [s1, m1] = scaleMin(2 * i);
+        const [s2, m2] = scaleMin(2 * i + 1);
+        const q = o + 16 + 32 * i;
+        for (let l = 0; l < 32; l++) {
+          y[64 * i + l] = d * s1 * (b[q + l]! & 15) - dmin * m1;
+          y[64 * i + 32 + l] = d * s2 * (b[q + l]! >> 4) - dmin * m2;
+        }
+      }
+    },
+  },
+  {
+    name: "Q6_K", code: 14, values: 256, bytes: 210, halves: [208],
+    dequantize(b, o, y) {
+      const d = f16(u16(b, o + 208));
+      for (let half = 0; half < 2; half++) {
+        const ql = o + 64 * half, qh = o + 128 + 32 * half, sc = o + 192 + 8 * half;
+        for (let l = 0; l < 32; l++) {
+          const is = Math.floor(l / 16);
+          const q1 = ((b[ql + l]! & 15) | (((b[qh + l]! >> 0) & 3) << 4)) - 32;
+          const q2 = ((b[ql + l + 32]! & 15) | (((b[qh + l]! >> 2) & 3) << 4)) - 32;
+          const q3 = ((b[ql + l]! >> 4) | (((b[qh + l]! >> 4) & 3) << 4)) - 32;
+          const q4 = ((b[ql + l + 32]! >> 4) | (((b[qh + l]! >> 6) & 3) << 4)) - 32;
+          y[128 * half + l] = d * i8(b[sc + is]!) * q1;
+          y[128 * half + l + 32] = d * i8(b[sc + is + 2]!) * q2;
+          y[128 * half + l + 64] = d * i8(b[sc + is + 4]!) * q3;
+          y[128 * half + l + 96] = d * i8(b[sc + is + 6]!) * q4;
+        }
+      }
+    },
+  },
+];
+
+/** Random blocks: random quant bytes, f16 scales of magnitude 2^-6 .. 2^-1. */
+function randomBlocks(rng: Xoshiro128, type: BlockType, blocks: number): Uint8Array {
+  const b = new Uint8Array(blocks * type.bytes).map(() => randInt(rng, 0, 255));
+  if (type.code === 30) {
+    // bf16 values of magnitude 2^-7 .. 2^3 (f32 exponents 120 .. 130).
+    for (let i = 0; i < b.length; i += 2) {
+      const bits = (randInt(rng, 0, 1) << 15) | (randInt(rng, 120, 130) << 7) | randInt(rng, 0, 127);
+      b[i] = bits & 255;
+      b[i + 1] = bits >> 8;
+    }
+  }
+  for (let i = 0; i < blocks; i++) {
+    for (const h of type.halves) {
+      const bits = (randInt(rng, 0, 1) << 15) | (randInt(rng, 9, 14) << 10) | randInt(rng, 0, 1023);
+      b[i * type.bytes + h] = bits & 255;
+      b[i * type.bytes + h + 1] = bits >> 8;
+    }
+  }
+  return b;
+}
+
+const cpu = new CpuBackend();
+
+/** Rows of a ggml matrix dequantized by the WebAssembly embed kernel of its type. */
+function wasmDequantize(bytes: Uint8Array, type: BlockType, rows: number, cols: number): Float32Array {
+  const mem = cpu.mem;
+  const mark = mem.mark();
+  try {
+    const w = mem.alloc(bytes.byteLength);
+    mem.u8.set(bytes, w);
+    const tokens = mem.alloc(4 * rows);
+    mem.i32.set(Array.from({ length: rows }, (_, r) => r), tokens >> 2);
+    const out = mem.alloc(4 * rows * cols);
+    const embed = cpu.kernels[ggmlKernels(type.code).embed] as (out: number, w: number, tokens: number, T: number, cols: number) => void;
+    embed(out, w, tokens, rows, cols);
+    return mem.f32.slice(out >> 2, (out >> 2) + rows * cols);
+  } finally {
+    mem.release(mark);
+  }
+}
+
+describe("the TypeScript dequantizers equal the WebAssembly ones", () => {
+  for (const type of TYPES) {
+    test(type.name, () => {
+      const rng = new Xoshiro128(60 + type.code);
+      const rows = 3;
+      const blocksPerRow = type.values === 2 ? 37 : 2;
+      const cols = blocksPerRow * type.values;
+      const bytes = randomBlocks(rng, type, rows * blocksPerRow);
+      const want = wasmDequantize(bytes, type, rows, cols);
+      const y = new Float64Array(type.values);
+      const got = new Float32Array(rows * cols);
+      for (let b = 0; b < rows * blocksPerRow; b++) {
+        type.dequantize(bytes, b * type.bytes, y);
+        got.set(y, b * type.values);
+      }
+      expect(Array.from(got)).toEqual(Array.from(want));
+    });
+  }
+});
+
+async function describeGgml(): Promise<void> {
+  await describeGpu("WGSL ggml block products against scalar dequantize-then-dot", (gpu: WebGpuBackend) => {
+    for (const type of TYPES) {
+      test(`${type.name}: odd row counts, several blocks per row, a few tokens, split parts`, async () => {
+        const rng = new Xoshiro128(40 + type.code);
+        for (let iter = 0; iter < 4; iter++) {
+          const rows = randInt(rng, 1, 9);
+          const blocksPerRow = type.values === 2 ? randInt(rng, 1, 150) : randInt(rng, 1, 3);
+          const cols = blocksPerRow * type.values;
+          const T = randInt(rng, 1, 3);
+          const bytes = randomBlocks(rng, type, rows * blocksPerRow);
+          const x = randomArray(rng, T * cols);
+          const want = new Float64Array(T * rows);
+          const y = new Float64Array(type.values);
+          let scale = 1;
+          for (let r = 0; r < rows; r++) {
+            for (let bi = 0; bi < blocksPerRow; bi++) {
+              type.dequantize(bytes, (r * blocksPerRow + bi) * type.bytes, y);
+              for (let t = 0; t < T; t++) {
+                for (let j = 0; j < type.values; j++) {
+                  const term = y[j]! * x[t * cols + bi * type.values + j]!;
+                  want[t * rows + r] = want[t * rows + r]! + term;
+                  scale = Math.max(scale, Math.abs(term) * Math.sqrt(cols));
+                }
+              }
+            }
+          }
+          const m = gpu.uploadGgmlMatrix(bytes, type.code, rows, cols, type.name);
+          const out = gpu.f32Buffer(T * rows, "out");
+          gpu.matmul(out, gpu.bufferFrom(x, "x"), m, T);
+          const got = await gpu.runner.readF32(out, T * rows);
+          for (let i = 0; i < got.length; i++) {
+            if (!(Math.abs(got[i]! - want[i]!) <= 1e-5 * scale)) throw new Error(`${type.name} element ${i}: ${got[i]} vs ${want[i]}`);
+          }
+
+          // Parts of one or two rows: each row's result is unchanged, bit for bit.
+          gpu.matrixPartBytes = m.rowBytes * randInt(rng, 1, 2);
+          const split = gpu.uploadGgmlMatrix(bytes, type.code, rows, cols, `${type.name}-split`);
+          gpu.matrixPartBytes = Infinity;
+          const outSplit = gpu.f32Buffer(T * rows, "out-split");
+          gpu.matmul(outSplit, gpu.bufferFrom(x, "x"), split, T);
+          expect(await gpu.runner.readF32(outSplit, T * rows)).toEqual(got);
+        }
+      });
+    }
+  });
+}
+
+await describeGgml();

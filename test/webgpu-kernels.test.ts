@@ -1,0 +1,167 @@
+/**
+ * Each WGSL kernel against its WebAssembly twin (CpuBackend's kernels) on odd shapes, and the
+ * batch invariance of the GPU reductions: a row's result is the same bits whatever else is in
+ * the batch. Shapes are tiny: a software adapter (llvmpipe) runs about 1 GFLOP/s.
+ * The WGSL and WebAssembly reductions add in different orders, so the twins agree within a
+ * tolerance; invariance on the GPU itself is checked bitwise.
+ */
+import { expect, test } from "bun:test";
+import { CpuBackend } from "../src/backend/cpu.ts";
+import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
+import { Xoshiro128 } from "../src/util/random.ts";
+import { randInt, randomArray } from "./helpers/random-data.ts";
+import { describeGpu } from "./helpers/webgpu.ts";
+
+const cpu = new CpuBackend();
+const k = cpu.kernels;
+const mem = cpu.mem;
+
+/** Copy values into fresh linear memory; returns the address. */
+function wasmF32(values: ArrayLike<number>): number {
+  const addr = mem.alloc(4 * Math.max(1, values.length));
+  mem.f32.set(values, addr >> 2);
+  return addr;
+}
+function wasmI32(values: ArrayLike<number>): number {
+  const addr = mem.alloc(4 * Math.max(1, values.length));
+  mem.i32.set(values, addr >> 2);
+  return addr;
+}
+function wasmRead(addr: number, n: number): Float32Array {
+  return mem.f32.slice(addr >> 2, (addr >> 2) + n);
+}
+
+/** |got - want| within rel of the largest magnitude of want (plus an absolute floor). */
+function expectClose(got: Float32Array, want: ArrayLike<number>, rel = 2e-5): void {
+  expect(got.length).toBe(want.length);
+  let scale = 1;
+  for (let i = 0; i < want.length; i++) scale = Math.max(scale, Math.abs(want[i]!));
+  for (let i = 0; i < want.length; i++) {
+    if (!(Math.abs(got[i]! - want[i]!) <= rel * scale)) {
+      throw new Error(`element ${i}: got ${got[i]}, want ${want[i]} (tolerance ${rel * scale})`);
+    }
+  }
+}
+
+async function describeKernels(): Promise<void> {
+  await describeGpu("WGSL kernels against their WebAssembly twins", (gpu: WebGpuBackend) => {
+    const run = gpu.runner;
+    const upload = (v: Float32Array | Int32Array, label = "test") => gpu.bufferFrom(v, label);
+
+    test("f32 matmul matches matmulF32 on odd shapes; a token's row is the same bits at any T and split", async () => {
+      const rng = new Xoshiro128(21);
+      for (let iter = 0; iter < 12; iter++) {
+        const rows = randInt(rng, 1, 70);
+        const cols = randInt(rng, 1, 300);
+        const T = randInt(rng, 1, 5);
+        const w = randomArray(rng, rows * cols);
+        const x = randomArray(rng, T * cols);
+        const packed = mem.alloc(4 * rows * cols);
+        k.packF32(packed, wasmF32(w), rows, cols);
+        const wantAddr = mem.alloc(4 * T * rows);
+        cpu.matmul(wantAddr, wasmF32(x), { kind: "f32", rows, cols, addr: packed }, T);
+
+        const m = gpu.uploadF32Matrix(w, rows, cols, "w");
+        const out = gpu.f32Buffer(T * rows, "out");
+        gpu.matmul(out, upload(x), m, T);
+        const got = await run.readF32(out, T * rows);
+        expectClose(got, wasmRead(wantAddr, T * rows));
+
+        // The last token alone, through a matrix split into parts of a few rows.
+        gpu.matrixPartBytes = 4 * cols * randInt(rng, 1, 7);
+        const split = gpu.uploadF32Matrix(w, rows, cols, "w-split");
+        gpu.matrixPartBytes = Infinity;
+        const one = gpu.f32Buffer(rows, "one");
+        gpu.matmul(one, upload(x.slice((T - 1) * cols)), split, 1);
+        expect(await run.readF32(one, rows)).toEqual(got.slice((T - 1) * rows));
+      }
+    });
+
+    test("rmsnorm matches the wasm kernel on odd widths", async () => {
+      const rng = new Xoshiro128(22);
+      for (let iter = 0; iter < 8; iter++) {
+        const n = randInt(rng, 1, 200);
+        const T = randInt(rng, 1, 4);
+        const x = randomArray(rng, T * n, 3);
+        const w = randomArray(rng, n);
+        const want = mem.alloc(4 * T * n);
+        k.rmsnorm(want, wasmF32(x), wasmF32(w), T, n, 1e-5);
+        const out = gpu.f32Buffer(T * n, "out");
+        gpu.rmsnorm(out, upload(x), upload(w), T, n, 1e-5);
+        expectClose(await run.readF32(out, T * n), wasmRead(want, T * n));
+      }
+    });
+
+    for (const style of ["interleaved", "neox"] as const) {
+      test(`rope (${style}) matches the wasm kernel`, async () => {
+        const rng = new Xoshiro128(style === "neox" ? 23 : 24);
+        for (let iter = 0; iter < 6; iter++) {
+          const headDim = 2 * randInt(rng, 1, 12);
+          // Partial rotary on some iterations: the elements past ropeDim pass through.
+          const ropeDim = iter % 2 === 0 ? headDim : 2 * randInt(rng, 1, headDim / 2);
+          const nHeads = randInt(rng, 1, 4);
+          const rowStride = nHeads * headDim + randInt(rng, 0, 3);
+          const T = randInt(rng, 1, 5);
+          const seqLen = 32;
+          const half = ropeDim / 2;
+          const cos = new Float32Array(seqLen * half).map((_, i) => Math.cos(i * 0.37));
+          const sin = new Float32Array(seqLen * half).map((_, i) => Math.sin(i * 0.37));
+          const positions = new Int32Array(T).map(() => randInt(rng, 0, seqLen - 1));
+          const vec = randomArray(rng, T * rowStride);
+          const vAddr = wasmF32(vec);
+          const ropeWasm = style === "neox" ? k.ropeNeox : k.ropeInterleaved;
+          ropeWasm(vAddr, wasmI32(positions), T, nHeads, headDim, ropeDim, rowStride, wasmF32(cos), wasmF32(sin));
+          const buf = upload(vec);
+          gpu.rope(style, buf, upload(positions), T, nHeads, headDim, ropeDim, rowStride, upload(cos), upload(sin));
+          expectClose(await run.readF32(buf, T * rowStride), wasmRead(vAddr, T * rowStride), 1e-6);
+        }
+      });
+    }
+
+    test("swiglu, add and addRows match the wasm kernels", async () => {
+      const rng = new Xoshiro128(25);
+      const n = 333;
+      const g = randomArray(rng, n, 6);
+      const u = randomArray(rng, n, 2);
+      const gAddr = wasmF32(g);
+      k.swiglu(gAddr, wasmF32(u), n);
+      const gBuf = upload(g);
+      gpu.swiglu(gBuf, upload(u), 1, n);
+      expectClose(await run.readF32(gBuf, n), wasmRead(gAddr, n), 1e-5);
+
+      const x = randomArray(rng, n);
+      const y = randomArray(rng, n);
+      const xAddr = wasmF32(x);
+      k.addInPlace(xAddr, wasmF32(y), n);
+      const xBuf = upload(x);
+      gpu.add(xBuf, upload(y), n);
+      expect(await run.readF32(xBuf, n)).toEqual(wasmRead(xAddr, n));
+
+      const rows = 3, width = 111;
+      const z = randomArray(rng, rows * width);
+      const bias = randomArray(rng, width);
+      const zAddr = wasmF32(z);
+      k.addRows(zAddr, wasmF32(bias), rows, width);
+      const zBuf = upload(z);
+      gpu.addRows(zBuf, upload(bias), rows, width);
+      expect(await run.readF32(zBuf, rows * width)).toEqual(wasmRead(zAddr, rows * width));
+    });
+
+    test("gatherRows picks rows from a split table", async () => {
+      const rng = new Xoshiro128(26);
+      const rows = 13, cols = 7;
+      const table = randomArray(rng, rows * cols);
+      gpu.matrixPartBytes = 4 * cols * 4;
+      const m = gpu.uploadF32Matrix(table, rows, cols, "table");
+      gpu.matrixPartBytes = Infinity;
+      expect(m.parts.length).toBe(4);
+      const picks = new Int32Array([12, 0, 5, 5, 3]);
+      const out = gpu.f32Buffer(picks.length * cols, "out");
+      gpu.embed(out, m, upload(picks), picks.length);
+      const want = Array.from(picks).flatMap((r) => Array.from(table.subarray(r * cols, (r + 1) * cols)));
+      expect(Array.from(await run.readF32(out, picks.length * cols))).toEqual(want);
+    });
+  });
+}
+
+await describeKernels();
