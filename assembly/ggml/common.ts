@@ -30,22 +30,19 @@
  * are subnormal halves.)
  */
 @inline export function halfToF32(h: u32): f32 {
+  // Normal halves (nearly every scale): sign-extended, fields shifted into place, sign kept by the
+  // mask, exponent re-biased by an integer add. The rest (zeros, subnormals, inf/NaN) on a branch.
+  const signed = (<i32>(<i16>h) << 13) & 0x8fffe000;
+  if (<u32>((signed & 0x0fffe000) - 0x00800000) < 0x0f000000) return reinterpret<f32>(signed + 0x38000000);
+  return rareHalfToF32(h);
+}
+
+/** halfToF32 for zeros, subnormals (mantissa * 2^-24, a multiply of normal numbers), inf and NaN. */
+function rareHalfToF32(h: u32): f32 {
   const sign = (h & 0x8000) << 16;
   const em = h & 0x7fff;
   if (em < 0x0400) return reinterpret<f32>(reinterpret<u32>(<f32>em * <f32>5.9604644775390625e-8) | sign);
-  return reinterpret<f32>((em >= 0x7c00 ? (em << 13) | 0x7f800000 : (em << 13) + 0x38000000) | sign);
-}
-
-/** Four halves (in the low 16 bits of each i32 lane, zero-extended) to f32x4, as halfToF32. */
-@inline export function halvesToF32x4(h: v128): v128 {
-  const em = v128.and(h, i32x4.splat(0x7fff));
-  const shifted = i32x4.shl(em, 13);
-  const normal = i32x4.add(shifted, i32x4.splat(0x38000000));
-  const infNan = v128.or(shifted, i32x4.splat(0x7f800000));
-  const subnormal = f32x4.mul(f32x4.convert_i32x4_u(em), f32x4.splat(5.9604644775390625e-8));
-  let r = v128.bitselect(subnormal, normal, i32x4.lt_u(em, i32x4.splat(0x0400)));
-  r = v128.bitselect(infNan, r, i32x4.ge_u(em, i32x4.splat(0x7c00)));
-  return v128.or(r, i32x4.shl(v128.and(h, i32x4.splat(0x8000)), 16));
+  return reinterpret<f32>((em << 13) | 0x7f800000 | sign);
 }
 
 /** The half at p as f32. */

@@ -3,21 +3,34 @@
 // ============================================================================================
 //
 // The activations stay f32 (llama.cpp rounds them to the weight type; keeping them is more
-// exact). Per output element, four lanes accumulate the products of columns k = 4i + lane in
-// column order, acc = acc + w * x, then ((l0 + l1) + (l2 + l3)) and the columns past the last
-// multiple of 8 in order: the same operations for any T and any row range.
+// exact). Per output element, four accumulators of four lanes: column k of each 16 goes to
+// accumulator (k >> 2) & 3, lane k & 3, acc = acc + w * x in column order; then
+// (a0 + a1) + (a2 + a3) lane-wise, ((l0 + l1) + (l2 + l3)), and the columns past the last
+// multiple of 16 in order: the same operations for any T and any row range. (One accumulator
+// chains every add: four run 1.7x faster for BF16.)
 // matmulX(out, x, w, T, cols, outStride, rowStart, rowEnd).
 
-import { halfToF32, halvesToF32x4, sumLanes } from "./common";
+import { halfToF32, sumLanes } from "./common";
+
+/**
+ * Four halves, sign-extended to i32 lanes, to f32x4: shifted by 13 the sign fills bits 31..28
+ * and exponent and mantissa sit at 27..13, 112 below f32's bias; the mask keeps bit 31 and
+ * those, the multiply by 2^112 rebiases. Exact for every finite half, subnormals included (their
+ * operand is a subnormal f32, but measured here: weights of +-1e-4, 60% subnormal halves, 205 us
+ * against 197 us at 2048x768). Infinities and NaNs (no valid model holds them) come out as
+ * +-65536 * (1 + m/1024), where halfToF32 is exact. Measured against the exact select-based
+ * widening (subnormal, normal and inf/NaN paths blended): 6x faster under JSC.
+ */
+@inline function signedHalvesToF32x4(h: v128): v128 {
+  return f32x4.mul(v128.and(i32x4.shl(h, 13), i32x4.splat(0x8fffe000)), f32x4.splat(reinterpret<f32>(0x77800000)));
+}
 
 @inline function lowFour(h: v128, bf16: bool): v128 {
-  const u = i32x4.extend_low_i16x8_u(h);
-  return bf16 ? i32x4.shl(u, 16) : halvesToF32x4(u);
+  return bf16 ? i32x4.shl(i32x4.extend_low_i16x8_u(h), 16) : signedHalvesToF32x4(i32x4.extend_low_i16x8_s(h));
 }
 
 @inline function highFour(h: v128, bf16: bool): v128 {
-  const u = i32x4.extend_high_i16x8_u(h);
-  return bf16 ? i32x4.shl(u, 16) : halvesToF32x4(u);
+  return bf16 ? i32x4.shl(i32x4.extend_high_i16x8_u(h), 16) : signedHalvesToF32x4(i32x4.extend_high_i16x8_s(h));
 }
 
 @inline function scalarWeight(p: usize, bf16: bool): f32 {
@@ -25,18 +38,21 @@ import { halfToF32, halvesToF32x4, sumLanes } from "./common";
   return bf16 ? reinterpret<f32>(h << 16) : halfToF32(h);
 }
 
-/** Row `row` (cols 16-bit weights) dotted with the f32 vector x: SIMD over 8 columns at a time, then a scalar tail. */
+/** Row `row` (cols 16-bit weights) dotted with the f32 vector x: SIMD over 16 columns at a time, then a scalar tail. */
 @inline function rowDot(row: usize, x: usize, cols: i32, bf16: bool): f32 {
-  const c8 = cols & ~7;
-  let a = f32x4.splat(0);
-  for (let k = 0; k < c8; k += 8) {
-    const h = v128.load(row + <usize>(k * 2));
+  const c16 = cols & ~15;
+  let a0 = f32x4.splat(0), a1 = f32x4.splat(0), a2 = f32x4.splat(0), a3 = f32x4.splat(0);
+  for (let k = 0; k < c16; k += 16) {
+    const h0 = v128.load(row + <usize>(k * 2));
+    const h1 = v128.load(row + <usize>(k * 2), 16);
     const xp = x + (<usize>k << 2);
-    a = f32x4.add(a, f32x4.mul(lowFour(h, bf16), v128.load(xp)));
-    a = f32x4.add(a, f32x4.mul(highFour(h, bf16), v128.load(xp, 16)));
+    a0 = f32x4.add(a0, f32x4.mul(lowFour(h0, bf16), v128.load(xp)));
+    a1 = f32x4.add(a1, f32x4.mul(highFour(h0, bf16), v128.load(xp, 16)));
+    a2 = f32x4.add(a2, f32x4.mul(lowFour(h1, bf16), v128.load(xp, 32)));
+    a3 = f32x4.add(a3, f32x4.mul(highFour(h1, bf16), v128.load(xp, 48)));
   }
-  let s = sumLanes(a);
-  for (let k = c8; k < cols; k++) s += scalarWeight(row + <usize>(k * 2), bf16) * load<f32>(x + (<usize>k << 2));
+  let s = sumLanes(f32x4.add(f32x4.add(a0, a1), f32x4.add(a2, a3)));
+  for (let k = c16; k < cols; k++) s += scalarWeight(row + <usize>(k * 2), bf16) * load<f32>(x + (<usize>k << 2));
   return s;
 }
 

@@ -61,50 +61,35 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
   return isum;
 }
 
-/**
- * Rows rowA and rowB (only rowA when not `pair`) dotted with one token's activations (xq, xd,
- * xs at the token), written to outA and outB. Two rows share the activation loads; each row's
- * float sums are the same operations as alone.
- */
-@inline function rowPairDot(
-  kind: i32, pair: bool, rowA: usize, rowB: usize, xq: usize, xd: usize, xs: usize, cols: i32, outA: usize, outB: usize,
-): void {
+/** One row dotted with one token's activations (xq, xd, xs at the token). */
+@inline function rowDot(kind: i32, row: usize, xq: usize, xd: usize, xs: usize, cols: i32): f32 {
   const nb = cols >> 5;
   const bs = blockBytes(kind);
-  let accA = f32x4.splat(0), accB = f32x4.splat(0);
-  let minsA: f32 = 0, minsB: f32 = 0;
+  let acc = f32x4.splat(0);
+  let mins: f32 = 0;
   for (let g = 0; g < nb; g++) {
     const x0 = v128.load(xq + <usize>(g << 5));
     const x1 = v128.load(xq + <usize>(g << 5), 16);
     const xdg = load<f32>(xd + (<usize>g << 2));
-    const blkA = rowA + <usize>(g * bs), blkB = rowB + <usize>(g * bs);
-    accA = accumulate(accA, blockIsum(kind, blkA, x0, x1, xs, g), loadHalf(blkA) * xdg);
-    if (pair) accB = accumulate(accB, blockIsum(kind, blkB, x0, x1, xs, g), loadHalf(blkB) * xdg);
-    if (kind == Q4_1 || kind == Q5_1) {
-      const xsum = xdg * <f32>blockSum(xs, g);
-      minsA += loadHalf(blkA + 2) * xsum;
-      if (pair) minsB += loadHalf(blkB + 2) * xsum;
-    }
+    const blk = row + <usize>(g * bs);
+    acc = accumulate(acc, blockIsum(kind, blk, x0, x1, xs, g), loadHalf(blk) * xdg);
+    if (kind == Q4_1 || kind == Q5_1) mins += loadHalf(blk + 2) * (xdg * <f32>blockSum(xs, g));
   }
-  store<f32>(outA, sumLanes(accA) + minsA);
-  if (pair) store<f32>(outB, sumLanes(accB) + minsB);
+  return sumLanes(acc) + mins;
 }
 
 @inline function matmulLegacy(
   kind: i32, out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32,
 ): void {
   const rowBytes = (cols >> 5) * blockBytes(kind);
-  // Q8_0's sign handling needs more registers than a second row leaves: it goes row by row.
-  const step = kind == Q8_0 ? 1 : 2;
-  for (let r = rowStart; r < rowEnd; r += step) {
-    const pair = step == 2 && r + 1 < rowEnd;
-    const rowA = w + <usize>(r * rowBytes);
-    const rowB = rowA + <usize>rowBytes;
+  // One row at a time. Two rows per pass (sharing the activation loads) ran slower under JSC,
+  // from register pressure (one thread, us, pairs -> single: 2048x768 Q8_0 206 -> 100, Q5_0
+  // 185 -> 131, Q5_1 164 -> 146, Q4_0 79 -> 92, Q4_1 99 -> 112; 768x2048 Q4_0 158 -> 89, Q4_1
+  // 145 -> 110).
+  for (let r = rowStart; r < rowEnd; r++) {
+    const row = w + <usize>(r * rowBytes);
     for (let t = 0; t < T; t++) {
-      const o = out + (<usize>(t * outStride) << 2);
-      const x = xq + <usize>(t * cols), d = xd + (<usize>(t * (cols >> 5)) << 2), s = xs + (<usize>(t * (cols >> 4)) << 2);
-      if (pair) rowPairDot(kind, true, rowA, rowB, x, d, s, cols, o + (<usize>r << 2), o + (<usize>(r + 1) << 2));
-      else rowPairDot(kind, false, rowA, rowA, x, d, s, cols, o + (<usize>r << 2), 0);
+      store<f32>(out + (<usize>(t * outStride + r) << 2), rowDot(kind, row, xq + <usize>(t * cols), xd + (<usize>(t * (cols >> 5)) << 2), xs + (<usize>(t * (cols >> 4)) << 2), cols));
     }
   }
 }
