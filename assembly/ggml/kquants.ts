@@ -127,33 +127,21 @@ const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
   return i32x4.add(isum, i32x4.add(scaledDot(v128.load(x, 32), hi0, sHi), scaledDot(v128.load(x, 48), hi1, sHi)));
 }
 
-/** isum + half n (128 values) of a Q6_K super-block; sc holds its 8 sub-block scales as i16. */
-@inline function halfQ6K(isum: v128, blk: usize, xq: usize, n: i32, sc: v128): v128 {
-  const ql = blk + <usize>(64 * n);
-  let h0 = v128.load(blk + 128 + <usize>(32 * n));
-  let h1 = v128.load(blk + 144 + <usize>(32 * n));
-  const qlA = v128.load(ql), qlB = v128.load(ql, 16), qlC = v128.load(ql, 32), qlD = v128.load(ql, 48);
-  const x = xq + <usize>(128 * n);
-  // Values l + 32k of the half: a nibble of ql[l] (k = 0, 2) or ql[l + 32] (k = 1, 3), low for
-  // k < 2, and bits 2k, 2k + 1 of qh[l] above it.
-  isum = i32x4.add(isum, i32x4.add(
-    scaledDot(v128.load(x), v128.or(v128.and(qlA, LOW_NIBBLES), i16x8.shl(v128.and(h0, THREE), 4)), lane16(sc, 0)),
-    scaledDot(v128.load(x, 16), v128.or(v128.and(qlB, LOW_NIBBLES), i16x8.shl(v128.and(h1, THREE), 4)), lane16(sc, 1))));
-  h0 = i16x8.shr_u(h0, 2);
-  h1 = i16x8.shr_u(h1, 2);
-  isum = i32x4.add(isum, i32x4.add(
-    scaledDot(v128.load(x, 32), v128.or(v128.and(qlC, LOW_NIBBLES), i16x8.shl(v128.and(h0, THREE), 4)), lane16(sc, 2)),
-    scaledDot(v128.load(x, 48), v128.or(v128.and(qlD, LOW_NIBBLES), i16x8.shl(v128.and(h1, THREE), 4)), lane16(sc, 3))));
-  h0 = i16x8.shr_u(h0, 2);
-  h1 = i16x8.shr_u(h1, 2);
-  isum = i32x4.add(isum, i32x4.add(
-    scaledDot(v128.load(x, 64), v128.or(highNibbles(qlA), i16x8.shl(v128.and(h0, THREE), 4)), lane16(sc, 4)),
-    scaledDot(v128.load(x, 80), v128.or(highNibbles(qlB), i16x8.shl(v128.and(h1, THREE), 4)), lane16(sc, 5))));
-  h0 = i16x8.shr_u(h0, 2);
-  h1 = i16x8.shr_u(h1, 2);
-  return i32x4.add(isum, i32x4.add(
-    scaledDot(v128.load(x, 96), v128.or(highNibbles(qlC), i16x8.shl(v128.and(h0, THREE), 4)), lane16(sc, 6)),
-    scaledDot(v128.load(x, 112), v128.or(highNibbles(qlD), i16x8.shl(v128.and(h1, THREE), 4)), lane16(sc, 7))));
+/**
+ * isum + quarter h of half n of a Q6_K super-block: positions l = 16h..16h+15 of the half's four
+ * 32-value groups (values l + 32k). Working a quarter at a time keeps three weight registers live
+ * (the 16 low-bit bytes of ql[l], ql[l + 32] and the 16 high-bit bytes of qh[l]); a whole half
+ * at once spilled. sc holds the half's 8 sub-block scales as i16: value l + 32k is sub-block 2k + h.
+ */
+@inline function quarterQ6K(isum: v128, blk: usize, xq: usize, n: i32, h: i32, sc: v128): v128 {
+  const l0 = v128.load(blk + <usize>(64 * n + 16 * h));
+  const l1 = v128.load(blk + <usize>(64 * n + 32 + 16 * h));
+  const hb = v128.load(blk + 128 + <usize>(32 * n + 16 * h));
+  const x = xq + <usize>(128 * n + 16 * h);
+  isum = i32x4.add(isum, scaledDot(v128.load(x), v128.or(v128.and(l0, LOW_NIBBLES), i16x8.shl(v128.and(hb, THREE), 4)), lane16(sc, h)));
+  isum = i32x4.add(isum, scaledDot(v128.load(x, 32), v128.or(v128.and(l1, LOW_NIBBLES), i16x8.shl(v128.and(i16x8.shr_u(hb, 2), THREE), 4)), lane16(sc, 2 + h)));
+  isum = i32x4.add(isum, scaledDot(v128.load(x, 64), v128.or(highNibbles(l0), i16x8.shl(v128.and(i16x8.shr_u(hb, 4), THREE), 4)), lane16(sc, 4 + h)));
+  return i32x4.add(isum, scaledDot(v128.load(x, 96), v128.or(highNibbles(l1), i16x8.shl(v128.and(i16x8.shr_u(hb, 6), THREE), 4)), lane16(sc, 6 + h)));
 }
 
 /**
@@ -184,14 +172,16 @@ const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
     minSum = i32x4.extract_lane(m, 0) + i32x4.extract_lane(m, 1) + i32x4.extract_lane(m, 2) + i32x4.extract_lane(m, 3);
   } else if (kind == Q6_K) {
     const scales = v128.load(blk, 192);
-    isum = halfQ6K(isum, blk, xq, 0, i16x8.extend_low_i8x16_s(scales));
-    isum = halfQ6K(isum, blk, xq, 1, i16x8.extend_high_i8x16_s(scales));
-    // Values are u - 32: take out 32 x the scaled sums, 8 per lane.
     const lo = i16x8.extend_low_i8x16_s(scales), hi = i16x8.extend_high_i8x16_s(scales);
-    const o = i32x4.add(
-      i32x4.add(i32x4.mul(i32x4.extend_low_i16x8_s(lo), v128.load(xs)), i32x4.mul(i32x4.extend_high_i16x8_s(lo), v128.load(xs, 16))),
-      i32x4.add(i32x4.mul(i32x4.extend_low_i16x8_s(hi), v128.load(xs, 32)), i32x4.mul(i32x4.extend_high_i16x8_s(hi), v128.load(xs, 48))),
-    );
+    isum = quarterQ6K(isum, blk, xq, 0, 0, lo);
+    isum = quarterQ6K(isum, blk, xq, 0, 1, lo);
+    isum = quarterQ6K(isum, blk, xq, 1, 0, hi);
+    isum = quarterQ6K(isum, blk, xq, 1, 1, hi);
+    // Values are u - 32: take out 32 x the scaled sums, 8 per lane. The 16-value sums fit i16
+    // (at most 16 x 127), so one multiply-add of pairs does it.
+    const sums0 = i16x8.narrow_i32x4_s(v128.load(xs), v128.load(xs, 16));
+    const sums1 = i16x8.narrow_i32x4_s(v128.load(xs, 32), v128.load(xs, 48));
+    const o = i32x4.add(i32x4.dot_i16x8_s(sums0, lo), i32x4.dot_i16x8_s(sums1, hi));
     const offset = i32x4.extract_lane(o, 0) + i32x4.extract_lane(o, 1) + i32x4.extract_lane(o, 2) + i32x4.extract_lane(o, 3);
     isum = i32x4.sub(isum, i32x4.splat(offset << 3));
   } else {
