@@ -70,16 +70,16 @@ function writeModel(arch: Arch, mix: ModelMix, vocabFile: string, vocabSize: num
 }
 
 /** Every position's logits of `tokens`, from the engine (teacher forcing). */
-function engineLogits(llm: LLM, tokens: number[]): Float32Array[] {
+async function engineLogits(llm: LLM, tokens: number[]): Promise<Float32Array[]> {
   const rows: Float32Array[] = [];
-  llm.engine.score(tokens, (_, logits) => rows.push(logits.slice()));
+  await llm.engine.score(tokens, (_, logits) => rows.push(logits.slice()));
   return rows;
 }
 
 describeShared("GGUF architectures against the float64 reference", ["models/gguf/stories260K.gguf"], ([vocab]) => {
   const tokens = [1, 200, 37, 450, 12, 99, 300, 5, 77, 402, 256, 3, 8, 511, 41, 142, 17, 18, 19, 300];
   for (const arch of ["llama", "qwen2", "qwen3"] as const) {
-    test(`${arch}: F32 logits at every position`, () => {
+    test(`${arch}: F32 logits at every position`, async () => {
       const path = writeModel(arch, "F32", vocab!, 512);
       const llm = LLM.load({ model: path, tokenizer: path, engine: { threads: THREADS } });
       try {
@@ -87,7 +87,7 @@ describeShared("GGUF architectures against the float64 reference", ["models/gguf
         const c = llm.config;
         const { weights, extras } = referenceWeights(path, c);
         const ref = new ReferenceTransformer(c, weights, extras);
-        const got = engineLogits(llm, tokens);
+        const got = await engineLogits(llm, tokens);
         tokens.forEach((tok, pos) => {
           const want = ref.forward(tok, pos);
           let worst = 0;

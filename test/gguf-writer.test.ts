@@ -272,7 +272,7 @@ describeShared("written models", ["vocab/ggml-vocab-smollm.gguf", "models/gguf/s
     });
   }
 
-  test("Q8_0, F16 and F32 models of each architecture load and run", () => {
+  test("Q8_0, F16 and F32 models of each architecture load and run", async () => {
     for (const arch of ["llama", "qwen2", "qwen3"] as const) {
       for (const mix of ["F32", "F16", "Q8_0"] as const) {
         const path = join(dir, `${arch}-${mix}.gguf`);
@@ -281,7 +281,7 @@ describeShared("written models", ["vocab/ggml-vocab-smollm.gguf", "models/gguf/s
         try {
           expect(llm.checkpoint.format).toBe(`GGUF v3 ${arch} ${mix}`);
           const logits: Float32Array[] = [];
-          llm.engine.score([1, 20, 30], (_, row) => logits.push(row.slice()));
+          await llm.engine.score([1, 20, 30], (_, row) => logits.push(row.slice()));
           expect(logits.length).toBeGreaterThan(0);
           for (const row of logits) expect(row.every(Number.isFinite)).toBe(true);
         } finally {

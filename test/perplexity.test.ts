@@ -62,9 +62,9 @@ describeShared(
     });
     afterAll(() => llm.close());
 
-    test("same tokens as llama.cpp and log-probabilities within its F32 rule", () => {
+    test("same tokens as llama.cpp and log-probabilities within its F32 rule", async () => {
       const want = JSON.parse(readFileSync(ref!, "utf8")) as { tokens: number[]; logprobs: [number, number][] };
-      const got = llm.score(readFileSync(story!, "utf8"));
+      const got = await llm.score(readFileSync(story!, "utf8"));
       expect(got.tokens).toEqual(want.tokens);
       expect(got.token_logprobs.length).toBe(want.tokens.length - 1);
       const meanDiff = want.logprobs.reduce((a, [lp], i) => a + Math.abs(lp - got.token_logprobs[i]!), 0) / want.logprobs.length;
@@ -75,21 +75,21 @@ describeShared(
       expect(got.ppl).toBeCloseTo(Math.exp(-mean), 10);
     });
 
-    test("windows: the first window scores what a single pass scores, bit for bit; every transition once", () => {
+    test("windows: the first window scores what a single pass scores, bit for bit; every transition once", async () => {
       const text = readFileSync(story!, "utf8");
-      const whole = llm.score(text);
-      const windowed = llm.score(text, 100);
+      const whole = await llm.score(text);
+      const windowed = await llm.score(text, 100);
       expect(windowed.token_logprobs.length).toBe(whole.token_logprobs.length);
       expect(windowed.token_logprobs.slice(0, 100)).toEqual(whole.token_logprobs.slice(0, 100));
       // Later windows start with an empty cache, so they differ from the single pass.
       expect(windowed.token_logprobs.slice(100)).not.toEqual(whole.token_logprobs.slice(100));
     });
 
-    test("scores do not depend on the chunk a scoring step takes", () => {
+    test("scores do not depend on the chunk a scoring step takes", async () => {
       const text = readFileSync(story!, "utf8");
       const small = LLM.load({ model: model!, tokenizer: tokenizer!, engine: { threads: THREADS, maxNumSeqs: 7 } });
       try {
-        expect(small.score(text).token_logprobs).toEqual(llm.score(text).token_logprobs);
+        expect((await small.score(text)).token_logprobs).toEqual((await llm.score(text)).token_logprobs);
       } finally {
         small.close();
       }
@@ -98,7 +98,7 @@ describeShared(
     test("generation's logprobs equal teacher-forced scores of the generated text, bit for bit", async () => {
       const [r] = await llm.generate([{ prompt: "Once upon a time", maxTokens: 24, temperature: 0, logprobs: 3 }]);
       const prompt = llm.encode("Once upon a time");
-      const scored = llm.score([...prompt, ...r!.token_ids]);
+      const scored = await llm.score([...prompt, ...r!.token_ids]);
       r!.logprobs!.forEach((entry, k) => {
         const i = prompt.length - 1 + k;
         expect(entry.token_id).toBe(r!.token_ids[k]!);

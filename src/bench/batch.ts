@@ -91,11 +91,11 @@ export async function runBatchBench(o: BatchBenchOptions): Promise<BatchResult> 
           matmulShape: [c.hiddenDim, c.dim],
         };
         // Warm the engine's code paths once (JIT tiers), so each batch size needs no warm-up repetition of its own.
-        measureBatch(llm.engine, { ...o, numSeqs: Math.min(4, maxSeqs), steps: 2, warmupSteps: 0, warmup: 0, reps: 1 });
+        await measureBatch(llm.engine, { ...o, numSeqs: Math.min(4, maxSeqs), steps: 2, warmupSteps: 0, warmup: 0, reps: 1 });
         const rows: BatchRow[] = [];
         for (const seqs of o.batchSizes) {
           progress(`${model.label}: ${seqs} sequence(s), ${threads} thread(s)`);
-          const m = measureBatch(llm.engine, { ...o, numSeqs: seqs, seed: o.seed + seqs });
+          const m = await measureBatch(llm.engine, { ...o, numSeqs: seqs, seed: o.seed + seqs });
           const tps = m.decodeTokensPerSecond.median;
           const weightGflops = (2 * model.matmulParams * tps) / 1e9;
           // Ceilings are the best repetition: interference from other processes only ever slows one.

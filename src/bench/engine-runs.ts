@@ -104,7 +104,7 @@ export function batchPositions(o: Pick<BatchOptions, "numSeqs" | "promptTokens" 
  * `steps` steps in which every sequence decodes one token. The sequences are aborted after, so
  * each repetition starts from an empty batch.
  */
-export function measureBatch(engine: LLMEngine, o: BatchOptions): BatchMeasurement {
+export async function measureBatch(engine: LLMEngine, o: BatchOptions): Promise<BatchMeasurement> {
   const positions = batchPositions(o, engine.options.maxNumBatchedTokens);
   if (positions > engine.maxPositions) {
     throw new InputError(`a batch sequence needs ${positions} positions; the model's context (or KV pool) holds ${engine.maxPositions}`);
@@ -122,13 +122,13 @@ export function measureBatch(engine: LLMEngine, o: BatchOptions): BatchMeasureme
     );
     try {
       let t0 = performance.now();
-      while (seqs.some((s) => !s.isFinished && s.outputTokenIds.length === 0)) engine.step();
+      while (seqs.some((s) => !s.isFinished && s.outputTokenIds.length === 0)) await engine.step();
       const prefillSeconds = (performance.now() - t0) / 1000;
-      for (let i = 0; i < o.warmupSteps; i++) engine.step();
+      for (let i = 0; i < o.warmupSteps; i++) await engine.step();
       let tokens = 0;
       t0 = performance.now();
       for (let i = 0; i < o.steps; i++) {
-        const n = engine.step().length;
+        const n = (await engine.step()).length;
         tokens += n;
         if (rep >= 0) {
           batchSum += n;

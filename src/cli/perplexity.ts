@@ -42,7 +42,7 @@ async function runPerplexity(values: ParsedValues): Promise<void> {
   const llm = await loadLLM(values);
   try {
     const t0 = performance.now();
-    const result = llm.score(text);
+    const result = await llm.score(text);
     const seconds = (performance.now() - t0) / 1000;
     if (result.tokens.length < 2) throw new InputError(`${file}: the text has ${result.tokens.length} token(s), perplexity needs at least 2`);
     if (values.json === true) {

@@ -13,9 +13,12 @@ import type { HashAlgorithm } from "../kv/block-hash.ts";
 import { StepBatch } from "../model/batch.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
-import { LlamaModel } from "../model/llama.ts";
-import { loadWeights, weightBytes, type LoadProgress } from "../model/weights.ts";
+import { loadWeights, weightBytes, type LoadProgress, type ModelWeights } from "../model/weights.ts";
 import { MAX_PAGES } from "../backend/wasm.ts";
+import { WasmForward } from "../backend/wasm-forward.ts";
+import type { WebGpuBackend } from "../backend/webgpu/backend.ts";
+import { WebGpuForward } from "../backend/webgpu/webgpu-forward.ts";
+import type { ModelForward } from "./model-forward.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { sampledLogprob } from "./logprobs.ts";
 import { ModelRunner } from "./model-runner.ts";
@@ -91,7 +94,10 @@ export interface EngineStats {
 
 export class LLMEngine {
   readonly config: ModelConfig;
+  /** Host side: linear memory for the weights as loaded and the step batch; WebAssembly's kernels. */
   readonly backend: CpuBackend;
+  /** The forward pass's backend: WebAssembly, or WebGPU when constructed with a GPU. */
+  readonly model: ModelForward;
   readonly kv: KVCacheManager;
   readonly numBlocks: number;
   /** Positions one sequence can reach: the context, or less when the whole pool holds less. */
@@ -106,18 +112,20 @@ export class LLMEngine {
     readonly tokenizer: Tokenizer,
     readonly options: EngineOptions = DEFAULT_ENGINE_OPTIONS,
     onLoadProgress?: LoadProgress,
+    /** Run the forward pass on this WebGPU backend (its owner closes it after the engine); absent: WebAssembly. */
+    gpu?: WebGpuBackend,
   ) {
     const c = withContext(checkpoint.config, options.ctxSize);
     this.config = c;
     const o = options;
-    this.numBlocks = o.numBlocks ?? defaultNumBlocks(c, o);
-    checkMemoryFits(checkpoint, c, o, this.numBlocks);
-    this.backend = new CpuBackend(options.threads);
+    this.numBlocks = o.numBlocks ?? defaultNumBlocks(c, o, gpu === undefined ? Infinity : WebGpuForward.maxBlocks(gpu, c, o.blockSize));
+    checkMemoryFits(checkpoint, c, o, gpu === undefined ? this.numBlocks : 0);
+    // On WebGPU the host only looks up ggml embedding rows: no worker threads.
+    this.backend = new CpuBackend(gpu === undefined ? options.threads : 1);
     const weights = loadWeights(checkpoint, this.backend.mem, this.backend.kernels, onLoadProgress);
     this.maxPositions = Math.min(c.seqLen, this.numBlocks * o.blockSize);
-    const model = new LlamaModel(c, weights, this.backend, o.maxNumBatchedTokens, o.maxNumSeqs);
-    const arena = new KVArena(this.backend.mem, c, this.numBlocks, o.blockSize);
     const batch = new StepBatch(this.backend.mem, o.maxNumBatchedTokens, o.maxNumSeqs, Math.ceil(c.seqLen / o.blockSize), o.blockSize);
+    this.model = createForward(c, weights, this.backend, batch, this.numBlocks, gpu);
     this.kv = new KVCacheManager({
       numBlocks: this.numBlocks,
       blockSize: o.blockSize,
@@ -130,7 +138,7 @@ export class LLMEngine {
       maxNumSeqs: o.maxNumSeqs,
       policy: o.schedule,
     });
-    this.runner = new ModelRunner(model, arena, this.kv, batch);
+    this.runner = new ModelRunner(this.model, this.kv, batch);
     // Every end-of-generation token of the vocabulary (EOS, EOT, <|im_end|>, ...), as llama.cpp's is_eog.
     const stops = new Set([...checkpoint.extraStopTokenIds, ...tokenizer.eogIds]);
     if (tokenizer.eosId !== null) stops.add(tokenizer.eosId);
@@ -159,7 +167,7 @@ export class LLMEngine {
   }
 
   /** One step: schedule, run the batch, sample and check stops. */
-  step(): StepEvent[] {
+  async step(): Promise<StepEvent[]> {
     const out = this.scheduler.schedule();
     if (out.scheduled.length === 0) {
       // With nothing running every block is free, and addRequest only accepts requests that fit
@@ -169,7 +177,7 @@ export class LLMEngine {
       }
       return [];
     }
-    const logits = this.runner.execute(out.scheduled);
+    const logits = await this.runner.execute(out.scheduled);
     this.scheduler.update(out);
     const events: StepEvent[] = [];
     out.scheduled.forEach(({ req: seq }, i) => {
@@ -191,7 +199,7 @@ export class LLMEngine {
    * and batch invariance makes the logits the same bits as one pass would give. The tokens must
    * fit the context and the free blocks of the pool.
    */
-  score(tokens: readonly number[], onLogits: (position: number, logits: Float32Array) => void): void {
+  async score(tokens: readonly number[], onLogits: (position: number, logits: Float32Array) => void): Promise<void> {
     if (tokens.length === 0) return;
     if (tokens.length > this.maxPositions) {
       throw new RequestTooLongError(`${tokens.length} tokens do not fit the context of ${this.maxPositions}`);
@@ -204,7 +212,7 @@ export class LLMEngine {
       const blockTable = this.kv.getBlockIds(req);
       const chunk = this.runner.maxScoredTokens;
       for (let start = 0; start < tokens.length; start += chunk) {
-        const rows = this.runner.scoreChunk(tokens.slice(start, start + chunk), start, blockTable);
+        const rows = await this.runner.scoreChunk(tokens.slice(start, start + chunk), start, blockTable);
         rows.forEach((row, i) => onLogits(start + i, row));
       }
     } finally {
@@ -235,8 +243,9 @@ export class LLMEngine {
     };
   }
 
-  /** Stop the worker threads; the engine cannot run afterwards. */
+  /** Stop the worker threads and free the model's GPU buffers; the engine cannot run afterwards. */
   close(): void {
+    this.model.close();
     this.backend.close();
   }
 
@@ -280,15 +289,29 @@ export class LLMEngine {
   }
 }
 
+/** The forward pass on the chosen backend, its buffers sized for the engine's largest step. */
+function createForward(c: ModelConfig, weights: ModelWeights, cpu: CpuBackend, batch: StepBatch, numBlocks: number, gpu?: WebGpuBackend): ModelForward {
+  if (gpu === undefined) return new WasmForward(c, weights, cpu, batch.maxTokens, batch.maxLogitRows, numBlocks, batch.blockSize);
+  return new WebGpuForward(c, weights, cpu, gpu, {
+    maxTokens: batch.maxTokens,
+    // A step's logit rows are some of its tokens.
+    maxLogits: Math.min(batch.maxLogitRows, batch.maxTokens),
+    maxSeqs: batch.maxSeqs,
+    maxBlocksPerSeq: batch.maxBlocksPerSeq,
+    numBlocks,
+    blockSize: batch.blockSize,
+  });
+}
+
 /**
  * Refuse, before anything is allocated, a model whose weights, KV pool and step buffers cannot
  * share the 4 GiB of a wasm32 memory. The buffers are estimated from the largest step: activations
  * of maxNumBatchedTokens tokens, logits of maxNumSeqs rows, RoPE tables of the context.
  */
-function checkMemoryFits(checkpoint: Checkpoint, c: ModelConfig, o: EngineOptions, numBlocks: number): void {
+function checkMemoryFits(checkpoint: Checkpoint, c: ModelConfig, o: EngineOptions, kvBlocksInMemory: number): void {
   const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
   const weights = weightBytes(checkpoint);
-  const kv = numBlocks * KVArena.bytesPerBlock(c, o.blockSize);
+  const kv = kvBlocksInMemory * KVArena.bytesPerBlock(c, o.blockSize);
   const width = Math.max(c.dim, c.hiddenDim, c.nHeads * c.headDim);
   const buffers = 4 * o.maxNumBatchedTokens * (6 * width + 2 * c.hiddenDim) + 4 * o.maxNumSeqs * (c.vocabSize + c.dim) +
     4 * c.seqLen * (c.ropeDim ?? c.headDim) + (8 << 20);
@@ -311,10 +334,13 @@ export function withContext(c: ModelConfig, ctxSize: number | null): ModelConfig
   return seqLen === c.seqLen ? c : { ...c, seqLen };
 }
 
-/** Blocks for kvCacheMb, but no more than every sequence at full context could use. */
-function defaultNumBlocks(c: ModelConfig, o: EngineOptions): number {
+/**
+ * Blocks for kvCacheMb, but no more than every sequence at full context could use, nor than the
+ * backend holds per layer (maxBlocks: one GPU storage binding per layer's K or V).
+ */
+function defaultNumBlocks(c: ModelConfig, o: EngineOptions, maxBlocks: number): number {
   const perBlock = KVArena.bytesPerBlock(c, o.blockSize);
   const fromBudget = Math.floor((o.kvCacheMb * 2 ** 20) / perBlock);
   const forAllSeqs = o.maxNumSeqs * Math.ceil(c.seqLen / o.blockSize);
-  return Math.max(1, Math.min(fromBudget, forAllSeqs));
+  return Math.max(1, Math.min(fromBudget, forAllSeqs, maxBlocks));
 }

@@ -17,6 +17,7 @@ import { ChatTemplateError, type ChatMessage } from "../chat/jinja-template.ts";
 import { logSumExp } from "./logprobs.ts";
 import { argmax } from "./sampler.ts";
 import type { FinishReason, GenerationParams, Sequence } from "./sequence.ts";
+import type { WebGpuBackend } from "../backend/webgpu/backend.ts";
 
 export interface LoadOptions {
   /** Path of the model file (GGUF, or a llama2.c checkpoint). */
@@ -33,6 +34,11 @@ export interface LoadOptions {
   chatTemplate?: string;
   /** More variables for the chat template (`enable_thinking`, ...), as llama.cpp's --chat-template-kwargs. */
   chatTemplateKwargs?: Readonly<Record<string, unknown>>;
+  /**
+   * Run the forward pass on this WebGPU backend (see selectDevice and WebGpuBackend.create; the
+   * caller closes it after the LLM). Absent: WebAssembly.
+   */
+  gpu?: WebGpuBackend;
 }
 
 /** One generation request; every field but `prompt`/`promptTokenIds` falls back to a default. */
@@ -139,7 +145,7 @@ export class LLM {
     if (tokenizerPath === undefined) throw new InputError(`${opts.model}: a llama2.c checkpoint carries no vocabulary; name a tokenizer`);
     const { tokenizer, addBos, chatTemplate } = loadTokenizer(tokenizerPath, { modelVocabSize: checkpoint.config.vocabSize });
     const format = chatFormat(opts.chatTemplate, chatTemplate, opts.model, tokenizer, opts.chatTemplateKwargs);
-    const engine = new LLMEngine(checkpoint, tokenizer, { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine }, opts.onLoadProgress);
+    const engine = new LLMEngine(checkpoint, tokenizer, { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine }, opts.onLoadProgress, opts.gpu);
     return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0, format);
   }
 
@@ -173,13 +179,13 @@ export class LLM {
    * with an empty KV cache; every position predicts the token after it, the last of a window the
    * first of the next, so each of the n - 1 transitions is scored exactly once.
    */
-  score(input: string | readonly number[], window = this.engine.maxPositions): ScoreResult {
+  async score(input: string | readonly number[], window = this.engine.maxPositions): Promise<ScoreResult> {
     const tokens = typeof input === "string" ? this.encode(input) : [...input];
     if (!Number.isInteger(window) || window < 1) throw new InputError(`scoring window must be a positive integer, got ${window}`);
     const tokenLogprobs: number[] = [];
     const topTokens: number[] = [];
     for (let start = 0; start + 1 < tokens.length; start += window) {
-      this.engine.score(tokens.slice(start, start + window), (i, logits) => {
+      await this.engine.score(tokens.slice(start, start + window), (i, logits) => {
         const next = tokens[start + i + 1];
         if (next === undefined) return;
         tokenLogprobs.push(logits[next]! - logSumExp(logits));
@@ -228,7 +234,7 @@ export class LLM {
           yield* this.report(this.engine.abortAll());
           break;
         }
-        yield* this.report(this.engine.step());
+        yield* this.report(await this.engine.step());
         if (performance.now() - lastYield > YIELD_EVERY_MS) {
           await new Promise((resolve) => setImmediate(resolve));
           lastYield = performance.now();

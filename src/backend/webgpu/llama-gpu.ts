@@ -5,8 +5,8 @@
  * a KV arena of the same shape, here kept in GPU buffers. Weights are copied from the loaded
  * ModelWeights: f32 matrices unpacked from their 4-row panels to row-major, ggml blocks as they
  * are. A ggml embedding table is looked up by the WebAssembly kernel (T rows per step) and the rows
- * uploaded. A stepping stone until the lead's shared backend interface lets LlamaModel drive
- * either backend; "runq" numerics and int8 (q8) llama2.c matrices are WebAssembly-only.
+ * uploaded. The engine drives it through WebGpuForward (the ModelForward seam); "runq" numerics
+ * and int8 (q8) llama2.c matrices are WebAssembly-only and refused here with a DeviceError.
  */
 import { SEQ_INFO_INTS } from "../kernels.ts";
 import type { CpuBackend } from "../cpu.ts";
@@ -53,6 +53,8 @@ export class GpuLlamaModel {
   private readonly ropeSin: GPUBuffer;
   private readonly act: Record<"x" | "xb" | "xb2" | "q" | "k" | "v" | "att" | "hb" | "hb2" | "xLogits" | "logits", GPUBuffer>;
   private readonly inputs: StepInputs;
+  /** Every buffer this model created, destroyed by destroy(). */
+  private readonly owned: GPUBuffer[] = [];
 
   constructor(
     readonly config: ModelConfig,
@@ -71,8 +73,13 @@ export class GpuLlamaModel {
     if ((c.numerics ?? "default") !== "default") throw new DeviceError(`webgpu: ${c.numerics} numerics run on WebAssembly only`);
     const kvDim = c.nKvHeads * c.headDim;
     const qDim = queryDim(c);
-    const vector = (addr: number, n: number, label: string) => gpu.bufferFrom(cpu.mem.f32.slice(addr >> 2, (addr >> 2) + n), label);
-    const matrix = (m: WeightMatrix, label: string) => uploadMatrix(gpu, cpu, m, label);
+    const own = (b: GPUBuffer) => (this.owned.push(b), b);
+    const vector = (addr: number, n: number, label: string) => own(gpu.bufferFrom(cpu.mem.f32.slice(addr >> 2, (addr >> 2) + n), label));
+    const matrix = (m: WeightMatrix, label: string) => {
+      const up = uploadMatrix(gpu, cpu, m, label);
+      for (const part of up.parts) own(part.buffer);
+      return up;
+    };
     const arena = c.nKvHeads * numBlocks * blockSize * c.headDim;
     this.layers = weights.layers.map((L, l) => ({
       attnNorm: vector(L.attnNorm, c.dim, `attn_norm.${l}`),
@@ -83,22 +90,22 @@ export class GpuLlamaModel {
         q: vector(L.qkvBias.q, qDim, `q_bias.${l}`), k: vector(L.qkvBias.k, kvDim, `k_bias.${l}`), v: vector(L.qkvBias.v, kvDim, `v_bias.${l}`),
       },
       qkNorm: L.qkNorm && { q: vector(L.qkNorm.q, c.headDim, `q_norm.${l}`), k: vector(L.qkNorm.k, c.headDim, `k_norm.${l}`) },
-      k: gpu.f32Buffer(arena, `k_cache.${l}`), v: gpu.f32Buffer(arena, `v_cache.${l}`),
+      k: own(gpu.f32Buffer(arena, `k_cache.${l}`)), v: own(gpu.f32Buffer(arena, `v_cache.${l}`)),
     }));
     const table = weights.tokenEmbedding;
     this.embedding = table.kind === "f32" ? matrix(table, "token_embd") : null;
     this.cpuEmbedding = table.kind === "f32" ? null : { table, rows: cpu.mem.alloc(4 * maxTokens * c.dim) };
     this.output = weights.output === table && this.embedding !== null ? this.embedding : matrix(weights.output, "output");
     this.outputNorm = vector(weights.outputNorm, c.dim, "output_norm");
-    [this.ropeCos, this.ropeSin] = this.ropeTables();
-    const f32 = (n: number, label: string) => gpu.f32Buffer(n, label);
+    [this.ropeCos, this.ropeSin] = this.ropeTables().map(own) as [GPUBuffer, GPUBuffer];
+    const f32 = (n: number, label: string) => own(gpu.f32Buffer(n, label));
     this.act = {
       x: f32(maxTokens * c.dim, "x"), xb: f32(maxTokens * c.dim, "xb"), xb2: f32(maxTokens * c.dim, "xb2"),
       q: f32(maxTokens * qDim, "q"), k: f32(maxTokens * kvDim, "k"), v: f32(maxTokens * kvDim, "v"),
       att: f32(maxTokens * Math.max(qDim, kvDim), "att"), hb: f32(maxTokens * c.hiddenDim, "hb"), hb2: f32(maxTokens * c.hiddenDim, "hb2"),
       xLogits: f32(maxLogits * c.dim, "x_logits"), logits: f32(maxLogits * c.vocabSize, "logits"),
     };
-    const i32 = (n: number, label: string) => gpu.runner.buffer(4 * n, label);
+    const i32 = (n: number, label: string) => own(gpu.runner.buffer(4 * n, label));
     this.inputs = {
       tokens: i32(maxTokens, "tokens"), positions: i32(maxTokens, "positions"), slots: i32(maxTokens, "slots"),
       seqInfo: i32(maxSeqs * SEQ_INFO_INTS, "seq_info"), tables: i32(maxSeqs * maxBlocksPerSeq, "block_tables"),
@@ -173,6 +180,13 @@ export class GpuLlamaModel {
     g.rmsnorm(a.xLogits, a.xb, this.outputNorm, R, c.dim, c.normEps);
     g.matmul(a.logits, a.xLogits, this.output, R);
     return g.runner.readF32(a.logits, R * c.vocabSize);
+  }
+
+  /** Free the model's GPU buffers (weights, KV arena, activations); the model cannot run afterwards. */
+  destroy(): void {
+    this.gpu.runner.forgetBindGroups();
+    for (const b of this.owned) b.destroy();
+    this.owned.length = 0;
   }
 
   /** Embedding rows of a ggml table, dequantized by the WebAssembly kernel and uploaded to x. */

@@ -156,6 +156,11 @@ export class GpuRunner {
     return group;
   }
 
+  /** Drop every cached bind group (before the buffers they bind are destroyed). */
+  forgetBindGroups(): void {
+    this.clearBindGroups();
+  }
+
   private clearBindGroups(): void {
     // Recorded but unsubmitted dispatches may still use these; submit them first.
     this.flush();

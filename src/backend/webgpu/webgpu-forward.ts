@@ -1,0 +1,66 @@
+/**
+ * The WebGPU backend behind the engine's ModelForward: GpuLlamaModel's forward pass in WGSL, with
+ * the KV arena (one K and one V buffer per layer) and the step's block tables in GPU buffers. The
+ * step batch itself is written by the engine into linear memory as for WebAssembly, and uploaded
+ * each step; the logits of the step's logit rows are read back in one mapping.
+ */
+import type { DeviceKind, ModelForward } from "../../engine/model-forward.ts";
+import { DeviceError } from "../../errors.ts";
+import type { StepBatch } from "../../model/batch.ts";
+import type { ModelConfig } from "../../model/config.ts";
+import type { ModelWeights } from "../../model/weights.ts";
+import type { CpuBackend } from "../cpu.ts";
+import type { WebGpuBackend } from "./backend.ts";
+import { describeAdapter } from "./device.ts";
+import { GpuLlamaModel } from "./llama-gpu.ts";
+
+/** The step's shape: what the GPU buffers are sized for. */
+export interface StepShape {
+  maxTokens: number;
+  maxLogits: number;
+  maxSeqs: number;
+  maxBlocksPerSeq: number;
+  numBlocks: number;
+  blockSize: number;
+}
+
+export class WebGpuForward implements ModelForward {
+  readonly device: DeviceKind = "webgpu";
+  readonly description: string;
+  private readonly model: GpuLlamaModel;
+  private logits: Float32Array = new Float32Array(0);
+
+  constructor(
+    private readonly config: ModelConfig, weights: ModelWeights, private readonly cpu: CpuBackend,
+    gpu: WebGpuBackend, s: StepShape,
+  ) {
+    const layerBytes = 4 * config.nKvHeads * s.numBlocks * s.blockSize * config.headDim;
+    if (layerBytes > gpu.runner.maxBinding) {
+      throw new DeviceError(
+        `webgpu: a KV cache of ${s.numBlocks} blocks needs ${layerBytes} bytes per layer, the device binds at most ` +
+          `${gpu.runner.maxBinding}: lower --kv-cache-mb or --num-blocks`,
+      );
+    }
+    this.model = new GpuLlamaModel(config, weights, cpu, gpu, s.maxTokens, s.maxLogits, s.numBlocks, s.blockSize, s.maxSeqs, s.maxBlocksPerSeq);
+    this.description = `webgpu on ${describeAdapter(gpu.gpu.adapter)}`;
+  }
+
+  /** Most KV blocks one layer's buffer can hold on this device. */
+  static maxBlocks(gpu: WebGpuBackend, config: ModelConfig, blockSize: number): number {
+    return Math.floor(gpu.runner.maxBinding / (4 * config.nKvHeads * blockSize * config.headDim));
+  }
+
+  async forward(batch: StepBatch): Promise<void> {
+    this.logits = await this.model.forward(batch, this.cpu);
+  }
+
+  logitsRow(r: number): Float32Array {
+    const v = this.config.vocabSize;
+    return this.logits.subarray(r * v, (r + 1) * v);
+  }
+
+  /** Free the model's buffers; the device is its owner's (it may run other models). */
+  close(): void {
+    this.model.destroy();
+  }
+}

@@ -1,0 +1,29 @@
+/**
+ * The one seam between the engine and a compute backend: a model's forward pass over the
+ * engine's StepBatch and KV block ids. Both backends implement it:
+ *   - WasmForward (src/backend/wasm-forward.ts): LlamaModel, WebAssembly kernels, the KV arena in
+ *     linear memory;
+ *   - WebGpuForward (src/backend/webgpu/webgpu-forward.ts): GpuLlamaModel, WGSL kernels, the KV
+ *     arena and block tables in GPU buffers.
+ * Everything above it (the scheduler, the KV block manager and its prefix cache, the sampler, the
+ * tokenizers) is the same for both: the block ids a forward receives are the manager's, and a
+ * backend only stores K/V at those ids.
+ *
+ * Invariant: after forward(batch) resolves, logitsRow(r) for r < batch.numLogits holds the logits
+ * of the batch's r-th logit row, until the next forward.
+ */
+import type { StepBatch } from "../model/batch.ts";
+
+export type DeviceKind = "wasm" | "webgpu";
+
+export interface ModelForward {
+  readonly device: DeviceKind;
+  /** One line for people: "wasm (2 threads)", "webgpu on llvmpipe (mesa, software)". */
+  readonly description: string;
+  /** Compute the step: K/V of its new tokens into their slots, then the logits of its logit rows. */
+  forward(batch: StepBatch): Promise<void>;
+  /** Logits of logit row r of the last step (a view; valid until the next forward). */
+  logitsRow(r: number): Float32Array;
+  /** Free what the backend holds (GPU buffers); the host memory is the engine's. */
+  close(): void;
+}
