@@ -8,17 +8,21 @@ import { InputError } from "../errors.ts";
 import { LLM } from "../engine/llm.ts";
 import { resolveModel } from "../hub/resolve.ts";
 import { isGGUF } from "../model/load.ts";
-import { engineOptions, type ParsedValues } from "./options.ts";
+import { deviceOption, engineOptions, type ParsedValues } from "./options.ts";
 import { loadProgressBar } from "./progress.ts";
 
 export async function loadLLM(values: ParsedValues): Promise<LLM> {
   if (typeof values.model !== "string" || values.model === "") throw new InputError("--model is required");
+  const device = deviceOption(values);
   // A path, hf:OWNER/REPO/FILE.gguf, hf:OWNER/REPO:QUANT or a URL: downloaded into the HF cache when needed.
   const model = await resolveModel(values.model);
   const onLoadProgress = loadProgressBar(basename(model), statSync(model).size);
   const chatTemplate = typeof values.template === "string" && values.template !== "" ? values.template : undefined;
   const chatTemplateKwargs = templateKwargs(values["chat-template-kwargs"]);
-  return LLM.load({ model, tokenizer: tokenizerPath(model, values.tokenizer), engine: engineOptions(values), onLoadProgress, chatTemplate, chatTemplateKwargs });
+  return await LLM.open({
+    model, tokenizer: tokenizerPath(model, values.tokenizer), engine: engineOptions(values), onLoadProgress, chatTemplate, chatTemplateKwargs,
+    device, onDevice: (line) => process.stderr.write(`${line}\n`),
+  });
 }
 
 /** --chat-template-kwargs: a JSON object of more template variables. */

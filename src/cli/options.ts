@@ -10,6 +10,7 @@ import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
 import { EVICTION_POLICIES } from "../kv/eviction.ts";
 import { HASH_ALGORITHMS } from "../kv/block-hash.ts";
 import { MAX_BLOCK_SIZE } from "../backend/kernels.ts";
+import type { DeviceChoice } from "../backend/webgpu/device.ts";
 
 export const modelArgs = {
   model: {
@@ -41,6 +42,19 @@ export const samplingArgs = {
     valueHint: "k",
   },
 } as const satisfies ArgsDef;
+
+export const deviceArg = {
+  device: {
+    type: "string",
+    description: "Backend: auto (WebGPU on a hardware GPU adapter, else WebAssembly) | wasm | webgpu (any adapter, software included; exit 2 if none) (default auto)",
+    valueHint: "device",
+  },
+} as const satisfies ArgsDef;
+
+/** --device, checked: auto when absent. */
+export function deviceOption(values: ParsedValues): DeviceChoice {
+  return choice(values, "device", ["auto", "wasm", "webgpu"] as const, "auto");
+}
 
 export const engineArgs = {
   "ctx-size": {
@@ -76,6 +90,7 @@ export const engineArgs = {
     description: `Threads the kernels run on; 1 = the main thread only (default: the cores this process may use, ${DEFAULT_ENGINE_OPTIONS.threads})`,
     valueHint: "n",
   },
+  ...deviceArg,
 } as const satisfies ArgsDef;
 
 export type ParsedValues = Record<string, string | number | boolean | string[] | undefined>;

@@ -18,6 +18,8 @@ import { logSumExp } from "./logprobs.ts";
 import { argmax } from "./sampler.ts";
 import type { FinishReason, GenerationParams, Sequence } from "./sequence.ts";
 import type { WebGpuBackend } from "../backend/webgpu/backend.ts";
+import type { DeviceChoice } from "../backend/webgpu/device.ts";
+import { chooseDevice } from "../backend/device-choice.ts";
 
 export interface LoadOptions {
   /** Path of the model file (GGUF, or a llama2.c checkpoint). */
@@ -35,10 +37,18 @@ export interface LoadOptions {
   /** More variables for the chat template (`enable_thinking`, ...), as llama.cpp's --chat-template-kwargs. */
   chatTemplateKwargs?: Readonly<Record<string, unknown>>;
   /**
-   * Run the forward pass on this WebGPU backend (see selectDevice and WebGpuBackend.create; the
-   * caller closes it after the LLM). Absent: WebAssembly.
+   * Run the forward pass on this WebGPU backend (see chooseDevice); the LLM takes it over and
+   * closes it in close(). Absent: WebAssembly. LLM.open chooses it from a --device value.
    */
   gpu?: WebGpuBackend;
+}
+
+/** LLM.open's options: the model, and which backend may run it. */
+export interface OpenOptions extends Omit<LoadOptions, "gpu"> {
+  /** auto (default): WebGPU on a hardware adapter, else WebAssembly; wasm; webgpu (any adapter, or DeviceError). */
+  device?: DeviceChoice;
+  /** Told the one line saying which backend runs the model and why. */
+  onDevice?: (line: string) => void;
 }
 
 /** One generation request; every field but `prompt`/`promptTokenIds` falls back to a default. */
@@ -135,27 +145,58 @@ export class LLM {
     readonly loadMs: number,
     /** How chats and "messages" requests become prompts. */
     readonly chatFormat: ChatFormat,
+    private readonly gpu: WebGpuBackend | null,
   ) {}
 
-  /** Load a model and its tokenizer and set up the engine. Throws ModelFormatError for bad files. */
+  /**
+   * Load a model and its tokenizer and set up the engine on WebAssembly, or on opts.gpu. Throws
+   * ModelFormatError for bad files.
+   */
   static load(opts: LoadOptions): LLM {
+    return LLM.fromCheckpoint(openCheckpoint(opts.model), opts, performance.now());
+  }
+
+  /**
+   * Load a model on the backend `opts.device` picks (see chooseDevice): DeviceError when
+   * "webgpu" was asked for and cannot run it.
+   */
+  static async open(opts: OpenOptions): Promise<LLM> {
     const t0 = performance.now();
     const checkpoint = openCheckpoint(opts.model);
+    const chosen = await chooseDevice(opts.device ?? "auto", checkpoint);
+    const llm = LLM.fromCheckpoint(checkpoint, { ...opts, gpu: chosen.gpu ?? undefined }, t0);
+    // Told once the model runs: a load that fails says only why it failed.
+    opts.onDevice?.(chosen.reason);
+    return llm;
+  }
+
+  /** Set up tokenizer, chat format and engine; on failure the GPU given is released. */
+  private static fromCheckpoint(checkpoint: Checkpoint, opts: LoadOptions, t0: number): LLM {
+    try {
+      return LLM.build(checkpoint, opts, t0);
+    } catch (e) {
+      opts.gpu?.close();
+      throw e;
+    }
+  }
+
+  private static build(checkpoint: Checkpoint, opts: LoadOptions, t0: number): LLM {
     const tokenizerPath = opts.tokenizer ?? (isGGUF(opts.model) ? opts.model : undefined);
     if (tokenizerPath === undefined) throw new InputError(`${opts.model}: a llama2.c checkpoint carries no vocabulary; name a tokenizer`);
     const { tokenizer, addBos, chatTemplate } = loadTokenizer(tokenizerPath, { modelVocabSize: checkpoint.config.vocabSize });
     const format = chatFormat(opts.chatTemplate, chatTemplate, opts.model, tokenizer, opts.chatTemplateKwargs);
     const engine = new LLMEngine(checkpoint, tokenizer, { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine }, opts.onLoadProgress, opts.gpu);
-    return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0, format);
+    return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0, format, opts.gpu ?? null);
   }
 
   get config(): ModelConfig {
     return this.engine.config;
   }
 
-  /** Stop the engine's worker threads. */
+  /** Stop the engine's worker threads; release the GPU device, if the model ran on one. */
   close(): void {
     this.engine.close();
+    this.gpu?.close();
   }
 
   /** Prompt token ids of `text`, BOS first when the model expects it. */

@@ -69,11 +69,19 @@ export function summarizeAdapter(info: GPUAdapterInfo, features: ReadonlySet<str
   };
 }
 
+/** Raised by acquireGpu({ hardwareOnly: true }) for a software adapter, before any device is made. */
+export class SoftwareAdapterError extends DeviceError {
+  constructor(readonly adapter: GpuAdapterSummary) {
+    super(`webgpu: ${describeAdapter(adapter)} is a software adapter; use --device webgpu to run on it`);
+  }
+}
+
 /**
- * Find an adapter, refuse the null backend, create a device (default limits: bun-webgpu rejects
- * requiredLimits) and run the known-answer kernel. Throws DeviceError with a one-line reason.
+ * Find an adapter, refuse the null backend (and, with hardwareOnly, a software one), create a
+ * device (default limits: bun-webgpu rejects requiredLimits) and run the known-answer kernel.
+ * Throws DeviceError with a one-line reason.
  */
-export async function acquireGpu(): Promise<GpuContext> {
+export async function acquireGpu(opts: { hardwareOnly?: boolean } = {}): Promise<GpuContext> {
   const mod = await loadGpuModule();
   if (mod === null || typeof navigator === "undefined" || navigator.gpu === undefined) {
     throw new DeviceError("webgpu: the bun-webgpu package (Dawn) could not be loaded");
@@ -84,6 +92,8 @@ export async function acquireGpu(): Promise<GpuContext> {
   if (summary.nullBackend) {
     throw new DeviceError(`webgpu: only Dawn's null backend is available (${summary.description || summary.name}): no usable driver`);
   }
+  const { nullBackend: _ignored, ...adapterSummary } = summary;
+  if (opts.hardwareOnly === true && summary.software) throw new SoftwareAdapterError(adapterSummary);
   const requiredFeatures: GPUFeatureName[] = summary.shaderF16 ? ["shader-f16"] : [];
   let device: GPUDevice;
   try {
@@ -91,7 +101,6 @@ export async function acquireGpu(): Promise<GpuContext> {
   } catch (e) {
     throw new DeviceError(`webgpu: ${summary.name}: requestDevice failed: ${firstLine(e)}`);
   }
-  const { nullBackend: _ignored, ...adapterSummary } = summary;
   const context: GpuContext = { device, adapter: adapterSummary };
   await checkKnownAnswer(context);
   return context;
@@ -177,14 +186,11 @@ export async function selectDevice(choice: DeviceChoice): Promise<DeviceSelectio
   }
   let gpu: GpuContext;
   try {
-    gpu = await acquireGpu();
+    // A software adapter is refused before a device is made: auto on a CPU-only machine stays cheap.
+    gpu = await acquireGpu({ hardwareOnly: true });
   } catch (e) {
     if (!(e instanceof DeviceError)) throw e;
     return { kind: "wasm", reason: `device: wasm (auto: ${e.message})` };
-  }
-  if (gpu.adapter.software) {
-    gpu.device.destroy();
-    return { kind: "wasm", reason: `device: wasm (auto: ${describeAdapter(gpu.adapter)} is a software adapter; use --device webgpu to run on it)` };
   }
   return { kind: "webgpu", reason: `device: webgpu on ${describeAdapter(gpu.adapter)} (auto)`, gpu };
 }

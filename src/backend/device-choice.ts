@@ -1,0 +1,61 @@
+/**
+ * Which backend runs a model (--device auto | wasm | webgpu): the adapter rules of
+ * webgpu/device.ts (auto takes only a hardware adapter, webgpu insists and accepts a software one)
+ * plus what the model needs: a checkpoint WebGPU cannot run is refused up front in one line, before
+ * any weight is read, naming what is missing and `--device wasm`.
+ */
+import { DeviceError } from "../errors.ts";
+import type { Checkpoint } from "../model/checkpoint.ts";
+import { GGML_TYPES } from "../model/gguf.ts";
+import { WebGpuBackend } from "./webgpu/backend.ts";
+import { selectDevice, type DeviceChoice } from "./webgpu/device.ts";
+import { MAX_HEAD_DIM } from "./webgpu/wgsl-attention.ts";
+import { GGML_SHADERS } from "./webgpu/wgsl-matmul.ts";
+
+/** ggml's F32 type code: products read it as plain f32 rows. */
+const GGML_F32 = 0;
+
+/** Why `ckpt` cannot run on WebGPU (one line), or null when it can. */
+export function webgpuRefusal(ckpt: Checkpoint): string | null {
+  const c = ckpt.config;
+  const numerics = c.numerics ?? "default";
+  if (numerics !== "default") return `${ckpt.file}: ${numerics} numerics run on WebAssembly only`;
+  if (c.headDim > MAX_HEAD_DIM) return `${ckpt.file}: head dimension ${c.headDim} exceeds the WGSL attention's ${MAX_HEAD_DIM}`;
+  for (const t of ckpt.tensors.values()) {
+    if (t.shape.length !== 2) continue;
+    const e = t.encoding;
+    if (e.kind === "q8-llama2c") return `${ckpt.file}: tensor ${t.name} is llama2.c int8 (q8), which has no WGSL kernel`;
+    if (e.kind === "ggml" && e.type !== GGML_F32 && !GGML_SHADERS.has(e.type)) {
+      return `${ckpt.file}: tensor ${t.name} has type ${GGML_TYPES.get(e.type)?.name ?? e.type}, which has no WGSL kernel`;
+    }
+  }
+  return null;
+}
+
+/** The backend chosen: a WebGPU backend, or null for WebAssembly; and one line saying which and why. */
+export interface ChosenDevice {
+  gpu: WebGpuBackend | null;
+  reason: string;
+}
+
+/**
+ * Choose the backend for `ckpt`. "wasm" never touches WebGPU; "webgpu" throws DeviceError (exit
+ * code 2) when no adapter works or the model needs what WGSL lacks; "auto" falls back to wasm in
+ * both cases, saying why.
+ */
+export async function chooseDevice(choice: DeviceChoice, ckpt: Checkpoint): Promise<ChosenDevice> {
+  const refusal = choice === "wasm" ? null : webgpuRefusal(ckpt);
+  if (refusal !== null) {
+    if (choice === "webgpu") throw new DeviceError(`webgpu: ${refusal}; run it with --device wasm`);
+    return { gpu: null, reason: `device: wasm (auto: ${refusal})` };
+  }
+  const selected = await selectDevice(choice);
+  if (selected.kind === "wasm") return { gpu: null, reason: selected.reason };
+  try {
+    return { gpu: await WebGpuBackend.create(selected.gpu), reason: selected.reason };
+  } catch (e) {
+    selected.gpu.device.destroy();
+    if (choice === "auto" && e instanceof DeviceError) return { gpu: null, reason: `device: wasm (auto: ${e.message})` };
+    throw e;
+  }
+}
