@@ -33,6 +33,8 @@ const MODELS: { rel: string; tolerance: number }[] = [
   // Random weights: larger activations, so int8 activation blocks on the wasm side cost more (a
   // wrong Q6_K scale index fails this by 0.7 of the largest logit).
   { rel: "models/gguf/rnd-llama-Q4_K_M.gguf", tolerance: 6e-2 },
+  // Q2_K and Q3_K tensors (llama.cpp's Q2_K mix).
+  { rel: "models/gguf/rnd-llama-Q2_K.gguf", tolerance: 6e-2 },
   // qwen2: q/k/v biases, neox RoPE; Q5_K and Q6_K tensors.
   { rel: "models/gguf/rnd-qwen2-Q5_K_M.gguf", tolerance: 6e-2 },
 ];

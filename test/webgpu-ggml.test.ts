@@ -1,5 +1,5 @@
 /**
- * WGSL products over ggml types (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) against a scalar
+ * WGSL products over ggml types (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) against a scalar
  * dequantize-then-dot in TypeScript, written from ggml-common.h's block layouts and
  * ggml-quants.c's dequantize_row_*, and that dequantization checked bit for bit against the
  * WebAssembly twin (the embed kernels of assembly/ggml, which dequantize whole rows). Random
@@ -99,6 +99,34 @@ const TYPES: BlockType[] = [
           y[64 * i + l] = d * s1 * ((b[q + l]! & 15) | (((h >> (2 * i)) & 1) << 4)) - dmin * m1;
           y[64 * i + 32 + l] = d * s2 * ((b[q + l]! >> 4) | (((h >> (2 * i + 1)) & 1) << 4)) - dmin * m2;
         }
+      }
+    },
+  },
+  {
+    name: "Q2_K", code: 10, values: 256, bytes: 84, halves: [80, 82],
+    dequantize(b, o, y) {
+      const d = f16(u16(b, o + 80)), dmin = f16(u16(b, o + 82));
+      for (let v = 0; v < 256; v++) {
+        const n = v >> 7, j = (v >> 5) & 3, l = v & 31;
+        const sc = b[o + 8 * n + 2 * j + (l >> 4)]!;
+        const q = (b[o + 16 + 32 * n + l]! >> (2 * j)) & 3;
+        y[v] = Math.fround(Math.fround(d * (sc & 15)) * q) - Math.fround(dmin * (sc >> 4));
+      }
+    },
+  },
+  {
+    name: "Q3_K", code: 11, values: 256, bytes: 110, halves: [108],
+    dequantize(b, o, y) {
+      const d = f16(u16(b, o + 108));
+      const scale = (j: number) => {
+        const low = j < 8 ? b[o + 96 + j]! & 15 : b[o + 96 + j - 8]! >> 4;
+        return (low | (((b[o + 104 + (j & 3)]! >> (2 * (j >> 2))) & 3) << 4)) - 32;
+      };
+      for (let v = 0; v < 256; v++) {
+        const n = v >> 7, j = (v >> 5) & 3, l = v & 31;
+        const q = (b[o + 32 + 32 * n + l]! >> (2 * j)) & 3;
+        const high = (b[o + l]! >> (4 * n + j)) & 1;
+        y[v] = Math.fround(d * scale(8 * n + 2 * j + (l >> 4))) * (q - (high !== 0 ? 0 : 4));
       }
     },
   },

@@ -5,7 +5,7 @@
  * any weight is read, naming what is missing and `--device wasm`.
  */
 import { DeviceError } from "../errors.ts";
-import type { Checkpoint } from "../model/checkpoint.ts";
+import { TensorName, type Checkpoint } from "../model/checkpoint.ts";
 import { GGML_TYPES } from "../model/gguf.ts";
 import { WebGpuBackend } from "./webgpu/backend.ts";
 import { selectDevice, type DeviceChoice } from "./webgpu/device.ts";
@@ -22,7 +22,8 @@ export function webgpuRefusal(ckpt: Checkpoint): string | null {
   if (numerics !== "default") return `${ckpt.file}: ${numerics} numerics run on WebAssembly only`;
   if (c.headDim > MAX_HEAD_DIM) return `${ckpt.file}: head dimension ${c.headDim} exceeds the WGSL attention's ${MAX_HEAD_DIM}`;
   for (const t of ckpt.tensors.values()) {
-    if (t.shape.length !== 2) continue;
+    // A ggml embedding table is looked up on the host, by the WebAssembly kernel; only a shared classifier multiplies it.
+    if (t.shape.length !== 2 || (t.name === TensorName.tokenEmbedding && !c.sharedClassifier)) continue;
     const e = t.encoding;
     if (e.kind === "q8-llama2c") return `${ckpt.file}: tensor ${t.name} is llama2.c int8 (q8), which has no WGSL kernel`;
     if (e.kind === "ggml" && e.type !== GGML_F32 && !GGML_SHADERS.has(e.type)) {

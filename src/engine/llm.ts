@@ -37,8 +37,9 @@ export interface LoadOptions {
   /** More variables for the chat template (`enable_thinking`, ...), as llama.cpp's --chat-template-kwargs. */
   chatTemplateKwargs?: Readonly<Record<string, unknown>>;
   /**
-   * Run the forward pass on this WebGPU backend (see chooseDevice); the LLM takes it over and
-   * closes it in close(). Absent: WebAssembly. LLM.open chooses it from a --device value.
+   * Run the forward pass on this WebGPU backend (see chooseDevice); it stays the caller's (one
+   * backend may run several models in turn; its compiled kernels are reused). Absent:
+   * WebAssembly. LLM.open chooses one from a --device value, and closes it in close().
    */
   gpu?: WebGpuBackend;
 }
@@ -145,7 +146,8 @@ export class LLM {
     readonly loadMs: number,
     /** How chats and "messages" requests become prompts. */
     readonly chatFormat: ChatFormat,
-    private readonly gpu: WebGpuBackend | null,
+    /** The GPU backend LLM.open chose, released by close(). */
+    private readonly ownedGpu: WebGpuBackend | null,
   ) {}
 
   /**
@@ -153,7 +155,7 @@ export class LLM {
    * ModelFormatError for bad files.
    */
   static load(opts: LoadOptions): LLM {
-    return LLM.fromCheckpoint(openCheckpoint(opts.model), opts, performance.now());
+    return LLM.build(openCheckpoint(opts.model), opts, performance.now(), null);
   }
 
   /**
@@ -164,39 +166,36 @@ export class LLM {
     const t0 = performance.now();
     const checkpoint = openCheckpoint(opts.model);
     const chosen = await chooseDevice(opts.device ?? "auto", checkpoint);
-    const llm = LLM.fromCheckpoint(checkpoint, { ...opts, gpu: chosen.gpu ?? undefined }, t0);
+    let llm: LLM;
+    try {
+      llm = LLM.build(checkpoint, { ...opts, gpu: chosen.gpu ?? undefined }, t0, chosen.gpu);
+    } catch (e) {
+      chosen.gpu?.close();
+      throw e;
+    }
     // Told once the model runs: a load that fails says only why it failed.
     opts.onDevice?.(chosen.reason);
     return llm;
   }
 
-  /** Set up tokenizer, chat format and engine; on failure the GPU given is released. */
-  private static fromCheckpoint(checkpoint: Checkpoint, opts: LoadOptions, t0: number): LLM {
-    try {
-      return LLM.build(checkpoint, opts, t0);
-    } catch (e) {
-      opts.gpu?.close();
-      throw e;
-    }
-  }
-
-  private static build(checkpoint: Checkpoint, opts: LoadOptions, t0: number): LLM {
+  /** Set up tokenizer, chat format and engine; `ownedGpu` is closed with the LLM. */
+  private static build(checkpoint: Checkpoint, opts: LoadOptions, t0: number, ownedGpu: WebGpuBackend | null): LLM {
     const tokenizerPath = opts.tokenizer ?? (isGGUF(opts.model) ? opts.model : undefined);
     if (tokenizerPath === undefined) throw new InputError(`${opts.model}: a llama2.c checkpoint carries no vocabulary; name a tokenizer`);
     const { tokenizer, addBos, chatTemplate } = loadTokenizer(tokenizerPath, { modelVocabSize: checkpoint.config.vocabSize });
     const format = chatFormat(opts.chatTemplate, chatTemplate, opts.model, tokenizer, opts.chatTemplateKwargs);
     const engine = new LLMEngine(checkpoint, tokenizer, { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine }, opts.onLoadProgress, opts.gpu);
-    return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0, format, opts.gpu ?? null);
+    return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0, format, ownedGpu);
   }
 
   get config(): ModelConfig {
     return this.engine.config;
   }
 
-  /** Stop the engine's worker threads; release the GPU device, if the model ran on one. */
+  /** Stop the engine's worker threads, free the model's GPU buffers and release a device LLM.open chose. */
   close(): void {
     this.engine.close();
-    this.gpu?.close();
+    this.ownedGpu?.close();
   }
 
   /** Prompt token ids of `text`, BOS first when the model expects it. */

@@ -268,6 +268,68 @@ fn blockDot(b: u32, xi: u32) -> f32 {
 }`,
 };
 
+/**
+ * block_q2_K: scales[16] (scale | min << 4), qs[64], f16 d, f16 dmin. Half n (128 values) reads
+ * qs[32n ..]; its 32-value group j takes bits 2j of those bytes, sub-block (16 values) 8n + 2j + h
+ * scale d * (sc & 15) and min dmin * (sc >> 4).
+ */
+const Q2_K: GgmlShader = {
+  blockValues: 256,
+  blockDot: /* wgsl */ `
+fn blockDot(b: u32, xi: u32) -> f32 {
+  let d = f16At(b + 80u);
+  let dmin = f16At(b + 82u);
+  var s = 0.0;
+  for (var n = 0u; n < 2u; n++) {
+    for (var j = 0u; j < 4u; j++) {
+      for (var h = 0u; h < 2u; h++) {
+        let sc = u8At(b + 8u * n + 2u * j + h);
+        let dl = d * f32(sc & 15u);
+        let ml = dmin * f32(sc >> 4u);
+        for (var l = 16u * h; l < 16u * h + 16u; l++) {
+          let q = (u8At(b + 16u + 32u * n + l) >> (2u * j)) & 3u;
+          s = s + (dl * f32(q) - ml) * x[xi + 128u * n + 32u * j + l];
+        }
+      }
+    }
+  }
+  return s;
+}`,
+};
+
+/**
+ * block_q3_K: hmask[32], qs[64], scales[12] (sixteen 6-bit scales, stored plus 32), f16 d. As
+ * Q2_K's layout of qs; value l of group j in half n subtracts 4 unless bit 4n + j of hmask[l] is set.
+ */
+const Q3_K: GgmlShader = {
+  blockValues: 256,
+  blockDot: /* wgsl */ `
+fn scaleQ3K(b: u32, j: u32) -> i32 {
+  let q = b + 96u;
+  var low: u32;
+  if (j < 8u) { low = u8At(q + j) & 15u; } else { low = u8At(q + j - 8u) >> 4u; }
+  let high = (u8At(q + 8u + (j & 3u)) >> (2u * (j >> 2u))) & 3u;
+  return i32(low | (high << 4u)) - 32;
+}
+fn blockDot(b: u32, xi: u32) -> f32 {
+  let d = f16At(b + 108u);
+  var s = 0.0;
+  for (var n = 0u; n < 2u; n++) {
+    for (var j = 0u; j < 4u; j++) {
+      for (var h = 0u; h < 2u; h++) {
+        let dl = d * f32(scaleQ3K(b, 8u * n + 2u * j + h));
+        for (var l = 16u * h; l < 16u * h + 16u; l++) {
+          let q = i32((u8At(b + 32u + 32u * n + l) >> (2u * j)) & 3u);
+          let high = (u8At(b + l) >> (4u * n + j)) & 1u;
+          s = s + (dl * f32(q - select(4, 0, high != 0u))) * x[xi + 128u * n + 32u * j + l];
+        }
+      }
+    }
+  }
+  return s;
+}`,
+};
+
 /** ggml type codes with a WGSL product, and their shaders (the codes of src/model/gguf.ts GGML_TYPES). */
 export const GGML_SHADERS: ReadonlyMap<number, GgmlShader & { name: string; blockBytes: number }> = new Map([
   [1, { ...F16, name: "F16", blockBytes: 4 }],
@@ -276,6 +338,8 @@ export const GGML_SHADERS: ReadonlyMap<number, GgmlShader & { name: string; bloc
   [3, { ...Q4_1, name: "Q4_1", blockBytes: 20 }],
   [6, { ...Q5_0, name: "Q5_0", blockBytes: 22 }],
   [7, { ...Q5_1, name: "Q5_1", blockBytes: 24 }],
+  [10, { ...Q2_K, name: "Q2_K", blockBytes: 84 }],
+  [11, { ...Q3_K, name: "Q3_K", blockBytes: 110 }],
   [13, { ...Q5_K, name: "Q5_K", blockBytes: 176 }],
   [8, { ...Q8_0, name: "Q8_0", blockBytes: 34 }],
   [12, { ...Q4_K, name: "Q4_K", blockBytes: 144 }],
