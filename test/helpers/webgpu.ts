@@ -2,11 +2,15 @@
  * The WebGPU device for tests. Without a usable adapter, WebGPU tests skip with the reason outside
  * CI, and in CI (process.env.CI === "true") become one failing test naming it: CI installs a
  * software Vulkan driver (.ci/run), so a missing adapter there is a broken set-up, not a skip.
+ * CI runs the suite at PAGELLM_TEST_THREADS=1 and 2; the WebGPU path runs no worker threads (the
+ * engine's host side is one thread there), so its tests run in the 1-thread pass only, which
+ * halves their time on the software adapter.
  */
 import { describe, test } from "bun:test";
 import { acquireGpu, type GpuContext } from "../../src/backend/webgpu/device.ts";
 import { WebGpuBackend } from "../../src/backend/webgpu/backend.ts";
 import { PagellmError } from "../../src/errors.ts";
+import { testThreads } from "./threads.ts";
 
 let shared: Promise<{ backend: WebGpuBackend; gpu: GpuContext } | { reason: string }> | null = null;
 
@@ -28,6 +32,13 @@ export function testGpu(): Promise<{ backend: WebGpuBackend; gpu: GpuContext } |
 
 /** describe() a group that needs a WebGPU backend; fn receives it. */
 export async function describeGpu(name: string, fn: (backend: WebGpuBackend, gpu: GpuContext) => void): Promise<void> {
+  if (testThreads() > 1) {
+    const reason = `WebGPU runs no worker threads: covered by the PAGELLM_TEST_THREADS=1 pass`;
+    describe.skip(name, () => {
+      test(reason, () => {});
+    });
+    return;
+  }
   const got = await testGpu();
   if ("backend" in got) {
     describe(name, () => fn(got.backend, got.gpu));

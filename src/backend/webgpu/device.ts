@@ -8,6 +8,7 @@
  * Invariant: a GpuContext returned by acquireGpu() has run the known-answer kernel successfully.
  */
 import { DeviceError } from "../../errors.ts";
+import { withNativeStderrSilenced } from "./quiet-stderr.ts";
 
 /** What the adapter says about itself, and what pagellm concluded from it. */
 export interface GpuAdapterSummary {
@@ -82,11 +83,14 @@ export class SoftwareAdapterError extends DeviceError {
  * Throws DeviceError with a one-line reason.
  */
 export async function acquireGpu(opts: { hardwareOnly?: boolean } = {}): Promise<GpuContext> {
-  const mod = await loadGpuModule();
-  if (mod === null || typeof navigator === "undefined" || navigator.gpu === undefined) {
-    throw new DeviceError("webgpu: the bun-webgpu package (Dawn) could not be loaded");
-  }
-  const adapter = await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
+  // The Vulkan loader and Dawn print driver warnings on fd 2 while looking: the reason goes in the DeviceError instead.
+  const adapter = await withNativeStderrSilenced(async () => {
+    const mod = await loadGpuModule();
+    if (mod === null || typeof navigator === "undefined" || navigator.gpu === undefined) {
+      throw new DeviceError("webgpu: the bun-webgpu package (Dawn) could not be loaded");
+    }
+    return await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
+  });
   if (adapter === null) throw new DeviceError("webgpu: no adapter found (no Vulkan, Metal or D3D driver)");
   const summary = summarizeAdapter(adapter.info, adapter.features as ReadonlySet<string>);
   if (summary.nullBackend) {

@@ -1,9 +1,10 @@
 /**
- * WGSL matrix products out[t][outOffset + r] = W[r] · x[t], one workgroup per (row, token).
- * Invocation i sums the products of its columns (f32) or blocks (ggml types) i, i + 64, ... in
- * order, then a fixed pairwise tree adds the 64 partial sums, so each output element is reduced in
- * one order that does not depend on T, on the other tokens of the batch, or on how the matrix was
- * split into buffers. No atomics.
+ * WGSL matrix products out[t][outOffset + r] = W[r] · x[t]. A workgroup of 64 invocations takes 8
+ * rows of one token, 8 lanes per row: lane i sums the products of the row's columns (f32) or
+ * blocks (ggml types) i, i + 8, ... in order, then lane 0 adds the 8 partial sums in lane order.
+ * So each output element is reduced in one order that does not depend on T, on the other tokens
+ * of the batch, or on how the matrix was split into buffers. No atomics. (A workgroup per row
+ * cost a software adapter about 3 µs per workgroup, most of a decode step.)
  *
  * ggml weights stay as the GGUF file has them (rows of blocks, `rowBytes` each, not 4-byte
  * aligned in general) and are read as bytes from an array<u32>; each block is dequantized in the
@@ -11,23 +12,28 @@
  */
 import { WORKGROUP } from "./wgsl-elementwise.ts";
 
-/** Rows per grid column: rows are wg.x + wg.z * ROWS_PER_Z (a grid dimension holds 65,535). */
-export const ROWS_PER_Z = 32768;
+/** Invocations that share one row's dot product. */
+export const LANES = 8;
+/** Rows per workgroup. */
+export const ROWS_PER_GROUP = WORKGROUP / LANES;
+/** Row groups per grid column: groups are wg.x + wg.z * GROUPS_PER_Z (a grid dimension holds 65,535). */
+export const GROUPS_PER_Z = 32768;
 
 /** Workgroup grid for a product of `rows` rows and T tokens. */
 export function matmulGrid(rows: number, T: number): [number, number, number] {
-  return [Math.min(rows, ROWS_PER_Z), T, Math.ceil(rows / ROWS_PER_Z)];
+  const groups = Math.ceil(rows / ROWS_PER_GROUP);
+  return [Math.min(groups, GROUPS_PER_Z), T, Math.ceil(groups / GROUPS_PER_Z)];
 }
 
-/** The shared tail: tree-reduce `partial` and store the row's result. */
+/** The shared tail: lane 0 of each row adds its lanes' partial sums in lane order and stores the result. */
 const REDUCE_AND_STORE = /* wgsl */ `
   partial[lid] = s;
   workgroupBarrier();
-  for (var k = ${WORKGROUP / 2}u; k > 0u; k = k >> 1u) {
-    if (lid < k) { partial[lid] = partial[lid] + partial[lid + k]; }
-    workgroupBarrier();
-  }
-  if (lid == 0u) { out[t * p.outStride + p.outOffset + r] = partial[0]; }`;
+  if (live && lane == 0u) {
+    var sum = partial[lid];
+    for (var k = 1u; k < ${LANES}u; k++) { sum = sum + partial[lid + k]; }
+    out[t * p.outStride + p.outOffset + r] = sum;
+  }`;
 
 const MATMUL_HEAD = /* wgsl */ `
 struct Params { rows: u32, cols: u32, outStride: u32, outOffset: u32, rowBytes: u32 }
@@ -39,9 +45,11 @@ var<workgroup> partial: array<f32, ${WORKGROUP}>;`;
 const MATMUL_ENTRY = /* wgsl */ `
 @compute @workgroup_size(${WORKGROUP})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-  let r = wg.x + wg.z * ${ROWS_PER_Z}u;
+  let r = (wg.x + wg.z * ${GROUPS_PER_Z}u) * ${ROWS_PER_GROUP}u + lid / ${LANES}u;
+  let lane = lid % ${LANES}u;
   let t = wg.y;
-  if (r >= p.rows) { return; }`;
+  // Rows past the end compute nothing but still reach the barrier (it must be in uniform control flow).
+  let live = r < p.rows;`;
 
 /** W is f32 [rows][cols], row-major. rowBytes is unused (4 * cols). */
 export const MATMUL_F32_WGSL = /* wgsl */ `
@@ -50,8 +58,9 @@ ${MATMUL_HEAD}
 ${MATMUL_ENTRY}
   let wRow = r * p.cols;
   let xRow = t * p.cols;
+  let cols = select(0u, p.cols, live);
   var s = 0.0;
-  for (var c = lid; c < p.cols; c += ${WORKGROUP}u) { s = s + w[wRow + c] * x[xRow + c]; }
+  for (var c = lane; c < cols; c += ${LANES}u) { s = s + w[wRow + c] * x[xRow + c]; }
 ${REDUCE_AND_STORE}
 }`;
 
@@ -346,7 +355,7 @@ export const GGML_SHADERS: ReadonlyMap<number, GgmlShader & { name: string; bloc
   [14, { ...Q6_K, name: "Q6_K", blockBytes: 210 }],
 ]);
 
-/** The product over one ggml type: invocation i takes blocks i, i + 64, ... of the row. */
+/** The product over one ggml type: lane i takes blocks i, i + 8, ... of the row. */
 export function matmulGgmlWgsl(type: number): string {
   const shader = GGML_SHADERS.get(type);
   if (shader === undefined) throw new Error(`no WGSL product for ggml type ${type}`);
@@ -355,9 +364,9 @@ ${MATMUL_HEAD}
 ${BYTE_READERS}
 ${shader.blockDot}
 ${MATMUL_ENTRY}
-  let blocks = p.cols / ${shader.blockValues}u;
+  let blocks = select(0u, p.cols / ${shader.blockValues}u, live);
   var s = 0.0;
-  for (var bi = lid; bi < blocks; bi += ${WORKGROUP}u) {
+  for (var bi = lane; bi < blocks; bi += ${LANES}u) {
     s = s + blockDot(r * p.rowBytes + bi * ${shader.blockBytes}u, t * p.cols + bi * ${shader.blockValues}u);
   }
 ${REDUCE_AND_STORE}

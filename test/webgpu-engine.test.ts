@@ -1,0 +1,193 @@
+/**
+ * The engine on WebGPU: the same scheduler, KV block manager (prefix cache included), sampler and
+ * tokenizers as on WebAssembly, the forward pass in WGSL over the same block ids (LLM.load with a
+ * WebGpuBackend; the software adapter in CI). What must hold there:
+ *   - greedy output equals llama2.c run.c on runc-greedy.json's f32 stories260K cases (run
+ *     together in one batch), and llama.cpp's greedy ids on the F32, F16 and BF16 GGUF references;
+ *   - the quantized stories260K files meet the README's accuracy bound (golden/llama-cpp) through
+ *     the engine's teacher-forced scores, as they do on WebAssembly;
+ *   - bitwise invariance: requests run one at a time with the prefix cache off give the same
+ *     tokens run together with the cache on, in a pool so small that requests are preempted while
+ *     prefixes hit, and with chunked prefill beside decodes;
+ *   - the command line: --device webgpu runs on the adapter and says so on stderr; a model WGSL
+ *     cannot run, and a machine without a usable adapter, fail with one line and exit code 2;
+ *     auto falls back to WebAssembly with the reason.
+ */
+import { afterEach, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
+import type { EngineOptions } from "../src/engine/engine.ts";
+import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
+import { REPO_ROOT, runPagellm } from "./helpers/cli.ts";
+import { MODELS, TEXTS, TOKENIZER } from "./helpers/prefix.ts";
+import { describeShared } from "./helpers/shared.ts";
+import { describeGpu } from "./helpers/webgpu.ts";
+import { logSoftmaxAt } from "./helpers/gguf-rig.ts";
+
+/** Positions of the story text the quantized files are scored on. */
+const SCORED_TOKENS = 128;
+/** Per-test limit: the software adapter runs about a GFLOP/s. */
+const TIMEOUT_MS = 120_000;
+
+const opened: LLM[] = [];
+afterEach(() => {
+  for (const llm of opened.splice(0)) llm.close();
+});
+
+function load(gpu: WebGpuBackend, model: string, tokenizer: string | undefined, engine: Partial<EngineOptions> = {}): LLM {
+  const llm = LLM.load({ model, tokenizer, engine: { threads: 1, ...engine }, gpu });
+  opened.push(llm);
+  return llm;
+}
+
+interface GoldenCase {
+  model: string;
+  tokenizer: string;
+  prompt: string;
+  steps: number;
+  temperature: number;
+  completion: string;
+}
+
+const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+
+await describeGpu("the engine on WebGPU", (gpu) => {
+  describeShared("run.c greedy goldens (f32 stories260K)", ["golden/runc-greedy.json", MODELS.stories260K, TOKENIZER], ([golden, model, tok]) => {
+    test("every f32 stories260K case, run together in one batch, is run.c's completion", async () => {
+      const cases = (JSON.parse(readFileSync(golden!, "utf8")) as GoldenCase[])
+        .filter((c) => c.temperature === 0 && c.model === "llama2c/stories260K.bin");
+      expect(cases.length).toBeGreaterThanOrEqual(2);
+      const llm = load(gpu, model!, tok!);
+      expect(llm.engine.model.device).toBe("webgpu");
+      // run.c's -n counts positions, the prompt (BOS included) too.
+      const requests = cases.map((c, i) => ({ id: `golden-${i}`, prompt: c.prompt, maxTokens: c.steps - llm.encode(c.prompt).length + 1, temperature: 0 }));
+      const results = await llm.generate(requests);
+      expect(results.map((r) => r.text)).toEqual(cases.map((c) => c.completion));
+    }, TIMEOUT_MS);
+  });
+
+  for (const type of ["F32", "F16", "BF16"]) {
+    const file = `models/gguf/${type === "F32" ? "stories260K" : `stories260K-${type}`}.gguf`;
+    const ref = `golden/llama-cpp/refs/stories260K-${type}.greedy.p_story.json`;
+    describeShared(`llama.cpp greedy on stories260K ${type}`, [file, ref], ([model, refPath]) => {
+      test("greedy ids equal llama.cpp's", async () => {
+        const want = JSON.parse(readFileSync(refPath!, "utf8")) as { tokens: number[]; generated: number[] };
+        const llm = load(gpu, model!, undefined);
+        const [r] = await llm.generate([{ promptTokenIds: want.tokens, maxTokens: want.generated.length, temperature: 0 }]);
+        // llama.cpp lists the end-of-generation token it stopped on; the engine stops without emitting it.
+        const eog = r!.finish_reason === "stop" ? want.generated.slice(0, -1) : want.generated;
+        expect(r!.token_ids).toEqual(eog);
+      }, TIMEOUT_MS);
+    });
+  }
+
+  // README of golden/llama-cpp: err(E) <= 1.15 * err(llama.cpp) + 0.01, err = mean |log p - log p of
+  // llama.cpp's F32 run|, here over the story's first SCORED_TOKENS positions (causal: the same
+  // log-probabilities as in the whole text), to keep the software adapter's time short.
+  for (const type of ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]) {
+    const refs = "golden/llama-cpp/refs";
+    describeShared(
+      `accuracy of stories260K ${type} on WebGPU`,
+      [`models/gguf/stories260K-${type}.gguf`, `${refs}/stories260K-${type}.score.story.json`, `${refs}/stories260K-F32.score.story.json`],
+      ([model, ownRef, f32Ref]) => {
+        test("teacher-forced log-probabilities meet the quantized rule against llama.cpp's F32 run", async () => {
+          const own = JSON.parse(readFileSync(ownRef!, "utf8")) as { tokens: number[]; logprobs: [number, number][] };
+          const f32 = JSON.parse(readFileSync(f32Ref!, "utf8")) as { logprobs: [number, number][] };
+          const llm = load(gpu, model!, undefined);
+          const tokens = own.tokens.slice(0, SCORED_TOKENS + 1);
+          const mine: number[] = [];
+          await llm.engine.score(tokens, (i, logits) => {
+            if (i + 1 < tokens.length) mine.push(logSoftmaxAt(logits, tokens[i + 1]!));
+          });
+          expect(mine.length).toBe(SCORED_TOKENS);
+          const errMine = mean(mine.map((lp, p) => Math.abs(lp - f32.logprobs[p]![0])));
+          const errLlama = mean(own.logprobs.slice(0, SCORED_TOKENS).map(([lp], p) => Math.abs(lp - f32.logprobs[p]![0])));
+          expect(errMine).toBeLessThanOrEqual(1.15 * errLlama + 0.01);
+        }, TIMEOUT_MS);
+      },
+    );
+  }
+
+  describeShared("batch invariance on WebGPU (stories260K)", [MODELS.stories260K, TOKENIZER], ([model, tok]) => {
+    /** 10 requests sharing prefixes (8 texts cut at many lengths), every other one sampled with its own seed. */
+    const requestsFor = (llm: LLM): GenerateRequest[] => Array.from({ length: 10 }, (_, i) => {
+      const ids = llm.encode(`${TEXTS[i % TEXTS.length]} ${TEXTS[(3 * i + 1) % TEXTS.length]}`).slice(0, 3 + ((i * 29) % 50));
+      const r: GenerateRequest = { id: `r${i}`, promptTokenIds: ids, maxTokens: 4 + ((i * 37) % 17), temperature: 0 };
+      return i % 2 === 1 ? { ...r, temperature: 0.9, topP: 0.95, seed: 1000 + i } : r;
+    });
+    const tokensOf = (rs: CompletionResult[]) => rs.map((r) => ({ id: r.id, finish: r.finish_reason, tokens: r.token_ids }));
+
+    test("one at a time with the cache off = together with the cache on = preempted and chunked with prefix hits", async () => {
+      const reference = load(gpu, model!, tok!, { enablePrefixCaching: false });
+      const requests = requestsFor(reference);
+      const alone: CompletionResult[] = [];
+      for (const r of requests) alone.push(...(await reference.generate([r])));
+      const want = tokensOf(alone);
+      expect(new Set(alone.map((r) => r.completion_tokens)).size).toBeGreaterThan(5);
+
+      const configs: { label: string; engine: Partial<EngineOptions>; preempts?: boolean }[] = [
+        { label: "together, cache on", engine: { enablePrefixCaching: true } },
+        // A request reaches at most 72 positions: 20 blocks of 4 hold one, not all 10 at once.
+        {
+          label: "20 blocks of 4 tokens and 12-token steps, cache on",
+          engine: { enablePrefixCaching: true, blockSize: 4, numBlocks: 20, maxNumBatchedTokens: 12 }, preempts: true,
+        },
+      ];
+      for (const { label, engine, preempts } of configs) {
+        const llm = load(gpu, model!, tok!, engine);
+        // Twice: in the second round every prompt's full blocks are in the cache.
+        for (let round = 0; round < 2; round++) {
+          const got = tokensOf(await llm.generate(requests));
+          if (JSON.stringify(got) !== JSON.stringify(want)) throw new Error(`${label}, round ${round}: tokens differ from the requests run alone`);
+        }
+        const s = llm.engine.stats;
+        expect(s.prefixHits).toBeGreaterThan(0);
+        expect(s.blocksInUse).toBe(0);
+        if (preempts) expect(s.preemptions).toBeGreaterThan(0);
+      }
+    }, TIMEOUT_MS);
+  });
+
+  describeShared("the command line on WebGPU", [MODELS.stories260K, MODELS.stories260K_q80, TOKENIZER], ([model, q80, tok]) => {
+    test("--device webgpu runs on the adapter, names it on stderr, and prints what wasm prints (greedy)", () => {
+      const args = ["generate", "--model", model!, "--tokenizer", tok!, "--prompt", "Once upon a time", "--max-tokens", "40", "--temperature", "0"];
+      const onGpu = runPagellm([...args, "--device", "webgpu"]);
+      expect(onGpu.exitCode).toBe(0);
+      expect(onGpu.stderr).toContain(`device: webgpu on ${gpu.gpu.adapter.name}`);
+      const onWasm = runPagellm([...args, "--device", "wasm"]);
+      expect(onWasm.stderr).toContain("device: wasm (requested)");
+      expect(onGpu.stdout).toBe(onWasm.stdout);
+    }, TIMEOUT_MS);
+
+    test("a model WGSL cannot run (llama2.c int8) is refused in one line naming --device wasm, exit 2", () => {
+      const r = runPagellm(["generate", "--model", q80!, "--tokenizer", tok!, "--prompt", "Once", "--device", "webgpu"]);
+      expect(r.exitCode).toBe(2);
+      expect(r.stderr.trim().split("\n")).toHaveLength(1);
+      expect(r.stderr).toContain("--device wasm");
+    });
+  });
+});
+
+describeShared("--device without a usable adapter (a Vulkan loader that finds no driver)", [MODELS.stories260K, TOKENIZER], ([model, tok]) => {
+  const run = (device: string) => {
+    const proc = Bun.spawnSync(["bun", "bin/pagellm", "generate", "--model", model!, "--tokenizer", tok!, "--prompt", "Once", "--max-tokens", "5", "--device", device], {
+      cwd: REPO_ROOT, stdout: "pipe", stderr: "pipe",
+      env: { ...process.env, PAGELLM_DEBUG: "", VK_ICD_FILENAMES: "/nonexistent-icd.json", VK_DRIVER_FILES: "/nonexistent-icd.json" },
+    });
+    return { exitCode: proc.exitCode, stdout: proc.stdout.toString(), stderr: proc.stderr.toString() };
+  };
+
+  test("--device webgpu: one line saying why, exit code 2", () => {
+    const r = run("webgpu");
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).toMatch(/^pagellm: error: webgpu: /);
+  });
+
+  test("--device auto: WebAssembly, one stderr line saying why", () => {
+    const r = run("auto");
+    expect(r.exitCode).toBe(0);
+    expect(r.stdout.length).toBeGreaterThan(0);
+    expect(r.stderr.split("\n").filter((l) => l.startsWith("device: "))).toEqual([expect.stringMatching(/^device: wasm \(auto: webgpu: /)]);
+  });
+});
