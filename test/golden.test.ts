@@ -10,21 +10,11 @@
  * TinyStories checkpoints use to end a story: pagellm must stop there too (finish_reason "stop").
  */
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
 import { LLM } from "../src/engine/llm.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
-
-interface GoldenCase {
-  model: string;
-  tokenizer: string;
-  prompt: string;
-  steps: number;
-  temperature: number;
-  stdout: string;
-  completion: string;
-}
+import { greedyGoldenCases } from "./helpers/runc-golden.ts";
 
 const THREADS = testThreads();
 const GOLDEN = "golden/runc-greedy.json";
@@ -32,8 +22,7 @@ const GOLDEN = "golden/runc-greedy.json";
 const modelsRel = (rel: string) => `models/${rel}`;
 
 describeShared("run.c greedy goldens", [GOLDEN], ([goldenPath]) => {
-  const cases = (JSON.parse(readFileSync(goldenPath!, "utf8")) as GoldenCase[])
-    .filter((c) => c.temperature === 0);
+  const cases = greedyGoldenCases(goldenPath!);
 
   test("the golden file has the f32 cases and is self-consistent (stdout = prompt + completion + newline)", () => {
     expect(cases.length).toBeGreaterThanOrEqual(3);

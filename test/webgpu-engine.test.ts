@@ -23,6 +23,7 @@ import { MODELS, TEXTS, TOKENIZER } from "./helpers/prefix.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { describeGpu } from "./helpers/webgpu.ts";
 import { logSoftmaxAt } from "./helpers/gguf-rig.ts";
+import { greedyGoldenCases } from "./helpers/runc-golden.ts";
 
 /** Positions of the story text the quantized files are scored on. */
 const SCORED_TOKENS = 128;
@@ -40,22 +41,12 @@ function load(gpu: WebGpuBackend, model: string, tokenizer: string | undefined, 
   return llm;
 }
 
-interface GoldenCase {
-  model: string;
-  tokenizer: string;
-  prompt: string;
-  steps: number;
-  temperature: number;
-  completion: string;
-}
-
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 
 await describeGpu("the engine on WebGPU", (gpu) => {
   describeShared("run.c greedy goldens (f32 stories260K)", ["golden/runc-greedy.json", MODELS.stories260K, TOKENIZER], ([golden, model, tok]) => {
     test("every f32 stories260K case, run together in one batch, is run.c's completion", async () => {
-      const cases = (JSON.parse(readFileSync(golden!, "utf8")) as GoldenCase[])
-        .filter((c) => c.temperature === 0 && c.model === "llama2c/stories260K.bin");
+      const cases = greedyGoldenCases(golden!).filter((c) => c.model === "llama2c/stories260K.bin");
       expect(cases.length).toBeGreaterThanOrEqual(2);
       const llm = load(gpu, model!, tok!);
       expect(llm.engine.model.device).toBe("webgpu");

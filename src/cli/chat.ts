@@ -62,6 +62,7 @@ async function runChat(values: ParsedValues, rawArgs: readonly string[]): Promis
     llm.close();
     throw e;
   }
+  process.stderr.write(`${llm.device}\n`);
   let interrupted = false;
   try {
     interrupted = await session.run();

@@ -167,12 +167,12 @@ class ResultSink {
   }
 }
 
-/** Load time, prompt speed and generation speed, on stderr. */
+/** The device and why, load time, prompt speed and generation speed, on stderr. */
 function reportStats(llm: LLM, sink: ResultSink, seconds: number): void {
   const s = llm.engine.stats;
   const hitRate = s.prefixQueries === 0 ? 0 : (100 * s.prefixHits) / s.prefixQueries;
   const rate = (tokens: number, secs: number) => (secs > 0 ? (tokens / secs).toFixed(1) : "-");
-  const lines = [`load: ${llm.loadMs.toFixed(0)} ms (${llm.checkpoint.format}, ${llm.engine.numBlocks} KV blocks of ${llm.engine.options.blockSize} tokens)`];
+  const lines = [llm.device, `load: ${llm.loadMs.toFixed(0)} ms (${llm.checkpoint.format}, ${llm.engine.numBlocks} KV blocks of ${llm.engine.options.blockSize} tokens)`];
   const one = sink.single;
   if (one !== null) {
     const computed = one.prompt_tokens - one.cached_tokens;

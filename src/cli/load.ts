@@ -21,7 +21,7 @@ export async function loadLLM(values: ParsedValues): Promise<LLM> {
   const chatTemplateKwargs = templateKwargs(values["chat-template-kwargs"]);
   return await LLM.open({
     model, tokenizer: tokenizerPath(model, values.tokenizer), engine: engineOptions(values), onLoadProgress, chatTemplate, chatTemplateKwargs,
-    device, onDevice: (line) => process.stderr.write(`${line}\n`),
+    device,
   });
 }
 

@@ -51,7 +51,7 @@ async function runPerplexity(values: ParsedValues): Promise<void> {
     } else {
       process.stdout.write(report(result));
     }
-    process.stderr.write(`scored ${result.token_logprobs.length} tokens in ${seconds.toFixed(2)} s (${(result.token_logprobs.length / seconds).toFixed(1)} tokens/s), windows of ${result.window}\n`);
+    process.stderr.write(`${llm.device}\nscored ${result.token_logprobs.length} tokens in ${seconds.toFixed(2)} s (${(result.token_logprobs.length / seconds).toFixed(1)} tokens/s), windows of ${result.window}\n`);
   } finally {
     llm.close();
   }

@@ -48,8 +48,6 @@ export interface LoadOptions {
 export interface OpenOptions extends Omit<LoadOptions, "gpu"> {
   /** auto (default): WebGPU on a hardware adapter, else WebAssembly; wasm; webgpu (any adapter, or DeviceError). */
   device?: DeviceChoice;
-  /** Told the one line saying which backend runs the model and why. */
-  onDevice?: (line: string) => void;
 }
 
 /** One generation request; every field but `prompt`/`promptTokenIds` falls back to a default. */
@@ -148,6 +146,8 @@ export class LLM {
     readonly chatFormat: ChatFormat,
     /** The GPU backend LLM.open chose, released by close(). */
     private readonly ownedGpu: WebGpuBackend | null,
+    /** One line saying which backend runs the model and why ("device: wasm (auto: ...)"). */
+    readonly device: string,
   ) {}
 
   /**
@@ -155,7 +155,7 @@ export class LLM {
    * ModelFormatError for bad files.
    */
   static load(opts: LoadOptions): LLM {
-    return LLM.build(openCheckpoint(opts.model), opts, performance.now(), null);
+    return LLM.build(openCheckpoint(opts.model), opts, performance.now(), null, null);
   }
 
   /**
@@ -168,24 +168,23 @@ export class LLM {
     const chosen = await chooseDevice(opts.device ?? "auto", checkpoint);
     let llm: LLM;
     try {
-      llm = LLM.build(checkpoint, { ...opts, gpu: chosen.gpu ?? undefined }, t0, chosen.gpu);
+      llm = LLM.build(checkpoint, { ...opts, gpu: chosen.gpu ?? undefined }, t0, chosen.gpu, chosen.reason);
     } catch (e) {
       chosen.gpu?.close();
       throw e;
     }
-    // Told once the model runs: a load that fails says only why it failed.
-    opts.onDevice?.(chosen.reason);
     return llm;
   }
 
-  /** Set up tokenizer, chat format and engine; `ownedGpu` is closed with the LLM. */
-  private static build(checkpoint: Checkpoint, opts: LoadOptions, t0: number, ownedGpu: WebGpuBackend | null): LLM {
+  /** Set up tokenizer, chat format and engine; `ownedGpu` is closed with the LLM; `reason` says why this device. */
+  private static build(checkpoint: Checkpoint, opts: LoadOptions, t0: number, ownedGpu: WebGpuBackend | null, reason: string | null): LLM {
     const tokenizerPath = opts.tokenizer ?? (isGGUF(opts.model) ? opts.model : undefined);
     if (tokenizerPath === undefined) throw new InputError(`${opts.model}: a llama2.c checkpoint carries no vocabulary; name a tokenizer`);
     const { tokenizer, addBos, chatTemplate } = loadTokenizer(tokenizerPath, { modelVocabSize: checkpoint.config.vocabSize });
     const format = chatFormat(opts.chatTemplate, chatTemplate, opts.model, tokenizer, opts.chatTemplateKwargs);
     const engine = new LLMEngine(checkpoint, tokenizer, { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine }, opts.onLoadProgress, opts.gpu);
-    return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0, format, ownedGpu);
+    const device = reason ?? `device: ${engine.model.description}`;
+    return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0, format, ownedGpu, device);
   }
 
   get config(): ModelConfig {
