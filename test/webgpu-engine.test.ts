@@ -150,6 +150,24 @@ await describeGpu("the engine on WebGPU", (gpu) => {
       expect(onGpu.stdout).toBe(onWasm.stdout);
     }, TIMEOUT_MS);
 
+    test("bench decode --device webgpu: WebGPU beside WebAssembly in one run, the adapter named and labelled software", () => {
+      const r = runPagellm([
+        "bench", "decode", "--model", model!, "--tokenizer", tok!, "--device", "webgpu", "--threads", "1",
+        "--tokens", "8", "--reps", "1", "--warmup", "0", "--stream-mb", "16", "--json",
+      ]);
+      expect(r.exitCode).toBe(0);
+      const report = JSON.parse(r.stdout) as { results: { rows: unknown[]; webgpu: { adapter: string; software: boolean; row: { vsWasm: number }; perStep: { dispatches: number; readBacks: number } } } };
+      const g = report.results.webgpu;
+      expect(report.results.rows).toHaveLength(1);
+      expect(g.adapter).toContain(gpu.gpu.adapter.name);
+      expect(g.software).toBe(gpu.gpu.adapter.software);
+      expect(g.row.vsWasm).toBeGreaterThan(0);
+      // One read-back per decode step, and a whole number of dispatches, several per layer (5 layers).
+      expect(g.perStep.readBacks).toBe(1);
+      expect(Number.isInteger(g.perStep.dispatches)).toBe(true);
+      expect(g.perStep.dispatches).toBeGreaterThan(5 * 5);
+    }, TIMEOUT_MS);
+
     test("a model WGSL cannot run (llama2.c int8) is refused in one line naming --device wasm, exit 2", () => {
       const r = runPagellm(["generate", "--model", q80!, "--tokenizer", tok!, "--prompt", "Once", "--device", "webgpu"]);
       expect(r.exitCode).toBe(2);

@@ -11,6 +11,8 @@ import { ratio, type RepeatOptions, type Summary } from "./measure.ts";
 import type { BenchModel } from "./models.ts";
 import { fmt, fmtPct, fmtRatio, fmtSpread, progress, type Table } from "./report.ts";
 import { measureMatmulGflops, measureStreamBandwidth } from "./roofline.ts";
+import { gpuRefusal, gpuTable, type BenchGpu, type GpuRow } from "./webgpu.ts";
+import type { EngineOptions } from "../engine/engine.ts";
 
 /** Sequences per step the issue asks about. */
 export const BATCH_SIZES: readonly number[] = [1, 4, 16, 64];
@@ -29,7 +31,12 @@ export interface BatchBenchOptions extends RepeatOptions {
   warmupSteps: number;
   streamBytes: number;
   seed: number;
+  /** WebGPU to measure next to WebAssembly (--device), or null. */
+  gpu: BenchGpu | null;
 }
+
+/** Batched decode of one model on WebGPU, per batch size against WebAssembly's; or why the model has none. */
+export type GpuBatch = { model: string; adapter: string; software: boolean; rows: GpuRow[] } | { model: string; adapter: string; refused: string };
 
 export interface Roofline {
   bandwidthGBps: Summary;
@@ -68,10 +75,12 @@ export interface BatchResult {
   promptTokens: number;
   steps: number;
   runs: BatchRun[];
+  webgpu: GpuBatch[];
 }
 
 export async function runBatchBench(o: BatchBenchOptions): Promise<BatchResult> {
   const runs: BatchRun[] = [];
+  const webgpu: GpuBatch[] = [];
   const maxSeqs = Math.max(...o.batchSizes);
   const budget = Math.max(512, maxSeqs);
   const blocksPerSeq = Math.ceil(batchPositions({ ...o, numSeqs: maxSeqs }, budget) / BLOCK_SIZE);
@@ -118,8 +127,27 @@ export async function runBatchBench(o: BatchBenchOptions): Promise<BatchResult> 
       });
       runs.push(run);
     }
+    if (o.gpu !== null) webgpu.push(await gpuBatch(o, o.gpu, model, runs.filter((r) => r.model === model.label), { blockSize: BLOCK_SIZE, maxNumSeqs: maxSeqs, maxNumBatchedTokens: budget, numBlocks: maxSeqs * (blocksPerSeq + 1) }));
   }
-  return { promptTokens: o.promptTokens, steps: o.steps, runs };
+  return { promptTokens: o.promptTokens, steps: o.steps, runs, webgpu };
+}
+
+/** The same batches on WebGPU, each against the WebAssembly run of the most threads at the same batch size. */
+async function gpuBatch(o: BatchBenchOptions, gpu: BenchGpu, model: BenchModel, wasmRuns: readonly BatchRun[], engine: Partial<EngineOptions>): Promise<GpuBatch> {
+  const refused = gpuRefusal(model);
+  if (refused !== null) return { model: model.label, adapter: gpu.adapter, refused };
+  const wasm = wasmRuns.reduce((a, b) => (b.threads > a.threads ? b : a));
+  return await withLLM(model, { ...engine, threads: 1 }, async (llm): Promise<GpuBatch> => {
+    const rows: GpuRow[] = [];
+    await measureBatch(llm.engine, { ...o, numSeqs: Math.min(4, Math.max(...o.batchSizes)), steps: 2, warmupSteps: 0, warmup: 0, reps: 1 });
+    for (const seqs of o.batchSizes) {
+      progress(`${model.label}: ${seqs} sequence(s) on WebGPU (${gpu.adapter})`);
+      const m = await measureBatch(llm.engine, { ...o, numSeqs: seqs, seed: o.seed + seqs });
+      const w = wasm.rows.find((r) => r.seqs === seqs)!;
+      rows.push({ label: `${seqs} seqs`, value: m.decodeTokensPerSecond, wasm: w.decodeTokensPerSecond, wasmThreads: wasm.threads, vsWasm: ratio(m.decodeTokensPerSecond, w.decodeTokensPerSecond) });
+    }
+    return { model: model.label, adapter: gpu.adapter, software: gpu.software, rows };
+  }, gpu.backend);
 }
 
 export function batchTables(r: BatchResult): Table[] {
@@ -144,6 +172,7 @@ export function batchTables(r: BatchResult): Table[] {
       rows: headline,
     });
   }
+  for (const g of r.webgpu) if ("rows" in g) tables.push(gpuTable("decode tokens/s", g.model, g.adapter, g.software, g.rows));
   return tables;
 }
 

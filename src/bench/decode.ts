@@ -11,6 +11,8 @@ import { fmt, fmtPct, fmtRatio, fmtSpread, progress, type Table } from "./report
 import { measureStreamBandwidth } from "./roofline.ts";
 import { peerTable, runNlcPeer, type PeerFigure } from "./peer-nlc.ts";
 import { runcTokensPerSecond } from "./runc.ts";
+import { TokenSource } from "./prompts.ts";
+import { countDecodeStep, gpuCountsTable, gpuRefusal, gpuTable, type BenchGpu, type GpuRow, type GpuStepCounts } from "./webgpu.ts";
 
 export interface DecodeOptions extends RepeatOptions {
   threads: number[];
@@ -23,6 +25,8 @@ export interface DecodeOptions extends RepeatOptions {
   runc: string | null;
   /** A folder with node-llama-cpp installed: llama.cpp's decode on the same GGUF file, at each thread count (null: none). */
   peerNlc: string | null;
+  /** WebGPU to measure next to WebAssembly (--device), or null. */
+  gpu: BenchGpu | null;
 }
 
 export interface DecodeRow {
@@ -44,10 +48,16 @@ export interface DecodeRow {
   peer: PeerFigure | null;
 }
 
+/** Decode on WebGPU: the figure against WebAssembly's, and the GPU work per step; or why the model has none. */
+export type GpuDecode =
+  | { adapter: string; software: boolean; row: GpuRow; msPerToken: Summary; perStep: GpuStepCounts }
+  | { adapter: string; refused: string };
+
 export interface DecodeResult {
   model: string;
   bytesPerToken: number;
   rows: DecodeRow[];
+  webgpu: GpuDecode | null;
 }
 
 export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
@@ -90,7 +100,24 @@ export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
     row.vsFirst = rows.length === 0 ? 1 : ratio(row.tokensPerSecond, rows[0]!.tokensPerSecond);
     rows.push(row);
   }
-  return { model: o.model.label, bytesPerToken: o.model.bytesPerToken, rows };
+  const webgpu = o.gpu === null ? null : await gpuDecode(o, o.gpu, rows);
+  return { model: o.model.label, bytesPerToken: o.model.bytesPerToken, rows, webgpu };
+}
+
+/** The same decode on WebGPU, against the WebAssembly row of the most threads. */
+async function gpuDecode(o: DecodeOptions, gpu: BenchGpu, rows: readonly DecodeRow[]): Promise<GpuDecode> {
+  const refused = gpuRefusal(o.model);
+  if (refused !== null) return { adapter: gpu.adapter, refused };
+  progress(`decode of ${o.model.label} on WebGPU (${gpu.adapter})`);
+  return await withLLM(o.model, { threads: 1 }, async (llm): Promise<GpuDecode> => {
+    const d = await measureDecode(llm, o);
+    const perStep = await countDecodeStep(llm, gpu, new TokenSource(o.seed, llm.config.vocabSize).prompt(o.promptTokens), 4);
+    const wasm = rows.reduce((a, b) => (b.threads > a.threads ? b : a));
+    return {
+      adapter: gpu.adapter, software: gpu.software, msPerToken: d.msPerToken, perStep,
+      row: { label: "decode", value: d.tokensPerSecond, wasm: wasm.tokensPerSecond, wasmThreads: wasm.threads, vsWasm: ratio(d.tokensPerSecond, wasm.tokensPerSecond) },
+    };
+  }, gpu.backend);
 }
 
 export function decodeTables(r: DecodeResult): Table[] {
@@ -110,6 +137,9 @@ export function decodeTables(r: DecodeResult): Table[] {
         String(x.threads), fmtSpread(x.tokensPerSecond), fmtSpread(x.runc!.tokensPerSecond), fmtRatio(x.runc!.ratio),
       ]),
     });
+  }
+  if (r.webgpu !== null && "row" in r.webgpu) {
+    tables.push(gpuTable("decode tokens/s", r.model, r.webgpu.adapter, r.webgpu.software, [r.webgpu.row]), gpuCountsTable(r.model, r.webgpu.perStep));
   }
   if (r.rows.some((x) => x.peer !== null)) {
     tables.push(peerTable(`decode of ${r.model}`, r.rows.map((x) => ({ threads: x.threads, ours: x.tokensPerSecond, peer: x.peer }))));

@@ -4,6 +4,7 @@
  * step() directly (so the timed window holds only decode steps).
  */
 import { InputError } from "../errors.ts";
+import type { WebGpuBackend } from "../backend/webgpu/backend.ts";
 import type { EngineOptions, LLMEngine } from "../engine/engine.ts";
 import { LLM } from "../engine/llm.ts";
 import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
@@ -12,9 +13,12 @@ import { repeat, summarize, type RepeatOptions, type Summary } from "./measure.t
 import type { BenchModel } from "./models.ts";
 import { TokenSource } from "./prompts.ts";
 
-/** Load `model` with `engine` options, run `fn`, and always stop the worker threads. */
-export async function withLLM<T>(model: BenchModel, engine: Partial<EngineOptions>, fn: (llm: LLM) => Promise<T>): Promise<T> {
-  const llm = LLM.load({ model: model.path, tokenizer: model.tokenizer, engine });
+/**
+ * Load `model` with `engine` options (on `gpu` when given, else WebAssembly), run `fn`, and always
+ * stop the worker threads and free the model's GPU buffers.
+ */
+export async function withLLM<T>(model: BenchModel, engine: Partial<EngineOptions>, fn: (llm: LLM) => Promise<T>, gpu?: WebGpuBackend): Promise<T> {
+  const llm = LLM.load({ model: model.path, tokenizer: model.tokenizer, engine, gpu });
   try {
     return await fn(llm);
   } finally {

@@ -10,6 +10,7 @@ import type { BenchModel } from "./models.ts";
 import { fmt, fmtRatio, fmtSpread, progress, type Table } from "./report.ts";
 import { peerTable, runNlcPeer, type PeerFigure } from "./peer-nlc.ts";
 import { TokenSource } from "./prompts.ts";
+import { gpuRefusal, gpuTable, type BenchGpu, type GpuRow } from "./webgpu.ts";
 
 /** The issue's bar: prefill per token at least this many times faster than decode per token. */
 export const PREFILL_VS_DECODE_TARGET = 3.5;
@@ -23,7 +24,12 @@ export interface PrefillOptions extends RepeatOptions {
   seed: number;
   /** A folder with node-llama-cpp installed: llama.cpp's prefill on the same GGUF file, at each thread count (null: none). */
   peerNlc: string | null;
+  /** WebGPU to measure next to WebAssembly (--device), or null. */
+  gpu: BenchGpu | null;
 }
+
+/** Prefill on WebGPU against WebAssembly's, or why the model has none. */
+export type GpuPrefill = { adapter: string; software: boolean; row: GpuRow; ttftMs: Summary } | { adapter: string; refused: string };
 
 export interface PrefillRow {
   threads: number;
@@ -43,6 +49,7 @@ export interface PrefillResult {
   promptTokens: number;
   target: number;
   rows: PrefillRow[];
+  webgpu: GpuPrefill | null;
 }
 
 export async function runPrefillBench(o: PrefillOptions): Promise<PrefillResult> {
@@ -75,7 +82,26 @@ export async function runPrefillBench(o: PrefillOptions): Promise<PrefillResult>
     row.vsFirst = rows.length === 0 ? 1 : ratio(row.prefillTokensPerSecond, rows[0]!.prefillTokensPerSecond);
     rows.push(row);
   }
-  return { model: o.model.label, promptTokens: o.promptTokens, target: PREFILL_VS_DECODE_TARGET, rows };
+  const webgpu = o.gpu === null ? null : await gpuPrefill(o, o.gpu, rows);
+  return { model: o.model.label, promptTokens: o.promptTokens, target: PREFILL_VS_DECODE_TARGET, rows, webgpu };
+}
+
+/** The same prefill on WebGPU, against the WebAssembly row of the most threads. */
+async function gpuPrefill(o: PrefillOptions, gpu: BenchGpu, rows: readonly PrefillRow[]): Promise<GpuPrefill> {
+  const refused = gpuRefusal(o.model);
+  if (refused !== null) return { adapter: gpu.adapter, refused };
+  progress(`prefill of ${o.promptTokens} tokens on ${o.model.label} on WebGPU (${gpu.adapter})`);
+  const engine = { threads: 1, enablePrefixCaching: false, maxNumBatchedTokens: Math.max(512, o.promptTokens) };
+  return await withLLM(o.model, engine, async (llm): Promise<GpuPrefill> => {
+    const source = new TokenSource(o.seed, llm.config.vocabSize);
+    const ttft = await measureTtft(llm, o, () => source.prompt(o.promptTokens));
+    const value = summarize(ttft.map((ms) => (1000 * o.promptTokens) / ms));
+    const wasm = rows.reduce((a, b) => (b.threads > a.threads ? b : a));
+    return {
+      adapter: gpu.adapter, software: gpu.software, ttftMs: summarize(ttft),
+      row: { label: `${o.promptTokens}-token prompt`, value, wasm: wasm.prefillTokensPerSecond, wasmThreads: wasm.threads, vsWasm: ratio(value, wasm.prefillTokensPerSecond) },
+    };
+  }, gpu.backend);
 }
 
 export function prefillTables(r: PrefillResult): Table[] {
@@ -87,6 +113,7 @@ export function prefillTables(r: PrefillResult): Table[] {
       fmtSpread(x.decodeMsPerToken), fmt(x.ttftMs.median / r.promptTokens), fmtRatio(x.prefillVsDecode),
     ]),
   }];
+  if (r.webgpu !== null && "row" in r.webgpu) tables.push(gpuTable("prefill tokens/s", r.model, r.webgpu.adapter, r.webgpu.software, [r.webgpu.row]));
   if (r.rows.some((x) => x.peer !== null)) {
     tables.push(peerTable(`prefill of ${r.promptTokens} tokens on ${r.model}`, r.rows.map((x) => ({ threads: x.threads, ours: x.prefillTokensPerSecond, peer: x.peer }))));
   }

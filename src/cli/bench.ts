@@ -23,7 +23,8 @@ import type { BenchModel } from "../bench/models.ts";
 import { isGGUF } from "../model/load.ts";
 import { InputError } from "../errors.ts";
 import { WORKLOAD_NAMES, type WorkloadName } from "../bench/workloads.ts";
-import { checkKnownOptions, numberOption, type ParsedValues } from "./options.ts";
+import { checkKnownOptions, deviceOption, numberOption, type ParsedValues } from "./options.ts";
+import { benchGpu } from "../bench/webgpu.ts";
 
 type Settings = BenchReport<unknown>["settings"];
 
@@ -44,6 +45,22 @@ function peerOption(values: ParsedValues, models: readonly BenchModel[]): string
   const foreign = models.find((m) => !isGGUF(m.path));
   if (foreign !== undefined) throw new InputError(`--peer-nlc runs llama.cpp on GGUF files; ${foreign.label} is a llama2.c model (use --type or a GGUF --model)`);
   return checkPeerDir(dir);
+}
+
+/** --device for the benches that run a model: WebGPU rows next to WebAssembly's when it resolves to webgpu. */
+const benchDeviceArg = {
+  device: {
+    type: "string",
+    description:
+      "auto (default): add WebGPU figures on a hardware GPU adapter | wasm: WebAssembly only | webgpu: add WebGPU figures on any adapter " +
+      "(a software one is labelled so); WebAssembly's are always measured, in the same run",
+    valueHint: "device",
+  },
+} as const satisfies ArgsDef;
+
+/** Notes for models that got no WebGPU figures, and why. */
+function refusalNotes(results: readonly { model: string; webgpu: { refused: string } | object | null }[]): string[] {
+  return results.flatMap((r) => (r.webgpu !== null && "refused" in r.webgpu ? [`${r.model}: no WebGPU figures: ${r.webgpu.refused}`] : []));
 }
 
 function emit<R>(bench: string, values: ParsedValues, settings: Settings, notes: string[], results: R, tables: Table[]): void {
@@ -85,6 +102,7 @@ const decodeArgs = {
   ...streamArg,
   ...modelArgs("stories110M"),
   ...peerArg,
+  ...benchDeviceArg,
   "prompt-tokens": { type: "string", description: "Prompt length before decoding (default 8)", valueHint: "n" },
   tokens: { type: "string", description: "Tokens generated per repetition (default 128)", valueHint: "n" },
   runc: {
@@ -110,15 +128,22 @@ const decodeCommand = defineCommand({
       promptTokens: posint(args, "prompt-tokens", 8), genTokens: posint(args, "tokens", 128), seed: nonNegInt(args, "seed", 1),
       runc: typeof args.runc === "string" ? args.runc : null, peerNlc: peerOption(args, models),
     };
+    const { gpu, note: deviceNote } = await benchGpu(deviceOption(args));
     const results = [];
-    for (const model of models) results.push(await runDecodeBench({ ...o, model }));
+    try {
+      for (const model of models) results.push(await runDecodeBench({ ...o, model, gpu }));
+    } finally {
+      gpu?.backend.close();
+    }
     const settings = {
       reps: o.reps, warmup: o.warmup, threads: o.threads, streamBytes: o.streamBytes, models: models.map((m) => m.label), promptTokens: o.promptTokens, tokens: o.genTokens, seed: o.seed,
+      device: deviceOption(args),
     };
     const figures = results.map((r, i) => ({ label: r.model, gguf: models[i]!.gguf, rows: r.rows.map((x) => ({ threads: x.threads, value: x.tokensPerSecond })) }));
     const tables = [...results.flatMap(decodeTables), ...typeComparisonTables("decode tokens/s", figures), ...decodeFloorTables(figures)];
     const floor = decodeFloorChecks(figures);
-    emit("decode", args, settings, modelNotes(models), results.length === 1 && floor.length === 0 ? results[0] : { models: results, floor }, tables);
+    const notes = [...modelNotes(models), deviceNote, ...refusalNotes(results)];
+    emit("decode", args, settings, notes, results.length === 1 && floor.length === 0 ? results[0] : { models: results, floor }, tables);
   },
 });
 
@@ -127,6 +152,7 @@ const prefillArgs = {
   ...threadsListArg,
   ...modelArgs("stories110M"),
   ...peerArg,
+  ...benchDeviceArg,
   "prompt-tokens": { type: "string", description: "Prompt length (default 512)", valueHint: "n" },
   "decode-tokens": { type: "string", description: "Tokens generated to measure decode per token in the same run (default 32)", valueHint: "n" },
 } as const satisfies ArgsDef;
@@ -147,12 +173,20 @@ const prefillCommand = defineCommand({
       promptTokens: posint(args, "prompt-tokens", 512), decodeTokens: posint(args, "decode-tokens", 32), seed: nonNegInt(args, "seed", 1),
       peerNlc: peerOption(args, models),
     };
+    const { gpu, note: deviceNote } = await benchGpu(deviceOption(args));
     const results = [];
-    for (const model of models) results.push(await runPrefillBench({ ...o, model }));
-    const settings = { reps: o.reps, warmup: o.warmup, threads: o.threads, models: models.map((m) => m.label), promptTokens: o.promptTokens, decodeTokens: o.decodeTokens, seed: o.seed };
+    try {
+      for (const model of models) results.push(await runPrefillBench({ ...o, model, gpu }));
+    } finally {
+      gpu?.backend.close();
+    }
+    const settings = {
+      reps: o.reps, warmup: o.warmup, threads: o.threads, models: models.map((m) => m.label), promptTokens: o.promptTokens, decodeTokens: o.decodeTokens, seed: o.seed,
+      device: deviceOption(args),
+    };
     const figures = results.map((r, i) => ({ label: r.model, gguf: models[i]!.gguf, rows: r.rows.map((x) => ({ threads: x.threads, value: x.prefillTokensPerSecond })) }));
     const tables = [...results.flatMap(prefillTables), ...typeComparisonTables("prefill tokens/s", figures)];
-    emit("prefill", args, settings, modelNotes(models), results.length === 1 ? results[0] : { models: results }, tables);
+    emit("prefill", args, settings, [...modelNotes(models), deviceNote, ...refusalNotes(results)], results.length === 1 ? results[0] : { models: results }, tables);
   },
 });
 
@@ -161,6 +195,7 @@ const batchArgs = {
   ...threadsListArg,
   ...streamArg,
   ...modelArgs("stories15M and stories110M; repeat --shape for several"),
+  ...benchDeviceArg,
   seqs: { type: "string", description: `Concurrent sequences to measure, comma-separated (default ${BATCH_SIZES.join(",")})`, valueHint: "n,n" },
   "prompt-tokens": { type: "string", description: "Prompt length of each sequence (default 16)", valueHint: "n" },
   steps: { type: "string", description: "Decode steps timed per repetition (default 16)", valueHint: "n" },
@@ -183,12 +218,21 @@ const batchCommand = defineCommand({
       promptTokens: posint(args, "prompt-tokens", 16), steps: posint(args, "steps", 16), warmupSteps: nonNegInt(args, "warmup-steps", 2),
       streamBytes: streamBytes(args), seed: nonNegInt(args, "seed", 1),
     };
-    const r = await runBatchBench(o);
+    const { gpu, note: deviceNote } = await benchGpu(deviceOption(args));
+    let r;
+    try {
+      r = await runBatchBench({ ...o, gpu });
+    } finally {
+      gpu?.backend.close();
+    }
     const settings = {
       reps: o.reps, warmup: o.warmup, threads: o.threads, models: models.map((m) => m.label), seqs: o.batchSizes, promptTokens: o.promptTokens,
-      steps: o.steps, warmupSteps: o.warmupSteps, streamBytes: o.streamBytes, seed: o.seed,
+      steps: o.steps, warmupSteps: o.warmupSteps, streamBytes: o.streamBytes, seed: o.seed, device: deviceOption(args),
     };
-    const notes = [...modelNotes(models), "prefix caching on (the engine default); every sequence has a distinct prompt, so nothing hits"];
+    const notes = [
+      ...modelNotes(models), "prefix caching on (the engine default); every sequence has a distinct prompt, so nothing hits", deviceNote,
+      ...refusalNotes(r.webgpu.map((webgpu) => ({ model: webgpu.model, webgpu }))),
+    ];
     emit("batch", args, settings, notes, r, batchTables(r));
   },
 });

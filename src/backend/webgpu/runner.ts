@@ -15,6 +15,19 @@ export interface GpuKernel {
   pipeline: GPUComputePipeline;
 }
 
+/** What the runner has done since it was made: the GPU path's per-step costs, for `bench`. */
+export interface GpuWorkCounts {
+  dispatches: number;
+  /** Queue submissions (one per forward step, plus read-backs). */
+  submits: number;
+  /** Buffer mappings for read-back (one per step that has logits) and the bytes they read. */
+  readBacks: number;
+  readBytes: number;
+  /** writeBuffer calls (the step's inputs) and their bytes. */
+  uploads: number;
+  uploadBytes: number;
+}
+
 /** Bind groups kept before the cache is cleared (each holds a 16-to-64-byte uniform buffer). */
 const MAX_CACHED_BIND_GROUPS = 8192;
 
@@ -31,6 +44,7 @@ export class GpuRunner {
   private readonly freeStaging: GPUBuffer[] = [];
   /** Largest storage binding the device allows (bun-webgpu keeps the default 128 MiB). */
   readonly maxBinding: number;
+  readonly counts: GpuWorkCounts = { dispatches: 0, submits: 0, readBacks: 0, readBytes: 0, uploads: 0, uploadBytes: 0 };
 
   constructor(readonly device: GPUDevice) {
     this.maxBinding = Math.min(device.limits.maxStorageBufferBindingSize, device.limits.maxBufferSize);
@@ -52,6 +66,8 @@ export class GpuRunner {
     const owned = data.buffer instanceof ArrayBuffer ? bytes : bytes.slice();
     const padded = owned.byteLength % 4 === 0 ? owned : padTo4(owned);
     this.device.queue.writeBuffer(buf, byteOffset, padded);
+    this.counts.uploads++;
+    this.counts.uploadBytes += padded.byteLength;
   }
 
   /** Compile a kernel once (error scopes report WGSL errors: bun-webgpu has no getCompilationInfo). */
@@ -80,6 +96,7 @@ export class GpuRunner {
     pass.setPipeline(kernel.pipeline);
     pass.setBindGroup(0, group);
     pass.dispatchWorkgroups(workgroups[0], workgroups[1], workgroups[2]);
+    this.counts.dispatches++;
   }
 
   /** Copy src[srcOffset..+bytes) to dst[dstOffset..) in submission order with the dispatches. */
@@ -93,6 +110,7 @@ export class GpuRunner {
     this.closePass();
     if (this.encoder === null) return;
     this.device.queue.submit([this.encoder.finish()]);
+    this.counts.submits++;
     this.encoder = null;
     this.pendingErrors.push(this.device.popErrorScope());
   }
@@ -120,6 +138,8 @@ export class GpuRunner {
       this.flush();
       await this.checkErrors();
       await staging.mapAsync(GPUMapMode.READ, 0, size);
+      this.counts.readBacks++;
+      this.counts.readBytes += size;
       const data = staging.getMappedRange(0, size).slice(0, bytes);
       staging.unmap();
       return data;
