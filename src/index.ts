@@ -15,6 +15,7 @@ export {
   type GenerateRequest,
   type GenerationEvent,
   type LoadOptions,
+  type OpenOptions,
   type StreamOptions,
 } from "./engine/llm.ts";
 export { LLMEngine, DEFAULT_ENGINE_OPTIONS, type EngineOptions, type EngineStats, type NewRequest, type StepEvent } from "./engine/engine.ts";
@@ -25,6 +26,13 @@ export { ChatHistory, CHAT_TEMPLATES, userTurnIds, type ChatTemplateName } from 
 export type { EncodeOptions, StreamDecoder, Tokenizer } from "./tokenizer/tokenizer.ts";
 export { loadTokenizer, type LoadedTokenizer } from "./tokenizer/load.ts";
 export { SpmTokenizer } from "./tokenizer/spm.ts";
+
+// ---- backends: the forward pass on WebAssembly or WebGPU, behind one interface
+//   const llm = await LLM.open({ model: "stories260K.gguf", device: "auto" }); // llm.device says which and why
+export type { ModelForward, DeviceKind } from "./engine/model-forward.ts";
+export { chooseDevice, webgpuRefusal, type ChosenDevice } from "./backend/device-choice.ts";
+export { selectDevice, acquireGpu, type DeviceChoice, type GpuAdapterSummary } from "./backend/webgpu/device.ts";
+export { WebGpuBackend } from "./backend/webgpu/backend.ts";
 
 // ---- models and files
 export { openCheckpoint } from "./model/load.ts";
@@ -65,4 +73,5 @@ export {
   InputError,
   RequestTooLongError,
   WorkerPoolError,
+  DeviceError,
 } from "./errors.ts";

@@ -168,6 +168,24 @@ await describeGpu("the engine on WebGPU", (gpu) => {
       expect(g.perStep.dispatches).toBeGreaterThan(5 * 5);
     }, TIMEOUT_MS);
 
+    test("LLM.open (src/index.ts): device webgpu runs on the adapter, wasm on WebAssembly, each saying so in llm.device", async () => {
+      const { LLM: PublicLLM } = await import("../src/index.ts");
+      const onGpu = await PublicLLM.open({ model: model!, tokenizer: tok!, device: "webgpu", engine: { threads: 1 } });
+      const onWasm = await PublicLLM.open({ model: model!, tokenizer: tok!, device: "wasm", engine: { threads: 1 } });
+      try {
+        expect([onGpu.engine.model.device, onWasm.engine.model.device]).toEqual(["webgpu", "wasm"]);
+        expect(onGpu.device).toStartWith(`device: webgpu on ${gpu.gpu.adapter.name}`);
+        expect(onWasm.device).toBe("device: wasm (requested)");
+        const request = { prompt: "Once upon a time", maxTokens: 20, temperature: 0 };
+        const [a] = await onGpu.generate([request]);
+        const [b] = await onWasm.generate([request]);
+        expect(a!.text).toBe(b!.text);
+      } finally {
+        onGpu.close();
+        onWasm.close();
+      }
+    }, TIMEOUT_MS);
+
     test("a model WGSL cannot run (llama2.c int8) is refused in one line naming --device wasm, exit 2", () => {
       const r = runPagellm(["generate", "--model", q80!, "--tokenizer", tok!, "--prompt", "Once", "--device", "webgpu"]);
       expect(r.exitCode).toBe(2);
