@@ -5,6 +5,7 @@
  */
 import { availableParallelism, cpus } from "node:os";
 import type { Summary } from "./measure.ts";
+import { info } from "../cli/output.ts";
 
 export interface Table {
   title: string;
@@ -36,7 +37,7 @@ export function machineInfo(): MachineInfo {
 
 /** Progress on stderr: benches run for minutes and should say what they are doing. */
 export function progress(line: string): void {
-  process.stderr.write(`[bench] ${line}\n`);
+  info(`[bench] ${line}`);
 }
 
 /** Print a report: JSON (one document) or the tables with the notes under them. */
