@@ -61,13 +61,13 @@ export function escapeXml(s: string): string {
   return s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
 }
 
-/** A round step (1, 2 or 5 times a power of ten) giving about `target` intervals over [0, max]. */
+/** A round step (1, 2 or 5 times a power of ten) giving about `target` intervals (4 to 10) over [0, max]. */
 export function niceStep(max: number, target = 5): number {
   if (!(max > 0)) return 1;
   const raw = max / target;
   const power = 10 ** Math.floor(Math.log10(raw));
   const m = raw / power;
-  return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10) * power;
+  return (m < 1.5 ? 1 : m < 3 ? 2 : m < 7 ? 5 : 10) * power;
 }
 
 /** Ticks 0, step, ... up to the first at or above `max`. */
