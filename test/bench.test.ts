@@ -201,10 +201,13 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
   const onModel = ["--model", model!, "--tokenizer", tokenizer!];
 
   test("kernels", () => {
-    expectFigures(["bench", "kernels", ...QUICK, ...onModel, "--stream-mb", "16", "--decode-tokens", "4", "--threads", "1,2"], [
+    const chart = join(modelsDir, "kernels.svg");
+    expectFigures(["bench", "kernels", ...QUICK, ...onModel, "--stream-mb", "16", "--decode-tokens", "4", "--threads", "1,2", "--chart", chart], [
       "matvec.*.kernelGflops.median", "matvec.*.kernelGBps.median", "matvec.*.scalarGflops.median", "matvec.*.speedup",
       "matmul.*.gflops.median", "stream.*.gbps.median", "decode.*.tokensPerSecond.median",
     ]);
+    const svg = readFileSync(chart, "utf8");
+    for (const s of ["pagellm bench kernels", "SIMD kernel vs scalar loop", "288x288", "2048x768", "scalar loop"]) expect(svg).toContain(s);
   }, 30_000);
 
   test("decode", () => {

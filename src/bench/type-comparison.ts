@@ -8,6 +8,7 @@ import { decodeTables, type DecodeResult } from "./decode.ts";
 import { ratio, type Summary } from "./measure.ts";
 import { prefillTables, type PrefillResult } from "./prefill.ts";
 import { fmtRatio, fmtSpread, type Table } from "./report.ts";
+import type { BenchResults } from "./schema.ts";
 
 /** One model's figure at each thread count. */
 export interface TypedFigure {
@@ -101,7 +102,7 @@ function decodeFigure(r: DecodeResult): TypedFigure {
  * `bench decode`'s results and tables for its models: one model's result as it is, several as a
  * set with the floor checks; the tables of each, then the type comparison and the floor.
  */
-export function decodeSet(results: DecodeResult[]): { results: DecodeResult | { models: DecodeResult[]; floor: FloorCheck[] }; tables: Table[] } {
+export function decodeSet(results: DecodeResult[]): { results: BenchResults["decode"]; tables: Table[] } {
   const figures = results.map(decodeFigure);
   const floor = decodeFloorChecks(figures);
   return {
@@ -111,7 +112,7 @@ export function decodeSet(results: DecodeResult[]): { results: DecodeResult | { 
 }
 
 /** `bench prefill`'s results and tables for its models (several: a set), with the type comparison. */
-export function prefillSet(results: PrefillResult[]): { results: PrefillResult | { models: PrefillResult[] }; tables: Table[] } {
+export function prefillSet(results: PrefillResult[]): { results: BenchResults["prefill"]; tables: Table[] } {
   const figures = results.map((r): TypedFigure => ({ label: r.model, gguf: r.gguf, rows: r.rows.map((x) => ({ threads: x.threads, value: x.prefillTokensPerSecond })) }));
   return {
     results: results.length === 1 ? results[0]! : { models: results },
