@@ -15,7 +15,7 @@ import { summarize } from "../src/bench/measure.ts";
 import { parseShape } from "../src/bench/models.ts";
 import { withF32Baseline } from "../src/bench/options.ts";
 import { decodeFloorChecks, typeComparisonTables } from "../src/bench/type-comparison.ts";
-import { compareRuns } from "../src/bench/compare.ts";
+import { compareRuns, overallChange } from "../src/bench/compare.ts";
 import { machineInfo } from "../src/bench/machine.ts";
 import { BENCH_SCHEMA } from "../src/bench/report.ts";
 import { figuresOf, parseBenchDocument, readBenchDocument, reportsOf, type AllDocument, type AnyBenchReport } from "../src/bench/schema.ts";
@@ -163,6 +163,10 @@ describe("bench command", () => {
     expect(c.figures.map((f) => [f.key, f.ratio])).toEqual([["a: decode tokens/s", 1.5], ["b: TTFT ms", 0.5]]);
     expect([c.onlyOld, c.onlyNew, c.notRun]).toEqual([["decode: gone: decode tokens/s"], ["decode: new: decode tokens/s"], ["batch"]]);
     expect(c.machineChanges).toEqual([`cpu: Old CPU -> ${machine.cpu}`]);
+    // 1.5x the tokens/s and half the TTFT: twice as good, geometrically 1.5 * 2 = 3 -> sqrt(3).
+    const [overall] = overallChange(c);
+    expect([overall!.bench, overall!.figures]).toEqual(["decode", 2]);
+    expect(overall!.factor).toBeCloseTo(Math.sqrt(3), 12);
   });
 
   test("a document that is not a pagellm bench document is a one-line error naming the file, checked before the bench runs", () => {

@@ -85,8 +85,29 @@ export function comparisonTables(c: Comparison): Table[] {
   return tables;
 }
 
+/** Units of pagellm's speed (not the machine's bandwidth, not ratios or hit rates): what "overall" averages. */
+const SPEED_UNITS = new Set(["tokens/s", "ms", "ns/token", "GFLOP/s"]);
+
+/**
+ * Per sub-benchmark, the geometric mean of how many times better each matched speed figure got
+ * (new/old where higher is better, old/new where lower is): one number for "faster or slower overall".
+ */
+export function overallChange(c: Comparison): { bench: string; figures: number; factor: number }[] {
+  const byBench = new Map<string, number[]>();
+  for (const f of c.figures) {
+    if (!SPEED_UNITS.has(f.unit) || !(f.ratio > 0) || !Number.isFinite(f.ratio)) continue;
+    const logs = byBench.get(f.bench) ?? [];
+    logs.push(Math.log(f.better === "higher" ? f.ratio : 1 / f.ratio));
+    byBench.set(f.bench, logs);
+  }
+  return [...byBench].map(([bench, logs]) => ({ bench, figures: logs.length, factor: Math.exp(logs.reduce((a, b) => a + b, 0) / logs.length) }));
+}
+
 export function comparisonNotes(c: Comparison): string[] {
   const notes = [`${c.figures.length} figures matched, ${c.onlyOld.length} only in ${c.oldName}, ${c.onlyNew.length} only in this run`];
+  for (const o of overallChange(c)) {
+    notes.push(`${o.bench}: ${fmtRatio(o.factor)} ${o.factor >= 1 ? "better" : "worse"} overall (geometric mean over ${o.figures} speed figures, times inverted)`);
+  }
   if (c.notRun.length > 0) notes.push(`${c.oldName} also has bench ${c.notRun.join(", ")}, not run now`);
   if (c.machineChanges.length > 0) notes.push(`the runs differ in ${c.machineChanges.join("; ")}`);
   return notes;

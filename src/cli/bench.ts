@@ -231,7 +231,8 @@ const prefixCommand = defineCommand({
   meta: {
     name: "prefix",
     description:
-      "Prefix caching: TTFT with a cached 1536-token prefix vs the cache off, hit rate, sha256/xxh64 hashing ns/token, 0%-hit throughput on vs off " +
+      "Prefix caching: TTFT with a cached 1536-token prefix vs the cache off, TTFT with 0, 25, 50, 75 and 100% of that prefix cached, hit rate, " +
+      "sha256/xxh64 hashing ns/token, 0%-hit throughput on vs off " +
       "(target within 2%), and vLLM prefix_repetition / SGLang generated-shared-prefix serving workloads under FCFS and LPM, each eviction policy, " +
       "cache on and off (default 3 repetitions)",
   },
