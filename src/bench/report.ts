@@ -4,6 +4,7 @@
  * Progress lines go to stderr, so stdout stays a clean table or a clean document.
  */
 import type { Summary } from "./measure.ts";
+import { info } from "../cli/output.ts";
 import { machineLine, type MachineInfo } from "./machine.ts";
 
 export type { MachineInfo } from "./machine.ts";
@@ -55,7 +56,7 @@ export function shortDate(iso: string): string {
 
 /** Progress on stderr: benches run for minutes and should say what they are doing. */
 export function progress(line: string): void {
-  process.stderr.write(`[bench] ${line}\n`);
+  info(`[bench] ${line}`);
 }
 
 /** The report as text: a line naming the bench and machine, the tables, the notes. */
