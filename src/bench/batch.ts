@@ -9,7 +9,7 @@
 import { batchPositions, measureBatch, withLLM } from "./engine-runs.ts";
 import { ratio, type RepeatOptions, type Summary } from "./measure.ts";
 import type { BenchModel } from "./models.ts";
-import { fmt, fmtPct, fmtRatio, fmtSpread, progress, type Table } from "./report.ts";
+import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
 import { measureMatmulGflops, measureStreamBandwidth } from "./roofline.ts";
 
 /** Sequences per step the issue asks about. */
@@ -64,6 +64,7 @@ export interface BatchRun {
   rows: BatchRow[];
 }
 
+/** `results` of `bench batch`: one run per model and thread count. */
 export interface BatchResult {
   promptTokens: number;
   steps: number;
@@ -120,6 +121,21 @@ export async function runBatchBench(o: BatchBenchOptions): Promise<BatchResult> 
     }
   }
   return { promptTokens: o.promptTokens, steps: o.steps, runs };
+}
+
+/** The figures --compare matches: aggregate decode and prefill tokens/s at each batch size, and the roofline. */
+export function batchFigures(r: BatchResult): Figure[] {
+  return r.runs.flatMap((run) => {
+    const at = `${run.model}, ${threadsLabel(run.threads)}`;
+    return [
+      ...figure(`${at}: stream GB/s`, run.roofline.bandwidthGBps, "GB/s"),
+      ...figure(`${at}: matmul T=${ROOFLINE_TOKENS} GFLOP/s`, run.roofline.matmulGflops, "GFLOP/s"),
+      ...run.rows.flatMap((x) => [
+        ...figure(`${at}, ${x.seqs} seqs: decode tokens/s`, x.decodeTokensPerSecond, "tokens/s"),
+        ...figure(`${at}, ${x.seqs} seqs: prefill tokens/s`, x.prefillTokensPerSecond, "tokens/s"),
+      ]),
+    ];
+  });
 }
 
 export function batchTables(r: BatchResult): Table[] {

@@ -7,7 +7,8 @@
 import { measureDecode, withLLM } from "./engine-runs.ts";
 import { ratio, summarize, type RepeatOptions, type Summary } from "./measure.ts";
 import type { BenchModel } from "./models.ts";
-import { fmt, fmtPct, fmtRatio, fmtSpread, progress, type Table } from "./report.ts";
+import type { ModelMix } from "../model/gguf-model-writer.ts";
+import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
 import { measureStreamBandwidth } from "./roofline.ts";
 import { peerTable, runNlcPeer, type PeerFigure } from "./peer-nlc.ts";
 import { runcTokensPerSecond } from "./runc.ts";
@@ -44,8 +45,11 @@ export interface DecodeRow {
   peer: PeerFigure | null;
 }
 
+/** One model's decode at each thread count: `results` of `bench decode` with one model. */
 export interface DecodeResult {
   model: string;
+  /** Shape and tensor type of a random GGUF model (--type, --f32-baseline); absent for other models. */
+  gguf?: { shape: string; mix: ModelMix };
   bytesPerToken: number;
   rows: DecodeRow[];
 }
@@ -90,7 +94,20 @@ export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
     row.vsFirst = rows.length === 0 ? 1 : ratio(row.tokensPerSecond, rows[0]!.tokensPerSecond);
     rows.push(row);
   }
-  return { model: o.model.label, bytesPerToken: o.model.bytesPerToken, rows };
+  return { model: o.model.label, gguf: o.model.gguf, bytesPerToken: o.model.bytesPerToken, rows };
+}
+
+/** The figures --compare matches: tokens/s, stream GB/s, and the baselines' ratios when given. */
+export function decodeFigures(r: DecodeResult): Figure[] {
+  return r.rows.flatMap((x) => {
+    const at = `${r.model}, ${threadsLabel(x.threads)}`;
+    return [
+      ...figure(`${at}: decode tokens/s`, x.tokensPerSecond, "tokens/s"),
+      ...figure(`${at}: stream GB/s`, x.bandwidthGBps, "GB/s"),
+      ...(x.runc === null ? [] : figure(`${at}: decode vs llama2.c run`, x.runc.ratio, "x")),
+      ...(x.peer === null ? [] : figure(`${at}: decode vs llama.cpp`, x.peer.ratio, "x")),
+    ];
+  });
 }
 
 export function decodeTables(r: DecodeResult): Table[] {
