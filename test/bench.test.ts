@@ -15,6 +15,11 @@ import { summarize } from "../src/bench/measure.ts";
 import { parseShape } from "../src/bench/models.ts";
 import { withF32Baseline } from "../src/bench/options.ts";
 import { decodeFloorChecks, typeComparisonTables } from "../src/bench/type-comparison.ts";
+import { compareRuns, overallChange } from "../src/bench/compare.ts";
+import { machineInfo } from "../src/bench/machine.ts";
+import { BENCH_SCHEMA } from "../src/bench/report.ts";
+import { figuresOf, parseBenchDocument, readBenchDocument, reportsOf, type AllDocument, type AnyBenchReport } from "../src/bench/schema.ts";
+import { readFileSync, writeFileSync } from "node:fs";
 import { describeShared } from "./helpers/shared.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
@@ -68,7 +73,7 @@ describe("bench command", () => {
   test("with no subcommand it lists the benches", () => {
     const r = pagellm(["bench"]);
     expect(r.code).toBe(0);
-    for (const name of ["kernels", "decode", "prefill", "batch", "prefix"]) expect(r.stdout).toContain(name);
+    for (const name of ["kernels", "decode", "prefill", "batch", "prefix", "all", "compare", "chart"]) expect(r.stdout).toContain(name);
   });
 
   test("every bench's --help lists its options", () => {
@@ -79,10 +84,11 @@ describe("bench command", () => {
       batch: ["--threads", "--seqs", "--steps", "--warmup-steps", "--shape"],
       prefix: ["--threads", "--prefix-tokens", "--suffix-tokens", "--workloads", "--requests", "--max-num-seqs", "--num-blocks", "--eviction-policies"],
     };
+    expected.all = ["--quick", "--shape", "--type", "--threads", "--models-dir"];
     for (const [bench, options] of Object.entries(expected)) {
       const r = pagellm(["bench", bench, "--help"]);
       expect(r.code).toBe(0);
-      for (const o of options) expect(r.stdout, `${bench} ${o}`).toContain(o);
+      for (const o of [...options, "--json", "--chart", "--compare"]) expect(r.stdout, `${bench} ${o}`).toContain(o);
     }
   });
 
@@ -144,6 +150,51 @@ describe("bench command", () => {
     }
   });
 
+  test("--compare matches figures by bench and key, lists what either side lacks, and names a different machine", () => {
+    const machine = machineInfo();
+    const report = (bench: "decode" | "batch", figures: [string, number][], m = machine): AnyBenchReport => ({
+      schema: BENCH_SCHEMA, bench, date: "2026-11-24T10:00:00.000Z", machine: m, settings: {}, notes: [],
+      results: {} as AnyBenchReport["results"], figures: figures.map(([key, value]) => ({ key, value, unit: key.endsWith("ms") ? "ms" : "tokens/s", better: key.endsWith("ms") ? "lower" : "higher" })),
+    }) as AnyBenchReport;
+    const old = { ...report("decode", [["a: decode tokens/s", 50], ["b: TTFT ms", 200], ["gone: decode tokens/s", 1]], { ...machine, cpu: "Old CPU" }) };
+    const oldAll: AllDocument = { schema: BENCH_SCHEMA, bench: "all", date: old.date, machine: old.machine, elapsedSeconds: 1, settings: {}, notes: [], reports: [old, report("batch", [["x", 1]])] };
+    const now = [report("decode", [["a: decode tokens/s", 75], ["b: TTFT ms", 100], ["new: decode tokens/s", 2]])];
+    const c = compareRuns(now, machine, oldAll, "old.json");
+    expect(c.figures.map((f) => [f.key, f.ratio])).toEqual([["a: decode tokens/s", 1.5], ["b: TTFT ms", 0.5]]);
+    expect([c.onlyOld, c.onlyNew, c.notRun]).toEqual([["decode: gone: decode tokens/s"], ["decode: new: decode tokens/s"], ["batch"]]);
+    expect(c.machineChanges).toEqual([`cpu: Old CPU -> ${machine.cpu}`]);
+    // 1.5x the tokens/s and half the TTFT: twice as good, geometrically 1.5 * 2 = 3 -> sqrt(3).
+    const [overall] = overallChange(c);
+    expect([overall!.bench, overall!.figures]).toEqual(["decode", 2]);
+    expect(overall!.factor).toBeCloseTo(Math.sqrt(3), 12);
+  });
+
+  test("a document that is not a pagellm bench document is a one-line error naming the file, checked before the bench runs", () => {
+    const file = (name: string, text: string) => {
+      const path = join(modelsDir, name);
+      writeFileSync(path, text);
+      return path;
+    };
+    const cases: [string, RegExp][] = [
+      [join(modelsDir, "absent.json"), /absent\.json: file not found/],
+      [file("not-json.json", "{"), /not-json\.json: not JSON/],
+      [file("schema.json", JSON.stringify({ schema: "pagellm-bench/99", bench: "decode", results: {} })), /schema "pagellm-bench\/99"; this pagellm reads pagellm-bench\/1/],
+      [file("other.json", JSON.stringify({ bench: "sprint", results: {} })), /"bench" is "sprint", not one of kernels, decode, prefill, batch, prefix, all/],
+      [file("old.json", JSON.stringify({ bench: "decode", results: { rows: "?" } })), /its decode results lack the fields/],
+    ];
+    for (const [path, message] of cases) {
+      const r = pagellm(["bench", "decode", "--threads", "1", "--compare", path]);
+      expect(r.code, path).toBe(2);
+      expect(r.stderr.trim().split("\n").pop()).toMatch(message);
+      expect(r.stderr).not.toContain("[bench] decode of");
+    }
+    const noDir = pagellm(["bench", "decode", "--json", join(modelsDir, "no-such-dir", "out.json")]);
+    expect(noDir.code).toBe(2);
+    expect(noDir.stderr).toMatch(/--json .*out\.json: folder .*no-such-dir does not exist/);
+    const chartDir = pagellm(["bench", "all", "--chart", modelsDir]);
+    expect(chartDir.stderr).toMatch(/--chart .*: is a folder; give a file name/);
+  });
+
   test("summaries", () => {
     const s = summarize([3, 1, 2]);
     expect([s.median, s.min, s.max]).toEqual([2, 1, 3]);
@@ -154,10 +205,13 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
   const onModel = ["--model", model!, "--tokenizer", tokenizer!];
 
   test("kernels", () => {
-    expectFigures(["bench", "kernels", ...QUICK, ...onModel, "--stream-mb", "16", "--decode-tokens", "4", "--threads", "1,2"], [
+    const chart = join(modelsDir, "kernels.svg");
+    expectFigures(["bench", "kernels", ...QUICK, ...onModel, "--stream-mb", "16", "--decode-tokens", "4", "--threads", "1,2", "--chart", chart], [
       "matvec.*.kernelGflops.median", "matvec.*.kernelGBps.median", "matvec.*.scalarGflops.median", "matvec.*.speedup",
       "matmul.*.gflops.median", "stream.*.gbps.median", "decode.*.tokensPerSecond.median",
     ]);
+    const svg = readFileSync(chart, "utf8");
+    for (const s of ["pagellm bench kernels", "SIMD kernel vs scalar loop", "288x288", "2048x768", "scalar loop"]) expect(svg).toContain(s);
   }, 30_000);
 
   test("decode", () => {
@@ -166,6 +220,49 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
       "rows.*.limitTokensPerSecond", "rows.*.fractionOfLimit", "rows.*.vsFirst",
     ]);
   }, 30_000);
+
+  test("decode --json FILE: the typed document round-trips, tables stay on stdout, and --compare / bench compare / bench chart read it", () => {
+    const first = join(modelsDir, "decode-1.json");
+    const second = join(modelsDir, "decode-2.json");
+    const chart = join(modelsDir, "decode.svg");
+    const args = ["bench", "decode", "--reps", "1", "--warmup", "0", ...onModel, "--stream-mb", "16", "--tokens", "4", "--threads", "1,2"];
+    const a = pagellm([...args, "--json", first]);
+    expect(a.code, a.stderr).toBe(0);
+    expect(a.stdout).toContain("single-sequence decode of stories260K.bin");
+    const doc = readBenchDocument(first);
+    if (doc.bench !== "decode") throw new Error(`bench ${doc.bench}`);
+    expect(doc.schema).toBe(BENCH_SCHEMA);
+    expect(Number.isNaN(Date.parse(doc.date))).toBe(false);
+    const m = doc.machine;
+    expect(typeof m.cpu).toBe("string");
+    expect([m.cores > 0, m.memoryBytes > 2 ** 20, m.bun === Bun.version, m.os.length > 0]).toEqual([true, true, true, true]);
+    expect(m.commit).toMatch(/^([0-9a-f]{40}(\+dirty)?|unknown)$/);
+    expect(a.stdout.split("\n")[0]).toContain(`${m.cores} cores`);
+    // The figures are what the results give, and name the model, the thread count and the quantity.
+    expect(doc.figures).toEqual(figuresOf(doc));
+    expect(doc.figures.map((f) => f.key)).toContain("stories260K.bin, 2 threads: decode tokens/s");
+    // A document from before figures existed gets them from its results.
+    const { figures: _, schema: __, ...legacy } = doc;
+    expect(reportsOf(parseBenchDocument(JSON.stringify(legacy), "legacy.json"))[0]!.figures).toEqual(doc.figures);
+
+    const b = pagellm([...args, "--json", second, "--chart", chart, "--compare", first]);
+    expect(b.code, b.stderr).toBe(0);
+    expect(b.stdout).toContain(`against ${first}`);
+    expect(b.stdout).toContain(`note: ${doc.figures.length} figures matched, 0 only in ${first}, 0 only in this run`);
+    expect(readFileSync(chart, "utf8")).toContain("Decode tokens/s, one sequence");
+
+    const trimmed = join(modelsDir, "decode-trimmed.json");
+    writeFileSync(trimmed, JSON.stringify({ ...doc, figures: [...doc.figures.slice(1), { key: "retired figure", value: 1, unit: "x", better: "higher" }] }));
+    const c = pagellm(["bench", "compare", second, trimmed]);
+    expect(c.code, c.stderr).toBe(0);
+    expect(c.stdout).toContain(`missing from this run (only in ${trimmed})\nfigure`);
+    expect(c.stdout).toContain("decode: retired figure");
+    expect(c.stdout).toContain(`new in this run (not in ${trimmed})`);
+    expect(c.stdout).toContain(`decode: ${doc.figures[0]!.key}`);
+    const svg = join(modelsDir, "again.svg");
+    expect(pagellm(["bench", "chart", second, svg]).code).toBe(0);
+    expect(readFileSync(svg, "utf8")).toContain("<svg");
+  }, 60_000);
 
   test("decode --runc: a missing baseline binary is a one-line input error", () => {
     const r = pagellm(["bench", "decode", ...QUICK, ...onModel, "--stream-mb", "16", "--tokens", "4", "--threads", "1", "--runc", join(modelsDir, "no-such-run")]);
@@ -176,6 +273,7 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
   test("prefill", () => {
     expectFigures(["bench", "prefill", ...QUICK, ...onModel, "--prompt-tokens", "64", "--decode-tokens", "4", "--threads", "1"], [
       "rows.*.ttftMs.median", "rows.*.prefillTokensPerSecond.median", "rows.*.decodeMsPerToken.median", "rows.*.prefillVsDecode", "target",
+      "rows.*.matmulGflops.median", "rows.*.computeLimitTokensPerSecond", "rows.*.fractionOfLimit",
     ]);
   }, 30_000);
 
@@ -194,6 +292,7 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
       "--requests", "4", "--output-tokens", "2",
     ], [
       "ttft.cachedMs.median", "ttft.uncachedMs.median", "ttft.speedup", "ttft.hitRate", "hashing.*.nsPerToken",
+      "ttftByCachedFraction.*.ttftMs.median", "ttftByCachedFraction.*.promptTokens",
       "zeroHit.cacheOnTokensPerSecond.median", "zeroHit.cacheOffTokensPerSecond.median", "zeroHit.ratioPerRep.median",
       "workloads.*.numBlocks", "workloads.*.configs.*.outputTokensPerSecond", "workloads.*.configs.*.ttftMs.p99",
     ]);
@@ -201,6 +300,8 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
     expect(at(doc, "results.workloads.*.name")).toEqual(["prefix-repetition", "generated-shared-prefix"]);
     expect(at(doc, "results.workloads.*.configs.*.cache")).toEqual([false, true, true, true, true, false, true, true, true, true]);
     expect(at(doc, "results.zeroHit.hitRate")).toEqual([0]);
+    // Each fraction's prefix is cached in whole blocks and nothing else hits: 0, 64, 128, 192, 256 of 288 tokens.
+    expect(at(doc, "results.ttftByCachedFraction.*.cachedTokens")).toEqual([0, 64, 128, 192, 256]);
   }, 30_000);
 });
 
@@ -225,6 +326,32 @@ describeShared("GGUF benches end to end (--type)", ["vocab/ggml-vocab-llama-spm.
       "models.*.rows.*.prefillTokensPerSecond.median", "models.*.rows.*.prefillVsDecode",
     ]);
     expect(statSync(file).mtimeMs).toBe(written);
+  }, 60_000);
+
+  test("bench all --quick: one document with every sub-benchmark, one chart file with every chart, the elapsed time", () => {
+    const json = join(modelsDir, "all.json");
+    const chart = join(modelsDir, "all.svg");
+    const r = pagellm(["bench", "all", "--quick", "--models-dir", modelsDir, "--json", json, "--chart", chart]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/\nbench all took \d+ min \d+ s\n$/);
+    const doc = readBenchDocument(json);
+    if (doc.bench !== "all") throw new Error(`bench ${doc.bench}`);
+    expect(doc.elapsedSeconds).toBeGreaterThan(0);
+    expect(doc.reports.map((x) => x.bench)).toEqual(["decode", "prefill", "batch", "prefix"]);
+    for (const report of doc.reports) {
+      expect(report.figures.length, report.bench).toBeGreaterThan(0);
+      expect(report.figures).toEqual(figuresOf(report));
+    }
+    const base = "d64-h256-l2-q4-kv2-v32000-s256";
+    const decode = doc.reports[0]!.results as unknown as Json;
+    expect(at(decode, "models.*.model")).toEqual([`${base} F32`, `${base} Q8_0`, `${base} Q4_K_M`]);
+    expect(at(decode, "models.*.rows.*.threads")).toEqual([1, 2, 1, 2, 1, 2]);
+    const svg = readFileSync(chart, "utf8");
+    for (const title of ["Decode tokens/s", "Prefill tokens/s", "Tokens/s per tensor type", "Aggregate decode tokens/s against batch size", "Time to first token"]) {
+      expect(svg).toContain(title);
+    }
+    expect(svg).toContain("bandwidth limit");
+    expect(svg).toContain("compute limit");
   }, 60_000);
 
   test("--model FILE.gguf --f32-baseline measures the file next to random F32 weights of its exact shape", () => {

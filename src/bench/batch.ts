@@ -9,7 +9,7 @@
 import { batchPositions, measureBatch, withLLM } from "./engine-runs.ts";
 import { ratio, type RepeatOptions, type Summary } from "./measure.ts";
 import type { BenchModel } from "./models.ts";
-import { fmt, fmtPct, fmtRatio, fmtSpread, progress, type Table } from "./report.ts";
+import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
 import { measureMatmulGflops, measureStreamBandwidth } from "./roofline.ts";
 import { gpuRefusal, gpuTable, type BenchGpu, type GpuRow } from "./webgpu.ts";
 import type { EngineOptions } from "../engine/engine.ts";
@@ -71,6 +71,7 @@ export interface BatchRun {
   rows: BatchRow[];
 }
 
+/** `results` of `bench batch`: one run per model and thread count. */
 export interface BatchResult {
   promptTokens: number;
   steps: number;
@@ -150,6 +151,23 @@ async function gpuBatch(o: BatchBenchOptions, gpu: BenchGpu, model: BenchModel, 
   }, gpu.backend);
 }
 
+/** The figures --compare matches: aggregate decode and prefill tokens/s at each batch size, and the roofline. */
+export function batchFigures(r: BatchResult): Figure[] {
+  // Documents written before the WebGPU path have no webgpu field.
+  const gpu = (r.webgpu ?? []).flatMap((g) => ("rows" in g ? g.rows.flatMap((x) => figure(`${g.model}, webgpu, ${x.label}: decode tokens/s`, x.value, "tokens/s")) : []));
+  return [...gpu, ...r.runs.flatMap((run) => {
+    const at = `${run.model}, ${threadsLabel(run.threads)}`;
+    return [
+      ...figure(`${at}: stream GB/s`, run.roofline.bandwidthGBps, "GB/s"),
+      ...figure(`${at}: matmul T=${ROOFLINE_TOKENS} GFLOP/s`, run.roofline.matmulGflops, "GFLOP/s"),
+      ...run.rows.flatMap((x) => [
+        ...figure(`${at}, ${x.seqs} seqs: decode tokens/s`, x.decodeTokensPerSecond, "tokens/s"),
+        ...figure(`${at}, ${x.seqs} seqs: prefill tokens/s`, x.prefillTokensPerSecond, "tokens/s"),
+      ]),
+    ];
+  })];
+}
+
 export function batchTables(r: BatchResult): Table[] {
   const tables: Table[] = r.runs.map((run) => ({
     title:
@@ -172,7 +190,7 @@ export function batchTables(r: BatchResult): Table[] {
       rows: headline,
     });
   }
-  for (const g of r.webgpu) if ("rows" in g) tables.push(gpuTable("decode tokens/s", g.model, g.adapter, g.software, g.rows));
+  for (const g of r.webgpu ?? []) if ("rows" in g) tables.push(gpuTable("decode tokens/s", g.model, g.adapter, g.software, g.rows));
   return tables;
 }
 

@@ -7,7 +7,8 @@
 import { measureDecode, withLLM } from "./engine-runs.ts";
 import { ratio, summarize, type RepeatOptions, type Summary } from "./measure.ts";
 import type { BenchModel } from "./models.ts";
-import { fmt, fmtPct, fmtRatio, fmtSpread, progress, type Table } from "./report.ts";
+import type { ModelMix } from "../model/gguf-model-writer.ts";
+import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
 import { measureStreamBandwidth } from "./roofline.ts";
 import { peerTable, runNlcPeer, type PeerFigure } from "./peer-nlc.ts";
 import { runcTokensPerSecond } from "./runc.ts";
@@ -53,8 +54,11 @@ export type GpuDecode =
   | { adapter: string; software: boolean; row: GpuRow; msPerToken: Summary; perStep: GpuStepCounts }
   | { adapter: string; refused: string };
 
+/** One model's decode at each thread count: `results` of `bench decode` with one model. */
 export interface DecodeResult {
   model: string;
+  /** Shape and tensor type of a random GGUF model (--type, --f32-baseline); absent for other models. */
+  gguf?: { shape: string; mix: ModelMix };
   bytesPerToken: number;
   rows: DecodeRow[];
   webgpu: GpuDecode | null;
@@ -101,7 +105,7 @@ export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
     rows.push(row);
   }
   const webgpu = o.gpu === null ? null : await gpuDecode(o, o.gpu, rows);
-  return { model: o.model.label, bytesPerToken: o.model.bytesPerToken, rows, webgpu };
+  return { model: o.model.label, gguf: o.model.gguf, bytesPerToken: o.model.bytesPerToken, rows, webgpu };
 }
 
 /** The same decode on WebGPU, against the WebAssembly row of the most threads. */
@@ -118,6 +122,22 @@ async function gpuDecode(o: DecodeOptions, gpu: BenchGpu, rows: readonly DecodeR
       row: { label: "decode", value: d.tokensPerSecond, wasm: wasm.tokensPerSecond, wasmThreads: wasm.threads, vsWasm: ratio(d.tokensPerSecond, wasm.tokensPerSecond) },
     };
   }, gpu.backend);
+}
+
+/** The figures --compare matches: tokens/s, stream GB/s, the baselines' ratios when given, WebGPU's tokens/s. */
+export function decodeFigures(r: DecodeResult): Figure[] {
+  // Documents written before the WebGPU path have no webgpu field.
+  const g = r.webgpu ?? null;
+  const gpu = g !== null && "row" in g ? figure(`${r.model}, webgpu: decode tokens/s`, g.row.value, "tokens/s") : [];
+  return [...gpu, ...r.rows.flatMap((x) => {
+    const at = `${r.model}, ${threadsLabel(x.threads)}`;
+    return [
+      ...figure(`${at}: decode tokens/s`, x.tokensPerSecond, "tokens/s"),
+      ...figure(`${at}: stream GB/s`, x.bandwidthGBps, "GB/s"),
+      ...(x.runc === null ? [] : figure(`${at}: decode vs llama2.c run`, x.runc.ratio, "x")),
+      ...(x.peer === null ? [] : figure(`${at}: decode vs llama.cpp`, x.peer.ratio, "x")),
+    ];
+  })];
 }
 
 export function decodeTables(r: DecodeResult): Table[] {
@@ -138,8 +158,9 @@ export function decodeTables(r: DecodeResult): Table[] {
       ]),
     });
   }
-  if (r.webgpu !== null && "row" in r.webgpu) {
-    tables.push(gpuTable("decode tokens/s", r.model, r.webgpu.adapter, r.webgpu.software, [r.webgpu.row]), gpuCountsTable(r.model, r.webgpu.perStep));
+  const g = r.webgpu ?? null;
+  if (g !== null && "row" in g) {
+    tables.push(gpuTable("decode tokens/s", r.model, g.adapter, g.software, [g.row]), gpuCountsTable(r.model, g.perStep));
   }
   if (r.rows.some((x) => x.peer !== null)) {
     tables.push(peerTable(`decode of ${r.model}`, r.rows.map((x) => ({ threads: x.threads, ours: x.tokensPerSecond, peer: x.peer }))));

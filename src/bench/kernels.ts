@@ -6,7 +6,7 @@ import { CpuBackend } from "../backend/cpu.ts";
 import { measureDecode, withLLM } from "./engine-runs.ts";
 import { rateSummary, ratio, type RepeatOptions, type Summary } from "./measure.ts";
 import type { BenchModel } from "./models.ts";
-import { fmt, fmtRatio, fmtSpread, progress, type Table } from "./report.ts";
+import { figure, fmt, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
 import { allocMatrix, matmulGflops, measureStreamBandwidth, timeMatmul, timeScalarMatvec } from "./roofline.ts";
 
 /** Matrix shapes, n x d = rows x cols: the stories15M and stories110M projections. */
@@ -148,6 +148,19 @@ export function kernelsTables(r: KernelsResult): Table[] {
       columns: ["model", "threads", "tokens/s", `vs ${r.decode[0]?.threads ?? 1} thread(s)`],
       rows: r.decode.map((x) => [x.model, String(x.threads), fmtSpread(x.tokensPerSecond), fmtRatio(x.vsFirst)]),
     },
+  ];
+}
+
+/** The figures --compare matches: kernel and scalar GFLOP/s, matmul GFLOP/s, stream GB/s, decode tokens/s. */
+export function kernelsFigures(r: KernelsResult): Figure[] {
+  return [
+    ...r.matvec.flatMap((m) => [
+      ...figure(`matvec ${m.n}x${m.d}, 1 thread: kernel GFLOP/s`, m.kernelGflops, "GFLOP/s"),
+      ...figure(`matvec ${m.n}x${m.d}, 1 thread: scalar GFLOP/s`, m.scalarGflops, "GFLOP/s"),
+    ]),
+    ...r.matmul.flatMap((m) => figure(`matmul ${m.n}x${m.d} T=${m.tokens}, ${threadsLabel(m.threads)}: GFLOP/s`, m.gflops, "GFLOP/s")),
+    ...r.stream.flatMap((s) => figure(`stream ${Math.round(s.bytes / 2 ** 20)} MiB, ${threadsLabel(s.threads)}: GB/s`, s.gbps, "GB/s")),
+    ...r.decode.flatMap((x) => figure(`${x.model}, ${threadsLabel(x.threads)}: decode tokens/s`, x.tokensPerSecond, "tokens/s")),
   ];
 }
 

@@ -6,7 +6,9 @@
  * 2. The cost of block hashing per prompt token, sha256 and xxh64, next to prefill per token.
  * 3. The cost when nothing hits: throughput of all-distinct prompts, cache on vs off (target:
  *    within 2%). The two engines run alternately, so drift on a shared machine hits both.
- * 4. Serving workloads with shared prefixes (see workloads.ts), FCFS and LPM scheduling, each
+ * 4. Time to first token against the fraction of the prompt found in the cache (0% to the whole
+ *    prefix), one cache-on engine: what a chat turn or a shared system prompt buys.
+ * 5. Serving workloads with shared prefixes (see workloads.ts), FCFS and LPM scheduling, each
  *    eviction policy, cache on and off, in a KV pool small enough that eviction matters.
  */
 import type { EngineOptions } from "../engine/engine.ts";
@@ -20,12 +22,14 @@ import { measureTtft, withLLM } from "./engine-runs.ts";
 import { ratio, repeat, summarize, type RepeatOptions, type Summary } from "./measure.ts";
 import type { BenchModel } from "./models.ts";
 import { TokenSource } from "./prompts.ts";
-import { fmt, fmtPct, fmtRatio, fmtSpread, progress, type Table } from "./report.ts";
+import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
 import { configLabel, runServing, type ServingConfig, type ServingResult } from "./serving.ts";
 import { makeWorkload, servingPoolBlocks, type WorkloadName } from "./workloads.ts";
 
 const BLOCK_SIZE = 16;
 const HASHES: readonly HashAlgorithm[] = ["sha256", "xxh64"];
+/** Fractions of the shared prefix cached before the TTFT-by-fraction requests (rounded down to whole blocks). */
+export const CACHED_FRACTIONS: readonly number[] = [0, 0.25, 0.5, 0.75, 1];
 /** The issue's bar for the cost of a cache that never hits. */
 export const ZERO_HIT_TARGET = 0.02;
 
@@ -60,6 +64,18 @@ export interface TtftResult {
   hitRate: number;
 }
 
+/** TTFT of prompts of one length whose first `cachedTokens` were cached by an earlier request. */
+export interface CachedFractionPoint {
+  /** The fraction of the shared prefix asked for (CACHED_FRACTIONS). */
+  target: number;
+  promptTokens: number;
+  /** Prompt tokens served from the cache (median over the timed requests). */
+  cachedTokens: number;
+  /** cachedTokens / promptTokens: the x of the TTFT chart. */
+  cachedFraction: number;
+  ttftMs: Summary;
+}
+
 export interface HashCost {
   algorithm: HashAlgorithm;
   nsPerToken: number;
@@ -88,11 +104,13 @@ export interface WorkloadResult {
   configs: ServingResult[];
 }
 
+/** `results` of `bench prefix`. */
 export interface PrefixResult {
   model: string;
   threads: number;
   blockSize: number;
   ttft: TtftResult;
+  ttftByCachedFraction: CachedFractionPoint[];
   hashing: HashCost[];
   zeroHit: ZeroHitResult;
   workloads: WorkloadResult[];
@@ -100,9 +118,10 @@ export interface PrefixResult {
 
 export async function runPrefixBench(o: PrefixOptions): Promise<PrefixResult> {
   const base: Partial<EngineOptions> = { threads: o.threads, blockSize: BLOCK_SIZE };
-  const { ttft, zeroHit } = await withLLM(o.model, { ...base, enablePrefixCaching: true }, (on) =>
+  const { ttft, ttftByCachedFraction, zeroHit } = await withLLM(o.model, { ...base, enablePrefixCaching: true }, (on) =>
     withLLM(o.model, { ...base, enablePrefixCaching: false }, async (off) => ({
       ttft: await measureSharedPrefixTtft(on, off, o),
+      ttftByCachedFraction: await measureTtftByCachedFraction(on, o),
       zeroHit: await measureZeroHit(on, off, o),
     })),
   );
@@ -123,7 +142,7 @@ export async function runPrefixBench(o: PrefixOptions): Promise<PrefixResult> {
     }
     workloads.push({ name, description: workload.description, maxNumSeqs: o.maxNumSeqs, numBlocks, configs });
   }
-  return { model: o.model.label, threads: o.threads, blockSize: BLOCK_SIZE, ttft, hashing, zeroHit, workloads };
+  return { model: o.model.label, threads: o.threads, blockSize: BLOCK_SIZE, ttft, ttftByCachedFraction, hashing, zeroHit, workloads };
 }
 
 /**
@@ -163,6 +182,32 @@ async function measureSharedPrefixTtft(on: LLM, off: LLM, o: PrefixOptions): Pro
     speedup: ratio(uncachedMs, cachedMs),
     hitRate: queries === 0 ? 0 : (after.prefixHits - before.prefixHits) / queries,
   };
+}
+
+/**
+ * For each fraction: one request caches a fresh prefix of that many whole blocks, then every timed
+ * request is that prefix plus its own random rest, to the same prompt length. Fresh prefixes per
+ * fraction, so an earlier fraction's blocks never add hits; the cached tokens are measured.
+ */
+async function measureTtftByCachedFraction(on: LLM, o: PrefixOptions): Promise<CachedFractionPoint[]> {
+  const source = new TokenSource(o.seed + 104729, on.config.vocabSize);
+  const promptTokens = o.prefixTokens + o.suffixTokens;
+  const points: CachedFractionPoint[] = [];
+  for (const target of CACHED_FRACTIONS) {
+    const shared = Math.floor((target * o.prefixTokens) / BLOCK_SIZE) * BLOCK_SIZE;
+    progress(`TTFT of ${promptTokens} tokens with ${shared} cached (${fmtPct(target)} of the prefix)`);
+    const prefix = shared > 0 ? source.prompt(shared) : [];
+    const prompt = () => (shared > 0 ? [...prefix, ...source.tokens(promptTokens - shared)] : source.prompt(promptTokens));
+    if (shared > 0) await on.generate([{ promptTokenIds: prompt(), maxTokens: 1, temperature: 0 }]);
+    const runs = await repeat(o, async () => {
+      const [r] = await on.generate([{ promptTokenIds: prompt(), maxTokens: 1, temperature: 0 }]);
+      if (!r || r.finish_reason === "error") throw new InputError(`request failed: ${r?.error ?? "no result"}`);
+      return { ms: r.ttft_ms, cached: r.cached_tokens };
+    });
+    const cachedTokens = summarize(runs.map((r) => r.cached)).median;
+    points.push({ target, promptTokens, cachedTokens, cachedFraction: cachedTokens / promptTokens, ttftMs: summarize(runs.map((r) => r.ms)) });
+  }
+  return points;
 }
 
 async function measureZeroHit(on: LLM, off: LLM, o: PrefixOptions): Promise<ZeroHitResult> {
@@ -226,6 +271,13 @@ export function prefixTables(r: PrefixResult): Table[] {
       ],
     },
   ];
+  tables.splice(1, 0, {
+    title: `${r.model}, ${r.threads} thread(s): TTFT of a ${r.ttftByCachedFraction[0]?.promptTokens ?? 0}-token prompt against the part of it already cached; median (min-max)`,
+    columns: ["cached tokens", "cached fraction", "TTFT ms", "vs nothing cached"],
+    rows: r.ttftByCachedFraction.map((p) => [
+      fmt(p.cachedTokens), fmtPct(p.cachedFraction), fmtSpread(p.ttftMs), fmtRatio(ratio(p.ttftMs, r.ttftByCachedFraction[0]!.ttftMs)),
+    ]),
+  });
   for (const w of r.workloads) {
     tables.push({
       title: `${w.description}; ${w.maxNumSeqs} running at most, KV pool ${w.numBlocks} blocks of ${r.blockSize} tokens`,
@@ -242,8 +294,28 @@ export function prefixTables(r: PrefixResult): Table[] {
   return tables;
 }
 
+/** The figures --compare matches: TTFTs, hashing cost, zero-hit throughput, serving throughput and hit rates. */
+export function prefixFigures(r: PrefixResult): Figure[] {
+  const at = `${r.model}, ${threadsLabel(r.threads)}`;
+  const t = r.ttft;
+  return [
+    ...figure(`${at}: TTFT ${t.prefixTokens} cached + ${t.promptTokens - t.prefixTokens} tokens, ms`, t.cachedMs, "ms", "lower"),
+    ...figure(`${at}: TTFT ${t.promptTokens} tokens, cache off, ms`, t.uncachedMs, "ms", "lower"),
+    ...r.ttftByCachedFraction.flatMap((p) => figure(`${at}: TTFT ${p.promptTokens} tokens, ${fmtPct(p.target)} of the prefix cached, ms`, p.ttftMs, "ms", "lower")),
+    ...r.hashing.flatMap((h) => figure(`${h.algorithm} block hashing ns/token`, h.nsPerToken, "ns/token", "lower")),
+    ...figure(`${at}: 0% hits, cache on, tokens/s`, r.zeroHit.cacheOnTokensPerSecond, "tokens/s"),
+    ...figure(`${at}: 0% hits, cache off, tokens/s`, r.zeroHit.cacheOffTokensPerSecond, "tokens/s"),
+    ...r.workloads.flatMap((w) => w.configs.flatMap((c) => [
+      ...figure(`${at}: ${w.name}, cache ${configLabel(c)}: output tokens/s`, c.outputTokensPerSecond, "tokens/s"),
+      ...figure(`${at}: ${w.name}, cache ${configLabel(c)}: TTFT p50 ms`, c.ttftMs.p50, "ms", "lower"),
+      ...figure(`${at}: ${w.name}, cache ${configLabel(c)}: hit rate`, c.hitRate, "fraction"),
+    ])),
+  ];
+}
+
 /** Notes for the reader: which workload configurations evicted cached blocks. */
 export function prefixNotes(r: PrefixResult): string[] {
+  if (r.workloads.length === 0) return [];
   const notes: string[] = [
     "serving workloads: all requests submitted at once to a freshly loaded engine; TTFT includes queueing",
     "with the prefix cache off LPM's order is arrival order (every cached prefix is 0 tokens), so one run stands for FCFS and LPM",

@@ -1,10 +1,13 @@
 /**
- * How a benchmark's results are shown: readable tables on stdout, or with --json one JSON
- * document holding the same figures unrounded. Progress lines go to stderr, so stdout stays a
- * clean table or a clean document.
+ * How a benchmark's results are shown: readable tables on stdout, and the same figures unrounded
+ * in one JSON document (`--json FILE`, or on stdout instead of the tables with a bare `--json`).
+ * Progress lines go to stderr, so stdout stays a clean table or a clean document.
  */
-import { availableParallelism, cpus } from "node:os";
 import type { Summary } from "./measure.ts";
+import { info } from "../cli/output.ts";
+import { machineLine, type MachineInfo } from "./machine.ts";
+
+export type { MachineInfo } from "./machine.ts";
 
 export interface Table {
   title: string;
@@ -12,44 +15,61 @@ export interface Table {
   rows: string[][];
 }
 
-/** Where a result was measured: the only context that makes figures comparable. */
-export interface MachineInfo {
-  cpu: string;
-  cores: number;
-  bun: string;
-  platform: string;
+/** Version of the JSON documents' layout; bumped when a field changes meaning or moves. */
+export const BENCH_SCHEMA = "pagellm-bench/1";
+
+/**
+ * One figure of a report, flat: what `--compare` matches across runs (by bench and key) and
+ * divides. `key` names the model, thread count, batch size... and the quantity, e.g.
+ * "smollm2-135m Q8_0, 2 threads: decode tokens/s". A Summary contributes its median.
+ */
+export interface Figure {
+  key: string;
+  value: number;
+  unit: string;
+  /** Which direction is an improvement (TTFT and ns/token: lower). */
+  better: "higher" | "lower";
 }
 
+/**
+ * The JSON document of one sub-benchmark. `results` is that bench's own typed result object
+ * (see BenchResults in src/bench/schema.ts); `figures` is the flat list derived from it.
+ */
 export interface BenchReport<R> {
+  schema: typeof BENCH_SCHEMA;
   bench: string;
+  /** When the run started, ISO 8601 UTC. */
+  date: string;
   machine: MachineInfo;
   /** The settings the run used (options after defaults). */
   settings: Record<string, string | number | boolean | string[] | number[]>;
   /** Caveats the reader needs: shapes that differ from the real model, scaled-down workloads. */
   notes: string[];
   results: R;
+  figures: Figure[];
 }
 
-export function machineInfo(): MachineInfo {
-  return { cpu: cpus()[0]?.model ?? "unknown", cores: availableParallelism(), bun: Bun.version, platform: `${process.platform}-${process.arch}` };
+/** A date as the reports print it: "2026-11-24 10:31 UTC". */
+export function shortDate(iso: string): string {
+  return `${iso.slice(0, 10)} ${iso.slice(11, 16)} UTC`;
 }
 
 /** Progress on stderr: benches run for minutes and should say what they are doing. */
 export function progress(line: string): void {
-  process.stderr.write(`[bench] ${line}\n`);
+  info(`[bench] ${line}`);
 }
 
-/** Print a report: JSON (one document) or the tables with the notes under them. */
-export function printReport<R>(report: BenchReport<R>, tables: Table[], json: boolean): void {
-  if (json) {
-    process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
-    return;
-  }
-  const m = report.machine;
-  const lines = [`pagellm bench ${report.bench} — ${m.cpu}, ${m.cores} cores, Bun ${m.bun}`, ""];
+/** The report as text: a line naming the bench and machine, the tables, the notes. */
+export function reportText(report: Pick<BenchReport<unknown>, "bench" | "machine" | "date" | "notes">, tables: readonly Table[]): string {
+  return `pagellm bench ${report.bench} — ${machineLine(report.machine, shortDate(report.date))}\n\n${tablesText(tables, report.notes)}`;
+}
+
+/** Tables, then notes, as text. */
+export function tablesText(tables: readonly Table[], notes: readonly string[]): string {
+  const lines: string[] = [];
   for (const t of tables) lines.push(...renderTable(t), "");
-  for (const n of report.notes) lines.push(`note: ${n}`);
-  process.stdout.write(`${lines.join("\n").trimEnd()}\n`);
+  for (const n of notes) lines.push(`note: ${n}`);
+  return `${lines.join("\n").trimEnd()}\n`;
 }
 
 /** A table as aligned text: numbers right-aligned, text left-aligned. */
@@ -83,4 +103,18 @@ export function fmtPct(x: number): string {
 /** "median (min-max)" of a summary. */
 export function fmtSpread(s: Summary, digits = 3): string {
   return `${fmt(s.median, digits)} (${fmt(s.min, digits)}-${fmt(s.max, digits)})`;
+}
+
+/** "1 thread", "2 threads". */
+export function threadsLabel(n: number): string {
+  return `${n} thread${n === 1 ? "" : "s"}`;
+}
+
+/**
+ * A figure from a Summary (its median) or a plain number, as a list of none or one: a value
+ * that is not finite (a ratio to nothing) is not a figure.
+ */
+export function figure(key: string, value: Summary | number, unit: string, better: Figure["better"] = "higher"): Figure[] {
+  const v = typeof value === "number" ? value : value.median;
+  return Number.isFinite(v) ? [{ key, value: v, unit, better }] : [];
 }

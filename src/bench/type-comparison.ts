@@ -4,8 +4,11 @@
  * (Q8_0 and Q4_K_M decode at least 1.5x the F32 decode at one thread) checked against it.
  */
 import type { ModelMix } from "../model/gguf-model-writer.ts";
+import { decodeTables, type DecodeResult } from "./decode.ts";
 import { ratio, type Summary } from "./measure.ts";
+import { prefillTables, type PrefillResult } from "./prefill.ts";
 import { fmtRatio, fmtSpread, type Table } from "./report.ts";
+import type { BenchResults } from "./schema.ts";
 
 /** One model's figure at each thread count. */
 export interface TypedFigure {
@@ -57,8 +60,14 @@ export function typeComparisonTables(figure: string, items: readonly TypedFigure
 }
 
 /** The floor's verdict for every measured model it applies to: ratio to F32 of the same shape at its thread count. */
-export function decodeFloorChecks(items: readonly TypedFigure[]): { label: string; ratio: number; met: boolean }[] {
-  const out: { label: string; ratio: number; met: boolean }[] = [];
+export interface FloorCheck {
+  label: string;
+  ratio: number;
+  met: boolean;
+}
+
+export function decodeFloorChecks(items: readonly TypedFigure[]): FloorCheck[] {
+  const out: FloorCheck[] = [];
   for (const group of byShape(items)) {
     const base = group[0]!;
     const f32 = base.gguf?.mix === "F32" ? valueAt(base, DECODE_FLOOR.threads) : undefined;
@@ -82,4 +91,31 @@ export function decodeFloorTables(items: readonly TypedFigure[]): Table[] {
     columns: ["model", "vs F32", "floor"],
     rows: checks.map((c) => [c.label, fmtRatio(c.ratio), c.met ? "met" : "MISSED"]),
   }];
+}
+
+/** Decode results as a TypedFigure of tokens/s. */
+function decodeFigure(r: DecodeResult): TypedFigure {
+  return { label: r.model, gguf: r.gguf, rows: r.rows.map((x) => ({ threads: x.threads, value: x.tokensPerSecond })) };
+}
+
+/**
+ * `bench decode`'s results and tables for its models: one model's result as it is, several as a
+ * set with the floor checks; the tables of each, then the type comparison and the floor.
+ */
+export function decodeSet(results: DecodeResult[]): { results: BenchResults["decode"]; tables: Table[] } {
+  const figures = results.map(decodeFigure);
+  const floor = decodeFloorChecks(figures);
+  return {
+    results: results.length === 1 && floor.length === 0 ? results[0]! : { models: results, floor },
+    tables: [...results.flatMap(decodeTables), ...typeComparisonTables("decode tokens/s", figures), ...decodeFloorTables(figures)],
+  };
+}
+
+/** `bench prefill`'s results and tables for its models (several: a set), with the type comparison. */
+export function prefillSet(results: PrefillResult[]): { results: BenchResults["prefill"]; tables: Table[] } {
+  const figures = results.map((r): TypedFigure => ({ label: r.model, gguf: r.gguf, rows: r.rows.map((x) => ({ threads: x.threads, value: x.prefillTokensPerSecond })) }));
+  return {
+    results: results.length === 1 ? results[0]! : { models: results },
+    tables: [...results.flatMap(prefillTables), ...typeComparisonTables("prefill tokens/s", figures)],
+  };
 }

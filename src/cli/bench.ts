@@ -1,24 +1,29 @@
 /**
- * `pagellm bench <kernels|decode|prefill|batch|prefix>`: performance measured against baselines
+ * `pagellm bench <kernels|decode|prefill|batch|prefix|all>`: performance measured against baselines
  * taken in the same run (a scalar loop, the streaming-read bandwidth, one thread, the cache off),
- * so the ratios mean something on a shared, noisy machine. Tables on stdout, or one JSON
- * document with --json; progress on stderr. The measuring lives in src/bench/.
+ * so the ratios mean something on a shared, noisy machine. Tables on stdout; --json FILE, --chart
+ * FILE.svg and --compare OLD.json as bench-output.ts says; progress on stderr. The measuring
+ * lives in src/bench/.
  */
 import { defineCommand, renderUsage, type ArgsDef, type CommandDef } from "citty";
 import { availableParallelism } from "node:os";
 import { EVICTION_POLICIES, type EvictionPolicyName } from "../kv/eviction.ts";
 import { batchTables, BATCH_SIZES, runBatchBench } from "../bench/batch.ts";
-import { decodeTables, runDecodeBench } from "../bench/decode.ts";
+import { runDecodeBench } from "../bench/decode.ts";
 import { KERNEL_SHAPES, kernelsNotes, kernelsTables, runKernelsBench } from "../bench/kernels.ts";
 import {
   benchModelOf, benchModels, commonArgs, intList, modelArgs, modelNotes, nameList, nonNegInt, posint, repeatOptions, str, streamArg,
   streamBytes, threadsListArg,
 } from "../bench/options.ts";
-import { prefillTables, runPrefillBench } from "../bench/prefill.ts";
+import { runPrefillBench } from "../bench/prefill.ts";
 import { prefixNotes, prefixTables, runPrefixBench } from "../bench/prefix.ts";
 import { checkPeerDir } from "../bench/peer-nlc.ts";
-import { machineInfo, printReport, type BenchReport, type Table } from "../bench/report.ts";
-import { decodeFloorChecks, decodeFloorTables, typeComparisonTables } from "../bench/type-comparison.ts";
+import { reportText, type BenchReport, type Table } from "../bench/report.ts";
+import { makeReport, type BenchName, type BenchResults } from "../bench/schema.ts";
+import { benchOutputArgs, startRun, writeOutputs, type StartedRun } from "./bench-output.ts";
+import { allCommand } from "./bench-all.ts";
+import { chartCommand, compareCommand } from "./bench-files.ts";
+import { decodeSet, prefillSet } from "../bench/type-comparison.ts";
 import type { BenchModel } from "../bench/models.ts";
 import { isGGUF } from "../model/load.ts";
 import { InputError } from "../errors.ts";
@@ -63,12 +68,14 @@ function refusalNotes(results: readonly { model: string; webgpu: { refused: stri
   return results.flatMap((r) => (r.webgpu !== null && "refused" in r.webgpu ? [`${r.model}: no WebGPU figures: ${r.webgpu.refused}`] : []));
 }
 
-function emit<R>(bench: string, values: ParsedValues, settings: Settings, notes: string[], results: R, tables: Table[]): void {
-  printReport({ bench, machine: machineInfo(), settings, notes, results }, tables, values.json === true);
+function emit<K extends BenchName>(bench: K, run: StartedRun, settings: Settings, notes: string[], results: BenchResults[K], tables: Table[]): void {
+  const report = makeReport(bench, run.date, settings, notes, results);
+  writeOutputs({ doc: report, text: reportText(report, tables) }, run.out);
 }
 
 const kernelsArgs = {
   ...commonArgs,
+  ...benchOutputArgs,
   ...threadsListArg,
   ...streamArg,
   ...modelArgs("stories15M"),
@@ -85,6 +92,7 @@ const kernelsCommand = defineCommand({
   args: kernelsArgs,
   async run({ args, rawArgs }) {
     checkKnownOptions(rawArgs, kernelsArgs);
+    const run = startRun(args, rawArgs);
     const model = benchModelOf(args, rawArgs, "stories15M");
     const o = {
       ...repeatOptions(args, 5), threads: intList(args, "threads", [1, 2]), shapes: KERNEL_SHAPES, streamBytes: streamBytes(args),
@@ -92,12 +100,13 @@ const kernelsCommand = defineCommand({
     };
     const r = await runKernelsBench(o);
     const settings = { reps: o.reps, warmup: o.warmup, threads: o.threads, streamBytes: o.streamBytes, model: model.label, decodeTokens: o.decodeTokens, seed: o.seed };
-    emit("kernels", args, settings, [...modelNotes([model]), ...kernelsNotes(r)], r, kernelsTables(r));
+    emit("kernels", run, settings, [...modelNotes([model]), ...kernelsNotes(r)], r, kernelsTables(r));
   },
 });
 
 const decodeArgs = {
   ...commonArgs,
+  ...benchOutputArgs,
   ...threadsListArg,
   ...streamArg,
   ...modelArgs("stories110M"),
@@ -122,6 +131,7 @@ const decodeCommand = defineCommand({
   args: decodeArgs,
   async run({ args, rawArgs }) {
     checkKnownOptions(rawArgs, decodeArgs);
+    const run = startRun(args, rawArgs);
     const models = benchModels(args, rawArgs, ["stories110M"]);
     const o = {
       ...repeatOptions(args, 3), threads: intList(args, "threads", [1, 2]), streamBytes: streamBytes(args),
@@ -139,16 +149,14 @@ const decodeCommand = defineCommand({
       reps: o.reps, warmup: o.warmup, threads: o.threads, streamBytes: o.streamBytes, models: models.map((m) => m.label), promptTokens: o.promptTokens, tokens: o.genTokens, seed: o.seed,
       device: deviceOption(args),
     };
-    const figures = results.map((r, i) => ({ label: r.model, gguf: models[i]!.gguf, rows: r.rows.map((x) => ({ threads: x.threads, value: x.tokensPerSecond })) }));
-    const tables = [...results.flatMap(decodeTables), ...typeComparisonTables("decode tokens/s", figures), ...decodeFloorTables(figures)];
-    const floor = decodeFloorChecks(figures);
-    const notes = [...modelNotes(models), deviceNote, ...refusalNotes(results)];
-    emit("decode", args, settings, notes, results.length === 1 && floor.length === 0 ? results[0] : { models: results, floor }, tables);
+    const set = decodeSet(results);
+    emit("decode", run, settings, [...modelNotes(models), deviceNote, ...refusalNotes(results)], set.results, set.tables);
   },
 });
 
 const prefillArgs = {
   ...commonArgs,
+  ...benchOutputArgs,
   ...threadsListArg,
   ...modelArgs("stories110M"),
   ...peerArg,
@@ -167,6 +175,7 @@ const prefillCommand = defineCommand({
   args: prefillArgs,
   async run({ args, rawArgs }) {
     checkKnownOptions(rawArgs, prefillArgs);
+    const run = startRun(args, rawArgs);
     const models = benchModels(args, rawArgs, ["stories110M"]);
     const o = {
       ...repeatOptions(args, 3), threads: intList(args, "threads", [1, 2]),
@@ -184,14 +193,14 @@ const prefillCommand = defineCommand({
       reps: o.reps, warmup: o.warmup, threads: o.threads, models: models.map((m) => m.label), promptTokens: o.promptTokens, decodeTokens: o.decodeTokens, seed: o.seed,
       device: deviceOption(args),
     };
-    const figures = results.map((r, i) => ({ label: r.model, gguf: models[i]!.gguf, rows: r.rows.map((x) => ({ threads: x.threads, value: x.prefillTokensPerSecond })) }));
-    const tables = [...results.flatMap(prefillTables), ...typeComparisonTables("prefill tokens/s", figures)];
-    emit("prefill", args, settings, [...modelNotes(models), deviceNote, ...refusalNotes(results)], results.length === 1 ? results[0] : { models: results }, tables);
+    const set = prefillSet(results);
+    emit("prefill", run, settings, [...modelNotes(models), deviceNote, ...refusalNotes(results)], set.results, set.tables);
   },
 });
 
 const batchArgs = {
   ...commonArgs,
+  ...benchOutputArgs,
   ...threadsListArg,
   ...streamArg,
   ...modelArgs("stories15M and stories110M; repeat --shape for several"),
@@ -212,6 +221,7 @@ const batchCommand = defineCommand({
   args: batchArgs,
   async run({ args, rawArgs }) {
     checkKnownOptions(rawArgs, batchArgs);
+    const run = startRun(args, rawArgs);
     const models = benchModels(args, rawArgs, ["stories15M", "stories110M"]);
     const o = {
       ...repeatOptions(args, 3, 0), threads: intList(args, "threads", [1, 2]), models, batchSizes: intList(args, "seqs", BATCH_SIZES),
@@ -233,12 +243,13 @@ const batchCommand = defineCommand({
       ...modelNotes(models), "prefix caching on (the engine default); every sequence has a distinct prompt, so nothing hits", deviceNote,
       ...refusalNotes(r.webgpu.map((webgpu) => ({ model: webgpu.model, webgpu }))),
     ];
-    emit("batch", args, settings, notes, r, batchTables(r));
+    emit("batch", run, settings, notes, r, batchTables(r));
   },
 });
 
 const prefixArgs = {
   ...commonArgs,
+  ...benchOutputArgs,
   ...modelArgs("smollm2-135m"),
   threads: { type: "string", description: `Threads (default: the cores this process may use, ${availableParallelism()})`, valueHint: "n" },
   "prefix-tokens": { type: "string", description: "Shared prefix of the TTFT measurement (default 1536)", valueHint: "n" },
@@ -263,13 +274,15 @@ const prefixCommand = defineCommand({
   meta: {
     name: "prefix",
     description:
-      "Prefix caching: TTFT with a cached 1536-token prefix vs the cache off, hit rate, sha256/xxh64 hashing ns/token, 0%-hit throughput on vs off " +
+      "Prefix caching: TTFT with a cached 1536-token prefix vs the cache off, TTFT with 0, 25, 50, 75 and 100% of that prefix cached, hit rate, " +
+      "sha256/xxh64 hashing ns/token, 0%-hit throughput on vs off " +
       "(target within 2%), and vLLM prefix_repetition / SGLang generated-shared-prefix serving workloads under FCFS and LPM, each eviction policy, " +
       "cache on and off (default 3 repetitions)",
   },
   args: prefixArgs,
   async run({ args, rawArgs }) {
     checkKnownOptions(rawArgs, prefixArgs);
+    const run = startRun(args, rawArgs);
     const model = benchModelOf(args, rawArgs, "smollm2-135m");
     const workloads = str(args, "workloads") === "none" ? [] : nameList<WorkloadName>(args, "workloads", WORKLOAD_NAMES, WORKLOAD_NAMES);
     const o = {
@@ -289,7 +302,7 @@ const prefixCommand = defineCommand({
       workloads: [...o.workloads], requests: o.requests, outputTokens: o.outputTokens, maxNumSeqs: o.maxNumSeqs, numBlocks: o.numBlocks ?? "per workload",
       evictionPolicies: [...o.policies], seed: o.seed,
     };
-    emit("prefix", args, settings, [...modelNotes([model]), ...prefixNotes(r)], r, prefixTables(r));
+    emit("prefix", run, settings, [...modelNotes([model]), ...prefixNotes(r)], r, prefixTables(r));
   },
 });
 
@@ -299,6 +312,9 @@ const benchSubCommands = {
   prefill: prefillCommand,
   batch: batchCommand,
   prefix: prefixCommand,
+  all: allCommand,
+  compare: compareCommand,
+  chart: chartCommand,
 };
 
 export const benchCommand = defineCommand({

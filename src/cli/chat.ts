@@ -18,6 +18,7 @@ import { chatMessages } from "./inputs.ts";
 import { CANCEL, LineInput } from "./line-input.ts";
 import { loadLLM } from "./load.ts";
 import { checkKnownOptions, engineArgs, modelArgs, requestDefaults, samplingArgs, type ParsedValues } from "./options.ts";
+import { dim, info } from "./output.ts";
 
 export const chatArgs = {
   ...modelArgs,
@@ -62,7 +63,7 @@ async function runChat(values: ParsedValues, rawArgs: readonly string[]): Promis
     llm.close();
     throw e;
   }
-  process.stderr.write(`${llm.device}\n`);
+  info(llm.device);
   let interrupted = false;
   try {
     interrupted = await session.run();
@@ -105,7 +106,6 @@ Input:
 class ChatSession {
   private readonly history: Conversation;
   private readonly input = new LineInput();
-  private readonly colorErr = process.stderr.isTTY === true && !process.env.NO_COLOR;
   private generating: AbortController | null = null;
   private interrupted = false;
   private turnNo = 0;
@@ -187,10 +187,10 @@ class ChatSession {
   private banner(): void {
     const c = this.llm.config;
     const ctx = this.limit < c.seqLen ? `${this.limit} of ${c.seqLen}` : `${c.seqLen}`;
-    this.note(`pagellm chat: ${basename(this.modelPath)} (${this.llm.checkpoint.format}, ${ctx}-token context), template ${this.history.name}` +
+    this.status(`pagellm chat: ${basename(this.modelPath)} (${this.llm.checkpoint.format}, ${ctx}-token context), template ${this.history.name}` +
       (this.history.system ? ", with a system prompt" : ""));
     if (this.input.tty) {
-      this.note(`/help lists the commands; Ctrl-C stops a reply; Ctrl-D or /exit quits` +
+      this.status(`/help lists the commands; Ctrl-C stops a reply; Ctrl-D or /exit quits` +
         (this.history.continuesText ? "; an empty line continues the text" : ""));
     }
   }
@@ -317,7 +317,7 @@ class ChatSession {
     let why = "";
     if (r.finish_reason === "abort") why = ", interrupted";
     else if (r.finish_reason === "length") why = maxTokens !== null && r.completion_tokens >= maxTokens ? ", max tokens reached" : ", context full";
-    this.note(`[prompt ${r.prompt_tokens} tokens (${r.cached_tokens} cached), reply ${plural(r.completion_tokens, "token")}${why}, first token ${r.ttft_ms.toFixed(1)} ms, ${rate}, context ${used}/${this.limit}]`, true);
+    this.status(`[prompt ${r.prompt_tokens} tokens (${r.cached_tokens} cached), reply ${plural(r.completion_tokens, "token")}${why}, first token ${r.ttft_ms.toFixed(1)} ms, ${rate}, context ${used}/${this.limit}]`, true);
     this.totals.replies++;
     this.totals.promptTokens += r.prompt_tokens;
     this.totals.cachedTokens += r.cached_tokens;
@@ -497,9 +497,14 @@ class ChatSession {
     process.stdout.write(`${text}\n`);
   }
 
-  /** A line on stderr (dim on a terminal when `dim`). */
-  private note(text: string, dim = false): void {
-    process.stderr.write(dim && this.colorErr ? `\x1b[2m${text}\x1b[0m\n` : `${text}\n`);
+  /** A warning or error of the session on stderr: shown even with --quiet. */
+  private note(text: string): void {
+    process.stderr.write(`${text}\n`);
+  }
+
+  /** The banner and each reply's statistics on stderr (dim on a terminal with colour), unless --quiet. */
+  private status(text: string, faint = false): void {
+    info(faint ? dim(text) : text);
   }
 }
 

@@ -14,6 +14,7 @@ import { loadLLM } from "./load.ts";
 import { ProgressBar } from "./progress.ts";
 import { ResultsFile } from "./results-file.ts";
 import { InterruptedError, onInterrupt } from "./interrupt.ts";
+import { info } from "./output.ts";
 
 export const generateArgs = {
   ...modelArgs,
@@ -188,5 +189,5 @@ function reportStats(llm: LLM, sink: ResultSink, seconds: number): void {
     );
   }
   lines.push(`prefix cache: hit rate ${hitRate.toFixed(1)}%, ${s.evictions} evictions, ${s.preemptions} preemptions`);
-  for (const line of lines) process.stderr.write(`${line}\n`);
+  for (const line of lines) info(line);
 }

@@ -5,8 +5,8 @@
  */
 import { defineCommand, type ArgsDef } from "citty";
 import { formatBytes } from "../hub/progress.ts";
-import { resolveModel } from "../hub/resolve.ts";
 import { estimateMemory, summarizeModel, type MemoryEstimate, type ModelSummary } from "../hub/summary.ts";
+import { resolveModelSpec } from "./load.ts";
 import { checkKnownOptions, numberOption } from "./options.ts";
 
 const infoArgs = {
@@ -23,7 +23,7 @@ export const infoCommand = defineCommand({
   async run({ args, rawArgs }) {
     checkKnownOptions(rawArgs, infoArgs);
     const ctxOption = numberOption(args, "ctx-size", "posint");
-    const summary = summarizeModel(await resolveModel(args.model));
+    const summary = summarizeModel(await resolveModelSpec(args.model));
     const memory = estimateMemory(summary, ctxOption ?? summary.contextLength ?? 2048);
     if (args.json === true) process.stdout.write(`${JSON.stringify({ ...summary, memory }, null, 2)}\n`);
     else process.stdout.write(formatInfo(summary, memory));

@@ -6,16 +6,17 @@ import { existsSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { InputError } from "../errors.ts";
 import { LLM } from "../engine/llm.ts";
-import { resolveModel } from "../hub/resolve.ts";
+import { hubOptionsFromEnv, resolveModel } from "../hub/resolve.ts";
 import { isGGUF } from "../model/load.ts";
 import { deviceOption, engineOptions, type ParsedValues } from "./options.ts";
+import { progressWanted } from "./output.ts";
 import { loadProgressBar } from "./progress.ts";
 
 export async function loadLLM(values: ParsedValues): Promise<LLM> {
   if (typeof values.model !== "string" || values.model === "") throw new InputError("--model is required");
   const device = deviceOption(values);
   // A path, hf:OWNER/REPO/FILE.gguf, hf:OWNER/REPO:QUANT or a URL: downloaded into the HF cache when needed.
-  const model = await resolveModel(values.model);
+  const model = await resolveModelSpec(values.model);
   const onLoadProgress = loadProgressBar(basename(model), statSync(model).size);
   const chatTemplate = typeof values.template === "string" && values.template !== "" ? values.template : undefined;
   const chatTemplateKwargs = templateKwargs(values["chat-template-kwargs"]);
@@ -23,6 +24,11 @@ export async function loadLLM(values: ParsedValues): Promise<LLM> {
     model, tokenizer: tokenizerPath(model, values.tokenizer), engine: engineOptions(values), onLoadProgress, chatTemplate, chatTemplateKwargs,
     device,
   });
+}
+
+/** A model spec as a local path, downloaded with a progress bar unless --quiet or not on a terminal. */
+export function resolveModelSpec(spec: string): Promise<string> {
+  return resolveModel(spec, { ...hubOptionsFromEnv(), progress: progressWanted() });
 }
 
 /** --chat-template-kwargs: a JSON object of more template variables. */

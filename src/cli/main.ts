@@ -5,6 +5,7 @@
 import { defineCommand, renderUsage, runCommand, type CommandDef } from "citty";
 import { readFileSync } from "node:fs";
 import { PagellmError } from "../errors.ts";
+import { configureOutput, GLOBAL_FLAGS, output } from "./output.ts";
 import { chatCommand } from "./chat.ts";
 import { benchCommand } from "./bench.ts";
 import { generateCommand } from "./generate.ts";
@@ -36,6 +37,7 @@ export const mainCommand = defineCommand({
 
 /** Run the CLI on argv (without the runtime and script); returns the exit code. */
 export async function runCli(argv: string[]): Promise<number> {
+  configureOutput(argv);
   try {
     if (argv.includes("--version") || argv.includes("-v")) {
       process.stdout.write(`pagellm ${VERSION}\n`);
@@ -46,7 +48,7 @@ export async function runCli(argv: string[]): Promise<number> {
       const out = helpAsked ? process.stdout : process.stderr;
       const [command, parent] = await commandFor(argv);
       const usage = await renderUsage(command, parent);
-      out.write(`${usage}\n`);
+      out.write(`${usage}\n\n${globalFlagsHelp()}\n`);
       return helpAsked ? 0 : 2;
     }
     await runCommand(mainCommand, { rawArgs: argv });
@@ -75,17 +77,25 @@ async function commandFor(argv: string[]): Promise<[CommandDef, CommandDef | und
   return [command, parent];
 }
 
+/** The global flags and environment variables, under every command's usage. */
+function globalFlagsHelp(): string {
+  const width = Math.max(...GLOBAL_FLAGS.map((f) => f.names.join(", ").length));
+  const lines = GLOBAL_FLAGS.map((f) => `  ${f.names.join(", ").padEnd(width)}  ${f.help}`);
+  return ["GLOBAL OPTIONS", "", ...lines, "", "  NO_COLOR=1 turns colour off; HF_HOME, HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE=1 steer downloads"].join("\n");
+}
+
+/** One line on stderr for any error (the stack after it with --verbose), and the exit code. */
 function reportError(e: unknown): number {
+  const err = e instanceof Error ? e : new Error(String(e));
+  const withStack = (line: string) => process.stderr.write(output.verbose || process.env.PAGELLM_DEBUG ? `${line}\n${err.stack}\n` : `${line}\n`);
   if (e instanceof PagellmError) {
-    process.stderr.write(`pagellm: error: ${e.message}\n`);
+    withStack(`pagellm: error: ${e.message}`);
     return e.exitCode;
   }
-  const err = e instanceof Error ? e : new Error(String(e));
   if (err.name === "CLIError") {
-    process.stderr.write(`pagellm: error: ${err.message.replace(/\x1b\[[0-9;]*m/g, "")} (see --help)\n`);
+    withStack(`pagellm: error: ${err.message.replace(/\x1b\[[0-9;]*m/g, "")} (see --help)`);
     return 2;
   }
-  if (process.env.PAGELLM_DEBUG) process.stderr.write(`${err.stack}\n`);
-  process.stderr.write(`pagellm: internal error: ${err.message.split("\n")[0]} (PAGELLM_DEBUG=1 shows the stack)\n`);
+  withStack(`pagellm: internal error: ${err.message.split("\n")[0]} (--verbose shows the stack; please report it)`);
   return 70;
 }

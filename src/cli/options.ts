@@ -11,6 +11,7 @@ import { EVICTION_POLICIES } from "../kv/eviction.ts";
 import { HASH_ALGORITHMS } from "../kv/block-hash.ts";
 import { MAX_BLOCK_SIZE } from "../backend/kernels.ts";
 import type { DeviceChoice } from "../backend/webgpu/device.ts";
+import { GLOBAL_FLAGS } from "./output.ts";
 
 export const modelArgs = {
   model: {
@@ -114,6 +115,7 @@ export function repeated(rawArgs: readonly string[], name: string): string[] {
  */
 export function checkKnownOptions(rawArgs: readonly string[], defs: ArgsDef): void {
   const kinds = new Map<string, "string" | "boolean">([["help", "boolean"], ["h", "boolean"]]);
+  for (const flag of GLOBAL_FLAGS) for (const name of flag.names) kinds.set(name.replace(/^--?/, ""), "boolean");
   for (const [name, def] of Object.entries(defs)) {
     const kind = def.type === "boolean" ? "boolean" : "string";
     kinds.set(name, kind);

@@ -9,6 +9,7 @@ import { InputError } from "../errors.ts";
 import type { ScoreResult } from "../engine/llm.ts";
 import { loadLLM } from "./load.ts";
 import { checkKnownOptions, engineArgs, modelArgs, type ParsedValues } from "./options.ts";
+import { info } from "./output.ts";
 
 export const perplexityArgs = {
   ...modelArgs,
@@ -51,7 +52,8 @@ async function runPerplexity(values: ParsedValues): Promise<void> {
     } else {
       process.stdout.write(report(result));
     }
-    process.stderr.write(`${llm.device}\nscored ${result.token_logprobs.length} tokens in ${seconds.toFixed(2)} s (${(result.token_logprobs.length / seconds).toFixed(1)} tokens/s), windows of ${result.window}\n`);
+    info(llm.device);
+    info(`scored ${result.token_logprobs.length} tokens in ${seconds.toFixed(2)} s (${(result.token_logprobs.length / seconds).toFixed(1)} tokens/s), windows of ${result.window}`);
   } finally {
     llm.close();
   }

@@ -2,6 +2,8 @@
  * A one-line progress bar on stderr for batch runs: requests done, tokens/s, prefix cache hit
  * rate. It draws only when stderr is a terminal, at most ten times a second.
  */
+import { progressWanted } from "./output.ts";
+
 export interface ProgressState {
   done: number;
   total: number;
@@ -10,7 +12,7 @@ export interface ProgressState {
 }
 
 export class ProgressBar {
-  private readonly enabled = process.stderr.isTTY === true;
+  private readonly enabled = progressWanted();
   private readonly start = performance.now();
   private lastDraw = 0;
 
@@ -38,7 +40,7 @@ export class ProgressBar {
  * terminal and only for files over `minBytes` (loading a small model is instant).
  */
 export function loadProgressBar(label: string, fileBytes: number, minBytes = 100 * 2 ** 20): ((done: number, total: number) => void) | undefined {
-  if (process.stderr.isTTY !== true || fileBytes < minBytes) return undefined;
+  if (!progressWanted() || fileBytes < minBytes) return undefined;
   const start = performance.now();
   let lastDraw = 0;
   return (done, total) => {

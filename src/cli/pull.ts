@@ -3,7 +3,7 @@
  * running it; prints the local path on stdout.
  */
 import { defineCommand, type ArgsDef } from "citty";
-import { resolveModel } from "../hub/resolve.ts";
+import { resolveModelSpec } from "./load.ts";
 import { checkKnownOptions } from "./options.ts";
 
 const pullArgs = {
@@ -15,7 +15,7 @@ export const pullCommand = defineCommand({
   args: pullArgs,
   async run({ args, rawArgs }) {
     checkKnownOptions(rawArgs, pullArgs);
-    const path = await resolveModel(args.model);
+    const path = await resolveModelSpec(args.model);
     process.stdout.write(`${path}\n`);
   },
 });

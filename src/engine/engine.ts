@@ -202,11 +202,11 @@ export class LLMEngine {
   async score(tokens: readonly number[], onLogits: (position: number, logits: Float32Array) => void): Promise<void> {
     if (tokens.length === 0) return;
     if (tokens.length > this.maxPositions) {
-      throw new RequestTooLongError(`${tokens.length} tokens do not fit the context of ${this.maxPositions}`);
+      throw new RequestTooLongError(`${tokens.length} tokens do not fit the context of ${this.maxPositions} (a larger --ctx-size)`);
     }
     const req = new Request({ id: `score-${this.numScored++}`, promptTokenIds: tokens });
     if (this.kv.allocateSlots(req, tokens.length) === null) {
-      throw new RequestTooLongError(`${tokens.length} tokens need more KV blocks than are free (${this.kv.numFreeBlocks} of ${this.options.blockSize} tokens)`);
+      throw new RequestTooLongError(`${tokens.length} tokens need more KV blocks than are free (${this.kv.numFreeBlocks} of ${this.options.blockSize} tokens; a larger --kv-cache-mb or --num-blocks)`);
     }
     try {
       const blockTable = this.kv.getBlockIds(req);
@@ -271,11 +271,11 @@ export class LLMEngine {
     const P = seq.numPromptTokens;
     const maxTokens = seq.params.maxTokens;
     if (P > c.seqLen) {
-      throw new RequestTooLongError(`prompt of ${P} tokens is longer than the model's context of ${c.seqLen}`);
+      throw new RequestTooLongError(`prompt of ${P} tokens is longer than the context of ${c.seqLen} (a larger --ctx-size, up to the model's own, or a shorter prompt)`);
     }
     if (maxTokens !== null && P + maxTokens - 1 > c.seqLen) {
       throw new RequestTooLongError(
-        `prompt (${P} tokens) plus max_tokens (${maxTokens}) exceeds the model's context of ${c.seqLen} tokens`,
+        `prompt (${P} tokens) plus max_tokens (${maxTokens}) exceeds the context of ${c.seqLen} tokens (a smaller --max-tokens or a larger --ctx-size)`,
       );
     }
     // Without max_tokens a request stops when it reaches maxPositions; it only needs its prompt to fit.
@@ -283,7 +283,7 @@ export class LLMEngine {
     if (positions > this.maxPositions) {
       const blocks = Math.ceil(positions / this.options.blockSize);
       throw new RequestTooLongError(
-        `needs ${blocks} KV blocks of ${this.options.blockSize} tokens, the whole pool has ${this.numBlocks}`,
+        `needs ${blocks} KV blocks of ${this.options.blockSize} tokens, the whole pool has ${this.numBlocks} (a larger --kv-cache-mb or --num-blocks)`,
       );
     }
   }

@@ -14,14 +14,14 @@ export interface CliResult {
 }
 
 /** `bun bin/pagellm ...args` from the repository root; waits for it to exit. */
-export function runPagellm(args: readonly string[], opts: { stdin?: string } = {}): CliResult {
+export function runPagellm(args: readonly string[], opts: { stdin?: string; env?: Record<string, string> } = {}): CliResult {
   const proc = Bun.spawnSync(["bun", "bin/pagellm", ...args], {
     cwd: REPO_ROOT,
     stdin: opts.stdin === undefined ? "ignore" : Buffer.from(opts.stdin),
     stdout: "pipe",
     stderr: "pipe",
     // No debug stack dumps, whatever the calling environment sets.
-    env: { ...process.env, PAGELLM_DEBUG: "" },
+    env: { ...process.env, PAGELLM_DEBUG: "", ...opts.env },
   });
   return {
     exitCode: proc.exitCode ?? -1,
