@@ -108,6 +108,17 @@ await describeGpu("the engine on WebGPU", (gpu) => {
     });
     const tokensOf = (rs: CompletionResult[]) => rs.map((r) => ({ id: r.id, finish: r.finish_reason, tokens: r.token_ids }));
 
+    test("a repeated run makes no new bind groups or staging buffers (native memory stays flat)", async () => {
+      const llm = load(gpu, model!, tok!, { enablePrefixCaching: false });
+      const request = { prompt: "Once upon a time", maxTokens: 40, temperature: 0 };
+      await llm.generate([request]);
+      const before = { ...gpu.runner.cached };
+      const dispatches = gpu.runner.counts.dispatches;
+      await llm.generate([request]);
+      expect(gpu.runner.counts.dispatches).toBeGreaterThan(dispatches + 40 * 5);
+      expect(gpu.runner.cached).toEqual(before);
+    }, TIMEOUT_MS);
+
     test("one at a time with the cache off = together with the cache on = preempted and chunked with prefix hits", async () => {
       const reference = load(gpu, model!, tok!, { enablePrefixCaching: false });
       const requests = requestsFor(reference);

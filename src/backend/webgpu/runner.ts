@@ -176,6 +176,11 @@ export class GpuRunner {
     return group;
   }
 
+  /** Bind groups cached, and staging buffers pooled: both stop growing once a step's shapes repeat. */
+  get cached(): { bindGroups: number; stagingBuffers: number } {
+    return { bindGroups: this.bindGroups.size, stagingBuffers: this.freeStaging.length };
+  }
+
   /** Drop every cached bind group (before the buffers they bind are destroyed). */
   forgetBindGroups(): void {
     this.clearBindGroups();
