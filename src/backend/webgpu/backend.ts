@@ -136,7 +136,7 @@ export class WebGpuBackend {
     const kernel = m.kind === "f32" ? this.kernel("matmulF32") : this.ggml.get(m.type);
     if (kernel === undefined) throw new DeviceError(`webgpu: ggml type ${m.type} has no WGSL product`);
     for (const part of m.parts) {
-      const p = params(part.rows, m.cols, outStride, part.firstRow, m.rowBytes);
+      const p = params(part.rows, m.cols, outStride, part.firstRow, m.rowBytes, T);
       this.runner.dispatch(kernel, p, [part.buffer, x, out], matmulGrid(part.rows, T));
     }
   }

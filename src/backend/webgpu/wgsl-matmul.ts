@@ -1,10 +1,13 @@
 /**
  * WGSL matrix products out[t][outOffset + r] = W[r] · x[t]. A workgroup of 64 invocations takes 8
- * rows of one token, 8 lanes per row: lane i sums the products of the row's columns (f32) or
- * blocks (ggml types) i, i + 8, ... in order, then lane 0 adds the 8 partial sums in lane order.
- * So each output element is reduced in one order that does not depend on T, on the other tokens
- * of the batch, or on how the matrix was split into buffers. No atomics. (A workgroup per row
- * cost a software adapter about 3 µs per workgroup, most of a decode step.)
+ * rows and a group of 4 tokens, 8 lanes per row: lane i sums the products of the row's columns
+ * (f32) or blocks (ggml types) i, i + 8, ... in order, one vec4 component per token (each weight
+ * is read and dequantized once for the 4 tokens), then lane 0 adds the 8 partial sums in lane
+ * order. Every component goes through the same operations in the same order, so each output
+ * element is reduced in one order that does not depend on T, on which of the group's 4 places its
+ * token took, on the other tokens of the batch, or on how the matrix was split into buffers. No
+ * atomics. (A workgroup per row and token cost a software adapter about 3 µs per workgroup, most
+ * of a decode step.)
  *
  * ggml weights stay as the GGUF file has them (rows of blocks, `rowBytes` each, not 4-byte
  * aligned in general) and are read as bytes from an array<u32>; each block is dequantized in the
@@ -16,38 +19,46 @@ import { WORKGROUP } from "./wgsl-elementwise.ts";
 export const LANES = 8;
 /** Rows per workgroup. */
 export const ROWS_PER_GROUP = WORKGROUP / LANES;
+/** Tokens a workgroup takes: the components of a vec4. */
+export const TOKENS_PER_GROUP = 4;
 /** Row groups per grid column: groups are wg.x + wg.z * GROUPS_PER_Z (a grid dimension holds 65,535). */
 export const GROUPS_PER_Z = 32768;
 
 /** Workgroup grid for a product of `rows` rows and T tokens. */
 export function matmulGrid(rows: number, T: number): [number, number, number] {
   const groups = Math.ceil(rows / ROWS_PER_GROUP);
-  return [Math.min(groups, GROUPS_PER_Z), T, Math.ceil(groups / GROUPS_PER_Z)];
+  return [Math.min(groups, GROUPS_PER_Z), Math.ceil(T / TOKENS_PER_GROUP), Math.ceil(groups / GROUPS_PER_Z)];
 }
 
-/** The shared tail: lane 0 of each row adds its lanes' partial sums in lane order and stores the result. */
+/** The shared tail: lane 0 of each row adds its lanes' partial sums in lane order and stores the group's tokens. */
 const REDUCE_AND_STORE = /* wgsl */ `
   partial[lid] = s;
   workgroupBarrier();
   if (live && lane == 0u) {
     var sum = partial[lid];
     for (var k = 1u; k < ${LANES}u; k++) { sum = sum + partial[lid + k]; }
-    out[t * p.outStride + p.outOffset + r] = sum;
+    for (var k = 0u; k < ${TOKENS_PER_GROUP}u && t0 + k < p.T; k++) { out[(t0 + k) * p.outStride + p.outOffset + r] = sum[k]; }
   }`;
 
 const MATMUL_HEAD = /* wgsl */ `
-struct Params { rows: u32, cols: u32, outStride: u32, outOffset: u32, rowBytes: u32 }
+struct Params { rows: u32, cols: u32, outStride: u32, outOffset: u32, rowBytes: u32, T: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
-var<workgroup> partial: array<f32, ${WORKGROUP}>;`;
+var<workgroup> partial: array<vec4<f32>, ${WORKGROUP}>;
+// Where the group's 4 token rows start in x (a token past T repeats the last: computed, never stored).
+var<private> xRows: vec4<u32>;
+// Element i of the 4 token rows.
+fn xv(i: u32) -> vec4<f32> { return vec4<f32>(x[xRows.x + i], x[xRows.y + i], x[xRows.z + i], x[xRows.w + i]); }`;
 
 const MATMUL_ENTRY = /* wgsl */ `
 @compute @workgroup_size(${WORKGROUP})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let r = (wg.x + wg.z * ${GROUPS_PER_Z}u) * ${ROWS_PER_GROUP}u + lid / ${LANES}u;
   let lane = lid % ${LANES}u;
-  let t = wg.y;
+  let t0 = wg.y * ${TOKENS_PER_GROUP}u;
+  let last = p.T - 1u;
+  xRows = vec4<u32>(min(t0, last), min(t0 + 1u, last), min(t0 + 2u, last), min(t0 + 3u, last)) * p.cols;
   // Rows past the end compute nothing but still reach the barrier (it must be in uniform control flow).
   let live = r < p.rows;`;
 
@@ -57,10 +68,9 @@ ${MATMUL_HEAD}
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 ${MATMUL_ENTRY}
   let wRow = r * p.cols;
-  let xRow = t * p.cols;
   let cols = select(0u, p.cols, live);
-  var s = 0.0;
-  for (var c = lane; c < cols; c += ${LANES}u) { s = s + w[wRow + c] * x[xRow + c]; }
+  var s = vec4<f32>(0.0);
+  for (var c = lane; c < cols; c += ${LANES}u) { s = s + w[wRow + c] * xv(c); }
 ${REDUCE_AND_STORE}
 }`;
 
@@ -72,22 +82,23 @@ fn i8At(off: u32) -> i32 { return (i32(u8At(off)) << 24u) >> 24u; }
 fn f16At(off: u32) -> f32 { return unpack2x16float(u8At(off) | (u8At(off + 1u) << 8u)).x; }`;
 
 /**
- * Per ggml type: block size in values and bytes, and blockDot(b, xi) = the dot of the block whose
- * first byte is b with x[xi .. xi + blockValues), the values in the block's element order.
+ * Per ggml type: block size in values and bytes, and blockDot(b, xi) = the dots of the block whose
+ * first byte is b with elements xi .. xi + blockValues of the 4 token rows (xv), the values in the
+ * block's element order.
  */
 interface GgmlShader {
   blockValues: number;
   blockDot: string;
 }
 
-/** block_q8_0: f16 d, int8 qs[32]; value j = d * qs[j]. */
+/** block_q8_0: f16 d, int8 qs[32); value j = d * qs[j]. */
 const Q8_0: GgmlShader = {
   blockValues: 32,
   blockDot: /* wgsl */ `
-fn blockDot(b: u32, xi: u32) -> f32 {
+fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let d = f16At(b);
-  var s = 0.0;
-  for (var j = 0u; j < 32u; j++) { s = s + (d * f32(i8At(b + 2u + j))) * x[xi + j]; }
+  var s = vec4<f32>(0.0);
+  for (var j = 0u; j < 32u; j++) { s = s + (d * f32(i8At(b + 2u + j))) * xv(xi + j); }
   return s;
 }`,
 };
@@ -96,11 +107,11 @@ fn blockDot(b: u32, xi: u32) -> f32 {
 const Q4_0: GgmlShader = {
   blockValues: 32,
   blockDot: /* wgsl */ `
-fn blockDot(b: u32, xi: u32) -> f32 {
+fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let d = f16At(b);
-  var s = 0.0;
-  for (var j = 0u; j < 16u; j++) { s = s + (d * f32(i32(u8At(b + 2u + j) & 15u) - 8)) * x[xi + j]; }
-  for (var j = 0u; j < 16u; j++) { s = s + (d * f32(i32(u8At(b + 2u + j) >> 4u) - 8)) * x[xi + 16u + j]; }
+  var s = vec4<f32>(0.0);
+  for (var j = 0u; j < 16u; j++) { s = s + (d * f32(i32(u8At(b + 2u + j) & 15u) - 8)) * xv(xi + j); }
+  for (var j = 0u; j < 16u; j++) { s = s + (d * f32(i32(u8At(b + 2u + j) >> 4u) - 8)) * xv(xi + 16u + j); }
   return s;
 }`,
 };
@@ -119,10 +130,10 @@ fn scaleMinK4(b: u32, j: u32) -> vec2<f32> {
   let mn = (u8At(q + j + 4u) >> 4u) | ((u8At(q + j) >> 6u) << 4u);
   return vec2<f32>(f32(sc), f32(mn));
 }
-fn blockDot(b: u32, xi: u32) -> f32 {
+fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let d = f16At(b);
   let dmin = f16At(b + 2u);
-  var s = 0.0;
+  var s = vec4<f32>(0.0);
   for (var i = 0u; i < 4u; i++) {
     let lo = scaleMinK4(b, 2u * i);
     let hi = scaleMinK4(b, 2u * i + 1u);
@@ -130,8 +141,8 @@ fn blockDot(b: u32, xi: u32) -> f32 {
     let d2 = d * hi.x; let m2 = dmin * hi.y;
     let q = b + 16u + 32u * i;
     let xo = xi + 64u * i;
-    for (var l = 0u; l < 32u; l++) { s = s + (d1 * f32(u8At(q + l) & 15u) - m1) * x[xo + l]; }
-    for (var l = 0u; l < 32u; l++) { s = s + (d2 * f32(u8At(q + l) >> 4u) - m2) * x[xo + 32u + l]; }
+    for (var l = 0u; l < 32u; l++) { s = s + (d1 * f32(u8At(q + l) & 15u) - m1) * xv(xo + l); }
+    for (var l = 0u; l < 32u; l++) { s = s + (d2 * f32(u8At(q + l) >> 4u) - m2) * xv(xo + 32u + l); }
   }
   return s;
 }`,
@@ -145,9 +156,9 @@ fn blockDot(b: u32, xi: u32) -> f32 {
 const Q6_K: GgmlShader = {
   blockValues: 256,
   blockDot: /* wgsl */ `
-fn blockDot(b: u32, xi: u32) -> f32 {
+fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let d = f16At(b + 208u);
-  var s = 0.0;
+  var s = vec4<f32>(0.0);
   for (var half = 0u; half < 2u; half++) {
     let ql = b + 64u * half;
     let qh = b + 128u + 32u * half;
@@ -159,7 +170,7 @@ fn blockDot(b: u32, xi: u32) -> f32 {
         let high = (u8At(qh + l) >> (2u * k)) & 3u;
         let q = i32(low | (high << 4u)) - 32;
         let scale = d * f32(i8At(sc + l / 16u + 2u * k));
-        s = s + (scale * f32(q)) * x[xo + 32u * k + l];
+        s = s + (scale * f32(q)) * xv(xo + 32u * k + l);
       }
     }
   }
@@ -171,9 +182,9 @@ fn blockDot(b: u32, xi: u32) -> f32 {
 const F16: GgmlShader = {
   blockValues: 2,
   blockDot: /* wgsl */ `
-fn blockDot(b: u32, xi: u32) -> f32 {
+fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let h = unpack2x16float(w[b >> 2u]);
-  return h.x * x[xi] + h.y * x[xi + 1u];
+  return h.x * xv(xi) + h.y * xv(xi + 1u);
 }`,
 };
 
@@ -181,9 +192,9 @@ fn blockDot(b: u32, xi: u32) -> f32 {
 const BF16: GgmlShader = {
   blockValues: 2,
   blockDot: /* wgsl */ `
-fn blockDot(b: u32, xi: u32) -> f32 {
+fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let word = w[b >> 2u];
-  return bitcast<f32>(word << 16u) * x[xi] + bitcast<f32>(word & 0xffff0000u) * x[xi + 1u];
+  return bitcast<f32>(word << 16u) * xv(xi) + bitcast<f32>(word & 0xffff0000u) * xv(xi + 1u);
 }`,
 };
 
@@ -191,12 +202,12 @@ fn blockDot(b: u32, xi: u32) -> f32 {
 const Q4_1: GgmlShader = {
   blockValues: 32,
   blockDot: /* wgsl */ `
-fn blockDot(b: u32, xi: u32) -> f32 {
+fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let d = f16At(b);
   let m = f16At(b + 2u);
-  var s = 0.0;
-  for (var j = 0u; j < 16u; j++) { s = s + (d * f32(u8At(b + 4u + j) & 15u) + m) * x[xi + j]; }
-  for (var j = 0u; j < 16u; j++) { s = s + (d * f32(u8At(b + 4u + j) >> 4u) + m) * x[xi + 16u + j]; }
+  var s = vec4<f32>(0.0);
+  for (var j = 0u; j < 16u; j++) { s = s + (d * f32(u8At(b + 4u + j) & 15u) + m) * xv(xi + j); }
+  for (var j = 0u; j < 16u; j++) { s = s + (d * f32(u8At(b + 4u + j) >> 4u) + m) * xv(xi + 16u + j); }
   return s;
 }`,
 };
@@ -209,17 +220,17 @@ fn q5High(h: u32) -> u32 { return u8At(h) | (u8At(h + 1u) << 8u) | (u8At(h + 2u)
 const Q5_0: GgmlShader = {
   blockValues: 32,
   blockDot: /* wgsl */ `${Q5_HIGH_BITS}
-fn blockDot(b: u32, xi: u32) -> f32 {
+fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let d = f16At(b);
   let qh = q5High(b + 2u);
-  var s = 0.0;
+  var s = vec4<f32>(0.0);
   for (var j = 0u; j < 16u; j++) {
     let lo = (u8At(b + 6u + j) & 15u) | (((qh >> j) & 1u) << 4u);
-    s = s + (d * f32(i32(lo) - 16)) * x[xi + j];
+    s = s + (d * f32(i32(lo) - 16)) * xv(xi + j);
   }
   for (var j = 0u; j < 16u; j++) {
     let hi = (u8At(b + 6u + j) >> 4u) | (((qh >> (j + 16u)) & 1u) << 4u);
-    s = s + (d * f32(i32(hi) - 16)) * x[xi + 16u + j];
+    s = s + (d * f32(i32(hi) - 16)) * xv(xi + 16u + j);
   }
   return s;
 }`,
@@ -229,18 +240,18 @@ fn blockDot(b: u32, xi: u32) -> f32 {
 const Q5_1: GgmlShader = {
   blockValues: 32,
   blockDot: /* wgsl */ `${Q5_HIGH_BITS}
-fn blockDot(b: u32, xi: u32) -> f32 {
+fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let d = f16At(b);
   let m = f16At(b + 2u);
   let qh = q5High(b + 4u);
-  var s = 0.0;
+  var s = vec4<f32>(0.0);
   for (var j = 0u; j < 16u; j++) {
     let lo = (u8At(b + 8u + j) & 15u) | (((qh >> j) & 1u) << 4u);
-    s = s + (d * f32(lo) + m) * x[xi + j];
+    s = s + (d * f32(lo) + m) * xv(xi + j);
   }
   for (var j = 0u; j < 16u; j++) {
     let hi = (u8At(b + 8u + j) >> 4u) | (((qh >> (j + 16u)) & 1u) << 4u);
-    s = s + (d * f32(hi) + m) * x[xi + 16u + j];
+    s = s + (d * f32(hi) + m) * xv(xi + 16u + j);
   }
   return s;
 }`,
@@ -253,10 +264,10 @@ fn blockDot(b: u32, xi: u32) -> f32 {
 const Q5_K: GgmlShader = {
   blockValues: 256,
   blockDot: Q4_K.blockDot.split("fn blockDot")[0] + /* wgsl */ `
-fn blockDot(b: u32, xi: u32) -> f32 {
+fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let d = f16At(b);
   let dmin = f16At(b + 2u);
-  var s = 0.0;
+  var s = vec4<f32>(0.0);
   for (var i = 0u; i < 4u; i++) {
     let lo = scaleMinK4(b, 2u * i);
     let hi = scaleMinK4(b, 2u * i + 1u);
@@ -266,11 +277,11 @@ fn blockDot(b: u32, xi: u32) -> f32 {
     let xo = xi + 64u * i;
     for (var l = 0u; l < 32u; l++) {
       let h = u8At(b + 16u + l);
-      s = s + (d1 * f32((u8At(q + l) & 15u) | (((h >> (2u * i)) & 1u) << 4u)) - m1) * x[xo + l];
+      s = s + (d1 * f32((u8At(q + l) & 15u) | (((h >> (2u * i)) & 1u) << 4u)) - m1) * xv(xo + l);
     }
     for (var l = 0u; l < 32u; l++) {
       let h = u8At(b + 16u + l);
-      s = s + (d2 * f32((u8At(q + l) >> 4u) | (((h >> (2u * i + 1u)) & 1u) << 4u)) - m2) * x[xo + 32u + l];
+      s = s + (d2 * f32((u8At(q + l) >> 4u) | (((h >> (2u * i + 1u)) & 1u) << 4u)) - m2) * xv(xo + 32u + l);
     }
   }
   return s;
@@ -285,10 +296,10 @@ fn blockDot(b: u32, xi: u32) -> f32 {
 const Q2_K: GgmlShader = {
   blockValues: 256,
   blockDot: /* wgsl */ `
-fn blockDot(b: u32, xi: u32) -> f32 {
+fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let d = f16At(b + 80u);
   let dmin = f16At(b + 82u);
-  var s = 0.0;
+  var s = vec4<f32>(0.0);
   for (var n = 0u; n < 2u; n++) {
     for (var j = 0u; j < 4u; j++) {
       for (var h = 0u; h < 2u; h++) {
@@ -297,7 +308,7 @@ fn blockDot(b: u32, xi: u32) -> f32 {
         let ml = dmin * f32(sc >> 4u);
         for (var l = 16u * h; l < 16u * h + 16u; l++) {
           let q = (u8At(b + 16u + 32u * n + l) >> (2u * j)) & 3u;
-          s = s + (dl * f32(q) - ml) * x[xi + 128u * n + 32u * j + l];
+          s = s + (dl * f32(q) - ml) * xv(xi + 128u * n + 32u * j + l);
         }
       }
     }
@@ -320,9 +331,9 @@ fn scaleQ3K(b: u32, j: u32) -> i32 {
   let high = (u8At(q + 8u + (j & 3u)) >> (2u * (j >> 2u))) & 3u;
   return i32(low | (high << 4u)) - 32;
 }
-fn blockDot(b: u32, xi: u32) -> f32 {
+fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let d = f16At(b + 108u);
-  var s = 0.0;
+  var s = vec4<f32>(0.0);
   for (var n = 0u; n < 2u; n++) {
     for (var j = 0u; j < 4u; j++) {
       for (var h = 0u; h < 2u; h++) {
@@ -330,7 +341,7 @@ fn blockDot(b: u32, xi: u32) -> f32 {
         for (var l = 16u * h; l < 16u * h + 16u; l++) {
           let q = i32((u8At(b + 32u + 32u * n + l) >> (2u * j)) & 3u);
           let high = (u8At(b + l) >> (4u * n + j)) & 1u;
-          s = s + (dl * f32(q - select(4, 0, high != 0u))) * x[xi + 128u * n + 32u * j + l];
+          s = s + (dl * f32(q - select(4, 0, high != 0u))) * xv(xi + 128u * n + 32u * j + l);
         }
       }
     }
@@ -365,9 +376,9 @@ ${BYTE_READERS}
 ${shader.blockDot}
 ${MATMUL_ENTRY}
   let blocks = select(0u, p.cols / ${shader.blockValues}u, live);
-  var s = 0.0;
+  var s = vec4<f32>(0.0);
   for (var bi = lane; bi < blocks; bi += ${LANES}u) {
-    s = s + blockDot(r * p.rowBytes + bi * ${shader.blockBytes}u, t * p.cols + bi * ${shader.blockValues}u);
+    s = s + blockDot(r * p.rowBytes + bi * ${shader.blockBytes}u, bi * ${shader.blockValues}u);
   }
 ${REDUCE_AND_STORE}
 }`;
