@@ -92,6 +92,22 @@ async function describeKernels(): Promise<void> {
       }
     });
 
+    test("addRmsnorm is add then rmsnorm, bit for bit, on odd widths", async () => {
+      const rng = new Xoshiro128(23);
+      for (let iter = 0; iter < 8; iter++) {
+        const n = randInt(rng, 1, 300);
+        const T = randInt(rng, 1, 5);
+        const [x, y, w] = [randomArray(rng, T * n, 3), randomArray(rng, T * n, 3), randomArray(rng, n)];
+        const [xSeparate, xFused] = [upload(x), upload(x)];
+        const [outSeparate, outFused] = [gpu.f32Buffer(T * n, "out"), gpu.f32Buffer(T * n, "out")];
+        gpu.add(xSeparate, upload(y), T * n);
+        gpu.rmsnorm(outSeparate, xSeparate, upload(w), T, n, 1e-5);
+        gpu.addRmsnorm(outFused, xFused, upload(y), upload(w), T, n, 1e-5);
+        expect(await run.readF32(outFused, T * n)).toEqual(await run.readF32(outSeparate, T * n));
+        expect(await run.readF32(xFused, T * n)).toEqual(await run.readF32(xSeparate, T * n));
+      }
+    });
+
     for (const style of ["interleaved", "neox"] as const) {
       test(`rope (${style}) matches the wasm kernel`, async () => {
         const rng = new Xoshiro128(style === "neox" ? 23 : 24);

@@ -13,7 +13,7 @@ import type { GpuContext } from "./device.ts";
 import { params, GpuRunner, type GpuKernel } from "./runner.ts";
 import { ATTENTION_WGSL, attentionGrid, MAX_HEAD_DIM } from "./wgsl-attention.ts";
 import {
-  ADD_ROWS_WGSL, ADD_WGSL, elementGrid, GATHER_ROWS_WGSL, RMSNORM_WGSL, ROPE_WGSL, SWIGLU_WGSL, WRITE_KV_WGSL,
+  ADD_RMSNORM_WGSL, ADD_ROWS_WGSL, ADD_WGSL, elementGrid, GATHER_ROWS_WGSL, RMSNORM_WGSL, ROPE_WGSL, SWIGLU_WGSL, WRITE_KV_WGSL,
 } from "./wgsl-elementwise.ts";
 import { GGML_SHADERS, MATMUL_F32_WGSL, matmulGgmlWgsl, matmulGrid } from "./wgsl-matmul.ts";
 
@@ -43,6 +43,7 @@ const FIXED_KERNELS = {
   addRows: ADD_ROWS_WGSL,
   swiglu: SWIGLU_WGSL,
   rmsnorm: RMSNORM_WGSL,
+  addRmsnorm: ADD_RMSNORM_WGSL,
   rope: ROPE_WGSL,
   writeKV: WRITE_KV_WGSL,
   gatherRows: GATHER_ROWS_WGSL,
@@ -159,6 +160,12 @@ export class WebGpuBackend {
   rmsnorm(out: GPUBuffer, x: GPUBuffer, weight: GPUBuffer, T: number, n: number, eps: number): void {
     if (out === x) throw new Error("webgpu rmsnorm: out and x must be different buffers");
     this.runner.dispatch(this.kernel("rmsnorm"), params(n, { f32: eps }), [out, x, weight], [T, 1, 1]);
+  }
+
+  /** x[t] += y[t], then out[t] = weight * x[t] / rms(x[t]): add() then rmsnorm() in one dispatch, the same bits. */
+  addRmsnorm(out: GPUBuffer, x: GPUBuffer, y: GPUBuffer, weight: GPUBuffer, T: number, n: number, eps: number): void {
+    if (out === x || out === y) throw new Error("webgpu addRmsnorm: out must differ from x and y");
+    this.runner.dispatch(this.kernel("addRmsnorm"), params(n, { f32: eps }), [out, x, y, weight], [T, 1, 1]);
   }
 
   /** gate[t][i] = silu(gate[t][i]) * up[t][i] for T rows of n. */

@@ -132,9 +132,9 @@ export class GpuLlamaModel {
 
     if (this.embedding !== null) g.embed(a.x, this.embedding, inp.tokens, T);
     else this.embedOnCpu(batch, cpu);
-    for (const L of this.layers) {
-      // ---- attention: x += wo · attention(rope(wq·xb), rope(wk·xb), wv·xb)
-      g.rmsnorm(a.xb, a.x, L.attnNorm, T, c.dim, c.normEps);
+    g.rmsnorm(a.xb, a.x, this.layers[0]!.attnNorm, T, c.dim, c.normEps);
+    this.layers.forEach((L, l) => {
+      // ---- attention: x += wo · attention(rope(wq·xb), rope(wk·xb), wv·xb); xb = rmsnorm(x) already
       g.matmul(a.q, a.xb, L.wq, T);
       g.matmul(a.k, a.xb, L.wk, T);
       g.matmul(a.v, a.xb, L.wv, T);
@@ -158,16 +158,19 @@ export class GpuLlamaModel {
         c.nHeads, c.nKvHeads, c.headDim, this.blockSize, this.numBlocks, qDim,
       );
       g.matmul(a.xb2, a.att, L.wo, T);
-      g.add(a.x, a.xb2, T * c.dim);
+      // x += xb2, and the feed-forward's input norm, in one dispatch
+      g.addRmsnorm(a.xb, a.x, a.xb2, L.ffnNorm, T, c.dim, c.normEps);
 
       // ---- feed-forward: x += w2 · (silu(w1·xb) * (w3·xb))
-      g.rmsnorm(a.xb, a.x, L.ffnNorm, T, c.dim, c.normEps);
       g.matmul(a.hb, a.xb, L.ffnGate, T);
       g.matmul(a.hb2, a.xb, L.ffnUp, T);
       g.swiglu(a.hb, a.hb2, T, c.hiddenDim);
       g.matmul(a.xb2, a.hb, L.ffnDown, T);
-      g.add(a.x, a.xb2, T * c.dim);
-    }
+      // x += xb2, and the next layer's attention norm, in one dispatch (after the last layer only the add)
+      const next = this.layers[l + 1];
+      if (next !== undefined) g.addRmsnorm(a.xb, a.x, a.xb2, next.attnNorm, T, c.dim, c.normEps);
+      else g.add(a.x, a.xb2, T * c.dim);
+    });
 
     // ---- classifier, only for the rows whose next token is sampled
     const R = batch.numLogits;

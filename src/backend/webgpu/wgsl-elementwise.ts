@@ -55,23 +55,33 @@ ${ELEMENT_ENTRY} {
 }`;
 
 /**
- * out[t] = w * (x[t] * inv_rms(x[t])) for T rows of n floats, one workgroup per row; out may be
- * x. Each invocation sums the squares of elements lid, lid + 64, ... in order, then a fixed
- * pairwise tree adds the 64 partial sums: one order for a row, whatever T is.
+ * RMSNorm of T rows of n floats, one workgroup per row: out[t] = w * (x[t] * inv_rms(x[t])); out
+ * is not x. Each invocation sums the squares of elements lid, lid + 64, ... in order, then a fixed
+ * pairwise tree adds the 64 partial sums: one order for a row, whatever T is. With `addFirst`
+ * (the residual add and the next norm in one dispatch) x[t] += y[t] first, element by element,
+ * by the invocation that then squares and reads it back: the same operations in the same order
+ * as ADD then RMSNORM, so the same bits.
  */
-export const RMSNORM_WGSL = /* wgsl */ `
+function rmsnormWgsl(addFirst: boolean): string {
+  const inputs = addFirst
+    ? `@group(0) @binding(2) var<storage, read_write> x: array<f32>;
+@group(0) @binding(3) var<storage, read> y: array<f32>;
+@group(0) @binding(4) var<storage, read> w: array<f32>;`
+    : `@group(0) @binding(2) var<storage, read> x: array<f32>;
+@group(0) @binding(3) var<storage, read> w: array<f32>;`;
+  const load = addFirst ? "let v = x[base + j] + y[base + j];\n    x[base + j] = v;" : "let v = x[base + j];";
+  return /* wgsl */ `
 struct Params { n: u32, eps: f32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
-@group(0) @binding(2) var<storage, read> x: array<f32>;
-@group(0) @binding(3) var<storage, read> w: array<f32>;
+${inputs}
 var<workgroup> partial: array<f32, ${WORKGROUP}>;
 @compute @workgroup_size(${WORKGROUP})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let base = wg.x * p.n;
   var s = 0.0;
   for (var j = lid; j < p.n; j += ${WORKGROUP}u) {
-    let v = x[base + j];
+    ${load}
     s = s + v * v;
   }
   partial[lid] = s;
@@ -85,6 +95,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     out[base + j] = w[j] * (inv * x[base + j]);
   }
 }`;
+}
+
+export const RMSNORM_WGSL = rmsnormWgsl(false);
+/** x[t] += y[t], then out[t] = w * (x[t] * inv_rms(x[t])): ADD and RMSNORM in one dispatch. */
+export const ADD_RMSNORM_WGSL = rmsnormWgsl(true);
 
 /**
  * Rotary embedding in place; one invocation per (token, head, pair k < ropeDim / 2). Pair k of a
