@@ -40,10 +40,12 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
 /** The exact integer dot of block g of a row with the token's 32 activations x0 (0..15), x1 (16..31). */
 @inline function blockIsum(kind: i32, blk: usize, x0: v128, x1: v128, xs: usize, g: i32): v128 {
   if (kind == Q8_0) {
-    // Signed weights: dot(|w|, x * sign(w)).
+    // Signed weights: dot(x * sign(w), |w|), |w| the 0..127 operand (ggml's quantizer writes
+    // -127..127). x * sign(w) is (x ^ m) - m with m = -1 where w < 0: two ops, no select.
     const w0 = v128.load(blk, 2), w1 = v128.load(blk, 18);
-    const s0 = v128.bitselect(i8x16.neg(x0), x0, i8x16.lt_s(w0, ZERO));
-    const s1 = v128.bitselect(i8x16.neg(x1), x1, i8x16.lt_s(w1, ZERO));
+    const m0 = i8x16.lt_s(w0, ZERO), m1 = i8x16.lt_s(w1, ZERO);
+    const s0 = i8x16.sub(v128.xor(x0, m0), m0);
+    const s1 = i8x16.sub(v128.xor(x1, m1), m1);
     return dotAdd(s1, i8x16.abs(w1), dotAdd(s0, i8x16.abs(w0), ZERO));
   }
   const qs = v128.load(blk + <usize>(kind == Q4_0 ? 2 : kind == Q4_1 ? 4 : kind == Q5_0 ? 6 : 8));
