@@ -15,7 +15,8 @@
 // Activation buffers for T tokens of `cols` values (cols a multiple of the block):
 //   xq  i8  [T][cols]          quantized values, |q| <= 127
 //   xd  f32 [T][cols/block]    the scale of each block
-//   xs  i32 [T][cols/16]       the sum of the quantized values of each 16 (for offsets and minimums)
+//   xs  i32 [T][cols/16]       256-value blocks: the sum of the quantized values of each 16;
+//       i32 [T][cols/32]       32-value blocks: the sum of each block (for offsets and minimums)
 //
 // The dot is WebAssembly's relaxed i8 x i7 dot product (x86 pmaddubsw + pmaddwd): its second
 // operand must lie in 0..127, where every implementation computes the same exact sums, so weights
@@ -91,6 +92,7 @@ export function quantizeActQ8(xq: usize, xd: usize, xs: usize, x: usize, T: i32,
       const d: f32 = amax / 127;
       const inv = f32x4.splat(d != 0 ? <f32>1 / d : 0);
       store<f32>(xd + (<usize>(t * nb + b) << 2), d);
+      let blockSum = 0;
       for (let s = 0; s < block; s += 16) {
         const p = src + (<usize>s << 2);
         const q0 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p), inv)));
@@ -100,8 +102,10 @@ export function quantizeActQ8(xq: usize, xd: usize, xs: usize, x: usize, T: i32,
         const q = i8x16.narrow_i16x8_s(i16x8.narrow_i32x4_s(q0, q1), i16x8.narrow_i32x4_s(q2, q3));
         const at = t * cols + b * block + s;
         v128.store(xq + <usize>at, q);
-        store<i32>(xs + (<usize>(at >> 4) << 2), sumI8(q));
+        if (block == 32) blockSum += sumI8(q);
+        else store<i32>(xs + (<usize>(at >> 4) << 2), sumI8(q));
       }
+      if (block == 32) store<i32>(xs + (<usize>(t * nb + b) << 2), blockSum);
     }
   }
 }

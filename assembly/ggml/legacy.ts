@@ -17,17 +17,16 @@ import { accumulate, dotAdd, loadHalf, sumLanes } from "./common";
 const LOW_NIBBLES = i8x16.splat(0x0f);
 const ZERO = i32x4.splat(0);
 
-/** The 5th bits of values 0..15 (upper = false) or 16..31 of a Q5 block, as 0x10 bytes. */
-@inline function highBits(qh: u32, upper: bool): v128 {
-  const bytes = i32x4.splat(<i32>qh);
+/** The 5th bits of values 0..15 (upper = false) or 16..31 of a Q5 block, qh splat in every lane, as 0x10 bytes. */
+@inline function highBits(qh: v128, upper: bool): v128 {
   const index = upper ? i8x16(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3) : i8x16(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   const bit = i8x16(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
-  return v128.and(i8x16.eq(v128.and(i8x16.swizzle(bytes, index), bit), bit), i8x16.splat(0x10));
+  return v128.and(i8x16.eq(v128.and(i8x16.swizzle(qh, index), bit), bit), i8x16.splat(0x10));
 }
 
-/** Sum of token values 32g..32g+31 (exact). */
+/** The sum of the token's values in block g (exact). */
 @inline function blockSum(xs: usize, g: i32): i32 {
-  return load<i32>(xs + (<usize>(g << 1) << 2)) + load<i32>(xs + (<usize>((g << 1) + 1) << 2));
+  return load<i32>(xs + (<usize>g << 2));
 }
 
 /** Kinds, in the order of the exports below. */
@@ -52,15 +51,13 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
   let u0 = v128.and(qs, LOW_NIBBLES);
   let u1 = v128.and(i16x8.shr_u(qs, 4), LOW_NIBBLES);
   if (kind == Q5_0 || kind == Q5_1) {
-    const qh = load<u32>(blk + <usize>(kind == Q5_0 ? 2 : 4));
+    const qh = v128.load32_splat(blk + <usize>(kind == Q5_0 ? 2 : 4));
     u0 = v128.or(u0, highBits(qh, false));
     u1 = v128.or(u1, highBits(qh, true));
   }
-  let isum = dotAdd(x1, u1, dotAdd(x0, u0, ZERO));
-  // Take out the offset: 8 (Q4_0) or 16 (Q5_0) times the block's sum, a quarter per lane.
-  if (kind == Q4_0) isum = i32x4.sub(isum, i32x4.splat(blockSum(xs, g) << 1));
-  if (kind == Q5_0) isum = i32x4.sub(isum, i32x4.splat(blockSum(xs, g) << 2));
-  return isum;
+  // The offset, 8 (Q4_0) or 16 (Q5_0) times the block's sum, a quarter per lane, starts the sum.
+  const start = kind == Q4_0 ? i32x4.splat(-(blockSum(xs, g) << 1)) : kind == Q5_0 ? i32x4.splat(-(blockSum(xs, g) << 2)) : ZERO;
+  return dotAdd(x1, u1, dotAdd(x0, u0, start));
 }
 
 /** One row dotted with one token's activations (xq, xd, xs at the token). */
@@ -91,7 +88,8 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
   for (let r = rowStart; r < rowEnd; r++) {
     const row = w + <usize>(r * rowBytes);
     for (let t = 0; t < T; t++) {
-      store<f32>(out + (<usize>(t * outStride + r) << 2), rowDot(kind, row, xq + <usize>(t * cols), xd + (<usize>(t * (cols >> 5)) << 2), xs + (<usize>(t * (cols >> 4)) << 2), cols));
+      const x = xq + <usize>(t * cols), scales = xd + (<usize>(t * (cols >> 5)) << 2), sums = xs + (<usize>(t * (cols >> 5)) << 2);
+      store<f32>(out + (<usize>(t * outStride + r) << 2), rowDot(kind, row, x, scales, sums, cols));
     }
   }
 }
