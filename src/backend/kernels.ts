@@ -96,6 +96,8 @@ export interface Kernels {
   embedQ4_K: BlockEmbed;
   embedQ5_K: BlockEmbed;
   embedQ6_K: BlockEmbed;
+  /** Q5_0 blocks at src rewritten as Q8_0 blocks of the same values at dst. */
+  transcodeQ5_0ToQ8_0(dst: number, src: number, blocks: number): void;
 }
 
 /** out[t][r] = row r of the 16-bit float matrix w dotted with f32 x[t], rows [rowStart, rowEnd). */
