@@ -71,6 +71,9 @@ export interface Kernels {
   runqFma(a: number, b: number, c: number): number;
   // ggml/: block types as GGUF files store them (see src/backend/ggml-kernels.ts)
   quantizeActQ8(xq: number, xd: number, xs: number, x: number, T: number, cols: number, block: number): void;
+  /** Fill the table of every half as f32 the block kernels read their scales from (once per memory). */
+  buildHalfTable(): void;
+  halfTableAddress(): number;
   actBytesPerToken(cols: number): number;
   matmulF16: HalfMatmul;
   matmulBF16: HalfMatmul;
