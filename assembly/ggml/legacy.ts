@@ -24,11 +24,6 @@ const ZERO = i32x4.splat(0);
   return v128.and(i8x16.eq(v128.and(i8x16.swizzle(qh, index), bit), bit), i8x16.splat(0x10));
 }
 
-/** The sum of the token's values in block g (exact). */
-@inline function blockSum(xs: usize, g: i32): i32 {
-  return load<i32>(xs + (<usize>g << 2));
-}
-
 /** Kinds, in the order of the exports below. */
 const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
 
@@ -36,8 +31,11 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
   return kind == Q8_0 ? 34 : kind == Q4_0 ? 18 : kind == Q4_1 ? 20 : kind == Q5_0 ? 22 : 24;
 }
 
-/** The exact integer dot of block g of a row with the token's 32 activations x0 (0..15), x1 (16..31). */
-@inline function blockIsum(kind: i32, blk: usize, x0: v128, x1: v128, xs: usize, g: i32): v128 {
+/**
+ * The exact integer dot of a row's block at blk with the token's 32 activations x0 (0..15), x1
+ * (16..31), whose sum is at `sum`.
+ */
+@inline function blockIsum(kind: i32, blk: usize, x0: v128, x1: v128, sum: usize): v128 {
   if (kind == Q8_0) {
     // Signed weights: dot(x * sign(w), |w|), |w| the 0..127 operand (ggml's quantizer writes
     // -127..127). x * sign(w) is (x ^ m) - m with m = -1 where w < 0: two ops, no select.
@@ -56,23 +54,22 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
     u1 = v128.or(u1, highBits(qh, true));
   }
   // The offset, 8 (Q4_0) or 16 (Q5_0) times the block's sum, a quarter per lane, starts the sum.
-  const start = kind == Q4_0 ? i32x4.splat(-(blockSum(xs, g) << 1)) : kind == Q5_0 ? i32x4.splat(-(blockSum(xs, g) << 2)) : ZERO;
+  const start = kind == Q4_0 ? i32x4.splat(-(load<i32>(sum) << 1)) : kind == Q5_0 ? i32x4.splat(-(load<i32>(sum) << 2)) : ZERO;
   return dotAdd(x1, u1, dotAdd(x0, u0, start));
 }
 
 /** One row dotted with one token's activations (xq, xd, xs at the token). */
 @inline function rowDot(kind: i32, row: usize, xq: usize, xd: usize, xs: usize, cols: i32): f32 {
-  const nb = cols >> 5;
-  const bs = blockBytes(kind);
+  const bs = <usize>blockBytes(kind);
   let acc = f32x4.splat(0);
   let mins: f32 = 0;
-  for (let g = 0; g < nb; g++) {
-    const x0 = v128.load(xq + <usize>(g << 5));
-    const x1 = v128.load(xq + <usize>(g << 5), 16);
-    const xdg = load<f32>(xd + (<usize>g << 2));
-    const blk = row + <usize>(g * bs);
-    acc = accumulate(acc, blockIsum(kind, blk, x0, x1, xs, g), loadHalf(blk) * xdg);
-    if (kind == Q4_1 || kind == Q5_1) mins += loadHalf(blk + 2) * (xdg * <f32>blockSum(xs, g));
+  // Pointers stepped block by block (indexing multiplies cost instructions JSC does not remove).
+  let blk = row, x = xq, scale = xd, sum = xs;
+  const end = xq + <usize>cols;
+  for (; x < end; x += 32, blk += bs, scale += 4, sum += 4) {
+    const xdg = load<f32>(scale);
+    acc = accumulate(acc, blockIsum(kind, blk, v128.load(x), v128.load(x, 16), sum), loadHalf(blk) * xdg);
+    if (kind == Q4_1 || kind == Q5_1) mins += loadHalf(blk + 2) * (xdg * <f32>load<i32>(sum));
   }
   return sumLanes(acc) + mins;
 }
