@@ -7,6 +7,7 @@ import { afterAll, expect, test } from "bun:test";
 import { CpuBackend } from "../src/backend/cpu.ts";
 import { openCheckpoint } from "../src/model/load.ts";
 import { FAST_STORAGE, FILE_STORAGE, loadWeights, weightBytes, type ModelWeights, type WeightMatrix } from "../src/model/weights.ts";
+import { summarizeModel } from "../src/hub/summary.ts";
 import { GGML_TYPE } from "../src/quant/index.ts";
 import { describeShared } from "./helpers/shared.ts";
 
@@ -54,5 +55,7 @@ describeShared("Q5_0 stored as Q8_0", ["models/gguf/stories260K-Q5_0.gguf"], ([p
     const q5Bytes = [...ckpt.tensors.values()].filter((t) => t.encoding.kind === "ggml" && t.encoding.type === GGML_TYPE.Q5_0)
       .reduce((n, t) => n + t.byteLength, 0);
     expect(weightBytes(ckpt, FAST_STORAGE) - weightBytes(ckpt, FILE_STORAGE)).toBe((q5Bytes / 22) * 12);
+    // `pagellm info`'s memory estimate counts the weights as they are stored.
+    expect(summarizeModel(path!).weightBytes).toBe(weightBytes(ckpt, FAST_STORAGE));
   });
 });

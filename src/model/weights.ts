@@ -70,9 +70,14 @@ function asQ8_0(info: TensorInfo, storage: WeightStorage): boolean {
   return storage.q5_0AsQ8_0 && info.encoding.kind === "ggml" && info.encoding.type === GGML_Q5_0;
 }
 
+/** Bytes a GGUF tensor of ggml type `type` and `fileBytes` in the file takes in memory, stored as `storage` says. */
+export function storedGGMLBytes(type: number, fileBytes: number, storage: WeightStorage = FAST_STORAGE): number {
+  return storage.q5_0AsQ8_0 && type === GGML_Q5_0 ? (fileBytes / Q5_0_BLOCK_BYTES) * Q8_0_BLOCK_BYTES : fileBytes;
+}
+
 /** Bytes the tensor takes in linear memory (f32 packed, ggml blocks as stored, the rest verbatim). */
 function storedBytes(info: TensorInfo, storage: WeightStorage): number {
-  return asQ8_0(info, storage) ? (info.byteLength / Q5_0_BLOCK_BYTES) * Q8_0_BLOCK_BYTES : info.byteLength;
+  return asQ8_0(info, storage) ? storedGGMLBytes(GGML_Q5_0, info.byteLength, storage) : info.byteLength;
 }
 
 /**
