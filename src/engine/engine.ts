@@ -14,7 +14,7 @@ import { StepBatch } from "../model/batch.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
 import { LlamaModel } from "../model/llama.ts";
-import { loadWeights, weightBytes, type LoadProgress } from "../model/weights.ts";
+import { FAST_STORAGE, FILE_STORAGE, loadWeights, weightBytes, type LoadProgress, type WeightStorage } from "../model/weights.ts";
 import { MAX_PAGES } from "../backend/wasm.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { sampledLogprob } from "./logprobs.ts";
@@ -111,9 +111,9 @@ export class LLMEngine {
     this.config = c;
     const o = options;
     this.numBlocks = o.numBlocks ?? defaultNumBlocks(c, o);
-    checkMemoryFits(checkpoint, c, o, this.numBlocks);
+    const storage = checkMemoryFits(checkpoint, c, o, this.numBlocks);
     this.backend = new CpuBackend(options.threads);
-    const weights = loadWeights(checkpoint, this.backend.mem, this.backend.kernels, onLoadProgress);
+    const weights = loadWeights(checkpoint, this.backend.mem, this.backend.kernels, onLoadProgress, storage);
     this.maxPositions = Math.min(c.seqLen, this.numBlocks * o.blockSize);
     const model = new LlamaModel(c, weights, this.backend, o.maxNumBatchedTokens, o.maxNumSeqs);
     const arena = new KVArena(this.backend.mem, c, this.numBlocks, o.blockSize);
@@ -283,16 +283,18 @@ export class LLMEngine {
 /**
  * Refuse, before anything is allocated, a model whose weights, KV pool and step buffers cannot
  * share the 4 GiB of a wasm32 memory. The buffers are estimated from the largest step: activations
- * of maxNumBatchedTokens tokens, logits of maxNumSeqs rows, RoPE tables of the context.
+ * of maxNumBatchedTokens tokens, logits of maxNumSeqs rows, RoPE tables of the context. Returns
+ * how to store the weights: Q5_0 as the faster, larger Q8_0 when that fits, else as in the file.
  */
-function checkMemoryFits(checkpoint: Checkpoint, c: ModelConfig, o: EngineOptions, numBlocks: number): void {
+function checkMemoryFits(checkpoint: Checkpoint, c: ModelConfig, o: EngineOptions, numBlocks: number): WeightStorage {
   const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
-  const weights = weightBytes(checkpoint);
   const kv = numBlocks * KVArena.bytesPerBlock(c, o.blockSize);
   const width = Math.max(c.dim, c.hiddenDim, c.nHeads * c.headDim);
   const buffers = 4 * o.maxNumBatchedTokens * (6 * width + 2 * c.hiddenDim) + 4 * o.maxNumSeqs * (c.vocabSize + c.dim) +
     4 * c.seqLen * (c.ropeDim ?? c.headDim) + (8 << 20);
   const limit = MAX_PAGES * 65536;
+  if (weightBytes(checkpoint, FAST_STORAGE) + kv + buffers <= limit) return FAST_STORAGE;
+  const weights = weightBytes(checkpoint, FILE_STORAGE);
   if (weights + kv + buffers > limit) {
     throw new ModelFormatError(
       checkpoint.file,
@@ -300,6 +302,7 @@ function checkMemoryFits(checkpoint: Checkpoint, c: ModelConfig, o: EngineOption
         `more than the 4 GiB a WebAssembly memory holds; lower --ctx-size or --kv-cache-mb, or use a smaller quantization`,
     );
   }
+  return FILE_STORAGE;
 }
 
 /** The model's config with seqLen set to the context this engine runs at. */
