@@ -11,10 +11,11 @@ export {
   rmsnormRunq, quantizeQ8Runq, matmulQ8Runq, swigluRunq, ropeTablesRunq, pagedAttentionRunq, runqMath, runqFma,
 } from "./runq";
 export { expF32 } from "./math";
-export { quantizeActQ8, actBytesPerToken } from "./ggml/common";
+export { quantizeActQ8, actBytesPerToken, buildHalfTable, halfTableAddress } from "./ggml/common";
 export { matmulF16, matmulBF16, embedF16, embedBF16 } from "./ggml/float";
 export {
   matmulQ8_0, matmulQ4_0, matmulQ4_1, matmulQ5_0, matmulQ5_1, embedQ8_0, embedQ4_0, embedQ4_1, embedQ5_0, embedQ5_1,
+  transcodeQ5_0ToQ8_0,
 } from "./ggml/legacy";
 export {
   matmulQ2_K, matmulQ3_K, matmulQ4_K, matmulQ5_K, matmulQ6_K, embedQ2_K, embedQ3_K, embedQ4_K, embedQ5_K, embedQ6_K,

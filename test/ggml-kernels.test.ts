@@ -189,3 +189,23 @@ describe("half-precision scales", () => {
     backend.mem.release(mark);
   });
 });
+
+describe("Q5_0 stored as Q8_0", () => {
+  test("transcodeQ5_0ToQ8_0 keeps every value (odd block counts, extreme and tiny scales)", () => {
+    const rng = new Xoshiro128(77);
+    const mark = backend.mem.mark();
+    for (const blocks of [1, 3, 37]) {
+      for (const scale of [1, 1e-6, 3e4]) {
+        const w = randomArray(rng, 32 * blocks, scale);
+        const q5 = quantize("Q5_0", w);
+        const src = backend.mem.alloc(q5.length, 16);
+        backend.mem.u8.set(q5, src);
+        const dst = backend.mem.alloc(34 * blocks, 16);
+        backend.kernels.transcodeQ5_0ToQ8_0(dst, src, blocks);
+        const q8 = backend.mem.u8.slice(dst, dst + 34 * blocks);
+        expect(Array.from(dequantize("Q8_0", q8, 32 * blocks))).toEqual(Array.from(dequantize("Q5_0", q5, 32 * blocks)));
+      }
+    }
+    backend.mem.release(mark);
+  });
+});

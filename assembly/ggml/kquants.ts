@@ -70,9 +70,10 @@ const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
   return v128.and(i16x8.shr_u(v, 4), LOW_NIBBLES);
 }
 
-/** Bit 0 of each byte moved to 0x10 (Q5_K's fifth bit of a value). */
-@inline function bit4(v: v128): v128 {
-  return i16x8.shl(v128.and(v, i8x16.splat(1)), 4);
+/** Bit `bit` (0..7, a constant after inlining) of each byte moved to 0x10, the rest 0 (Q5_K's fifth bits). */
+@inline function toBit4(v: v128, bit: i32): v128 {
+  const at = bit < 4 ? i16x8.shl(v, 4 - bit) : bit > 4 ? i16x8.shr_u(v, bit - 4) : v;
+  return v128.and(at, i8x16.splat(0x10));
 }
 
 /**
@@ -113,13 +114,13 @@ const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
   let lo0 = v128.and(q0, LOW_NIBBLES), lo1 = v128.and(q1, LOW_NIBBLES);
   let hi0 = highNibbles(q0), hi1 = highNibbles(q1);
   if (kind == Q5_K) {
-    // Bits 2c and 2c + 1 of qh: the fifth bits of this chunk's low and high nibbles.
-    const qh0 = i16x8.shr_u(v128.load(blk, 16), <i32>(2 * c));
-    const qh1 = i16x8.shr_u(v128.load(blk, 32), <i32>(2 * c));
-    lo0 = v128.or(lo0, bit4(qh0));
-    lo1 = v128.or(lo1, bit4(qh1));
-    hi0 = v128.or(hi0, bit4(i16x8.shr_u(qh0, 1)));
-    hi1 = v128.or(hi1, bit4(i16x8.shr_u(qh1, 1)));
+    // Bits 2c and 2c + 1 of qh: the fifth bits of this chunk's low and high nibbles, each shifted
+    // straight to 0x10 (by 4 - 2c and 3 - 2c) and masked.
+    const qh0 = v128.load(blk, 16), qh1 = v128.load(blk, 32);
+    lo0 = v128.or(lo0, toBit4(qh0, 2 * c));
+    lo1 = v128.or(lo1, toBit4(qh1, 2 * c));
+    hi0 = v128.or(hi0, toBit4(qh0, 2 * c + 1));
+    hi1 = v128.or(hi1, toBit4(qh1, 2 * c + 1));
   }
   const x = xq + <usize>(64 * c);
   const sLo = lane16(sc, 2 * c), sHi = lane16(sc, 2 * c + 1);
@@ -138,10 +139,13 @@ const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
   const l1 = v128.load(blk + <usize>(64 * n + 32 + 16 * h));
   const hb = v128.load(blk + 128 + <usize>(32 * n + 16 * h));
   const x = xq + <usize>(128 * n + 16 * h);
-  isum = i32x4.add(isum, scaledDot(v128.load(x), v128.or(v128.and(l0, LOW_NIBBLES), i16x8.shl(v128.and(hb, THREE), 4)), lane16(sc, h)));
-  isum = i32x4.add(isum, scaledDot(v128.load(x, 32), v128.or(v128.and(l1, LOW_NIBBLES), i16x8.shl(v128.and(i16x8.shr_u(hb, 2), THREE), 4)), lane16(sc, 2 + h)));
-  isum = i32x4.add(isum, scaledDot(v128.load(x, 64), v128.or(highNibbles(l0), i16x8.shl(v128.and(i16x8.shr_u(hb, 4), THREE), 4)), lane16(sc, 4 + h)));
-  return i32x4.add(isum, scaledDot(v128.load(x, 96), v128.or(highNibbles(l1), i16x8.shl(v128.and(i16x8.shr_u(hb, 6), THREE), 4)), lane16(sc, 6 + h)));
+  // Bits 2k, 2k + 1 of hb are the high bits of group k, wanted at 0x30: shifted there by 4, 2,
+  // 0 and -2 (three shifts; shifting each pair down to bit 0 and back up took seven).
+  const HIGH = i8x16.splat(0x30);
+  isum = i32x4.add(isum, scaledDot(v128.load(x), v128.or(v128.and(l0, LOW_NIBBLES), v128.and(i16x8.shl(hb, 4), HIGH)), lane16(sc, h)));
+  isum = i32x4.add(isum, scaledDot(v128.load(x, 32), v128.or(v128.and(l1, LOW_NIBBLES), v128.and(i16x8.shl(hb, 2), HIGH)), lane16(sc, 2 + h)));
+  isum = i32x4.add(isum, scaledDot(v128.load(x, 64), v128.or(highNibbles(l0), v128.and(hb, HIGH)), lane16(sc, 4 + h)));
+  return i32x4.add(isum, scaledDot(v128.load(x, 96), v128.or(highNibbles(l1), v128.and(i16x8.shr_u(hb, 2), HIGH)), lane16(sc, 6 + h)));
 }
 
 /**

@@ -17,17 +17,11 @@ import { accumulate, dotAdd, loadHalf, sumLanes } from "./common";
 const LOW_NIBBLES = i8x16.splat(0x0f);
 const ZERO = i32x4.splat(0);
 
-/** The 5th bits of values 0..15 (upper = false) or 16..31 of a Q5 block, as 0x10 bytes. */
-@inline function highBits(qh: u32, upper: bool): v128 {
-  const bytes = i32x4.splat(<i32>qh);
+/** The 5th bits of values 0..15 (upper = false) or 16..31 of a Q5 block, qh splat in every lane, as 0x10 bytes. */
+@inline function highBits(qh: v128, upper: bool): v128 {
   const index = upper ? i8x16(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3) : i8x16(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   const bit = i8x16(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
-  return v128.and(i8x16.eq(v128.and(i8x16.swizzle(bytes, index), bit), bit), i8x16.splat(0x10));
-}
-
-/** Sum of token values 32g..32g+31 (exact). */
-@inline function blockSum(xs: usize, g: i32): i32 {
-  return load<i32>(xs + (<usize>(g << 1) << 2)) + load<i32>(xs + (<usize>((g << 1) + 1) << 2));
+  return v128.and(i8x16.eq(v128.and(i8x16.swizzle(qh, index), bit), bit), i8x16.splat(0x10));
 }
 
 /** Kinds, in the order of the exports below. */
@@ -37,43 +31,45 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
   return kind == Q8_0 ? 34 : kind == Q4_0 ? 18 : kind == Q4_1 ? 20 : kind == Q5_0 ? 22 : 24;
 }
 
-/** The exact integer dot of block g of a row with the token's 32 activations x0 (0..15), x1 (16..31). */
-@inline function blockIsum(kind: i32, blk: usize, x0: v128, x1: v128, xs: usize, g: i32): v128 {
+/**
+ * The exact integer dot of a row's block at blk with the token's 32 activations x0 (0..15), x1
+ * (16..31), whose sum is at `sum`.
+ */
+@inline function blockIsum(kind: i32, blk: usize, x0: v128, x1: v128, sum: usize): v128 {
   if (kind == Q8_0) {
-    // Signed weights: dot(|w|, x * sign(w)).
+    // Signed weights: dot(x * sign(w), |w|), |w| the 0..127 operand (ggml's quantizer writes
+    // -127..127). x * sign(w) is (x ^ m) - m with m = -1 where w < 0: two ops, no select.
     const w0 = v128.load(blk, 2), w1 = v128.load(blk, 18);
-    const s0 = v128.bitselect(i8x16.neg(x0), x0, i8x16.lt_s(w0, ZERO));
-    const s1 = v128.bitselect(i8x16.neg(x1), x1, i8x16.lt_s(w1, ZERO));
+    const m0 = i8x16.lt_s(w0, ZERO), m1 = i8x16.lt_s(w1, ZERO);
+    const s0 = i8x16.sub(v128.xor(x0, m0), m0);
+    const s1 = i8x16.sub(v128.xor(x1, m1), m1);
     return dotAdd(s1, i8x16.abs(w1), dotAdd(s0, i8x16.abs(w0), ZERO));
   }
   const qs = v128.load(blk + <usize>(kind == Q4_0 ? 2 : kind == Q4_1 ? 4 : kind == Q5_0 ? 6 : 8));
   let u0 = v128.and(qs, LOW_NIBBLES);
   let u1 = v128.and(i16x8.shr_u(qs, 4), LOW_NIBBLES);
   if (kind == Q5_0 || kind == Q5_1) {
-    const qh = load<u32>(blk + <usize>(kind == Q5_0 ? 2 : 4));
+    const qh = v128.load32_splat(blk + <usize>(kind == Q5_0 ? 2 : 4));
     u0 = v128.or(u0, highBits(qh, false));
     u1 = v128.or(u1, highBits(qh, true));
   }
-  let isum = dotAdd(x1, u1, dotAdd(x0, u0, ZERO));
-  // Take out the offset: 8 (Q4_0) or 16 (Q5_0) times the block's sum, a quarter per lane.
-  if (kind == Q4_0) isum = i32x4.sub(isum, i32x4.splat(blockSum(xs, g) << 1));
-  if (kind == Q5_0) isum = i32x4.sub(isum, i32x4.splat(blockSum(xs, g) << 2));
-  return isum;
+  // The offset, 8 (Q4_0) or 16 (Q5_0) times the block's sum, a quarter per lane, starts the sum.
+  const start = kind == Q4_0 ? i32x4.splat(-(load<i32>(sum) << 1)) : kind == Q5_0 ? i32x4.splat(-(load<i32>(sum) << 2)) : ZERO;
+  return dotAdd(x1, u1, dotAdd(x0, u0, start));
 }
 
 /** One row dotted with one token's activations (xq, xd, xs at the token). */
 @inline function rowDot(kind: i32, row: usize, xq: usize, xd: usize, xs: usize, cols: i32): f32 {
-  const nb = cols >> 5;
-  const bs = blockBytes(kind);
+  const bs = <usize>blockBytes(kind);
   let acc = f32x4.splat(0);
   let mins: f32 = 0;
-  for (let g = 0; g < nb; g++) {
-    const x0 = v128.load(xq + <usize>(g << 5));
-    const x1 = v128.load(xq + <usize>(g << 5), 16);
-    const xdg = load<f32>(xd + (<usize>g << 2));
-    const blk = row + <usize>(g * bs);
-    acc = accumulate(acc, blockIsum(kind, blk, x0, x1, xs, g), loadHalf(blk) * xdg);
-    if (kind == Q4_1 || kind == Q5_1) mins += loadHalf(blk + 2) * (xdg * <f32>blockSum(xs, g));
+  // Pointers stepped block by block (indexing multiplies cost instructions JSC does not remove).
+  let blk = row, x = xq, scale = xd, sum = xs;
+  const end = xq + <usize>cols;
+  for (; x < end; x += 32, blk += bs, scale += 4, sum += 4) {
+    const xdg = load<f32>(scale);
+    acc = accumulate(acc, blockIsum(kind, blk, v128.load(x), v128.load(x, 16), sum), loadHalf(blk) * xdg);
+    if (kind == Q4_1 || kind == Q5_1) mins += loadHalf(blk + 2) * (xdg * <f32>load<i32>(sum));
   }
   return sumLanes(acc) + mins;
 }
@@ -89,7 +85,8 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
   for (let r = rowStart; r < rowEnd; r++) {
     const row = w + <usize>(r * rowBytes);
     for (let t = 0; t < T; t++) {
-      store<f32>(out + (<usize>(t * outStride + r) << 2), rowDot(kind, row, xq + <usize>(t * cols), xd + (<usize>(t * (cols >> 5)) << 2), xs + (<usize>(t * (cols >> 4)) << 2), cols));
+      const x = xq + <usize>(t * cols), scales = xd + (<usize>(t * (cols >> 5)) << 2), sums = xs + (<usize>(t * (cols >> 5)) << 2);
+      store<f32>(out + (<usize>(t * outStride + r) << 2), rowDot(kind, row, x, scales, sums, cols));
     }
   }
 }
@@ -108,6 +105,27 @@ export function matmulQ5_0(out: usize, xq: usize, xd: usize, xs: usize, w: usize
 }
 export function matmulQ5_1(out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32): void {
   matmulLegacy(Q5_1, out, xq, xd, xs, w, T, cols, outStride, rowStart, rowEnd);
+}
+
+// ---- Q5_0 as Q8_0: the same values, for the faster Q8_0 product
+
+/**
+ * Write `blocks` Q5_0 blocks at src as Q8_0 blocks at dst: the same half d, and q - 16 (-16..15)
+ * as the int8 values, so every weight d * (q - 16) is the same number. Q8_0's product needs fewer
+ * operations per value than unpacking 5-bit values (see weights.ts, which decides when).
+ */
+export function transcodeQ5_0ToQ8_0(dst: usize, src: usize, blocks: i32): void {
+  const sixteen = i8x16.splat(16);
+  for (let b = 0; b < blocks; b++) {
+    const blk = src + <usize>b * 22, out = dst + <usize>b * 34;
+    const qs = v128.load(blk, 6);
+    const qh = v128.load32_splat(blk + 2);
+    const u0 = v128.or(v128.and(qs, LOW_NIBBLES), highBits(qh, false));
+    const u1 = v128.or(v128.and(i16x8.shr_u(qs, 4), LOW_NIBBLES), highBits(qh, true));
+    store<u16>(out, load<u16>(blk));
+    v128.store(out, i8x16.sub(u0, sixteen), 2);
+    v128.store(out, i8x16.sub(u1, sixteen), 18);
+  }
 }
 
 // ---- embedding rows: ggml's dequantize_row_*, one row per token (scalar: little work)

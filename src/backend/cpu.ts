@@ -73,6 +73,8 @@ export class CpuBackend {
     this.mem = new LinearMemory();
     const module = kernelModule();
     this.kernels = instantiateKernels(this.mem.memory, module);
+    // Before any worker starts: they read the same table in the shared memory.
+    this.kernels.buildHalfTable();
     this.matmulScratchBytes = this.kernels.matmulScratchBytes();
     this.matmulScratch = this.mem.alloc(this.matmulScratchBytes * threads);
     this.pool = threads > 1 ? new ThreadPool(threads, this.mem.memory, module, this.kernels) : null;

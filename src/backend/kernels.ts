@@ -71,6 +71,9 @@ export interface Kernels {
   runqFma(a: number, b: number, c: number): number;
   // ggml/: block types as GGUF files store them (see src/backend/ggml-kernels.ts)
   quantizeActQ8(xq: number, xd: number, xs: number, x: number, T: number, cols: number, block: number): void;
+  /** Fill the table of every half as f32 the block kernels read their scales from (once per memory). */
+  buildHalfTable(): void;
+  halfTableAddress(): number;
   actBytesPerToken(cols: number): number;
   matmulF16: HalfMatmul;
   matmulBF16: HalfMatmul;
@@ -96,6 +99,8 @@ export interface Kernels {
   embedQ4_K: BlockEmbed;
   embedQ5_K: BlockEmbed;
   embedQ6_K: BlockEmbed;
+  /** Q5_0 blocks at src rewritten as Q8_0 blocks of the same values at dst. */
+  transcodeQ5_0ToQ8_0(dst: number, src: number, blocks: number): void;
 }
 
 /** out[t][r] = row r of the 16-bit float matrix w dotted with f32 x[t], rows [rowStart, rowEnd). */

@@ -10,8 +10,10 @@ import type { Kernels } from "./kernels.ts";
 
 const WASM_PATH = fileURLToPath(new URL("../../build/kernels.wasm", import.meta.url));
 const PAGE_BYTES = 65536;
-/** The module's own static data (constant tables) lives below this address; the heap starts here. */
+/** The module's own static data (constant tables) lives below this address. */
 const STATIC_RESERVE = 65536;
+/** Then the kernels' table of every half as f32 (assembly/ggml/common.ts), 256 KiB; the heap starts after it. */
+const HALF_TABLE_BYTES = 4 * 65536;
 /** wasm32 addresses reach 4 GiB. */
 export const MAX_PAGES = 65536;
 
@@ -32,6 +34,9 @@ export function instantiateKernels(memory: WebAssembly.Memory, module: WebAssemb
   const kernels = instantiateRaw(memory, module);
   if (kernels.heapBase() > STATIC_RESERVE) {
     throw new PagellmError(`kernel module static data (${kernels.heapBase()} bytes) exceeds the reserved ${STATIC_RESERVE}`);
+  }
+  if (kernels.halfTableAddress() !== STATIC_RESERVE) {
+    throw new PagellmError(`kernel module's half table is at ${kernels.halfTableAddress()}, not at the reserved ${STATIC_RESERVE}`);
   }
   return kernels;
 }
@@ -65,7 +70,8 @@ export class LinearMemory {
     const pages = Math.max(1, Math.ceil(initialBytes / PAGE_BYTES));
     this.memory = new WebAssembly.Memory({ initial: pages, maximum: MAX_PAGES, shared: true });
     adviseHugePages(this.memory, MAX_PAGES * PAGE_BYTES);
-    this.top = STATIC_RESERVE;
+    this.top = STATIC_RESERVE + HALF_TABLE_BYTES;
+    this.ensure(this.top);
   }
 
   /** Reserve `bytes` at an address aligned to `align`; grows the memory when needed. */

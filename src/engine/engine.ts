@@ -13,7 +13,7 @@ import type { HashAlgorithm } from "../kv/block-hash.ts";
 import { StepBatch } from "../model/batch.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
-import { loadWeights, weightBytes, type LoadProgress, type ModelWeights } from "../model/weights.ts";
+import { FAST_STORAGE, FILE_STORAGE, loadWeights, weightBytes, type LoadProgress, type ModelWeights, type WeightStorage } from "../model/weights.ts";
 import { MAX_PAGES } from "../backend/wasm.ts";
 import { WasmForward } from "../backend/wasm-forward.ts";
 import type { WebGpuBackend } from "../backend/webgpu/backend.ts";
@@ -119,10 +119,11 @@ export class LLMEngine {
     this.config = c;
     const o = options;
     this.numBlocks = o.numBlocks ?? defaultNumBlocks(c, o, gpu === undefined ? Infinity : WebGpuForward.maxBlocks(gpu, c, o.blockSize));
-    checkMemoryFits(checkpoint, c, o, gpu === undefined ? this.numBlocks : 0);
+    // On WebGPU the KV cache is in GPU buffers: linear memory holds the weights as loaded and the step batch.
+    const storage = checkMemoryFits(checkpoint, c, o, gpu === undefined ? this.numBlocks : 0);
     // On WebGPU the host only looks up ggml embedding rows: no worker threads.
     this.backend = new CpuBackend(gpu === undefined ? options.threads : 1);
-    const weights = loadWeights(checkpoint, this.backend.mem, this.backend.kernels, onLoadProgress);
+    const weights = loadWeights(checkpoint, this.backend.mem, this.backend.kernels, onLoadProgress, storage);
     this.maxPositions = Math.min(c.seqLen, this.numBlocks * o.blockSize);
     const batch = new StepBatch(this.backend.mem, o.maxNumBatchedTokens, o.maxNumSeqs, Math.ceil(c.seqLen / o.blockSize), o.blockSize);
     this.model = createForward(c, weights, this.backend, batch, this.numBlocks, gpu);
@@ -306,16 +307,18 @@ function createForward(c: ModelConfig, weights: ModelWeights, cpu: CpuBackend, b
 /**
  * Refuse, before anything is allocated, a model whose weights, KV pool and step buffers cannot
  * share the 4 GiB of a wasm32 memory. The buffers are estimated from the largest step: activations
- * of maxNumBatchedTokens tokens, logits of maxNumSeqs rows, RoPE tables of the context.
+ * of maxNumBatchedTokens tokens, logits of maxNumSeqs rows, RoPE tables of the context. Returns
+ * how to store the weights: Q5_0 as the faster, larger Q8_0 when that fits, else as in the file.
  */
-function checkMemoryFits(checkpoint: Checkpoint, c: ModelConfig, o: EngineOptions, kvBlocksInMemory: number): void {
+function checkMemoryFits(checkpoint: Checkpoint, c: ModelConfig, o: EngineOptions, kvBlocksInMemory: number): WeightStorage {
   const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
-  const weights = weightBytes(checkpoint);
   const kv = kvBlocksInMemory * KVArena.bytesPerBlock(c, o.blockSize);
   const width = Math.max(c.dim, c.hiddenDim, c.nHeads * c.headDim);
   const buffers = 4 * o.maxNumBatchedTokens * (6 * width + 2 * c.hiddenDim) + 4 * o.maxNumSeqs * (c.vocabSize + c.dim) +
     4 * c.seqLen * (c.ropeDim ?? c.headDim) + (8 << 20);
   const limit = MAX_PAGES * 65536;
+  if (weightBytes(checkpoint, FAST_STORAGE) + kv + buffers <= limit) return FAST_STORAGE;
+  const weights = weightBytes(checkpoint, FILE_STORAGE);
   if (weights + kv + buffers > limit) {
     throw new ModelFormatError(
       checkpoint.file,
@@ -323,6 +326,7 @@ function checkMemoryFits(checkpoint: Checkpoint, c: ModelConfig, o: EngineOption
         `more than the 4 GiB a WebAssembly memory holds; lower --ctx-size or --kv-cache-mb, or use a smaller quantization`,
     );
   }
+  return FILE_STORAGE;
 }
 
 /** The model's config with seqLen set to the context this engine runs at. */

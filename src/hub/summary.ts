@@ -4,6 +4,7 @@
  * RoPE, vocabulary, special tokens, chat template, and the memory a given context needs.
  */
 import { readGGUF, type GGUFFile } from "../model/gguf.ts";
+import { storedGGMLBytes } from "../model/weights.ts";
 
 /** llama.cpp's llama_ftype codes (general.file_type) by name; "MOSTLY_" dropped as ollama does. */
 const FILE_TYPES: ReadonlyMap<number, string> = new Map([
@@ -48,6 +49,7 @@ export interface ModelSummary {
   readonly headDim: number | null;
   readonly rope: { readonly freqBase: number | null; readonly dims: number | null; readonly scaling: string | null; readonly scalingFactor: number | null; readonly originalContext: number | null };
   readonly tensorTypes: readonly TensorTypeShare[];
+  /** Bytes of the tensors in memory as the CPU backend stores them (Q5_0 as Q8_0: model/weights.ts). */
   readonly weightBytes: number;
   readonly vocabulary: { readonly kind: string | null; readonly pre: string | null; readonly size: number | null };
   readonly specialTokens: readonly SpecialToken[];
@@ -85,7 +87,7 @@ export function summarizeModel(path: string): ModelSummary {
       originalContext: num(`${arch}.rope.scaling.original_context_length`),
     },
     tensorTypes,
-    weightBytes: gguf.tensors.reduce((sum, t) => sum + t.byteSize, 0),
+    weightBytes: gguf.tensors.reduce((sum, t) => sum + storedGGMLBytes(t.type, t.byteSize), 0),
     vocabulary: {
       kind: optionalString(gguf, "tokenizer.ggml.model"),
       pre: optionalString(gguf, "tokenizer.ggml.pre"),
