@@ -4,7 +4,7 @@
  * WebGpuBackend; the software adapter in CI). What must hold there:
  *   - greedy output equals llama2.c run.c on runc-greedy.json's f32 cases (stories260K's two run
  *     together in one batch; llama2xs_h192), and llama.cpp's greedy ids on the F32, F16 and BF16
- *     GGUF references;
+ *     stories260K references and the random F32 llama and qwen2 models;
  *   - the quantized stories260K files meet the README's accuracy bound (golden/llama-cpp) through
  *     the engine's teacher-forced scores, as they do on WebAssembly;
  *   - bitwise invariance: requests run one at a time with the prefix cache off give the same
@@ -15,7 +15,9 @@
  *     auto falls back to WebAssembly with the reason.
  */
 import { afterEach, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
 import type { EngineOptions } from "../src/engine/engine.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
@@ -81,6 +83,31 @@ await describeGpu("the engine on WebGPU", (gpu) => {
       }, TIMEOUT_MS);
     });
   }
+
+  // The random F32 llama and qwen2 (q/k/v biases, neox RoPE, grouped KV heads, tied classifier),
+  // rewritten bit for bit by the references' make_refmodels.ts into a temp folder.
+  describeShared(
+    "llama.cpp greedy on the random F32 llama and qwen2",
+    ["tools/llama-ref/make_refmodels.ts", "golden/llama-cpp/refs/rnd-llama-F32.greedy.p_fox.json", "golden/llama-cpp/refs/rnd-qwen2-F32.greedy.p_fox.json"],
+    ([script, llamaRef, qwenRef]) => {
+      test("greedy ids equal llama.cpp's", async () => {
+        const dir = mkdtempSync(join(tmpdir(), "pagellm-webgpu-refmodels-"));
+        try {
+          for (const [arch, refPath] of [["llama", llamaRef!], ["qwen2", qwenRef!]] as const) {
+            const made = Bun.spawnSync([process.execPath, script!, dir, `rnd-${arch}`], { stdout: "pipe", stderr: "pipe" });
+            if (made.exitCode !== 0) throw new Error(`make_refmodels rnd-${arch}: ${made.stderr.toString()}`);
+            const want = JSON.parse(readFileSync(refPath, "utf8")) as { tokens: number[]; generated: number[] };
+            const llm = load(gpu, join(dir, `rnd-${arch}-F32.gguf`), undefined);
+            const [r] = await llm.generate([{ promptTokenIds: want.tokens, maxTokens: want.generated.length, temperature: 0 }]);
+            const eog = r!.finish_reason === "stop" ? want.generated.slice(0, -1) : want.generated;
+            expect(r!.token_ids).toEqual(eog);
+          }
+        } finally {
+          rmSync(dir, { recursive: true, force: true });
+        }
+      }, TIMEOUT_MS);
+    },
+  );
 
   // README of golden/llama-cpp: err(E) <= 1.15 * err(llama.cpp) + 0.01, err = mean |log p - log p of
   // llama.cpp's F32 run|, here over the story's first SCORED_TOKENS positions (causal: the same
