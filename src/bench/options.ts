@@ -15,7 +15,6 @@ import { isModelMix, MODEL_MIXES, type ModelMix } from "../model/gguf-model-writ
 import { STREAM_BYTES } from "./roofline.ts";
 
 export const commonArgs = {
-  json: { type: "boolean", description: "Print one JSON document with every figure instead of tables" },
   reps: { type: "string", description: "Timed repetitions of each measurement (default: per bench, see its description)", valueHint: "n" },
   warmup: { type: "string", description: "Untimed repetitions before them (default 1; batch: 0, it warms up once per engine)", valueHint: "n" },
   seed: { type: "string", description: "Seed of the random prompts (default 1)", valueHint: "n" },
