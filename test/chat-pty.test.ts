@@ -12,18 +12,17 @@ import { gguf, writeGGUF, type TensorToWrite } from "../src/model/gguf-writer.ts
 import { tokenizerMetadata } from "../src/model/gguf-tokenizer-metadata.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { REPO_ROOT } from "./helpers/cli.ts";
+import { hasScript, pagellmInPty } from "./helpers/pty.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "pagellm-chat-pty-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-const hasScript = Bun.spawnSync(["sh", "-c", "command -v script"]).exitCode === 0;
 
 /** Output of `pagellm chat ...` run in a pseudo-terminal, fed `lines` a few seconds apart, escapes removed. */
 async function chatInPty(args: string[], lines: string[]): Promise<string> {
-  const command = ["bun", "bin/pagellm", "chat", ...args].map((a) => `'${a}'`).join(" ");
   // The line history goes to the test's folder, not the user's.
   const env = { ...process.env, XDG_DATA_HOME: join(dir, "xdg") };
-  const proc = Bun.spawn(["script", "-qfec", command, "/dev/null"], { cwd: REPO_ROOT, env, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
+  const proc = Bun.spawn(pagellmInPty(["chat", ...args]), { cwd: REPO_ROOT, env, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
   let out = "";
   const reader = (async () => {
     for await (const chunk of proc.stdout) out += new TextDecoder().decode(chunk);
@@ -85,9 +84,8 @@ describeShared("a long chat on a GGUF chat model", ["models/gguf/rnd-qwen2-Q5_K_
 describeShared("Ctrl-C during a reply", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
   test.skipIf(!hasScript)("stops the reply, keeps it in the conversation, and the chat goes on", async () => {
     const args = ["chat", "--model", model!, "--ctx-size", "2048", "--max-tokens", "1500", "--temperature", "0", "--threads", "1"];
-    const command = ["bun", "bin/pagellm", ...args].map((a) => `'${a}'`).join(" ");
     const env = { ...process.env, XDG_DATA_HOME: join(dir, "xdg") };
-    const proc = Bun.spawn(["script", "-qfec", command, "/dev/null"], { cwd: REPO_ROOT, env, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
+    const proc = Bun.spawn(pagellmInPty(["chat", ...args]), { cwd: REPO_ROOT, env, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
     let out = "";
     const reader = (async () => {
       for await (const chunk of proc.stdout) out += new TextDecoder().decode(chunk);

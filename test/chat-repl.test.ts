@@ -10,12 +10,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { historyPath } from "../src/cli/line-input.ts";
 import { REPO_ROOT, runPagellm } from "./helpers/cli.ts";
+import { hasScript, pagellmInPty } from "./helpers/pty.ts";
 import { describeShared } from "./helpers/shared.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "pagellm-chat-repl-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-const hasScript = Bun.spawnSync(["sh", "-c", "command -v script"]).exitCode === 0;
 // Gemma 3 puts the system prompt into the first user turn, so each turn stays a prefix of the next
 // (Mistral v0.3 moves it to the last user turn: every turn rewrites the one before).
 const TEMPLATE = join(REPO_ROOT, "test", "fixtures", "chat-templates", "gemma3.jinja");
@@ -107,8 +107,7 @@ describeShared("pagellm chat commands", ["models/gguf/stories260K.gguf"], ([mode
   test.skipIf(!hasScript)("history: lines typed in one session come back with the up arrow in the next", async () => {
     const env = { ...process.env, XDG_DATA_HOME: join(dir, "xdg") };
     const session = async (keys: string[]): Promise<string> => {
-      const command = ["bun", "bin/pagellm", ...base].map((a) => `'${a}'`).join(" ");
-      const proc = Bun.spawn(["script", "-qfec", command, "/dev/null"], { cwd: REPO_ROOT, env, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
+      const proc = Bun.spawn(pagellmInPty(base), { cwd: REPO_ROOT, env, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
       let out = "";
       const reader = (async () => {
         for await (const chunk of proc.stdout) out += new TextDecoder().decode(chunk);

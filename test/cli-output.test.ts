@@ -5,6 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { REPO_ROOT, runPagellm, stripAnsi } from "./helpers/cli.ts";
+import { hasScript, pagellmInPty, shellQuote } from "./helpers/pty.ts";
 import { describeShared } from "./helpers/shared.ts";
 
 describeShared("--quiet and the stderr lines", ["models/llama2c/stories260K.bin", "models/llama2c/tok512.bin"], ([model, tok]) => {
@@ -62,14 +63,12 @@ describe("--verbose", () => {
   });
 });
 
-const hasScript = Bun.spawnSync(["sh", "-c", "command -v script"]).exitCode === 0;
 
 describeShared("colour on a terminal", ["models/llama2c/stories260K.bin", "models/llama2c/tok512.bin"], ([model, tok]) => {
   /** `pagellm chat` in a pseudo-terminal with one message, then /exit; the raw output. */
   function chatInPty(env: Record<string, string | undefined>): string {
-    const command = ["bun", "bin/pagellm", "chat", "--model", model!, "--tokenizer", tok!, "--max-tokens", "4", "--temperature", "0", "--threads", "1"]
-      .map((a) => `'${a}'`).join(" ");
-    const proc = Bun.spawnSync(["sh", "-c", `(sleep 1; printf 'Once\\r'; sleep 2; printf '/exit\\r') | script -qfec "${command}" /dev/null`], {
+    const pty = pagellmInPty(["chat", "--model", model!, "--tokenizer", tok!, "--max-tokens", "4", "--temperature", "0", "--threads", "1"]);
+    const proc = Bun.spawnSync(["sh", "-c", `(sleep 1; printf 'Once\\r'; sleep 2; printf '/exit\\r') | ${pty.map(shellQuote).join(" ")}`], {
       cwd: REPO_ROOT, env: { ...process.env, TERM: "xterm", ...env }, stdout: "pipe", stderr: "pipe",
     });
     return proc.stdout.toString();

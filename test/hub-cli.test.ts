@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { REPO_ROOT } from "./helpers/cli.ts";
 import { FakeHub } from "./helpers/fake-hub.ts";
+import { hasScript, pagellmInPty } from "./helpers/pty.ts";
 import { describeShared } from "./helpers/shared.ts";
 
 interface Run {
@@ -52,11 +53,11 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
   });
 
   // `script` (util-linux) gives the child a pseudo-terminal, where the progress bar is drawn.
-  test.skipIf(Bun.which("script") === null)("on a terminal, pull draws a progress bar with size, speed and ETA", async () => {
+  test.skipIf(!hasScript)("on a terminal, pull draws a progress bar with size, speed and ETA", async () => {
     const env = { ...process.env, HF_HOME: join(home, "tty"), HF_HUB_CACHE: "", HF_ENDPOINT: hub.endpoint, HF_TOKEN: "", NO_COLOR: "1" };
     hub.faults = { chunkDelayMs: 20 };
     try {
-      const proc = Bun.spawn(["script", "-qfec", `bun bin/pagellm pull hf:${REPO}:Q8_0`, "/dev/null"], { cwd: REPO_ROOT, env, stdout: "pipe", stderr: "pipe", stdin: "ignore" });
+      const proc = Bun.spawn(pagellmInPty(["pull", `hf:${REPO}:Q8_0`]), { cwd: REPO_ROOT, env, stdout: "pipe", stderr: "pipe", stdin: "ignore" });
       const [code, out] = await Promise.all([proc.exited, new Response(proc.stdout).text()]);
       expect(code).toBe(0);
       expect(out).toMatch(/\rstories260K-Q8_0\.gguf  \[=* *\] +\d+%  [\d.]+ KiB\/370\.3 KiB  [\d.]+ (B|KiB|MiB)\/s  ETA \d+:\d\d\x1b\[K/);
