@@ -16,9 +16,9 @@ const MAX_T = 9;
 const MAX_COLS = 768;
 
 const backend = new CpuBackend(1);
-backend.reserveScratch(MAX_T, MAX_COLS, 1);
+backend.reserveScratch(MAX_T, MAX_COLS, 1, 0, true);
 const pool = new CpuBackend(2);
-pool.reserveScratch(MAX_T, MAX_COLS, 1);
+pool.reserveScratch(MAX_T, MAX_COLS, 1, 0, true);
 afterAll(() => {
   backend.close();
   pool.close();
@@ -51,7 +51,8 @@ function dotRows(wd: Float32Array, cols: number, xr: Float64Array, r: number): {
 function activationsAsRead(type: GGMLType, x: Float32Array, cols: number): Float64Array {
   const xr = new Float64Array(cols);
   if (type === "F16" || type === "BF16") {
-    xr.set(x);
+    // Rounded to the weights' type first, as llama.cpp does (the reference converter of src/quant).
+    xr.set(dequantize(type, quantize(type, x.subarray(0, cols)), cols));
     return xr;
   }
   const block = type.endsWith("_K") ? 256 : 32;
@@ -188,6 +189,55 @@ describe("half-precision scales", () => {
     expect(backend.mem.f32.slice(prod >> 2, (prod >> 2) + rows)).toEqual(Float32Array.from({ length: rows }, (_, r) => want[r * cols + cols - 9]!));
     backend.mem.release(mark);
   });
+});
+
+describe("activations rounded for F16 and BF16 products (roundActivations)", () => {
+  /** Values around every boundary the rounding has: ties, the half's subnormal and overflow edges, 0, inf, NaN. */
+  function edgeValues(): Float32Array {
+    const u = new Uint32Array([
+      0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000, 0x7f800001, 0xffc12345,
+      0x3f800000, 0x3f801000, 0x3f803000, 0x3f802fff, 0x3f801001, 0x3f808000, 0x3f818000, 0x3f808001, 0x3f807fff, // ties and near ties
+      0x387fe000, 0x387ff000, 0x387fffff, 0x38800000, 0x38801000, 0x33800000, 0x33000000, 0x33000001, 0x32ffffff, // 2^-14, 2^-24, half of it
+      0x477fe000, 0x477fefff, 0x477ff000, 0x477fffff, 0x47800000, 0xc77ff000, 0x7f7fffff, 0x00000001, 0x807fffff, // 65504, 65520, max f32, f32 subnormals
+    ]);
+    return new Float32Array(u.buffer);
+  }
+
+  function roundInWasm(x: Float32Array, bf16: boolean): Float32Array {
+    const mark = backend.mem.mark();
+    const src = backend.mem.alloc(4 * x.length + 16);
+    const dst = backend.mem.alloc(4 * x.length + 16);
+    backend.mem.f32.set(x, src >> 2);
+    backend.kernels.roundActivations(dst, src, x.length, bf16 ? 1 : 0);
+    const got = backend.mem.f32.slice(dst >> 2, (dst >> 2) + x.length);
+    backend.mem.release(mark);
+    return got;
+  }
+
+  /** Bits, with every NaN as one value (a NaN's payload is not kept exactly). */
+  const bits = (x: Float32Array): number[] => Array.from(new Uint32Array(x.buffer.slice(0)), (b, i) => (Number.isNaN(x[i]!) ? -1 : b));
+
+  for (const type of ["F16", "BF16"] as const) {
+    test(`${type}: the reference converter's nearest-even rounding, SIMD and scalar tail, odd sizes`, () => {
+      const rng = new Xoshiro128(type === "F16" ? 16 : 17);
+      const edges = edgeValues();
+      for (let iter = 0; iter < 200; iter++) {
+        const n = 1 + Math.floor(rng.nextFloat() * 97);
+        const x = new Float32Array(n);
+        const raw = new Uint32Array(x.buffer);
+        for (let i = 0; i < n; i++) {
+          const pick = rng.nextFloat();
+          if (pick < 0.3) x[i] = edges[Math.floor(rng.nextFloat() * edges.length)]!;
+          else if (pick < 0.6) raw[i] = Math.floor(rng.nextFloat() * 2 ** 32) >>> 0; // any bits
+          else x[i] = (rng.nextFloat() * 2 - 1) * 2 ** (Math.floor(rng.nextFloat() * 40) - 26);
+        }
+        const want = dequantize(type, quantize(type, x), n);
+        const got = roundInWasm(x, type === "BF16");
+        expect(bits(got)).toEqual(bits(want));
+        if (type === "F16") expect(bits(got)).toEqual(bits(Float32Array.from(x, (v) => Math.f16round(v))));
+      }
+    });
+  }
 });
 
 describe("Q5_0 stored as Q8_0", () => {

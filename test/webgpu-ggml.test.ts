@@ -250,7 +250,49 @@ describe("the TypeScript dequantizers equal the WebAssembly ones", () => {
   }
 });
 
+/** x rounded to bfloat16 or IEEE half (as f32) by the WebAssembly kernel the CPU products use. */
+function roundedLikeWasm(x: Float32Array, bf16: boolean): Float32Array {
+  const cpu = new CpuBackend(1);
+  try {
+    const src = cpu.mem.alloc(4 * x.length), dst = cpu.mem.alloc(4 * x.length);
+    cpu.mem.f32.set(x, src >> 2);
+    cpu.kernels.roundActivations(dst, src, x.length, bf16 ? 1 : 0);
+    return cpu.mem.f32.slice(dst >> 2, (dst >> 2) + x.length);
+  } finally {
+    cpu.close();
+  }
+}
+
+/** Values at every edge of the two roundings: ties, the half's subnormal and overflow edges, f32 extremes. */
+const ROUNDING_EDGES = new Float32Array(new Uint32Array([
+  0x00000000, 0x80000000, 0x3f800000, 0x3f801000, 0x3f803000, 0x3f802fff, 0x3f801001, 0x3f808000, 0x3f818000, 0x3f808001, 0x3f807fff,
+  0x387fe000, 0x387ff000, 0x387fffff, 0x38800000, 0x38801000, 0x33800000, 0x33000000, 0x33000001, 0x32ffffff, 0xb3800001,
+  0x477fe000, 0x477fefff, 0x477ff000, 0x477fffff, 0x47800000, 0xc77ff000, 0x7f7fffff, 0x7f800000, 0xff800000, 0xc0490fdb,
+]).buffer);
+
 async function describeGgml(): Promise<void> {
+  await describeGpu("WGSL activation rounding of F16 and BF16 products against the WebAssembly kernel", (gpu: WebGpuBackend) => {
+    for (const [name, code] of [["F16", 1], ["BF16", 30]] as const) {
+      test(`${name}: every edge value and random ones, bit for bit`, async () => {
+        // One row of weights (1, 0): each token's output is its first activation as rounded.
+        const weights = new Uint8Array(4);
+        new DataView(weights.buffer).setUint16(0, name === "F16" ? 0x3c00 : 0x3f80, true);
+        const m = gpu.uploadGgmlMatrix(weights, code, 1, 2, `${name}-one`);
+        const rng = new Xoshiro128(7);
+        const firsts = Float32Array.from([...ROUNDING_EDGES, ...randomArray(rng, 61).map((v, i) => v * 2 ** ((i % 40) - 26))]);
+        const T = firsts.length;
+        const x = new Float32Array(2 * T);
+        firsts.forEach((v, t) => (x[2 * t] = v));
+        const out = gpu.f32Buffer(T, "out");
+        gpu.matmul(out, gpu.bufferFrom(x, "x"), m, T);
+        const got = await gpu.runner.readF32(out, T);
+        // Bits, but -0 as 0: the product adds 0 * x1 to a rounded -0.
+        const bits = (v: Float32Array) => Array.from(new Uint32Array(Float32Array.from(v, (f) => (f === 0 ? 0 : f)).buffer));
+        expect(bits(got)).toEqual(bits(roundedLikeWasm(firsts, name === "BF16")));
+      });
+    }
+  });
+
   await describeGpu("WGSL ggml block products against scalar dequantize-then-dot", (gpu: WebGpuBackend) => {
     for (const type of TYPES) {
       test(`${type.name}: odd row counts, several blocks per row, a few tokens, split parts`, async () => {
@@ -262,6 +304,8 @@ async function describeGgml(): Promise<void> {
           const T = randInt(rng, 1, 3);
           const bytes = randomBlocks(rng, type, rows * blocksPerRow);
           const x = randomArray(rng, T * cols);
+          // F16 and BF16 products read the activations rounded to their type (llama.cpp's numerics).
+          const xRead = type.values === 2 ? roundedLikeWasm(x, type.name === "BF16") : x;
           const want = new Float64Array(T * rows);
           const y = new Float64Array(type.values);
           let scale = 1;
@@ -270,7 +314,7 @@ async function describeGgml(): Promise<void> {
               type.dequantize(bytes, (r * blocksPerRow + bi) * type.bytes, y);
               for (let t = 0; t < T; t++) {
                 for (let j = 0; j < type.values; j++) {
-                  const term = y[j]! * x[t * cols + bi * type.values + j]!;
+                  const term = y[j]! * xRead[t * cols + bi * type.values + j]!;
                   want[t * rows + r] = want[t * rows + r]! + term;
                   scale = Math.max(scale, Math.abs(term) * Math.sqrt(cols));
                 }

@@ -2,8 +2,10 @@
 // 16-bit float weights: F16 (IEEE half) and BF16 (the top half of an f32)
 // ============================================================================================
 //
-// The activations stay f32 (llama.cpp rounds them to the weight type; keeping them is more
-// exact). Per output element, four accumulators of four lanes: column k of each 16 goes to
+// The activations are rounded to the weight's type first (roundActivations below), as llama.cpp
+// does for these products (its vec_dot_type of F16 is F16, of BF16 BF16): a model's greedy text
+// then follows llama.cpp's where the f32 top two logits are closer than that rounding moves them.
+// The products of two 16-bit floats are exact in f32. Per output element, four accumulators of four lanes: column k of each 16 goes to
 // accumulator (k >> 2) & 3, lane k & 3, acc = acc + w * x in column order; then
 // (a0 + a1) + (a2 + a3) lane-wise, ((l0 + l1) + (l2 + l3)), and the columns past the last
 // multiple of 16 in order: the same operations for any T and any row range. (One accumulator
@@ -54,6 +56,56 @@ import { halfToF32, sumLanes } from "./common";
   let s = sumLanes(f32x4.add(f32x4.add(a0, a1), f32x4.add(a2, a3)));
   for (let k = c16; k < cols; k++) s += scalarWeight(row + <usize>(k * 2), bf16) * load<f32>(x + (<usize>k << 2));
   return s;
+}
+
+// ---- activations rounded to the weights' 16-bit type, kept as f32
+
+const SIGN = i32x4.splat(0x80000000);
+const ABS = i32x4.splat(0x7fffffff);
+
+/**
+ * Four f32 rounded to bfloat16 (nearest, ties to even) as ggml_compute_fp32_to_bf16: add 0x7fff
+ * plus the lowest kept bit, drop the low 16 bits; a NaN stays a (quiet) NaN.
+ */
+@inline function roundBF16x4(u: v128): v128 {
+  const rounded = v128.and(i32x4.add(u, i32x4.add(i32x4.splat(0x7fff), v128.and(i32x4.shr_u(u, 16), i32x4.splat(1)))), i32x4.splat(0xffff0000));
+  const nan = i32x4.gt_u(v128.and(u, ABS), i32x4.splat(0x7f800000));
+  return v128.bitselect(v128.or(u, i32x4.splat(0x00400000)), rounded, nan);
+}
+
+/**
+ * Four f32 rounded to IEEE half (nearest, ties to even, as F16C's vcvtps2ph and ggml's
+ * ggml_compute_fp32_to_fp16), kept as f32. Three ranges by magnitude a: below 2^-14 the half is
+ * subnormal, a multiple of 2^-24: (a + 0.5) - 0.5 rounds to one, 2^-24 being the f32 step at 0.5;
+ * up to 65520 the 13 low mantissa bits are rounded off in integers (a carry into the exponent is
+ * right); from 65520 up a half is infinite. NaN stays NaN.
+ */
+@inline function roundF16x4(x: v128): v128 {
+  const a = v128.and(x, ABS);
+  const sign = v128.and(x, SIGN);
+  const normal = v128.and(i32x4.add(a, i32x4.add(i32x4.splat(0xfff), v128.and(i32x4.shr_u(a, 13), i32x4.splat(1)))), i32x4.splat(0xffffe000));
+  const half = f32x4.splat(0.5);
+  const subnormal = f32x4.sub(f32x4.add(a, half), half);
+  let r = v128.bitselect(subnormal, normal, f32x4.lt(a, f32x4.splat(6.103515625e-5)));
+  r = v128.bitselect(i32x4.splat(0x7f800000), r, f32x4.ge(a, f32x4.splat(65520)));
+  r = v128.bitselect(a, r, i32x4.gt_u(a, i32x4.splat(0x7f800000)));
+  return v128.or(r, sign);
+}
+
+/**
+ * dst[i] = x[i] rounded to bfloat16 (bf16 != 0) or IEEE half, as f32, for n values: SIMD over
+ * four at a time, the tail through the same operations one lane at a time.
+ */
+export function roundActivations(dst: usize, x: usize, n: i32, bf16: i32): void {
+  const n4 = n & ~3;
+  for (let i = 0; i < n4; i += 4) {
+    const v = v128.load(x + (<usize>i << 2));
+    v128.store(dst + (<usize>i << 2), bf16 != 0 ? roundBF16x4(v) : roundF16x4(v));
+  }
+  for (let i = n4; i < n; i++) {
+    const v = f32x4.splat(load<f32>(x + (<usize>i << 2)));
+    store<f32>(dst + (<usize>i << 2), f32x4.extract_lane(bf16 != 0 ? roundBF16x4(v) : roundF16x4(v), 0));
+  }
 }
 
 @inline function matmulHalf(out: usize, x: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32, bf16: bool): void {

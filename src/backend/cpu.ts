@@ -70,6 +70,8 @@ export class CpuBackend {
   private actScratch = 0;
   private actTokens = 0;
   private actWidth = 0;
+  /** Whether actScratch also holds maxTokens x maxWidth f32 (activations rounded for F16/BF16 products). */
+  private actRounded = false;
   /** Per-thread scratch of the K-quant products (SUPER_BLOCK_SCRATCH_BYTES each). */
   private superBlockScratch = 0;
   /** Which arithmetic the ops use; set once by the model this backend runs (see ModelConfig.numerics). */
@@ -87,14 +89,17 @@ export class CpuBackend {
   }
 
   /**
-   * Reserve scratch for steps of up to maxTokens tokens: int8 activations up to maxWidth wide, and
-   * attention state for maxTokens queries times `group` query heads per kv head. Models with
-   * "runq" numerics also need `runqContext` (their seqLen) scores per thread.
+   * Reserve scratch for steps of up to maxTokens tokens: int8 activations up to maxWidth wide (and
+   * f32 ones rounded to a 16-bit float, when `roundedActivations`: a model with F16 or BF16
+   * matrices), and attention state for maxTokens queries times `group` query heads per kv head.
+   * Models with "runq" numerics also need `runqContext` (their seqLen) scores per thread.
    */
-  reserveScratch(maxTokens: number, maxWidth: number, group: number, runqContext = 0): void {
+  reserveScratch(maxTokens: number, maxWidth: number, group: number, runqContext = 0, roundedActivations = false): void {
     this.actTokens = maxTokens;
     this.actWidth = maxWidth;
-    this.actScratch = this.mem.alloc(maxTokens * this.kernels.actBytesPerToken(Math.ceil(maxWidth / 32) * 32));
+    this.actRounded = roundedActivations;
+    const int8Bytes = this.kernels.actBytesPerToken(Math.ceil(maxWidth / 32) * 32);
+    this.actScratch = this.mem.alloc(maxTokens * Math.max(int8Bytes, roundedActivations ? 4 * maxWidth : 0));
     this.superBlockScratch = this.mem.alloc(SUPER_BLOCK_SCRATCH_BYTES * this.threads);
     this.q8Capacity = maxTokens * maxWidth;
     this.q8Values = this.mem.alloc(this.q8Capacity);
@@ -147,14 +152,14 @@ export class CpuBackend {
   /** Run prepared products on x[T][cols]. */
   matmulShared(products: SharedInputProducts, x: number, T: number): void {
     if (products.table === null) {
-      // Block-type parts read x quantized once per activation format (the scratch holds the
-      // latest one); other parts quantize it each, the same every time.
-      let quantized: ActivationFormat | null = null;
+      // ggml parts read x rounded or quantized once per activation format (the scratch holds
+      // the latest one); other parts quantize it each, the same every time.
+      let prepared: ActivationFormat | null = null;
       for (const p of products.parts) {
-        const format = p.m.kind === "ggml" ? ggmlKernels(p.m.type).activations : "f32";
-        if (p.m.kind === "ggml" && format !== "f32") {
-          this.matmulGGML(p.out, x, p.m, T, T * p.m.rows * p.m.cols >= MIN_PARALLEL_MACS, quantized === format);
-          quantized = format;
+        if (p.m.kind === "ggml") {
+          const format = ggmlKernels(p.m.type).activations;
+          this.matmulGGML(p.out, x, p.m, T, T * p.m.rows * p.m.cols >= MIN_PARALLEL_MACS, prepared === format);
+          prepared = format;
         } else {
           this.matmul(p.out, x, p.m, T);
         }
@@ -245,21 +250,24 @@ export class CpuBackend {
   }
 
   /**
-   * A product on a ggml type (src/backend/ggml-kernels.ts): 16-bit floats read x as it is, block
-   * types read x quantized to int8 blocks, which `quantized` says is done already (shared inputs).
+   * A product on a ggml type (src/backend/ggml-kernels.ts): 16-bit floats read x rounded to
+   * their type, block types read x quantized to int8 blocks; `prepared` says the scratch holds
+   * that already (shared inputs).
    */
-  private matmulGGML(out: number, x: number, m: GGMLMatrix, T: number, parallel: boolean, quantized = false): void {
+  private matmulGGML(out: number, x: number, m: GGMLMatrix, T: number, parallel: boolean, prepared = false): void {
     const k = ggmlKernels(m.type);
     if (T > this.actTokens || m.cols > this.actWidth) throw new Error(`activation scratch too small for ${T} x ${m.cols}`);
-    if (k.activations === "f32") {
-      const args = [out, x, m.addr, T, m.cols, m.rows, 0, m.rows];
+    if (k.activations === "f16" || k.activations === "bf16") {
+      if (!this.actRounded) throw new Error("activation scratch reserved without room for rounded activations");
+      if (!prepared) this.kernels.roundActivations(this.actScratch, x, T * m.cols, k.activations === "bf16" ? 1 : 0);
+      const args = [out, this.actScratch, m.addr, T, m.cols, m.rows, 0, m.rows];
       this.dispatch({ kernel: k.matmul, args, total: m.rows, granularity: 1, minChunk: GGML_MIN_CHUNK_ROWS }, parallel);
       return;
     }
     const block = activationBlock(k.activations);
     if (m.cols % block !== 0) throw new Error(`${k.name} rows of ${m.cols} are not whole blocks of ${block}`);
     const act = this.activationBlocks(T, m.cols, block);
-    if (!quantized) this.kernels.quantizeActQ8(act.xq, act.xd, act.xs, x, T, m.cols, block);
+    if (!prepared) this.kernels.quantizeActQ8(act.xq, act.xd, act.xs, x, T, m.cols, block);
     if (k.activations === "q8x32") {
       const args = [out, act.xq, act.xd, act.xs, m.addr, T, m.cols, m.rows, 0, m.rows];
       this.dispatch({ kernel: k.matmul, args, total: m.rows, granularity: 1, minChunk: GGML_MIN_CHUNK_ROWS }, parallel);

@@ -77,6 +77,8 @@ export interface Kernels {
   actBytesPerToken(cols: number): number;
   matmulF16: HalfMatmul;
   matmulBF16: HalfMatmul;
+  /** dst[i] = x[i] rounded to bfloat16 (bf16 = 1) or IEEE half (0), nearest even, as f32; n values. */
+  roundActivations(dst: number, x: number, n: number, bf16: number): void;
   matmulQ8_0: BlockMatmul;
   matmulQ4_0: BlockMatmul;
   matmulQ4_1: BlockMatmul;

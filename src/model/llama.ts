@@ -5,6 +5,7 @@
  * qwen2, per-head q/k norms of qwen3) are the architectures' (see arch/); the rest is shared.
  */
 import type { CpuBackend, SharedInputProducts } from "../backend/cpu.ts";
+import { readsRoundedActivations } from "../backend/ggml-kernels.ts";
 import type { KVArena } from "../kv/kv-arena.ts";
 import { queryDim, type ModelConfig, type Numerics } from "./config.ts";
 import type { ModelWeights } from "./weights.ts";
@@ -58,7 +59,9 @@ export class LlamaModel {
     this.qkv = weights.layers.map((L) => backend.prepareShared([{ out: a.q, m: L.wq }, { out: a.k, m: L.wk }, { out: a.v, m: L.wv }]));
     this.gateUp = weights.layers.map((L) => backend.prepareShared([{ out: a.hb, m: L.ffnGate }, { out: a.hb2, m: L.ffnUp }]));
     [this.ropeCos, this.ropeSin] = this.ropeTables();
-    backend.reserveScratch(maxTokens, Math.max(dim, hiddenDim, qDim), config.nHeads / config.nKvHeads, this.numerics === "runq" ? config.seqLen : 0);
+    const matrices = [weights.tokenEmbedding, weights.output, ...weights.layers.flatMap((L) => [L.wq, L.wk, L.wv, L.wo, L.ffnGate, L.ffnUp, L.ffnDown])];
+    const rounded = matrices.some((m) => m.kind === "ggml" && readsRoundedActivations(m.type));
+    backend.reserveScratch(maxTokens, Math.max(dim, hiddenDim, qDim), config.nHeads / config.nKvHeads, this.numerics === "runq" ? config.seqLen : 0, rounded);
   }
 
   /** Address of the logits of row r (as returned by StepBatch.addSequence). */

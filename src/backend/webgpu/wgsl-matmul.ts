@@ -178,23 +178,45 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
 }`,
 };
 
-/** F16: a "block" of two values, one u32 word (rows of an even width stay word-aligned). */
+/**
+ * F16: a "block" of two values, one u32 word (rows of an even width stay word-aligned). The
+ * activations are rounded to halves first, as llama.cpp and the WebAssembly kernels do
+ * (assembly/ggml/float.ts roundActivations), in integer operations: pack2x16float's rounding is
+ * the implementation's choice. Below 2^-14 a half is a multiple of 2^-24: scaled by 2^24 (exact),
+ * round() (ties to even) and scaled back; up to 65520 the 13 low mantissa bits are rounded off;
+ * from there on it is infinite; NaN stays NaN.
+ */
 const F16: GgmlShader = {
   blockValues: 2,
   blockDot: /* wgsl */ `
+fn roundF16(v: vec4<f32>) -> vec4<f32> {
+  let u = bitcast<vec4<u32>>(v);
+  let a = u & vec4<u32>(0x7fffffffu);
+  let normal = (a + vec4<u32>(0xfffu) + ((a >> vec4<u32>(13u)) & vec4<u32>(1u))) & vec4<u32>(0xffffe000u);
+  let tiny = bitcast<vec4<u32>>(round(bitcast<vec4<f32>>(a) * 16777216.0) * 5.9604644775390625e-8);
+  var r = select(normal, tiny, a < vec4<u32>(0x38800000u));
+  r = select(r, vec4<u32>(0x7f800000u), a >= vec4<u32>(0x477ff000u));
+  r = select(r, a, a > vec4<u32>(0x7f800000u));
+  return bitcast<vec4<f32>>(r | (u & vec4<u32>(0x80000000u)));
+}
 fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let h = unpack2x16float(w[b >> 2u]);
-  return h.x * xv(xi) + h.y * xv(xi + 1u);
+  return h.x * roundF16(xv(xi)) + h.y * roundF16(xv(xi + 1u));
 }`,
 };
 
-/** BF16: two values per u32 word, each the high half of an f32. */
+/** BF16: two values per u32 word, each the high half of an f32; activations rounded to bfloat16 (nearest even) as for F16. */
 const BF16: GgmlShader = {
   blockValues: 2,
   blockDot: /* wgsl */ `
+fn roundBF16(v: vec4<f32>) -> vec4<f32> {
+  let u = bitcast<vec4<u32>>(v);
+  let r = (u + vec4<u32>(0x7fffu) + ((u >> vec4<u32>(16u)) & vec4<u32>(1u))) & vec4<u32>(0xffff0000u);
+  return bitcast<vec4<f32>>(select(r, u | vec4<u32>(0x00400000u), (u & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u)));
+}
 fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let word = w[b >> 2u];
-  return bitcast<f32>(word << 16u) * xv(xi) + bitcast<f32>(word & 0xffff0000u) * xv(xi + 1u);
+  return bitcast<f32>(word << 16u) * roundBF16(xv(xi)) + bitcast<f32>(word & 0xffff0000u) * roundBF16(xv(xi + 1u));
 }`,
 };
 
