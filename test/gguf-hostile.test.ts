@@ -97,6 +97,13 @@ const CASES: HostileCase[] = [
     problem: /rope\.dimension_count 7/,
   },
   {
+    // Read as it stands, the per-layer tensor list would be 36 billion names long (no error, the
+    // memory filling up): the layer count is bounded by the tensor count first.
+    name: "a block_count in the billions",
+    edit: (v, m) => v.setUint32(valueAt(m, "llama.block_count"), 4_000_000_000, true),
+    problem: /llama\.block_count" is 4000000000, more layers than the file has tensors \(48\)/,
+  },
+  {
     name: "head_count not a multiple of head_count_kv",
     edit: (v, m) => v.setUint32(valueAt(m, "llama.attention.head_count_kv"), 3, true),
     problem: /8 attention heads cannot be grouped over 3 key\/value heads/,
@@ -128,6 +135,12 @@ describeShared("hostile GGUF model files", ["models/gguf/stories260K.gguf"], ([g
     expect(r.stderr.trim().split("\n")).toHaveLength(1);
     expect(r.stderr).toContain(path);
     expect(r.stderr).toMatch(/overlap/);
+    // info shows what the header says, then why the model cannot run, with the same exit code.
+    const shown = runPagellm(["info", path]);
+    expect(shown.exitCode).toBe(2);
+    expect(shown.stdout).toContain("architecture      llama");
+    expect(shown.stderr.trim().split("\n")).toHaveLength(1);
+    expect(shown.stderr).toMatch(/overlap/);
   });
 
   test("a KV cache that cannot fit the 4 GiB WebAssembly memory is refused before loading, with the sizes", () => {

@@ -38,10 +38,16 @@ export function readTransformerConfig(file: GGUFFile, arch: string, derived: Ten
   if (ropeDim > headDim || ropeDim % 2 !== 0) {
     throw new ModelFormatError(file.path, `rope.dimension_count ${ropeDim} must be even and at most the head size ${headDim}`);
   }
+  // Every layer has its own tensors: more layers than the file has tensors is a broken or crafted
+  // header, refused before a per-layer list of billions of names is built.
+  const nLayers = positive("block_count");
+  if (nLayers > file.tensors.length) {
+    throw new ModelFormatError(file.path, `metadata key "${key("block_count")}" is ${nLayers}, more layers than the file has tensors (${file.tensors.length})`);
+  }
   const config: ModelConfig = {
     dim,
     hiddenDim: positive("feed_forward_length"),
-    nLayers: positive("block_count"),
+    nLayers,
     nHeads,
     nKvHeads,
     vocabSize: derived.vocabSize,
