@@ -65,6 +65,26 @@ describeShared("--ctx-size on stories260K.gguf (context 2048 in the file)", ["mo
     expect(short.stdout).toBe(full.stdout);
   });
 
+  test("--ctx-size above the model's context runs at the model's, and says so on stderr", () => {
+    const r = runPagellm(["generate", "--model", model!, "--prompt", "Once", "--max-tokens", "2", "--temperature", "0", "--ctx-size", "100000", "--threads", String(THREADS)]);
+    expect(r.exitCode).toBe(0);
+    expect(r.stderr).toContain("note: --ctx-size 100000 is more than stories260K.gguf's own context of 2048 tokens; running at 2048");
+  });
+
+  test("info's memory estimate takes --ctx-size as generate does: default min(4096, model), 0 = the model's", () => {
+    const kvBytes = (ctx: string[]) => (JSON.parse(runPagellm(["info", model!, "--json", ...ctx]).stdout) as { memory: { ctxSize: number } }).memory.ctxSize;
+    expect(kvBytes([])).toBe(2048);
+    expect(kvBytes(["--ctx-size", "0"])).toBe(2048);
+    expect(kvBytes(["--ctx-size", "100"])).toBe(100);
+    expect(kvBytes(["--ctx-size", "99999"])).toBe(2048);
+  });
+
+  test("--logprobs without --json or --output is an option error: text output has no place for them", () => {
+    const r = runPagellm(["generate", "--model", model!, "--prompt", "Once", "--logprobs", "2"]);
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr.trim().split("\n")).toEqual(["pagellm: error: --logprobs adds log-probabilities to JSON results: give --json or --output FILE too"]);
+  });
+
   test("--ctx-size -3 is a one-line option error (exit 2)", () => {
     const r = runPagellm(["generate", "--model", model!, "--prompt", "x", "--ctx-size", "-3"]);
     expect(r.exitCode).toBe(2);

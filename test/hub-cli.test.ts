@@ -39,7 +39,7 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
 
   test("models on an empty cache says how to get one", async () => {
     const r = await pagellm("models");
-    expect(r).toEqual({ code: 0, out: `no models cached in ${join(home, "hub")} (pagellm pull hf:OWNER/REPO:QUANT fetches one)\n`, err: "" });
+    expect(r).toEqual({ code: 0, out: "", err: `no models cached in ${join(home, "hub")} (pagellm pull hf:OWNER/REPO:QUANT fetches one)\n` });
   });
 
   test("pull prints the cached path and nothing else", async () => {

@@ -50,6 +50,9 @@ async function runGenerate(values: ParsedValues, rawArgs: readonly string[]): Pr
   const inputs = collectInputs(values, rawArgs, requestDefaults(values, rawArgs));
   const output = typeof values.output === "string" ? ResultsFile.open(values.output, values.resume === true) : null;
   if (values.resume === true && output === null) throw new InputError("--resume needs --output");
+  if (values.logprobs !== undefined && values.json !== true && output === null) {
+    throw new InputError("--logprobs adds log-probabilities to JSON results: give --json or --output FILE too");
+  }
   const todo = inputs.filter((r) => !output?.doneIds.has("request" in r ? r.request.id! : r.rejected.id));
   const llm = await loadLLM(values);
   const json = values.json === true;

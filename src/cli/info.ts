@@ -6,12 +6,14 @@
 import { defineCommand, type ArgsDef } from "citty";
 import { formatBytes } from "../hub/progress.ts";
 import { estimateMemory, summarizeModel, type MemoryEstimate, type ModelSummary } from "../hub/summary.ts";
+import { contextLength, DEFAULT_CONTEXT } from "../engine/engine.ts";
+import { openCheckpoint } from "../model/load.ts";
 import { resolveModelSpec } from "./load.ts";
 import { checkKnownOptions, numberOption } from "./options.ts";
 
 const infoArgs = {
   model: { type: "positional", description: "A path, hf:OWNER/REPO/FILE.gguf, hf:OWNER/REPO:QUANT or a URL (downloaded when not cached)", valueHint: "model", required: true },
-  "ctx-size": { type: "string", description: "Context length for the memory estimate (default: the model's)", valueHint: "n" },
+  "ctx-size": { type: "string", description: `Context length for the memory estimate, as generate takes it (default ${DEFAULT_CONTEXT}, or the model's own if smaller; 0 = the model's full context)`, valueHint: "n" },
   json: { type: "boolean", description: "Print JSON instead of text" },
 } as const satisfies ArgsDef;
 
@@ -22,11 +24,15 @@ export const infoCommand = defineCommand({
   args: infoArgs,
   async run({ args, rawArgs }) {
     checkKnownOptions(rawArgs, infoArgs);
-    const ctxOption = numberOption(args, "ctx-size", "posint");
-    const summary = summarizeModel(await resolveModelSpec(args.model));
-    const memory = estimateMemory(summary, ctxOption ?? summary.contextLength ?? 2048);
+    const ctxOption = numberOption(args, "ctx-size", "int", { min: 0 }) ?? null;
+    const path = await resolveModelSpec(args.model);
+    const summary = summarizeModel(path);
+    const memory = estimateMemory(summary, contextLength(summary.contextLength ?? DEFAULT_CONTEXT, ctxOption));
     if (args.json === true) process.stdout.write(`${JSON.stringify({ ...summary, memory }, null, 2)}\n`);
     else process.stdout.write(formatInfo(summary, memory));
+    // The header alone can be read where the model cannot run (an architecture or tensor type
+    // pagellm lacks, tensors that overlap or miss): what was read is shown, then why, exit 2.
+    openCheckpoint(path);
   },
 });
 

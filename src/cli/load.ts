@@ -9,7 +9,7 @@ import { LLM } from "../engine/llm.ts";
 import { hubOptionsFromEnv, resolveModel } from "../hub/resolve.ts";
 import { isGGUF } from "../model/load.ts";
 import { deviceOption, engineOptions, type ParsedValues } from "./options.ts";
-import { progressWanted } from "./output.ts";
+import { info, progressWanted } from "./output.ts";
 import { loadProgressBar } from "./progress.ts";
 
 export async function loadLLM(values: ParsedValues): Promise<LLM> {
@@ -20,10 +20,13 @@ export async function loadLLM(values: ParsedValues): Promise<LLM> {
   const onLoadProgress = loadProgressBar(basename(model), statSync(model).size);
   const chatTemplate = typeof values.template === "string" && values.template !== "" ? values.template : undefined;
   const chatTemplateKwargs = templateKwargs(values["chat-template-kwargs"]);
-  return await LLM.open({
-    model, tokenizer: tokenizerPath(model, values.tokenizer), engine: engineOptions(values), onLoadProgress, chatTemplate, chatTemplateKwargs,
-    device,
+  const engine = engineOptions(values);
+  const llm = await LLM.open({
+    model, tokenizer: tokenizerPath(model, values.tokenizer), engine, onLoadProgress, chatTemplate, chatTemplateKwargs, device,
   });
+  const own = llm.checkpoint.config.seqLen;
+  if (engine.ctxSize !== null && engine.ctxSize > own) info(`note: --ctx-size ${engine.ctxSize} is more than ${basename(model)}'s own context of ${own} tokens; running at ${own}`);
+  return llm;
 }
 
 /** A model spec as a local path, downloaded with a progress bar unless --quiet or not on a terminal. */

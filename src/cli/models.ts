@@ -11,6 +11,7 @@ import { formatBytes } from "../hub/progress.ts";
 import { urlCacheDir } from "../hub/resolve.ts";
 import { summarizeModel } from "../hub/summary.ts";
 import { checkKnownOptions } from "./options.ts";
+import { info } from "./output.ts";
 
 const modelsArgs = {
   json: { type: "boolean", description: "Print a JSON array instead of a table" },
@@ -37,6 +38,8 @@ export const modelsCommand = defineCommand({
     checkKnownOptions(rawArgs, modelsArgs);
     const listing = listModels();
     if (args.json === true) process.stdout.write(`${JSON.stringify(listing, null, 2)}\n`);
+    // An empty cache has no rows to print: stdout stays empty (results only), the hint is a note.
+    else if (listing.length === 0) info(`no models cached in ${hubOptionsFromEnv().cacheDir} (pagellm pull hf:OWNER/REPO:QUANT fetches one)`);
     else process.stdout.write(formatTable(listing));
   },
 });
@@ -68,7 +71,6 @@ function describe(repo: string, file: string, spec: string, path: string): Model
 }
 
 function formatTable(rows: readonly ModelListing[]): string {
-  if (rows.length === 0) return `no models cached in ${hubOptionsFromEnv().cacheDir} (pagellm pull hf:OWNER/REPO:QUANT fetches one)\n`;
   const table = [
     ["REPO", "FILE", "SIZE", "ARCH", "QUANT", "CONTEXT"],
     ...rows.map((r) => [r.repo, r.file, formatBytes(r.bytes), r.architecture ?? "?", r.quantization ?? "?", r.contextLength === null ? "?" : String(r.contextLength)]),

@@ -334,8 +334,13 @@ export function withContext(c: ModelConfig, ctxSize: number | null): ModelConfig
   if (ctxSize !== null && (!Number.isInteger(ctxSize) || ctxSize < 0)) {
     throw new InputError(`context size must be a non-negative integer, got ${ctxSize}`);
   }
-  const seqLen = ctxSize === 0 ? c.seqLen : Math.min(ctxSize ?? DEFAULT_CONTEXT, c.seqLen);
+  const seqLen = contextLength(c.seqLen, ctxSize);
   return seqLen === c.seqLen ? c : { ...c, seqLen };
+}
+
+/** The context a run gets for --ctx-size `ctxSize` on a model of `modelContext` positions (see EngineOptions.ctxSize). */
+export function contextLength(modelContext: number, ctxSize: number | null): number {
+  return ctxSize === 0 ? modelContext : Math.min(ctxSize ?? DEFAULT_CONTEXT, modelContext);
 }
 
 /**
