@@ -4,13 +4,15 @@
  * document; user text never becomes a control token; every chat turn's prompt is a token prefix
  * of the next (or, for a template that rewrites history, says so); errors name the template.
  */
-import { describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
+import { afterAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { JinjaConversation } from "../src/chat/jinja-conversation.ts";
 import { ChatTemplate, ChatTemplateError, type ChatMessage } from "../src/chat/jinja-template.ts";
 import { readGGUF } from "../src/model/gguf.ts";
 import { loadTokenizer } from "../src/tokenizer/load.ts";
+import { runPagellm } from "./helpers/cli.ts";
 import { describeShared } from "./helpers/shared.ts";
 
 const FIXTURES = join(import.meta.dir, "fixtures", "chat-templates");
@@ -211,4 +213,32 @@ describeShared("template text and contents tokenized together", ["models/gguf/st
         tokenizer.encode(template.render([{ role: "user", content: "What is\n the dog's name?" }], true), { parseSpecial: true }));
     });
   }
+});
+
+describeShared("chat templates through pagellm generate", ["models/gguf/rnd-qwen2-Q5_K_M.gguf", "models/tokenizers/smollm2-135m-instruct/tokenizer.json"], ([model, json]) => {
+  const dir = mkdtempSync(join(tmpdir(), "pagellm-chat-cli-"));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  /** The prompt length of `generate --chat --prompt Hi` with these options. */
+  const promptTokens = (extra: string[]): number => {
+    const r = runPagellm(["generate", "--model", model!, "--chat", "--prompt", "Hi", "--max-tokens", "1", "--temperature", "0", "--json", ...extra]);
+    expect(r.exitCode).toBe(0);
+    return (JSON.parse(r.stdout) as { prompt_tokens: number }).prompt_tokens;
+  };
+
+  test("generate --chat renders the model's own template; a tokenizer.json without tokenizer_config.json keeps it", () => {
+    const { tokenizer } = loadTokenizer(model!);
+    const documented = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+    const want = tokenizer.encode(documented, { parseSpecial: true }).length;
+    expect(promptTokens([])).toBe(want);
+    expect(promptTokens(["--tokenizer", json!])).toBe(want);
+  });
+
+  test("a template that fails to render is one line naming the template and its own message (exit 3)", () => {
+    const bad = join(dir, "bad.jinja");
+    writeFileSync(bad, "{{ raise_exception('system messages are not supported') }}");
+    const r = runPagellm(["generate", "--model", model!, "--chat", "--prompt", "Hi", "--template", bad]);
+    expect(r.exitCode).toBe(3);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).toContain(`${bad}: chat template: system messages are not supported`);
+  });
 });

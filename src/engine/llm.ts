@@ -7,6 +7,7 @@ import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
 import type { LoadProgress } from "../model/weights.ts";
 import { isGGUF, openCheckpoint } from "../model/load.ts";
+import { readGGUF } from "../model/gguf.ts";
 import { loadTokenizer } from "../tokenizer/load.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { DEFAULT_ENGINE_OPTIONS, LLMEngine, type EngineOptions, type StepEvent } from "./engine.ts";
@@ -181,7 +182,10 @@ export class LLM {
     const tokenizerPath = opts.tokenizer ?? (isGGUF(opts.model) ? opts.model : undefined);
     if (tokenizerPath === undefined) throw new InputError(`${opts.model}: a llama2.c checkpoint carries no vocabulary; name a tokenizer`);
     const { tokenizer, addBos, chatTemplate } = loadTokenizer(tokenizerPath, { modelVocabSize: checkpoint.config.vocabSize });
-    const format = chatFormat(opts.chatTemplate, chatTemplate, opts.model, tokenizer, opts.chatTemplateKwargs);
+    // A tokenizer file without a template (a tokenizer.json with no tokenizer_config.json beside
+    // it) leaves the GGUF model's own template in force.
+    const template = chatTemplate ?? (tokenizerPath !== opts.model && isGGUF(opts.model) ? ggufChatTemplate(opts.model) : null);
+    const format = chatFormat(opts.chatTemplate, template, opts.model, tokenizer, opts.chatTemplateKwargs);
     const engine = new LLMEngine(checkpoint, tokenizer, { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine }, opts.onLoadProgress, opts.gpu);
     const device = reason ?? `device: ${engine.model.description}`;
     return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0, format, ownedGpu, device);
@@ -373,4 +377,10 @@ function rejectedResult(id: string, promptTokens: number, e: PagellmError): Comp
 
 function round2(x: number): number {
   return Math.round(x * 100) / 100;
+}
+
+/** The `tokenizer.chat_template` of a GGUF file, or null. */
+function ggufChatTemplate(path: string): string | null {
+  const file = readGGUF(path);
+  return file.has("tokenizer.chat_template") ? file.getString("tokenizer.chat_template") : null;
 }

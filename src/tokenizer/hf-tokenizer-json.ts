@@ -2,8 +2,9 @@
  * A Hugging Face `tokenizer.json` with a byte-level BPE model (SmolLM, Qwen, Llama 3, GPT-2 and
  * their kin) as a BpeTokenizer: the vocabulary, merges and added tokens from the file, the
  * pre-tokenizer translated into the same regular expressions llama.cpp's converter would pick
- * (Split regexes, Digits, ByteLevel's GPT-2 expression), BOS and EOS from the config.json or
- * tokenizer_config.json beside it where present.
+ * (Split regexes, Digits, ByteLevel's GPT-2 expression); BOS and EOS ids from the config.json
+ * beside it, else tokenizer_config.json's bos_token/eos_token, else the post-processor's template;
+ * add_bos_token/add_eos_token and the chat template from tokenizer_config.json where present.
  */
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -50,12 +51,21 @@ function caseless(body: string): string {
   return "(?:" + body.replace(/[a-z]/g, (c) => `[${c}${c.toUpperCase()}]`) + ")";
 }
 
+/** A JSON file beside the tokenizer as an object, or null when absent or not an object. */
+function jsonBeside(path: string, name: string): { [key: string]: Json } | null {
+  const file = join(dirname(path), name);
+  if (!existsSync(file)) return null;
+  try {
+    return obj(JSON.parse(readFileSync(file, "utf8")) as Json);
+  } catch (e) {
+    throw new ModelFormatError(file, `not valid JSON: ${(e as Error).message}`);
+  }
+}
+
 /** BOS and EOS ids from config.json (or generation_config.json) beside the tokenizer, when there. */
 function specialIdsBeside(path: string): { bos: number | null; eos: number[] } {
   for (const name of ["config.json", "generation_config.json"]) {
-    const file = join(dirname(path), name);
-    if (!existsSync(file)) continue;
-    const c = obj(JSON.parse(readFileSync(file, "utf8")) as Json);
+    const c = jsonBeside(path, name);
     if (c === null) continue;
     const ids = (v: Json | undefined) => (typeof v === "number" ? [v] : Array.isArray(v) ? v.filter((x): x is number => typeof x === "number") : []);
     return { bos: ids(c.bos_token_id)[0] ?? null, eos: ids(c.eos_token_id) };
@@ -63,12 +73,57 @@ function specialIdsBeside(path: string): { bos: number | null; eos: number[] } {
   return { bos: null, eos: [] };
 }
 
-/** The chat_template of the tokenizer_config.json beside a tokenizer.json, when there. */
-function chatTemplateBeside(path: string): string | null {
-  const file = join(dirname(path), "tokenizer_config.json");
-  if (!existsSync(file)) return null;
-  const template = obj(JSON.parse(readFileSync(file, "utf8")) as Json)?.chat_template;
-  return typeof template === "string" ? template : null;
+/** A tokenizer_config.json token field: a string, or an AddedToken object with its content. */
+function tokenContent(v: Json | undefined): string | null {
+  return typeof v === "string" ? v : typeof obj(v)?.content === "string" ? (obj(v)!.content as string) : null;
+}
+
+/** What tokenizer_config.json says: the chat template (the "default" one of a list), BOS/EOS texts, add_bos/add_eos. */
+interface TokenizerConfig {
+  chatTemplate: string | null;
+  bosToken: string | null;
+  eosToken: string | null;
+  addBos: boolean | null;
+  addEos: boolean | null;
+}
+
+function tokenizerConfigBeside(path: string): TokenizerConfig {
+  const c = jsonBeside(path, "tokenizer_config.json");
+  const t = c?.chat_template;
+  const named = Array.isArray(t) ? t.map(obj).find((e) => e?.name === "default") ?? obj(t[0]) : null;
+  const template = typeof t === "string" ? t : typeof named?.template === "string" ? named.template : null;
+  const bool = (v: Json | undefined) => (typeof v === "boolean" ? v : null);
+  return {
+    chatTemplate: template, bosToken: tokenContent(c?.bos_token), eosToken: tokenContent(c?.eos_token),
+    addBos: bool(c?.add_bos_token), addEos: bool(c?.add_eos_token),
+  };
+}
+
+/** Whether a pre-tokenizer or decoder is, or holds in a Sequence, one of type `type`. */
+function hasComponent(c: { [key: string]: Json } | null, type: string): boolean {
+  if (c === null) return false;
+  if (c.type === type) return true;
+  const inner = [c.pretokenizers, c.decoders, c.processors].find(Array.isArray) as Json[] | undefined;
+  return (inner ?? []).some((e) => hasComponent(obj(e), type));
+}
+
+/**
+ * The TemplateProcessing of a post-processor (itself, or inside a Sequence, as Llama 3's
+ * ByteLevel then TemplateProcessing): when its single-text template starts with a special token,
+ * that token is the BOS every prompt starts with.
+ */
+function templateBos(post: { [key: string]: Json } | null): string | null {
+  if (post === null) return null;
+  if (post.type === "Sequence") {
+    for (const p of (post.processors as Json[] | undefined) ?? []) {
+      const found = templateBos(obj(p));
+      if (found !== null) return found;
+    }
+    return null;
+  }
+  if (post.type !== "TemplateProcessing" || !Array.isArray(post.single)) return null;
+  const first = obj(obj(post.single[0]!)?.SpecialToken);
+  return typeof first?.id === "string" ? first.id : null;
 }
 
 export function loadTokenizerJson(path: string): { tokenizer: BpeTokenizer; addBos: boolean; addEos: boolean; chatTemplate: string | null } {
@@ -81,6 +136,11 @@ export function loadTokenizerJson(path: string): { tokenizer: BpeTokenizer; addB
   const model = obj(root?.model);
   if (root === null || model === null) throw new ModelFormatError(path, "not a tokenizer.json (no model)");
   if (model.type !== "BPE") throw new ModelFormatError(path, `tokenizer model "${String(model.type)}" is not supported (only byte-level BPE)`);
+  // A BPE over SentencePiece pieces (Llama 2, Mistral v0.1: Metaspace, byte fallback) spells text
+  // differently: refused rather than read as byte-level.
+  if (!hasComponent(obj(root.pre_tokenizer), "ByteLevel") && !hasComponent(obj(root.decoder), "ByteLevel")) {
+    throw new ModelFormatError(path, "a SentencePiece-style BPE tokenizer.json (no ByteLevel pre-tokenizer or decoder) is not supported; use the model's GGUF file as the tokenizer");
+  }
   const vocab = obj(model.vocab);
   if (vocab === null) throw new ModelFormatError(path, "the BPE model has no vocabulary");
   const added = ((root.added_tokens as Json[] | undefined) ?? []).map(obj).filter((a): a is { [key: string]: Json } => a !== null);
@@ -102,18 +162,22 @@ export function loadTokenizerJson(path: string): { tokenizer: BpeTokenizer; addB
   const exprs: string[] = [];
   preTokenizerExpressions(path, obj(root.pre_tokenizer), exprs);
   const ids = specialIdsBeside(path);
+  const config = tokenizerConfigBeside(path);
+  const idOf = (text: string | null): number | null => (text === null ? null : tokens.indexOf(text) >= 0 ? tokens.indexOf(text) : null);
   const eog = new Set(ids.eos);
   tokens.forEach((t, id) => {
     if (types[id] === TokenType.control && EOG_TEXTS.has(t)) eog.add(id);
   });
-  const eosId = ids.eos[0] ?? [...eog][0] ?? null;
+  const eosId = ids.eos[0] ?? idOf(config.eosToken) ?? [...eog][0] ?? null;
   if (eosId !== null) eog.add(eosId);
+  const bosText = templateBos(obj(root.post_processor));
+  const bosId = ids.bos ?? idOf(config.bosToken) ?? idOf(bosText);
   const tokenizer = new BpeTokenizer({
     file: path, tokens, types, merges, preTokenizer: new PreTokenizer(model.ignore_merges === true ? "llama3" : "tokenizer.json", exprs),
-    bosId: ids.bos, eosId, eogIds: eog, stripFlags,
+    bosId, eosId, eogIds: eog, stripFlags,
   });
-  // A TemplateProcessing post-processor that starts with a special token is the model's BOS.
-  const post = obj(root.post_processor);
-  const single = post?.type === "TemplateProcessing" && Array.isArray(post.single) ? obj(post.single[0]!) : null;
-  return { tokenizer, addBos: obj(single?.SpecialToken) !== null, addEos: false, chatTemplate: chatTemplateBeside(path) };
+  // tokenizer_config.json's add_bos_token decides; else a post-processor that starts every text
+  // with a special token adds it (llama.cpp's converter reads the same two places).
+  const addBos = bosId !== null && (config.addBos ?? bosText !== null);
+  return { tokenizer, addBos, addEos: eosId !== null && config.addEos === true, chatTemplate: config.chatTemplate };
 }
