@@ -94,22 +94,38 @@ export class BpeTokenizer implements Tokenizer {
     return ids;
   }
 
-  /** Merge the characters of a byte-level word by rank; each final symbol becomes a token. */
+  /**
+   * Merge the characters of a byte-level word by rank (lowest first, leftmost on ties); each final
+   * symbol becomes a token. As llama.cpp's llm_tokenizer_bpe_session: the symbols form a linked
+   * list and the candidate pairs a heap, so a long word (base64, a run of digits or spaces) takes
+   * O(n log n), not a rescan of every pair after each merge. A heap entry whose symbols have since
+   * changed is stale and skipped.
+   */
   private merge(spelled: string): number[] {
-    const symbols = Array.from(spelled);
-    for (;;) {
-      let best = -1;
-      let bestRank = Infinity;
-      for (let i = 0; i + 1 < symbols.length; i++) {
-        const rank = this.ranks.get(`${symbols[i]} ${symbols[i + 1]}`);
-        if (rank !== undefined && rank < bestRank) {
-          bestRank = rank;
-          best = i;
-        }
-      }
-      if (best < 0) break;
-      symbols.splice(best, 2, symbols[best]! + symbols[best + 1]!);
+    const text = Array.from(spelled);
+    const n = text.length;
+    const prev = Int32Array.from({ length: n }, (_, i) => i - 1);
+    const next = Int32Array.from({ length: n }, (_, i) => (i + 1 < n ? i + 1 : -1));
+    const heap = new PairHeap();
+    const offer = (left: number, right: number): void => {
+      if (left < 0 || right < 0) return;
+      const rank = this.ranks.get(`${text[left]} ${text[right]}`);
+      if (rank !== undefined) heap.push({ rank, left, right, size: text[left]!.length + text[right]!.length });
+    };
+    for (let i = 0; i + 1 < n; i++) offer(i, i + 1);
+    for (let pair = heap.pop(); pair !== undefined; pair = heap.pop()) {
+      const { left, right } = pair;
+      // Stale: one side was merged away, or grew since the pair was offered.
+      if (text[left] === "" || text[right] === "" || next[left] !== right || text[left]!.length + text[right]!.length !== pair.size) continue;
+      text[left] += text[right]!;
+      text[right] = "";
+      next[left] = next[right]!;
+      if (next[right]! >= 0) prev[next[right]!] = left;
+      offer(prev[left]!, left);
+      offer(left, next[left]!);
     }
+    const symbols: string[] = [];
+    for (let i = n > 0 ? 0 : -1; i >= 0; i = next[i]!) symbols.push(text[i]!);
     const ids: number[] = [];
     for (const s of symbols) {
       const id = this.tokenToId.get(s);
@@ -166,4 +182,50 @@ export class BpeTokenizer implements Tokenizer {
     if (vocab.tokens.length === 0) throw new ModelFormatError(vocab.file, "vocabulary is empty");
     if (vocab.types.length !== vocab.tokens.length) throw new ModelFormatError(vocab.file, `has ${vocab.types.length} token types for ${vocab.tokens.length} tokens`);
   }
+}
+
+/** A candidate merge of the adjacent symbols `left` and `right`, `size` UTF-16 units long together when offered. */
+interface Pair {
+  rank: number;
+  left: number;
+  right: number;
+  size: number;
+}
+
+/** A binary min-heap of pairs: lowest rank first, then leftmost. */
+class PairHeap {
+  private readonly items: Pair[] = [];
+
+  push(p: Pair): void {
+    const a = this.items;
+    a.push(p);
+    for (let i = a.length - 1; i > 0; ) {
+      const parent = (i - 1) >> 1;
+      if (!before(a[i]!, a[parent]!)) break;
+      [a[i], a[parent]] = [a[parent]!, a[i]!];
+      i = parent;
+    }
+  }
+
+  pop(): Pair | undefined {
+    const a = this.items;
+    const top = a[0];
+    const last = a.pop();
+    if (a.length === 0 || last === undefined) return top;
+    a[0] = last;
+    for (let i = 0; ; ) {
+      const l = 2 * i + 1, r = l + 1;
+      let m = i;
+      if (l < a.length && before(a[l]!, a[m]!)) m = l;
+      if (r < a.length && before(a[r]!, a[m]!)) m = r;
+      if (m === i) break;
+      [a[i], a[m]] = [a[m]!, a[i]!];
+      i = m;
+    }
+    return top;
+  }
+}
+
+function before(x: Pair, y: Pair): boolean {
+  return x.rank < y.rank || (x.rank === y.rank && x.left < y.left);
 }

@@ -32,6 +32,8 @@ const KEY = {
   merges: "tokenizer.ggml.merges",
   cls: "tokenizer.ggml.cls_token_id",
   sep: "tokenizer.ggml.seperator_token_id",
+  lowercase: "tokenizer.ggml.normalizer.lowercase",
+  stripAccents: "tokenizer.ggml.normalizer.strip_accents",
 } as const;
 
 /** A token id key: `fallback` when absent, null for the writers' "none" (u32 0xFFFFFFFF or i32 -1). */
@@ -119,20 +121,29 @@ function tokenTypes(gguf: GGUFFile, count: number): Uint8Array {
 /**
  * EOT, EOM and FIM pad/repo/separator ids the metadata names, and every token whose text marks an
  * end of generation, as llama.cpp's is_eog. Like llama.cpp, a detected token becomes a control token
- * in `types`, so text a user types never produces it.
+ * in `types`, so text a user types never produces it. Where `<|end|>` ends a message but not the
+ * reply (gpt-oss's harmony format, with `<|return|>` and `<|call|>`; solar-open's `<|calls|>` and
+ * `<|flush|>`), it is not an end of generation.
  */
 function eogIds(gguf: GGUFFile, texts: readonly string[], types: Uint8Array): number[] {
-  const ids: number[] = [];
+  const ids = new Set<number>();
   for (const key of [KEY.eot, KEY.eom, KEY.fimPad, KEY.fimRep, KEY.fimSep]) {
     const id = tokenIdOrNone(gguf, key, null);
-    if (id !== null && id < texts.length) ids.push(id);
+    if (id !== null && id < texts.length) ids.add(id);
   }
+  const byText = new Map<string, number>();
   texts.forEach((t, id) => {
     if (types[id] === TokenType.byte || !EOG_TEXTS.has(t)) return;
-    ids.push(id);
+    ids.add(id);
+    byText.set(t, id);
     types[id] = TokenType.control;
   });
-  return ids;
+  const has = (t: string) => byText.has(t);
+  const messageEnd = byText.get("<|end|>");
+  if (messageEnd !== undefined && ((has("<|return|>") && (has("<|call|>") || has("<|calls|>"))) || ((has("<|call|>") || has("<|calls|>")) && has("<|flush|>")))) {
+    ids.delete(messageEnd);
+  }
+  return [...ids];
 }
 
 /**
@@ -200,11 +211,15 @@ function tokenizerOf(gguf: GGUFFile): Omit<GGUFTokenizer, "chatTemplate"> {
   if (model === "bert") {
     const tokens = stringsOf(gguf, KEY.tokens);
     const unkId = checkId(tokenIdOrNone(gguf, KEY.unk, 100), tokens.length, "unknown");
+    const lowercase = gguf.getBool(KEY.lowercase, gguf.getString(KEY.pre, "") !== "whitespace");
     if (unkId === null) throw new ModelFormatError(gguf.path, "a WordPiece vocabulary needs an unknown token");
     const tokenizer = new WordPieceTokenizer({
       file: gguf.path, tokens, types: tokenTypes(gguf, tokens.length), unkId,
       bosId: checkId(tokenIdOrNone(gguf, KEY.cls, 101), tokens.length, "CLS"),
       eosId: checkId(tokenIdOrNone(gguf, KEY.sep, 102), tokens.length, "SEP"),
+      // As llama.cpp: lower-case unless the file says otherwise (or its pre-tokenizer is "whitespace"), strip accents as it lower-cases.
+      lowercase,
+      stripAccents: gguf.getBool(KEY.stripAccents, lowercase),
     });
     return { tokenizer, addBos: gguf.getBool(KEY.addBos, true), addEos: gguf.getBool(KEY.addEos, true) };
   }

@@ -80,6 +80,9 @@ function compile(expr: string): RegExp {
   return new RegExp(expr.replaceAll("\\s", "\\p{White_Space}").replaceAll("\\S", "\\P{White_Space}"), "gu");
 }
 
+/** Whitespace beyond ASCII (U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028/9, U+202F, U+205F, U+3000: all in the BMP). */
+const NON_ASCII_WHITESPACE = /(?![\x00-\x7f])\p{White_Space}/gu;
+
 export class PreTokenizer {
   private readonly regexes: RegExp[];
 
@@ -97,31 +100,40 @@ export class PreTokenizer {
     return new PreTokenizer(name, exprs);
   }
 
-  /** The words of `text`: every expression splits each piece into its matches and the gaps between them. */
+  /**
+   * The words of `text`: every expression splits each piece into its matches and the gaps between
+   * them. The expressions see the text as llama.cpp's unicode_regex_split shows it to them: every
+   * whitespace character beyond ASCII as U+000B, so that it matches \s but never a literal range
+   * of the expression (DeepSeek LLM's `　-。` starts at the ideographic space U+3000). Each such
+   * character is one UTF-16 unit, so offsets into the shown text are offsets into `text`.
+   */
   split(text: string): string[] {
-    let pieces = [text];
+    const shown = text.replace(NON_ASCII_WHITESPACE, "\v");
+    // Pieces as [start, end) offsets into text.
+    let pieces: [number, number][] = [[0, text.length]];
     for (const re of this.regexes) {
-      const next: string[] = [];
-      for (const piece of pieces) {
+      const next: [number, number][] = [];
+      for (const [start, end] of pieces) {
+        const piece = shown.slice(start, end);
         let at = 0;
         re.lastIndex = 0;
         for (let m = re.exec(piece); m !== null; m = re.exec(piece)) {
           if (m[0].length === 0) {
             // An empty match (superbpe's lookahead) cuts the piece there, as llama.cpp's split does;
             // step over a whole code point so the next search never starts inside a surrogate pair.
-            if (m.index > at) next.push(piece.slice(at, m.index));
+            if (m.index > at) next.push([start + at, start + m.index]);
             at = m.index;
             re.lastIndex = m.index + ((piece.codePointAt(m.index) ?? 0) > 0xffff ? 2 : 1);
             continue;
           }
-          if (m.index > at) next.push(piece.slice(at, m.index));
-          next.push(m[0]);
+          if (m.index > at) next.push([start + at, start + m.index]);
+          next.push([start + m.index, start + m.index + m[0].length]);
           at = m.index + m[0].length;
         }
-        if (at < piece.length) next.push(piece.slice(at));
+        if (at < piece.length) next.push([start + at, end]);
       }
       pieces = next;
     }
-    return pieces;
+    return pieces.map(([start, end]) => text.slice(start, end));
   }
 }

@@ -51,8 +51,13 @@ export interface Tokenizer {
   tokenText(id: number): string;
 }
 
-/** Texts of end-of-generation tokens, as llama.cpp recognises them besides the ids in the metadata. */
+/**
+ * Texts of end-of-generation tokens, as llama.cpp recognises them besides the ids in the metadata
+ * (llama-vocab.cpp at the llama.cpp of ../shared/tools/llama-ref; `</s>`: PaddleOCR, `[EOT]` and
+ * `[EOS]`: Kimi-K2, `<eos>`, `<turn|>`, `<|tool_response>`: Gemma 4, `[e~[`: MiniMax).
+ */
 export const EOG_TEXTS: ReadonlySet<string> = new Set([
-  "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
-  "<｜end▁of▁sentence｜>", "<|end_of_text|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_utterance>",
+  "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>", "<|endoftext|>",
+  "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>",
+  "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~[",
 ]);

@@ -1,6 +1,7 @@
 /**
- * WordPiece (`tokenizer.ggml.model` = "bert"), as llama.cpp's llm_tokenizer_wpm: the text is
- * NFD-normalised, lower-cased, stripped of accents and control characters and split at whitespace, with every
+ * WordPiece (`tokenizer.ggml.model` = "bert"), as llama.cpp's llm_tokenizer_wpm: each character is
+ * decomposed (to the first code point of its NFD), lower-cased, stripped of accents, control and
+ * format characters, and the text split at whitespace, with every
  * punctuation mark, ASCII symbol and CJK ideograph a word of its own; each word, prefixed with
  * "▁" (how llama.cpp's converter marks a word start), is cut greedily into the longest
  * vocabulary pieces, and a word that cannot be cut becomes the unknown token.
@@ -18,15 +19,40 @@ export interface WordPieceVocab {
   /** [CLS] and [SEP]: what BERT models put around a text. */
   readonly bosId: number | null;
   readonly eosId: number | null;
+  /** BertNormalizer's options (tokenizer.ggml.normalizer.*): lower-case (default) and strip accents (default: as lowercase). */
+  readonly lowercase?: boolean;
+  readonly stripAccents?: boolean;
 }
 
 const WORD_START = "\u2581";
 const IS_SPACE = /^\p{White_Space}$/u;
-const IS_CONTROL = /^\p{Cc}$/u;
-/** Combining marks: after NFD they are the accents BERT's uncased models strip. */
-const IS_ACCENT = /^\p{Mn}$/u;
-const IS_SEPARATE = /^[\p{P}\p{Script=Han}]$/u;
+/** llama.cpp's is_control: Unicode's C categories but unassigned code points (those are appended as letters are). */
+const IS_CONTROL = /^[\p{Cc}\p{Cf}\p{Co}\p{Cs}]$/u;
+/** Combining marks (\p{M}): after the decomposition below they are the accents uncased BERT models strip. */
+const IS_ACCENT = /^\p{M}$/u;
+const IS_PUNCTUATION = /^\p{P}$/u;
 const IS_SYMBOL = /^\p{S}$/u;
+
+/** BERT's CJK ideograph blocks, as llama.cpp's is_chinese_char (the 0x2B920 start follows HF's Rust code). */
+function isChineseChar(cp: number): boolean {
+  return (cp >= 0x4e00 && cp <= 0x9fff) || (cp >= 0x3400 && cp <= 0x4dbf) || (cp >= 0x20000 && cp <= 0x2a6df) ||
+    (cp >= 0x2a700 && cp <= 0x2b73f) || (cp >= 0x2b740 && cp <= 0x2b81f) || (cp >= 0x2b920 && cp <= 0x2ceaf) ||
+    (cp >= 0xf900 && cp <= 0xfaff) || (cp >= 0x2f800 && cp <= 0x2fa1f);
+}
+
+/**
+ * llama.cpp's NFD of one code point: the first code point of its canonical decomposition (its
+ * table keeps only that), so a precomposed letter becomes its base letter, and a Hangul syllable
+ * its first jamo.
+ */
+function firstOfDecomposition(ch: string): string {
+  return String.fromCodePoint(ch.normalize("NFD").codePointAt(0)!);
+}
+
+/** Unicode's simple lower-case mapping (one code point; JavaScript's full mapping lowers U+0130 to two). */
+function simpleLower(ch: string): string {
+  return String.fromCodePoint(ch.toLowerCase().codePointAt(0)!);
+}
 
 export class WordPieceTokenizer implements Tokenizer {
   readonly vocabSize: number;
@@ -64,21 +90,24 @@ export class WordPieceTokenizer implements Tokenizer {
 
   /** BERT's basic tokenizer, as llama.cpp's preprocess. */
   private words(text: string): string[] {
+    const lowercase = this.vocab.lowercase ?? true;
+    const stripAccents = this.vocab.stripAccents ?? lowercase;
     const words: string[] = [""];
-    for (const ch of text.normalize("NFD")) {
+    for (const original of text) {
+      const ch = stripAccents ? firstOfDecomposition(original) : original;
       const cp = ch.codePointAt(0)!;
       if (IS_SPACE.test(ch)) {
         if (words[words.length - 1] !== "") words.push("");
         continue;
       }
-      if (cp === 0 || cp === 0xfffd || IS_CONTROL.test(ch) || IS_ACCENT.test(ch)) continue;
-      const lower = ch.toLowerCase();
-      if (IS_SEPARATE.test(ch) || (cp < 0x7f && IS_SYMBOL.test(ch))) {
+      if (cp === 0 || cp === 0xfffd || IS_CONTROL.test(ch) || (stripAccents && IS_ACCENT.test(ch))) continue;
+      const piece = lowercase ? simpleLower(ch) : ch;
+      if (IS_PUNCTUATION.test(ch) || (cp < 0x7f && IS_SYMBOL.test(ch)) || isChineseChar(cp)) {
         if (words[words.length - 1] !== "") words.push("");
-        words[words.length - 1] = lower;
+        words[words.length - 1] = piece;
         words.push("");
       } else {
-        words[words.length - 1] += lower;
+        words[words.length - 1] += piece;
       }
     }
     return words.filter((w) => w !== "");
