@@ -6,6 +6,7 @@
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { parseDeviceChoice, selectDevice, summarizeAdapter } from "../src/backend/webgpu/device.ts";
+import { GpuRunner } from "../src/backend/webgpu/runner.ts";
 import { DeviceError } from "../src/errors.ts";
 import { describeGpu } from "./helpers/webgpu.ts";
 
@@ -13,6 +14,37 @@ import { describeGpu } from "./helpers/webgpu.ts";
 function info(fields: { vendor: string; architecture: string; device: string; description: string; backendType: number }): GPUAdapterInfo {
   return fields as unknown as GPUAdapterInfo;
 }
+
+describe("kernel compilation", () => {
+  /** A device whose compilations report the given errors in turn (null: compiled). */
+  function deviceFailing(errors: (string | null)[]): { device: GPUDevice; compilations: () => number } {
+    let compilations = 0;
+    const device = {
+      limits: { maxStorageBufferBindingSize: 1 << 27, maxBufferSize: 1 << 28 },
+      pushErrorScope: () => undefined,
+      createShaderModule: () => ({}),
+      createComputePipeline: () => ({}),
+      popErrorScope: async () => {
+        const e = errors[compilations++] ?? null;
+        return e === null ? null : { message: e };
+      },
+    };
+    return { device: device as unknown as GPUDevice, compilations: () => compilations };
+  }
+
+  test("a failure that does not repeat (bun-webgpu's collected source copy) is tried again and the kernel compiles", async () => {
+    const { device, compilations } = deviceFailing([":1:1 error: null character found"]);
+    const kernel = await new GpuRunner(device).compile("k", "@compute @workgroup_size(1) fn main() {}");
+    expect(kernel.name).toBe("k");
+    expect(compilations()).toBe(2);
+  });
+
+  test("an error on every attempt is a DeviceError naming the kernel and the first line of the message", async () => {
+    const { device, compilations } = deviceFailing(["bad wgsl\nmore", "bad wgsl\nmore", "bad wgsl\nmore"]);
+    await expect(new GpuRunner(device).compile("matmulX", "nonsense")).rejects.toThrow(new DeviceError("webgpu: kernel matmulX does not compile: bad wgsl"));
+    expect(compilations()).toBe(3);
+  });
+});
 
 describe("adapter classification", () => {
   test("Dawn's null backend is flagged, by backend type or by name", () => {

@@ -28,6 +28,9 @@ export interface GpuWorkCounts {
   uploadBytes: number;
 }
 
+/** Tries of a kernel's compilation before its error is reported (see GpuRunner.compile). */
+const COMPILE_ATTEMPTS = 3;
+
 /** Bind groups kept before the cache is cleared (each holds a 16-to-64-byte uniform buffer). */
 const MAX_CACHED_BIND_GROUPS = 8192;
 
@@ -70,18 +73,29 @@ export class GpuRunner {
     this.counts.uploadBytes += padded.byteLength;
   }
 
-  /** Compile a kernel once (error scopes report WGSL errors: bun-webgpu has no getCompilationInfo). */
+  /**
+   * Compile a kernel once (error scopes report WGSL errors: bun-webgpu has no getCompilationInfo).
+   * A failure is tried again before it is reported: bun-webgpu 0.1.7 hands Dawn a pointer to the
+   * UTF-8 copy of the source that nothing else keeps alive, and once in a long while Dawn read a
+   * collected copy ("null character found" at 1:1 in a kernel that compiles every other time). A
+   * real WGSL error fails every attempt the same way.
+   */
   async compile(name: string, code: string): Promise<GpuKernel> {
     const known = this.kernels.get(name);
     if (known !== undefined) return known;
-    this.device.pushErrorScope("validation");
-    const module = this.device.createShaderModule({ code, label: name });
-    const pipeline = this.device.createComputePipeline({ layout: "auto", label: name, compute: { module, entryPoint: "main" } });
-    const error = await this.device.popErrorScope();
-    if (error !== null) throw new DeviceError(`webgpu: kernel ${name} does not compile: ${error.message.split("\n")[0]}`);
-    const kernel = { name, pipeline };
-    this.kernels.set(name, kernel);
-    return kernel;
+    let error: GPUError | null = null;
+    for (let attempt = 0; attempt < COMPILE_ATTEMPTS; attempt++) {
+      this.device.pushErrorScope("validation");
+      const module = this.device.createShaderModule({ code, label: name });
+      const pipeline = this.device.createComputePipeline({ layout: "auto", label: name, compute: { module, entryPoint: "main" } });
+      error = await this.device.popErrorScope();
+      if (error === null) {
+        const kernel = { name, pipeline };
+        this.kernels.set(name, kernel);
+        return kernel;
+      }
+    }
+    throw new DeviceError(`webgpu: kernel ${name} does not compile: ${error!.message.split("\n")[0]}`);
   }
 
   /**
