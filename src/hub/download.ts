@@ -65,8 +65,12 @@ async function transfer(opts: HubOptions, target: DownloadTarget, partial: strin
     throw new TransferInterrupted(`network error: ${errorText(error)}`);
   }
   if (response.status === 416 && have > 0) {
-    // Our partial file is not a prefix of this file any more: start over.
+    // "bytes */TOTAL": a file of exactly what we have is complete on the server but not the size
+    // it announced (retrying cannot help); otherwise our partial file is not a prefix of this file
+    // any more: start over.
     rmSync(partial, { force: true });
+    const total = /^bytes \*\/(\d+)$/.exec(response.headers.get("content-range") ?? "");
+    if (total !== null && Number(total[1]) === have && target.size !== null) throw sizeMismatch(target, have);
     throw new TransferInterrupted("server refused the resume range");
   }
   if (!response.ok) throw statusError(opts, target.label, response, target.kind);
@@ -78,11 +82,17 @@ async function transfer(opts: HubOptions, target: DownloadTarget, partial: strin
   }
   if (response.status !== 206) have = 0; // a 200 is the whole file: start over
   const fd = openSync(partial, have === 0 ? "w" : "r+");
+  // A body that disagrees with the announced size (more bytes, or a shorter whole file) leaves nothing to resume from.
+  let discard = false;
   try {
     ftruncateSync(fd, have);
     await writeBody(opts, target, response, fd, have, lock);
+  } catch (error) {
+    discard = error instanceof DownloadError;
+    throw error;
   } finally {
     closeSync(fd);
+    if (discard) rmSync(partial, { force: true });
   }
 }
 
@@ -118,7 +128,18 @@ async function writeBody(opts: HubOptions, target: DownloadTarget, response: Res
     progress.end();
     reader.releaseLock();
   }
-  if (target.size !== null && written < target.size) throw new TransferInterrupted(`connection closed after ${written} of ${target.size} bytes`);
+  if (target.size !== null && written < target.size) {
+    // A body that ended where its Content-Length said is the server's whole file, shorter than it
+    // announced: no retry or resume can fix that. Without a Content-Length it is a broken transfer.
+    const length = Number(response.headers.get("content-length") ?? Number.NaN);
+    if (written - start === length) throw sizeMismatch(target, written);
+    throw new TransferInterrupted(`connection closed after ${written} of ${target.size} bytes`);
+  }
+}
+
+/** The server's file is `got` bytes, not the size it announced (the caller removes the partial file). */
+function sizeMismatch(target: DownloadTarget, got: number): DownloadError {
+  return new DownloadError(target.label, `the server's file is ${got} bytes but it announced ${target.size}; nothing was kept, try again later or report it to the host`);
 }
 
 function writeAll(fd: number, bytes: Uint8Array, position: number): void {

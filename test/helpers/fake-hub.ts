@@ -26,6 +26,8 @@ export interface Faults {
   rangeFromZero?: boolean;
   /** Sleep this long between 16 KiB chunks. */
   chunkDelayMs?: number;
+  /** Announce this many bytes more (or, negative, fewer) than the file has in X-Linked-Size. */
+  announceExtraBytes?: number;
 }
 
 const CHUNK = 16 * 1024;
@@ -109,7 +111,7 @@ export class FakeHub {
         Location: `${this.endpoint}/cdn/${sha}?signature=test`,
         "X-Repo-Commit": this.commit,
         "X-Linked-Etag": `"${sha}"`,
-        "X-Linked-Size": String(bytes.length),
+        "X-Linked-Size": String(bytes.length + (this.faults.announceExtraBytes ?? 0)),
         ETag: `"${sha.slice(0, 40)}"`,
       },
     });
@@ -121,7 +123,8 @@ export class FakeHub {
     const bytes = this.faults.corrupt ? flipped(original) : original;
     const range = /^bytes=(\d+)-$/.exec(req.headers.get("range") ?? "");
     const start = range && !this.faults.ignoreRange && !this.faults.rangeFromZero ? Number(range[1]) : 0;
-    if (start > bytes.length) return new Response(null, { status: 416 });
+    // As S3 and CloudFront: a range starting at or past the end is unsatisfiable, with the length.
+    if (range && start > 0 && start >= bytes.length) return new Response(null, { status: 416, headers: { "Content-Range": `bytes */${bytes.length}` } });
     const headers: Record<string, string> = { "Content-Length": String(bytes.length - start), "Accept-Ranges": "bytes" };
     let status = start > 0 ? 206 : 200;
     if (start > 0) headers["Content-Range"] = `bytes ${start}-${bytes.length - 1}/${bytes.length}`;
