@@ -135,6 +135,21 @@ describe("downloads from the hub", () => {
     expect(hub.requests).toEqual([]);
   });
 
+  test("a file llama.cpp's -hf already downloaded into its own cache is used, by name or quantization, without any request", async () => {
+    const llamaCache = mkdtempSync(join(tmpdir(), "pagellm-llama-cache-"));
+    tempDirs.push(llamaCache);
+    const path = join(llamaCache, "someone_elsewhere_model-Q8_0.gguf");
+    writeFileSync(path, BYTES);
+    writeFileSync(`${path}.etag`, SHA);
+    writeFileSync(join(llamaCache, "someone_elsewhere_model-Q4_K_M.gguf.downloadInProgress"), BYTES.subarray(0, 10));
+    const withLlama = { ...opts, llamaCppCacheDir: llamaCache, offline: true };
+    expect(await resolveModel("hf:someone/elsewhere/model-Q8_0.gguf", withLlama)).toBe(path);
+    expect(await resolveModel("hf:someone/elsewhere:Q8_0", withLlama)).toBe(path);
+    // A download llama.cpp has not finished is not a file of the cache.
+    await expect(resolveModel("hf:someone/elsewhere:Q4_K_M", withLlama)).rejects.toThrow("not in the cache and HF_HUB_OFFLINE is set");
+    expect(hub.requests).toEqual([]);
+  });
+
   test("HF_HUB_OFFLINE: cached files resolve, anything else fails without a request", async () => {
     await resolveModel(`hf:${REPO}/${FILE}`, opts);
     hub.requests.length = 0;
@@ -197,6 +212,34 @@ describe("downloads from the hub", () => {
     const cache = new RepoCache(cacheDir, REPO);
     expect(readdirSync(join(cache.dir, "blobs"))).toEqual([]);
     expect(existsSync(join(cache.dir, "snapshots"))).toBe(false);
+  });
+
+  // The stand-in CDN streams chunked (no Content-Length), as a body cut short looks from here: the
+  // short file is found by the resume that follows, whose 416 names the file's real size.
+  test("a file shorter or longer than its announced size is a one-line error, nothing kept, no retry loop", async () => {
+    for (const [extra, message, gets] of [
+      [1000, `${REPO}/${FILE}: the server's file is 300000 bytes but it announced 301000; nothing was kept`, ["GET null", "GET bytes=300000-"]],
+      [-1000, `${REPO}/${FILE}: the server sent more than the announced 299000 bytes`, ["GET null"]],
+    ] as const) {
+      hub.requests.length = 0;
+      hub.faults = { announceExtraBytes: extra };
+      const err = await resolveModel(`hf:${REPO}/${FILE}`, opts).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(DownloadError);
+      expect((err as Error).message).toStartWith(message);
+      expect(hub.requests.filter((r) => r.path.startsWith("/cdn/")).map((r) => `${r.method} ${r.range}`)).toEqual([...gets]);
+      expect(readdirSync(join(new RepoCache(cacheDir, REPO).dir, "blobs")).filter((f) => !f.endsWith(".lock"))).toEqual([]);
+    }
+  });
+
+  test("a whole file left .incomplete under a larger announced size: the resume's 416 says so, nothing kept", async () => {
+    const cache = new RepoCache(cacheDir, REPO);
+    mkdirSync(join(cache.dir, "blobs"), { recursive: true });
+    hub.faults = { announceExtraBytes: 1000 };
+    writeFileSync(`${cache.blobPath(SHA)}.incomplete`, BYTES);
+    const err = await resolveModel(`hf:${REPO}/${FILE}`, opts).catch((e: unknown) => e);
+    expect((err as Error).message).toStartWith(`${REPO}/${FILE}: the server's file is 300000 bytes but it announced 301000`);
+    expect(hub.requests.filter((r) => r.path.startsWith("/cdn/")).map((r) => r.range)).toEqual(["bytes=300000-"]);
+    expect(existsSync(`${cache.blobPath(SHA)}.incomplete`)).toBe(false);
   });
 
   test("404 names the file and says what to do", async () => {

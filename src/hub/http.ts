@@ -5,6 +5,7 @@
  */
 import { DownloadError } from "./errors.ts";
 import { hubCacheDir } from "./cache.ts";
+import { llamaCppCacheDir } from "./llama-cpp-cache.ts";
 
 export interface HubOptions {
   /** Base URL, no trailing slash: HF_ENDPOINT or https://huggingface.co. */
@@ -12,6 +13,8 @@ export interface HubOptions {
   /** HF_TOKEN, sent as a Bearer token to the endpoint's host only. */
   readonly token: string | undefined;
   readonly cacheDir: string;
+  /** llama.cpp's download cache, read (never written) for files its -hf option fetched (llama-cpp-cache.ts); absent: not read. */
+  readonly llamaCppCacheDir?: string;
   /** Draw a progress bar (defaults to: stderr is a terminal). */
   readonly progress: boolean;
   /** HF_HUB_OFFLINE=1: use the cache only, never send a request. */
@@ -23,6 +26,7 @@ export function hubOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): HubOpti
     endpoint: (env.HF_ENDPOINT || "https://huggingface.co").replace(/\/+$/, ""),
     token: env.HF_TOKEN || env.HUGGING_FACE_HUB_TOKEN || undefined,
     cacheDir: hubCacheDir(env),
+    llamaCppCacheDir: llamaCppCacheDir(env),
     progress: process.stderr.isTTY === true,
     offline: ["1", "true", "yes", "on"].includes((env.HF_HUB_OFFLINE ?? "").toLowerCase()),
   };

@@ -2,7 +2,7 @@
  * resolveModel: a model spec (path, hf:OWNER/REPO/FILE, hf:OWNER/REPO:QUANT, URL) to a local file path,
  * downloading into the hub cache when the file is not there yet. A file already in the cache at the
  * commit refs/main names is used without any request (works offline, and reuses what huggingface-cli
- * or llama.cpp downloaded).
+ * or llama.cpp downloaded, into the hub cache or into llama.cpp's own, llama-cpp-cache.ts).
  */
 import { existsSync, mkdirSync } from "node:fs";
 import { homedir } from "node:os";
@@ -13,6 +13,7 @@ import { downloadFile } from "./download.ts";
 import { ModelSpecError } from "./errors.ts";
 import { fetchFileMetadata, hubOptionsFromEnv, listRepoFiles, normalizeEtag, request, requestHeaders, statusError, type HubOptions } from "./http.ts";
 import { FileLock } from "./lock.ts";
+import { llamaCppCachedFile, llamaCppCachedFiles } from "./llama-cpp-cache.ts";
 import { parseModelSpec, pickQuantFile, type ModelSpec } from "./spec.ts";
 
 export { parseModelSpec, type ModelSpec } from "./spec.ts";
@@ -42,7 +43,7 @@ export async function resolveParsed(spec: ModelSpec, opts: HubOptions): Promise<
  * request), else from the hub's file list.
  */
 export async function quantFile(opts: HubOptions, repo: string, quant: string | null): Promise<string> {
-  const cached = new RepoCache(opts.cacheDir, repo).snapshotFiles();
+  const cached = [...new RepoCache(opts.cacheDir, repo).snapshotFiles(), ...(opts.llamaCppCacheDir === undefined ? [] : llamaCppCachedFiles(opts.llamaCppCacheDir, repo))];
   try {
     if (cached.length > 0) return pickQuantFile(repo, cached, quant);
   } catch (error) {
@@ -51,10 +52,13 @@ export async function quantFile(opts: HubOptions, repo: string, quant: string | 
   return pickQuantFile(repo, await listRepoFiles(opts, repo), quant);
 }
 
-/** The cached copy of repo/file, downloading it (HEAD for commit, etag and size; then the blob) when absent. */
+/**
+ * The cached copy of repo/file (the hub cache, else llama.cpp's own), downloading it into the hub
+ * cache (HEAD for commit, etag and size; then the blob) when neither has it.
+ */
 export async function pullHubFile(opts: HubOptions, repo: string, file: string): Promise<string> {
   const cache = new RepoCache(opts.cacheDir, repo);
-  const cached = cache.cachedFile(file);
+  const cached = cache.cachedFile(file) ?? (opts.llamaCppCacheDir === undefined ? null : llamaCppCachedFile(opts.llamaCppCacheDir, repo, file));
   if (cached !== null) return cached;
   const meta = await fetchFileMetadata(opts, repo, file);
   const blob = cache.blobPath(meta.etag);
