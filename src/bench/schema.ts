@@ -146,14 +146,15 @@ export function parseBenchDocument(text: string, name: string): BenchDocument {
   return { ...(v as unknown as AllDocument), reports };
 }
 
-/** Read a document written by --json. */
-export function readBenchDocument(path: string): BenchDocument {
+/** Read a document written by --json; `option` (e.g. "--compare") names where the path came from in errors. */
+export function readBenchDocument(path: string, option?: string): BenchDocument {
   let text: string;
   try {
     text = readFileSync(path, "utf8");
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
-    throw new InputError(code === "ENOENT" ? `${path}: file not found` : `${path}: cannot read (${code ?? (e as Error).message})`);
+    const where = option === undefined ? "" : ` (${option}: a --json document of an earlier run)`;
+    throw new InputError(code === "ENOENT" ? `${path}: file not found${where}` : `${path}: cannot read (${code ?? (e as Error).message})${where}`);
   }
   return parseBenchDocument(text, path);
 }

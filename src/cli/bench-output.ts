@@ -69,7 +69,7 @@ export function benchOutputs(values: ParsedValues, rawArgs: readonly string[]): 
   if (json !== null && json !== "stdout") checkWritable(json, "--json");
   const chart = typeof values.chart === "string" && values.chart !== "" ? checkWritable(values.chart, "--chart") : null;
   const comparePath = typeof values.compare === "string" && values.compare !== "" ? values.compare : null;
-  return { json, chart, compare: comparePath === null ? null : { name: comparePath, doc: readBenchDocument(comparePath) } };
+  return { json, chart, compare: comparePath === null ? null : { name: comparePath, doc: readBenchDocument(comparePath, "--compare") } };
 }
 
 /** A run's checked outputs and its start date, taken before anything is measured. */
