@@ -134,13 +134,20 @@ describeShared("Ctrl-C during a reply", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], (
 });
 
 describeShared("end-of-generation tokens stop a reply", ["vocab/ggml-vocab-smollm.gguf"], ([vocab]) => {
-  test("a model whose next token is always <|im_end|> gives an empty reply that ends with finish_reason stop", async () => {
-    // One layer that adds nothing, every embedding the same positive row, and a classifier that
-    // scores only <|im_end|> (id 2): the argmax is <|im_end|> whatever the prompt.
+  /**
+   * A qwen2 model that always answers "Hi!" and then <|im_end|>: one layer that adds nothing (its
+   * products are zero), so the last hidden state is the current token's embedding; "Hi" (26843)
+   * and "!" (17) have embeddings of their own (dimensions 1 and 2), every other token dimension 0;
+   * the classifier maps dimension 0 to "Hi", 1 to "!" and 2 to <|im_end|> (id 2).
+   */
+  function scriptedModel(): string {
     const dim = 64, vocabSize = 49152, hidden = 64;
+    const HI = 26843, BANG = 17, IM_END = 2;
     const f32 = (n: number, v: (i: number) => number) => () => new Uint8Array(Float32Array.from({ length: n }, (_, i) => v(i)).buffer);
+    const embeddingDim = (token: number) => (token === HI ? 1 : token === BANG ? 2 : 0);
+    const scoredBy = new Map([[HI, 0], [BANG, 1], [IM_END, 2]]);
     const tensors: TensorToWrite[] = [
-      { name: "token_embd.weight", dims: [dim, vocabSize], type: 0, data: f32(dim * vocabSize, () => 0.5) },
+      { name: "token_embd.weight", dims: [dim, vocabSize], type: 0, data: f32(dim * vocabSize, (i) => (i % dim === embeddingDim(Math.floor(i / dim)) ? 1 : 0)) },
       { name: "blk.0.attn_norm.weight", dims: [dim], type: 0, data: f32(dim, () => 1) },
       ...["attn_q", "attn_k", "attn_v"].map((n) => ({ name: `blk.0.${n}.weight`, dims: [dim, dim], type: 0, data: f32(dim * dim, () => 0) })),
       ...["attn_q", "attn_k", "attn_v"].map((n) => ({ name: `blk.0.${n}.bias`, dims: [dim], type: 0, data: f32(dim, () => 0) })),
@@ -150,9 +157,9 @@ describeShared("end-of-generation tokens stop a reply", ["vocab/ggml-vocab-smoll
       { name: "blk.0.ffn_up.weight", dims: [dim, hidden], type: 0, data: f32(dim * hidden, () => 0) },
       { name: "blk.0.ffn_down.weight", dims: [hidden, dim], type: 0, data: f32(dim * hidden, () => 0) },
       { name: "output_norm.weight", dims: [dim], type: 0, data: f32(dim, () => 1) },
-      { name: "output.weight", dims: [dim, vocabSize], type: 0, data: f32(dim * vocabSize, (i) => (Math.floor(i / dim) === 2 ? 1 : 0)) },
+      { name: "output.weight", dims: [dim, vocabSize], type: 0, data: f32(dim * vocabSize, (i) => (scoredBy.get(Math.floor(i / dim)) === i % dim ? 1 : 0)) },
     ];
-    const path = join(dir, "im-end.gguf");
+    const path = join(dir, "hi-im-end.gguf");
     const meta = new Map([
       ["general.architecture", gguf.str("qwen2")], ["qwen2.context_length", gguf.u32(256)], ["qwen2.embedding_length", gguf.u32(dim)],
       ["qwen2.block_count", gguf.u32(1)], ["qwen2.feed_forward_length", gguf.u32(hidden)], ["qwen2.attention.head_count", gguf.u32(4)],
@@ -160,14 +167,29 @@ describeShared("end-of-generation tokens stop a reply", ["vocab/ggml-vocab-smoll
       ...tokenizerMetadata(vocab!),
     ]);
     writeGGUF(path, meta, tensors);
+    return path;
+  }
+
+  test("the library: the reply is \"Hi!\" and ends at <|im_end|> with finish_reason stop", async () => {
+    const path = scriptedModel();
     const llm = LLM.load({ model: path, tokenizer: path, engine: { threads: 1 } });
     try {
       const [r] = await llm.generate([{ messages: [{ role: "user", content: "hi" }], maxTokens: 20, temperature: 0 }]);
-      expect(r!.finish_reason).toBe("stop");
-      expect(r!.completion_tokens).toBe(0);
       expect(llm.tokenizer.tokenText(2)).toBe("<|im_end|>");
+      expect([r!.text, r!.finish_reason, r!.completion_tokens]).toEqual(["Hi!", "stop", 2]);
     } finally {
       llm.close();
     }
   });
+
+  test.skipIf(!hasScript)("pagellm chat in a pseudo-terminal: ChatML, the streamed reply stops at <|im_end|>, the next turn is served from the cache", async () => {
+    const out = await chatInPty(["--model", scriptedModel(), "--max-tokens", "50", "--temperature", "0", "--threads", "1"], ["hello", "and again", "/exit"]);
+    // SmolLM2's ChatML with its default system prompt: 31 tokens for "hello"; the reply is 2 tokens, not 50.
+    expect(out).toMatch(/\nHi!\n\[prompt 31 tokens \(0 cached\), reply 2 tokens, first token/);
+    // The second prompt holds the first reply closed by <|im_end|>; all of it up to the last whole 16-token block is cached.
+    const turns = [...out.matchAll(/\[prompt (\d+) tokens \((\d+) cached\), reply (\d+) tokens/g)].map((m) => m.slice(1).map(Number));
+    expect(turns.length).toBe(2);
+    expect(turns[1]![1]).toBe(Math.floor((31 + 2 + 1) / 16) * 16);
+    expect(turns[1]![2]).toBe(2);
+  }, 120_000);
 });
