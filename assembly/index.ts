@@ -18,7 +18,7 @@ export {
   transcodeQ5_0ToQ8_0,
 } from "./ggml/legacy";
 export {
-  matmulQ2_K, matmulQ3_K, matmulQ4_K, matmulQ5_K, matmulQ6_K, embedQ2_K, embedQ3_K, embedQ4_K, embedQ5_K, embedQ6_K,
+  matmulQ2_K, matmulQ3_K, matmulQ4_K, matmulQ5_K, matmulQ6_K, unpackedRowBytes, embedQ2_K, embedQ3_K, embedQ4_K, embedQ5_K, embedQ6_K,
 } from "./ggml/kquants";
 
 /** First free byte after the module's static data: the host allocates from here up. */

@@ -17,6 +17,8 @@
 import { accumulate, dotAdd, loadHalf, sumLanes } from "./common";
 
 const QK_K: i32 = 256;
+/** Tokens from which a product unpacks each row once (below, unpacking inside each dot costs less). */
+const UNPACK_MIN_TOKENS = 4;
 const LOW_NIBBLES = i8x16.splat(0x0f);
 const THREE = i8x16.splat(3);
 
@@ -258,6 +260,123 @@ const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
   return sumLanes(acc) + mins;
 }
 
+// ---- several tokens: each row unpacked once, then read by every token
+
+/** Bytes per super-block of an unpacked row: 256 weights, 16 scale splats (i16x8), 8 minimums (i32). */
+const UNPACKED_BYTES: usize = 256 + 256 + 32;
+
+/** Bytes of scratch unpackRow needs for a row of `cols` values (cols / 256 super-blocks). */
+export function unpackedRowBytes(cols: i32): i32 {
+  return (cols >> 8) * <i32>UNPACKED_BYTES;
+}
+
+/**
+ * Write row `row`'s super-blocks unpacked at dst, each as the same numbers superBlockDot takes:
+ * 256 weights 0..63 in activation order, the scale of each 16 as an i16x8 splat, and (Q4_K, Q5_K)
+ * the 8 minimums as i32.
+ */
+@inline function unpackRow(kind: i32, row: usize, nb: i32, dst: usize): void {
+  const bs = <usize>blockBytes(kind);
+  for (let b = 0; b < nb; b++) {
+    const blk = row + <usize>b * bs;
+    const u = dst + <usize>b * UNPACKED_BYTES, scales = u + 256, mins = u + 512;
+    if (kind == Q6_K) {
+      const raw = v128.load(blk, 192);
+      const lo = i16x8.extend_low_i8x16_s(raw), hi = i16x8.extend_high_i8x16_s(raw);
+      for (let n = 0; n < 2; n++) {
+        for (let h = 0; h < 2; h++) {
+          // Group k of quarter h of half n: values 128n + 16h + 32k, activation group 8n + 2k + h.
+          const l0 = v128.load(blk + <usize>(64 * n + 16 * h));
+          const l1 = v128.load(blk + <usize>(64 * n + 32 + 16 * h));
+          const hb = v128.load(blk + 128 + <usize>(32 * n + 16 * h));
+          const HIGH = i8x16.splat(0x30);
+          const g = u + <usize>(128 * n + 16 * h);
+          v128.store(g, v128.or(v128.and(l0, LOW_NIBBLES), v128.and(i16x8.shl(hb, 4), HIGH)));
+          v128.store(g, v128.or(v128.and(l1, LOW_NIBBLES), v128.and(i16x8.shl(hb, 2), HIGH)), 32);
+          v128.store(g, v128.or(highNibbles(l0), v128.and(hb, HIGH)), 64);
+          v128.store(g, v128.or(highNibbles(l1), v128.and(i16x8.shr_u(hb, 2), HIGH)), 96);
+        }
+        const sc = n == 0 ? lo : hi;
+        for (let k = 0; k < 4; k++) {
+          for (let h = 0; h < 2; h++) v128.store(scales + <usize>((8 * n + 2 * k + h) << 4), lane16(sc, 2 * k + h));
+        }
+      }
+    } else {
+      const sm = scalesMinsK4(blk + 4);
+      const sc = i16x8.extend_low_i8x16_u(sm);
+      const qsAt: usize = kind == Q4_K ? 16 : 48;
+      const qh0 = v128.load(blk, 16), qh1 = v128.load(blk, 32);
+      for (let c = 0; c < 4; c++) {
+        const q0 = v128.load(blk + qsAt + <usize>(32 * c));
+        const q1 = v128.load(blk + qsAt + <usize>(32 * c + 16));
+        let lo0 = v128.and(q0, LOW_NIBBLES), lo1 = v128.and(q1, LOW_NIBBLES);
+        let hi0 = highNibbles(q0), hi1 = highNibbles(q1);
+        if (kind == Q5_K) {
+          // Bits 2c and 2c + 1 of qh at 0x10 (a variable shift here: the loop runs once per row).
+          const b0 = 2 * c, b1 = 2 * c + 1;
+          const FIFTH = i8x16.splat(0x10);
+          lo0 = v128.or(lo0, v128.and(i8x16.shr_u(i8x16.shl(qh0, 7 - b0), 3), FIFTH));
+          lo1 = v128.or(lo1, v128.and(i8x16.shr_u(i8x16.shl(qh1, 7 - b0), 3), FIFTH));
+          hi0 = v128.or(hi0, v128.and(i8x16.shr_u(i8x16.shl(qh0, 7 - b1), 3), FIFTH));
+          hi1 = v128.or(hi1, v128.and(i8x16.shr_u(i8x16.shl(qh1, 7 - b1), 3), FIFTH));
+        }
+        const g = u + <usize>(64 * c);
+        v128.store(g, lo0);
+        v128.store(g, lo1, 16);
+        v128.store(g, hi0, 32);
+        v128.store(g, hi1, 48);
+        const sLo = lane16(sc, 2 * c), sHi = lane16(sc, 2 * c + 1);
+        v128.store(scales + <usize>(64 * c), sLo);
+        v128.store(scales + <usize>(64 * c), sLo, 16);
+        v128.store(scales + <usize>(64 * c), sHi, 32);
+        v128.store(scales + <usize>(64 * c), sHi, 48);
+      }
+      const mins8 = i16x8.extend_high_i8x16_u(sm);
+      v128.store(mins, i32x4.extend_low_i16x8_u(mins8));
+      v128.store(mins, i32x4.extend_high_i16x8_u(mins8), 16);
+    }
+  }
+}
+
+/**
+ * rowDot over an unpacked row (u as unpackRow wrote it): the same integer sums as superBlockDot,
+ * each 16 weights a load instead of an unpacking, then rowDot's float part in rowDot's order, so
+ * the result is the same bits.
+ */
+@inline function rowDotUnpacked(kind: i32, row: usize, u: usize, xq: usize, xd: usize, xs: usize, cols: i32): f32 {
+  const nb = cols >> 8;
+  const bs = <usize>blockBytes(kind);
+  let acc = f32x4.splat(0);
+  let mins: f32 = 0;
+  let blk = row, ub = u, x = xq, s = xs, d = xd;
+  for (let b = 0; b < nb; b++, blk += bs, ub += UNPACKED_BYTES, x += 256, s += 64, d += 4) {
+    let isum = i32x4.splat(0);
+    for (let g: usize = 0; g < 256; g += 64) {
+      isum = i32x4.add(isum, i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(x + g), v128.load(ub + g)), v128.load(ub + 256 + g)));
+      isum = i32x4.add(isum, i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(x + g, 16), v128.load(ub + g, 16)), v128.load(ub + 256 + g, 16)));
+      isum = i32x4.add(isum, i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(x + g, 32), v128.load(ub + g, 32)), v128.load(ub + 256 + g, 32)));
+      isum = i32x4.add(isum, i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(x + g, 48), v128.load(ub + g, 48)), v128.load(ub + 256 + g, 48)));
+    }
+    const xdb = load<f32>(d);
+    if (kind == Q6_K) {
+      // Values are u - 32: 32 x the scaled 16-value sums out, as superBlockDot.
+      const raw = v128.load(blk, 192);
+      const sums0 = i16x8.narrow_i32x4_s(v128.load(s), v128.load(s, 16));
+      const sums1 = i16x8.narrow_i32x4_s(v128.load(s, 32), v128.load(s, 48));
+      const o = i32x4.add(i32x4.dot_i16x8_s(sums0, i16x8.extend_low_i8x16_s(raw)), i32x4.dot_i16x8_s(sums1, i16x8.extend_high_i8x16_s(raw)));
+      const offset = i32x4.extract_lane(o, 0) + i32x4.extract_lane(o, 1) + i32x4.extract_lane(o, 2) + i32x4.extract_lane(o, 3);
+      isum = i32x4.sub(isum, i32x4.splat(offset << 3));
+      acc = accumulate(acc, isum, superScale(kind, blk) * xdb);
+    } else {
+      acc = accumulate(acc, isum, superScale(kind, blk) * xdb);
+      const m = i32x4.add(i32x4.mul(v128.load(ub + 512), pairSums(s, 0)), i32x4.mul(v128.load(ub + 512, 16), pairSums(s, 32)));
+      const minSum = i32x4.extract_lane(m, 0) + i32x4.extract_lane(m, 1) + i32x4.extract_lane(m, 2) + i32x4.extract_lane(m, 3);
+      mins -= superMinScale(kind, blk) * (xdb * <f32>minSum);
+    }
+  }
+  return sumLanes(acc) + mins;
+}
+
 /**
  * `minSlot` is 32 bytes of per-thread scratch: the integer minimum sum leaves superBlockDot in its
  * first 4 (AssemblyScript returns one value), Q3_K's unpacked scales use bytes 16..31.
@@ -266,8 +385,20 @@ const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
   kind: i32, out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, minSlot: usize, rowStart: i32, rowEnd: i32,
 ): void {
   const rowBytes = (cols >> 8) * blockBytes(kind);
+  // With several tokens, Q4_K, Q5_K and Q6_K rows are unpacked once into the scratch after the
+  // minimum slot, then read by every token.
+  const unpacked = T >= UNPACK_MIN_TOKENS && (kind == Q4_K || kind == Q5_K || kind == Q6_K);
+  const u = minSlot + 64;
   for (let r = rowStart; r < rowEnd; r++) {
     const row = w + <usize>(r * rowBytes);
+    if (unpacked) {
+      unpackRow(kind, row, cols >> 8, u);
+      for (let t = 0; t < T; t++) {
+        const v = rowDotUnpacked(kind, row, u, xq + <usize>(t * cols), xd + (<usize>(t * (cols >> 8)) << 2), xs + (<usize>(t * (cols >> 4)) << 2), cols);
+        store<f32>(out + (<usize>(t * outStride + r) << 2), v);
+      }
+      continue;
+    }
     for (let t = 0; t < T; t++) {
       const v = rowDot(kind, row, xq + <usize>(t * cols), xd + (<usize>(t * (cols >> 8)) << 2), xs + (<usize>(t * (cols >> 4)) << 2), cols, minSlot);
       store<f32>(out + (<usize>(t * outStride + r) << 2), v);

@@ -74,6 +74,68 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
   return sumLanes(acc) + mins;
 }
 
+/** One token's share of a block in rowDot4: acc + its block dot, scaled (token k's activations at x + k*cols, its scale and sum at scale/sum + k*nb*4). */
+@inline function tokenBlock(kind: i32, blk: usize, w0: v128, w1: v128, m0: v128, m1: v128, x: usize, scale: usize, sum: usize, wd: f32, acc: v128): v128 {
+  const x0 = v128.load(x), x1 = v128.load(x, 16);
+  let isum: v128;
+  if (kind == Q8_0) {
+    isum = dotAdd(i8x16.sub(v128.xor(x1, m1), m1), w1, dotAdd(i8x16.sub(v128.xor(x0, m0), m0), w0, ZERO));
+  } else {
+    const start = kind == Q4_0 ? i32x4.splat(-(load<i32>(sum) << 1)) : kind == Q5_0 ? i32x4.splat(-(load<i32>(sum) << 2)) : ZERO;
+    isum = dotAdd(x1, w1, dotAdd(x0, w0, start));
+  }
+  return accumulate(acc, isum, wd * load<f32>(scale));
+}
+
+/**
+ * rowDot for four tokens at once (their activations cols, scales and sums nb apart): each weight
+ * block is loaded and unpacked once for the four, and every token goes through rowDot's own
+ * operations in its order, so each result is the same bits as rowDot's.
+ */
+@inline function rowDot4(kind: i32, row: usize, xq: usize, xd: usize, xs: usize, cols: i32, out: usize, outStride: usize): void {
+  const bs = <usize>blockBytes(kind);
+  const c = <usize>cols, nb4 = <usize>(cols >> 5) << 2;
+  let acc0 = f32x4.splat(0), acc1 = f32x4.splat(0), acc2 = f32x4.splat(0), acc3 = f32x4.splat(0);
+  let mins0: f32 = 0, mins1: f32 = 0, mins2: f32 = 0, mins3: f32 = 0;
+  let blk = row, x = xq, scale = xd, sum = xs;
+  const end = xq + c;
+  for (; x < end; x += 32, blk += bs, scale += 4, sum += 4) {
+    const wd = loadHalf(blk);
+    let w0: v128, w1: v128, m0 = ZERO, m1 = ZERO;
+    if (kind == Q8_0) {
+      const q0 = v128.load(blk, 2), q1 = v128.load(blk, 18);
+      m0 = i8x16.lt_s(q0, ZERO);
+      m1 = i8x16.lt_s(q1, ZERO);
+      w0 = i8x16.abs(q0);
+      w1 = i8x16.abs(q1);
+    } else {
+      const qs = v128.load(blk + <usize>(kind == Q4_0 ? 2 : kind == Q4_1 ? 4 : kind == Q5_0 ? 6 : 8));
+      w0 = v128.and(qs, LOW_NIBBLES);
+      w1 = v128.and(i16x8.shr_u(qs, 4), LOW_NIBBLES);
+      if (kind == Q5_0 || kind == Q5_1) {
+        const qh = v128.load32_splat(blk + <usize>(kind == Q5_0 ? 2 : 4));
+        w0 = v128.or(w0, highBits(qh, false));
+        w1 = v128.or(w1, highBits(qh, true));
+      }
+    }
+    acc0 = tokenBlock(kind, blk, w0, w1, m0, m1, x, scale, sum, wd, acc0);
+    acc1 = tokenBlock(kind, blk, w0, w1, m0, m1, x + c, scale + nb4, sum + nb4, wd, acc1);
+    acc2 = tokenBlock(kind, blk, w0, w1, m0, m1, x + 2 * c, scale + 2 * nb4, sum + 2 * nb4, wd, acc2);
+    acc3 = tokenBlock(kind, blk, w0, w1, m0, m1, x + 3 * c, scale + 3 * nb4, sum + 3 * nb4, wd, acc3);
+    if (kind == Q4_1 || kind == Q5_1) {
+      const wm = loadHalf(blk + 2);
+      mins0 += wm * (load<f32>(scale) * <f32>load<i32>(sum));
+      mins1 += wm * (load<f32>(scale + nb4) * <f32>load<i32>(sum + nb4));
+      mins2 += wm * (load<f32>(scale + 2 * nb4) * <f32>load<i32>(sum + 2 * nb4));
+      mins3 += wm * (load<f32>(scale + 3 * nb4) * <f32>load<i32>(sum + 3 * nb4));
+    }
+  }
+  store<f32>(out, sumLanes(acc0) + mins0);
+  store<f32>(out + outStride, sumLanes(acc1) + mins1);
+  store<f32>(out + 2 * outStride, sumLanes(acc2) + mins2);
+  store<f32>(out + 3 * outStride, sumLanes(acc3) + mins3);
+}
+
 @inline function matmulLegacy(
   kind: i32, out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32,
 ): void {
@@ -82,9 +144,14 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
   // from register pressure (one thread, us, pairs -> single: 2048x768 Q8_0 206 -> 100, Q5_0
   // 185 -> 131, Q5_1 164 -> 146, Q4_0 79 -> 92, Q4_1 99 -> 112; 768x2048 Q4_0 158 -> 89, Q4_1
   // 145 -> 110).
+  const T4 = T & ~3;
   for (let r = rowStart; r < rowEnd; r++) {
     const row = w + <usize>(r * rowBytes);
-    for (let t = 0; t < T; t++) {
+    for (let t = 0; t < T4; t += 4) {
+      const x = xq + <usize>(t * cols), scales = xd + (<usize>(t * (cols >> 5)) << 2), sums = xs + (<usize>(t * (cols >> 5)) << 2);
+      rowDot4(kind, row, x, scales, sums, cols, out + (<usize>(t * outStride + r) << 2), <usize>outStride << 2);
+    }
+    for (let t = T4; t < T; t++) {
       const x = xq + <usize>(t * cols), scales = xd + (<usize>(t * (cols >> 5)) << 2), sums = xs + (<usize>(t * (cols >> 5)) << 2);
       store<f32>(out + (<usize>(t * outStride + r) << 2), rowDot(kind, row, x, scales, sums, cols));
     }

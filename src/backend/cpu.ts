@@ -14,8 +14,11 @@ import { activationBlock, ggmlKernels, type ActivationFormat } from "./ggml-kern
 
 type GGMLMatrix = Extract<WeightMatrix, { kind: "ggml" }>;
 
-/** A K-quant product's per-thread scratch: one i32 (the minimum sum of a super-block); a cache line apart. */
-const SUPER_BLOCK_SCRATCH_BYTES = 64;
+/**
+ * A K-quant product's per-thread scratch: a 64-byte slot (a super-block's minimum sum, Q3_K's
+ * scales), then room to unpack one row for products of several tokens (kernels.unpackedRowBytes).
+ */
+const SUPER_BLOCK_SLOT_BYTES = 64;
 /**
  * Smallest row range a thread claims in a ggml product. Four rows (the default) of a 576-wide
  * Q8_0 matrix are ~0.2 us of work, less than claiming them and calling the kernel: SmolLM2-135M
@@ -72,8 +75,9 @@ export class CpuBackend {
   private actWidth = 0;
   /** Whether actScratch also holds maxTokens x maxWidth f32 (activations rounded for F16/BF16 products). */
   private actRounded = false;
-  /** Per-thread scratch of the K-quant products (SUPER_BLOCK_SCRATCH_BYTES each). */
+  /** Per-thread scratch of the K-quant products (superBlockScratchBytes each). */
   private superBlockScratch = 0;
+  private superBlockScratchBytes = SUPER_BLOCK_SLOT_BYTES;
   /** Which arithmetic the ops use; set once by the model this backend runs (see ModelConfig.numerics). */
   numerics: Numerics = "default";
 
@@ -100,7 +104,9 @@ export class CpuBackend {
     this.actRounded = roundedActivations;
     const int8Bytes = this.kernels.actBytesPerToken(Math.ceil(maxWidth / 32) * 32);
     this.actScratch = this.mem.alloc(maxTokens * Math.max(int8Bytes, roundedActivations ? 4 * maxWidth : 0));
-    this.superBlockScratch = this.mem.alloc(SUPER_BLOCK_SCRATCH_BYTES * this.threads);
+    const unpacked = this.kernels.unpackedRowBytes(Math.ceil(maxWidth / 256) * 256);
+    this.superBlockScratchBytes = SUPER_BLOCK_SLOT_BYTES + Math.ceil(unpacked / 64) * 64;
+    this.superBlockScratch = this.mem.alloc(this.superBlockScratchBytes * this.threads);
     this.q8Capacity = maxTokens * maxWidth;
     this.q8Values = this.mem.alloc(this.q8Capacity);
     this.q8Scales = this.mem.alloc(4 * this.q8Capacity);
@@ -274,7 +280,7 @@ export class CpuBackend {
       return;
     }
     const args = [out, act.xq, act.xd, act.xs, m.addr, T, m.cols, m.rows, this.superBlockScratch, 0, m.rows];
-    this.dispatch({ kernel: k.matmul, args, total: m.rows, granularity: 1, minChunk: GGML_MIN_CHUNK_ROWS, scratch: { arg: 8, stride: SUPER_BLOCK_SCRATCH_BYTES } }, parallel);
+    this.dispatch({ kernel: k.matmul, args, total: m.rows, granularity: 1, minChunk: GGML_MIN_CHUNK_ROWS, scratch: { arg: 8, stride: this.superBlockScratchBytes } }, parallel);
   }
 
   /**

@@ -89,6 +89,8 @@ export interface Kernels {
   matmulQ4_K: SuperBlockMatmul;
   matmulQ5_K: SuperBlockMatmul;
   matmulQ6_K: SuperBlockMatmul;
+  /** Scratch bytes a K-quant product unpacks one row of `cols` values into (after its 64-byte minimum slot). */
+  unpackedRowBytes(cols: number): number;
   embedF16: BlockEmbed;
   embedBF16: BlockEmbed;
   embedQ8_0: BlockEmbed;
@@ -116,7 +118,7 @@ export type BlockMatmul = (
   out: number, xq: number, xd: number, xs: number, w: number, T: number, cols: number, outStride: number, rowStart: number, rowEnd: number,
 ) => void;
 
-/** A K-quant product: as BlockMatmul, with 32 bytes of per-thread scratch before the range. */
+/** A K-quant product: as BlockMatmul, with per-thread scratch (CpuBackend.superBlockScratchBytes) before the range. */
 export type SuperBlockMatmul = (
   out: number, xq: number, xd: number, xs: number, w: number, T: number, cols: number, outStride: number, scratch: number,
   rowStart: number, rowEnd: number,
