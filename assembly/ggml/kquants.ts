@@ -262,8 +262,11 @@ const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
 
 // ---- several tokens: each row unpacked once, then read by every token
 
-/** Bytes per super-block of an unpacked row: 256 weights, 16 scale splats (i16x8), 8 minimums (i32). */
-const UNPACKED_BYTES: usize = 256 + 256 + 32;
+/**
+ * Bytes per super-block of an unpacked row: 256 weights, 16 scale splats (i16x8), then 16 i32:
+ * the 8 minimums of Q4_K/Q5_K, the 16 minimums of Q2_K, or the 16 scales of Q3_K.
+ */
+const UNPACKED_BYTES: usize = 256 + 256 + 64;
 
 /** Bytes of scratch unpackRow needs for a row of `cols` values (cols / 256 super-blocks). */
 export function unpackedRowBytes(cols: i32): i32 {
@@ -272,15 +275,47 @@ export function unpackedRowBytes(cols: i32): i32 {
 
 /**
  * Write row `row`'s super-blocks unpacked at dst, each as the same numbers superBlockDot takes:
- * 256 weights 0..63 in activation order, the scale of each 16 as an i16x8 splat, and (Q4_K, Q5_K)
- * the 8 minimums as i32.
+ * 256 weights 0..63 in activation order, the scale of each 16 as an i16x8 splat, and 16 i32: the
+ * 8 minimums (Q4_K, Q5_K), the 16 minimums (Q2_K) or the 16 scales (Q3_K, for its offset of 4).
  */
 @inline function unpackRow(kind: i32, row: usize, nb: i32, dst: usize): void {
   const bs = <usize>blockBytes(kind);
   for (let b = 0; b < nb; b++) {
     const blk = row + <usize>b * bs;
     const u = dst + <usize>b * UNPACKED_BYTES, scales = u + 256, mins = u + 512;
-    if (kind == Q6_K) {
+    if (kind == Q2_K || kind == Q3_K) {
+      // As superBlockDot: 2-bit values (Q3_K: plus its high bit as 4) in 16-value sub-blocks s =
+      // 8n + 2j (low 16 bytes of qs half n) and s + 1 (high 16), shifted down 2j.
+      const qsAt: usize = kind == Q2_K ? 16 : 32;
+      let hm0 = kind == Q3_K ? v128.load(blk) : ZERO;
+      let hm1 = kind == Q3_K ? v128.load(blk, 16) : ZERO;
+      for (let n = 0; n < 2; n++) {
+        let q0 = v128.load(blk + qsAt + <usize>(32 * n));
+        let q1 = v128.load(blk + qsAt + <usize>(32 * n + 16));
+        for (let j = 0; j < 4; j++) {
+          let u0 = v128.and(q0, THREE);
+          let u1 = v128.and(q1, THREE);
+          q0 = i16x8.shr_u(q0, 2);
+          q1 = i16x8.shr_u(q1, 2);
+          if (kind == Q3_K) {
+            u0 = v128.or(u0, i16x8.shl(v128.and(hm0, i8x16.splat(1)), 2));
+            u1 = v128.or(u1, i16x8.shl(v128.and(hm1, i8x16.splat(1)), 2));
+            hm0 = i16x8.shr_u(hm0, 1);
+            hm1 = i16x8.shr_u(hm1, 1);
+          }
+          const sub = 8 * n + 2 * j;
+          v128.store(u + <usize>(16 * sub), u0);
+          v128.store(u + <usize>(16 * sub + 16), u1);
+        }
+      }
+      for (let sub = 0; sub < 16; sub++) {
+        const byte = <i32>load<u8>(blk + <usize>sub);
+        const sc = kind == Q2_K ? byte & 0xf : scaleQ3K(blk + 96, sub);
+        v128.store(scales + <usize>(16 * sub), i16x8.splat(<i16>sc));
+        // Q2_K: the sub-block's minimum; Q3_K: its scale, for the offset of 4.
+        store<i32>(mins + <usize>(4 * sub), kind == Q2_K ? byte >> 4 : sc);
+      }
+    } else if (kind == Q6_K) {
       const raw = v128.load(blk, 192);
       const lo = i16x8.extend_low_i8x16_s(raw), hi = i16x8.extend_high_i8x16_s(raw);
       for (let n = 0; n < 2; n++) {
@@ -358,7 +393,17 @@ export function unpackedRowBytes(cols: i32): i32 {
       isum = i32x4.add(isum, i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(x + g, 48), v128.load(ub + g, 48)), v128.load(ub + 256 + g, 48)));
     }
     const xdb = load<f32>(d);
-    if (kind == Q6_K) {
+    if (kind == Q2_K || kind == Q3_K) {
+      // The 16 stored numbers times the 16-value activation sums: Q2_K's minimum sum, Q3_K's offset (4 x, one per lane).
+      const p = i32x4.add(
+        i32x4.add(i32x4.mul(v128.load(ub + 512), v128.load(s)), i32x4.mul(v128.load(ub + 512, 16), v128.load(s, 16))),
+        i32x4.add(i32x4.mul(v128.load(ub + 512, 32), v128.load(s, 32)), i32x4.mul(v128.load(ub + 512, 48), v128.load(s, 48))),
+      );
+      const total = i32x4.extract_lane(p, 0) + i32x4.extract_lane(p, 1) + i32x4.extract_lane(p, 2) + i32x4.extract_lane(p, 3);
+      if (kind == Q3_K) isum = i32x4.sub(isum, i32x4.splat(total));
+      acc = accumulate(acc, isum, superScale(kind, blk) * xdb);
+      if (kind == Q2_K) mins -= superMinScale(kind, blk) * (xdb * <f32>total);
+    } else if (kind == Q6_K) {
       // Values are u - 32: 32 x the scaled 16-value sums out, as superBlockDot.
       const raw = v128.load(blk, 192);
       const sums0 = i16x8.narrow_i32x4_s(v128.load(s), v128.load(s, 16));
@@ -385,9 +430,9 @@ export function unpackedRowBytes(cols: i32): i32 {
   kind: i32, out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, minSlot: usize, rowStart: i32, rowEnd: i32,
 ): void {
   const rowBytes = (cols >> 8) * blockBytes(kind);
-  // With several tokens, Q4_K, Q5_K and Q6_K rows are unpacked once into the scratch after the
-  // minimum slot, then read by every token.
-  const unpacked = T >= UNPACK_MIN_TOKENS && (kind == Q4_K || kind == Q5_K || kind == Q6_K);
+  // With several tokens, each row is unpacked once into the scratch after the minimum slot, then
+  // read by every token.
+  const unpacked = T >= UNPACK_MIN_TOKENS;
   const u = minSlot + 64;
   for (let r = rowStart; r < rowEnd; r++) {
     const row = w + <usize>(r * rowBytes);
