@@ -37,16 +37,27 @@ const THREE = i8x16.splat(3);
   return (low | (high << 4)) - 32;
 }
 
+/**
+ * Q3_K's sixteen scales (stored minus 32) as i8 lanes, all at once: low nibbles of bytes 0..7 are
+ * the low 4 bits of scales 0..7, their high nibbles those of 8..15, and bits 2(j >> 2), +1 of byte
+ * 8 + (j & 3) the top 2 bits of scale j (scaleQ3K's rule). Reads the 12 bytes only.
+ */
+@inline function scalesQ3K(q: usize): v128 {
+  const v = v128.load64_zero(q);
+  const low = i8x16.shuffle(v128.and(v, LOW_NIBBLES), v128.and(i16x8.shr_u(v, 4), LOW_NIBBLES), 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+  const h = v128.load32_splat(q + 8); // lane j: byte 8 + (j & 3)
+  const top = v128.or(
+    v128.or(v128.and(h, v128.and(THREE, i32x4(-1, 0, 0, 0))), v128.and(v128.and(i16x8.shr_u(h, 2), THREE), i32x4(0, -1, 0, 0))),
+    v128.or(v128.and(v128.and(i16x8.shr_u(h, 4), THREE), i32x4(0, 0, -1, 0)), v128.and(v128.and(i16x8.shr_u(h, 6), THREE), i32x4(0, 0, 0, -1))),
+  );
+  return i8x16.sub(v128.or(low, i16x8.shl(top, 4)), i8x16.splat(32));
+}
+
 const ZERO = i32x4.splat(0);
 const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
 
 @inline function blockBytes(kind: i32): i32 {
   return kind == Q2_K ? 84 : kind == Q3_K ? 110 : kind == Q4_K ? 144 : kind == Q5_K ? 176 : 210;
-}
-
-/** Sum of the token's 16 values starting at 16s of the super-block (exact). */
-@inline function sum16(xs: usize, s: i32): i32 {
-  return load<i32>(xs + (<usize>s << 2));
 }
 
 /**
@@ -56,11 +67,6 @@ const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
  */
 @inline function scaledDot(x: v128, u: v128, scale: v128): v128 {
   return i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(x, u), scale);
-}
-
-/** isum + the scaled dots of two 16-value sub-blocks (x and x + 16) with values u0, u1. */
-@inline function twoSubBlocks(isum: v128, x: usize, u0: v128, u1: v128, sc0: i32, sc1: i32): v128 {
-  return i32x4.add(isum, i32x4.add(scaledDot(v128.load(x), u0, i16x8.splat(<i16>sc0)), scaledDot(v128.load(x, 16), u1, i16x8.splat(<i16>sc1))));
 }
 
 /**
@@ -191,48 +197,57 @@ const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
     const offset = i32x4.extract_lane(o, 0) + i32x4.extract_lane(o, 1) + i32x4.extract_lane(o, 2) + i32x4.extract_lane(o, 3);
     isum = i32x4.sub(isum, i32x4.splat(offset << 3));
   } else {
-    // Q2_K and Q3_K: 2-bit values (plus Q3_K's high bit), 16-value sub-blocks. Q3_K's packed
-    // scales are unpacked once into scratch after the minimum slot, with the offset sum.
+    // Q2_K and Q3_K: 2-bit values (plus Q3_K's high bit), 16-value sub-blocks, whose 16 scales
+    // (Q2_K: and minimums) are unpacked at once; their products with the 16-value activation sums
+    // (at most 16 x 127, so i16) are Q3_K's offset of 4 and Q2_K's minimum sum.
     const qsAt: usize = kind == Q2_K ? 16 : 32;
-    const scales = mins + 16;
+    const packed = kind == Q2_K ? v128.load(blk) : ZERO;
+    const sc8 = kind == Q3_K ? scalesQ3K(blk + 96) : v128.and(packed, LOW_NIBBLES);
+    const scLo = i16x8.extend_low_i8x16_s(sc8), scHi = i16x8.extend_high_i8x16_s(sc8);
+    const sums0 = i16x8.narrow_i32x4_s(v128.load(xs), v128.load(xs, 16));
+    const sums1 = i16x8.narrow_i32x4_s(v128.load(xs, 32), v128.load(xs, 48));
     let offset = 0;
     if (kind == Q3_K) {
-      for (let s = 0; s < 16; s++) {
-        const sc = scaleQ3K(blk + 96, s);
-        store<i8>(scales + <usize>s, <i8>sc);
-        offset += sc * sum16(xs, s);
-      }
+      const o = i32x4.add(i32x4.dot_i16x8_s(sums0, scLo), i32x4.dot_i16x8_s(sums1, scHi));
+      offset = i32x4.extract_lane(o, 0) + i32x4.extract_lane(o, 1) + i32x4.extract_lane(o, 2) + i32x4.extract_lane(o, 3);
+    } else {
+      const mn = v128.and(i16x8.shr_u(packed, 4), LOW_NIBBLES);
+      const m = i32x4.add(i32x4.dot_i16x8_s(sums0, i16x8.extend_low_i8x16_u(mn)), i32x4.dot_i16x8_s(sums1, i16x8.extend_high_i8x16_u(mn)));
+      minSum = i32x4.extract_lane(m, 0) + i32x4.extract_lane(m, 1) + i32x4.extract_lane(m, 2) + i32x4.extract_lane(m, 3);
     }
-    let hm0 = kind == Q3_K ? v128.load(blk) : ZERO;
-    let hm1 = kind == Q3_K ? v128.load(blk, 16) : ZERO;
-    for (let n = 0; n < 2; n++) {
-      let q0 = v128.load(blk + qsAt + <usize>(32 * n));
-      let q1 = v128.load(blk + qsAt + <usize>(32 * n + 16));
-      for (let j = 0; j < 4; j++) {
-        let u0 = v128.and(q0, THREE);
-        let u1 = v128.and(q1, THREE);
-        q0 = i16x8.shr_u(q0, 2);
-        q1 = i16x8.shr_u(q1, 2);
-        const s = 8 * n + 2 * j;
-        const x = xq + <usize>(16 * s);
-        if (kind == Q3_K) {
-          // With its high bit (the next bit of hmask) as 4, u is the value + 4.
-          u0 = v128.or(u0, i16x8.shl(v128.and(hm0, i8x16.splat(1)), 2));
-          u1 = v128.or(u1, i16x8.shl(v128.and(hm1, i8x16.splat(1)), 2));
-          hm0 = i16x8.shr_u(hm0, 1);
-          hm1 = i16x8.shr_u(hm1, 1);
-          isum = twoSubBlocks(isum, x, u0, u1, <i32>load<i8>(scales + <usize>s), <i32>load<i8>(scales + <usize>(s + 1)));
-        } else {
-          const sc0 = <i32>load<u8>(blk + <usize>s), sc1 = <i32>load<u8>(blk + <usize>(s + 1));
-          isum = twoSubBlocks(isum, x, u0, u1, sc0 & 0xf, sc1 & 0xf);
-          minSum += (sc0 >> 4) * sum16(xs, s) + (sc1 >> 4) * sum16(xs, s + 1);
-        }
-      }
-    }
+    const hm0 = kind == Q3_K ? v128.load(blk) : ZERO;
+    const hm1 = kind == Q3_K ? v128.load(blk, 16) : ZERO;
+    const q0 = v128.load(blk + qsAt), q1 = v128.load(blk + qsAt, 16), q2 = v128.load(blk + qsAt, 32), q3 = v128.load(blk + qsAt, 48);
+    isum = pairQ23(kind, isum, xq, q0, q1, hm0, hm1, scLo, 0, 0);
+    isum = pairQ23(kind, isum, xq, q0, q1, hm0, hm1, scLo, 0, 1);
+    isum = pairQ23(kind, isum, xq, q0, q1, hm0, hm1, scLo, 0, 2);
+    isum = pairQ23(kind, isum, xq, q0, q1, hm0, hm1, scLo, 0, 3);
+    isum = pairQ23(kind, isum, xq, q2, q3, hm0, hm1, scHi, 1, 0);
+    isum = pairQ23(kind, isum, xq, q2, q3, hm0, hm1, scHi, 1, 1);
+    isum = pairQ23(kind, isum, xq, q2, q3, hm0, hm1, scHi, 1, 2);
+    isum = pairQ23(kind, isum, xq, q2, q3, hm0, hm1, scHi, 1, 3);
     if (kind == Q3_K) isum = i32x4.sub(isum, i32x4.splat(offset)); // 4 x the sums, 1 per lane
   }
   store<i32>(mins, minSum);
   return isum;
+}
+
+/**
+ * isum + sub-blocks s = 8n + 2j and s + 1 of a Q2_K or Q3_K super-block (n, j constants after
+ * inlining): the 2-bit fields at 2j of half n's low and high 16 bytes (q0, q1), Q3_K's high bit
+ * (bit 4n + j of hmask) as 4, times their scales (lanes 2j, 2j + 1 of sc, half n's eight).
+ */
+@inline function pairQ23(kind: i32, isum: v128, xq: usize, q0: v128, q1: v128, hm0: v128, hm1: v128, sc: v128, n: i32, j: i32): v128 {
+  let u0 = v128.and(i16x8.shr_u(q0, 2 * j), THREE);
+  let u1 = v128.and(i16x8.shr_u(q1, 2 * j), THREE);
+  if (kind == Q3_K) {
+    const bit = 4 * n + j;
+    const FOUR = i8x16.splat(4);
+    u0 = v128.or(u0, v128.and(bit < 2 ? i16x8.shl(hm0, 2 - bit) : i16x8.shr_u(hm0, bit - 2), FOUR));
+    u1 = v128.or(u1, v128.and(bit < 2 ? i16x8.shl(hm1, 2 - bit) : i16x8.shr_u(hm1, bit - 2), FOUR));
+  }
+  const x = xq + <usize>(16 * (8 * n + 2 * j));
+  return i32x4.add(isum, i32x4.add(scaledDot(v128.load(x), u0, lane16(sc, 2 * j)), scaledDot(v128.load(x, 16), u1, lane16(sc, 2 * j + 1))));
 }
 
 /** The super-block's weight scale d and minimum scale dmin (0 for types without minimums). */
@@ -423,8 +438,8 @@ export function unpackedRowBytes(cols: i32): i32 {
 }
 
 /**
- * `minSlot` is 32 bytes of per-thread scratch: the integer minimum sum leaves superBlockDot in its
- * first 4 (AssemblyScript returns one value), Q3_K's unpacked scales use bytes 16..31.
+ * `minSlot` is per-thread scratch: 64 bytes whose first 4 carry superBlockDot's integer minimum
+ * sum out (AssemblyScript returns one value), then room for one unpacked row (unpackedRowBytes).
  */
 @inline function matmulK(
   kind: i32, out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, minSlot: usize, rowStart: i32, rowEnd: i32,
