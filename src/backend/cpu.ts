@@ -15,8 +15,8 @@ import { activationBlock, ggmlKernels, type ActivationFormat } from "./ggml-kern
 type GGMLMatrix = Extract<WeightMatrix, { kind: "ggml" }>;
 
 /**
- * A K-quant product's per-thread scratch: a 64-byte slot (a super-block's minimum sum, Q3_K's
- * scales), then room to unpack one row for products of several tokens (kernels.unpackedRowBytes).
+ * A K-quant product's per-thread scratch: a 64-byte slot (a super-block's minimum sum), then
+ * room to unpack one row for products of several tokens (kernels.unpackedRowBytes).
  */
 const SUPER_BLOCK_SLOT_BYTES = 64;
 /**

@@ -163,7 +163,10 @@ export function loadTokenizerJson(path: string): { tokenizer: BpeTokenizer; addB
   preTokenizerExpressions(path, obj(root.pre_tokenizer), exprs);
   const ids = specialIdsBeside(path);
   const config = tokenizerConfigBeside(path);
-  const idOf = (text: string | null): number | null => (text === null ? null : tokens.indexOf(text) >= 0 ? tokens.indexOf(text) : null);
+  const idOf = (text: string | null): number | null => {
+    const at = text === null ? -1 : tokens.indexOf(text);
+    return at >= 0 ? at : null;
+  };
   const eog = new Set(ids.eos);
   tokens.forEach((t, id) => {
     if (types[id] === TokenType.control && EOG_TEXTS.has(t)) eog.add(id);
