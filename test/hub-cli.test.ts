@@ -156,3 +156,18 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
     expect(lstatSync(home).isDirectory()).toBe(true);
   });
 });
+
+describeShared("pagellm info on a chat model", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
+  test("parameters (embedding + layers, tied classifier), RoPE, pre-tokenizer, special tokens and the chat template", async () => {
+    const proc = Bun.spawn(["bun", "bin/pagellm", "info", model!], { cwd: REPO_ROOT, stdout: "pipe", stderr: "pipe" });
+    const [code, out] = await Promise.all([proc.exited, new Response(proc.stdout).text()]);
+    expect(code).toBe(0);
+    // 49152 x 256 embedding, then per layer q/o 256x256, k/v 256x128 with biases, 3 x 256x768 feed-forward, 2 norms; the final norm.
+    const perLayer = 2 * 256 * 256 + 2 * 256 * 128 + 256 + 2 * 128 + 3 * 256 * 768 + 2 * 256;
+    expect((49152 * 256 + 3 * perLayer + 256) / 1e6).toBeCloseTo(14.95, 2);
+    for (const line of ["parameters        14.95M", "quantization      Q5_K_M", "  RoPE\n    freq base   1000000\n    dimensions  64",
+      "pre-tokenizer  smollm", "bos token      1 \"<|im_start|>\"", "eos token      2 \"<|im_end|>\"", "  Chat template\n    {% for message in messages %}"]) {
+      expect(out).toContain(line);
+    }
+  });
+});
