@@ -7,7 +7,8 @@ import { defineCommand, type ArgsDef } from "citty";
 import { formatBytes } from "../hub/progress.ts";
 import { estimateMemory, summarizeModel, type MemoryEstimate, type ModelSummary } from "../hub/summary.ts";
 import { contextLength, DEFAULT_CONTEXT } from "../engine/engine.ts";
-import { openCheckpoint } from "../model/load.ts";
+import { readGGUF } from "../model/gguf.ts";
+import { readGGUFCheckpoint } from "../model/gguf-checkpoint.ts";
 import { resolveModelSpec } from "./load.ts";
 import { checkKnownOptions, numberOption } from "./options.ts";
 
@@ -26,13 +27,14 @@ export const infoCommand = defineCommand({
     checkKnownOptions(rawArgs, infoArgs);
     const ctxOption = numberOption(args, "ctx-size", "int", { min: 0 }) ?? null;
     const path = await resolveModelSpec(args.model);
-    const summary = summarizeModel(path);
+    const header = readGGUF(path);
+    const summary = summarizeModel(path, header);
     const memory = estimateMemory(summary, contextLength(summary.contextLength ?? DEFAULT_CONTEXT, ctxOption));
     if (args.json === true) process.stdout.write(`${JSON.stringify({ ...summary, memory }, null, 2)}\n`);
     else process.stdout.write(formatInfo(summary, memory));
     // The header alone can be read where the model cannot run (an architecture or tensor type
     // pagellm lacks, tensors that overlap or miss): what was read is shown, then why, exit 2.
-    openCheckpoint(path);
+    readGGUFCheckpoint(path, header);
   },
 });
 

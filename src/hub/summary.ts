@@ -56,8 +56,8 @@ export interface ModelSummary {
   readonly chatTemplate: string | null;
 }
 
-export function summarizeModel(path: string): ModelSummary {
-  const gguf = readGGUF(path);
+/** What the header of the GGUF file at `path` says; `gguf` is that header when the caller has read it already. */
+export function summarizeModel(path: string, gguf: GGUFFile = readGGUF(path)): ModelSummary {
   const arch = gguf.getString("general.architecture", "unknown");
   const num = (key: string): number | null => optionalNumber(gguf, key);
   const embd = num(`${arch}.embedding_length`);

@@ -16,8 +16,8 @@ export const SUPPORTED_TENSOR_TYPES: ReadonlySet<string> = new Set([
   "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
 ]);
 
-export function readGGUFCheckpoint(path: string): Checkpoint {
-  const file = readGGUF(path);
+/** The model in the GGUF file at `path`; `file` is its header when the caller has read it already. */
+export function readGGUFCheckpoint(path: string, file: GGUFFile = readGGUF(path)): Checkpoint {
   if (file.tensors.length === 0) {
     throw new ModelFormatError(path, "has no tensors: a vocabulary-only GGUF file, usable as --tokenizer but not as a model");
   }
