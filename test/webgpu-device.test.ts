@@ -7,6 +7,7 @@ import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { parseDeviceChoice, selectDevice, summarizeAdapter } from "../src/backend/webgpu/device.ts";
 import { GpuRunner } from "../src/backend/webgpu/runner.ts";
+import { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { DeviceError } from "../src/errors.ts";
 import { describeGpu } from "./helpers/webgpu.ts";
 
@@ -119,5 +120,17 @@ await describeGpu("device selection with an adapter", (_backend, gpu) => {
     expect(auto.kind).toBe(gpu.adapter.software ? "wasm" : "webgpu");
     if (gpu.adapter.software) expect(auto.reason).toContain("software adapter");
     if (auto.kind === "webgpu") auto.gpu.device.destroy();
+  });
+
+  test("f16 products: on by default where the adapter offers shader-f16, off when asked, a DeviceError when asked of an adapter without it", async () => {
+    const byDefault = await WebGpuBackend.create(gpu);
+    expect(byDefault.halfProducts).toBe(gpu.adapter.shaderF16);
+    const off = await WebGpuBackend.create(gpu, { halfProducts: false });
+    expect([off.halfProducts, off.productArithmetic]).toEqual([false, "products in f32"]);
+    const withoutF16 = { ...gpu, adapter: { ...gpu.adapter, shaderF16: false } };
+    expect((await WebGpuBackend.create(withoutF16)).halfProducts).toBe(false);
+    const refused = await WebGpuBackend.create(withoutF16, { halfProducts: true }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(DeviceError);
+    expect((refused as DeviceError).message).toBe(`webgpu: ${gpu.adapter.name} does not offer shader-f16 for f16 products`);
   });
 });

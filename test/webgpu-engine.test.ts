@@ -48,6 +48,96 @@ function load(gpu: WebGpuBackend, model: string, tokenizer: string | undefined, 
 
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 
+/**
+ * Quantized files with llama.cpp score references, and their F32 reference: every stories260K
+ * 32-value type, the random llama (Q4_K_M: Q4_K and Q6_K; Q2_K: Q2_K and Q3_K) and qwen2 (Q5_K_M).
+ */
+const ACCURACY_CASES: [string, string][] = [
+  ...["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"].map((t): [string, string] => [`stories260K-${t}`, "stories260K-F32"]),
+  ["rnd-llama-Q4_K_M", "rnd-llama-F32"], ["rnd-llama-Q2_K", "rnd-llama-F32"], ["rnd-qwen2-Q5_K_M", "rnd-qwen2-F32"],
+];
+
+function accuracyTests(gpu: WebGpuBackend): void {
+  // README of golden/llama-cpp: err(E) <= 1.15 * err(llama.cpp) + 0.01, err = mean |log p - log p of
+  // llama.cpp's F32 run|, here over the story's first SCORED_TOKENS positions (causal: the same
+  // log-probabilities as in the whole text), to keep the software adapter's time short.
+  for (const [name, f32Name] of ACCURACY_CASES) {
+    const refs = "golden/llama-cpp/refs";
+    describeShared(
+      `accuracy of ${name} on WebGPU (${gpu.productArithmetic})`,
+      [`models/gguf/${name}.gguf`, `${refs}/${name}.score.story.json`, `${refs}/${f32Name}.score.story.json`],
+      ([model, ownRef, f32Ref]) => {
+        test("teacher-forced log-probabilities meet the quantized rule against llama.cpp's F32 run", async () => {
+          const own = JSON.parse(readFileSync(ownRef!, "utf8")) as { tokens: number[]; logprobs: [number, number][] };
+          const f32 = JSON.parse(readFileSync(f32Ref!, "utf8")) as { logprobs: [number, number][] };
+          const llm = load(gpu, model!, undefined);
+          const tokens = own.tokens.slice(0, SCORED_TOKENS + 1);
+          const mine: number[] = [];
+          await llm.engine.score(tokens, (i, logits) => {
+            if (i + 1 < tokens.length) mine.push(logSoftmaxAt(logits, tokens[i + 1]!));
+          });
+          expect(mine.length).toBe(SCORED_TOKENS);
+          const errMine = mean(mine.map((lp, p) => Math.abs(lp - f32.logprobs[p]![0])));
+          const errLlama = mean(own.logprobs.slice(0, SCORED_TOKENS).map(([lp], p) => Math.abs(lp - f32.logprobs[p]![0])));
+          expect(errMine).toBeLessThanOrEqual(1.15 * errLlama + 0.01);
+        }, TIMEOUT_MS);
+      },
+    );
+  }
+}
+
+/** Bitwise invariance of the engine's output on `gpu` (see the file's header), on `model`. */
+function invarianceTests(gpu: WebGpuBackend, model: string, tok: string | undefined): void {
+  /** 10 requests sharing prefixes (8 texts cut at many lengths), every other one sampled with its own seed. */
+  const requestsFor = (llm: LLM): GenerateRequest[] => Array.from({ length: 10 }, (_, i) => {
+    const ids = llm.encode(`${TEXTS[i % TEXTS.length]} ${TEXTS[(3 * i + 1) % TEXTS.length]}`).slice(0, 3 + ((i * 29) % 50));
+    const r: GenerateRequest = { id: `r${i}`, promptTokenIds: ids, maxTokens: 4 + ((i * 37) % 17), temperature: 0 };
+    return i % 2 === 1 ? { ...r, temperature: 0.9, topP: 0.95, seed: 1000 + i } : r;
+  });
+  const tokensOf = (rs: CompletionResult[]) => rs.map((r) => ({ id: r.id, finish: r.finish_reason, tokens: r.token_ids }));
+
+  test("a repeated run makes no new bind groups or staging buffers (native memory stays flat)", async () => {
+    const llm = load(gpu, model, tok, { enablePrefixCaching: false });
+    const request = { prompt: "Once upon a time", maxTokens: 40, temperature: 0 };
+    await llm.generate([request]);
+    const before = { ...gpu.runner.cached };
+    const dispatches = gpu.runner.counts.dispatches;
+    await llm.generate([request]);
+    expect(gpu.runner.counts.dispatches).toBeGreaterThan(dispatches + 40 * 5);
+    expect(gpu.runner.cached).toEqual(before);
+  }, TIMEOUT_MS);
+
+  test("one at a time with the cache off = together with the cache on = preempted and chunked with prefix hits", async () => {
+    const reference = load(gpu, model, tok, { enablePrefixCaching: false });
+    const requests = requestsFor(reference);
+    const alone: CompletionResult[] = [];
+    for (const r of requests) alone.push(...(await reference.generate([r])));
+    const want = tokensOf(alone);
+    expect(new Set(alone.map((r) => r.completion_tokens)).size).toBeGreaterThan(5);
+
+    const configs: { label: string; engine: Partial<EngineOptions>; preempts?: boolean }[] = [
+      { label: "together, cache on", engine: { enablePrefixCaching: true } },
+      // A request reaches at most 72 positions: 20 blocks of 4 hold one, not all 10 at once.
+      {
+        label: "20 blocks of 4 tokens and 12-token steps, cache on",
+        engine: { enablePrefixCaching: true, blockSize: 4, numBlocks: 20, maxNumBatchedTokens: 12 }, preempts: true,
+      },
+    ];
+    for (const { label, engine, preempts } of configs) {
+      const llm = load(gpu, model, tok, engine);
+      // Twice: in the second round every prompt's full blocks are in the cache.
+      for (let round = 0; round < 2; round++) {
+        const got = tokensOf(await llm.generate(requests));
+        if (JSON.stringify(got) !== JSON.stringify(want)) throw new Error(`${label}, round ${round}: tokens differ from the requests run alone`);
+      }
+      const s = llm.engine.stats;
+      expect(s.prefixHits).toBeGreaterThan(0);
+      expect(s.blocksInUse).toBe(0);
+      if (preempts) expect(s.preemptions).toBeGreaterThan(0);
+    }
+  }, TIMEOUT_MS);
+}
+
 await describeGpu("the engine on WebGPU", (gpu) => {
   describeShared("run.c greedy goldens", ["golden/runc-greedy.json"], ([golden]) => {
     test("every case WGSL can run (f32 checkpoints; int8 runq ones are WebAssembly-only), a model's cases run together in one batch, is run.c's completion", async () => {
@@ -109,83 +199,8 @@ await describeGpu("the engine on WebGPU", (gpu) => {
     },
   );
 
-  // README of golden/llama-cpp: err(E) <= 1.15 * err(llama.cpp) + 0.01, err = mean |log p - log p of
-  // llama.cpp's F32 run|, here over the story's first SCORED_TOKENS positions (causal: the same
-  // log-probabilities as in the whole text), to keep the software adapter's time short.
-  for (const type of ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]) {
-    const refs = "golden/llama-cpp/refs";
-    describeShared(
-      `accuracy of stories260K ${type} on WebGPU`,
-      [`models/gguf/stories260K-${type}.gguf`, `${refs}/stories260K-${type}.score.story.json`, `${refs}/stories260K-F32.score.story.json`],
-      ([model, ownRef, f32Ref]) => {
-        test("teacher-forced log-probabilities meet the quantized rule against llama.cpp's F32 run", async () => {
-          const own = JSON.parse(readFileSync(ownRef!, "utf8")) as { tokens: number[]; logprobs: [number, number][] };
-          const f32 = JSON.parse(readFileSync(f32Ref!, "utf8")) as { logprobs: [number, number][] };
-          const llm = load(gpu, model!, undefined);
-          const tokens = own.tokens.slice(0, SCORED_TOKENS + 1);
-          const mine: number[] = [];
-          await llm.engine.score(tokens, (i, logits) => {
-            if (i + 1 < tokens.length) mine.push(logSoftmaxAt(logits, tokens[i + 1]!));
-          });
-          expect(mine.length).toBe(SCORED_TOKENS);
-          const errMine = mean(mine.map((lp, p) => Math.abs(lp - f32.logprobs[p]![0])));
-          const errLlama = mean(own.logprobs.slice(0, SCORED_TOKENS).map(([lp], p) => Math.abs(lp - f32.logprobs[p]![0])));
-          expect(errMine).toBeLessThanOrEqual(1.15 * errLlama + 0.01);
-        }, TIMEOUT_MS);
-      },
-    );
-  }
-
-  describeShared("batch invariance on WebGPU (stories260K)", [MODELS.stories260K, TOKENIZER], ([model, tok]) => {
-    /** 10 requests sharing prefixes (8 texts cut at many lengths), every other one sampled with its own seed. */
-    const requestsFor = (llm: LLM): GenerateRequest[] => Array.from({ length: 10 }, (_, i) => {
-      const ids = llm.encode(`${TEXTS[i % TEXTS.length]} ${TEXTS[(3 * i + 1) % TEXTS.length]}`).slice(0, 3 + ((i * 29) % 50));
-      const r: GenerateRequest = { id: `r${i}`, promptTokenIds: ids, maxTokens: 4 + ((i * 37) % 17), temperature: 0 };
-      return i % 2 === 1 ? { ...r, temperature: 0.9, topP: 0.95, seed: 1000 + i } : r;
-    });
-    const tokensOf = (rs: CompletionResult[]) => rs.map((r) => ({ id: r.id, finish: r.finish_reason, tokens: r.token_ids }));
-
-    test("a repeated run makes no new bind groups or staging buffers (native memory stays flat)", async () => {
-      const llm = load(gpu, model!, tok!, { enablePrefixCaching: false });
-      const request = { prompt: "Once upon a time", maxTokens: 40, temperature: 0 };
-      await llm.generate([request]);
-      const before = { ...gpu.runner.cached };
-      const dispatches = gpu.runner.counts.dispatches;
-      await llm.generate([request]);
-      expect(gpu.runner.counts.dispatches).toBeGreaterThan(dispatches + 40 * 5);
-      expect(gpu.runner.cached).toEqual(before);
-    }, TIMEOUT_MS);
-
-    test("one at a time with the cache off = together with the cache on = preempted and chunked with prefix hits", async () => {
-      const reference = load(gpu, model!, tok!, { enablePrefixCaching: false });
-      const requests = requestsFor(reference);
-      const alone: CompletionResult[] = [];
-      for (const r of requests) alone.push(...(await reference.generate([r])));
-      const want = tokensOf(alone);
-      expect(new Set(alone.map((r) => r.completion_tokens)).size).toBeGreaterThan(5);
-
-      const configs: { label: string; engine: Partial<EngineOptions>; preempts?: boolean }[] = [
-        { label: "together, cache on", engine: { enablePrefixCaching: true } },
-        // A request reaches at most 72 positions: 20 blocks of 4 hold one, not all 10 at once.
-        {
-          label: "20 blocks of 4 tokens and 12-token steps, cache on",
-          engine: { enablePrefixCaching: true, blockSize: 4, numBlocks: 20, maxNumBatchedTokens: 12 }, preempts: true,
-        },
-      ];
-      for (const { label, engine, preempts } of configs) {
-        const llm = load(gpu, model!, tok!, engine);
-        // Twice: in the second round every prompt's full blocks are in the cache.
-        for (let round = 0; round < 2; round++) {
-          const got = tokensOf(await llm.generate(requests));
-          if (JSON.stringify(got) !== JSON.stringify(want)) throw new Error(`${label}, round ${round}: tokens differ from the requests run alone`);
-        }
-        const s = llm.engine.stats;
-        expect(s.prefixHits).toBeGreaterThan(0);
-        expect(s.blocksInUse).toBe(0);
-        if (preempts) expect(s.preemptions).toBeGreaterThan(0);
-      }
-    }, TIMEOUT_MS);
-  });
+  accuracyTests(gpu);
+  describeShared("batch invariance on WebGPU (stories260K)", [MODELS.stories260K, TOKENIZER], ([model, tok]) => invarianceTests(gpu, model!, tok!));
 
   describeShared("the command line on WebGPU", [MODELS.stories260K, MODELS.stories260K_q80, TOKENIZER], ([model, q80, tok]) => {
     test("--device webgpu runs on the adapter, names it on stderr, and prints what wasm prints (greedy)", () => {
@@ -196,6 +211,24 @@ await describeGpu("the engine on WebGPU", (gpu) => {
       const onWasm = runPagellm([...args, "--device", "wasm"]);
       expect(onWasm.stderr).toContain("device: wasm (requested)");
       expect(onGpu.stdout).toBe(onWasm.stdout);
+    }, TIMEOUT_MS);
+
+    test("--gpu-f16: on (where the adapter offers shader-f16) and off say which arithmetic on the device line; a bad value is one line, exit 2", () => {
+      const args = ["generate", "--model", sharedPath("models/gguf/stories260K-Q8_0.gguf")!, "--prompt", "Once", "--max-tokens", "4", "--device", "webgpu"];
+      const off = runPagellm([...args, "--gpu-f16", "off"]);
+      expect(off.exitCode).toBe(0);
+      expect(off.stderr).toMatch(/^device: webgpu on .*, products in f32$/m);
+      const on = runPagellm([...args, "--gpu-f16", "on"]);
+      if (gpu.gpu.adapter.shaderF16) {
+        expect(on.exitCode).toBe(0);
+        expect(on.stderr).toMatch(/^device: webgpu on .*, quantized products in f16$/m);
+      } else {
+        expect(on.exitCode).toBe(2);
+        expect(on.stderr).toContain("does not offer shader-f16");
+      }
+      const bad = runPagellm([...args, "--gpu-f16", "half"]);
+      expect(bad.exitCode).toBe(2);
+      expect(bad.stderr.trim()).toBe(`pagellm: error: --gpu-f16 must be one of auto, on, off, got "half"`);
     }, TIMEOUT_MS);
 
     test("bench decode --device webgpu: WebGPU beside WebAssembly in one run, the adapter named and labelled software", () => {
@@ -242,6 +275,13 @@ await describeGpu("the engine on WebGPU", (gpu) => {
     });
   });
 });
+
+// The same with f16 products (wgsl-matmul-f16.ts): every quantized file within llama.cpp's
+// accuracy rule, and the engine's output bitwise the same at any batching on a Q8_0 model.
+await describeGpu("the engine on WebGPU with f16 products", (gpu) => {
+  accuracyTests(gpu);
+  describeShared("batch invariance with f16 products (stories260K Q8_0)", ["models/gguf/stories260K-Q8_0.gguf"], ([model]) => invarianceTests(gpu, model!, undefined));
+}, { half: true });
 
 describeShared("--device without a usable adapter (a Vulkan loader that finds no driver)", [MODELS.stories260K, TOKENIZER], ([model, tok]) => {
   const run = (device: string) => {

@@ -25,6 +25,7 @@ import { writeModelGGUF, type ModelMix } from "../src/model/gguf-model-writer.ts
 import { tokenizerMetadata } from "../src/model/gguf-tokenizer-metadata.ts";
 import { sharedPath } from "./helpers/shared.ts";
 import { describeGpu } from "./helpers/webgpu.ts";
+import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "pagellm-webgpu-forward-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -78,8 +79,9 @@ function argmax(v: Float32Array): number {
   return best;
 }
 
-await describeGpu("forward pass: WebGPU against WebAssembly", (gpu) => {
-  for (const m of MODELS) {
+/** The forward pass of each model on `gpu` against WebAssembly's, step after step. */
+function compareForwardPasses(gpu: WebGpuBackend, models: typeof MODELS): void {
+  for (const m of models) {
   const { tolerance } = m;
   const path = "rel" in m ? sharedPath(m.rel) : m.write();
   test.skipIf(path === null)(`${"rel" in m ? m.rel : m.name}: logits agree through chunked prefill of two sequences and greedy decode`, async () => {
@@ -146,4 +148,15 @@ await describeGpu("forward pass: WebGPU against WebAssembly", (gpu) => {
     }
   }, 120_000); // the random 3-layer models take ~10 s on a software adapter
   }
-});
+}
+
+await describeGpu("forward pass: WebGPU against WebAssembly", (gpu) => compareForwardPasses(gpu, MODELS));
+
+// f16 products (wgsl-matmul-f16.ts) on every model with quantized tensors, which together hold
+// all ten quantized types: within the same tolerance (the WebAssembly side's int8 activations
+// differ from exact more than f16 ones do), and the same invariance.
+await describeGpu(
+  "forward pass with f16 products: WebGPU against WebAssembly",
+  (gpu) => compareForwardPasses(gpu, MODELS.filter((m) => /Q\d/.test("rel" in m ? m.rel : m.name))),
+  { half: true },
+);

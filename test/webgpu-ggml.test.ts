@@ -284,7 +284,7 @@ async function describeGgml(): Promise<void> {
         const x = new Float32Array(2 * T);
         firsts.forEach((v, t) => (x[2 * t] = v));
         const out = gpu.f32Buffer(T, "out");
-        gpu.matmul(out, gpu.bufferFrom(x, "x"), m, T);
+        gpu.matmul(out, gpu.productInput(gpu.bufferFrom(x, "x"), T, 2), m);
         const got = await gpu.runner.readF32(out, T);
         // Bits, but -0 as 0: the product adds 0 * x1 to a rounded -0.
         const bits = (v: Float32Array) => Array.from(new Uint32Array(Float32Array.from(v, (f) => (f === 0 ? 0 : f)).buffer));
@@ -323,7 +323,7 @@ async function describeGgml(): Promise<void> {
           }
           const m = gpu.uploadGgmlMatrix(bytes, type.code, rows, cols, type.name);
           const out = gpu.f32Buffer(T * rows, "out");
-          gpu.matmul(out, gpu.bufferFrom(x, "x"), m, T);
+          gpu.matmul(out, gpu.productInput(gpu.bufferFrom(x, "x"), T, cols), m);
           const got = await gpu.runner.readF32(out, T * rows);
           for (let i = 0; i < got.length; i++) {
             if (!(Math.abs(got[i]! - want[i]!) <= 1e-5 * scale)) throw new Error(`${type.name} element ${i}: ${got[i]} vs ${want[i]}`);
@@ -334,12 +334,88 @@ async function describeGgml(): Promise<void> {
           const split = gpu.uploadGgmlMatrix(bytes, type.code, rows, cols, `${type.name}-split`);
           gpu.matrixPartBytes = Infinity;
           const outSplit = gpu.f32Buffer(T * rows, "out-split");
-          gpu.matmul(outSplit, gpu.bufferFrom(x, "x"), split, T);
+          gpu.matmul(outSplit, gpu.productInput(gpu.bufferFrom(x, "x"), T, cols), split);
           expect(await gpu.runner.readF32(outSplit, T * rows)).toEqual(got);
         }
       });
     }
   });
+
+  // f16 products (wgsl-matmul-f16.ts): activations as f16 with a power-of-two scale per 32 values,
+  // each scale group's sums in f16, groups added in f32. Their error against the exact dot is
+  // measured relative to the dot's mass, sum |w_j x_j| (no f16 arithmetic can do better than a
+  // relative error of the mass); 2^-8 of it is 4 times the worst seen over these cases (Q4_K's,
+  // where minimums cancel) and far below what a wrong quant, scale or index gives.
+  await describeGpu("WGSL f16 products of quantized types against the exact dot", (gpu: WebGpuBackend) => {
+    for (const type of TYPES.filter((t) => t.values > 2)) {
+      test(`${type.name}: within 2^-8 of the mass, activations from 1e-6 to 1e6, a token's result the same bits alone or in the batch`, async () => {
+        const rng = new Xoshiro128(80 + type.code);
+        for (let iter = 0; iter < 4; iter++) {
+          const rows = randInt(rng, 1, 9);
+          const blocksPerRow = randInt(rng, 1, 3);
+          const cols = blocksPerRow * type.values;
+          const T = randInt(rng, 2, 6);
+          const bytes = randomBlocks(rng, type, rows * blocksPerRow);
+          // Each 32-value block of a token at its own scale: f16's range (65504) alone would overflow at 1e6.
+          const x = randomArray(rng, T * cols);
+          for (let i = 0; i < x.length; i += 32) {
+            const scale = 10 ** randInt(rng, -6, 6);
+            for (let j = i; j < i + 32; j++) x[j] = x[j]! * scale;
+          }
+          const want = new Float64Array(T * rows);
+          const mass = new Float64Array(T * rows);
+          const y = new Float64Array(type.values);
+          for (let r = 0; r < rows; r++) {
+            for (let bi = 0; bi < blocksPerRow; bi++) {
+              type.dequantize(bytes, (r * blocksPerRow + bi) * type.bytes, y);
+              for (let t = 0; t < T; t++) {
+                for (let j = 0; j < type.values; j++) {
+                  const term = y[j]! * x[t * cols + bi * type.values + j]!;
+                  want[t * rows + r] = want[t * rows + r]! + term;
+                  mass[t * rows + r] = mass[t * rows + r]! + Math.abs(term);
+                }
+              }
+            }
+          }
+          const m = gpu.uploadGgmlMatrix(bytes, type.code, rows, cols, type.name);
+          const xBuf = gpu.bufferFrom(x, "x");
+          const out = gpu.f32Buffer(T * rows, "out");
+          gpu.matmul(out, gpu.productInput(xBuf, T, cols), m);
+          const got = await gpu.runner.readF32(out, T * rows);
+          for (let i = 0; i < got.length; i++) {
+            const err = Math.abs(got[i]! - want[i]!) / mass[i]!;
+            if (!(err <= 2 ** -8)) throw new Error(`${type.name} element ${i}: ${got[i]} vs ${want[i]} (mass ${mass[i]})`);
+          }
+
+          // Each token alone, through a matrix split into parts of one or two rows: the same bits.
+          gpu.matrixPartBytes = m.rowBytes * randInt(rng, 1, 2);
+          const split = gpu.uploadGgmlMatrix(bytes, type.code, rows, cols, `${type.name}-split`);
+          gpu.matrixPartBytes = Infinity;
+          for (let t = 0; t < T; t++) {
+            const one = gpu.f32Buffer(rows, "one");
+            gpu.matmul(one, gpu.productInput(gpu.bufferFrom(x.slice(t * cols, (t + 1) * cols), "x-one"), 1, cols), split);
+            expect(await gpu.runner.readF32(one, rows)).toEqual(got.slice(t * rows, (t + 1) * rows));
+          }
+        }
+      });
+    }
+
+    test("q, k and v share one conversion of their input; a new input is converted again", async () => {
+      const type = TYPES.find((t) => t.name === "Q8_0")!;
+      const rng = new Xoshiro128(5);
+      const bytes = randomBlocks(rng, type, 4);
+      const m = gpu.uploadGgmlMatrix(bytes, type.code, 2, 64, "q8");
+      const xBuf = gpu.bufferFrom(randomArray(rng, 64), "x");
+      const out = gpu.f32Buffer(2, "out");
+      const before = gpu.runner.counts.dispatches;
+      const input = gpu.productInput(xBuf, 1, 64);
+      for (let i = 0; i < 3; i++) gpu.matmul(out, input, m);
+      expect(gpu.runner.counts.dispatches - before).toBe(1 + 3);
+      gpu.matmul(out, gpu.productInput(xBuf, 1, 64), m);
+      expect(gpu.runner.counts.dispatches - before).toBe(1 + 3 + 2);
+      await gpu.runner.readF32(out, 2);
+    });
+  }, { half: true });
 }
 
 await describeGgml();

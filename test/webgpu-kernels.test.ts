@@ -63,7 +63,7 @@ async function describeKernels(): Promise<void> {
 
         const m = gpu.uploadF32Matrix(w, rows, cols, "w");
         const out = gpu.f32Buffer(T * rows, "out");
-        gpu.matmul(out, upload(x), m, T);
+        gpu.matmul(out, gpu.productInput(upload(x), T, cols), m);
         const got = await run.readF32(out, T * rows);
         expectClose(got, wasmRead(wantAddr, T * rows));
 
@@ -72,7 +72,7 @@ async function describeKernels(): Promise<void> {
         const split = gpu.uploadF32Matrix(w, rows, cols, "w-split");
         gpu.matrixPartBytes = Infinity;
         const one = gpu.f32Buffer(rows, "one");
-        gpu.matmul(one, upload(x.slice((T - 1) * cols)), split, 1);
+        gpu.matmul(one, gpu.productInput(upload(x.slice((T - 1) * cols)), 1, cols), split);
         expect(await run.readF32(one, rows)).toEqual(got.slice((T - 1) * rows));
       }
     });

@@ -7,7 +7,7 @@
 import { DeviceError } from "../errors.ts";
 import { TensorName, type Checkpoint } from "../model/checkpoint.ts";
 import { GGML_TYPES } from "../model/gguf.ts";
-import { WebGpuBackend } from "./webgpu/backend.ts";
+import { WebGpuBackend, type BackendOptions } from "./webgpu/backend.ts";
 import { selectDevice, type DeviceChoice } from "./webgpu/device.ts";
 import { MAX_HEAD_DIM } from "./webgpu/wgsl-attention.ts";
 import { GGML_SHADERS } from "./webgpu/wgsl-matmul.ts";
@@ -42,9 +42,9 @@ export interface ChosenDevice {
 /**
  * Choose the backend for `ckpt`. "wasm" never touches WebGPU; "webgpu" throws DeviceError (exit
  * code 2) when no adapter works or the model needs what WGSL lacks; "auto" falls back to wasm in
- * both cases, saying why.
+ * both cases, saying why. The reason names the products' arithmetic on WebGPU.
  */
-export async function chooseDevice(choice: DeviceChoice, ckpt: Checkpoint): Promise<ChosenDevice> {
+export async function chooseDevice(choice: DeviceChoice, ckpt: Checkpoint, gpuOptions: BackendOptions = {}): Promise<ChosenDevice> {
   const refusal = choice === "wasm" ? null : webgpuRefusal(ckpt);
   if (refusal !== null) {
     if (choice === "webgpu") throw new DeviceError(`webgpu: ${refusal}; run it with --device wasm`);
@@ -53,7 +53,8 @@ export async function chooseDevice(choice: DeviceChoice, ckpt: Checkpoint): Prom
   const selected = await selectDevice(choice);
   if (selected.kind === "wasm") return { gpu: null, reason: selected.reason };
   try {
-    return { gpu: await WebGpuBackend.create(selected.gpu), reason: selected.reason };
+    const gpu = await WebGpuBackend.create(selected.gpu, gpuOptions);
+    return { gpu, reason: `${selected.reason}, ${gpu.productArithmetic}` };
   } catch (e) {
     selected.gpu.device.destroy();
     if (choice === "auto" && e instanceof DeviceError) return { gpu: null, reason: `device: wasm (auto: ${e.message})` };

@@ -6,7 +6,7 @@
  * moved each way.
  */
 import { webgpuRefusal } from "../backend/device-choice.ts";
-import { WebGpuBackend } from "../backend/webgpu/backend.ts";
+import { WebGpuBackend, type BackendOptions } from "../backend/webgpu/backend.ts";
 import { describeAdapter, selectDevice, type DeviceChoice } from "../backend/webgpu/device.ts";
 import type { GpuWorkCounts } from "../backend/webgpu/runner.ts";
 import type { LLM } from "../engine/llm.ts";
@@ -27,14 +27,21 @@ export interface BenchGpu {
  * The GPU for --device: wasm gives none; webgpu any adapter (DeviceError when there is none);
  * auto only a hardware one. `note` says what was chosen and why, for the report.
  */
-export async function benchGpu(choice: DeviceChoice): Promise<{ gpu: BenchGpu | null; note: string }> {
+export async function benchGpu(choice: DeviceChoice, options: BackendOptions = {}): Promise<{ gpu: BenchGpu | null; note: string }> {
   const selected = await selectDevice(choice);
   if (selected.kind === "wasm") return { gpu: null, note: `${selected.reason}: WebAssembly figures only` };
-  const backend = await WebGpuBackend.create(selected.gpu);
+  let backend: WebGpuBackend;
+  try {
+    backend = await WebGpuBackend.create(selected.gpu, options);
+  } catch (e) {
+    selected.gpu.device.destroy();
+    throw e;
+  }
   const a = selected.gpu.adapter;
+  const reason = `${selected.reason}, ${backend.productArithmetic}`;
   const note = a.software
-    ? `${selected.reason}: a SOFTWARE adapter (the CPU emulating a GPU): its figures say nothing of a real GPU's speed`
-    : selected.reason;
+    ? `${reason}: a SOFTWARE adapter (the CPU emulating a GPU): its figures say nothing of a real GPU's speed`
+    : reason;
   return { gpu: { backend, adapter: describeAdapter(a), software: a.software }, note };
 }
 

@@ -28,7 +28,7 @@ import type { BenchModel } from "../bench/models.ts";
 import { isGGUF } from "../model/load.ts";
 import { InputError } from "../errors.ts";
 import { WORKLOAD_NAMES, type WorkloadName } from "../bench/workloads.ts";
-import { checkKnownOptions, deviceOption, numberOption, type ParsedValues } from "./options.ts";
+import { checkKnownOptions, deviceArg, deviceOption, gpuBackendOptions, numberOption, type ParsedValues } from "./options.ts";
 import { benchGpu } from "../bench/webgpu.ts";
 
 type Settings = BenchReport<unknown>["settings"];
@@ -61,6 +61,7 @@ const benchDeviceArg = {
       "(a software one is labelled so); WebAssembly's are always measured, in the same run",
     valueHint: "device",
   },
+  "gpu-f16": deviceArg["gpu-f16"],
 } as const satisfies ArgsDef;
 
 /** Notes for models that got no WebGPU figures, and why. */
@@ -138,7 +139,7 @@ const decodeCommand = defineCommand({
       promptTokens: posint(args, "prompt-tokens", 8), genTokens: posint(args, "tokens", 128), seed: nonNegInt(args, "seed", 1),
       runc: typeof args.runc === "string" ? args.runc : null, peerNlc: peerOption(args, models),
     };
-    const { gpu, note: deviceNote } = await benchGpu(deviceOption(args));
+    const { gpu, note: deviceNote } = await benchGpu(deviceOption(args), gpuBackendOptions(args));
     const results = [];
     try {
       for (const model of models) results.push(await runDecodeBench({ ...o, model, gpu }));
@@ -182,7 +183,7 @@ const prefillCommand = defineCommand({
       promptTokens: posint(args, "prompt-tokens", 512), decodeTokens: posint(args, "decode-tokens", 32), seed: nonNegInt(args, "seed", 1),
       peerNlc: peerOption(args, models),
     };
-    const { gpu, note: deviceNote } = await benchGpu(deviceOption(args));
+    const { gpu, note: deviceNote } = await benchGpu(deviceOption(args), gpuBackendOptions(args));
     const results = [];
     try {
       for (const model of models) results.push(await runPrefillBench({ ...o, model, gpu }));
@@ -228,7 +229,7 @@ const batchCommand = defineCommand({
       promptTokens: posint(args, "prompt-tokens", 16), steps: posint(args, "steps", 16), warmupSteps: nonNegInt(args, "warmup-steps", 2),
       streamBytes: streamBytes(args), seed: nonNegInt(args, "seed", 1),
     };
-    const { gpu, note: deviceNote } = await benchGpu(deviceOption(args));
+    const { gpu, note: deviceNote } = await benchGpu(deviceOption(args), gpuBackendOptions(args));
     let r;
     try {
       r = await runBatchBench({ ...o, gpu });

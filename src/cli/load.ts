@@ -8,13 +8,14 @@ import { InputError } from "../errors.ts";
 import { LLM } from "../engine/llm.ts";
 import { hubOptionsFromEnv, resolveModel } from "../hub/resolve.ts";
 import { isGGUF } from "../model/load.ts";
-import { deviceOption, engineOptions, type ParsedValues } from "./options.ts";
+import { deviceOption, engineOptions, gpuBackendOptions, type ParsedValues } from "./options.ts";
 import { info, progressWanted } from "./output.ts";
 import { loadProgressBar } from "./progress.ts";
 
 export async function loadLLM(values: ParsedValues): Promise<LLM> {
   if (typeof values.model !== "string" || values.model === "") throw new InputError("--model is required");
   const device = deviceOption(values);
+  const gpuOptions = gpuBackendOptions(values);
   // A path, hf:OWNER/REPO/FILE.gguf, hf:OWNER/REPO:QUANT or a URL: downloaded into the HF cache when needed.
   const model = await resolveModelSpec(values.model);
   const onLoadProgress = loadProgressBar(basename(model), statSync(model).size);
@@ -22,7 +23,7 @@ export async function loadLLM(values: ParsedValues): Promise<LLM> {
   const chatTemplateKwargs = templateKwargs(values["chat-template-kwargs"]);
   const engine = engineOptions(values);
   const llm = await LLM.open({
-    model, tokenizer: tokenizerPath(model, values.tokenizer), engine, onLoadProgress, chatTemplate, chatTemplateKwargs, device,
+    model, tokenizer: tokenizerPath(model, values.tokenizer), engine, onLoadProgress, chatTemplate, chatTemplateKwargs, device, gpuOptions,
   });
   const own = llm.checkpoint.config.seqLen;
   if (engine.ctxSize !== null && engine.ctxSize > own) info(`note: --ctx-size ${engine.ctxSize} is more than ${basename(model)}'s own context of ${own} tokens; running at ${own}`);

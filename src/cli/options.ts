@@ -11,6 +11,7 @@ import { EVICTION_POLICIES } from "../kv/eviction.ts";
 import { HASH_ALGORITHMS } from "../kv/block-hash.ts";
 import { MAX_BLOCK_SIZE } from "../backend/kernels.ts";
 import type { DeviceChoice } from "../backend/webgpu/device.ts";
+import type { BackendOptions } from "../backend/webgpu/backend.ts";
 import { GLOBAL_FLAGS } from "./output.ts";
 
 export const modelArgs = {
@@ -50,11 +51,22 @@ export const deviceArg = {
     description: "Backend: auto (WebGPU on a hardware GPU adapter, else WebAssembly) | wasm | webgpu (any adapter, software included; exit 2 if none) (default auto)",
     valueHint: "device",
   },
+  "gpu-f16": {
+    type: "string",
+    description: "WebGPU: f16 arithmetic in the products of quantized weights: auto (where the adapter offers shader-f16) | on | off (default auto)",
+    valueHint: "mode",
+  },
 } as const satisfies ArgsDef;
 
 /** --device, checked: auto when absent. */
 export function deviceOption(values: ParsedValues): DeviceChoice {
   return choice(values, "device", ["auto", "wasm", "webgpu"] as const, "auto");
+}
+
+/** --gpu-f16, checked: the WebGPU backend's options (auto leaves the choice to the adapter). */
+export function gpuBackendOptions(values: ParsedValues): BackendOptions {
+  const mode = choice(values, "gpu-f16", ["auto", "on", "off"] as const, "auto");
+  return mode === "auto" ? {} : { halfProducts: mode === "on" };
 }
 
 export const engineArgs = {

@@ -18,7 +18,7 @@ import { ChatTemplateError, type ChatMessage } from "../chat/jinja-template.ts";
 import { logSumExp } from "./logprobs.ts";
 import { argmax } from "./sampler.ts";
 import type { FinishReason, GenerationParams, Sequence } from "./sequence.ts";
-import type { WebGpuBackend } from "../backend/webgpu/backend.ts";
+import type { BackendOptions, WebGpuBackend } from "../backend/webgpu/backend.ts";
 import type { DeviceChoice } from "../backend/webgpu/device.ts";
 import { chooseDevice } from "../backend/device-choice.ts";
 
@@ -49,6 +49,8 @@ export interface LoadOptions {
 export interface OpenOptions extends Omit<LoadOptions, "gpu"> {
   /** auto (default): WebGPU on a hardware adapter, else WebAssembly; wasm; webgpu (any adapter, or DeviceError). */
   device?: DeviceChoice;
+  /** How the WebGPU backend computes (f16 products: on where the adapter offers shader-f16 unless set). */
+  gpuOptions?: BackendOptions;
 }
 
 /** One generation request; every field but `prompt`/`promptTokenIds` falls back to a default. */
@@ -166,7 +168,7 @@ export class LLM {
   static async open(opts: OpenOptions): Promise<LLM> {
     const t0 = performance.now();
     const checkpoint = openCheckpoint(opts.model);
-    const chosen = await chooseDevice(opts.device ?? "auto", checkpoint);
+    const chosen = await chooseDevice(opts.device ?? "auto", checkpoint, opts.gpuOptions);
     let llm: LLM;
     try {
       llm = LLM.build(checkpoint, { ...opts, gpu: chosen.gpu ?? undefined }, t0, chosen.gpu, chosen.reason);

@@ -12,10 +12,16 @@ import { WebGpuBackend } from "../../src/backend/webgpu/backend.ts";
 import { PagellmError } from "../../src/errors.ts";
 import { testThreads } from "./threads.ts";
 
-let shared: Promise<{ backend: WebGpuBackend; gpu: GpuContext } | { reason: string }> | null = null;
+type TestGpu = { backend: WebGpuBackend; gpu: GpuContext } | { reason: string };
 
-/** One backend for the whole test run (devices are slow to create on llvmpipe). */
-export function testGpu(): Promise<{ backend: WebGpuBackend; gpu: GpuContext } | { reason: string }> {
+let shared: Promise<TestGpu> | null = null;
+let sharedHalf: Promise<TestGpu> | null = null;
+
+/**
+ * One backend for the whole test run (devices are slow to create on llvmpipe), with f32 products
+ * (the tests written for f32 arithmetic state it, whatever the adapter offers).
+ */
+export function testGpu(): Promise<TestGpu> {
   shared ??= (async () => {
     let gpu: GpuContext;
     try {
@@ -25,13 +31,29 @@ export function testGpu(): Promise<{ backend: WebGpuBackend; gpu: GpuContext } |
       throw e;
     }
     // A kernel that does not compile on a working adapter is a bug: it throws, never skips.
-    return { backend: await WebGpuBackend.create(gpu), gpu };
+    return { backend: await WebGpuBackend.create(gpu, { halfProducts: false }), gpu };
   })();
   return shared;
 }
 
-/** describe() a group that needs a WebGPU backend; fn receives it. */
-export async function describeGpu(name: string, fn: (backend: WebGpuBackend, gpu: GpuContext) => void): Promise<void> {
+/** A second backend on the same device with f16 products; the reason when the adapter has no shader-f16. */
+export function testHalfGpu(): Promise<TestGpu> {
+  sharedHalf ??= (async () => {
+    const got = await testGpu();
+    if (!("backend" in got)) return got;
+    if (!got.gpu.adapter.shaderF16) return { reason: `${got.gpu.adapter.name} does not offer shader-f16` };
+    return { backend: await WebGpuBackend.create(got.gpu, { halfProducts: true }), gpu: got.gpu };
+  })();
+  return sharedHalf;
+}
+
+/**
+ * describe() a group that needs a WebGPU backend; fn receives it (with f16 products when
+ * opts.half: then an adapter without shader-f16 skips, or in CI fails, as a missing adapter does).
+ */
+export async function describeGpu(
+  name: string, fn: (backend: WebGpuBackend, gpu: GpuContext) => void, opts: { half?: boolean } = {},
+): Promise<void> {
   if (testThreads() > 1) {
     const reason = `WebGPU runs no worker threads: covered by the PAGELLM_TEST_THREADS=1 pass`;
     describe.skip(name, () => {
@@ -39,12 +61,12 @@ export async function describeGpu(name: string, fn: (backend: WebGpuBackend, gpu
     });
     return;
   }
-  const got = await testGpu();
+  const got = await (opts.half === true ? testHalfGpu() : testGpu());
   if ("backend" in got) {
     describe(name, () => fn(got.backend, got.gpu));
     return;
   }
-  const reason = `no WebGPU adapter: ${got.reason}`;
+  const reason = `no WebGPU adapter${opts.half === true ? " with shader-f16" : ""}: ${got.reason}`;
   if (process.env.CI === "true") {
     describe(name, () => {
       test(reason, () => {

@@ -16,6 +16,7 @@ import {
   ADD_RMSNORM_WGSL, ADD_ROWS_WGSL, ADD_WGSL, elementGrid, GATHER_ROWS_WGSL, RMSNORM_WGSL, ROPE_WGSL, SWIGLU_WGSL, WRITE_KV_WGSL,
 } from "./wgsl-elementwise.ts";
 import { GGML_SHADERS, MATMUL_F32_WGSL, matmulGgmlWgsl, matmulGrid } from "./wgsl-matmul.ts";
+import { HALF_ACTIVATIONS_WGSL, HALF_BLOCK, hasHalfProduct, matmulHalfWgsl } from "./wgsl-matmul-f16.ts";
 
 /** One row range of a weight matrix in its own buffer. */
 export interface GpuMatrixPart {
@@ -37,6 +38,24 @@ export interface GpuWeightMatrix {
   parts: GpuMatrixPart[];
 }
 
+/**
+ * The activations of one or more products: T rows of `cols` f32 values in `x`, as they are when
+ * the ProductInput is made (make a new one after x is written). With f16 products, the first
+ * product that needs them converts them once into the backend's f16 scratch (wgsl-matmul-f16.ts).
+ */
+export class ProductInput {
+  constructor(readonly x: GPUBuffer, readonly T: number, readonly cols: number) {}
+}
+
+/** How a backend computes the products of quantized weights. */
+export interface BackendOptions {
+  /**
+   * f16 arithmetic (wgsl-matmul-f16.ts); needs an adapter with `shader-f16`. Default: on where
+   * the adapter offers it.
+   */
+  halfProducts?: boolean;
+}
+
 /** Kernel names and their sources; ggml products are added per type. */
 const FIXED_KERNELS = {
   add: ADD_WGSL,
@@ -56,24 +75,46 @@ export class WebGpuBackend {
   readonly runner: GpuRunner;
   private readonly fixed = new Map<FixedKernel, GpuKernel>();
   private readonly ggml = new Map<number, GpuKernel>();
+  /** The f16 products per ggml type and the activations' conversion (none unless halfProducts). */
+  private readonly half = new Map<number, GpuKernel>();
+  private halfActivations: GpuKernel | null = null;
+  /** The f16 copy of `halfInput`'s activations and their block scales; grown on demand. */
+  private halfScratch: { values: GPUBuffer; scales: GPUBuffer; capacity: number } | null = null;
+  private halfInput: ProductInput | null = null;
   /** Largest part of a split matrix, in bytes: one storage binding (tests lower it to force splits). */
   matrixPartBytes: number;
 
-  private constructor(readonly gpu: GpuContext) {
+  private constructor(
+    readonly gpu: GpuContext,
+    /** Products of quantized weights run in f16 arithmetic (F32, F16 and BF16 weights stay f32). */
+    readonly halfProducts: boolean,
+  ) {
     this.runner = new GpuRunner(gpu.device);
     this.matrixPartBytes = this.runner.maxBinding;
   }
 
-  /** Compile every kernel up front, so a WGSL error surfaces at start-up as a DeviceError. */
-  static async create(gpu: GpuContext): Promise<WebGpuBackend> {
-    const backend = new WebGpuBackend(gpu);
+  /**
+   * Compile every kernel up front, so a WGSL error surfaces at start-up as a DeviceError. f16
+   * products asked for on an adapter without `shader-f16` are a DeviceError too.
+   */
+  static async create(gpu: GpuContext, opts: BackendOptions = {}): Promise<WebGpuBackend> {
+    const halfProducts = opts.halfProducts ?? gpu.adapter.shaderF16;
+    if (halfProducts && !gpu.adapter.shaderF16) throw new DeviceError(`webgpu: ${gpu.adapter.name} does not offer shader-f16 for f16 products`);
+    const backend = new WebGpuBackend(gpu, halfProducts);
     for (const [name, code] of Object.entries(FIXED_KERNELS) as [FixedKernel, string][]) {
       backend.fixed.set(name, await backend.runner.compile(name, code));
     }
     for (const type of GGML_SHADERS.keys()) {
       backend.ggml.set(type, await backend.runner.compile(`matmulGgml${type}`, matmulGgmlWgsl(type)));
+      if (halfProducts && hasHalfProduct(type)) backend.half.set(type, await backend.runner.compile(`matmulHalf${type}`, matmulHalfWgsl(type)));
     }
+    if (halfProducts) backend.halfActivations = await backend.runner.compile("halfActivations", HALF_ACTIVATIONS_WGSL);
     return backend;
+  }
+
+  /** The arithmetic of the products, for the device line. */
+  get productArithmetic(): string {
+    return this.halfProducts ? "quantized products in f16" : "products in f32";
   }
 
   // ------------------------------------------------------------------------------------------
@@ -132,14 +173,58 @@ export class WebGpuBackend {
   // Ops (CpuBackend's, on buffers)
   // ------------------------------------------------------------------------------------------
 
-  /** out[t][0..m.rows) = m · x[t] for T tokens; out rows are outStride (default m.rows) wide. */
-  matmul(out: GPUBuffer, x: GPUBuffer, m: GpuWeightMatrix, T: number, outStride = m.rows): void {
+  /** The activations of the products that follow: T rows of cols values in x. */
+  productInput(x: GPUBuffer, T: number, cols: number): ProductInput {
+    return new ProductInput(x, T, cols);
+  }
+
+  /** out[t][0..m.rows) = m · x[t] for the input's T tokens; out rows are outStride (default m.rows) wide. */
+  matmul(out: GPUBuffer, input: ProductInput, m: GpuWeightMatrix, outStride = m.rows): void {
+    if (input.cols !== m.cols) throw new Error(`matmul: ${input.cols} activations for ${m.cols} columns`);
+    const T = input.T;
+    const half = m.kind === "ggml" ? this.half.get(m.type) : undefined;
+    if (half !== undefined) {
+      const scratch = this.halfCopy(input);
+      for (const part of m.parts) {
+        const p = params(part.rows, m.cols, outStride, part.firstRow, m.rowBytes, T);
+        this.runner.dispatch(half, p, [part.buffer, scratch.values, out, scratch.scales], matmulGrid(part.rows, T));
+      }
+      return;
+    }
     const kernel = m.kind === "f32" ? this.kernel("matmulF32") : this.ggml.get(m.type);
     if (kernel === undefined) throw new DeviceError(`webgpu: ggml type ${m.type} has no WGSL product`);
     for (const part of m.parts) {
       const p = params(part.rows, m.cols, outStride, part.firstRow, m.rowBytes, T);
-      this.runner.dispatch(kernel, p, [part.buffer, x, out], matmulGrid(part.rows, T));
+      this.runner.dispatch(kernel, p, [part.buffer, input.x, out], matmulGrid(part.rows, T));
     }
+  }
+
+  /**
+   * The scratch holding `input` in f16 (wgsl-matmul-f16.ts): converted by one dispatch unless it
+   * is the input converted last (q, k and v, or gate and up, share one conversion).
+   */
+  private halfCopy(input: ProductInput): { values: GPUBuffer; scales: GPUBuffer } {
+    const n = input.T * input.cols;
+    if (input.cols % HALF_BLOCK !== 0) throw new Error(`f16 products: ${input.cols} columns is not a whole number of ${HALF_BLOCK}-value blocks`);
+    if (this.halfScratch === null || this.halfScratch.capacity < n) {
+      // Recorded dispatches may read the old buffers: submit them before the buffers go.
+      this.runner.flush();
+      this.halfScratch?.values.destroy();
+      this.halfScratch?.scales.destroy();
+      const capacity = Math.max(n, Math.min(2 * (this.halfScratch?.capacity ?? 0), Math.floor(this.runner.maxBinding / 2)));
+      this.halfScratch = {
+        values: this.runner.buffer(2 * capacity, "half_activations"),
+        scales: this.runner.buffer((4 * capacity) / HALF_BLOCK, "half_scales"),
+        capacity,
+      };
+      this.halfInput = null;
+    }
+    if (this.halfInput !== input) {
+      const blocks = n / HALF_BLOCK;
+      this.runner.dispatch(this.halfActivations!, params(blocks), [input.x, this.halfScratch.values, this.halfScratch.scales], elementGrid(blocks));
+      this.halfInput = input;
+    }
+    return this.halfScratch;
   }
 
   /** out[t] = row tokens[t] of an f32 table (tokens: i32 buffer). */

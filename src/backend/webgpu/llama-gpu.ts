@@ -135,9 +135,10 @@ export class GpuLlamaModel {
     g.rmsnorm(a.xb, a.x, this.layers[0]!.attnNorm, T, c.dim, c.normEps);
     this.layers.forEach((L, l) => {
       // ---- attention: x += wo · attention(rope(wq·xb), rope(wk·xb), wv·xb); xb = rmsnorm(x) already
-      g.matmul(a.q, a.xb, L.wq, T);
-      g.matmul(a.k, a.xb, L.wk, T);
-      g.matmul(a.v, a.xb, L.wv, T);
+      const attnIn = g.productInput(a.xb, T, c.dim);
+      g.matmul(a.q, attnIn, L.wq);
+      g.matmul(a.k, attnIn, L.wk);
+      g.matmul(a.v, attnIn, L.wv);
       if (L.qkvBias) {
         g.addRows(a.q, L.qkvBias.q, T, qDim);
         g.addRows(a.k, L.qkvBias.k, T, kvDim);
@@ -157,15 +158,16 @@ export class GpuLlamaModel {
         a.att, a.q, L.k, L.v, inp.seqInfo, inp.tables, batch.numSeqs, maxQueryCount,
         c.nHeads, c.nKvHeads, c.headDim, this.blockSize, this.numBlocks, qDim,
       );
-      g.matmul(a.xb2, a.att, L.wo, T);
+      g.matmul(a.xb2, g.productInput(a.att, T, qDim), L.wo);
       // x += xb2, and the feed-forward's input norm, in one dispatch
       g.addRmsnorm(a.xb, a.x, a.xb2, L.ffnNorm, T, c.dim, c.normEps);
 
       // ---- feed-forward: x += w2 · (silu(w1·xb) * (w3·xb))
-      g.matmul(a.hb, a.xb, L.ffnGate, T);
-      g.matmul(a.hb2, a.xb, L.ffnUp, T);
+      const ffnIn = g.productInput(a.xb, T, c.dim);
+      g.matmul(a.hb, ffnIn, L.ffnGate);
+      g.matmul(a.hb2, ffnIn, L.ffnUp);
       g.swiglu(a.hb, a.hb2, T, c.hiddenDim);
-      g.matmul(a.xb2, a.hb, L.ffnDown, T);
+      g.matmul(a.xb2, g.productInput(a.hb, T, c.hiddenDim), L.ffnDown);
       // x += xb2, and the next layer's attention norm, in one dispatch (after the last layer only the add)
       const next = this.layers[l + 1];
       if (next !== undefined) g.addRmsnorm(a.xb, a.x, a.xb2, next.attnNorm, T, c.dim, c.normEps);
@@ -181,7 +183,7 @@ export class GpuLlamaModel {
     // Through xb: WebGPU forbids a kernel reading and writing one buffer through two bindings.
     g.gatherRows(a.xb, a.x, inp.logitRows, R, c.dim);
     g.rmsnorm(a.xLogits, a.xb, this.outputNorm, R, c.dim, c.normEps);
-    g.matmul(a.logits, a.xLogits, this.output, R);
+    g.matmul(a.logits, g.productInput(a.xLogits, R, c.dim), this.output);
     return g.runner.readF32(a.logits, R * c.vocabSize);
   }
 

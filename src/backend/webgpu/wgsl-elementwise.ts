@@ -19,12 +19,12 @@ export function elementGrid(n: number): [number, number, number] {
   return [x, Math.ceil(groups / Math.max(x, 1)), 1];
 }
 
-const ELEMENT_INDEX = /* wgsl */ `
+export const ELEMENT_INDEX = /* wgsl */ `
 fn elementIndex(wg: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
   return (wg.y * nwg.x + wg.x) * ${WORKGROUP}u + lid;
 }`;
 
-const ELEMENT_ENTRY = `@compute @workgroup_size(${WORKGROUP})
+export const ELEMENT_ENTRY = `@compute @workgroup_size(${WORKGROUP})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32)`;
 
 /** x[i] += y[i] for i < n. */

@@ -11,7 +11,8 @@
  *
  * ggml weights stay as the GGUF file has them (rows of blocks, `rowBytes` each, not 4-byte
  * aligned in general) and are read as bytes from an array<u32>; each block is dequantized in the
- * shader with the layouts of ggml-common.h.
+ * shader with the layouts of ggml-common.h. These products compute in f32; wgsl-matmul-f16.ts
+ * has the f16 ones of the quantized types, on the same grid and reduction.
  */
 import { WORKGROUP } from "./wgsl-elementwise.ts";
 
@@ -31,7 +32,7 @@ export function matmulGrid(rows: number, T: number): [number, number, number] {
 }
 
 /** The shared tail: lane 0 of each row adds its lanes' partial sums in lane order and stores the group's tokens. */
-const REDUCE_AND_STORE = /* wgsl */ `
+export const REDUCE_AND_STORE = /* wgsl */ `
   partial[lid] = s;
   workgroupBarrier();
   if (live && lane == 0u) {
@@ -40,18 +41,21 @@ const REDUCE_AND_STORE = /* wgsl */ `
     for (var k = 0u; k < ${TOKENS_PER_GROUP}u && t0 + k < p.T; k++) { out[(t0 + k) * p.outStride + p.outOffset + r] = sum[k]; }
   }`;
 
-const MATMUL_HEAD = /* wgsl */ `
+/** Every product's parameters, output (binding 3), lane sums and token rows; the weights are binding 1, the activations 2 (and 4). */
+export const PRODUCT_HEAD = /* wgsl */ `
 struct Params { rows: u32, cols: u32, outStride: u32, outOffset: u32, rowBytes: u32, T: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 var<workgroup> partial: array<vec4<f32>, ${WORKGROUP}>;
 // Where the group's 4 token rows start in x (a token past T repeats the last: computed, never stored).
-var<private> xRows: vec4<u32>;
+var<private> xRows: vec4<u32>;`;
+
+const MATMUL_HEAD = /* wgsl */ `${PRODUCT_HEAD}
+@group(0) @binding(2) var<storage, read> x: array<f32>;
 // Element i of the 4 token rows.
 fn xv(i: u32) -> vec4<f32> { return vec4<f32>(x[xRows.x + i], x[xRows.y + i], x[xRows.z + i], x[xRows.w + i]); }`;
 
-const MATMUL_ENTRY = /* wgsl */ `
+export const MATMUL_ENTRY = /* wgsl */ `
 @compute @workgroup_size(${WORKGROUP})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let r = (wg.x + wg.z * ${GROUPS_PER_Z}u) * ${ROWS_PER_GROUP}u + lid / ${LANES}u;
@@ -75,7 +79,7 @@ ${REDUCE_AND_STORE}
 }`;
 
 /** Byte, signed byte and f16 readers over the weight words. */
-const BYTE_READERS = /* wgsl */ `
+export const BYTE_READERS = /* wgsl */ `
 @group(0) @binding(1) var<storage, read> w: array<u32>;
 fn u8At(off: u32) -> u32 { return (w[off >> 2u] >> ((off & 3u) * 8u)) & 0xffu; }
 fn i8At(off: u32) -> i32 { return (i32(u8At(off)) << 24u) >> 24u; }
@@ -116,20 +120,23 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
 }`,
 };
 
-/**
- * block_q4_K: f16 d, f16 dmin, scales[12] (eight 6-bit scale/min pairs), qs[128]. Sub-block
- * pair i (64 values) uses qs[32i .. 32i + 32): low nibbles with (scale, min) 2i, high nibbles 2i + 1.
- */
-const Q4_K: GgmlShader = {
-  blockValues: 256,
-  blockDot: /* wgsl */ `
+/** Scale and minimum j (0..7) of block_q4_K / q5_K: six bits each, packed in scales[12] at byte b + 4. */
+export const SCALE_MIN_K4 = /* wgsl */ `
 fn scaleMinK4(b: u32, j: u32) -> vec2<f32> {
   let q = b + 4u;
   if (j < 4u) { return vec2<f32>(f32(u8At(q + j) & 63u), f32(u8At(q + j + 4u) & 63u)); }
   let sc = (u8At(q + j + 4u) & 15u) | ((u8At(q + j - 4u) >> 6u) << 4u);
   let mn = (u8At(q + j + 4u) >> 4u) | ((u8At(q + j) >> 6u) << 4u);
   return vec2<f32>(f32(sc), f32(mn));
-}
+}`;
+
+/**
+ * block_q4_K: f16 d, f16 dmin, scales[12] (eight 6-bit scale/min pairs), qs[128]. Sub-block
+ * pair i (64 values) uses qs[32i .. 32i + 32): low nibbles with (scale, min) 2i, high nibbles 2i + 1.
+ */
+const Q4_K: GgmlShader = {
+  blockValues: 256,
+  blockDot: /* wgsl */ `${SCALE_MIN_K4}
 fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let d = f16At(b);
   let dmin = f16At(b + 2u);
@@ -235,7 +242,7 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
 };
 
 /** The fifth bits of block_q5_0 / q5_1: qh (a little-endian u32 at byte h), bit j for value j. */
-const Q5_HIGH_BITS = /* wgsl */ `
+export const Q5_HIGH_BITS = /* wgsl */ `
 fn q5High(h: u32) -> u32 { return u8At(h) | (u8At(h + 1u) << 8u) | (u8At(h + 2u) << 16u) | (u8At(h + 3u) << 24u); }`;
 
 /** block_q5_0: f16 d, qh[4], qs[16]; value j = d * ((nibble | bit j of qh << 4) - 16). */
@@ -285,7 +292,7 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
  */
 const Q5_K: GgmlShader = {
   blockValues: 256,
-  blockDot: Q4_K.blockDot.split("fn blockDot")[0] + /* wgsl */ `
+  blockDot: /* wgsl */ `${SCALE_MIN_K4}
 fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let d = f16At(b);
   let dmin = f16At(b + 2u);
@@ -339,20 +346,23 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
 }`,
 };
 
-/**
- * block_q3_K: hmask[32], qs[64], scales[12] (sixteen 6-bit scales, stored plus 32), f16 d. As
- * Q2_K's layout of qs; value l of group j in half n subtracts 4 unless bit 4n + j of hmask[l] is set.
- */
-const Q3_K: GgmlShader = {
-  blockValues: 256,
-  blockDot: /* wgsl */ `
+/** Scale j (0..15) of block_q3_K: six bits stored plus 32 in scales[12] at byte b + 96. */
+export const SCALE_Q3_K = /* wgsl */ `
 fn scaleQ3K(b: u32, j: u32) -> i32 {
   let q = b + 96u;
   var low: u32;
   if (j < 8u) { low = u8At(q + j) & 15u; } else { low = u8At(q + j - 8u) >> 4u; }
   let high = (u8At(q + 8u + (j & 3u)) >> (2u * (j >> 2u))) & 3u;
   return i32(low | (high << 4u)) - 32;
-}
+}`;
+
+/**
+ * block_q3_K: hmask[32], qs[64], scales[12] (sixteen 6-bit scales, stored plus 32), f16 d. As
+ * Q2_K's layout of qs; value l of group j in half n subtracts 4 unless bit 4n + j of hmask[l] is set.
+ */
+const Q3_K: GgmlShader = {
+  blockValues: 256,
+  blockDot: /* wgsl */ `${SCALE_Q3_K}
 fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let d = f16At(b + 108u);
   var s = vec4<f32>(0.0);
