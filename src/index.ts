@@ -32,7 +32,7 @@ export { SpmTokenizer } from "./tokenizer/spm.ts";
 export type { ModelForward, DeviceKind } from "./engine/model-forward.ts";
 export { chooseDevice, webgpuRefusal, type ChosenDevice } from "./backend/device-choice.ts";
 export { selectDevice, acquireGpu, type DeviceChoice, type GpuAdapterSummary } from "./backend/webgpu/device.ts";
-export { WebGpuBackend } from "./backend/webgpu/backend.ts";
+export { WebGpuBackend, type BackendOptions } from "./backend/webgpu/backend.ts";
 
 // ---- models and files
 export { openCheckpoint } from "./model/load.ts";

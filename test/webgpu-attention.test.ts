@@ -96,7 +96,7 @@ async function describeAttention(): Promise<void> {
         const { info, tables } = gpuRecords(seqs);
         const out = gpu.f32Buffer(T * qStride, "out");
         const maxCount = Math.max(...seqs.map((s) => s.count));
-        gpu.attention(out, upload(q), kBuf, vBuf, upload(info), upload(tables), seqs.length, maxCount, nHeads, nKv, hd, bs, numBlocks, qStride);
+        gpu.attention(out, upload(q), kBuf, vBuf, upload(info), upload(tables), seqs.length, maxCount, nHeads, nKv, hd, bs, numBlocks, qStride, T);
         const got = await run.readF32(out, T * qStride);
         const want = wasmRead(outAddr, T * qStride);
         for (let i = 0; i < got.length; i++) {
@@ -107,7 +107,7 @@ async function describeAttention(): Promise<void> {
           const alone = gpuRecords([s], () => 0);
           const outAlone = gpu.f32Buffer(s.count * qStride, "alone");
           const qAlone = q.slice(s.start * qStride, (s.start + s.count) * qStride);
-          gpu.attention(outAlone, upload(qAlone), kBuf, vBuf, upload(alone.info), upload(alone.tables), 1, s.count, nHeads, nKv, hd, bs, numBlocks, qStride);
+          gpu.attention(outAlone, upload(qAlone), kBuf, vBuf, upload(alone.info), upload(alone.tables), 1, s.count, nHeads, nKv, hd, bs, numBlocks, qStride, s.count);
           expect(await run.readF32(outAlone, s.count * qStride)).toEqual(got.slice(s.start * qStride, (s.start + s.count) * qStride));
         }
       }

@@ -9,10 +9,10 @@
 import { describe, expect, test } from "bun:test";
 import { CpuBackend } from "../src/backend/cpu.ts";
 import { ggmlKernels } from "../src/backend/ggml-kernels.ts";
-import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
+import type { ProductInput, WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { randInt, randomArray } from "./helpers/random-data.ts";
-import { describeGpu } from "./helpers/webgpu.ts";
+import { describeGpu, testGpu } from "./helpers/webgpu.ts";
 
 /** IEEE half to number (normal, subnormal, zero; no inf/NaN is ever generated here). */
 function f16(bits: number): number {
@@ -414,6 +414,52 @@ async function describeGgml(): Promise<void> {
       gpu.matmul(out, gpu.productInput(xBuf, 1, 64), m);
       expect(gpu.runner.counts.dispatches - before).toBe(1 + 3 + 2);
       await gpu.runner.readF32(out, 2);
+    });
+
+    test("RMSNorm, the add before it, SwiGLU and attention write the f16 form themselves: the f32 kernels' bits, and the products' bits of a conversion of its own", async () => {
+      const plain = await testGpu();
+      if (!("backend" in plain)) throw new Error(plain.reason);
+      const f32Gpu = plain.backend;
+      const type = TYPES.find((t) => t.name === "Q4_K")!;
+      const rng = new Xoshiro128(11);
+      type Op = (g: WebGpuBackend, out: GPUBuffer, xb: GPUBuffer, yb: GPUBuffer, upb: GPUBuffer, weight: GPUBuffer) => ProductInput;
+      for (const n of [256, 512]) {
+        const T = randInt(rng, 1, 5);
+        const m = gpu.uploadGgmlMatrix(randomBlocks(rng, type, 3 * (n / 256)), type.code, 3, n, "q4k");
+        const [x, y, up, w] = [randomArray(rng, T * n, 4), randomArray(rng, T * n), randomArray(rng, T * n), randomArray(rng, n)];
+        // Attention over one sequence of T new tokens: heads of 64 (n / 64 of them, half as many KV heads), blocks of 4 in reverse order.
+        const [headDim, blockSize, numBlocks] = [64, 4, Math.ceil(T / 4)];
+        const arena = (n / 128) * numBlocks * blockSize * headDim;
+        const [keys, values] = [randomArray(rng, arena), randomArray(rng, arena)];
+        const ops: [string, Op][] = [
+          ["rmsnorm", (g, out, xb, _yb, _upb, wb) => g.rmsnormInput(out, xb, wb, T, n, 1e-5)],
+          ["addRmsnorm", (g, out, xb, yb, _upb, wb) => g.addRmsnorm(out, xb, yb, wb, T, n, 1e-5)],
+          ["swiglu", (g, _out, xb, _yb, upb) => g.swiglu(xb, upb, T, n)],
+          ["attention", (g, out, xb) => {
+            const info = g.bufferFrom(new Int32Array([0, T, T, 0]), "seq_info");
+            const tables = g.bufferFrom(Int32Array.from({ length: numBlocks }, (_, i) => numBlocks - 1 - i), "tables");
+            const [kb, vb] = [g.bufferFrom(keys, "k"), g.bufferFrom(values, "v")];
+            return g.attention(out, xb, kb, vb, info, tables, 1, T, n / 64, n / 128, headDim, blockSize, numBlocks, n, T);
+          }],
+        ];
+        for (const [name, op] of ops) {
+          const run = (g: WebGpuBackend) => op(g, g.f32Buffer(T * n, "out"), g.bufferFrom(x, "x"), g.bufferFrom(y, "y"), g.bufferFrom(up, "up"), g.bufferFrom(w, "w"));
+          const before = gpu.runner.counts.dispatches;
+          const fused = run(gpu);
+          const product = gpu.f32Buffer(3 * T, "product");
+          gpu.matmul(product, fused, m);
+          // The kernel and the product: no conversion of its own.
+          expect([name, gpu.runner.counts.dispatches - before]).toEqual([name, 2]);
+          const values = await gpu.runner.readF32(fused.x, T * n);
+          const got = await gpu.runner.readF32(product, 3 * T);
+
+          const f32Values = await f32Gpu.runner.readF32(run(f32Gpu).x, T * n);
+          expect(values).toEqual(f32Values);
+          const separate = gpu.f32Buffer(3 * T, "separate");
+          gpu.matmul(separate, gpu.productInput(gpu.bufferFrom(f32Values, "values"), T, n), m);
+          expect(await gpu.runner.readF32(separate, 3 * T)).toEqual(got);
+        }
+      }
     });
   }, { half: true });
 }

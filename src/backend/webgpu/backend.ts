@@ -11,12 +11,14 @@
 import { DeviceError } from "../../errors.ts";
 import type { GpuContext } from "./device.ts";
 import { params, GpuRunner, type GpuKernel } from "./runner.ts";
-import { ATTENTION_WGSL, attentionGrid, MAX_HEAD_DIM } from "./wgsl-attention.ts";
+import { ATTENTION_HALF_WGSL, ATTENTION_WGSL, attentionGrid, MAX_HEAD_DIM } from "./wgsl-attention.ts";
 import {
-  ADD_RMSNORM_WGSL, ADD_ROWS_WGSL, ADD_WGSL, elementGrid, GATHER_ROWS_WGSL, RMSNORM_WGSL, ROPE_WGSL, SWIGLU_WGSL, WRITE_KV_WGSL,
+  ADD_RMSNORM_HALF_WGSL, ADD_RMSNORM_WGSL, ADD_ROWS_WGSL, ADD_WGSL, elementGrid, GATHER_ROWS_WGSL, HALF_ACTIVATIONS_WGSL,
+  RMSNORM_HALF_WGSL, RMSNORM_WGSL, ROPE_WGSL, SWIGLU_HALF_WGSL, SWIGLU_WGSL, WRITE_KV_WGSL,
 } from "./wgsl-elementwise.ts";
+import { HALF_BLOCK } from "./wgsl-half.ts";
 import { GGML_SHADERS, MATMUL_F32_WGSL, matmulGgmlWgsl, matmulGrid } from "./wgsl-matmul.ts";
-import { HALF_ACTIVATIONS_WGSL, HALF_BLOCK, hasHalfProduct, matmulHalfWgsl } from "./wgsl-matmul-f16.ts";
+import { hasHalfProduct, matmulHalfWgsl } from "./wgsl-matmul-f16.ts";
 
 /** One row range of a weight matrix in its own buffer. */
 export interface GpuMatrixPart {
@@ -71,14 +73,24 @@ const FIXED_KERNELS = {
 } as const;
 type FixedKernel = keyof typeof FIXED_KERNELS;
 
+/** Kernels that write activations in the f16 form of wgsl-half.ts (compiled with f16 products only). */
+const HALF_KERNELS = {
+  halfActivations: HALF_ACTIVATIONS_WGSL,
+  rmsnormHalf: RMSNORM_HALF_WGSL,
+  addRmsnormHalf: ADD_RMSNORM_HALF_WGSL,
+  swigluHalf: SWIGLU_HALF_WGSL,
+  attentionHalf: ATTENTION_HALF_WGSL,
+} as const;
+type HalfKernel = keyof typeof HALF_KERNELS;
+
 export class WebGpuBackend {
   readonly runner: GpuRunner;
   private readonly fixed = new Map<FixedKernel, GpuKernel>();
   private readonly ggml = new Map<number, GpuKernel>();
-  /** The f16 products per ggml type and the activations' conversion (none unless halfProducts). */
-  private readonly half = new Map<number, GpuKernel>();
-  private halfActivations: GpuKernel | null = null;
-  /** The f16 copy of `halfInput`'s activations and their block scales; grown on demand. */
+  /** The f16 products per ggml type, and the kernels writing the f16 form (none unless halfProducts). */
+  private readonly halfMatmuls = new Map<number, GpuKernel>();
+  private readonly halfFixed = new Map<HalfKernel, GpuKernel>();
+  /** The f16 form of `halfInput`'s activations and their block scales; grown on demand. */
   private halfScratch: { values: GPUBuffer; scales: GPUBuffer; capacity: number } | null = null;
   private halfInput: ProductInput | null = null;
   /** Largest part of a split matrix, in bytes: one storage binding (tests lower it to force splits). */
@@ -106,9 +118,13 @@ export class WebGpuBackend {
     }
     for (const type of GGML_SHADERS.keys()) {
       backend.ggml.set(type, await backend.runner.compile(`matmulGgml${type}`, matmulGgmlWgsl(type)));
-      if (halfProducts && hasHalfProduct(type)) backend.half.set(type, await backend.runner.compile(`matmulHalf${type}`, matmulHalfWgsl(type)));
+      if (halfProducts && hasHalfProduct(type)) backend.halfMatmuls.set(type, await backend.runner.compile(`matmulHalf${type}`, matmulHalfWgsl(type)));
     }
-    if (halfProducts) backend.halfActivations = await backend.runner.compile("halfActivations", HALF_ACTIVATIONS_WGSL);
+    if (halfProducts) {
+      for (const [name, code] of Object.entries(HALF_KERNELS) as [HalfKernel, string][]) {
+        backend.halfFixed.set(name, await backend.runner.compile(name, code));
+      }
+    }
     return backend;
   }
 
@@ -182,7 +198,7 @@ export class WebGpuBackend {
   matmul(out: GPUBuffer, input: ProductInput, m: GpuWeightMatrix, outStride = m.rows): void {
     if (input.cols !== m.cols) throw new Error(`matmul: ${input.cols} activations for ${m.cols} columns`);
     const T = input.T;
-    const half = m.kind === "ggml" ? this.half.get(m.type) : undefined;
+    const half = m.kind === "ggml" ? this.halfMatmuls.get(m.type) : undefined;
     if (half !== undefined) {
       const scratch = this.halfCopy(input);
       for (const part of m.parts) {
@@ -200,31 +216,56 @@ export class WebGpuBackend {
   }
 
   /**
-   * The scratch holding `input` in f16 (wgsl-matmul-f16.ts): converted by one dispatch unless it
-   * is the input converted last (q, k and v, or gate and up, share one conversion).
+   * The scratch holding `input` in f16 form: converted by one dispatch unless the kernel that
+   * computed it wrote that form too, or it is the input converted last (q, k and v, or gate and
+   * up, share one conversion).
    */
   private halfCopy(input: ProductInput): { values: GPUBuffer; scales: GPUBuffer } {
     const n = input.T * input.cols;
     if (input.cols % HALF_BLOCK !== 0) throw new Error(`f16 products: ${input.cols} columns is not a whole number of ${HALF_BLOCK}-value blocks`);
-    if (this.halfScratch === null || this.halfScratch.capacity < n) {
-      // Recorded dispatches may read the old buffers: submit them before the buffers go.
-      this.runner.flush();
-      this.halfScratch?.values.destroy();
-      this.halfScratch?.scales.destroy();
-      const capacity = Math.max(n, Math.min(2 * (this.halfScratch?.capacity ?? 0), Math.floor(this.runner.maxBinding / 2)));
-      this.halfScratch = {
-        values: this.runner.buffer(2 * capacity, "half_activations"),
-        scales: this.runner.buffer((4 * capacity) / HALF_BLOCK, "half_scales"),
-        capacity,
-      };
-      this.halfInput = null;
-    }
+    const scratch = this.halfScratchFor(n);
     if (this.halfInput !== input) {
       const blocks = n / HALF_BLOCK;
-      this.runner.dispatch(this.halfActivations!, params(blocks), [input.x, this.halfScratch.values, this.halfScratch.scales], elementGrid(blocks));
+      this.runner.dispatch(this.halfKernel("halfActivations"), params(blocks), [input.x, scratch.values, scratch.scales], elementGrid(blocks));
       this.halfInput = input;
     }
+    return scratch;
+  }
+
+  /** The f16 scratch, grown to hold n values (forgetting what it held). */
+  private halfScratchFor(n: number): { values: GPUBuffer; scales: GPUBuffer } {
+    if (this.halfScratch !== null && this.halfScratch.capacity >= n) return this.halfScratch;
+    // Recorded dispatches may read the old buffers: submit them before the buffers go.
+    this.runner.flush();
+    this.halfScratch?.values.destroy();
+    this.halfScratch?.scales.destroy();
+    const capacity = Math.max(n, Math.min(2 * (this.halfScratch?.capacity ?? 0), Math.floor(this.runner.maxBinding / 2)));
+    this.halfScratch = {
+      values: this.runner.buffer(2 * capacity, "half_activations"),
+      scales: this.runner.buffer((4 * capacity) / HALF_BLOCK, "half_scales"),
+      capacity,
+    };
+    this.halfInput = null;
     return this.halfScratch;
+  }
+
+  /**
+   * Dispatch `f32Kernel`, or with f16 products its `halfKernel` twin, which also writes its output
+   * in f16 form: the products that read `output` then need no conversion of their own. `fusable`:
+   * the twin can write this shape (whole 32-value blocks, each written by one workgroup or invocation).
+   */
+  private producingInput(
+    output: ProductInput, fusable: boolean, f32Kernel: FixedKernel, halfKernel: HalfKernel, f32Params: Uint32Array, halfParams: Uint32Array,
+    buffers: GPUBuffer[], f32Grid: [number, number, number], halfGrid: [number, number, number],
+  ): ProductInput {
+    if (!this.halfProducts || !fusable) {
+      this.runner.dispatch(this.kernel(f32Kernel), f32Params, buffers, f32Grid);
+      return output;
+    }
+    const scratch = this.halfScratchFor(output.T * output.cols);
+    this.runner.dispatch(this.halfKernel(halfKernel), halfParams, [...buffers, scratch.values, scratch.scales], halfGrid);
+    this.halfInput = output;
+    return output;
   }
 
   /** out[t] = row tokens[t] of an f32 table (tokens: i32 buffer). */
@@ -247,15 +288,29 @@ export class WebGpuBackend {
     this.runner.dispatch(this.kernel("rmsnorm"), params(n, { f32: eps }), [out, x, weight], [T, 1, 1]);
   }
 
-  /** x[t] += y[t], then out[t] = weight * x[t] / rms(x[t]): add() then rmsnorm() in one dispatch, the same bits. */
-  addRmsnorm(out: GPUBuffer, x: GPUBuffer, y: GPUBuffer, weight: GPUBuffer, T: number, n: number, eps: number): void {
-    if (out === x || out === y) throw new Error("webgpu addRmsnorm: out must differ from x and y");
-    this.runner.dispatch(this.kernel("addRmsnorm"), params(n, { f32: eps }), [out, x, y, weight], [T, 1, 1]);
+  /** rmsnorm() whose output is the input of the products that follow (written in f16 form too with f16 products). */
+  rmsnormInput(out: GPUBuffer, x: GPUBuffer, weight: GPUBuffer, T: number, n: number, eps: number): ProductInput {
+    if (out === x) throw new Error("webgpu rmsnorm: out and x must be different buffers");
+    const p = params(n, { f32: eps });
+    return this.producingInput(new ProductInput(out, T, n), n % HALF_BLOCK === 0, "rmsnorm", "rmsnormHalf", p, p, [out, x, weight], [T, 1, 1], [T, 1, 1]);
   }
 
-  /** gate[t][i] = silu(gate[t][i]) * up[t][i] for T rows of n. */
-  swiglu(gate: GPUBuffer, up: GPUBuffer, T: number, n: number): void {
-    this.runner.dispatch(this.kernel("swiglu"), params(T * n), [gate, up], elementGrid(T * n));
+  /**
+   * x[t] += y[t], then out[t] = weight * x[t] / rms(x[t]): add() then rmsnorm() in one dispatch, the
+   * same bits; out is the input of the products that follow.
+   */
+  addRmsnorm(out: GPUBuffer, x: GPUBuffer, y: GPUBuffer, weight: GPUBuffer, T: number, n: number, eps: number): ProductInput {
+    if (out === x || out === y) throw new Error("webgpu addRmsnorm: out must differ from x and y");
+    const p = params(n, { f32: eps });
+    return this.producingInput(new ProductInput(out, T, n), n % HALF_BLOCK === 0, "addRmsnorm", "addRmsnormHalf", p, p, [out, x, y, weight], [T, 1, 1], [T, 1, 1]);
+  }
+
+  /** gate[t][i] = silu(gate[t][i]) * up[t][i] for T rows of n; gate is the input of the products that follow. */
+  swiglu(gate: GPUBuffer, up: GPUBuffer, T: number, n: number): ProductInput {
+    const blocks = (T * n) / HALF_BLOCK;
+    return this.producingInput(
+      new ProductInput(gate, T, n), n % HALF_BLOCK === 0, "swiglu", "swigluHalf", params(T * n), params(blocks), [gate, up], elementGrid(T * n), elementGrid(blocks),
+    );
   }
 
   add(x: GPUBuffer, y: GPUBuffer, n: number): void {
@@ -289,17 +344,21 @@ export class WebGpuBackend {
   /**
    * Paged attention for every new token of the step. seqInfo holds numSeqs records of
    * (queryStart, queryCount, contextLen, blockTable) with blockTable an element index into
-   * `tables`; maxQueryCount is the largest queryCount (the grid's height).
+   * `tables`; maxQueryCount is the largest queryCount (the grid's height). `out` ([T][qStride]) is
+   * the input of the products that follow.
    */
   attention(
     out: GPUBuffer, q: GPUBuffer, kLayer: GPUBuffer, vLayer: GPUBuffer, seqInfo: GPUBuffer, tables: GPUBuffer,
     numSeqs: number, maxQueryCount: number, nHeads: number, nKvHeads: number, headDim: number,
-    blockSize: number, numBlocks: number, qStride: number,
-  ): void {
+    blockSize: number, numBlocks: number, qStride: number, T: number,
+  ): ProductInput {
     if (headDim > MAX_HEAD_DIM) throw new DeviceError(`webgpu: head dimension ${headDim} exceeds ${MAX_HEAD_DIM}`);
     const scale = Math.fround(1 / Math.sqrt(headDim));
     const p = params(nHeads, nKvHeads, headDim, blockSize, numBlocks, qStride, { f32: scale });
-    this.runner.dispatch(this.kernel("attention"), p, [out, q, kLayer, vLayer, seqInfo, tables], attentionGrid(numSeqs, nHeads, maxQueryCount));
+    const grid = attentionGrid(numSeqs, nHeads, maxQueryCount);
+    // Heads of whole 32-value blocks: no block straddles two heads' workgroups.
+    const output = new ProductInput(out, T, qStride);
+    return this.producingInput(output, headDim % HALF_BLOCK === 0, "attention", "attentionHalf", p, p, [out, q, kLayer, vLayer, seqInfo, tables], grid, grid);
   }
 
   /** Submit recorded ops. */
@@ -310,6 +369,12 @@ export class WebGpuBackend {
   close(): void {
     this.runner.destroy();
     this.gpu.device.destroy();
+  }
+
+  private halfKernel(name: HalfKernel): GpuKernel {
+    const k = this.halfFixed.get(name);
+    if (k === undefined) throw new Error(`kernel ${name} not compiled (f16 products are off)`);
+    return k;
   }
 
   private kernel(name: FixedKernel): GpuKernel {

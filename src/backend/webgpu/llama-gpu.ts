@@ -132,10 +132,10 @@ export class GpuLlamaModel {
 
     if (this.embedding !== null) g.embed(a.x, this.embedding, inp.tokens, T);
     else this.embedOnCpu(batch, cpu);
-    g.rmsnorm(a.xb, a.x, this.layers[0]!.attnNorm, T, c.dim, c.normEps);
+    let attnIn = g.rmsnormInput(a.xb, a.x, this.layers[0]!.attnNorm, T, c.dim, c.normEps);
     this.layers.forEach((L, l) => {
-      // ---- attention: x += wo · attention(rope(wq·xb), rope(wk·xb), wv·xb); xb = rmsnorm(x) already
-      const attnIn = g.productInput(a.xb, T, c.dim);
+      // ---- attention: x += wo · attention(rope(wq·xb), rope(wk·xb), wv·xb); attnIn is xb = rmsnorm(x),
+      // made before the loop or at the previous layer's end (with f16 products, in f16 form too)
       g.matmul(a.q, attnIn, L.wq);
       g.matmul(a.k, attnIn, L.wk);
       g.matmul(a.v, attnIn, L.wv);
@@ -154,23 +154,21 @@ export class GpuLlamaModel {
       g.rope(rope, a.q, inp.positions, T, c.nHeads, c.headDim, ropeDim, qDim, this.ropeCos, this.ropeSin);
       g.rope(rope, a.k, inp.positions, T, c.nKvHeads, c.headDim, ropeDim, kvDim, this.ropeCos, this.ropeSin);
       g.writeKV(L.k, L.v, a.k, a.v, inp.slots, T, c.nKvHeads, c.headDim, this.blockSize, this.numBlocks);
-      g.attention(
+      const attnOut = g.attention(
         a.att, a.q, L.k, L.v, inp.seqInfo, inp.tables, batch.numSeqs, maxQueryCount,
-        c.nHeads, c.nKvHeads, c.headDim, this.blockSize, this.numBlocks, qDim,
+        c.nHeads, c.nKvHeads, c.headDim, this.blockSize, this.numBlocks, qDim, T,
       );
-      g.matmul(a.xb2, g.productInput(a.att, T, qDim), L.wo);
+      g.matmul(a.xb2, attnOut, L.wo);
       // x += xb2, and the feed-forward's input norm, in one dispatch
-      g.addRmsnorm(a.xb, a.x, a.xb2, L.ffnNorm, T, c.dim, c.normEps);
+      const ffnIn = g.addRmsnorm(a.xb, a.x, a.xb2, L.ffnNorm, T, c.dim, c.normEps);
 
       // ---- feed-forward: x += w2 · (silu(w1·xb) * (w3·xb))
-      const ffnIn = g.productInput(a.xb, T, c.dim);
       g.matmul(a.hb, ffnIn, L.ffnGate);
       g.matmul(a.hb2, ffnIn, L.ffnUp);
-      g.swiglu(a.hb, a.hb2, T, c.hiddenDim);
-      g.matmul(a.xb2, g.productInput(a.hb, T, c.hiddenDim), L.ffnDown);
+      g.matmul(a.xb2, g.swiglu(a.hb, a.hb2, T, c.hiddenDim), L.ffnDown);
       // x += xb2, and the next layer's attention norm, in one dispatch (after the last layer only the add)
       const next = this.layers[l + 1];
-      if (next !== undefined) g.addRmsnorm(a.xb, a.x, a.xb2, next.attnNorm, T, c.dim, c.normEps);
+      if (next !== undefined) attnIn = g.addRmsnorm(a.xb, a.x, a.xb2, next.attnNorm, T, c.dim, c.normEps);
       else g.add(a.x, a.xb2, T * c.dim);
     });
 
@@ -182,8 +180,7 @@ export class GpuLlamaModel {
     }
     // Through xb: WebGPU forbids a kernel reading and writing one buffer through two bindings.
     g.gatherRows(a.xb, a.x, inp.logitRows, R, c.dim);
-    g.rmsnorm(a.xLogits, a.xb, this.outputNorm, R, c.dim, c.normEps);
-    g.matmul(a.logits, g.productInput(a.xLogits, R, c.dim), this.output);
+    g.matmul(a.logits, g.rmsnormInput(a.xLogits, a.xb, this.outputNorm, R, c.dim, c.normEps), this.output);
     return g.runner.readF32(a.logits, R * c.vocabSize);
   }
 

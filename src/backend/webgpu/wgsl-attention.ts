@@ -12,9 +12,14 @@
  * order, and accumulates its own output elements over the tile's keys in order. So a (query,
  * head)'s result depends neither on the chunk it came in nor on the other sequences of the step,
  * nor on the block size. No atomics.
+ *
+ * ATTENTION_HALF_WGSL (heads of whole 32-value blocks, feeding f16 products) also writes the
+ * output in the f16 form of wgsl-half.ts: the head's row goes through workgroup memory, and one
+ * invocation per 32-value block converts it. The f32 output is the same bits.
  */
 import { ATTN_TILE } from "../kernels.ts";
 import { WORKGROUP } from "./wgsl-elementwise.ts";
+import { HALF_BLOCK, halfStoreWgsl } from "./wgsl-half.ts";
 
 /** Largest head dimension: each invocation keeps MAX_HEAD_DIM / WORKGROUP output elements. */
 export const MAX_HEAD_DIM = 256;
@@ -25,7 +30,27 @@ export function attentionGrid(numSeqs: number, nHeads: number, maxQueryCount: nu
   return [numSeqs * nHeads, maxQueryCount, 1];
 }
 
-export const ATTENTION_WGSL = /* wgsl */ `
+function attentionWgsl(toHalf: boolean): string {
+  const store = toHalf
+    ? /* wgsl */ `for (var e = 0u; e < ${PER_INVOCATION}u; e++) {
+    let c = lid + e * ${WORKGROUP}u;
+    if (c < p.headDim) {
+      let o = acc[e] * inv;
+      out[qOff + c] = o;
+      headOut[c] = o;
+    }
+  }
+  workgroupBarrier();
+  if (lid < p.headDim / ${HALF_BLOCK}u) {
+    var v: array<f32, ${HALF_BLOCK}>;
+    for (var j = 0u; j < ${HALF_BLOCK}u; j++) { v[j] = headOut[lid * ${HALF_BLOCK}u + j]; }
+    storeHalfBlock(&v, qOff / ${HALF_BLOCK}u + lid);
+  }`
+    : /* wgsl */ `for (var e = 0u; e < ${PER_INVOCATION}u; e++) {
+    let c = lid + e * ${WORKGROUP}u;
+    if (c < p.headDim) { out[qOff + c] = acc[e] * inv; }
+  }`;
+  return /* wgsl */ `${toHalf ? "enable f16;" : ""}
 struct Params { nHeads: u32, nKvHeads: u32, headDim: u32, blockSize: u32, numBlocks: u32, qStride: u32, scale: f32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
@@ -36,6 +61,8 @@ struct Params { nHeads: u32, nKvHeads: u32, headDim: u32, blockSize: u32, numBlo
 @group(0) @binding(6) var<storage, read> tables: array<i32>;
 var<workgroup> scores: array<f32, ${ATTN_TILE}>;
 var<workgroup> rowBase: array<u32, ${ATTN_TILE}>;
+${toHalf ? `${halfStoreWgsl(7)}
+var<workgroup> headOut: array<f32, ${MAX_HEAD_DIM}>;` : ""}
 
 @compute @workgroup_size(${WORKGROUP})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -95,8 +122,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     workgroupBarrier();
   }
   let inv = 1.0 / l;
-  for (var e = 0u; e < ${PER_INVOCATION}u; e++) {
-    let c = lid + e * ${WORKGROUP}u;
-    if (c < p.headDim) { out[qOff + c] = acc[e] * inv; }
-  }
+  ${store}
 }`;
+}
+
+export const ATTENTION_WGSL = attentionWgsl(false);
+export const ATTENTION_HALF_WGSL = attentionWgsl(true);

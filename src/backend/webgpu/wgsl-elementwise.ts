@@ -1,11 +1,15 @@
 /**
  * WGSL kernels that touch each element once or reduce one row: RMSNorm, RoPE, SwiGLU, the
- * residual add, writing K/V into the paged arena, embedding rows and gathering rows. Binding 0 is
+ * residual add, writing K/V into the paged arena, embedding rows and gathering rows; and the
+ * conversion of a product's activations to the f16 form of wgsl-half.ts, alone or fused into the
+ * RMSNorm or SwiGLU that computes them. Binding 0 is
  * always the parameter block (see GpuRunner.dispatch); the storage buffers follow in order.
  *
  * Element-wise kernels run 64 invocations per workgroup over a 2-D grid of workgroups (WebGPU
  * allows at most 65,535 per dimension): element = (wg.y * gridWidth + wg.x) * 64 + local index.
  */
+
+import { HALF_BLOCK, halfStoreWgsl } from "./wgsl-half.ts";
 
 /** Invocations per workgroup of every kernel here (the default limit allows 256). */
 export const WORKGROUP = 64;
@@ -39,19 +43,59 @@ ${ELEMENT_ENTRY} {
   if (i < p.n) { x[i] = x[i] + y[i]; }
 }`;
 
-/** gate[i] = silu(gate[i]) * up[i] for i < n, silu(v) = v / (1 + exp(-v)) as in assembly/activation.ts. */
+/** silu(gate) * up, silu(v) = v / (1 + exp(-v)) as in assembly/activation.ts. */
+const SWIGLU_FN = /* wgsl */ `
+fn swigluAt(g: f32, u: f32) -> f32 { return (g * (1.0 / (1.0 + exp(-g)))) * u; }`;
+
+/** gate[i] = silu(gate[i]) * up[i] for i < n. */
 export const SWIGLU_WGSL = /* wgsl */ `
 struct Params { n: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> gate: array<f32>;
 @group(0) @binding(2) var<storage, read> up: array<f32>;
+${SWIGLU_FN}
 ${ELEMENT_INDEX}
 ${ELEMENT_ENTRY} {
   let i = elementIndex(wg, nwg, lid);
-  if (i < p.n) {
-    let v = gate[i];
-    gate[i] = (v * (1.0 / (1.0 + exp(-v)))) * up[i];
+  if (i < p.n) { gate[i] = swigluAt(gate[i], up[i]); }
+}`;
+
+/** SWIGLU_WGSL over `blocks` blocks of 32 values, one invocation each, also writing them in f16 form (wgsl-half.ts). */
+export const SWIGLU_HALF_WGSL = /* wgsl */ `
+enable f16;
+struct Params { blocks: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> gate: array<f32>;
+@group(0) @binding(2) var<storage, read> up: array<f32>;
+${halfStoreWgsl(3)}
+${SWIGLU_FN}
+${ELEMENT_INDEX}
+${ELEMENT_ENTRY} {
+  let k = elementIndex(wg, nwg, lid);
+  if (k >= p.blocks) { return; }
+  var v: array<f32, ${HALF_BLOCK}>;
+  for (var j = 0u; j < ${HALF_BLOCK}u; j++) {
+    let i = k * ${HALF_BLOCK}u + j;
+    v[j] = swigluAt(gate[i], up[i]);
+    gate[i] = v[j];
   }
+  storeHalfBlock(&v, k);
+}`;
+
+/** The f16 form (wgsl-half.ts) of x's `blocks` blocks of 32 values, one invocation each. */
+export const HALF_ACTIVATIONS_WGSL = /* wgsl */ `
+enable f16;
+struct Params { blocks: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+${halfStoreWgsl(2)}
+${ELEMENT_INDEX}
+${ELEMENT_ENTRY} {
+  let k = elementIndex(wg, nwg, lid);
+  if (k >= p.blocks) { return; }
+  var v: array<f32, ${HALF_BLOCK}>;
+  for (var j = 0u; j < ${HALF_BLOCK}u; j++) { v[j] = x[k * ${HALF_BLOCK}u + j]; }
+  storeHalfBlock(&v, k);
 }`;
 
 /**
@@ -60,9 +104,11 @@ ${ELEMENT_ENTRY} {
  * pairwise tree adds the 64 partial sums: one order for a row, whatever T is. With `addFirst`
  * (the residual add and the next norm in one dispatch) x[t] += y[t] first, element by element,
  * by the invocation that then squares and reads it back: the same operations in the same order
- * as ADD then RMSNORM, so the same bits.
+ * as ADD then RMSNORM, so the same bits. With `toHalf` (the norm feeds f16 products; n a multiple
+ * of 32) the row is also written in the f16 form of wgsl-half.ts, invocation i taking blocks i,
+ * i + 64, ...: each output element is the same expression, so the same bits as without.
  */
-function rmsnormWgsl(addFirst: boolean): string {
+function rmsnormWgsl(addFirst: boolean, toHalf: boolean): string {
   const inputs = addFirst
     ? `@group(0) @binding(2) var<storage, read_write> x: array<f32>;
 @group(0) @binding(3) var<storage, read> y: array<f32>;
@@ -70,11 +116,26 @@ function rmsnormWgsl(addFirst: boolean): string {
     : `@group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read> w: array<f32>;`;
   const load = addFirst ? "let v = x[base + j] + y[base + j];\n    x[base + j] = v;" : "let v = x[base + j];";
-  return /* wgsl */ `
+  const store = toHalf
+    ? /* wgsl */ `let blocks = p.n / ${HALF_BLOCK}u;
+  for (var k = lid; k < blocks; k += ${WORKGROUP}u) {
+    var v: array<f32, ${HALF_BLOCK}>;
+    for (var j = 0u; j < ${HALF_BLOCK}u; j++) {
+      let i = k * ${HALF_BLOCK}u + j;
+      v[j] = w[i] * (inv * x[base + i]);
+      out[base + i] = v[j];
+    }
+    storeHalfBlock(&v, wg.x * blocks + k);
+  }`
+    : /* wgsl */ `for (var j = lid; j < p.n; j += ${WORKGROUP}u) {
+    out[base + j] = w[j] * (inv * x[base + j]);
+  }`;
+  return /* wgsl */ `${toHalf ? "enable f16;" : ""}
 struct Params { n: u32, eps: f32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
 ${inputs}
+${toHalf ? halfStoreWgsl(addFirst ? 5 : 4) : ""}
 var<workgroup> partial: array<f32, ${WORKGROUP}>;
 @compute @workgroup_size(${WORKGROUP})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -91,15 +152,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     workgroupBarrier();
   }
   let inv = 1.0 / sqrt(partial[0] / f32(p.n) + p.eps);
-  for (var j = lid; j < p.n; j += ${WORKGROUP}u) {
-    out[base + j] = w[j] * (inv * x[base + j]);
-  }
+  ${store}
 }`;
 }
 
-export const RMSNORM_WGSL = rmsnormWgsl(false);
+export const RMSNORM_WGSL = rmsnormWgsl(false, false);
 /** x[t] += y[t], then out[t] = w * (x[t] * inv_rms(x[t])): ADD and RMSNORM in one dispatch. */
-export const ADD_RMSNORM_WGSL = rmsnormWgsl(true);
+export const ADD_RMSNORM_WGSL = rmsnormWgsl(true, false);
+/** RMSNORM_WGSL and ADD_RMSNORM_WGSL also writing their output in f16 form (wgsl-half.ts). */
+export const RMSNORM_HALF_WGSL = rmsnormWgsl(false, true);
+export const ADD_RMSNORM_HALF_WGSL = rmsnormWgsl(true, true);
 
 /**
  * Rotary embedding in place; one invocation per (token, head, pair k < ropeDim / 2). Pair k of a

@@ -1,12 +1,11 @@
 /**
  * WGSL products of quantized weights in f16 arithmetic, for adapters that offer `shader-f16`.
  *
- * The activations are first converted once per product input (HALF_ACTIVATIONS_WGSL): each block
- * of 32 values of a token's row is divided by a power of two u, the largest at or below the
- * block's largest magnitude, and stored as f16; u is kept in f32. Dividing by a power of two is
- * exact, so the f16 copy carries 11 significant bits of every value (llama.cpp's CPU products
- * carry 8: it quantizes activations to int8 blocks), and every stored value is below 2 in
- * magnitude, so no f16 sum below can overflow.
+ * The activations are read in the f16 form of wgsl-half.ts, written once per product input by the
+ * kernel before the products (RMSNorm, SwiGLU) or by a conversion of its own: blocks of 32 values
+ * divided by a power of two u and stored as f16, u in f32. The f16 copy carries 11 significant
+ * bits of every value (llama.cpp's CPU products carry 8: it quantizes activations to int8
+ * blocks), and every stored value is below 2 in magnitude, so no f16 sum below can overflow.
  *
  * A product then works as ggml's integer dots do, with f16 in place of int8: over each group of
  * values sharing one scale (32 values, or 16 for Q2_K, Q3_K and Q6_K), the integer quants q times
@@ -20,42 +19,10 @@
  * alone, and lanes and rows are reduced as in wgsl-matmul.ts (MATMUL_ENTRY, REDUCE_AND_STORE).
  * F32, F16 and BF16 weights keep the f32 products: their results match llama.cpp's exactly there.
  */
-import { ELEMENT_ENTRY, ELEMENT_INDEX } from "./wgsl-elementwise.ts";
+import { HALF_BLOCK } from "./wgsl-half.ts";
 import {
   BYTE_READERS, GGML_SHADERS, LANES, MATMUL_ENTRY, PRODUCT_HEAD, Q5_HIGH_BITS, REDUCE_AND_STORE, SCALE_MIN_K4, SCALE_Q3_K,
 } from "./wgsl-matmul.ts";
-
-/** Values per activation block sharing one power-of-two scale. */
-export const HALF_BLOCK = 32;
-
-/**
- * xh[i] = x[i] / u and xs[k] = u for each block k of 32 values (i in 32k .. 32k + 32), u the
- * largest power of two at or below the block's largest magnitude, kept between 2^-126 and 2^126.
- * One invocation per block. (Infinite or NaN activations give unspecified sums, as WGSL allows
- * an implementation to assume there are none.)
- */
-export const HALF_ACTIVATIONS_WGSL = /* wgsl */ `
-enable f16;
-struct Params { blocks: u32 }
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> xh: array<f16>;
-@group(0) @binding(3) var<storage, read_write> xs: array<f32>;
-${ELEMENT_INDEX}
-${ELEMENT_ENTRY} {
-  let k = elementIndex(wg, nwg, lid);
-  if (k >= p.blocks) { return; }
-  let base = k * ${HALF_BLOCK}u;
-  var m = 0.0;
-  for (var j = 0u; j < ${HALF_BLOCK}u; j++) { m = max(m, abs(x[base + j])); }
-  // u = 2^(e - 127) from m's exponent bits e, and 1 / u built the same way (a division may be
-  // inexact on a GPU); e is kept in 1 .. 253 so both are normal (an all-zero block gets 2^-126).
-  let e = clamp(bitcast<u32>(m) >> 23u, 1u, 253u);
-  let u = bitcast<f32>(e << 23u);
-  let inv = bitcast<f32>((254u - e) << 23u);
-  for (var j = 0u; j < ${HALF_BLOCK}u; j++) { xh[base + j] = f16(x[base + j] * inv); }
-  xs[k] = u;
-}`;
 
 const HALF_HEAD = /* wgsl */ `
 enable f16;
