@@ -270,6 +270,50 @@ const ROUNDING_EDGES = new Float32Array(new Uint32Array([
   0x477fe000, 0x477fefff, 0x477ff000, 0x477fffff, 0x47800000, 0xc77ff000, 0x7f7fffff, 0x7f800000, 0xff800000, 0xc0490fdb,
 ]).buffer);
 
+/**
+ * Stacks of two and three matrices (q, k and v; gate and up) multiplied in one dispatch give each
+ * member's output the same bits as the member alone, over parts that cut across members too.
+ */
+function stackTests(gpu: WebGpuBackend, names: string[]): void {
+  for (const name of names) {
+    test(`${name}: a stack of 2 or 3 matrices in one dispatch = each alone, bit for bit, split parts included`, async () => {
+      const type = TYPES.find((t) => t.name === name);
+      const rng = new Xoshiro128(90 + (type?.code ?? 0));
+      for (const members of [[5, 3, 3], [7, 7], [1, 9, 2]]) {
+        const blocksPerRow = randInt(rng, 1, 2);
+        const cols = type === undefined ? 64 * blocksPerRow : type.values * (type.values === 2 ? 32 : blocksPerRow);
+        const T = randInt(rng, 1, 6);
+        const x = gpu.bufferFrom(randomArray(rng, T * cols), "x");
+        const upload = (rows: number, data: Float32Array | Uint8Array, label: string, stack?: number[]) => type === undefined
+          ? gpu.uploadF32Matrix(data as Float32Array, rows, cols, label, stack)
+          : gpu.uploadGgmlMatrix(data as Uint8Array, type.code, rows, cols, label, stack);
+        const data = members.map((rows) => type === undefined ? randomArray(rng, rows * cols) : randomBlocks(rng, type, rows * (cols / type.values)));
+        const alone: Float32Array[] = [];
+        for (const [i, rows] of members.entries()) {
+          const out = gpu.f32Buffer(T * rows, "alone");
+          gpu.matmul(out, gpu.productInput(x, T, cols), upload(rows, data[i]!, `member${i}`));
+          alone.push(await gpu.runner.readF32(out, T * rows));
+        }
+        const total = members.reduce((a, b) => a + b, 0);
+        const joined = type === undefined
+          ? Float32Array.from(data.flatMap((d) => Array.from(d as Float32Array)))
+          : Uint8Array.from(data.flatMap((d) => Array.from(d as Uint8Array)));
+        for (const partRows of [total, 4]) {
+          gpu.matrixPartBytes = partRows === total ? Infinity : partRows * (joined.byteLength / total);
+          const stack = upload(total, joined, "stack", members);
+          gpu.matrixPartBytes = Infinity;
+          const outs = members.map((rows) => gpu.f32Buffer(T * rows, "member"));
+          const before = gpu.runner.counts.dispatches;
+          gpu.matmul(outs, gpu.productInput(x, T, cols), stack);
+          // One dispatch per part (and, for f16 products, one conversion of x).
+          expect(gpu.runner.counts.dispatches - before).toBeLessThanOrEqual(stack.parts.length + 1);
+          for (const [i, rows] of members.entries()) expect(await gpu.runner.readF32(outs[i]!, T * rows)).toEqual(alone[i]!);
+        }
+      }
+    });
+  }
+}
+
 async function describeGgml(): Promise<void> {
   await describeGpu("WGSL activation rounding of F16 and BF16 products against the WebAssembly kernel", (gpu: WebGpuBackend) => {
     for (const [name, code] of [["F16", 1], ["BF16", 30]] as const) {
@@ -294,6 +338,7 @@ async function describeGgml(): Promise<void> {
   });
 
   await describeGpu("WGSL ggml block products against scalar dequantize-then-dot", (gpu: WebGpuBackend) => {
+    stackTests(gpu, ["F32", "F16", "Q8_0", "Q4_K", "Q6_K"]);
     for (const type of TYPES) {
       test(`${type.name}: odd row counts, several blocks per row, a few tokens, split parts`, async () => {
         const rng = new Xoshiro128(40 + type.code);
@@ -347,6 +392,7 @@ async function describeGgml(): Promise<void> {
   // relative error of the mass); 2^-8 of it is 4 times the worst seen over these cases (Q4_K's,
   // where minimums cancel) and far below what a wrong quant, scale or index gives.
   await describeGpu("WGSL f16 products of quantized types against the exact dot", (gpu: WebGpuBackend) => {
+    stackTests(gpu, ["Q8_0", "Q4_K", "Q6_K"]);
     for (const type of TYPES.filter((t) => t.values > 2)) {
       test(`${type.name}: within 2^-8 of the mass, activations from 1e-6 to 1e6, a token's result the same bits alone or in the batch`, async () => {
         const rng = new Xoshiro128(80 + type.code);

@@ -29,7 +29,9 @@ export interface GpuMatrixPart {
 
 /**
  * A weight matrix W[rows][cols] on the GPU: f32 row-major, or ggml blocks as the GGUF file has
- * them (`type` the ggml type code, `rowBytes` per row).
+ * them (`type` the ggml type code, `rowBytes` per row). It may be a stack of up to three matrices
+ * of one type that multiply the same input (q, k and v; gate and up): `stack` holds each
+ * member's rows, in order ([rows] for a single matrix), and one dispatch computes them all.
  */
 export interface GpuWeightMatrix {
   kind: "f32" | "ggml";
@@ -38,7 +40,11 @@ export interface GpuWeightMatrix {
   cols: number;
   rowBytes: number;
   parts: GpuMatrixPart[];
+  stack: readonly number[];
 }
+
+/** Most matrices one product dispatch stacks (its outputs are bindings). */
+export const MAX_STACK = 3;
 
 /**
  * The activations of one or more products: T rows of `cols` f32 values in `x`, as they are when
@@ -93,6 +99,8 @@ export class WebGpuBackend {
   /** The f16 form of `halfInput`'s activations and their block scales; grown on demand. */
   private halfScratch: { values: GPUBuffer; scales: GPUBuffer; capacity: number } | null = null;
   private halfInput: ProductInput | null = null;
+  /** Two small buffers bound as the unused outputs of a product that stacks fewer than three matrices. */
+  private readonly placeholders: [GPUBuffer, GPUBuffer];
   /** Largest part of a split matrix, in bytes: one storage binding (tests lower it to force splits). */
   matrixPartBytes: number;
 
@@ -103,6 +111,7 @@ export class WebGpuBackend {
   ) {
     this.runner = new GpuRunner(gpu.device);
     this.matrixPartBytes = this.runner.maxBinding;
+    this.placeholders = [this.runner.buffer(4, "unused_output"), this.runner.buffer(4, "unused_output")];
   }
 
   /**
@@ -149,27 +158,32 @@ export class WebGpuBackend {
     return buf;
   }
 
-  /** Upload an f32 matrix [rows][cols] (row-major), split into parts that fit one binding. */
-  uploadF32Matrix(values: Float32Array, rows: number, cols: number, label: string): GpuWeightMatrix {
+  /**
+   * Upload an f32 matrix [rows][cols] (row-major), split into parts that fit one binding; `stack`:
+   * the rows of the matrices it stacks (see GpuWeightMatrix).
+   */
+  uploadF32Matrix(values: Float32Array, rows: number, cols: number, label: string, stack: readonly number[] = [rows]): GpuWeightMatrix {
     if (values.length !== rows * cols) throw new Error(`${label}: ${values.length} values for [${rows}][${cols}]`);
+    checkStack(stack, rows, label);
     const rowBytes = 4 * cols;
     const parts = this.splitRows(rows, rowBytes, label, (first, count, buf) => {
       this.runner.upload(buf, values.subarray(first * cols, (first + count) * cols));
     });
-    return { kind: "f32", type: 0, rows, cols, rowBytes, parts };
+    return { kind: "f32", type: 0, rows, cols, rowBytes, parts, stack };
   }
 
-  /** Upload ggml blocks as stored in the file: `rows` rows of rowBytes each. */
-  uploadGgmlMatrix(bytes: Uint8Array, type: number, rows: number, cols: number, label: string): GpuWeightMatrix {
+  /** Upload ggml blocks as stored in the file: `rows` rows of rowBytes each (`stack` as for uploadF32Matrix). */
+  uploadGgmlMatrix(bytes: Uint8Array, type: number, rows: number, cols: number, label: string, stack: readonly number[] = [rows]): GpuWeightMatrix {
     const shader = GGML_SHADERS.get(type);
     if (shader === undefined) throw new DeviceError(`webgpu: ${label}: ggml type ${type} has no WGSL product`);
     if (cols % shader.blockValues !== 0) throw new Error(`${label}: ${cols} columns is not a whole number of ${shader.name} blocks`);
     const rowBytes = (cols / shader.blockValues) * shader.blockBytes;
     if (bytes.byteLength !== rows * rowBytes) throw new Error(`${label}: ${bytes.byteLength} bytes for ${rows} rows of ${rowBytes}`);
+    checkStack(stack, rows, label);
     const parts = this.splitRows(rows, rowBytes, label, (first, count, buf) => {
       this.runner.upload(buf, bytes.subarray(first * rowBytes, (first + count) * rowBytes));
     });
-    return { kind: "ggml", type, rows, cols, rowBytes, parts };
+    return { kind: "ggml", type, rows, cols, rowBytes, parts, stack };
   }
 
   private splitRows(rows: number, rowBytes: number, label: string, fill: (first: number, count: number, buf: GPUBuffer) => void): GpuMatrixPart[] {
@@ -194,25 +208,38 @@ export class WebGpuBackend {
     return new ProductInput(x, T, cols);
   }
 
-  /** out[t][0..m.rows) = m · x[t] for the input's T tokens; out rows are outStride (default m.rows) wide. */
-  matmul(out: GPUBuffer, input: ProductInput, m: GpuWeightMatrix, outStride = m.rows): void {
+  /**
+   * out[t] = m · x[t] for the input's T tokens, out [T][m.rows]; for a stack, one output per
+   * member, [T][its rows], all in one dispatch per part.
+   */
+  matmul(out: GPUBuffer | readonly GPUBuffer[], input: ProductInput, m: GpuWeightMatrix): void {
+    const outs = Array.isArray(out) ? out : [out];
+    if (outs.length !== m.stack.length) throw new Error(`matmul: ${outs.length} outputs for a stack of ${m.stack.length}`);
     if (input.cols !== m.cols) throw new Error(`matmul: ${input.cols} activations for ${m.cols} columns`);
+    const split1 = outs.length > 1 ? m.stack[0]! : m.rows;
+    const split2 = outs.length > 2 ? split1 + m.stack[1]! : m.rows;
+    // Unused outputs are bound to placeholders (WebGPU forbids two writable bindings of one buffer).
+    const [out2, out3] = [outs[1] ?? this.placeholders[0], outs[2] ?? this.placeholders[1]];
     const T = input.T;
     const half = m.kind === "ggml" ? this.halfMatmuls.get(m.type) : undefined;
-    if (half !== undefined) {
-      const scratch = this.halfCopy(input);
-      for (const part of m.parts) {
-        const p = params(part.rows, m.cols, outStride, part.firstRow, m.rowBytes, T);
-        this.runner.dispatch(half, p, [part.buffer, scratch.values, out, scratch.scales], matmulGrid(part.rows, T));
-      }
-      return;
-    }
-    const kernel = m.kind === "f32" ? this.kernel("matmulF32") : this.ggml.get(m.type);
+    const kernel = half ?? (m.kind === "f32" ? this.kernel("matmulF32") : this.ggml.get(m.type));
     if (kernel === undefined) throw new DeviceError(`webgpu: ggml type ${m.type} has no WGSL product`);
+    const x = half !== undefined ? this.halfCopy(input) : null;
     for (const part of m.parts) {
-      const p = params(part.rows, m.cols, outStride, part.firstRow, m.rowBytes, T);
-      this.runner.dispatch(kernel, p, [part.buffer, input.x, out], matmulGrid(part.rows, T));
+      const p = params(part.rows, m.cols, split1, part.firstRow, m.rowBytes, T, split1, split2, m.rows);
+      const buffers = x !== null ? [part.buffer, x.values, outs[0]!, x.scales, out2, out3] : [part.buffer, input.x, outs[0]!, out2, out3];
+      this.runner.dispatch(kernel, p, buffers, matmulGrid(part.rows, T));
     }
+  }
+
+  /** matmul() over a list of stacks (uploadStacks in llama-gpu.ts), the outputs in the order of their members. */
+  matmulStacks(outs: readonly GPUBuffer[], input: ProductInput, stacks: readonly GpuWeightMatrix[]): void {
+    let at = 0;
+    for (const m of stacks) {
+      this.matmul(outs.slice(at, at + m.stack.length), input, m);
+      at += m.stack.length;
+    }
+    if (at !== outs.length) throw new Error(`matmulStacks: ${outs.length} outputs for ${at} matrices`);
   }
 
   /**
@@ -381,5 +408,12 @@ export class WebGpuBackend {
     const k = this.fixed.get(name);
     if (k === undefined) throw new Error(`kernel ${name} not compiled`);
     return k;
+  }
+}
+
+/** A stack's members: at most MAX_STACK, whose rows add up to the matrix's. */
+function checkStack(stack: readonly number[], rows: number, label: string): void {
+  if (stack.length < 1 || stack.length > MAX_STACK || stack.reduce((a, b) => a + b, 0) !== rows) {
+    throw new Error(`${label}: a stack of [${stack.join(", ")}] rows for a matrix of ${rows}`);
   }
 }

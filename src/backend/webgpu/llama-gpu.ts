@@ -14,18 +14,15 @@ import { DeviceError } from "../../errors.ts";
 import { queryDim, type ModelConfig } from "../../model/config.ts";
 import type { StepBatch } from "../../model/batch.ts";
 import type { ModelWeights, WeightMatrix } from "../../model/weights.ts";
-import type { GpuWeightMatrix, WebGpuBackend } from "./backend.ts";
+import { MAX_STACK, type GpuWeightMatrix, type WebGpuBackend } from "./backend.ts";
 
 interface GpuLayer {
   attnNorm: GPUBuffer; // [dim]
-  wq: GpuWeightMatrix; // [dim][dim]
-  wk: GpuWeightMatrix; // [kvDim][dim]
-  wv: GpuWeightMatrix; // [kvDim][dim]
-  wo: GpuWeightMatrix; // [dim][dim]
+  qkv: GpuWeightMatrix[]; // wq [qDim][dim], wk [kvDim][dim], wv [kvDim][dim], stacked where they share a type
+  wo: GpuWeightMatrix; // [dim][qDim]
   ffnNorm: GPUBuffer; // [dim]
-  ffnGate: GpuWeightMatrix; // [hidden][dim]
+  gateUp: GpuWeightMatrix[]; // ffn_gate [hidden][dim], ffn_up [hidden][dim], stacked where they share a type
   ffnDown: GpuWeightMatrix; // [dim][hidden]
-  ffnUp: GpuWeightMatrix; // [hidden][dim]
   qkvBias: { q: GPUBuffer; k: GPUBuffer; v: GPUBuffer } | null; // [qDim], [kvDim], [kvDim]
   qkNorm: { q: GPUBuffer; k: GPUBuffer } | null; // [headDim] each
   k: GPUBuffer; // KV arena, [kvHead][block][blockSize][headDim]
@@ -75,17 +72,18 @@ export class GpuLlamaModel {
     const qDim = queryDim(c);
     const own = (b: GPUBuffer) => (this.owned.push(b), b);
     const vector = (addr: number, n: number, label: string) => own(gpu.bufferFrom(cpu.mem.f32.slice(addr >> 2, (addr >> 2) + n), label));
-    const matrix = (m: WeightMatrix, label: string) => {
-      const up = uploadMatrix(gpu, cpu, m, label);
-      for (const part of up.parts) own(part.buffer);
+    const stacks = (ms: WeightMatrix[], label: string) => {
+      const up = uploadStacks(gpu, cpu, ms, label);
+      for (const m of up) for (const part of m.parts) own(part.buffer);
       return up;
     };
+    const matrix = (m: WeightMatrix, label: string) => stacks([m], label)[0]!;
     const arena = c.nKvHeads * numBlocks * blockSize * c.headDim;
     this.layers = weights.layers.map((L, l) => ({
       attnNorm: vector(L.attnNorm, c.dim, `attn_norm.${l}`),
-      wq: matrix(L.wq, `wq.${l}`), wk: matrix(L.wk, `wk.${l}`), wv: matrix(L.wv, `wv.${l}`), wo: matrix(L.wo, `wo.${l}`),
+      qkv: stacks([L.wq, L.wk, L.wv], `qkv.${l}`), wo: matrix(L.wo, `wo.${l}`),
       ffnNorm: vector(L.ffnNorm, c.dim, `ffn_norm.${l}`),
-      ffnGate: matrix(L.ffnGate, `ffn_gate.${l}`), ffnDown: matrix(L.ffnDown, `ffn_down.${l}`), ffnUp: matrix(L.ffnUp, `ffn_up.${l}`),
+      gateUp: stacks([L.ffnGate, L.ffnUp], `ffn_gate_up.${l}`), ffnDown: matrix(L.ffnDown, `ffn_down.${l}`),
       qkvBias: L.qkvBias && {
         q: vector(L.qkvBias.q, qDim, `q_bias.${l}`), k: vector(L.qkvBias.k, kvDim, `k_bias.${l}`), v: vector(L.qkvBias.v, kvDim, `v_bias.${l}`),
       },
@@ -136,9 +134,7 @@ export class GpuLlamaModel {
     this.layers.forEach((L, l) => {
       // ---- attention: x += wo · attention(rope(wq·xb), rope(wk·xb), wv·xb); attnIn is xb = rmsnorm(x),
       // made before the loop or at the previous layer's end (with f16 products, in f16 form too)
-      g.matmul(a.q, attnIn, L.wq);
-      g.matmul(a.k, attnIn, L.wk);
-      g.matmul(a.v, attnIn, L.wv);
+      g.matmulStacks([a.q, a.k, a.v], attnIn, L.qkv);
       if (L.qkvBias) {
         g.addRows(a.q, L.qkvBias.q, T, qDim);
         g.addRows(a.k, L.qkvBias.k, T, kvDim);
@@ -163,8 +159,7 @@ export class GpuLlamaModel {
       const ffnIn = g.addRmsnorm(a.xb, a.x, a.xb2, L.ffnNorm, T, c.dim, c.normEps);
 
       // ---- feed-forward: x += w2 · (silu(w1·xb) * (w3·xb))
-      g.matmul(a.hb, ffnIn, L.ffnGate);
-      g.matmul(a.hb2, ffnIn, L.ffnUp);
+      g.matmulStacks([a.hb, a.hb2], ffnIn, L.gateUp);
       g.matmul(a.xb2, g.swiglu(a.hb, a.hb2, T, c.hiddenDim), L.ffnDown);
       // x += xb2, and the next layer's attention norm, in one dispatch (after the last layer only the add)
       const next = this.layers[l + 1];
@@ -250,16 +245,47 @@ export class GpuLlamaModel {
 /** ggml's type code of f32 tensors (stored row-major, as the GPU product reads them). */
 const GGML_F32 = 0;
 
-/** Copy one loaded weight matrix to the GPU: f32 panels unpacked to rows, ggml blocks as they are. */
-function uploadMatrix(gpu: WebGpuBackend, cpu: CpuBackend, m: WeightMatrix, label: string): GpuWeightMatrix {
+/** A loaded weight matrix as the GPU stores it: f32 rows, or ggml blocks as in the file. */
+type HostMatrix = { kind: "f32"; values: Float32Array } | { kind: "ggml"; type: number; bytes: Uint8Array };
+
+/**
+ * Copy weight matrices that multiply one input (q, k and v; gate and up) to the GPU, each run of
+ * consecutive matrices of one type as one stack (one dispatch for all of them; see
+ * GpuWeightMatrix), in order.
+ */
+function uploadStacks(gpu: WebGpuBackend, cpu: CpuBackend, ms: WeightMatrix[], label: string): GpuWeightMatrix[] {
+  const host = ms.map((m) => hostMatrix(cpu, m, label));
+  const sameType = (i: number, j: number) => {
+    const [a, b] = [host[i]!, host[j]!];
+    return a.kind === b.kind && (a.kind === "f32" || a.type === (b as { type: number }).type) && ms[i]!.cols === ms[j]!.cols;
+  };
+  const out: GpuWeightMatrix[] = [];
+  for (let first = 0; first < ms.length; ) {
+    let end = first + 1;
+    while (end < ms.length && end - first < MAX_STACK && sameType(first, end)) end++;
+    const members = ms.slice(first, end);
+    const stack = members.map((m) => m.rows);
+    const rows = stack.reduce((a, b) => a + b, 0);
+    const name = members.length === 1 ? label : `${label}[${first}..${end})`;
+    const h = host[first]!;
+    if (h.kind === "f32") {
+      out.push(gpu.uploadF32Matrix(concat(host.slice(first, end).map((m) => (m as { values: Float32Array }).values)), rows, members[0]!.cols, name, stack));
+    } else {
+      const bytes = concat(host.slice(first, end).map((m) => (m as { bytes: Uint8Array }).bytes));
+      out.push(gpu.uploadGgmlMatrix(bytes, h.type, rows, members[0]!.cols, name, stack));
+    }
+    first = end;
+  }
+  return out;
+}
+
+/** Copy one loaded weight matrix out of linear memory: f32 panels unpacked to rows, ggml blocks as they are. */
+function hostMatrix(cpu: CpuBackend, m: WeightMatrix, label: string): HostMatrix {
   if (m.kind === "q8") throw new DeviceError(`webgpu: ${label}: llama2.c int8 (q8) weights run on WebAssembly only`);
   if (m.kind === "ggml" && m.type === GGML_F32) {
-    const values = new Float32Array(cpu.mem.u8.slice(m.addr, m.addr + 4 * m.rows * m.cols).buffer);
-    return gpu.uploadF32Matrix(values, m.rows, m.cols, label);
+    return { kind: "f32", values: new Float32Array(cpu.mem.u8.slice(m.addr, m.addr + 4 * m.rows * m.cols).buffer) };
   }
-  if (m.kind === "ggml") {
-    return gpu.uploadGgmlMatrix(cpu.mem.u8.slice(m.addr, m.addr + m.rows * m.rowBytes), m.type, m.rows, m.cols, label);
-  }
+  if (m.kind === "ggml") return { kind: "ggml", type: m.type, bytes: cpu.mem.u8.slice(m.addr, m.addr + m.rows * m.rowBytes) };
   const rows = new Float32Array(m.rows * m.cols);
   const mark = cpu.mem.mark();
   try {
@@ -271,5 +297,17 @@ function uploadMatrix(gpu: WebGpuBackend, cpu: CpuBackend, m: WeightMatrix, labe
   } finally {
     cpu.mem.release(mark);
   }
-  return gpu.uploadF32Matrix(rows, m.rows, m.cols, label);
+  return { kind: "f32", values: rows };
+}
+
+/** The arrays end to end (the one array itself when there is one). */
+function concat<A extends Float32Array | Uint8Array>(arrays: A[]): A {
+  if (arrays.length === 1) return arrays[0]!;
+  const out = new (arrays[0]!.constructor as new (n: number) => A)(arrays.reduce((n, a) => n + a.length, 0));
+  let at = 0;
+  for (const a of arrays) {
+    out.set(a, at);
+    at += a.length;
+  }
+  return out;
 }

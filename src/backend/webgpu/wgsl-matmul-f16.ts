@@ -21,12 +21,12 @@
  */
 import { HALF_BLOCK } from "./wgsl-half.ts";
 import {
-  BYTE_READERS, GGML_SHADERS, LANES, MATMUL_ENTRY, PRODUCT_HEAD, Q5_HIGH_BITS, REDUCE_AND_STORE, SCALE_MIN_K4, SCALE_Q3_K,
+  BYTE_READERS, GGML_SHADERS, LANES, MATMUL_ENTRY, productHead, Q5_HIGH_BITS, REDUCE_AND_STORE, SCALE_MIN_K4, SCALE_Q3_K,
 } from "./wgsl-matmul.ts";
 
 const HALF_HEAD = /* wgsl */ `
 enable f16;
-${PRODUCT_HEAD}
+${productHead(5)}
 @group(0) @binding(2) var<storage, read> xh: array<f16>;
 @group(0) @binding(4) var<storage, read> xs: array<f32>;
 // Element i of the 4 token rows as stored (x / u), and the scale u of the 32-value block holding i.
@@ -79,8 +79,7 @@ const HALF_BLOCK_DOTS: ReadonlyMap<number, string> = new Map([
   [2, /* wgsl */ `
 fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   var sq = vec4<f16>(0.0h);
-  for (var j = 0u; j < 16u; j++) { sq = sq + f16(i32(u8At(b + 2u + j) & 15u) - 8) * xh4(xi + j); }
-  for (var j = 0u; j < 16u; j++) { sq = sq + f16(i32(u8At(b + 2u + j) >> 4u) - 8) * xh4(xi + 16u + j); }
+  for (var j = 0u; j < 32u; j++) { sq = sq + f16(i32(nibble(b + 2u, j)) - 8) * xh4(xi + j); }
   return scaled(sq, f16At(b), xi);
 }`],
   // Q4_1: one group of 32, q = nibble, value d * q + m.
@@ -88,8 +87,7 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
 fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   var sq = vec4<f16>(0.0h);
   var sx = vec4<f16>(0.0h);
-  for (var j = 0u; j < 16u; j++) { let v = xh4(xi + j); sq = sq + f16(u8At(b + 4u + j) & 15u) * v; sx = sx + v; }
-  for (var j = 0u; j < 16u; j++) { let v = xh4(xi + 16u + j); sq = sq + f16(u8At(b + 4u + j) >> 4u) * v; sx = sx + v; }
+  for (var j = 0u; j < 32u; j++) { let v = xh4(xi + j); sq = sq + f16(nibble(b + 4u, j)) * v; sx = sx + v; }
   return scaledMin(sq, sx, f16At(b), -f16At(b + 2u), xi);
 }`],
   // Q5_0: one group of 32, q = (nibble | fifth bit << 4) - 16.
@@ -97,12 +95,7 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
 fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let qh = q5High(b + 2u);
   var sq = vec4<f16>(0.0h);
-  for (var j = 0u; j < 16u; j++) {
-    sq = sq + f16(i32((u8At(b + 6u + j) & 15u) | (((qh >> j) & 1u) << 4u)) - 16) * xh4(xi + j);
-  }
-  for (var j = 0u; j < 16u; j++) {
-    sq = sq + f16(i32((u8At(b + 6u + j) >> 4u) | (((qh >> (j + 16u)) & 1u) << 4u)) - 16) * xh4(xi + 16u + j);
-  }
+  for (var j = 0u; j < 32u; j++) { sq = sq + f16(i32(nibble(b + 6u, j) | (((qh >> j) & 1u) << 4u)) - 16) * xh4(xi + j); }
   return scaled(sq, f16At(b), xi);
 }`],
   // Q5_1: one group of 32, q = nibble | fifth bit << 4, value d * q + m.
@@ -111,14 +104,9 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let qh = q5High(b + 4u);
   var sq = vec4<f16>(0.0h);
   var sx = vec4<f16>(0.0h);
-  for (var j = 0u; j < 16u; j++) {
+  for (var j = 0u; j < 32u; j++) {
     let v = xh4(xi + j);
-    sq = sq + f16((u8At(b + 8u + j) & 15u) | (((qh >> j) & 1u) << 4u)) * v;
-    sx = sx + v;
-  }
-  for (var j = 0u; j < 16u; j++) {
-    let v = xh4(xi + 16u + j);
-    sq = sq + f16((u8At(b + 8u + j) >> 4u) | (((qh >> (j + 16u)) & 1u) << 4u)) * v;
+    sq = sq + f16(nibble(b + 8u, j) | (((qh >> j) & 1u) << 4u)) * v;
     sx = sx + v;
   }
   return scaledMin(sq, sx, f16At(b), -f16At(b + 2u), xi);
@@ -138,17 +126,18 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   var s = vec4<f32>(0.0);
   for (var n = 0u; n < 2u; n++) {
     for (var j = 0u; j < 4u; j++) {
+      let xo = xi + 128u * n + 32u * j;
+      // The two groups of 16 in one pass: their sums in sq[0], sx[0] and sq[1], sx[1].
+      var sq = array<vec4<f16>, 2>(vec4<f16>(0.0h), vec4<f16>(0.0h));
+      var sx = array<vec4<f16>, 2>(vec4<f16>(0.0h), vec4<f16>(0.0h));
+      for (var l = 0u; l < 32u; l++) {
+        let v = xh4(xo + l);
+        sq[l / 16u] = sq[l / 16u] + f16((u8At(b + 16u + 32u * n + l) >> (2u * j)) & 3u) * v;
+        sx[l / 16u] = sx[l / 16u] + v;
+      }
       for (var h = 0u; h < 2u; h++) {
         let sc = u8At(b + 8u * n + 2u * j + h);
-        let xo = xi + 128u * n + 32u * j + 16u * h;
-        var sq = vec4<f16>(0.0h);
-        var sx = vec4<f16>(0.0h);
-        for (var l = 0u; l < 16u; l++) {
-          let v = xh4(xo + l);
-          sq = sq + f16((u8At(b + 16u + 32u * n + 16u * h + l) >> (2u * j)) & 3u) * v;
-          sx = sx + v;
-        }
-        s = s + scaledMin(sq, sx, d * f32(sc & 15u), dmin * f32(sc >> 4u), xo);
+        s = s + scaledMin(sq[h], sx[h], d * f32(sc & 15u), dmin * f32(sc >> 4u), xo + 16u * h);
       }
     }
   }
@@ -161,16 +150,15 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   var s = vec4<f32>(0.0);
   for (var n = 0u; n < 2u; n++) {
     for (var j = 0u; j < 4u; j++) {
-      for (var h = 0u; h < 2u; h++) {
-        let xo = xi + 128u * n + 32u * j + 16u * h;
-        var sq = vec4<f16>(0.0h);
-        for (var l = 16u * h; l < 16u * h + 16u; l++) {
-          let q = i32((u8At(b + 32u + 32u * n + l) >> (2u * j)) & 3u);
-          let high = (u8At(b + l) >> (4u * n + j)) & 1u;
-          sq = sq + f16(q - select(4, 0, high != 0u)) * xh4(xo + l - 16u * h);
-        }
-        s = s + scaled(sq, d * f32(scaleQ3K(b, 8u * n + 2u * j + h)), xo);
+      let xo = xi + 128u * n + 32u * j;
+      // The two groups of 16 in one pass, summed in sq[0] and sq[1].
+      var sq = array<vec4<f16>, 2>(vec4<f16>(0.0h), vec4<f16>(0.0h));
+      for (var l = 0u; l < 32u; l++) {
+        let q = i32((u8At(b + 32u + 32u * n + l) >> (2u * j)) & 3u);
+        let high = (u8At(b + l) >> (4u * n + j)) & 1u;
+        sq[l / 16u] = sq[l / 16u] + f16(q - select(4, 0, high != 0u)) * xh4(xo + l);
       }
+      for (var h = 0u; h < 2u; h++) { s = s + scaled(sq[h], d * f32(scaleQ3K(b, 8u * n + 2u * j + h)), xo + 16u * h); }
     }
   }
   return s;
@@ -189,17 +177,16 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
     let qh = b + 128u + 32u * half;
     let sc = b + 192u + 8u * half;
     for (var k = 0u; k < 4u; k++) {
-      for (var g = 0u; g < 2u; g++) {
-        let xo = xi + 128u * half + 32u * k + 16u * g;
-        var sq = vec4<f16>(0.0h);
-        for (var l = 16u * g; l < 16u * g + 16u; l++) {
-          let byte = u8At(ql + l + 32u * (k & 1u));
-          let low = select(byte & 15u, byte >> 4u, k >= 2u);
-          let high = (u8At(qh + l) >> (2u * k)) & 3u;
-          sq = sq + f16(i32(low | (high << 4u)) - 32) * xh4(xo + l - 16u * g);
-        }
-        s = s + scaled(sq, d * f32(i8At(sc + g + 2u * k)), xo);
+      let xo = xi + 128u * half + 32u * k;
+      // The two groups of 16 in one pass, summed in sq[0] and sq[1].
+      var sq = array<vec4<f16>, 2>(vec4<f16>(0.0h), vec4<f16>(0.0h));
+      for (var l = 0u; l < 32u; l++) {
+        let byte = u8At(ql + l + 32u * (k & 1u));
+        let low = select(byte & 15u, byte >> 4u, k >= 2u);
+        let high = (u8At(qh + l) >> (2u * k)) & 3u;
+        sq[l / 16u] = sq[l / 16u] + f16(i32(low | (high << 4u)) - 32) * xh4(xo + l);
       }
+      for (var g = 0u; g < 2u; g++) { s = s + scaled(sq[g], d * f32(i8At(sc + g + 2u * k)), xo + 16u * g); }
     }
   }
   return s;

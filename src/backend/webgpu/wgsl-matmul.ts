@@ -31,26 +31,47 @@ export function matmulGrid(rows: number, T: number): [number, number, number] {
   return [Math.min(groups, GROUPS_PER_Z), Math.ceil(T / TOKENS_PER_GROUP), Math.ceil(groups / GROUPS_PER_Z)];
 }
 
-/** The shared tail: lane 0 of each row adds its lanes' partial sums in lane order and stores the group's tokens. */
+/**
+ * The shared tail: lane 0 of each row adds its lanes' partial sums in lane order and stores the
+ * group's tokens. Row g of a stack of up to three matrices (q, k and v; gate and up) goes to the
+ * output of its member: rows before split1 to out (rows outStride apart), then to out2 and out3
+ * (rows of their members' widths).
+ */
 export const REDUCE_AND_STORE = /* wgsl */ `
   partial[lid] = s;
   workgroupBarrier();
   if (live && lane == 0u) {
     var sum = partial[lid];
     for (var k = 1u; k < ${LANES}u; k++) { sum = sum + partial[lid + k]; }
-    for (var k = 0u; k < ${TOKENS_PER_GROUP}u && t0 + k < p.T; k++) { out[(t0 + k) * p.outStride + p.outOffset + r] = sum[k]; }
+    let g = p.outOffset + r;
+    for (var k = 0u; k < ${TOKENS_PER_GROUP}u && t0 + k < p.T; k++) {
+      let t = t0 + k;
+      if (g < p.split1) { out[t * p.outStride + g] = sum[k]; }
+      else if (g < p.split2) { out2[t * (p.split2 - p.split1) + g - p.split1] = sum[k]; }
+      else { out3[t * (p.total - p.split2) + g - p.split2] = sum[k]; }
+    }
   }`;
 
-/** Every product's parameters, output (binding 3), lane sums and token rows; the weights are binding 1, the activations 2 (and 4). */
-export const PRODUCT_HEAD = /* wgsl */ `
-struct Params { rows: u32, cols: u32, outStride: u32, outOffset: u32, rowBytes: u32, T: u32 }
+/**
+ * Every product's parameters, outputs, lane sums and token rows: the weights are binding 1, the
+ * activations 2 (and 4 in f16 products), the output 3 and the outputs of a stack's second and
+ * third members `stackBinding` and the next. rows counts the part's rows, outOffset is the part's
+ * first row in the (stacked) matrix, split1 / split2 where the second and third members begin
+ * (total, the stack's rows, when there are none).
+ */
+export function productHead(stackBinding: number): string {
+  return /* wgsl */ `
+struct Params { rows: u32, cols: u32, outStride: u32, outOffset: u32, rowBytes: u32, T: u32, split1: u32, split2: u32, total: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(${stackBinding}) var<storage, read_write> out2: array<f32>;
+@group(0) @binding(${stackBinding + 1}) var<storage, read_write> out3: array<f32>;
 var<workgroup> partial: array<vec4<f32>, ${WORKGROUP}>;
 // Where the group's 4 token rows start in x (a token past T repeats the last: computed, never stored).
 var<private> xRows: vec4<u32>;`;
+}
 
-const MATMUL_HEAD = /* wgsl */ `${PRODUCT_HEAD}
+const MATMUL_HEAD = /* wgsl */ `${productHead(4)}
 @group(0) @binding(2) var<storage, read> x: array<f32>;
 // Element i of the 4 token rows.
 fn xv(i: u32) -> vec4<f32> { return vec4<f32>(x[xRows.x + i], x[xRows.y + i], x[xRows.z + i], x[xRows.w + i]); }`;
@@ -83,7 +104,9 @@ export const BYTE_READERS = /* wgsl */ `
 @group(0) @binding(1) var<storage, read> w: array<u32>;
 fn u8At(off: u32) -> u32 { return (w[off >> 2u] >> ((off & 3u) * 8u)) & 0xffu; }
 fn i8At(off: u32) -> i32 { return (i32(u8At(off)) << 24u) >> 24u; }
-fn f16At(off: u32) -> f32 { return unpack2x16float(u8At(off) | (u8At(off + 1u) << 8u)).x; }`;
+fn f16At(off: u32) -> f32 { return unpack2x16float(u8At(off) | (u8At(off + 1u) << 8u)).x; }
+// Value j (0..31) of 16 bytes of nibbles at q: low nibbles are values 0..15, high nibbles 16..31.
+fn nibble(q: u32, j: u32) -> u32 { let byte = u8At(q + (j & 15u)); return select(byte & 15u, byte >> 4u, j >= 16u); }`;
 
 /**
  * Per ggml type: block size in values and bytes, and blockDot(b, xi) = the dots of the block whose
@@ -114,8 +137,7 @@ const Q4_0: GgmlShader = {
 fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let d = f16At(b);
   var s = vec4<f32>(0.0);
-  for (var j = 0u; j < 16u; j++) { s = s + (d * f32(i32(u8At(b + 2u + j) & 15u) - 8)) * xv(xi + j); }
-  for (var j = 0u; j < 16u; j++) { s = s + (d * f32(i32(u8At(b + 2u + j) >> 4u) - 8)) * xv(xi + 16u + j); }
+  for (var j = 0u; j < 32u; j++) { s = s + (d * f32(i32(nibble(b + 2u, j)) - 8)) * xv(xi + j); }
   return s;
 }`,
 };
@@ -235,8 +257,7 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let d = f16At(b);
   let m = f16At(b + 2u);
   var s = vec4<f32>(0.0);
-  for (var j = 0u; j < 16u; j++) { s = s + (d * f32(u8At(b + 4u + j) & 15u) + m) * xv(xi + j); }
-  for (var j = 0u; j < 16u; j++) { s = s + (d * f32(u8At(b + 4u + j) >> 4u) + m) * xv(xi + 16u + j); }
+  for (var j = 0u; j < 32u; j++) { s = s + (d * f32(nibble(b + 4u, j)) + m) * xv(xi + j); }
   return s;
 }`,
 };
@@ -253,14 +274,7 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let d = f16At(b);
   let qh = q5High(b + 2u);
   var s = vec4<f32>(0.0);
-  for (var j = 0u; j < 16u; j++) {
-    let lo = (u8At(b + 6u + j) & 15u) | (((qh >> j) & 1u) << 4u);
-    s = s + (d * f32(i32(lo) - 16)) * xv(xi + j);
-  }
-  for (var j = 0u; j < 16u; j++) {
-    let hi = (u8At(b + 6u + j) >> 4u) | (((qh >> (j + 16u)) & 1u) << 4u);
-    s = s + (d * f32(i32(hi) - 16)) * xv(xi + 16u + j);
-  }
+  for (var j = 0u; j < 32u; j++) { s = s + (d * f32(i32(nibble(b + 6u, j) | (((qh >> j) & 1u) << 4u)) - 16)) * xv(xi + j); }
   return s;
 }`,
 };
@@ -274,14 +288,7 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   let m = f16At(b + 2u);
   let qh = q5High(b + 4u);
   var s = vec4<f32>(0.0);
-  for (var j = 0u; j < 16u; j++) {
-    let lo = (u8At(b + 8u + j) & 15u) | (((qh >> j) & 1u) << 4u);
-    s = s + (d * f32(lo) + m) * xv(xi + j);
-  }
-  for (var j = 0u; j < 16u; j++) {
-    let hi = (u8At(b + 8u + j) >> 4u) | (((qh >> (j + 16u)) & 1u) << 4u);
-    s = s + (d * f32(hi) + m) * xv(xi + 16u + j);
-  }
+  for (var j = 0u; j < 32u; j++) { s = s + (d * f32(nibble(b + 8u, j) | (((qh >> j) & 1u) << 4u)) + m) * xv(xi + j); }
   return s;
 }`,
 };
@@ -331,14 +338,13 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   var s = vec4<f32>(0.0);
   for (var n = 0u; n < 2u; n++) {
     for (var j = 0u; j < 4u; j++) {
-      for (var h = 0u; h < 2u; h++) {
-        let sc = u8At(b + 8u * n + 2u * j + h);
-        let dl = d * f32(sc & 15u);
-        let ml = dmin * f32(sc >> 4u);
-        for (var l = 16u * h; l < 16u * h + 16u; l++) {
-          let q = (u8At(b + 16u + 32u * n + l) >> (2u * j)) & 3u;
-          s = s + (dl * f32(q) - ml) * xv(xi + 128u * n + 32u * j + l);
-        }
+      let sc0 = u8At(b + 8u * n + 2u * j);
+      let sc1 = u8At(b + 8u * n + 2u * j + 1u);
+      let dl = vec2<f32>(d * f32(sc0 & 15u), d * f32(sc1 & 15u));
+      let ml = vec2<f32>(dmin * f32(sc0 >> 4u), dmin * f32(sc1 >> 4u));
+      for (var l = 0u; l < 32u; l++) {
+        let q = (u8At(b + 16u + 32u * n + l) >> (2u * j)) & 3u;
+        s = s + (dl[l / 16u] * f32(q) - ml[l / 16u]) * xv(xi + 128u * n + 32u * j + l);
       }
     }
   }
@@ -368,13 +374,11 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   var s = vec4<f32>(0.0);
   for (var n = 0u; n < 2u; n++) {
     for (var j = 0u; j < 4u; j++) {
-      for (var h = 0u; h < 2u; h++) {
-        let dl = d * f32(scaleQ3K(b, 8u * n + 2u * j + h));
-        for (var l = 16u * h; l < 16u * h + 16u; l++) {
-          let q = i32((u8At(b + 32u + 32u * n + l) >> (2u * j)) & 3u);
-          let high = (u8At(b + l) >> (4u * n + j)) & 1u;
-          s = s + (dl * f32(q - select(4, 0, high != 0u))) * xv(xi + 128u * n + 32u * j + l);
-        }
+      let dl = vec2<f32>(d * f32(scaleQ3K(b, 8u * n + 2u * j)), d * f32(scaleQ3K(b, 8u * n + 2u * j + 1u)));
+      for (var l = 0u; l < 32u; l++) {
+        let q = i32((u8At(b + 32u + 32u * n + l) >> (2u * j)) & 3u);
+        let high = (u8At(b + l) >> (4u * n + j)) & 1u;
+        s = s + (dl[l / 16u] * f32(q - select(4, 0, high != 0u))) * xv(xi + 128u * n + 32u * j + l);
       }
     }
   }
