@@ -2,7 +2,7 @@
  * WGSL products of quantized weights in f16 arithmetic, for adapters that offer `shader-f16`.
  *
  * The activations are read in the f16 form of wgsl-half.ts, written once per product input by the
- * kernel before the products (RMSNorm, SwiGLU) or by a conversion of its own: blocks of 32 values
+ * kernel before the products (RMSNorm, SwiGLU, attention) or by a conversion of its own: blocks of 32 values
  * divided by a power of two u and stored as f16, u in f32. The f16 copy carries 11 significant
  * bits of every value (llama.cpp's CPU products carry 8: it quantizes activations to int8
  * blocks), and every stored value is below 2 in magnitude, so no f16 sum below can overflow.
