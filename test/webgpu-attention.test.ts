@@ -1,5 +1,5 @@
 /**
- * WGSL paged attention and K/V writes against assembly/attention.ts on the same arena layout,
+ * WGSL paged attention and RoPE with K/V writes against assembly/attention.ts and assembly/rope.ts on the same arena layout,
  * block tables and sequence records: shuffled blocks, chunks of new tokens, GQA, contexts of
  * several 16-position tiles. And the GPU's own invariance: a sequence's output is the same bits
  * alone or in a batch with others.
@@ -113,19 +113,51 @@ async function describeAttention(): Promise<void> {
       }
     });
 
-    test("writeKV fills the same arena slots as the wasm kernel", async () => {
-      const rng = new Xoshiro128(32);
-      const nKv = 2, hd = 5, bs = 3, numBlocks = 7, T = 6;
-      const arena = nKv * numBlocks * bs * hd;
-      const kNew = randomArray(rng, T * nKv * hd), vNew = randomArray(rng, T * nKv * hd);
-      const slots = new Int32Array([20, 0, 4, 5, 13, 9]);
-      const kc = wasmF32(new Float32Array(arena)), vc = wasmF32(new Float32Array(arena));
-      k.writeKV(kc, vc, wasmF32(kNew), wasmF32(vNew), wasmI32(slots), T, nKv, hd, bs, numBlocks);
-      const kBuf = gpu.f32Buffer(arena, "k"), vBuf = gpu.f32Buffer(arena, "v");
-      gpu.writeKV(kBuf, vBuf, upload(kNew), upload(vNew), upload(slots), T, nKv, hd, bs, numBlocks);
-      expect(await run.readF32(kBuf, arena)).toEqual(wasmRead(kc, arena));
-      expect(await run.readF32(vBuf, arena)).toEqual(wasmRead(vc, arena));
-    });
+    for (const style of ["interleaved", "neox"] as const) {
+      test(`ropeWriteKV (${style}) = the wasm RoPE on q and k, then the wasm writeKV: odd heads, partial rotary, GQA`, async () => {
+        const rng = new Xoshiro128(style === "neox" ? 23 : 24);
+        for (let iter = 0; iter < 6; iter++) {
+          const headDim = 2 * randInt(rng, 1, 12);
+          // Partial rotary on some iterations: the elements past ropeDim pass through.
+          const ropeDim = iter % 2 === 0 ? headDim : 2 * randInt(rng, 1, headDim / 2);
+          const nKv = randInt(rng, 1, 3);
+          const nHeads = nKv * randInt(rng, 1, 3);
+          const [qStride, kvStride] = [nHeads * headDim, nKv * headDim];
+          const [T, bs, numBlocks, seqLen] = [randInt(rng, 1, 7), 3, 7, 32];
+          const half = ropeDim / 2;
+          const cos = new Float32Array(seqLen * half).map((_, i) => Math.cos(i * 0.37));
+          const sin = new Float32Array(seqLen * half).map((_, i) => Math.sin(i * 0.37));
+          const positions = new Int32Array(T).map(() => randInt(rng, 0, seqLen - 1));
+          // Distinct slots in shuffled blocks.
+          const slots = Int32Array.from(Array.from({ length: numBlocks * bs }, (_, i) => i).sort(() => rng.nextFloat() - 0.5).slice(0, T));
+          const [q, kNew, vNew] = [randomArray(rng, T * qStride), randomArray(rng, T * kvStride), randomArray(rng, T * kvStride)];
+          const arena = nKv * numBlocks * bs * headDim;
+
+          const ropeWasm = style === "neox" ? k.ropeNeox : k.ropeInterleaved;
+          const [qAddr, kAddr] = [wasmF32(q), wasmF32(kNew)];
+          ropeWasm(qAddr, wasmI32(positions), T, nHeads, headDim, ropeDim, qStride, wasmF32(cos), wasmF32(sin));
+          ropeWasm(kAddr, wasmI32(positions), T, nKv, headDim, ropeDim, kvStride, wasmF32(cos), wasmF32(sin));
+          const kc = wasmF32(new Float32Array(arena)), vc = wasmF32(new Float32Array(arena));
+          k.writeKV(kc, vc, kAddr, wasmF32(vNew), wasmI32(slots), T, nKv, headDim, bs, numBlocks);
+
+          const qBuf = upload(q);
+          const kBuf = gpu.f32Buffer(arena, "k"), vBuf = gpu.f32Buffer(arena, "v");
+          const table = new Float32Array(2 * seqLen * half);
+          table.set(cos);
+          table.set(sin, seqLen * half);
+          gpu.ropeWriteKV(
+            style,
+            { q: qBuf, k: upload(kNew), v: upload(vNew), kArena: kBuf, vArena: vBuf, positions: upload(positions), slots: upload(slots), ropeTable: upload(table) },
+            { T, nHeads, nKvHeads: nKv, headDim, ropeDim, qStride, kvStride, blockSize: bs, numBlocks, seqLen },
+          );
+          // Rotations: the same formula, but a GPU may fuse a multiply-add the wasm kernel rounds twice.
+          const close = (got: Float32Array, want: Float32Array) => got.every((g, i) => Math.abs(g - want[i]!) <= 1e-6 * Math.max(1, Math.abs(want[i]!)));
+          expect(close(await run.readF32(qBuf, T * qStride), wasmRead(qAddr, T * qStride))).toBe(true);
+          expect(close(await run.readF32(kBuf, arena), wasmRead(kc, arena))).toBe(true);
+          expect(await run.readF32(vBuf, arena)).toEqual(wasmRead(vc, arena));
+        }
+      });
+    }
   });
 }
 

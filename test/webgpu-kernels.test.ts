@@ -22,11 +22,6 @@ function wasmF32(values: ArrayLike<number>): number {
   mem.f32.set(values, addr >> 2);
   return addr;
 }
-function wasmI32(values: ArrayLike<number>): number {
-  const addr = mem.alloc(4 * Math.max(1, values.length));
-  mem.i32.set(values, addr >> 2);
-  return addr;
-}
 function wasmRead(addr: number, n: number): Float32Array {
   return mem.f32.slice(addr >> 2, (addr >> 2) + n);
 }
@@ -107,32 +102,6 @@ async function describeKernels(): Promise<void> {
         expect(await run.readF32(xFused, T * n)).toEqual(await run.readF32(xSeparate, T * n));
       }
     });
-
-    for (const style of ["interleaved", "neox"] as const) {
-      test(`rope (${style}) matches the wasm kernel`, async () => {
-        const rng = new Xoshiro128(style === "neox" ? 23 : 24);
-        for (let iter = 0; iter < 6; iter++) {
-          const headDim = 2 * randInt(rng, 1, 12);
-          // Partial rotary on some iterations: the elements past ropeDim pass through.
-          const ropeDim = iter % 2 === 0 ? headDim : 2 * randInt(rng, 1, headDim / 2);
-          const nHeads = randInt(rng, 1, 4);
-          const rowStride = nHeads * headDim + randInt(rng, 0, 3);
-          const T = randInt(rng, 1, 5);
-          const seqLen = 32;
-          const half = ropeDim / 2;
-          const cos = new Float32Array(seqLen * half).map((_, i) => Math.cos(i * 0.37));
-          const sin = new Float32Array(seqLen * half).map((_, i) => Math.sin(i * 0.37));
-          const positions = new Int32Array(T).map(() => randInt(rng, 0, seqLen - 1));
-          const vec = randomArray(rng, T * rowStride);
-          const vAddr = wasmF32(vec);
-          const ropeWasm = style === "neox" ? k.ropeNeox : k.ropeInterleaved;
-          ropeWasm(vAddr, wasmI32(positions), T, nHeads, headDim, ropeDim, rowStride, wasmF32(cos), wasmF32(sin));
-          const buf = upload(vec);
-          gpu.rope(style, buf, upload(positions), T, nHeads, headDim, ropeDim, rowStride, upload(cos), upload(sin));
-          expectClose(await run.readF32(buf, T * rowStride), wasmRead(vAddr, T * rowStride), 1e-6);
-        }
-      });
-    }
 
     test("swiglu, add and addRows match the wasm kernels", async () => {
       const rng = new Xoshiro128(25);

@@ -14,7 +14,7 @@ import { params, GpuRunner, type GpuKernel } from "./runner.ts";
 import { ATTENTION_HALF_WGSL, ATTENTION_WGSL, attentionGrid, MAX_HEAD_DIM } from "./wgsl-attention.ts";
 import {
   ADD_RMSNORM_HALF_WGSL, ADD_RMSNORM_WGSL, ADD_ROWS_WGSL, ADD_WGSL, elementGrid, GATHER_ROWS_WGSL, HALF_ACTIVATIONS_WGSL,
-  RMSNORM_HALF_WGSL, RMSNORM_WGSL, ROPE_WGSL, SWIGLU_HALF_WGSL, SWIGLU_WGSL, WRITE_KV_WGSL,
+  RMSNORM_HALF_WGSL, RMSNORM_WGSL, ROPE_WRITE_KV_WGSL, SWIGLU_HALF_WGSL, SWIGLU_WGSL,
 } from "./wgsl-elementwise.ts";
 import { HALF_BLOCK } from "./wgsl-half.ts";
 import { GGML_SHADERS, MATMUL_F32_WGSL, matmulGgmlWgsl, matmulGrid } from "./wgsl-matmul.ts";
@@ -71,8 +71,7 @@ const FIXED_KERNELS = {
   swiglu: SWIGLU_WGSL,
   rmsnorm: RMSNORM_WGSL,
   addRmsnorm: ADD_RMSNORM_WGSL,
-  rope: ROPE_WGSL,
-  writeKV: WRITE_KV_WGSL,
+  ropeWriteKV: ROPE_WRITE_KV_WGSL,
   gatherRows: GATHER_ROWS_WGSL,
   attention: ATTENTION_WGSL,
   matmulF32: MATMUL_F32_WGSL,
@@ -344,28 +343,28 @@ export class WebGpuBackend {
     this.runner.dispatch(this.kernel("add"), params(n), [x, y], elementGrid(n));
   }
 
-  /** Rotate the T rows of vec in place (positions: i32 buffer; tables [seqLen][headDim/2]). */
-  rope(
-    style: "interleaved" | "neox", vec: GPUBuffer, positions: GPUBuffer, T: number, nHeads: number, headDim: number,
-    ropeDim: number, rowStride: number, cosTab: GPUBuffer, sinTab: GPUBuffer,
+  /**
+   * RoPE on q ([T][qStride], in place) and k ([T][kvStride]), and k rotated and v written into
+   * their slots of one layer's arena, in one dispatch (positions and slots: i32 buffers; ropeTable:
+   * cos then sin, each [seqLen][ropeDim / 2]).
+   */
+  ropeWriteKV(
+    style: "interleaved" | "neox",
+    b: { q: GPUBuffer; k: GPUBuffer; v: GPUBuffer; kArena: GPUBuffer; vArena: GPUBuffer; positions: GPUBuffer; slots: GPUBuffer; ropeTable: GPUBuffer },
+    s: { T: number; nHeads: number; nKvHeads: number; headDim: number; ropeDim: number; qStride: number; kvStride: number; blockSize: number; numBlocks: number; seqLen: number },
   ): void {
-    const [pairStride, partner] = style === "neox" ? [1, ropeDim / 2] : [2, 1];
-    const p = params(T, nHeads, headDim, ropeDim, rowStride, pairStride, partner);
-    this.runner.dispatch(this.kernel("rope"), p, [vec, positions, cosTab, sinTab], elementGrid((T * nHeads * ropeDim) / 2));
+    const half = s.ropeDim / 2;
+    const [pairStride, partner] = style === "neox" ? [1, half] : [2, 1];
+    const p = params(
+      s.T, s.nHeads, s.nKvHeads, s.headDim, s.ropeDim, s.qStride, s.kvStride, pairStride, partner, s.blockSize, s.numBlocks, s.seqLen * half,
+    );
+    const invocations = s.T * (s.nHeads * half + s.nKvHeads * (half + s.headDim - s.ropeDim));
+    this.runner.dispatch(this.kernel("ropeWriteKV"), p, [b.q, b.k, b.v, b.kArena, b.vArena, b.positions, b.slots, b.ropeTable], elementGrid(invocations));
   }
 
   /** x[t] += bias for T rows of n. */
   addRows(x: GPUBuffer, bias: GPUBuffer, T: number, n: number): void {
     this.runner.dispatch(this.kernel("addRows"), params(T, n), [x, bias], elementGrid(T * n));
-  }
-
-  /** Scatter k, v [T][nKvHeads * headDim] into their slots (i32 buffer) of one layer's arena. */
-  writeKV(
-    kLayer: GPUBuffer, vLayer: GPUBuffer, k: GPUBuffer, v: GPUBuffer, slots: GPUBuffer,
-    T: number, nKvHeads: number, headDim: number, blockSize: number, numBlocks: number,
-  ): void {
-    const p = params(T, nKvHeads, headDim, blockSize, numBlocks);
-    this.runner.dispatch(this.kernel("writeKV"), p, [kLayer, vLayer, k, v, slots], elementGrid(T * nKvHeads * headDim));
   }
 
   /**

@@ -46,8 +46,8 @@ export class GpuLlamaModel {
   private readonly cpuEmbedding: { table: WeightMatrix; rows: number } | null;
   private readonly output: GpuWeightMatrix;
   private readonly outputNorm: GPUBuffer;
-  private readonly ropeCos: GPUBuffer;
-  private readonly ropeSin: GPUBuffer;
+  /** cos then sin of every position and pair: [seqLen][ropeDim / 2] each. */
+  private readonly ropeTable: GPUBuffer;
   private readonly act: Record<"x" | "xb" | "xb2" | "q" | "k" | "v" | "att" | "hb" | "hb2" | "xLogits" | "logits", GPUBuffer>;
   private readonly inputs: StepInputs;
   /** Every buffer this model created, destroyed by destroy(). */
@@ -95,7 +95,7 @@ export class GpuLlamaModel {
     this.cpuEmbedding = table.kind === "f32" ? null : { table, rows: cpu.mem.alloc(4 * maxTokens * c.dim) };
     this.output = weights.output === table && this.embedding !== null ? this.embedding : matrix(weights.output, "output");
     this.outputNorm = vector(weights.outputNorm, c.dim, "output_norm");
-    [this.ropeCos, this.ropeSin] = this.ropeTables().map(own) as [GPUBuffer, GPUBuffer];
+    this.ropeTable = own(this.ropeTables());
     const f32 = (n: number, label: string) => own(gpu.f32Buffer(n, label));
     this.act = {
       x: f32(maxTokens * c.dim, "x"), xb: f32(maxTokens * c.dim, "xb"), xb2: f32(maxTokens * c.dim, "xb2"),
@@ -147,9 +147,14 @@ export class GpuLlamaModel {
         g.runner.copy(a.k, 0, a.att, 0, 4 * T * kvDim);
         g.rmsnorm(a.k, a.att, L.qkNorm.k, T * c.nKvHeads, c.headDim, c.normEps);
       }
-      g.rope(rope, a.q, inp.positions, T, c.nHeads, c.headDim, ropeDim, qDim, this.ropeCos, this.ropeSin);
-      g.rope(rope, a.k, inp.positions, T, c.nKvHeads, c.headDim, ropeDim, kvDim, this.ropeCos, this.ropeSin);
-      g.writeKV(L.k, L.v, a.k, a.v, inp.slots, T, c.nKvHeads, c.headDim, this.blockSize, this.numBlocks);
+      g.ropeWriteKV(
+        rope,
+        { q: a.q, k: a.k, v: a.v, kArena: L.k, vArena: L.v, positions: inp.positions, slots: inp.slots, ropeTable: this.ropeTable },
+        {
+          T, nHeads: c.nHeads, nKvHeads: c.nKvHeads, headDim: c.headDim, ropeDim, qStride: qDim, kvStride: kvDim,
+          blockSize: this.blockSize, numBlocks: this.numBlocks, seqLen: c.seqLen,
+        },
+      );
       const attnOut = g.attention(
         a.att, a.q, L.k, L.v, inp.seqInfo, inp.tables, batch.numSeqs, maxQueryCount,
         c.nHeads, c.nKvHeads, c.headDim, this.blockSize, this.numBlocks, qDim, T,
@@ -220,14 +225,15 @@ export class GpuLlamaModel {
     return maxQueryCount;
   }
 
-  /** cos/sin of pos * scale * theta^(-2k/ropeDim) / factor[k] in f32 steps, as LlamaModel's default numerics compute them. */
-  private ropeTables(): [GPUBuffer, GPUBuffer] {
+  /** One table: cos then sin of pos * scale * theta^(-2k/ropeDim) / factor[k] in f32 steps, as LlamaModel's default numerics compute them. */
+  private ropeTables(): GPUBuffer {
     const c = this.config;
     const ropeDim = c.ropeDim ?? c.headDim;
     const half = ropeDim / 2;
     const scale = c.ropeFreqScale ?? 1;
-    const cos = new Float32Array(c.seqLen * half);
-    const sin = new Float32Array(c.seqLen * half);
+    const table = new Float32Array(2 * c.seqLen * half);
+    const cos = table.subarray(0, c.seqLen * half);
+    const sin = table.subarray(c.seqLen * half);
     const fr = Math.fround;
     for (let k = 0; k < half; k++) {
       let freq = fr(1 / fr(Math.pow(c.ropeTheta, fr((2 * k) / ropeDim))));
@@ -238,7 +244,7 @@ export class GpuLlamaModel {
         sin[pos * half + k] = Math.sin(angle);
       }
     }
-    return [this.gpu.bufferFrom(cos, "rope_cos"), this.gpu.bufferFrom(sin, "rope_sin")];
+    return this.gpu.bufferFrom(table, "rope_table");
   }
 }
 

@@ -1,6 +1,6 @@
 /**
- * WGSL kernels that touch each element once or reduce one row: RMSNorm, RoPE, SwiGLU, the
- * residual add, writing K/V into the paged arena, embedding rows and gathering rows; and the
+ * WGSL kernels that touch each element once or reduce one row: RMSNorm, SwiGLU, the residual
+ * add, RoPE with writing K/V into the paged arena, embedding rows and gathering rows; and the
  * conversion of a product's activations to the f16 form of wgsl-half.ts, alone or fused into the
  * RMSNorm or SwiGLU that computes them. Binding 0 is
  * always the parameter block (see GpuRunner.dispatch); the storage buffers follow in order.
@@ -164,64 +164,75 @@ export const RMSNORM_HALF_WGSL = rmsnormWgsl(false, true);
 export const ADD_RMSNORM_HALF_WGSL = rmsnormWgsl(true, true);
 
 /**
- * Rotary embedding in place; one invocation per (token, head, pair k < ropeDim / 2). Pair k of a
- * head is the elements k * pairStride and k * pairStride + partner: (2k, 2k + 1) interleaved,
- * (k, k + ropeDim / 2) neox; elements past ropeDim pass through. cos/sin tables are
- * [position][ropeDim / 2].
+ * RoPE on q and k, and k (rotated) and v written into their slots of one layer's arena, in one
+ * dispatch. Pair k < ropeDim / 2 of a head is the elements k * pairStride and k * pairStride +
+ * partner: (2k, 2k + 1) interleaved, (k, k + ropeDim / 2) neox; elements past ropeDim pass
+ * through. The table holds cos then sin, each [position][ropeDim / 2]; slot = block * blockSize +
+ * row, and the arena is [kvHead][block][blockSize][headDim] as in assembly/attention.ts.
+ * Invocations: first one per (token, query head, pair), rotating q in place; then one per
+ * (token, kv head, pair or pass-through element), writing k rotated and v. (k itself is left
+ * as it was: attention reads the arena.)
  */
-export const ROPE_WGSL = /* wgsl */ `
-struct Params { T: u32, nHeads: u32, headDim: u32, ropeDim: u32, rowStride: u32, pairStride: u32, partner: u32 }
+export const ROPE_WRITE_KV_WGSL = /* wgsl */ `
+struct Params {
+  T: u32, nHeads: u32, nKvHeads: u32, headDim: u32, ropeDim: u32, qStride: u32, kvStride: u32,
+  pairStride: u32, partner: u32, blockSize: u32, numBlocks: u32, sinAt: u32,
+}
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read_write> vec: array<f32>;
-@group(0) @binding(2) var<storage, read> positions: array<i32>;
-@group(0) @binding(3) var<storage, read> cosTab: array<f32>;
-@group(0) @binding(4) var<storage, read> sinTab: array<f32>;
+@group(0) @binding(1) var<storage, read_write> q: array<f32>;
+@group(0) @binding(2) var<storage, read> k: array<f32>;
+@group(0) @binding(3) var<storage, read> v: array<f32>;
+@group(0) @binding(4) var<storage, read_write> kArena: array<f32>;
+@group(0) @binding(5) var<storage, read_write> vArena: array<f32>;
+@group(0) @binding(6) var<storage, read> positions: array<i32>;
+@group(0) @binding(7) var<storage, read> slots: array<i32>;
+@group(0) @binding(8) var<storage, read> ropeTable: array<f32>;
 ${ELEMENT_INDEX}
 ${ELEMENT_ENTRY} {
   let i = elementIndex(wg, nwg, lid);
   let half = p.ropeDim / 2u;
-  if (i >= p.T * p.nHeads * half) { return; }
-  let k = i % half;
-  let h = (i / half) % p.nHeads;
-  let t = i / (half * p.nHeads);
-  let pos = u32(positions[t]);
-  let p0 = t * p.rowStride + h * p.headDim + k * p.pairStride;
-  let p1 = p0 + p.partner;
-  let v0 = vec[p0];
-  let v1 = vec[p1];
-  let c = cosTab[pos * half + k];
-  let s = sinTab[pos * half + k];
-  vec[p0] = v0 * c - v1 * s;
-  vec[p1] = v0 * s + v1 * c;
-}`;
-
-/**
- * Scatter the step's keys and values into the arena: slot = block * blockSize + row, and the
- * arena is [kvHead][block][blockSize][headDim] as in assembly/attention.ts. One invocation per
- * (token, kv head, element).
- */
-export const WRITE_KV_WGSL = /* wgsl */ `
-struct Params { T: u32, nKvHeads: u32, headDim: u32, blockSize: u32, numBlocks: u32 }
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read_write> kArena: array<f32>;
-@group(0) @binding(2) var<storage, read_write> vArena: array<f32>;
-@group(0) @binding(3) var<storage, read> k: array<f32>;
-@group(0) @binding(4) var<storage, read> v: array<f32>;
-@group(0) @binding(5) var<storage, read> slots: array<i32>;
-${ELEMENT_INDEX}
-${ELEMENT_ENTRY} {
-  let i = elementIndex(wg, nwg, lid);
-  let kvDim = p.nKvHeads * p.headDim;
-  if (i >= p.T * kvDim) { return; }
-  let t = i / kvDim;
-  let h = (i % kvDim) / p.headDim;
-  let d = i % p.headDim;
+  let qPairs = p.T * p.nHeads * half;
+  if (i < qPairs) {
+    let pair = i % half;
+    let h = (i / half) % p.nHeads;
+    let t = i / (half * p.nHeads);
+    let at = u32(positions[t]) * half + pair;
+    let c = ropeTable[at];
+    let s = ropeTable[p.sinAt + at];
+    let p0 = t * p.qStride + h * p.headDim + pair * p.pairStride;
+    let p1 = p0 + p.partner;
+    let v0 = q[p0];
+    let v1 = q[p1];
+    q[p0] = v0 * c - v1 * s;
+    q[p1] = v0 * s + v1 * c;
+    return;
+  }
+  let j = i - qPairs;
+  let items = half + p.headDim - p.ropeDim;
+  if (j >= p.T * p.nKvHeads * items) { return; }
+  let item = j % items;
+  let h = (j / items) % p.nKvHeads;
+  let t = j / (items * p.nKvHeads);
+  let row = t * p.kvStride + h * p.headDim;
   let slot = u32(slots[t]);
-  let block = slot / p.blockSize;
-  let row = slot % p.blockSize;
-  let dst = ((h * p.numBlocks + block) * p.blockSize + row) * p.headDim + d;
-  kArena[dst] = k[i];
-  vArena[dst] = v[i];
+  let dst = ((h * p.numBlocks + slot / p.blockSize) * p.blockSize + slot % p.blockSize) * p.headDim;
+  if (item < half) {
+    let at = u32(positions[t]) * half + item;
+    let c = ropeTable[at];
+    let s = ropeTable[p.sinAt + at];
+    let e0 = item * p.pairStride;
+    let e1 = e0 + p.partner;
+    let v0 = k[row + e0];
+    let v1 = k[row + e1];
+    kArena[dst + e0] = v0 * c - v1 * s;
+    kArena[dst + e1] = v0 * s + v1 * c;
+    vArena[dst + e0] = v[row + e0];
+    vArena[dst + e1] = v[row + e1];
+  } else {
+    let e = p.ropeDim + item - half;
+    kArena[dst + e] = k[row + e];
+    vArena[dst + e] = v[row + e];
+  }
 }`;
 
 /** x[t][i] += bias[i] for T rows of n (the q, k, v biases of qwen2). */
