@@ -9,7 +9,7 @@
 import { describe, expect, test } from "bun:test";
 import { CpuBackend } from "../src/backend/cpu.ts";
 import { ggmlKernels } from "../src/backend/ggml-kernels.ts";
-import type { ProductInput, WebGpuBackend } from "../src/backend/webgpu/backend.ts";
+import type { MatrixExtras, ProductInput, WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { randInt, randomArray } from "./helpers/random-data.ts";
 import { describeGpu, testGpu } from "./helpers/webgpu.ts";
@@ -272,11 +272,12 @@ const ROUNDING_EDGES = new Float32Array(new Uint32Array([
 
 /**
  * Stacks of two and three matrices (q, k and v; gate and up) multiplied in one dispatch give each
- * member's output the same bits as the member alone, over parts that cut across members too.
+ * member's output the same bits as the member alone, over parts that cut across members too; with
+ * a bias per row (qwen2's q, k and v), the same bits as the member alone plus the bias in f32.
  */
 function stackTests(gpu: WebGpuBackend, names: string[]): void {
   for (const name of names) {
-    test(`${name}: a stack of 2 or 3 matrices in one dispatch = each alone, bit for bit, split parts included`, async () => {
+    test(`${name}: a stack of 2 or 3 matrices in one dispatch = each alone, bit for bit, split parts and a bias included`, async () => {
       const type = TYPES.find((t) => t.name === name);
       const rng = new Xoshiro128(90 + (type?.code ?? 0));
       for (const members of [[5, 3, 3], [7, 7], [1, 9, 2]]) {
@@ -284,9 +285,9 @@ function stackTests(gpu: WebGpuBackend, names: string[]): void {
         const cols = type === undefined ? 64 * blocksPerRow : type.values * (type.values === 2 ? 32 : blocksPerRow);
         const T = randInt(rng, 1, 6);
         const x = gpu.bufferFrom(randomArray(rng, T * cols), "x");
-        const upload = (rows: number, data: Float32Array | Uint8Array, label: string, stack?: number[]) => type === undefined
-          ? gpu.uploadF32Matrix(data as Float32Array, rows, cols, label, stack)
-          : gpu.uploadGgmlMatrix(data as Uint8Array, type.code, rows, cols, label, stack);
+        const upload = (rows: number, data: Float32Array | Uint8Array, label: string, extras?: MatrixExtras) => type === undefined
+          ? gpu.uploadF32Matrix(data as Float32Array, rows, cols, label, extras)
+          : gpu.uploadGgmlMatrix(data as Uint8Array, type.code, rows, cols, label, extras);
         const data = members.map((rows) => type === undefined ? randomArray(rng, rows * cols) : randomBlocks(rng, type, rows * (cols / type.values)));
         const alone: Float32Array[] = [];
         for (const [i, rows] of members.entries()) {
@@ -298,16 +299,22 @@ function stackTests(gpu: WebGpuBackend, names: string[]): void {
         const joined = type === undefined
           ? Float32Array.from(data.flatMap((d) => Array.from(d as Float32Array)))
           : Uint8Array.from(data.flatMap((d) => Array.from(d as Uint8Array)));
-        for (const partRows of [total, 4]) {
+        const bias = randomArray(rng, total);
+        for (const [partRows, withBias] of [[total, false], [4, false], [4, true]] as const) {
           gpu.matrixPartBytes = partRows === total ? Infinity : partRows * (joined.byteLength / total);
-          const stack = upload(total, joined, "stack", members);
+          const stack = upload(total, joined, "stack", { stack: members, ...(withBias ? { bias } : {}) });
           gpu.matrixPartBytes = Infinity;
           const outs = members.map((rows) => gpu.f32Buffer(T * rows, "member"));
           const before = gpu.runner.counts.dispatches;
           gpu.matmul(outs, gpu.productInput(x, T, cols), stack);
           // One dispatch per part (and, for f16 products, one conversion of x).
           expect(gpu.runner.counts.dispatches - before).toBeLessThanOrEqual(stack.parts.length + 1);
-          for (const [i, rows] of members.entries()) expect(await gpu.runner.readF32(outs[i]!, T * rows)).toEqual(alone[i]!);
+          let first = 0;
+          for (const [i, rows] of members.entries()) {
+            const want = withBias ? alone[i]!.map((v, j) => Math.fround(v + bias[first + (j % rows)]!)) : alone[i]!;
+            expect(await gpu.runner.readF32(outs[i]!, T * rows)).toEqual(want);
+            first += rows;
+          }
         }
       }
     });

@@ -13,7 +13,7 @@ import type { GpuContext } from "./device.ts";
 import { params, GpuRunner, type GpuKernel } from "./runner.ts";
 import { ATTENTION_HALF_WGSL, ATTENTION_WGSL, attentionGrid, MAX_HEAD_DIM } from "./wgsl-attention.ts";
 import {
-  ADD_RMSNORM_HALF_WGSL, ADD_RMSNORM_WGSL, ADD_ROWS_WGSL, ADD_WGSL, elementGrid, GATHER_ROWS_WGSL, HALF_ACTIVATIONS_WGSL,
+  ADD_RMSNORM_HALF_WGSL, ADD_RMSNORM_WGSL, ADD_WGSL, elementGrid, GATHER_ROWS_WGSL, HALF_ACTIVATIONS_WGSL,
   RMSNORM_HALF_WGSL, RMSNORM_WGSL, ROPE_WRITE_KV_WGSL, SWIGLU_HALF_WGSL, SWIGLU_WGSL,
 } from "./wgsl-elementwise.ts";
 import { HALF_BLOCK } from "./wgsl-half.ts";
@@ -41,6 +41,14 @@ export interface GpuWeightMatrix {
   rowBytes: number;
   parts: GpuMatrixPart[];
   stack: readonly number[];
+  /** A bias per row (of the whole stack), added to the product: qwen2's q, k and v. */
+  bias: GPUBuffer | null;
+}
+
+/** What a matrix upload may add: the stack it is (see GpuWeightMatrix) and a bias per row. */
+export interface MatrixExtras {
+  stack?: readonly number[];
+  bias?: Float32Array;
 }
 
 /** Most matrices one product dispatch stacks (its outputs are bindings). */
@@ -67,7 +75,6 @@ export interface BackendOptions {
 /** Kernel names and their sources; ggml products are added per type. */
 const FIXED_KERNELS = {
   add: ADD_WGSL,
-  addRows: ADD_ROWS_WGSL,
   swiglu: SWIGLU_WGSL,
   rmsnorm: RMSNORM_WGSL,
   addRmsnorm: ADD_RMSNORM_WGSL,
@@ -98,8 +105,8 @@ export class WebGpuBackend {
   /** The f16 form of `halfInput`'s activations and their block scales; grown on demand. */
   private halfScratch: { values: GPUBuffer; scales: GPUBuffer; capacity: number } | null = null;
   private halfInput: ProductInput | null = null;
-  /** Two small buffers bound as the unused outputs of a product that stacks fewer than three matrices. */
-  private readonly placeholders: [GPUBuffer, GPUBuffer];
+  /** Small buffers bound as a product's unused outputs (a stack of fewer than three) and missing bias. */
+  private readonly placeholders: [GPUBuffer, GPUBuffer, GPUBuffer];
   /** Largest part of a split matrix, in bytes: one storage binding (tests lower it to force splits). */
   matrixPartBytes: number;
 
@@ -110,7 +117,7 @@ export class WebGpuBackend {
   ) {
     this.runner = new GpuRunner(gpu.device);
     this.matrixPartBytes = this.runner.maxBinding;
-    this.placeholders = [this.runner.buffer(4, "unused_output"), this.runner.buffer(4, "unused_output")];
+    this.placeholders = [this.runner.buffer(4, "unused_output"), this.runner.buffer(4, "unused_output"), this.runner.buffer(4, "no_bias")];
   }
 
   /**
@@ -158,31 +165,39 @@ export class WebGpuBackend {
   }
 
   /**
-   * Upload an f32 matrix [rows][cols] (row-major), split into parts that fit one binding; `stack`:
-   * the rows of the matrices it stacks (see GpuWeightMatrix).
+   * Upload an f32 matrix [rows][cols] (row-major), split into parts that fit one binding; extras:
+   * the rows of the matrices it stacks (see GpuWeightMatrix), and a bias per row.
    */
-  uploadF32Matrix(values: Float32Array, rows: number, cols: number, label: string, stack: readonly number[] = [rows]): GpuWeightMatrix {
+  uploadF32Matrix(values: Float32Array, rows: number, cols: number, label: string, extras: MatrixExtras = {}): GpuWeightMatrix {
     if (values.length !== rows * cols) throw new Error(`${label}: ${values.length} values for [${rows}][${cols}]`);
-    checkStack(stack, rows, label);
     const rowBytes = 4 * cols;
     const parts = this.splitRows(rows, rowBytes, label, (first, count, buf) => {
       this.runner.upload(buf, values.subarray(first * cols, (first + count) * cols));
     });
-    return { kind: "f32", type: 0, rows, cols, rowBytes, parts, stack };
+    return { kind: "f32", type: 0, rows, cols, rowBytes, parts, ...this.extras(extras, rows, label) };
   }
 
-  /** Upload ggml blocks as stored in the file: `rows` rows of rowBytes each (`stack` as for uploadF32Matrix). */
-  uploadGgmlMatrix(bytes: Uint8Array, type: number, rows: number, cols: number, label: string, stack: readonly number[] = [rows]): GpuWeightMatrix {
+  /** Upload ggml blocks as stored in the file: `rows` rows of rowBytes each (extras as for uploadF32Matrix). */
+  uploadGgmlMatrix(bytes: Uint8Array, type: number, rows: number, cols: number, label: string, extras: MatrixExtras = {}): GpuWeightMatrix {
     const shader = GGML_SHADERS.get(type);
     if (shader === undefined) throw new DeviceError(`webgpu: ${label}: ggml type ${type} has no WGSL product`);
     if (cols % shader.blockValues !== 0) throw new Error(`${label}: ${cols} columns is not a whole number of ${shader.name} blocks`);
     const rowBytes = (cols / shader.blockValues) * shader.blockBytes;
     if (bytes.byteLength !== rows * rowBytes) throw new Error(`${label}: ${bytes.byteLength} bytes for ${rows} rows of ${rowBytes}`);
-    checkStack(stack, rows, label);
     const parts = this.splitRows(rows, rowBytes, label, (first, count, buf) => {
       this.runner.upload(buf, bytes.subarray(first * rowBytes, (first + count) * rowBytes));
     });
-    return { kind: "ggml", type, rows, cols, rowBytes, parts, stack };
+    return { kind: "ggml", type, rows, cols, rowBytes, parts, ...this.extras(extras, rows, label) };
+  }
+
+  /** A matrix's stack (checked: at most MAX_STACK members whose rows add up) and bias buffer. */
+  private extras(extras: MatrixExtras, rows: number, label: string): { stack: readonly number[]; bias: GPUBuffer | null } {
+    const stack = extras.stack ?? [rows];
+    if (stack.length < 1 || stack.length > MAX_STACK || stack.reduce((a, b) => a + b, 0) !== rows) {
+      throw new Error(`${label}: a stack of [${stack.join(", ")}] rows for a matrix of ${rows}`);
+    }
+    if (extras.bias !== undefined && extras.bias.length !== rows) throw new Error(`${label}: ${extras.bias.length} biases for ${rows} rows`);
+    return { stack, bias: extras.bias === undefined ? null : this.bufferFrom(extras.bias, `${label}.bias`) };
   }
 
   private splitRows(rows: number, rowBytes: number, label: string, fill: (first: number, count: number, buf: GPUBuffer) => void): GpuMatrixPart[] {
@@ -217,16 +232,17 @@ export class WebGpuBackend {
     if (input.cols !== m.cols) throw new Error(`matmul: ${input.cols} activations for ${m.cols} columns`);
     const split1 = outs.length > 1 ? m.stack[0]! : m.rows;
     const split2 = outs.length > 2 ? split1 + m.stack[1]! : m.rows;
-    // Unused outputs are bound to placeholders (WebGPU forbids two writable bindings of one buffer).
+    // Unused outputs and a missing bias are bound to placeholders (WebGPU forbids two writable bindings of one buffer).
     const [out2, out3] = [outs[1] ?? this.placeholders[0], outs[2] ?? this.placeholders[1]];
+    const bias = m.bias ?? this.placeholders[2];
     const T = input.T;
     const half = m.kind === "ggml" ? this.halfMatmuls.get(m.type) : undefined;
     const kernel = half ?? (m.kind === "f32" ? this.kernel("matmulF32") : this.ggml.get(m.type));
     if (kernel === undefined) throw new DeviceError(`webgpu: ggml type ${m.type} has no WGSL product`);
     const x = half !== undefined ? this.halfCopy(input) : null;
     for (const part of m.parts) {
-      const p = params(part.rows, m.cols, split1, part.firstRow, m.rowBytes, T, split1, split2, m.rows);
-      const buffers = x !== null ? [part.buffer, x.values, outs[0]!, x.scales, out2, out3] : [part.buffer, input.x, outs[0]!, out2, out3];
+      const p = params(part.rows, m.cols, split1, part.firstRow, m.rowBytes, T, split1, split2, m.rows, m.bias === null ? 0 : 1);
+      const buffers = x !== null ? [part.buffer, x.values, outs[0]!, x.scales, out2, out3, bias] : [part.buffer, input.x, outs[0]!, out2, out3, bias];
       this.runner.dispatch(kernel, p, buffers, matmulGrid(part.rows, T));
     }
   }
@@ -362,11 +378,6 @@ export class WebGpuBackend {
     this.runner.dispatch(this.kernel("ropeWriteKV"), p, [b.q, b.k, b.v, b.kArena, b.vArena, b.positions, b.slots, b.ropeTable], elementGrid(invocations));
   }
 
-  /** x[t] += bias for T rows of n. */
-  addRows(x: GPUBuffer, bias: GPUBuffer, T: number, n: number): void {
-    this.runner.dispatch(this.kernel("addRows"), params(T, n), [x, bias], elementGrid(T * n));
-  }
-
   /**
    * Paged attention for every new token of the step. seqInfo holds numSeqs records of
    * (queryStart, queryCount, contextLen, blockTable) with blockTable an element index into
@@ -407,12 +418,5 @@ export class WebGpuBackend {
     const k = this.fixed.get(name);
     if (k === undefined) throw new Error(`kernel ${name} not compiled`);
     return k;
-  }
-}
-
-/** A stack's members: at most MAX_STACK, whose rows add up to the matrix's. */
-function checkStack(stack: readonly number[], rows: number, label: string): void {
-  if (stack.length < 1 || stack.length > MAX_STACK || stack.reduce((a, b) => a + b, 0) !== rows) {
-    throw new Error(`${label}: a stack of [${stack.join(", ")}] rows for a matrix of ${rows}`);
   }
 }

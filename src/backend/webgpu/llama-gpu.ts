@@ -18,12 +18,11 @@ import { MAX_STACK, type GpuWeightMatrix, type WebGpuBackend } from "./backend.t
 
 interface GpuLayer {
   attnNorm: GPUBuffer; // [dim]
-  qkv: GpuWeightMatrix[]; // wq [qDim][dim], wk [kvDim][dim], wv [kvDim][dim], stacked where they share a type
+  qkv: GpuWeightMatrix[]; // wq [qDim][dim], wk [kvDim][dim], wv [kvDim][dim], stacked where they share a type; qwen2's biases with them
   wo: GpuWeightMatrix; // [dim][qDim]
   ffnNorm: GPUBuffer; // [dim]
   gateUp: GpuWeightMatrix[]; // ffn_gate [hidden][dim], ffn_up [hidden][dim], stacked where they share a type
   ffnDown: GpuWeightMatrix; // [dim][hidden]
-  qkvBias: { q: GPUBuffer; k: GPUBuffer; v: GPUBuffer } | null; // [qDim], [kvDim], [kvDim]
   qkNorm: { q: GPUBuffer; k: GPUBuffer } | null; // [headDim] each
   k: GPUBuffer; // KV arena, [kvHead][block][blockSize][headDim]
   v: GPUBuffer;
@@ -72,21 +71,21 @@ export class GpuLlamaModel {
     const qDim = queryDim(c);
     const own = (b: GPUBuffer) => (this.owned.push(b), b);
     const vector = (addr: number, n: number, label: string) => own(gpu.bufferFrom(cpu.mem.f32.slice(addr >> 2, (addr >> 2) + n), label));
-    const stacks = (ms: WeightMatrix[], label: string) => {
-      const up = uploadStacks(gpu, cpu, ms, label);
-      for (const m of up) for (const part of m.parts) own(part.buffer);
+    const stacks = (ms: WeightMatrix[], label: string, biases: number[] | null = null) => {
+      const up = uploadStacks(gpu, cpu, ms, label, biases);
+      for (const m of up) {
+        for (const part of m.parts) own(part.buffer);
+        if (m.bias !== null) own(m.bias);
+      }
       return up;
     };
     const matrix = (m: WeightMatrix, label: string) => stacks([m], label)[0]!;
     const arena = c.nKvHeads * numBlocks * blockSize * c.headDim;
     this.layers = weights.layers.map((L, l) => ({
       attnNorm: vector(L.attnNorm, c.dim, `attn_norm.${l}`),
-      qkv: stacks([L.wq, L.wk, L.wv], `qkv.${l}`), wo: matrix(L.wo, `wo.${l}`),
+      qkv: stacks([L.wq, L.wk, L.wv], `qkv.${l}`, L.qkvBias && [L.qkvBias.q, L.qkvBias.k, L.qkvBias.v]), wo: matrix(L.wo, `wo.${l}`),
       ffnNorm: vector(L.ffnNorm, c.dim, `ffn_norm.${l}`),
       gateUp: stacks([L.ffnGate, L.ffnUp], `ffn_gate_up.${l}`), ffnDown: matrix(L.ffnDown, `ffn_down.${l}`),
-      qkvBias: L.qkvBias && {
-        q: vector(L.qkvBias.q, qDim, `q_bias.${l}`), k: vector(L.qkvBias.k, kvDim, `k_bias.${l}`), v: vector(L.qkvBias.v, kvDim, `v_bias.${l}`),
-      },
       qkNorm: L.qkNorm && { q: vector(L.qkNorm.q, c.headDim, `q_norm.${l}`), k: vector(L.qkNorm.k, c.headDim, `k_norm.${l}`) },
       k: own(gpu.f32Buffer(arena, `k_cache.${l}`)), v: own(gpu.f32Buffer(arena, `v_cache.${l}`)),
     }));
@@ -135,11 +134,6 @@ export class GpuLlamaModel {
       // ---- attention: x += wo · attention(rope(wq·xb), rope(wk·xb), wv·xb); attnIn is xb = rmsnorm(x),
       // made before the loop or at the previous layer's end (with f16 products, in f16 form too)
       g.matmulStacks([a.q, a.k, a.v], attnIn, L.qkv);
-      if (L.qkvBias) {
-        g.addRows(a.q, L.qkvBias.q, T, qDim);
-        g.addRows(a.k, L.qkvBias.k, T, kvDim);
-        g.addRows(a.v, L.qkvBias.v, T, kvDim);
-      }
       if (L.qkNorm) {
         // Each head a row of headDim, normalised through att (a kernel may not read and write one buffer).
         g.runner.copy(a.q, 0, a.att, 0, 4 * T * qDim);
@@ -257,9 +251,10 @@ type HostMatrix = { kind: "f32"; values: Float32Array } | { kind: "ggml"; type: 
 /**
  * Copy weight matrices that multiply one input (q, k and v; gate and up) to the GPU, each run of
  * consecutive matrices of one type as one stack (one dispatch for all of them; see
- * GpuWeightMatrix), in order.
+ * GpuWeightMatrix), in order; `biases`: the linear-memory address of each matrix's bias vector
+ * (one value per row), added by the product.
  */
-function uploadStacks(gpu: WebGpuBackend, cpu: CpuBackend, ms: WeightMatrix[], label: string): GpuWeightMatrix[] {
+function uploadStacks(gpu: WebGpuBackend, cpu: CpuBackend, ms: WeightMatrix[], label: string, biases: number[] | null): GpuWeightMatrix[] {
   const host = ms.map((m) => hostMatrix(cpu, m, label));
   const sameType = (i: number, j: number) => {
     const [a, b] = [host[i]!, host[j]!];
@@ -273,12 +268,14 @@ function uploadStacks(gpu: WebGpuBackend, cpu: CpuBackend, ms: WeightMatrix[], l
     const stack = members.map((m) => m.rows);
     const rows = stack.reduce((a, b) => a + b, 0);
     const name = members.length === 1 ? label : `${label}[${first}..${end})`;
+    const bias = biases && concat(biases.slice(first, end).map((addr, i) => cpu.mem.f32.slice(addr >> 2, (addr >> 2) + members[i]!.rows)));
+    const extras = { stack, ...(bias !== null ? { bias } : {}) };
     const h = host[first]!;
     if (h.kind === "f32") {
-      out.push(gpu.uploadF32Matrix(concat(host.slice(first, end).map((m) => (m as { values: Float32Array }).values)), rows, members[0]!.cols, name, stack));
+      out.push(gpu.uploadF32Matrix(concat(host.slice(first, end).map((m) => (m as { values: Float32Array }).values)), rows, members[0]!.cols, name, extras));
     } else {
       const bytes = concat(host.slice(first, end).map((m) => (m as { bytes: Uint8Array }).bytes));
-      out.push(gpu.uploadGgmlMatrix(bytes, h.type, rows, members[0]!.cols, name, stack));
+      out.push(gpu.uploadGgmlMatrix(bytes, h.type, rows, members[0]!.cols, name, extras));
     }
     first = end;
   }

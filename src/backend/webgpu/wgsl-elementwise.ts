@@ -235,18 +235,6 @@ ${ELEMENT_ENTRY} {
   }
 }`;
 
-/** x[t][i] += bias[i] for T rows of n (the q, k, v biases of qwen2). */
-export const ADD_ROWS_WGSL = /* wgsl */ `
-struct Params { T: u32, n: u32 }
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read_write> x: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-${ELEMENT_INDEX}
-${ELEMENT_ENTRY} {
-  let i = elementIndex(wg, nwg, lid);
-  if (i < p.T * p.n) { x[i] = x[i] + bias[i % p.n]; }
-}`;
-
 /** out[r] = src[rows[r]] for R rows of n floats (embedding look-up and the classifier's rows). */
 export const GATHER_ROWS_WGSL = /* wgsl */ `
 struct Params { R: u32, n: u32, firstRow: u32, rowCount: u32 }

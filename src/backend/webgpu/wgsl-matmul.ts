@@ -32,10 +32,11 @@ export function matmulGrid(rows: number, T: number): [number, number, number] {
 }
 
 /**
- * The shared tail: lane 0 of each row adds its lanes' partial sums in lane order and stores the
- * group's tokens. Row g of a stack of up to three matrices (q, k and v; gate and up) goes to the
- * output of its member: rows before split1 to out (rows outStride apart), then to out2 and out3
- * (rows of their members' widths).
+ * The shared tail: lane 0 of each row adds its lanes' partial sums in lane order, then the row's
+ * bias if the product has one (qwen2's q, k and v: the same f32 addition as adding it after), and
+ * stores the group's tokens. Row g of a stack of up to three matrices (q, k and v; gate and up)
+ * goes to the output of its member: rows before split1 to out (rows outStride apart), then to out2
+ * and out3 (rows of their members' widths).
  */
 export const REDUCE_AND_STORE = /* wgsl */ `
   partial[lid] = s;
@@ -44,6 +45,7 @@ export const REDUCE_AND_STORE = /* wgsl */ `
     var sum = partial[lid];
     for (var k = 1u; k < ${LANES}u; k++) { sum = sum + partial[lid + k]; }
     let g = p.outOffset + r;
+    if (p.hasBias != 0u) { sum = sum + bias[g]; }
     for (var k = 0u; k < ${TOKENS_PER_GROUP}u && t0 + k < p.T; k++) {
       let t = t0 + k;
       if (g < p.split1) { out[t * p.outStride + g] = sum[k]; }
@@ -54,18 +56,20 @@ export const REDUCE_AND_STORE = /* wgsl */ `
 
 /**
  * Every product's parameters, outputs, lane sums and token rows: the weights are binding 1, the
- * activations 2 (and 4 in f16 products), the output 3 and the outputs of a stack's second and
- * third members `stackBinding` and the next. rows counts the part's rows, outOffset is the part's
- * first row in the (stacked) matrix, split1 / split2 where the second and third members begin
- * (total, the stack's rows, when there are none).
+ * activations 2 (and 4 in f16 products), the output 3, the outputs of a stack's second and third
+ * members `stackBinding` and the next, and the bias (one per row of the stack, read when hasBias)
+ * the one after. rows counts the part's rows, outOffset is the part's first row in the (stacked)
+ * matrix, split1 / split2 where the second and third members begin (total, the stack's rows, when
+ * there are none).
  */
 export function productHead(stackBinding: number): string {
   return /* wgsl */ `
-struct Params { rows: u32, cols: u32, outStride: u32, outOffset: u32, rowBytes: u32, T: u32, split1: u32, split2: u32, total: u32 }
+struct Params { rows: u32, cols: u32, outStride: u32, outOffset: u32, rowBytes: u32, T: u32, split1: u32, split2: u32, total: u32, hasBias: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 @group(0) @binding(${stackBinding}) var<storage, read_write> out2: array<f32>;
 @group(0) @binding(${stackBinding + 1}) var<storage, read_write> out3: array<f32>;
+@group(0) @binding(${stackBinding + 2}) var<storage, read> bias: array<f32>;
 var<workgroup> partial: array<vec4<f32>, ${WORKGROUP}>;
 // Where the group's 4 token rows start in x (a token past T repeats the last: computed, never stored).
 var<private> xRows: vec4<u32>;`;
