@@ -21,7 +21,7 @@
  */
 import { HALF_BLOCK } from "./wgsl-half.ts";
 import {
-  BYTE_READERS, GGML_SHADERS, LANES, MATMUL_ENTRY, productHead, Q5_HIGH_BITS, REDUCE_AND_STORE, SCALE_MIN_K4, SCALE_Q3_K,
+  blockProductWgsl, GGML_SHADERS, productHead, Q5_HIGH_BITS, SCALE_MIN_K4, SCALE_Q3_K,
 } from "./wgsl-matmul.ts";
 
 const HALF_HEAD = /* wgsl */ `
@@ -203,16 +203,5 @@ export function matmulHalfWgsl(type: number): string {
   const shader = GGML_SHADERS.get(type);
   const blockDot = HALF_BLOCK_DOTS.get(type);
   if (shader === undefined || blockDot === undefined) throw new Error(`no f16 WGSL product for ggml type ${type}`);
-  return /* wgsl */ `
-${HALF_HEAD}
-${BYTE_READERS}
-${blockDot}
-${MATMUL_ENTRY}
-  let blocks = select(0u, p.cols / ${shader.blockValues}u, live);
-  var s = vec4<f32>(0.0);
-  for (var bi = lane; bi < blocks; bi += ${LANES}u) {
-    s = s + blockDot(r * p.rowBytes + bi * ${shader.blockBytes}u, bi * ${shader.blockValues}u);
-  }
-${REDUCE_AND_STORE}
-}`;
+  return blockProductWgsl(HALF_HEAD, blockDot, shader);
 }

@@ -38,7 +38,7 @@ export function matmulGrid(rows: number, T: number): [number, number, number] {
  * goes to the output of its member: rows before split1 to out (rows outStride apart), then to out2
  * and out3 (rows of their members' widths).
  */
-export const REDUCE_AND_STORE = /* wgsl */ `
+const REDUCE_AND_STORE = /* wgsl */ `
   partial[lid] = s;
   workgroupBarrier();
   if (live && lane == 0u) {
@@ -80,7 +80,7 @@ const MATMUL_HEAD = /* wgsl */ `${productHead(4)}
 // Element i of the 4 token rows.
 fn xv(i: u32) -> vec4<f32> { return vec4<f32>(x[xRows.x + i], x[xRows.y + i], x[xRows.z + i], x[xRows.w + i]); }`;
 
-export const MATMUL_ENTRY = /* wgsl */ `
+const MATMUL_ENTRY = /* wgsl */ `
 @compute @workgroup_size(${WORKGROUP})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let r = (wg.x + wg.z * ${GROUPS_PER_Z}u) * ${ROWS_PER_GROUP}u + lid / ${LANES}u;
@@ -104,7 +104,7 @@ ${REDUCE_AND_STORE}
 }`;
 
 /** Byte, signed byte and f16 readers over the weight words. */
-export const BYTE_READERS = /* wgsl */ `
+const BYTE_READERS = /* wgsl */ `
 @group(0) @binding(1) var<storage, read> w: array<u32>;
 fn u8At(off: u32) -> u32 { return (w[off >> 2u] >> ((off & 3u) * 8u)) & 0xffu; }
 fn i8At(off: u32) -> i32 { return (i32(u8At(off)) << 24u) >> 24u; }
@@ -410,10 +410,18 @@ export const GGML_SHADERS: ReadonlyMap<number, GgmlShader & { name: string; bloc
 export function matmulGgmlWgsl(type: number): string {
   const shader = GGML_SHADERS.get(type);
   if (shader === undefined) throw new Error(`no WGSL product for ggml type ${type}`);
+  return blockProductWgsl(MATMUL_HEAD, shader.blockDot, shader);
+}
+
+/**
+ * A product over blocks of `shader`'s layout: `head` declares the activations and their readers,
+ * `blockDot` the dot of one block with the 4 token rows (f32 here, f16 in wgsl-matmul-f16.ts).
+ */
+export function blockProductWgsl(head: string, blockDot: string, shader: { blockValues: number; blockBytes: number }): string {
   return /* wgsl */ `
-${MATMUL_HEAD}
+${head}
 ${BYTE_READERS}
-${shader.blockDot}
+${blockDot}
 ${MATMUL_ENTRY}
   let blocks = select(0u, p.cols / ${shader.blockValues}u, live);
   var s = vec4<f32>(0.0);
