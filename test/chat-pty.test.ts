@@ -182,6 +182,18 @@ describeShared("end-of-generation tokens stop a reply", ["vocab/ggml-vocab-smoll
     }
   });
 
+  test("ignoreEos (llama.cpp's and vLLM's ignore_eos): <|im_end|> is output like any token and max_tokens ends the reply", async () => {
+    const path = scriptedModel();
+    const llm = LLM.load({ model: path, tokenizer: path, engine: { threads: 1 } });
+    try {
+      const [r] = await llm.generate([{ messages: [{ role: "user", content: "hi" }], maxTokens: 7, temperature: 0, ignoreEos: true }]);
+      // After <|im_end|> (embedding dimension 0) comes "Hi" again.
+      expect([r!.token_ids, r!.finish_reason, r!.completion_tokens]).toEqual([[26843, 17, 2, 26843, 17, 2, 26843], "length", 7]);
+    } finally {
+      llm.close();
+    }
+  });
+
   test.skipIf(!hasScript)("pagellm chat in a pseudo-terminal: ChatML, the streamed reply stops at <|im_end|>, the next turn is served from the cache", async () => {
     const out = await chatInPty(["--model", scriptedModel(), "--max-tokens", "50", "--temperature", "0", "--threads", "1"], ["hello", "and again", "/exit"]);
     // SmolLM2's ChatML with its default system prompt: 31 tokens for "hello"; the reply is 2 tokens, not 50.

@@ -185,7 +185,7 @@ export class LLMEngine {
       const row = logits[i];
       if (!row) return;
       const token = seq.sampler.sample(row, seq.allTokenIds);
-      if (seq.params.logprobs !== undefined && !this.stopTokenIds.has(token)) seq.logprobs.push(sampledLogprob(row, token, seq.params.logprobs));
+      if (seq.params.logprobs !== undefined && !this.isStopToken(seq, token)) seq.logprobs.push(sampledLogprob(row, token, seq.params.logprobs));
       const delta = this.postprocess(seq, token);
       if (seq.isFinished) this.scheduler.finish(seq);
       events.push({ seq, delta: delta, finished: seq.isFinished });
@@ -255,8 +255,13 @@ export class LLMEngine {
     return this.kv.resetPrefixCache();
   }
 
+  /** An end-of-generation token that ends `seq` (none does with ignoreEos). */
+  private isStopToken(seq: Sequence, token: number): boolean {
+    return seq.params.ignoreEos !== true && this.stopTokenIds.has(token);
+  }
+
   private postprocess(seq: Sequence, token: number): string {
-    if (this.stopTokenIds.has(token)) return seq.finish("stop");
+    if (this.isStopToken(seq, token)) return seq.finish("stop");
     let delta = seq.appendToken(token);
     if (seq.isFinished) return delta;
     const maxTokens = seq.params.maxTokens;

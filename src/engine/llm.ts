@@ -74,6 +74,8 @@ export interface GenerateRequest {
   cacheSalt?: string;
   /** Report each generated token's log-probability and this many most likely alternatives (0-20). */
   logprobs?: number;
+  /** Generate through end-of-generation tokens until max_tokens (llama.cpp's and vLLM's `ignore_eos`). */
+  ignoreEos?: boolean;
 }
 
 /** The result of one request: the `--json` schema, one object per request. */
@@ -325,7 +327,9 @@ function generationParams(r: GenerateRequest): GenerationParams {
   if (maxTokens !== null && (!Number.isInteger(maxTokens) || maxTokens < 1)) {
     throw new InputError(`max_tokens must be a positive integer, got ${maxTokens}`);
   }
-  return { maxTokens, stop: r.stop ?? [], sampling, ...(logprobs === undefined ? {} : { logprobs }) };
+  return {
+    maxTokens, stop: r.stop ?? [], sampling, ...(logprobs === undefined ? {} : { logprobs }), ...(r.ignoreEos === true ? { ignoreEos: true } : {}),
+  };
 }
 
 function checkSampling(s: SamplingParams): void {

@@ -26,6 +26,12 @@ export interface GenerationParams {
   sampling: SamplingParams;
   /** Report each generated token's log-probability and this many most likely alternatives; absent = off. */
   logprobs?: number;
+  /**
+   * Keep generating through end-of-generation tokens (llama.cpp's and vLLM's `ignore_eos`): the
+   * token is output like any other, so only max_tokens, a stop string or the context ends the
+   * request. Benchmarks use it to fix output lengths.
+   */
+  ignoreEos?: boolean;
 }
 
 export class Sequence extends Request {
