@@ -13,6 +13,9 @@ import { generateArgs } from "../src/cli/generate.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { runPagellm, stripAnsi, type CliResult } from "./helpers/cli.ts";
 import { describeShared } from "./helpers/shared.ts";
+import { PROCESS_TEST_MS } from "./helpers/limits.ts";
+import { LLM } from "../src/index.ts";
+import { ModelFormatError } from "../src/errors.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "pagellm-cli-errors-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -283,5 +286,41 @@ describe("pagellm: commands and help", () => {
       expect(help).toContain(name);
     }
     for (const name of Object.keys(generateArgs)) expect(help).toMatch(new RegExp(`--${name}(?![\\w-])`));
+  });
+});
+
+describe("a file that is neither GGUF nor llama2.c", () => {
+  // Random bytes named like a model, a text file and a GGUF whose magic was corrupted: each command
+  // that opens a model names the file as no model, before looking for a tokenizer beside it.
+  const random = new Uint8Array(65_536);
+  const rng = new Xoshiro128(7);
+  for (let i = 0; i < random.length; i++) random[i] = rng.nextUint32() & 0xff;
+  const junk = join(dir, "junk.gguf");
+  writeFileSync(junk, random);
+  const text = join(dir, "notes.txt");
+  writeFileSync(text, "Once upon a time there was a file that was not a model.\n".repeat(100));
+  const corrupted = join(dir, "corrupted-magic.gguf");
+  writeFileSync(corrupted, Buffer.concat([Buffer.from("GGUG"), random.subarray(4)]));
+  const commands: [string, (model: string) => string[]][] = [
+    ["generate", (m) => ["generate", "--model", m, "--prompt", "Once upon a time", "--max-tokens", "2"]],
+    ["chat", (m) => ["chat", "--model", m]],
+    ["info", (m) => ["info", m]],
+    ["perplexity", (m) => ["perplexity", "--model", m, "--file", text]],
+  ];
+  for (const [name, args] of commands) {
+    test(`${name}: random bytes named .gguf, a text file and a corrupted magic are "not a GGUF or llama2.c model file"`, () => {
+      for (const model of [junk, text, corrupted]) {
+        const r = runPagellm(args(model), { stdin: "" });
+        expectOneLineError(r, 2, [model, "not a GGUF or llama2.c model file"]);
+        expect(r.stderr).not.toMatch(/tokenizer/i);
+      }
+      expect(runPagellm(args(corrupted)).stderr).toContain("47 47 55 47");
+    }, PROCESS_TEST_MS);
+  }
+
+  test("the library says the same: LLM.open on random bytes is a ModelFormatError naming the file", async () => {
+    const opened = LLM.open({ model: junk, tokenizer: junk });
+    await expect(opened).rejects.toBeInstanceOf(ModelFormatError);
+    await expect(LLM.open({ model: junk, tokenizer: junk })).rejects.toThrow(`${junk}: not a GGUF or llama2.c model file`);
   });
 });

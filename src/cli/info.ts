@@ -9,6 +9,8 @@ import { estimateMemory, summarizeModel, type MemoryEstimate, type ModelSummary 
 import { contextLength, DEFAULT_CONTEXT } from "../engine/engine.ts";
 import { readGGUF } from "../model/gguf.ts";
 import { readGGUFCheckpoint } from "../model/gguf-checkpoint.ts";
+import { modelFileKind } from "../model/load.ts";
+import { InputError } from "../errors.ts";
 import { resolveModelSpec } from "./load.ts";
 import { checkKnownOptions, numberOption } from "./options.ts";
 
@@ -27,6 +29,7 @@ export const infoCommand = defineCommand({
     checkKnownOptions(rawArgs, infoArgs);
     const ctxOption = numberOption(args, "ctx-size", "int", { min: 0 }) ?? null;
     const path = await resolveModelSpec(args.model);
+    if (modelFileKind(path) === "llama2c") throw new InputError(`${path}: a llama2.c checkpoint; info reads the metadata of GGUF files only`);
     const header = readGGUF(path);
     const summary = summarizeModel(path, header);
     const memory = estimateMemory(summary, contextLength(summary.contextLength ?? DEFAULT_CONTEXT, ctxOption));

@@ -7,7 +7,7 @@ import { basename, dirname, join } from "node:path";
 import { InputError } from "../errors.ts";
 import { LLM } from "../engine/llm.ts";
 import { hubOptionsFromEnv, resolveModel } from "../hub/resolve.ts";
-import { isGGUF } from "../model/load.ts";
+import { modelFileKind } from "../model/load.ts";
 import { deviceOption, engineOptions, gpuBackendOptions, type ParsedValues } from "./options.ts";
 import { info, progressWanted } from "./output.ts";
 import { loadProgressBar } from "./progress.ts";
@@ -49,11 +49,13 @@ function templateKwargs(given: ParsedValues[string]): Record<string, unknown> | 
 }
 
 function tokenizerPath(model: string, given: ParsedValues[string]): string {
+  // A foreign file is named as such before a tokenizer is looked for beside it.
+  const kind = modelFileKind(model);
   if (typeof given === "string" && given !== "") {
     if (!existsSync(given)) throw new InputError(`${given}: tokenizer file not found`);
     return given;
   }
-  if (isGGUF(model)) return model;
+  if (kind === "gguf") return model;
   const beside = join(dirname(model), "tokenizer.bin");
   if (existsSync(beside)) return beside;
   throw new InputError(`--tokenizer is required: no tokenizer.bin next to ${model}`);

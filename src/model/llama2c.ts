@@ -23,7 +23,7 @@ const GGUF_MAGIC = 0x46554747;
 const V_HEADER_BYTES = 256;
 const LEGACY_HEADER_BYTES = 28;
 
-interface Header {
+export interface Llama2cHeader {
   format: "legacy" | "v1" | "v2";
   dim: number;
   hiddenDim: number;
@@ -35,13 +35,20 @@ interface Header {
   sharedClassifier: boolean;
   groupSize: number;
   headerBytes: number;
+  /** The file's first four bytes in hex, for the message that says it is no model. */
+  firstBytes: string;
 }
+
+/**
+ * What a file without a GGUF or "ak42" magic is called when its bytes are no legacy llama2.c
+ * header either: the legacy format has no magic, so an implausible header is the only sign that
+ * a file (random bytes, a PNG, a safetensors file) is no model pagellm reads.
+ */
+export const NOT_A_MODEL = "not a GGUF or llama2.c model file";
 
 /** Read and validate a llama2.c checkpoint's header and tensor layout (no weight bytes are read). */
 export function readLlama2cCheckpoint(file: string): Checkpoint {
-  const { head, size } = readHead(file);
-  const header = parseHeader(file, head, size);
-  const config = configFromHeader(file, header);
+  const { header, config, size } = readLlama2cHeader(file);
   const { tensors, end } = layoutTensors(header, config);
   if (size < end) {
     throw new ModelFormatError(file, `truncated: a ${describe(header)} checkpoint needs ${end} bytes, the file has ${size}`);
@@ -53,6 +60,16 @@ export function readLlama2cCheckpoint(file: string): Checkpoint {
     );
   }
   return { file, format: `llama2.c ${header.format}`, config, tensors, extraStopTokenIds: [1] };
+}
+
+/**
+ * The header of a llama2.c checkpoint, checked field by field (not the file size): cheap enough to
+ * tell a llama2.c checkpoint from a foreign file before anything else is opened.
+ */
+export function readLlama2cHeader(file: string): { header: Llama2cHeader; config: ModelConfig; size: number } {
+  const { head, size } = readHead(file);
+  const header = parseHeader(file, head, size);
+  return { header, config: configFromHeader(file, header), size };
 }
 
 function readHead(file: string): { head: DataView; size: number } {
@@ -72,10 +89,12 @@ function readHead(file: string): { head: DataView; size: number } {
   }
 }
 
-function parseHeader(file: string, h: DataView, size: number): Header {
-  if (size < LEGACY_HEADER_BYTES) throw new ModelFormatError(file, `truncated: ${size} bytes is shorter than any llama2.c header`);
-  const magic = h.getUint32(0, true);
+function parseHeader(file: string, h: DataView, size: number): Llama2cHeader {
+  const magic = size >= 4 ? h.getUint32(0, true) : null;
   if (magic === GGUF_MAGIC) throw new ModelFormatError(file, "is a GGUF file, not a llama2.c checkpoint");
+  if (size < LEGACY_HEADER_BYTES) {
+    throw new ModelFormatError(file, magic === MAGIC_AK42 ? `truncated: ${size} bytes is shorter than a llama2.c header` : `${NOT_A_MODEL} (${size} bytes, shorter than any header)`);
+  }
   const ints = (start: number) => Array.from({ length: 7 }, (_, i) => h.getInt32(start + 4 * i, true));
   if (magic === MAGIC_AK42) {
     if (size < V_HEADER_BYTES) throw new ModelFormatError(file, `truncated: header needs ${V_HEADER_BYTES} bytes, file has ${size}`);
@@ -87,13 +106,14 @@ function parseHeader(file: string, h: DataView, size: number): Header {
     const groupSize = version === 2 ? h.getInt32(37, true) : 0;
     return {
       format: version === 1 ? "v1" : "v2", dim, hiddenDim, nLayers, nHeads, nKvHeads, vocabSize, seqLen,
-      sharedClassifier: shared === 1, groupSize, headerBytes: V_HEADER_BYTES,
+      sharedClassifier: shared === 1, groupSize, headerBytes: V_HEADER_BYTES, firstBytes: "",
     };
   }
   const [dim, hiddenDim, nLayers, nHeads, nKvHeads, signedVocab, seqLen] = ints(0);
   return {
     format: "legacy", dim, hiddenDim, nLayers, nHeads, nKvHeads, vocabSize: Math.abs(signedVocab), seqLen,
     sharedClassifier: signedVocab > 0, groupSize: 0, headerBytes: LEGACY_HEADER_BYTES,
+    firstBytes: Array.from({ length: 4 }, (_, i) => h.getUint8(i).toString(16).padStart(2, "0")).join(" "),
   };
 }
 
@@ -104,19 +124,25 @@ const LIMITS: Record<SizeField, [number, number]> = {
   nKvHeads: [1, 1024], vocabSize: [1, 1 << 21], seqLen: [1, 1 << 21],
 };
 
-function configFromHeader(file: string, h: Header): ModelConfig {
-  const foreign = h.format === "legacy" ? " (not a llama2.c checkpoint?)" : "";
-  for (const field of Object.keys(LIMITS) as SizeField[]) {
+function configFromHeader(file: string, h: Llama2cHeader): ModelConfig {
+  const fields = Object.keys(LIMITS) as SizeField[];
+  const plausible = (field: SizeField): boolean => {
     const [lo, hi] = LIMITS[field];
-    const v = h[field];
-    if (!Number.isInteger(v) || v < lo || v > hi) {
-      throw new ModelFormatError(file, `implausible header field ${field}=${v}${foreign}`);
-    }
+    return Number.isInteger(h[field]) && h[field] >= lo && h[field] <= hi;
+  };
+  // Without a magic, a header most of whose fields are nonsense is no llama2.c file at all (random
+  // bytes pass a field's bounds about once in 65536): say so, with the bytes a reader recognizes (a
+  // corrupted "GGUF", "PK", "\x89PNG"). One or two bad fields are a damaged checkpoint, named below.
+  if (h.format === "legacy" && fields.filter(plausible).length < 4) {
+    throw new ModelFormatError(file, `${NOT_A_MODEL} (it starts with the bytes ${h.firstBytes})`);
   }
-  if (h.dim % h.nHeads !== 0) throw new ModelFormatError(file, `dim ${h.dim} is not a multiple of n_heads ${h.nHeads}${foreign}`);
-  if (h.nHeads % h.nKvHeads !== 0) {
-    throw new ModelFormatError(file, `n_heads ${h.nHeads} is not a multiple of n_kv_heads ${h.nKvHeads}${foreign}`);
-  }
+  const foreign = h.format === "legacy" ? " (not a llama2.c checkpoint?)" : "";
+  const fail = (problem: string): never => {
+    throw new ModelFormatError(file, `${problem}${foreign}`);
+  };
+  for (const field of fields) if (!plausible(field)) fail(`implausible header field ${field}=${h[field]}`);
+  if (h.dim % h.nHeads !== 0) fail(`dim ${h.dim} is not a multiple of n_heads ${h.nHeads}`);
+  if (h.nHeads % h.nKvHeads !== 0) fail(`n_heads ${h.nHeads} is not a multiple of n_kv_heads ${h.nKvHeads}`);
   if ((h.dim / h.nHeads) % 2 !== 0) throw new ModelFormatError(file, `head size ${h.dim / h.nHeads} is odd; RoPE needs pairs`);
   if (h.format === "v2" && (h.groupSize < 1 || h.dim % h.groupSize !== 0)) {
     throw new ModelFormatError(file, `int8 group size ${h.groupSize} does not divide dim ${h.dim}`);
@@ -130,7 +156,7 @@ function configFromHeader(file: string, h: Header): ModelConfig {
 }
 
 /** Lays tensors out in file order; `cursor` advances over every byte, skipped ones included. */
-function layoutTensors(h: Header, c: ModelConfig): { tensors: Map<string, TensorInfo>; end: number } {
+function layoutTensors(h: Llama2cHeader, c: ModelConfig): { tensors: Map<string, TensorInfo>; end: number } {
   const tensors = new Map<string, TensorInfo>();
   let cursor = h.headerBytes;
   const L = c.nLayers;
@@ -187,7 +213,7 @@ function layoutTensors(h: Header, c: ModelConfig): { tensors: Map<string, Tensor
   return { tensors, end: cursor };
 }
 
-function describe(h: Header): string {
+function describe(h: Llama2cHeader): string {
   return `${h.format} dim=${h.dim} hidden=${h.hiddenDim} layers=${h.nLayers} heads=${h.nHeads}/${h.nKvHeads} ` +
     `vocab=${h.vocabSize} seq_len=${h.seqLen}${h.format === "v2" ? ` group=${h.groupSize}` : ""}`;
 }

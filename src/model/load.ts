@@ -5,7 +5,7 @@ import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { ModelFormatError } from "../errors.ts";
 import type { Checkpoint } from "./checkpoint.ts";
 import { readGGUFCheckpoint } from "./gguf-checkpoint.ts";
-import { readLlama2cCheckpoint } from "./llama2c.ts";
+import { readLlama2cCheckpoint, readLlama2cHeader } from "./llama2c.ts";
 
 const GGUF_MAGIC = 0x46554747;
 
@@ -30,6 +30,20 @@ export function fileMagic(path: string): number | null {
 
 export function isGGUF(path: string): boolean {
   return fileMagic(path) === GGUF_MAGIC;
+}
+
+/** The two kinds of model file pagellm reads. */
+export type ModelFileKind = "gguf" | "llama2c";
+
+/**
+ * Which kind of model `path` is, from its first bytes (and a llama2.c header's fields, since the
+ * legacy format has no magic): a ModelFormatError "not a GGUF or llama2.c model file" for any
+ * other file, before anything (a tokenizer beside it, the weights) is looked for.
+ */
+export function modelFileKind(path: string): ModelFileKind {
+  if (isGGUF(path)) return "gguf";
+  readLlama2cHeader(path);
+  return "llama2c";
 }
 
 /** Describe the checkpoint at `path`: a GGUF model, or a llama2.c checkpoint (legacy, v1, v2). */
