@@ -4,13 +4,15 @@
  * before any weight memory is allocated; through the command line, a one-line error and exit 2.
  */
 import { afterAll, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { openCheckpoint } from "../src/model/load.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { expectModelFormatError } from "./helpers/errors.ts";
+import { gguf } from "../src/model/gguf-writer.ts";
 import { patched, tensorRecord, valueAt, type HeaderMap } from "./helpers/gguf-patch.ts";
+import { declareHugeTensor, rewriteGGUF } from "./helpers/hostile-gguf.ts";
 import { describeShared } from "./helpers/shared.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "pagellm-gguf-hostile-"));
@@ -149,4 +151,91 @@ describeShared("hostile GGUF model files", ["models/gguf/stories260K.gguf"], ([g
     expect(r.stderr).toMatch(/needs [\d.]+ GiB \(weights [\d.]+ GiB, KV cache [\d.]+ GiB, buffers [\d.]+ GiB\), more than the 4 GiB/);
     expect(r.exitCode).not.toBe(0);
   });
+});
+
+// ----------------------------------------------------------------------------
+// Issue 23: what fuzzing the loader found, each with the file it describes
+
+/** stderr of a refused run: one line, naming the file, bounded, with no raw control character. */
+function expectOneSafeLine(stderr: string, file: string): void {
+  const lines = stderr.trimEnd().split("\n");
+  expect(lines).toHaveLength(1);
+  expect(lines[0]!).toContain(file);
+  expect(lines[0]!.length).toBeLessThan(400);
+  expect(lines[0]!).not.toMatch(/[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e]/);
+  expect(lines[0]!).not.toMatch(/internal error|^\s+at /);
+}
+
+describeShared("hostile GGUF files (issue 23)", ["models/gguf/stories260K.gguf"], ([good]) => {
+  const original = new Uint8Array(readFileSync(good!));
+  const withRopeFreqs = (path: string) =>
+    rewriteGGUF(good!, path, {
+      tensors: (t) => t.splice(1, 0, { name: "rope_freqs.weight", dims: [4], type: 0, data: new Uint8Array(Float32Array.of(1, 1, 2, 4).buffer) }),
+    });
+
+  test("rope_freqs.weight as a 4-factor tensor is read (the control for the next test)", () => {
+    const ckpt = openCheckpoint(withRopeFreqs(join(dir, "rope-freqs-ok.gguf")));
+    expect(ckpt.config.ropeFreqFactors).toEqual([1, 1, 2, 4]);
+  });
+
+  for (const log2 of [26, 30, 31]) {
+    test(`rope_freqs.weight declared with 2^${log2} elements (sparse): refused by its shape before a byte of it is read`, () => {
+      const path = withRopeFreqs(join(dir, `rope-freqs-2^${log2}.gguf`));
+      declareHugeTensor(path, "rope_freqs.weight", [1n << BigInt(log2)]);
+      expect(statSync(path).size).toBeGreaterThan(2 ** (log2 + 2));
+      const before = process.memoryUsage().rss;
+      expectModelFormatError(() => openCheckpoint(path), path, new RegExp(`rope_freqs\\.weight has shape \\[${2 ** log2}\\], expected \\[4\\] from the hyper-parameters`));
+      // Reading it first cost 256 MiB to 8 GiB (and 17-42 s); the check costs nothing.
+      expect(process.memoryUsage().rss - before).toBeLessThan(64 << 20);
+    });
+  }
+
+  test("a corrupted key length: the message shows a quoted, cut key, not 1 MB of binary", () => {
+    // The first key's length set to most of the file: the key swallows the header.
+    const path = join(dir, "key-length.gguf");
+    writeFileSync(path, patched(original, (v) => v.setBigUint64(24, BigInt(original.length - 64), true)));
+    expectModelFormatError(() => openCheckpoint(path), path, /key "[^"]{0,200}…" \(\d+ characters\)/);
+    const r = runPagellm(["generate", "--model", path, "--prompt", "Once"]);
+    expect(r.exitCode).toBe(2);
+    expectOneSafeLine(r.stderr, path);
+  }, 60_000);
+
+  test("a tensor name with terminal escapes and a newline is shown escaped, in one line", () => {
+    const evil = "\u001b]0;pwned\u0007\u001b[2J\nblk.0.fake\u009b31m\u202e";
+    const path = rewriteGGUF(good!, join(dir, "evil-name.gguf"), {
+      tensors: (t) => t.push({ ...t.find((x) => x.name === "output_norm.weight")!, name: evil }),
+    });
+    // The extra tensor is moved onto output_norm.weight's bytes: refused as an overlap, naming both.
+    writeFileSync(path, patched(new Uint8Array(readFileSync(path)), (v, m) => {
+      v.setBigUint64(tensorRecord(m, evil).offsetAt, v.getBigUint64(tensorRecord(m, "output_norm.weight").offsetAt, true), true);
+    }));
+    expectModelFormatError(() => openCheckpoint(path), path, /"\\u001b\]0;pwned\\u0007\\u001b\[2J\\nblk\.0\.fake\\u009b31m\\u202e".*overlap/);
+    const r = runPagellm(["generate", "--model", path, "--prompt", "Once"]);
+    expect(r.exitCode).toBe(2);
+    expectOneSafeLine(r.stderr, path);
+  }, 60_000);
+
+  test("pagellm info shows file strings (name, special tokens, chat template) escaped and cut", () => {
+    const path = rewriteGGUF(good!, join(dir, "evil-info.gguf"), {
+      metadata: (m) => {
+        m.set("general.name", gguf.str(`tiny\u001b]52;c;ZWNobyBwd25lZA==\u0007 ${"x".repeat(5000)}`));
+        m.set("tokenizer.chat_template", gguf.str("{{ bos_token }}\u001b[31m{% for m in messages %}{{ m.content }}\u009b{% endfor %}"));
+        const tokens = m.get("tokenizer.ggml.tokens")!;
+        if (tokens.type !== "array" || tokens.value.itemType !== "string") throw new Error("no tokens");
+        const pieces = Array.from({ length: tokens.value.items.length }, (_, i) => tokens.value.items.bytes(i) as Uint8Array | string);
+        pieces[1] = "<s>\u001b[2J\r\n";
+        m.set("tokenizer.ggml.tokens", gguf.strings(pieces));
+      },
+    });
+    const r = runPagellm(["info", path]);
+    expect(r.exitCode).toBe(0);
+    expect(r.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
+    expect(r.stdout).toContain('name              "tiny\\u001b]52;c;ZWNobyBwd25lZA==\\u0007 xxxx');
+    expect(r.stdout).toMatch(/bos token +1 "<s>\\u001b\[2J\\r\\n"/);
+    expect(r.stdout).toContain("{{ bos_token }}\\u001b[31m");
+    expect(Math.max(...r.stdout.split("\n").map((l) => l.length))).toBeLessThan(200);
+    const json = runPagellm(["info", path, "--json"]);
+    expect(json.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
+    expect((JSON.parse(json.stdout) as { name: string }).name).toStartWith("tiny\u001b]52;");
+  }, 60_000);
 });

@@ -364,7 +364,7 @@ describeShared("broken and hostile model files", ["models/gguf/stories260K.gguf"
       const second = infoField(b, "blk.0.attn_k.weight", "offset");
       b.writeBigUInt64LE(b.readBigUInt64LE(first), second);
     });
-    expectModelFormatError(() => readGGUFCheckpoint(path), path, /tensors blk\.0\.attn_(q|k)\.weight and blk\.0\.attn_(q|k)\.weight overlap/);
+    expectModelFormatError(() => readGGUFCheckpoint(path), path, /tensors "blk\.0\.attn_(q|k)\.weight" and "blk\.0\.attn_(q|k)\.weight" overlap/);
   });
 
   test("an unknown architecture", () => {

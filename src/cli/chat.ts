@@ -19,6 +19,7 @@ import { CANCEL, LineInput } from "./line-input.ts";
 import { loadLLM } from "./load.ts";
 import { checkKnownOptions, engineArgs, modelArgs, requestDefaults, samplingArgs, type ParsedValues } from "./options.ts";
 import { dim, info } from "./output.ts";
+import { quoteFileText } from "../util/file-text.ts";
 
 export const chatArgs = {
   ...modelArgs,
@@ -458,7 +459,7 @@ class ChatSession {
     const t = this.lastTurn;
     if (t === null) return "no turn yet";
     const tok = this.llm.tokenizer;
-    const list = (ids: readonly number[]) => ids.map((id) => `  ${id} ${JSON.stringify(tok.tokenPiece(id))}`).join("\n");
+    const list = (ids: readonly number[]) => ids.map((id) => `  ${id} ${quoteFileText(tok.tokenPiece(id))}`).join("\n");
     return [
       `prompt: ${plural(t.promptIds.length, "token")}, ${t.known} from the conversation before, ${t.promptIds.length - t.known} new:`,
       list(t.promptIds.slice(t.known)),
@@ -470,12 +471,12 @@ class ChatSession {
   private infoText(): string {
     const c = this.llm.config;
     const tok = this.llm.tokenizer;
-    const special = (id: number | null) => (id === null ? "none" : `${id} ${JSON.stringify(tok.tokenText(id))}`);
+    const special = (id: number | null) => (id === null ? "none" : `${id} ${quoteFileText(tok.tokenText(id))}`);
     return [
       `model: ${this.modelPath} (${this.llm.checkpoint.format})`,
       `shape: ${c.nLayers} layers, width ${c.dim}, ${c.nHeads} heads (${c.nKvHeads} key/value), feed-forward ${c.hiddenDim}, context ${c.seqLen} (${this.limit} usable)`,
       `vocabulary: ${c.vocabSize} tokens; BOS ${special(tok.bosId)}${this.llm.addBos ? " (added)" : ""}, EOS ${special(tok.eosId)}`,
-      `ends a reply: ${[...tok.eogIds].sort((a, b) => a - b).map((id) => `${id} ${JSON.stringify(tok.tokenText(id))}`).join(", ") || "none"}`,
+      `ends a reply: ${[...tok.eogIds].sort((a, b) => a - b).map((id) => `${id} ${quoteFileText(tok.tokenText(id))}`).join(", ") || "none"}`,
       `chat format: ${this.history.name}`,
     ].join("\n");
   }

@@ -13,6 +13,7 @@ import { modelFileKind } from "../model/load.ts";
 import { InputError } from "../errors.ts";
 import { resolveModelSpec } from "./load.ts";
 import { checkKnownOptions, numberOption } from "./options.ts";
+import { escapeControls, quoteFileText, showFileText, terminalSafeJson } from "../util/file-text.ts";
 
 const infoArgs = {
   model: { type: "positional", description: "A path, hf:OWNER/REPO/FILE.gguf, hf:OWNER/REPO:QUANT or a URL (downloaded when not cached)", valueHint: "model", required: true },
@@ -33,7 +34,7 @@ export const infoCommand = defineCommand({
     const header = readGGUF(path);
     const summary = summarizeModel(path, header);
     const memory = estimateMemory(summary, contextLength(summary.contextLength ?? DEFAULT_CONTEXT, ctxOption));
-    if (args.json === true) process.stdout.write(`${JSON.stringify({ ...summary, memory }, null, 2)}\n`);
+    if (args.json === true) process.stdout.write(`${terminalSafeJson(JSON.stringify({ ...summary, memory }, null, 2))}\n`);
     else process.stdout.write(formatInfo(summary, memory));
     // The header alone can be read where the model cannot run (an architecture or tensor type
     // pagellm lacks, tensors that overlap or miss): what was read is shown, then why, exit 2.
@@ -53,8 +54,8 @@ export function formatInfo(s: ModelSummary, m: MemoryEstimate): string {
   };
   section("Model", [
     ["file", s.path],
-    ["name", s.name],
-    ["architecture", s.architecture],
+    ["name", s.name === null ? null : showFileText(s.name)],
+    ["architecture", showFileText(s.architecture)],
     ["parameters", formatCount(s.parameters)],
     ["quantization", s.quantization],
     ["file size", formatBytes(s.fileBytes)],
@@ -68,20 +69,20 @@ export function formatInfo(s: ModelSummary, m: MemoryEstimate): string {
   section("RoPE", [
     ["freq base", s.rope.freqBase],
     ["dimensions", s.rope.dims],
-    ["scaling", s.rope.scaling === null ? null : `${s.rope.scaling}${s.rope.scalingFactor === null ? "" : ` x${s.rope.scalingFactor}`}`],
+    ["scaling", s.rope.scaling === null ? null : `${showFileText(s.rope.scaling)}${s.rope.scalingFactor === null ? "" : ` x${s.rope.scalingFactor}`}`],
     ["original context", s.rope.originalContext],
   ]);
   section("Tensors", s.tensorTypes.map((t) => [t.type, `${(100 * t.fraction).toFixed(1).padStart(5)}%  ${formatBytes(t.bytes).padStart(10)}  ${t.tensors} tensors`]));
   section("Vocabulary", [
-    ["kind", s.vocabulary.kind],
-    ["pre-tokenizer", s.vocabulary.pre],
+    ["kind", s.vocabulary.kind === null ? null : showFileText(s.vocabulary.kind)],
+    ["pre-tokenizer", s.vocabulary.pre === null ? null : showFileText(s.vocabulary.pre)],
     ["size", s.vocabulary.size],
-    ...s.specialTokens.map((t): [string, string] => [`${t.role} token`, `${t.id}${t.text === null ? "" : ` ${JSON.stringify(t.text)}`}`]),
+    ...s.specialTokens.map((t): [string, string] => [`${t.role} token`, `${t.id}${t.text === null ? "" : ` ${quoteFileText(t.text)}`}`]),
   ]);
   if (s.chatTemplate !== null) {
     const lines = s.chatTemplate.split("\n");
     out.push("  Chat template");
-    for (const line of lines.slice(0, TEMPLATE_LINES)) out.push(`    ${line.length > 100 ? `${line.slice(0, 100)}…` : line}`);
+    for (const line of lines.slice(0, TEMPLATE_LINES)) out.push(`    ${escapeControls(line.length > 100 ? `${line.slice(0, 100)}…` : line)}`);
     if (lines.length > TEMPLATE_LINES) out.push(`    … (${lines.length - TEMPLATE_LINES} more lines; --json shows it all)`);
     out.push("");
   }

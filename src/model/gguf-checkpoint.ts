@@ -9,6 +9,7 @@ import { ModelFormatError } from "../errors.ts";
 import { ARCHITECTURES } from "./arch/index.ts";
 import { TensorName, type Checkpoint, type TensorInfo } from "./checkpoint.ts";
 import { queryDim, type ModelConfig } from "./config.ts";
+import { quoteFileText } from "../util/file-text.ts";
 import { GGML_TYPES, readGGUF, type GGUFFile, type GGUFTensorInfo } from "./gguf.ts";
 
 /** The tensor types the kernels compute on (assembly/ggml, assembly/matmul.ts). */
@@ -25,16 +26,15 @@ export function readGGUFCheckpoint(path: string, file: GGUFFile = readGGUF(path)
   const archName = file.getString("general.architecture");
   const arch = ARCHITECTURES.get(archName);
   if (arch === undefined) {
-    throw new ModelFormatError(path, `architecture "${archName}" is not supported (supported: ${[...ARCHITECTURES.keys()].join(", ")})`);
+    throw new ModelFormatError(path, `architecture ${quoteFileText(archName)} is not supported (supported: ${[...ARCHITECTURES.keys()].join(", ")})`);
   }
   const embedding = requireTensor(file, TensorName.tokenEmbedding);
   if (embedding.dims.length !== 2) throw new ModelFormatError(path, `${TensorName.tokenEmbedding} has ${embedding.dims.length} dimensions, expected 2`);
-  const ropeFreqs = file.tensor(TensorName.ropeFreqs);
-  const config = arch.config(file, {
+  const shape = arch.config(file, {
     vocabSize: embedding.dims[1]!,
     sharedClassifier: file.tensor(TensorName.output) === undefined,
-    ...(ropeFreqs === undefined ? {} : { ropeFreqFactors: readF32Vector(file, ropeFreqs) }),
   });
+  const config = file.tensor(TensorName.ropeFreqs) === undefined ? shape : { ...shape, ropeFreqFactors: readRopeFreqFactors(file, shape) };
   const tensors = new Map<string, TensorInfo>();
   for (const [name, shape] of expectedTensors(config)) tensors.set(name, tensorInfo(file, name, shape));
   return { file: path, format: `GGUF v${file.version} ${archName} ${typeSummary(tensors)}`, config, tensors, extraStopTokenIds: [] };
@@ -101,18 +101,23 @@ function checkNoOverlap(file: GGUFFile): void {
     const prev = sorted[i - 1]!;
     const next = sorted[i]!;
     if (prev.fileOffset + prev.byteSize > next.fileOffset) {
-      throw new ModelFormatError(file.path, `tensors ${prev.name} and ${next.name} overlap (bytes ${next.fileOffset}-${prev.fileOffset + prev.byteSize})`);
+      throw new ModelFormatError(file.path, `tensors ${quoteFileText(prev.name)} and ${quoteFileText(next.name)} overlap (bytes ${next.fileOffset}-${prev.fileOffset + prev.byteSize})`);
     }
   }
 }
 
-/** A small F32 vector tensor's values, read from the file. */
-function readF32Vector(file: GGUFFile, t: GGUFTensorInfo): number[] {
-  if (t.typeName !== "F32") throw new ModelFormatError(file.path, `${t.name} has type ${t.typeName}; it must be F32`);
-  const bytes = new Uint8Array(t.byteSize);
+/**
+ * Llama 3.1's RoPE frequency factors (`rope_freqs.weight`), one per rotated pair. The only tensor
+ * read while the model is described, so its type and shape are checked against the
+ * hyper-parameters first: a crafted file declaring billions of factors (a few KB on disk, sparse)
+ * is refused before a byte of it is read.
+ */
+function readRopeFreqFactors(file: GGUFFile, c: ModelConfig): number[] {
+  const t = tensorInfo(file, TensorName.ropeFreqs, [(c.ropeDim ?? c.headDim) / 2]);
+  const bytes = new Uint8Array(t.byteLength);
   const fd = openSync(file.path, "r");
   try {
-    if (readSync(fd, bytes, 0, t.byteSize, t.fileOffset) !== t.byteSize) throw new ModelFormatError(file.path, `truncated in ${t.name}`);
+    if (readSync(fd, bytes, 0, t.byteLength, t.offset) !== t.byteLength) throw new ModelFormatError(file.path, `truncated in ${t.name}`);
   } finally {
     closeSync(fd);
   }

@@ -11,6 +11,7 @@
  */
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { ModelFormatError } from "../errors.ts";
+import { quoteFileText } from "../util/file-text.ts";
 
 /** Value type codes as stored in the file. */
 export const GGUF_VALUE_TYPE = {
@@ -417,8 +418,8 @@ function readArray(reader: HeaderReader, what: string): GGUFArray {
 }
 
 function readValue(reader: HeaderReader, key: string): GGUFValue {
-  const what = `value of key "${key}"`;
-  const type = typeNameOf(reader.u32(`value type of key "${key}"`), reader, what);
+  const what = `value of key ${quoteFileText(key)}`;
+  const type = typeNameOf(reader.u32(`value type of key ${quoteFileText(key)}`), reader, what);
   if (type === "array") return { type, value: readArray(reader, what) };
   return readScalar(reader, type, what);
 }
@@ -443,7 +444,7 @@ function readMetadata(reader: HeaderReader, kvCount: number): Map<string, GGUFVa
   const metadata = new Map<string, GGUFValue>();
   for (let i = 0; i < kvCount; i++) {
     const key = reader.string(`key of metadata entry ${i}`);
-    if (metadata.has(key)) reader.fail(`duplicate metadata key "${key}"`);
+    if (metadata.has(key)) reader.fail(`duplicate metadata key ${quoteFileText(key)}`);
     metadata.set(key, readValue(reader, key));
   }
   return metadata;
@@ -469,7 +470,7 @@ interface RawTensorInfo {
 
 function readTensorInfo(reader: HeaderReader, index: number): RawTensorInfo {
   const name = reader.string(`name of tensor ${index}`);
-  const what = `tensor "${name}"`;
+  const what = `tensor ${quoteFileText(name)}`;
   const nDims = reader.u32(`dimension count of ${what}`);
   if (nDims > MAX_TENSOR_DIMS) reader.fail(`${what} has ${nDims} dimensions (at most ${MAX_TENSOR_DIMS})`);
   const dims: number[] = [];
@@ -485,7 +486,7 @@ function completeTensorInfo(
   dataOffset: number,
   alignment: number,
 ): GGUFTensorInfo {
-  const what = `tensor "${raw.name}"`;
+  const what = `tensor ${quoteFileText(raw.name)}`;
   const info = GGML_TYPES.get(raw.type);
   if (info === undefined) reader.fail(`${what} has unknown ggml type ${raw.type}`);
   let nElements = 1;
@@ -514,7 +515,7 @@ function readTensorInfos(reader: HeaderReader, tensorCount: number, alignment: n
   const names = new Set<string>();
   for (let i = 0; i < tensorCount; i++) {
     const raw = readTensorInfo(reader, i);
-    if (names.has(raw.name)) reader.fail(`duplicate tensor name "${raw.name}"`);
+    if (names.has(raw.name)) reader.fail(`duplicate tensor name ${quoteFileText(raw.name)}`);
     names.add(raw.name);
     raws.push(raw);
   }
@@ -588,7 +589,7 @@ export class GGUFFile {
   }
 
   private fail(key: string, problem: string): never {
-    throw new ModelFormatError(this.path, `metadata key "${key}" ${problem}`);
+    throw new ModelFormatError(this.path, `metadata key ${quoteFileText(key)} ${problem}`);
   }
 
   /** The value of `key`; throws when it is missing. */

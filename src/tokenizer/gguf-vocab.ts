@@ -4,6 +4,7 @@
  * pre-tokenizer `tokenizer.ggml.pre` names), "bert" (WordPiece).
  */
 import { ModelFormatError } from "../errors.ts";
+import { quoteFileText } from "../util/file-text.ts";
 import { readGGUF, type GGUFFile } from "../model/gguf.ts";
 import { BpeTokenizer } from "./bpe.ts";
 import { PreTokenizer } from "./pretokenizers.ts";
@@ -223,7 +224,7 @@ function tokenizerOf(gguf: GGUFFile): Omit<GGUFTokenizer, "chatTemplate"> {
     });
     return { tokenizer, addBos: gguf.getBool(KEY.addBos, true), addEos: gguf.getBool(KEY.addEos, true) };
   }
-  throw new ModelFormatError(gguf.path, `tokenizer model "${model}" is not supported (supported: llama, gpt2, bert)`);
+  throw new ModelFormatError(gguf.path, `tokenizer model ${quoteFileText(model)} is not supported (supported: llama, gpt2, bert)`);
 }
 
 /** Read the GGUF header at `path` and build its tokenizer. */

@@ -9,6 +9,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { ModelFormatError } from "../errors.ts";
+import { quoteFileText } from "../util/file-text.ts";
 import { BpeTokenizer } from "./bpe.ts";
 import { GPT2_EXPRESSION, PreTokenizer } from "./pretokenizers.ts";
 import { TokenType } from "./spm.ts";
@@ -42,7 +43,7 @@ function preTokenizerExpressions(file: string, p: { [key: string]: Json } | null
       return { ignoreMergesHint: false };
     }
     default:
-      throw new ModelFormatError(file, `pre-tokenizer type "${String(p.type)}" is not supported`);
+      throw new ModelFormatError(file, `pre-tokenizer type ${quoteFileText(String(p.type))} is not supported`);
   }
 }
 
@@ -135,7 +136,7 @@ export function loadTokenizerJson(path: string): { tokenizer: BpeTokenizer; addB
   }
   const model = obj(root?.model);
   if (root === null || model === null) throw new ModelFormatError(path, "not a tokenizer.json (no model)");
-  if (model.type !== "BPE") throw new ModelFormatError(path, `tokenizer model "${String(model.type)}" is not supported (only byte-level BPE)`);
+  if (model.type !== "BPE") throw new ModelFormatError(path, `tokenizer model ${quoteFileText(String(model.type))} is not supported (only byte-level BPE)`);
   // A BPE over SentencePiece pieces (Llama 2, Mistral v0.1: Metaspace, byte fallback) spells text
   // differently: refused rather than read as byte-level.
   if (!hasComponent(obj(root.pre_tokenizer), "ByteLevel") && !hasComponent(obj(root.decoder), "ByteLevel")) {

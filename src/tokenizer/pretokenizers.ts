@@ -6,6 +6,7 @@
  * classes come from JavaScript's own tables (\p{L}, \p{N}, \p{P}, \p{White_Space}).
  */
 import { ModelFormatError } from "../errors.ts";
+import { quoteFileText } from "../util/file-text.ts";
 
 const GPT2 = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
 /** GPT-2's expression, which a ByteLevel pre-tokenizer with use_regex applies. */
@@ -95,7 +96,7 @@ export class PreTokenizer {
     // hasOwn: a name such as "constructor" must not find Object.prototype's members.
     const exprs = Object.hasOwn(BY_NAME, name) ? BY_NAME[name] : undefined;
     if (exprs === undefined) {
-      throw new ModelFormatError(file, `pre-tokenizer "${name}" (tokenizer.ggml.pre) is not supported; supported: ${PRE_TOKENIZER_NAMES.join(", ")}`);
+      throw new ModelFormatError(file, `pre-tokenizer ${quoteFileText(name)} (tokenizer.ggml.pre) is not supported; supported: ${PRE_TOKENIZER_NAMES.join(", ")}`);
     }
     return new PreTokenizer(name, exprs);
   }

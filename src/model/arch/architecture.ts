@@ -12,8 +12,8 @@ export interface Architecture {
   readonly name: string;
   /**
    * The model's shape from the metadata. `vocabSize` and `sharedClassifier` come from the
-   * tensors (the embedding's rows, whether `output.weight` exists); `ropeFreqFactors` from the
-   * `rope_freqs.weight` tensor, read by the caller and passed in.
+   * tensors (the embedding's rows, whether `output.weight` exists); `ropeFreqFactors` come from the
+   * `rope_freqs.weight` tensor, read by the caller once this shape is known (and checks it).
    */
   config(file: GGUFFile, fromTensors: TensorDerived): ModelConfig;
 }
@@ -22,5 +22,4 @@ export interface Architecture {
 export interface TensorDerived {
   vocabSize: number;
   sharedClassifier: boolean;
-  ropeFreqFactors?: readonly number[];
 }

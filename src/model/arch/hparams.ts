@@ -4,6 +4,7 @@
  */
 import { ModelFormatError } from "../../errors.ts";
 import type { GGUFFile } from "../gguf.ts";
+import { quoteFileText } from "../../util/file-text.ts";
 import type { ModelConfig, RopeStyle } from "../config.ts";
 import type { TensorDerived } from "./architecture.ts";
 
@@ -60,12 +61,6 @@ export function readTransformerConfig(file: GGUFFile, arch: string, derived: Ten
     ropeFreqScale: ropeFreqScale(file, arch),
   };
   if (ropeDim !== headDim) config.ropeDim = ropeDim;
-  if (derived.ropeFreqFactors !== undefined) {
-    if (derived.ropeFreqFactors.length !== ropeDim / 2) {
-      throw new ModelFormatError(file.path, `rope_freqs.weight has ${derived.ropeFreqFactors.length} factors for ${ropeDim / 2} RoPE frequencies`);
-    }
-    config.ropeFreqFactors = derived.ropeFreqFactors;
-  }
   if (options.qkvBias) config.qkvBias = true;
   if (options.qkNorm) config.qkNorm = true;
   if (!(config.normEps > 0) || !(config.ropeTheta > 0)) {
@@ -86,7 +81,7 @@ function ropeFreqScale(file: GGUFFile, arch: string): number {
     return legacy > 0 ? 1 / legacy : 1;
   }
   if (type !== "linear") {
-    throw new ModelFormatError(file.path, `RoPE scaling "${type}" is not supported (only none and linear)`);
+    throw new ModelFormatError(file.path, `RoPE scaling ${quoteFileText(type)} is not supported (only none and linear)`);
   }
   const factor = file.getF32(`${arch}.rope.scaling.factor`, 1);
   if (!(factor > 0)) throw new ModelFormatError(file.path, `rope.scaling.factor ${factor} must be positive`);
