@@ -43,3 +43,12 @@ export class WorkerPoolError extends PagellmError {
 export class DeviceError extends PagellmError {
   override readonly exitCode = 2;
 }
+
+/**
+ * An HTTP server the client side talks to (`bench serve --url`, a server it started) could not be
+ * reached, did not start, or answered with an error. Names the address and, where there is one,
+ * the status and the server's own message.
+ */
+export class ServerError extends PagellmError {
+  override readonly exitCode = 5;
+}

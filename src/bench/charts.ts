@@ -12,6 +12,7 @@ import type { KernelsResult } from "./kernels.ts";
 import { machineLine } from "./machine.ts";
 import type { PrefillResult } from "./prefill.ts";
 import type { PrefixResult } from "./prefix.ts";
+import { serveCharts } from "./serve/report.ts";
 import { shortDate, threadsLabel } from "./report.ts";
 import { decodeResultsOf, prefillResultsOf, reportsOf, type AnyBenchReport, type BenchDocument } from "./schema.ts";
 
@@ -149,6 +150,7 @@ export function chartsOf(reports: readonly AnyBenchReport[]): Chart[] {
     else if (report.bench === "prefill") prefill.push(...prefillResultsOf(report.results));
     else if (report.bench === "batch") rest.push(batchChart(report.results));
     else if (report.bench === "prefix") rest.push(ttftChart(report.results));
+    else if (report.bench === "serve") rest.push(...serveCharts(report.results));
     else rest.push(kernelsChart(report.results));
   }
   const charts: Chart[] = [];

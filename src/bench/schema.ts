@@ -15,6 +15,8 @@ import { prefillFigures, type PrefillResult } from "./prefill.ts";
 import { prefixFigures, type PrefixResult } from "./prefix.ts";
 import { BENCH_SCHEMA, type BenchReport, type Figure } from "./report.ts";
 import type { FloorCheck } from "./type-comparison.ts";
+import type { ServeBenchResult } from "./serve/bench.ts";
+import { serveFigures } from "./serve/report.ts";
 
 /** `bench decode` with several models (--type, --f32-baseline, several --shape): each model, and the floor checks. */
 export interface DecodeSet {
@@ -37,10 +39,11 @@ export interface BenchResults {
   prefill: PrefillResult | PrefillSet;
   batch: BatchResult;
   prefix: PrefixResult;
+  serve: ServeBenchResult;
 }
 
 export type BenchName = keyof BenchResults;
-export const BENCH_NAMES: readonly BenchName[] = ["kernels", "decode", "prefill", "batch", "prefix"];
+export const BENCH_NAMES: readonly BenchName[] = ["kernels", "decode", "prefill", "batch", "prefix", "serve"];
 
 /** A sub-benchmark's name and results, typed together. */
 export type BenchRun = { [K in BenchName]: { bench: K; results: BenchResults[K] } }[BenchName];
@@ -84,6 +87,8 @@ export function figuresOf(report: BenchRun): Figure[] {
       return batchFigures(report.results);
     case "prefix":
       return prefixFigures(report.results);
+    case "serve":
+      return serveFigures(report.results);
   }
 }
 

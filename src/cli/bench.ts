@@ -23,6 +23,7 @@ import { makeReport, type BenchName, type BenchResults } from "../bench/schema.t
 import { benchOutputArgs, startRun, writeOutputs, type StartedRun } from "./bench-output.ts";
 import { allCommand } from "./bench-all.ts";
 import { chartCommand, compareCommand } from "./bench-files.ts";
+import { benchServeCommand } from "./bench-serve.ts";
 import { decodeSet, prefillSet } from "../bench/type-comparison.ts";
 import type { BenchModel } from "../bench/models.ts";
 import { isGGUF } from "../model/load.ts";
@@ -313,6 +314,7 @@ const benchSubCommands = {
   prefill: prefillCommand,
   batch: batchCommand,
   prefix: prefixCommand,
+  serve: benchServeCommand,
   all: allCommand,
   compare: compareCommand,
   chart: chartCommand,

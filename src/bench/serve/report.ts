@@ -1,0 +1,116 @@
+/**
+ * How `bench serve` results are shown: the serving table (one row per server, and the in-process
+ * baseline), the cold/cached TTFT probe, the floors and aims; the flat figures --compare matches;
+ * notes; and the charts (output tokens/s and TTFT percentiles per server).
+ */
+import type { BarChart } from "../chart-svg.ts";
+import { figure, fmt, fmtPct, fmtRatio, threadsLabel, type Figure, type Table } from "../report.ts";
+import type { ServeBenchResult, TargetCheck } from "./bench.ts";
+import type { Distribution } from "./metrics.ts";
+
+/** A cached share as a percentage, or "n/a" for a server that does not report cached tokens. */
+export function fmtShare(share: number | null): string {
+  return share === null ? "n/a" : fmtPct(share);
+}
+
+function ms(d: Distribution | null, key: keyof Distribution): string {
+  return d === null ? "-" : fmt(d[key]);
+}
+
+function checkVerdict(c: TargetCheck): string {
+  if (c.met === null) return "n/a";
+  if (c.met) return "met";
+  return c.kind === "floor" ? "MISSED" : "missed";
+}
+
+export function serveTables(r: ServeBenchResult): Table[] {
+  const rows = r.targets.map((t) => {
+    const m = t.metrics;
+    const done = m.failed + m.unsent > 0 ? `${m.completed}/${m.completed + m.failed + m.unsent}` : String(m.completed);
+    return [
+      t.name, done, fmt(m.requestsPerSecond), fmt(m.outputTokensPerSecond), ms(m.ttftMs, "p50"), ms(m.ttftMs, "p90"), ms(m.ttftMs, "p99"),
+      ms(m.itlMs, "p50"), ms(m.itlMs, "p99"), ms(m.tpotMs, "p50"), ms(m.e2eMs, "p50"), ms(m.e2eMs, "p99"), fmtShare(m.cachedShare),
+    ];
+  });
+  const ip = r.inProcess;
+  if (ip !== null) {
+    rows.push([
+      "in-process engine", String(ip.completed), fmt(ip.requestsPerSecond), fmt(ip.outputTokensPerSecond), ms(ip.ttftMs, "p50"), ms(ip.ttftMs, "p90"),
+      ms(ip.ttftMs, "p99"), "-", "-", "-", ms(ip.e2eMs, "p50"), ms(ip.e2eMs, "p99"), fmtPct(ip.cachedShare),
+    ]);
+  }
+  const threads = r.threads === null ? "" : `, ${threadsLabel(r.threads)}`;
+  const tables: Table[] = [{
+    title: `${r.description}; concurrency ${r.concurrency} (${r.model}${threads}); latencies in ms`,
+    columns: ["server", "requests", "req/s", "out tok/s", "TTFT p50", "p90", "p99", "ITL p50", "p99", "TPOT p50", "E2E p50", "p99", "cached"],
+    rows,
+  }];
+  const probes = r.targets.flatMap((t) => (t.probe === null ? [] : [{ name: t.name, p: t.probe }]));
+  if (probes.length > 0) {
+    tables.push({
+      title: `time to first token of a ${probes[0]!.p.promptTokens}-token prompt, cold then fully cached (median of ${probes[0]!.p.coldMs.n}, one request at a time)`,
+      columns: ["server", "cold ms", "cached ms", "cached / cold", "cached tokens"],
+      rows: probes.map(({ name, p }) => [name, fmt(p.coldMs.median), fmt(p.cachedMs.median), fmtRatio(p.ratio), p.cachedTokens === null ? "n/a" : String(p.cachedTokens)]),
+    });
+  }
+  if (r.checks.length > 0) {
+    tables.push({
+      title: "targets of issue 18, measured in this run",
+      columns: ["", "ratio", "target", "verdict"],
+      rows: r.checks.map((c) => [`${c.kind}: ${c.label}`, c.ratio === null ? "n/a" : fmtRatio(c.ratio), c.bound, checkVerdict(c)]),
+    });
+  }
+  return tables;
+}
+
+export function serveNotes(r: ServeBenchResult): string[] {
+  const notes = [
+    "outputs fixed with ignore_eos (greedy); TTFT is to the first streamed text and includes queueing behind running requests; ITL is the gap between streamed pieces",
+  ];
+  if (r.workload !== "chat") notes.push(`token-id prompts (/v1/completions) drawn from ids >= 1000, no BOS`);
+  else notes.push("chat prompts are text (/v1/chat/completions): token counts and cached shares are the servers' own usage figures");
+  for (const t of r.targets) {
+    if (t.command !== null) notes.push(`${t.name}: ${t.command.replace(/\S*\/(bin\/pagellm|llama-server)\b/, "$1")}`);
+    if (t.metrics.stoppedBy !== null) notes.push(`${t.name}: sending stopped early by ${t.metrics.stoppedBy}`);
+    if (t.metrics.cachedShare === null) notes.push(`${t.name}: reports no cached prompt tokens (usage.prompt_tokens_details.cached_tokens): cached share n/a`);
+  }
+  if (r.targets.length + (r.inProcess === null ? 0 : 1) > 1) notes.push("servers and the in-process engine ran one after the other on this machine, never together");
+  return notes;
+}
+
+/** The figures of a run, keyed by model, threads, workload and server. */
+export function serveFigures(r: ServeBenchResult): Figure[] {
+  const base = `${r.model}${r.threads === null ? "" : `, ${threadsLabel(r.threads)}`}, ${r.workload} c=${r.concurrency}`;
+  const out: Figure[] = [];
+  for (const t of r.targets) {
+    const m = t.metrics;
+    const k = `${base}: ${t.name}`;
+    out.push(...figure(`${k} output tokens/s`, m.outputTokensPerSecond, "tokens/s"), ...figure(`${k} requests/s`, m.requestsPerSecond, "requests/s"));
+    if (m.ttftMs !== null) out.push(...figure(`${k} TTFT p50`, m.ttftMs.p50, "ms", "lower"), ...figure(`${k} TTFT p99`, m.ttftMs.p99, "ms", "lower"));
+    if (m.itlMs !== null) out.push(...figure(`${k} ITL p50`, m.itlMs.p50, "ms", "lower"));
+    if (m.cachedShare !== null) out.push(...figure(`${k} cached share`, m.cachedShare, "fraction"));
+    if (t.probe !== null) {
+      out.push(...figure(`${k} TTFT cold`, t.probe.coldMs, "ms", "lower"), ...figure(`${k} TTFT fully cached`, t.probe.cachedMs, "ms", "lower"));
+    }
+  }
+  if (r.inProcess !== null) out.push(...figure(`${base}: in-process engine output tokens/s`, r.inProcess.outputTokensPerSecond, "tokens/s"));
+  for (const c of r.checks) {
+    if (c.ratio !== null) out.push(...figure(`${base}: ${c.label}`, c.ratio, "x", c.bound.startsWith("<") ? "lower" : "higher"));
+  }
+  return out;
+}
+
+/** Output tokens/s per server (and the in-process engine), and TTFT percentiles per server. */
+export function serveCharts(r: ServeBenchResult): BarChart[] {
+  const names = r.targets.map((t) => t.name);
+  const throughput: BarChart = {
+    kind: "bar", title: `Output tokens/s, ${r.workload} workload, concurrency ${r.concurrency} (${r.model})`, yLabel: "tokens/s",
+    categories: r.inProcess === null ? names : [...names, "in-process engine"],
+    series: [{ name: "output tokens/s", values: [...r.targets.map((t) => t.metrics.outputTokensPerSecond), ...(r.inProcess === null ? [] : [r.inProcess.outputTokensPerSecond])] }],
+  };
+  const ttft: BarChart = {
+    kind: "bar", title: `Time to first token, ${r.workload} workload (${r.model})`, yLabel: "ms", categories: names,
+    series: (["p50", "p90", "p99"] as const).map((p) => ({ name: `TTFT ${p}`, values: r.targets.map((t) => t.metrics.ttftMs?.[p] ?? null) })),
+  };
+  return [throughput, ttft];
+}

@@ -1,0 +1,306 @@
+/**
+ * `pagellm bench serve`, the client half: SSE parsing, percentiles, the workloads' shapes, and
+ * runs against an in-test OpenAI-compatible stub (test/helpers/openai-stub.ts) through the library
+ * and through the CLI, errors included. Every stub is stopped in finally; every child process has
+ * an explicit time limit sized for a busy 2-core machine.
+ */
+import { describe, expect, test } from "bun:test";
+import { serveMetrics, distribution } from "../src/bench/serve/metrics.ts";
+import { apiBaseOf, errorMessageOf, type ServerTarget } from "../src/bench/serve/openai-client.ts";
+import { runRequests } from "../src/bench/serve/run.ts";
+import { SseParser } from "../src/bench/serve/sse.ts";
+import { ChatSource, FIRST_TOKEN_ID, prefixWorkload, randomWorkload } from "../src/bench/serve/workloads.ts";
+import { targetChecks, type TargetResult } from "../src/bench/serve/bench.ts";
+import { startStub, type Stub, type StubOptions } from "./helpers/openai-stub.ts";
+import { REPO_ROOT } from "./helpers/cli.ts";
+
+const CLI_TIMEOUT_MS = 120_000;
+
+async function withStub<T>(o: StubOptions, fn: (stub: Stub) => Promise<T>): Promise<T> {
+  const stub = startStub(o);
+  try {
+    return await fn(stub);
+  } finally {
+    stub.stop();
+  }
+}
+
+function target(stub: Stub): ServerTarget {
+  return { apiBase: apiBaseOf(stub.url), apiKey: null, model: "stub-model" };
+}
+
+/** `pagellm ...args` as a child, awaited (the stub lives in this process's event loop, so never spawnSync). */
+async function pagellm(args: string[], timeoutMs = CLI_TIMEOUT_MS): Promise<{ code: number; stdout: string; stderr: string }> {
+  const proc = Bun.spawn(["bun", "bin/pagellm", ...args], {
+    cwd: REPO_ROOT, stdin: "ignore", stdout: "pipe", stderr: "pipe", env: { ...process.env, PAGELLM_DEBUG: "" }, timeout: timeoutMs,
+  });
+  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+  return { code, stdout, stderr };
+}
+
+/** The error lines of stderr (progress lines start with [bench]). */
+function errorLines(stderr: string): string[] {
+  return stderr.split("\n").filter((l) => l.trim() !== "" && !l.startsWith("[bench]"));
+}
+
+describe("SSE parsing", () => {
+  const stream = 'data: {"a":1}\r\n\r\n: a comment\n\ndata: line one\ndata: line two\n\nevent: ping\nid: 7\ndata:{"b":2}\r\rdata: [DONE]\n\n';
+  const expected = ['{"a":1}', "line one\nline two", '{"b":2}', "[DONE]"];
+
+  test("events, comments, multi-line data, other fields, CRLF, CR and LF endings", () => {
+    const p = new SseParser();
+    expect([...p.push(stream), ...p.end()]).toEqual(expected);
+  });
+
+  test("the same events whatever the cuts: every split point, and one character at a time", () => {
+    for (let cut = 0; cut <= stream.length; cut++) {
+      const p = new SseParser();
+      expect([...p.push(stream.slice(0, cut)), ...p.push(stream.slice(cut)), ...p.end()]).toEqual(expected);
+    }
+    const p = new SseParser();
+    expect([...[...stream].flatMap((c) => p.push(c)), ...p.end()]).toEqual(expected);
+  });
+
+  test("a last event without its blank line still counts at the end", () => {
+    const p = new SseParser();
+    expect(p.push("data: x\n\ndata: [DONE]")).toEqual(["x"]);
+    expect(p.end()).toEqual(["[DONE]"]);
+  });
+});
+
+describe("percentiles and metrics", () => {
+  test("numpy's linear interpolation: 1..100 and one sample", () => {
+    const d = distribution(Array.from({ length: 100 }, (_, i) => 100 - i))!;
+    expect([d.n, d.mean, d.p50, d.max]).toEqual([100, 50.5, 50.5, 100]);
+    expect(d.p90).toBeCloseTo(90.1, 10);
+    expect(d.p99).toBeCloseTo(99.01, 10);
+    expect(distribution([7])).toEqual({ n: 1, mean: 7, p50: 7, p90: 7, p99: 7, max: 7 });
+    expect(distribution([])).toBeNull();
+  });
+
+  test("rates over the run's duration; cached share n/a when any request lacks it", () => {
+    const timing = (id: string, cachedTokens: number | null) => ({
+      ok: true as const, timing: { id, sentMs: 0, ttftMs: 10, itlMs: [2, 4], e2eMs: 16, promptTokens: 100, outputTokens: 3, cachedTokens, text: "abc" },
+    });
+    const m = serveMetrics({ outcomes: [timing("a", 50), timing("b", 30)], durationS: 2, unsent: 0, stoppedBy: null });
+    expect([m.completed, m.requestsPerSecond, m.outputTokensPerSecond, m.promptTokens, m.cachedShare]).toEqual([2, 1, 3, 200, 0.4]);
+    expect(m.itlMs!.n).toBe(4);
+    expect(m.tpotMs!.p50).toBe(3);
+    expect(serveMetrics({ outcomes: [timing("a", 50), timing("b", null)], durationS: 2, unsent: 0, stoppedBy: null }).cachedShare).toBeNull();
+  });
+
+  test("floors and aims: ratios and verdicts", () => {
+    const metrics = (tps: number, ttft: number, share: number | null) => serveMetrics({
+      outcomes: [{ ok: true, timing: { id: "x", sentMs: 0, ttftMs: ttft, itlMs: [], e2eMs: ttft, promptTokens: 10, outputTokens: tps, cachedTokens: share === null ? null : 10 * share, text: "" } }],
+      durationS: 1, unsent: 0, stoppedBy: null,
+    });
+    const probe = { promptTokens: 576, coldMs: distributionSummary(1000), cachedMs: distributionSummary(50), ratio: 0.05, cachedTokens: 560 };
+    const targets: TargetResult[] = [
+      { name: "pagellm serve", command: null, metrics: metrics(95, 100, 0.6), probe },
+      { name: "llama-server", command: null, metrics: metrics(100, 200, 0.4), probe: null },
+    ];
+    const inProcess = { completed: 1, durationS: 1, outputTokens: 100, outputTokensPerSecond: 100, requestsPerSecond: 1, ttftMs: null, e2eMs: null, cachedShare: 0 };
+    const checks = targetChecks("chat", targets, inProcess);
+    expect(checks.map((c) => [c.kind, c.ratio, c.met])).toEqual([
+      ["floor", 0.95, true], ["floor", 0.05, true], ["aim", 0.95, false], ["aim", 0.5, true], ["aim", 1.4999999999999998, true],
+    ]);
+  });
+});
+
+function distributionSummary(v: number) {
+  return { n: 1, median: v, min: v, max: v, p50: v, p99: v };
+}
+
+describe("workloads", () => {
+  const prefix = { prefixes: 5, prefixTokens: 512, suffixTokens: 64, requests: 40, outputTokens: 32 };
+
+  test("prefix: P shared prefixes of L tokens, each request one of them plus a unique suffix, evenly, shuffled, seeded", () => {
+    const w = prefixWorkload(prefix, 1, 49152);
+    const ids = w.requests.map((r) => (r.prompt.kind === "tokens" ? r.prompt.tokenIds : []));
+    expect(w.requests.length).toBe(40);
+    expect(ids.every((t) => t.length === 576)).toBe(true);
+    expect(w.requests.every((r) => r.maxTokens === 32)).toBe(true);
+    const prefixes = new Map<string, number>();
+    for (const t of ids) prefixes.set(t.slice(0, 512).join(","), (prefixes.get(t.slice(0, 512).join(",")) ?? 0) + 1);
+    expect([...prefixes.values()]).toEqual([8, 8, 8, 8, 8]);
+    expect(new Set(ids.map((t) => t.slice(512).join(","))).size).toBe(40);
+    expect(ids.flat().every((id) => id >= FIRST_TOKEN_ID && id < 49152)).toBe(true);
+    // Shuffled: the first requests are not prefix 0, 1, 2, ... in order.
+    expect(w.requests.map((r) => r.id).slice(0, 5)).not.toEqual(["prefix-0", "prefix-1", "prefix-2", "prefix-3", "prefix-4"]);
+    expect(prefixWorkload(prefix, 1, 49152).requests).toEqual(w.requests);
+    expect(prefixWorkload(prefix, 2, 49152).requests).not.toEqual(w.requests);
+  });
+
+  test("random: N requests of exactly the prompt length, no two alike", () => {
+    const w = randomWorkload({ requests: 12, promptTokens: 300, outputTokens: 8 }, 3, 32000);
+    const ids = w.requests.map((r) => (r.prompt.kind === "tokens" ? r.prompt.tokenIds : []));
+    expect(ids.every((t) => t.length === 300)).toBe(true);
+    expect(new Set(ids.map((t) => t.join(","))).size).toBe(12);
+  });
+});
+
+describe("runs against an OpenAI-compatible stub", () => {
+  const small = { prefixes: 2, prefixTokens: 64, suffixTokens: 8, requests: 8, outputTokens: 5 };
+  const run = { timeLimitS: 60, ignoreEos: true };
+
+  test("prefix workload: the requests as sent, streamed, ignore_eos, usage asked; concurrency held; exact cached share", async () => {
+    await withStub({}, async (stub) => {
+      const source = prefixWorkload(small, 1, 32000);
+      const r = await runRequests(target(stub), source, { ...run, concurrency: 1 });
+      const m = serveMetrics(r);
+      expect(stub.bodies.map((b) => b.prompt)).toEqual(source.requests.map((q) => (q.prompt.kind === "tokens" ? q.prompt.tokenIds : [])));
+      expect(stub.bodies.every((b) => b.stream === true && b.ignore_eos === true && b.stream_options?.include_usage === true && b.max_tokens === 5)).toBe(true);
+      expect(stub.maxConcurrent).toBe(1);
+      expect([m.completed, m.failed, m.outputTokens, m.promptTokens, m.itlMs!.n]).toEqual([8, 0, 40, 8 * 72, 8 * 4]);
+      // One at a time: each prefix's first request computes it, the other three find its 64 tokens (4 whole blocks).
+      expect(m.cachedShare).toBe((6 * 64) / (8 * 72));
+      // One at a time, so the n-th outcome is the stub's n-th reply.
+      expect(r.outcomes.map((o) => (o.ok ? o.timing.text : o.failure.error))).toEqual(stub.replies);
+    });
+  }, 60_000);
+
+  test("awkwardly cut streams and llama.cpp's timings.cache_n give the same text and counts; at most --concurrency in flight", async () => {
+    await withStub({ awkwardChunks: true, cached: "timings" }, async (stub) => {
+      const r = await runRequests(target(stub), prefixWorkload(small, 1, 32000), { ...run, concurrency: 3 });
+      const m = serveMetrics(r);
+      expect([m.completed, m.outputTokens]).toEqual([8, 40]);
+      expect(stub.maxConcurrent).toBe(3);
+      const texts = new Set(stub.replies);
+      expect(r.outcomes.every((o) => o.ok && texts.has(o.timing.text))).toBe(true);
+      expect(m.cachedShare).not.toBeNull();
+    });
+  }, 60_000);
+
+  test("a server that reports no cached tokens: cached share null (n/a)", async () => {
+    await withStub({ cached: "none" }, async (stub) => {
+      const m = serveMetrics(await runRequests(target(stub), prefixWorkload(small, 1, 32000), { ...run, concurrency: 2 }));
+      expect([m.completed, m.cachedShare]).toEqual([8, null]);
+    });
+  }, 60_000);
+
+  test("chat: conversations interleaved, each turn the whole history with the server's own replies", async () => {
+    await withStub({}, async (stub) => {
+      const source = new ChatSource({ conversations: 3, turns: 3, systemWords: 5, userWords: 10, outputTokens: 4 }, 1);
+      const r = await runRequests(target(stub), source, { ...run, concurrency: 2 });
+      expect(serveMetrics(r).completed).toBe(9);
+      // Every conversation's first turn goes out before any second turn.
+      const turnOf = (b: (typeof stub.bodies)[number]) => b.messages!.filter((m) => m.role === "user").length;
+      expect(stub.bodies.slice(0, 3).map(turnOf)).toEqual([1, 1, 1]);
+      for (const body of stub.bodies) {
+        const msgs = body.messages!;
+        const turn = turnOf(body);
+        expect(msgs.length).toBe(1 + 2 * turn - 1);
+        expect(msgs.map((m) => m.role)).toEqual(["system", ...Array.from({ length: 2 * turn - 1 }, (_, i) => (i % 2 === 0 ? "user" : "assistant"))]);
+        // Each reply in the history is what the stub answered to that conversation's earlier turn.
+        for (const [i, m] of msgs.entries()) {
+          if (m.role !== "assistant") continue;
+          const earlier = stub.bodies.findIndex((b) => JSON.stringify(b.messages) === JSON.stringify(msgs.slice(0, i)));
+          expect(earlier).toBeGreaterThanOrEqual(0);
+          expect(m.content).toBe(stub.replies[earlier]!);
+        }
+      }
+      for (let c = 0; c < 3; c++) expect(source.history(c).length).toBe(1 + 2 * 3);
+      // Later turns find their history in the stub's cache.
+      expect(serveMetrics(r).cachedShare!).toBeGreaterThan(0.3);
+    });
+  }, 60_000);
+
+  test("a 4xx stops sending; a 5xx is counted and the run goes on", async () => {
+    await withStub({ failWith: (n) => (n === 2 ? 400 : null) }, async (stub) => {
+      const m = serveMetrics(await runRequests(target(stub), randomWorkload({ requests: 10, promptTokens: 20, outputTokens: 3 }, 1, 32000), { ...run, concurrency: 1 }));
+      expect([m.completed, m.failed, m.unsent, m.stoppedBy]).toEqual([2, 1, 7, "HTTP 400 on random-2"]);
+      expect(m.firstError).toBe("random-2: HTTP 400: stub refuses request 2");
+    });
+    await withStub({ failWith: (n) => (n === 2 ? 503 : null) }, async (stub) => {
+      const m = serveMetrics(await runRequests(target(stub), randomWorkload({ requests: 10, promptTokens: 20, outputTokens: 3 }, 1, 32000), { ...run, concurrency: 2 }));
+      expect([m.completed, m.failed, m.unsent, m.stoppedBy]).toEqual([9, 1, 0, null]);
+    });
+  }, 60_000);
+
+  test("the time limit cuts what still streams and sends nothing new", async () => {
+    await withStub({ tokenDelayMs: 200 }, async (stub) => {
+      const m = serveMetrics(await runRequests(target(stub), randomWorkload({ requests: 6, promptTokens: 20, outputTokens: 50 }, 1, 32000), { ...run, timeLimitS: 1, concurrency: 2 }));
+      expect([m.completed, m.failed, m.cut, m.unsent]).toEqual([0, 2, 2, 4]);
+      expect(m.stoppedBy).toBe("the time limit of 1 s");
+    });
+  }, 60_000);
+
+  test("URLs and error bodies", () => {
+    expect(apiBaseOf("http://127.0.0.1:8080")).toBe("http://127.0.0.1:8080/v1");
+    expect(apiBaseOf("http://127.0.0.1:8080/v1/")).toBe("http://127.0.0.1:8080/v1");
+    expect(apiBaseOf("https://host/proxy")).toBe("https://host/proxy/v1");
+    expect(() => apiBaseOf("localhost:8080")).toThrow("not an http(s) URL");
+    expect(errorMessageOf('{"error":{"message":"bad field","type":"x"}}')).toBe("bad field");
+    expect(errorMessageOf('{"detail":"Not Found"}')).toBe("Not Found");
+    expect(errorMessageOf("<html>Bad Gateway</html>")).toBe("<html>Bad Gateway</html>");
+  });
+});
+
+describe("pagellm bench serve --url (the CLI against the stub)", () => {
+  const quick = ["--requests", "6", "--prefixes", "2", "--prefix-tokens", "32", "--suffix-tokens", "8", "--output-tokens", "4", "--probe-reps", "1"];
+
+  test("the table, and a --json document with every figure finite", async () => {
+    await withStub({}, async (stub) => {
+      const r = await pagellm(["bench", "serve", "--url", stub.url, ...quick, "--concurrency", "2"]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toContain("prefix: 2 shared prefixes x 32 tokens, 6 requests with 8-token unique suffixes, 4 output tokens; concurrency 2");
+      expect(r.stdout).toMatch(/TTFT p50/);
+      const j = await pagellm(["bench", "serve", "--url", stub.url, ...quick, "--json"]);
+      expect(j.code, j.stderr).toBe(0);
+      const doc = JSON.parse(j.stdout) as { bench: string; results: { model: string; targets: { metrics: { completed: number } }[] }; figures: { value: number }[] };
+      expect(doc.bench).toBe("serve");
+      expect(doc.results.model).toBe("stub-model");
+      expect(doc.results.targets[0]!.metrics.completed).toBe(6);
+      expect(doc.figures.length).toBeGreaterThan(5);
+      expect(doc.figures.every((f) => Number.isFinite(f.value))).toBe(true);
+    });
+  }, CLI_TIMEOUT_MS);
+
+  test("a server that reports no cached tokens: n/a in the table", async () => {
+    await withStub({ cached: "none" }, async (stub) => {
+      const r = await pagellm(["bench", "serve", "--url", stub.url, ...quick, "--probe-reps", "0"]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toMatch(/\bn\/a\n/);
+    });
+  }, CLI_TIMEOUT_MS);
+
+  test("nothing listening: one line, exit 5", async () => {
+    const stub = startStub();
+    const url = stub.url;
+    stub.stop();
+    const r = await pagellm(["bench", "serve", "--url", url, ...quick]);
+    expect(r.code).toBe(5);
+    expect(errorLines(r.stderr)).toEqual([expect.stringContaining(`cannot reach ${url}/v1/models`)]);
+  }, CLI_TIMEOUT_MS);
+
+  test("a server that rejects the requests: its message in one line, exit 5", async () => {
+    await withStub({ failWith: () => 400 }, async (stub) => {
+      const r = await pagellm(["bench", "serve", "--url", stub.url, ...quick]);
+      expect(r.code).toBe(5);
+      expect(errorLines(r.stderr)).toEqual([expect.stringMatching(/the warm-up request failed: HTTP 400: stub refuses request 0 \(.*--no-ignore-eos\)/)]);
+      expect(r.stdout).toBe("");
+    });
+  }, CLI_TIMEOUT_MS);
+
+  test("a request failing mid-run: the finished figures are kept, then one line and exit 5", async () => {
+    await withStub({ failWith: (n) => (n === 3 ? 500 : null) }, async (stub) => {
+      const r = await pagellm(["bench", "serve", "--url", stub.url, ...quick, "--probe-reps", "0"]);
+      expect(r.code).toBe(5);
+      expect(r.stdout).toContain("5/6");
+      expect(errorLines(r.stderr)).toEqual([expect.stringMatching(/1 of 6 requests failed, first prefix-\d+: HTTP 500: stub refuses request 3/)]);
+    });
+  }, CLI_TIMEOUT_MS);
+
+  test("bad options: one line, exit 2", async () => {
+    for (const [args, message] of [
+      [["--url", "http://127.0.0.1:9", "--workload", "batch"], '--workload: "batch" is not one of prefix, chat, random'],
+      [["--url", "http://127.0.0.1:9", "--threads", "2"], "--threads is for servers started here"],
+      [["--url", "ftp://x"], "not an http(s) URL"],
+      [["--vocab-size", "5000"], "--vocab-size is for a --url server"],
+    ] as const) {
+      const r = await pagellm(["bench", "serve", ...args]);
+      expect(r.code).toBe(2);
+      expect(errorLines(r.stderr)).toEqual([expect.stringContaining(message)]);
+    }
+  }, CLI_TIMEOUT_MS);
+});
