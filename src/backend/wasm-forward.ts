@@ -5,6 +5,7 @@
  */
 import type { DeviceKind, ModelForward } from "../engine/model-forward.ts";
 import { KVArena } from "../kv/kv-arena.ts";
+import type { BlockCopy } from "../kv/kv-cache-manager.ts";
 import type { StepBatch } from "../model/batch.ts";
 import type { ModelConfig } from "../model/config.ts";
 import { LlamaModel } from "../model/llama.ts";
@@ -34,6 +35,10 @@ export class WasmForward implements ModelForward {
   logitsRow(r: number): Float32Array {
     const start = this.model.logitsAddr(r) >> 2;
     return this.cpu.mem.f32.subarray(start, start + this.model.config.vocabSize);
+  }
+
+  copyBlocks(copies: readonly BlockCopy[]): void {
+    for (const { src, dst } of copies) this.arena.copyBlock(this.cpu.mem.u8, src, dst);
   }
 
   close(): void {}

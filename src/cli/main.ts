@@ -14,6 +14,7 @@ import { modelsCommand } from "./models.ts";
 import { pullCommand } from "./pull.ts";
 import { rmCommand } from "./rm.ts";
 import { perplexityCommand } from "./perplexity.ts";
+import { serveCommand } from "./serve.ts";
 
 const VERSION = (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
 
@@ -27,6 +28,7 @@ export const mainCommand = defineCommand({
     generate: generateCommand,
     bench: benchCommand,
     chat: chatCommand,
+    serve: serveCommand,
     perplexity: perplexityCommand,
     pull: pullCommand,
     models: modelsCommand,

@@ -7,7 +7,7 @@ import { availableParallelism } from "node:os";
 import { CpuBackend } from "../backend/cpu.ts";
 import { InputError, ModelFormatError, RequestTooLongError } from "../errors.ts";
 import { KVArena } from "../kv/kv-arena.ts";
-import { KVCacheManager } from "../kv/kv-cache-manager.ts";
+import { KVCacheManager, type BlockCopy } from "../kv/kv-cache-manager.ts";
 import type { EvictionPolicyName } from "../kv/eviction.ts";
 import type { HashAlgorithm } from "../kv/block-hash.ts";
 import { StepBatch } from "../model/batch.ts";
@@ -90,6 +90,9 @@ export interface EngineStats {
   blocksInUse: number;
   numBlocks: number;
   preemptions: number;
+  /** Sequences holding KV blocks in the batch, and sequences queued for a place in it. */
+  numRunning: number;
+  numWaiting: number;
 }
 
 export class LLMEngine {
@@ -106,6 +109,8 @@ export class LLMEngine {
   private readonly runner: ModelRunner;
   private readonly stopTokenIds: ReadonlySet<number>;
   private numScored = 0;
+  /** Parallel sampling: the samples to fork from a request once its prompt is computed, by request. */
+  private readonly pendingForks = new Map<Sequence, Sequence[]>();
 
   constructor(
     checkpoint: Checkpoint,
@@ -153,14 +158,46 @@ export class LLMEngine {
    * context + 1, as llama2.c's `-n` counts.)
    */
   addRequest(input: NewRequest): Sequence {
-    const seq = new Sequence(
+    const seq = this.newSequence(input);
+    this.checkFits(seq);
+    this.scheduler.add(seq);
+    return seq;
+  }
+
+  /**
+   * Parallel sampling (the OpenAI API's `n`): several samples of one prompt, each with its own id
+   * and generation params (its own seed), computing the prompt once. The first is queued like any
+   * request; when its prompt is computed, the others are forked from it: they share its prompt's
+   * KV blocks (KVCacheManager.fork) and draw their first token from the same logits. Each is then
+   * a request of its own (finished, aborted, preempted alone). Throws as addRequest does, and
+   * InputError when the inputs differ in prompt or cache salt.
+   */
+  addParallelSampling(inputs: readonly NewRequest[]): Sequence[] {
+    const [first, ...rest] = inputs;
+    if (first === undefined) throw new InputError("parallel sampling needs at least one request");
+    for (const other of rest) {
+      const samePrompt = other.promptTokenIds.length === first.promptTokenIds.length && other.promptTokenIds.every((t, i) => t === first.promptTokenIds[i]);
+      if (!samePrompt || (other.cacheSalt ?? "") !== (first.cacheSalt ?? "")) {
+        throw new InputError(`parallel samples ${first.id} and ${other.id} differ in prompt or cache salt`);
+      }
+    }
+    if (inputs.length > this.options.maxNumSeqs) {
+      throw new RequestTooLongError(`${inputs.length} samples of one prompt need more sequences than a step holds (${this.options.maxNumSeqs}; a larger --max-num-seqs)`);
+    }
+    const seqs = inputs.map((input) => this.newSequence(input));
+    for (const seq of seqs) this.checkFits(seq);
+    const [parent, ...children] = seqs as [Sequence, ...Sequence[]];
+    this.scheduler.add(parent, children.length);
+    if (children.length > 0) this.pendingForks.set(parent, children);
+    return seqs;
+  }
+
+  private newSequence(input: NewRequest): Sequence {
+    return new Sequence(
       { id: input.id, promptTokenIds: input.promptTokenIds, cacheSalt: input.cacheSalt },
       input.params,
       this.tokenizer.createStreamDecoder(input.promptTokenIds[input.promptTokenIds.length - 1]),
     );
-    this.checkFits(seq);
-    this.scheduler.add(seq);
-    return seq;
   }
 
   get hasUnfinished(): boolean {
@@ -184,13 +221,47 @@ export class LLMEngine {
     out.scheduled.forEach(({ req: seq }, i) => {
       const row = logits[i];
       if (!row) return;
-      const token = seq.sampler.sample(row, seq.allTokenIds);
-      if (seq.params.logprobs !== undefined && !this.isStopToken(seq, token)) seq.logprobs.push(sampledLogprob(row, token, seq.params.logprobs));
-      const delta = this.postprocess(seq, token);
-      if (seq.isFinished) this.scheduler.finish(seq);
-      events.push({ seq, delta: delta, finished: seq.isFinished });
+      const forks = this.pendingForks.get(seq);
+      if (forks !== undefined) {
+        this.pendingForks.delete(seq);
+        for (const child of this.fork(seq, forks)) events.push(this.sampleAndCheck(child, row));
+      }
+      events.push(this.sampleAndCheck(seq, row));
     });
     return events;
+  }
+
+  /** Sample seq's next token from its logits row, append it and check the stops. */
+  private sampleAndCheck(seq: Sequence, row: Float32Array): StepEvent {
+    const token = seq.sampler.sample(row, seq.allTokenIds);
+    if (seq.params.logprobs !== undefined && !this.isStopToken(seq, token)) seq.logprobs.push(sampledLogprob(row, token, seq.params.logprobs));
+    const delta = this.postprocess(seq, token);
+    if (seq.isFinished) this.scheduler.finish(seq);
+    return { seq, delta, finished: seq.isFinished };
+  }
+
+  /**
+   * Fork the unfinished `children` from `parent`, whose prompt was just computed: each gets the
+   * parent's KV (shared full blocks, a copy of a partly filled last one, copied here before the
+   * next step) and runs on; without a free block for the copy it recomputes its prompt instead.
+   * Returns the forked children, to sample from the parent's logits.
+   */
+  private fork(parent: Sequence, children: readonly Sequence[]): Sequence[] {
+    const copies: BlockCopy[] = [];
+    const forked: Sequence[] = [];
+    for (const child of children) {
+      if (child.isFinished) {
+        this.scheduler.dropFork(parent);
+        continue;
+      }
+      const shared = this.kv.fork(parent, child);
+      if (shared?.copy) copies.push(shared.copy);
+      child.numComputedTokens = shared === null ? 0 : parent.numComputedTokens;
+      this.scheduler.startFork(parent, child, shared !== null);
+      forked.push(child);
+    }
+    this.model.copyBlocks(copies);
+    return forked;
   }
 
   /**
@@ -225,12 +296,21 @@ export class LLMEngine {
   abort(seq: Sequence): StepEvent {
     const delta = seq.finish("abort");
     this.scheduler.finish(seq);
+    // Samples still to be forked from it become requests of their own.
+    const forks = this.pendingForks.get(seq);
+    this.pendingForks.delete(seq);
+    for (const child of forks ?? []) if (!child.isFinished) this.scheduler.add(child);
     return { seq, delta, finished: true };
   }
 
   /** Abort every unfinished request (Ctrl-C). */
   abortAll(): StepEvent[] {
-    return [...this.scheduler.running, ...this.scheduler.waiting].map((seq) => this.abort(seq));
+    const events: StepEvent[] = [];
+    // Aborting a parallel-sampling parent queues its unforked samples: loop until none is left.
+    while (this.scheduler.hasUnfinished) {
+      for (const seq of [...this.scheduler.running, ...this.scheduler.waiting]) events.push(this.abort(seq));
+    }
+    return events;
   }
 
   get stats(): EngineStats {
@@ -241,6 +321,8 @@ export class LLMEngine {
       blocksInUse: this.kv.numUsedBlocks,
       numBlocks: this.numBlocks,
       preemptions: this.scheduler.numPreemptions,
+      numRunning: this.scheduler.running.length,
+      numWaiting: this.scheduler.waiting.length,
     };
   }
 

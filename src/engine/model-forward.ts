@@ -12,6 +12,7 @@
  * Invariant: after forward(batch) resolves, logitsRow(r) for r < batch.numLogits holds the logits
  * of the batch's r-th logit row, until the next forward.
  */
+import type { BlockCopy } from "../kv/kv-cache-manager.ts";
 import type { StepBatch } from "../model/batch.ts";
 
 export type DeviceKind = "wasm" | "webgpu";
@@ -24,6 +25,8 @@ export interface ModelForward {
   forward(batch: StepBatch): Promise<void>;
   /** Logits of logit row r of the last step (a view; valid until the next forward). */
   logitsRow(r: number): Float32Array;
+  /** Copy KV blocks (every layer, K and V), in order, before the next forward. */
+  copyBlocks(copies: readonly BlockCopy[]): void;
   /** Free what the backend holds (GPU buffers); the host memory is the engine's. */
   close(): void;
 }

@@ -14,6 +14,10 @@
  * admitted request computed a prefill chunk, was preempted by the next step's decodes, was
  * admitted again, and so on, recomputing its chunk every other step.
  *
+ * Parallel sampling (`n` > 1): a request added with extra seats is admitted only when the batch
+ * has room for it and for the samples that will be forked from it once its prompt is computed
+ * (they share its prompt's KV, see KVCacheManager.fork); until then those seats stay reserved.
+ *
  * Order of admission: "fcfs" (arrival), or "lpm" (longest cached prefix first, as SGLang).
  *
  * A shared prefix is computed once under either order, which is what SGLang's LPM achieves by
@@ -57,14 +61,41 @@ export class Scheduler<R extends Request = Request> {
   readonly running: R[] = [];
   /** How many times a running request was preempted, over the scheduler's life. */
   numPreemptions = 0;
+  /** Seats requests will need for the samples forked from them (parallel sampling), until they fork. */
+  private readonly extraSeats = new Map<R, number>();
+  /** Sum of extraSeats over the running requests: seats held for forks to come. */
+  private numReserved = 0;
 
   constructor(
     private readonly kv: KVCacheManager,
     private readonly opts: SchedulerOptions,
   ) {}
 
-  add(req: R): void {
+  /** Queue a request; `extraSeats` samples will be forked from it after its prefill (startFork). */
+  add(req: R, extraSeats = 0): void {
     this.waiting.push(req);
+    if (extraSeats > 0) this.extraSeats.set(req, extraSeats);
+  }
+
+  /**
+   * A sample forked from running `parent` takes one of the parent's reserved seats: it runs on
+   * (holdsBlocks: it holds the parent's KV, see KVCacheManager.fork), or, when the pool had no
+   * block for it, waits at the head of the queue to recompute its prompt like a preempted request.
+   */
+  startFork(parent: R, child: R, holdsBlocks: boolean): void {
+    this.releaseSeats(parent, 1);
+    if (holdsBlocks) this.running.push(child);
+    else this.waiting.unshift(child);
+  }
+
+  /** Give back one of running `parent`'s reserved seats (a sample that ended before it was forked). */
+  dropFork(parent: R): void {
+    this.releaseSeats(parent, 1);
+  }
+
+  /** Seats held, running plus reserved: at most maxNumSeqs. */
+  get numSeats(): number {
+    return this.running.length + this.numReserved;
   }
 
   get hasUnfinished(): boolean {
@@ -102,7 +133,11 @@ export class Scheduler<R extends Request = Request> {
   /** Remove a finished (or aborted) request and free its blocks. */
   finish(req: R): void {
     const r = this.running.indexOf(req);
-    if (r >= 0) this.running.splice(r, 1);
+    if (r >= 0) {
+      this.releaseSeats(req, Infinity);
+      this.running.splice(r, 1);
+    }
+    this.extraSeats.delete(req);
     const w = this.waiting.indexOf(req);
     if (w >= 0) this.waiting.splice(w, 1);
     this.kv.free(req);
@@ -119,6 +154,8 @@ export class Scheduler<R extends Request = Request> {
   }
 
   private preempt(victim: R, out: SchedulerOutput<R>): void {
+    // Its reservation is taken again when it is admitted again.
+    this.numReserved -= this.extraSeats.get(victim) ?? 0;
     this.kv.free(victim);
     victim.numComputedTokens = 0;
     this.waiting.unshift(victim);
@@ -131,18 +168,32 @@ export class Scheduler<R extends Request = Request> {
 
   private admit(budget: number, out: SchedulerOutput<R>): void {
     if (this.opts.policy === "lpm") this.sortByCachedPrefix();
-    while (this.waiting.length > 0 && budget > 0 && this.running.length < this.opts.maxNumSeqs) {
+    while (this.waiting.length > 0 && budget > 0) {
       const req = this.waiting[0]!;
+      const extra = this.extraSeats.get(req) ?? 0;
+      if (this.numSeats + 1 + extra > this.opts.maxNumSeqs) break;
       const hit = this.kv.getComputedBlocks(req);
       const numNew = Math.min(req.numTokens - hit.numComputedTokens, budget);
-      if (this.kv.freeBlocksAfter(req, numNew, hit.numComputedTokens, hit.blocks) < this.running.length) break;
+      // A fork may need a block of its own for the prompt's partly filled last block.
+      if (this.kv.freeBlocksAfter(req, numNew, hit.numComputedTokens, hit.blocks) < this.numSeats + extra) break;
       this.kv.allocateSlots(req, numNew, hit.numComputedTokens, hit.blocks);
       this.waiting.shift();
+      this.numReserved += extra;
       req.numComputedTokens = hit.numComputedTokens;
       this.running.push(req);
       out.scheduled.push({ req, numNewTokens: numNew });
       budget -= numNew;
     }
+  }
+
+  /** Release up to `count` of running `req`'s reserved seats. */
+  private releaseSeats(req: R, count: number): void {
+    const held = this.extraSeats.get(req) ?? 0;
+    const n = Math.min(held, count);
+    if (n === 0) return;
+    this.numReserved -= n;
+    if (held === n) this.extraSeats.delete(req);
+    else this.extraSeats.set(req, held - n);
   }
 
   /** LPM: most cached tokens first, arrival order among equals (the sort is stable). */

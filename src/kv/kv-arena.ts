@@ -14,6 +14,10 @@ export class KVArena {
   readonly blockBytes: number;
   private readonly base: number;
   private readonly layerBytes: number;
+  /** Bytes of one kv head's rows of one block: the unit a block copy moves (heads are strided by numBlocks). */
+  private readonly headBlockBytes: number;
+  private readonly nLayers: number;
+  private readonly nKvHeads: number;
 
   constructor(mem: LinearMemory, config: ModelConfig, readonly numBlocks: number, readonly blockSize: number) {
     if (!Number.isInteger(blockSize) || blockSize < 1 || blockSize > MAX_BLOCK_SIZE) {
@@ -21,7 +25,30 @@ export class KVArena {
     }
     this.blockBytes = 4 * config.nKvHeads * blockSize * config.headDim;
     this.layerBytes = this.blockBytes * numBlocks;
+    this.headBlockBytes = this.blockBytes / config.nKvHeads;
+    this.nLayers = config.nLayers;
+    this.nKvHeads = config.nKvHeads;
     this.base = mem.alloc(2 * config.nLayers * this.layerBytes);
+  }
+
+  /**
+   * Copy block `src`'s K and V into block `dst` in every layer and head (a forked request's partly
+   * filled block); `bytes` is the arena's memory. The same bits as recomputing them.
+   */
+  copyBlock(bytes: Uint8Array, src: number, dst: number): void {
+    for (const offset of this.blockRegions(src, dst)) bytes.copyWithin(offset.dst, offset.src, offset.src + this.headBlockBytes);
+  }
+
+  /** Byte offsets (from the arena's layer regions) of each head's rows of blocks src and dst, every layer, K and V. */
+  *blockRegions(src: number, dst: number): Generator<{ src: number; dst: number }> {
+    for (let l = 0; l < this.nLayers; l++) {
+      for (const region of [this.kLayer(l), this.vLayer(l)]) {
+        for (let h = 0; h < this.nKvHeads; h++) {
+          const head = region + h * this.numBlocks * this.headBlockBytes;
+          yield { src: head + src * this.headBlockBytes, dst: head + dst * this.headBlockBytes };
+        }
+      }
+    }
   }
 
   /** Address of layer l's K region. */

@@ -43,6 +43,12 @@ interface RequestKV {
 
 const NO_BLOCKS: readonly KVCacheBlock[] = [];
 
+/** Copy the KV of block `src` into block `dst`, every layer, K and V (a forked request's partly filled block). */
+export interface BlockCopy {
+  src: number;
+  dst: number;
+}
+
 export class KVCacheManager {
   readonly numBlocks: number;
   readonly blockSize: number;
@@ -216,6 +222,49 @@ export class KVCacheManager {
     const numHeld = this.requests.get(req.id)?.blocks.length ?? 0;
     const numRequired = Math.ceil((req.numComputedTokens + numNewComputedTokens + numNewTokens) / this.blockSize);
     return Math.max(0, numRequired - numHeld - newComputedBlocks.length);
+  }
+
+  /**
+   * Parallel sampling (`n` > 1): gives `child`, which holds no blocks, the KV of the
+   * parent.numComputedTokens tokens the parent has computed, so the prompt is computed once for
+   * all samples. The parent's full blocks are shared (ref count + 1: full blocks are never written
+   * again, so sharing is safe); a partly filled last block would be written by both, so the child
+   * gets a fresh block and the caller copies the parent's into it (`copy`) before the next step.
+   * The child's first tokens must equal the parent's computed ones (it is the same prompt).
+   * Returns null, changing nothing, when the copy needs a block and none is free.
+   */
+  fork(parent: Request, child: Request): { copy: BlockCopy | null } | null {
+    const kv = this.requests.get(parent.id);
+    if (kv === undefined) throw new Error(`request ${parent.id} holds no blocks to fork`);
+    if (this.requests.has(child.id)) throw new Error(`request ${child.id} already holds blocks`);
+    const numComputed = parent.numComputedTokens;
+    const a = parent.allTokenIds;
+    const b = child.allTokenIds;
+    for (let i = 0; i < numComputed; i++) {
+      if (a[i] !== b[i]) throw new Error(`request ${child.id} differs from ${parent.id} at token ${i}: cannot share its KV`);
+    }
+    const numFull = Math.floor(numComputed / this.blockSize);
+    const partial = numComputed % this.blockSize !== 0;
+    if (partial && this.pool.numFreeBlocks < 1) return null;
+    const shared = kv.blocks.slice(0, numFull);
+    this.pool.touch(shared);
+    const forked: RequestKV = {
+      request: child,
+      blocks: [],
+      blockIds: [],
+      numCachedBlocks: Math.min(kv.numCachedBlocks, numFull),
+      hashes: this.enableCaching ? this.hashesOf(child) : null,
+    };
+    this.appendBlocks(forked, shared);
+    let copy: BlockCopy | null = null;
+    if (partial) {
+      const [fresh] = this.pool.getNewBlocks(1) as [KVCacheBlock];
+      this.appendBlocks(forked, [fresh]);
+      copy = { src: (kv.blocks[numFull] as KVCacheBlock).blockId, dst: fresh.blockId };
+    }
+    this.requests.set(child.id, forked);
+    child.numCachedTokens ??= parent.numCachedTokens;
+    return { copy };
   }
 
   /**

@@ -8,6 +8,7 @@
  * uploaded. The engine drives it through WebGpuForward (the ModelForward seam); "runq" numerics
  * and int8 (q8) llama2.c matrices are WebAssembly-only and refused here with a DeviceError.
  */
+import type { BlockCopy } from "../../kv/kv-cache-manager.ts";
 import { SEQ_INFO_INTS } from "../kernels.ts";
 import type { CpuBackend } from "../cpu.ts";
 import { DeviceError } from "../../errors.ts";
@@ -51,6 +52,8 @@ export class GpuLlamaModel {
   private readonly inputs: StepInputs;
   /** Every buffer this model created, destroyed by destroy(). */
   private readonly owned: GPUBuffer[] = [];
+  /** One kv head's rows of one block: the stop between two places of one KV buffer in copyBlocks. */
+  private copyScratch: GPUBuffer | null = null;
 
   constructor(
     readonly config: ModelConfig,
@@ -176,6 +179,35 @@ export class GpuLlamaModel {
     g.gatherRows(a.xb, a.x, inp.logitRows, R, c.dim);
     g.matmul(a.logits, g.rmsnormInput(a.xLogits, a.xb, this.outputNorm, R, c.dim, c.normEps), this.output);
     return g.runner.readF32(a.logits, R * c.vocabSize);
+  }
+
+  /**
+   * Copy the K and V of block src into block dst, every layer and kv head (a forked request's
+   * partly filled block), queued before the next forward's dispatches.
+   */
+  copyBlocks(copies: readonly BlockCopy[]): void {
+    const c = this.config;
+    if (copies.length === 0) return;
+    const headBlockBytes = 4 * this.blockSize * c.headDim;
+    // WebGPU never copies within one buffer: each head's rows go through a scratch buffer.
+    if (this.copyScratch === null) {
+      this.copyScratch = this.gpu.f32Buffer(this.blockSize * c.headDim, "kv_copy");
+      this.owned.push(this.copyScratch);
+    }
+    const scratch = this.copyScratch;
+    const runner = this.gpu.runner;
+    for (const { src, dst } of copies) {
+      for (const L of this.layers) {
+        for (const arena of [L.k, L.v]) {
+          for (let h = 0; h < c.nKvHeads; h++) {
+            const head = h * this.numBlocks * headBlockBytes;
+            runner.copy(arena, head + src * headBlockBytes, scratch, 0, headBlockBytes);
+            runner.copy(scratch, 0, arena, head + dst * headBlockBytes, headBlockBytes);
+          }
+        }
+      }
+    }
+    runner.flush();
   }
 
   /** Free the model's GPU buffers (weights, KV arena, activations); the model cannot run afterwards. */

@@ -6,6 +6,7 @@
  */
 import type { DeviceKind, ModelForward } from "../../engine/model-forward.ts";
 import { DeviceError } from "../../errors.ts";
+import type { BlockCopy } from "../../kv/kv-cache-manager.ts";
 import type { StepBatch } from "../../model/batch.ts";
 import type { ModelConfig } from "../../model/config.ts";
 import type { ModelWeights } from "../../model/weights.ts";
@@ -57,6 +58,10 @@ export class WebGpuForward implements ModelForward {
   logitsRow(r: number): Float32Array {
     const v = this.config.vocabSize;
     return this.logits.subarray(r * v, (r + 1) * v);
+  }
+
+  copyBlocks(copies: readonly BlockCopy[]): void {
+    this.model.copyBlocks(copies);
   }
 
   /** Free the model's buffers; the device is its owner's (it may run other models). */

@@ -1,0 +1,101 @@
+/**
+ * `pagellm serve`: the OpenAI-compatible HTTP server (src/server/) on one model. Listens first
+ * (so /health says 503 while the model loads), prints one line with the address and the model
+ * once it serves, a line per request with --log-requests. SIGTERM or SIGINT: stop accepting,
+ * let the running requests finish within --shutdown-timeout seconds, exit 0; a second signal
+ * exits at once.
+ */
+import { defineCommand, type ArgsDef } from "citty";
+import { basename } from "node:path";
+import { InputError } from "../errors.ts";
+import { PagellmServer } from "../server/server.ts";
+import { loadLLM } from "./load.ts";
+import { checkKnownOptions, engineArgs, modelArgs, numberOption, type ParsedValues } from "./options.ts";
+import { info } from "./output.ts";
+
+export const serveArgs = {
+  ...modelArgs,
+  host: { type: "string", description: "Address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for every interface)", valueHint: "addr" },
+  port: { type: "string", description: "Port to listen on (default 8080; 0 = any free port)", valueHint: "n" },
+  "api-key": { type: "string", description: "Require 'Authorization: Bearer KEY' on /v1/* (default: $PAGELLM_API_KEY, else none)", valueHint: "key" },
+  "served-model-name": { type: "string", description: "The model's name in requests and responses (default: the model file's name)", valueHint: "name" },
+  "chat-template": {
+    type: "string",
+    description: "Chat format of /v1/chat/completions: raw | llama2 | chatml | a Jinja template file (default: the model's own template)",
+    valueHint: "name|file",
+  },
+  "chat-template-kwargs": { type: "string", description: 'More chat template variables as a JSON object, e.g. \'{"enable_thinking": false}\' for Qwen3', valueHint: "json" },
+  "max-queue": { type: "string", description: "Sequences that may wait for a place in the batch; more get 429 with Retry-After (default 256)", valueHint: "n" },
+  "max-body-mb": { type: "string", description: "Largest request body in MiB; larger get 413 (default 8)", valueHint: "mb" },
+  "shutdown-timeout": { type: "string", description: "Seconds running requests get to finish after SIGTERM/SIGINT (default 30)", valueHint: "s" },
+  "log-requests": { type: "boolean", description: "Print a line per request on stderr" },
+  ...engineArgs,
+} as const satisfies ArgsDef;
+
+export const serveCommand = defineCommand({
+  meta: { name: "serve", description: "Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics)" },
+  args: serveArgs,
+  async run({ args, rawArgs }) {
+    checkKnownOptions(rawArgs, serveArgs);
+    await runServe(args);
+  },
+});
+
+async function runServe(values: ParsedValues): Promise<void> {
+  if (typeof values.model !== "string" || values.model === "") throw new InputError("--model is required");
+  const port = numberOption(values, "port", "int", { min: 0, max: 65535 }) ?? 8080;
+  const maxQueue = numberOption(values, "max-queue", "posint") ?? 256;
+  const maxBodyMb = numberOption(values, "max-body-mb", "number", { min: 0, minOpen: true }) ?? 8;
+  const shutdownSeconds = numberOption(values, "shutdown-timeout", "number", { min: 0 }) ?? 30;
+  const host = typeof values.host === "string" && values.host !== "" ? values.host : "127.0.0.1";
+  const apiKey = typeof values["api-key"] === "string" ? values["api-key"] : (process.env.PAGELLM_API_KEY ?? null);
+  const name = typeof values["served-model-name"] === "string" && values["served-model-name"] !== "" ? values["served-model-name"] : basename(values.model);
+
+  let server: PagellmServer;
+  try {
+    server = new PagellmServer({
+      host, port, apiKey: apiKey === "" ? null : apiKey, maxBodyBytes: Math.floor(maxBodyMb * 2 ** 20), maxQueue,
+      logRequests: values["log-requests"] === true, modelName: name, log: (line) => process.stderr.write(`${line}\n`),
+    });
+  } catch (e) {
+    throw new InputError(`cannot listen on ${host}:${port}: ${(e as Error).message}`);
+  }
+  const shutdown = shutdownOnSignal(shutdownSeconds);
+  try {
+    const llm = await loadLLM({ ...values, template: values["chat-template"] });
+    server.ready(llm);
+    process.stdout.write(`pagellm serve: ${server.url} serving ${name} (${llm.engine.model.description}, ${llm.engine.maxPositions}-token context)\n`);
+    await shutdown.requested;
+    const finished = await server.drain(shutdownSeconds * 1000);
+    if (!finished) info(`pagellm serve: --shutdown-timeout ${shutdownSeconds} s passed; aborting the requests still running`);
+    await server.close();
+    llm.close();
+  } catch (e) {
+    await server.close();
+    throw e;
+  } finally {
+    shutdown.remove();
+  }
+}
+
+/** Resolves `requested` on the first SIGTERM/SIGINT (a second exits at once, code 130). */
+function shutdownOnSignal(seconds: number): { requested: Promise<void>; remove: () => void } {
+  let count = 0;
+  let resolve!: () => void;
+  const requested = new Promise<void>((r) => (resolve = r));
+  const handler = (signal: NodeJS.Signals) => {
+    count++;
+    if (count > 1) process.exit(130);
+    info(`pagellm serve: ${signal}: not accepting new requests; finishing the running ones (at most ${seconds} s; again to exit now)`);
+    resolve();
+  };
+  process.on("SIGINT", handler);
+  process.on("SIGTERM", handler);
+  return {
+    requested,
+    remove: () => {
+      process.off("SIGINT", handler);
+      process.off("SIGTERM", handler);
+    },
+  };
+}

@@ -1,0 +1,94 @@
+/**
+ * Reads a request body's fields with their types and ranges checked: a missing or ill-typed
+ * field is a 400 naming it. Every field a handler reads is marked; `rejectUnknown` then turns any
+ * other field into a 400 (a client must never believe a field it sent was applied).
+ */
+import { ApiError } from "./api-error.ts";
+
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+export interface NumberRange {
+  min?: number;
+  max?: number;
+  /** min itself is excluded. */
+  minOpen?: boolean;
+  integer?: boolean;
+}
+
+export class BodyFields {
+  private readonly read = new Set<string>();
+
+  constructor(readonly body: Record<string, Json>) {}
+
+  /** Parse a request's text as a JSON object: 400 for malformed JSON or anything else at the top. */
+  static parse(text: string): BodyFields {
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch (e) {
+      throw new ApiError(400, `request body is not valid JSON: ${(e as Error).message}`, "invalid_request_error", null, "invalid_json");
+    }
+    if (typeof value !== "object" || value === null || Array.isArray(value)) {
+      throw new ApiError(400, "request body must be a JSON object", "invalid_request_error", null, "invalid_json");
+    }
+    return new BodyFields(value as Record<string, Json>);
+  }
+
+  /** The raw value of `name` (undefined when absent or null), marking it read. */
+  raw(name: string): Json | undefined {
+    this.read.add(name);
+    const v = this.body[name];
+    return v === null ? undefined : v;
+  }
+
+  string(name: string): string | undefined {
+    const v = this.raw(name);
+    if (v === undefined || typeof v === "string") return v;
+    throw ApiError.badField(name, `'${name}' must be a string`);
+  }
+
+  boolean(name: string): boolean | undefined {
+    const v = this.raw(name);
+    if (v === undefined || typeof v === "boolean") return v;
+    throw ApiError.badField(name, `'${name}' must be a boolean`);
+  }
+
+  number(name: string, range: NumberRange = {}): number | undefined {
+    const v = this.raw(name);
+    if (v === undefined) return undefined;
+    return checkNumber(name, v, range);
+  }
+
+  /** Fields that are accepted and change nothing here (`user`, `metadata`, ...). */
+  ignore(...names: string[]): void {
+    for (const name of names) this.read.add(name);
+  }
+
+  /** A field that must be absent, null, or equal to `neutral` (e.g. a penalty of 0): else a 400. */
+  onlyNeutral(name: string, what: string, isNeutral: (v: Json) => boolean): void {
+    const v = this.raw(name);
+    if (v !== undefined && !isNeutral(v)) throw ApiError.unsupported(name, what);
+  }
+
+  /** 400 naming the first field no reader asked for. */
+  rejectUnknown(): void {
+    for (const name of Object.keys(this.body)) {
+      if (!this.read.has(name)) throw ApiError.unsupported(name, `the field '${name}'`);
+    }
+  }
+}
+
+/** `v` as a number within `range`, else a 400 naming `name`. */
+export function checkNumber(name: string, v: Json, range: NumberRange = {}): number {
+  const { min, max, minOpen, integer } = range;
+  if (typeof v !== "number" || !Number.isFinite(v) || (integer && !Number.isInteger(v))) {
+    throw ApiError.badField(name, `'${name}' must be ${integer ? "an integer" : "a number"}`);
+  }
+  const belowMin = min !== undefined && (minOpen ? v <= min : v < min);
+  if (belowMin || (max !== undefined && v > max)) {
+    const lo = min === undefined ? "" : `${minOpen ? "above" : "at least"} ${min}`;
+    const hi = max === undefined ? "" : `at most ${max}`;
+    throw ApiError.badField(name, `'${name}' must be ${[lo, hi].filter(Boolean).join(" and ")}, got ${v}`);
+  }
+  return v;
+}

@@ -1,0 +1,111 @@
+/**
+ * `GET /metrics`: Prometheus text exposition with vLLM's metric names, prefixed `pagellm:`
+ * instead of `vllm:` (a vLLM dashboard needs one substitution), each with vLLM's `model_name`
+ * label and histogram buckets. Gauges and the prefix-cache counters are read from the engine when
+ * scraped; request and token counts and the latency histograms are recorded here from the
+ * engine loop's step events (times are the loop's: when a step's tokens reached the server).
+ */
+import type { EngineStats, StepEvent } from "../engine/engine.ts";
+import type { Sequence } from "../engine/sequence.ts";
+
+/** vLLM's buckets (vllm/v1/metrics/loggers.py), in seconds. */
+const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0];
+const ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0];
+const E2E_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0];
+
+/** A cumulative histogram as Prometheus exposes it. */
+export class Histogram {
+  private readonly counts: number[];
+  private sum = 0;
+  private count = 0;
+
+  constructor(readonly buckets: readonly number[]) {
+    this.counts = buckets.map(() => 0);
+  }
+
+  observe(value: number): void {
+    this.sum += value;
+    this.count++;
+    for (let i = 0; i < this.buckets.length; i++) if (value <= this.buckets[i]!) this.counts[i]!++;
+  }
+
+  /** The _bucket, _sum and _count lines of metric `name` with `labels` (`k="v"` pairs, joined). */
+  lines(name: string, labels: string): string[] {
+    const out = this.buckets.map((le, i) => `${name}_bucket{${labels},le="${le}"} ${this.counts[i]}`);
+    out.push(`${name}_bucket{${labels},le="+Inf"} ${this.count}`, `${name}_sum{${labels}} ${this.sum}`, `${name}_count{${labels}} ${this.count}`);
+    return out;
+  }
+}
+
+/** Where each sequence's previous token reached the server, for inter-token latency. */
+interface TokenClock {
+  lastMs: number;
+  numTokens: number;
+}
+
+export class ServeMetrics {
+  promptTokens = 0;
+  generationTokens = 0;
+  readonly finished = new Map<string, number>([["stop", 0], ["length", 0], ["abort", 0], ["error", 0]]);
+  readonly ttft = new Histogram(TTFT_BUCKETS);
+  readonly itl = new Histogram(ITL_BUCKETS);
+  readonly e2e = new Histogram(E2E_BUCKETS);
+  private readonly clocks = new Map<Sequence, TokenClock>();
+
+  constructor(readonly modelName: string) {}
+
+  /** Prompts of a new request (the first sample of each: a prompt is computed once for its n samples). */
+  requestArrived(prompts: readonly Sequence[]): void {
+    for (const seq of prompts) this.promptTokens += seq.numPromptTokens;
+  }
+
+  /** One sequence's event of a step, at time `nowMs`. */
+  stepEvent(event: StepEvent, nowMs: number): void {
+    const seq = event.seq;
+    const clock = this.clocks.get(seq);
+    const numTokens = seq.outputTokenIds.length;
+    const fresh = numTokens - (clock?.numTokens ?? 0);
+    if (fresh > 0) {
+      this.generationTokens += fresh;
+      if (clock === undefined) this.ttft.observe((nowMs - seq.arrivalMs) / 1000);
+      else for (let i = 0; i < fresh; i++) this.itl.observe((nowMs - clock.lastMs) / 1000 / fresh);
+      this.clocks.set(seq, { lastMs: nowMs, numTokens });
+    }
+    if (event.finished) {
+      this.clocks.delete(seq);
+      const reason = seq.finishReason ?? "abort";
+      this.finished.set(reason, (this.finished.get(reason) ?? 0) + 1);
+      this.e2e.observe((nowMs - seq.arrivalMs) / 1000);
+    }
+  }
+
+  /** The exposition text, with the engine's gauges and cache counters as of now. */
+  render(stats: EngineStats): string {
+    const label = `model_name="${escapeLabel(this.modelName)}"`;
+    const lines: string[] = [];
+    const metric = (name: string, type: "gauge" | "counter" | "histogram", help: string, samples: string[]) => {
+      lines.push(`# HELP pagellm:${name} ${help}`, `# TYPE pagellm:${name} ${type}`, ...samples);
+    };
+    const one = (name: string, value: number) => [`pagellm:${name}{${label}} ${value}`];
+    metric("num_requests_running", "gauge", "Number of requests in the running batch (sequences holding KV blocks).", one("num_requests_running", stats.numRunning));
+    metric("num_requests_waiting", "gauge", "Number of requests waiting for a place in the batch.", one("num_requests_waiting", stats.numWaiting));
+    metric("kv_cache_usage_perc", "gauge", "KV cache usage: fraction of the KV blocks held by requests (1 = full).", one("kv_cache_usage_perc", stats.blocksInUse / stats.numBlocks));
+    metric("kv_cache_blocks_in_use", "gauge", "KV blocks held by requests (pagellm's own: the count behind kv_cache_usage_perc).", one("kv_cache_blocks_in_use", stats.blocksInUse));
+    metric("kv_cache_blocks_total", "gauge", "KV blocks in the pool (pagellm's own).", one("kv_cache_blocks_total", stats.numBlocks));
+    metric("prefix_cache_queries_total", "counter", "Prefix cache queries, in tokens.", one("prefix_cache_queries_total", stats.prefixQueries));
+    metric("prefix_cache_hits_total", "counter", "Prefix cache hits, in tokens.", one("prefix_cache_hits_total", stats.prefixHits));
+    metric("num_preemptions_total", "counter", "Cumulative number of preemptions.", one("num_preemptions_total", stats.preemptions));
+    metric("prompt_tokens_total", "counter", "Number of prefill tokens processed (each prompt once, cached tokens included).", one("prompt_tokens_total", this.promptTokens));
+    metric("generation_tokens_total", "counter", "Number of generation tokens processed.", one("generation_tokens_total", this.generationTokens));
+    metric("request_success_total", "counter", "Count of finished sequences (one per sample), by finish reason.",
+      [...this.finished].map(([reason, n]) => `pagellm:request_success_total{${label},finished_reason="${reason}"} ${n}`));
+    metric("time_to_first_token_seconds", "histogram", "Histogram of time to first token in seconds.", this.ttft.lines("pagellm:time_to_first_token_seconds", label));
+    metric("inter_token_latency_seconds", "histogram", "Histogram of inter-token latency in seconds.", this.itl.lines("pagellm:inter_token_latency_seconds", label));
+    metric("e2e_request_latency_seconds", "histogram", "Histogram of end to end request latency in seconds.", this.e2e.lines("pagellm:e2e_request_latency_seconds", label));
+    return lines.join("\n") + "\n";
+  }
+}
+
+function escapeLabel(v: string): string {
+  return v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
+}

@@ -1,0 +1,56 @@
+/**
+ * A server-sent-events response body: `data: {json}` events, `data: [DONE]` at the end. The
+ * stream is cancelled when the client goes away; `onCancel` is told so its request can be
+ * aborted, and writes after that are dropped.
+ */
+export class SseStream {
+  readonly body: ReadableStream<Uint8Array>;
+  private controller: ReadableStreamDefaultController<Uint8Array> | null = null;
+  private closed = false;
+  private readonly encoder = new TextEncoder();
+
+  constructor(onCancel: () => void) {
+    this.body = new ReadableStream<Uint8Array>({
+      start: (controller) => {
+        this.controller = controller;
+      },
+      cancel: () => {
+        this.closed = true;
+        onCancel();
+      },
+    });
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  /** One `data:` event holding `value` as JSON. */
+  send(value: unknown): void {
+    this.write(`data: ${JSON.stringify(value)}\n\n`);
+  }
+
+  /** `data: [DONE]`, then the end of the body. */
+  finish(): void {
+    this.write("data: [DONE]\n\n");
+    this.close();
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.controller?.close();
+  }
+
+  private write(text: string): void {
+    if (this.closed) return;
+    this.controller?.enqueue(this.encoder.encode(text));
+  }
+
+  /** The HTTP response carrying the stream. */
+  response(): Response {
+    return new Response(this.body, {
+      headers: { "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache", Connection: "keep-alive" },
+    });
+  }
+}

@@ -1,0 +1,50 @@
+/**
+ * A `pagellm serve` server inside the test process (the model loaded once, the server on
+ * 127.0.0.1 and a free port), an `openai` client pointed at it, and readers of its /metrics.
+ */
+import OpenAI from "openai";
+import type { EngineOptions } from "../../src/engine/engine.ts";
+import { LLM } from "../../src/engine/llm.ts";
+import { PagellmServer, type ServerOptions } from "../../src/server/server.ts";
+import { testThreads } from "./threads.ts";
+
+export interface TestServer {
+  llm: LLM;
+  server: PagellmServer;
+  url: string;
+  client: OpenAI;
+  close(): Promise<void>;
+}
+
+export async function startServer(model: string, opts: Partial<ServerOptions> = {}, engine: Partial<EngineOptions> = {}): Promise<TestServer> {
+  const llm = LLM.load({ model, engine: { threads: testThreads(), ...engine } });
+  const server = new PagellmServer({
+    host: "127.0.0.1", port: 0, apiKey: null, maxBodyBytes: 8 << 20, maxQueue: 256, logRequests: false, modelName: "test-model",
+    log: () => {},
+    ...opts,
+  });
+  server.ready(llm);
+  const url = server.url;
+  return {
+    llm, server, url,
+    client: openaiClient(url, opts.apiKey ?? "none"),
+    async close() {
+      await server.close();
+      llm.close();
+    },
+  };
+}
+
+/** An openai client that never retries (a 429 or 5xx must surface as the error it is). */
+export function openaiClient(url: string, apiKey = "none"): OpenAI {
+  return new OpenAI({ baseURL: `${url}/v1`, apiKey, maxRetries: 0, timeout: 120_000 });
+}
+
+/** The value of a metric line `pagellm:NAME{...} VALUE` (the first whose labels include `labelPart`). */
+export async function metric(url: string, name: string, labelPart = ""): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  for (const line of text.split("\n")) {
+    if (line.startsWith(`pagellm:${name}{`) && line.includes(labelPart)) return Number(line.slice(line.lastIndexOf(" ") + 1));
+  }
+  throw new Error(`no metric pagellm:${name} ${labelPart} in /metrics`);
+}

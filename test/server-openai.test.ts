@@ -1,0 +1,254 @@
+/**
+ * `pagellm serve` through the official `openai` client: chat and text completions, streamed and
+ * not, `n` (samples forked after one prefill give what separate requests with seeds s, s+1, …
+ * give), logprobs, models.list, usage with cached_tokens, and the client's typed errors for 400,
+ * 401, 404, 413 and 429. The chat model is the random qwen2 model with a ChatML template; text
+ * completions run on stories260K.
+ */
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import OpenAI from "openai";
+import { describeShared } from "./helpers/shared.ts";
+import { metric, openaiClient, startServer, type TestServer } from "./helpers/serve.ts";
+
+const CHAT_MODEL = "models/gguf/rnd-qwen2-Q5_K_M.gguf";
+const STORIES = "models/gguf/stories260K.gguf";
+/** Per-test limit: whole generations over HTTP on a busy 2-core machine. */
+const LIMIT_MS = 120_000;
+
+describeShared("serve: chat completions (openai client)", [CHAT_MODEL], ([model]) => {
+  let s: TestServer;
+  beforeAll(async () => {
+    s = await startServer(model!);
+  });
+  afterAll(async () => {
+    await s?.close();
+  });
+
+  test("models.list names the served model", async () => {
+    const models = [];
+    for await (const m of s.client.models.list()) models.push(m.id);
+    expect(models).toEqual(["test-model"]);
+  }, LIMIT_MS);
+
+  test("a chat completion, then the same streamed: same text, role first, finish_reason last, usage last", async () => {
+    const messages = [{ role: "system" as const, content: "Be brief." }, { role: "user" as const, content: "Say hello." }];
+    const whole = await s.client.chat.completions.create({ model: "test-model", messages, max_tokens: 12, temperature: 0 });
+    expect(whole.object).toBe("chat.completion");
+    const choice = whole.choices[0]!;
+    expect(choice.message.role).toBe("assistant");
+    expect(["stop", "length"]).toContain(choice.finish_reason);
+    expect(whole.usage!.completion_tokens).toBeGreaterThan(0);
+    expect(whole.usage!.total_tokens).toBe(whole.usage!.prompt_tokens + whole.usage!.completion_tokens);
+    expect(whole.usage!.prompt_tokens_details!.cached_tokens).toBe(0);
+
+    const stream = await s.client.chat.completions.create({
+      model: "test-model", messages, max_tokens: 12, temperature: 0, stream: true, stream_options: { include_usage: true },
+    });
+    const chunks = [];
+    for await (const chunk of stream) chunks.push(chunk);
+    expect(chunks[0]!.choices[0]!.delta.role).toBe("assistant");
+    const withChoices = chunks.filter((c) => c.choices.length > 0);
+    expect(withChoices.at(-1)!.choices[0]!.finish_reason).toBe(choice.finish_reason!);
+    for (const c of withChoices.slice(0, -1)) expect(c.choices[0]!.finish_reason).toBeNull();
+    expect(withChoices.map((c) => c.choices[0]!.delta.content ?? "").join("")).toBe(choice.message.content!);
+    const last = chunks.at(-1)!;
+    expect(last.choices).toEqual([]);
+    expect(last.usage!.completion_tokens).toBe(whole.usage!.completion_tokens);
+    // The same prompt again: its full blocks come from the prefix cache.
+    const blocks = Math.floor((whole.usage!.prompt_tokens - 1) / 16) * 16;
+    expect(last.usage!.prompt_tokens_details!.cached_tokens).toBe(blocks);
+  }, LIMIT_MS);
+
+  test("n samples share one prefill and match separate requests seeded s, s+1, ...", async () => {
+    const messages = [{ role: "user" as const, content: "Tell me a story about a cat and a dog." }];
+    const queriesBefore = await metric(s.url, "prefix_cache_queries_total");
+    const both = await s.client.chat.completions.create({ model: "test-model", messages, max_tokens: 10, temperature: 1, seed: 41, n: 3 });
+    const queriesAfter = await metric(s.url, "prefix_cache_queries_total");
+    expect(both.choices.map((c) => c.index)).toEqual([0, 1, 2]);
+    // One prompt looked up (the samples were forked from it, not admitted on their own).
+    expect(queriesAfter - queriesBefore).toBe(both.usage!.prompt_tokens);
+    for (let i = 0; i < 3; i++) {
+      const one = await s.client.chat.completions.create({ model: "test-model", messages, max_tokens: 10, temperature: 1, seed: 41 + i });
+      expect(one.choices[0]!.message.content).toBe(both.choices[i]!.message.content);
+    }
+  }, LIMIT_MS);
+
+  test("logprobs with top_logprobs: one entry per token, the sampled token's among the top when greedy", async () => {
+    const r = await s.client.chat.completions.create({
+      model: "test-model", messages: [{ role: "user", content: "Count." }], max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 3,
+    });
+    const content = r.choices[0]!.logprobs!.content!;
+    expect(content.length).toBe(r.usage!.completion_tokens);
+    expect(content.map((t) => t.token).join("")).toBe(r.choices[0]!.message.content!);
+    for (const t of content) {
+      expect(t.top_logprobs.length).toBe(3);
+      expect(t.top_logprobs[0]!.token).toBe(t.token);
+      expect(t.logprob).toBeLessThanOrEqual(0);
+      expect(t.bytes).toEqual([...new TextEncoder().encode(t.token)]);
+    }
+  }, LIMIT_MS);
+
+  test("typed errors: 400 naming the field, 404 for an unknown model", async () => {
+    const messages = [{ role: "user" as const, content: "hi" }];
+    const bad = async (body: Record<string, unknown>) => {
+      try {
+        await s.client.chat.completions.create({ model: "test-model", messages, ...body } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+      } catch (e) {
+        return e;
+      }
+      throw new Error("expected an error");
+    };
+    const tools = await bad({ tools: [{ type: "function", function: { name: "f", parameters: {} } }] });
+    expect(tools).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((tools as OpenAI.BadRequestError).param).toBe("tools");
+    const format = (await bad({ response_format: { type: "json_object" } })) as OpenAI.BadRequestError;
+    expect(format).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(format.param).toBe("response_format");
+    const bias = (await bad({ logit_bias: { "5": 10 } })) as OpenAI.BadRequestError;
+    expect(bias.param).toBe("logit_bias");
+    const image = (await bad({ messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "data:," } }] }] })) as OpenAI.BadRequestError;
+    expect(image).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(image.param).toBe("messages[0].content[0].type");
+    const typed = (await bad({ temperature: "hot" })) as OpenAI.BadRequestError;
+    expect(typed.param).toBe("temperature");
+    const tooLong = (await bad({ max_tokens: 100_000 })) as OpenAI.BadRequestError;
+    expect(tooLong).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(tooLong.message).toContain("100000");
+    expect(tooLong.message).toContain("4096");
+    const unknown = (await bad({ model: "gpt-4o" })) as OpenAI.NotFoundError;
+    expect(unknown).toBeInstanceOf(OpenAI.NotFoundError);
+    expect(unknown.code).toBe("model_not_found");
+  }, LIMIT_MS);
+
+  test("malformed JSON is a 400 in OpenAI's error shape; unknown routes 404", async () => {
+    const r = await fetch(`${s.url}/v1/chat/completions`, { method: "POST", body: "{not json", headers: { "Content-Type": "application/json" } });
+    expect(r.status).toBe(400);
+    const body = (await r.json()) as { error: { message: string; type: string; param: string | null; code: string | null } };
+    expect(body.error.type).toBe("invalid_request_error");
+    expect(body.error.code).toBe("invalid_json");
+    expect((await fetch(`${s.url}/v1/nothing`)).status).toBe(404);
+    expect((await fetch(`${s.url}/health`)).status).toBe(200);
+  }, LIMIT_MS);
+});
+
+describeShared("serve: text completions (openai client)", [STORIES], ([model]) => {
+  let s: TestServer;
+  beforeAll(async () => {
+    s = await startServer(model!);
+  });
+  afterAll(async () => {
+    await s?.close();
+  });
+
+  test("a string, an array of strings, token ids: choices in prompt order, n per prompt, echo", async () => {
+    const ids = s.llm.encode("Once upon a time");
+    const one = await s.client.completions.create({ model: "test-model", prompt: "Once upon a time", max_tokens: 8, temperature: 0 });
+    expect(one.object).toBe("text_completion");
+    expect(one.usage!.prompt_tokens).toBe(ids.length);
+    const byIds = await s.client.completions.create({ model: "test-model", prompt: ids, max_tokens: 8, temperature: 0 });
+    expect(byIds.choices[0]!.text).toBe(one.choices[0]!.text);
+    const many = await s.client.completions.create({ model: "test-model", prompt: ["The dog", "Once upon a time"], max_tokens: 8, temperature: 0, n: 2 });
+    expect(many.choices.map((c) => c.index)).toEqual([0, 1, 2, 3]);
+    expect(many.choices[2]!.text).toBe(one.choices[0]!.text);
+    expect(many.choices[3]!.text).toBe(one.choices[0]!.text);
+    const echoed = await s.client.completions.create({ model: "test-model", prompt: "Once upon a time", max_tokens: 8, temperature: 0, echo: true });
+    expect(echoed.choices[0]!.text).toBe("Once upon a time" + one.choices[0]!.text);
+    const nested = await s.client.completions.create({ model: "test-model", prompt: [ids, ids.slice(0, 3)], max_tokens: 4, temperature: 0 });
+    expect(nested.choices.length).toBe(2);
+  }, LIMIT_MS);
+
+  test("streamed completion: the text of the whole one, finish_reason last; logprobs with offsets", async () => {
+    const params = { model: "test-model", prompt: "Lily and Ben", max_tokens: 20, temperature: 0.7, seed: 5, top_k: 20, min_p: 0.02, repetition_penalty: 1.1 };
+    const whole = await s.client.completions.create({ ...params, logprobs: 2 } as OpenAI.CompletionCreateParamsNonStreaming);
+    const stream = await s.client.completions.create({ ...params, stream: true } as OpenAI.CompletionCreateParamsStreaming);
+    let text = "";
+    let finish: string | null = null;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.text ?? "";
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    const c = whole.choices[0]!;
+    expect(text).toBe(c.text);
+    expect(finish).toBe(c.finish_reason);
+    const lp = c.logprobs!;
+    expect(lp.tokens!.length).toBe(whole.usage!.completion_tokens);
+    expect(lp.text_offset![0]).toBe(0);
+    for (let i = 1; i < lp.tokens!.length; i++) expect(lp.text_offset![i]).toBe(lp.text_offset![i - 1]! + lp.tokens![i - 1]!.length);
+    for (const top of lp.top_logprobs!) expect(Object.keys(top).length).toBeGreaterThanOrEqual(1);
+  }, LIMIT_MS);
+
+  test("a bad token id, an out-of-range n and a stray field are 400s naming the field", async () => {
+    const bad = async (body: Record<string, unknown>) => {
+      try {
+        await s.client.completions.create({ model: "test-model", prompt: "x", ...body } as OpenAI.CompletionCreateParamsNonStreaming);
+      } catch (e) {
+        expect(e).toBeInstanceOf(OpenAI.BadRequestError);
+        return (e as OpenAI.BadRequestError).param;
+      }
+      throw new Error("expected a 400");
+    };
+    expect(await bad({ prompt: [1, 2, 1_000_000] })).toBe("prompt");
+    expect(await bad({ n: 9 })).toBe("n");
+    expect(await bad({ frobnicate: true })).toBe("frobnicate");
+    expect(await bad({ max_tokens: 0 })).toBe("max_tokens");
+  }, LIMIT_MS);
+});
+
+describeShared("serve: 401, 413 and 429", [STORIES], ([model]) => {
+  let s: TestServer;
+  beforeAll(async () => {
+    // One sequence at a time and one waiting: the third concurrent request finds the queue full.
+    s = await startServer(model!, { apiKey: "sesame", maxBodyBytes: 4096, maxQueue: 1 }, { maxNumSeqs: 1 });
+  });
+  afterAll(async () => {
+    await s?.close();
+  });
+
+  test("no key or a wrong key: AuthenticationError; /health stays open", async () => {
+    for (const key of ["wrong", "sesame2", "sesam"]) {
+      let error: unknown = null;
+      try {
+        await openaiClient(s.url, key).models.list();
+      } catch (e) {
+        error = e;
+      }
+      expect(error).toBeInstanceOf(OpenAI.AuthenticationError);
+    }
+    const bare = await fetch(`${s.url}/v1/models`);
+    expect(bare.status).toBe(401);
+    expect((await fetch(`${s.url}/health`)).status).toBe(200);
+    const ok = [];
+    for await (const m of s.client.models.list()) ok.push(m.id);
+    expect(ok).toEqual(["test-model"]);
+  }, LIMIT_MS);
+
+  test("a body over --max-body-mb: 413", async () => {
+    try {
+      await s.client.completions.create({ model: "test-model", prompt: "x".repeat(10_000), max_tokens: 1 });
+      throw new Error("expected a 413");
+    } catch (e) {
+      expect(e).toBeInstanceOf(OpenAI.APIError);
+      expect((e as OpenAI.APIError).status).toBe(413);
+    }
+  }, LIMIT_MS);
+
+  test("a full queue: RateLimitError with Retry-After, and the others finish", async () => {
+    const long = s.client.completions.create({ model: "test-model", prompt: "Once", max_tokens: 200, temperature: 0 });
+    const waitFor = async (name: string, value: number) => {
+      while ((await metric(s.url, name)) < value) await Bun.sleep(5);
+    };
+    await waitFor("num_requests_running", 1);
+    const queued = s.client.completions.create({ model: "test-model", prompt: "The dog", max_tokens: 5, temperature: 0 });
+    await waitFor("num_requests_waiting", 1);
+    try {
+      await s.client.completions.create({ model: "test-model", prompt: "A cat", max_tokens: 5 });
+      throw new Error("expected a 429");
+    } catch (e) {
+      expect(e).toBeInstanceOf(OpenAI.RateLimitError);
+      expect((e as OpenAI.RateLimitError).headers.get("retry-after")).toBe("1");
+    }
+    expect((await long).choices[0]!.finish_reason).toBe("length");
+    expect((await queued).usage!.completion_tokens).toBeGreaterThan(0);
+  }, LIMIT_MS);
+});
+
