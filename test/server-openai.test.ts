@@ -6,7 +6,7 @@
  * completions run on stories260K.
  */
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import OpenAI from "openai";
+import OpenAI, { APIError, BadRequestError, NotFoundError, RateLimitError } from "openai";
 import { describeShared } from "./helpers/shared.ts";
 import { metric, openaiClient, startServer, type TestServer } from "./helpers/serve.ts";
 
@@ -100,22 +100,22 @@ describeShared("serve: chat completions (openai client)", [CHAT_MODEL], ([model]
     };
     const tools = await bad({ tools: [{ type: "function", function: { name: "f", parameters: {} } }] });
     expect(tools).toBeInstanceOf(OpenAI.BadRequestError);
-    expect((tools as OpenAI.BadRequestError).param).toBe("tools");
-    const format = (await bad({ response_format: { type: "json_object" } })) as OpenAI.BadRequestError;
+    expect((tools as BadRequestError).param).toBe("tools");
+    const format = (await bad({ response_format: { type: "json_object" } })) as BadRequestError;
     expect(format).toBeInstanceOf(OpenAI.BadRequestError);
     expect(format.param).toBe("response_format");
-    const bias = (await bad({ logit_bias: { "5": 10 } })) as OpenAI.BadRequestError;
+    const bias = (await bad({ logit_bias: { "5": 10 } })) as BadRequestError;
     expect(bias.param).toBe("logit_bias");
-    const image = (await bad({ messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "data:," } }] }] })) as OpenAI.BadRequestError;
+    const image = (await bad({ messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "data:," } }] }] })) as BadRequestError;
     expect(image).toBeInstanceOf(OpenAI.BadRequestError);
     expect(image.param).toBe("messages[0].content[0].type");
-    const typed = (await bad({ temperature: "hot" })) as OpenAI.BadRequestError;
+    const typed = (await bad({ temperature: "hot" })) as BadRequestError;
     expect(typed.param).toBe("temperature");
-    const tooLong = (await bad({ max_tokens: 100_000 })) as OpenAI.BadRequestError;
+    const tooLong = (await bad({ max_tokens: 100_000 })) as BadRequestError;
     expect(tooLong).toBeInstanceOf(OpenAI.BadRequestError);
     expect(tooLong.message).toContain("100000");
     expect(tooLong.message).toContain("4096");
-    const unknown = (await bad({ model: "gpt-4o" })) as OpenAI.NotFoundError;
+    const unknown = (await bad({ model: "gpt-4o" })) as NotFoundError;
     expect(unknown).toBeInstanceOf(OpenAI.NotFoundError);
     expect(unknown.code).toBe("model_not_found");
   }, LIMIT_MS);
@@ -183,7 +183,7 @@ describeShared("serve: text completions (openai client)", [STORIES], ([model]) =
         await s.client.completions.create({ model: "test-model", prompt: "x", ...body } as OpenAI.CompletionCreateParamsNonStreaming);
       } catch (e) {
         expect(e).toBeInstanceOf(OpenAI.BadRequestError);
-        return (e as OpenAI.BadRequestError).param;
+        return (e as BadRequestError).param;
       }
       throw new Error("expected a 400");
     };
@@ -228,7 +228,7 @@ describeShared("serve: 401, 413 and 429", [STORIES], ([model]) => {
       throw new Error("expected a 413");
     } catch (e) {
       expect(e).toBeInstanceOf(OpenAI.APIError);
-      expect((e as OpenAI.APIError).status).toBe(413);
+      expect((e as APIError).status).toBe(413);
     }
   }, LIMIT_MS);
 
@@ -245,7 +245,7 @@ describeShared("serve: 401, 413 and 429", [STORIES], ([model]) => {
       throw new Error("expected a 429");
     } catch (e) {
       expect(e).toBeInstanceOf(OpenAI.RateLimitError);
-      expect((e as OpenAI.RateLimitError).headers.get("retry-after")).toBe("1");
+      expect((e as RateLimitError).headers.get("retry-after")).toBe("1");
     }
     expect((await long).choices[0]!.finish_reason).toBe("length");
     expect((await queued).usage!.completion_tokens).toBeGreaterThan(0);

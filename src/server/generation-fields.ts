@@ -34,6 +34,8 @@ export interface GenerationSpec {
   stream: boolean;
   /** stream_options.include_usage: a last chunk carries the usage. */
   includeUsage: boolean;
+  /** Generate through end-of-generation tokens (vLLM's and llama.cpp's `ignore_eos`). */
+  ignoreEos: boolean;
 }
 
 /** Fields OpenAI clients send that change nothing in a local server. */
@@ -64,6 +66,7 @@ export function readGenerationFields(f: BodyFields, maxTokensDefault: number | n
     cacheSalt: readCacheSalt(f),
     stream,
     includeUsage: readStreamOptions(f, stream),
+    ignoreEos: f.boolean("ignore_eos") ?? false,
   };
   return spec;
 }
@@ -86,6 +89,7 @@ export function sampleParams(spec: GenerationSpec, i: number): GenerationParams 
     },
   };
   if (spec.logprobs !== undefined) params.logprobs = spec.logprobs;
+  if (spec.ignoreEos) params.ignoreEos = true;
   return params;
 }
 
