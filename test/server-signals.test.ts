@@ -1,0 +1,114 @@
+/**
+ * `pagellm serve` as a process: it prints one line with its address and model, and on SIGTERM
+ * stops accepting (503 on /health and on new requests), lets the requests that stream finish,
+ * and exits 0; a second signal exits at once. Bad options are one-line errors.
+ */
+import { expect, test } from "bun:test";
+import type { Subprocess } from "bun";
+import { describeShared } from "./helpers/shared.ts";
+import { REPO_ROOT, runPagellm } from "./helpers/cli.ts";
+import { testThreads } from "./helpers/threads.ts";
+
+const STORIES = "models/gguf/stories260K.gguf";
+/** Per-test limit: a server process, its model load and whole generations on a busy machine. */
+const LIMIT_MS = 120_000;
+
+interface RunningServer {
+  proc: Subprocess<"ignore", "pipe", "pipe">;
+  url: string;
+  stderr: () => Promise<string>;
+}
+
+/** Start `pagellm serve` on a free port and wait for its startup line. */
+async function spawnServer(model: string, args: string[] = []): Promise<RunningServer> {
+  const proc = Bun.spawn(["bun", "bin/pagellm", "serve", "--model", model, "--port", "0", "--threads", String(testThreads()), ...args], {
+    cwd: REPO_ROOT, stdin: "ignore", stdout: "pipe", stderr: "pipe", env: { ...process.env, PAGELLM_DEBUG: "" },
+  });
+  const reader = proc.stdout.getReader();
+  let out = "";
+  while (!out.includes("\n")) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`serve exited before its startup line: ${await new Response(proc.stderr).text()}`);
+    out += new TextDecoder().decode(value);
+  }
+  reader.releaseLock();
+  const url = /(http:\/\/127\.0\.0\.1:\d+)/.exec(out)?.[1];
+  if (url === undefined) throw new Error(`no address in the startup line: ${out}`);
+  expect(out).toContain("serving stories260K.gguf");
+  return { proc, url, stderr: () => new Response(proc.stderr).text() };
+}
+
+/** A streamed completion read to its end: the finish_reason of its last choice chunk and whether [DONE] came. */
+async function streamToEnd(res: Response): Promise<{ finish: string | null; done: boolean }> {
+  const text = await res.text();
+  let finish: string | null = null;
+  for (const line of text.split("\n")) {
+    if (!line.startsWith("data: {")) continue;
+    const chunk = JSON.parse(line.slice(6)) as { choices: { finish_reason: string | null }[] };
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  return { finish, done: text.endsWith("data: [DONE]\n\n") };
+}
+
+function startStream(url: string, maxTokens: number): Promise<Response> {
+  return fetch(`${url}/v1/completions`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ prompt: "Once upon a time", max_tokens: maxTokens, temperature: 0, ignore_eos: true, stream: true }),
+  });
+}
+
+describeShared("serve: shutdown on signals", [STORIES], ([model]) => {
+  test("SIGTERM while requests stream: they complete, new ones get 503, exit 0", async () => {
+    const server = await spawnServer(model!, ["--max-num-seqs", "4"]);
+    try {
+      const responses = await Promise.all([0, 1, 2].map(() => startStream(server.url, 500)));
+      const readers = responses.map((r) => streamToEnd(r));
+      // All three are in the batch when the signal comes.
+      const running = async () => {
+        const text = await (await fetch(`${server.url}/metrics`)).text();
+        return Number(/^pagellm:num_requests_running\{[^}]*\} (\d+)$/m.exec(text)?.[1]);
+      };
+      while ((await running()) < 3) await Bun.sleep(5);
+      server.proc.kill("SIGTERM");
+      let health = 200;
+      for (let i = 0; i < 500 && health === 200; i++) {
+        health = (await fetch(`${server.url}/health`)).status;
+        if (health === 200) await Bun.sleep(10);
+      }
+      expect(health).toBe(503);
+      const late = await fetch(`${server.url}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt: "Hi", max_tokens: 2 }) });
+      expect(late.status).toBe(503);
+      expect(((await late.json()) as { error: { type: string } }).error.type).toBe("service_unavailable");
+      for (const r of await Promise.all(readers)) expect(r).toEqual({ finish: "length", done: true });
+      expect(await server.proc.exited).toBe(0);
+      expect(await server.stderr()).toContain("SIGTERM");
+    } finally {
+      server.proc.kill("SIGKILL");
+    }
+  }, LIMIT_MS);
+
+  test("a second signal exits at once", async () => {
+    const server = await spawnServer(model!);
+    try {
+      const stream = startStream(server.url, 2000);
+      await Bun.sleep(200);
+      server.proc.kill("SIGINT");
+      await Bun.sleep(100);
+      server.proc.kill("SIGINT");
+      expect(await server.proc.exited).toBe(130);
+      await stream.then((r) => r.text()).catch(() => "");
+    } finally {
+      server.proc.kill("SIGKILL");
+    }
+  }, LIMIT_MS);
+
+  test("bad options are one-line errors with exit code 2", () => {
+    const r = runPagellm(["serve", "--model", model!, "--port", "70000"]);
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr.trim()).toBe("pagellm: error: --port must be at least 0 and at most 65535, got 70000");
+    const q = runPagellm(["serve", "--model", model!, "--max-queue", "0"]);
+    expect(q.exitCode).toBe(2);
+    expect(q.stderr.trim().split("\n").length).toBe(1);
+  }, LIMIT_MS);
+});
