@@ -148,7 +148,7 @@ describe("runs against an OpenAI-compatible stub", () => {
       const source = prefixWorkload(small, 1, 32000);
       const r = await runRequests(target(stub), source, { ...run, concurrency: 1 });
       const m = serveMetrics(r);
-      expect(stub.bodies.map((b) => b.prompt)).toEqual(source.requests.map((q) => (q.prompt.kind === "tokens" ? q.prompt.tokenIds : [])));
+      expect(stub.bodies.map((b) => b.prompt)).toEqual(source.requests.map((q) => (q.prompt.kind === "tokens" ? [...q.prompt.tokenIds] : [])));
       expect(stub.bodies.every((b) => b.stream === true && b.ignore_eos === true && b.stream_options?.include_usage === true && b.max_tokens === 5)).toBe(true);
       expect(stub.maxConcurrent).toBe(1);
       expect([m.completed, m.failed, m.outputTokens, m.promptTokens, m.itlMs!.n]).toEqual([8, 0, 40, 8 * 72, 8 * 4]);

@@ -49,7 +49,7 @@ export function startStub(o: StubOptions = {}): Stub {
   const seen: string[][] = [];
   const stub: Stub = { url: "", bodies: [], replies: [], maxConcurrent: 0, stop: () => server.stop(true) };
   let running = 0;
-  const server: Server = Bun.serve({
+  const server: Server<undefined> = Bun.serve({
     hostname: "127.0.0.1",
     port: 0,
     async fetch(req) {

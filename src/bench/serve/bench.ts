@@ -88,6 +88,8 @@ export interface ServeBenchResult {
   description: string;
   concurrency: number;
   model: string;
+  /** Prompt token ids were drawn below this. */
+  vocabSize: number;
   /** Threads of the servers started here; null for a --url server. */
   threads: number | null;
   targets: TargetResult[];
@@ -165,7 +167,7 @@ export async function runServeBench(o: ServeBenchOptions): Promise<ServeBenchRes
     const model = s.model ?? models[0];
     if (model === undefined) throw new ServerError(`${s.apiBase}/models lists no model: give --model NAME`);
     const result = await measureTarget(s.apiBase, null, { apiBase: s.apiBase, apiKey: s.apiKey, model }, o);
-    return { workload: o.workload, description, concurrency: o.concurrency, model, threads: null, targets: [result], inProcess: null, checks: [] };
+    return { workload: o.workload, description, concurrency: o.concurrency, model, vocabSize: o.vocabSize, threads: null, targets: [result], inProcess: null, checks: [] };
   }
   const targets: TargetResult[] = [];
   targets.push(await withChild("pagellm serve", (port) => pagellmServeArgv(s.model.path, s.threads, port), o, s));
@@ -182,7 +184,7 @@ export async function runServeBench(o: ServeBenchOptions): Promise<ServeBenchRes
     targets.push(await withChild("llama-server", (port) => llamaServerArgv(bin, s.model.path, s.threads, s.llamaSlots, ctxPerSlot, port), o, s));
   }
   return {
-    workload: o.workload, description, concurrency: o.concurrency, model: s.model.label, threads: s.threads, targets, inProcess,
+    workload: o.workload, description, concurrency: o.concurrency, model: s.model.label, vocabSize: o.vocabSize, threads: s.threads, targets, inProcess,
     checks: targetChecks(o.workload, targets, inProcess),
   };
 }

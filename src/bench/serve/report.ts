@@ -7,6 +7,7 @@ import type { BarChart } from "../chart-svg.ts";
 import { figure, fmt, fmtPct, fmtRatio, threadsLabel, type Figure, type Table } from "../report.ts";
 import type { ServeBenchResult, TargetCheck } from "./bench.ts";
 import type { Distribution } from "./metrics.ts";
+import { firstTokenId } from "./workloads.ts";
 
 /** A cached share as a percentage, or "n/a" for a server that does not report cached tokens. */
 export function fmtShare(share: number | null): string {
@@ -67,7 +68,7 @@ export function serveNotes(r: ServeBenchResult): string[] {
   const notes = [
     "outputs fixed with ignore_eos (greedy); TTFT is to the first streamed text and includes queueing behind running requests; ITL is the gap between streamed pieces",
   ];
-  if (r.workload !== "chat") notes.push(`token-id prompts (/v1/completions) drawn from ids >= 1000, no BOS`);
+  if (r.workload !== "chat") notes.push(`token-id prompts (/v1/completions) drawn from ids ${firstTokenId(r.vocabSize)} to ${r.vocabSize - 1}, no BOS`);
   else notes.push("chat prompts are text (/v1/chat/completions): token counts and cached shares are the servers' own usage figures");
   for (const t of r.targets) {
     if (t.command !== null) notes.push(`${t.name}: ${t.command.replace(/\S*\/(bin\/pagellm|llama-server)\b/, "$1")}`);

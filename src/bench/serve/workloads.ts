@@ -11,8 +11,9 @@
  *   words, about one token each in any vocabulary, so lengths are close to intended but not exact:
  *   the report counts the server's `usage`.
  *
- * Token ids are drawn from FIRST_TOKEN_ID up to the vocabulary size, clear of the low ids where
- * vocabularies keep their control tokens; no BOS is added.
+ * Token ids are drawn from FIRST_TOKEN_ID (or half a vocabulary smaller than 2000) up to the
+ * vocabulary size, clear of the low ids where vocabularies keep their control and byte tokens; no
+ * BOS is added.
  */
 import { Xoshiro128 } from "../../util/random.ts";
 import type { BenchRequest, ChatMessage, RequestOutcome } from "./openai-client.ts";
@@ -22,6 +23,11 @@ export const SERVE_WORKLOADS: readonly ServeWorkloadName[] = ["prefix", "chat", 
 
 /** Lowest token id a prompt uses: above the control and byte tokens most vocabularies start with. */
 export const FIRST_TOKEN_ID = 1000;
+
+/** The lowest id drawn from a vocabulary: FIRST_TOKEN_ID, or its upper half when it is small (a test model's 512). */
+export function firstTokenId(vocabSize: number): number {
+  return Math.min(FIRST_TOKEN_ID, Math.floor(vocabSize / 2));
+}
 
 /** Where a run takes its requests from: a fixed list, or a chat whose next turns wait for replies. */
 export interface RequestSource {
@@ -58,18 +64,20 @@ export interface ChatShape {
   outputTokens: number;
 }
 
-/** Seeded token ids in [FIRST_TOKEN_ID, vocabSize). */
+/** Seeded token ids in [firstTokenId(vocabSize), vocabSize). */
 export class TokenDraw {
   readonly rng: Xoshiro128;
+  private readonly first: number;
 
   constructor(seed: number, private readonly vocabSize: number) {
-    if (vocabSize <= FIRST_TOKEN_ID) throw new RangeError(`vocabulary of ${vocabSize} tokens: needs more than ${FIRST_TOKEN_ID}`);
+    this.first = firstTokenId(vocabSize);
+    if (this.first < 1) throw new RangeError(`a vocabulary of ${vocabSize} tokens is too small to draw prompts from`);
     this.rng = new Xoshiro128(seed);
   }
 
   tokens(n: number): number[] {
-    const span = this.vocabSize - FIRST_TOKEN_ID;
-    return Array.from({ length: n }, () => FIRST_TOKEN_ID + (this.rng.nextUint32() % span));
+    const span = this.vocabSize - this.first;
+    return Array.from({ length: n }, () => this.first + (this.rng.nextUint32() % span));
   }
 
   /** Fisher-Yates, in place. */
