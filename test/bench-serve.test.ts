@@ -10,9 +10,10 @@ import { apiBaseOf, errorMessageOf, type ServerTarget } from "../src/bench/serve
 import { runRequests } from "../src/bench/serve/run.ts";
 import { SseParser } from "../src/bench/serve/sse.ts";
 import { ChatSource, FIRST_TOKEN_ID, prefixWorkload, randomWorkload } from "../src/bench/serve/workloads.ts";
-import { targetChecks, type TargetResult } from "../src/bench/serve/bench.ts";
+import { targetChecks, type ServeBenchResult, type TargetResult } from "../src/bench/serve/bench.ts";
 import { startStub, type Stub, type StubOptions } from "./helpers/openai-stub.ts";
 import { REPO_ROOT } from "./helpers/cli.ts";
+import { describeShared } from "./helpers/shared.ts";
 
 const CLI_TIMEOUT_MS = 120_000;
 
@@ -302,5 +303,49 @@ describe("pagellm bench serve --url (the CLI against the stub)", () => {
       expect(r.code).toBe(2);
       expect(errorLines(r.stderr)).toEqual([expect.stringContaining(message)]);
     }
+  }, CLI_TIMEOUT_MS);
+});
+
+describeShared("pagellm bench serve against pagellm serve started on a tiny model", ["models/gguf/stories260K.gguf"], ([model]) => {
+  const tiny = ["--threads", "1", "--output-tokens", "6", "--ready-timeout", "120"];
+
+  test("prefix: the server, the in-process baseline and the TTFT probe measured, the floors computed, the server stopped", async () => {
+    const r = await pagellm(["bench", "serve", "--model", model!, ...tiny, "--requests", "6", "--prefixes", "2", "--prefix-tokens", "64", "--suffix-tokens", "8", "--probe-reps", "2", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    const doc = JSON.parse(r.stdout) as { notes: string[]; results: ServeBenchResult };
+    const res = doc.results;
+    expect(res.targets.map((t) => t.name)).toEqual(["pagellm serve"]);
+    const m = res.targets[0]!.metrics;
+    expect([m.completed, m.failed, m.outputTokens, m.promptTokens]).toEqual([6, 0, 36, 6 * 72]);
+    // Two prefixes of 64 tokens (4 whole blocks) among six requests: some hits, never beyond the prefixes.
+    expect(m.cachedShare!).toBeGreaterThan(0);
+    expect(m.cachedShare!).toBeLessThanOrEqual((4 * 64) / (6 * 72));
+    expect([res.inProcess!.completed, res.inProcess!.outputTokens]).toEqual([6, 36]);
+    const probe = res.targets[0]!.probe!;
+    expect(probe.promptTokens).toBe(72);
+    expect(probe.cachedTokens).toBe(64);
+    expect(res.checks.map((c) => [c.kind, c.bound])).toEqual([["floor", ">= 0.9x"], ["floor", "<= 0.1x"]]);
+    expect(res.checks.every((c) => c.ratio !== null && c.ratio > 0)).toBe(true);
+    // The server was stopped: its port no longer answers.
+    const port = /--port (\d+)/.exec(doc.notes.join("\n"))![1];
+    expect(fetch(`http://127.0.0.1:${port}/health`)).rejects.toThrow();
+  }, CLI_TIMEOUT_MS);
+
+  test("chat: every turn answered over /v1/chat/completions, later turns served from the cache; no in-process baseline", async () => {
+    const r = await pagellm(["bench", "serve", "--model", model!, ...tiny, "--workload", "chat", "--conversations", "3", "--turns", "3", "--user-words", "12", "--probe-reps", "0", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    const res = (JSON.parse(r.stdout) as { results: ServeBenchResult }).results;
+    const m = res.targets[0]!.metrics;
+    expect([m.completed, m.failed, m.outputTokens]).toEqual([9, 0, 54]);
+    expect(m.cachedShare!).toBeGreaterThan(0.2);
+    expect(res.inProcess).toBeNull();
+  }, CLI_TIMEOUT_MS);
+
+  test("a server that cannot start: its own error in one line, exit 5, the figures measured before it kept", async () => {
+    const r = await pagellm(["bench", "serve", "--model", model!, ...tiny, "--llama-server", "/bin/false", "--probe-reps", "0", "--requests", "2", "--prefixes", "1", "--prefix-tokens", "16", "--suffix-tokens", "4"]);
+    expect(r.code).toBe(5);
+    expect(errorLines(r.stderr)).toEqual([expect.stringMatching(/llama-server exited \(1\) before it was ready: no output$/)]);
+    // pagellm serve was measured first: its figures are kept.
+    expect(r.stdout).toMatch(/\npagellm serve +2 /);
   }, CLI_TIMEOUT_MS);
 });

@@ -10,7 +10,7 @@
  *   threads and slots (the aims). The servers run one after the other, never together.
  */
 import { basename } from "node:path";
-import { ServerError } from "../../errors.ts";
+import { PagellmError, ServerError } from "../../errors.ts";
 import type { BenchModel } from "../models.ts";
 import { progress } from "../report.ts";
 import { llamaServerArgv, pagellmServeArgv, freePort, startChild, type ChildServer } from "./child-server.ts";
@@ -95,6 +95,8 @@ export interface ServeBenchResult {
   targets: TargetResult[];
   inProcess: InProcessResult | null;
   checks: TargetCheck[];
+  /** Servers that could not be measured (llama-server did not start, ...), one line each; what was measured is kept. */
+  errors: string[];
 }
 
 /** The floors and aims of issue 18. */
@@ -167,25 +169,33 @@ export async function runServeBench(o: ServeBenchOptions): Promise<ServeBenchRes
     const model = s.model ?? models[0];
     if (model === undefined) throw new ServerError(`${s.apiBase}/models lists no model: give --model NAME`);
     const result = await measureTarget(s.apiBase, null, { apiBase: s.apiBase, apiKey: s.apiKey, model }, o);
-    return { workload: o.workload, description, concurrency: o.concurrency, model, vocabSize: o.vocabSize, threads: null, targets: [result], inProcess: null, checks: [] };
+    return { workload: o.workload, description, concurrency: o.concurrency, model, vocabSize: o.vocabSize, threads: null, targets: [result], inProcess: null, checks: [], errors: [] };
   }
+  // One context for every server (llama-server's per slot) and the in-process engine: the longest request, at least 2048.
+  const ctx = Math.max(2048, Math.ceil(longestRequest(o) / 256) * 256);
   const targets: TargetResult[] = [];
-  targets.push(await withChild("pagellm serve", (port) => pagellmServeArgv(s.model.path, s.threads, port), o, s));
+  targets.push(await withChild("pagellm serve", (port) => pagellmServeArgv(s.model.path, s.threads, ctx, port), o, s));
   let inProcess: InProcessResult | null = null;
   const source = makeSource(o);
   if (s.inProcess && source instanceof ListSource) {
     progress(`in-process engine (as generate --prompts): the same ${source.total} requests, at most ${o.concurrency} running`);
-    inProcess = await runInProcess(s.model, source.requests, { threads: s.threads, concurrency: o.concurrency, ignoreEos: o.ignoreEos, seed: o.seed });
+    inProcess = await runInProcess(s.model, source.requests, { threads: s.threads, ctxSize: ctx, concurrency: o.concurrency, ignoreEos: o.ignoreEos, seed: o.seed });
     progress(`in-process engine: ${inProcess.durationS.toFixed(1)} s, ${inProcess.outputTokensPerSecond.toFixed(1)} output tokens/s`);
   }
+  const errors: string[] = [];
   if (s.llamaServer !== null) {
     const bin = s.llamaServer;
-    const ctxPerSlot = Math.max(2048, Math.ceil(longestRequest(o) / 256) * 256);
-    targets.push(await withChild("llama-server", (port) => llamaServerArgv(bin, s.model.path, s.threads, s.llamaSlots, ctxPerSlot, port), o, s));
+    try {
+      targets.push(await withChild("llama-server", (port) => llamaServerArgv(bin, s.model.path, s.threads, s.llamaSlots, ctx, port), o, s));
+    } catch (e) {
+      // pagellm's figures are measured: report them, then this.
+      if (!(e instanceof PagellmError)) throw e;
+      errors.push(e.message);
+    }
   }
   return {
     workload: o.workload, description, concurrency: o.concurrency, model: s.model.label, vocabSize: o.vocabSize, threads: s.threads, targets, inProcess,
-    checks: targetChecks(o.workload, targets, inProcess),
+    checks: targetChecks(o.workload, targets, inProcess), errors,
   };
 }
 
@@ -224,6 +234,9 @@ export function targetChecks(workload: ServeWorkloadName, targets: readonly Targ
 /** Requests that failed for a reason other than the time limit, over every target: the run's error, or null. */
 export function runFailure(r: ServeBenchResult): string | null {
   const failing = r.targets.filter((t) => t.metrics.failed > t.metrics.cut);
-  if (failing.length === 0) return null;
-  return failing.map((t) => `${t.name}: ${t.metrics.failed - t.metrics.cut} of ${t.metrics.completed + t.metrics.failed} requests failed, first ${t.metrics.firstError}`).join("; ");
+  const lines = [
+    ...failing.map((t) => `${t.name}: ${t.metrics.failed - t.metrics.cut} of ${t.metrics.completed + t.metrics.failed} requests failed, first ${t.metrics.firstError}`),
+    ...r.errors,
+  ];
+  return lines.length === 0 ? null : lines.join("; ");
 }

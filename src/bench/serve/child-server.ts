@@ -84,9 +84,12 @@ export async function startChild(name: string, argv: string[], port: number, rea
   return { name, apiBase: `http://127.0.0.1:${port}/v1`, argv, stop };
 }
 
-/** This checkout's `pagellm serve` on a model file. */
-export function pagellmServeArgv(model: string, threads: number, port: number): string[] {
-  return ["bun", join(REPO_ROOT, "bin", "pagellm"), "serve", "--model", model, "--threads", String(threads), "--host", "127.0.0.1", "--port", String(port)];
+/** This checkout's `pagellm serve` on a model file, with a context of `ctx` positions (or the model's, if smaller). */
+export function pagellmServeArgv(model: string, threads: number, ctx: number, port: number): string[] {
+  return [
+    "bun", join(REPO_ROOT, "bin", "pagellm"), "serve", "--model", model, "--threads", String(threads), "--ctx-size", String(ctx),
+    "--host", "127.0.0.1", "--port", String(port),
+  ];
 }
 
 /**

@@ -26,6 +26,8 @@ export interface InProcessResult {
 
 export interface InProcessOptions {
   threads: number;
+  /** The servers' context. */
+  ctxSize: number;
   concurrency: number;
   ignoreEos: boolean;
   /** Seed of the warm-up prompt. */
@@ -39,7 +41,7 @@ function engineRequest(r: BenchRequest, ignoreEos: boolean): GenerateRequest {
 
 export async function runInProcess(model: BenchModel, requests: readonly BenchRequest[], o: InProcessOptions): Promise<InProcessResult> {
   const list = requests.map((r) => engineRequest(r, o.ignoreEos));
-  return await withLLM(model, { threads: o.threads, maxNumSeqs: o.concurrency }, async (llm) => {
+  return await withLLM(model, { threads: o.threads, ctxSize: o.ctxSize, maxNumSeqs: o.concurrency }, async (llm) => {
     await llm.generate([{ id: "warm-up", promptTokenIds: new TokenDraw(o.seed + 7, llm.config.vocabSize).tokens(16), maxTokens: 4, temperature: 0 }]);
     const t0 = performance.now();
     const results = await llm.generate(list);
