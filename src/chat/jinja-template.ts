@@ -2,10 +2,14 @@
  * A model's own chat template (`tokenizer.chat_template`, the Jinja text of its
  * tokenizer_config.json), rendered with @huggingface/jinja the way transformers'
  * apply_chat_template renders it: `messages`, `add_generation_prompt`, `bos_token`,
- * `eos_token`; `raise_exception` and `strftime_now` are the library's; no tools or documents.
+ * `eos_token`, `raise_exception` and `strftime_now`; no tools or documents. A template is
+ * untrusted input (it comes with a downloaded model): rendering is bounded in steps, time, size
+ * and depth (jinja-limits.ts), and whatever goes wrong is one ChatTemplateError naming the template.
  */
-import { Template } from "@huggingface/jinja";
+import { Environment, Template } from "@huggingface/jinja";
 import { PagellmError } from "../errors.ts";
+import { quoteFileText, showFileText } from "../util/file-text.ts";
+import { BoundedInterpreter, boundedRange, DEFAULT_RENDER_LIMITS, TemplateLimitError, type RenderLimits } from "./jinja-limits.ts";
 
 /** One message of a conversation. */
 export interface ChatMessage {
@@ -31,32 +35,94 @@ export class ChatTemplate {
     private readonly specials: { bosToken: string; eosToken: string },
     /** More variables for every rendering (--chat-template-kwargs: `enable_thinking` for Qwen3, ...). */
     private readonly variables: Readonly<Record<string, unknown>> = {},
+    private readonly limits: RenderLimits = DEFAULT_RENDER_LIMITS,
   ) {
     try {
       this.template = new Template(text);
     } catch (e) {
-      throw new ChatTemplateError(source, firstLine(e));
+      throw new ChatTemplateError(source, `does not parse: ${parseProblem(e)}`);
     }
   }
 
   /** The prompt text of `messages`; with `addGenerationPrompt`, ending where the assistant's reply starts. */
   render(messages: readonly ChatMessage[], addGenerationPrompt: boolean, extra: Record<string, unknown> = {}): string {
     try {
-      return this.template.render({
+      const globals = new Environment();
+      for (const [name, value] of Object.entries(this.globals())) globals.set(name, value);
+      const scope = new Environment(globals);
+      const variables: Record<string, unknown> = {
         messages: messages.map((m) => ({ role: m.role, content: m.content })),
         add_generation_prompt: addGenerationPrompt,
         bos_token: this.specials.bosToken,
         eos_token: this.specials.eosToken,
-        // raise_exception and strftime_now come with @huggingface/jinja's environment.
         ...this.variables,
         ...extra,
-      });
+      };
+      for (const [name, value] of Object.entries(variables)) scope.set(name, value);
+      const interpreter = new BoundedInterpreter(scope, this.limits);
+      const text = interpreter.run(this.template.parsed).value as string;
+      interpreter.checkOutput(text);
+      return text;
     } catch (e) {
-      throw new ChatTemplateError(this.source, firstLine(e));
+      throw new ChatTemplateError(this.source, renderProblem(e));
     }
+  }
+
+  /** What @huggingface/jinja's Template.render declares, with `range` bounded. */
+  private globals(): Record<string, unknown> {
+    return {
+      true: true, false: false, none: null, True: true, False: false, None: null,
+      raise_exception: (message: unknown) => {
+        throw new RaisedByTemplate(String(message));
+      },
+      range: boundedRange(this.limits.maxItems),
+      strftime_now: (format: string) => strftime(new Date(), String(format)),
+    };
   }
 }
 
+/** `raise_exception(...)` in a template: its message is the template's own. */
+class RaisedByTemplate extends Error {}
+
 function firstLine(e: unknown): string {
   return (e instanceof Error ? e.message : String(e)).split("\n")[0]!;
+}
+
+/**
+ * A parse failure in words. The library's parser reads past the end of its token list on a template
+ * that stops inside a block or tag, and fails there with a TypeError of its own internals.
+ */
+function parseProblem(e: unknown): string {
+  if (e instanceof TypeError) return "it ends inside an unclosed block or tag ({% if %}, {% for %}, {% macro %} without its end, or an unclosed {{ or {%)";
+  if (e instanceof RangeError) return "it nests too deeply";
+  return showFileText(firstLine(e), PROBLEM_CHARS);
+}
+
+/** Why a rendering failed; the template's own words (raise_exception, names in the library's messages) escaped and cut. */
+function renderProblem(e: unknown): string {
+  if (e instanceof TemplateLimitError) return `stopped: ${e.message}`;
+  if (e instanceof RaisedByTemplate) return quoteFileText(firstLine(e), PROBLEM_CHARS);
+  if (e instanceof RangeError) return `stopped: ${showFileText(firstLine(e), PROBLEM_CHARS)}`;
+  return showFileText(firstLine(e), PROBLEM_CHARS);
+}
+
+/** Characters shown of a message that holds template text. */
+const PROBLEM_CHARS = 160;
+
+/** Python's strftime for the codes chat templates use (Llama 3.x: "%d %b %Y"), as @huggingface/jinja's strftime_now. */
+export function strftime(date: Date, format: string): string {
+  const pad2 = (n: number) => String(n).padStart(2, "0");
+  const month = (style: "long" | "short") => new Intl.DateTimeFormat("en-US", { month: style }).format(date);
+  const codes: Record<string, () => string> = {
+    "%Y": () => String(date.getFullYear()),
+    "%m": () => pad2(date.getMonth() + 1),
+    "%d": () => pad2(date.getDate()),
+    "%b": () => month("short"),
+    "%B": () => month("long"),
+    "%H": () => pad2(date.getHours()),
+    "%M": () => pad2(date.getMinutes()),
+    "%S": () => pad2(date.getSeconds()),
+    "%%": () => "%",
+  };
+  return format.replace(/%[YmdbBHMS%]/g, (code) => codes[code]!());
 }

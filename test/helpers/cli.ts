@@ -14,7 +14,7 @@ export interface CliResult {
 }
 
 /** `bun bin/pagellm ...args` from the repository root; waits for it to exit. */
-export function runPagellm(args: readonly string[], opts: { stdin?: string; env?: Record<string, string> } = {}): CliResult {
+export function runPagellm(args: readonly string[], opts: { stdin?: string; env?: Record<string, string>; timeoutMs?: number } = {}): CliResult {
   const proc = Bun.spawnSync(["bun", "bin/pagellm", ...args], {
     cwd: REPO_ROOT,
     stdin: opts.stdin === undefined ? "ignore" : Buffer.from(opts.stdin),
@@ -22,6 +22,8 @@ export function runPagellm(args: readonly string[], opts: { stdin?: string; env?
     stderr: "pipe",
     // No debug stack dumps, whatever the calling environment sets.
     env: { ...process.env, PAGELLM_DEBUG: "", ...opts.env },
+    // Killed past this (a hang shows as a test failure, not a stuck suite).
+    ...(opts.timeoutMs === undefined ? {} : { timeout: opts.timeoutMs }),
   });
   return {
     exitCode: proc.exitCode ?? -1,
