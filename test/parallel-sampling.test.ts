@@ -65,7 +65,7 @@ afterEach(() => {
   for (const llm of opened.splice(0)) llm.close();
 });
 
-function samples(llm: LLM, prompt: number[], seeds: number[], maxTokens: number, tag: string): NewRequest[] {
+function samples(prompt: number[], seeds: number[], maxTokens: number, tag: string): NewRequest[] {
   return seeds.map((seed, i) => ({
     id: `${tag}-${i}`, promptTokenIds: prompt,
     params: { maxTokens, stop: [], sampling: { ...DEFAULT_SAMPLING, temperature: 1, topK: 0, topP: 1, minP: 0, seed }, logprobs: 1 },
@@ -93,7 +93,7 @@ function forkMatchesSeparate(name: string, load: (engine: Partial<EngineOptions>
       if (shared === null) fallbacks++;
       return shared;
     };
-    const forked = prompts.map((p, k) => llm.engine.addParallelSampling(samples(llm, p, seeds, 30, `f${k}`)));
+    const forked = prompts.map((p, k) => llm.engine.addParallelSampling(samples(p, seeds, 30, `f${k}`)));
     const queriesBefore = llm.engine.stats.prefixQueries;
     await runAll(llm);
     if (engine.numBlocks !== undefined) {
@@ -106,7 +106,7 @@ function forkMatchesSeparate(name: string, load: (engine: Partial<EngineOptions>
     const separate: Sequence[][] = [];
     for (const [k, p] of prompts.entries()) {
       const one: Sequence[] = [];
-      for (const [i, req] of samples(llm, p, seeds, 30, `s${k}`).entries()) {
+      for (const [i, req] of samples(p, seeds, 30, `s${k}`).entries()) {
         llm.engine.resetPrefixCache();
         one.push(llm.engine.addRequest({ ...req, id: `s${k}-${i}` }));
         await runAll(llm);
@@ -130,9 +130,9 @@ describeShared("parallel sampling on WebAssembly", [MODELS.stories260K, TOKENIZE
   test("n beyond --max-num-seqs can never run: RequestTooLongError; seats are kept for forks", async () => {
     const llm = load({ maxNumSeqs: 4 });
     const prompt = llm.encode(TEXTS[1]!);
-    expect(() => llm.engine.addParallelSampling(samples(llm, prompt, [1, 2, 3, 4, 5], 5, "big"))).toThrow(RequestTooLongError);
-    const four = llm.engine.addParallelSampling(samples(llm, prompt, [1, 2, 3, 4], 5, "four"));
-    const other = llm.engine.addRequest(samples(llm, llm.encode(TEXTS[2]!), [9], 5, "other")[0]!);
+    expect(() => llm.engine.addParallelSampling(samples(prompt, [1, 2, 3, 4, 5], 5, "big"))).toThrow(RequestTooLongError);
+    const four = llm.engine.addParallelSampling(samples(prompt, [1, 2, 3, 4], 5, "four"));
+    const other = llm.engine.addRequest(samples(llm.encode(TEXTS[2]!), [9], 5, "other")[0]!);
     await llm.engine.step();
     // The four samples' seats are held: the other request waits.
     expect(llm.engine.stats.numRunning).toBe(4);
@@ -145,7 +145,7 @@ describeShared("parallel sampling on WebAssembly", [MODELS.stories260K, TOKENIZE
   test("a parent aborted before its prefill leaves its samples to run on their own", async () => {
     const llm = load({});
     const prompt = llm.encode(TEXTS[3]!);
-    const [parent, ...children] = llm.engine.addParallelSampling(samples(llm, prompt, [1, 2, 3], 6, "a"));
+    const [parent, ...children] = llm.engine.addParallelSampling(samples(prompt, [1, 2, 3], 6, "a"));
     llm.engine.abort(parent!);
     await runAll(llm);
     expect(parent!.finishReason).toBe("abort");

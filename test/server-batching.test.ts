@@ -38,6 +38,8 @@ describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
 
   test("a short request sent while a long one streams finishes first", async () => {
     const order: string[] = [];
+    let started!: () => void;
+    const streaming = new Promise<void>((resolve) => (started = resolve));
     const long = (async () => {
       const stream = await s.client.completions.create({ model: "test-model", prompt: "Once upon a time", max_tokens: 400, temperature: 0, ignore_eos: true, stream: true } as never);
       let chunks = 0;
@@ -46,8 +48,7 @@ describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
       }
       order.push("long");
     })();
-    let started!: () => void;
-    await new Promise<void>((resolve) => (started = resolve));
+    await streaming;
     const short = await s.client.completions.create({ model: "test-model", prompt: "The dog", max_tokens: 4, temperature: 0, ignore_eos: true } as never) as Completion;
     order.push("short");
     await long;
@@ -131,7 +132,7 @@ describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
     const prompt = `${TEXTS[3]} ${TEXTS[4]}`;
     const ask = async (salt: string | undefined) => {
       const r = (await s.client.completions.create({ model: "test-model", prompt, max_tokens: 2, temperature: 0, ...(salt ? { cache_salt: salt } : {}) } as never)) as Completion;
-      return r.usage!.prompt_tokens_details!.cached_tokens;
+      return r.usage!.prompt_tokens_details!.cached_tokens ?? -1;
     };
     await settled(s.url);
     expect(s.llm.engine.resetPrefixCache()).toBe(true);

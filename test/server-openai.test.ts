@@ -9,6 +9,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import OpenAI, { APIError, BadRequestError, NotFoundError, RateLimitError } from "openai";
 import { describeShared } from "./helpers/shared.ts";
 import { metric, openaiClient, startServer, type TestServer } from "./helpers/serve.ts";
+import { PagellmServer } from "../src/server/server.ts";
 
 const CHAT_MODEL = "models/gguf/rnd-qwen2-Q5_K_M.gguf";
 const STORIES = "models/gguf/stories260K.gguf";
@@ -252,3 +253,20 @@ describeShared("serve: 401, 413 and 429", [STORIES], ([model]) => {
   }, LIMIT_MS);
 });
 
+
+test("while the model loads: /health and /v1/* answer 503 with Retry-After", async () => {
+  const server = new PagellmServer({
+    host: "127.0.0.1", port: 0, apiKey: null, maxBodyBytes: 1 << 20, maxQueue: 4, logRequests: false, modelName: "m", log: () => {},
+  });
+  try {
+    const health = await fetch(`${server.url}/health`);
+    expect(health.status).toBe(503);
+    expect(await health.json()).toEqual({ status: "loading" });
+    const models = await fetch(`${server.url}/v1/models`);
+    expect(models.status).toBe(503);
+    expect(models.headers.get("retry-after")).toBe("1");
+    expect(((await models.json()) as { error: { code: string } }).error.code).toBe("model_loading");
+  } finally {
+    await server.close();
+  }
+}, LIMIT_MS);
