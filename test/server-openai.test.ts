@@ -6,6 +6,7 @@
  * completions run on stories260K.
  */
 import { afterAll, beforeAll, expect, test } from "bun:test";
+import type { Completion } from "openai/resources/completions";
 import OpenAI, { APIError, BadRequestError, NotFoundError, RateLimitError } from "openai";
 import { describeShared } from "./helpers/shared.ts";
 import { metric, openaiClient, startServer, type TestServer } from "./helpers/serve.ts";
@@ -158,6 +159,16 @@ describeShared("serve: text completions (openai client)", [STORIES], ([model]) =
     expect(nested.choices.length).toBe(2);
   }, LIMIT_MS);
 
+  test("llama.cpp's repeat_penalty and repeat_last_n are honoured: a penalty over the last 0 tokens changes nothing", async () => {
+    const ask = (extra: Record<string, unknown>) =>
+      s.client.completions.create({ model: "test-model", prompt: "The cat sat", max_tokens: 30, temperature: 0, ignore_eos: true, ...extra } as never) as Promise<Completion>;
+    const plain = (await ask({})).choices[0]!.text;
+    expect((await ask({ repeat_penalty: 1.5, repeat_last_n: 0 })).choices[0]!.text).toBe(plain);
+    const penalised = (await ask({ repeat_penalty: 1.5 })).choices[0]!.text;
+    expect(penalised).not.toBe(plain);
+    expect((await ask({ repetition_penalty: 1.5, repeat_last_n: -1 })).choices[0]!.text).toBe(penalised);
+  }, LIMIT_MS);
+
   test("streamed completion: the text of the whole one, finish_reason last; logprobs with offsets", async () => {
     const params = { model: "test-model", prompt: "Lily and Ben", max_tokens: 20, temperature: 0.7, seed: 5, top_k: 20, min_p: 0.02, repetition_penalty: 1.1 };
     const whole = await s.client.completions.create({ ...params, logprobs: 2 } as OpenAI.CompletionCreateParamsNonStreaming);
@@ -192,6 +203,8 @@ describeShared("serve: text completions (openai client)", [STORIES], ([model]) =
     expect(await bad({ n: 9 })).toBe("n");
     expect(await bad({ frobnicate: true })).toBe("frobnicate");
     expect(await bad({ max_tokens: 0 })).toBe("max_tokens");
+    expect(await bad({ repetition_penalty: 1.1, repeat_penalty: 1.1 })).toBe("repeat_penalty");
+    expect(await bad({ repeat_last_n: -2 })).toBe("repeat_last_n");
   }, LIMIT_MS);
 });
 

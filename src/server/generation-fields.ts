@@ -24,6 +24,8 @@ export interface GenerationSpec {
   topK: number;
   minP: number;
   repetitionPenalty: number;
+  /** Tokens the penalty looks back over (llama.cpp's repeat_last_n); null: the whole context, as vLLM. */
+  repeatLastN: number | null;
   /** Sample i of a prompt draws with seed + i; null: a random seed each. */
   seed: number | null;
   /** Samples per prompt. */
@@ -59,7 +61,8 @@ export function readGenerationFields(f: BodyFields, maxTokensDefault: number | n
     topP: f.number("top_p", { min: 0, minOpen: true, max: 1 }) ?? 1,
     topK: readTopK(f),
     minP: f.number("min_p", { min: 0, max: 1 }) ?? 0,
-    repetitionPenalty: f.number("repetition_penalty", { min: 0, minOpen: true }) ?? 1,
+    repetitionPenalty: readRepetitionPenalty(f),
+    repeatLastN: readRepeatLastN(f),
     seed: f.number("seed", { integer: true, min: -(2 ** 63), max: 2 ** 64 }) ?? null,
     n,
     logprobs,
@@ -83,8 +86,7 @@ export function sampleParams(spec: GenerationSpec, i: number): GenerationParams 
       topP: spec.topP,
       minP: spec.minP,
       repetitionPenalty: spec.repetitionPenalty,
-      // The penalty looks back over the whole context, as vLLM's does.
-      repeatLastN: Number.MAX_SAFE_INTEGER,
+      repeatLastN: spec.repeatLastN ?? Number.MAX_SAFE_INTEGER,
       seed,
     },
   };
@@ -99,6 +101,20 @@ function readStop(v: Json | undefined): string[] {
   if (!Array.isArray(stops) || stops.some((s) => typeof s !== "string")) throw ApiError.badField("stop", "'stop' must be a string or an array of strings");
   if (stops.length > MAX_STOPS) throw ApiError.badField("stop", `'stop' may hold at most ${MAX_STOPS} strings, got ${stops.length}`);
   return (stops as string[]).filter((s) => s !== "");
+}
+
+/** vLLM's repetition_penalty, or llama.cpp's name for it, repeat_penalty (not both). */
+function readRepetitionPenalty(f: BodyFields): number {
+  const vllm = f.number("repetition_penalty", { min: 0, minOpen: true });
+  const llamaCpp = f.number("repeat_penalty", { min: 0, minOpen: true });
+  if (vllm !== undefined && llamaCpp !== undefined) throw ApiError.badField("repeat_penalty", "give 'repetition_penalty' or its llama.cpp name 'repeat_penalty', not both");
+  return vllm ?? llamaCpp ?? 1;
+}
+
+/** llama.cpp's repeat_last_n: -1 (or absent) the whole context, 0 no penalty. */
+function readRepeatLastN(f: BodyFields): number | null {
+  const n = f.number("repeat_last_n", { integer: true, min: -1 });
+  return n === undefined || n === -1 ? null : n;
 }
 
 /** top_k: 0 or -1 (vLLM's "off") mean no top-k. */

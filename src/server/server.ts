@@ -39,6 +39,9 @@ export interface ServerOptions {
 
 type State = "loading" | "ready" | "draining";
 
+/** Seconds a connection may stay silent, except while its generation runs. */
+const IDLE_TIMEOUT_S = 60;
+
 export class PagellmServer {
   private state: State = "loading";
   private llm: LLM | null = null;
@@ -56,8 +59,8 @@ export class PagellmServer {
       port: opts.port,
       // Bun's own cap is a backstop above ours (ours answers in the OpenAI shape).
       maxRequestBodySize: opts.maxBodyBytes + (1 << 20),
-      // Streams stay open as long as generation takes; idle keep-alive connections are Bun's to close.
-      idleTimeout: 0,
+      // Idle connections close after a minute; a generation's own connection waits as long as it runs (see route).
+      idleTimeout: IDLE_TIMEOUT_S,
       fetch: (req, server) => this.handle(req, server),
       error: (e) => errorResponse(asApiError(e)),
     });
@@ -139,6 +142,8 @@ export class PagellmServer {
     this.auth?.check(req);
     if (this.state !== "ready") throw unavailable(this.state);
     const llm = this.llm!;
+    // A non-streamed generation sends nothing until it ends, a stream nothing while it waits in the queue.
+    if (req.method === "POST") this.server.timeout(req, 0);
     const ctx: GenerationContext = { loop: this.loop!, model: this.opts.modelName, signal: req.signal, onDone };
     switch (path) {
       case "/v1/models":
