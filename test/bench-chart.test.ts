@@ -11,6 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chartDocument, escapeXml, niceTicks, paletteColor, tickLabel, type Chart } from "../src/bench/chart-svg.ts";
 import { inkedPixels, pixelsNear, readPng } from "./helpers/png.ts";
+import { LONG_PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "pagellm-chart-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -106,5 +107,5 @@ describe.skipIf(browser === null && !inCi)("chart rendered by headless Chromium"
     writeFileSync(blank, `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}"><rect width="100%" height="100%" fill="#fff"/></svg>`);
     const control = render(blank, width, height);
     expect(inkedPixels(control)).toBeLessThan(0.001 * width * height);
-  }, 120_000);
+  }, LONG_PROCESS_TEST_MS);
 });

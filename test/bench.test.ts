@@ -21,6 +21,7 @@ import { BENCH_SCHEMA } from "../src/bench/report.ts";
 import { figuresOf, parseBenchDocument, readBenchDocument, reportsOf, type AllDocument, type AnyBenchReport } from "../src/bench/schema.ts";
 import { readFileSync, writeFileSync } from "node:fs";
 import { describeShared } from "./helpers/shared.ts";
+import { CHILD_PROCESS_MS, LONG_PROCESS_TEST_MS, PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
 const modelsDir = mkdtempSync(join(tmpdir(), "pagellm-bench-"));
@@ -32,7 +33,7 @@ const QUICK = ["--json", "--reps", "1", "--warmup", "0"];
 const TINY_SHAPE = "dim=32,hidden=64,layers=1,heads=2,kv=1,vocab=512,seq=2048";
 
 function pagellm(args: string[]): { code: number; stdout: string; stderr: string } {
-  const p = Bun.spawnSync(["bun", join(ROOT, "bin", "pagellm"), ...args], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+  const p = Bun.spawnSync(["bun", join(ROOT, "bin", "pagellm"), ...args], { cwd: ROOT, stdout: "pipe", stderr: "pipe", timeout: CHILD_PROCESS_MS });
   return { code: p.exitCode ?? -1, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
 }
 
@@ -74,7 +75,7 @@ describe("bench command", () => {
     const r = pagellm(["bench"]);
     expect(r.code).toBe(0);
     for (const name of ["kernels", "decode", "prefill", "batch", "prefix", "all", "compare", "chart"]) expect(r.stdout).toContain(name);
-  });
+  }, PROCESS_TEST_MS);
 
   test("every bench's --help lists its options", () => {
     const expected: Record<string, string[]> = {
@@ -90,13 +91,13 @@ describe("bench command", () => {
       expect(r.code).toBe(0);
       for (const o of [...options, "--json", "--chart", "--compare"]) expect(r.stdout, `${bench} ${o}`).toContain(o);
     }
-  });
+  }, PROCESS_TEST_MS);
 
   test("a bad option is a one-line error", () => {
     const r = pagellm(["bench", "decode", "--threads", "0"]);
     expect(r.code).toBe(2);
     expect(r.stderr).toContain("--threads");
-  });
+  }, PROCESS_TEST_MS);
 
   test("custom shapes parse; a malformed one is an input error", () => {
     expect(parseShape(TINY_SHAPE).config.headDim).toBe(16);
@@ -148,7 +149,7 @@ describe("bench command", () => {
       expect(r.code, args.join(" ")).toBe(2);
       expect(r.stderr.trim().split("\n").pop()).toMatch(message);
     }
-  });
+  }, PROCESS_TEST_MS);
 
   test("--compare matches figures by bench and key, lists what either side lacks, and names a different machine", () => {
     const machine = machineInfo();
@@ -193,7 +194,7 @@ describe("bench command", () => {
     expect(noDir.stderr).toMatch(/--json .*out\.json: folder .*no-such-dir does not exist/);
     const chartDir = pagellm(["bench", "all", "--chart", modelsDir]);
     expect(chartDir.stderr).toMatch(/--chart .*: is a folder; give a file name/);
-  });
+  }, PROCESS_TEST_MS);
 
   test("summaries", () => {
     const s = summarize([3, 1, 2]);
@@ -212,14 +213,14 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
     ]);
     const svg = readFileSync(chart, "utf8");
     for (const s of ["pagellm bench kernels", "SIMD kernel vs scalar loop", "288x288", "2048x768", "scalar loop"]) expect(svg).toContain(s);
-  }, 30_000);
+  }, PROCESS_TEST_MS);
 
   test("decode", () => {
     expectFigures(["bench", "decode", ...QUICK, ...onModel, "--stream-mb", "16", "--tokens", "4", "--threads", "1,2"], [
       "bytesPerToken", "rows.*.tokensPerSecond.median", "rows.*.msPerToken.p99", "rows.*.bandwidthGBps.median",
       "rows.*.limitTokensPerSecond", "rows.*.fractionOfLimit", "rows.*.vsFirst",
     ]);
-  }, 30_000);
+  }, PROCESS_TEST_MS);
 
   test("decode --json FILE: the typed document round-trips, tables stay on stdout, and --compare / bench compare / bench chart read it", () => {
     const first = join(modelsDir, "decode-1.json");
@@ -262,20 +263,20 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
     const svg = join(modelsDir, "again.svg");
     expect(pagellm(["bench", "chart", second, svg]).code).toBe(0);
     expect(readFileSync(svg, "utf8")).toContain("<svg");
-  }, 60_000);
+  }, LONG_PROCESS_TEST_MS);
 
   test("decode --runc: a missing baseline binary is a one-line input error", () => {
     const r = pagellm(["bench", "decode", ...QUICK, ...onModel, "--stream-mb", "16", "--tokens", "4", "--threads", "1", "--runc", join(modelsDir, "no-such-run")]);
     expect(r.code).toBe(2);
     expect(r.stderr.trim().split("\n").pop()).toMatch(/^pagellm: error: .*no-such-run: --runc binary not found$/);
-  }, 30_000);
+  }, PROCESS_TEST_MS);
 
   test("prefill", () => {
     expectFigures(["bench", "prefill", ...QUICK, ...onModel, "--prompt-tokens", "64", "--decode-tokens", "4", "--threads", "1"], [
       "rows.*.ttftMs.median", "rows.*.prefillTokensPerSecond.median", "rows.*.decodeMsPerToken.median", "rows.*.prefillVsDecode", "target",
       "rows.*.matmulGflops.median", "rows.*.computeLimitTokensPerSecond", "rows.*.fractionOfLimit",
     ]);
-  }, 30_000);
+  }, PROCESS_TEST_MS);
 
   test("batch", () => {
     expectFigures(["bench", "batch", ...QUICK, ...onModel, "--stream-mb", "16", "--seqs", "1,4", "--steps", "2", "--prompt-tokens", "8", "--threads", "1"], [
@@ -283,7 +284,7 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
       "runs.*.rows.*.prefillTokensPerSecond.median", "runs.*.rows.*.vsSingle", "runs.*.rows.*.fractionOfMatmul",
       "runs.*.rows.*.bandwidthLimitTokensPerSecond", "runs.*.rows.*.computeLimitTokensPerSecond",
     ]);
-  }, 30_000);
+  }, PROCESS_TEST_MS);
 
   test("prefix, on a tiny random shape with a 2048-token context", () => {
     const doc = expectFigures([
@@ -302,7 +303,7 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
     expect(at(doc, "results.zeroHit.hitRate")).toEqual([0]);
     // Each fraction's prefix is cached in whole blocks and nothing else hits: 0, 64, 128, 192, 256 of 288 tokens.
     expect(at(doc, "results.ttftByCachedFraction.*.cachedTokens")).toEqual([0, 64, 128, 192, 256]);
-  }, 30_000);
+  }, PROCESS_TEST_MS);
 });
 
 /** A tiny llama shape whose GGUF form has Llama 2's vocabulary. */
@@ -326,7 +327,7 @@ describeShared("GGUF benches end to end (--type)", ["vocab/ggml-vocab-llama-spm.
       "models.*.rows.*.prefillTokensPerSecond.median", "models.*.rows.*.prefillVsDecode",
     ]);
     expect(statSync(file).mtimeMs).toBe(written);
-  }, 60_000);
+  }, LONG_PROCESS_TEST_MS);
 
   test("bench all --quick: one document with every sub-benchmark, one chart file with every chart, the elapsed time", () => {
     const json = join(modelsDir, "all.json");
@@ -352,7 +353,7 @@ describeShared("GGUF benches end to end (--type)", ["vocab/ggml-vocab-llama-spm.
     }
     expect(svg).toContain("bandwidth limit");
     expect(svg).toContain("compute limit");
-  }, 60_000);
+  }, LONG_PROCESS_TEST_MS);
 
   test("--model FILE.gguf --f32-baseline measures the file next to random F32 weights of its exact shape", () => {
     const file = join(SHARED, "models", "gguf", "rnd-llama-Q4_K_M.gguf");
@@ -364,7 +365,7 @@ describeShared("GGUF benches end to end (--type)", ["vocab/ggml-vocab-llama-spm.
     const original = readGGUF(file);
     expect(twin.tensors.map((t) => `${t.name} ${t.dims.join("x")}`).sort()).toEqual(original.tensors.map((t) => `${t.name} ${t.dims.join("x")}`).sort());
     expect(new Set(twin.tensors.map((t) => t.typeName))).toEqual(new Set(["F32"]));
-  }, 60_000);
+  }, LONG_PROCESS_TEST_MS);
 
   test("--peer-nlc: a folder without node-llama-cpp, or a llama2.c model, is a one-line input error", () => {
     const missing = pagellm(["bench", "decode", ...QUICK, ...tiny, "--type", "F32", "--peer-nlc", join(modelsDir, "no-peer")]);
@@ -373,7 +374,7 @@ describeShared("GGUF benches end to end (--type)", ["vocab/ggml-vocab-llama-spm.
     const foreign = pagellm(["bench", "decode", ...QUICK, "--model", llama2c!, "--peer-nlc", join(modelsDir, "no-peer")]);
     expect(foreign.code).toBe(2);
     expect(foreign.stderr).toContain("--peer-nlc runs llama.cpp on GGUF files");
-  }, 30_000);
+  }, PROCESS_TEST_MS);
 
   // node-llama-cpp is never a dependency of the project: this runs only where it was installed
   // outside it (PAGELLM_PEER_NLC, default /tmp/peers), and says so when skipped.
@@ -387,5 +388,5 @@ describeShared("GGUF benches end to end (--type)", ["vocab/ggml-vocab-llama-spm.
     expectFigures(["bench", "prefill", ...QUICK, ...tiny, "--type", "F32", "--prompt-tokens", "16", "--decode-tokens", "4", "--peer-nlc", peerDir], [
       "rows.*.peer.tokensPerSecond.median", "rows.*.peer.ratio",
     ]);
-  }, 60_000);
+  }, LONG_PROCESS_TEST_MS);
 });

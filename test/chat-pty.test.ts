@@ -13,6 +13,7 @@ import { tokenizerMetadata } from "../src/model/gguf-tokenizer-metadata.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { REPO_ROOT } from "./helpers/cli.ts";
 import { hasScript, pagellmInPty } from "./helpers/pty.ts";
+import { LONG_PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "pagellm-chat-pty-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -55,7 +56,7 @@ describeShared("pagellm chat on a GGUF chat model", ["models/gguf/rnd-qwen2-Q5_K
     expect(turns.length).toBe(2);
     // Everything before the new message, up to the last whole KV block (16 tokens), is served from the cache.
     expect(Number(turns[1]![2])).toBe(Math.floor((31 + 6) / 16) * 16);
-  }, 120_000);
+  }, LONG_PROCESS_TEST_MS);
 });
 
 describeShared("a long chat on a GGUF chat model", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
@@ -78,7 +79,7 @@ describeShared("a long chat on a GGUF chat model", ["models/gguf/rnd-qwen2-Q5_K_
     expect(last.prompt - last.cached).toBeLessThan(16 + 40);
     console.log(`TTFT: turns 2-6 least ${early} ms, turns 16-20 least ${late} ms; last prompt ${last.prompt} tokens (${last.cached} cached)`);
     expect(late).toBeLessThan(2 * early);
-  }, 180_000);
+  }, LONG_PROCESS_TEST_MS);
 });
 
 describeShared("Ctrl-C during a reply", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
@@ -130,7 +131,7 @@ describeShared("Ctrl-C during a reply", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], (
     expect(Number(turns[1]![1]), session).toBeGreaterThan(31 + firstReply);
     // Every whole 16-token block the first turn computed (its last sampled token is never fed back).
     expect(Number(turns[1]![2]), session).toBeGreaterThanOrEqual(Math.floor((31 + firstReply - 1) / 16) * 16);
-  }, 120_000);
+  }, LONG_PROCESS_TEST_MS);
 });
 
 describeShared("end-of-generation tokens stop a reply", ["vocab/ggml-vocab-smollm.gguf"], ([vocab]) => {
@@ -203,5 +204,5 @@ describeShared("end-of-generation tokens stop a reply", ["vocab/ggml-vocab-smoll
     expect(turns.length).toBe(2);
     expect(turns[1]![1]).toBe(Math.floor((31 + 2 + 1) / 16) * 16);
     expect(turns[1]![2]).toBe(2);
-  }, 120_000);
+  }, LONG_PROCESS_TEST_MS);
 });

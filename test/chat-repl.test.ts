@@ -12,6 +12,7 @@ import { historyPath } from "../src/cli/line-input.ts";
 import { REPO_ROOT, runPagellm } from "./helpers/cli.ts";
 import { hasScript, pagellmInPty } from "./helpers/pty.ts";
 import { describeShared } from "./helpers/shared.ts";
+import { LONG_PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "pagellm-chat-repl-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -74,7 +75,7 @@ describeShared("pagellm chat commands", ["models/gguf/stories260K.gguf"], ([mode
     expect(gen.stderr).not.toContain("error");
     expect(gen.exitCode).toBe(0);
     expect((JSON.parse(gen.stdout.trim().split("\n")[0]!) as { prompt_tokens: number }).prompt_tokens).toBe(after[0]!.prompt);
-  }, 60_000);
+  }, LONG_PROCESS_TEST_MS);
 
   test("/load of a file that is not a conversation says why and the chat goes on", () => {
     const bad = join(dir, "bad.json");
@@ -86,7 +87,7 @@ describeShared("pagellm chat commands", ["models/gguf/stories260K.gguf"], ([mode
     expect(run.stdout).toContain("/save needs a file name");
     expect(run.stdout).toContain("no turn yet");
     expect(turnStats(run.stderr).length).toBe(1);
-  }, 60_000);
+  }, LONG_PROCESS_TEST_MS);
 
   test("--chat-template-kwargs passes variables to the template (Qwen3's enable_thinking); a bad one is an input error", () => {
     const qwen3 = join(REPO_ROOT, "test", "fixtures", "chat-templates", "qwen3.jinja");
@@ -102,7 +103,7 @@ describeShared("pagellm chat commands", ["models/gguf/stories260K.gguf"], ([mode
     const bad = gen("--chat-template-kwargs", "[1]");
     expect(bad.exitCode).toBe(2);
     expect(bad.stderr).toContain("--chat-template-kwargs must be a JSON object, got [1]");
-  }, 60_000);
+  }, LONG_PROCESS_TEST_MS);
 
   test.skipIf(!hasScript)("history: lines typed in one session come back with the up arrow in the next", async () => {
     const env = { ...process.env, XDG_DATA_HOME: join(dir, "xdg") };
@@ -133,5 +134,5 @@ describeShared("pagellm chat commands", ["models/gguf/stories260K.gguf"], ([mode
     const out = await session(["\x1b[A\x1b[A\r", "/exit\r"]);
     expect(out).toContain("> Once upon a time");
     expect(turnStats(out).length).toBe(1);
-  }, 120_000);
+  }, LONG_PROCESS_TEST_MS);
 });

@@ -14,6 +14,7 @@ import { readGGUF } from "../src/model/gguf.ts";
 import { loadTokenizer } from "../src/tokenizer/load.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { describeShared } from "./helpers/shared.ts";
+import { PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 const FIXTURES = join(import.meta.dir, "fixtures", "chat-templates");
 const fixture = (name: string, bosToken = "<s>", eosToken = "</s>") =>
@@ -240,5 +241,5 @@ describeShared("chat templates through pagellm generate", ["models/gguf/rnd-qwen
     expect(r.exitCode).toBe(3);
     expect(r.stderr.trim().split("\n")).toHaveLength(1);
     expect(r.stderr).toContain(`${bad}: chat template: "system messages are not supported"`);
-  }, 120_000);
+  }, PROCESS_TEST_MS);
 });

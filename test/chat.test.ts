@@ -5,6 +5,7 @@ import {
 } from "../src/chat/builtin-formats.ts";
 import { loadLlama2cTokenizer } from "../src/tokenizer/index.ts";
 import { describeShared } from "./helpers/shared.ts";
+import { PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 /** A character-level tokenizer: BOS 1, EOS 2, each character its code + 3, a dummy-prefix space like SentencePiece. */
 const charTok: ChatTokenizer = {
@@ -222,7 +223,7 @@ describeShared("pagellm chat", [MODEL, TOK], ([model, tok]) => {
     expect(gen.code).toBe(0);
     expect(run.stdout.startsWith(gen.stdout.trimStart().trimEnd())).toBe(true);
     expect(lines.filter((l) => l.trim() !== "").length).toBeGreaterThanOrEqual(3 + 4);
-  }, 30_000);
+  }, PROCESS_TEST_MS);
 
   test("llama2 template: later turns hit the cache; /system and /set work; EOF ends the chat", async () => {
     const run = await pagellm([...base, "--template", "llama2", "--system", "Be nice", "--max-tokens", "20"],
@@ -235,13 +236,13 @@ describeShared("pagellm chat", [MODEL, TOK], ([model, tok]) => {
     expect(run.stdout).toContain('temperature must be a number >= 0, got "x"');
     expect(run.stdout).toContain("system prompt: Be nice");
     expect(run.stdout).toContain("unknown command /bogus");
-  }, 30_000);
+  }, PROCESS_TEST_MS);
 
   test("multi-line messages: a trailing backslash and a \"\"\" block are one message each", async () => {
     const run = await pagellm([...base, "--max-tokens", "5"], 'Once upon\\\na time\n"""\nThe dog\nran\n"""\n"""one line"""\n');
     expect(run.code).toBe(0);
     expect(turnStats(run.stderr).length).toBe(3);
-  }, 30_000);
+  }, PROCESS_TEST_MS);
 
   test("a long conversation drops its oldest turns instead of overflowing the context", async () => {
     const run = await pagellm([...base, "--max-tokens", "200"], "Once upon a time\nThe dog\nThe cat\nThe bird\n");
@@ -249,7 +250,7 @@ describeShared("pagellm chat", [MODEL, TOK], ([model, tok]) => {
     expect(turnStats(run.stderr).length).toBe(4);
     expect(run.stderr).toContain("dropped the oldest turn");
     expect(run.stderr).not.toContain("error");
-  }, 30_000);
+  }, PROCESS_TEST_MS);
 
   test("a message longer than the context is refused, and the chat goes on", async () => {
     const long = "the dog ran and ".repeat(200);
@@ -257,7 +258,7 @@ describeShared("pagellm chat", [MODEL, TOK], ([model, tok]) => {
     expect(run.code).toBe(0);
     expect(run.stderr).toMatch(/message too long: \d+ tokens, the context holds 512/);
     expect(turnStats(run.stderr).length).toBe(1);
-  }, 30_000);
+  }, PROCESS_TEST_MS);
 
   test("SIGINT while waiting for input ends the chat with 130", async () => {
     const proc = Bun.spawn(["bun", "bin/pagellm", ...base], { cwd: ROOT, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
@@ -270,7 +271,7 @@ describeShared("pagellm chat", [MODEL, TOK], ([model, tok]) => {
     }
     proc.kill("SIGINT");
     expect(await proc.exited).toBe(130);
-  }, 30_000);
+  }, PROCESS_TEST_MS);
 
   test("options: unknown ones are rejected, a bad template or --system without one is an input error, --help lists them", async () => {
     expect((await pagellm([...base, "--bogus"], "")).code).toBe(2);
@@ -284,5 +285,5 @@ describeShared("pagellm chat", [MODEL, TOK], ([model, tok]) => {
     const help = await pagellm(["chat", "--help"], "");
     expect(help.code).toBe(0);
     for (const opt of ["--template", "--system", "--temperature", "--max-tokens", "--prefix-cache", "--model"]) expect(help.stdout).toContain(opt);
-  }, 30_000);
+  }, PROCESS_TEST_MS);
 });

@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { REPO_ROOT, runPagellm, stripAnsi } from "./helpers/cli.ts";
 import { hasScript, pagellmInPty, shellQuote } from "./helpers/pty.ts";
 import { describeShared } from "./helpers/shared.ts";
+import { CHILD_PROCESS_MS, PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 describeShared("--quiet and the stderr lines", ["models/llama2c/stories260K.bin", "models/llama2c/tok512.bin"], ([model, tok]) => {
   const args = ["generate", "--model", model!, "--tokenizer", tok!, "--prompt", "Once upon a time", "--max-tokens", "8", "--temperature", "0", "--threads", "1"];
@@ -17,7 +18,7 @@ describeShared("--quiet and the stderr lines", ["models/llama2c/stories260K.bin"
     expect(r.stdout.length).toBeGreaterThan(0);
     expect(r.stderr).toContain("load: ");
     expect(r.stderr).toContain("generation: ");
-  });
+  }, PROCESS_TEST_MS);
 
   test("with --quiet (or -q, anywhere on the line): the same stdout, nothing on stderr", () => {
     const loud = runPagellm(args);
@@ -27,13 +28,13 @@ describeShared("--quiet and the stderr lines", ["models/llama2c/stories260K.bin"
       expect(r.stdout).toBe(loud.stdout);
       expect(r.stderr).toBe("");
     }
-  });
+  }, PROCESS_TEST_MS);
 
   test("--quiet keeps errors", () => {
     const r = runPagellm([...args.slice(0, 2), join(REPO_ROOT, "no-such-model.bin"), ...args.slice(3), "--quiet"]);
     expect(r.exitCode).toBe(2);
     expect(r.stderr).toMatch(/^pagellm: error: .*no-such-model\.bin[^\n]*\n$/);
-  });
+  }, PROCESS_TEST_MS);
 });
 
 describe("--verbose", () => {
@@ -43,13 +44,13 @@ describe("--verbose", () => {
     const [first, ...rest] = r.stderr.split("\n");
     expect(first).toMatch(/^pagellm: error: .*no-such-model\.bin/);
     expect(rest.join("\n")).toMatch(/^\s+at /m);
-  });
+  }, PROCESS_TEST_MS);
 
   test("without it, no stack", () => {
     const r = runPagellm(["generate", "--model", "no-such-model.bin", "--prompt", "x"]);
     expect(r.stderr).not.toMatch(/^\s+at /m);
     expect(r.stderr.split("\n").filter(Boolean)).toHaveLength(1);
-  });
+  }, PROCESS_TEST_MS);
 
   test("every command's --help lists the global options", () => {
     for (const command of [[], ["generate"], ["chat"], ["bench", "decode"], ["pull"]]) {
@@ -60,7 +61,7 @@ describe("--verbose", () => {
       expect(text).toContain("--verbose");
       expect(text).toContain("NO_COLOR");
     }
-  });
+  }, PROCESS_TEST_MS);
 });
 
 
@@ -69,7 +70,7 @@ describeShared("colour on a terminal", ["models/llama2c/stories260K.bin", "model
   function chatInPty(env: Record<string, string | undefined>): string {
     const pty = pagellmInPty(["chat", "--model", model!, "--tokenizer", tok!, "--max-tokens", "4", "--temperature", "0", "--threads", "1"]);
     const proc = Bun.spawnSync(["sh", "-c", `(sleep 1; printf 'Once\\r'; sleep 2; printf '/exit\\r') | ${pty.map(shellQuote).join(" ")}`], {
-      cwd: REPO_ROOT, env: { ...process.env, TERM: "xterm", ...env }, stdout: "pipe", stderr: "pipe",
+      cwd: REPO_ROOT, env: { ...process.env, TERM: "xterm", ...env }, stdout: "pipe", stderr: "pipe", timeout: CHILD_PROCESS_MS,
     });
     return proc.stdout.toString();
   }
@@ -80,5 +81,5 @@ describeShared("colour on a terminal", ["models/llama2c/stories260K.bin", "model
     const plain = chatInPty({ NO_COLOR: "1" });
     expect(plain).toMatch(/\[prompt \d+ tokens/);
     expect(plain).not.toContain("\x1b[2m");
-  }, 30_000);
+  }, PROCESS_TEST_MS);
 });

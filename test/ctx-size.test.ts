@@ -10,6 +10,7 @@ import { makeConfig } from "../src/model/config.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
+import { PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 const THREADS = testThreads();
 
@@ -63,13 +64,13 @@ describeShared("--ctx-size on stories260K.gguf (context 2048 in the file)", ["mo
     expect(full.exitCode).toBe(0);
     expect(full.stdout.length).toBeGreaterThan(20);
     expect(short.stdout).toBe(full.stdout);
-  });
+  }, PROCESS_TEST_MS);
 
   test("--ctx-size above the model's context runs at the model's, and says so on stderr", () => {
     const r = runPagellm(["generate", "--model", model!, "--prompt", "Once", "--max-tokens", "2", "--temperature", "0", "--ctx-size", "100000", "--threads", String(THREADS)]);
     expect(r.exitCode).toBe(0);
     expect(r.stderr).toContain("note: --ctx-size 100000 is more than stories260K.gguf's own context of 2048 tokens; running at 2048");
-  });
+  }, PROCESS_TEST_MS);
 
   test("info's memory estimate takes --ctx-size as generate does: default min(4096, model), 0 = the model's", () => {
     const kvBytes = (ctx: string[]) => (JSON.parse(runPagellm(["info", model!, "--json", ...ctx]).stdout) as { memory: { ctxSize: number } }).memory.ctxSize;
@@ -77,18 +78,18 @@ describeShared("--ctx-size on stories260K.gguf (context 2048 in the file)", ["mo
     expect(kvBytes(["--ctx-size", "0"])).toBe(2048);
     expect(kvBytes(["--ctx-size", "100"])).toBe(100);
     expect(kvBytes(["--ctx-size", "99999"])).toBe(2048);
-  });
+  }, PROCESS_TEST_MS);
 
   test("--logprobs without --json or --output is an option error: text output has no place for them", () => {
     const r = runPagellm(["generate", "--model", model!, "--prompt", "Once", "--logprobs", "2"]);
     expect(r.exitCode).toBe(2);
     expect(r.stderr.trim().split("\n")).toEqual(["pagellm: error: --logprobs adds log-probabilities to JSON results: give --json or --output FILE too"]);
-  });
+  }, PROCESS_TEST_MS);
 
   test("--ctx-size -3 is a one-line option error (exit 2)", () => {
     const r = runPagellm(["generate", "--model", model!, "--prompt", "x", "--ctx-size", "-3"]);
     expect(r.exitCode).toBe(2);
     expect(r.stderr.trim().split("\n")).toHaveLength(1);
     expect(r.stderr).toMatch(/--ctx-size/);
-  });
+  }, PROCESS_TEST_MS);
 });

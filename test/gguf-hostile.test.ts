@@ -14,6 +14,7 @@ import { gguf } from "../src/model/gguf-writer.ts";
 import { patched, tensorRecord, valueAt, type HeaderMap } from "./helpers/gguf-patch.ts";
 import { declareHugeTensor, rewriteGGUF } from "./helpers/hostile-gguf.ts";
 import { describeShared } from "./helpers/shared.ts";
+import { PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "pagellm-gguf-hostile-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -143,14 +144,14 @@ describeShared("hostile GGUF model files", ["models/gguf/stories260K.gguf"], ([g
     expect(shown.stdout).toContain("architecture      llama");
     expect(shown.stderr.trim().split("\n")).toHaveLength(1);
     expect(shown.stderr).toMatch(/overlap/);
-  });
+  }, PROCESS_TEST_MS);
 
   test("a KV cache that cannot fit the 4 GiB WebAssembly memory is refused before loading, with the sizes", () => {
     const r = runPagellm(["generate", "--model", good!, "--prompt", "Once", "--num-blocks", "50000000"]);
     expect(r.stderr.trim().split("\n")).toHaveLength(1);
     expect(r.stderr).toMatch(/needs [\d.]+ GiB \(weights [\d.]+ GiB, KV cache [\d.]+ GiB, buffers [\d.]+ GiB\), more than the 4 GiB/);
     expect(r.exitCode).not.toBe(0);
-  });
+  }, PROCESS_TEST_MS);
 });
 
 // ----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import { readGGUF } from "../src/model/gguf.ts";
 import { GGUFRig, argmax, logSoftmaxAt } from "./helpers/gguf-rig.ts";
 import { SHARED_DIR, describeShared } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
+import { CHILD_PROCESS_MS, PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 const THREADS = testThreads();
 const dir = mkdtempSync(join(tmpdir(), "pagellm-gguf-llama-cpp-"));
@@ -48,12 +49,12 @@ let refModelsDir: string | null = null;
 function refModel(name: string): string {
   if (refModelsDir === null) {
     refModelsDir = join(dir, "refmodels");
-    const r = spawnSync(process.execPath, [join(SHARED_DIR, MAKE_REFMODELS), refModelsDir, name.replace(/-F32$/, "")], { encoding: "utf8" });
+    const r = spawnSync(process.execPath, [join(SHARED_DIR, MAKE_REFMODELS), refModelsDir, name.replace(/-F32$/, "")], { encoding: "utf8", timeout: CHILD_PROCESS_MS });
     if (r.status !== 0) throw new Error(`make_refmodels failed: ${r.stderr}`);
   }
   const path = join(refModelsDir, `${name}.gguf`);
   if (!existsSync(path)) {
-    const r = spawnSync(process.execPath, [join(SHARED_DIR, MAKE_REFMODELS), refModelsDir, name.replace(/-F32$/, "")], { encoding: "utf8" });
+    const r = spawnSync(process.execPath, [join(SHARED_DIR, MAKE_REFMODELS), refModelsDir, name.replace(/-F32$/, "")], { encoding: "utf8", timeout: CHILD_PROCESS_MS });
     if (r.status !== 0 || !existsSync(path)) throw new Error(`make_refmodels wrote no ${path}: ${r.stderr}`);
   }
   return path;
@@ -114,11 +115,12 @@ for (const m of CASES) {
   describeShared(`${m.ref} against llama.cpp (${m.kind})`, [...refFiles, ...m.needs], (paths) => {
     let rig: GGUFRig | undefined;
     let eos = -1;
+    // m.path() may run make_refmodels.ts in a child process.
     beforeAll(() => {
       const path = m.path();
       eos = readGGUF(path).getU32("tokenizer.ggml.eos_token_id");
       rig = new GGUFRig(path, 600, THREADS);
-    });
+    }, PROCESS_TEST_MS);
     afterAll(() => rig?.close());
 
     TEXTS.forEach((text, i) => {

@@ -18,6 +18,7 @@ import { SHARED_DIR, describeShared } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
 import { ReferenceTransformer } from "./reference/forward-f64.ts";
 import { readGGUFF32Weights } from "./reference/read-gguf-f32.ts";
+import { CHILD_PROCESS_MS, PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 const THREADS = testThreads();
 const dir = mkdtempSync(join(tmpdir(), "pagellm-gguf-refmodels-"));
@@ -32,7 +33,7 @@ function refModel(name: string): string {
   const out = join(dir, "refmodels");
   const path = join(out, `${name}-F32.gguf`);
   if (!existsSync(path)) {
-    const r = spawnSync(process.execPath, [join(SHARED_DIR, MAKE_REFMODELS), out, name], { encoding: "utf8" });
+    const r = spawnSync(process.execPath, [join(SHARED_DIR, MAKE_REFMODELS), out, name], { encoding: "utf8", timeout: CHILD_PROCESS_MS });
     if (r.status !== 0 || !existsSync(path)) throw new Error(`make_refmodels wrote no ${path}: ${r.stderr}`);
   }
   return path;
@@ -93,11 +94,12 @@ describeShared("make_refmodels' F32 models against the float64 reference", [MAKE
       let rig: GGUFRig | undefined;
       let tokens: number[] = [];
       let logits: Float32Array[] = [];
+      // m.file() may run make_refmodels.ts in a child process.
       beforeAll(() => {
         rig = new GGUFRig(m.file(), 2 * SEQ, THREADS);
         tokens = Array.from({ length: SEQ }, (_, i) => (i * 7919 + 13) % rig!.config.vocabSize);
         logits = rig.logits(tokens, SEQ);
-      });
+      }, PROCESS_TEST_MS);
       afterAll(() => rig?.close());
 
       test("hyper-parameters from the file", () => {

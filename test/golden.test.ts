@@ -15,6 +15,7 @@ import { runPagellm } from "./helpers/cli.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
 import { greedyGoldenCases } from "./helpers/runc-golden.ts";
+import { PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 const THREADS = testThreads();
 const GOLDEN = "golden/runc-greedy.json";
@@ -54,7 +55,7 @@ describeShared("run.c greedy goldens", [GOLDEN], ([goldenPath]) => {
         expect(r.stderr).not.toContain("error");
         expect(r.exitCode).toBe(0);
         expect(r.stdout).toBe(c.completion + "\n");
-      });
+      }, PROCESS_TEST_MS);
 
       test("CLI, --threads 2 --json: same text, prompt_tokens P, stops where run.c stops", () => {
         const r = runPagellm([...cliArgs(), "--threads", "2", "--json"]);
@@ -64,7 +65,7 @@ describeShared("run.c greedy goldens", [GOLDEN], ([goldenPath]) => {
         expect(result.prompt_tokens).toBe(P);
         if (result.finish_reason === "length") expect(result.completion_tokens).toBe(maxTokens);
         else expect(result.finish_reason).toBe("stop"); // run.c sampled BOS before its last step
-      });
+      }, PROCESS_TEST_MS);
 
       test(`library (LLM.generate, threads ${THREADS}): text is the completion`, async () => {
         const [r] = await llm!.generate([{ id: "golden", prompt: c.prompt, maxTokens, temperature: 0 }]);

@@ -10,6 +10,7 @@ import { REPO_ROOT } from "./helpers/cli.ts";
 import { FakeHub } from "./helpers/fake-hub.ts";
 import { hasScript, pagellmInPty } from "./helpers/pty.ts";
 import { describeShared } from "./helpers/shared.ts";
+import { PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 interface Run {
   code: number;
@@ -40,7 +41,7 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
   test("models on an empty cache says how to get one", async () => {
     const r = await pagellm("models");
     expect(r).toEqual({ code: 0, out: "", err: `no models cached in ${join(home, "hub")} (pagellm pull hf:OWNER/REPO:QUANT fetches one)\n` });
-  });
+  }, PROCESS_TEST_MS);
 
   test("pull prints the cached path and nothing else", async () => {
     const r = await pagellm("pull", `hf:${REPO}:Q8_0`);
@@ -50,7 +51,7 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
     expect(readFileSync(r.out.trim())).toEqual(readFileSync(q8!));
     const again = await pagellm("pull", `hf:${REPO}/stories260K-Q4_0.gguf`);
     expect(again.code).toBe(0);
-  });
+  }, PROCESS_TEST_MS);
 
   // `script` (util-linux) gives the child a pseudo-terminal, where the progress bar is drawn.
   test.skipIf(!hasScript)("on a terminal, pull draws a progress bar with size, speed and ETA", async () => {
@@ -65,7 +66,7 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
     } finally {
       hub.faults = {};
     }
-  });
+  }, PROCESS_TEST_MS);
 
   test("models lists repo, file, size, architecture, quantization and context", async () => {
     const text = await pagellm("models");
@@ -81,7 +82,7 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
       [REPO, "stories260K-Q4_0.gguf", 277024, "Q4_0", 2048],
       [REPO, "stories260K-Q8_0.gguf", 379168, "Q8_0", 2048],
     ]);
-  });
+  }, PROCESS_TEST_MS);
 
   test("info shows the model, its tensors, vocabulary and memory at --ctx-size", async () => {
     const requestsBefore = hub.requests.length;
@@ -105,7 +106,7 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
     expect(json.tensorTypes.reduce((s, t) => s + t.fraction, 0)).toBeCloseTo(1, 9);
     expect(json.specialTokens.find((t) => t.role === "bos")).toEqual({ role: "bos", id: 1, text: "<s>" });
     expect(json.memory.totalBytes).toBeGreaterThan(json.memory.weightBytes + json.memory.kvCacheBytes);
-  });
+  }, PROCESS_TEST_MS);
 
   test("generate --model hf:OWNER/REPO:QUANT runs the cached file, same text as its path", async () => {
     const args = ["--prompt", "Once upon a time", "--max-tokens", "12", "--temperature", "0", "--threads", "1"];
@@ -114,7 +115,7 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
     expect(viaHub.code).toBe(0);
     expect(viaHub.out.length).toBeGreaterThan(0);
     expect(viaHub.out).toBe(viaPath.out);
-  });
+  }, PROCESS_TEST_MS);
 
   test("rm removes the snapshot link and, when unreferenced, the blob", async () => {
     // A second snapshot that shares the Q4_0 blob keeps it alive when the main one is removed.
@@ -142,7 +143,7 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
     expect((await pagellm("models", "--json")).out).toBe("[]\n");
     const missing = await pagellm("rm", `hf:${REPO}/stories260K-Q8_0.gguf`);
     expect(missing).toEqual({ code: 2, out: "", err: `pagellm: error: hf:${REPO}/stories260K-Q8_0.gguf: not in the cache (pagellm models lists what is)\n` });
-  });
+  }, PROCESS_TEST_MS);
 
   test("errors are one line naming the model and the fix; generate takes hf: specs", async () => {
     const notFound = await pagellm("pull", `hf:${REPO}/nope.gguf`);
@@ -154,7 +155,7 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
     expect(generate.code).toBe(5);
     expect(generate.err).toContain(`${REPO}/nope.gguf: 404 Not Found`);
     expect(lstatSync(home).isDirectory()).toBe(true);
-  });
+  }, PROCESS_TEST_MS);
 });
 
 describeShared("pagellm info on a chat model", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
@@ -169,5 +170,5 @@ describeShared("pagellm info on a chat model", ["models/gguf/rnd-qwen2-Q5_K_M.gg
       "pre-tokenizer  smollm", "bos token      1 \"<|im_start|>\"", "eos token      2 \"<|im_end|>\"", "  Chat template\n    {% for message in messages %}"]) {
       expect(out).toContain(line);
     }
-  });
+  }, PROCESS_TEST_MS);
 });

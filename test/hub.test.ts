@@ -15,6 +15,7 @@ import { parseModelSpec, pickQuantFile, quantOfName } from "../src/hub/spec.ts";
 import { formatBytes, progressLine } from "../src/hub/progress.ts";
 import { REPO_ROOT } from "./helpers/cli.ts";
 import { FakeHub, sha256 } from "./helpers/fake-hub.ts";
+import { PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 const hub = new FakeHub();
 const tempDirs: string[] = [];
@@ -118,7 +119,7 @@ describe("downloads from the hub", () => {
     // Second time: straight from the cache, no request at all.
     expect(await resolveModel(`hf:${REPO}/${FILE}`, opts)).toBe(path);
     expect(hub.requests.length).toBe(2);
-  });
+  }, PROCESS_TEST_MS);
 
   test("a cache populated by huggingface_hub is used without any request", async () => {
     const cache = new RepoCache(cacheDir, "someone/elsewhere");
@@ -133,7 +134,7 @@ describe("downloads from the hub", () => {
     expect(await resolveModel("hf:someone/elsewhere/model-Q8_0.gguf", opts)).toBe(expected);
     expect(await resolveModel("hf:someone/elsewhere:q8_0", opts)).toBe(expected);
     expect(hub.requests).toEqual([]);
-  });
+  }, PROCESS_TEST_MS);
 
   test("a file llama.cpp's -hf already downloaded into its own cache is used, by name or quantization, without any request", async () => {
     const llamaCache = mkdtempSync(join(tmpdir(), "pagellm-llama-cache-"));
@@ -148,7 +149,7 @@ describe("downloads from the hub", () => {
     // A download llama.cpp has not finished is not a file of the cache.
     await expect(resolveModel("hf:someone/elsewhere:Q4_K_M", withLlama)).rejects.toThrow("not in the cache and HF_HUB_OFFLINE is set");
     expect(hub.requests).toEqual([]);
-  });
+  }, PROCESS_TEST_MS);
 
   test("HF_HUB_OFFLINE: cached files resolve, anything else fails without a request", async () => {
     await resolveModel(`hf:${REPO}/${FILE}`, opts);
@@ -158,7 +159,7 @@ describe("downloads from the hub", () => {
     await expect(resolveModel(`hf:${REPO}/tiny-Q4_K_M.gguf`, offline)).rejects.toThrow(`${REPO}/tiny-Q4_K_M.gguf: not in the cache and HF_HUB_OFFLINE is set`);
     await expect(resolveModel(`hf:${REPO}:Q4_K_S`, offline)).rejects.toThrow(`${REPO}: not in the cache and HF_HUB_OFFLINE is set`);
     expect(hub.requests).toEqual([]);
-  });
+  }, PROCESS_TEST_MS);
 
   test("hf:OWNER/REPO:QUANT picks the file from the repository listing", async () => {
     const path = await resolveModel(`hf:${REPO}:q8_0`, opts);
@@ -166,7 +167,7 @@ describe("downloads from the hub", () => {
     expect(hub.requests[0]!.path).toBe(`/api/models/${REPO}`);
     await expect(resolveModel(`hf:${REPO}:Q5_K_M`, opts)).rejects.toThrow(`hf:${REPO}: no Q5_K_M GGUF file; it has: Q8_0, Q4_K_M, Q4_K_S`);
     await expect(resolveModel("hf:owner/twins:Q8_0", opts)).rejects.toThrow("2 files match (a-Q8_0.gguf, b-Q8_0.gguf)");
-  });
+  }, PROCESS_TEST_MS);
 
   test("a connection dropped midway resumes with a Range request", async () => {
     hub.faults = { dropAfterBytes: 100_000, dropTimes: 2 };
@@ -174,7 +175,7 @@ describe("downloads from the hub", () => {
     expectCachedLayout(REPO, FILE, SHA, BYTES);
     const gets = hub.requests.filter((r) => r.path.startsWith("/cdn/"));
     expect(gets.map((r) => r.range)).toEqual([null, "bytes=100000-", "bytes=200000-"]);
-  });
+  }, PROCESS_TEST_MS);
 
   test("a download left .incomplete by an earlier run resumes from where it stopped", async () => {
     const cache = new RepoCache(cacheDir, REPO);
@@ -183,7 +184,7 @@ describe("downloads from the hub", () => {
     await resolveModel(`hf:${REPO}/${FILE}`, opts);
     expectCachedLayout(REPO, FILE, SHA, BYTES);
     expect(hub.requests.filter((r) => r.path.startsWith("/cdn/")).map((r) => r.range)).toEqual(["bytes=123456-"]);
-  });
+  }, PROCESS_TEST_MS);
 
   test("a server that ignores Range makes the download start over, not splice", async () => {
     const cache = new RepoCache(cacheDir, REPO);
@@ -192,7 +193,7 @@ describe("downloads from the hub", () => {
     hub.faults = { ignoreRange: true };
     await resolveModel(`hf:${REPO}/${FILE}`, opts);
     expectCachedLayout(REPO, FILE, SHA, BYTES);
-  });
+  }, PROCESS_TEST_MS);
 
   test("a 206 that does not start where the partial file ends is not spliced in", async () => {
     const cache = new RepoCache(cacheDir, REPO);
@@ -202,7 +203,7 @@ describe("downloads from the hub", () => {
     await resolveModel(`hf:${REPO}/${FILE}`, opts);
     expectCachedLayout(REPO, FILE, SHA, BYTES);
     expect(hub.requests.filter((r) => r.path.startsWith("/cdn/")).map((r) => r.range)).toEqual(["bytes=5000-", null]);
-  });
+  }, PROCESS_TEST_MS);
 
   test("a wrong checksum is refused and leaves no file behind", async () => {
     hub.faults = { corrupt: true };
@@ -212,7 +213,7 @@ describe("downloads from the hub", () => {
     const cache = new RepoCache(cacheDir, REPO);
     expect(readdirSync(join(cache.dir, "blobs"))).toEqual([]);
     expect(existsSync(join(cache.dir, "snapshots"))).toBe(false);
-  });
+  }, PROCESS_TEST_MS);
 
   // The stand-in CDN streams chunked (no Content-Length), as a body cut short looks from here: the
   // short file is found by the resume that follows, whose 416 names the file's real size.
@@ -229,7 +230,7 @@ describe("downloads from the hub", () => {
       expect(hub.requests.filter((r) => r.path.startsWith("/cdn/")).map((r) => `${r.method} ${r.range}`)).toEqual([...gets]);
       expect(readdirSync(join(new RepoCache(cacheDir, REPO).dir, "blobs")).filter((f) => !f.endsWith(".lock"))).toEqual([]);
     }
-  });
+  }, PROCESS_TEST_MS);
 
   test("a whole file left .incomplete under a larger announced size: the resume's 416 says so, nothing kept", async () => {
     const cache = new RepoCache(cacheDir, REPO);
@@ -240,13 +241,13 @@ describe("downloads from the hub", () => {
     expect((err as Error).message).toStartWith(`${REPO}/${FILE}: the server's file is 300000 bytes but it announced 301000`);
     expect(hub.requests.filter((r) => r.path.startsWith("/cdn/")).map((r) => r.range)).toEqual(["bytes=300000-"]);
     expect(existsSync(`${cache.blobPath(SHA)}.incomplete`)).toBe(false);
-  });
+  }, PROCESS_TEST_MS);
 
   test("404 names the file and says what to do", async () => {
     const err = await resolveModel(`hf:${REPO}/missing.gguf`, opts).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(DownloadError);
     expect((err as Error).message).toBe(`${REPO}/missing.gguf: 404 Not Found: the repository has no such file; \`pagellm pull hf:OWNER/REPO:QUANT\` picks one by quantization`);
-  });
+  }, PROCESS_TEST_MS);
 
   test("a gated repository: 401 asks for HF_TOKEN; with the token it downloads", async () => {
     await expect(resolveModel(`hf:owner/gated/${FILE}`, opts)).rejects.toThrow("set HF_TOKEN");
@@ -255,13 +256,13 @@ describe("downloads from the hub", () => {
     await resolveModel(`hf:owner/gated/${FILE}`, { ...opts, token: "secret-token" });
     expectCachedLayout("owner/gated", FILE, SHA, BYTES);
     expect(hub.requests[0]!.authorization).toBe("Bearer secret-token");
-  });
+  }, PROCESS_TEST_MS);
 
   test("a renamed repository's relative redirect is followed", async () => {
     const path = await resolveModel(`hf:owner/old-name/${FILE}`, opts);
     expect(sha256(readFileSync(path))).toBe(SHA);
     expect(hub.requests.map((r) => r.path)).toEqual([`/owner/old-name/resolve/main/${FILE}`, `/${REPO}/resolve/main/${FILE}`, `/cdn/${SHA}`]);
-  });
+  }, PROCESS_TEST_MS);
 
   test("an unreachable endpoint is a one-line network error", async () => {
     const closed = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
@@ -270,7 +271,7 @@ describe("downloads from the hub", () => {
     const err = await resolveModel(`hf:${REPO}/${FILE}`, { ...opts, endpoint }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(DownloadError);
     expect((err as Error).message).toContain(`${REPO}/${FILE}: network error reaching 127.0.0.1`);
-  });
+  }, PROCESS_TEST_MS);
 
   test("a plain URL downloads into the pagellm cache, size verified", async () => {
     const saved = process.env.PAGELLM_CACHE;
@@ -288,7 +289,7 @@ describe("downloads from the hub", () => {
       if (saved === undefined) delete process.env.PAGELLM_CACHE;
       else process.env.PAGELLM_CACHE = saved;
     }
-  });
+  }, PROCESS_TEST_MS);
 
   test("two pulls of one file at once give one good file", async () => {
     hub.faults = { chunkDelayMs: 5 };
@@ -296,7 +297,7 @@ describe("downloads from the hub", () => {
     expect(a).toBe(b);
     expectCachedLayout(REPO, FILE, SHA, BYTES);
     expect(hub.requests.filter((r) => r.path.startsWith("/cdn/")).length).toBe(1);
-  });
+  }, PROCESS_TEST_MS);
 
   test("a lock left by a dead process is broken; a live one is waited for", async () => {
     const cache = new RepoCache(cacheDir, REPO);
@@ -328,7 +329,7 @@ describe("downloads from the hub", () => {
     expect(done).toBe(false);
     rmSync(held.lockPath(SHA));
     expect(sha256(readFileSync(await pending))).toBe(SHA);
-  });
+  }, PROCESS_TEST_MS);
 
   test("two pagellm processes pulling one file give one good file", async () => {
     hub.faults = { chunkDelayMs: 10 };
@@ -340,5 +341,5 @@ describe("downloads from the hub", () => {
     cacheDir = join(cacheDir, "hub");
     expectCachedLayout(REPO, FILE, SHA, BYTES);
     expect(hub.requests.filter((r) => r.path.startsWith("/cdn/")).length).toBe(1);
-  });
+  }, PROCESS_TEST_MS);
 });

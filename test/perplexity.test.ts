@@ -13,6 +13,7 @@ import { runPagellm } from "./helpers/cli.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
+import { PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 const THREADS = testThreads();
 
@@ -136,19 +137,19 @@ describeShared(
       expect(out.token_logprobs.length).toBe(out.tokens.length - 1);
       expect(out.top_tokens.length).toBe(out.tokens.length - 1);
       expect(out.ppl).toBeGreaterThan(1);
-    });
+    }, PROCESS_TEST_MS);
 
     test("text mode prints running and final perplexity", () => {
       const r = runPagellm(["perplexity", ...base, "--file", story!]);
       expect(r.exitCode).toBe(0);
       expect(r.stdout).toMatch(/^\[1\]\d+\.\d{4}\nFinal estimate: PPL = \d+\.\d{4} \+\/- \d+\.\d{5} \(294 tokens\)\n$/);
-    });
+    }, PROCESS_TEST_MS);
 
     test("a missing text file is a one-line error", () => {
       const r = runPagellm(["perplexity", ...base, "--file", "/nonexistent/text.txt"]);
       expect(r.exitCode).toBe(2);
       expect(r.stderr.trim()).toBe("pagellm: error: /nonexistent/text.txt: text file not found");
-    });
+    }, PROCESS_TEST_MS);
 
     test("generate --logprobs and a JSONL request's own logprobs", () => {
       const dir = mkdtempSync(join(tmpdir(), "pagellm-logprobs-"));
@@ -167,6 +168,6 @@ describeShared(
       const bad = runPagellm(["generate", ...base, "--prompt", "x", "--logprobs", "99"]);
       expect(bad.exitCode).toBe(2);
       expect(bad.stderr).toContain("--logprobs must be at least 0 and at most 20");
-    });
+    }, PROCESS_TEST_MS);
   },
 );

@@ -10,6 +10,7 @@ import { readGGUF } from "../src/model/gguf.ts";
 import { dequantize, f32ToHalf, halfToF32, f32ToBF16, bf16ToF32, quantize, quantTypeName, type QuantTypeName } from "../src/quant/index.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { describeShared, SHARED_DIR } from "./helpers/shared.ts";
+import { LONG_PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 /** The f32 values of a tensor of an F32 GGUF file. */
 function f32Tensor(file: string, bytes: Buffer, name: string): Float32Array {
@@ -60,7 +61,7 @@ describeShared(
     test("Q2_K, Q3_K, Q4_K, Q5_K and Q6_K tensors", () => {
       const dir = mkdtempSync(join(tmpdir(), "pagellm-refmodels-"));
       try {
-        const run = Bun.spawnSync(["bun", script!, dir], { stdout: "pipe", stderr: "pipe" });
+        const run = Bun.spawnSync(["bun", script!, dir], { stdout: "pipe", stderr: "pipe", timeout: LONG_PROCESS_TEST_MS - 10_000 });
         expect(run.exitCode).toBe(0);
         const seen = new Set<string>();
         for (const [f32, quantized] of [["rnd-llama-F32", q4km], ["rnd-llama-F32", q2k], ["rnd-qwen2-F32", q5km]] as const) {
@@ -73,7 +74,7 @@ describeShared(
       } finally {
         rmSync(dir, { recursive: true, force: true });
       }
-    }, 120_000);
+    }, LONG_PROCESS_TEST_MS);
   },
 );
 

@@ -10,6 +10,7 @@ import { GpuRunner } from "../src/backend/webgpu/runner.ts";
 import { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { DeviceError } from "../src/errors.ts";
 import { describeGpu } from "./helpers/webgpu.ts";
+import { PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 /** A GPUAdapterInfo-shaped record with Dawn's extra fields. */
 function info(fields: { vendor: string; architecture: string; device: string; description: string; backendType: number }): GPUAdapterInfo {
@@ -107,7 +108,7 @@ describe("no usable driver (child process with an empty Vulkan loader)", () => {
     expect([err.name, err.exitCode]).toEqual(["DeviceError", 2]);
     expect(err.message).toStartWith("webgpu: ");
     expect(err.message).not.toContain("\n");
-  });
+  }, PROCESS_TEST_MS);
 });
 
 await describeGpu("device selection with an adapter", (_backend, gpu) => {

@@ -29,6 +29,7 @@ import { openCheckpoint } from "../src/model/load.ts";
 import { describeGpu } from "./helpers/webgpu.ts";
 import { logSoftmaxAt } from "./helpers/gguf-rig.ts";
 import { greedyGoldenCases } from "./helpers/runc-golden.ts";
+import { CHILD_PROCESS_MS, PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 /** Positions of the story text the quantized files are scored on. */
 const SCORED_TOKENS = 128;
@@ -184,7 +185,7 @@ await describeGpu("the engine on WebGPU", (gpu) => {
         const dir = mkdtempSync(join(tmpdir(), "pagellm-webgpu-refmodels-"));
         try {
           for (const [arch, refPath] of [["llama", llamaRef!], ["qwen2", qwenRef!]] as const) {
-            const made = Bun.spawnSync([process.execPath, script!, dir, `rnd-${arch}`], { stdout: "pipe", stderr: "pipe" });
+            const made = Bun.spawnSync([process.execPath, script!, dir, `rnd-${arch}`], { stdout: "pipe", stderr: "pipe", timeout: CHILD_PROCESS_MS });
             if (made.exitCode !== 0) throw new Error(`make_refmodels rnd-${arch}: ${made.stderr.toString()}`);
             const want = JSON.parse(readFileSync(refPath, "utf8")) as { tokens: number[]; generated: number[] };
             const llm = load(gpu, join(dir, `rnd-${arch}-F32.gguf`), undefined);
@@ -272,7 +273,7 @@ await describeGpu("the engine on WebGPU", (gpu) => {
       expect(r.exitCode).toBe(2);
       expect(r.stderr.trim().split("\n")).toHaveLength(1);
       expect(r.stderr).toContain("--device wasm");
-    });
+    }, PROCESS_TEST_MS);
   });
 });
 
@@ -286,7 +287,7 @@ await describeGpu("the engine on WebGPU with f16 products", (gpu) => {
 describeShared("--device without a usable adapter (a Vulkan loader that finds no driver)", [MODELS.stories260K, TOKENIZER], ([model, tok]) => {
   const run = (device: string) => {
     const proc = Bun.spawnSync(["bun", "bin/pagellm", "generate", "--model", model!, "--tokenizer", tok!, "--prompt", "Once", "--max-tokens", "5", "--device", device], {
-      cwd: REPO_ROOT, stdout: "pipe", stderr: "pipe",
+      cwd: REPO_ROOT, stdout: "pipe", stderr: "pipe", timeout: CHILD_PROCESS_MS,
       env: { ...process.env, PAGELLM_DEBUG: "", VK_ICD_FILENAMES: "/nonexistent-icd.json", VK_DRIVER_FILES: "/nonexistent-icd.json" },
     });
     return { exitCode: proc.exitCode, stdout: proc.stdout.toString(), stderr: proc.stderr.toString() };
@@ -297,12 +298,12 @@ describeShared("--device without a usable adapter (a Vulkan loader that finds no
     expect(r.exitCode).toBe(2);
     expect(r.stderr.trim().split("\n")).toHaveLength(1);
     expect(r.stderr).toMatch(/^pagellm: error: webgpu: /);
-  });
+  }, PROCESS_TEST_MS);
 
   test("--device auto: WebAssembly, one stderr line saying why", () => {
     const r = run("auto");
     expect(r.exitCode).toBe(0);
     expect(r.stdout.length).toBeGreaterThan(0);
     expect(r.stderr.split("\n").filter((l) => l.startsWith("device: "))).toEqual([expect.stringMatching(/^device: wasm \(auto: webgpu: /)]);
-  });
+  }, PROCESS_TEST_MS);
 });

@@ -3,6 +3,7 @@
  * collects what it printed.
  */
 import { resolve } from "node:path";
+import { CHILD_PROCESS_MS } from "./limits.ts";
 
 /** The repository root (where bin/pagellm is). */
 export const REPO_ROOT = resolve(import.meta.dir, "..", "..");
@@ -22,8 +23,9 @@ export function runPagellm(args: readonly string[], opts: { stdin?: string; env?
     stderr: "pipe",
     // No debug stack dumps, whatever the calling environment sets.
     env: { ...process.env, PAGELLM_DEBUG: "", ...opts.env },
-    // Killed past this (a hang shows as a test failure, not a stuck suite).
-    ...(opts.timeoutMs === undefined ? {} : { timeout: opts.timeoutMs }),
+    // Killed past this (a hang shows as a test failure, not a stuck suite; a test blocked in
+    // spawnSync cannot be stopped by its own limit).
+    timeout: opts.timeoutMs ?? CHILD_PROCESS_MS,
   });
   return {
     exitCode: proc.exitCode ?? -1,

@@ -11,3 +11,10 @@ export const PROCESS_TEST_MS = 90_000;
 
 /** A test that runs a whole generation, a download from a local server or a pseudo-terminal session. */
 export const LONG_PROCESS_TEST_MS = 180_000;
+
+/**
+ * The longest a child process that a test waits for synchronously (Bun.spawnSync) may run before
+ * it is killed: a test blocked in spawnSync cannot be stopped by its own time limit, so the child
+ * bounds itself, a little inside PROCESS_TEST_MS.
+ */
+export const CHILD_PROCESS_MS = 80_000;
