@@ -7,7 +7,7 @@ import type { ArgsDef } from "citty";
 import { InputError } from "../errors.ts";
 import { numberOption, repeated, type ParsedValues } from "../cli/options.ts";
 import type { RepeatOptions } from "./measure.ts";
-import { benchModel, DEFAULT_MODELS_DIR, DEFAULT_TOKENIZER, parseShape, SHAPE_HELP, WEIGHT_FORMATS, type BenchModel, type WeightFormat } from "./models.ts";
+import { benchModel, DEFAULT_MODELS_DIR, parseShape, SHAPE_HELP, WEIGHT_FORMATS, type BenchModel, type WeightFormat } from "./models.ts";
 import { progress } from "./report.ts";
 import { ensureF32Twin } from "./gguf-models.ts";
 import { isGGUF } from "../model/load.ts";
@@ -35,14 +35,14 @@ export function modelArgs(shapeDefault: string) {
     },
     tokenizer: {
       type: "string",
-      description: `Tokenizer; its vocabulary must match the model's (default: tokenizer.bin beside --model, else ${DEFAULT_TOKENIZER})`,
+      description: "Tokenizer; its vocabulary must match the model's (default: tokenizer.bin beside --model, else shared/models/llama2c/llama2_tokenizer.bin in the folder beside pagellm's)",
       valueHint: "path",
     },
     "f32-baseline": {
       type: "boolean",
       description: "With a GGUF --model: also bench random F32 weights of its exact shape (written once into --models-dir), the baseline of its type",
     },
-    "models-dir": { type: "string", description: `Cache folder of random-weight models, random-<shape>.bin and random-<shape>-<type>.gguf (default ${DEFAULT_MODELS_DIR})`, valueHint: "dir" },
+    "models-dir": { type: "string", description: "Cache folder of random-weight models, random-<shape>.bin and random-<shape>-<type>.gguf (default: models/ in pagellm's folder)", valueHint: "dir" },
   } as const satisfies ArgsDef;
 }
 

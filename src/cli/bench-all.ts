@@ -21,7 +21,7 @@ const allArgs = {
   type: { type: "string", description: `Tensor types, comma-separated: ${Object.keys(MODEL_MIXES).join(" | ")} (default ${FULL_PLAN.types.join(",")}; F32 is always run)`, valueHint: "mix,mix" },
   threads: { type: "string", description: `Thread counts, comma-separated (default ${FULL_PLAN.threads.join(",")})`, valueHint: "n,n" },
   seed: { type: "string", description: "Seed of the random prompts (default 1)", valueHint: "n" },
-  "models-dir": { type: "string", description: `Cache folder of the random-weight models (default ${DEFAULT_MODELS_DIR})`, valueHint: "dir" },
+  "models-dir": { type: "string", description: "Cache folder of the random-weight models (default: models/ in pagellm's folder)", valueHint: "dir" },
 } as const satisfies ArgsDef;
 
 /** --type, with F32 first (the baseline of the others, and the model of the batch and prefix runs). */

@@ -253,7 +253,7 @@ const prefixArgs = {
   ...commonArgs,
   ...benchOutputArgs,
   ...modelArgs("smollm2-135m"),
-  threads: { type: "string", description: `Threads (default: the cores this process may use, ${availableParallelism()})`, valueHint: "n" },
+  threads: { type: "string", description: "Threads (default: the cores this process may use)", valueHint: "n" },
   "prefix-tokens": { type: "string", description: "Shared prefix of the TTFT measurement (default 1536)", valueHint: "n" },
   "suffix-tokens": { type: "string", description: "Unique suffix after it (default 32)", valueHint: "n" },
   "distinct-requests": { type: "string", description: "Requests per repetition of the 0% hit-rate comparison (default 4)", valueHint: "n" },

@@ -100,7 +100,7 @@ export const engineArgs = {
   schedule: { type: "string", description: "Admission order: fcfs | lpm (longest cached prefix first) (default fcfs)", valueHint: "policy" },
   threads: {
     type: "string",
-    description: `Threads the kernels run on; 1 = the main thread only (default: the cores this process may use, ${DEFAULT_ENGINE_OPTIONS.threads})`,
+    description: "Threads the kernels run on; 1 = the main thread only (default: the cores this process may use)",
     valueHint: "n",
   },
   ...deviceArg,
