@@ -7,6 +7,7 @@
  * session's last command, `pagellm rm`, takes it out again.
  */
 import { readFileSync } from "node:fs";
+import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import { FakeHub } from "../test/helpers/fake-hub.ts";
 
@@ -17,15 +18,18 @@ hub.addFile("ggml-org/stories260K-GGUF", "stories260K-Q8_0.gguf", readFileSync(j
 hub.addFile("ggml-org/stories260K-GGUF", "stories260K-F16.gguf", readFileSync(join(SHARED, "models/gguf/stories260K-F16.gguf")));
 const env = { ...process.env, HF_ENDPOINT: hub.endpoint, NO_COLOR: "1", TERM: "xterm" };
 
-/** Run one command as a shell would show it; stderr and stdout interleaved as on a terminal. */
-async function show(shown: string, args: string[], input?: string): Promise<void> {
+/**
+ * Run one command as a shell would show it, in `cwd`; stderr and stdout interleaved as on a
+ * terminal, and the home directory written `~`, so the session shows no path of this machine.
+ */
+async function show(shown: string, args: string[], opts: { input?: string; cwd?: string } = {}): Promise<void> {
   process.stdout.write(`$ ${shown}\n`);
-  const command = ["bun", "bin/pagellm", ...args].map((a) => `'${a}'`).join(" ");
-  const feed = input === undefined ? "" : `${input} | `;
-  const proc = Bun.spawn(["sh", "-c", `${feed}script -qfec "${command.replaceAll('"', '\\"')}" /dev/null`], { cwd: ROOT, env, stdout: "pipe", stderr: "inherit" });
+  const command = ["bun", join(ROOT, "bin/pagellm"), ...args].map((a) => `'${a}'`).join(" ");
+  const feed = opts.input === undefined ? "" : `${opts.input} | `;
+  const proc = Bun.spawn(["sh", "-c", `${feed}script -qfec "${command.replaceAll('"', '\\"')}" /dev/null`], { cwd: opts.cwd ?? ROOT, env, stdout: "pipe", stderr: "inherit" });
   const text = await new Response(proc.stdout).text();
   await proc.exited;
-  process.stdout.write(asSeen(text));
+  process.stdout.write(asSeen(text).replaceAll(`${homedir()}/`, "~/"));
 }
 
 /** Terminal output as a person sees it: escapes gone, a carriage return overwriting its line. */
@@ -42,11 +46,14 @@ try {
     ["generate", "--model", "hf:ggml-org/stories260K-GGUF:Q8_0", "--prompt", "Once upon a time", "--max-tokens", "48", "--temperature", "0", "--threads", "1"],
   );
   await show("pagellm models", ["models"]);
-  const chatModel = join(SHARED, "models/gguf/rnd-qwen2-Q5_K_M.gguf");
+  // Run where the model is, so the session shows its name alone.
   await show(
     "pagellm chat --model rnd-qwen2-Q5_K_M.gguf --max-tokens 12 --temperature 0    # random weights: the replies are noise",
-    ["chat", "--model", chatModel, "--max-tokens", "12", "--temperature", "0", "--threads", "1"],
-    "(sleep 1; printf 'Hello! Who are you?\\r'; sleep 2; printf 'What is the capital of France?\\r'; sleep 2; printf '/info\\r'; sleep 1; printf '/exit\\r')",
+    ["chat", "--model", "rnd-qwen2-Q5_K_M.gguf", "--max-tokens", "12", "--temperature", "0", "--threads", "1"],
+    {
+      cwd: join(SHARED, "models/gguf"),
+      input: "(sleep 4; printf 'Hello! Who are you?\\r'; sleep 2; printf 'What is the capital of France?\\r'; sleep 2; printf '/info\\r'; sleep 1; printf '/exit\\r')",
+    },
   );
   await show("pagellm rm hf:ggml-org/stories260K-GGUF:Q8_0", ["rm", "hf:ggml-org/stories260K-GGUF:Q8_0"]);
 } finally {
