@@ -59,7 +59,7 @@ export const benchServeArgs = {
   "probe-reps": { type: "string", description: "Repetitions of the cold vs fully cached TTFT measurement (default 3; 0: skip it)", valueHint: "n" },
   shape: { type: "string", description: `Without --url or --model: shape of the random GGUF model: ${SHAPE_HELP} (default ${DEFAULT_SHAPE})`, valueHint: "shape" },
   type: { type: "string", description: `Its tensor type or mix: ${Object.keys(MODEL_MIXES).join(" | ")} (default ${DEFAULT_MIX})`, valueHint: "mix" },
-  "models-dir": { type: "string", description: `Cache folder of random models (default ${DEFAULT_MODELS_DIR})`, valueHint: "dir" },
+  "models-dir": { type: "string", description: "Cache folder of random models (default: models/ in pagellm's folder)", valueHint: "dir" },
   threads: { type: "string", description: `Threads of the servers started here and of the in-process baseline (default ${DEFAULT_THREADS})`, valueHint: "n" },
   "llama-server": {
     type: "string",
