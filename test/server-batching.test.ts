@@ -31,7 +31,7 @@ describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
   let s: TestServer;
   beforeAll(async () => {
     s = await startServer(model!);
-  });
+  }, LIMIT_MS);
   afterAll(async () => {
     await s?.close();
   });

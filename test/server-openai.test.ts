@@ -21,7 +21,7 @@ describeShared("serve: chat completions (openai client)", [CHAT_MODEL], ([model]
   let s: TestServer;
   beforeAll(async () => {
     s = await startServer(model!);
-  });
+  }, LIMIT_MS);
   afterAll(async () => {
     await s?.close();
   });
@@ -137,7 +137,7 @@ describeShared("serve: text completions (openai client)", [STORIES], ([model]) =
   let s: TestServer;
   beforeAll(async () => {
     s = await startServer(model!);
-  });
+  }, LIMIT_MS);
   afterAll(async () => {
     await s?.close();
   });
@@ -213,7 +213,7 @@ describeShared("serve: 401, 413 and 429", [STORIES], ([model]) => {
   beforeAll(async () => {
     // One sequence at a time and one waiting: the third concurrent request finds the queue full.
     s = await startServer(model!, { apiKey: "sesame", maxBodyBytes: 4096, maxQueue: 1 }, { maxNumSeqs: 1 });
-  });
+  }, LIMIT_MS);
   afterAll(async () => {
     await s?.close();
   });
