@@ -39,6 +39,9 @@ export interface ServerOptions {
 
 type State = "loading" | "ready" | "draining";
 
+/** How long close() lets finished responses flush before it closes every connection. */
+const FLUSH_GRACE_MS = 2000;
+
 /** Seconds a connection may stay silent, except while its generation runs. */
 const IDLE_TIMEOUT_S = 60;
 
@@ -93,10 +96,17 @@ export class PagellmServer {
     return finished;
   }
 
-  /** Abort what still runs, end the engine loop and close the socket (the LLM stays the caller's to close). */
+  /**
+   * Abort what still runs, end the engine loop and close the socket (the LLM stays the caller's
+   * to close). Responses already complete get a moment to reach their clients before every
+   * connection is closed.
+   */
   async close(): Promise<void> {
     this.state = "draining";
     await this.loop?.stop();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([this.server.stop(false), new Promise((resolve) => (timer = setTimeout(resolve, FLUSH_GRACE_MS)))]);
+    clearTimeout(timer);
     await this.server.stop(true);
   }
 
