@@ -189,6 +189,28 @@ describeShared("serve: text completions (openai client)", [STORIES], ([model]) =
     for (const top of lp.top_logprobs!) expect(Object.keys(top).length).toBeGreaterThanOrEqual(1);
   }, LIMIT_MS);
 
+  test("echo with logprobs: the prompt's tokens scored as the engine scores them (first none); max_tokens 0 scores only", async () => {
+    const text = "Once upon a time, there was a little girl named Lily.";
+    const ids = s.llm.encode(text);
+    // A long stream runs meanwhile: scoring happens between its steps.
+    const busy = s.client.completions.create({ model: "test-model", prompt: "The dog", max_tokens: 200, temperature: 0, ignore_eos: true } as never);
+    const scored = (await s.client.completions.create({ model: "test-model", prompt: text, max_tokens: 0, echo: true, logprobs: 1 } as never)) as Completion;
+    const reference = await s.llm.score(ids);
+    const lp = scored.choices[0]!.logprobs!;
+    expect(scored.choices[0]!.text).toBe(text);
+    expect(scored.usage!.completion_tokens).toBe(0);
+    expect(lp.tokens!.length).toBe(ids.length);
+    expect(lp.token_logprobs).toEqual([null as unknown as number, ...reference.token_logprobs]);
+    expect(lp.top_logprobs![0]).toBeNull();
+    expect(lp.tokens!.join("")).toBe(s.llm.tokenizer.decode(ids));
+    const continued = (await s.client.completions.create({ model: "test-model", prompt: text, max_tokens: 5, temperature: 0, echo: true, logprobs: 1 } as never)) as Completion;
+    const c = continued.choices[0]!;
+    expect(c.logprobs!.token_logprobs!.slice(0, ids.length)).toEqual(lp.token_logprobs!);
+    expect(c.logprobs!.tokens!.length).toBe(ids.length + continued.usage!.completion_tokens);
+    expect(c.text.startsWith(text)).toBe(true);
+    await busy;
+  }, LIMIT_MS);
+
   test("a bad token id, an out-of-range n and a stray field are 400s naming the field", async () => {
     const bad = async (body: Record<string, unknown>) => {
       try {
@@ -203,6 +225,7 @@ describeShared("serve: text completions (openai client)", [STORIES], ([model]) =
     expect(await bad({ n: 9 })).toBe("n");
     expect(await bad({ frobnicate: true })).toBe("frobnicate");
     expect(await bad({ max_tokens: 0 })).toBe("max_tokens");
+    expect(await bad({ max_tokens: 0, echo: false })).toBe("max_tokens");
     expect(await bad({ repetition_penalty: 1.1, repeat_penalty: 1.1 })).toBe("repeat_penalty");
     expect(await bad({ repeat_last_n: -2 })).toBe("repeat_last_n");
   }, LIMIT_MS);

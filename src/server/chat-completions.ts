@@ -7,7 +7,7 @@ import type { LLM } from "../engine/llm.ts";
 import { asApiError } from "./api-error.ts";
 import type { BodyFields } from "./body-fields.ts";
 import { readChatRequest } from "./chat-request.ts";
-import { runGeneration, type Choice, type GenerationContext, type ResponseShape } from "./generation-run.ts";
+import { NO_ECHO, runGeneration, type Choice, type GenerationContext, type ResponseShape } from "./generation-run.ts";
 import { chatLogprobs } from "./logprobs-format.ts";
 import { checkModel } from "./models.ts";
 
@@ -21,7 +21,7 @@ export async function chatCompletions(llm: LLM, ctx: GenerationContext, fields: 
     throw asApiError(e, "messages");
   }
   try {
-    return await runGeneration(ctx, "chatcmpl", [prompt], [""], request.spec, chatShape(llm, request.spec.logprobs !== undefined));
+    return await runGeneration(ctx, "chatcmpl", [prompt], [NO_ECHO], request.spec, chatShape(llm, request.spec.logprobs !== undefined));
   } catch (e) {
     // The context is exceeded by the prompt alone, or by max_tokens.
     throw asApiError(e, [prompt].some((p) => p.length > llm.config.seqLen) ? "messages" : "max_tokens");

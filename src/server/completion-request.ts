@@ -26,8 +26,8 @@ export function readCompletionRequest(f: BodyFields, vocabSize: number): Complet
   const prompts = readPrompts(f.raw("prompt"), vocabSize);
   const echo = f.boolean("echo") ?? false;
   const logprobs = f.number("logprobs", { integer: true, min: 0, max: MAX_TOP_LOGPROBS });
-  const spec = readGenerationFields(f, DEFAULT_MAX_TOKENS, logprobs);
-  if (echo && logprobs !== undefined) throw ApiError.unsupported("echo", "'echo' together with 'logprobs' (log-probabilities of prompt tokens)");
+  // max_tokens 0 scores an echoed prompt without generating (lm-evaluation-harness's loglikelihood requests).
+  const spec = readGenerationFields(f, DEFAULT_MAX_TOKENS, logprobs, echo ? 0 : 1);
   f.onlyNeutral("suffix", "'suffix' (insertion)", (v) => v === "");
   f.onlyNeutral("best_of", "'best_of' other than 'n'", (v) => v === 1 || v === spec.n);
   f.rejectUnknown();

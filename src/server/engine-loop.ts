@@ -4,6 +4,8 @@
  * queues them: the next step's schedule admits them into the running batch) and ask for aborts,
  * which are applied between steps, never while one is computing, so an abort frees its blocks at
  * most one step later. Each step's events go to the listener of the submission they belong to.
+ * Work that uses the engine outside the batch (scoring a prompt's log-probabilities) runs between
+ * two steps too, when the pool has the blocks it needs.
  */
 import type { LLMEngine, NewRequest, StepEvent } from "../engine/engine.ts";
 import type { Sequence } from "../engine/sequence.ts";
@@ -33,8 +35,16 @@ export interface EngineLoopOptions {
   maxQueue: number;
 }
 
+/** Work run between two steps with the engine to itself, once `blocks` KV blocks are free. */
+interface ExclusiveJob {
+  blocks: number;
+  run: () => Promise<void>;
+  cancel: (e: Error) => void;
+}
+
 export class EngineLoop {
   private readonly live = new Set<Submission>();
+  private readonly jobs: ExclusiveJob[] = [];
   private readonly bySequence = new Map<Sequence, Submission>();
   private readonly abortRequests = new Set<Submission>();
   private wake: (() => void) | null = null;
@@ -92,6 +102,19 @@ export class EngineLoop {
     if (!this.stepping) this.applyAborts();
   }
 
+  /**
+   * Run `job` between two steps, with the engine to itself, once `blocks` KV blocks are free
+   * (running requests free theirs as they finish; a job needing more than the pool is refused by
+   * the engine when it runs on an idle pool).
+   */
+  exclusive<T>(blocks: number, job: () => Promise<T>): Promise<T> {
+    if (this.stopped) return Promise.reject(new ApiError(503, "the server is shutting down", "service_unavailable"));
+    return new Promise<T>((resolve, reject) => {
+      this.jobs.push({ blocks, run: () => job().then(resolve, reject), cancel: reject });
+      this.wake?.();
+    });
+  }
+
   /** Resolves once no request is being served. */
   whenIdle(): Promise<void> {
     if (this.live.size === 0) return Promise.resolve();
@@ -101,6 +124,7 @@ export class EngineLoop {
   /** Abort everything and end the loop (the engine is then the caller's to close). */
   async stop(): Promise<void> {
     this.stopped = true;
+    for (const job of this.jobs.splice(0)) job.cancel(new ApiError(503, "the server is shutting down", "service_unavailable"));
     for (const s of this.live) this.abortRequests.add(s);
     if (!this.stepping) this.applyAborts();
     this.wake?.();
@@ -109,7 +133,9 @@ export class EngineLoop {
 
   private async run(): Promise<void> {
     while (!this.stopped) {
+      await this.runJobs();
       if (!this.engine.hasUnfinished) {
+        if (this.jobs.length > 0) continue;
         await new Promise<void>((resolve) => (this.wake = resolve));
         this.wake = null;
         continue;
@@ -127,6 +153,25 @@ export class EngineLoop {
       this.applyAborts();
       // Let HTTP handlers run between steps (a one-thread step never yields by itself).
       await new Promise((resolve) => setImmediate(resolve));
+    }
+  }
+
+  /** The queued jobs whose blocks are free now (all of them when nothing runs), in order. */
+  private async runJobs(): Promise<void> {
+    for (let i = 0; i < this.jobs.length; ) {
+      const job = this.jobs[i]!;
+      if (this.engine.hasUnfinished && this.engine.kv.numFreeBlocks < job.blocks) {
+        i++;
+        continue;
+      }
+      this.jobs.splice(i, 1);
+      this.stepping = true;
+      try {
+        await job.run();
+      } finally {
+        this.stepping = false;
+      }
+      this.applyAborts();
     }
   }
 

@@ -45,9 +45,10 @@ const IGNORED_FIELDS = ["user", "metadata", "store", "service_tier"];
 
 /**
  * Read the shared fields. `maxTokensDefault` differs between chat (until a stop) and text
- * completions (16, the OpenAI default); `logprobs` is read by the endpoint (its type differs).
+ * completions (16, the OpenAI default); `logprobs` is read by the endpoint (its type differs);
+ * `maxTokensMin` is 0 where max_tokens 0 means "score the prompt only" (echoed completions).
  */
-export function readGenerationFields(f: BodyFields, maxTokensDefault: number | null, logprobs: number | undefined): GenerationSpec {
+export function readGenerationFields(f: BodyFields, maxTokensDefault: number | null, logprobs: number | undefined, maxTokensMin = 1): GenerationSpec {
   f.ignore(...IGNORED_FIELDS);
   f.onlyNeutral("frequency_penalty", "'frequency_penalty' other than 0", (v) => v === 0);
   f.onlyNeutral("presence_penalty", "'presence_penalty' other than 0", (v) => v === 0);
@@ -55,7 +56,7 @@ export function readGenerationFields(f: BodyFields, maxTokensDefault: number | n
   const n = f.number("n", { integer: true, min: 1, max: MAX_N }) ?? 1;
   const stream = f.boolean("stream") ?? false;
   const spec: GenerationSpec = {
-    maxTokens: f.number("max_tokens", { integer: true, min: 1 }) ?? maxTokensDefault,
+    maxTokens: f.number("max_tokens", { integer: true, min: maxTokensMin }) ?? maxTokensDefault,
     stop: readStop(f.raw("stop")),
     temperature: f.number("temperature", { min: 0, max: 2 }) ?? 1,
     topP: f.number("top_p", { min: 0, minOpen: true, max: 1 }) ?? 1,

@@ -9,15 +9,24 @@ import type { NewRequest, StepEvent } from "../engine/engine.ts";
 import type { Sequence } from "../engine/sequence.ts";
 import type { EngineLoop, Submission } from "./engine-loop.ts";
 import { sampleParams, type GenerationSpec } from "./generation-fields.ts";
+import type { PromptLogprobs } from "./prompt-logprobs.ts";
 import { SseStream } from "./sse.ts";
 
 /** One choice of the response: sample `seq`, at `index` (prompt p, sample i: p × n + i). */
 export interface Choice {
   index: number;
   seq: Sequence;
-  /** Text shown before the generated text (the prompt, with `echo`). */
-  echo: string;
+  /** What comes before the generated text (the prompt, with `echo`). */
+  echo: Echo;
 }
+
+/** A prompt as echoed: its text and, with `logprobs`, its tokens' log-probabilities. */
+export interface Echo {
+  text: string;
+  logprobs: PromptLogprobs | null;
+}
+
+export const NO_ECHO: Echo = { text: "", logprobs: null };
 
 export interface Usage {
   prompt_tokens: number;
@@ -58,11 +67,11 @@ export function responseId(prefix: string): string {
 }
 
 /**
- * Submit the prompts (`echoes[p]`: the echo text of prompt p) and answer: a JSON body or a stream.
+ * Submit the prompts (`echoes[p]`: what prompt p echoes) and answer: a JSON body or a stream.
  * Throws the loop's errors (429, a request that can never fit) before anything is sent.
  */
 export async function runGeneration(
-  ctx: GenerationContext, idPrefix: string, prompts: readonly number[][], echoes: readonly string[], spec: GenerationSpec, shape: ResponseShape,
+  ctx: GenerationContext, idPrefix: string, prompts: readonly number[][], echoes: readonly Echo[], spec: GenerationSpec, shape: ResponseShape,
 ): Promise<Response> {
   const id = responseId(idPrefix);
   const created = Math.floor(Date.now() / 1000);
@@ -91,7 +100,7 @@ export async function runGeneration(
 }
 
 function streamGeneration(
-  ctx: GenerationContext, groups: NewRequest[][], echoes: readonly string[], spec: GenerationSpec, shape: ResponseShape, envelope: Record<string, unknown>,
+  ctx: GenerationContext, groups: NewRequest[][], echoes: readonly Echo[], spec: GenerationSpec, shape: ResponseShape, envelope: Record<string, unknown>,
 ): Response {
   let submission: Submission | null = null;
   const sse = new SseStream(() => {
@@ -129,9 +138,9 @@ function streamGeneration(
   return sse.response();
 }
 
-function choicesOf(submission: Submission, echoes: readonly string[]): Choice[] {
+function choicesOf(submission: Submission, echoes: readonly Echo[]): Choice[] {
   const choices: Choice[] = [];
-  submission.groups.forEach((group, p) => group.forEach((seq) => choices.push({ index: choices.length, seq, echo: echoes[p] ?? "" })));
+  submission.groups.forEach((group, p) => group.forEach((seq) => choices.push({ index: choices.length, seq, echo: echoes[p] ?? NO_ECHO })));
   return choices;
 }
 
