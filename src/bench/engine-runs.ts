@@ -132,8 +132,9 @@ export async function measureBatch(engine: LLMEngine, o: BatchOptions): Promise<
       let tokens = 0;
       t0 = performance.now();
       for (let i = 0; i < o.steps; i++) {
-        const n = (await engine.step()).length;
-        tokens += n;
+        const events = await engine.step();
+        const n = events.length;
+        tokens += events.reduce((sum, e) => sum + e.numSampled, 0);
         if (rep >= 0) {
           batchSum += n;
           stepCount++;

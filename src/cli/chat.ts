@@ -11,13 +11,13 @@ import { InputError } from "../errors.ts";
 import { keptReplyIds } from "../chat/builtin-formats.ts";
 import { conversationMessages, loadConversation, type Conversation } from "../chat/conversation.ts";
 import { FORMAT_NAMES } from "../chat/formats.ts";
-import type { CompletionResult, GenerateRequest, LLM } from "../engine/llm.ts";
+import { speculationResult, type CompletionResult, type GenerateRequest, type LLM, type SpeculationResult } from "../engine/llm.ts";
 import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
 import { InterruptedError } from "./interrupt.ts";
 import { chatMessages } from "./inputs.ts";
 import { CANCEL, LineInput } from "./line-input.ts";
 import { loadLLM } from "./load.ts";
-import { checkKnownOptions, engineArgs, modelArgs, requestDefaults, samplingArgs, type ParsedValues } from "./options.ts";
+import { checkKnownOptions, engineArgs, modelArgs, speculativeArgs, requestDefaults, samplingArgs, type ParsedValues } from "./options.ts";
 import { dim, info } from "./output.ts";
 import { quoteFileText } from "../util/file-text.ts";
 
@@ -32,6 +32,7 @@ export const chatArgs = {
   system: { type: "string", description: "System prompt; /system changes it in the chat", valueHint: "text" },
   ...samplingArgs,
   ...engineArgs,
+  ...speculativeArgs,
 } as const satisfies ArgsDef;
 
 export const chatCommand = defineCommand({
@@ -90,7 +91,7 @@ const HELP = `Commands:
   /help                this list
   /reset               start a new conversation (the prefix cache still holds the old one)
   /system [TEXT]       show or set the system prompt (a format with one); /system "" clears it
-  /stats               the conversation's length and the engine's prefix cache and KV block totals
+  /stats               the conversation's length, the engine's prefix cache and KV block totals, and --speculate's drafts
   /save FILE           write the conversation as JSON ({"messages": [...]} on one line)
   /load FILE           continue a conversation /save wrote (or any {"messages": [...]} file)
   /tokens              the last turn's token ids and pieces (its new prompt tokens and the reply)
@@ -114,7 +115,9 @@ class ChatSession {
   private ctrlCAhead = false;
   /** Reading the second or a later line of a message. */
   private continuing = false;
-  private readonly totals = { replies: 0, promptTokens: 0, cachedTokens: 0, generated: 0 };
+  private readonly totals = { replies: 0, promptTokens: 0, cachedTokens: 0, generated: 0, drafted: 0, accepted: 0 };
+  /** What speculative decoding did for the last reply (null until one ran with --speculate). */
+  private lastSpeculation: SpeculationResult | null = null;
   /** The last turn's prompt, how many of its ids the conversation already held, and the reply's ids. */
   private lastTurn: { promptIds: number[]; known: number; replyIds: number[] } | null = null;
 
@@ -318,7 +321,13 @@ class ChatSession {
     let why = "";
     if (r.finish_reason === "abort") why = ", interrupted";
     else if (r.finish_reason === "length") why = maxTokens !== null && r.completion_tokens >= maxTokens ? ", max tokens reached" : ", context full";
-    this.status(`[prompt ${r.prompt_tokens} tokens (${r.cached_tokens} cached), reply ${plural(r.completion_tokens, "token")}${why}, first token ${r.ttft_ms.toFixed(1)} ms, ${rate}, context ${used}/${this.limit}]`, true);
+    const spec = r.speculative === undefined ? "" : `, ${speculationText(r.speculative)}`;
+    this.status(`[prompt ${r.prompt_tokens} tokens (${r.cached_tokens} cached), reply ${plural(r.completion_tokens, "token")}${why}, first token ${r.ttft_ms.toFixed(1)} ms, ${rate}${spec}, context ${used}/${this.limit}]`, true);
+    if (r.speculative !== undefined) {
+      this.lastSpeculation = r.speculative;
+      this.totals.drafted += r.speculative.drafted;
+      this.totals.accepted += r.speculative.accepted;
+    }
     this.totals.replies++;
     this.totals.promptTokens += r.prompt_tokens;
     this.totals.cachedTokens += r.cached_tokens;
@@ -491,7 +500,20 @@ class ChatSession {
       `this session: ${plural(t.replies, "reply", "replies")}, ${t.promptTokens} prompt tokens (${t.cachedTokens} cached), ${t.generated} tokens generated`,
       `prefix cache: ${s.prefixQueries} tokens looked up, ${s.prefixHits} hit (${rate.toFixed(1)}%), ${s.evictions} blocks evicted`,
       `KV blocks: ${s.blocksInUse} in use, ${kv.numCachedBlocks} cached, ${s.numBlocks} in the pool (${this.llm.engine.options.blockSize} tokens each); ${s.preemptions} preemptions`,
+      ...this.speculationLines(),
     ].join("\n");
+  }
+
+  /** /stats lines of speculative decoding: its settings, the last reply's and the session's drafts; none when off. */
+  private speculationLines(): string[] {
+    const o = this.llm.engine.options.speculative;
+    if (o === null) return [];
+    const t = this.totals;
+    const last = this.lastSpeculation === null ? "no reply yet" : speculationText(this.lastSpeculation);
+    return [
+      `speculative decoding: ${o.method}, up to ${o.tokens} draft tokens, n-grams ${o.ngram.min}:${o.ngram.max}; last reply ${last}; ` +
+      `this session ${speculationText(speculationResult(t))}`,
+    ];
   }
 
   private print(text: string): void {
@@ -507,6 +529,12 @@ class ChatSession {
   private status(text: string, faint = false): void {
     info(faint ? dim(text) : text);
   }
+}
+
+/** "drafted 40, accepted 31 (77.5%)". */
+function speculationText(r: SpeculationResult): string {
+  const rate = r.acceptance_rate === null ? "" : ` (${(100 * r.acceptance_rate).toFixed(1)}%)`;
+  return `drafted ${r.drafted}, accepted ${r.accepted}${rate}`;
 }
 
 function plural(n: number, one: string, many = `${one}s`): string {

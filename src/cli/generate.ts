@@ -9,7 +9,7 @@ import type { CompletionResult, GenerateRequest, LLM } from "../engine/llm.ts";
 import {
   jsonlRequests, promptFileRequests, promptRequest, promptsDirRequests, type InputRequest, type RequestDefaults,
 } from "./inputs.ts";
-import { checkKnownOptions, engineArgs, modelArgs, repeated, requestDefaults, samplingArgs, type ParsedValues } from "./options.ts";
+import { checkKnownOptions, engineArgs, modelArgs, speculativeArgs, repeated, requestDefaults, samplingArgs, type ParsedValues } from "./options.ts";
 import { loadLLM } from "./load.ts";
 import { ProgressBar } from "./progress.ts";
 import { ResultsFile } from "./results-file.ts";
@@ -35,6 +35,7 @@ export const generateArgs = {
   "chat-template-kwargs": { type: "string", description: 'More chat template variables as a JSON object, e.g. \'{"enable_thinking": false}\' for Qwen3', valueHint: "json" },
   ...samplingArgs,
   ...engineArgs,
+  ...speculativeArgs,
 } as const satisfies ArgsDef;
 
 export const generateCommand = defineCommand({
@@ -192,5 +193,10 @@ function reportStats(llm: LLM, sink: ResultSink, seconds: number): void {
     );
   }
   lines.push(`prefix cache: hit rate ${hitRate.toFixed(1)}%, ${s.evictions} evictions, ${s.preemptions} preemptions`);
+  const spec = llm.engine.options.speculative;
+  if (spec !== null) {
+    const rate = s.draftedTokens === 0 ? "" : ` (acceptance ${((100 * s.acceptedTokens) / s.draftedTokens).toFixed(1)}%)`;
+    lines.push(`speculative (${spec.method}, up to ${spec.tokens} tokens): ${s.draftedTokens} drafted, ${s.acceptedTokens} accepted${rate}`);
+  }
   for (const line of lines) info(line);
 }

@@ -13,6 +13,9 @@ import { MAX_BLOCK_SIZE } from "../backend/kernels.ts";
 import type { DeviceChoice } from "../backend/webgpu/device.ts";
 import type { BackendOptions } from "../backend/webgpu/backend.ts";
 import { GLOBAL_FLAGS } from "./output.ts";
+import {
+  checkSpeculative, DEFAULT_SPECULATIVE, MAX_SPEC_TOKENS, parseNgramRange, SPECULATIVE_METHODS, type SpeculativeOptions,
+} from "../engine/speculative.ts";
 
 export const modelArgs = {
   model: {
@@ -105,6 +108,38 @@ export const engineArgs = {
   },
   ...deviceArg,
 } as const satisfies ArgsDef;
+
+/** Speculative decoding (generate, chat, serve): off unless --speculate names a method. */
+export const speculativeArgs = {
+  speculate: {
+    type: "string",
+    description: `Speculative decoding: ${SPECULATIVE_METHODS.join(" | ")} (draft tokens from n-grams of the prompt and output, verified several a step; output identical) (default off)`,
+    valueHint: "method",
+  },
+  "spec-tokens": { type: "string", description: `Most draft tokens verified per step with --speculate (default ${DEFAULT_SPECULATIVE.tokens})`, valueHint: "k" },
+  "spec-ngram": {
+    type: "string",
+    description: `N-gram lengths --speculate ngram looks up, longest first (default ${DEFAULT_SPECULATIVE.ngram.min}:${DEFAULT_SPECULATIVE.ngram.max})`,
+    valueHint: "min:max",
+  },
+} as const satisfies ArgsDef;
+
+/** --speculate and its --spec-* options, checked: null when off (a --spec-* option without --speculate is an error). */
+export function speculativeOption(values: ParsedValues): SpeculativeOptions | null {
+  const method = str(values.speculate);
+  if (method === undefined) {
+    const stray = ["spec-tokens", "spec-ngram"].find((name) => values[name] !== undefined);
+    if (stray !== undefined) throw new InputError(`--${stray} needs --speculate ngram`);
+    return null;
+  }
+  const o: SpeculativeOptions = {
+    method: choice(values, "speculate", SPECULATIVE_METHODS, DEFAULT_SPECULATIVE.method),
+    tokens: numberOption(values, "spec-tokens", "posint", { max: MAX_SPEC_TOKENS }) ?? DEFAULT_SPECULATIVE.tokens,
+    ngram: typeof values["spec-ngram"] === "string" ? parseNgramRange(values["spec-ngram"], "--spec-ngram") : { ...DEFAULT_SPECULATIVE.ngram },
+  };
+  checkSpeculative(o);
+  return o;
+}
 
 export type ParsedValues = Record<string, string | number | boolean | string[] | undefined>;
 
@@ -208,6 +243,7 @@ export function engineOptions(values: ParsedValues): EngineOptions {
     maxNumSeqs: numberOption(values, "max-num-seqs", "posint") ?? d.maxNumSeqs,
     schedule: choice(values, "schedule", ["fcfs", "lpm"] as const, d.schedule),
     threads: numberOption(values, "threads", "posint") ?? d.threads,
+    speculative: speculativeOption(values),
   };
 }
 

@@ -25,6 +25,7 @@ import { ModelRunner } from "./model-runner.ts";
 import { Request } from "./request.ts";
 import { Scheduler, type SchedulePolicy } from "./scheduler.ts";
 import { Sequence, type GenerationParams } from "./sequence.ts";
+import { checkSpeculative, Drafter, type SpeculativeOptions } from "./speculative.ts";
 
 export interface EngineOptions {
   /**
@@ -48,6 +49,11 @@ export interface EngineOptions {
   schedule: SchedulePolicy;
   /** Threads the kernels run on (1 = the calling thread only). */
   threads: number;
+  /**
+   * Speculative decoding (speculative.ts): drafts verified several tokens a step, the output the
+   * same bits as without; null = off.
+   */
+  speculative: SpeculativeOptions | null;
 }
 
 /** Context used when none is asked for: enough for chat, far less memory than a 128K-token maximum. */
@@ -65,6 +71,7 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   maxNumSeqs: 64,
   schedule: "fcfs",
   threads: availableParallelism(),
+  speculative: null,
 };
 
 export interface NewRequest {
@@ -77,6 +84,8 @@ export interface NewRequest {
 /** What one step did for one request. */
 export interface StepEvent {
   seq: Sequence;
+  /** Tokens sampled this step (a stop token included): 1, or more when draft tokens were accepted; 0 when aborted. */
+  numSampled: number;
   /** Text that became showable this step. */
   delta: string;
   finished: boolean;
@@ -93,6 +102,9 @@ export interface EngineStats {
   /** Sequences holding KV blocks in the batch, and sequences queued for a place in it. */
   numRunning: number;
   numWaiting: number;
+  /** Speculative decoding, over the engine's life: draft tokens verified, and those accepted. */
+  draftedTokens: number;
+  acceptedTokens: number;
 }
 
 export class LLMEngine {
@@ -111,6 +123,7 @@ export class LLMEngine {
   private numScored = 0;
   /** Parallel sampling: the samples to fork from a request once its prompt is computed, by request. */
   private readonly pendingForks = new Map<Sequence, Sequence[]>();
+  private readonly spec = { drafted: 0, accepted: 0 };
 
   constructor(
     checkpoint: Checkpoint,
@@ -123,6 +136,7 @@ export class LLMEngine {
     const c = withContext(checkpoint.config, options.ctxSize);
     this.config = c;
     const o = options;
+    if (o.speculative !== null) checkSpeculative(o.speculative);
     this.numBlocks = o.numBlocks ?? defaultNumBlocks(c, o, gpu === undefined ? Infinity : WebGpuForward.maxBlocks(gpu, c, o.blockSize));
     // On WebGPU the KV cache is in GPU buffers: linear memory holds the weights as loaded and the step batch.
     const storage = checkMemoryFits(checkpoint, c, o, gpu === undefined ? this.numBlocks : 0);
@@ -130,7 +144,7 @@ export class LLMEngine {
     this.backend = new CpuBackend(gpu === undefined ? options.threads : 1);
     const weights = loadWeights(checkpoint, this.backend.mem, this.backend.kernels, onLoadProgress, storage);
     this.maxPositions = Math.min(c.seqLen, this.numBlocks * o.blockSize);
-    const batch = new StepBatch(this.backend.mem, o.maxNumBatchedTokens, o.maxNumSeqs, Math.ceil(c.seqLen / o.blockSize), o.blockSize);
+    const batch = new StepBatch(this.backend.mem, o.maxNumBatchedTokens, o.maxNumSeqs, Math.ceil(c.seqLen / o.blockSize), o.blockSize, logitRows(o));
     this.model = createForward(c, weights, this.backend, batch, this.numBlocks, gpu);
     this.kv = new KVCacheManager({
       numBlocks: this.numBlocks,
@@ -197,6 +211,7 @@ export class LLMEngine {
       { id: input.id, promptTokenIds: input.promptTokenIds, cacheSalt: input.cacheSalt },
       input.params,
       this.tokenizer.createStreamDecoder(input.promptTokenIds[input.promptTokenIds.length - 1]),
+      this.options.speculative === null ? null : new Drafter(this.options.speculative),
     );
   }
 
@@ -204,8 +219,9 @@ export class LLMEngine {
     return this.scheduler.hasUnfinished;
   }
 
-  /** One step: schedule, run the batch, sample and check stops. */
+  /** One step: draft, schedule, run the batch, sample (verifying drafts) and check stops. */
   async step(): Promise<StepEvent[]> {
+    this.proposeDrafts();
     const out = this.scheduler.schedule();
     if (out.scheduled.length === 0) {
       // With nothing running every block is free, and addRequest only accepts requests that fit
@@ -219,25 +235,24 @@ export class LLMEngine {
     this.scheduler.update(out);
     const events: StepEvent[] = [];
     out.scheduled.forEach(({ req: seq }, i) => {
-      const row = logits[i];
-      if (!row) return;
+      const rows = logits[i]!;
+      if (rows.length === 0) return;
       const forks = this.pendingForks.get(seq);
       if (forks !== undefined) {
+        // A request with samples to fork never drafts (it is not decoding yet): rows is its one row.
         this.pendingForks.delete(seq);
-        for (const child of this.fork(seq, forks)) events.push(this.sampleAndCheck(child, row));
+        for (const child of this.fork(seq, forks)) events.push(this.sampleAndCheck(child, rows.slice(0, 1)));
       }
-      events.push(this.sampleAndCheck(seq, row));
+      events.push(this.sampleAndCheck(seq, rows));
     });
     return events;
   }
 
-  /** Sample seq's next token from its logits row, append it and check the stops. */
-  private sampleAndCheck(seq: Sequence, row: Float32Array): StepEvent {
-    const token = seq.sampler.sample(row, seq.allTokenIds);
-    if (seq.params.logprobs !== undefined && !this.isStopToken(seq, token)) seq.logprobs.push(sampledLogprob(row, token, seq.params.logprobs));
-    const delta = this.postprocess(seq, token);
+  /** Sample seq's next token (more, verifying a draft) from its logit rows, append them and check the stops. */
+  private sampleAndCheck(seq: Sequence, rows: readonly Float32Array[]): StepEvent {
+    const { delta, numSampled } = this.sampleRows(seq, rows);
     if (seq.isFinished) this.scheduler.finish(seq);
-    return { seq, delta, finished: seq.isFinished };
+    return { seq, delta, finished: seq.isFinished, numSampled };
   }
 
   /**
@@ -262,6 +277,59 @@ export class LLMEngine {
     }
     this.model.copyBlocks(copies);
     return forked;
+  }
+
+  /** Give every decoding sequence its draft for this step ([] when it does not speculate, pauses or finds none). */
+  private proposeDrafts(): void {
+    for (const seq of this.scheduler.running) {
+      const decoding = seq.numTokens - seq.numComputedTokens === 1;
+      seq.draftTokenIds = seq.drafter === null || !decoding ? [] : seq.drafter.propose(seq.allTokenIds, this.draftLimit(seq));
+    }
+  }
+
+  /**
+   * Most draft tokens a sequence may verify: accepted whole, with the token sampled after them, they
+   * must not take it past max_tokens, and their positions must fit the context.
+   */
+  private draftLimit(seq: Sequence): number {
+    const maxTokens = seq.params.maxTokens;
+    const byLength = maxTokens === null ? Infinity : maxTokens - seq.outputTokenIds.length - 1;
+    return Math.max(0, Math.min(byLength, this.maxPositions - seq.numTokens));
+  }
+
+  /**
+   * Sample a sequence's logit rows in order, exactly as decoding one token at a time would: row j
+   * follows draft token j - 1, so it is only used while every draw so far equalled the draft.
+   * Then the draft's rejected positions are rolled back: the sequence keeps the KV of its known
+   * tokens up to the last one, which the next step feeds, as after a plain decode.
+   */
+  private sampleRows(seq: Sequence, rows: readonly Float32Array[]): { delta: string; numSampled: number } {
+    const draft = seq.draftTokenIds;
+    const numDrafted = rows.length - 1;
+    let delta = "";
+    let accepted = 0;
+    let numSampled = 0;
+    for (let j = 0; j < rows.length; j++) {
+      const row = rows[j]!;
+      const token = seq.sampler.sample(row, seq.allTokenIds);
+      if (seq.params.logprobs !== undefined && !this.isStopToken(seq, token)) seq.logprobs.push(sampledLogprob(row, token, seq.params.logprobs));
+      numSampled++;
+      delta += this.postprocess(seq, token);
+      const hit = j < numDrafted && token === draft[j];
+      if (hit) accepted++;
+      if (!hit || seq.isFinished) break;
+    }
+    seq.draftTokenIds = [];
+    if (numDrafted > 0) {
+      seq.drafter!.record(numDrafted, accepted);
+      this.spec.drafted += numDrafted;
+      this.spec.accepted += accepted;
+      if (!seq.isFinished) {
+        seq.numComputedTokens = seq.numTokens - 1;
+        this.kv.rollback(seq, seq.numComputedTokens);
+      }
+    }
+    return { delta, numSampled };
   }
 
   /**
@@ -300,7 +368,7 @@ export class LLMEngine {
     const forks = this.pendingForks.get(seq);
     this.pendingForks.delete(seq);
     for (const child of forks ?? []) if (!child.isFinished) this.scheduler.add(child);
-    return { seq, delta, finished: true };
+    return { seq, delta, finished: true, numSampled: 0 };
   }
 
   /** Abort every unfinished request (Ctrl-C). */
@@ -323,6 +391,8 @@ export class LLMEngine {
       preemptions: this.scheduler.numPreemptions,
       numRunning: this.scheduler.running.length,
       numWaiting: this.scheduler.waiting.length,
+      draftedTokens: this.spec.drafted,
+      acceptedTokens: this.spec.accepted,
     };
   }
 
@@ -401,7 +471,7 @@ function checkMemoryFits(checkpoint: Checkpoint, c: ModelConfig, o: EngineOption
   const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
   const kv = kvBlocksInMemory * KVArena.bytesPerBlock(c, o.blockSize);
   const width = Math.max(c.dim, c.hiddenDim, c.nHeads * c.headDim);
-  const buffers = 4 * o.maxNumBatchedTokens * (6 * width + 2 * c.hiddenDim) + 4 * o.maxNumSeqs * (c.vocabSize + c.dim) +
+  const buffers = 4 * o.maxNumBatchedTokens * (6 * width + 2 * c.hiddenDim) + 4 * logitRows(o) * (c.vocabSize + c.dim) +
     4 * c.seqLen * (c.ropeDim ?? c.headDim) + (8 << 20);
   const limit = MAX_PAGES * 65536;
   if (weightBytes(checkpoint, FAST_STORAGE) + kv + buffers <= limit) return FAST_STORAGE;
@@ -414,6 +484,15 @@ function checkMemoryFits(checkpoint: Checkpoint, c: ModelConfig, o: EngineOption
     );
   }
   return FILE_STORAGE;
+}
+
+/**
+ * Logit rows one step may ask for: one per sequence, or, when speculating, its last token's and
+ * one per draft token (never more than the step's tokens).
+ */
+function logitRows(o: EngineOptions): number {
+  if (o.speculative === null) return o.maxNumSeqs;
+  return Math.max(o.maxNumSeqs, Math.min(o.maxNumBatchedTokens, o.maxNumSeqs * (1 + o.speculative.tokens)));
 }
 
 /** The model's config with seqLen set to the context this engine runs at. */

@@ -21,6 +21,8 @@ import type { FinishReason, GenerationParams, Sequence } from "./sequence.ts";
 import type { BackendOptions, WebGpuBackend } from "../backend/webgpu/backend.ts";
 import type { DeviceChoice } from "../backend/webgpu/device.ts";
 import { chooseDevice } from "../backend/device-choice.ts";
+import { DEFAULT_SPECULATIVE, type SpeculationCounts, type SpeculativeMethod } from "./speculative.ts";
+import type { NgramRange } from "./ngram-proposer.ts";
 
 export interface LoadOptions {
   /** Path of the model file (GGUF, or a llama2.c checkpoint). */
@@ -31,6 +33,11 @@ export interface LoadOptions {
    */
   tokenizer?: string;
   engine?: Partial<EngineOptions>;
+  /**
+   * Speculative decoding (the same as engine.speculative, which it overrides): { method: "ngram" }
+   * with optional tokens (K, default 4) and ngram ({ min, max }, default 1..4). Output is identical.
+   */
+  speculative?: { method: SpeculativeMethod; tokens?: number; ngram?: NgramRange } | null;
   /** Told as the weights load (for a progress bar). */
   onLoadProgress?: LoadProgress;
   /** The chat format of "messages" requests and chats: raw, llama2, chatml or a Jinja file (default: the model's own template). */
@@ -93,6 +100,15 @@ export interface CompletionResult {
   error?: string;
   /** Only when the request asked for logprobs: one entry per generated token, as the OpenAI API returns them. */
   logprobs?: TokenLogprobResult[];
+  /** Only when the engine speculates: draft tokens verified, those accepted, and their ratio (null when none was drafted). */
+  speculative?: SpeculationResult;
+}
+
+/** What speculative decoding did for one request. */
+export interface SpeculationResult {
+  drafted: number;
+  accepted: number;
+  acceptance_rate: number | null;
 }
 
 /** A token's log-probability as a result reports it: id, text and log-probability. */
@@ -190,7 +206,9 @@ export class LLM {
     // it) leaves the GGUF model's own template in force.
     const template = chatTemplate ?? (tokenizerPath !== opts.model && isGGUF(opts.model) ? ggufChatTemplate(opts.model) : null);
     const format = chatFormat(opts.chatTemplate, template, opts.model, tokenizer, opts.chatTemplateKwargs);
-    const engine = new LLMEngine(checkpoint, tokenizer, { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine }, opts.onLoadProgress, opts.gpu);
+    const engineOptions = { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine };
+    if (opts.speculative !== undefined) engineOptions.speculative = opts.speculative === null ? null : { ...DEFAULT_SPECULATIVE, ...opts.speculative };
+    const engine = new LLMEngine(checkpoint, tokenizer, engineOptions, opts.onLoadProgress, opts.gpu);
     const device = reason ?? `device: ${engine.model.description}`;
     return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0, format, ownedGpu, device);
   }
@@ -364,6 +382,7 @@ function resultOf(seq: Sequence, tokenText: TokenText): CompletionResult {
     latency_ms: round2(finish - seq.arrivalMs),
   };
   if (seq.error !== null) result.error = seq.error;
+  if (seq.drafter !== null) result.speculative = speculationResult(seq.drafter.counts);
   if (seq.params.logprobs !== undefined) {
     result.logprobs = seq.logprobs.map((l, k) => {
       const prev = seq.allTokenIds[seq.numPromptTokens + k - 1];
@@ -372,6 +391,14 @@ function resultOf(seq: Sequence, tokenText: TokenText): CompletionResult {
     });
   }
   return result;
+}
+
+export function speculationResult(c: SpeculationCounts): SpeculationResult {
+  return { drafted: c.drafted, accepted: c.accepted, acceptance_rate: c.drafted === 0 ? null : round4(c.accepted / c.drafted) };
+}
+
+function round4(x: number): number {
+  return Math.round(x * 1e4) / 1e4;
 }
 
 function rejectedResult(id: string, promptTokens: number, e: PagellmError): CompletionResult {

@@ -16,20 +16,26 @@ export class ModelRunner {
   ) {}
 
   /**
-   * Run the scheduled tokens. Returns, per scheduled request, a view of the logits of its last new
-   * token when that token ends its known tokens (a decode, or the last chunk of a prompt), else null.
+   * Run the scheduled tokens. Returns, per scheduled request, views of the logits (valid until the
+   * next forward) at each of its new tokens from its last known token on: [] for a chunk of prompt
+   * that does not end it; one row for a decode or a prompt's last chunk; 1 + d rows when d draft
+   * tokens (req.draftTokenIds) follow the last known token, row j predicting the token after draft
+   * token j - 1.
    */
-  async execute(scheduled: readonly ScheduledRequest[]): Promise<(Float32Array | null)[]> {
+  async execute(scheduled: readonly ScheduledRequest[]): Promise<Float32Array[][]> {
     const batch = this.batch;
     batch.reset();
-    const rows = scheduled.map(({ req, numNewTokens }) => {
+    const spans = scheduled.map(({ req, numNewTokens }) => {
       const start = req.numComputedTokens;
-      const tokens = req.allTokenIds.slice(start, start + numNewTokens);
-      const wantsLogits = start + numNewTokens === req.numTokens;
-      return batch.addSequence(tokens, start, this.kv.getBlockIds(req), wantsLogits ? "last" : "none");
+      const end = start + numNewTokens;
+      const known = req.allTokenIds;
+      const numDraft = Math.max(0, end - req.numTokens);
+      const tokens = numDraft === 0 ? known.slice(start, end) : [...known.slice(start), ...req.draftTokenIds.slice(0, numDraft)];
+      const numLogits = end >= req.numTokens ? 1 + numDraft : 0;
+      return { first: batch.addSequence(tokens, start, this.kv.getBlockIds(req), numLogits), numLogits };
     });
     await this.model.forward(batch);
-    return rows.map((r) => (r < 0 ? null : this.model.logitsRow(r)));
+    return spans.map(({ first, numLogits }) => Array.from({ length: numLogits }, (_, j) => this.model.logitsRow(first + j)));
   }
 
   /** Tokens one scoring call may take: every one of them gets a logits row. */

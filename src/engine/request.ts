@@ -37,6 +37,12 @@ export class Request {
    * preemption does not change it.
    */
   numCachedTokens: number | null = null;
+  /**
+   * Speculative decoding: tokens proposed to follow the known ones, not yet verified. The scheduler
+   * may run some of them after the request's last token; they are never among allTokenIds, so no
+   * block is ever full, or hashed, with them.
+   */
+  draftTokenIds: readonly number[] = [];
 
   private readonly outputs: number[] = [];
   private readonly tokens: number[];

@@ -18,6 +18,14 @@
  * has room for it and for the samples that will be forked from it once its prompt is computed
  * (they share its prompt's KV, see KVCacheManager.fork); until then those seats stay reserved.
  *
+ * Speculative decoding: a running request that has all its known tokens scheduled may also run
+ * its draft tokens (req.draftTokenIds), but only with what the step leaves over after every running
+ * request got its own tokens: the token budget and free KV blocks. A draft is shortened to fit and
+ * never preempts anything, so drafting changes neither who runs nor who is preempted; it is
+ * scheduled before waiting requests are admitted (decode before new prompts, as running requests
+ * are), so it can delay an admission by a step. The engine rolls back the rejected part after the
+ * step (numComputedTokens and the blocks that held only rejected positions).
+ *
  * Order of admission: "fcfs" (arrival), or "lpm" (longest cached prefix first, as SGLang).
  *
  * A shared prefix is computed once under either order, which is what SGLang's LPM achieves by
@@ -43,7 +51,10 @@ export interface SchedulerOptions {
 
 export interface ScheduledRequest<R extends Request = Request> {
   req: R;
-  /** Tokens to compute this step, starting at req.numComputedTokens. */
+  /**
+   * Tokens to compute this step, starting at req.numComputedTokens: known tokens, then draft tokens
+   * (req.draftTokenIds) for as many as go past req.numTokens.
+   */
   numNewTokens: number;
 }
 
@@ -116,6 +127,9 @@ export class Scheduler<R extends Request = Request> {
       budget -= numNew;
     }
 
+    // ---- draft tokens of running requests, with what is left
+    budget = this.scheduleDrafts(budget, out);
+
     // ---- waiting requests, only when nothing had to be preempted
     if (out.preempted.length === 0) this.admit(budget, out);
     out.numScheduledTokens = out.scheduled.reduce((n, s) => n + s.numNewTokens, 0);
@@ -153,11 +167,31 @@ export class Scheduler<R extends Request = Request> {
     return true;
   }
 
+  /**
+   * Extend each scheduled request whose known tokens all run this step by as much of its draft as
+   * the budget and the free blocks allow (never by preempting). Returns the budget left.
+   */
+  private scheduleDrafts(budget: number, out: SchedulerOutput<R>): number {
+    for (const s of out.scheduled) {
+      const req = s.req;
+      if (budget <= 0) break;
+      if (req.draftTokenIds.length === 0 || req.numComputedTokens + s.numNewTokens !== req.numTokens) continue;
+      let n = Math.min(req.draftTokenIds.length, budget);
+      while (n > 0 && this.kv.freeBlocksAfter(req, s.numNewTokens + n) < 0) n--;
+      if (n === 0) continue;
+      this.kv.allocateSlots(req, s.numNewTokens + n);
+      s.numNewTokens += n;
+      budget -= n;
+    }
+    return budget;
+  }
+
   private preempt(victim: R, out: SchedulerOutput<R>): void {
     // Its reservation is taken again when it is admitted again.
     this.numReserved -= this.extraSeats.get(victim) ?? 0;
     this.kv.free(victim);
     victim.numComputedTokens = 0;
+    victim.draftTokenIds = [];
     this.waiting.unshift(victim);
     out.preempted.push(victim);
     // A victim scheduled earlier in this step loses its slot in the batch.

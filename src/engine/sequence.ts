@@ -7,6 +7,7 @@ import type { SampledLogprob } from "./logprobs.ts";
 import { Request, type RequestOptions } from "./request.ts";
 import { Sampler, type SamplingParams } from "./sampler.ts";
 import { StopStringMatcher } from "./stop-strings.ts";
+import type { Drafter } from "./speculative.ts";
 
 export type FinishReason =
   /** EOS (or another stop token) or a stop string. */
@@ -50,6 +51,8 @@ export class Sequence extends Request {
     opts: RequestOptions,
     readonly params: GenerationParams,
     private readonly decoder: StreamDecoder,
+    /** Its drafts and their counts when the engine speculates, else null. */
+    readonly drafter: Drafter | null = null,
   ) {
     super(opts);
     this.sampler = new Sampler(params.sampling);

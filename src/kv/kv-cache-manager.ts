@@ -279,6 +279,28 @@ export class KVCacheManager {
     this.pool.freeBlocks(kv.blocks);
   }
 
+  /**
+   * Speculative decoding's rollback: the request keeps the KV of its first `numComputedTokens`
+   * tokens (all known: numComputedTokens <= req.numTokens) and forgets the rest, the draft
+   * positions it computed that were rejected. Blocks past the one holding token
+   * numComputedTokens - 1 held only rejected positions: they go back to the free queue (never
+   * cached: a block is cached only when full with known tokens, and a draft is not among them). The
+   * blocks the accepted tokens have now filled are hashed and cached, as the next allocation would.
+   */
+  rollback(req: Request, numComputedTokens: number): void {
+    checkCount("numComputedTokens", numComputedTokens);
+    if (numComputedTokens > req.numTokens) throw new RangeError(`request ${req.id}: ${numComputedTokens} computed tokens exceed its ${req.numTokens} known ones`);
+    const kv = this.requests.get(req.id);
+    if (kv === undefined) return;
+    const keep = Math.ceil(numComputedTokens / this.blockSize);
+    if (keep < kv.numCachedBlocks) throw new Error(`request ${req.id}: rollback into its cached blocks`);
+    if (kv.blocks.length > keep) {
+      this.pool.freeBlocks(kv.blocks.splice(keep));
+      kv.blockIds.length = keep;
+    }
+    if (kv.hashes !== null) this.cacheFullBlocks(kv, kv.hashes, numComputedTokens);
+  }
+
   /** The request's block table (a copy): physical block ids in token order. */
   getBlockIds(req: Request): number[] {
     const kv = this.requests.get(req.id);

@@ -46,11 +46,12 @@ export class StepBatch {
   /**
    * Append a sequence's new tokens, which occupy positions startPos.. in the sequence whose KV
    * blocks are `blockTable`. `logits` says which of its new tokens get logits: none, its last
-   * (a decode, or the end of a prompt), or all (scoring a whole chunk). Returns the logits row of
-   * its first such token, or -1.
+   * (a decode, or the end of a prompt), all (scoring a whole chunk), or its last `logits` (a
+   * number: the last known token and the draft tokens after it, when speculating). Returns the
+   * logits row of its first such token, or -1; the others follow it in order.
    */
   addSequence(
-    newTokens: ArrayLike<number>, startPos: number, blockTable: ArrayLike<number>, logits: "none" | "last" | "all",
+    newTokens: ArrayLike<number>, startPos: number, blockTable: ArrayLike<number>, logits: "none" | "last" | "all" | number,
   ): number {
     const n = newTokens.length;
     if (n === 0) throw new Error("StepBatch.addSequence: no tokens");
@@ -80,9 +81,11 @@ export class StepBatch {
     this.numTokens += n;
     this.numSeqs += 1;
     this.contextTokens += contextLen;
-    if (logits === "none") return -1;
+    const count = logits === "none" ? 0 : logits === "last" ? 1 : logits === "all" ? n : logits;
+    if (!Number.isInteger(count) || count < 0 || count > n) throw new Error(`StepBatch: ${count} logit rows for ${n} tokens`);
+    if (count === 0) return -1;
     const first = this.numLogits;
-    const from = logits === "all" ? 0 : n - 1;
+    const from = n - count;
     if (first + n - from > this.maxLogitRows) throw new Error("StepBatch: too many logit rows");
     for (let i = from; i < n; i++) i32[(this.logitRows >> 2) + this.numLogits++] = t0 + i;
     return first;

@@ -1,0 +1,306 @@
+/**
+ * Prompt-lookup speculative decoding. What must hold:
+ *   - the proposer: longest suffix first, its latest earlier occurrence, a loop's continuation
+ *     copied past the end of the context; the drafter's pause after misses;
+ *   - rollback: the blocks that held only rejected positions go back to the free queue (exact
+ *     block ids), blocks the accepted tokens filled are cached, nothing else changes;
+ *   - the output, greedy and seeded, with logprobs, stop strings and max_tokens, is the same with
+ *     and without --speculate on every shared model (llama2.c checkpoints and GGUF files), in
+ *     batches with prefix hits, in a pool so small that requests are preempted mid-speculation,
+ *     and with a step budget so small that drafts are cut; stop strings fall inside accepted
+ *     drafts; at PAGELLM_TEST_THREADS (CI runs 1 and 2) and on WebGPU;
+ *   - the command line: --speculate ngram reports drafted/accepted per request in --json, and bad
+ *     --spec-* values are one-line errors.
+ */
+import { afterAll, afterEach, describe, expect, test } from "bun:test";
+import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
+import type { EngineOptions, LLMEngine, StepEvent } from "../src/engine/engine.ts";
+import { proposeNgram } from "../src/engine/ngram-proposer.ts";
+import { DEFAULT_SPECULATIVE, Drafter, MAX_PAUSE_STEPS, type SpeculativeOptions } from "../src/engine/speculative.ts";
+import { Request } from "../src/engine/request.ts";
+import { KVCacheManager } from "../src/kv/kv-cache-manager.ts";
+import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
+import { MODELS, TEXTS, TOKENIZER } from "./helpers/prefix.ts";
+import { describeShared } from "./helpers/shared.ts";
+import { testThreads } from "./helpers/threads.ts";
+import { describeGpu } from "./helpers/webgpu.ts";
+import { runPagellm } from "./helpers/cli.ts";
+
+const THREADS = testThreads();
+/** Per-test limit: many engine runs on a loaded 2-core machine (bun's 5 s default is far too tight). */
+const TIMEOUT_MS = 180_000;
+const SPEC: SpeculativeOptions = DEFAULT_SPECULATIVE;
+
+// ---------------------------------------------------------------------------------------------
+// proposer and drafter
+
+describe("proposeNgram", () => {
+  const range = { min: 1, max: 3 };
+  test("the longest suffix with an earlier occurrence wins, and its latest occurrence", () => {
+    // suffix [7, 8, 9] occurs at 0 (followed by 1, 2); [8, 9] also at 5 (followed by 5): 3-gram first.
+    expect(proposeNgram([7, 8, 9, 1, 2, 8, 9, 5, 7, 8, 9], range, 2)).toEqual([1, 2]);
+    // only the 1-gram [9] recurs; its latest earlier occurrence is at 4, followed by 6, 9, then the copy goes on.
+    expect(proposeNgram([9, 3, 4, 5, 9, 6, 9], range, 4)).toEqual([6, 9, 6, 9]);
+  });
+  test("a loop's continuation is copied past the end of the context", () => {
+    expect(proposeNgram([1, 2, 3, 1, 2, 3], range, 7)).toEqual([1, 2, 3, 1, 2, 3, 1]);
+    expect(proposeNgram([5, 5], range, 3)).toEqual([5, 5, 5]);
+  });
+  test("no draft without an earlier occurrence of at least min tokens", () => {
+    expect(proposeNgram([1, 2, 3, 4], range, 4)).toEqual([]);
+    expect(proposeNgram([1, 2, 9, 2], { min: 2, max: 3 }, 4)).toEqual([]);
+    expect(proposeNgram([1, 2, 9, 1, 2], { min: 2, max: 3 }, 4)).toEqual([9, 1, 2, 9]);
+    expect(proposeNgram([4], range, 4)).toEqual([]);
+    expect(proposeNgram([1, 1, 1], range, 0)).toEqual([]);
+  });
+});
+
+describe("Drafter", () => {
+  test("pauses 1, 2, 4 ... MAX_PAUSE_STEPS steps after consecutive misses, and resumes at once after an accepted token", () => {
+    const d = new Drafter(SPEC);
+    const loop = [1, 2, 1, 2, 1, 2];
+    const pauses: number[] = [];
+    for (let miss = 0; miss < 9; miss++) {
+      expect(d.propose(loop, 4)).toHaveLength(4);
+      d.record(4, 0);
+      let paused = 0;
+      while (d.propose(loop, 4).length === 0) paused++;
+      pauses.push(paused);
+      // the proposal that ended the pause is verified: another miss
+    }
+    expect(pauses).toEqual([1, 2, 4, 8, 16, 32, 64, MAX_PAUSE_STEPS, MAX_PAUSE_STEPS]);
+    d.record(4, 0);
+    d.record(4, 1);
+    expect(d.counts).toEqual({ drafted: 44, accepted: 1 });
+  });
+  test("never proposes more than the limit", () => {
+    expect(new Drafter(SPEC).propose([3, 3, 3], 2)).toEqual([3, 3]);
+    expect(new Drafter(SPEC).propose([3, 3, 3], 0)).toEqual([]);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// KV rollback
+
+describe("KVCacheManager.rollback", () => {
+  test("frees the blocks that held only rejected draft positions and caches the blocks accepted tokens filled", () => {
+    const kv = new KVCacheManager({ numBlocks: 8, blockSize: 4 });
+    const req = new Request({ id: "a", promptTokenIds: [1, 2, 3, 4, 5, 6] });
+    expect(kv.allocateSlots(req, 6)!.map((b) => b.blockId)).toEqual([0, 1]);
+    req.numComputedTokens = 6;
+    req.appendOutputTokenIds([7]);
+    // decode token 7 at position 6 plus a 5-token draft: positions 6..11, blocks 1 and 2 (new: 2)
+    expect(kv.allocateSlots(req, 6)!.map((b) => b.blockId)).toEqual([2]);
+    expect(kv.getBlockIds(req)).toEqual([0, 1, 2]);
+    expect(kv.numCachedBlocks).toBe(1); // only block 0 is full of known tokens
+    req.numComputedTokens += 6;
+    // two draft tokens accepted (8, 9), then the sampled 10: known 1..10, KV of 1..9 kept
+    req.appendOutputTokenIds([8, 9, 10]);
+    kv.rollback(req, 9);
+    expect(kv.getBlockIds(req)).toEqual([0, 1, 2]);
+    expect(kv.numCachedBlocks).toBe(2); // block 1 is now full of accepted tokens 5..8
+    // nothing accepted on the next draft of 4: positions 9..13 computed, block 3 allocated, then freed
+    req.numComputedTokens = 9;
+    expect(kv.allocateSlots(req, 5)!.map((b) => b.blockId)).toEqual([3]);
+    req.appendOutputTokenIds([11]);
+    kv.rollback(req, 10);
+    expect(kv.getBlockIds(req)).toEqual([0, 1, 2]);
+    expect(kv.numUsedBlocks).toBe(3);
+    expect(kv.freeBlockIds()).toContain(3);
+    expect(kv.block(3).blockHash).toBeNull();
+    expect(() => kv.rollback(req, 12)).toThrow(RangeError);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// the engine: the same output with and without speculation
+
+const opened: LLM[] = [];
+afterEach(closeAll);
+afterAll(closeAll);
+function closeAll(): void {
+  for (const llm of opened.splice(0)) llm.close();
+}
+
+function load(model: string, tokenizer: string | undefined, engine: Partial<EngineOptions>, gpu?: WebGpuBackend): LLM {
+  const llm = LLM.load({ model, tokenizer, engine: { threads: THREADS, ...engine }, gpu });
+  opened.push(llm);
+  return llm;
+}
+
+/**
+ * Requests that loop and repeat their prompts (small models decoding greedily repeat themselves,
+ * and the second text of each prompt is the first again): greedy, seeded with temperature, top-k,
+ * top-p, min-p and a repetition penalty, some with logprobs, varied max_tokens.
+ */
+function requests(llm: LLM, n: number, maxTokens: number): GenerateRequest[] {
+  return Array.from({ length: n }, (_, i): GenerateRequest => {
+    const text = TEXTS[i % TEXTS.length]!;
+    const r: GenerateRequest = { id: `r${i}`, promptTokenIds: llm.encode(`${text} ${text}`), maxTokens: maxTokens - (i % 3) * 7, temperature: 0 };
+    if (i % 3 === 1) Object.assign(r, { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05, seed: 77 + i, logprobs: 2 });
+    if (i % 3 === 2) Object.assign(r, { temperature: 0.6, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1.1, repeatLastN: 16, seed: 5 + i });
+    return r;
+  });
+}
+
+/** A result as it must be equal with and without speculation (no timings, no draft counts). */
+function comparable(r: CompletionResult): Omit<CompletionResult, "ttft_ms" | "latency_ms" | "speculative"> {
+  const { ttft_ms: _t, latency_ms: _l, speculative: _s, ...rest } = r;
+  return rest;
+}
+
+function drafted(results: readonly CompletionResult[]): { drafted: number; accepted: number } {
+  return results.reduce((t, r) => ({ drafted: t.drafted + r.speculative!.drafted, accepted: t.accepted + r.speculative!.accepted }), { drafted: 0, accepted: 0 });
+}
+
+/** Run `reqs` on a plain engine and a speculating one with the same options; expect the same results, and some drafts accepted. */
+async function expectSameOutput(
+  model: string, tokenizer: string | undefined, engine: Partial<EngineOptions>, build: (llm: LLM) => GenerateRequest[],
+  opts: { gpu?: WebGpuBackend; compareCached?: boolean; speculative?: SpeculativeOptions; someAccepted?: boolean } = {},
+): Promise<CompletionResult[]> {
+  const plain = load(model, tokenizer, { ...engine, speculative: null }, opts.gpu);
+  const reqs = build(plain);
+  const want = await plain.generate(reqs);
+  closeAll();
+  const spec = load(model, tokenizer, { ...engine, speculative: opts.speculative ?? SPEC }, opts.gpu);
+  const got = await spec.generate(reqs);
+  const strip = (r: CompletionResult) => (opts.compareCached === false ? { ...comparable(r), cached_tokens: 0 } : comparable(r));
+  expect(got.map(strip)).toEqual(want.map(strip));
+  const t = drafted(got);
+  expect(t.drafted).toBeGreaterThan(0);
+  if (opts.someAccepted !== false) expect(t.accepted).toBeGreaterThan(0);
+  expect(spec.engine.stats.draftedTokens).toBe(t.drafted);
+  expect(spec.engine.kv.numUsedBlocks).toBe(0);
+  return got;
+}
+
+const LLAMA2C_MODELS: [string, string][] = [
+  ["stories260K", MODELS.stories260K], ["llama2xs_h192", MODELS.llama2xs], ["stories260K_q80", MODELS.stories260K_q80],
+];
+const GGUF_MODELS = [
+  "stories260K", "stories260K-F16", "stories260K-BF16", "stories260K-Q8_0", "stories260K-Q4_0", "stories260K-Q4_1",
+  "stories260K-Q5_0", "stories260K-Q5_1", "rnd-llama-Q2_K", "rnd-llama-Q4_K_M", "rnd-qwen2-Q5_K_M",
+];
+/** Random weights whose output does not repeat within these requests: every draft is rejected (the rollback path). */
+const NO_ACCEPTED_DRAFTS = new Set(["rnd-llama-Q2_K"]);
+
+for (const [name, rel] of LLAMA2C_MODELS) {
+  describeShared(`speculative decoding on ${name} (${THREADS} thread(s))`, [rel, TOKENIZER], ([model, tokenizer]) => {
+    test("greedy and seeded batches, logprobs included, give the same results as without", async () => {
+      await expectSameOutput(model!, tokenizer!, {}, (llm) => requests(llm, 6, 48));
+    }, TIMEOUT_MS);
+  });
+}
+
+for (const name of GGUF_MODELS) {
+  describeShared(`speculative decoding on ${name}.gguf (${THREADS} thread(s))`, [`models/gguf/${name}.gguf`], ([model]) => {
+    test("greedy and seeded batches, logprobs included, give the same results as without", async () => {
+      await expectSameOutput(model!, undefined, {}, (llm) => requests(llm, 3, 40), { someAccepted: !NO_ACCEPTED_DRAFTS.has(name) });
+    }, TIMEOUT_MS);
+  });
+}
+
+describeShared(`speculative decoding in the engine (stories260K, ${THREADS} thread(s))`, [MODELS.stories260K, TOKENIZER], ([model, tokenizer]) => {
+  test("with prefix hits, a pool so small that speculating requests are preempted, and drafts cut by a 24-token budget", async () => {
+    const engine: Partial<EngineOptions> = { numBlocks: 24, blockSize: 8, maxNumBatchedTokens: 24, maxNumSeqs: 8 };
+    let preemptions = 0;
+    const build = (llm: LLM) => requests(llm, 12, 60);
+    await expectSameOutput(model!, tokenizer!, engine, build, { compareCached: false });
+    preemptions = opened[0]!.engine.stats.preemptions;
+    expect(preemptions).toBeGreaterThan(0);
+    expect(opened[0]!.engine.stats.prefixHits).toBeGreaterThan(0);
+  }, TIMEOUT_MS);
+
+  test("K = 7 and n-grams 2:5 give the same results too; caching off", async () => {
+    const speculative: SpeculativeOptions = { method: "ngram", tokens: 7, ngram: { min: 2, max: 5 } };
+    await expectSameOutput(model!, tokenizer!, { enablePrefixCaching: false }, (llm) => requests(llm, 6, 64), { speculative });
+  }, TIMEOUT_MS);
+
+  test("max_tokens reached inside a run of accepted drafts ends exactly at max_tokens", async () => {
+    const build = (llm: LLM) => [5, 9, 13, 17, 33].map((maxTokens, i): GenerateRequest => ({ id: `m${i}`, promptTokenIds: llm.encode(`${TEXTS[1]} ${TEXTS[1]}`), maxTokens, temperature: 0 }));
+    const got = await expectSameOutput(model!, tokenizer!, {}, build);
+    expect(got.map((r) => r.completion_tokens)).toEqual([5, 9, 13, 17, 33]);
+  }, TIMEOUT_MS);
+});
+
+describeShared(`stop strings inside drafts (rnd-qwen2-Q5_K_M, ${THREADS} thread(s))`, ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
+  test("stop strings that fall inside accepted drafts cut the text exactly where they do without", async () => {
+    // Its greedy output settles into a loop that drafts predict: pieces of it are the stop strings.
+    const probe = load(model!, undefined, { speculative: null });
+    const prompt = probe.encode(`${TEXTS[0]} ${TEXTS[0]}`);
+    const [base] = await probe.generate([{ promptTokenIds: prompt, maxTokens: 100, temperature: 0 }]);
+    const text = base!.text;
+    const stops = Array.from({ length: 8 }, (_, i) => {
+      const at = Math.floor(text.length * (0.3 + 0.08 * i));
+      return text.slice(at, at + 5 + i);
+    });
+    closeAll();
+    const build = () => stops.map((stop, i): GenerateRequest => ({ id: `s${i}`, promptTokenIds: prompt, maxTokens: 100, temperature: 0, stop: [stop] }));
+    await expectSameOutput(model!, undefined, {}, build);
+    // The same again, watching the steps: some request stopped in a step that accepted draft tokens.
+    const llm = opened[0]!;
+    const steps = watchSteps(llm.engine);
+    const results = await llm.generate(build().map((r) => ({ ...r, id: `again-${r.id}` })));
+    expect(results.every((r) => r.finish_reason === "stop")).toBe(true);
+    expect(steps.some((e) => e.finished && e.seq.finishReason === "stop" && e.numSampled > 1)).toBe(true);
+  }, TIMEOUT_MS);
+});
+
+/** Record every event the engine's step() returns. */
+function watchSteps(engine: LLMEngine): StepEvent[] {
+  const seen: StepEvent[] = [];
+  const step = engine.step.bind(engine);
+  engine.step = async () => {
+    const events = await step();
+    seen.push(...events);
+    return events;
+  };
+  return seen;
+}
+
+// ---------------------------------------------------------------------------------------------
+// WebGPU
+
+await describeGpu("speculative decoding on WebGPU", (gpu) => {
+  describeShared("stories260K on WebGPU", [MODELS.stories260K, TOKENIZER], ([model, tokenizer]) => {
+    test("greedy and seeded batches give the same results as without, with preemption", async () => {
+      const engine: Partial<EngineOptions> = { threads: 1, numBlocks: 24, blockSize: 8, maxNumBatchedTokens: 32, maxNumSeqs: 6 };
+      await expectSameOutput(model!, tokenizer!, engine, (llm) => requests(llm, 6, 40), { gpu, compareCached: false });
+    }, TIMEOUT_MS);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// command line
+
+describeShared("generate --speculate", [MODELS.stories260K, TOKENIZER], ([model, tokenizer]) => {
+  const base = ["generate", "--model", model!, "--tokenizer", tokenizer!, "--threads", "1", "--max-tokens", "60", "--temperature", "0"];
+  test("--json results carry drafted, accepted and the acceptance rate; the tokens are those of a plain run", () => {
+    const prompt = ["--prompt", `${TEXTS[2]} ${TEXTS[2]}`, "--json"];
+    const plain = runPagellm([...base, ...prompt]);
+    const spec = runPagellm([...base, ...prompt, "--speculate", "ngram", "--spec-tokens", "3", "--spec-ngram", "1:3"]);
+    expect(plain.exitCode).toBe(0);
+    expect(spec.exitCode).toBe(0);
+    const a = JSON.parse(plain.stdout) as CompletionResult;
+    const b = JSON.parse(spec.stdout) as CompletionResult;
+    expect(a.speculative).toBeUndefined();
+    expect(b.token_ids).toEqual(a.token_ids);
+    expect(b.speculative!.drafted).toBeGreaterThan(0);
+    expect(b.speculative!.acceptance_rate).toBeCloseTo(b.speculative!.accepted / b.speculative!.drafted, 3);
+    expect(spec.stderr).toMatch(/speculative \(ngram, up to 3 tokens\): \d+ drafted, \d+ accepted/);
+  }, TIMEOUT_MS);
+
+  test("bad --spec-* values are one-line errors with exit code 2", () => {
+    for (const [extra, message] of [
+      [["--spec-tokens", "4"], "--spec-tokens needs --speculate ngram"],
+      [["--speculate", "eagle"], "--speculate must be one of ngram"],
+      [["--speculate", "ngram", "--spec-ngram", "3:1"], "--spec-ngram must be MIN:MAX"],
+      [["--speculate", "ngram", "--spec-tokens", "0"], "--spec-tokens expects a positive integer"],
+    ] as const) {
+      const r = runPagellm([...base, "--prompt", "x", ...extra]);
+      expect(r.exitCode).toBe(2);
+      expect(r.stderr).toContain(message);
+      expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    }
+  }, TIMEOUT_MS);
+});
