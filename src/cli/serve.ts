@@ -10,7 +10,7 @@ import { basename } from "node:path";
 import { InputError } from "../errors.ts";
 import { PagellmServer } from "../server/server.ts";
 import { loadLLM } from "./load.ts";
-import { checkKnownOptions, engineArgs, modelArgs, numberOption, type ParsedValues } from "./options.ts";
+import { checkKnownOptions, engineArgs, modelArgs, numberOption, speculativeArgs, type ParsedValues } from "./options.ts";
 import { info } from "./output.ts";
 
 export const serveArgs = {
@@ -30,6 +30,7 @@ export const serveArgs = {
   "shutdown-timeout": { type: "string", description: "Seconds running requests get to finish after SIGTERM/SIGINT (default 30)", valueHint: "s" },
   "log-requests": { type: "boolean", description: "Print a line per request on stderr" },
   ...engineArgs,
+  ...speculativeArgs,
 } as const satisfies ArgsDef;
 
 export const serveCommand = defineCommand({
