@@ -150,12 +150,14 @@ async function measureTarget(name: string, command: string | null, target: Serve
 async function withChild(name: string, argv: (port: number) => string[], o: ServeBenchOptions, local: LocalServers): Promise<TargetResult> {
   const port = freePort();
   const command = argv(port);
-  progress(`starting ${name}: ${command.join(" ")}`);
+  // Reports name files, never the folders of this machine.
+  const shown = command.map((a) => (a.includes("/") ? basename(a) : a)).join(" ");
+  progress(`starting ${name}: ${shown}`);
   const child: ChildServer = await startChild(name, command, port, local.readyTimeoutS);
   try {
     const models = await listModels(child.apiBase, null);
     const target: ServerTarget = { apiBase: child.apiBase, apiKey: null, model: models[0] ?? basename(local.model.path) };
-    return await measureTarget(name, command.join(" "), target, o);
+    return await measureTarget(name, shown, target, o);
   } finally {
     await child.stop();
   }

@@ -84,10 +84,14 @@ export async function startChild(name: string, argv: string[], port: number, rea
   return { name, apiBase: `http://127.0.0.1:${port}/v1`, argv, stop };
 }
 
-/** This checkout's `pagellm serve` on a model file, with a context of `ctx` positions (or the model's, if smaller). */
+/**
+ * This checkout's `pagellm serve` on a model file, with a context of `ctx` positions (or the
+ * model's, if smaller), on WebAssembly: the CPU the in-process baseline and llama-server's CPU
+ * build run on (auto would take a hardware GPU where there is one).
+ */
 export function pagellmServeArgv(model: string, threads: number, ctx: number, port: number): string[] {
   return [
-    "bun", join(REPO_ROOT, "bin", "pagellm"), "serve", "--model", model, "--threads", String(threads), "--ctx-size", String(ctx),
+    "bun", join(REPO_ROOT, "bin", "pagellm"), "serve", "--model", model, "--device", "wasm", "--threads", String(threads), "--ctx-size", String(ctx),
     "--host", "127.0.0.1", "--port", String(port),
   ];
 }

@@ -71,7 +71,7 @@ export function serveNotes(r: ServeBenchResult): string[] {
   if (r.workload !== "chat") notes.push(`token-id prompts (/v1/completions) drawn from ids ${firstTokenId(r.vocabSize)} to ${r.vocabSize - 1}, no BOS`);
   else notes.push("chat prompts are text (/v1/chat/completions): token counts and cached shares are the servers' own usage figures");
   for (const t of r.targets) {
-    if (t.command !== null) notes.push(`${t.name}: ${t.command.replace(/\S*\/(bin\/pagellm|llama-server)\b/, "$1")}`);
+    if (t.command !== null) notes.push(`${t.name}: ${t.command}`);
     if (t.metrics.stoppedBy !== null) notes.push(`${t.name}: sending stopped early by ${t.metrics.stoppedBy}`);
     if (t.metrics.cachedShare === null) notes.push(`${t.name}: reports no cached prompt tokens (usage.prompt_tokens_details.cached_tokens): cached share n/a`);
   }
