@@ -7,6 +7,8 @@ import { afterAll, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { LLM } from "../src/engine/llm.ts";
+import type { GGUFValue } from "../src/model/gguf.ts";
 import { openCheckpoint } from "../src/model/load.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { expectModelFormatError } from "./helpers/errors.ts";
@@ -239,4 +241,102 @@ describeShared("hostile GGUF files (issue 23)", ["models/gguf/stories260K.gguf"]
     expect(json.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
     expect((JSON.parse(json.stdout) as { name: string }).name).toStartWith("tiny\u001b]52;");
   }, 60_000);
+});
+
+describeShared("hostile vocabularies and hyper-parameters (issue 23)", ["models/gguf/stories260K.gguf"], ([good]) => {
+  /** stories260K with its tokenizer metadata changed by `edit`. */
+  const withVocab = (name: string, edit: (m: Map<string, GGUFValue>) => void) => rewriteGGUF(good!, join(dir, name), { metadata: edit });
+  const cutVocabulary = (m: Map<string, GGUFValue>, n: number): void => {
+    const tokens = m.get("tokenizer.ggml.tokens")!;
+    if (tokens.type !== "array" || tokens.value.itemType !== "string") throw new Error("no tokens");
+    const items = tokens.value.items;
+    m.set("tokenizer.ggml.tokens", gguf.strings(Array.from({ length: n }, (_, i) => items.bytes(i))));
+    const scores = m.get("tokenizer.ggml.scores")!;
+    const types = m.get("tokenizer.ggml.token_type")!;
+    if (scores.type === "array" && scores.value.itemType === "f32") m.set("tokenizer.ggml.scores", gguf.f32s(scores.value.items.slice(0, n)));
+    if (types.type === "array" && types.value.itemType === "i32") m.set("tokenizer.ggml.token_type", gguf.i32s(types.value.items.slice(0, n)));
+  };
+
+  test("a vocabulary shorter than the embedding: the rows past it are never sampled, every text is kept", async () => {
+    // stories260K's ids 259.. are merges, which greedy decoding picks at once: the control shows it.
+    const control = LLM.load({ model: good!, engine: { threads: 1 } });
+    try {
+      const [r] = await control.generate([{ prompt: "Once upon a time", maxTokens: 24, temperature: 0 }]);
+      expect(r!.token_ids.some((id) => id >= 259)).toBe(true);
+    } finally {
+      control.close();
+    }
+    const path = withVocab("vocab-259.gguf", (m) => cutVocabulary(m, 259));
+    const llm = LLM.load({ model: path, engine: { threads: 1 } });
+    try {
+      expect(llm.config.vocabSize).toBe(512);
+      expect(llm.tokenizer.vocabSize).toBe(259);
+      const results = await llm.generate([
+        { prompt: "Once upon a time", maxTokens: 24, temperature: 0 },
+        { prompt: "The dog", maxTokens: 24, temperature: 1.5, seed: 7 },
+      ]);
+      for (const r of results) {
+        expect(r.finish_reason).toBe("length");
+        expect(r.token_ids).toHaveLength(24);
+        expect(Math.max(...r.token_ids)).toBeLessThan(259);
+        expect(r.text).toBe(llm.tokenizer.decode(r.token_ids));
+      }
+      // A prompt id past the embedding's rows would read outside it: refused, the others kept.
+      const [bad, ok] = await llm.generate([{ promptTokenIds: [1, 600], maxTokens: 2 }, { prompt: "Once", maxTokens: 2, temperature: 0 }]);
+      expect(bad!.finish_reason).toBe("error");
+      expect(bad!.error).toContain("token id 600 at index 1 is outside the model's vocabulary (0..511)");
+      expect(ok!.finish_reason).toBe("length");
+    } finally {
+      llm.close();
+    }
+    const r = runPagellm(["generate", "--model", path, "--prompt", "Once upon a time", "--max-tokens", "24", "--temperature", "0"], { timeoutMs: 90_000 });
+    expect(r.stderr).not.toContain("error");
+    expect(r.exitCode).toBe(0);
+  }, 120_000);
+
+  test("an empty vocabulary: says so, naming the file (was: outside the vocabulary (0..-1))", () => {
+    const path = withVocab("vocab-0.gguf", (m) => {
+      m.set("tokenizer.ggml.model", gguf.str("gpt2"));
+      m.set("tokenizer.ggml.tokens", gguf.strings([]));
+      m.delete("tokenizer.ggml.scores");
+      m.delete("tokenizer.ggml.token_type");
+    });
+    const r = runPagellm(["generate", "--model", path, "--prompt", "Once"], { timeoutMs: 90_000 });
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr).toBe(`pagellm: error: ${path}: tokenizer.ggml.tokens is empty: the file has no vocabulary\n`);
+  }, 120_000);
+
+  test("a byte-level vocabulary of 3 tokens cannot spell the prompt: says so (was: empty prompt)", () => {
+    const path = withVocab("vocab-3.gguf", (m) => {
+      m.set("tokenizer.ggml.model", gguf.str("gpt2"));
+      m.set("tokenizer.ggml.tokens", gguf.strings(["a", "b", "c"]));
+      m.delete("tokenizer.ggml.scores");
+      m.delete("tokenizer.ggml.token_type");
+    });
+    const r = runPagellm(["generate", "--model", path, "--prompt", "Hello"], { timeoutMs: 90_000 });
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr).toBe(`pagellm: error: ${path}: the vocabulary (3 tokens) has no token for any of the text "Hello"\n`);
+  }, 120_000);
+
+  test("context_length 1: the prompt-too-long error names the file that declares it", () => {
+    const path = withVocab("ctx-1.gguf", (m) => m.set("llama.context_length", gguf.u32(1)));
+    const r = runPagellm(["generate", "--model", path, "--prompt", "Once upon a time"], { timeoutMs: 90_000 });
+    expect(r.exitCode).toBe(3);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).toContain(`is longer than the context of 1 (${path} declares a context of only 1 token; a shorter prompt)`);
+  }, 120_000);
+
+  test("a damaged magic: named as a damaged GGUF file (was: --tokenizer is required)", () => {
+    const bytes = new Uint8Array(readFileSync(good!));
+    bytes[3] = 0x48; // "GGUH"
+    const path = join(dir, "magic.gguf");
+    writeFileSync(path, bytes);
+    const message = `${path}: not a GGUF or llama2.c model file: it starts with the bytes 47 47 55 48, not the GGUF magic "GGUF", though a GGUF version (3) follows (a damaged GGUF file?)`;
+    expectModelFormatError(() => openCheckpoint(path), path, /a damaged GGUF file/);
+    for (const args of [["generate", "--model", path, "--prompt", "Once"], ["info", path]]) {
+      const r = runPagellm(args, { timeoutMs: 90_000 });
+      expect(r.exitCode).toBe(2);
+      expect(r.stderr).toBe(`pagellm: error: ${message}\n`);
+    }
+  }, 120_000);
 });

@@ -120,6 +120,15 @@ export class LLMEngine {
   private readonly scheduler: Scheduler<Sequence>;
   private readonly runner: ModelRunner;
   private readonly stopTokenIds: ReadonlySet<number>;
+  /**
+   * Ids a step may sample: the tokenizer's. A model may have more embedding rows than its
+   * vocabulary has tokens (padding: a tokenizer file of its own, a converter that rounded the rows
+   * up); those rows are never sampled, since no text stands for them, and never end a generation
+   * with an error. (llama.cpp sizes the vocabulary by the file's tokens and pads them instead.)
+   */
+  private readonly sampledIds: number;
+  /** The model file and the context it declares (errors name it when it is the limit). */
+  private readonly modelContext: { file: string; positions: number };
   private numScored = 0;
   /** Parallel sampling: the samples to fork from a request once its prompt is computed, by request. */
   private readonly pendingForks = new Map<Sequence, Sequence[]>();
@@ -163,6 +172,8 @@ export class LLMEngine {
     const stops = new Set([...checkpoint.extraStopTokenIds, ...tokenizer.eogIds]);
     if (tokenizer.eosId !== null) stops.add(tokenizer.eosId);
     this.stopTokenIds = stops;
+    this.sampledIds = Math.min(tokenizer.vocabSize, c.vocabSize);
+    this.modelContext = { file: checkpoint.file, positions: checkpoint.config.seqLen };
   }
 
   /**
@@ -207,6 +218,7 @@ export class LLMEngine {
   }
 
   private newSequence(input: NewRequest): Sequence {
+    this.checkTokenIds(input.id, input.promptTokenIds);
     return new Sequence(
       { id: input.id, promptTokenIds: input.promptTokenIds, cacheSalt: input.cacheSalt },
       input.params,
@@ -235,7 +247,8 @@ export class LLMEngine {
     this.scheduler.update(out);
     const events: StepEvent[] = [];
     out.scheduled.forEach(({ req: seq }, i) => {
-      const rows = logits[i]!;
+      // Only the tokenizer's ids are sampled (see sampledIds).
+      const rows = logits[i]!.map((row) => (row.length > this.sampledIds ? row.subarray(0, this.sampledIds) : row));
       if (rows.length === 0) return;
       const forks = this.pendingForks.get(seq);
       if (forks !== undefined) {
@@ -345,6 +358,7 @@ export class LLMEngine {
       throw new RequestTooLongError(`${tokens.length} tokens do not fit the context of ${this.maxPositions} (a larger --ctx-size)`);
     }
     const req = new Request({ id: `score-${this.numScored++}`, promptTokenIds: tokens });
+    this.checkTokenIds(req.id, tokens);
     if (this.kv.allocateSlots(req, tokens.length) === null) {
       throw new RequestTooLongError(`${tokens.length} tokens need more KV blocks than are free (${this.kv.numFreeBlocks} of ${this.options.blockSize} tokens; a larger --kv-cache-mb or --num-blocks)`);
     }
@@ -424,16 +438,25 @@ export class LLMEngine {
     return delta;
   }
 
+  /** Input ids index the embedding: one past its rows would read outside it. */
+  private checkTokenIds(id: string, tokens: readonly number[]): void {
+    const rows = this.config.vocabSize;
+    const at = tokens.findIndex((t) => !(t >= 0 && t < rows));
+    if (at >= 0) throw new InputError(`request ${id}: token id ${tokens[at]} at index ${at} is outside the model's vocabulary (0..${rows - 1})`);
+  }
+
   private checkFits(seq: Sequence): void {
     const c = this.config;
     const P = seq.numPromptTokens;
     const maxTokens = seq.params.maxTokens;
+    // When the model's own context is the limit, the file is what says so: name it.
+    const own = c.seqLen === this.modelContext.positions ? `${this.modelContext.file} declares a context of ${c.seqLen === 1 ? "only 1 token" : `${c.seqLen} tokens`}` : null;
     if (P > c.seqLen) {
-      throw new RequestTooLongError(`prompt of ${P} tokens is longer than the context of ${c.seqLen} (a larger --ctx-size, up to the model's own, or a shorter prompt)`);
+      throw new RequestTooLongError(`prompt of ${P} tokens is longer than the context of ${c.seqLen} (${own === null ? "a larger --ctx-size, up to the model's own, or a shorter prompt" : `${own}; a shorter prompt`})`);
     }
     if (maxTokens !== null && P + maxTokens - 1 > c.seqLen) {
       throw new RequestTooLongError(
-        `prompt (${P} tokens) plus max_tokens (${maxTokens}) exceeds the context of ${c.seqLen} tokens (a smaller --max-tokens or a larger --ctx-size)`,
+        `prompt (${P} tokens) plus max_tokens (${maxTokens}) exceeds the context of ${c.seqLen} tokens (${own === null ? "a smaller --max-tokens or a larger --ctx-size" : `${own}; a smaller --max-tokens`})`,
       );
     }
     // Without max_tokens a request stops when it reaches maxPositions; it only needs its prompt to fit.

@@ -2,7 +2,8 @@
  * The library's front door: load a model with its tokenizer, then generate text for one or many
  * prompts through the continuous-batching engine. The CLI is a thin layer over this class.
  */
-import { InputError, PagellmError, RequestTooLongError } from "../errors.ts";
+import { InputError, ModelFormatError, PagellmError, RequestTooLongError } from "../errors.ts";
+import { quoteFileText } from "../util/file-text.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
 import type { LoadProgress } from "../model/weights.ts";
@@ -169,6 +170,8 @@ export class LLM {
     private readonly ownedGpu: WebGpuBackend | null,
     /** One line saying which backend runs the model and why ("device: wasm (auto: ...)"). */
     readonly device: string,
+    /** The file the vocabulary came from (the model, or --tokenizer's). */
+    readonly tokenizerFile: string,
   ) {}
 
   /**
@@ -210,7 +213,7 @@ export class LLM {
     if (opts.speculative !== undefined) engineOptions.speculative = opts.speculative === null ? null : { ...DEFAULT_SPECULATIVE, ...opts.speculative };
     const engine = new LLMEngine(checkpoint, tokenizer, engineOptions, opts.onLoadProgress, opts.gpu);
     const device = reason ?? `device: ${engine.model.description}`;
-    return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0, format, ownedGpu, device);
+    return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0, format, ownedGpu, device, tokenizerPath);
   }
 
   get config(): ModelConfig {
@@ -225,7 +228,13 @@ export class LLM {
 
   /** Prompt token ids of `text`, BOS first when the model expects it. */
   encode(text: string): number[] {
-    return this.tokenizer.encode(text, { addBos: this.addBos });
+    const ids = this.tokenizer.encode(text, { addBos: this.addBos });
+    // A vocabulary that spells none of a text (a crafted 3-token one; byte-level BPE drops bytes it
+    // has no token for): the empty prompt is the file's fault, not the user's.
+    if (text.length > 0 && ids.every((id) => id === this.tokenizer.bosId)) {
+      throw new ModelFormatError(this.tokenizerFile, `the vocabulary (${this.tokenizer.vocabSize} tokens) has no token for any of the text ${quoteFileText(text)}`);
+    }
+    return ids;
   }
 
   /** A new conversation in the chat format. */

@@ -177,6 +177,8 @@ export function tokenizerFromGGUF(gguf: GGUFFile): GGUFTokenizer {
 
 function tokenizerOf(gguf: GGUFFile): Omit<GGUFTokenizer, "chatTemplate"> {
   const model = gguf.getString(KEY.model);
+  // Before any token id is checked against it (BOS 1 "outside the vocabulary (0..-1)").
+  if (gguf.getStringArray(KEY.tokens).length === 0) throw new ModelFormatError(gguf.path, `${KEY.tokens} is empty: the file has no vocabulary`);
   const checkId = (id: number | null, count: number, what: string): number | null => {
     if (id !== null && id >= count) throw new ModelFormatError(gguf.path, `${what} token id ${id} is outside the vocabulary (0..${count - 1})`);
     return id;
