@@ -88,6 +88,8 @@ export async function runGeneration(
   });
   const onAbort = () => ctx.loop.abort(submission);
   ctx.signal.addEventListener("abort", onAbort);
+  // Gone while its body was read: nothing to compute.
+  if (ctx.signal.aborted) onAbort();
   try {
     await done;
   } finally {
@@ -135,6 +137,7 @@ function streamGeneration(
   }
   const sub = submission;
   ctx.signal.addEventListener("abort", () => ctx.loop.abort(sub));
+  if (ctx.signal.aborted) ctx.loop.abort(sub);
   return sse.response();
 }
 
