@@ -75,6 +75,24 @@ describeShared("serve: chat completions (openai client)", [CHAT_MODEL], ([model]
     }
   }, LIMIT_MS);
 
+  test("messages of other shapes (two system messages, two user messages in a row) are rendered whole by the template", async () => {
+    const ask = (messages: OpenAI.ChatCompletionMessageParam[]) => s.client.chat.completions.create({ model: "test-model", messages, max_tokens: 3, temperature: 0 });
+    const usual = await ask([{ role: "system", content: "Be brief." }, { role: "user", content: "Hi." }]);
+    const twoSystems = await ask([{ role: "system", content: "Be brief." }, { role: "system", content: "Be kind." }, { role: "user", content: "Hi." }]);
+    const twoUsers = await ask([{ role: "system", content: "Be brief." }, { role: "user", content: "Hello." }, { role: "user", content: "Hi." }]);
+    // ChatML: each message adds <|im_start|>role\n ... <|im_end|>\n around its text.
+    const extra = s.llm.encode("Be kind.").length + s.llm.encode("system").length + 4;
+    expect(twoSystems.usage!.prompt_tokens).toBe(usual.usage!.prompt_tokens + extra);
+    expect(twoUsers.usage!.prompt_tokens).toBeGreaterThan(usual.usage!.prompt_tokens);
+    try {
+      await ask([{ role: "user", content: "Hi." }, { role: "assistant", content: "Hello" }]);
+      throw new Error("expected a 400");
+    } catch (e) {
+      expect(e).toBeInstanceOf(BadRequestError);
+      expect((e as BadRequestError).param).toBe("messages[1].role");
+    }
+  }, LIMIT_MS);
+
   test("logprobs with top_logprobs: one entry per token, the sampled token's among the top when greedy", async () => {
     const r = await s.client.chat.completions.create({
       model: "test-model", messages: [{ role: "user", content: "Count." }], max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 3,
