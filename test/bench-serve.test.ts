@@ -6,7 +6,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import { serveMetrics, distribution } from "../src/bench/serve/metrics.ts";
-import { apiBaseOf, errorMessageOf, type ServerTarget } from "../src/bench/serve/openai-client.ts";
+import { apiBaseOf, errorMessageOf, sendRequest, type ServerTarget } from "../src/bench/serve/openai-client.ts";
 import { runRequests } from "../src/bench/serve/run.ts";
 import { SseParser } from "../src/bench/serve/sse.ts";
 import { ChatSource, FIRST_TOKEN_ID, prefixWorkload, randomWorkload } from "../src/bench/serve/workloads.ts";
@@ -226,6 +226,38 @@ describe("runs against an OpenAI-compatible stub", () => {
     });
   }, 60_000);
 
+  test("a connection closed before the answer (a kept-alive one the server timed out) is sent again once; closed twice, it fails", async () => {
+    const sse = 'data: {"choices":[{"text":" hi"}]}\n\ndata: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\ndata: [DONE]\n\n';
+    for (const closeFirst of [1, 2]) {
+      let connections = 0;
+      const server = Bun.listen<{ n: number; answered: boolean }>({
+        hostname: "127.0.0.1", port: 0,
+        socket: {
+          open(s) {
+            s.data = { n: ++connections, answered: false };
+          },
+          data(s) {
+            if (s.data.n <= closeFirst) return void s.end();
+            if (s.data.answered) return;
+            s.data.answered = true;
+            s.end(`HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: ${sse.length}\r\nConnection: close\r\n\r\n${sse}`);
+          },
+        },
+      });
+      try {
+        const req = { id: "r", prompt: { kind: "tokens" as const, tokenIds: [1000, 1001, 1002] }, maxTokens: 1 };
+        const outcome = await sendRequest({ apiBase: `http://127.0.0.1:${server.port}/v1`, apiKey: null, model: "m" }, req, {
+          ignoreEos: true, signal: AbortSignal.timeout(30_000), runStartMs: performance.now(),
+        });
+        expect(connections).toBe(2);
+        if (closeFirst === 1) expect(outcome.ok && [outcome.timing.text, outcome.timing.outputTokens]).toEqual([" hi", 1]);
+        else expect(!outcome.ok && outcome.failure.error).toContain("ECONNRESET");
+      } finally {
+        server.stop(true);
+      }
+    }
+  }, 60_000);
+
   test("URLs and error bodies", () => {
     expect(apiBaseOf("http://127.0.0.1:8080")).toBe("http://127.0.0.1:8080/v1");
     expect(apiBaseOf("http://127.0.0.1:8080/v1/")).toBe("http://127.0.0.1:8080/v1");
@@ -298,6 +330,8 @@ describe("pagellm bench serve --url (the CLI against the stub)", () => {
       [["--url", "http://127.0.0.1:9", "--threads", "2"], "--threads is for servers started here"],
       [["--url", "ftp://x"], "not an http(s) URL"],
       [["--vocab-size", "5000"], "--vocab-size is for a --url server"],
+      [["--llama-args", "--cache-ram 0"], "--llama-args needs --llama-server"],
+      [["--llama-server", "/no/such/llama-server"], "--llama-server /no/such/llama-server: no such file"],
     ] as const) {
       const r = await pagellm(["bench", "serve", ...args]);
       expect(r.code).toBe(2);

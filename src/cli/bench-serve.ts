@@ -67,6 +67,7 @@ export const benchServeArgs = {
     valueHint: "path",
   },
   "llama-slots": { type: "string", description: "llama-server's parallel slots, -np (default: --concurrency)", valueHint: "n" },
+  "llama-args": { type: "string", description: "More llama-server flags, space-separated, e.g. \"--cache-ram 0\"", valueHint: "flags" },
   "ready-timeout": { type: "string", description: "Seconds a server started here may take to load (default 300)", valueHint: "s" },
 } as const satisfies ArgsDef;
 
@@ -90,7 +91,7 @@ function shapesOf(values: ParsedValues): WorkloadShapes {
 }
 
 /** Options that only mean something with (or without) --url. */
-const LOCAL_ONLY = ["shape", "type", "models-dir", "threads", "llama-server", "llama-slots", "ready-timeout"];
+const LOCAL_ONLY = ["shape", "type", "models-dir", "threads", "llama-server", "llama-slots", "llama-args", "ready-timeout"];
 const URL_ONLY = ["api-key", "vocab-size"];
 
 function remoteServer(values: ParsedValues, url: string): RemoteServer {
@@ -103,6 +104,11 @@ function remoteServer(values: ParsedValues, url: string): RemoteServer {
 function localServers(values: ParsedValues, workload: ServeWorkloadName, concurrency: number): LocalServers {
   const given = URL_ONLY.find((o) => str(values, o) !== undefined);
   if (given !== undefined) throw new InputError(`--${given} is for a --url server`);
+  // Checked before a model is written.
+  const llamaServer = str(values, "llama-server") ?? null;
+  if (llamaServer !== null && !(existsSync(llamaServer) && statSync(llamaServer).isFile())) throw new InputError(`--llama-server ${llamaServer}: no such file`);
+  const llamaArgs = str(values, "llama-args")?.trim().split(/\s+/) ?? [];
+  if (llamaArgs.length > 0 && llamaServer === null) throw new InputError("--llama-args needs --llama-server");
   const file = str(values, "model");
   const modelsDir = str(values, "models-dir") ?? DEFAULT_MODELS_DIR;
   let model;
@@ -116,11 +122,9 @@ function localServers(values: ParsedValues, workload: ServeWorkloadName, concurr
     if (!isModelMix(mix)) throw new InputError(`--type: "${mix}" is not one of ${Object.keys(MODEL_MIXES).join(", ")}`);
     model = benchModel({ shape: parseShape(str(values, "shape") ?? DEFAULT_SHAPE), format: "f32", mix, modelsDir }, progress);
   }
-  const llamaServer = str(values, "llama-server") ?? null;
-  if (llamaServer !== null && !(existsSync(llamaServer) && statSync(llamaServer).isFile())) throw new InputError(`--llama-server ${llamaServer}: no such file`);
   return {
     kind: "local", model, threads: posint(values, "threads", DEFAULT_THREADS), inProcess: workload !== "chat", llamaServer,
-    llamaSlots: posint(values, "llama-slots", concurrency), readyTimeoutS: posint(values, "ready-timeout", 300),
+    llamaSlots: posint(values, "llama-slots", concurrency), llamaArgs, readyTimeoutS: posint(values, "ready-timeout", 300),
   };
 }
 
@@ -151,7 +155,7 @@ export const benchServeCommand = defineCommand({
     const r = await runServeBench(o);
     const settings = {
       workload, concurrency, seed: o.seed, timeLimitS: o.timeLimitS, ignoreEos: o.ignoreEos, vocabSize, probeReps: o.probe.reps,
-      ...(server.kind === "url" ? { url: server.apiBase } : { threads: server.threads, llamaServer: server.llamaServer !== null, llamaSlots: server.llamaSlots }),
+      ...(server.kind === "url" ? { url: server.apiBase } : { threads: server.threads, llamaServer: server.llamaServer !== null, llamaSlots: server.llamaSlots, llamaArgs: server.llamaArgs.join(" ") }),
       ...Object.fromEntries(Object.entries(shapes[workload]).map(([k, v]) => [k, v as number])),
     };
     const report = makeReport("serve", run.date, settings, serveNotes(r), r);

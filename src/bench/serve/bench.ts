@@ -60,6 +60,8 @@ export interface LocalServers {
   /** llama-server's binary, or null. */
   llamaServer: string | null;
   llamaSlots: number;
+  /** More llama-server flags, after the bench's own. */
+  llamaArgs: string[];
   /** Seconds a started server may take to answer /health. */
   readyTimeoutS: number;
 }
@@ -188,7 +190,7 @@ export async function runServeBench(o: ServeBenchOptions): Promise<ServeBenchRes
   if (s.llamaServer !== null) {
     const bin = s.llamaServer;
     try {
-      targets.push(await withChild("llama-server", (port) => llamaServerArgv(bin, s.model.path, s.threads, s.llamaSlots, ctx, port), o, s));
+      targets.push(await withChild("llama-server", (port) => llamaServerArgv(bin, s.model.path, s.threads, s.llamaSlots, ctx, port, s.llamaArgs), o, s));
     } catch (e) {
       // pagellm's figures are measured: report them, then this.
       if (!(e instanceof PagellmError)) throw e;

@@ -98,11 +98,12 @@ export function pagellmServeArgv(model: string, threads: number, ctx: number, po
 
 /**
  * llama-server on a model file with explicit threads (generation and batch), slots and context:
- * `ctxPerSlot` positions for each of `slots` (llama-server's -c is the total it divides).
+ * `ctxPerSlot` positions for each of `slots` (llama-server's -c is the total it divides), and the
+ * user's `extra` flags (e.g. --cache-ram 0).
  */
-export function llamaServerArgv(bin: string, model: string, threads: number, slots: number, ctxPerSlot: number, port: number): string[] {
+export function llamaServerArgv(bin: string, model: string, threads: number, slots: number, ctxPerSlot: number, port: number, extra: readonly string[]): string[] {
   return [
     bin, "-m", model, "-t", String(threads), "-tb", String(threads), "-np", String(slots), "-c", String(slots * ctxPerSlot),
-    "--host", "127.0.0.1", "--port", String(port),
+    ...extra, "--host", "127.0.0.1", "--port", String(port),
   ];
 }

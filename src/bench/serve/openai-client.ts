@@ -199,6 +199,11 @@ class StreamRecord {
   }
 }
 
+/** A connection the server closed before answering: a kept-alive one it had timed out (llama-server closes idle ones after 5 s). */
+function closedBeforeAnswer(e: unknown): boolean {
+  return (e as { code?: string }).code === "ECONNRESET";
+}
+
 /**
  * Send one streaming request and time it. Never throws for what the server does: a refused
  * connection, an error status, a broken stream or the time limit (`signal`) give a failure.
@@ -208,10 +213,19 @@ export async function sendRequest(
 ): Promise<RequestOutcome> {
   const url = endpointOf(target, req);
   const fail = (status: number | null, error: string): RequestOutcome => ({ ok: false, failure: { id: req.id, status, error, cut: opts.signal.aborted } });
-  const t0 = performance.now();
+  const init = { method: "POST", headers: headers(target.apiKey), body: JSON.stringify(requestBody(target, req, opts.ignoreEos)), signal: opts.signal };
+  let t0 = performance.now();
   const record = new StreamRecord();
   try {
-    const res = await fetch(url, { method: "POST", headers: headers(target.apiKey), body: JSON.stringify(requestBody(target, req, opts.ignoreEos)), signal: opts.signal });
+    let res: Response;
+    try {
+      res = await fetch(url, init);
+    } catch (e) {
+      // Sent again once on a fresh connection, timed from then, as HTTP clients do when a kept-alive connection was closed under them.
+      if (opts.signal.aborted || !closedBeforeAnswer(e)) throw e;
+      t0 = performance.now();
+      res = await fetch(url, init);
+    }
     if (!res.ok) return fail(res.status, `HTTP ${res.status}: ${errorMessageOf(await res.text())}`);
     if (res.body === null) return fail(res.status, "empty response");
     const parser = new SseParser();
