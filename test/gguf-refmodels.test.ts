@@ -18,7 +18,7 @@ import { SHARED_DIR, describeShared } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
 import { ReferenceTransformer } from "./reference/forward-f64.ts";
 import { readGGUFF32Weights } from "./reference/read-gguf-f32.ts";
-import { CHILD_PROCESS_MS, PROCESS_TEST_MS } from "./helpers/limits.ts";
+import { CHILD_PROCESS_MS, COMPUTE_TEST_MS, PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 const THREADS = testThreads();
 const dir = mkdtempSync(join(tmpdir(), "pagellm-gguf-refmodels-"));
@@ -114,14 +114,14 @@ describeShared("make_refmodels' F32 models against the float64 reference", [MAKE
           const error = relativeError(logits[p]!, ref.forward(tokens[p]!, p));
           if (!(error <= REL_TOL)) throw new Error(`position ${p}: relative error ${error}`);
         }
-      });
+      }, COMPUTE_TEST_MS);
 
       test("batch invariance: chunks of 7, token by token, beside another sequence give the same bits", () => {
         expect(sameBits(rig!.logits(tokens, 7), logits)).toBe(true);
         expect(sameBits(rig!.logits(tokens, 1), logits)).toBe(true);
         const other = tokens.map((t) => (t * 31 + 5) % rig!.config.vocabSize);
         expect(sameBits(rig!.logits(tokens, 13, other), logits)).toBe(true);
-      });
+      }, COMPUTE_TEST_MS);
     });
   }
 });

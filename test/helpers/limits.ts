@@ -18,3 +18,9 @@ export const LONG_PROCESS_TEST_MS = 180_000;
  * bounds itself, a little inside PROCESS_TEST_MS.
  */
 export const CHILD_PROCESS_MS = 80_000;
+
+/**
+ * A test that runs no process but computes for seconds in-process (a float64 reference forward,
+ * a whole model's logits): ten times its idle-machine time, so a busy machine does not fail it.
+ */
+export const COMPUTE_TEST_MS = 120_000;
