@@ -15,6 +15,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CpuBackend } from "../src/backend/cpu.ts";
 import { GpuLlamaModel } from "../src/backend/webgpu/llama-gpu.ts";
+import { FileWeights } from "../src/backend/webgpu/file-weights.ts";
 import { KVArena } from "../src/kv/kv-arena.ts";
 import { StepBatch } from "../src/model/batch.ts";
 import { LlamaModel } from "../src/model/llama.ts";
@@ -95,7 +96,7 @@ function compareForwardPasses(gpu: WebGpuBackend, models: typeof MODELS): void {
       const wasm = new LlamaModel(c, weights, cpu, MAX_TOKENS, MAX_TOKENS);
       const kv = new KVArena(cpu.mem, c, numBlocks, BLOCK);
       const batch = new StepBatch(cpu.mem, MAX_TOKENS, 2, blocksPerSeq, BLOCK, MAX_TOKENS);
-      const model = new GpuLlamaModel(c, weights, cpu, gpu, MAX_TOKENS, MAX_TOKENS, numBlocks, BLOCK, 2, blocksPerSeq);
+      const model = new GpuLlamaModel(c, new FileWeights(ckpt), cpu, gpu, MAX_TOKENS, MAX_TOKENS, numBlocks, BLOCK, 2, blocksPerSeq);
       // Interleaved, reversed block ids: both caches must be read through the tables.
       const tables = [0, 1].map((s) => Array.from({ length: blocksPerSeq }, (_, i) => numBlocks - 1 - (2 * i + s)));
 

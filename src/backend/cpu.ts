@@ -50,11 +50,50 @@ export interface SharedInputProducts {
   rows: number;
 }
 
+/**
+ * One memory of several (a model placed over several memories, see wasm-memories.ts): the
+ * memory, the calling thread's kernel instance over it, the pool every memory shares, and the
+ * memory's index in that pool.
+ */
+export interface MemorySlot {
+  mem: LinearMemory;
+  kernels: Kernels;
+  pool: ThreadPool | null;
+  index: number;
+}
+
+/** What reserveScratch sizes the scratch for (see there). */
+export interface ScratchShape {
+  maxTokens: number;
+  maxWidth: number;
+  group: number;
+  runqContext: number;
+  roundedActivations: boolean;
+}
+
+/** Alignment of every allocation (LinearMemory.alloc's default): each may waste up to this much. */
+const ALIGN = 64;
+
+/** The scratch buffers' sizes: shared activations, and the per-thread K-quant and attention scratch. */
+function scratchSizes(kernels: Kernels, s: ScratchShape): { activations: number; superBlockPerThread: number; attentionPerThread: number } {
+  const int8Bytes = kernels.actBytesPerToken(Math.ceil(s.maxWidth / 32) * 32);
+  const unpacked = kernels.unpackedRowBytes(Math.ceil(s.maxWidth / 256) * 256);
+  return {
+    activations: s.maxTokens * Math.max(int8Bytes, s.roundedActivations ? 4 * s.maxWidth : 0),
+    superBlockPerThread: SUPER_BLOCK_SLOT_BYTES + Math.ceil(unpacked / 64) * 64,
+    attentionPerThread: attentionScratchBytes(s.maxTokens * s.group),
+  };
+}
+
 export class CpuBackend {
   readonly mem: LinearMemory;
   readonly kernels: Kernels;
   /** Null when running on the calling thread alone. */
   readonly pool: ThreadPool | null;
+  /** Which of the pool's memories this backend's addresses are in. */
+  readonly memoryIndex: number;
+  /** Whether close() stops the pool (false when the pool belongs to a set of memories). */
+  private readonly ownsPool: boolean;
   /** Scratch for int8-quantized activations: [maxTokens][maxWidth] int8 + scales. */
   private q8Values = 0;
   private q8Scales = 0;
@@ -81,15 +120,29 @@ export class CpuBackend {
   /** Which arithmetic the ops use; set once by the model this backend runs (see ModelConfig.numerics). */
   numerics: Numerics = "default";
 
-  constructor(readonly threads = 1) {
-    this.mem = new LinearMemory();
-    const module = kernelModule();
-    this.kernels = instantiateKernels(this.mem.memory, module);
-    // Before any worker starts: they read the same table in the shared memory.
-    this.kernels.buildHalfTable();
+  /**
+   * A backend on a memory of its own with its own threads, or (`slot`) on one memory of a set
+   * whose pool the set owns. A slot's half table must be built before its pool's workers start.
+   */
+  constructor(readonly threads = 1, slot?: MemorySlot) {
+    if (slot === undefined) {
+      this.mem = new LinearMemory();
+      const module = kernelModule();
+      this.kernels = instantiateKernels(this.mem.memory, module);
+      // Before any worker starts: they read the same table in the shared memory.
+      this.kernels.buildHalfTable();
+      this.pool = threads > 1 ? new ThreadPool(threads, [this.mem.memory], module, [this.kernels]) : null;
+      this.memoryIndex = 0;
+      this.ownsPool = true;
+    } else {
+      this.mem = slot.mem;
+      this.kernels = slot.kernels;
+      this.pool = slot.pool;
+      this.memoryIndex = slot.index;
+      this.ownsPool = false;
+    }
     this.matmulScratchBytes = this.kernels.matmulScratchBytes();
     this.matmulScratch = this.mem.alloc(this.matmulScratchBytes * threads);
-    this.pool = threads > 1 ? new ThreadPool(threads, this.mem.memory, module, this.kernels) : null;
   }
 
   /**
@@ -99,24 +152,32 @@ export class CpuBackend {
    * Models with "runq" numerics also need `runqContext` (their seqLen) scores per thread.
    */
   reserveScratch(maxTokens: number, maxWidth: number, group: number, runqContext = 0, roundedActivations = false): void {
+    const sizes = scratchSizes(this.kernels, { maxTokens, maxWidth, group, runqContext, roundedActivations });
     this.actTokens = maxTokens;
     this.actWidth = maxWidth;
     this.actRounded = roundedActivations;
-    const int8Bytes = this.kernels.actBytesPerToken(Math.ceil(maxWidth / 32) * 32);
-    this.actScratch = this.mem.alloc(maxTokens * Math.max(int8Bytes, roundedActivations ? 4 * maxWidth : 0));
-    const unpacked = this.kernels.unpackedRowBytes(Math.ceil(maxWidth / 256) * 256);
-    this.superBlockScratchBytes = SUPER_BLOCK_SLOT_BYTES + Math.ceil(unpacked / 64) * 64;
+    this.actScratch = this.mem.alloc(sizes.activations);
+    this.superBlockScratchBytes = sizes.superBlockPerThread;
     this.superBlockScratch = this.mem.alloc(this.superBlockScratchBytes * this.threads);
     this.q8Capacity = maxTokens * maxWidth;
     this.q8Values = this.mem.alloc(this.q8Capacity);
     this.q8Scales = this.mem.alloc(4 * this.q8Capacity);
     this.attnQueryRows = maxTokens * group;
-    this.attnScratchBytes = attentionScratchBytes(this.attnQueryRows);
+    this.attnScratchBytes = sizes.attentionPerThread;
     this.attnScratch = this.mem.alloc(this.attnScratchBytes * this.threads);
     if (runqContext > 0) {
       this.runqScoresCapacity = runqContext;
       this.runqScores = this.mem.alloc(4 * runqContext * this.threads);
     }
+  }
+
+  /** Bytes (with alignment) that reserveScratch takes for `shape` on `threads` threads, and the matrix products' scratch. */
+  static scratchBytes(kernels: Kernels, threads: number, shape: ScratchShape | null): number {
+    const fixed = ALIGN + kernels.matmulScratchBytes() * threads;
+    if (shape === null) return fixed;
+    const s = scratchSizes(kernels, shape);
+    return fixed + 6 * ALIGN + s.activations + threads * (s.superBlockPerThread + s.attentionPerThread + 4 * shape.runqContext) +
+      5 * shape.maxTokens * shape.maxWidth;
   }
 
   /** out[t][0..m.rows) = m · x[t] for T tokens; x rows are m.cols wide, out rows m.rows wide. */
@@ -298,14 +359,14 @@ export class CpuBackend {
     fn(out, table.addr, tokens, T, table.cols);
   }
 
-  /** Stop the worker threads. */
+  /** Stop the worker threads (those of a set of memories are the set's to stop). */
   close(): void {
-    this.pool?.close();
+    if (this.ownsPool) this.pool?.close();
   }
 
   private dispatch(call: ParallelCall, parallel: boolean): void {
     if (this.pool !== null && parallel) {
-      this.pool.run(call);
+      this.pool.run(call, this.memoryIndex);
       return;
     }
     const fn = this.kernels[call.kernel] as (...a: number[]) => void;

@@ -1,5 +1,5 @@
 /**
- * A pool of Bun workers that share the engine's WebAssembly memory, so one kernel call can be cut
+ * A pool of Bun workers that share the engine's WebAssembly memories, so one kernel call can be cut
  * into ranges (rows of a matrix product, (sequence, kv head) items of attention) and computed by
  * every thread at once, results written in place. The calling thread computes the first range.
  *
@@ -15,6 +15,9 @@
  * Failure: a kernel that throws in a worker is caught there and reported through the control
  * block; a worker that died (its 'error'/'close' event, or no acknowledgement of a job within
  * ACK_TIMEOUT_MS) makes every later dispatch throw WorkerPoolError instead of hanging.
+ *
+ * Several memories (a model larger than one 4 GiB memory, see placement.ts): every thread holds
+ * one instance of the kernel module per memory, and a job names the memory it runs on.
  */
 import { WorkerPoolError } from "../errors.ts";
 import type { KernelName, Kernels } from "./kernels.ts";
@@ -48,20 +51,24 @@ export class ThreadPool {
   private readonly ctrl: Control;
   private deadReason: string | null = null;
 
-  /** Start `threads - 1` workers over `memory`; blocks until they are ready. */
+  /**
+   * Start `threads - 1` workers over `memories` (kernels[i] is the calling thread's instance over
+   * memories[i]); blocks until they are ready.
+   */
   constructor(
     readonly threads: number,
-    memory: WebAssembly.Memory,
+    memories: readonly WebAssembly.Memory[],
     module: WebAssembly.Module,
-    private readonly kernels: Kernels,
+    private readonly kernels: readonly Kernels[],
   ) {
+    if (memories.length !== kernels.length) throw new Error("ThreadPool: one kernel instance per memory");
     this.ctrl = new Control(new SharedArrayBuffer(CTRL_BYTES));
     const url = new URL("./worker.ts", import.meta.url).href;
     for (let i = 1; i < threads; i++) {
       const worker = new Worker(url);
       worker.addEventListener("error", (e) => this.markDead(`worker ${i} failed: ${(e as ErrorEvent).message}`));
       worker.addEventListener("close", () => this.markDead(`worker ${i} exited`));
-      worker.postMessage({ memory, module, control: this.ctrl.buffer, index: i, threads });
+      worker.postMessage({ memories, module, control: this.ctrl.buffer, index: i, threads });
       worker.unref();
       this.workers.push(worker);
     }
@@ -76,16 +83,18 @@ export class ThreadPool {
   /**
    * Run `call` across every thread; returns when all ranges are done. Every output element is
    * computed by exactly one thread, in the kernel's fixed order, so results do not depend on the
-   * thread count.
+   * thread count. `memory` is the index of the memory the call's addresses are in.
    */
-  run(call: ParallelCall): void {
+  run(call: ParallelCall, memory = 0): void {
     if (this.deadReason !== null) throw new WorkerPoolError(this.deadReason);
+    const kernels = this.kernels[memory];
+    if (kernels === undefined) throw new Error(`ThreadPool: no memory ${memory}`);
     const c = this.ctrl;
     const job: ThreadCall = { ...call, minChunk: call.minChunk ?? DEFAULT_MIN_CHUNK, threads: this.threads };
-    c.post(PARALLEL_KERNELS.indexOf(job.kernel), job.args, job.total, job.granularity, job.minChunk, job.scratch);
+    c.post(PARALLEL_KERNELS.indexOf(job.kernel), job.args, job.total, job.granularity, job.minChunk, job.scratch, memory);
     let callerError: unknown = null;
     try {
-      runChunks(this.kernels, job, 0, (units, threads, minChunk) => c.claimChunk(units, threads, minChunk));
+      runChunks(kernels, job, 0, (units, threads, minChunk) => c.claimChunk(units, threads, minChunk));
     } catch (e) {
       callerError = e;
     }

@@ -29,7 +29,7 @@ export function guidedChunk(done: number, units: number, threads: number, minChu
 
 const enum Slot {
   Gen, Kernel, NumArgs, Total, Granularity, MinChunk, ScratchArg, ScratchStride,
-  Acks, Done, Ready, Sleepers, CallerSleeping, Error, ErrorLength, Exit, NextChunk,
+  Acks, Done, Ready, Sleepers, CallerSleeping, Error, ErrorLength, Exit, NextChunk, Memory,
 }
 const ARGS_OFFSET = 128;
 const MAX_ARGS = 16;
@@ -46,6 +46,8 @@ export interface Job {
   /** Smallest chunk a claim takes, in units of `granularity`. */
   minChunk: number;
   scratch?: { arg: number; stride: number };
+  /** Which of the pool's memories the kernel runs on (its instance of the module over that memory). */
+  memory: number;
 }
 
 export class Control {
@@ -61,7 +63,10 @@ export class Control {
 
   // ---- caller side
 
-  post(kernel: number, args: readonly number[], total: number, granularity: number, minChunk: number, scratch?: { arg: number; stride: number }): void {
+  post(
+    kernel: number, args: readonly number[], total: number, granularity: number, minChunk: number,
+    scratch: { arg: number; stride: number } | undefined, memory: number,
+  ): void {
     const a = this.i32;
     if (args.length > MAX_ARGS) throw new Error(`too many kernel arguments (${args.length})`);
     this.args.set(args);
@@ -72,6 +77,7 @@ export class Control {
     a[Slot.MinChunk] = minChunk;
     a[Slot.ScratchArg] = scratch ? scratch.arg : -1;
     a[Slot.ScratchStride] = scratch ? scratch.stride : 0;
+    a[Slot.Memory] = memory;
     Atomics.store(a, Slot.Acks, 0);
     Atomics.store(a, Slot.Done, 0);
     Atomics.store(a, Slot.NextChunk, 0);
@@ -166,6 +172,7 @@ export class Control {
       total: a[Slot.Total]!,
       granularity: a[Slot.Granularity]!,
       minChunk: a[Slot.MinChunk]!,
+      memory: a[Slot.Memory]!,
     };
     if (a[Slot.ScratchArg]! >= 0) job.scratch = { arg: a[Slot.ScratchArg]!, stride: a[Slot.ScratchStride]! };
     return job;

@@ -1,45 +1,99 @@
 /**
  * The WebAssembly backend behind the engine's ModelForward: LlamaModel's forward pass on the
- * WebAssembly SIMD kernels, with the KV arena in the same linear memory. Synchronous underneath;
+ * WebAssembly SIMD kernels, with the KV arena in linear memory. Synchronous underneath;
  * forward() resolves as soon as the step is computed.
+ *
+ * A model placed over several memories (placement.ts) runs as one LlamaModel per memory, each
+ * with its layers' part of the KV arena (indexed by the same block ids) and its own copy of the
+ * step batch. A step runs the memories in order: the embedding and layers of each, the residual
+ * stream (tokens x dim floats) copied to the next memory where one ends, then the classifier in
+ * the memory that holds it. The same kernels run in the same order on the same numbers however
+ * the model is split, so the results are the same bits.
  */
 import type { DeviceKind, ModelForward } from "../engine/model-forward.ts";
 import { KVArena } from "../kv/kv-arena.ts";
 import type { BlockCopy } from "../kv/kv-cache-manager.ts";
-import type { StepBatch } from "../model/batch.ts";
+import { StepBatch } from "../model/batch.ts";
 import type { ModelConfig } from "../model/config.ts";
-import { LlamaModel } from "../model/llama.ts";
+import { LlamaModel, type ModelPart } from "../model/llama.ts";
 import type { ModelWeights } from "../model/weights.ts";
 import type { CpuBackend } from "./cpu.ts";
+
+/** One memory's share of the model. */
+interface MemoryPart {
+  backend: CpuBackend;
+  model: LlamaModel;
+  arena: KVArena;
+  /** The step batch in this memory (the engine's own batch in the first memory). */
+  batch: StepBatch | null;
+}
 
 export class WasmForward implements ModelForward {
   readonly device: DeviceKind = "wasm";
   readonly description: string;
-  private readonly model: LlamaModel;
-  private readonly arena: KVArena;
+  private readonly parts: MemoryPart[];
+  /** The part that holds the classifier (the first, when the classifier is the embedding). */
+  private readonly classifier: MemoryPart;
 
+  /**
+   * `backends[i]` is memory i of weights.placement; `parts[i]` what it runs (placement.ts). The
+   * engine's step batch is in backends[0]'s memory.
+   */
   constructor(
-    config: ModelConfig, weights: ModelWeights, private readonly cpu: CpuBackend,
-    maxTokens: number, maxLogits: number, numBlocks: number, blockSize: number,
+    private readonly config: ModelConfig, weights: ModelWeights, backends: readonly CpuBackend[], parts: readonly ModelPart[],
+    batch: StepBatch, maxLogits: number, numBlocks: number, blockSize: number,
   ) {
-    this.model = new LlamaModel(config, weights, cpu, maxTokens, maxLogits);
-    this.arena = new KVArena(cpu.mem, config, numBlocks, blockSize);
-    this.description = `wasm (${cpu.threads} thread${cpu.threads === 1 ? "" : "s"})`;
+    if (parts.length !== backends.length) throw new Error("WasmForward: one part per memory");
+    this.parts = parts.map((part, i) => {
+      const backend = backends[i]!;
+      const local = i === 0 ? null : new StepBatch(backend.mem, batch.maxTokens, batch.maxSeqs, batch.maxBlocksPerSeq, batch.blockSize, batch.maxLogitRows);
+      const model = new LlamaModel(config, weights, backend, batch.maxTokens, maxLogits, part);
+      const arena = new KVArena(backend.mem, config, numBlocks, blockSize, { first: part.firstLayer, end: part.endLayer });
+      return { backend, model, arena, batch: local };
+    });
+    const classifier = this.parts.find((p) => p.model.part.classify);
+    if (classifier === undefined) throw new Error("WasmForward: no memory holds the classifier");
+    this.classifier = classifier;
+    const threads = backends[0]!.threads;
+    const memories = backends.length === 1 ? "" : `, ${backends.length} memories`;
+    this.description = `wasm (${threads} thread${threads === 1 ? "" : "s"}${memories})`;
   }
 
   forward(batch: StepBatch): Promise<void> {
-    this.model.forward(batch, this.arena);
+    const T = batch.numTokens;
+    for (const p of this.parts) if (p.batch !== null) batch.copyTo(p.batch);
+    let previous: MemoryPart | null = null;
+    for (const p of this.parts) {
+      if (p.model.part.endLayer === p.model.part.firstLayer && !p.model.part.embed) continue;
+      if (previous !== null) this.copyResidual(previous, p, T);
+      p.model.runLayers(p.batch ?? batch, p.arena);
+      previous = p;
+    }
+    const c = this.classifier;
+    if (previous !== null && previous !== c) this.copyResidual(previous, c, T);
+    c.model.classify(c.batch ?? batch);
     return Promise.resolve();
   }
 
   logitsRow(r: number): Float32Array {
-    const start = this.model.logitsAddr(r) >> 2;
-    return this.cpu.mem.f32.subarray(start, start + this.model.config.vocabSize);
+    const start = this.classifier.model.logitsAddr(r) >> 2;
+    return this.classifier.backend.mem.f32.subarray(start, start + this.config.vocabSize);
   }
 
+  /** Copy blocks in every memory's arena: each holds its layers' part of every block. */
   copyBlocks(copies: readonly BlockCopy[]): void {
-    for (const { src, dst } of copies) this.arena.copyBlock(this.cpu.mem.u8, src, dst);
+    for (const p of this.parts) {
+      const bytes = p.backend.mem.u8;
+      for (const { src, dst } of copies) p.arena.copyBlock(bytes, src, dst);
+    }
   }
 
   close(): void {}
+
+  /** The residual stream of T tokens from one memory to the next: the only data that crosses. */
+  private copyResidual(from: MemoryPart, to: MemoryPart, T: number): void {
+    const n = T * this.config.dim;
+    const src = from.model.residualAddr >> 2;
+    to.backend.mem.f32.set(from.backend.mem.f32.subarray(src, src + n), to.model.residualAddr >> 2);
+  }
 }

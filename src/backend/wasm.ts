@@ -1,6 +1,7 @@
 /**
- * The WebAssembly side of the CPU backend: the compiled kernel module, and the one shared linear
- * memory that holds weights, activations and the KV block arena.
+ * The WebAssembly side of the CPU backend: the compiled kernel module, and a shared linear memory
+ * that holds weights, activations and the KV block arena (a model larger than one memory is
+ * placed over several: see placement.ts).
  */
 import { readFileSync, existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
@@ -16,6 +17,9 @@ const STATIC_RESERVE = 65536;
 const HALF_TABLE_BYTES = 4 * 65536;
 /** wasm32 addresses reach 4 GiB. */
 export const MAX_PAGES = 65536;
+export const MAX_MEMORY_BYTES = MAX_PAGES * PAGE_BYTES;
+/** Bytes below which nothing of a model is placed: the module's static data and its half table. */
+export const RESERVED_BYTES = STATIC_RESERVE + HALF_TABLE_BYTES;
 
 let compiledModule: WebAssembly.Module | null = null;
 
@@ -70,7 +74,7 @@ export class LinearMemory {
     const pages = Math.max(1, Math.ceil(initialBytes / PAGE_BYTES));
     this.memory = new WebAssembly.Memory({ initial: pages, maximum: MAX_PAGES, shared: true });
     adviseHugePages(this.memory, MAX_PAGES * PAGE_BYTES);
-    this.top = STATIC_RESERVE + HALF_TABLE_BYTES;
+    this.top = RESERVED_BYTES;
     this.ensure(this.top);
   }
 
@@ -127,7 +131,14 @@ export class LinearMemory {
         `out of WebAssembly memory: need ${(end / 2 ** 30).toFixed(2)} GiB, a wasm32 memory holds at most 4 GiB`,
       );
     }
-    this.memory.grow(pages);
+    try {
+      this.memory.grow(pages);
+    } catch (e) {
+      // The runtime refuses the pages (the machine's memory or the process's limit): one line.
+      throw new PagellmError(
+        `WebAssembly memory could not grow from ${gib(have)} to ${gib(have + pages * PAGE_BYTES)}: ${(e as Error).message}`,
+      );
+    }
   }
 
   private refresh(): void {
@@ -138,6 +149,10 @@ export class LinearMemory {
     this.i32View = new Int32Array(buffer);
     this.u8View = new Uint8Array(buffer);
   }
+}
+
+function gib(bytes: number): string {
+  return `${(bytes / 2 ** 30).toFixed(2)} GiB`;
 }
 
 export function alignUp(x: number, align: number): number {

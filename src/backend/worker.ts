@@ -1,7 +1,8 @@
 /**
- * A kernel worker: instantiates the kernels over the shared memory it is given, then runs its
- * share of each job the pool posts, until told to exit.
+ * A kernel worker: instantiates the kernels once over each shared memory it is given, then runs
+ * its share of each job the pool posts (on the instance of the job's memory), until told to exit.
  */
+import type { Kernels } from "./kernels.ts";
 import { Control } from "./thread-protocol.ts";
 import { runChunks } from "./thread-pool.ts";
 import { instantiateKernels } from "./wasm.ts";
@@ -9,7 +10,7 @@ import { instantiateKernels } from "./wasm.ts";
 declare const self: Worker;
 
 interface Start {
-  memory: WebAssembly.Memory;
+  memories: WebAssembly.Memory[];
   module: WebAssembly.Module;
   control: SharedArrayBuffer;
   index: number;
@@ -20,12 +21,12 @@ interface Start {
 const WORKER_SPINS = 100_000;
 
 self.onmessage = (event: MessageEvent<Start>) => {
-  const { memory, module, control, index, threads } = event.data;
+  const { memories, module, control, index, threads } = event.data;
   const ctrl = new Control(control);
   let seen = ctrl.generation();
-  let kernels;
+  let kernels: Kernels[];
   try {
-    kernels = instantiateKernels(memory, module);
+    kernels = memories.map((memory) => instantiateKernels(memory, module));
   } catch (e) {
     ctrl.reportError(`worker ${index} could not start: ${(e as Error).message}`);
     ctrl.markReady();
@@ -37,7 +38,7 @@ self.onmessage = (event: MessageEvent<Start>) => {
     if (ctrl.exiting()) break;
     const job = ctrl.job();
     try {
-      runChunks(kernels, { ...job, threads }, index, (units, n, minChunk) => ctrl.claimChunk(units, n, minChunk));
+      runChunks(kernels[job.memory]!, { ...job, threads }, index, (units, n, minChunk) => ctrl.claimChunk(units, n, minChunk));
     } catch (e) {
       ctrl.reportError(`worker ${index}: ${job.kernel} failed: ${(e as Error).message}`);
     }

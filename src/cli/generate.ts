@@ -172,12 +172,18 @@ class ResultSink {
   }
 }
 
+/** ", 3 WebAssembly memories" when the model is placed over several. */
+function memoriesNote(llm: LLM): string {
+  const n = llm.engine.memories.count;
+  return n > 1 && llm.engine.model.device === "wasm" ? `, ${n} WebAssembly memories` : "";
+}
+
 /** The device and why, load time, prompt speed and generation speed, on stderr. */
 function reportStats(llm: LLM, sink: ResultSink, seconds: number): void {
   const s = llm.engine.stats;
   const hitRate = s.prefixQueries === 0 ? 0 : (100 * s.prefixHits) / s.prefixQueries;
   const rate = (tokens: number, secs: number) => (secs > 0 ? (tokens / secs).toFixed(1) : "-");
-  const lines = [llm.device, `load: ${llm.loadMs.toFixed(0)} ms (${llm.checkpoint.format}, ${llm.engine.numBlocks} KV blocks of ${llm.engine.options.blockSize} tokens)`];
+  const lines = [llm.device, `load: ${llm.loadMs.toFixed(0)} ms (${llm.checkpoint.format}, ${llm.engine.numBlocks} KV blocks of ${llm.engine.options.blockSize} tokens${memoriesNote(llm)})`];
   const one = sink.single;
   if (one !== null) {
     const computed = one.prompt_tokens - one.cached_tokens;

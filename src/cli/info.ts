@@ -6,7 +6,10 @@
 import { defineCommand, type ArgsDef } from "citty";
 import { formatBytes } from "../hub/progress.ts";
 import { estimateMemory, summarizeModel, type MemoryEstimate, type ModelSummary } from "../hub/summary.ts";
-import { contextLength, DEFAULT_CONTEXT } from "../engine/engine.ts";
+import { contextLength, DEFAULT_CONTEXT, DEFAULT_ENGINE_OPTIONS, defaultNumBlocks, withContext } from "../engine/engine.ts";
+import { planMemory } from "../engine/memory-plan.ts";
+import { describePart, memoryLimitBytes } from "../backend/placement.ts";
+import type { Checkpoint } from "../model/checkpoint.ts";
 import { readGGUF } from "../model/gguf.ts";
 import { readGGUFCheckpoint } from "../model/gguf-checkpoint.ts";
 import { modelFileKind } from "../model/load.ts";
@@ -34,13 +37,64 @@ export const infoCommand = defineCommand({
     const header = readGGUF(path);
     const summary = summarizeModel(path, header);
     const memory = estimateMemory(summary, contextLength(summary.contextLength ?? DEFAULT_CONTEXT, ctxOption));
-    if (args.json === true) process.stdout.write(`${terminalSafeJson(JSON.stringify({ ...summary, memory }, null, 2))}\n`);
-    else process.stdout.write(formatInfo(summary, memory));
     // The header alone can be read where the model cannot run (an architecture or tensor type
     // pagellm lacks, tensors that overlap or miss): what was read is shown, then why, exit 2.
-    readGGUFCheckpoint(path, header);
+    let checkpoint: Checkpoint | null = null;
+    let failure: unknown = null;
+    try {
+      checkpoint = readGGUFCheckpoint(path, header);
+    } catch (e) {
+      failure = e;
+    }
+    const placement = checkpoint === null ? null : placementOf(checkpoint, ctxOption);
+    if (args.json === true) process.stdout.write(`${terminalSafeJson(JSON.stringify({ ...summary, memory, ...(placement === null ? {} : { placement }) }, null, 2))}\n`);
+    else process.stdout.write(formatInfo(summary, memory) + (placement === null ? "" : formatPlacement(placement)));
+    if (failure !== null) throw failure;
   },
 });
+
+/** How a run with the default options at --ctx-size would place the model in WebAssembly memory. */
+export interface PlacementInfo {
+  /** The largest memory (PAGELLM_WASM_MEMORY_MB or the default). */
+  limitBytes: number;
+  /** Q5_0 tensors kept as Q8_0 (faster products), and the bytes that costs; dropped when memory is short. */
+  q5_0AsQ8_0: boolean;
+  q5_0AsQ8_0ExtraBytes: number;
+  totalBytes: number;
+  memories: { holds: string; bytes: number; weightBytes: number; kvBytes: number; bufferBytes: number }[];
+}
+
+function placementOf(checkpoint: Checkpoint, ctxOption: number | null): PlacementInfo {
+  const o = DEFAULT_ENGINE_OPTIONS;
+  const c = withContext(checkpoint.config, ctxOption);
+  const numBlocks = defaultNumBlocks(c, o, Infinity);
+  const shape = { maxTokens: o.maxNumBatchedTokens, maxSeqs: o.maxNumSeqs, maxLogits: o.maxNumSeqs, blockSize: o.blockSize, numBlocks, threads: o.threads };
+  const limitBytes = memoryLimitBytes(o.wasmMemoryMb);
+  const plan = planMemory(checkpoint, c, shape, limitBytes, Infinity);
+  return {
+    limitBytes,
+    q5_0AsQ8_0: plan.storage.q5_0AsQ8_0,
+    q5_0AsQ8_0ExtraBytes: plan.fastStorageExtraBytes,
+    totalBytes: plan.totalBytes,
+    memories: plan.placement.memories.map((m) => ({
+      holds: describePart(m.part), bytes: m.totalBytes, weightBytes: m.weightBytes, kvBytes: m.kvBytes, bufferBytes: m.bufferBytes,
+    })),
+  };
+}
+
+/** The placement section: one line per memory, and the Q5_0-as-Q8_0 choice with its cost. */
+export function formatPlacement(p: PlacementInfo): string {
+  const out = ["", `  WebAssembly memories (default options; largest ${formatBytes(p.limitBytes)})`];
+  p.memories.forEach((m, i) => {
+    out.push(`    ${String(i + 1).padStart(2)}  ${formatBytes(m.bytes).padStart(10)}  ${m.holds}  (weights ${formatBytes(m.weightBytes)}, KV ${formatBytes(m.kvBytes)}, buffers ${formatBytes(m.bufferBytes)})`);
+  });
+  out.push(`    total  ${formatBytes(p.totalBytes)}`);
+  if (p.q5_0AsQ8_0ExtraBytes > 0) {
+    out.push(`    Q5_0 tensors held as Q8_0 (faster products): +${formatBytes(p.q5_0AsQ8_0ExtraBytes)}, dropped when memory is short`);
+  }
+  out.push("");
+  return out.join("\n");
+}
 
 export function formatInfo(s: ModelSummary, m: MemoryEstimate): string {
   const out: string[] = [];

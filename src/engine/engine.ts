@@ -5,7 +5,7 @@
  */
 import { availableParallelism } from "node:os";
 import { CpuBackend } from "../backend/cpu.ts";
-import { InputError, ModelFormatError, RequestTooLongError } from "../errors.ts";
+import { InputError, RequestTooLongError } from "../errors.ts";
 import { KVArena } from "../kv/kv-arena.ts";
 import { KVCacheManager, type BlockCopy } from "../kv/kv-cache-manager.ts";
 import type { EvictionPolicyName } from "../kv/eviction.ts";
@@ -13,8 +13,11 @@ import type { HashAlgorithm } from "../kv/block-hash.ts";
 import { StepBatch } from "../model/batch.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
-import { FAST_STORAGE, FILE_STORAGE, loadWeights, weightBytes, type LoadProgress, type ModelWeights, type WeightStorage } from "../model/weights.ts";
-import { MAX_PAGES } from "../backend/wasm.ts";
+import { loadPlacedWeights, type LoadProgress } from "../model/weights.ts";
+import { FileWeights } from "../backend/webgpu/file-weights.ts";
+import { memoryLimitBytes } from "../backend/placement.ts";
+import { WasmMemories } from "../backend/wasm-memories.ts";
+import { planMemory, type MemoryPlan } from "./memory-plan.ts";
 import { WasmForward } from "../backend/wasm-forward.ts";
 import type { WebGpuBackend } from "../backend/webgpu/backend.ts";
 import { WebGpuForward } from "../backend/webgpu/webgpu-forward.ts";
@@ -54,6 +57,11 @@ export interface EngineOptions {
    * same bits as without; null = off.
    */
   speculative: SpeculativeOptions | null;
+  /**
+   * The largest WebAssembly memory in MiB (a model larger is placed over several); null =
+   * PAGELLM_WASM_MEMORY_MB, else 4 GiB less what the runtime needs.
+   */
+  wasmMemoryMb: number | null;
 }
 
 /** Context used when none is asked for: enough for chat, far less memory than a 128K-token maximum. */
@@ -72,6 +80,7 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   schedule: "fcfs",
   threads: availableParallelism(),
   speculative: null,
+  wasmMemoryMb: null,
 };
 
 export interface NewRequest {
@@ -109,8 +118,12 @@ export interface EngineStats {
 
 export class LLMEngine {
   readonly config: ModelConfig;
-  /** Host side: linear memory for the weights as loaded and the step batch; WebAssembly's kernels. */
+  /** The WebAssembly memories (several for a model larger than one), their kernels and threads. */
+  readonly memories: WasmMemories;
+  /** The first memory: the step batch, and on WebAssembly the first part of the model. */
   readonly backend: CpuBackend;
+  /** Which memory holds what, and how the weights are stored (null on WebGPU: the weights are in GPU buffers). */
+  readonly memoryPlan: MemoryPlan | null;
   /** The forward pass's backend: WebAssembly, or WebGPU when constructed with a GPU. */
   readonly model: ModelForward;
   readonly kv: KVCacheManager;
@@ -147,27 +160,32 @@ export class LLMEngine {
     const o = options;
     if (o.speculative !== null) checkSpeculative(o.speculative);
     this.numBlocks = o.numBlocks ?? defaultNumBlocks(c, o, gpu === undefined ? Infinity : WebGpuForward.maxBlocks(gpu, c, o.blockSize));
-    // On WebGPU the KV cache is in GPU buffers: linear memory holds the weights as loaded and the step batch.
-    const storage = checkMemoryFits(checkpoint, c, o, gpu === undefined ? this.numBlocks : 0);
-    // On WebGPU the host only looks up ggml embedding rows: no worker threads.
-    this.backend = new CpuBackend(gpu === undefined ? options.threads : 1);
-    const weights = loadWeights(checkpoint, this.backend.mem, this.backend.kernels, onLoadProgress, storage);
+    if (gpu === undefined) {
+      const shape = { maxTokens: o.maxNumBatchedTokens, maxSeqs: o.maxNumSeqs, maxLogits: logitRows(o), blockSize: o.blockSize, numBlocks: this.numBlocks, threads: o.threads };
+      this.memoryPlan = planMemory(checkpoint, c, shape, memoryLimitBytes(o.wasmMemoryMb));
+      this.memories = new WasmMemories(this.memoryPlan.placement.memories.length, o.threads);
+    } else {
+      // On WebGPU the weights and the KV cache are in GPU buffers; linear memory holds the step
+      // batch and a ggml embedding table (its rows are looked up by WebAssembly): one memory, no threads.
+      this.memoryPlan = null;
+      this.memories = new WasmMemories(1, 1);
+    }
+    this.backend = this.memories.backends[0]!;
     this.maxPositions = Math.min(c.seqLen, this.numBlocks * o.blockSize);
-    const batch = new StepBatch(this.backend.mem, o.maxNumBatchedTokens, o.maxNumSeqs, Math.ceil(c.seqLen / o.blockSize), o.blockSize, logitRows(o));
-    this.model = createForward(c, weights, this.backend, batch, this.numBlocks, gpu);
-    this.kv = new KVCacheManager({
-      numBlocks: this.numBlocks,
-      blockSize: o.blockSize,
-      enableCaching: o.enablePrefixCaching,
-      evictionPolicy: o.evictionPolicy,
-      hash: o.prefixHash,
-    });
+    try {
+      const batch = new StepBatch(this.backend.mem, o.maxNumBatchedTokens, o.maxNumSeqs, Math.ceil(c.seqLen / o.blockSize), o.blockSize, logitRows(o));
+      this.model = this.memoryPlan === null ? createGpuForward(c, checkpoint, this.backend, batch, this.numBlocks, gpu!, onLoadProgress) : this.createWasmForward(checkpoint, this.memoryPlan, batch, onLoadProgress);
+      this.kv = this.createKV(o);
+      this.runner = new ModelRunner(this.model, this.kv, batch);
+    } catch (e) {
+      this.memories.close();
+      throw e;
+    }
     this.scheduler = new Scheduler<Sequence>(this.kv, {
       maxNumBatchedTokens: o.maxNumBatchedTokens,
       maxNumSeqs: o.maxNumSeqs,
       policy: o.schedule,
     });
-    this.runner = new ModelRunner(this.model, this.kv, batch);
     // Every end-of-generation token of the vocabulary (EOS, EOT, <|im_end|>, ...), as llama.cpp's is_eog.
     const stops = new Set([...checkpoint.extraStopTokenIds, ...tokenizer.eogIds]);
     if (tokenizer.eosId !== null) stops.add(tokenizer.eosId);
@@ -413,7 +431,25 @@ export class LLMEngine {
   /** Stop the worker threads and free the model's GPU buffers; the engine cannot run afterwards. */
   close(): void {
     this.model.close();
-    this.backend.close();
+    this.memories.close();
+  }
+
+  /** The weights loaded into the planned memories, and the forward pass over them. */
+  private createWasmForward(checkpoint: Checkpoint, plan: MemoryPlan, batch: StepBatch, onLoadProgress?: LoadProgress): ModelForward {
+    const placement = plan.placement;
+    const weights = loadPlacedWeights(checkpoint, this.memories.targets, placement.weights, onLoadProgress, plan.storage);
+    const parts = placement.memories.map((m) => m.part);
+    return new WasmForward(this.config, weights, this.memories.backends, parts, batch, batch.maxLogitRows, this.numBlocks, this.options.blockSize);
+  }
+
+  private createKV(o: EngineOptions): KVCacheManager {
+    return new KVCacheManager({
+      numBlocks: this.numBlocks,
+      blockSize: o.blockSize,
+      enableCaching: o.enablePrefixCaching,
+      evictionPolicy: o.evictionPolicy,
+      hash: o.prefixHash,
+    });
   }
 
   /** Forget every cached block; false (nothing changes) while any request holds blocks. */
@@ -470,10 +506,11 @@ export class LLMEngine {
   }
 }
 
-/** The forward pass on the chosen backend, its buffers sized for the engine's largest step. */
-function createForward(c: ModelConfig, weights: ModelWeights, cpu: CpuBackend, batch: StepBatch, numBlocks: number, gpu?: WebGpuBackend): ModelForward {
-  if (gpu === undefined) return new WasmForward(c, weights, cpu, batch.maxTokens, batch.maxLogitRows, numBlocks, batch.blockSize);
-  return new WebGpuForward(c, weights, cpu, gpu, {
+/** The forward pass on WebGPU, weights read from the file to GPU buffers, its buffers sized for the engine's largest step. */
+function createGpuForward(
+  c: ModelConfig, checkpoint: Checkpoint, cpu: CpuBackend, batch: StepBatch, numBlocks: number, gpu: WebGpuBackend, onLoadProgress?: LoadProgress,
+): ModelForward {
+  return new WebGpuForward(c, new FileWeights({ ...checkpoint, config: c }, onLoadProgress), cpu, gpu, {
     maxTokens: batch.maxTokens,
     // A step's logit rows are some of its tokens.
     maxLogits: Math.min(batch.maxLogitRows, batch.maxTokens),
@@ -482,31 +519,6 @@ function createForward(c: ModelConfig, weights: ModelWeights, cpu: CpuBackend, b
     numBlocks,
     blockSize: batch.blockSize,
   });
-}
-
-/**
- * Refuse, before anything is allocated, a model whose weights, KV pool and step buffers cannot
- * share the 4 GiB of a wasm32 memory. The buffers are estimated from the largest step: activations
- * of maxNumBatchedTokens tokens, logits of maxNumSeqs rows, RoPE tables of the context. Returns
- * how to store the weights: Q5_0 as the faster, larger Q8_0 when that fits, else as in the file.
- */
-function checkMemoryFits(checkpoint: Checkpoint, c: ModelConfig, o: EngineOptions, kvBlocksInMemory: number): WeightStorage {
-  const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
-  const kv = kvBlocksInMemory * KVArena.bytesPerBlock(c, o.blockSize);
-  const width = Math.max(c.dim, c.hiddenDim, c.nHeads * c.headDim);
-  const buffers = 4 * o.maxNumBatchedTokens * (6 * width + 2 * c.hiddenDim) + 4 * logitRows(o) * (c.vocabSize + c.dim) +
-    4 * c.seqLen * (c.ropeDim ?? c.headDim) + (8 << 20);
-  const limit = MAX_PAGES * 65536;
-  if (weightBytes(checkpoint, FAST_STORAGE) + kv + buffers <= limit) return FAST_STORAGE;
-  const weights = weightBytes(checkpoint, FILE_STORAGE);
-  if (weights + kv + buffers > limit) {
-    throw new ModelFormatError(
-      checkpoint.file,
-      `needs ${gib(weights + kv + buffers)} (weights ${gib(weights)}, KV cache ${gib(kv)}, buffers ${gib(buffers)}), ` +
-        `more than the 4 GiB a WebAssembly memory holds; lower --ctx-size or --kv-cache-mb, or use a smaller quantization`,
-    );
-  }
-  return FILE_STORAGE;
 }
 
 /**
@@ -536,7 +548,7 @@ export function contextLength(modelContext: number, ctxSize: number | null): num
  * Blocks for kvCacheMb, but no more than every sequence at full context could use, nor than the
  * backend holds per layer (maxBlocks: one GPU storage binding per layer's K or V).
  */
-function defaultNumBlocks(c: ModelConfig, o: EngineOptions, maxBlocks: number): number {
+export function defaultNumBlocks(c: ModelConfig, o: EngineOptions, maxBlocks: number): number {
   const perBlock = KVArena.bytesPerBlock(c, o.blockSize);
   const fromBudget = Math.floor((o.kvCacheMb * 2 ** 20) / perBlock);
   const forAllSeqs = o.maxNumSeqs * Math.ceil(c.seqLen / o.blockSize);

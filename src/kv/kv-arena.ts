@@ -3,6 +3,9 @@
  * each [kvHead][block][blockSize][headDim] f32 (one head's rows in consecutive blocks are
  * adjacent: see assembly/attention.ts for why). Block ids index this arena directly; the
  * KVCacheManager decides which request owns which block.
+ *
+ * A model placed over several memories has one arena per memory, for the layers that memory
+ * holds (`layers`); every one is indexed by the same block ids.
  */
 import type { ModelConfig } from "../model/config.ts";
 import type { LinearMemory } from "../backend/wasm.ts";
@@ -16,19 +19,26 @@ export class KVArena {
   private readonly layerBytes: number;
   /** Bytes of one kv head's rows of one block: the unit a block copy moves (heads are strided by numBlocks). */
   private readonly headBlockBytes: number;
-  private readonly nLayers: number;
   private readonly nKvHeads: number;
 
-  constructor(mem: LinearMemory, config: ModelConfig, readonly numBlocks: number, readonly blockSize: number) {
+  /** The layers this arena holds, [first, end). */
+  readonly firstLayer: number;
+  readonly endLayer: number;
+
+  constructor(
+    mem: LinearMemory, config: ModelConfig, readonly numBlocks: number, readonly blockSize: number,
+    layers: { first: number; end: number } = { first: 0, end: config.nLayers },
+  ) {
     if (!Number.isInteger(blockSize) || blockSize < 1 || blockSize > MAX_BLOCK_SIZE) {
       throw new InputError(`block size must be an integer from 1 to ${MAX_BLOCK_SIZE}, got ${blockSize}`);
     }
     this.blockBytes = 4 * config.nKvHeads * blockSize * config.headDim;
     this.layerBytes = this.blockBytes * numBlocks;
     this.headBlockBytes = this.blockBytes / config.nKvHeads;
-    this.nLayers = config.nLayers;
     this.nKvHeads = config.nKvHeads;
-    this.base = mem.alloc(2 * config.nLayers * this.layerBytes);
+    this.firstLayer = layers.first;
+    this.endLayer = layers.end;
+    this.base = mem.alloc(2 * (layers.end - layers.first) * this.layerBytes);
   }
 
   /**
@@ -39,9 +49,9 @@ export class KVArena {
     for (const offset of this.blockRegions(src, dst)) bytes.copyWithin(offset.dst, offset.src, offset.src + this.headBlockBytes);
   }
 
-  /** Byte offsets (from the arena's layer regions) of each head's rows of blocks src and dst, every layer, K and V. */
+  /** Byte offsets (from the arena's layer regions) of each head's rows of blocks src and dst, every layer it holds, K and V. */
   *blockRegions(src: number, dst: number): Generator<{ src: number; dst: number }> {
-    for (let l = 0; l < this.nLayers; l++) {
+    for (let l = this.firstLayer; l < this.endLayer; l++) {
       for (const region of [this.kLayer(l), this.vLayer(l)]) {
         for (let h = 0; h < this.nKvHeads; h++) {
           const head = region + h * this.numBlocks * this.headBlockBytes;
@@ -53,12 +63,17 @@ export class KVArena {
 
   /** Address of layer l's K region. */
   kLayer(l: number): number {
-    return this.base + 2 * l * this.layerBytes;
+    return this.base + 2 * this.local(l) * this.layerBytes;
   }
 
   /** Address of layer l's V region. */
   vLayer(l: number): number {
-    return this.base + (2 * l + 1) * this.layerBytes;
+    return this.base + (2 * this.local(l) + 1) * this.layerBytes;
+  }
+
+  private local(l: number): number {
+    if (l < this.firstLayer || l >= this.endLayer) throw new Error(`KVArena holds layers ${this.firstLayer}-${this.endLayer - 1}, not ${l}`);
+    return l - this.firstLayer;
   }
 
   /** Bytes one block takes across all layers, K and V: the unit `--kv-cache-mb` is divided by. */

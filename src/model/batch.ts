@@ -36,6 +36,44 @@ export class StepBatch {
     this.logitRows = mem.alloc(4 * maxLogitRows);
   }
 
+  /** Bytes a batch of these bounds takes in linear memory (each allocation aligned to 64 bytes). */
+  static bytes(maxTokens: number, maxSeqs: number, maxBlocksPerSeq: number, maxLogitRows: number = maxSeqs): number {
+    const ints = 3 * maxTokens + SEQ_INFO_INTS * maxSeqs + maxSeqs * maxBlocksPerSeq + maxLogitRows;
+    return 4 * ints + 6 * 64;
+  }
+
+  /**
+   * Copy this step into `dst`, a batch of the same bounds in another memory (a model placed over
+   * several memories: each runs its layers from its own copy). Only what the step uses is copied;
+   * each sequence's block-table address is rebased to dst's tables.
+   */
+  copyTo(dst: StepBatch): void {
+    if (dst.maxTokens !== this.maxTokens || dst.maxSeqs !== this.maxSeqs || dst.maxBlocksPerSeq !== this.maxBlocksPerSeq ||
+      dst.maxLogitRows !== this.maxLogitRows || dst.blockSize !== this.blockSize) {
+      throw new Error("StepBatch.copyTo: batches of different bounds");
+    }
+    const from = this.mem.i32;
+    const to = dst.mem.i32;
+    const copy = (src: number, at: number, n: number) => to.set(from.subarray(src >> 2, (src >> 2) + n), at >> 2);
+    copy(this.tokens, dst.tokens, this.numTokens);
+    copy(this.positions, dst.positions, this.numTokens);
+    copy(this.slots, dst.slots, this.numTokens);
+    copy(this.logitRows, dst.logitRows, this.numLogits);
+    for (let s = 0; s < this.numSeqs; s++) {
+      const info = (this.seqInfo >> 2) + s * SEQ_INFO_INTS;
+      const out = (dst.seqInfo >> 2) + s * SEQ_INFO_INTS;
+      for (let i = 0; i < SEQ_INFO_INTS; i++) to[out + i] = from[info + i]!;
+      const table = from[info + 3]!;
+      const rebased = table - this.blockTables + dst.blockTables;
+      to[out + 3] = rebased;
+      copy(table, rebased, Math.ceil(from[info + 2]! / this.blockSize));
+    }
+    dst.numTokens = this.numTokens;
+    dst.numSeqs = this.numSeqs;
+    dst.numLogits = this.numLogits;
+    dst.contextTokens = this.contextTokens;
+  }
+
   reset(): void {
     this.numTokens = 0;
     this.numSeqs = 0;

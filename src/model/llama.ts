@@ -3,15 +3,22 @@
  * sequence goes through all layers together, so each weight matrix is read once per step.
  * Read top to bottom, like llama2.c's forward(). The optional parts of a layer (q/k/v biases of
  * qwen2, per-head q/k norms of qwen3) are the architectures' (see arch/); the rest is shared.
+ *
+ * A LlamaModel runs the part of the model one memory holds (ModelPart): by default all of it.
+ * A model placed over several memories is one LlamaModel per memory, chained by WasmForward.
  */
-import type { CpuBackend, SharedInputProducts } from "../backend/cpu.ts";
+import { CpuBackend, type ScratchShape, type SharedInputProducts } from "../backend/cpu.ts";
+import type { Kernels } from "../backend/kernels.ts";
 import { readsRoundedActivations } from "../backend/ggml-kernels.ts";
 import type { KVArena } from "../kv/kv-arena.ts";
 import { queryDim, type ModelConfig, type Numerics } from "./config.ts";
-import type { ModelWeights } from "./weights.ts";
+import type { LayerWeights, ModelWeights } from "./weights.ts";
 import type { StepBatch } from "./batch.ts";
 
-/** Activation buffers for up to maxTokens tokens and maxLogits logit rows. */
+/**
+ * Activation buffers for up to maxTokens tokens and maxLogits logit rows. A part without layers
+ * has no layer buffers (0), one without the classifier no logit buffers.
+ */
 interface Activations {
   x: number; // [T][dim] the residual stream
   xb: number; // [T][dim] normed input of a sublayer
@@ -26,9 +33,32 @@ interface Activations {
   logits: number; // [maxLogits][vocab]
 }
 
+/** What of the model one memory runs: the embedding lookup, layers [firstLayer, endLayer), the classifier. */
+export interface ModelPart {
+  embed: boolean;
+  firstLayer: number;
+  endLayer: number;
+  classify: boolean;
+}
+
+export function wholeModel(config: ModelConfig): ModelPart {
+  return { embed: true, firstLayer: 0, endLayer: config.nLayers, classify: true };
+}
+
+/** Floats of the layer buffers (xb .. hb2) and of the logit buffers (xLogits, logits) for these bounds. */
+function bufferFloats(c: ModelConfig, maxTokens: number, maxLogits: number): { residual: number; layers: number; logits: number } {
+  const kvDim = c.nKvHeads * c.headDim;
+  const qDim = queryDim(c);
+  return {
+    residual: maxTokens * c.dim,
+    layers: maxTokens * (2 * c.dim + 2 * qDim + 2 * kvDim + 2 * c.hiddenDim),
+    logits: maxLogits * (c.dim + c.vocabSize),
+  };
+}
+
 export class LlamaModel {
   private readonly act: Activations;
-  /** Per layer: q, k, v from the attention input; gate and up from the feed-forward input. */
+  /** Per layer of the part: q, k, v from the attention input; gate and up from the feed-forward input. */
   private readonly qkv: SharedInputProducts[];
   private readonly gateUp: SharedInputProducts[];
   private readonly ropeCos: number; // [seqLen][ropeDim/2]
@@ -41,6 +71,7 @@ export class LlamaModel {
     readonly backend: CpuBackend,
     readonly maxTokens: number,
     readonly maxLogits: number,
+    readonly part: ModelPart = wholeModel(config),
   ) {
     const mem = backend.mem;
     const { dim, hiddenDim, vocabSize } = config;
@@ -49,19 +80,66 @@ export class LlamaModel {
     this.numerics = config.numerics ?? "default";
     backend.numerics = this.numerics;
     const f32s = (n: number) => mem.allocZeroed(4 * n);
+    const hasLayers = part.endLayer > part.firstLayer;
+    const layerF32s = (n: number) => (hasLayers ? f32s(n) : 0);
+    const logitF32s = (n: number) => (part.classify ? f32s(n) : 0);
     this.act = {
-      x: f32s(maxTokens * dim), xb: f32s(maxTokens * dim), xb2: f32s(maxTokens * dim),
-      q: f32s(maxTokens * qDim), k: f32s(maxTokens * kvDim), v: f32s(maxTokens * kvDim),
-      att: f32s(maxTokens * qDim), hb: f32s(maxTokens * hiddenDim), hb2: f32s(maxTokens * hiddenDim),
-      xLogits: f32s(maxLogits * dim), logits: f32s(maxLogits * vocabSize),
+      x: f32s(maxTokens * dim), xb: layerF32s(maxTokens * dim), xb2: layerF32s(maxTokens * dim),
+      q: layerF32s(maxTokens * qDim), k: layerF32s(maxTokens * kvDim), v: layerF32s(maxTokens * kvDim),
+      att: layerF32s(maxTokens * qDim), hb: layerF32s(maxTokens * hiddenDim), hb2: layerF32s(maxTokens * hiddenDim),
+      xLogits: logitF32s(maxLogits * dim), logits: logitF32s(maxLogits * vocabSize),
     };
     const a = this.act;
-    this.qkv = weights.layers.map((L) => backend.prepareShared([{ out: a.q, m: L.wq }, { out: a.k, m: L.wk }, { out: a.v, m: L.wv }]));
-    this.gateUp = weights.layers.map((L) => backend.prepareShared([{ out: a.hb, m: L.ffnGate }, { out: a.hb2, m: L.ffnUp }]));
-    [this.ropeCos, this.ropeSin] = this.ropeTables();
-    const matrices = [weights.tokenEmbedding, weights.output, ...weights.layers.flatMap((L) => [L.wq, L.wk, L.wv, L.wo, L.ffnGate, L.ffnUp, L.ffnDown])];
-    const rounded = matrices.some((m) => m.kind === "ggml" && readsRoundedActivations(m.type));
-    backend.reserveScratch(maxTokens, Math.max(dim, hiddenDim, qDim), config.nHeads / config.nKvHeads, this.numerics === "runq" ? config.seqLen : 0, rounded);
+    const layers = this.partLayers();
+    this.qkv = layers.map((L) => backend.prepareShared([{ out: a.q, m: L.wq }, { out: a.k, m: L.wk }, { out: a.v, m: L.wv }]));
+    this.gateUp = layers.map((L) => backend.prepareShared([{ out: a.hb, m: L.ffnGate }, { out: a.hb2, m: L.ffnUp }]));
+    [this.ropeCos, this.ropeSin] = hasLayers ? this.ropeTables() : [0, 0];
+    const scratch = LlamaModel.scratchShape(config, weights, part, maxTokens);
+    if (scratch !== null) {
+      backend.reserveScratch(scratch.maxTokens, scratch.maxWidth, scratch.group, scratch.runqContext, scratch.roundedActivations);
+    }
+  }
+
+  /** The kernels' scratch a part needs (null: none, an embedding lookup alone). */
+  static scratchShape(config: ModelConfig, weights: ModelWeights | null, part: ModelPart, maxTokens: number): ScratchShape | null {
+    const hasLayers = part.endLayer > part.firstLayer;
+    if (!hasLayers && !part.classify) return null;
+    const layers = weights === null ? [] : weights.layers.slice(part.firstLayer, part.endLayer);
+    const matrices = [
+      ...(part.classify && weights !== null ? [weights.output] : []),
+      ...layers.flatMap((L) => [L.wq, L.wk, L.wv, L.wo, L.ffnGate, L.ffnUp, L.ffnDown]),
+    ];
+    return {
+      maxTokens,
+      maxWidth: hasLayers ? Math.max(config.dim, config.hiddenDim, queryDim(config)) : config.dim,
+      group: config.nHeads / config.nKvHeads,
+      runqContext: hasLayers && (config.numerics ?? "default") === "runq" ? config.seqLen : 0,
+      // Unknown weights (a plan before loading): room for rounded activations, the larger case.
+      roundedActivations: weights === null || matrices.some((m) => m.kind === "ggml" && readsRoundedActivations(m.type)),
+    };
+  }
+
+  /**
+   * Bytes a part allocates besides its weights and KV: activations, RoPE tables, the shared-input
+   * tables, and the kernels' scratch (an upper bound: every allocation may lose 64 bytes to alignment).
+   */
+  static bufferBytes(config: ModelConfig, kernels: Kernels, threads: number, part: ModelPart, maxTokens: number, maxLogits: number): number {
+    const floats = bufferFloats(config, maxTokens, maxLogits);
+    const layers = part.endLayer - part.firstLayer;
+    let bytes = 4 * floats.residual + 64;
+    if (layers > 0) bytes += 4 * floats.layers + 8 * 64 + 2 * (4 * config.seqLen * ((config.ropeDim ?? config.headDim) / 2) + 64) + layers * 2 * (4 * 5 * 3 + 64);
+    if (part.classify) bytes += 4 * floats.logits + 2 * 64;
+    return bytes + CpuBackend.scratchBytes(kernels, threads, LlamaModel.scratchShape(config, null, part, maxTokens));
+  }
+
+  /** The layers of this part. */
+  private partLayers(): LayerWeights[] {
+    return this.weights.layers.slice(this.part.firstLayer, this.part.endLayer);
+  }
+
+  /** Address of the residual stream [maxTokens][dim] (what is copied between the memories of a split model). */
+  get residualAddr(): number {
+    return this.act.x;
   }
 
   /** Address of the logits of row r (as returned by StepBatch.addSequence). */
@@ -74,6 +152,16 @@ export class LlamaModel {
    * batch's logit rows into logitsAddr(0..numLogits).
    */
   forward(batch: StepBatch, kv: KVArena): void {
+    this.runLayers(batch, kv);
+    this.classify(batch);
+  }
+
+  /**
+   * The part's embedding lookup (into the residual stream) and layers (on it, K/V into `kv`,
+   * which holds this part's layers). A part without the embedding starts from the residual
+   * stream the previous memory's part left, copied in.
+   */
+  runLayers(batch: StepBatch, kv: KVArena): void {
     const c = this.config;
     const ops = this.backend;
     const a = this.act;
@@ -83,14 +171,15 @@ export class LlamaModel {
     const qDim = queryDim(c);
     if (T > this.maxTokens || batch.numLogits > this.maxLogits) throw new Error("forward: batch exceeds the model's buffers");
 
-    ops.embed(a.x, w.tokenEmbedding, batch.tokens, T);
+    if (this.part.embed) ops.embed(a.x, w.tokenEmbedding, batch.tokens, T);
 
-    for (let l = 0; l < c.nLayers; l++) {
+    for (let l = this.part.firstLayer; l < this.part.endLayer; l++) {
       const L = w.layers[l]!;
+      const i = l - this.part.firstLayer;
 
       // ---- attention: x += wo · attention(rope(wq·xb), rope(wk·xb), wv·xb)
       ops.rmsnorm(a.xb, a.x, L.attnNorm, T, c.dim, c.normEps);
-      ops.matmulShared(this.qkv[l]!, a.xb, T); // q, k, v
+      ops.matmulShared(this.qkv[i]!, a.xb, T); // q, k, v
       if (L.qkvBias) {
         ops.addRows(a.q, L.qkvBias.q, T, qDim);
         ops.addRows(a.k, L.qkvBias.k, T, kvDim);
@@ -114,18 +203,23 @@ export class LlamaModel {
 
       // ---- feed-forward: x += w2 · (silu(w1·xb) * (w3·xb))
       ops.rmsnorm(a.xb, a.x, L.ffnNorm, T, c.dim, c.normEps);
-      ops.matmulShared(this.gateUp[l]!, a.xb, T); // gate (hb), up (hb2)
+      ops.matmulShared(this.gateUp[i]!, a.xb, T); // gate (hb), up (hb2)
       ops.swiglu(a.hb, a.hb2, T, c.hiddenDim);
       ops.matmul(a.xb2, a.hb, L.ffnDown, T);
       ops.add(a.x, a.xb2, T * c.dim);
     }
+  }
 
-    // ---- classifier, only for the rows whose next token is sampled
+  /** The classifier, only for the rows whose next token is sampled (when this part holds it). */
+  classify(batch: StepBatch): void {
     const R = batch.numLogits;
-    if (R === 0) return;
+    if (!this.part.classify || R === 0) return;
+    const c = this.config;
+    const ops = this.backend;
+    const a = this.act;
     ops.gatherRows(a.xLogits, a.x, batch.logitRows, R, c.dim);
-    ops.rmsnorm(a.xLogits, a.xLogits, w.outputNorm, R, c.dim, c.normEps, "final");
-    ops.matmul(a.logits, a.xLogits, w.output, R);
+    ops.rmsnorm(a.xLogits, a.xLogits, this.weights.outputNorm, R, c.dim, c.normEps, "final");
+    ops.matmul(a.logits, a.xLogits, this.weights.output, R);
   }
 
   private rope(vec: number, positions: number, T: number, nHeads: number, rowStride: number): void {

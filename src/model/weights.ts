@@ -43,6 +43,30 @@ export interface ModelWeights {
   output: WeightMatrix;
   /** Bytes of weights a decode step streams (every matrix once, the embedding row aside). */
   bytesPerToken: number;
+  /** Which memory holds what: the addresses above are in those memories. */
+  placement: WeightPlacement;
+}
+
+/**
+ * Which memory each part of the model is in, as indices into the memories loadPlacedWeights was
+ * given: the token embedding, each layer (its vectors and matrices), and the output norm with the
+ * classifier (the embedding's memory when the classifier is the embedding).
+ */
+export interface WeightPlacement {
+  embedding: number;
+  layers: readonly number[];
+  output: number;
+}
+
+/** Every part of an `nLayers` model in memory 0. */
+export function onePlace(nLayers: number): WeightPlacement {
+  return { embedding: 0, layers: new Array<number>(nLayers).fill(0), output: 0 };
+}
+
+/** A memory weights are placed in, with the calling thread's kernels over it (for packing and transcoding). */
+export interface WeightTarget {
+  mem: LinearMemory;
+  kernels: Kernels;
 }
 
 /**
@@ -98,6 +122,46 @@ export function weightTraffic(ckpt: Checkpoint, storage: WeightStorage = FAST_ST
 }
 
 const STAGING_BYTES = 8 << 20;
+/** What each allocation may lose to alignment (LinearMemory.alloc aligns to 64 bytes). */
+const ALIGN = 64;
+
+/** Bytes the parts of the model take in linear memory (as placement.ts places them), stored as `storage` says. */
+export interface PartBytes {
+  embedding: number;
+  layers: number[];
+  /** The output norm and, unless the classifier is the embedding, the classifier. */
+  output: number;
+}
+
+/** Bytes of each part of the checkpoint, with the alignment of every tensor, stored as `storage` says. */
+export function partBytes(ckpt: Checkpoint, storage: WeightStorage = FAST_STORAGE): PartBytes {
+  const bytes = (name: string): number => {
+    const info = ckpt.tensors.get(name);
+    if (!info) throw new ModelFormatError(ckpt.file, `missing tensor ${name}`);
+    // int8 matrices are two allocations (values, scales).
+    return storedBytes(info, storage) + (info.encoding.kind === "q8-llama2c" ? 2 : 1) * ALIGN;
+  };
+  const c = ckpt.config;
+  const layers: number[] = [];
+  for (let l = 0; l < c.nLayers; l++) {
+    let sum = 0;
+    for (const name of layerTensorNames(c, l)) sum += bytes(name);
+    layers.push(sum);
+  }
+  const output = bytes(TensorName.outputNorm) + (c.sharedClassifier ? 0 : bytes(TensorName.output));
+  return { embedding: bytes(TensorName.tokenEmbedding), layers, output };
+}
+
+/** Names of layer l's tensors. */
+function layerTensorNames(c: Checkpoint["config"], l: number): string[] {
+  const names = [
+    TensorName.attnNorm(l), TensorName.attnQ(l), TensorName.attnK(l), TensorName.attnV(l), TensorName.attnOutput(l),
+    TensorName.ffnNorm(l), TensorName.ffnGate(l), TensorName.ffnDown(l), TensorName.ffnUp(l),
+  ];
+  if (c.qkvBias) names.push(TensorName.attnQBias(l), TensorName.attnKBias(l), TensorName.attnVBias(l));
+  if (c.qkNorm) names.push(TensorName.attnQNorm(l), TensorName.attnKNorm(l));
+  return names;
+}
 
 /** Bytes the checkpoint's tensors take in linear memory, stored as `storage` says. */
 export function weightBytes(ckpt: Checkpoint, storage: WeightStorage = FAST_STORAGE): number {
@@ -113,89 +177,143 @@ export type LoadProgress = (doneBytes: number, totalBytes: number) => void;
 export function loadWeights(
   ckpt: Checkpoint, mem: LinearMemory, kernels: Kernels, onProgress?: LoadProgress, storage: WeightStorage = FAST_STORAGE,
 ): ModelWeights {
-  const plan = planAllocations(ckpt, mem, storage);
+  return loadPlacedWeights(ckpt, [{ mem, kernels }], onePlace(ckpt.config.nLayers), onProgress, storage);
+}
+
+/**
+ * Load every tensor of the checkpoint into the memory `placement` says (indices into `targets`),
+ * stored as `storage` says. Each tensor is read once, straight to its final place (f32 and
+ * transcoded ones through a staging buffer on top of their memory, released at the end).
+ */
+export function loadPlacedWeights(
+  ckpt: Checkpoint, targets: readonly WeightTarget[], placement: WeightPlacement, onProgress?: LoadProgress,
+  storage: WeightStorage = FAST_STORAGE,
+): ModelWeights {
+  if (ckpt.config.sharedClassifier && placement.output !== placement.embedding) {
+    throw new Error("loadPlacedWeights: a shared classifier is the embedding and must be placed with it");
+  }
+  const plan = planAllocations(ckpt, targets, placement, storage);
   const fd = openSync(ckpt.file, "r");
-  const staging = mem.mark();
+  const marks = targets.map((t) => t.mem.mark());
+  const staging = new Map<number, number>();
+  const stagingIn = (target: number): number => {
+    let addr = staging.get(target);
+    if (addr === undefined) {
+      addr = targets[target]!.mem.alloc(STAGING_BYTES);
+      staging.set(target, addr);
+    }
+    return addr;
+  };
   const total = plan.placements.reduce((a, p) => a + p.info.byteLength, 0);
   let done = 0;
   try {
-    const stagingAddr = mem.alloc(STAGING_BYTES);
-    for (const { info, target } of plan.placements) {
+    for (const { info, target, memory } of plan.placements) {
       onProgress?.(done, total);
       done += info.byteLength;
-      if (target.kind === "vector") readInto(ckpt.file, fd, mem, target.addr, info.offset, info.byteLength);
-      else if (target.matrix.kind === "q8") readQ8(ckpt.file, fd, mem, target.matrix, info);
-      else if (target.matrix.kind === "ggml" && asQ8_0(info, storage)) transcodeQ5_0(ckpt.file, fd, mem, kernels, target.matrix.addr, info, stagingAddr);
-      else if (target.matrix.kind === "ggml") readInto(ckpt.file, fd, mem, target.matrix.addr, info.offset, info.byteLength);
-      else packF32(ckpt.file, fd, mem, kernels, target.matrix.addr, info, stagingAddr);
+      readTensor(ckpt.file, fd, targets[memory]!, info, target, storage, () => stagingIn(memory));
     }
     onProgress?.(total, total);
   } finally {
     closeSync(fd);
-    mem.release(staging);
+    targets.forEach((t, i) => t.mem.release(marks[i]!));
   }
   return plan.weights;
 }
 
+/** Load the one matrix `name` of the checkpoint into `target`, stored as `storage` says. */
+export function loadPlacedTensor(ckpt: Checkpoint, name: string, target: WeightTarget, storage: WeightStorage): WeightMatrix {
+  const info = ckpt.tensors.get(name);
+  if (!info) throw new ModelFormatError(ckpt.file, `missing tensor ${name}`);
+  const m = allocMatrix(info, target.mem, storage);
+  const fd = openSync(ckpt.file, "r");
+  const mark = target.mem.mark();
+  try {
+    readTensor(ckpt.file, fd, target, info, { kind: "matrix", matrix: m }, storage, () => target.mem.alloc(STAGING_BYTES));
+  } finally {
+    closeSync(fd);
+    target.mem.release(mark);
+  }
+  return m;
+}
+
+/** Read one tensor from the file to its place; `staging` gives the staging buffer (made on first use). */
+function readTensor(file: string, fd: number, t: WeightTarget, info: TensorInfo, target: Target, storage: WeightStorage, staging: () => number): void {
+  const { mem, kernels } = t;
+  if (target.kind === "vector") readInto(file, fd, mem, target.addr, info.offset, info.byteLength);
+  else if (target.matrix.kind === "q8") readQ8(file, fd, mem, target.matrix, info);
+  else if (target.matrix.kind === "ggml" && asQ8_0(info, storage)) transcodeQ5_0(file, fd, mem, kernels, target.matrix.addr, info, staging());
+  else if (target.matrix.kind === "ggml") readInto(file, fd, mem, target.matrix.addr, info.offset, info.byteLength);
+  else packF32(file, fd, mem, kernels, target.matrix.addr, info, staging());
+}
+
+/** Allocate a matrix's place in `mem`: f32 packed, ggml blocks as stored (Q5_0 as Q8_0 when `storage` says), int8 values and scales. */
+function allocMatrix(info: TensorInfo, mem: LinearMemory, storage: WeightStorage): WeightMatrix {
+  const [rows, cols] = info.shape as [number, number];
+  if (info.encoding.kind === "f32") return { kind: "f32", rows, cols, addr: mem.alloc(4 * rows * cols) };
+  if (info.encoding.kind === "ggml") {
+    const bytes = storedBytes(info, storage);
+    const type = asQ8_0(info, storage) ? GGML_Q8_0 : info.encoding.type;
+    return { kind: "ggml", type, rows, cols, addr: mem.alloc(bytes), rowBytes: bytes / rows };
+  }
+  const q = mem.alloc(rows * cols);
+  const s = mem.alloc(4 * Math.floor((rows * cols) / info.encoding.groupSize));
+  return { kind: "q8", rows, cols, q, s, groupSize: info.encoding.groupSize };
+}
+
 type Target = { kind: "vector"; addr: number } | { kind: "matrix"; matrix: WeightMatrix };
 
-/** Decide every tensor's address before reading, so the staging buffer can sit on top and be released. */
-function planAllocations(ckpt: Checkpoint, mem: LinearMemory, storage: WeightStorage) {
+/** Decide every tensor's address before reading, so the staging buffers can sit on top and be released. */
+function planAllocations(ckpt: Checkpoint, targets: readonly WeightTarget[], placement: WeightPlacement, storage: WeightStorage) {
   const c = ckpt.config;
-  const placements: { info: TensorInfo; target: Target }[] = [];
+  const placements: { info: TensorInfo; target: Target; memory: number }[] = [];
   const tensor = (name: string): TensorInfo => {
     const info = ckpt.tensors.get(name);
     if (!info) throw new ModelFormatError(ckpt.file, `missing tensor ${name}`);
     return info;
   };
-  const vector = (name: string): number => {
+  const memoryOf = (memory: number): LinearMemory => {
+    const target = targets[memory];
+    if (target === undefined) throw new Error(`loadPlacedWeights: no memory ${memory}`);
+    return target.mem;
+  };
+  const vector = (name: string, memory: number): number => {
     const info = tensor(name);
-    const addr = mem.alloc(info.byteLength);
-    placements.push({ info, target: { kind: "vector", addr } });
+    const addr = memoryOf(memory).alloc(info.byteLength);
+    placements.push({ info, target: { kind: "vector", addr }, memory });
     return addr;
   };
-  const matrix = (name: string): WeightMatrix => {
+  const matrix = (name: string, memory: number): WeightMatrix => {
     const info = tensor(name);
-    const [rows, cols] = info.shape as [number, number];
-    let m: WeightMatrix;
-    if (info.encoding.kind === "f32") {
-      m = { kind: "f32", rows, cols, addr: mem.alloc(4 * rows * cols) };
-    } else if (info.encoding.kind === "ggml") {
-      const bytes = storedBytes(info, storage);
-      const type = asQ8_0(info, storage) ? GGML_Q8_0 : info.encoding.type;
-      m = { kind: "ggml", type, rows, cols, addr: mem.alloc(bytes), rowBytes: bytes / rows };
-    } else {
-      const q = mem.alloc(rows * cols);
-      const s = mem.alloc(4 * Math.floor((rows * cols) / info.encoding.groupSize));
-      m = { kind: "q8", rows, cols, q, s, groupSize: info.encoding.groupSize };
-    }
-    placements.push({ info, target: { kind: "matrix", matrix: m } });
+    const m = allocMatrix(info, memoryOf(memory), storage);
+    placements.push({ info, target: { kind: "matrix", matrix: m }, memory });
     return m;
   };
 
-  const tokenEmbedding = matrix(TensorName.tokenEmbedding);
+  const tokenEmbedding = matrix(TensorName.tokenEmbedding, placement.embedding);
   const layers: LayerWeights[] = [];
   for (let l = 0; l < c.nLayers; l++) {
+    const at = placement.layers[l];
+    if (at === undefined) throw new Error(`loadPlacedWeights: layer ${l} is not placed`);
     layers.push({
-      attnNorm: vector(TensorName.attnNorm(l)),
-      wq: matrix(TensorName.attnQ(l)),
-      wk: matrix(TensorName.attnK(l)),
-      wv: matrix(TensorName.attnV(l)),
-      qkvBias: c.qkvBias ? { q: vector(TensorName.attnQBias(l)), k: vector(TensorName.attnKBias(l)), v: vector(TensorName.attnVBias(l)) } : null,
-      qkNorm: c.qkNorm ? { q: vector(TensorName.attnQNorm(l)), k: vector(TensorName.attnKNorm(l)) } : null,
-      wo: matrix(TensorName.attnOutput(l)),
-      ffnNorm: vector(TensorName.ffnNorm(l)),
-      ffnGate: matrix(TensorName.ffnGate(l)),
-      ffnDown: matrix(TensorName.ffnDown(l)),
-      ffnUp: matrix(TensorName.ffnUp(l)),
+      attnNorm: vector(TensorName.attnNorm(l), at),
+      wq: matrix(TensorName.attnQ(l), at),
+      wk: matrix(TensorName.attnK(l), at),
+      wv: matrix(TensorName.attnV(l), at),
+      qkvBias: c.qkvBias ? { q: vector(TensorName.attnQBias(l), at), k: vector(TensorName.attnKBias(l), at), v: vector(TensorName.attnVBias(l), at) } : null,
+      qkNorm: c.qkNorm ? { q: vector(TensorName.attnQNorm(l), at), k: vector(TensorName.attnKNorm(l), at) } : null,
+      wo: matrix(TensorName.attnOutput(l), at),
+      ffnNorm: vector(TensorName.ffnNorm(l), at),
+      ffnGate: matrix(TensorName.ffnGate(l), at),
+      ffnDown: matrix(TensorName.ffnDown(l), at),
+      ffnUp: matrix(TensorName.ffnUp(l), at),
     });
   }
-  const outputNorm = vector(TensorName.outputNorm);
-  const output = c.sharedClassifier ? tokenEmbedding : matrix(TensorName.output);
+  const outputNorm = vector(TensorName.outputNorm, placement.output);
+  const output = c.sharedClassifier ? tokenEmbedding : matrix(TensorName.output, placement.output);
   // Read in file order: sequential I/O.
   placements.sort((a, b) => a.info.offset - b.info.offset);
   const { bytesPerToken } = weightTraffic(ckpt, storage);
-  return { placements, weights: { tokenEmbedding, layers, outputNorm, output, bytesPerToken } };
+  return { placements, weights: { tokenEmbedding, layers, outputNorm, output, bytesPerToken, placement } };
 }
 
 function readInto(file: string, fd: number, mem: LinearMemory, addr: number, offset: number, length: number): void {

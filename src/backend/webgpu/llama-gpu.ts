@@ -2,10 +2,10 @@
 /**
  * The llama forward pass on WebGPU, step for step the same as src/model/llama.ts's forward(): the
  * same StepBatch (read from linear memory, where the scheduler wrote it), the same block ids into
- * a KV arena of the same shape, here kept in GPU buffers. Weights are copied from the loaded
- * ModelWeights: f32 matrices unpacked from their 4-row panels to row-major, ggml blocks as they
- * are. A ggml embedding table is looked up by the WebAssembly kernel (T rows per step) and the rows
- * uploaded. The engine drives it through WebGpuForward (the ModelForward seam); "runq" numerics
+ * a KV arena of the same shape, here kept in GPU buffers. Weights go from the model file to GPU
+ * buffers (FileWeights: f32 rows, ggml blocks as they are) without staying in WebAssembly memory;
+ * only a ggml embedding table is placed there, looked up by the WebAssembly kernel (T rows per
+ * step) and the rows uploaded. The engine drives it through WebGpuForward (the ModelForward seam); "runq" numerics
  * and int8 (q8) llama2.c matrices are WebAssembly-only and refused here with a DeviceError.
  */
 import type { BlockCopy } from "../../kv/kv-cache-manager.ts";
@@ -14,8 +14,10 @@ import type { CpuBackend } from "../cpu.ts";
 import { DeviceError } from "../../errors.ts";
 import { queryDim, type ModelConfig } from "../../model/config.ts";
 import type { StepBatch } from "../../model/batch.ts";
-import type { ModelWeights, WeightMatrix } from "../../model/weights.ts";
+import { TensorName } from "../../model/checkpoint.ts";
+import type { WeightMatrix } from "../../model/weights.ts";
 import { MAX_STACK, type GpuWeightMatrix, type WebGpuBackend } from "./backend.ts";
+import type { FileWeights, HostMatrix } from "./file-weights.ts";
 
 interface GpuLayer {
   attnNorm: GPUBuffer; // [dim]
@@ -57,7 +59,7 @@ export class GpuLlamaModel {
 
   constructor(
     readonly config: ModelConfig,
-    weights: ModelWeights,
+    weights: FileWeights,
     cpu: CpuBackend,
     readonly gpu: WebGpuBackend,
     readonly maxTokens: number,
@@ -73,30 +75,31 @@ export class GpuLlamaModel {
     const kvDim = c.nKvHeads * c.headDim;
     const qDim = queryDim(c);
     const own = (b: GPUBuffer) => (this.owned.push(b), b);
-    const vector = (addr: number, n: number, label: string) => own(gpu.bufferFrom(cpu.mem.f32.slice(addr >> 2, (addr >> 2) + n), label));
-    const stacks = (ms: WeightMatrix[], label: string, biases: number[] | null = null) => {
-      const up = uploadStacks(gpu, cpu, ms, label, biases);
+    const vector = (name: string) => own(gpu.bufferFrom(weights.vector(name), name));
+    const stacks = (names: string[], label: string, biases: string[] | null = null) => {
+      const up = uploadStacks(gpu, names.map((n) => weights.matrix(n)), label, biases && biases.map((n) => weights.vector(n)));
       for (const m of up) {
         for (const part of m.parts) own(part.buffer);
         if (m.bias !== null) own(m.bias);
       }
       return up;
     };
-    const matrix = (m: WeightMatrix, label: string) => stacks([m], label)[0]!;
+    const matrix = (name: string) => stacks([name], name)[0]!;
     const arena = c.nKvHeads * numBlocks * blockSize * c.headDim;
-    this.layers = weights.layers.map((L, l) => ({
-      attnNorm: vector(L.attnNorm, c.dim, `attn_norm.${l}`),
-      qkv: stacks([L.wq, L.wk, L.wv], `qkv.${l}`, L.qkvBias && [L.qkvBias.q, L.qkvBias.k, L.qkvBias.v]), wo: matrix(L.wo, `wo.${l}`),
-      ffnNorm: vector(L.ffnNorm, c.dim, `ffn_norm.${l}`),
-      gateUp: stacks([L.ffnGate, L.ffnUp], `ffn_gate_up.${l}`), ffnDown: matrix(L.ffnDown, `ffn_down.${l}`),
-      qkNorm: L.qkNorm && { q: vector(L.qkNorm.q, c.headDim, `q_norm.${l}`), k: vector(L.qkNorm.k, c.headDim, `k_norm.${l}`) },
+    const T = TensorName;
+    this.layers = Array.from({ length: c.nLayers }, (_, l) => ({
+      attnNorm: vector(T.attnNorm(l)),
+      qkv: stacks([T.attnQ(l), T.attnK(l), T.attnV(l)], `qkv.${l}`, c.qkvBias ? [T.attnQBias(l), T.attnKBias(l), T.attnVBias(l)] : null),
+      wo: matrix(T.attnOutput(l)),
+      ffnNorm: vector(T.ffnNorm(l)),
+      gateUp: stacks([T.ffnGate(l), T.ffnUp(l)], `ffn_gate_up.${l}`), ffnDown: matrix(T.ffnDown(l)),
+      qkNorm: c.qkNorm ? { q: vector(T.attnQNorm(l)), k: vector(T.attnKNorm(l)) } : null,
       k: own(gpu.f32Buffer(arena, `k_cache.${l}`)), v: own(gpu.f32Buffer(arena, `v_cache.${l}`)),
     }));
-    const table = weights.tokenEmbedding;
-    this.embedding = table.kind === "f32" ? matrix(table, "token_embd") : null;
-    this.cpuEmbedding = table.kind === "f32" ? null : { table, rows: cpu.mem.alloc(4 * maxTokens * c.dim) };
-    this.output = weights.output === table && this.embedding !== null ? this.embedding : matrix(weights.output, "output");
-    this.outputNorm = vector(weights.outputNorm, c.dim, "output_norm");
+    this.embedding = weights.embeddingOnGpu ? matrix(T.tokenEmbedding) : null;
+    this.cpuEmbedding = this.embedding !== null ? null : { table: weights.loadTokenEmbedding(cpu), rows: cpu.mem.alloc(4 * maxTokens * c.dim) };
+    this.output = weights.outputName === T.tokenEmbedding && this.embedding !== null ? this.embedding : matrix(weights.outputName);
+    this.outputNorm = vector(T.outputNorm);
     this.ropeTable = own(this.ropeTables());
     const f32 = (n: number, label: string) => own(gpu.f32Buffer(n, label));
     this.act = {
@@ -274,65 +277,37 @@ export class GpuLlamaModel {
   }
 }
 
-/** ggml's type code of f32 tensors (stored row-major, as the GPU product reads them). */
-const GGML_F32 = 0;
-
-/** A loaded weight matrix as the GPU stores it: f32 rows, or ggml blocks as in the file. */
-type HostMatrix = { kind: "f32"; values: Float32Array } | { kind: "ggml"; type: number; bytes: Uint8Array };
-
 /**
  * Copy weight matrices that multiply one input (q, k and v; gate and up) to the GPU, each run of
  * consecutive matrices of one type as one stack (one dispatch for all of them; see
- * GpuWeightMatrix), in order; `biases`: the linear-memory address of each matrix's bias vector
- * (one value per row), added by the product.
+ * GpuWeightMatrix), in order; `biases`: each matrix's bias vector (one value per row), added by
+ * the product.
  */
-function uploadStacks(gpu: WebGpuBackend, cpu: CpuBackend, ms: WeightMatrix[], label: string, biases: number[] | null): GpuWeightMatrix[] {
-  const host = ms.map((m) => hostMatrix(cpu, m, label));
+function uploadStacks(gpu: WebGpuBackend, host: HostMatrix[], label: string, biases: Float32Array[] | null): GpuWeightMatrix[] {
   const sameType = (i: number, j: number) => {
     const [a, b] = [host[i]!, host[j]!];
-    return a.kind === b.kind && (a.kind === "f32" || a.type === (b as { type: number }).type) && ms[i]!.cols === ms[j]!.cols;
+    return a.kind === b.kind && (a.kind === "f32" || a.type === (b as { type: number }).type) && a.cols === b.cols;
   };
   const out: GpuWeightMatrix[] = [];
-  for (let first = 0; first < ms.length; ) {
+  for (let first = 0; first < host.length; ) {
     let end = first + 1;
-    while (end < ms.length && end - first < MAX_STACK && sameType(first, end)) end++;
-    const members = ms.slice(first, end);
+    while (end < host.length && end - first < MAX_STACK && sameType(first, end)) end++;
+    const members = host.slice(first, end);
     const stack = members.map((m) => m.rows);
     const rows = stack.reduce((a, b) => a + b, 0);
     const name = members.length === 1 ? label : `${label}[${first}..${end})`;
-    const bias = biases && concat(biases.slice(first, end).map((addr, i) => cpu.mem.f32.slice(addr >> 2, (addr >> 2) + members[i]!.rows)));
+    const bias = biases && concat(biases.slice(first, end));
     const extras = { stack, ...(bias !== null ? { bias } : {}) };
-    const h = host[first]!;
+    const h = members[0]!;
     if (h.kind === "f32") {
-      out.push(gpu.uploadF32Matrix(concat(host.slice(first, end).map((m) => (m as { values: Float32Array }).values)), rows, members[0]!.cols, name, extras));
+      out.push(gpu.uploadF32Matrix(concat(members.map((m) => (m as { values: Float32Array }).values)), rows, h.cols, name, extras));
     } else {
-      const bytes = concat(host.slice(first, end).map((m) => (m as { bytes: Uint8Array }).bytes));
-      out.push(gpu.uploadGgmlMatrix(bytes, h.type, rows, members[0]!.cols, name, extras));
+      const bytes = concat(members.map((m) => (m as { bytes: Uint8Array }).bytes));
+      out.push(gpu.uploadGgmlMatrix(bytes, h.type, rows, h.cols, name, extras));
     }
     first = end;
   }
   return out;
-}
-
-/** Copy one loaded weight matrix out of linear memory: f32 panels unpacked to rows, ggml blocks as they are. */
-function hostMatrix(cpu: CpuBackend, m: WeightMatrix, label: string): HostMatrix {
-  if (m.kind === "q8") throw new DeviceError(`webgpu: ${label}: llama2.c int8 (q8) weights run on WebAssembly only`);
-  if (m.kind === "ggml" && m.type === GGML_F32) {
-    return { kind: "f32", values: new Float32Array(cpu.mem.u8.slice(m.addr, m.addr + 4 * m.rows * m.cols).buffer) };
-  }
-  if (m.kind === "ggml") return { kind: "ggml", type: m.type, bytes: cpu.mem.u8.slice(m.addr, m.addr + m.rows * m.rowBytes) };
-  const rows = new Float32Array(m.rows * m.cols);
-  const mark = cpu.mem.mark();
-  try {
-    const row = cpu.mem.alloc(4 * m.cols);
-    for (let r = 0; r < m.rows; r++) {
-      cpu.kernels.unpackRowF32(row, m.addr, m.rows, m.cols, r);
-      rows.set(cpu.mem.f32.subarray(row >> 2, (row >> 2) + m.cols), r * m.cols);
-    }
-  } finally {
-    cpu.mem.release(mark);
-  }
-  return { kind: "f32", values: rows };
 }
 
 /** The arrays end to end (the one array itself when there is one). */

@@ -9,10 +9,10 @@ import { DeviceError } from "../../errors.ts";
 import type { BlockCopy } from "../../kv/kv-cache-manager.ts";
 import type { StepBatch } from "../../model/batch.ts";
 import type { ModelConfig } from "../../model/config.ts";
-import type { ModelWeights } from "../../model/weights.ts";
 import type { CpuBackend } from "../cpu.ts";
 import type { WebGpuBackend } from "./backend.ts";
 import { describeAdapter } from "./device.ts";
+import type { FileWeights } from "./file-weights.ts";
 import { GpuLlamaModel } from "./llama-gpu.ts";
 
 /** The step's shape: what the GPU buffers are sized for. */
@@ -32,7 +32,7 @@ export class WebGpuForward implements ModelForward {
   private logits: Float32Array = new Float32Array(0);
 
   constructor(
-    private readonly config: ModelConfig, weights: ModelWeights, private readonly cpu: CpuBackend,
+    private readonly config: ModelConfig, weights: FileWeights, private readonly cpu: CpuBackend,
     gpu: WebGpuBackend, s: StepShape,
   ) {
     const layerBytes = 4 * config.nKvHeads * s.numBlocks * s.blockSize * config.headDim;

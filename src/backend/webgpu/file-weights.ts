@@ -1,0 +1,85 @@
+/**
+ * Weights for the GPU, read from the model file tensor by tensor: f32 matrices row-major as the
+ * file has them (the GPU product reads rows), ggml blocks as they are, vectors as f32. Nothing of
+ * them stays in WebAssembly memory: each tensor is read into a host array that lives until it is
+ * uploaded. Only a ggml token embedding is placed in linear memory, for the WebAssembly lookup of
+ * a step's rows (loadTokenEmbedding).
+ */
+import { closeSync, openSync, readSync } from "node:fs";
+import { DeviceError, ModelFormatError } from "../../errors.ts";
+import { TensorName, type Checkpoint, type TensorInfo } from "../../model/checkpoint.ts";
+import { FILE_STORAGE, loadPlacedTensor, type LoadProgress, type WeightMatrix, type WeightTarget } from "../../model/weights.ts";
+
+/** A weight matrix as the GPU stores it: f32 rows, or ggml blocks as in the file. */
+export type HostMatrix =
+  | { kind: "f32"; rows: number; cols: number; values: Float32Array }
+  | { kind: "ggml"; type: number; rows: number; cols: number; bytes: Uint8Array };
+
+export class FileWeights {
+  private readonly totalBytes: number;
+  private doneBytes = 0;
+
+  /** `onProgress` is told the bytes read so far of every tensor's, as tensors are read. */
+  constructor(readonly checkpoint: Checkpoint, private readonly onProgress?: LoadProgress) {
+    this.totalBytes = [...checkpoint.tensors.values()].reduce((a, t) => a + t.byteLength, 0);
+  }
+
+  /** Whether the token embedding is f32 (looked up on the GPU) rather than ggml blocks (looked up by WebAssembly). */
+  get embeddingOnGpu(): boolean {
+    return this.info(TensorName.tokenEmbedding).encoding.kind === "f32";
+  }
+
+  /** The classifier's tensor name: output.weight, or the embedding when they are shared. */
+  get outputName(): string {
+    return this.checkpoint.config.sharedClassifier ? TensorName.tokenEmbedding : TensorName.output;
+  }
+
+  has(name: string): boolean {
+    return this.checkpoint.tensors.has(name);
+  }
+
+  matrix(name: string): HostMatrix {
+    const info = this.info(name);
+    const [rows, cols] = info.shape as [number, number];
+    const e = info.encoding;
+    if (e.kind === "q8-llama2c") throw new DeviceError(`webgpu: ${name}: llama2.c int8 (q8) weights run on WebAssembly only`);
+    const bytes = this.read(info);
+    if (e.kind === "f32") return { kind: "f32", rows, cols, values: new Float32Array(bytes.buffer, 0, rows * cols) };
+    return { kind: "ggml", type: e.type, rows, cols, bytes };
+  }
+
+  vector(name: string): Float32Array {
+    const info = this.info(name);
+    if (info.encoding.kind !== "f32") throw new ModelFormatError(this.checkpoint.file, `vector ${name} is not f32`);
+    return new Float32Array(this.read(info).buffer, 0, info.shape[0]!);
+  }
+
+  /** The ggml token embedding in linear memory, as the WebAssembly embedding lookup reads it. */
+  loadTokenEmbedding(target: WeightTarget): WeightMatrix {
+    return loadPlacedTensor(this.checkpoint, TensorName.tokenEmbedding, target, FILE_STORAGE);
+  }
+
+  private info(name: string): TensorInfo {
+    const info = this.checkpoint.tensors.get(name);
+    if (info === undefined) throw new ModelFormatError(this.checkpoint.file, `missing tensor ${name}`);
+    return info;
+  }
+
+  private read(info: TensorInfo): Uint8Array {
+    const out = new Uint8Array(info.byteLength);
+    const fd = openSync(this.checkpoint.file, "r");
+    try {
+      let done = 0;
+      while (done < out.length) {
+        const n = readSync(fd, out, done, out.length - done, info.offset + done);
+        if (n <= 0) throw new ModelFormatError(this.checkpoint.file, `truncated while reading ${info.name}`);
+        done += n;
+      }
+    } finally {
+      closeSync(fd);
+    }
+    this.doneBytes = Math.min(this.totalBytes, this.doneBytes + out.length);
+    this.onProgress?.(this.doneBytes, this.totalBytes);
+    return out;
+  }
+}

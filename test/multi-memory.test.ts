@@ -1,0 +1,143 @@
+/**
+ * A model placed over several WebAssembly memories gives the same bits as in one memory: every
+ * shared GGUF model and a llama2.c checkpoint, split so that each layer, the embedding and the
+ * classifier take a memory of their own (wasmMemoryMb 1), against the same model in one memory.
+ * Compared: the logits of every position when scoring (perplexity's path), and whole results of
+ * batched generation (greedy and sampled, with logprobs) with chunked prefill, with and without a
+ * KV pool so small that requests are preempted and recomputed.
+ */
+import { afterEach, describe, expect, test } from "bun:test";
+import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
+import type { EngineOptions } from "../src/engine/engine.ts";
+import { describePart, memoryLimitBytes, placeModel } from "../src/backend/placement.ts";
+import { describeShared } from "./helpers/shared.ts";
+import { TEXTS, withoutTimings } from "./helpers/prefix.ts";
+import { testThreads } from "./helpers/threads.ts";
+
+const THREADS = testThreads();
+const TIMEOUT_MS = 180_000;
+
+const GGUF_MODELS = [
+  "rnd-llama-Q2_K.gguf", "rnd-llama-Q4_K_M.gguf", "rnd-qwen2-Q5_K_M.gguf", "stories260K.gguf", "stories260K-BF16.gguf",
+  "stories260K-F16.gguf", "stories260K-Q4_0.gguf", "stories260K-Q4_1.gguf", "stories260K-Q5_0.gguf", "stories260K-Q5_1.gguf",
+  "stories260K-Q8_0.gguf",
+];
+
+const opened: LLM[] = [];
+afterEach(() => {
+  for (const llm of opened.splice(0)) llm.close();
+});
+
+/** Small buffers and a 256-token context: 64-token steps, so prompts are prefilled in chunks. */
+const BASE: Partial<EngineOptions> = { threads: THREADS, ctxSize: 256, maxNumBatchedTokens: 64, maxNumSeqs: 8, kvCacheMb: 4 };
+
+function load(model: string, tokenizer: string | undefined, engine: Partial<EngineOptions>): LLM {
+  const llm = LLM.load({ model, ...(tokenizer === undefined ? {} : { tokenizer }), engine: { ...BASE, ...engine } });
+  opened.push(llm);
+  return llm;
+}
+
+/** Every position's logits when scoring `tokens`, as their bits. */
+async function scoredBits(llm: LLM, tokens: readonly number[]): Promise<Uint32Array[]> {
+  const rows: Uint32Array[] = [];
+  await llm.engine.score(tokens, (_, logits) => rows.push(new Uint32Array(Float32Array.from(logits).buffer)));
+  return rows;
+}
+
+/** Twelve requests of varied lengths, every other one sampled with its own seed, all with logprobs. */
+function requests(llm: LLM): GenerateRequest[] {
+  return Array.from({ length: 12 }, (_, i) => {
+    const promptTokenIds = llm.encode(`${TEXTS[i % TEXTS.length]} ${TEXTS[(i + 3) % TEXTS.length]}`).slice(0, 3 + ((i * 17) % 70));
+    const r: GenerateRequest = { id: `r${i}`, promptTokenIds, maxTokens: 6 + ((i * 7) % 20), temperature: 0, logprobs: 3 };
+    if (i % 2 === 1) Object.assign(r, { temperature: 0.8, topP: 0.95, seed: 100 + i });
+    return r;
+  });
+}
+
+async function generated(llm: LLM): Promise<Omit<CompletionResult, "ttft_ms" | "latency_ms">[]> {
+  return (await llm.generate(requests(llm))).map(withoutTimings);
+}
+
+function checkSplitAgainstWhole(name: string, model: string, tokenizer?: string): void {
+  test(`${name}: the same bits over one memory per item as in one memory`, async () => {
+    const whole = load(model, tokenizer, { wasmMemoryMb: null });
+    const split = load(model, tokenizer, { wasmMemoryMb: 1 });
+    const c = whole.config;
+    expect(whole.engine.memories.count).toBe(1);
+    // Embedding, each layer, and (unless it is the embedding) the classifier: one memory each.
+    expect(split.engine.memories.count).toBe(c.nLayers + (c.sharedClassifier ? 1 : 2));
+    expect(split.engine.memoryPlan!.placement.memories.map((m) => describePart(m.part))[1]).toBe("layer 0");
+
+    const tokens = whole.encode(TEXTS.join(" ")).slice(0, 150);
+    const a = await scoredBits(whole, tokens);
+    const b = await scoredBits(split, tokens);
+    expect(b.length).toBe(tokens.length);
+    for (let i = 0; i < a.length; i++) expect(b[i]!).toEqual(a[i]!);
+
+    expect(await generated(split)).toEqual(await generated(whole));
+  }, TIMEOUT_MS);
+
+  test(`${name}: preempted and recomputed over several memories, the same results as in one`, async () => {
+    // 16 blocks of 8 tokens for 12 requests of up to ~97 tokens: requests are preempted.
+    const whole = load(model, tokenizer, { wasmMemoryMb: null, numBlocks: 16, blockSize: 8 });
+    const split = load(model, tokenizer, { wasmMemoryMb: 1, numBlocks: 16, blockSize: 8 });
+    const expected = await generated(whole);
+    expect(whole.engine.stats.preemptions).toBeGreaterThan(0);
+    expect(await generated(split)).toEqual(expected);
+    expect(split.engine.stats.preemptions).toBe(whole.engine.stats.preemptions);
+  }, TIMEOUT_MS);
+}
+
+for (const file of GGUF_MODELS) {
+  describeShared(`multi-memory ${file}`, [`models/gguf/${file}`], ([model]) => checkSplitAgainstWhole(file, model!));
+}
+
+describeShared("multi-memory llama2.c", ["models/llama2c/stories260K.bin", "models/llama2c/tok512.bin"], ([model, tokenizer]) => {
+  checkSplitAgainstWhole("stories260K.bin", model!, tokenizer!);
+});
+
+describe("placement", () => {
+  const sizes = (layers: number[], shared: boolean) => ({
+    weights: { embedding: 100, layers, output: 50 },
+    sharedClassifier: shared,
+    kvBytesPerLayer: 10,
+    fixedBytes: (part: { firstLayer: number; endLayer: number; classify: boolean }) => 20 + (part.endLayer > part.firstLayer ? 5 : 0) + (part.classify ? 7 : 0),
+  });
+
+  test("fills memories in model order, each within the limit", () => {
+    // embedding 100 + output 50 (shared) + 32 fixed with layers = 182; each layer 40 + 10 KV.
+    const p = placeModel("m", 4, sizes([40, 40, 40, 40], true), 300);
+    expect(p.memories.map((m) => describePart(m.part))).toEqual(["embedding, layers 0-1, output", "layers 2-3"]);
+    expect(p.memories.map((m) => m.totalBytes)).toEqual([100 + 50 + 100 + 20 + 5 + 7, 100 + 20 + 5]);
+    expect(p.weights).toEqual({ embedding: 0, layers: [0, 0, 1, 1], output: 0 });
+  });
+
+  test("an unshared classifier comes last; an item larger than the limit takes a memory alone", () => {
+    const p = placeModel("m", 3, sizes([40, 500, 40], false), 300);
+    expect(p.memories.map((m) => describePart(m.part))).toEqual(["embedding, layer 0", "layer 1", "layer 2, output"]);
+    expect(p.memories[1]!.totalBytes).toBe(500 + 10 + 25);
+    expect(p.weights).toEqual({ embedding: 0, layers: [0, 1, 2], output: 2 });
+  });
+
+  test("an item larger than 4 GiB is refused with its size, before anything is allocated", () => {
+    expect(() => placeModel("big.gguf", 2, sizes([40, 5 * 2 ** 30], false), 300)).toThrow(
+      /^big\.gguf: layer 1 needs 5\.00 GiB with its buffers, more than the 4 GiB a WebAssembly memory holds/,
+    );
+  });
+
+  test("PAGELLM_WASM_MEMORY_MB sets the largest memory; the option wins; never above 4 GiB", () => {
+    const saved = process.env.PAGELLM_WASM_MEMORY_MB;
+    try {
+      process.env.PAGELLM_WASM_MEMORY_MB = "64";
+      expect(memoryLimitBytes()).toBe(64 * 2 ** 20);
+      expect(memoryLimitBytes(8)).toBe(8 * 2 ** 20);
+      process.env.PAGELLM_WASM_MEMORY_MB = "100000";
+      expect(memoryLimitBytes()).toBeLessThan(4 * 2 ** 30);
+      process.env.PAGELLM_WASM_MEMORY_MB = "lots";
+      expect(() => memoryLimitBytes()).toThrow(/PAGELLM_WASM_MEMORY_MB must be a positive number of MiB, got "lots"/);
+    } finally {
+      if (saved === undefined) delete process.env.PAGELLM_WASM_MEMORY_MB;
+      else process.env.PAGELLM_WASM_MEMORY_MB = saved;
+    }
+  });
+});
