@@ -6,7 +6,7 @@
 import { readFileSync, existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { PagellmError } from "../errors.ts";
-import { adviseHugePages } from "./huge-pages.ts";
+import { adviseHugePages, adviseSmallPages } from "./huge-pages.ts";
 import type { Kernels } from "./kernels.ts";
 
 const WASM_PATH = fileURLToPath(new URL("../../build/kernels.wasm", import.meta.url));
@@ -65,6 +65,10 @@ function instantiateRaw(memory: WebAssembly.Memory, module: WebAssembly.Module):
 export class LinearMemory {
   readonly memory: WebAssembly.Memory;
   private top: number;
+  /** The highest top ever: bytes above it were never handed out, so they are still zero (and not resident). */
+  private highWater: number;
+  /** The high-water mark before the latest allocation. */
+  private lastFresh = 0;
   private viewBytes = 0;
   private f32View = new Float32Array(0);
   private i32View = new Int32Array(0);
@@ -75,6 +79,7 @@ export class LinearMemory {
     this.memory = new WebAssembly.Memory({ initial: pages, maximum: MAX_PAGES, shared: true });
     adviseHugePages(this.memory, MAX_PAGES * PAGE_BYTES);
     this.top = RESERVED_BYTES;
+    this.highWater = this.top;
     this.ensure(this.top);
   }
 
@@ -83,15 +88,28 @@ export class LinearMemory {
     const addr = alignUp(this.top, align);
     const end = addr + bytes;
     this.ensure(end);
+    const fresh = this.highWater;
     this.top = end;
+    this.highWater = Math.max(this.highWater, end);
+    this.lastFresh = fresh;
     return addr;
   }
 
-  /** Allocate and zero-fill. */
+  /**
+   * Allocate and zero-fill. Only what was handed out before (and given back by release) is
+   * filled: bytes never handed out are zero already, and writing them would make their pages
+   * resident before anything uses them.
+   */
   allocZeroed(bytes: number, align = 64): number {
     const addr = this.alloc(bytes, align);
-    this.u8.fill(0, addr, addr + bytes);
+    const end = Math.min(addr + bytes, this.lastFresh);
+    if (end > addr) this.u8.fill(0, addr, end);
     return addr;
+  }
+
+  /** Keep [addr, addr + bytes) in small pages: rows of it are touched sparsely (the KV arena). */
+  keepSmallPages(addr: number, bytes: number): void {
+    adviseSmallPages(this.memory, addr, bytes);
   }
 
   mark(): number {

@@ -38,7 +38,11 @@ export class KVArena {
     this.nKvHeads = config.nKvHeads;
     this.firstLayer = layers.first;
     this.endLayer = layers.end;
-    this.base = mem.alloc(2 * (layers.end - layers.first) * this.layerBytes);
+    const bytes = 2 * (layers.end - layers.first) * this.layerBytes;
+    this.base = mem.alloc(bytes);
+    // A request touches a few rows of every layer's and head's region: 2 MiB pages would make
+    // each touched one wholly resident (see huge-pages.ts).
+    mem.keepSmallPages(this.base, bytes);
   }
 
   /**

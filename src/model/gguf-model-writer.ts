@@ -174,10 +174,14 @@ export function modelTensors(model: ModelToWrite): TensorToWrite[] {
   return tensors;
 }
 
-/** Write `model` to `path` as GGUF v3 (write to a temporary name and rename: a failed write leaves a partial file). */
-export function writeModelGGUF(path: string, model: ModelToWrite): void {
+/**
+ * Write `model` to `path` as GGUF v3 (write to a temporary name and rename: a failed write leaves a
+ * partial file). `tensors` are modelTensors(model), or those with their data made another way
+ * (scripts/large-models.ts writes random blocks where quantizing billions of values would take hours).
+ */
+export function writeModelGGUF(path: string, model: ModelToWrite, tensors: TensorToWrite[] = modelTensors(model)): void {
   checkModel(model);
   const metadata = modelMetadata(model);
   for (const [key, value] of model.tokenizer) metadata.set(key, value);
-  writeGGUF(path, metadata, modelTensors(model));
+  writeGGUF(path, metadata, tensors);
 }
