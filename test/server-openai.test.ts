@@ -277,6 +277,16 @@ describeShared("serve: 401, 413 and 429", [STORIES], ([model]) => {
     expect(ok).toEqual(["test-model"]);
   }, LIMIT_MS);
 
+  test("n beyond --max-num-seqs: a 400 naming n", async () => {
+    try {
+      await s.client.completions.create({ model: "test-model", prompt: "x", max_tokens: 1, n: 2 });
+      throw new Error("expected a 400");
+    } catch (e) {
+      expect(e).toBeInstanceOf(BadRequestError);
+      expect((e as BadRequestError).param).toBe("n");
+    }
+  }, LIMIT_MS);
+
   test("a body over --max-body-mb: 413", async () => {
     try {
       await s.client.completions.create({ model: "test-model", prompt: "x".repeat(10_000), max_tokens: 1 });

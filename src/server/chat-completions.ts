@@ -10,11 +10,13 @@ import { readChatRequest } from "./chat-request.ts";
 import { NO_ECHO, runGeneration, type Choice, type GenerationContext, type ResponseShape } from "./generation-run.ts";
 import { chatLogprobs } from "./logprobs-format.ts";
 import { chatPromptIds } from "./chat-prompt.ts";
+import { checkSamples } from "./generation-fields.ts";
 import { checkModel } from "./models.ts";
 
 export async function chatCompletions(llm: LLM, ctx: GenerationContext, fields: BodyFields): Promise<Response> {
   const request = readChatRequest(fields);
   checkModel(request.model, ctx.model);
+  checkSamples(request.spec, llm.engine.options.maxNumSeqs);
   const prompt = chatPromptIds(llm, request.messages);
   try {
     return await runGeneration(ctx, "chatcmpl", [prompt], [NO_ECHO], request.spec, chatShape(llm, request.spec.logprobs !== undefined));

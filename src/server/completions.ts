@@ -9,7 +9,7 @@ import type { LLM } from "../engine/llm.ts";
 import { asApiError } from "./api-error.ts";
 import type { BodyFields } from "./body-fields.ts";
 import { readCompletionRequest } from "./completion-request.ts";
-import type { GenerationSpec } from "./generation-fields.ts";
+import { checkSamples, type GenerationSpec } from "./generation-fields.ts";
 import { responseId, runGeneration, type Choice, type Echo, type GenerationContext, type ResponseShape, type Usage } from "./generation-run.ts";
 import { completionLogprobs, type CompletionLogprobs } from "./logprobs-format.ts";
 import { checkModel } from "./models.ts";
@@ -19,6 +19,7 @@ import { SseStream } from "./sse.ts";
 export async function completions(llm: LLM, ctx: GenerationContext, fields: BodyFields): Promise<Response> {
   const request = readCompletionRequest(fields, llm.config.vocabSize);
   checkModel(request.model, ctx.model);
+  checkSamples(request.spec, llm.engine.options.maxNumSeqs);
   const spec = request.spec;
   const prompts = request.prompts.map((p) => ("text" in p ? llm.encode(p.text) : p.tokenIds));
   // The context is exceeded by the prompt alone, or by max_tokens.

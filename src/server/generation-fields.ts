@@ -75,6 +75,11 @@ export function readGenerationFields(f: BodyFields, maxTokensDefault: number | n
   return spec;
 }
 
+/** n samples run side by side: more than a step holds (--max-num-seqs) could never run. */
+export function checkSamples(spec: GenerationSpec, maxNumSeqs: number): void {
+  if (spec.n > maxNumSeqs) throw ApiError.badField("n", `'n' is ${spec.n}, more than the ${maxNumSeqs} sequences a step holds here (--max-num-seqs)`);
+}
+
 /** Per-sample engine params: sample `i` seeds its own stream (seed + i), as vLLM's parallel sampling. */
 export function sampleParams(spec: GenerationSpec, i: number): GenerationParams {
   const seed = spec.seed === null ? (Math.random() * 2 ** 32) >>> 0 : (Number(BigInt.asUintN(32, BigInt(spec.seed))) + i) >>> 0;
