@@ -126,6 +126,8 @@ describeShared("parallel sampling on WebAssembly", [MODELS.stories260K, TOKENIZE
   };
   forkMatchesSeparate("each forked sample gives the tokens and logprobs of a separate request with its seed", load, {});
   forkMatchesSeparate("the same in a pool so small that forks recompute and samples are preempted", load, { numBlocks: 14, blockSize: 8, maxNumBatchedTokens: 24 });
+  // One memory per item (docs/large-models.md): a fork's block copy is made in every memory's arena.
+  forkMatchesSeparate("the same with the model placed over one WebAssembly memory per layer", load, { wasmMemoryMb: 1 });
 
   test("n beyond --max-num-seqs can never run: RequestTooLongError; seats are kept for forks", async () => {
     const llm = load({ maxNumSeqs: 4 });

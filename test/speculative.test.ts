@@ -211,6 +211,11 @@ describeShared(`speculative decoding in the engine (stories260K, ${THREADS} thre
     expect(opened[0]!.engine.stats.prefixHits).toBeGreaterThan(0);
   }, TIMEOUT_MS);
 
+  test("over one WebAssembly memory per layer (docs/large-models.md), the same results as without", async () => {
+    await expectSameOutput(model!, tokenizer!, { wasmMemoryMb: 1 }, (llm) => requests(llm, 6, 48));
+    expect(opened[0]!.engine.memories.count).toBeGreaterThan(2);
+  }, TIMEOUT_MS);
+
   test("K = 7 and n-grams 2:5 give the same results too; caching off", async () => {
     const speculative: SpeculativeOptions = { method: "ngram", tokens: 7, ngram: { min: 2, max: 5 } };
     await expectSameOutput(model!, tokenizer!, { enablePrefixCaching: false }, (llm) => requests(llm, 6, 64), { speculative });

@@ -1,0 +1,98 @@
+/**
+ * Writes the random-weight models larger than 4 GiB that docs/large-models.md measures, with the
+ * project's GGUF writer (src/model/gguf-model-writer.ts), into a scratch folder (never into git):
+ *
+ *   bun scripts/large-models.ts DIR llama2-7b-5l-f32     Llama-2-7B's width, 5 of its 32 layers, F32 (5.1 GB)
+ *   bun scripts/large-models.ts DIR llama3.1-8b-q4km     Llama-3.1-8B's full shape in Q4_K_M (4.6 GiB)
+ *   bun scripts/large-models.ts DIR qwen2.5-0.5b-q4km    Qwen2.5-0.5B's shape in Q4_K_M (378 MB; the memory test's model)
+ *
+ * The F32 model's values are the writer's own (normal-ish, seeded). The Q4_K_M models' quantized
+ * tensors are random blocks written directly (random values of the type's width, one scale per
+ * tensor that gives each matrix the writer's standard deviation, 1/sqrt(input width)):
+ * quantizing billions of values with the reference quantizer takes hours, and a benchmark only
+ * needs the shape and the types. The Llama shapes use Llama 2's SentencePiece vocabulary (Llama
+ * 3's is not in the shared folder), padded to the shape's vocabulary size with unused tokens.
+ */
+import { existsSync, mkdirSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { GGUF_SHAPES } from "../src/bench/gguf-models.ts";
+import { makeConfig, type ModelConfig } from "../src/model/config.ts";
+import { modelTensors, writeModelGGUF, type ModelToWrite } from "../src/model/gguf-model-writer.ts";
+import { withRandomBlocks } from "../src/model/gguf-random-blocks.ts";
+import { padVocabulary, tokenizerMetadata } from "../src/model/gguf-tokenizer-metadata.ts";
+
+const VOCAB_DIR = resolve(import.meta.dir, "..", "..", "shared", "vocab");
+
+/** Llama 3.1's RoPE frequency factors (llama.cpp's convert_hf_to_gguf: factor 8, low 1, high 4, original context 8192). */
+function llama31RopeFactors(headDim: number, theta: number): number[] {
+  const factors: number[] = [];
+  const [factor, low, high, original] = [8, 1, 4, 8192];
+  for (let i = 0; i < headDim; i += 2) {
+    const wavelen = (2 * Math.PI) / (1 / theta ** (i / headDim));
+    if (wavelen < original / high) factors.push(1);
+    else if (wavelen > original / low) factors.push(factor);
+    else {
+      const smooth = (original / wavelen - low) / (high - low);
+      factors.push(1 / ((1 - smooth) / factor + smooth));
+    }
+  }
+  return factors;
+}
+
+const MODELS: Record<string, { file: string; model: Omit<ModelToWrite, "tokenizer">; randomBlocks: boolean; vocab?: string }> = {
+  // meta-llama/Llama-2-7b: hidden 4096, intermediate 11008, 32 heads, vocab 32000, context 4096 (5 of its 32 layers).
+  "llama2-7b-5l-f32": {
+    file: "llama2-7b-5l-F32.gguf",
+    model: {
+      arch: "llama", name: "random llama2-7b width, 5 layers", mix: "F32", seed: 7,
+      config: makeConfig({ dim: 4096, hiddenDim: 11008, nLayers: 5, nHeads: 32, nKvHeads: 32, vocabSize: 32000, seqLen: 4096, sharedClassifier: false }),
+    },
+    randomBlocks: false,
+  },
+  // meta-llama/Llama-3.1-8B: hidden 4096, intermediate 14336, 32 layers, 32 heads / 8 KV heads, vocab 128256,
+  // rope_theta 500000 with Llama 3.1's frequency factors, rms_norm_eps 1e-5, context 131072, untied output.
+  "llama3.1-8b-q4km": {
+    file: "llama3.1-8b-Q4_K_M.gguf",
+    model: {
+      arch: "llama", name: "random llama3.1-8b shape", mix: "Q4_K_M", seed: 8,
+      config: makeConfig({
+        dim: 4096, hiddenDim: 14336, nLayers: 32, nHeads: 32, nKvHeads: 8, vocabSize: 128256, seqLen: 131072, sharedClassifier: false,
+        ropeTheta: 500000, ropeFreqFactors: llama31RopeFactors(128, 500000),
+      }),
+    },
+    randomBlocks: true,
+  },
+  // The bench's qwen2.5-0.5b shape (src/bench/gguf-models.ts) in Q4_K_M: 378 MB, mostly Q5_0 (rows of 896 are
+  // not whole 256-value super-blocks, so the mix falls back), with SmolLM2's vocabulary padded to 151936.
+  "qwen2.5-0.5b-q4km": {
+    file: "qwen2.5-0.5b-Q4_K_M.gguf",
+    model: { arch: "qwen2", name: "random qwen2.5-0.5b shape", mix: "Q4_K_M", seed: 5, config: GGUF_SHAPES["qwen2.5-0.5b"]!.config },
+    randomBlocks: true,
+    vocab: "ggml-vocab-smollm.gguf",
+  },
+};
+
+// ----------------------------------------------------------------------------
+
+function main(): void {
+  const [dir, which] = process.argv.slice(2);
+  const spec = which === undefined ? undefined : MODELS[which];
+  if (dir === undefined || spec === undefined) {
+    console.error(`usage: bun scripts/large-models.ts DIR ${Object.keys(MODELS).join("|")}`);
+    process.exit(2);
+  }
+  mkdirSync(dir, { recursive: true });
+  const path = join(dir, spec.file);
+  if (existsSync(path)) {
+    console.log(path);
+    return;
+  }
+  const config: ModelConfig = spec.model.config;
+  const model: ModelToWrite = { ...spec.model, tokenizer: padVocabulary(tokenizerMetadata(join(VOCAB_DIR, spec.vocab ?? "ggml-vocab-llama-spm.gguf")), config.vocabSize) };
+  const t0 = performance.now();
+  writeModelGGUF(path, model, spec.randomBlocks ? withRandomBlocks(model) : modelTensors(model));
+  console.error(`wrote ${path} in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
+  console.log(path);
+}
+
+main();
