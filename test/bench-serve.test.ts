@@ -5,6 +5,9 @@
  * an explicit time limit sized for a busy 2-core machine.
  */
 import { describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { serveMetrics, distribution } from "../src/bench/serve/metrics.ts";
 import { apiBaseOf, errorMessageOf, sendRequest, type ServerTarget } from "../src/bench/serve/openai-client.ts";
 import { runRequests } from "../src/bench/serve/run.ts";
@@ -287,6 +290,24 @@ describe("pagellm bench serve --url (the CLI against the stub)", () => {
       expect(doc.figures.length).toBeGreaterThan(5);
       expect(doc.figures.every((f) => Number.isFinite(f.value))).toBe(true);
     });
+  }, CLI_TIMEOUT_MS);
+
+  test("runs against two servers compare figure by figure (bench compare)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "pagellm-bench-serve-"));
+    try {
+      for (const [name, delay] of [["a", 1], ["b", 3]] as const) {
+        await withStub({ tokenDelayMs: delay }, async (stub) => {
+          const r = await pagellm(["bench", "serve", "--url", stub.url, ...quick, "--json", join(dir, `${name}.json`)]);
+          expect(r.code, r.stderr).toBe(0);
+        });
+      }
+      const c = await pagellm(["bench", "compare", join(dir, "b.json"), join(dir, "a.json")]);
+      expect(c.code, c.stderr).toBe(0);
+      expect(c.stdout).toContain("prefix c=4: server output tokens/s");
+      expect(c.stdout).toContain("prefix c=4: server TTFT p50");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   }, CLI_TIMEOUT_MS);
 
   test("a server that reports no cached tokens: n/a in the table", async () => {

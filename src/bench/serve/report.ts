@@ -79,13 +79,18 @@ export function serveNotes(r: ServeBenchResult): string[] {
   return notes;
 }
 
-/** The figures of a run, keyed by model, threads, workload and server. */
+/**
+ * The figures of a run. Servers started here are keyed by model, threads, workload and server; a
+ * --url server by workload alone ("server ..."), so runs against two servers (llama-server's and
+ * pagellm's, on their own ports and model names) match in `bench compare`.
+ */
 export function serveFigures(r: ServeBenchResult): Figure[] {
-  const base = `${r.model}${r.threads === null ? "" : `, ${threadsLabel(r.threads)}`}, ${r.workload} c=${r.concurrency}`;
+  const remote = r.threads === null;
+  const base = remote ? `${r.workload} c=${r.concurrency}` : `${r.model}, ${threadsLabel(r.threads!)}, ${r.workload} c=${r.concurrency}`;
   const out: Figure[] = [];
   for (const t of r.targets) {
     const m = t.metrics;
-    const k = `${base}: ${t.name}`;
+    const k = `${base}: ${remote ? "server" : t.name}`;
     out.push(...figure(`${k} output tokens/s`, m.outputTokensPerSecond, "tokens/s"), ...figure(`${k} requests/s`, m.requestsPerSecond, "requests/s"));
     if (m.ttftMs !== null) out.push(...figure(`${k} TTFT p50`, m.ttftMs.p50, "ms", "lower"), ...figure(`${k} TTFT p99`, m.ttftMs.p99, "ms", "lower"));
     if (m.itlMs !== null) out.push(...figure(`${k} ITL p50`, m.itlMs.p50, "ms", "lower"));
