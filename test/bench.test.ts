@@ -5,7 +5,7 @@
  * finite and positive. No timing thresholds: speed is the benches' business, not the tests'.
  */
 import { afterAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { existsSync, statSync } from "node:fs";
@@ -180,7 +180,7 @@ describe("bench command", () => {
       [join(modelsDir, "absent.json"), /absent\.json: file not found \(--compare: a --json document of an earlier run\)/],
       [file("not-json.json", "{"), /not-json\.json: not JSON/],
       [file("schema.json", JSON.stringify({ schema: "pagellm-bench/99", bench: "decode", results: {} })), /schema "pagellm-bench\/99"; this pagellm reads pagellm-bench\/1/],
-      [file("other.json", JSON.stringify({ bench: "sprint", results: {} })), /"bench" is "sprint", not one of kernels, decode, prefill, batch, prefix, serve, all/],
+      [file("other.json", JSON.stringify({ bench: "sprint", results: {} })), /"bench" is "sprint", not one of kernels, decode, prefill, batch, prefix, serve, prefix-restart, all/],
       [file("old.json", JSON.stringify({ bench: "decode", results: { rows: "?" } })), /its decode results lack the fields/],
     ];
     for (const [path, message] of cases) {
@@ -303,6 +303,25 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
     expect(at(doc, "results.zeroHit.hitRate")).toEqual([0]);
     // Each fraction's prefix is cached in whole blocks and nothing else hits: 0, 64, 128, 192, 256 of 288 tokens.
     expect(at(doc, "results.ttftByCachedFraction.*.cachedTokens")).toEqual([0, 64, 128, 192, 256]);
+  }, PROCESS_TEST_MS);
+
+  test("prefix --restart: fresh processes, cold vs the disk KV cache warm, and the read speeds", () => {
+    const args = [
+      "bench", "prefix", "--restart", ...QUICK, "--shape", TINY_SHAPE, "--tokenizer", tokenizer!, "--models-dir", modelsDir, "--threads", "1",
+      "--prefix-tokens", "256",
+    ];
+    const r = pagellm(args);
+    if (r.code !== 0) throw new Error(`pagellm ${args.join(" ")} exited ${r.code}: ${r.stderr}`);
+    const doc = JSON.parse(r.stdout) as Json;
+    expect(at(doc, "bench")).toEqual(["prefix-restart"]);
+    for (const path of ["coldTtftMs.median", "restartTtftMs.median", "ratioPerRep.median", "diskReadMBps.median", "streamReadMBps.median", "diskBytesRead"]) {
+      const [v] = at(doc, `results.${path}`);
+      expect(typeof v === "number" && Number.isFinite(v) && v > 0, `results.${path} = ${v}`).toBe(true);
+    }
+    // The restart process read the whole 256-token prefix from disk.
+    expect(at(doc, "results.diskCachedTokens")).toEqual([256]);
+    // Its block files were removed afterwards.
+    expect(readdirSync(modelsDir).filter((name) => name.startsWith("kv-restart-"))).toEqual([]);
   }, PROCESS_TEST_MS);
 });
 

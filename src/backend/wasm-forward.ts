@@ -18,6 +18,7 @@ import type { ModelConfig } from "../model/config.ts";
 import { LlamaModel, type ModelPart } from "../model/llama.ts";
 import type { ModelWeights } from "../model/weights.ts";
 import type { CpuBackend } from "./cpu.ts";
+import type { KVBlockIO } from "../kv/second-tier.ts";
 
 /** One memory's share of the model. */
 interface MemoryPart {
@@ -28,7 +29,7 @@ interface MemoryPart {
   batch: StepBatch | null;
 }
 
-export class WasmForward implements ModelForward {
+export class WasmForward implements ModelForward, KVBlockIO {
   readonly device: DeviceKind = "wasm";
   readonly description: string;
   private readonly parts: MemoryPart[];
@@ -57,6 +58,32 @@ export class WasmForward implements ModelForward {
     const threads = backends[0]!.threads;
     const memories = backends.length === 1 ? "" : `, ${backends.length} memories`;
     this.description = `wasm (${threads} thread${threads === 1 ? "" : "s"}${memories})`;
+  }
+
+  /** Blocks in and out of the arena, layer by layer from the memory that holds each layer (the disk tier's access). */
+  get kvBlocks(): KVBlockIO {
+    return this;
+  }
+
+  readBlock(blockId: number, out: Uint8Array): void {
+    this.checkBlock(blockId, out);
+    for (const p of this.parts) {
+      for (let l = p.arena.firstLayer; l < p.arena.endLayer; l++) p.arena.readLayerBlock(l, blockId, out, 2 * l * p.arena.blockBytes);
+    }
+  }
+
+  writeBlock(blockId: number, data: Uint8Array): void {
+    this.checkBlock(blockId, data);
+    for (const p of this.parts) {
+      for (let l = p.arena.firstLayer; l < p.arena.endLayer; l++) p.arena.writeLayerBlock(l, blockId, data, 2 * l * p.arena.blockBytes);
+    }
+  }
+
+  private checkBlock(blockId: number, bytes: Uint8Array): void {
+    const numBlocks = this.parts[0]!.arena.numBlocks;
+    if (!Number.isInteger(blockId) || blockId < 0 || blockId >= numBlocks) throw new RangeError(`no block ${blockId} in an arena of ${numBlocks}`);
+    const want = 2 * this.config.nLayers * this.parts[0]!.arena.blockBytes;
+    if (bytes.length !== want) throw new RangeError(`a KV block is ${want} bytes, got ${bytes.length}`);
   }
 
   forward(batch: StepBatch): Promise<void> {

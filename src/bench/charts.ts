@@ -151,7 +151,8 @@ export function chartsOf(reports: readonly AnyBenchReport[]): Chart[] {
     else if (report.bench === "batch") rest.push(batchChart(report.results));
     else if (report.bench === "prefix") rest.push(ttftChart(report.results));
     else if (report.bench === "serve") rest.push(...serveCharts(report.results));
-    else rest.push(kernelsChart(report.results));
+    else if (report.bench === "kernels") rest.push(kernelsChart(report.results));
+    // prefix-restart: two TTFTs and two read speeds, its table says it all; no chart.
   }
   const charts: Chart[] = [];
   if (decode.length > 0) charts.push(decodeThreadsChart(decode));

@@ -17,6 +17,7 @@ import { BENCH_SCHEMA, type BenchReport, type Figure } from "./report.ts";
 import type { FloorCheck } from "./type-comparison.ts";
 import type { ServeBenchResult } from "./serve/bench.ts";
 import { serveFigures } from "./serve/report.ts";
+import { restartFigures, type RestartResult } from "./prefix-restart.ts";
 
 /** `bench decode` with several models (--type, --f32-baseline, several --shape): each model, and the floor checks. */
 export interface DecodeSet {
@@ -40,10 +41,12 @@ export interface BenchResults {
   batch: BatchResult;
   prefix: PrefixResult;
   serve: ServeBenchResult;
+  /** `bench prefix --restart`: fresh processes, cold vs the disk KV cache warm. */
+  "prefix-restart": RestartResult;
 }
 
 export type BenchName = keyof BenchResults;
-export const BENCH_NAMES: readonly BenchName[] = ["kernels", "decode", "prefill", "batch", "prefix", "serve"];
+export const BENCH_NAMES: readonly BenchName[] = ["kernels", "decode", "prefill", "batch", "prefix", "serve", "prefix-restart"];
 
 /** A sub-benchmark's name and results, typed together. */
 export type BenchRun = { [K in BenchName]: { bench: K; results: BenchResults[K] } }[BenchName];
@@ -89,6 +92,8 @@ export function figuresOf(report: BenchRun): Figure[] {
       return prefixFigures(report.results);
     case "serve":
       return serveFigures(report.results);
+    case "prefix-restart":
+      return restartFigures(report.results);
   }
 }
 

@@ -17,6 +17,7 @@ import {
 } from "../bench/options.ts";
 import { runPrefillBench } from "../bench/prefill.ts";
 import { prefixNotes, prefixTables, runPrefixBench } from "../bench/prefix.ts";
+import { restartNotes, restartTable, runRestartBench } from "../bench/prefix-restart.ts";
 import { checkPeerDir } from "../bench/peer-nlc.ts";
 import { reportText, type BenchReport, type Table } from "../bench/report.ts";
 import { makeReport, type BenchName, type BenchResults } from "../bench/schema.ts";
@@ -25,7 +26,7 @@ import { allCommand } from "./bench-all.ts";
 import { chartCommand, compareCommand } from "./bench-files.ts";
 import { benchServeCommand } from "./bench-serve.ts";
 import { decodeSet, prefillSet } from "../bench/type-comparison.ts";
-import type { BenchModel } from "../bench/models.ts";
+import { DEFAULT_MODELS_DIR, type BenchModel } from "../bench/models.ts";
 import { isGGUF } from "../model/load.ts";
 import { InputError } from "../errors.ts";
 import { WORKLOAD_NAMES, type WorkloadName } from "../bench/workloads.ts";
@@ -270,6 +271,10 @@ const prefixArgs = {
     valueHint: "n",
   },
   "eviction-policies": { type: "string", description: `Eviction policies to compare, comma-separated (default ${EVICTION_POLICIES.join(",")})`, valueHint: "names" },
+  restart: {
+    type: "boolean",
+    description: "Instead: the prompt (--prefix-tokens + --suffix-tokens) in fresh processes, cold vs the disk KV cache warm (--kv-cache-dir), and the disk tier's read speed vs a streaming read of the same files",
+  },
 } as const satisfies ArgsDef;
 
 const prefixCommand = defineCommand({
@@ -297,6 +302,13 @@ const prefixCommand = defineCommand({
       policies: nameList<EvictionPolicyName>(args, "eviction-policies", EVICTION_POLICIES, EVICTION_POLICIES),
       seed: nonNegInt(args, "seed", 1),
     };
+    if (args.restart === true) {
+      // The block files go on the disk the models live on (a fresh folder, removed afterwards), not a RAM-backed /tmp.
+      const r = await runRestartBench({ ...o, blockSize: 16, scratchDir: str(args, "models-dir") ?? DEFAULT_MODELS_DIR });
+      const settings: Settings = { reps: o.reps, warmup: o.warmup, threads: o.threads, model: model.label, prefixTokens: o.prefixTokens, suffixTokens: o.suffixTokens, seed: o.seed };
+      emit("prefix-restart", run, settings, [...modelNotes([model]), ...restartNotes(r)], r, [restartTable(r)]);
+      return;
+    }
     const r = await runPrefixBench(o);
     const settings: Settings = {
       reps: o.reps, warmup: o.warmup, threads: o.threads, model: model.label, prefixTokens: o.prefixTokens, suffixTokens: o.suffixTokens,

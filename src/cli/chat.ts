@@ -20,6 +20,7 @@ import { loadLLM } from "./load.ts";
 import { checkKnownOptions, engineArgs, modelArgs, speculativeArgs, requestDefaults, samplingArgs, type ParsedValues } from "./options.ts";
 import { dim, info } from "./output.ts";
 import { quoteFileText } from "../util/file-text.ts";
+import { diskTierLine } from "./cache.ts";
 
 export const chatArgs = {
   ...modelArgs,
@@ -70,6 +71,7 @@ async function runChat(values: ParsedValues, rawArgs: readonly string[]): Promis
   try {
     interrupted = await session.run();
   } finally {
+    await llm.flush();
     llm.close();
   }
   if (interrupted) throw new InterruptedError("interrupted");
@@ -115,7 +117,7 @@ class ChatSession {
   private ctrlCAhead = false;
   /** Reading the second or a later line of a message. */
   private continuing = false;
-  private readonly totals = { replies: 0, promptTokens: 0, cachedTokens: 0, generated: 0, drafted: 0, accepted: 0 };
+  private readonly totals = { replies: 0, promptTokens: 0, cachedTokens: 0, diskCachedTokens: 0, generated: 0, drafted: 0, accepted: 0 };
   /** What speculative decoding did for the last reply (null until one ran with --speculate). */
   private lastSpeculation: SpeculationResult | null = null;
   /** The last turn's prompt, how many of its ids the conversation already held, and the reply's ids. */
@@ -321,8 +323,9 @@ class ChatSession {
     let why = "";
     if (r.finish_reason === "abort") why = ", interrupted";
     else if (r.finish_reason === "length") why = maxTokens !== null && r.completion_tokens >= maxTokens ? ", max tokens reached" : ", context full";
+    const cached = r.cached_tokens_disk > 0 ? `${r.cached_tokens} cached, ${r.cached_tokens_disk} from disk` : `${r.cached_tokens} cached`;
     const spec = r.speculative === undefined ? "" : `, ${speculationText(r.speculative)}`;
-    this.status(`[prompt ${r.prompt_tokens} tokens (${r.cached_tokens} cached), reply ${plural(r.completion_tokens, "token")}${why}, first token ${r.ttft_ms.toFixed(1)} ms, ${rate}${spec}, context ${used}/${this.limit}]`, true);
+    this.status(`[prompt ${r.prompt_tokens} tokens (${cached}), reply ${plural(r.completion_tokens, "token")}${why}, first token ${r.ttft_ms.toFixed(1)} ms, ${rate}${spec}, context ${used}/${this.limit}]`, true);
     if (r.speculative !== undefined) {
       this.lastSpeculation = r.speculative;
       this.totals.drafted += r.speculative.drafted;
@@ -331,6 +334,7 @@ class ChatSession {
     this.totals.replies++;
     this.totals.promptTokens += r.prompt_tokens;
     this.totals.cachedTokens += r.cached_tokens;
+    this.totals.diskCachedTokens += r.cached_tokens_disk;
     this.totals.generated += r.completion_tokens;
   }
 
@@ -497,8 +501,9 @@ class ChatSession {
     const t = this.totals;
     return [
       `conversation: ${plural(this.history.turns.length, "turn")}, ${this.history.ids.length} of ${this.limit} context tokens (template ${this.history.name})`,
-      `this session: ${plural(t.replies, "reply", "replies")}, ${t.promptTokens} prompt tokens (${t.cachedTokens} cached), ${t.generated} tokens generated`,
-      `prefix cache: ${s.prefixQueries} tokens looked up, ${s.prefixHits} hit (${rate.toFixed(1)}%), ${s.evictions} blocks evicted`,
+      `this session: ${plural(t.replies, "reply", "replies")}, ${t.promptTokens} prompt tokens (${t.cachedTokens} cached: ${t.cachedTokens - t.diskCachedTokens} in memory, ${t.diskCachedTokens} from disk), ${t.generated} tokens generated`,
+      `prefix cache: ${s.prefixQueries} tokens looked up, ${s.prefixHits} hit (${rate.toFixed(1)}%: ${s.prefixHits - s.prefixTierHits} in memory, ${s.prefixTierHits} from disk), ${s.evictions} blocks evicted`,
+      ...(s.tier === null ? [] : [diskTierLine(s.tier)]),
       `KV blocks: ${s.blocksInUse} in use, ${kv.numCachedBlocks} cached, ${s.numBlocks} in the pool (${this.llm.engine.options.blockSize} tokens each); ${s.preemptions} preemptions`,
       ...this.speculationLines(),
     ].join("\n");

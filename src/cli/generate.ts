@@ -15,6 +15,7 @@ import { ProgressBar } from "./progress.ts";
 import { ResultsFile } from "./results-file.ts";
 import { InterruptedError, onInterrupt } from "./interrupt.ts";
 import { info } from "./output.ts";
+import { diskTierLine } from "./cache.ts";
 
 export const generateArgs = {
   ...modelArgs,
@@ -85,6 +86,7 @@ async function runGenerate(values: ParsedValues, rawArgs: readonly string[]): Pr
     stopListening();
     progress.end();
     output?.close();
+    await llm.flush();
   }
   // A streamed reply cut short still ends its line.
   if (streamText && controller.signal.aborted) process.stdout.write("\n");
@@ -143,7 +145,7 @@ class ResultSink {
 
   rejected(id: string, error: string): void {
     this.done({
-      id, prompt_tokens: 0, cached_tokens: 0, completion_tokens: 0, token_ids: [], text: "",
+      id, prompt_tokens: 0, cached_tokens: 0, cached_tokens_memory: 0, cached_tokens_disk: 0, completion_tokens: 0, token_ids: [], text: "",
       finish_reason: "error", ttft_ms: 0, latency_ms: 0, error,
     });
   }
@@ -188,13 +190,14 @@ function reportStats(llm: LLM, sink: ResultSink, seconds: number): void {
   if (one !== null) {
     const computed = one.prompt_tokens - one.cached_tokens;
     const decodeSecs = (one.latency_ms - one.ttft_ms) / 1000;
+    const cached = one.cached_tokens_disk > 0 ? `${one.cached_tokens} cached, ${one.cached_tokens_disk} from disk` : `${one.cached_tokens} cached`;
     lines.push(
-      `prompt: ${one.prompt_tokens} tokens (${one.cached_tokens} cached) in ${one.ttft_ms.toFixed(1)} ms, ${rate(computed, one.ttft_ms / 1000)} tokens/s`,
+      `prompt: ${one.prompt_tokens} tokens (${cached}) in ${one.ttft_ms.toFixed(1)} ms, ${rate(computed, one.ttft_ms / 1000)} tokens/s`,
       `generation: ${one.completion_tokens} tokens in ${decodeSecs.toFixed(2)} s, ${rate(Math.max(0, one.completion_tokens - 1), decodeSecs)} tokens/s`,
     );
   } else {
     lines.push(
-      `requests: ${sink.finished} in ${seconds.toFixed(2)} s; prompts ${sink.promptTokens} tokens (${sink.cachedTokens} cached), mean time to first token ${(1000 * sink.meanTtftSeconds).toFixed(1)} ms`,
+      `requests: ${sink.finished} in ${seconds.toFixed(2)} s; prompts ${sink.promptTokens} tokens (${sink.cachedTokens} cached, ${s.prefixTierHits} from disk), mean time to first token ${(1000 * sink.meanTtftSeconds).toFixed(1)} ms`,
       `generation: ${sink.generatedTokens} tokens, ${rate(sink.generatedTokens, seconds)} tokens/s overall`,
     );
   }
@@ -204,5 +207,6 @@ function reportStats(llm: LLM, sink: ResultSink, seconds: number): void {
     const rate = s.draftedTokens === 0 ? "" : ` (acceptance ${((100 * s.acceptedTokens) / s.draftedTokens).toFixed(1)}%)`;
     lines.push(`speculative (${spec.method}, up to ${spec.tokens} tokens): ${s.draftedTokens} drafted, ${s.acceptedTokens} accepted${rate}`);
   }
+  if (s.tier !== null) lines.push(diskTierLine(s.tier));
   for (const line of lines) info(line);
 }

@@ -8,7 +8,7 @@ import { InputError } from "../errors.ts";
 import { LLM } from "../engine/llm.ts";
 import { hubOptionsFromEnv, resolveModel } from "../hub/resolve.ts";
 import { modelFileKind } from "../model/load.ts";
-import { deviceOption, engineOptions, gpuBackendOptions, type ParsedValues } from "./options.ts";
+import { deviceOption, engineOptions, gpuBackendOptions, kvCacheOptions, type ParsedValues } from "./options.ts";
 import { info, progressWanted } from "./output.ts";
 import { loadProgressBar } from "./progress.ts";
 
@@ -24,10 +24,16 @@ export async function loadLLM(values: ParsedValues): Promise<LLM> {
   const engine = engineOptions(values);
   const llm = await LLM.open({
     model, tokenizer: tokenizerPath(model, values.tokenizer), engine, onLoadProgress, chatTemplate, chatTemplateKwargs, device, gpuOptions,
+    ...kvCacheOptions(values), onWarning: warn,
   });
   const own = llm.checkpoint.config.seqLen;
   if (engine.ctxSize !== null && engine.ctxSize > own) info(`note: --ctx-size ${engine.ctxSize} is more than ${basename(model)}'s own context of ${own} tokens; running at ${own}`);
   return llm;
+}
+
+/** A warning line on stderr, even with --quiet (it tells of lost work, e.g. a full disk). */
+function warn(line: string): void {
+  process.stderr.write(`pagellm: warning: ${line}\n`);
 }
 
 /** A model spec as a local path, downloaded with a progress bar unless --quiet or not on a terminal. */

@@ -15,6 +15,7 @@ import { pullCommand } from "./pull.ts";
 import { rmCommand } from "./rm.ts";
 import { perplexityCommand } from "./perplexity.ts";
 import { serveCommand } from "./serve.ts";
+import { cacheCommand } from "./cache.ts";
 
 const VERSION = (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
 
@@ -34,6 +35,7 @@ export const mainCommand = defineCommand({
     models: modelsCommand,
     rm: rmCommand,
     info: infoCommand,
+    cache: cacheCommand,
   },
 });
 

@@ -9,6 +9,8 @@ import { MAX_LOGPROBS, type GenerateRequest } from "../engine/llm.ts";
 import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
 import { EVICTION_POLICIES } from "../kv/eviction.ts";
 import { HASH_ALGORITHMS } from "../kv/block-hash.ts";
+import { KV_WRITE_MODES, type KVWriteMode } from "../kv/second-tier.ts";
+import { DEFAULT_DISK_MB } from "../kv-disk/open.ts";
 import { MAX_BLOCK_SIZE } from "../backend/kernels.ts";
 import type { DeviceChoice } from "../backend/webgpu/device.ts";
 import type { BackendOptions } from "../backend/webgpu/backend.ts";
@@ -106,6 +108,21 @@ export const engineArgs = {
     description: "Threads the kernels run on; 1 = the main thread only (default: the cores this process may use)",
     valueHint: "n",
   },
+  "kv-cache-dir": {
+    type: "string",
+    description: "Keep prefix-cache KV blocks on disk in this folder too, so they survive restarts and are shared between processes; auto = $PAGELLM_CACHE/kv or ~/.cache/pagellm/kv (default: off)",
+    valueHint: "dir",
+  },
+  "kv-cache-write": {
+    type: "string",
+    description: `With --kv-cache-dir: write blocks to disk as soon as computed (through) or when evicted from memory and at exit (evict) (default through)`,
+    valueHint: "mode",
+  },
+  "kv-cache-disk-mb": {
+    type: "string",
+    description: `With --kv-cache-dir: bound on the folder in MiB, all models together; least recently used blocks are removed first (default ${DEFAULT_DISK_MB})`,
+    valueHint: "mb",
+  },
   ...deviceArg,
 } as const satisfies ArgsDef;
 
@@ -139,6 +156,19 @@ export function speculativeOption(values: ParsedValues): SpeculativeOptions | nu
   };
   checkSpeculative(o);
   return o;
+}
+
+/** The disk tier options (--kv-cache-dir, --kv-cache-write, --kv-cache-disk-mb), checked; empty without --kv-cache-dir. */
+export function kvCacheOptions(values: ParsedValues): { kvCacheDir?: string; kvCacheWrite?: KVWriteMode; kvCacheDiskMb?: number } {
+  const dir = str(values["kv-cache-dir"]);
+  const write = str(values["kv-cache-write"]);
+  const diskMb = numberOption(values, "kv-cache-disk-mb", "number", { min: 0, minOpen: true });
+  if (dir === undefined) {
+    if (write !== undefined || diskMb !== undefined) throw new InputError("--kv-cache-write and --kv-cache-disk-mb need --kv-cache-dir");
+    return {};
+  }
+  if (dir === "") throw new InputError("--kv-cache-dir needs a folder (or auto)");
+  return { kvCacheDir: dir, kvCacheWrite: choice(values, "kv-cache-write", KV_WRITE_MODES, "through"), kvCacheDiskMb: diskMb };
 }
 
 export type ParsedValues = Record<string, string | number | boolean | string[] | undefined>;

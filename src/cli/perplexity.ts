@@ -55,6 +55,7 @@ async function runPerplexity(values: ParsedValues): Promise<void> {
     info(llm.device);
     info(`scored ${result.token_logprobs.length} tokens in ${seconds.toFixed(2)} s (${(result.token_logprobs.length / seconds).toFixed(1)} tokens/s), windows of ${result.window}`);
   } finally {
+    await llm.flush();
     llm.close();
   }
 }

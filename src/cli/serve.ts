@@ -70,6 +70,7 @@ async function runServe(values: ParsedValues): Promise<void> {
     const finished = await server.drain(shutdownSeconds * 1000);
     if (!finished) info(`pagellm serve: --shutdown-timeout ${shutdownSeconds} s passed; aborting the requests still running`);
     await server.close();
+    await llm.flush();
     llm.close();
   } catch (e) {
     await server.close();

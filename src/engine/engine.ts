@@ -10,6 +10,9 @@ import { KVArena } from "../kv/kv-arena.ts";
 import { KVCacheManager, type BlockCopy } from "../kv/kv-cache-manager.ts";
 import type { EvictionPolicyName } from "../kv/eviction.ts";
 import type { HashAlgorithm } from "../kv/block-hash.ts";
+import type { KVSecondTier, SecondTierStats } from "../kv/second-tier.ts";
+import { kvLayout, type KVLayout } from "../kv/kv-layout.ts";
+import { SecondTierLink, type TierLoad } from "../kv/tier-link.ts";
 import { StepBatch } from "../model/batch.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
@@ -104,11 +107,15 @@ export interface EngineStats {
   /** Prefix cache lookups and hits, in tokens; evictions in blocks. */
   prefixQueries: number;
   prefixHits: number;
+  /** Of prefixHits, the tokens read from the second tier (the disk) instead of computed. */
+  prefixTierHits: number;
+  /** The second tier's own counters; null when there is none. */
+  tier: SecondTierStats | null;
   evictions: number;
   blocksInUse: number;
   numBlocks: number;
   preemptions: number;
-  /** Sequences holding KV blocks in the batch, and sequences queued for a place in it. */
+  /** Sequences holding KV blocks in the batch, and sequences queued for a place in it (those reading their cached blocks from disk included). */
   numRunning: number;
   numWaiting: number;
   /** Speculative decoding, over the engine's life: draft tokens verified, and those accepted. */
@@ -146,6 +153,10 @@ export class LLMEngine {
   /** Parallel sampling: the samples to fork from a request once its prompt is computed, by request. */
   private readonly pendingForks = new Map<Sequence, Sequence[]>();
   private readonly spec = { drafted: 0, accepted: 0 };
+  /** The second tier under the memory pool; null without one. */
+  private readonly tierLink: SecondTierLink | null;
+  /** Requests whose blocks are being read from the second tier; they join the scheduler when the reads land. */
+  private readonly loading = new Map<Sequence, { load: TierLoad; forks: number }>();
 
   constructor(
     checkpoint: Checkpoint,
@@ -154,6 +165,8 @@ export class LLMEngine {
     onLoadProgress?: LoadProgress,
     /** Run the forward pass on this WebGPU backend (its owner closes it after the engine); absent: WebAssembly. */
     gpu?: WebGpuBackend,
+    /** Opens a second tier of cached KV blocks under the memory pool (the disk tier) for this engine's KV layout. */
+    secondTier?: (layout: KVLayout) => KVSecondTier,
   ) {
     const c = withContext(checkpoint.config, options.ctxSize);
     this.config = c;
@@ -175,7 +188,9 @@ export class LLMEngine {
     try {
       const batch = new StepBatch(this.backend.mem, o.maxNumBatchedTokens, o.maxNumSeqs, Math.ceil(c.seqLen / o.blockSize), o.blockSize, logitRows(o));
       this.model = this.memoryPlan === null ? createGpuForward(c, checkpoint, this.backend, batch, this.numBlocks, gpu!, onLoadProgress) : this.createWasmForward(checkpoint, this.memoryPlan, batch, onLoadProgress);
+      this.tierLink = secondTier === undefined ? null : createTierLink(secondTier(kvLayout(c, o.blockSize)), this.model, o, this.numBlocks);
       this.kv = this.createKV(o);
+      this.tierLink?.attach(this.kv);
       this.runner = new ModelRunner(this.model, this.kv, batch);
     } catch (e) {
       this.memories.close();
@@ -203,7 +218,9 @@ export class LLMEngine {
   addRequest(input: NewRequest): Sequence {
     const seq = this.newSequence(input);
     this.checkFits(seq);
-    this.scheduler.add(seq);
+    const load = this.tierLink?.startLoad(seq) ?? null;
+    if (load === null) this.scheduler.add(seq);
+    else this.loading.set(seq, { load, forks: 0 });
     return seq;
   }
 
@@ -230,7 +247,9 @@ export class LLMEngine {
     const seqs = inputs.map((input) => this.newSequence(input));
     for (const seq of seqs) this.checkFits(seq);
     const [parent, ...children] = seqs as [Sequence, ...Sequence[]];
-    this.scheduler.add(parent, children.length);
+    const load = this.tierLink?.startLoad(parent) ?? null;
+    if (load === null) this.scheduler.add(parent, children.length);
+    else this.loading.set(parent, { load, forks: children.length });
     if (children.length > 0) this.pendingForks.set(parent, children);
     return seqs;
   }
@@ -246,11 +265,12 @@ export class LLMEngine {
   }
 
   get hasUnfinished(): boolean {
-    return this.scheduler.hasUnfinished;
+    return this.scheduler.hasUnfinished || this.loading.size > 0;
   }
 
   /** One step: draft, schedule, run the batch, sample (verifying drafts) and check stops. */
   async step(): Promise<StepEvent[]> {
+    await this.landTierLoads();
     this.proposeDrafts();
     const out = this.scheduler.schedule();
     if (out.scheduled.length === 0) {
@@ -262,6 +282,7 @@ export class LLMEngine {
       return [];
     }
     const logits = await this.runner.execute(out.scheduled);
+    this.tierLink?.saveComputed();
     this.scheduler.update(out);
     const events: StepEvent[] = [];
     out.scheduled.forEach(({ req: seq }, i) => {
@@ -387,6 +408,7 @@ export class LLMEngine {
         const rows = await this.runner.scoreChunk(tokens.slice(start, start + chunk), start, blockTable);
         rows.forEach((row, i) => onLogits(start + i, row));
       }
+      this.tierLink?.saveComputed();
     } finally {
       this.kv.free(req);
     }
@@ -395,6 +417,7 @@ export class LLMEngine {
   /** Stop a request wherever it is; returns its final event. */
   abort(seq: Sequence): StepEvent {
     const delta = seq.finish("abort");
+    this.loading.delete(seq);
     this.scheduler.finish(seq);
     // Samples still to be forked from it become requests of their own.
     const forks = this.pendingForks.get(seq);
@@ -405,7 +428,7 @@ export class LLMEngine {
 
   /** Abort every unfinished request (Ctrl-C). */
   abortAll(): StepEvent[] {
-    const events: StepEvent[] = [];
+    const events: StepEvent[] = [...this.loading.keys()].map((seq) => this.abort(seq));
     // Aborting a parallel-sampling parent queues its unforked samples: loop until none is left.
     while (this.scheduler.hasUnfinished) {
       for (const seq of [...this.scheduler.running, ...this.scheduler.waiting]) events.push(this.abort(seq));
@@ -413,16 +436,28 @@ export class LLMEngine {
     return events;
   }
 
+  /**
+   * Waits until the second tier holds every block computed so far: in "evict" mode the blocks still
+   * cached in memory are saved first. Nothing to do without a tier. Call it before the process exits.
+   */
+  async flushTier(): Promise<void> {
+    if (this.tierLink === null) return;
+    if (this.tierLink.tier.writeMode === "evict") this.tierLink.saveAll();
+    await this.tierLink.tier.flush();
+  }
+
   get stats(): EngineStats {
     return {
       prefixQueries: this.kv.stats.queries,
       prefixHits: this.kv.stats.hits,
+      prefixTierHits: this.kv.tierHits,
+      tier: this.tierLink === null ? null : { ...this.tierLink.tier.stats },
       evictions: this.kv.stats.evictions,
       blocksInUse: this.kv.numUsedBlocks,
       numBlocks: this.numBlocks,
       preemptions: this.scheduler.numPreemptions,
       numRunning: this.scheduler.running.length,
-      numWaiting: this.scheduler.waiting.length,
+      numWaiting: this.scheduler.waiting.length + this.loading.size,
       draftedTokens: this.spec.drafted,
       acceptedTokens: this.spec.accepted,
     };
@@ -449,12 +484,29 @@ export class LLMEngine {
       enableCaching: o.enablePrefixCaching,
       evictionPolicy: o.evictionPolicy,
       hash: o.prefixHash,
+      listener: this.tierLink ?? undefined,
     });
   }
 
   /** Forget every cached block; false (nothing changes) while any request holds blocks. */
   resetPrefixCache(): boolean {
     return this.kv.resetPrefixCache();
+  }
+
+  /**
+   * Moves requests whose second-tier reads have finished into the scheduler, their blocks adopted
+   * into the pool. When nothing else could run this step, waits for the first read to finish
+   * instead (otherwise reads overlap with the steps of other requests).
+   */
+  private async landTierLoads(): Promise<void> {
+    if (this.loading.size === 0) return;
+    if (!this.scheduler.hasUnfinished) await Promise.race([...this.loading.values()].map((entry) => entry.load.done));
+    for (const [seq, { load, forks }] of this.loading) {
+      if (!load.settled) continue;
+      this.loading.delete(seq);
+      this.tierLink?.land(seq, load);
+      this.scheduler.add(seq, forks);
+    }
   }
 
   /** An end-of-generation token that ends `seq` (none does with ignoreEos). */
@@ -504,6 +556,14 @@ export class LLMEngine {
       );
     }
   }
+}
+
+/** The link to a second tier, refused where it cannot work (no block access, the fast hash, no prefix cache). */
+function createTierLink(tier: KVSecondTier, model: ModelForward, o: EngineOptions, numBlocks: number): SecondTierLink {
+  if (!o.enablePrefixCaching) throw new InputError("a KV cache directory needs the prefix cache: drop --no-prefix-cache");
+  if (o.prefixHash !== "sha256") throw new InputError(`a KV cache directory keys blocks by sha256 block hashes; --prefix-hash ${o.prefixHash} cannot be used with it`);
+  if (model.kvBlocks === null) throw new InputError(`the KV cache directory is not supported on ${model.description} yet; use --device wasm`);
+  return new SecondTierLink(tier, model.kvBlocks, numBlocks);
 }
 
 /** The forward pass on WebGPU, weights read from the file to GPU buffers, its buffers sized for the engine's largest step. */

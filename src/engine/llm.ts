@@ -24,6 +24,10 @@ import type { DeviceChoice } from "../backend/webgpu/device.ts";
 import { chooseDevice } from "../backend/device-choice.ts";
 import { DEFAULT_SPECULATIVE, type SpeculationCounts, type SpeculativeMethod } from "./speculative.ts";
 import type { NgramRange } from "./ngram-proposer.ts";
+import type { KVWriteMode } from "../kv/second-tier.ts";
+import type { KVLayout } from "../kv/kv-layout.ts";
+import { openDiskTier } from "../kv-disk/open.ts";
+import type { BlockFileOps } from "../kv-disk/file-ops.ts";
 
 export interface LoadOptions {
   /** Path of the model file (GGUF, or a llama2.c checkpoint). */
@@ -51,6 +55,20 @@ export interface LoadOptions {
    * WebAssembly. LLM.open chooses one from a --device value, and closes it in close().
    */
   gpu?: WebGpuBackend;
+  /**
+   * Keep the prefix cache's blocks on disk too, in this folder (`auto`: $PAGELLM_CACHE/kv or
+   * ~/.cache/pagellm/kv): a second tier under the memory pool that survives restarts and is shared
+   * by every process using the folder. Absent: memory only.
+   */
+  kvCacheDir?: string;
+  /** When blocks reach the disk: "through" (as soon as computed; default) or "evict" (when memory evicts them, and at flush). */
+  kvCacheWrite?: KVWriteMode;
+  /** Bound on the folder's size in MiB, all models together; least recently used blocks go first (default 4096). */
+  kvCacheDiskMb?: number;
+  /** Told one line per kind of trouble with the disk tier (a full disk, a corrupt block removed). Default: stderr. */
+  onWarning?: (line: string) => void;
+  /** The disk tier's file operations (tests stand in a failing disk); default node:fs. */
+  kvCacheFileOps?: BlockFileOps;
 }
 
 /** LLM.open's options: the model, and which backend may run it. */
@@ -90,7 +108,12 @@ export interface GenerateRequest {
 export interface CompletionResult {
   id: string;
   prompt_tokens: number;
+  /** Prompt tokens served from the prefix cache: cached_tokens_memory + cached_tokens_disk. */
   cached_tokens: number;
+  /** Of cached_tokens, those found in the memory pool. */
+  cached_tokens_memory: number;
+  /** Of cached_tokens, those read from the disk tier (kvCacheDir) instead of computed. */
+  cached_tokens_disk: number;
   completion_tokens: number;
   token_ids: number[];
   text: string;
@@ -211,13 +234,25 @@ export class LLM {
     const format = chatFormat(opts.chatTemplate, template, opts.model, tokenizer, opts.chatTemplateKwargs);
     const engineOptions = { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine };
     if (opts.speculative !== undefined) engineOptions.speculative = opts.speculative === null ? null : { ...DEFAULT_SPECULATIVE, ...opts.speculative };
-    const engine = new LLMEngine(checkpoint, tokenizer, engineOptions, opts.onLoadProgress, opts.gpu);
+    const kvCacheDir = opts.kvCacheDir;
+    const tier = kvCacheDir === undefined ? undefined : (layout: KVLayout) => openDiskTier(checkpoint, layout, {
+      dir: kvCacheDir, write: opts.kvCacheWrite, diskMb: opts.kvCacheDiskMb, onWarning: opts.onWarning, fileOps: opts.kvCacheFileOps,
+    });
+    const engine = new LLMEngine(checkpoint, tokenizer, engineOptions, opts.onLoadProgress, opts.gpu, tier);
     const device = reason ?? `device: ${engine.model.description}`;
     return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0, format, ownedGpu, device, tokenizerPath);
   }
 
   get config(): ModelConfig {
     return this.engine.config;
+  }
+
+  /**
+   * Waits until the disk tier (kvCacheDir) holds every block computed so far; resolves at once
+   * without one. Call it before the process exits, or a restart recomputes what was not written.
+   */
+  flush(): Promise<void> {
+    return this.engine.flushTier();
   }
 
   /** Stop the engine's worker threads, free the model's GPU buffers and release a device LLM.open chose. */
@@ -383,6 +418,8 @@ function resultOf(seq: Sequence, tokenText: TokenText): CompletionResult {
     id: seq.id,
     prompt_tokens: seq.numPromptTokens,
     cached_tokens: seq.numCachedTokens ?? 0,
+    cached_tokens_memory: (seq.numCachedTokens ?? 0) - (seq.numTierCachedTokens ?? 0),
+    cached_tokens_disk: seq.numTierCachedTokens ?? 0,
     completion_tokens: seq.outputTokenIds.length,
     token_ids: [...seq.outputTokenIds],
     text: seq.text,
@@ -412,7 +449,7 @@ function round4(x: number): number {
 
 function rejectedResult(id: string, promptTokens: number, e: PagellmError): CompletionResult {
   return {
-    id, prompt_tokens: promptTokens, cached_tokens: 0, completion_tokens: 0, token_ids: [], text: "",
+    id, prompt_tokens: promptTokens, cached_tokens: 0, cached_tokens_memory: 0, cached_tokens_disk: 0, completion_tokens: 0, token_ids: [], text: "",
     finish_reason: "error", ttft_ms: 0, latency_ms: 0, error: e.message,
   };
 }

@@ -14,6 +14,7 @@
  */
 import type { BlockCopy } from "../kv/kv-cache-manager.ts";
 import type { StepBatch } from "../model/batch.ts";
+import type { KVBlockIO } from "../kv/second-tier.ts";
 
 export type DeviceKind = "wasm" | "webgpu";
 
@@ -27,6 +28,8 @@ export interface ModelForward {
   logitsRow(r: number): Float32Array;
   /** Copy KV blocks (every layer, K and V), in order, before the next forward. */
   copyBlocks(copies: readonly BlockCopy[]): void;
+  /** Block-by-block access to the KV arena (for a second tier); null where the backend offers none. */
+  readonly kvBlocks: KVBlockIO | null;
   /** Free what the backend holds (GPU buffers); the host memory is the engine's. */
   close(): void;
 }

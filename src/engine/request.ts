@@ -43,6 +43,8 @@ export class Request {
    * block is ever full, or hashed, with them.
    */
   draftTokenIds: readonly number[] = [];
+  /** Of numCachedTokens, the tokens a second tier (the disk) supplied; set with it. */
+  numTierCachedTokens: number | null = null;
 
   private readonly outputs: number[] = [];
   private readonly tokens: number[];

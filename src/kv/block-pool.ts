@@ -46,6 +46,8 @@ export class BlockPool {
     readonly blockSize: number,
     private readonly policy: EvictionPolicy,
     private readonly stats: PrefixCacheStats,
+    /** Told about each cached block just before its cached content is dropped for reuse (its KV is still intact). */
+    private readonly onEvict: ((block: KVCacheBlock) => void) | null = null,
   ) {
     if (!Number.isInteger(numBlocks) || numBlocks < 1) throw new RangeError(`numBlocks must be a positive integer, got ${numBlocks}`);
     if (!Number.isInteger(blockSize) || blockSize < 1) throw new RangeError(`blockSize must be a positive integer, got ${blockSize}`);
@@ -194,6 +196,7 @@ export class BlockPool {
       throw new Error(`block ${block.blockId} has a hash but is not in the cache map`);
     }
     if (sameHash.size === 0) this.cachedBlocks.delete(block.blockHash as BlockHash);
+    this.onEvict?.(block);
     this.clearCachedContent(block);
     this.numCached--;
     this.stats.evictions++;
@@ -204,6 +207,7 @@ export class BlockPool {
     block.contentId = null;
     block.parentContentId = null;
     block.extraKeys = null;
+    block.loadedFromTier = false;
   }
 
   private hasContent(

@@ -42,6 +42,11 @@ export class KVCacheBlock extends FreeListNode {
   parentContentId: number | null = null;
   /** Framed extra keys of the cached content (see block-hash.ts); null when it had none. Its tokens live in the pool's token store. */
   extraKeys: Uint8Array | null = null;
+  /**
+   * The cached content was read from a second tier (the disk) rather than computed, and no request
+   * has been admitted with it since: the first one to hit it counts its tokens as tier hits.
+   */
+  loadedFromTier = false;
 
   constructor(blockId: number) {
     super();

@@ -11,6 +11,7 @@ import type { ModelConfig } from "../model/config.ts";
 import type { LinearMemory } from "../backend/wasm.ts";
 import { MAX_BLOCK_SIZE } from "../backend/kernels.ts";
 import { InputError } from "../errors.ts";
+import { kvLayout } from "./kv-layout.ts";
 
 export class KVArena {
   /** Bytes of one block in one layer, K or V alone. */
@@ -26,13 +27,13 @@ export class KVArena {
   readonly endLayer: number;
 
   constructor(
-    mem: LinearMemory, config: ModelConfig, readonly numBlocks: number, readonly blockSize: number,
+    private readonly mem: LinearMemory, config: ModelConfig, readonly numBlocks: number, readonly blockSize: number,
     layers: { first: number; end: number } = { first: 0, end: config.nLayers },
   ) {
     if (!Number.isInteger(blockSize) || blockSize < 1 || blockSize > MAX_BLOCK_SIZE) {
       throw new InputError(`block size must be an integer from 1 to ${MAX_BLOCK_SIZE}, got ${blockSize}`);
     }
-    this.blockBytes = 4 * config.nKvHeads * blockSize * config.headDim;
+    this.blockBytes = kvLayout(config, blockSize).layerBlockBytes;
     this.layerBytes = this.blockBytes * numBlocks;
     this.headBlockBytes = this.blockBytes / config.nKvHeads;
     this.nKvHeads = config.nKvHeads;
@@ -75,6 +76,31 @@ export class KVArena {
     return this.base + (2 * this.local(l) + 1) * this.layerBytes;
   }
 
+  /**
+   * Copies block `blockId` of layer `l` (one this arena holds) into out[at, at + 2 * blockBytes):
+   * K then V, each [kvHead][slot][headDim]. Layer by layer, so a block split over several arenas
+   * (memories) is read by asking each for its layers.
+   */
+  readLayerBlock(l: number, blockId: number, out: Uint8Array, at: number): void {
+    const u8 = this.mem.u8;
+    for (const region of [this.kLayer(l), this.vLayer(l)]) {
+      for (let h = 0; h < this.nKvHeads; h++, at += this.headBlockBytes) {
+        const src = region + (h * this.numBlocks + blockId) * this.headBlockBytes;
+        out.set(u8.subarray(src, src + this.headBlockBytes), at);
+      }
+    }
+  }
+
+  /** Writes data[at, at + 2 * blockBytes) (readLayerBlock's layout) into block `blockId` of layer `l`. */
+  writeLayerBlock(l: number, blockId: number, data: Uint8Array, at: number): void {
+    const u8 = this.mem.u8;
+    for (const region of [this.kLayer(l), this.vLayer(l)]) {
+      for (let h = 0; h < this.nKvHeads; h++, at += this.headBlockBytes) {
+        u8.set(data.subarray(at, at + this.headBlockBytes), region + (h * this.numBlocks + blockId) * this.headBlockBytes);
+      }
+    }
+  }
+
   private local(l: number): number {
     if (l < this.firstLayer || l >= this.endLayer) throw new Error(`KVArena holds layers ${this.firstLayer}-${this.endLayer - 1}, not ${l}`);
     return l - this.firstLayer;
@@ -82,6 +108,6 @@ export class KVArena {
 
   /** Bytes one block takes across all layers, K and V: the unit `--kv-cache-mb` is divided by. */
   static bytesPerBlock(config: ModelConfig, blockSize: number): number {
-    return 2 * config.nLayers * 4 * config.nKvHeads * blockSize * config.headDim;
+    return kvLayout(config, blockSize).blockBytes;
   }
 }

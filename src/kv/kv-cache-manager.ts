@@ -4,11 +4,23 @@
  * attention kernel reads. Modelled on vLLM v1's KVCacheManager (single full-attention group).
  */
 import type { Request } from "../engine/request.ts";
-import { type BlockHash, BlockHasher, ExtraKeyEncoder, type HashAlgorithm } from "./block-hash.ts";
+import { type BlockHash, BlockHasher, ExtraKeyEncoder, type HashAlgorithm, ROOT_PARENT_HASH } from "./block-hash.ts";
 import { BlockPool, type PrefixCacheStats } from "./block-pool.ts";
 import type { KVCacheBlock } from "./block.ts";
 import { createEvictionPolicy, type EvictionPolicyName } from "./eviction.ts";
 import { RequestBlockHashes } from "./request-hashes.ts";
+import type { KVBlockKey } from "./second-tier.ts";
+
+/**
+ * Told what happens to cached blocks, for a second tier (see tier-link.ts). Both calls come from
+ * inside the manager's own calls, synchronously.
+ */
+export interface CachedBlockListener {
+  /** `block` is newly full and cached under `key`; its KV is computed by the end of the step that allocated it. */
+  blockCached(block: KVCacheBlock, key: KVBlockKey): void;
+  /** `block`'s cached content is about to be dropped for reuse; its KV is still intact during the call. */
+  blockEvicted(block: KVCacheBlock): void;
+}
 
 export interface KVCacheManagerOptions {
   numBlocks: number;
@@ -20,6 +32,8 @@ export interface KVCacheManagerOptions {
   evictionPolicy?: EvictionPolicyName;
   /** Block hash function; default "sha256". */
   hash?: HashAlgorithm;
+  /** Told about blocks being cached and evicted (a second tier); none by default. */
+  listener?: CachedBlockListener;
 }
 
 export interface ComputedBlocks {
@@ -64,8 +78,11 @@ export class KVCacheManager {
    * Nothing is counted while caching is off; resetPrefixCache leaves the counters alone.
    */
   readonly stats: PrefixCacheStats = { queries: 0, hits: 0, evictions: 0 };
+  /** Of stats.hits, the tokens whose blocks a second tier supplied (adoptBlocks), counted at admission. */
+  tierHits = 0;
 
   private readonly pool: BlockPool;
+  private readonly listener: CachedBlockListener | null;
   private readonly hasher: BlockHasher;
   private readonly encoder = new ExtraKeyEncoder();
   private readonly requests = new Map<string, RequestKV>();
@@ -79,7 +96,9 @@ export class KVCacheManager {
     this.evictionPolicy = opts.evictionPolicy ?? "lru-keep-cached";
     this.hash = opts.hash ?? "sha256";
     this.hasher = new BlockHasher(this.hash);
-    this.pool = new BlockPool(opts.numBlocks, opts.blockSize, createEvictionPolicy(this.evictionPolicy), this.stats);
+    this.listener = opts.listener ?? null;
+    const onEvict = this.listener === null ? null : this.listener.blockEvicted.bind(this.listener);
+    this.pool = new BlockPool(opts.numBlocks, opts.blockSize, createEvictionPolicy(this.evictionPolicy), this.stats, onEvict);
   }
 
   /** Blocks in the free queue (unused; some still cached). */
@@ -124,7 +143,7 @@ export class KVCacheManager {
   private findComputedBlocks(req: Request): ComputedBlocks {
     if (!this.enableCaching) return { blocks: [], numComputedTokens: 0 };
     const hashes = this.hashesOf(req);
-    const maxBlocks = Math.floor((req.numTokens - 1) / this.blockSize);
+    const maxBlocks = this.maxLookupBlocks(req);
     const tokens = req.allTokenIds;
     const blocks: KVCacheBlock[] = [];
     let parentContentId: number | null = null;
@@ -192,7 +211,11 @@ export class KVCacheManager {
       };
       this.requests.set(req.id, kv);
     }
-    req.numCachedTokens ??= numNewComputedTokens;
+    if (req.numCachedTokens === null) {
+      req.numCachedTokens = numNewComputedTokens;
+      req.numTierCachedTokens = this.takeTierHits(newComputedBlocks) * this.blockSize;
+      this.tierHits += req.numTierCachedTokens;
+    }
     if (newComputedBlocks.length > 0) {
       this.pool.touch(newComputedBlocks);
       this.appendBlocks(kv, newComputedBlocks);
@@ -329,6 +352,78 @@ export class KVCacheManager {
     return this.pool.reset();
   }
 
+  /** Blocks a lookup for `req` may find: all its full blocks but one that would hold its last token. */
+  maxLookupBlocks(req: Request): number {
+    return this.enableCaching ? Math.floor((req.numTokens - 1) / this.blockSize) : 0;
+  }
+
+  /** The content key of the request's full block `index` (for a second tier). */
+  blockKey(req: Request, index: number): KVBlockKey {
+    const hashes = this.hashesOf(req);
+    const start = index * this.blockSize;
+    return {
+      hash: hashes.hashAt(index),
+      parentHash: index === 0 ? ROOT_PARENT_HASH[this.hash] : hashes.hashAt(index - 1),
+      tokens: Uint32Array.from(req.allTokenIds.slice(start, start + this.blockSize)),
+      extraKeys: hashes.extraKeysOf(index).slice(),
+    };
+  }
+
+  /**
+   * Puts blocks a second tier holds into the pool as cached blocks, so the next lookup for `req`
+   * finds them: walking the request's blocks from the first, those cached in memory are kept, and
+   * each missing one for which `kvOf(index)` has bytes gets a block popped from the free queue, its
+   * KV written by `write`, and is cached as if computed. Stops at the first block with neither, or
+   * when no free block is left. The adopted blocks and the memory hits before them go back to the
+   * free queue (still cached, most recently used), like a finished request's. Returns how many
+   * blocks were adopted.
+   *
+   * The memory hits are held while blocks are popped, so an adoption never evicts the prefix it
+   * extends; an evicted block is reported to the listener before `write` overwrites it.
+   */
+  adoptBlocks(req: Request, kvOf: (index: number) => Uint8Array | null, write: (blockId: number, kv: Uint8Array) => void): number {
+    const maxBlocks = this.maxLookupBlocks(req);
+    const hashes = this.hashesOf(req);
+    const tokens = req.allTokenIds;
+    const held: KVCacheBlock[] = [];
+    let parentContentId: number | null = null;
+    let adopted = 0;
+    for (let i = 0; i < maxBlocks; i++) {
+      const start = i * this.blockSize;
+      let block = this.pool.findCachedBlock(hashes.hashAt(i), parentContentId, tokens, start, hashes.extraKeysOf(i));
+      if (block !== null) {
+        this.pool.touch([block]);
+      } else {
+        const kv = kvOf(i);
+        if (kv === null || this.pool.numFreeBlocks === 0) break;
+        block = this.pool.getNewBlocks(1)[0] as KVCacheBlock;
+        write(block.blockId, kv);
+        this.pool.cacheBlock(block, hashes.hashAt(i), parentContentId, tokens, start, hashes.extraKeysOf(i));
+        block.loadedFromTier = true;
+        adopted++;
+      }
+      held.push(block);
+      parentContentId = block.contentId;
+    }
+    this.pool.freeBlocks(held);
+    return adopted;
+  }
+
+  /** The blocks cached now, in use or free (a tier saves them at shutdown). */
+  cachedBlocks(): KVCacheBlock[] {
+    return this.pool.blocks.filter((block) => block.blockHash !== null);
+  }
+
+  /** How many of `hits` came from a second tier and were not counted yet; clears their marks. */
+  private takeTierHits(hits: readonly KVCacheBlock[]): number {
+    let n = 0;
+    for (const block of hits) {
+      if (block.loadedFromTier) n++;
+      block.loadedFromTier = false;
+    }
+    return n;
+  }
+
   private hashesOf(req: Request): RequestBlockHashes {
     let hashes = this.hashChains.get(req);
     if (hashes === undefined) {
@@ -353,7 +448,9 @@ export class KVCacheManager {
       // Blocks before i are cached and in use, so cannot have been evicted: the parent has a contentId.
       const parentContentId = i === 0 ? null : (kv.blocks[i - 1] as KVCacheBlock).contentId;
       const hash: BlockHash = hashes.hashAt(i);
-      this.pool.cacheBlock(kv.blocks[i] as KVCacheBlock, hash, parentContentId, tokens, i * this.blockSize, hashes.extraKeysOf(i));
+      const block = kv.blocks[i] as KVCacheBlock;
+      this.pool.cacheBlock(block, hash, parentContentId, tokens, i * this.blockSize, hashes.extraKeysOf(i));
+      this.listener?.blockCached(block, this.blockKey(kv.request, i));
     }
     kv.numCachedBlocks = Math.max(kv.numCachedBlocks, numFull);
   }

@@ -94,6 +94,12 @@ export class ServeMetrics {
     metric("kv_cache_blocks_total", "gauge", "KV blocks in the pool (pagellm's own).", one("kv_cache_blocks_total", stats.numBlocks));
     metric("prefix_cache_queries_total", "counter", "Prefix cache queries, in tokens.", one("prefix_cache_queries_total", stats.prefixQueries));
     metric("prefix_cache_hits_total", "counter", "Prefix cache hits, in tokens.", one("prefix_cache_hits_total", stats.prefixHits));
+    if (stats.tier !== null) {
+      metric("prefix_cache_disk_hits_total", "counter", "Prefix cache hits read from the disk KV cache (--kv-cache-dir), in tokens.", one("prefix_cache_disk_hits_total", stats.prefixTierHits));
+      metric("prefix_cache_disk_read_bytes_total", "counter", "Bytes of KV blocks read from the disk KV cache.", one("prefix_cache_disk_read_bytes_total", stats.tier.bytesRead));
+      metric("prefix_cache_disk_written_bytes_total", "counter", "Bytes of KV blocks written to the disk KV cache.", one("prefix_cache_disk_written_bytes_total", stats.tier.bytesWritten));
+      metric("prefix_cache_disk_rejected_blocks_total", "counter", "Disk KV blocks found damaged or foreign, removed and recomputed.", one("prefix_cache_disk_rejected_blocks_total", stats.tier.blocksRejected));
+    }
     metric("num_preemptions_total", "counter", "Cumulative number of preemptions.", one("num_preemptions_total", stats.preemptions));
     metric("prompt_tokens_total", "counter", "Number of prefill tokens processed (each prompt once, cached tokens included).", one("prompt_tokens_total", this.promptTokens));
     metric("generation_tokens_total", "counter", "Number of generation tokens processed.", one("generation_tokens_total", this.generationTokens));

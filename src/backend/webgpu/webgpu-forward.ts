@@ -28,6 +28,8 @@ export interface StepShape {
 export class WebGpuForward implements ModelForward {
   readonly device: DeviceKind = "webgpu";
   readonly description: string;
+  /** Blocks of the GPU arena are not copied in and out yet: no second tier on WebGPU. */
+  readonly kvBlocks = null;
   private readonly model: GpuLlamaModel;
   private logits: Float32Array = new Float32Array(0);
 

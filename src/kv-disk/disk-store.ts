@@ -1,0 +1,256 @@
+/**
+ * The disk tier: KV blocks in a folder, one file per block named by its hash (folder.ts,
+ * block-file.ts), shared by every process that opens the same folder with the same model.
+ *
+ * Writes never hold up a step: store() queues the bytes (already copied out of the arena) and
+ * returns; at most WRITE_CONCURRENCY files are written at once, each to a temporary name, synced,
+ * then renamed into place, so a reader sees a whole block or none. Past MAX_PENDING_BYTES queued,
+ * blocks are dropped rather than let memory grow. When the disk is full (or read-only, or not
+ * ours), the tier warns once and stops writing: the run goes on with the memory cache only.
+ *
+ * Reads check everything (block-file.ts); a file that fails is removed and the block recomputed.
+ * The folder stays within maxBytes across processes: after writing past the bound, this process
+ * rescans the whole root and removes the least recently used blocks (folder.ts).
+ */
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { InputError } from "../errors.ts";
+import type { BlockHash } from "../kv/block-hash.ts";
+import type { KVLayout } from "../kv/kv-layout.ts";
+import type { KVBlockKey, KVSecondTier, KVWriteMode, SecondTierStats } from "../kv/second-tier.ts";
+import { decodeBlockFile, encodeBlockFile } from "./block-file.ts";
+import { errorCode, nodeBlockFileOps, type BlockFileOps } from "./file-ops.ts";
+import type { KVFingerprint } from "./fingerprint.ts";
+import { blockFileName, MODEL_INFO, removeLeastRecentlyUsed, scanModelFolder, scanRoot, type ModelInfo } from "./folder.ts";
+
+const WRITE_CONCURRENCY = 4;
+/** Reads in flight at once: a few keep the disk busy; dozens only contend for the I/O threads (measured: 2-4 beat 96). */
+const READ_CONCURRENCY = 4;
+const MAX_PENDING_BYTES = 512 << 20;
+/** After removing blocks to honour the bound, the folder is left at this fraction of it, so removal is not run for every write. */
+const LOW_WATER = 0.9;
+/** Errors after which writing cannot succeed: the tier stops writing. */
+const FATAL_WRITE_ERRORS = new Set(["ENOSPC", "EDQUOT", "EROFS", "EACCES", "EPERM", "EFBIG"]);
+
+export interface DiskStoreOptions {
+  /** The cache root (resolveCacheDir). */
+  root: string;
+  fingerprint: KVFingerprint;
+  layout: KVLayout;
+  writeMode: KVWriteMode;
+  /** Bound on the bytes of every block under the root, all models together. */
+  maxBytes: number;
+  /** Recorded in the model folder's model.json. */
+  modelName: string;
+  modelFormat: string;
+  /** Told once per kind of trouble (a full disk, corrupt files), one line each. */
+  onWarning?: (line: string) => void;
+  /** File operations; tests stand in a failing disk. */
+  fileOps?: BlockFileOps;
+}
+
+export class DiskKVStore implements KVSecondTier {
+  readonly writeMode: KVWriteMode;
+  readonly blockBytes: number;
+  readonly stats: SecondTierStats = {
+    blocksRead: 0, bytesRead: 0, readMs: 0, blocksWritten: 0, bytesWritten: 0, blocksRejected: 0, writesDropped: 0, blocksRemoved: 0,
+  };
+  /** The model folder: ROOT/MODEL16-LAYOUT8. */
+  readonly dir: string;
+  private readonly root: string;
+  private readonly fingerprint: Uint8Array;
+  private readonly maxBytes: number;
+  private readonly ops: BlockFileOps;
+  private readonly warn: (line: string) => void;
+  private readonly warned = new Set<string>();
+  /** Hashes known to be stored (the folder's names; see folder.ts). */
+  private readonly stored: Set<BlockHash>;
+  /** Queued or being written. */
+  private readonly pending = new Map<BlockHash, { key: KVBlockKey; bytes: Uint8Array }>();
+  private readonly queue: BlockHash[] = [];
+  private readonly writing = new Set<Promise<void>>();
+  private pendingBytes = 0;
+  private writesDisabled = false;
+  /** Bytes under the root at the last scan, plus what this process wrote since. */
+  private usage: number;
+  private pruning: Promise<void> | null = null;
+  /** Bytes written while a removal pass ran (its scan may have missed them). */
+  private writtenWhilePruning = 0;
+  private readsInFlight = 0;
+  private readsStartMs = 0;
+  /** Loads waiting for a read slot (READ_CONCURRENCY). */
+  private readonly readQueue: (() => void)[] = [];
+
+  constructor(o: DiskStoreOptions) {
+    this.writeMode = o.writeMode;
+    this.blockBytes = o.layout.blockBytes;
+    this.root = o.root;
+    this.dir = join(o.root, o.fingerprint.folder);
+    this.fingerprint = o.fingerprint.full;
+    this.maxBytes = o.maxBytes;
+    this.ops = o.fileOps ?? nodeBlockFileOps;
+    this.warn = o.onWarning ?? (() => undefined);
+    try {
+      mkdirSync(this.dir, { recursive: true });
+      this.stored = scanModelFolder(this.dir);
+      const info: ModelInfo = { model: o.modelName, format: o.modelFormat, kvType: o.layout.type, blockSize: o.layout.blockSize, blockBytes: o.layout.blockBytes };
+      if (!existsSync(join(this.dir, MODEL_INFO))) writeFileSync(join(this.dir, MODEL_INFO), `${JSON.stringify(info, null, 2)}\n`);
+    } catch (e) {
+      throw new InputError(`--kv-cache-dir ${o.root}: cannot use the folder (${errorCode(e) ?? (e as Error).message})`);
+    }
+    this.usage = scanRoot(this.root).reduce((n, f) => n + f.bytes, 0);
+  }
+
+  contains(hash: BlockHash): boolean {
+    if (this.stored.has(hash) || this.pending.has(hash)) return true;
+    // Another process may have written it since the scan.
+    if (!existsSync(this.pathOf(hash))) return false;
+    this.stored.add(hash);
+    return true;
+  }
+
+  async load(key: KVBlockKey): Promise<Uint8Array | null> {
+    const queued = this.pending.get(key.hash);
+    if (queued !== undefined) return queued.bytes;
+    const path = this.pathOf(key.hash);
+    await this.acquireRead();
+    let file: Uint8Array | null;
+    try {
+      file = await this.ops.read(path);
+    } catch (e) {
+      this.warnOnce("read", `kv cache: cannot read ${path} (${errorCode(e) ?? (e as Error).message}); recomputing it`);
+      file = null;
+    } finally {
+      this.releaseRead();
+    }
+    if (file === null) {
+      this.stored.delete(key.hash);
+      return null;
+    }
+    const decoded = decodeBlockFile(file, this.fingerprint, key, this.blockBytes);
+    if ("problem" in decoded) {
+      this.stats.blocksRejected++;
+      this.stored.delete(key.hash);
+      this.warnOnce("rejected", `kv cache: removed a block file that failed its ${decoded.problem} check (${path}); recomputing it`);
+      await this.ops.remove(path).catch(() => undefined);
+      return null;
+    }
+    this.stats.blocksRead++;
+    this.stats.bytesRead += file.length;
+    void this.ops.touch(path);
+    return decoded.kv;
+  }
+
+  store(key: KVBlockKey, bytes: Uint8Array): void {
+    if (this.stored.has(key.hash) || this.pending.has(key.hash)) return;
+    if (this.writesDisabled || this.pendingBytes + bytes.length > MAX_PENDING_BYTES) {
+      this.stats.writesDropped++;
+      return;
+    }
+    this.pending.set(key.hash, { key, bytes });
+    this.pendingBytes += bytes.length;
+    this.queue.push(key.hash);
+    this.pump();
+  }
+
+  async flush(): Promise<void> {
+    while (this.writing.size > 0 || this.pruning !== null) {
+      await Promise.all([...this.writing, this.pruning]);
+    }
+  }
+
+  private pump(): void {
+    while (this.writing.size < WRITE_CONCURRENCY && this.queue.length > 0) {
+      const hash = this.queue.shift() as BlockHash;
+      const job = this.write(hash).finally(() => {
+        this.writing.delete(job);
+        this.pump();
+      });
+      this.writing.add(job);
+    }
+  }
+
+  private async write(hash: BlockHash): Promise<void> {
+    const entry = this.pending.get(hash);
+    if (entry === undefined) return;
+    try {
+      if (this.writesDisabled) {
+        this.stats.writesDropped++;
+        return;
+      }
+      const file = encodeBlockFile(this.fingerprint, entry.key, entry.bytes);
+      await this.writeFile(blockFileName(hash), file);
+      this.stored.add(hash);
+      this.stats.blocksWritten++;
+      this.stats.bytesWritten += file.length;
+      this.usage += file.length;
+      if (this.pruning !== null) this.writtenWhilePruning += file.length;
+      if (this.usage > this.maxBytes) this.prune();
+    } catch (e) {
+      this.stats.writesDropped++;
+      const code = errorCode(e);
+      if (code !== null && FATAL_WRITE_ERRORS.has(code)) {
+        this.writesDisabled = true;
+        this.warnOnce("write", `kv cache: cannot write to ${this.dir} (${code}); continuing with the memory cache only`);
+      } else {
+        this.warnOnce("write-other", `kv cache: writing a block to ${this.dir} failed (${code ?? (e as Error).message}); it stays in memory only`);
+      }
+    } finally {
+      this.pending.delete(hash);
+      this.pendingBytes -= entry.bytes.length;
+    }
+  }
+
+  /** Writes a file into the model folder, creating the folder again if `pagellm cache clear` removed it. */
+  private async writeFile(name: string, file: Uint8Array): Promise<void> {
+    try {
+      await this.ops.writeAtomic(this.dir, name, file);
+    } catch (e) {
+      if (errorCode(e) !== "ENOENT") throw e;
+      mkdirSync(this.dir, { recursive: true });
+      await this.ops.writeAtomic(this.dir, name, file);
+    }
+  }
+
+  private prune(): void {
+    if (this.pruning !== null) return;
+    this.writtenWhilePruning = 0;
+    this.pruning = removeLeastRecentlyUsed(this.root, Math.floor(this.maxBytes * LOW_WATER))
+      .then(({ removed, bytes }) => {
+        this.stats.blocksRemoved += removed;
+        // The scan may or may not have seen the blocks written meanwhile: count them again (at worst a pass too early).
+        this.usage = bytes + this.writtenWhilePruning;
+        // The names this process knows may include removed blocks: contains() then says true and load() misses, once.
+      })
+      .catch((e: unknown) => this.warnOnce("prune", `kv cache: removing old blocks from ${this.root} failed (${errorCode(e) ?? (e as Error).message})`))
+      .finally(() => {
+        this.pruning = null;
+        if (this.usage > this.maxBytes) this.prune();
+      });
+  }
+
+  /** Waits for one of the READ_CONCURRENCY read slots; readMs runs while any slot is held. */
+  private acquireRead(): Promise<void> {
+    if (this.readsInFlight < READ_CONCURRENCY) {
+      if (this.readsInFlight++ === 0) this.readsStartMs = performance.now();
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => this.readQueue.push(resolve));
+  }
+
+  private releaseRead(): void {
+    const next = this.readQueue.shift();
+    if (next !== undefined) return next(); // the slot passes straight to a waiting load
+    if (--this.readsInFlight === 0) this.stats.readMs += performance.now() - this.readsStartMs;
+  }
+
+  private pathOf(hash: BlockHash): string {
+    return join(this.dir, blockFileName(hash));
+  }
+
+  private warnOnce(kind: string, line: string): void {
+    if (this.warned.has(kind)) return;
+    this.warned.add(kind);
+    this.warn(line);
+  }
+}

@@ -1,0 +1,141 @@
+/**
+ * The cache folder: where it is, what is in it, and keeping it within its size bound.
+ *
+ *   ROOT/                       --kv-cache-dir (auto: $PAGELLM_CACHE/kv or ~/.cache/pagellm/kv)
+ *     MODEL16-LAYOUT8/          one folder per model fingerprint and KV layout (fingerprint.ts)
+ *       model.json              which model file and layout made it (for `pagellm cache ls`)
+ *       <sha256 block hash>.kvb one block (block-file.ts)
+ *
+ * There is no separate index file to go stale: the folder is the index (a block's name is its
+ * hash), each process holds the names in memory, rebuilt by scanning the folder when it opens it
+ * and corrected whenever a lookup misses or a read fails. A block's modification time is its last
+ * use (readers touch it), so the least recently used blocks of every process are removed first.
+ */
+import { existsSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { homedir } from "node:os";
+import { join, resolve } from "node:path";
+import { unlink } from "node:fs/promises";
+import { TEMP_SUFFIX } from "./file-ops.ts";
+
+export const BLOCK_SUFFIX = ".kvb";
+export const MODEL_INFO = "model.json";
+const BLOCK_NAME = /^[0-9a-f]{64}\.kvb$/;
+const MODEL_FOLDER = /^[0-9a-f]{16}-[0-9a-f]{8}$/;
+/** A temporary file older than this was left by a process that died while writing. */
+const STALE_TEMP_MS = 10 * 60_000;
+
+/** What model.json records about a model folder. */
+export interface ModelInfo {
+  /** The model file's name (not its path: the folder may be shared between machines' users). */
+  model: string;
+  format: string;
+  kvType: string;
+  blockSize: number;
+  blockBytes: number;
+}
+
+/** The folder `--kv-cache-dir` names: `auto` is $PAGELLM_CACHE/kv, else ~/.cache/pagellm/kv. */
+export function resolveCacheDir(given: string, env: Record<string, string | undefined> = process.env): string {
+  if (given !== "auto") return resolve(given);
+  const base = env.PAGELLM_CACHE !== undefined && env.PAGELLM_CACHE !== "" ? env.PAGELLM_CACHE : join(homedir(), ".cache", "pagellm");
+  return resolve(base, "kv");
+}
+
+export function blockFileName(hash: string): string {
+  return `${hash}${BLOCK_SUFFIX}`;
+}
+
+/** Block hashes of the blocks in a model folder; removes temporary files left by a crash. */
+export function scanModelFolder(dir: string, now = Date.now()): Set<string> {
+  const hashes = new Set<string>();
+  for (const name of readdirSync(dir)) {
+    if (BLOCK_NAME.test(name)) hashes.add(name.slice(0, -BLOCK_SUFFIX.length));
+    else if (name.endsWith(TEMP_SUFFIX)) removeIfOld(join(dir, name), now);
+  }
+  return hashes;
+}
+
+function removeIfOld(path: string, now: number): void {
+  try {
+    if (now - statSync(path).mtimeMs > STALE_TEMP_MS) rmSync(path, { force: true });
+  } catch {
+    // Gone already, or renamed into place by its writer meanwhile.
+  }
+}
+
+/** One stored block, as the folder scan sees it. */
+export interface StoredBlock {
+  path: string;
+  bytes: number;
+  /** Last use: the file's modification time. */
+  lastUseMs: number;
+}
+
+/** One model folder's summary. */
+export interface ModelFolder {
+  folder: string;
+  path: string;
+  info: ModelInfo | null;
+  blocks: StoredBlock[];
+  bytes: number;
+  /** Most recent use of any block; null when empty. */
+  lastUseMs: number | null;
+}
+
+/** Every model folder under `root` with its blocks (missing root: none). */
+export function scanRoot(root: string): ModelFolder[] {
+  if (!existsSync(root)) return [];
+  const folders: ModelFolder[] = [];
+  for (const folder of readdirSync(root).sort()) {
+    const path = join(root, folder);
+    if (!MODEL_FOLDER.test(folder) || !isDirectory(path)) continue;
+    const blocks: StoredBlock[] = [];
+    for (const name of readdirSync(path)) {
+      if (!BLOCK_NAME.test(name)) continue;
+      try {
+        const st = statSync(join(path, name));
+        blocks.push({ path: join(path, name), bytes: st.size, lastUseMs: st.mtimeMs });
+      } catch {
+        // Removed by another process between the listing and the stat.
+      }
+    }
+    const bytes = blocks.reduce((n, b) => n + b.bytes, 0);
+    const lastUseMs = blocks.length === 0 ? null : Math.max(...blocks.map((b) => b.lastUseMs));
+    folders.push({ folder, path, info: readModelInfo(path), blocks, bytes, lastUseMs });
+  }
+  return folders;
+}
+
+export function readModelInfo(dir: string): ModelInfo | null {
+  try {
+    return JSON.parse(readFileSync(join(dir, MODEL_INFO), "utf8")) as ModelInfo;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Removes the least recently used blocks of every model folder under `root` until they take at
+ * most `targetBytes`; returns how many it removed. Safe while other processes read and write: a
+ * reader that already opened a removed file reads it whole; one that had not finds it missing.
+ */
+export async function removeLeastRecentlyUsed(root: string, targetBytes: number): Promise<{ removed: number; bytes: number }> {
+  const blocks = scanRoot(root).flatMap((f) => f.blocks).sort((a, b) => a.lastUseMs - b.lastUseMs);
+  let bytes = blocks.reduce((n, b) => n + b.bytes, 0);
+  let removed = 0;
+  for (const block of blocks) {
+    if (bytes <= targetBytes) break;
+    await unlink(block.path).catch(() => undefined);
+    bytes -= block.bytes;
+    removed++;
+  }
+  return { removed, bytes };
+}
+
+function isDirectory(path: string): boolean {
+  try {
+    return statSync(path).isDirectory();
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,77 @@
+/**
+ * The seam between the KV cache and a second tier of storage under the memory pool (the disk tier
+ * in src/kv-disk/ is one). The kv folder declares these interfaces and never imports a tier; the
+ * engine is handed one by its owner (LLM.open wires the disk tier in).
+ *
+ * A tier stores whole, full blocks by their content key. A key carries the block's hash and the
+ * exact content it hashes (parent hash, tokens, framed extra keys), so a tier can check that what
+ * it returns is that block and nothing else: the hash names a file, the content proves it.
+ */
+import type { BlockHash } from "./block-hash.ts";
+
+/** A full block's identity: hash(parentHash, tokens, extraKeys), as block-hash.ts defines it. */
+export interface KVBlockKey {
+  readonly hash: BlockHash;
+  /** The previous block's hash, or ROOT_PARENT_HASH for a request's first block. */
+  readonly parentHash: BlockHash;
+  /** The block's blockSize token ids. */
+  readonly tokens: Uint32Array;
+  /** The block's extra keys framed as block-hash.ts encodes them (LoRA, multimodal items, cache salt); empty when none. */
+  readonly extraKeys: Uint8Array;
+}
+
+/** When blocks reach the tier: as soon as they are computed ("through"), or when memory evicts them ("evict"). */
+export type KVWriteMode = "through" | "evict";
+
+export const KV_WRITE_MODES: readonly KVWriteMode[] = ["through", "evict"];
+
+/** What a tier has done, over its life in this process. */
+export interface SecondTierStats {
+  /** Blocks read back and verified, and their bytes. */
+  blocksRead: number;
+  bytesRead: number;
+  /** Wall time with at least one read in flight, ms (bytesRead / readMs is the tier's read speed). */
+  readMs: number;
+  /** Blocks written (synced and renamed into place), and their bytes. */
+  blocksWritten: number;
+  bytesWritten: number;
+  /** Stored blocks found torn, truncated, corrupt or foreign: removed, and recomputed instead. */
+  blocksRejected: number;
+  /** Blocks not written: the tier was full or failing, or too far behind. */
+  writesDropped: number;
+  /** Blocks removed to stay within the size bound (by any process, as seen by this one). */
+  blocksRemoved: number;
+}
+
+export interface KVSecondTier {
+  readonly writeMode: KVWriteMode;
+  /** Bytes of one stored block's KV (KVLayout.blockBytes): every block read or written has this size. */
+  readonly blockBytes: number;
+  readonly stats: SecondTierStats;
+  /** Whether a block with this hash is probably stored: cheap, reads nothing. A true may still fail to load. */
+  contains(hash: BlockHash): boolean;
+  /**
+   * Reads a block's KV: its bytes, or null when it is missing or fails any check (then it is removed
+   * and counted in blocksRejected). Never throws for a bad or missing block.
+   */
+  load(key: KVBlockKey): Promise<Uint8Array | null>;
+  /**
+   * Queues a block for writing in the background; `bytes` is the tier's to keep (a copy made for
+   * it). Returns at once: never waits for the disk.
+   */
+  store(key: KVBlockKey, bytes: Uint8Array): void;
+  /** Resolves when every block queued so far is written (or dropped). */
+  flush(): Promise<void>;
+}
+
+/**
+ * A backend's access to its KV arena by block, layer by layer, so that an arena split across
+ * several memories (or held in GPU buffers) moves blocks the same way. Block bytes are laid out
+ * [layer][K, V][kvHead][slot][headDim] (KVLayout.blockBytes in all).
+ */
+export interface KVBlockIO {
+  /** Copies block `blockId` of every layer into `out` (blockBytes); the bytes are those at the call. */
+  readBlock(blockId: number, out: Uint8Array): void;
+  /** Writes `data` (blockBytes) into block `blockId` of every layer, in place for every later forward. */
+  writeBlock(blockId: number, data: Uint8Array): void;
+}

@@ -1,0 +1,291 @@
+/**
+ * The disk KV cache (--kv-cache-dir) in one process, through the library: a second LLM over the
+ * same folder stands for a restart (a fresh memory pool; the only way to its blocks is the disk).
+ *
+ * - Outputs with disk hits are bitwise the outputs of a cold run (token ids, text, logprobs of every
+ *   token), greedy and seeded, at block sizes 4, 16 and 32, and cached_tokens_disk is exactly the
+ *   prefix the first run computed, in whole blocks.
+ * - Damaged and foreign block files (flipped bytes, truncation, swapped names, another model's,
+ *   another salt's, a wrong key under a right name) are detected, removed and recomputed, outputs
+ *   unchanged; one salt never reads another's blocks.
+ * - A full disk degrades to the memory cache with one warning; the size bound removes the least
+ *   recently used blocks; "evict" mode writes blocks when memory evicts them and at flush.
+ */
+import { afterAll, describe, expect, test } from "bun:test";
+import { copyFileSync, cpSync, existsSync, readdirSync, readFileSync, renameSync, rmSync, statSync, truncateSync, utimesSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { LLM, type GenerateRequest, type LoadOptions } from "../src/engine/llm.ts";
+import { nodeBlockFileOps, type BlockFileOps } from "../src/kv-disk/file-ops.ts";
+import { describeShared } from "./helpers/shared.ts";
+import { testThreads } from "./helpers/threads.ts";
+import { TEXTS } from "./helpers/prefix.ts";
+import { blockPath, chainHashes, modelFolder, outputsOf, runWithTier, scratchDir } from "./helpers/kv-disk.ts";
+
+const THREADS = testThreads();
+const TIMEOUT_MS = 180_000;
+const dirs: string[] = [];
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+function newDir(tag: string): string {
+  const d = scratchDir(tag);
+  dirs.push(d);
+  return d;
+}
+
+describeShared("disk KV cache", ["models/gguf/stories260K.gguf", "models/gguf/stories260K-Q8_0.gguf"], ([model, otherModel]) => {
+  const load = (blockSize: number, extra: Partial<LoadOptions> = {}): LoadOptions => ({
+    model: model!, engine: { threads: THREADS, blockSize, maxNumBatchedTokens: 256 }, ...extra,
+  });
+  const ids = (() => {
+    const llm = LLM.load({ model: model!, engine: { threads: 1 } });
+    try {
+      return { long: llm.encode(`${TEXTS[0]} ${TEXTS[1]} ${TEXTS[2]}`), other: llm.encode(`${TEXTS[0]} ${TEXTS[3]}`) };
+    } finally {
+      llm.close();
+    }
+  })();
+  /** Greedy and seeded requests sharing the long prompt's prefix, with logprobs so every logit row's bits are compared. */
+  const requests = (): GenerateRequest[] => [
+    { id: "greedy", promptTokenIds: ids.long, maxTokens: 12, temperature: 0, logprobs: 3 },
+    { id: "seeded", promptTokenIds: [...ids.long.slice(0, 70), ...ids.other.slice(30, 50)], maxTokens: 12, temperature: 0.9, topP: 0.95, seed: 42, logprobs: 3 },
+    { id: "other", promptTokenIds: ids.other, maxTokens: 12, temperature: 0.7, seed: 7, logprobs: 2 },
+  ];
+
+  async function cold(blockSize: number): Promise<unknown[]> {
+    const llm = LLM.load(load(blockSize));
+    try {
+      return outputsOf(await llm.generate(requests()));
+    } finally {
+      llm.close();
+    }
+  }
+
+  describe("disk hits give the cold run's outputs, bit for bit", () => {
+    for (const blockSize of [4, 16, 32]) {
+      test(`block size ${blockSize}`, async () => {
+        const root = newDir(`bs${blockSize}`);
+        const expected = await cold(blockSize);
+        const first = await runWithTier(load(blockSize, { kvCacheDir: root }), requests());
+        expect(outputsOf(first.results)).toEqual(expected);
+        expect(first.results.map((r) => r.cached_tokens_disk)).toEqual([0, 0, 0]);
+        expect(first.tier.blocksWritten).toBeGreaterThan(0);
+        expect(first.tier.writesDropped).toBe(0);
+
+        const restart = await runWithTier(load(blockSize, { kvCacheDir: root }), requests());
+        expect(outputsOf(restart.results)).toEqual(expected);
+        // Every prompt was computed whole in the first run: all its full blocks but the one with the last token are cached.
+        // A block the prompts share is read once and counted as a disk hit by the first request admitted with it.
+        for (const r of restart.results) {
+          expect(r.cached_tokens).toBe(Math.floor((r.prompt_tokens - 1) / blockSize) * blockSize);
+          expect(r.cached_tokens_memory + r.cached_tokens_disk).toBe(r.cached_tokens);
+        }
+        expect(restart.results.reduce((n, r) => n + r.cached_tokens_disk, 0)).toBe(restart.tier.blocksRead * blockSize);
+        const alone = await runWithTier(load(blockSize, { kvCacheDir: root }), requests().slice(0, 1));
+        expect(outputsOf(alone.results)).toEqual(expected.slice(0, 1));
+        expect(alone.results[0]!.cached_tokens_disk).toBe(Math.floor((alone.results[0]!.prompt_tokens - 1) / blockSize) * blockSize);
+        expect(restart.tier.blocksRejected).toBe(0);
+        expect(restart.tier.blocksWritten).toBe(0); // nothing new: prompts and outputs were all written before
+        expect(restart.warnings).toEqual([]);
+      }, TIMEOUT_MS);
+    }
+  });
+
+  describe("damaged and foreign block files are detected, removed and recomputed", () => {
+    const blockSize = 4;
+    const prompt = (): GenerateRequest[] => [{ id: "p", promptTokenIds: ids.long, maxTokens: 10, temperature: 0, logprobs: 2 }];
+    let pristine = "";
+    let expected: unknown[] = [];
+    const hashes = chainHashes(ids.long, blockSize);
+
+    async function setUp(): Promise<void> {
+      if (pristine !== "") return;
+      const llm = LLM.load(load(blockSize));
+      try {
+        expected = outputsOf(await llm.generate(prompt()));
+      } finally {
+        llm.close();
+      }
+      pristine = newDir("pristine");
+      await runWithTier(load(blockSize, { kvCacheDir: pristine }), prompt());
+    }
+
+    /** A copy of the pristine folder with `damage` applied to its model folder, then a restart on it. */
+    async function restartAfter(damage: (folder: string) => void) {
+      await setUp();
+      const root = newDir("damaged");
+      cpSync(pristine, root, { recursive: true });
+      const folder = modelFolder(root);
+      damage(folder);
+      const run = await runWithTier(load(blockSize, { kvCacheDir: root }), prompt());
+      expect(outputsOf(run.results)).toEqual(expected);
+      return { run, folder, result: run.results[0]! };
+    }
+
+    const BAD = 5; // the damaged block: blocks 0-4 still come from disk
+    const flip = (path: string, at: number) => {
+      const bytes = readFileSync(path);
+      bytes[at]! ^= 0x10;
+      writeFileSync(path, bytes);
+    };
+
+    test("a flipped byte in the KV, in the tokens, in the checksum", async () => {
+      for (const at of [(n: number) => Math.floor(n / 2), () => 130, (n: number) => n - 3]) {
+        const { run, folder, result } = await restartAfter((f) => {
+          const path = blockPath(f, hashes[BAD]!);
+          flip(path, at(statSync(path).size));
+        });
+        expect(run.tier.blocksRejected).toBe(1);
+        expect(result.cached_tokens_disk).toBe(BAD * blockSize);
+        expect(run.warnings.length).toBe(1);
+        expect(run.warnings[0]).toMatch(/removed a block file that failed its (checksum|key) check/);
+        // Recomputed, and written again whole: the next restart reads it.
+        expect(readFileSync(blockPath(folder, hashes[BAD]!)).length).toBe(statSync(blockPath(modelFolder(pristine), hashes[BAD]!)).size);
+      }
+    }, TIMEOUT_MS);
+
+    test("a truncated file and an empty one", async () => {
+      for (const length of [(n: number) => n - 100, () => 0]) {
+        const { run, result } = await restartAfter((f) => {
+          const path = blockPath(f, hashes[BAD]!);
+          truncateSync(path, length(statSync(path).size));
+        });
+        expect(run.tier.blocksRejected).toBe(1);
+        expect(result.cached_tokens_disk).toBe(BAD * blockSize);
+      }
+    }, TIMEOUT_MS);
+
+    test("two block files swapped (a wrong key under a right name)", async () => {
+      const { run, result } = await restartAfter((f) => {
+        const a = blockPath(f, hashes[BAD]!);
+        const b = blockPath(f, hashes[BAD + 2]!);
+        renameSync(a, `${a}.x`);
+        renameSync(b, a);
+        renameSync(`${a}.x`, b);
+      });
+      // Every block on disk past memory is read at once, so both files are refused; the first bad one ends the hits.
+      expect(run.tier.blocksRejected).toBe(2);
+      expect(result.cached_tokens_disk).toBe(BAD * blockSize);
+      expect(run.warnings[0]).toContain("key check");
+    }, TIMEOUT_MS);
+
+    test("another model's block under the same hash (same tokens, other weights)", async () => {
+      await setUp();
+      const otherRoot = newDir("other-model");
+      await runWithTier({ ...load(blockSize, { kvCacheDir: otherRoot }), model: otherModel! }, prompt());
+      const otherFolder = modelFolder(otherRoot);
+      expect(otherFolder.split("/").pop()).not.toBe(modelFolder(pristine).split("/").pop());
+      const { run, result } = await restartAfter((f) => {
+        for (let i = 0; i <= BAD; i++) copyFileSync(blockPath(otherFolder, hashes[i]!), blockPath(f, hashes[i]!));
+      });
+      expect(result.cached_tokens_disk).toBe(0);
+      expect(run.tier.blocksRejected).toBe(BAD + 1);
+      expect(run.warnings).toEqual([expect.stringContaining("fingerprint check")]);
+    }, TIMEOUT_MS);
+
+    test("another salt's block under the unsalted name; salts never read each other's blocks", async () => {
+      await setUp();
+      const salted = newDir("salted");
+      cpSync(pristine, salted, { recursive: true });
+      const saltedRun = await runWithTier(load(blockSize, { kvCacheDir: salted }), [{ ...prompt()[0]!, cacheSalt: "tenant-a" }]);
+      expect(saltedRun.results[0]!.cached_tokens).toBe(0); // the unsalted blocks on disk are not its blocks
+      expect(outputsOf(saltedRun.results)).toEqual(expected);
+      const saltedHashes = chainHashes(ids.long, blockSize, "tenant-a");
+      const folder = modelFolder(salted);
+      expect(existsSync(blockPath(folder, saltedHashes[0]!))).toBe(true);
+      // Stored under its salt: the same salt reads it back, another salt and no salt do not.
+      const again = await runWithTier(load(blockSize, { kvCacheDir: salted }), [
+        { ...prompt()[0]!, id: "a", cacheSalt: "tenant-a" },
+        { ...prompt()[0]!, id: "b", cacheSalt: "tenant-b" },
+      ]);
+      expect(again.results.map((r) => r.cached_tokens_disk)).toEqual([Math.floor((ids.long.length - 1) / blockSize) * blockSize, 0]);
+      // The salted first block copied over the unsalted one's name: refused, recomputed.
+      const { run, result } = await restartAfter((f) => copyFileSync(blockPath(folder, saltedHashes[0]!), blockPath(f, hashes[0]!)));
+      expect(result.cached_tokens_disk).toBe(0);
+      expect(run.tier.blocksRejected).toBe(1);
+      // Its salt makes its header longer than an unsalted block's: refused on size before its key is read.
+      expect(run.warnings[0]).toMatch(/(size|key) check/);
+    }, TIMEOUT_MS);
+
+    test("a hand-made file with a wrong key under a right name, and stray files, are ignored", async () => {
+      const { run, result } = await restartAfter((f) => {
+        // The right header magic and size but another block's key (its parent hash) written over it.
+        const path = blockPath(f, hashes[BAD]!);
+        const bytes = readFileSync(path);
+        readFileSync(blockPath(f, hashes[BAD + 1]!)).copy(bytes, 48, 48, 112);
+        writeFileSync(path, bytes);
+        writeFileSync(join(f, "notes.txt"), "not a block");
+        writeFileSync(join(f, `.${hashes[BAD + 3]}.kvb.123.0.tmp`), "a torn temporary file");
+      });
+      expect(run.tier.blocksRejected).toBe(1);
+      expect(result.cached_tokens_disk).toBe(BAD * blockSize);
+    }, TIMEOUT_MS);
+  });
+
+  test("a full disk: one warning, then the memory cache only, outputs unchanged", async () => {
+    const root = newDir("full");
+    const full: BlockFileOps = {
+      ...nodeBlockFileOps,
+      writeAtomic: () => Promise.reject(Object.assign(new Error("no space left on device"), { code: "ENOSPC" })),
+    };
+    const expected = await cold(16);
+    const run = await runWithTier(load(16, { kvCacheDir: root, kvCacheFileOps: full }), requests());
+    expect(outputsOf(run.results)).toEqual(expected);
+    expect(run.warnings).toEqual([expect.stringMatching(/cannot write to .* \(ENOSPC\); continuing with the memory cache only/)]);
+    expect(run.tier.blocksWritten).toBe(0);
+    expect(run.tier.writesDropped).toBeGreaterThan(0);
+    // Memory hits still work: the seeded request shares the greedy one's first 70 tokens.
+    expect(run.results[1]!.cached_tokens_memory).toBeGreaterThan(0);
+  }, TIMEOUT_MS);
+
+  test("the size bound removes the least recently used blocks, whoever wrote them", async () => {
+    const root = newDir("bound");
+    const blockSize = 4;
+    await runWithTier(load(blockSize, { kvCacheDir: root }), [{ promptTokenIds: ids.long, maxTokens: 1, temperature: 0 }]);
+    const folder = modelFolder(root);
+    const oldFiles = readdirSync(folder).filter((n) => n.endsWith(".kvb"));
+    const fileBytes = statSync(join(folder, oldFiles[0]!)).size;
+    const old = new Date(Date.now() - 3_600_000);
+    for (const name of oldFiles) utimesSync(join(folder, name), old, old);
+    // Room for 30 blocks: the other prompt's 22 blocks (10 shared, read and so touched) push the old ones out, oldest first.
+    const boundMb = (30 * fileBytes) / 2 ** 20;
+    const run = await runWithTier(load(blockSize, { kvCacheDir: root, kvCacheDiskMb: boundMb }), [{ promptTokenIds: ids.other, maxTokens: 1, temperature: 0 }]);
+    expect(run.tier.blocksRemoved).toBeGreaterThan(0);
+    const left = readdirSync(folder).filter((n) => n.endsWith(".kvb"));
+    const total = left.reduce((n, name) => n + statSync(join(folder, name)).size, 0);
+    expect(total).toBeLessThanOrEqual(boundMb * 2 ** 20);
+    const newHashes = new Set(chainHashes(ids.other, blockSize));
+    // Blocks the two prompts share are reused (and touched); every block removed was an old one.
+    for (const hash of newHashes) expect(left).toContain(`${hash}.kvb`);
+  }, TIMEOUT_MS);
+
+  test('"evict" writes blocks when memory evicts them and the rest at flush; a restart reads them', async () => {
+    const root = newDir("evict");
+    const blockSize = 4;
+    const expected = await cold(blockSize);
+    const numBlocks = 40; // a prompt takes ~25 blocks: each request evicts the one before
+    const opts = (extra: Partial<LoadOptions>) => ({ ...load(blockSize, extra), engine: { threads: THREADS, blockSize, numBlocks, maxNumSeqs: 1 } });
+    const llm = LLM.load(opts({ kvCacheDir: root, kvCacheWrite: "evict" }));
+    try {
+      const results = [];
+      for (const r of requests()) results.push(...(await llm.generate([r])));
+      expect(outputsOf(results)).toEqual(expected);
+      await llm.engine.flushTier();
+      const tier = llm.engine.stats.tier!;
+      expect(llm.engine.stats.evictions).toBeGreaterThan(0);
+      expect(tier.blocksWritten).toBeGreaterThan(0);
+    } finally {
+      llm.close();
+    }
+    const restart = await runWithTier(opts({ kvCacheDir: root }), requests().slice(0, 1));
+    expect(outputsOf(restart.results)).toEqual(expected.slice(0, 1));
+    expect(restart.results[0]!.cached_tokens_disk).toBe(Math.floor((ids.long.length - 1) / blockSize) * blockSize);
+  }, TIMEOUT_MS);
+
+  test("the fast hash and a disabled prefix cache are refused with the disk tier", () => {
+    const root = newDir("refuse");
+    expect(() => LLM.load({ ...load(16, { kvCacheDir: root }), engine: { threads: 1, prefixHash: "xxh64" } })).toThrow(/sha256/);
+    expect(() => LLM.load({ ...load(16, { kvCacheDir: root }), engine: { threads: 1, enablePrefixCaching: false } })).toThrow(/prefix cache/);
+  });
+});
