@@ -283,6 +283,22 @@ describeShared("disk KV cache", ["models/gguf/stories260K.gguf", "models/gguf/st
     expect(restart.results[0]!.cached_tokens_disk).toBe(Math.floor((ids.long.length - 1) / blockSize) * blockSize);
   }, TIMEOUT_MS);
 
+  test("blocks move layer by layer: a model split over several memories reads what one memory wrote, and back", async () => {
+    const blockSize = 8;
+    const expected = await cold(blockSize);
+    const split = (root: string, wasmMemoryMb: number | null): LoadOptions => ({
+      ...load(blockSize, { kvCacheDir: root }), engine: { threads: THREADS, blockSize, maxNumBatchedTokens: 256, wasmMemoryMb },
+    });
+    for (const [writer, reader] of [[null, 1], [1, null]] as const) {
+      const root = newDir("memories");
+      const first = await runWithTier(split(root, writer), requests());
+      expect(outputsOf(first.results)).toEqual(expected);
+      const restart = await runWithTier(split(root, reader), requests().slice(0, 1));
+      expect(outputsOf(restart.results)).toEqual(expected.slice(0, 1));
+      expect(restart.results[0]!.cached_tokens_disk).toBe(Math.floor((ids.long.length - 1) / blockSize) * blockSize);
+    }
+  }, TIMEOUT_MS);
+
   test("the fast hash and a disabled prefix cache are refused with the disk tier", () => {
     const root = newDir("refuse");
     expect(() => LLM.load({ ...load(16, { kvCacheDir: root }), engine: { threads: 1, prefixHash: "xxh64" } })).toThrow(/sha256/);
