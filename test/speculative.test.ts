@@ -1,7 +1,7 @@
 /**
  * Prompt-lookup speculative decoding. What must hold:
  *   - the proposer: longest suffix first, its latest earlier occurrence, a loop's continuation
- *     copied past the end of the context; the drafter's pause after misses;
+ *     copied past the end of the context; the drafter's draft length from its acceptance rate;
  *   - rollback: the blocks that held only rejected positions go back to the free queue (exact
  *     block ids), blocks the accepted tokens filled are cached, nothing else changes;
  *   - the output, greedy and seeded, with logprobs, stop strings and max_tokens, is the same with
@@ -16,7 +16,7 @@ import { afterAll, afterEach, describe, expect, test } from "bun:test";
 import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
 import type { EngineOptions, LLMEngine, StepEvent } from "../src/engine/engine.ts";
 import { proposeNgram } from "../src/engine/ngram-proposer.ts";
-import { DEFAULT_SPECULATIVE, Drafter, MAX_PAUSE_STEPS, type SpeculativeOptions } from "../src/engine/speculative.ts";
+import { DEFAULT_SPECULATIVE, DRAFT_THRESHOLD, Drafter, PRIOR_RATE, type SpeculativeOptions } from "../src/engine/speculative.ts";
 import { Request } from "../src/engine/request.ts";
 import { KVCacheManager } from "../src/kv/kv-cache-manager.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
@@ -30,6 +30,8 @@ const THREADS = testThreads();
 /** Per-test limit: many engine runs on a loaded 2-core machine (bun's 5 s default is far too tight). */
 const TIMEOUT_MS = 180_000;
 const SPEC: SpeculativeOptions = DEFAULT_SPECULATIVE;
+/** Always K draft tokens: more drafts verified, and rejected, than the adaptive default. */
+const EAGER: SpeculativeOptions = { ...DEFAULT_SPECULATIVE, adaptive: false };
 
 // ---------------------------------------------------------------------------------------------
 // proposer and drafter
@@ -56,25 +58,54 @@ describe("proposeNgram", () => {
 });
 
 describe("Drafter", () => {
-  test("pauses 1, 2, 4 ... MAX_PAUSE_STEPS steps after consecutive misses, and resumes at once after an accepted token", () => {
+  const loop = [1, 2, 1, 2, 1, 2];
+  test("drafts the longest k <= K with rate^k >= DRAFT_THRESHOLD: one token at first, K once drafts keep being accepted", () => {
     const d = new Drafter(SPEC);
-    const loop = [1, 2, 1, 2, 1, 2];
-    const pauses: number[] = [];
-    for (let miss = 0; miss < 9; miss++) {
-      expect(d.propose(loop, 4)).toHaveLength(4);
-      d.record(4, 0);
-      let paused = 0;
-      while (d.propose(loop, 4).length === 0) paused++;
-      pauses.push(paused);
-      // the proposal that ended the pause is verified: another miss
+    expect(d.acceptanceRate).toBe(PRIOR_RATE);
+    expect(d.propose(loop, 9)).toEqual([1]);
+    const lengths: number[] = [];
+    for (let i = 0; i < 12; i++) {
+      const draft = d.propose(loop, 9);
+      lengths.push(draft.length);
+      d.record(draft.length, draft.length);
     }
-    expect(pauses).toEqual([1, 2, 4, 8, 16, 32, 64, MAX_PAUSE_STEPS, MAX_PAUSE_STEPS]);
-    d.record(4, 0);
+    expect(lengths[0]).toBe(1);
+    expect(lengths.slice(-3)).toEqual([SPEC.tokens, SPEC.tokens, SPEC.tokens]);
+    for (let i = 1; i < lengths.length; i++) expect(lengths[i]!).toBeGreaterThanOrEqual(lengths[i - 1]!);
+    for (const n of lengths) expect(n).toBeLessThanOrEqual(SPEC.tokens);
+    expect(d.propose(loop, 2)).toEqual([1, 2]);
+  });
+  test("a sequence whose drafts keep failing stops drafting, then tries one token again after a pause", () => {
+    const d = new Drafter(SPEC);
+    let misses = 0;
+    while (d.draftLength > 0) {
+      d.record(d.draftLength, 0);
+      misses++;
+    }
+    expect(misses).toBe(2); // 0.8 -> 0.72 -> 0.648: below the threshold
+    expect(d.acceptanceRate).toBeLessThan(DRAFT_THRESHOLD);
+    let paused = 0;
+    while (d.propose(loop, 4).length === 0) paused++;
+    expect(paused).toBeGreaterThan(0);
+    // a sequence that failed more pauses longer
+    const worse = new Drafter(SPEC);
+    for (let i = 0; i < 8; i++) worse.record(1, 0);
+    let pausedLonger = 0;
+    while (worse.propose(loop, 4).length === 0) pausedLonger++;
+    expect(pausedLonger).toBeGreaterThan(paused);
+    expect(pausedLonger).toBeLessThan(200);
+  });
+  test("counts what was drafted and accepted; only verified positions move the rate", () => {
+    const d = new Drafter(SPEC);
     d.record(4, 1);
-    expect(d.counts).toEqual({ drafted: 44, accepted: 1 });
+    d.record(3, 3);
+    expect(d.counts).toEqual({ drafted: 7, accepted: 4 });
+    // verified: accept, reject (of the first draft), then three accepts
+    let rate = PRIOR_RATE;
+    for (const hit of [1, 0, 1, 1, 1]) rate = 0.9 * rate + 0.1 * hit;
+    expect(d.acceptanceRate).toBeCloseTo(rate, 12);
   });
   test("never proposes more than the limit", () => {
-    expect(new Drafter(SPEC).propose([3, 3, 3], 2)).toEqual([3, 3]);
     expect(new Drafter(SPEC).propose([3, 3, 3], 0)).toEqual([]);
   });
 });
@@ -187,7 +218,10 @@ const NO_ACCEPTED_DRAFTS = new Set(["rnd-llama-Q2_K"]);
 for (const [name, rel] of LLAMA2C_MODELS) {
   describeShared(`speculative decoding on ${name} (${THREADS} thread(s))`, [rel, TOKENIZER], ([model, tokenizer]) => {
     test("greedy and seeded batches, logprobs included, give the same results as without", async () => {
-      await expectSameOutput(model!, tokenizer!, {}, (llm) => requests(llm, 6, 48));
+      await expectSameOutput(model!, tokenizer!, {}, (llm) => requests(llm, 6, 48), { speculative: EAGER });
+    }, TIMEOUT_MS);
+    test("the same with adaptive draft lengths (the default)", async () => {
+      await expectSameOutput(model!, tokenizer!, {}, (llm) => requests(llm, 4, 48), { someAccepted: false });
     }, TIMEOUT_MS);
   });
 }
@@ -195,7 +229,7 @@ for (const [name, rel] of LLAMA2C_MODELS) {
 for (const name of GGUF_MODELS) {
   describeShared(`speculative decoding on ${name}.gguf (${THREADS} thread(s))`, [`models/gguf/${name}.gguf`], ([model]) => {
     test("greedy and seeded batches, logprobs included, give the same results as without", async () => {
-      await expectSameOutput(model!, undefined, {}, (llm) => requests(llm, 3, 40), { someAccepted: !NO_ACCEPTED_DRAFTS.has(name) });
+      await expectSameOutput(model!, undefined, {}, (llm) => requests(llm, 3, 40), { someAccepted: !NO_ACCEPTED_DRAFTS.has(name), speculative: EAGER });
     }, TIMEOUT_MS);
   });
 }
@@ -205,7 +239,7 @@ describeShared(`speculative decoding in the engine (stories260K, ${THREADS} thre
     const engine: Partial<EngineOptions> = { numBlocks: 24, blockSize: 8, maxNumBatchedTokens: 24, maxNumSeqs: 8 };
     let preemptions = 0;
     const build = (llm: LLM) => requests(llm, 12, 60);
-    await expectSameOutput(model!, tokenizer!, engine, build, { compareCached: false });
+    await expectSameOutput(model!, tokenizer!, engine, build, { compareCached: false, speculative: EAGER });
     preemptions = opened[0]!.engine.stats.preemptions;
     expect(preemptions).toBeGreaterThan(0);
     expect(opened[0]!.engine.stats.prefixHits).toBeGreaterThan(0);
@@ -217,13 +251,13 @@ describeShared(`speculative decoding in the engine (stories260K, ${THREADS} thre
   }, TIMEOUT_MS);
 
   test("K = 7 and n-grams 2:5 give the same results too; caching off", async () => {
-    const speculative: SpeculativeOptions = { method: "ngram", tokens: 7, ngram: { min: 2, max: 5 } };
+    const speculative: SpeculativeOptions = { method: "ngram", tokens: 7, ngram: { min: 2, max: 5 }, adaptive: false };
     await expectSameOutput(model!, tokenizer!, { enablePrefixCaching: false }, (llm) => requests(llm, 6, 64), { speculative });
   }, TIMEOUT_MS);
 
   test("max_tokens reached inside a run of accepted drafts ends exactly at max_tokens", async () => {
     const build = (llm: LLM) => [5, 9, 13, 17, 33].map((maxTokens, i): GenerateRequest => ({ id: `m${i}`, promptTokenIds: llm.encode(`${TEXTS[1]} ${TEXTS[1]}`), maxTokens, temperature: 0 }));
-    const got = await expectSameOutput(model!, tokenizer!, {}, build);
+    const got = await expectSameOutput(model!, tokenizer!, {}, build, { speculative: EAGER });
     expect(got.map((r) => r.completion_tokens)).toEqual([5, 9, 13, 17, 33]);
   }, TIMEOUT_MS);
 });
@@ -270,7 +304,7 @@ await describeGpu("speculative decoding on WebGPU", (gpu) => {
   describeShared("stories260K on WebGPU", [MODELS.stories260K, TOKENIZER], ([model, tokenizer]) => {
     test("greedy and seeded batches give the same results as without, with preemption", async () => {
       const engine: Partial<EngineOptions> = { threads: 1, numBlocks: 24, blockSize: 8, maxNumBatchedTokens: 32, maxNumSeqs: 6 };
-      await expectSameOutput(model!, tokenizer!, engine, (llm) => requests(llm, 6, 40), { gpu, compareCached: false });
+      await expectSameOutput(model!, tokenizer!, engine, (llm) => requests(llm, 6, 40), { gpu, compareCached: false, speculative: EAGER });
     }, TIMEOUT_MS);
   });
 });

@@ -153,6 +153,7 @@ export function speculativeOption(values: ParsedValues): SpeculativeOptions | nu
     method: choice(values, "speculate", SPECULATIVE_METHODS, DEFAULT_SPECULATIVE.method),
     tokens: numberOption(values, "spec-tokens", "posint", { max: MAX_SPEC_TOKENS }) ?? DEFAULT_SPECULATIVE.tokens,
     ngram: typeof values["spec-ngram"] === "string" ? parseNgramRange(values["spec-ngram"], "--spec-ngram") : { ...DEFAULT_SPECULATIVE.ngram },
+    adaptive: true,
   };
   checkSpeculative(o);
   return o;

@@ -42,7 +42,7 @@ export interface LoadOptions {
    * Speculative decoding (the same as engine.speculative, which it overrides): { method: "ngram" }
    * with optional tokens (K, default 4) and ngram ({ min, max }, default 1..4). Output is identical.
    */
-  speculative?: { method: SpeculativeMethod; tokens?: number; ngram?: NgramRange } | null;
+  speculative?: { method: SpeculativeMethod; tokens?: number; ngram?: NgramRange; adaptive?: boolean } | null;
   /** Told as the weights load (for a progress bar). */
   onLoadProgress?: LoadProgress;
   /** The chat format of "messages" requests and chats: raw, llama2, chatml or a Jinja file (default: the model's own template). */
