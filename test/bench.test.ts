@@ -80,7 +80,7 @@ describe("bench command", () => {
   test("every bench's --help lists its options", () => {
     const expected: Record<string, string[]> = {
       kernels: ["--threads", "--stream-mb", "--decode-tokens", "--model", "--shape", "--models-dir", "--tokenizer", "--json", "--reps"],
-      decode: ["--threads", "--tokens", "--prompt-tokens", "--stream-mb", "--model", "--quant", "--type", "--peer-nlc"],
+      decode: ["--threads", "--tokens", "--prompt-tokens", "--stream-mb", "--model", "--quant", "--type", "--peer-nlc", "--speculate", "--spec-tokens", "--spec-stories"],
       prefill: ["--threads", "--prompt-tokens", "--decode-tokens", "--model", "--type", "--peer-nlc"],
       batch: ["--threads", "--seqs", "--steps", "--warmup-steps", "--shape"],
       prefix: ["--threads", "--prefix-tokens", "--suffix-tokens", "--workloads", "--requests", "--max-num-seqs", "--num-blocks", "--eviction-policies"],
@@ -220,6 +220,18 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
       "bytesPerToken", "rows.*.tokensPerSecond.median", "rows.*.msPerToken.p99", "rows.*.bandwidthGBps.median",
       "rows.*.limitTokensPerSecond", "rows.*.fractionOfLimit", "rows.*.vsFirst",
     ]);
+  }, PROCESS_TEST_MS);
+
+  test("decode --speculate: three workloads with and without speculation, their acceptance rates, the same tokens", () => {
+    const doc = expectFigures(["bench", "decode", ...QUICK, ...onModel, "--stream-mb", "16", "--tokens", "24", "--threads", "1", "--speculate", "--spec-stories", model!], [
+      "speculative.rows.*.plain.median", "speculative.rows.*.speculative.median", "speculative.rows.*.speedup",
+    ]);
+    expect(at(doc, "results.speculative.rows.*.workload")).toEqual(["stories", "repeating", "no-repetition"]);
+    expect(at(doc, "results.speculative.rows.*.identical")).toEqual([true, true, true]);
+    expect(at(doc, "results.speculative.threads")).toEqual([1]);
+    const r = pagellm(["bench", "decode", ...onModel, "--spec-tokens", "3"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim()).toBe("pagellm: error: --spec-tokens needs --speculate");
   }, PROCESS_TEST_MS);
 
   test("decode --json FILE: the typed document round-trips, tables stay on stdout, and --compare / bench compare / bench chart read it", () => {
@@ -366,6 +378,8 @@ describeShared("GGUF benches end to end (--type)", ["vocab/ggml-vocab-llama-spm.
     const decode = doc.reports[0]!.results as unknown as Json;
     expect(at(decode, "models.*.model")).toEqual([`${base} F32`, `${base} Q8_0`, `${base} Q4_K_M`]);
     expect(at(decode, "models.*.rows.*.threads")).toEqual([1, 2, 1, 2, 1, 2]);
+    // speculation is measured on Q8_0 only, on its three workloads
+    expect(at(decode, "models.*.speculative.rows.*.workload")).toEqual(["stories", "repeating", "no-repetition"]);
     const svg = readFileSync(chart, "utf8");
     for (const title of ["Decode tokens/s", "Prefill tokens/s", "Tokens/s per tensor type", "Aggregate decode tokens/s against batch size", "Time to first token"]) {
       expect(svg).toContain(title);

@@ -16,6 +16,8 @@ import { prefixTables, runPrefixBench } from "./prefix.ts";
 import { progress, tablesText, type Table } from "./report.ts";
 import { makeReport, type AnyBenchReport } from "./schema.ts";
 import { decodeSet, prefillSet } from "./type-comparison.ts";
+import { DEFAULT_STORIES_MODEL } from "./speculative.ts";
+import { DEFAULT_SPECULATIVE } from "../engine/speculative.ts";
 
 /** How much of everything `bench all` measures. */
 export interface AllPlan {
@@ -85,7 +87,9 @@ export async function runAll(plan: AllPlan, models: readonly BenchModel[], seed:
   progress("bench all: decode");
   const decode: DecodeResult[] = [];
   for (const model of models) {
-    decode.push(await runDecodeBench({ ...common, model, ...plan.decode, streamBytes: plan.streamBytes, runc: null, peerNlc: null, gpu: null }));
+    // Speculation is measured on Q8_0 (the issue's aim: SmolLM2-135M-shaped Q8_0 at one thread).
+    const speculate = model.gguf?.mix === "Q8_0" ? { options: DEFAULT_SPECULATIVE, storiesModel: DEFAULT_STORIES_MODEL } : null;
+    decode.push(await runDecodeBench({ ...common, model, ...plan.decode, streamBytes: plan.streamBytes, runc: null, peerNlc: null, gpu: null, speculate }));
   }
   const d = decodeSet(decode);
   const labels = models.map((m) => m.label);

@@ -13,6 +13,8 @@ import { measureStreamBandwidth } from "./roofline.ts";
 import { peerTable, runNlcPeer, type PeerFigure } from "./peer-nlc.ts";
 import { runcTokensPerSecond } from "./runc.ts";
 import { TokenSource } from "./prompts.ts";
+import { runSpeculativeDecode, speculativeFigures, speculativeTable, type SpeculativeDecode } from "./speculative.ts";
+import type { SpeculativeOptions } from "../engine/speculative.ts";
 import { countDecodeStep, gpuCountsTable, gpuRefusal, gpuTable, type BenchGpu, type GpuRow, type GpuStepCounts } from "./webgpu.ts";
 
 export interface DecodeOptions extends RepeatOptions {
@@ -28,6 +30,8 @@ export interface DecodeOptions extends RepeatOptions {
   peerNlc: string | null;
   /** WebGPU to measure next to WebAssembly (--device), or null. */
   gpu: BenchGpu | null;
+  /** --speculate: decode with and without speculation on three workloads at the first thread count, or null. */
+  speculate: { options: SpeculativeOptions; storiesModel: string | null } | null;
 }
 
 export interface DecodeRow {
@@ -62,6 +66,8 @@ export interface DecodeResult {
   bytesPerToken: number;
   rows: DecodeRow[];
   webgpu: GpuDecode | null;
+  /** With and without speculative decoding (--speculate); absent when not asked for. */
+  speculative?: SpeculativeDecode;
 }
 
 export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
@@ -105,7 +111,14 @@ export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
     rows.push(row);
   }
   const webgpu = o.gpu === null ? null : await gpuDecode(o, o.gpu, rows);
-  return { model: o.model.label, gguf: o.model.gguf, bytesPerToken: o.model.bytesPerToken, rows, webgpu };
+  const result: DecodeResult = { model: o.model.label, gguf: o.model.gguf, bytesPerToken: o.model.bytesPerToken, rows, webgpu };
+  if (o.speculate !== null) {
+    result.speculative = await runSpeculativeDecode(o.model, {
+      warmup: o.warmup, reps: o.reps, threads: o.threads[0]!, speculative: o.speculate.options, genTokens: o.genTokens,
+      promptTokens: o.promptTokens, seed: o.seed, storiesModel: o.speculate.storiesModel,
+    });
+  }
+  return result;
 }
 
 /** The same decode on WebGPU, against the WebAssembly row of the most threads. */
@@ -129,7 +142,8 @@ export function decodeFigures(r: DecodeResult): Figure[] {
   // Documents written before the WebGPU path have no webgpu field.
   const g = r.webgpu ?? null;
   const gpu = g !== null && "row" in g ? figure(`${r.model}, webgpu: decode tokens/s`, g.row.value, "tokens/s") : [];
-  return [...gpu, ...r.rows.flatMap((x) => {
+  const spec = r.speculative === undefined ? [] : speculativeFigures(r.model, r.speculative);
+  return [...gpu, ...spec, ...r.rows.flatMap((x) => {
     const at = `${r.model}, ${threadsLabel(x.threads)}`;
     return [
       ...figure(`${at}: decode tokens/s`, x.tokensPerSecond, "tokens/s"),
@@ -162,6 +176,7 @@ export function decodeTables(r: DecodeResult): Table[] {
   if (g !== null && "row" in g) {
     tables.push(gpuTable("decode tokens/s", r.model, g.adapter, g.software, [g.row]), gpuCountsTable(r.model, g.perStep));
   }
+  if (r.speculative !== undefined) tables.push(speculativeTable(r.speculative));
   if (r.rows.some((x) => x.peer !== null)) {
     tables.push(peerTable(`decode of ${r.model}`, r.rows.map((x) => ({ threads: x.threads, ours: x.tokensPerSecond, peer: x.peer }))));
   }

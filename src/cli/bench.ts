@@ -30,7 +30,10 @@ import { DEFAULT_MODELS_DIR, type BenchModel } from "../bench/models.ts";
 import { isGGUF } from "../model/load.ts";
 import { InputError } from "../errors.ts";
 import { WORKLOAD_NAMES, type WorkloadName } from "../bench/workloads.ts";
-import { checkKnownOptions, deviceArg, deviceOption, gpuBackendOptions, numberOption, type ParsedValues } from "./options.ts";
+import { checkKnownOptions, deviceArg, deviceOption, gpuBackendOptions, numberOption, speculativeArgs, speculativeOption, type ParsedValues } from "./options.ts";
+import { DEFAULT_STORIES_MODEL } from "../bench/speculative.ts";
+import type { SpeculativeOptions } from "../engine/speculative.ts";
+import { existsSync } from "node:fs";
 import { benchGpu } from "../bench/webgpu.ts";
 
 type Settings = BenchReport<unknown>["settings"];
@@ -122,7 +125,29 @@ const decodeArgs = {
     description: "A llama2.c `run` binary to time on the same model file, alternating with pagellm (OMP_NUM_THREADS = each thread count)",
     valueHint: "path",
   },
+  speculate: {
+    type: "boolean",
+    description:
+      "Also decode with and without speculative decoding (--spec-tokens, --spec-ngram) in the same run, at the first thread count, on three workloads: " +
+      "stories260K continuing TinyStories openings, the model's greedy loops, and sampling with no repetition",
+  },
+  "spec-tokens": speculativeArgs["spec-tokens"],
+  "spec-ngram": speculativeArgs["spec-ngram"],
+  "spec-stories": { type: "string", description: "The stories workload's llama2.c checkpoint, tokenizer beside it (default ../shared/models/llama2c/stories260K.bin)", valueHint: "path" },
 } as const satisfies ArgsDef;
+
+/** bench decode's --speculate and its options, checked; null without --speculate. */
+function benchSpeculate(values: ParsedValues): { options: SpeculativeOptions; storiesModel: string | null } | null {
+  if (values.speculate !== true) {
+    const stray = ["spec-tokens", "spec-ngram", "spec-stories"].find((name) => values[name] !== undefined);
+    if (stray !== undefined) throw new InputError(`--${stray} needs --speculate`);
+    return null;
+  }
+  const options = speculativeOption({ ...values, speculate: "ngram" })!;
+  const stories = str(values, "spec-stories");
+  if (stories !== undefined && !existsSync(stories)) throw new InputError(`--spec-stories ${stories}: file not found`);
+  return { options, storiesModel: stories ?? DEFAULT_STORIES_MODEL };
+}
 
 const decodeCommand = defineCommand({
   meta: {
@@ -139,7 +164,7 @@ const decodeCommand = defineCommand({
     const o = {
       ...repeatOptions(args, 3), threads: intList(args, "threads", [1, 2]), streamBytes: streamBytes(args),
       promptTokens: posint(args, "prompt-tokens", 8), genTokens: posint(args, "tokens", 128), seed: nonNegInt(args, "seed", 1),
-      runc: typeof args.runc === "string" ? args.runc : null, peerNlc: peerOption(args, models),
+      runc: typeof args.runc === "string" ? args.runc : null, peerNlc: peerOption(args, models), speculate: benchSpeculate(args),
     };
     const { gpu, note: deviceNote } = await benchGpu(deviceOption(args), gpuBackendOptions(args));
     const results = [];
@@ -150,7 +175,7 @@ const decodeCommand = defineCommand({
     }
     const settings = {
       reps: o.reps, warmup: o.warmup, threads: o.threads, streamBytes: o.streamBytes, models: models.map((m) => m.label), promptTokens: o.promptTokens, tokens: o.genTokens, seed: o.seed,
-      device: deviceOption(args),
+      device: deviceOption(args), speculative: o.speculate?.options ?? null,
     };
     const set = decodeSet(results);
     emit("decode", run, settings, [...modelNotes(models), deviceNote, ...refusalNotes(results)], set.results, set.tables);
