@@ -18,6 +18,7 @@ import type { EngineOptions, LLMEngine, StepEvent } from "../src/engine/engine.t
 import { proposeNgram } from "../src/engine/ngram-proposer.ts";
 import { DEFAULT_SPECULATIVE, DRAFT_THRESHOLD, Drafter, PRIOR_RATE, type SpeculativeOptions } from "../src/engine/speculative.ts";
 import { Request } from "../src/engine/request.ts";
+import { DEFAULT_SAMPLING } from "../src/engine/sampler.ts";
 import { KVCacheManager } from "../src/kv/kv-cache-manager.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { MODELS, TEXTS, TOKENIZER } from "./helpers/prefix.ts";
@@ -282,6 +283,29 @@ describeShared(`stop strings inside drafts (rnd-qwen2-Q5_K_M, ${THREADS} thread(
     const results = await llm.generate(build().map((r) => ({ ...r, id: `again-${r.id}` })));
     expect(results.every((r) => r.finish_reason === "stop")).toBe(true);
     expect(steps.some((e) => e.finished && e.seq.finishReason === "stop" && e.numSampled > 1)).toBe(true);
+  }, TIMEOUT_MS);
+});
+
+describeShared(`speculative decoding with parallel sampling (stories260K, ${THREADS} thread(s))`, [MODELS.stories260K, TOKENIZER], ([model, tokenizer]) => {
+  test("n samples forked from one prompt give the same tokens and logprobs with and without, in a pool small enough to preempt", async () => {
+    const engine: Partial<EngineOptions> = { numBlocks: 40, blockSize: 8, maxNumBatchedTokens: 32 };
+    const run = async (speculative: SpeculativeOptions | null) => {
+      const llm = load(model!, tokenizer!, { ...engine, speculative });
+      const groups = TEXTS.slice(0, 3).map((text, k) => llm.engine.addParallelSampling([0.2, 0.5, 0.9].map((temperature, i) => ({
+        id: `p${k}-${i}`, promptTokenIds: llm.encode(`${text} ${text}`),
+        params: { maxTokens: 40, stop: [], sampling: { ...DEFAULT_SAMPLING, temperature, topK: 0, topP: 1, minP: 0, seed: 100 + i }, logprobs: 1 },
+      }))));
+      while (llm.engine.hasUnfinished) await llm.engine.step();
+      const out = groups.map((g) => g.map((seq) => JSON.stringify({ t: seq.outputTokenIds, l: seq.logprobs, f: seq.finishReason })));
+      const stats = llm.engine.stats;
+      closeAll();
+      return { out, stats };
+    };
+    const plain = await run(null);
+    const spec = await run(EAGER);
+    expect(spec.out).toEqual(plain.out);
+    expect(spec.stats.acceptedTokens).toBeGreaterThan(0);
+    expect(spec.stats.preemptions + plain.stats.preemptions).toBeGreaterThan(0);
   }, TIMEOUT_MS);
 });
 
