@@ -26,6 +26,7 @@ import { describeShared } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
 import { describeGpu } from "./helpers/webgpu.ts";
 import { runPagellm } from "./helpers/cli.ts";
+import { startServer } from "./helpers/serve.ts";
 
 const THREADS = testThreads();
 /** Per-test limit: many engine runs on a loaded 2-core machine (bun's 5 s default is far too tight). */
@@ -306,6 +307,39 @@ describeShared(`speculative decoding with parallel sampling (stories260K, ${THRE
     expect(spec.out).toEqual(plain.out);
     expect(spec.stats.acceptedTokens).toBeGreaterThan(0);
     expect(spec.stats.preemptions + plain.stats.preemptions).toBeGreaterThan(0);
+  }, TIMEOUT_MS);
+});
+
+describeShared(`serve --speculate (rnd-qwen2-Q5_K_M, ${THREADS} thread(s))`, ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
+  test("concurrent streamed completions, greedy and seeded with n = 2, give the same text and logprobs as a plain server", async () => {
+    const ask = async (speculative: SpeculativeOptions | null) => {
+      const s = await startServer(model!, {}, { speculative });
+      try {
+        const results = await Promise.all(TEXTS.slice(0, 4).map(async (prompt, i) => {
+          const stream = await s.client.completions.create({
+            model: "test-model", prompt, max_tokens: 32, stream: true, logprobs: 1,
+            ...(i % 2 === 0 ? { temperature: 0 } : { temperature: 0.8, seed: 7 + i, n: 2 }),
+          });
+          const text = ["", ""];
+          const logprobs: (number | null)[][] = [[], []];
+          for await (const chunk of stream) {
+            for (const c of chunk.choices) {
+              text[c.index] += c.text;
+              logprobs[c.index]!.push(...(c.logprobs?.token_logprobs ?? []));
+            }
+          }
+          return { text, logprobs };
+        }));
+        return { results, accepted: s.llm.engine.stats.acceptedTokens };
+      } finally {
+        await s.close();
+      }
+    };
+    const plain = await ask(null);
+    const spec = await ask(EAGER);
+    expect(spec.results).toEqual(plain.results);
+    expect(plain.results.some((r) => r.text[0]!.length > 0)).toBe(true);
+    expect(spec.accepted).toBeGreaterThan(0);
   }, TIMEOUT_MS);
 });
 
