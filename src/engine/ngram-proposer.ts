@@ -22,33 +22,32 @@ export interface NgramRange {
 export function proposeNgram(tokens: readonly number[], range: NgramRange, maxDraft: number): number[] {
   const len = tokens.length;
   if (maxDraft <= 0) return [];
-  for (let n = Math.min(range.max, len - 1); n >= range.min; n--) {
-    const start = findEarlier(tokens, n);
-    if (start < 0) continue;
-    const draft: number[] = [];
-    for (let i = 0; i < maxDraft; i++) {
-      const at = start + n + i;
-      draft.push(at < len ? tokens[at]! : draft[at - len]!);
-    }
-    return draft;
+  const match = longestEarlierMatch(tokens, Math.min(range.max, len - 1));
+  if (match.length < range.min) return [];
+  const draft: number[] = [];
+  for (let i = 0; i < maxDraft; i++) {
+    const at = match.start + match.length + i;
+    draft.push(at < len ? tokens[at]! : draft[at - len]!);
   }
-  return [];
+  return draft;
 }
 
 /**
- * Start of the latest occurrence of the last n tokens that ends before the last token (so it has
- * at least one token after it), or -1.
+ * The longest run of up to maxN tokens that ends before the last token and equals the same number
+ * of last tokens, the latest such run among the longest; length 0 when even the last token does
+ * not occur earlier. One pass from the end: a candidate's match is counted backwards from where the
+ * last token occurs, and only a strictly longer match replaces the one kept, so the first (latest)
+ * of each length wins; it stops at the first match of maxN.
  */
-function findEarlier(tokens: readonly number[], n: number): number {
+function longestEarlierMatch(tokens: readonly number[], maxN: number): { start: number; length: number } {
   const len = tokens.length;
-  const suffix = len - n;
-  const last = tokens[len - 1]!;
-  // Scan candidate ends from the latest; compare the last token first (one load rejects most).
-  for (let end = len - 2; end >= n - 1; end--) {
+  const last = tokens[len - 1];
+  let best = { start: 0, length: 0 };
+  for (let end = len - 2; end >= 0 && best.length < maxN; end--) {
     if (tokens[end] !== last) continue;
     let k = 1;
-    while (k < n && tokens[end - k] === tokens[suffix + n - 1 - k]) k++;
-    if (k === n) return end - n + 1;
+    while (k < maxN && k <= end && tokens[end - k] === tokens[len - 1 - k]) k++;
+    if (k > best.length) best = { start: end - k + 1, length: k };
   }
-  return -1;
+  return best;
 }
