@@ -156,7 +156,8 @@ function closeAll(): void {
 }
 
 function load(model: string, tokenizer: string | undefined, engine: Partial<EngineOptions>, gpu?: WebGpuBackend): LLM {
-  const llm = LLM.load({ model, tokenizer, engine: { threads: THREADS, ...engine }, gpu });
+  // A small KV pool: these requests need a few MiB, and the machine's free memory is checked at load.
+  const llm = LLM.load({ model, tokenizer, engine: { threads: THREADS, kvCacheMb: 32, ...engine }, gpu });
   opened.push(llm);
   return llm;
 }
@@ -313,7 +314,7 @@ describeShared(`speculative decoding with parallel sampling (stories260K, ${THRE
 describeShared(`serve --speculate (rnd-qwen2-Q5_K_M, ${THREADS} thread(s))`, ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
   test("concurrent streamed completions, greedy and seeded with n = 2, give the same text and logprobs as a plain server", async () => {
     const ask = async (speculative: SpeculativeOptions | null) => {
-      const s = await startServer(model!, {}, { speculative });
+      const s = await startServer(model!, {}, { speculative, kvCacheMb: 32 });
       try {
         const results = await Promise.all(TEXTS.slice(0, 4).map(async (prompt, i) => {
           const stream = await s.client.completions.create({
