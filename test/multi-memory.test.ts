@@ -10,6 +10,12 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
 import type { EngineOptions } from "../src/engine/engine.ts";
 import { describePart, memoryLimitBytes, placeModel } from "../src/backend/placement.ts";
+import { CpuBackend } from "../src/backend/cpu.ts";
+import { WasmForward } from "../src/backend/wasm-forward.ts";
+import { StepBatch } from "../src/model/batch.ts";
+import { wholeModel } from "../src/model/llama.ts";
+import { openCheckpoint } from "../src/model/load.ts";
+import { loadWeights } from "../src/model/weights.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { TEXTS, withoutTimings } from "./helpers/prefix.ts";
 import { testThreads } from "./helpers/threads.ts";
@@ -94,6 +100,33 @@ for (const file of GGUF_MODELS) {
 
 describeShared("multi-memory llama2.c", ["models/llama2c/stories260K.bin", "models/llama2c/tok512.bin"], ([model, tokenizer]) => {
   checkSplitAgainstWhole("stories260K.bin", model!, tokenizer!);
+});
+
+describeShared("addresses past 2 GiB", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
+  /** Logits of every position of `tokens` with the model's buffers `pad` bytes up its memory (the pad is never touched). */
+  const logitsAfter = async (pad: number, tokens: number[]): Promise<Float32Array[]> => {
+    const backend = new CpuBackend(THREADS);
+    try {
+      backend.mem.alloc(pad);
+      const ckpt = openCheckpoint(model!);
+      const c = { ...ckpt.config, seqLen: 64 };
+      const weights = loadWeights({ ...ckpt, config: c }, backend.mem, backend.kernels);
+      const batch = new StepBatch(backend.mem, 64, 1, 4, 16, 64);
+      const forward = new WasmForward(c, weights, [backend], [wholeModel(c)], batch, 64, 8, 16);
+      batch.addSequence(tokens, 0, [7, 5, 3, 1], "all");
+      await forward.forward(batch);
+      return tokens.map((_, r) => Float32Array.from(forward.logitsRow(r)));
+    } finally {
+      backend.close();
+    }
+  };
+
+  test("a model whose weights, KV, batch and logits lie past 2 GiB of its memory gives the same logits", async () => {
+    const tokens = Array.from({ length: 40 }, (_, i) => (i * 7919) % 1000);
+    const high = await logitsAfter(2 ** 31 + 4096, tokens);
+    const low = await logitsAfter(0, tokens);
+    for (let i = 0; i < tokens.length; i++) expect(high[i]!).toEqual(low[i]!);
+  }, TIMEOUT_MS);
 });
 
 describe("placement", () => {

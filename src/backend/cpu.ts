@@ -210,7 +210,7 @@ export class CpuBackend {
     let rows = 0;
     parts.forEach((p, i) => {
       const m = p.m as Extract<WeightMatrix, { kind: "f32" }>;
-      this.mem.i32.set([m.addr, p.out, m.rows, m.rows, rows], (table >> 2) + i * MULTI_SEGMENT_INTS);
+      this.mem.i32.set([m.addr, p.out, m.rows, m.rows, rows], (table >>> 2) + i * MULTI_SEGMENT_INTS);
       rows += Math.ceil(m.rows / 4) * 4;
     });
     return { parts, table, rows };
@@ -286,7 +286,7 @@ export class CpuBackend {
       // Two-pass softmax over the whole context: scores for every position of the longest sequence.
       const i32 = this.mem.i32;
       for (let s = 0; s < numSeqs; s++) {
-        const contextLen = i32[(seqInfo >> 2) + s * SEQ_INFO_INTS + 2]!;
+        const contextLen = i32[(seqInfo >>> 2) + s * SEQ_INFO_INTS + 2]!;
         if (contextLen > this.runqScoresCapacity) {
           throw new Error(`runq attention scratch holds ${this.runqScoresCapacity} positions, a sequence has ${contextLen}`);
         }

@@ -103,7 +103,7 @@ export class WasmForward implements ModelForward, KVBlockIO {
   }
 
   logitsRow(r: number): Float32Array {
-    const start = this.classifier.model.logitsAddr(r) >> 2;
+    const start = this.classifier.model.logitsAddr(r) >>> 2;
     return this.classifier.backend.mem.f32.subarray(start, start + this.config.vocabSize);
   }
 
@@ -120,7 +120,7 @@ export class WasmForward implements ModelForward, KVBlockIO {
   /** The residual stream of T tokens from one memory to the next: the only data that crosses. */
   private copyResidual(from: MemoryPart, to: MemoryPart, T: number): void {
     const n = T * this.config.dim;
-    const src = from.model.residualAddr >> 2;
-    to.backend.mem.f32.set(from.backend.mem.f32.subarray(src, src + n), to.model.residualAddr >> 2);
+    const src = from.model.residualAddr >>> 2;
+    to.backend.mem.f32.set(from.backend.mem.f32.subarray(src, src + n), to.model.residualAddr >>> 2);
   }
 }

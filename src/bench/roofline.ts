@@ -24,7 +24,7 @@ export function measureStreamBandwidth(backend: CpuBackend, reps: number, bytes 
     const x = mem.alloc(4 * nFloats);
     const out = mem.alloc(64 * backend.threads);
     // Touch every page: fresh WebAssembly memory reads as the zero page, which never leaves the cache.
-    mem.f32.fill(1, x >> 2, (x >> 2) + nFloats);
+    mem.f32.fill(1, x >>> 2, (x >>> 2) + nFloats);
     const call: ParallelCall = { kernel: "streamSumF32", args: [out, x, 0, 0], total: nFloats, granularity: 16, scratch: { arg: 0, stride: 64 } };
     const run = parallelRunner(backend, call);
     run(); // warm-up: page tables, worker wake-up
@@ -47,7 +47,7 @@ export function allocMatrix(backend: CpuBackend, n: number, d: number, seed = 1)
   const mem = backend.mem;
   const rowMajor = mem.alloc(4 * n * d);
   const packed = mem.alloc(4 * n * d);
-  new Xoshiro128(seed).fillNormalish(mem.f32.subarray(rowMajor >> 2, (rowMajor >> 2) + n * d), 0, 1 / Math.sqrt(d));
+  new Xoshiro128(seed).fillNormalish(mem.f32.subarray(rowMajor >>> 2, (rowMajor >>> 2) + n * d), 0, 1 / Math.sqrt(d));
   backend.kernels.packF32(packed, rowMajor, n, d);
   return { n, d, rowMajor, packed };
 }
@@ -56,7 +56,7 @@ export function allocMatrix(backend: CpuBackend, n: number, d: number, seed = 1)
 function allocActivations(backend: CpuBackend, m: TestMatrix, T: number): { x: number; out: number } {
   const mem = backend.mem;
   const x = mem.alloc(4 * T * m.d);
-  new Xoshiro128(2).fillNormalish(mem.f32.subarray(x >> 2, (x >> 2) + T * m.d), 0, 1);
+  new Xoshiro128(2).fillNormalish(mem.f32.subarray(x >>> 2, (x >>> 2) + T * m.d), 0, 1);
   return { x, out: mem.alloc(4 * T * m.n) };
 }
 

@@ -54,16 +54,17 @@ export class StepBatch {
     }
     const from = this.mem.i32;
     const to = dst.mem.i32;
-    const copy = (src: number, at: number, n: number) => to.set(from.subarray(src >> 2, (src >> 2) + n), at >> 2);
+    const copy = (src: number, at: number, n: number) => to.set(from.subarray(src >>> 2, (src >>> 2) + n), at >>> 2);
     copy(this.tokens, dst.tokens, this.numTokens);
     copy(this.positions, dst.positions, this.numTokens);
     copy(this.slots, dst.slots, this.numTokens);
     copy(this.logitRows, dst.logitRows, this.numLogits);
     for (let s = 0; s < this.numSeqs; s++) {
-      const info = (this.seqInfo >> 2) + s * SEQ_INFO_INTS;
-      const out = (dst.seqInfo >> 2) + s * SEQ_INFO_INTS;
+      const info = (this.seqInfo >>> 2) + s * SEQ_INFO_INTS;
+      const out = (dst.seqInfo >>> 2) + s * SEQ_INFO_INTS;
       for (let i = 0; i < SEQ_INFO_INTS; i++) to[out + i] = from[info + i]!;
-      const table = from[info + 3]!;
+      // Addresses past 2 GiB are stored wrapped in the i32 field: read them back as unsigned.
+      const table = from[info + 3]! >>> 0;
       const rebased = table - this.blockTables + dst.blockTables;
       to[out + 3] = rebased;
       copy(table, rebased, Math.ceil(from[info + 2]! / this.blockSize));
@@ -103,15 +104,15 @@ export class StepBatch {
     const t0 = this.numTokens;
     for (let i = 0; i < n; i++) {
       const pos = startPos + i;
-      i32[(this.tokens >> 2) + t0 + i] = newTokens[i]!;
-      i32[(this.positions >> 2) + t0 + i] = pos;
+      i32[(this.tokens >>> 2) + t0 + i] = newTokens[i]!;
+      i32[(this.positions >>> 2) + t0 + i] = pos;
       const block = blockTable[Math.floor(pos / this.blockSize)]!;
-      i32[(this.slots >> 2) + t0 + i] = block * this.blockSize + (pos % this.blockSize);
+      i32[(this.slots >>> 2) + t0 + i] = block * this.blockSize + (pos % this.blockSize);
     }
     const s = this.numSeqs;
     const table = this.blockTables + 4 * s * this.maxBlocksPerSeq;
-    for (let b = 0; b < needBlocks; b++) i32[(table >> 2) + b] = blockTable[b]!;
-    const info = (this.seqInfo >> 2) + s * SEQ_INFO_INTS;
+    for (let b = 0; b < needBlocks; b++) i32[(table >>> 2) + b] = blockTable[b]!;
+    const info = (this.seqInfo >>> 2) + s * SEQ_INFO_INTS;
     i32[info] = t0;
     i32[info + 1] = n;
     i32[info + 2] = contextLen;
@@ -125,7 +126,7 @@ export class StepBatch {
     const first = this.numLogits;
     const from = n - count;
     if (first + n - from > this.maxLogitRows) throw new Error("StepBatch: too many logit rows");
-    for (let i = from; i < n; i++) i32[(this.logitRows >> 2) + this.numLogits++] = t0 + i;
+    for (let i = from; i < n; i++) i32[(this.logitRows >>> 2) + this.numLogits++] = t0 + i;
     return first;
   }
 }

@@ -253,8 +253,8 @@ export class LlamaModel {
       if (c.ropeFreqFactors !== undefined) freq = fr(freq / c.ropeFreqFactors[k]!);
       for (let pos = 0; pos < c.seqLen; pos++) {
         const angle = fr((scale === 1 ? pos : fr(pos * scale)) * freq);
-        f32[(cos >> 2) + pos * half + k] = Math.cos(angle);
-        f32[(sin >> 2) + pos * half + k] = Math.sin(angle);
+        f32[(cos >>> 2) + pos * half + k] = Math.cos(angle);
+        f32[(sin >>> 2) + pos * half + k] = Math.sin(angle);
       }
     }
     return [cos, sin];

@@ -225,13 +225,13 @@ export class GpuLlamaModel {
     const e = this.cpuEmbedding!;
     const n = batch.numTokens * this.config.dim;
     cpu.embed(e.rows, e.table, batch.tokens, batch.numTokens);
-    this.gpu.runner.upload(this.act.x, cpu.mem.f32.subarray(e.rows >> 2, (e.rows >> 2) + n));
+    this.gpu.runner.upload(this.act.x, cpu.mem.f32.subarray(e.rows >>> 2, (e.rows >>> 2) + n));
   }
 
   /** Copy the batch's arrays to the GPU; block-table addresses become element indices. */
   private uploadStep(batch: StepBatch, cpu: CpuBackend): number {
     const i32 = cpu.mem.i32;
-    const read = (addr: number, n: number) => i32.slice(addr >> 2, (addr >> 2) + n);
+    const read = (addr: number, n: number) => i32.slice(addr >>> 2, (addr >>> 2) + n);
     const T = batch.numTokens;
     const info = read(batch.seqInfo, batch.numSeqs * SEQ_INFO_INTS);
     const tables: number[] = [];
