@@ -10,7 +10,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { Completion } from "openai/resources/completions";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { describeShared } from "./helpers/shared.ts";
-import { metric, startServer, type TestServer } from "./helpers/serve.ts";
+import { complete, completeStreamed, metric, startServer, type TestServer } from "./helpers/serve.ts";
 import { TEXTS } from "./helpers/prefix.ts";
 
 const STORIES = "models/gguf/stories260K.gguf";
@@ -41,15 +41,15 @@ describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
     let started!: () => void;
     const streaming = new Promise<void>((resolve) => (started = resolve));
     const long = (async () => {
-      const stream = await s.client.completions.create({ model: "test-model", prompt: "Once upon a time", max_tokens: 400, temperature: 0, ignore_eos: true, stream: true } as never);
+      const stream = await completeStreamed(s.client, { model: "test-model", prompt: "Once upon a time", max_tokens: 400, temperature: 0, ignore_eos: true, stream: true });
       let chunks = 0;
-      for await (const _ of stream as unknown as AsyncIterable<unknown>) {
+      for await (const _ of stream) {
         if (++chunks === 5) started();
       }
       order.push("long");
     })();
     await streaming;
-    const short = await s.client.completions.create({ model: "test-model", prompt: "The dog", max_tokens: 4, temperature: 0, ignore_eos: true } as never) as Completion;
+    const short = await complete(s.client, { model: "test-model", prompt: "The dog", max_tokens: 4, temperature: 0, ignore_eos: true });
     order.push("short");
     await long;
     expect(short.usage!.completion_tokens).toBe(4);
@@ -60,7 +60,7 @@ describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
     const target = TEXTS[0]!;
     const others = Array.from({ length: 31 }, (_, i) => `${TEXTS[(i + 1) % TEXTS.length]} ${"and then ".repeat(i % 5)}${i}`);
     const ask = (prompt: string) =>
-      s.client.completions.create({ model: "test-model", prompt, max_tokens: 24, temperature: 0, ignore_eos: true, logprobs: 0 } as never) as Promise<Completion>;
+      complete(s.client, { model: "test-model", prompt, max_tokens: 24, temperature: 0, ignore_eos: true, logprobs: 0 });
     const tokensOf = (r: Completion) => JSON.stringify({ tokens: r.choices[0]!.logprobs!.tokens, logprobs: r.choices[0]!.logprobs!.token_logprobs });
     const cold = () => {
       expect(s.llm.engine.resetPrefixCache()).toBe(true);
@@ -131,7 +131,7 @@ describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
   test("cache_salt: a prompt is served from the cache within its salt only", async () => {
     const prompt = `${TEXTS[3]} ${TEXTS[4]}`;
     const ask = async (salt: string | undefined) => {
-      const r = (await s.client.completions.create({ model: "test-model", prompt, max_tokens: 2, temperature: 0, ...(salt ? { cache_salt: salt } : {}) } as never)) as Completion;
+      const r = await complete(s.client, { model: "test-model", prompt, max_tokens: 2, temperature: 0, ...(salt ? { cache_salt: salt } : {}) });
       return r.usage!.prompt_tokens_details!.cached_tokens ?? -1;
     };
     await settled(s.url);

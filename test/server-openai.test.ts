@@ -6,10 +6,9 @@
  * completions run on stories260K.
  */
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import type { Completion } from "openai/resources/completions";
 import OpenAI, { APIError, BadRequestError, NotFoundError, RateLimitError } from "openai";
 import { describeShared } from "./helpers/shared.ts";
-import { metric, openaiClient, startServer, type TestServer } from "./helpers/serve.ts";
+import { complete, metric, openaiClient, startServer, type ServerExtensions, type TestServer } from "./helpers/serve.ts";
 import { PagellmServer } from "../src/server/server.ts";
 
 const CHAT_MODEL = "models/gguf/rnd-qwen2-Q5_K_M.gguf";
@@ -178,8 +177,8 @@ describeShared("serve: text completions (openai client)", [STORIES], ([model]) =
   }, LIMIT_MS);
 
   test("llama.cpp's repeat_penalty and repeat_last_n are honoured: a penalty over the last 0 tokens changes nothing", async () => {
-    const ask = (extra: Record<string, unknown>) =>
-      s.client.completions.create({ model: "test-model", prompt: "The cat sat", max_tokens: 30, temperature: 0, ignore_eos: true, ...extra } as never) as Promise<Completion>;
+    const ask = (extra: ServerExtensions) =>
+      complete(s.client, { model: "test-model", prompt: "The cat sat", max_tokens: 30, temperature: 0, ignore_eos: true, ...extra });
     const plain = (await ask({})).choices[0]!.text;
     expect((await ask({ repeat_penalty: 1.5, repeat_last_n: 0 })).choices[0]!.text).toBe(plain);
     const penalised = (await ask({ repeat_penalty: 1.5 })).choices[0]!.text;
@@ -211,17 +210,18 @@ describeShared("serve: text completions (openai client)", [STORIES], ([model]) =
     const text = "Once upon a time, there was a little girl named Lily.";
     const ids = s.llm.encode(text);
     // A long stream runs meanwhile: scoring happens between its steps.
-    const busy = s.client.completions.create({ model: "test-model", prompt: "The dog", max_tokens: 200, temperature: 0, ignore_eos: true } as never);
-    const scored = (await s.client.completions.create({ model: "test-model", prompt: text, max_tokens: 0, echo: true, logprobs: 1 } as never)) as Completion;
+    const busy = complete(s.client, { model: "test-model", prompt: "The dog", max_tokens: 200, temperature: 0, ignore_eos: true });
+    const scored = await s.client.completions.create({ model: "test-model", prompt: text, max_tokens: 0, echo: true, logprobs: 1 });
     const reference = await s.llm.score(ids);
     const lp = scored.choices[0]!.logprobs!;
     expect(scored.choices[0]!.text).toBe(text);
     expect(scored.usage!.completion_tokens).toBe(0);
     expect(lp.tokens!.length).toBe(ids.length);
-    expect(lp.token_logprobs).toEqual([null as unknown as number, ...reference.token_logprobs]);
+    // The first prompt token has no log-probability: null (the client's type says number).
+    expect(lp.token_logprobs as (number | null)[]).toEqual([null, ...reference.token_logprobs]);
     expect(lp.top_logprobs![0]).toBeNull();
     expect(lp.tokens!.join("")).toBe(s.llm.tokenizer.decode(ids));
-    const continued = (await s.client.completions.create({ model: "test-model", prompt: text, max_tokens: 5, temperature: 0, echo: true, logprobs: 1 } as never)) as Completion;
+    const continued = await s.client.completions.create({ model: "test-model", prompt: text, max_tokens: 5, temperature: 0, echo: true, logprobs: 1 });
     const c = continued.choices[0]!;
     expect(c.logprobs!.token_logprobs!.slice(0, ids.length)).toEqual(lp.token_logprobs!);
     expect(c.logprobs!.tokens!.length).toBe(ids.length + continued.usage!.completion_tokens);

@@ -3,6 +3,7 @@
  * 127.0.0.1 and a free port), an `openai` client pointed at it, and readers of its /metrics.
  */
 import OpenAI from "openai";
+import type { Completion, CompletionCreateParamsNonStreaming, CompletionCreateParamsStreaming } from "openai/resources/completions";
 import type { EngineOptions } from "../../src/engine/engine.ts";
 import { LLM } from "../../src/engine/llm.ts";
 import { PagellmServer, type ServerOptions } from "../../src/server/server.ts";
@@ -47,4 +48,25 @@ export async function metric(url: string, name: string, labelPart = ""): Promise
     if (line.startsWith(`pagellm:${name}{`) && line.includes(labelPart)) return Number(line.slice(line.lastIndexOf(" ") + 1));
   }
   throw new Error(`no metric pagellm:${name} ${labelPart} in /metrics`);
+}
+
+/** Fields vLLM and llama.cpp add to OpenAI's (and pagellm serve takes), which the client passes through. */
+export interface ServerExtensions {
+  ignore_eos?: boolean;
+  top_k?: number;
+  min_p?: number;
+  repetition_penalty?: number;
+  repeat_penalty?: number;
+  repeat_last_n?: number;
+  cache_salt?: string;
+}
+
+/** A text completion with the server's extra fields (the client's types know only OpenAI's). */
+export function complete(client: OpenAI, body: CompletionCreateParamsNonStreaming & ServerExtensions): Promise<Completion> {
+  return client.completions.create(body);
+}
+
+/** The same, streamed. */
+export function completeStreamed(client: OpenAI, body: CompletionCreateParamsStreaming & ServerExtensions) {
+  return client.completions.create(body);
 }
