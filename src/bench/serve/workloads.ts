@@ -66,7 +66,7 @@ export interface ChatShape {
 
 /** Seeded token ids in [firstTokenId(vocabSize), vocabSize). */
 export class TokenDraw {
-  readonly rng: Xoshiro128;
+  private readonly rng: Xoshiro128;
   private readonly first: number;
 
   constructor(seed: number, private readonly vocabSize: number) {
@@ -159,6 +159,8 @@ export class ChatSource implements RequestSource {
   private readonly conversations: Conversation[];
   /** Conversations whose next turn is ready, in the order they became ready. */
   private readonly ready: number[];
+  /** The conversation of each request sent. */
+  private readonly conversationOf = new Map<string, number>();
   private readonly rng: Xoshiro128;
 
   constructor(private readonly shape: ChatShape, seed: number) {
@@ -182,11 +184,14 @@ export class ChatSource implements RequestSource {
     const conv = this.conversations[c]!;
     conv.messages.push({ role: "user", content: this.words(this.shape.userWords) });
     conv.turnsSent++;
-    return { id: `chat-${c}-${conv.turnsSent}`, prompt: { kind: "chat", messages: [...conv.messages] }, maxTokens: this.shape.outputTokens };
+    const id = `chat-${c}-${conv.turnsSent}`;
+    this.conversationOf.set(id, c);
+    return { id, prompt: { kind: "chat", messages: [...conv.messages] }, maxTokens: this.shape.outputTokens };
   }
 
   finished(req: BenchRequest, outcome: RequestOutcome): void {
-    const c = Number(req.id.split("-")[1]);
+    const c = this.conversationOf.get(req.id);
+    if (c === undefined) throw new RangeError(`${req.id} is not a request of this chat`);
     const conv = this.conversations[c]!;
     // A failed turn ends its conversation: a chat UI would not go on without the reply.
     if (!outcome.ok) return;
