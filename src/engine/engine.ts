@@ -27,6 +27,9 @@ import { WebGpuForward } from "../backend/webgpu/webgpu-forward.ts";
 import type { ModelForward } from "./model-forward.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { sampledLogprob } from "./logprobs.ts";
+import { SamplerWork } from "./sampler.ts";
+import { firstNonFiniteTensor } from "../model/weight-scan.ts";
+import { quoteFileText } from "../util/file-text.ts";
 import { ModelRunner } from "./model-runner.ts";
 import { Request } from "./request.ts";
 import { Scheduler, type SchedulePolicy } from "./scheduler.ts";
@@ -147,6 +150,8 @@ export class LLMEngine {
    * with an error. (llama.cpp sizes the vocabulary by the file's tokens and pads them instead.)
    */
   private readonly sampledIds: number;
+  /** Said when a step's logits are not finite (nonFiniteLogitsProblem), found once. */
+  private nonFiniteProblem: string | null = null;
   /** The model file and the context it declares (errors name it when it is the limit). */
   private readonly modelContext: { file: string; positions: number };
   private numScored = 0;
@@ -157,20 +162,25 @@ export class LLMEngine {
   private readonly tierLink: SecondTierLink | null;
   /** Requests whose blocks are being read from the second tier; they join the scheduler when the reads land. */
   private readonly loading = new Map<Sequence, { load: TierLoad; forks: number }>();
+  /** The options this engine runs with: as asked, but maxNumSeqs fitted to the vocabulary (fitToVocabulary). */
+  readonly options: EngineOptions;
+  /** Work arrays of sampling, one vocabulary long, shared by every sequence (a step samples one at a time). */
+  private readonly samplerWork = new SamplerWork();
 
   constructor(
-    checkpoint: Checkpoint,
+    private readonly checkpoint: Checkpoint,
     readonly tokenizer: Tokenizer,
-    readonly options: EngineOptions = DEFAULT_ENGINE_OPTIONS,
+    requested: EngineOptions = DEFAULT_ENGINE_OPTIONS,
     onLoadProgress?: LoadProgress,
     /** Run the forward pass on this WebGPU backend (its owner closes it after the engine); absent: WebAssembly. */
     gpu?: WebGpuBackend,
     /** Opens a second tier of cached KV blocks under the memory pool (the disk tier) for this engine's KV layout. */
     secondTier?: (layout: KVLayout) => KVSecondTier,
   ) {
-    const c = withContext(checkpoint.config, options.ctxSize);
+    const c = withContext(checkpoint.config, requested.ctxSize);
     this.config = c;
-    const o = options;
+    const o = fitToVocabulary(requested, c);
+    this.options = o;
     if (o.speculative !== null) checkSpeculative(o.speculative);
     this.numBlocks = o.numBlocks ?? defaultNumBlocks(c, o, gpu === undefined ? Infinity : WebGpuForward.maxBlocks(gpu, c, o.blockSize));
     if (gpu === undefined) {
@@ -363,7 +373,11 @@ export class LLMEngine {
     let numSampled = 0;
     for (let j = 0; j < rows.length; j++) {
       const row = rows[j]!;
-      const token = seq.sampler.sample(row, seq.allTokenIds);
+      if (!finiteLogits(row)) {
+        delta += seq.finish("error", this.nonFiniteLogitsProblem());
+        break;
+      }
+      const token = seq.sampler.sample(row, seq.allTokenIds, this.samplerWork);
       if (seq.params.logprobs !== undefined && !this.isStopToken(seq, token)) seq.logprobs.push(sampledLogprob(row, token, seq.params.logprobs));
       numSampled++;
       delta += this.postprocess(seq, token);
@@ -526,6 +540,20 @@ export class LLMEngine {
     return delta;
   }
 
+  /**
+   * Why the model computed NaN or infinite logits, found once: the first weight tensor of the
+   * file that holds such a value (weight-scan.ts reads the file for it), or, when every weight is
+   * finite, activations that overflowed.
+   */
+  private nonFiniteLogitsProblem(): string {
+    if (this.nonFiniteProblem === null) {
+      const tensor = firstNonFiniteTensor(this.checkpoint);
+      this.nonFiniteProblem = `${this.checkpoint.file}: the model computed NaN or infinite logits: ` +
+        (tensor === null ? "every weight is finite, so its activations overflowed (a broken model?)" : `tensor ${quoteFileText(tensor)} holds NaN or infinite values`);
+    }
+    return this.nonFiniteProblem;
+  }
+
   /** Input ids index the embedding: one past its rows would read outside it. */
   private checkTokenIds(id: string, tokens: readonly number[]): void {
     const rows = this.config.vocabSize;
@@ -581,6 +609,22 @@ function createGpuForward(
   });
 }
 
+/** Most bytes of logits one step may hold (fitToVocabulary). */
+export const LOGIT_BUDGET_BYTES = 256 << 20;
+
+/**
+ * The options with maxNumSeqs lowered, when need be, so that the logit rows of a step (one per
+ * sequence, more when speculating: logitRows) stay within LOGIT_BUDGET_BYTES. A real vocabulary
+ * never needs it (Gemma 3's 262144 tokens: 64 rows are 64 MiB); a vocabulary of millions would
+ * otherwise take gigabytes of logits, and the sampler's work arrays as much again.
+ */
+export function fitToVocabulary(o: EngineOptions, c: ModelConfig): EngineOptions {
+  const rowsPerSeq = o.speculative === null ? 1 : 1 + o.speculative.tokens;
+  const rows = Math.floor(LOGIT_BUDGET_BYTES / (4 * (c.vocabSize + c.dim)));
+  const seqs = Math.max(1, Math.min(o.maxNumSeqs, Math.floor(rows / rowsPerSeq)));
+  return seqs === o.maxNumSeqs ? o : { ...o, maxNumSeqs: seqs };
+}
+
 /**
  * Logit rows one step may ask for: one per sequence, or, when speculating, its last token's and
  * one per draft token (never more than the step's tokens).
@@ -588,6 +632,16 @@ function createGpuForward(
 function logitRows(o: EngineOptions): number {
   if (o.speculative === null) return o.maxNumSeqs;
   return Math.max(o.maxNumSeqs, Math.min(o.maxNumBatchedTokens, o.maxNumSeqs * (1 + o.speculative.tokens)));
+}
+
+/**
+ * Whether a logit row is free of NaN and +infinity (NaN weights give NaN logits, which argmax
+ * and the sampler would turn into some token, silently). One pass over the row, as cheap as the
+ * argmax that sampling does anyway.
+ */
+function finiteLogits(row: Float32Array): boolean {
+  for (let i = 0; i < row.length; i++) if (!(row[i]! < Infinity)) return false;
+  return true;
 }
 
 /** The model's config with seqLen set to the context this engine runs at. */

@@ -65,10 +65,16 @@ export function planMemory(
     }, limitBytes);
   const total = (p: Placement) => p.memories.reduce((a, m) => a + m.totalBytes, 0);
   const refuse = (weights: number, kv: number, buffers: number): never => {
+    // Advice for the largest part only (lowering the KV cache cannot help a model refused for its buffers).
+    const largest = [
+      { bytes: kv, advice: "lower --ctx-size or --kv-cache-mb" },
+      { bytes: buffers, advice: `lower --max-num-batched-tokens (${shape.maxTokens}) or --max-num-seqs (${shape.maxSeqs})` },
+      { bytes: weights, advice: "use a smaller quantization" },
+    ].sort((a, b) => b.bytes - a.bytes)[0]!;
     throw new ModelFormatError(
       checkpoint.file,
       `needs ${gib(weights + kv + buffers)} (weights ${gib(weights)}, KV cache ${gib(kv)}, buffers ${gib(buffers)}), ` +
-        `more than the ${gib(availableBytes)} this machine has available; lower --ctx-size or --kv-cache-mb, or use a smaller quantization`,
+        `more than the ${gib(availableBytes)} this machine has available; ${largest.advice}`,
     );
   };
   // The least any placement takes (one memory's buffers): refused before placing when the machine lacks it.

@@ -34,34 +34,54 @@ export const DEFAULT_SAMPLING: SamplingParams = {
   seed: 0,
 };
 
+/**
+ * Sampling's work arrays, one vocabulary long, sized once. The engine shares one among all its
+ * sequences (sampling is synchronous, one sequence at a time): per sequence they would take
+ * 8 bytes x vocabulary x sequences (64 sequences of a 150k vocabulary: 77 MB; of millions: GBs).
+ */
+export class SamplerWork {
+  scratch = new Float32Array(0);
+  order = new Int32Array(0);
+
+  /** The arrays, at least n long. */
+  fit(n: number): this {
+    if (this.scratch.length < n) {
+      this.scratch = new Float32Array(n);
+      this.order = new Int32Array(n);
+    }
+    return this;
+  }
+}
+
 export class Sampler {
   private readonly rng: Xoshiro128;
-  /** Work arrays, grown to the vocabulary once. */
-  private scratch = new Float32Array(0);
-  private order = new Int32Array(0);
+  /** Work arrays when the caller gives none. */
+  private ownWork: SamplerWork | null = null;
 
   constructor(readonly params: SamplingParams) {
     this.rng = new Xoshiro128(params.seed);
   }
 
-  /** Sample from logits (read only); `history` is every token so far, for the penalty. */
-  sample(logits: Float32Array, history: ArrayLike<number>): number {
+  /**
+   * Sample from logits (read only); `history` is every token so far, for the penalty; `work`
+   * holds the intermediate arrays (its contents are overwritten).
+   */
+  sample(logits: Float32Array, history: ArrayLike<number>, work: SamplerWork = (this.ownWork ??= new SamplerWork())): number {
     const p = this.params;
-    const x = this.penalised(logits, history);
+    work.fit(logits.length);
+    const x = this.penalised(logits, history, work.scratch.subarray(0, logits.length));
     if (p.temperature <= 0) return argmax(x);
     const n = x.length;
     // probabilities at this temperature, unnormalised: exp((l - max) / T)
     const max = x[argmax(x)]!;
     for (let i = 0; i < n; i++) x[i] = Math.exp((x[i]! - max) / p.temperature);
-    const candidates = this.candidates(x);
+    const candidates = this.candidates(x, work.order.subarray(0, n));
     return this.draw(x, candidates);
   }
 
-  /** logits with the repetition penalty applied, in scratch (or the logits themselves when off). */
-  private penalised(logits: Float32Array, history: ArrayLike<number>): Float32Array {
+  /** logits with the repetition penalty applied, in `x` (the work array, as long as the logits). */
+  private penalised(logits: Float32Array, history: ArrayLike<number>, x: Float32Array): Float32Array {
     const p = this.params;
-    if (this.scratch.length !== logits.length) this.scratch = new Float32Array(logits.length);
-    const x = this.scratch;
     x.set(logits);
     if (p.repetitionPenalty === 1 || p.repeatLastN <= 0) return x;
     const seen = new Set<number>();
@@ -74,14 +94,13 @@ export class Sampler {
   }
 
   /** Indices that survive top-k, top-p and min-p, most likely first (all of them, unsorted, when none applies). */
-  private candidates(prob: Float32Array): Int32Array {
+  private candidates(prob: Float32Array, order: Int32Array): Int32Array {
     const p = this.params;
     const n = prob.length;
-    if (this.order.length !== n) this.order = new Int32Array(n);
     if (p.topK <= 0 && p.topP >= 1 && p.minP <= 0) {
       // Plain temperature sampling draws over the whole vocabulary: no sort needed.
-      for (let i = 0; i < n; i++) this.order[i] = i;
-      return this.order;
+      for (let i = 0; i < n; i++) order[i] = i;
+      return order;
     }
     let count = 0;
     let total = 0;
@@ -89,8 +108,8 @@ export class Sampler {
     // Tokens below min-p (the top token's probability is exp(0) = 1 here) or far below the top-p
     // tail can never be kept: drop them before sorting, as run.c does for top-p.
     const floor = Math.max(p.minP, p.topP < 1 ? ((1 - p.topP) / (n - 1)) * total : 0);
-    for (let i = 0; i < n; i++) if (prob[i]! >= floor) this.order[count++] = i;
-    const kept = this.order.subarray(0, count);
+    for (let i = 0; i < n; i++) if (prob[i]! >= floor) order[count++] = i;
+    const kept = order.subarray(0, count);
     kept.sort((a, b) => prob[b]! - prob[a]! || a - b);
     let keep = p.topK > 0 ? Math.min(p.topK, count) : count;
     if (p.topP < 1) {

@@ -5,7 +5,7 @@
  */
 import { closeSync, ftruncateSync, openSync, readFileSync, writeSync } from "node:fs";
 import { readGGUF, type GGUFValue } from "../../src/model/gguf.ts";
-import { writeGGUF, type TensorToWrite } from "../../src/model/gguf-writer.ts";
+import { tensorBytes, writeGGUF, type TensorToWrite } from "../../src/model/gguf-writer.ts";
 import { mapHeader, tensorRecord } from "./gguf-patch.ts";
 
 export interface Craft {
@@ -47,13 +47,11 @@ export function declareHugeTensor(path: string, name: string, dims: readonly big
   const view = new DataView(header.buffer);
   dims.forEach((d, i) => view.setBigUint64(record.dimsAt + 8 * i, d, true));
   view.setBigUint64(record.offsetAt, BigInt(offset), true);
-  const type = view.getUint32(record.typeAt, true);
-  if (type !== 0) throw new Error(`${name} is not F32`);
-  const bytes = 4n * dims.reduce((a, b) => a * b, 1n);
+  const bytes = tensorBytes(view.getUint32(record.typeAt, true), dims.map(Number), name);
   const fd = openSync(path, "r+");
   try {
     writeSync(fd, header, 0, header.length, 0);
-    ftruncateSync(fd, file.dataOffset + offset + Number(bytes));
+    ftruncateSync(fd, file.dataOffset + offset + bytes);
   } finally {
     closeSync(fd);
   }
