@@ -16,12 +16,17 @@ export {
   type GenerationEvent,
   type LoadOptions,
   type OpenOptions,
+  type SpeculationResult,
   type StreamOptions,
 } from "./engine/llm.ts";
 export { LLMEngine, DEFAULT_ENGINE_OPTIONS, type EngineOptions, type EngineStats, type NewRequest, type StepEvent } from "./engine/engine.ts";
 export { Sequence, type FinishReason, type GenerationParams } from "./engine/sequence.ts";
 export { Sampler, DEFAULT_SAMPLING, argmax, type SamplingParams } from "./engine/sampler.ts";
 export { Scheduler, type SchedulePolicy, type SchedulerOptions, type SchedulerOutput } from "./engine/scheduler.ts";
+export {
+  DEFAULT_SPECULATIVE, Drafter, type SpeculationCounts, type SpeculativeMethod, type SpeculativeOptions,
+} from "./engine/speculative.ts";
+export { proposeNgram, type NgramRange } from "./engine/ngram-proposer.ts";
 export { ChatHistory, CHAT_TEMPLATES, userTurnIds, type ChatTemplateName } from "./chat/builtin-formats.ts";
 export type { EncodeOptions, StreamDecoder, Tokenizer } from "./tokenizer/tokenizer.ts";
 export { loadTokenizer, type LoadedTokenizer } from "./tokenizer/load.ts";

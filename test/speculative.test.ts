@@ -26,6 +26,7 @@ import { describeShared } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
 import { describeGpu } from "./helpers/webgpu.ts";
 import { runPagellm } from "./helpers/cli.ts";
+import { InputError } from "../src/errors.ts";
 import { startServer } from "./helpers/serve.ts";
 
 const THREADS = testThreads();
@@ -369,7 +370,22 @@ await describeGpu("speculative decoding on WebGPU", (gpu) => {
 });
 
 // ---------------------------------------------------------------------------------------------
-// command line
+// library and command line
+
+describeShared("the library's speculative option", [MODELS.stories260K, TOKENIZER], ([model, tokenizer]) => {
+  test("LLM.load({ speculative }) fills in the defaults; bad values are InputErrors; results carry the counts", async () => {
+    const llm = LLM.load({ model: model!, tokenizer: tokenizer!, engine: { threads: THREADS, kvCacheMb: 32 }, speculative: { method: "ngram", tokens: 3 } });
+    opened.push(llm);
+    expect(llm.engine.options.speculative).toEqual({ method: "ngram", tokens: 3, ngram: { min: 1, max: 4 }, adaptive: true });
+    const [r] = await llm.generate([{ prompt: `${TEXTS[3]} ${TEXTS[3]}`, maxTokens: 30, temperature: 0 }]);
+    expect(r!.speculative!.drafted).toBeGreaterThanOrEqual(r!.speculative!.accepted);
+    for (const speculative of [{ method: "ngram" as const, tokens: 0 }, { method: "ngram" as const, ngram: { min: 3, max: 2 } }]) {
+      expect(() => LLM.load({ model: model!, tokenizer: tokenizer!, engine: { threads: 1, kvCacheMb: 32 }, speculative })).toThrow(InputError);
+    }
+  }, TIMEOUT_MS);
+});
+
+
 
 describeShared("generate --speculate", [MODELS.stories260K, TOKENIZER], ([model, tokenizer]) => {
   const base = ["generate", "--model", model!, "--tokenizer", tokenizer!, "--threads", "1", "--max-tokens", "60", "--temperature", "0"];
