@@ -4,7 +4,7 @@
  * before any weight memory is allocated; through the command line, a one-line error and exit 2.
  */
 import { afterAll, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { LLM } from "../src/engine/llm.ts";
@@ -218,7 +218,7 @@ describeShared("hostile GGUF files (issue 23)", ["models/gguf/stories260K.gguf"]
     expectOneSafeLine(r.stderr, path);
   }, 60_000);
 
-  test("pagellm info shows file strings (name, special tokens, chat template) escaped and cut", () => {
+  test("pagellm info and models show file strings (name, architecture, special tokens, chat template) escaped and cut", () => {
     const path = rewriteGGUF(good!, join(dir, "evil-info.gguf"), {
       metadata: (m) => {
         m.set("general.name", gguf.str(`tiny\u001b]52;c;ZWNobyBwd25lZA==\u0007 ${"x".repeat(5000)}`));
@@ -237,6 +237,17 @@ describeShared("hostile GGUF files (issue 23)", ["models/gguf/stories260K.gguf"]
     expect(r.stdout).toMatch(/bos token +1 "<s>\\u001b\[2J\\r\\n"/);
     expect(r.stdout).toContain("{{ bos_token }}\\u001b[31m");
     expect(Math.max(...r.stdout.split("\n").map((l) => l.length))).toBeLessThan(200);
+    // pagellm models lists a cached file's architecture: a crafted one is escaped and cut there too.
+    const home = join(dir, "hf-home");
+    const snapshot = join(home, "hub", "models--evil--repo", "snapshots", "0123abc");
+    mkdirSync(snapshot, { recursive: true });
+    rewriteGGUF(good!, join(snapshot, "evil.gguf"), { metadata: (m) => m.set("general.architecture", gguf.str("llama\u001b]0;x\u0007\n".repeat(9))) });
+    const env = { HF_HOME: home, HF_HUB_CACHE: "", NO_COLOR: "1" };
+    const listed = runPagellm(["models"], { env, timeoutMs: 60_000 });
+    expect(listed.exitCode).toBe(0);
+    expect(listed.stdout).toContain('evil/repo  evil.gguf  1.1 MiB  "llama\\u001b]0;x\\u0007\\nllama\\u001b]0;x\\u0007\\n…" (108 characters)  F32');
+    expect(listed.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
+    expect(runPagellm(["models", "--json"], { env, timeoutMs: 60_000 }).stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
     const json = runPagellm(["info", path, "--json"]);
     expect(json.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
     expect((JSON.parse(json.stdout) as { name: string }).name).toStartWith("tiny\u001b]52;");

@@ -12,6 +12,7 @@ import { urlCacheDir } from "../hub/resolve.ts";
 import { summarizeModel } from "../hub/summary.ts";
 import { checkKnownOptions } from "./options.ts";
 import { info } from "./output.ts";
+import { showFileText, terminalSafeJson } from "../util/file-text.ts";
 
 const modelsArgs = {
   json: { type: "boolean", description: "Print a JSON array instead of a table" },
@@ -37,7 +38,7 @@ export const modelsCommand = defineCommand({
   run({ args, rawArgs }) {
     checkKnownOptions(rawArgs, modelsArgs);
     const listing = listModels();
-    if (args.json === true) process.stdout.write(`${JSON.stringify(listing, null, 2)}\n`);
+    if (args.json === true) process.stdout.write(`${terminalSafeJson(JSON.stringify(listing, null, 2))}\n`);
     // An empty cache has no rows to print: stdout stays empty (results only), the hint is a note.
     else if (listing.length === 0) info(`no models cached in ${hubOptionsFromEnv().cacheDir} (pagellm pull hf:OWNER/REPO:QUANT fetches one)`);
     else process.stdout.write(formatTable(listing));
@@ -73,7 +74,8 @@ function describe(repo: string, file: string, spec: string, path: string): Model
 function formatTable(rows: readonly ModelListing[]): string {
   const table = [
     ["REPO", "FILE", "SIZE", "ARCH", "QUANT", "CONTEXT"],
-    ...rows.map((r) => [r.repo, r.file, formatBytes(r.bytes), r.architecture ?? "?", r.quantization ?? "?", r.contextLength === null ? "?" : String(r.contextLength)]),
+    // The architecture is the file's own text; file names are the cache's (a download's name).
+    ...rows.map((r) => [r.repo, r.file, formatBytes(r.bytes), r.architecture === null ? "?" : showFileText(r.architecture, 24), r.quantization ?? "?", r.contextLength === null ? "?" : String(r.contextLength)]),
   ];
   const widths = table[0]!.map((_, c) => Math.max(...table.map((row) => row[c]!.length)));
   return table.map((row) => row.map((cell, c) => (c === row.length - 1 ? cell : cell.padEnd(widths[c]!))).join("  ")).join("\n") + "\n";
