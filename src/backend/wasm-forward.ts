@@ -31,6 +31,7 @@ interface MemoryPart {
 
 export class WasmForward implements ModelForward, KVBlockIO {
   readonly device: DeviceKind = "wasm";
+  readonly kvProducer = "wasm";
   readonly description: string;
   private readonly parts: MemoryPart[];
   /** The part that holds the classifier (the first, when the classifier is the embedding). */

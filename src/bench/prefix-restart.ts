@@ -121,7 +121,10 @@ async function runChild(job: RestartJob): Promise<RestartChildResult> {
   const script = new URL("./restart-child.ts", import.meta.url).pathname;
   const proc = Bun.spawn([process.execPath, script, JSON.stringify(job)], { stdout: "pipe", stderr: "pipe", timeout: CHILD_TIMEOUT_MS });
   const [out, err, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
-  if (code !== 0) throw new InputError(`bench prefix --restart: a child process failed (exit ${code}): ${err.trim().split("\n").pop() ?? ""}`);
+  if (code !== 0) {
+    const lines = err.trim().split("\n");
+    throw new InputError(`bench prefix --restart: a child process failed (exit ${code}): ${lines.find((l) => /error/i.test(l)) ?? lines.pop() ?? ""}`);
+  }
   return JSON.parse(out) as RestartChildResult;
 }
 

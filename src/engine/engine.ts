@@ -174,8 +174,11 @@ export class LLMEngine {
     onLoadProgress?: LoadProgress,
     /** Run the forward pass on this WebGPU backend (its owner closes it after the engine); absent: WebAssembly. */
     gpu?: WebGpuBackend,
-    /** Opens a second tier of cached KV blocks under the memory pool (the disk tier) for this engine's KV layout. */
-    secondTier?: (layout: KVLayout) => KVSecondTier,
+    /**
+     * Opens a second tier of cached KV blocks under the memory pool (the disk tier) for this
+     * engine's KV layout and the backend that computes its KV (ModelForward.kvProducer).
+     */
+    secondTier?: (layout: KVLayout, kvProducer: string) => KVSecondTier,
   ) {
     const c = withContext(checkpoint.config, requested.ctxSize);
     this.config = c;
@@ -198,7 +201,7 @@ export class LLMEngine {
     try {
       const batch = new StepBatch(this.backend.mem, o.maxNumBatchedTokens, o.maxNumSeqs, Math.ceil(c.seqLen / o.blockSize), o.blockSize, logitRows(o));
       this.model = this.memoryPlan === null ? createGpuForward(c, checkpoint, this.backend, batch, this.numBlocks, gpu!, onLoadProgress) : this.createWasmForward(checkpoint, this.memoryPlan, batch, onLoadProgress);
-      this.tierLink = secondTier === undefined ? null : createTierLink(secondTier(kvLayout(c, o.blockSize)), this.model, o, this.numBlocks);
+      this.tierLink = secondTier === undefined ? null : createTierLink(secondTier(kvLayout(c, o.blockSize), this.model.kvProducer), this.model, o, this.numBlocks);
       this.kv = this.createKV(o);
       this.tierLink?.attach(this.kv);
       this.runner = new ModelRunner(this.model, this.kv, batch);
@@ -457,6 +460,7 @@ export class LLMEngine {
   async flushTier(): Promise<void> {
     if (this.tierLink === null) return;
     if (this.tierLink.tier.writeMode === "evict") this.tierLink.saveAll();
+    await this.tierLink.settle();
     await this.tierLink.tier.flush();
   }
 
@@ -586,11 +590,10 @@ export class LLMEngine {
   }
 }
 
-/** The link to a second tier, refused where it cannot work (no block access, the fast hash, no prefix cache). */
+/** The link to a second tier, refused where it cannot work (the fast hash, no prefix cache). */
 function createTierLink(tier: KVSecondTier, model: ModelForward, o: EngineOptions, numBlocks: number): SecondTierLink {
   if (!o.enablePrefixCaching) throw new InputError("a KV cache directory needs the prefix cache: drop --no-prefix-cache");
   if (o.prefixHash !== "sha256") throw new InputError(`a KV cache directory keys blocks by sha256 block hashes; --prefix-hash ${o.prefixHash} cannot be used with it`);
-  if (model.kvBlocks === null) throw new InputError(`the KV cache directory is not supported on ${model.description} yet; use --device wasm`);
   return new SecondTierLink(tier, model.kvBlocks, numBlocks);
 }
 

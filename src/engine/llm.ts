@@ -235,7 +235,7 @@ export class LLM {
     const engineOptions = { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine };
     if (opts.speculative !== undefined) engineOptions.speculative = opts.speculative === null ? null : { ...DEFAULT_SPECULATIVE, ...opts.speculative };
     const kvCacheDir = opts.kvCacheDir;
-    const tier = kvCacheDir === undefined ? undefined : (layout: KVLayout) => openDiskTier(checkpoint, layout, {
+    const tier = kvCacheDir === undefined ? undefined : (layout: KVLayout, kvProducer: string) => openDiskTier(checkpoint, layout, kvProducer, {
       dir: kvCacheDir, write: opts.kvCacheWrite, diskMb: opts.kvCacheDiskMb, onWarning: opts.onWarning, fileOps: opts.kvCacheFileOps,
     });
     const engine = new LLMEngine(checkpoint, tokenizer, engineOptions, opts.onLoadProgress, opts.gpu, tier);

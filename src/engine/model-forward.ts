@@ -28,8 +28,14 @@ export interface ModelForward {
   logitsRow(r: number): Float32Array;
   /** Copy KV blocks (every layer, K and V), in order, before the next forward. */
   copyBlocks(copies: readonly BlockCopy[]): void;
-  /** Block-by-block access to the KV arena (for a second tier); null where the backend offers none. */
-  readonly kvBlocks: KVBlockIO | null;
+  /**
+   * What decides the bits of the K and V this backend computes ("wasm"; WebGPU and its product
+   * arithmetic): blocks stored by one are only ever read by the same, so a disk hit gives the bits
+   * a recomputation would (WebAssembly's are the same at any thread count and memory split).
+   */
+  readonly kvProducer: string;
+  /** Block-by-block access to the KV arena (for a second tier). */
+  readonly kvBlocks: KVBlockIO;
   /** Free what the backend holds (GPU buffers); the host memory is the engine's. */
   close(): void;
 }

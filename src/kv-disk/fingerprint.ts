@@ -11,7 +11,9 @@
  * of one shape, a fine-tune saved with the same metadata); reading them costs a few small reads.
  *
  * layout fingerprint = sha256 of the KV layout (kv-layout.ts: KV type, block size, layers, KV
- * heads, head size, bytes per block).
+ * heads, head size, bytes per block) and of the backend that computes the KV (WebAssembly, or
+ * WebGPU with its product arithmetic: their K and V bits differ, and a disk hit must give the bits
+ * a recomputation would).
  */
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import type { Checkpoint } from "../model/checkpoint.ts";
@@ -61,9 +63,9 @@ export function modelFingerprint(checkpoint: Checkpoint): Uint8Array {
   return new Uint8Array(hasher.digest());
 }
 
-/** The fingerprint of a model (modelFingerprint) run with a KV layout. */
-export function kvFingerprint(model: Uint8Array, layout: KVLayout, config: ModelConfig): KVFingerprint {
-  const shape = { nLayers: config.nLayers, nKvHeads: config.nKvHeads, headDim: config.headDim };
+/** The fingerprint of a model (modelFingerprint) run with a KV layout on the backend `kvProducer`. */
+export function kvFingerprint(model: Uint8Array, layout: KVLayout, config: ModelConfig, kvProducer: string): KVFingerprint {
+  const shape = { nLayers: config.nLayers, nKvHeads: config.nKvHeads, headDim: config.headDim, kvProducer };
   const layoutHash = new Bun.CryptoHasher("sha256").update(JSON.stringify({ tag: "pagellm/kv-disk/layout/v1", ...layout, ...shape })).digest();
   const full = new Bun.CryptoHasher("sha256").update(model).update(layoutHash).digest();
   const hex = (b: Uint8Array | Buffer, n: number) => Buffer.from(b).toString("hex").slice(0, n);

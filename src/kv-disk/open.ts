@@ -24,7 +24,8 @@ export interface DiskTierOptions {
   fileOps?: BlockFileOps;
 }
 
-export function openDiskTier(checkpoint: Checkpoint, layout: KVLayout, o: DiskTierOptions): DiskKVStore {
+/** The disk tier for `checkpoint` run with `layout` on the backend `kvProducer` names (ModelForward.kvProducer). */
+export function openDiskTier(checkpoint: Checkpoint, layout: KVLayout, kvProducer: string, o: DiskTierOptions): DiskKVStore {
   if (o.dir === "") throw new InputError("--kv-cache-dir needs a folder (or auto)");
   const write = o.write ?? "through";
   if (!KV_WRITE_MODES.includes(write)) throw new InputError(`--kv-cache-write must be one of ${KV_WRITE_MODES.join(", ")}, got "${String(write)}"`);
@@ -32,7 +33,7 @@ export function openDiskTier(checkpoint: Checkpoint, layout: KVLayout, o: DiskTi
   if (!(diskMb > 0)) throw new InputError(`--kv-cache-disk-mb must be above 0, got ${diskMb}`);
   return new DiskKVStore({
     root: resolveCacheDir(o.dir),
-    fingerprint: kvFingerprint(modelFingerprint(checkpoint), layout, checkpoint.config),
+    fingerprint: kvFingerprint(modelFingerprint(checkpoint), layout, checkpoint.config, kvProducer),
     layout,
     writeMode: write,
     maxBytes: Math.floor(diskMb * 2 ** 20),

@@ -70,8 +70,12 @@ export interface KVSecondTier {
  * [layer][K, V][kvHead][slot][headDim] (KVLayout.blockBytes in all).
  */
 export interface KVBlockIO {
-  /** Copies block `blockId` of every layer into `out` (blockBytes); the bytes are those at the call. */
-  readBlock(blockId: number, out: Uint8Array): void;
+  /**
+   * Copies block `blockId` of every layer into `out` (blockBytes): the bytes the block holds at the
+   * call, even when it is overwritten before a returned promise resolves (a GPU records its copy
+   * at once and fills `out` when the read-back lands; linear memory copies at once, returning nothing).
+   */
+  readBlock(blockId: number, out: Uint8Array): void | Promise<void>;
   /** Writes `data` (blockBytes) into block `blockId` of every layer, in place for every later forward. */
   writeBlock(blockId: number, data: Uint8Array): void;
 }

@@ -43,6 +43,8 @@ export class SecondTierLink implements CachedBlockListener {
   private readonly unsaved: (KVBlockKey | null)[];
   /** Blocks cached since the last saveComputed ("through" only). */
   private readonly computed: KVCacheBlock[] = [];
+  /** Blocks being copied out of a GPU arena on their way to the tier. */
+  private readonly copying = new Set<Promise<void>>();
   /** Reads in flight, shared by every request that needs the block. */
   private readonly reading = new Map<BlockHash, Promise<Uint8Array | null>>();
   private kv: KVCacheManager | null = null;
@@ -137,10 +139,20 @@ export class SecondTierLink implements CachedBlockListener {
     return pending;
   }
 
+  /** Resolves when every block handed to the tier so far has left the arena (then tier.flush() waits for the disk). */
+  async settle(): Promise<void> {
+    while (this.copying.size > 0) await Promise.all(this.copying);
+  }
+
   private save(blockId: number, key: KVBlockKey): void {
     if (this.tier.contains(key.hash)) return;
     const bytes = new Uint8Array(this.tier.blockBytes);
-    this.io.readBlock(blockId, bytes);
-    this.tier.store(key, bytes);
+    const copied = this.io.readBlock(blockId, bytes);
+    if (copied === undefined) {
+      this.tier.store(key, bytes);
+      return;
+    }
+    const job: Promise<void> = copied.then(() => this.tier.store(key, bytes)).finally(() => this.copying.delete(job));
+    this.copying.add(job);
   }
 }

@@ -22,7 +22,7 @@ const BLOCK_SIZE = 16;
 // A layout of 512 KiB blocks: a reader racing a non-atomic writer would see partial files.
 const config = makeConfig({ dim: 512, hiddenDim: 512, nLayers: 8, nHeads: 8, nKvHeads: 8, vocabSize: 32, seqLen: 64, sharedClassifier: true });
 const layout = kvLayout(config, BLOCK_SIZE);
-const fingerprint = kvFingerprint(new Uint8Array(32).fill(7), layout, config);
+const fingerprint = kvFingerprint(new Uint8Array(32).fill(7), layout, config, "stress");
 
 const keys: KVBlockKey[] = [];
 for (let i = 0; i < BLOCKS; i++) {

@@ -213,6 +213,34 @@ export class GpuLlamaModel {
     runner.flush();
   }
 
+  /**
+   * Block `blockId` of every layer as the disk tier stores it ([layer][K, V][kvHead][slot][headDim]),
+   * read back from the GPU arena. The copies are recorded at the call, so a later step that reuses
+   * the block cannot change what is read.
+   */
+  readKVBlock(blockId: number): Promise<ArrayBuffer> {
+    return this.gpu.runner.readRegions([...this.kvBlockRegions(blockId)]);
+  }
+
+  /** Writes `data` (readKVBlock's layout) into block `blockId` of every layer, before any later step runs. */
+  writeKVBlock(blockId: number, data: Uint8Array): void {
+    let at = 0;
+    for (const r of this.kvBlockRegions(blockId)) {
+      this.gpu.runner.upload(r.buf, data.subarray(at, at + r.bytes), r.offset);
+      at += r.bytes;
+    }
+  }
+
+  /** Where block `blockId`'s rows are: per layer, K then V, each kv head's rows (heads are numBlocks blocks apart). */
+  private *kvBlockRegions(blockId: number): Generator<{ buf: GPUBuffer; offset: number; bytes: number }> {
+    const headBlockBytes = 4 * this.blockSize * this.config.headDim;
+    for (const L of this.layers) {
+      for (const buf of [L.k, L.v]) {
+        for (let h = 0; h < this.config.nKvHeads; h++) yield { buf, offset: (h * this.numBlocks + blockId) * headBlockBytes, bytes: headBlockBytes };
+      }
+    }
+  }
+
   /** Free the model's GPU buffers (weights, KV arena, activations); the model cannot run afterwards. */
   destroy(): void {
     this.gpu.runner.forgetBindGroups();

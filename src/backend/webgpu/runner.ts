@@ -162,6 +162,33 @@ export class GpuRunner {
     }
   }
 
+  /**
+   * Run what is recorded, then read `regions` of GPU buffers, one after another, as one buffer (a
+   * KV block gathered from every layer's K and V and head). The copies are recorded now: later
+   * dispatches cannot change what is read. Offsets and lengths are multiples of 4.
+   */
+  async readRegions(regions: readonly { buf: GPUBuffer; offset: number; bytes: number }[]): Promise<ArrayBuffer> {
+    const size = regions.reduce((n, r) => n + r.bytes, 0);
+    const staging = this.takeStaging(size);
+    try {
+      let at = 0;
+      for (const r of regions) {
+        this.copy(r.buf, r.offset, staging, at, r.bytes);
+        at += r.bytes;
+      }
+      this.flush();
+      await this.checkErrors();
+      await staging.mapAsync(GPUMapMode.READ, 0, size);
+      this.counts.readBacks++;
+      this.counts.readBytes += size;
+      const data = staging.getMappedRange(0, size).slice(0);
+      staging.unmap();
+      return data;
+    } finally {
+      this.freeStaging.push(staging);
+    }
+  }
+
   private takeStaging(size: number): GPUBuffer {
     const i = this.freeStaging.findIndex((b) => b.size >= size);
     if (i >= 0) return this.freeStaging.splice(i, 1)[0]!;

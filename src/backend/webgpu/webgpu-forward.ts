@@ -14,6 +14,8 @@ import type { WebGpuBackend } from "./backend.ts";
 import { describeAdapter } from "./device.ts";
 import type { FileWeights } from "./file-weights.ts";
 import { GpuLlamaModel } from "./llama-gpu.ts";
+import type { KVBlockIO } from "../../kv/second-tier.ts";
+import { kvLayout } from "../../kv/kv-layout.ts";
 
 /** The step's shape: what the GPU buffers are sized for. */
 export interface StepShape {
@@ -25,11 +27,10 @@ export interface StepShape {
   blockSize: number;
 }
 
-export class WebGpuForward implements ModelForward {
+export class WebGpuForward implements ModelForward, KVBlockIO {
   readonly device: DeviceKind = "webgpu";
+  readonly kvProducer: string;
   readonly description: string;
-  /** Blocks of the GPU arena are not copied in and out yet: no second tier on WebGPU. */
-  readonly kvBlocks = null;
   private readonly model: GpuLlamaModel;
   private logits: Float32Array = new Float32Array(0);
 
@@ -45,6 +46,7 @@ export class WebGpuForward implements ModelForward {
       );
     }
     this.model = new GpuLlamaModel(config, weights, cpu, gpu, s.maxTokens, s.maxLogits, s.numBlocks, s.blockSize, s.maxSeqs, s.maxBlocksPerSeq);
+    this.kvProducer = `webgpu, ${gpu.productArithmetic}`;
     this.description = `webgpu on ${describeAdapter(gpu.gpu.adapter)}`;
   }
 
@@ -64,6 +66,28 @@ export class WebGpuForward implements ModelForward {
 
   copyBlocks(copies: readonly BlockCopy[]): void {
     this.model.copyBlocks(copies);
+  }
+
+  /** Blocks in and out of the GPU arena (the disk tier's access): reads resolve when the copy is back. */
+  get kvBlocks(): KVBlockIO {
+    return this;
+  }
+
+  async readBlock(blockId: number, out: Uint8Array): Promise<void> {
+    this.checkBlock(blockId, out);
+    const pending = this.model.readKVBlock(blockId); // recorded now: the bytes of this moment
+    out.set(new Uint8Array(await pending));
+  }
+
+  writeBlock(blockId: number, data: Uint8Array): void {
+    this.checkBlock(blockId, data);
+    this.model.writeKVBlock(blockId, data);
+  }
+
+  private checkBlock(blockId: number, bytes: Uint8Array): void {
+    if (!Number.isInteger(blockId) || blockId < 0 || blockId >= this.model.numBlocks) throw new RangeError(`no block ${blockId} in an arena of ${this.model.numBlocks}`);
+    const want = kvLayout(this.config, this.model.blockSize).blockBytes;
+    if (bytes.length !== want) throw new RangeError(`a KV block is ${want} bytes, got ${bytes.length}`);
   }
 
   /** Free the model's buffers; the device is its owner's (it may run other models). */
