@@ -100,7 +100,7 @@ function echoOnly(ctx: GenerationContext, prompts: readonly number[][], echoes: 
   const choices = echoes.flatMap((echo, p) => Array.from({ length: spec.n }, (_, i) => echoChoice(p * spec.n + i, echo, "length")));
   const prompt = prompts.reduce((n, p) => n + p.length, 0);
   const usage: Usage = { prompt_tokens: prompt, completion_tokens: 0, total_tokens: prompt, prompt_tokens_details: { cached_tokens: 0 } };
-  ctx.onDone([], usage);
+  ctx.onDone(usage);
   if (!spec.stream) return Response.json({ ...envelope, choices, usage });
   const sse = new SseStream(() => {});
   const usageField = spec.includeUsage ? { usage: null } : {};

@@ -56,7 +56,7 @@ export interface GenerationContext {
   /** Aborted when the client disconnects. */
   signal: AbortSignal;
   /** Told once the response is complete (for --log-requests). */
-  onDone: (choices: readonly Choice[], usage: Usage) => void;
+  onDone: (usage: Usage) => void;
 }
 
 let nextRequest = 0;
@@ -97,7 +97,7 @@ export async function runGeneration(
   }
   const choices = choicesOf(submission, echoes);
   const usage = usageOf(submission);
-  ctx.onDone(choices, usage);
+  ctx.onDone(usage);
   return Response.json({ ...envelope(shape.object), choices: choices.map((c) => shape.choice(c)), usage });
 }
 
@@ -126,7 +126,7 @@ function streamGeneration(
       const usage = usageOf(submission);
       if (spec.includeUsage) sse.send({ ...envelope, choices: [], usage });
       sse.finish();
-      ctx.onDone(choices, usage);
+      ctx.onDone(usage);
     }
   };
   submission = ctx.loop.submit(groups, onEvents);

@@ -15,7 +15,7 @@ import { BodyFields } from "./body-fields.ts";
 import { chatCompletions } from "./chat-completions.ts";
 import { completions } from "./completions.ts";
 import { EngineLoop } from "./engine-loop.ts";
-import type { Choice, GenerationContext, Usage } from "./generation-run.ts";
+import type { GenerationContext, Usage } from "./generation-run.ts";
 import { ServeMetrics } from "./metrics.ts";
 import { modelList } from "./models.ts";
 
@@ -125,12 +125,15 @@ export class PagellmServer {
     let streaming = false;
     let response: Response;
     try {
-      response = await this.route(req, path, (_choices: readonly Choice[], usage: Usage) => {
+      response = await this.route(req, path, (usage: Usage) => {
         finished = usage;
         if (streaming) log(usage);
       });
     } catch (e) {
-      response = errorResponse(asApiError(e));
+      const error = asApiError(e);
+      // The server's own failure: the operator hears of it whatever the flags.
+      if (error.status >= 500) process.stderr.write(`pagellm serve: ${req.method} ${path}: ${error.message}\n`);
+      response = errorResponse(error);
     }
     status = response.status;
     streaming = response.headers.get("content-type")?.startsWith("text/event-stream") === true;
