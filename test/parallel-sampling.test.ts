@@ -14,6 +14,7 @@ import { afterEach, expect, test } from "bun:test";
 import type { EngineOptions, NewRequest } from "../src/engine/engine.ts";
 import { LLM } from "../src/engine/llm.ts";
 import { DEFAULT_SAMPLING } from "../src/engine/sampler.ts";
+import { DEFAULT_SPECULATIVE } from "../src/engine/speculative.ts";
 import type { Sequence } from "../src/engine/sequence.ts";
 import { RequestTooLongError } from "../src/errors.ts";
 import { KVCacheManager, Request } from "../src/kv/index.ts";
@@ -96,6 +97,7 @@ function forkMatchesSeparate(name: string, load: (engine: Partial<EngineOptions>
     const forked = prompts.map((p, k) => llm.engine.addParallelSampling(samples(p, seeds, 30, `f${k}`)));
     const queriesBefore = llm.engine.stats.prefixQueries;
     await runAll(llm);
+    if (engine.speculative) expect(llm.engine.stats.draftedTokens).toBeGreaterThan(0);
     if (engine.numBlocks !== undefined) {
       expect(fallbacks).toBeGreaterThan(0);
       expect(llm.engine.stats.preemptions).toBeGreaterThan(0);
@@ -126,6 +128,9 @@ describeShared("parallel sampling on WebAssembly", [MODELS.stories260K, TOKENIZE
   };
   forkMatchesSeparate("each forked sample gives the tokens and logprobs of a separate request with its seed", load, {});
   forkMatchesSeparate("the same in a pool so small that forks recompute and samples are preempted", load, { numBlocks: 14, blockSize: 8, maxNumBatchedTokens: 24 });
+  forkMatchesSeparate("the same with speculative decoding (forked samples draft on their own)", load, {
+    speculative: { ...DEFAULT_SPECULATIVE, adaptive: false },
+  });
   // One memory per item (docs/large-models.md): a fork's block copy is made in every memory's arena.
   forkMatchesSeparate("the same with the model placed over one WebAssembly memory per layer", load, { wasmMemoryMb: 1 });
 
