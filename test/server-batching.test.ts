@@ -87,6 +87,16 @@ describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
   test("64 streaming clients, a third disconnecting at random points: no 5xx, then no block held", async () => {
     const rng = new Xoshiro128(2024);
     const statuses: number[] = [];
+    // Bad requests among them are refused alone and disturb nobody.
+    const post = (path: string, body: string) => fetch(`${s.url}/v1/${path}`, { method: "POST", headers: { "Content-Type": "application/json" }, body }).then((r) => r.status);
+    const badOnes = Promise.all([
+      post("completions", "{not json"),
+      post("completions", JSON.stringify({ prompt: "x", max_tokens: 1_000_000 })),
+      post("chat/completions", JSON.stringify({ messages: [{ role: "user", content: "x" }], tools: [{ type: "function" }] })),
+      post("completions", JSON.stringify({ prompt: [[1, 2], [999_999]] })),
+      post("completions", JSON.stringify({ prompt: "x", model: "other" })),
+      post("chat/completions", JSON.stringify({ messages: [] })),
+    ]);
     const outcomes = await Promise.all(
       Array.from({ length: 64 }, async (_, i) => {
         const disconnectAfter = i % 3 === 0 ? 1 + Math.floor(rng.nextFloat() * 30) : Infinity;
@@ -122,6 +132,7 @@ describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
       }),
     );
     expect(statuses.every((st) => st === 200)).toBe(true);
+    expect(await badOnes).toEqual([400, 400, 400, 400, 404, 400]);
     expect(outcomes.filter((o) => o === "completed").length).toBeGreaterThanOrEqual(64 - 22);
     await settled(s.url);
     expect(await metric(s.url, "kv_cache_usage_perc")).toBe(0);
