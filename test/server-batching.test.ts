@@ -3,8 +3,9 @@
  * (a short one finishes before a long one that started first), the engine's batch invariance
  * carried over HTTP (a greedy request gives bitwise the same tokens and log-probabilities alone
  * and among 32 concurrent different prompts, with the prefix cache cold or warm), 64 streaming
- * clients of which a third disconnect at random points (no 5xx, and afterwards no block is held,
- * as /metrics shows), and cache_salt isolation (two salts never share a block).
+ * clients of which a third disconnect at random points, with bad requests among them (no 5xx, the
+ * bad ones refused alone, and afterwards no block is held, as /metrics shows), and cache_salt
+ * isolation (two salts never share a block).
  */
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { Completion } from "openai/resources/completions";
