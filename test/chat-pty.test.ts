@@ -60,7 +60,7 @@ describeShared("pagellm chat on a GGUF chat model", ["models/gguf/rnd-qwen2-Q5_K
 });
 
 describeShared("a long chat on a GGUF chat model", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
-  test.skipIf(!hasScript)("time to first token does not grow with the conversation: 20 turns in a 2048-token context", async () => {
+  test.skipIf(!hasScript)("20 turns in a 2048-token context: each prompt prefills only its new tokens, so time to first token does not grow with the conversation", async () => {
     const topics = ["the weather", "a red bicycle", "my old cat", "the sea at night", "bread and butter"];
     const messages = Array.from({ length: 20 }, (_, i) => `Tell me about ${topics[i % topics.length]}, part ${i + 1}.`);
     const out = await chatInPty(["--model", model!, "--ctx-size", "2048", "--max-tokens", "4", "--temperature", "0", "--threads", "1"], [...messages, "/exit"]);
@@ -68,17 +68,15 @@ describeShared("a long chat on a GGUF chat model", ["models/gguf/rnd-qwen2-Q5_K_
       prompt: Number(m[1]), cached: Number(m[2]), ttftMs: Number(m[3]),
     }));
     expect(turns.length).toBe(20);
-    // The least of five turns: the machine is shared, and other work only ever adds time.
-    // The first turn warms up; turns 2-6 against turns 16-20.
-    const least = (xs: number[]) => Math.min(...xs);
-    const early = least(turns.slice(1, 6).map((t) => t.ttftMs));
-    const late = least(turns.slice(-5).map((t) => t.ttftMs));
+    // What keeps time to first token flat: the last prompt is long, and all of it but its last
+    // partial block and the new message comes from the cache, in every turn after the first.
+    // (Asserted on tokens, not milliseconds: on a shared machine a timing ratio fails for other
+    // work's sake; `pagellm bench prefix` measures the time. The times are logged.)
     const last = turns[19]!;
-    // What makes it so: the last prompt is long, and all of it but its last partial block and the new message comes from the cache.
     expect(last.prompt).toBeGreaterThan(10 * turns[0]!.prompt / 2);
-    expect(last.prompt - last.cached).toBeLessThan(16 + 40);
-    console.log(`TTFT: turns 2-6 least ${early} ms, turns 16-20 least ${late} ms; last prompt ${last.prompt} tokens (${last.cached} cached)`);
-    expect(late).toBeLessThan(2 * early);
+    for (const [i, turn] of turns.entries()) if (i > 0) expect(turn.prompt - turn.cached, `turn ${i + 1}`).toBeLessThan(16 + 40);
+    const least = (xs: number[]) => Math.min(...xs);
+    console.log(`TTFT: turns 2-6 least ${least(turns.slice(1, 6).map((t) => t.ttftMs))} ms, turns 16-20 least ${least(turns.slice(-5).map((t) => t.ttftMs))} ms; last prompt ${last.prompt} tokens (${last.cached} cached)`);
   }, LONG_PROCESS_TEST_MS);
 });
 
