@@ -82,11 +82,6 @@ export function decodeBlockFile(
   return { kv: file.subarray(headerBytes, end) };
 }
 
-/** The fingerprint a block file claims (for listing a folder), or null when it is too short to say. */
-export function blockFileFingerprint(head: Uint8Array): Uint8Array | null {
-  return head.length >= 48 ? head.subarray(16, 48) : null;
-}
-
 function checksum(bytes: Uint8Array): bigint {
   return Bun.hash.xxHash64(bytes, 0n);
 }
