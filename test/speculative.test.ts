@@ -25,7 +25,7 @@ import { MODELS, TEXTS, TOKENIZER } from "./helpers/prefix.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
 import { describeGpu } from "./helpers/webgpu.ts";
-import { runPagellm } from "./helpers/cli.ts";
+import { REPO_ROOT, runPagellm } from "./helpers/cli.ts";
 import { InputError } from "../src/errors.ts";
 import { startServer } from "./helpers/serve.ts";
 
@@ -402,6 +402,26 @@ describeShared("generate --speculate", [MODELS.stories260K, TOKENIZER], ([model,
     expect(b.speculative!.drafted).toBeGreaterThan(0);
     expect(b.speculative!.acceptance_rate).toBeCloseTo(b.speculative!.accepted / b.speculative!.drafted, 3);
     expect(spec.stderr).toMatch(/speculative \(ngram, up to 3 tokens\): \d+ drafted, \d+ accepted/);
+  }, TIMEOUT_MS);
+
+  test("chat --speculate: the same replies as a plain chat; each reply's line and /stats show drafted and accepted", async () => {
+    const chat = async (extra: string[], stdin: string) => {
+      const proc = Bun.spawn(["bun", "bin/pagellm", "chat", "--model", model!, "--tokenizer", tokenizer!, "--threads", "1", "--temperature", "0", "--max-tokens", "40", ...extra], {
+        cwd: REPO_ROOT, stdin: "pipe", stdout: "pipe", stderr: "pipe", env: { ...process.env, PAGELLM_DEBUG: "" },
+      });
+      proc.stdin.write(stdin);
+      await proc.stdin.end();
+      const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+      return { stdout, stderr, code };
+    };
+    const input = `${TEXTS[4]}\n${TEXTS[5]}\n`;
+    const plain = await chat([], input);
+    const spec = await chat(["--speculate", "ngram"], `${input}/stats\n`);
+    expect(plain.code).toBe(0);
+    expect(spec.code).toBe(0);
+    expect(spec.stdout.startsWith(plain.stdout)).toBe(true);
+    expect(spec.stderr).toMatch(/drafted \d+, accepted \d+/);
+    expect(spec.stdout).toMatch(/speculative decoding: ngram, up to 4 draft tokens, n-grams 1:4; last reply drafted \d+, accepted \d+.*; this session drafted \d+, accepted \d+/);
   }, TIMEOUT_MS);
 
   test("bad --spec-* values are one-line errors with exit code 2", () => {
