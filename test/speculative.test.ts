@@ -13,6 +13,9 @@
  *     --spec-* values are one-line errors.
  */
 import { afterAll, afterEach, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
 import type { EngineOptions, LLMEngine, StepEvent } from "../src/engine/engine.ts";
 import { proposeNgram } from "../src/engine/ngram-proposer.ts";
@@ -342,6 +345,40 @@ describeShared(`serve --speculate (rnd-qwen2-Q5_K_M, ${THREADS} thread(s))`, ["m
     expect(spec.results).toEqual(plain.results);
     expect(plain.results.some((r) => r.text[0]!.length > 0)).toBe(true);
     expect(spec.accepted).toBeGreaterThan(0);
+  }, TIMEOUT_MS);
+});
+
+describeShared(`speculative decoding over the disk KV cache (stories260K, ${THREADS} thread(s))`, [MODELS.stories260K, TOKENIZER], ([model, tokenizer]) => {
+  test("blocks that accepted drafts filled reach the disk with the right KV: a later process's follow-ups hit them and give a plain run's results", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "pagellm-spec-disk-"));
+    try {
+      const open = (speculative: SpeculativeOptions | null, kvCacheDir?: string) => {
+        const llm = LLM.load({ model: model!, tokenizer: tokenizer!, engine: { threads: THREADS, kvCacheMb: 32, blockSize: 8, speculative }, kvCacheDir, onWarning: () => {} });
+        opened.push(llm);
+        return llm;
+      };
+      const first = open(EAGER, dir);
+      const firstResults = await first.generate(requests(first, 4, 48));
+      expect(drafted(firstResults).accepted).toBeGreaterThan(0);
+      await first.flush();
+      closeAll();
+      // Follow-ups: each first prompt and its reply, then more text (a chat's next turn).
+      const followUps = (llm: LLM) => requests(llm, 4, 48).map((r, i): GenerateRequest => ({
+        ...r, id: `f${i}`, promptTokenIds: [...r.promptTokenIds!, ...firstResults[i]!.token_ids, ...llm.encode(TEXTS[(i + 2) % TEXTS.length]!).slice(1)],
+      }));
+      const plain = open(null);
+      const want = await plain.generate(followUps(plain));
+      closeAll();
+      const spec = open(EAGER, dir);
+      const got = await spec.generate(followUps(spec));
+      const same = (r: CompletionResult) => ({ ids: r.token_ids, text: r.text, finish: r.finish_reason, logprobs: r.logprobs });
+      expect(got.map(same)).toEqual(want.map(same));
+      // Hits reach past the first prompts, into blocks of generated tokens.
+      expect(got.some((r, i) => (r.cached_tokens_disk ?? 0) >= firstResults[i]!.prompt_tokens + 8)).toBe(true);
+    } finally {
+      closeAll();
+      rmSync(dir, { recursive: true, force: true });
+    }
   }, TIMEOUT_MS);
 });
 

@@ -310,6 +310,8 @@ export class LLMEngine {
       }
       events.push(this.sampleAndCheck(seq, rows));
     });
+    // Blocks that accepted draft tokens filled were cached by the rollback, after the forward.
+    this.tierLink?.saveComputed();
     return events;
   }
 
