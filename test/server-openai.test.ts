@@ -7,6 +7,7 @@
  */
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import OpenAI, { APIError, BadRequestError, NotFoundError, RateLimitError } from "openai";
+import { join } from "node:path";
 import { describeShared } from "./helpers/shared.ts";
 import { complete, metric, openaiClient, startServer, type ServerExtensions, type TestServer } from "./helpers/serve.ts";
 import { PagellmServer } from "../src/server/server.ts";
@@ -150,6 +151,31 @@ describeShared("serve: chat completions (openai client)", [CHAT_MODEL], ([model]
   }, LIMIT_MS);
 });
 
+describeShared("serve: chat_template_kwargs (Qwen3's template on the random qwen2 model)", [CHAT_MODEL], ([model]) => {
+  let s: TestServer;
+  beforeAll(async () => {
+    s = await startServer(model!, {}, {}, join(import.meta.dir, "fixtures", "chat-templates", "qwen3.jinja"));
+  }, LIMIT_MS);
+  afterAll(async () => {
+    await s?.close();
+  });
+
+  test("enable_thinking: false reaches the template (its empty think block lengthens the prompt); a non-object is a 400", async () => {
+    const messages = [{ role: "user" as const, content: "Hi." }];
+    const plain = await s.client.chat.completions.create({ model: "test-model", messages, max_tokens: 1 });
+    const body = { model: "test-model", messages, max_tokens: 1, chat_template_kwargs: { enable_thinking: false } };
+    const noThinking = await s.client.chat.completions.create(body as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const think = s.llm.encode("<think>\n\n</think>\n\n").length;
+    expect(noThinking.usage!.prompt_tokens).toBe(plain.usage!.prompt_tokens + think);
+    try {
+      await s.client.chat.completions.create({ ...body, chat_template_kwargs: "no" } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+      throw new Error("expected a 400");
+    } catch (e) {
+      expect((e as BadRequestError).param).toBe("chat_template_kwargs");
+    }
+  }, LIMIT_MS);
+});
+
 describeShared("serve: text completions (openai client)", [STORIES], ([model]) => {
   let s: TestServer;
   beforeAll(async () => {
@@ -227,6 +253,17 @@ describeShared("serve: text completions (openai client)", [STORIES], ([model]) =
     expect(c.logprobs!.tokens!.length).toBe(ids.length + continued.usage!.completion_tokens);
     expect(c.text.startsWith(text)).toBe(true);
     await busy;
+  }, LIMIT_MS);
+
+  test("chat_template_kwargs on a model without a Jinja template: a 400 naming it", async () => {
+    const body = { model: "test-model", messages: [{ role: "user", content: "Hi" }], max_tokens: 1, chat_template_kwargs: { enable_thinking: false } };
+    try {
+      await s.client.chat.completions.create(body as OpenAI.ChatCompletionCreateParamsNonStreaming);
+      throw new Error("expected a 400");
+    } catch (e) {
+      expect(e).toBeInstanceOf(BadRequestError);
+      expect((e as BadRequestError).param).toBe("chat_template_kwargs");
+    }
   }, LIMIT_MS);
 
   test("a bad token id, an out-of-range n and a stray field are 400s naming the field", async () => {

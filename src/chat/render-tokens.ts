@@ -75,9 +75,9 @@ export function markedMessages(messages: readonly ChatMessage[]): ChatMessage[] 
 }
 
 /** The rendering with markers for contents; "" (lines up with nothing) when the template rejects markers. */
-function markedRendering(template: ChatTemplate, messages: readonly ChatMessage[], addGenerationPrompt: boolean): string {
+function markedRendering(template: ChatTemplate, messages: readonly ChatMessage[], addGenerationPrompt: boolean, extra: Record<string, unknown>): string {
   try {
-    return template.render(markedMessages(messages), addGenerationPrompt);
+    return template.render(markedMessages(messages), addGenerationPrompt, extra);
   } catch (e) {
     if (e instanceof ChatTemplateError) return "";
     throw e;
@@ -95,11 +95,14 @@ function holdsControlText(tok: Tokenizer, text: string): boolean {
  * The content spans of a rendering: located through the marker rendering, or none when it does
  * not line up and no content holds control-token text (then every control token in the text is
  * the template's). Throws ChatTemplateError when it cannot keep control text in contents plain.
+ * `extra`: the variables `text` was rendered with beyond the template's own.
  */
-export function contentSpans(template: ChatTemplate, tok: Tokenizer, text: string, messages: readonly ChatMessage[], addGenerationPrompt: boolean): ContentSpan[] {
+export function contentSpans(
+  template: ChatTemplate, tok: Tokenizer, text: string, messages: readonly ChatMessage[], addGenerationPrompt: boolean, extra: Record<string, unknown> = {},
+): ContentSpan[] {
   const unsafe = messages.some((m) => m.content.includes(MARK_OPEN) || m.content.includes(MARK_CLOSE));
   if (!unsafe) {
-    const spans = locateContents(text, markedRendering(template, messages, addGenerationPrompt), messages);
+    const spans = locateContents(text, markedRendering(template, messages, addGenerationPrompt, extra), messages);
     if (spans !== null) return spans;
   }
   const risky = messages.findIndex((m) => holdsControlText(tok, m.content));

@@ -17,7 +17,7 @@ export async function chatCompletions(llm: LLM, ctx: GenerationContext, fields: 
   const request = readChatRequest(fields);
   checkModel(request.model, ctx.model);
   checkSamples(request.spec, llm.engine.options.maxNumSeqs);
-  const prompt = chatPromptIds(llm, request.messages);
+  const prompt = chatPromptIds(llm, request.messages, request.templateKwargs);
   try {
     return await runGeneration(ctx, "chatcmpl", [prompt], [NO_ECHO], request.spec, chatShape(llm, request.spec.logprobs !== undefined));
   } catch (e) {

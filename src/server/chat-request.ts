@@ -12,6 +12,8 @@ export interface ChatRequest {
   model: string | undefined;
   messages: ChatMessage[];
   spec: GenerationSpec;
+  /** vLLM's chat_template_kwargs: more template variables for this request (`enable_thinking`, ...). */
+  templateKwargs: Record<string, Json> | null;
 }
 
 const ROLES = new Set(["system", "developer", "user", "assistant"]);
@@ -19,6 +21,8 @@ const ROLES = new Set(["system", "developer", "user", "assistant"]);
 export function readChatRequest(f: BodyFields): ChatRequest {
   const model = f.string("model");
   const messages = readMessages(f.raw("messages"));
+  const kwargs = f.raw("chat_template_kwargs");
+  if (kwargs !== undefined && !isObject(kwargs)) throw ApiError.badField("chat_template_kwargs", "'chat_template_kwargs' must be an object");
   const logprobs = f.boolean("logprobs") ?? false;
   const top = f.number("top_logprobs", { integer: true, min: 0, max: MAX_TOP_LOGPROBS });
   if (top !== undefined && !logprobs) throw ApiError.badField("top_logprobs", "'top_logprobs' needs 'logprobs': true");
@@ -36,7 +40,7 @@ export function readChatRequest(f: BodyFields): ChatRequest {
   f.onlyNeutral("audio", "'audio' output", () => false);
   f.onlyNeutral("prediction", "'prediction' (predicted outputs)", () => false);
   f.rejectUnknown();
-  return { model, messages, spec };
+  return { model, messages, spec, templateKwargs: kwargs ?? null };
 }
 
 function readMessages(v: Json | undefined): ChatMessage[] {

@@ -17,8 +17,10 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-export async function startServer(model: string, opts: Partial<ServerOptions> = {}, engine: Partial<EngineOptions> = {}): Promise<TestServer> {
-  const llm = LLM.load({ model, engine: { threads: testThreads(), ...engine } });
+export async function startServer(
+  model: string, opts: Partial<ServerOptions> = {}, engine: Partial<EngineOptions> = {}, chatTemplate?: string,
+): Promise<TestServer> {
+  const llm = LLM.load({ model, engine: { threads: testThreads(), ...engine }, chatTemplate });
   const server = new PagellmServer({
     host: "127.0.0.1", port: 0, apiKey: null, maxBodyBytes: 8 << 20, maxQueue: 256, logRequests: false, modelName: "test-model",
     log: () => {},
