@@ -11,6 +11,8 @@ import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/
 import type { EngineOptions } from "../src/engine/engine.ts";
 import { describePart, memoryLimitBytes, placeModel } from "../src/backend/placement.ts";
 import { CpuBackend } from "../src/backend/cpu.ts";
+import { LinearMemory } from "../src/backend/wasm.ts";
+import { PagellmError } from "../src/errors.ts";
 import { WasmForward } from "../src/backend/wasm-forward.ts";
 import { StepBatch } from "../src/model/batch.ts";
 import { wholeModel } from "../src/model/llama.ts";
@@ -156,6 +158,15 @@ describe("placement", () => {
     expect(() => placeModel("big.gguf", 2, sizes([40, 5 * 2 ** 30], false), 300)).toThrow(
       /^big\.gguf: layer 1 needs 5\.00 GiB with its buffers, more than the 4 GiB a WebAssembly memory holds/,
     );
+  });
+
+  test("a memory the runtime will not grow is a one-line PagellmError naming the sizes", () => {
+    const mem = new LinearMemory();
+    (mem.memory as { grow: (pages: number) => number }).grow = () => {
+      throw new RangeError("Out of memory");
+    };
+    expect(() => mem.alloc(64 << 20)).toThrow(PagellmError);
+    expect(() => mem.alloc(64 << 20)).toThrow(/^WebAssembly memory could not grow from [\d.]+ GiB to [\d.]+ GiB: Out of memory$/);
   });
 
   test("PAGELLM_WASM_MEMORY_MB sets the largest memory; the option wins; never above 4 GiB", () => {
