@@ -15,6 +15,9 @@ import { withRandomBlocks } from "../src/model/gguf-random-blocks.ts";
 import { padVocabulary, tokenizerMetadata } from "../src/model/gguf-tokenizer-metadata.ts";
 import { makeConfig } from "../src/model/config.ts";
 import { dequantize, GGML_TYPE, type QuantTypeName } from "../src/quant/index.ts";
+import { planMemory } from "../src/engine/memory-plan.ts";
+import { openCheckpoint } from "../src/model/load.ts";
+import { FAST_STORAGE, FILE_STORAGE, weightBytes } from "../src/model/weights.ts";
 import { describeShared } from "./helpers/shared.ts";
 
 const REPO_ROOT = join(import.meta.dir, "..");
@@ -81,4 +84,24 @@ describe("random blocks", () => {
       }
     }
   }, 60_000);
+});
+
+describeShared("Q5_0 as Q8_0", ["models/gguf/stories260K-Q5_0.gguf"], ([model]) => {
+  const shape = { maxTokens: 64, maxSeqs: 4, maxLogits: 4, blockSize: 16, numBlocks: 32, threads: 1 };
+
+  test("kept when the machine has the memory, dropped (Q5_0 as in the file) when it is short, refused below that", () => {
+    const ckpt = openCheckpoint(model!);
+    const roomy = planMemory(ckpt, ckpt.config, shape, 1 << 30, 2 ** 40);
+    expect(roomy.storage.q5_0AsQ8_0).toBe(true);
+    expect(roomy.fastStorageExtraBytes).toBe(weightBytes(ckpt, FAST_STORAGE) - weightBytes(ckpt, FILE_STORAGE));
+    expect(roomy.fastStorageExtraBytes).toBeGreaterThan(0);
+    // Between the file's form and the faster one: the faster one is dropped.
+    const short = planMemory(ckpt, ckpt.config, shape, 1 << 30, roomy.totalBytes - 1);
+    expect(short.storage.q5_0AsQ8_0).toBe(false);
+    expect(short.fastStorageDropped).toBe(true);
+    expect(short.totalBytes).toBeLessThanOrEqual(roomy.totalBytes - roomy.fastStorageExtraBytes + 4096);
+    expect(() => planMemory(ckpt, ckpt.config, shape, 1 << 30, short.totalBytes - 1)).toThrow(
+      /needs [\d.]+ GiB \(weights [\d.]+ GiB, KV cache [\d.]+ GiB, buffers [\d.]+ GiB\), more than the [\d.]+ GiB this machine has available/,
+    );
+  });
 });
