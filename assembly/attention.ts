@@ -2,7 +2,8 @@
 // Paged KV cache: writing new keys/values, and attention that walks block tables
 // ============================================================================================
 //
-// The K and V arenas of one layer are [kvHead][block][blockSize][headDim] floats: the rows of one
+// The K and V arenas of one layer are [kvHead][block][blockSize] rows of rowBytes each (a row is
+// one head's headDim values in the cache's element type: f32, f16 or q8_0, see kv-types.ts): the rows of one
 // head in consecutive blocks are adjacent, so a sequence whose blocks were handed out in order
 // (the common case) reads each head's keys as one stream, which the hardware prefetcher follows;
 // with [block][kvHead] they came in 4 KiB pieces 48 KiB apart and decode attention ran at a
@@ -16,6 +17,7 @@
 //   blockTable   address of its i32 block table
 
 import { exp4, expScalar } from "./math";
+import { KV_F32, kvRowToF32, storeKVRow } from "./kv-types";
 
 export const SEQ_INFO_INTS: i32 = 4;
 /**
@@ -24,22 +26,24 @@ export const SEQ_INFO_INTS: i32 = 4;
  */
 export const ATTN_TILE: i32 = 16;
 
-/** Scatter this step's keys and values into their cache slots (slot = block * blockSize + row). */
+/**
+ * Scatter this step's keys and values into their cache slots (slot = block * blockSize + row),
+ * converted to the cache's element type on the way (storeKVRow).
+ */
 export function writeKV(
   kLayer: usize, vLayer: usize, k: usize, v: usize, slots: usize,
-  T: i32, nKvHeads: i32, headDim: i32, blockSize: i32, numBlocks: i32,
+  T: i32, nKvHeads: i32, headDim: i32, blockSize: i32, numBlocks: i32, kvType: i32, rowBytes: i32,
 ): void {
-  const headBytes = <usize>headDim << 2;
   const kvDim = nKvHeads * headDim;
   for (let t = 0; t < T; t++) {
     const slot = load<i32>(slots + (<usize>t << 2));
     const block = slot / blockSize;
     const row = slot - block * blockSize;
     for (let h = 0; h < nKvHeads; h++) {
-      const dst = <usize>((h * numBlocks + block) * blockSize + row) * headBytes;
+      const dst = <usize>((h * numBlocks + block) * blockSize + row) * <usize>rowBytes;
       const src = <usize>(t * kvDim + h * headDim) << 2;
-      memory.copy(kLayer + dst, k + src, headBytes);
-      memory.copy(vLayer + dst, v + src, headBytes);
+      storeKVRow(kLayer + dst, k + src, headDim, kvType);
+      storeKVRow(vLayer + dst, v + src, headDim, kvType);
     }
   }
 }
@@ -204,14 +208,14 @@ export function writeKV(
  * cursor: one division per tile, not two per position.
  */
 @inline function tileRows(
-  rows: usize, table: usize, headRows: usize, start: i32, end: i32, blockSize: i32, blockBytes: usize, headBytes: usize,
+  rows: usize, table: usize, headRows: usize, start: i32, end: i32, blockSize: i32, blockBytes: usize, rowBytes: usize,
 ): void {
   let logical = start / blockSize;
   let row = start - logical * blockSize;
-  let rowAddr = headRows + <usize>load<i32>(table + (<usize>logical << 2)) * blockBytes + <usize>row * headBytes;
+  let rowAddr = headRows + <usize>load<i32>(table + (<usize>logical << 2)) * blockBytes + <usize>row * rowBytes;
   for (let j = 0; j < end - start; j++) {
     store<i32>(rows + (<usize>j << 2), <i32>rowAddr);
-    rowAddr += headBytes;
+    rowAddr += rowBytes;
     if (++row == blockSize) {
       row = 0;
       logical++;
@@ -224,11 +228,11 @@ export function writeKV(
 let touchSink: i32 = 0;
 
 /** Read one word of every 64-byte line of n K rows and their V rows, to start fetching them. */
-@inline function touchRows(rows: usize, n: i32, headBytes: usize, vOffset: usize): void {
+@inline function touchRows(rows: usize, n: i32, rowBytes: usize, vOffset: usize): void {
   let s = 0;
   for (let j = 0; j < n; j++) {
     const k = <usize>load<i32>(rows + (<usize>j << 2));
-    for (let o: usize = 0; o < headBytes; o += 64) s |= load<i32>(k + o) | load<i32>(k + vOffset + o);
+    for (let o: usize = 0; o < rowBytes; o += 64) s |= load<i32>(k + o) | load<i32>(k + vOffset + o);
   }
   touchSink |= s;
 }
@@ -236,6 +240,22 @@ let touchSink: i32 = 0;
 /** Byte offset of head h of batch row t in a [T][qStride] array. */
 @inline function headOffset(t: i32, h: i32, qStride: i32, headDim: i32): usize {
   return <usize>(t * qStride + h * headDim) << 2;
+}
+
+/**
+ * The n K rows at rows[] and their V rows (vOffset after each) widened to f32 into the tile
+ * buffer (kTile, and vTile = kTile + vTileOffset), once per tile: every query of the chunk and every
+ * query head of the group then reads the tile from L1 as f32 (exact, so the bits are those of
+ * converting in registers, without converting once per query head).
+ */
+@inline function widenTile(kTile: usize, vTileOffset: usize, rows: usize, n: i32, vOffset: usize, headDim: i32, kvType: i32): void {
+  const headBytes = <usize>headDim << 2;
+  for (let j = 0; j < n; j++) {
+    const k = <usize>load<i32>(rows + (<usize>j << 2));
+    const dst = kTile + <usize>j * headBytes;
+    kvRowToF32(dst, k, headDim, kvType);
+    kvRowToF32(dst + vTileOffset, k + vOffset, headDim, kvType);
+  }
 }
 
 /**
@@ -250,24 +270,34 @@ let touchSink: i32 = 0;
  * tiles in order with the same arithmetic, whatever chunk it came in, whatever other sequences
  * share the step and whatever the block size: its result is always the same bits.
  *
- * q and out are [T][qStride] floats. scratch (per thread): ATTN_TILE floats of scores, two
- * buffers of ATTN_TILE i32 key-row addresses (this tile, the next), then (m, l) pairs for
- * queryCount * (nHeads / nKvHeads) rows.
+ * The cache holds rows of rowBytes in kvType (kv-types.ts). An f32 cache is read in place; an f16
+ * or q8_0 one is widened tile by tile into f32 (widenTile), so the result is exactly f32 attention
+ * over the cache's values.
+ *
+ * q and out are [T][qStride] floats. scratch (per thread, src/backend/kernels.ts
+ * attentionScratchBytes): ATTN_TILE floats of scores, three arrays of ATTN_TILE i32 row addresses
+ * (this tile, the next, the widened tile), the widened K and V tiles (ATTN_TILE x headDim f32
+ * each), then (m, l) pairs for queryCount * (nHeads / nKvHeads) rows.
  */
 export function pagedAttention(
   out: usize, q: usize, kLayer: usize, vLayer: usize, seqInfo: usize,
-  nHeads: i32, nKvHeads: i32, headDim: i32, blockSize: i32, numBlocks: i32, qStride: i32,
+  nHeads: i32, nKvHeads: i32, headDim: i32, blockSize: i32, numBlocks: i32, qStride: i32, kvType: i32, rowBytes: i32,
   scratch: usize, itemStart: i32, itemEnd: i32,
 ): void {
   const group = nHeads / nKvHeads;
   const headBytes = <usize>headDim << 2;
-  const blockBytes = <usize>blockSize * headBytes;
+  const blockBytes = <usize>blockSize * <usize>rowBytes;
   const vOffset = vLayer - kLayer;
   const scale: f32 = 1.0 / Mathf.sqrt(<f32>headDim);
   const scores = scratch;
   const rowsA = scratch + (<usize>ATTN_TILE << 2);
   const rowsB = rowsA + (<usize>ATTN_TILE << 2);
-  const states = rowsB + (<usize>ATTN_TILE << 2);
+  const wideRows = rowsB + (<usize>ATTN_TILE << 2);
+  const kTile = wideRows + (<usize>ATTN_TILE << 2);
+  const vTileOffset = <usize>ATTN_TILE * headBytes;
+  const states = kTile + 2 * vTileOffset;
+  const widen = kvType != KV_F32;
+  for (let j = 0; j < ATTN_TILE; j++) store<i32>(wideRows + (<usize>j << 2), <i32>(kTile + <usize>j * headBytes));
   for (let item = itemStart; item < itemEnd; item++) {
     const seq = item / nKvHeads;
     const kvHead = item - seq * nKvHeads;
@@ -292,19 +322,26 @@ export function pagedAttention(
     // arithmetic instead of each tile waiting for memory in turn.
     let rows = rowsA;
     let nextRows = rowsB;
-    tileRows(rows, table, headRows, 0, min(contextLen, ATTN_TILE), blockSize, blockBytes, headBytes);
+    tileRows(rows, table, headRows, 0, min(contextLen, ATTN_TILE), blockSize, blockBytes, rowBytes);
     for (let tileStart = 0; tileStart < contextLen; tileStart += ATTN_TILE) {
       const nextStart = tileStart + ATTN_TILE;
       if (nextStart < contextLen) {
         const nextEnd = min(contextLen, nextStart + ATTN_TILE);
-        tileRows(nextRows, table, headRows, nextStart, nextEnd, blockSize, blockBytes, headBytes);
-        touchRows(nextRows, nextEnd - nextStart, headBytes, vOffset);
+        tileRows(nextRows, table, headRows, nextStart, nextEnd, blockSize, blockBytes, rowBytes);
+        touchRows(nextRows, nextEnd - nextStart, rowBytes, vOffset);
+      }
+      let keyRows = rows;
+      let valueOffset = vOffset;
+      if (widen) {
+        widenTile(kTile, vTileOffset, rows, min(ATTN_TILE, contextLen - tileStart), vOffset, headDim, kvType);
+        keyRows = wideRows;
+        valueOffset = vTileOffset;
       }
       for (let i = max(0, tileStart - firstPos); i < queryCount; i++) {
         const n = min(ATTN_TILE, firstPos + i + 1 - tileStart);
         for (let g = 0; g < group; g++) {
           const off = headOffset(queryStart + i, kvHead * group + g, qStride, headDim);
-          onlineTile(out + off, states + (<usize>(i * group + g) << 3), q + off, rows, vOffset, n, headDim, scale, scores);
+          onlineTile(out + off, states + (<usize>(i * group + g) << 3), q + off, keyRows, valueOffset, n, headDim, scale, scores);
         }
       }
       const done = rows;

@@ -8,6 +8,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
 import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
 import type { EngineOptions } from "../src/engine/engine.ts";
+import type { KVType } from "../src/kv/kv-layout.ts";
 import type { Scheduler, SchedulerOutput } from "../src/engine/scheduler.ts";
 import type { Sequence } from "../src/engine/sequence.ts";
 import { MODELS, TEXTS, TOKENIZER } from "./helpers/prefix.ts";
@@ -126,7 +127,7 @@ const PREEMPT_CHUNKED_ON: Config = {
  * paged attention's online softmax goes block by block, so outputs may depend on the block size
  * (a different, equally valid, rounding): each block size has its own reference.
  */
-const CASES: { name: string; model: string; blockSizes: { blockSize: number; configs: Config[] }[] }[] = [
+const CASES: { name: string; model: string; kvType?: KVType; blockSizes: { blockSize: number; configs: Config[] }[] }[] = [
   {
     name: "stories260K (f32)",
     model: MODELS.stories260K,
@@ -134,6 +135,13 @@ const CASES: { name: string; model: string; blockSizes: { blockSize: number; con
       { blockSize: 16, configs: [TOGETHER_ON, PREEMPT_ON, CHUNKED_OFF] },
       { blockSize: 4, configs: [PREEMPT_CHUNKED_ON] },
     ],
+  },
+  {
+    // The f16 cache rounds every K/V value: its own references, the same invariances.
+    name: "stories260K (f32 weights, f16 KV cache)",
+    model: MODELS.stories260K,
+    kvType: "f16",
+    blockSizes: [{ blockSize: 16, configs: [TOGETHER_ON, PREEMPT_ON, CHUNKED_OFF] }],
   },
   {
     name: "llama2xs_h192 (f32)",
@@ -147,14 +155,14 @@ const CASES: { name: string; model: string; blockSizes: { blockSize: number; con
   },
 ];
 
-for (const { name, model, blockSizes } of CASES) {
+for (const { name, model, kvType, blockSizes } of CASES) {
   describeShared(`batch invariance on ${name}`, [model, TOKENIZER], ([modelPath, tokPath]) => {
     for (const { blockSize, configs } of blockSizes) {
       describe(`block size ${blockSize}`, () => {
         let requests: GenerateRequest[] = [];
         let alone: ReturnType<typeof tokensOf> = [];
         beforeAll(async () => {
-          const llm = load(modelPath!, tokPath!, { enablePrefixCaching: false, blockSize });
+          const llm = load(modelPath!, tokPath!, { enablePrefixCaching: false, blockSize, kvType: kvType ?? null });
           requests = buildRequests(llm);
           const results = await oneAtATime(llm, requests);
           expect(results.every((r) => r.finish_reason === "length" || r.finish_reason === "stop")).toBe(true);
@@ -169,7 +177,7 @@ for (const { name, model, blockSizes } of CASES) {
 
         for (const { label, engine, preempts, chunks } of configs) {
           test(label, async () => {
-            const llm = load(modelPath!, tokPath!, { ...engine, blockSize });
+            const llm = load(modelPath!, tokPath!, { ...engine, blockSize, kvType: kvType ?? null });
             const steps = watchSteps(llm);
             const together = await llm.generate(requests);
             expect(tokensOf(together)).toEqual(alone);

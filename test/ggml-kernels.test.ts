@@ -16,9 +16,9 @@ const MAX_T = 9;
 const MAX_COLS = 768;
 
 const backend = new CpuBackend(1);
-backend.reserveScratch(MAX_T, MAX_COLS, 1, 0, true);
+backend.reserveScratch(MAX_T, MAX_COLS, 1, 64, 0, true);
 const pool = new CpuBackend(2);
-pool.reserveScratch(MAX_T, MAX_COLS, 1, 0, true);
+pool.reserveScratch(MAX_T, MAX_COLS, 1, 64, 0, true);
 afterAll(() => {
   backend.close();
   pool.close();

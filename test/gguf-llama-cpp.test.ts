@@ -166,6 +166,25 @@ for (const m of CASES) {
       }
     });
 
+    test("batch invariance over f16 and q8_0 KV caches (q8_0 where heads are whole 32-value blocks): chunks, token by token, beside another sequence, another thread count", () => {
+      const tokens = readJson<ScoreRef>(paths[0]!).tokens.slice(0, 48);
+      const headDim = rig!.config.headDim;
+      for (const kvType of (["f16", "q8_0"] as const).filter((t) => t !== "q8_0" || headDim % 32 === 0)) {
+        const typed = new GGUFRig(m.path(), 64, THREADS, 16, kvType);
+        const other = new GGUFRig(m.path(), 64, THREADS === 1 ? 2 : 1, 16, kvType);
+        try {
+          const once = typed.logits(tokens, tokens.length);
+          expect(sameBits(typed.logits(tokens, 7), once)).toBe(true);
+          expect(sameBits(typed.logits(tokens, 1), once)).toBe(true);
+          expect(sameBits(typed.logits(tokens, 11, [...tokens].reverse()), once)).toBe(true);
+          expect(sameBits(other.logits(tokens, 5), once)).toBe(true);
+        } finally {
+          typed.close();
+          other.close();
+        }
+      }
+    }, 120_000);
+
     if (m.kind !== "quantized") {
       test("greedy continuation equals llama.cpp's", () => {
         const ref = readJson<GreedyRef>(paths[2 * TEXTS.length]!);

@@ -90,7 +90,7 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
     expect(text.code).toBe(0);
     expect(hub.requests.length).toBe(requestsBefore); // served from the cache
     for (const line of ["architecture      llama", "quantization      Q8_0", "context length    2048", "heads (q/kv)      8/4", "head dim          8",
-      "Memory at --ctx-size 512", "KV cache (f32)      640.0 KiB"]) {
+      "Memory at --ctx-size 512", "KV cache (f16)      320.0 KiB"]) {
       expect(text.out).toContain(line);
     }
     expect(text.out).toMatch(/\n {4}kind +llama\n {4}size +512\n {4}bos token +1 "<s>"\n {4}eos token +2 "<\/s>"\n {4}unknown token +0 "<unk>"\n\n/);
@@ -100,8 +100,11 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
       tensorTypes: { type: string; fraction: number }[]; specialTokens: { role: string; id: number; text: string }[];
       memory: { kvCacheBytes: number; weightBytes: number; totalBytes: number };
     };
-    expect(json.memory.kvCacheBytes).toBe(2 * json.layers * 512 * json.kvHeads * json.headDim * 4);
-    expect(json.memory.kvCacheBytes).toBe(655360);
+    // GGUF models get an f16 KV cache unless --kv-type says otherwise, as llama.cpp.
+    expect(json.memory.kvCacheBytes).toBe(2 * json.layers * 512 * json.kvHeads * json.headDim * 2);
+    expect(json.memory.kvCacheBytes).toBe(327680);
+    const f32 = JSON.parse((await pagellm("info", `hf:${REPO}:Q8_0`, "--json", "--ctx-size", "512", "--kv-type", "f32")).out) as { memory: { kvType: string; kvCacheBytes: number } };
+    expect(f32.memory).toMatchObject({ kvType: "f32", kvCacheBytes: 655360 });
     expect(json.vocabulary).toEqual({ kind: "llama", pre: null, size: 512 } as typeof json.vocabulary);
     expect(json.tensorTypes.reduce((s, t) => s + t.fraction, 0)).toBeCloseTo(1, 9);
     expect(json.specialTokens.find((t) => t.role === "bos")).toEqual({ role: "bos", id: 1, text: "<s>" });

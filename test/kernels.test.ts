@@ -411,7 +411,7 @@ describe("paged KV cache kernels", () => {
     const kc = s.alloc(kvBytes), vc = s.alloc(kvBytes);
     const kk = randomArray(rng, T * nKv * hd), vv = randomArray(rng, T * nKv * hd);
     const slots = [0, 5, 19, 7, 12, 3, 16];
-    k.writeKV(kc, vc, s.f32(kk), s.f32(vv), s.i32(slots), T, nKv, hd, bs, blocks);
+    k.writeKV(kc, vc, s.f32(kk), s.f32(vv), s.i32(slots), T, nKv, hd, bs, blocks, 0, 4 * hd);
     slots.forEach((slot, t) => {
       const block = Math.floor(slot / bs), row = slot % bs;
       for (let h = 0; h < nKv; h++) {
@@ -447,7 +447,7 @@ describe("paged KV cache kernels", () => {
         }
         const out = s.alloc(4 * count * nHeads * hd);
         const info = s.i32([0, count, ctx, s.i32(table)]);
-        k.pagedAttention(out, qv, kc, vc, info, nHeads, nKv, hd, bs, nBlocks, nHeads * hd, s.alloc(attentionScratchBytes(count * group)), 0, nKv);
+        k.pagedAttention(out, qv, kc, vc, info, nHeads, nKv, hd, bs, nBlocks, nHeads * hd, 0, 4 * hd, s.alloc(attentionScratchBytes(count * group, hd)), 0, nKv);
         results.push(readF32(out, count * nHeads * hd));
       }
       for (const r of results) expect(r).toEqual(results[0]!);
@@ -473,11 +473,11 @@ describe("paged KV cache kernels", () => {
       const qStride = nHeads * hd;
       const qv = randomArray(rng, T * qStride, 2);
       const out = s.alloc(4 * T * qStride);
-      const scratch = s.alloc(attentionScratchBytes(Math.max(...seqs.map((x) => x.count)) * group));
+      const scratch = s.alloc(attentionScratchBytes(Math.max(...seqs.map((x) => x.count)) * group, hd));
       const items = numSeqs * nKv;
       const split = randInt(rng, 0, items);
-      k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, scratch, 0, split);
-      k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, scratch, split, items);
+      k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, scratch, 0, split);
+      k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, scratch, split, items);
       const got = readF32(out, T * qStride);
       const kAll = readF32(kc, kvBytes / 4), vAll = readF32(vc, kvBytes / 4);
       for (const sq of seqs) {

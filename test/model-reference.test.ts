@@ -173,7 +173,7 @@ class EngineRig {
   /** Fill the whole KV arena with NaN, so any read of a slot this run did not write shows in the logits. */
   poisonKV(): void {
     const c = this.config;
-    const layerBytes = this.arena.blockBytes * this.arena.numBlocks;
+    const layerBytes = this.arena.layout.layerBlockBytes * this.arena.numBlocks;
     // The arena is one run of K, V, K, V, ... layer regions; refuse to write anywhere else.
     expect(this.arena.vLayer(c.nLayers - 1) + layerBytes).toBe(this.arena.kLayer(0) + 2 * c.nLayers * layerBytes);
     const floats = (2 * c.nLayers * layerBytes) / 4;

@@ -6,6 +6,7 @@
  * batched generation (greedy and sampled, with logprobs) with chunked prefill, with and without a
  * KV pool so small that requests are preempted and recomputed.
  */
+import { kvLayout } from "../src/kv/kv-layout.ts";
 import { afterEach, describe, expect, test } from "bun:test";
 import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
 import type { EngineOptions } from "../src/engine/engine.ts";
@@ -114,7 +115,7 @@ describeShared("addresses past 2 GiB", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([
       const c = { ...ckpt.config, seqLen: 64 };
       const weights = loadWeights({ ...ckpt, config: c }, backend.mem, backend.kernels);
       const batch = new StepBatch(backend.mem, 64, 1, 4, 16, 64);
-      const forward = new WasmForward(c, weights, [backend], [wholeModel(c)], batch, 64, 8, 16);
+      const forward = new WasmForward(c, weights, [backend], [wholeModel(c)], batch, 64, 8, kvLayout(c, 16, "f32"));
       batch.addSequence(tokens, 0, [7, 5, 3, 1], "all");
       await forward.forward(batch);
       return tokens.map((_, r) => Float32Array.from(forward.logitsRow(r)));

@@ -12,6 +12,7 @@ import { join, resolve } from "node:path";
 import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
 import { MODELS, TEXTS, TOKENIZER, computedTokens, expectedCachedTokens, lcp, withoutTimings } from "./helpers/prefix.ts";
 import { describeShared } from "./helpers/shared.ts";
+import type { KVType } from "../src/kv/kv-layout.ts";
 import { testThreads } from "./helpers/threads.ts";
 
 const THREADS = testThreads();
@@ -34,8 +35,8 @@ function closeAll(): void {
   for (const llm of opened.splice(0)) llm.close();
 }
 
-function load(model: string, tokenizer: string, engine: Parameters<typeof LLM.load>[0]["engine"]): LLM {
-  const llm = LLM.load({ model, tokenizer, engine: { threads: THREADS, maxNumBatchedTokens: 2048, ...engine } });
+function load(model: string, tokenizer: string, engine: Parameters<typeof LLM.load>[0]["engine"], kvType: KVType | null = null): LLM {
+  const llm = LLM.load({ model, tokenizer, engine: { threads: THREADS, maxNumBatchedTokens: 2048, kvType, ...engine } });
   opened.push(llm);
   return llm;
 }
@@ -101,20 +102,21 @@ function expectSameTokens(actual: CompletionResult[], expected: CompletionResult
   }
 }
 
-const CASES: { name: string; model: string }[] = [
+const CASES: { name: string; model: string; kvType?: KVType }[] = [
   { name: "stories260K (f32)", model: MODELS.stories260K },
+  { name: "stories260K (f32 weights, f16 KV cache)", model: MODELS.stories260K, kvType: "f16" },
   { name: "llama2xs_h192 (f32)", model: MODELS.llama2xs },
   { name: "stories260K_q80 (int8)", model: MODELS.stories260K_q80 },
 ];
 
-for (const { name, model } of CASES) {
+for (const { name, model, kvType } of CASES) {
   describeShared(`prefix cache on ${name}`, [model, TOKENIZER], ([modelPath, tokPath]) => {
     for (const blockSize of [16, 4]) {
       describe(`block size ${blockSize}`, () => {
         let prompts: Prompt[] = [];
         let reference: CompletionResult[] = [];
         beforeAll(async () => {
-          const off = load(modelPath!, tokPath!, { enablePrefixCaching: false, blockSize });
+          const off = load(modelPath!, tokPath!, { enablePrefixCaching: false, blockSize }, kvType ?? null);
           const [first] = await runOneByOne(off, buildPrompts(off, null).slice(0, 1));
           prompts = buildPrompts(off, first!.token_ids);
           reference = await runOneByOne(off, prompts);
@@ -125,7 +127,7 @@ for (const { name, model } of CASES) {
         }, TIMEOUT_MS);
 
         test("all prompts in one generate call: same tokens, cached_tokens from the prompts admitted before", async () => {
-          const llm = load(modelPath!, tokPath!, { enablePrefixCaching: true, blockSize });
+          const llm = load(modelPath!, tokPath!, { enablePrefixCaching: true, blockSize }, kvType ?? null);
           const results = await runTogether(llm, prompts);
           expectSameTokens(results, reference);
           // Every prompt is admitted in the first step (the token budget covers them all), in order;
@@ -152,7 +154,7 @@ for (const { name, model } of CASES) {
         }, TIMEOUT_MS);
 
         test("one generate call after another: same tokens, later prompts hit earlier prompts' and outputs' blocks", async () => {
-          const llm = load(modelPath!, tokPath!, { enablePrefixCaching: true, blockSize });
+          const llm = load(modelPath!, tokPath!, { enablePrefixCaching: true, blockSize }, kvType ?? null);
           const results = await runOneByOne(llm, prompts);
           expectSameTokens(results, reference);
           const history: number[][] = [];
@@ -173,7 +175,7 @@ for (const { name, model } of CASES) {
         }, TIMEOUT_MS);
 
         test("the same requests again: everything but each prompt's last block is served from the cache", async () => {
-          const llm = load(modelPath!, tokPath!, { enablePrefixCaching: true, blockSize });
+          const llm = load(modelPath!, tokPath!, { enablePrefixCaching: true, blockSize }, kvType ?? null);
           await runTogether(llm, prompts);
           const again = await runTogether(llm, prompts);
           expectSameTokens(again, reference);
@@ -183,7 +185,7 @@ for (const { name, model } of CASES) {
         }, TIMEOUT_MS);
 
         test("longest-prefix-match scheduling gives the same tokens", async () => {
-          const llm = load(modelPath!, tokPath!, { enablePrefixCaching: true, blockSize, schedule: "lpm" });
+          const llm = load(modelPath!, tokPath!, { enablePrefixCaching: true, blockSize, schedule: "lpm" }, kvType ?? null);
           const results = await runTogether(llm, prompts);
           expectSameTokens(results, reference);
           for (let i = 0; i < prompts.length; i++) {

@@ -489,7 +489,7 @@ describe("runq kernels split across threads", () => {
     const run = (threads: number) => {
       const b = new CpuBackend(threads);
       try {
-        b.reserveScratch(T, d, nHeads / nKv, 64);
+        b.reserveScratch(T, d, nHeads / nKv, hd, 64);
         b.numerics = "runq";
         const put = (v: ArrayLike<number>) => {
           const addr = b.mem.alloc(4 * v.length);

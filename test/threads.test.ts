@@ -13,6 +13,7 @@ import { guidedChunk } from "../src/backend/thread-protocol.ts";
 import { WorkerPoolError } from "../src/errors.ts";
 import { LLM } from "../src/engine/llm.ts";
 import { KVArena } from "../src/kv/kv-arena.ts";
+import { KV_TYPES, type KVType } from "../src/kv/kv-layout.ts";
 import { StepBatch } from "../src/model/batch.ts";
 import { makeConfig } from "../src/model/config.ts";
 import { LlamaModel } from "../src/model/llama.ts";
@@ -36,8 +37,8 @@ beforeAll(() => {
 
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-/** Logits of every position of a 600-token prompt prefilled in chunks, at `threads` threads. */
-function allLogits(threads: number): Float32Array {
+/** Logits of every position of a 600-token prompt prefilled in chunks, at `threads` threads, over a KV cache of `kvType`. */
+function allLogits(threads: number, kvType: KVType): Float32Array {
   const backend = new CpuBackend(threads);
   try {
     const ckpt = openCheckpoint(modelPath);
@@ -45,7 +46,7 @@ function allLogits(threads: number): Float32Array {
     const T = 200;
     const blockSize = 16;
     const model = new LlamaModel(config, weights, backend, T, T);
-    const arena = new KVArena(backend.mem, config, 40, blockSize);
+    const arena = new KVArena(backend.mem, config, 40, blockSize, kvType);
     const batch = new StepBatch(backend.mem, T, 1, 40, blockSize, T);
     const table = Array.from({ length: 40 }, (_, i) => (i * 7) % 40);
     const tokens = Array.from({ length: 600 }, (_, i) => (i * 7919) % config.vocabSize);
@@ -64,11 +65,13 @@ function allLogits(threads: number): Float32Array {
 }
 
 describe("worker threads", () => {
-  test("logits are the same bits at 1 and 2 threads", () => {
-    const one = allLogits(1);
-    const two = allLogits(2);
-    expect(Buffer.from(two.buffer).equals(Buffer.from(one.buffer))).toBe(true);
-  });
+  for (const kvType of KV_TYPES) {
+    test(`logits are the same bits at 1 and 2 threads (${kvType} KV cache)`, () => {
+      const one = allLogits(1, kvType);
+      const two = allLogits(2, kvType);
+      expect(Buffer.from(two.buffer).equals(Buffer.from(one.buffer))).toBe(true);
+    }, 60_000);
+  }
 
   test.skipIf(tokenizer === null)("a 2-thread generation completes, token-exact, while the main thread is kept busy", async () => {
     const requests = [0, 1, 2].map((i) => ({ id: `r${i}`, prompt: `Story number ${i}:`, maxTokens: 40, temperature: 0 }));
@@ -127,16 +130,16 @@ describe("worker threads", () => {
       const q = mem.allocZeroed(4 * seqs * hd);
       const out = mem.allocZeroed(4 * seqs * hd);
       const table = mem.allocZeroed(16);
-      const scratch = mem.alloc(attentionScratchBytes(1) * 2);
+      const scratch = mem.alloc(attentionScratchBytes(1, hd) * 2);
       const info = mem.alloc(4 * seqs * SEQ_INFO_INTS);
       const call = (bad: boolean) => {
         for (let i = 0; i < seqs; i++) mem.i32.set([i, 1, 1, bad ? 0x7ffffff0 : table], (info >> 2) + i * SEQ_INFO_INTS);
         pool.run({
           kernel: "pagedAttention",
-          args: [out, q, kv, kv, info, 1, nKv, hd, blockSize, 8, hd, scratch, 0, seqs],
+          args: [out, q, kv, kv, info, 1, nKv, hd, blockSize, 8, hd, 0, 4 * hd, scratch, 0, seqs],
           total: seqs,
           granularity: 1,
-          scratch: { arg: 11, stride: attentionScratchBytes(1) },
+          scratch: { arg: 13, stride: attentionScratchBytes(1, hd) },
         });
       };
       expect(() => call(true)).toThrow(WorkerPoolError);

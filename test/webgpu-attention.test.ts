@@ -9,6 +9,7 @@ import { CpuBackend } from "../src/backend/cpu.ts";
 import { attentionScratchBytes, SEQ_INFO_INTS } from "../src/backend/kernels.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
+import { KV_TYPE_CODE, kvRowBytes } from "../src/kv/kv-layout.ts";
 import { randInt, randomArray } from "./helpers/random-data.ts";
 import { describeGpu } from "./helpers/webgpu.ts";
 
@@ -88,8 +89,8 @@ async function describeAttention(): Promise<void> {
 
         const records = seqs.flatMap((s) => [s.start, s.count, s.ctx, wasmI32(s.table)]);
         const outAddr = mem.alloc(4 * T * qStride);
-        const scratch = mem.alloc(attentionScratchBytes(6 * group));
-        k.pagedAttention(outAddr, wasmF32(q), wasmF32(kv.k), wasmF32(kv.v), wasmI32(records), nHeads, nKv, hd, bs, numBlocks, qStride, scratch, 0, seqs.length * nKv);
+        const scratch = mem.alloc(attentionScratchBytes(6 * group, hd));
+        k.pagedAttention(outAddr, wasmF32(q), wasmF32(kv.k), wasmF32(kv.v), wasmI32(records), nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, scratch, 0, seqs.length * nKv);
         expect(records.length).toBe(seqs.length * SEQ_INFO_INTS);
 
         const kBuf = upload(kv.k), vBuf = upload(kv.v);
@@ -138,7 +139,7 @@ async function describeAttention(): Promise<void> {
           ropeWasm(qAddr, wasmI32(positions), T, nHeads, headDim, ropeDim, qStride, wasmF32(cos), wasmF32(sin));
           ropeWasm(kAddr, wasmI32(positions), T, nKv, headDim, ropeDim, kvStride, wasmF32(cos), wasmF32(sin));
           const kc = wasmF32(new Float32Array(arena)), vc = wasmF32(new Float32Array(arena));
-          k.writeKV(kc, vc, kAddr, wasmF32(vNew), wasmI32(slots), T, nKv, headDim, bs, numBlocks);
+          k.writeKV(kc, vc, kAddr, wasmF32(vNew), wasmI32(slots), T, nKv, headDim, bs, numBlocks, 0, 4 * headDim);
 
           const qBuf = upload(q);
           const kBuf = gpu.f32Buffer(arena, "k"), vBuf = gpu.f32Buffer(arena, "v");
@@ -157,6 +158,89 @@ async function describeAttention(): Promise<void> {
           expect(await run.readF32(vBuf, arena)).toEqual(wasmRead(vc, arena));
         }
       });
+    }
+
+    for (const type of ["f16", "q8_0"] as const) {
+      test(`${type} KV: ropeWriteKV stores the WebAssembly writer's rows, and attention over them matches the WebAssembly kernel`, async () => {
+        const rng = new Xoshiro128(type === "f16" ? 41 : 42);
+        const code = KV_TYPE_CODE[type];
+        for (let iter = 0; iter < 6; iter++) {
+          const style = iter % 2 === 0 ? "interleaved" : "neox";
+          const headDim = type === "q8_0" ? 32 * randInt(rng, 1, 3) : 2 * randInt(rng, 1, 40);
+          // Partial rotary on some iterations (an even number of rotated elements).
+          const ropeDim = iter % 3 === 0 && headDim >= 4 ? 2 * Math.floor(headDim / 4) : headDim;
+          const nKv = randInt(rng, 1, 2), group = randInt(rng, 1, 3), nHeads = nKv * group;
+          const [qStride, kvStride] = [nHeads * headDim, nKv * headDim];
+          const [bs, numBlocks, seqLen] = [randInt(rng, 1, 5), 12, 40];
+          const rowBytes = kvRowBytes(type, headDim);
+          const arenaBytes = nKv * numBlocks * bs * rowBytes;
+          const half = ropeDim / 2;
+          const table = new Float32Array(2 * seqLen * half);
+          for (let i = 0; i < seqLen * half; i++) [table[i], table[seqLen * half + i]] = [Math.cos(i * 0.37), Math.sin(i * 0.37)];
+          // One sequence whose whole context is this step's chunk, in shuffled blocks.
+          const T = randInt(rng, 1, Math.min(seqLen, numBlocks * bs));
+          const blocks = Array.from({ length: numBlocks }, (_, i) => i).sort(() => rng.nextFloat() - 0.5).slice(0, Math.ceil(T / bs));
+          const positions = Int32Array.from({ length: T }, (_, t) => t);
+          const slots = Int32Array.from({ length: T }, (_, t) => blocks[Math.floor(t / bs)]! * bs + (t % bs));
+          const [q, kNew, vNew] = [randomArray(rng, T * qStride, 2), randomArray(rng, T * kvStride, 2), randomArray(rng, T * kvStride, 2)];
+
+          const ropeWasm = style === "neox" ? k.ropeNeox : k.ropeInterleaved;
+          const [qAddr, kAddr] = [wasmF32(q), wasmF32(kNew)];
+          const [cosAddr, sinAddr] = [wasmF32(table.subarray(0, seqLen * half)), wasmF32(table.subarray(seqLen * half))];
+          ropeWasm(qAddr, wasmI32(positions), T, nHeads, headDim, ropeDim, qStride, cosAddr, sinAddr);
+          ropeWasm(kAddr, wasmI32(positions), T, nKv, headDim, ropeDim, kvStride, cosAddr, sinAddr);
+          const kc = mem.alloc(arenaBytes), vc = mem.alloc(arenaBytes);
+          mem.u8.fill(0, kc, kc + arenaBytes);
+          mem.u8.fill(0, vc, vc + arenaBytes);
+          k.writeKV(kc, vc, kAddr, wasmF32(vNew), wasmI32(slots), T, nKv, headDim, bs, numBlocks, code, rowBytes);
+
+          const qBuf = upload(q);
+          const kBuf = gpu.f32Buffer(arenaBytes / 4, "k"), vBuf = gpu.f32Buffer(arenaBytes / 4, "v");
+          const layout = { type, rowBytes };
+          gpu.ropeWriteKV(
+            style,
+            { q: qBuf, k: upload(kNew), v: upload(vNew), kArena: kBuf, vArena: vBuf, positions: upload(positions), slots: upload(slots), ropeTable: upload(table) },
+            { T, nHeads, nKvHeads: nKv, headDim, ropeDim, qStride, kvStride, blockSize: bs, numBlocks, seqLen },
+            layout,
+          );
+          // Both arenas widened to f32 by the WebAssembly reader. f16: v is the same bits (the same
+          // rounding of the same values); k too up to a GPU's fused multiply-add in the rotation (an
+          // ulp of the half). q8_0: WGSL's division is within 2.5 ulp, so a q may move by one step.
+          const widen = async (buf: GPUBuffer, wasmArena: number) => {
+            const at = mem.alloc(arenaBytes);
+            mem.u8.set(new Uint8Array(await run.read(buf, arenaBytes)), at);
+            const rows = arenaBytes / rowBytes;
+            const gpuWide = mem.alloc(4 * rows * headDim), wasmWide = mem.alloc(4 * rows * headDim);
+            for (let r = 0; r < rows; r++) {
+              k.kvRowToF32Ref(gpuWide + 4 * r * headDim, at + r * rowBytes, headDim, code);
+              k.kvRowToF32Ref(wasmWide + 4 * r * headDim, wasmArena + r * rowBytes, headDim, code);
+            }
+            return { bytes: mem.u8.slice(at, at + arenaBytes), wasmBytes: mem.u8.slice(wasmArena, wasmArena + arenaBytes), got: wasmRead(gpuWide, rows * headDim), want: wasmRead(wasmWide, rows * headDim) };
+          };
+          const step = type === "f16" ? 1e-3 : 2 / 127;
+          for (const [buf, wasmArena] of [[kBuf, kc], [vBuf, vc]] as const) {
+            const w = await widen(buf, wasmArena);
+            if (type === "f16" && buf === vBuf) expect(w.bytes).toEqual(w.wasmBytes);
+            w.got.forEach((g, i) => {
+              if (!(Math.abs(g - w.want[i]!) <= step * Math.max(1, Math.abs(w.want[i]!)))) throw new Error(`iter ${iter} value ${i}: ${g} vs ${w.want[i]}`);
+            });
+          }
+
+          // Attention over the WebAssembly-written arena on both backends.
+          const records = [0, T, T, wasmI32(blocks)];
+          const outAddr = mem.alloc(4 * T * qStride);
+          k.pagedAttention(outAddr, qAddr, kc, vc, wasmI32(records), nHeads, nKv, headDim, bs, numBlocks, qStride, code, rowBytes, mem.alloc(attentionScratchBytes(T * group, headDim)), 0, nKv);
+          const asWords = (addr: number) => new Int32Array(mem.u8.slice(addr, addr + arenaBytes).buffer);
+          const out = gpu.f32Buffer(T * qStride, "out");
+          const info = Int32Array.from([0, T, T, 0]);
+          gpu.attention(out, upload(wasmRead(qAddr, T * qStride)), upload(asWords(kc)), upload(asWords(vc)), upload(info), upload(Int32Array.from(blocks)), 1, T, nHeads, nKv, headDim, bs, numBlocks, qStride, T, layout);
+          const got = await run.readF32(out, T * qStride);
+          const want = wasmRead(outAddr, T * qStride);
+          got.forEach((g, i) => {
+            if (!(Math.abs(g - want[i]!) <= 4e-5)) throw new Error(`iter ${iter} attention element ${i}: ${g} vs ${want[i]}`);
+          });
+        }
+      }, 120_000);
     }
   });
 }

@@ -14,12 +14,13 @@
  *     cannot run, and a machine without a usable adapter, fail with one line and exit code 2;
  *     auto falls back to WebAssembly with the reason.
  */
-import { afterEach, expect, test } from "bun:test";
+import { afterAll, afterEach, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
 import type { EngineOptions } from "../src/engine/engine.ts";
+import type { KVType } from "../src/kv/kv-layout.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { REPO_ROOT, runPagellm } from "./helpers/cli.ts";
 import { MODELS, TEXTS, TOKENIZER } from "./helpers/prefix.ts";
@@ -30,6 +31,9 @@ import { describeGpu } from "./helpers/webgpu.ts";
 import { logSoftmaxAt } from "./helpers/gguf-rig.ts";
 import { greedyGoldenCases } from "./helpers/runc-golden.ts";
 import { CHILD_PROCESS_MS, PROCESS_TEST_MS } from "./helpers/limits.ts";
+import { makeConfig } from "../src/model/config.ts";
+import { writeModelGGUF } from "../src/model/gguf-model-writer.ts";
+import { tokenizerMetadata } from "../src/model/gguf-tokenizer-metadata.ts";
 
 /** Positions of the story text the quantized files are scored on. */
 const SCORED_TOKENS = 128;
@@ -87,8 +91,8 @@ function accuracyTests(gpu: WebGpuBackend): void {
   }
 }
 
-/** Bitwise invariance of the engine's output on `gpu` (see the file's header), on `model`. */
-function invarianceTests(gpu: WebGpuBackend, model: string, tok: string | undefined): void {
+/** Bitwise invariance of the engine's output on `gpu` (see the file's header), on `model`, with a KV cache of `kvType` (null: the model's default). */
+function invarianceTests(gpu: WebGpuBackend, model: string, tok: string | undefined, kvType: KVType | null = null): void {
   /** 10 requests sharing prefixes (8 texts cut at many lengths), every other one sampled with its own seed. */
   const requestsFor = (llm: LLM): GenerateRequest[] => Array.from({ length: 10 }, (_, i) => {
     const ids = llm.encode(`${TEXTS[i % TEXTS.length]} ${TEXTS[(3 * i + 1) % TEXTS.length]}`).slice(0, 3 + ((i * 29) % 50));
@@ -98,7 +102,7 @@ function invarianceTests(gpu: WebGpuBackend, model: string, tok: string | undefi
   const tokensOf = (rs: CompletionResult[]) => rs.map((r) => ({ id: r.id, finish: r.finish_reason, tokens: r.token_ids }));
 
   test("a repeated run makes no new bind groups or staging buffers (native memory stays flat)", async () => {
-    const llm = load(gpu, model, tok, { enablePrefixCaching: false });
+    const llm = load(gpu, model, tok, { enablePrefixCaching: false, kvType });
     const request = { prompt: "Once upon a time", maxTokens: 40, temperature: 0 };
     await llm.generate([request]);
     const before = { ...gpu.runner.cached };
@@ -109,7 +113,7 @@ function invarianceTests(gpu: WebGpuBackend, model: string, tok: string | undefi
   }, TIMEOUT_MS);
 
   test("one at a time with the cache off = together with the cache on = preempted and chunked with prefix hits", async () => {
-    const reference = load(gpu, model, tok, { enablePrefixCaching: false });
+    const reference = load(gpu, model, tok, { enablePrefixCaching: false, kvType });
     const requests = requestsFor(reference);
     const alone: CompletionResult[] = [];
     for (const r of requests) alone.push(...(await reference.generate([r])));
@@ -125,7 +129,7 @@ function invarianceTests(gpu: WebGpuBackend, model: string, tok: string | undefi
       },
     ];
     for (const { label, engine, preempts } of configs) {
-      const llm = load(gpu, model, tok, engine);
+      const llm = load(gpu, model, tok, { ...engine, kvType });
       // Twice: in the second round every prompt's full blocks are in the cache.
       for (let round = 0; round < 2; round++) {
         const got = tokensOf(await llm.generate(requests));
@@ -202,6 +206,17 @@ await describeGpu("the engine on WebGPU", (gpu) => {
 
   accuracyTests(gpu);
   describeShared("batch invariance on WebGPU (stories260K)", [MODELS.stories260K, TOKENIZER], ([model, tok]) => invarianceTests(gpu, model!, tok!));
+  // GGUF models default to an f16 KV cache; q8_0 needs heads of whole 32-value blocks (rnd-llama: 64).
+  describeShared("batch invariance on WebGPU, f16 KV cache (stories260K F32 GGUF)", ["models/gguf/stories260K.gguf"], ([model]) => invarianceTests(gpu, model!, undefined));
+  describeShared("batch invariance on WebGPU, q8_0 KV cache (a small Q8_0 llama, heads of 32)", ["models/gguf/stories260K.gguf"], ([stories]) => {
+    // q8_0 needs heads of whole 32-value blocks: a 2-layer llama of two 32-wide heads on stories260K's vocabulary.
+    const dir = mkdtempSync(join(tmpdir(), "pagellm-webgpu-q8kv-"));
+    const model = join(dir, "heads32-Q8_0.gguf");
+    const config = makeConfig({ dim: 64, hiddenDim: 128, nLayers: 2, nHeads: 2, nKvHeads: 1, vocabSize: 512, seqLen: 256, sharedClassifier: false });
+    writeModelGGUF(model, { arch: "llama", name: "heads32", config, mix: "Q8_0", tokenizer: tokenizerMetadata(stories!), seed: 9 });
+    afterAll(() => rmSync(dir, { recursive: true, force: true }));
+    invarianceTests(gpu, model, undefined, "q8_0");
+  });
 
   describeShared("the command line on WebGPU", [MODELS.stories260K, MODELS.stories260K_q80, TOKENIZER], ([model, q80, tok]) => {
     test("--device webgpu runs on the adapter, names it on stderr, and prints what wasm prints (greedy)", () => {

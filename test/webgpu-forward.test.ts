@@ -96,7 +96,9 @@ function compareForwardPasses(gpu: WebGpuBackend, models: typeof MODELS): void {
       const wasm = new LlamaModel(c, weights, cpu, MAX_TOKENS, MAX_TOKENS);
       const kv = new KVArena(cpu.mem, c, numBlocks, BLOCK);
       const batch = new StepBatch(cpu.mem, MAX_TOKENS, 2, blocksPerSeq, BLOCK, MAX_TOKENS);
-      const model = new GpuLlamaModel(c, new FileWeights(ckpt), cpu, gpu, MAX_TOKENS, MAX_TOKENS, numBlocks, BLOCK, 2, blocksPerSeq);
+      const model = new GpuLlamaModel(c, new FileWeights(ckpt), cpu, gpu, {
+        maxTokens: MAX_TOKENS, maxLogits: MAX_TOKENS, numBlocks, blockSize: BLOCK, maxSeqs: 2, maxBlocksPerSeq: blocksPerSeq, kv: kv.layout,
+      });
       // Interleaved, reversed block ids: both caches must be read through the tables.
       const tables = [0, 1].map((s) => Array.from({ length: blocksPerSeq }, (_, i) => numBlocks - 1 - (2 * i + s)));
 

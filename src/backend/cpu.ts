@@ -11,6 +11,7 @@ import { instantiateKernels, kernelModule, LinearMemory } from "./wasm.ts";
 import type { Numerics } from "../model/config.ts";
 import type { WeightMatrix } from "../model/weights.ts";
 import { activationBlock, ggmlKernels, type ActivationFormat } from "./ggml-kernels.ts";
+import { KV_TYPE_CODE, type KVLayout } from "../kv/kv-layout.ts";
 
 type GGMLMatrix = Extract<WeightMatrix, { kind: "ggml" }>;
 
@@ -67,6 +68,8 @@ export interface ScratchShape {
   maxTokens: number;
   maxWidth: number;
   group: number;
+  /** Head width: pagedAttention's per-thread tile of K/V rows widened from an f16 or q8_0 cache. */
+  headDim: number;
   runqContext: number;
   roundedActivations: boolean;
 }
@@ -81,7 +84,7 @@ function scratchSizes(kernels: Kernels, s: ScratchShape): { activations: number;
   return {
     activations: s.maxTokens * Math.max(int8Bytes, s.roundedActivations ? 4 * s.maxWidth : 0),
     superBlockPerThread: SUPER_BLOCK_SLOT_BYTES + Math.ceil(unpacked / 64) * 64,
-    attentionPerThread: attentionScratchBytes(s.maxTokens * s.group),
+    attentionPerThread: attentionScratchBytes(s.maxTokens * s.group, s.headDim),
   };
 }
 
@@ -148,11 +151,12 @@ export class CpuBackend {
   /**
    * Reserve scratch for steps of up to maxTokens tokens: int8 activations up to maxWidth wide (and
    * f32 ones rounded to a 16-bit float, when `roundedActivations`: a model with F16 or BF16
-   * matrices), and attention state for maxTokens queries times `group` query heads per kv head.
+   * matrices), and attention state for maxTokens queries times `group` query heads per kv head
+   * (with a tile of `headDim`-wide K/V rows widened from an f16 or q8_0 cache).
    * Models with "runq" numerics also need `runqContext` (their seqLen) scores per thread.
    */
-  reserveScratch(maxTokens: number, maxWidth: number, group: number, runqContext = 0, roundedActivations = false): void {
-    const sizes = scratchSizes(this.kernels, { maxTokens, maxWidth, group, runqContext, roundedActivations });
+  reserveScratch(maxTokens: number, maxWidth: number, group: number, headDim: number, runqContext = 0, roundedActivations = false): void {
+    const sizes = scratchSizes(this.kernels, { maxTokens, maxWidth, group, headDim, runqContext, roundedActivations });
     this.actTokens = maxTokens;
     this.actWidth = maxWidth;
     this.actRounded = roundedActivations;
@@ -273,16 +277,18 @@ export class CpuBackend {
 
   /**
    * Paged attention for every new token of the step; split by (sequence, kv head) items.
-   * `contextTokens` (the sum of the sequences' context lengths) sizes the work.
+   * `contextTokens` (the sum of the sequences' context lengths) sizes the work. The cache's
+   * element type and row bytes come from its KVLayout (f32 unless given).
    */
   attention(
     out: number, q: number, kLayer: number, vLayer: number, seqInfo: number, numSeqs: number,
     nHeads: number, nKvHeads: number, headDim: number, blockSize: number, numBlocks: number, qStride: number,
-    contextTokens: number,
+    contextTokens: number, layout: Pick<KVLayout, "type" | "rowBytes"> = { type: "f32", rowBytes: 4 * headDim },
   ): void {
     const items = numSeqs * nKvHeads;
     const parallel = items > 1 && contextTokens * nHeads * headDim >= MIN_PARALLEL_ATTENTION;
     if (this.numerics === "runq") {
+      if (layout.type !== "f32") throw new Error(`runq attention reads an f32 KV cache, not ${layout.type}`);
       // Two-pass softmax over the whole context: scores for every position of the longest sequence.
       const i32 = this.mem.i32;
       for (let s = 0; s < numSeqs; s++) {
@@ -298,8 +304,11 @@ export class CpuBackend {
     }
     if (blockSize > MAX_BLOCK_SIZE) throw new Error(`block size ${blockSize} exceeds ${MAX_BLOCK_SIZE}`);
     if (this.attnQueryRows === 0) throw new Error("attention scratch not reserved");
-    const args = [out, q, kLayer, vLayer, seqInfo, nHeads, nKvHeads, headDim, blockSize, numBlocks, qStride, this.attnScratch, 0, items];
-    this.dispatch({ kernel: "pagedAttention", args, total: items, granularity: 1, minChunk: 1, scratch: { arg: 11, stride: this.attnScratchBytes } }, parallel);
+    const args = [
+      out, q, kLayer, vLayer, seqInfo, nHeads, nKvHeads, headDim, blockSize, numBlocks, qStride, KV_TYPE_CODE[layout.type], layout.rowBytes,
+      this.attnScratch, 0, items,
+    ];
+    this.dispatch({ kernel: "pagedAttention", args, total: items, granularity: 1, minChunk: 1, scratch: { arg: 13, stride: this.attnScratchBytes } }, parallel);
   }
 
   /**

@@ -42,15 +42,25 @@ export interface Kernels {
   // math.ts
   expF32(out: number, x: number, n: number): void;
   // attention.ts
+  /** kvType: src/kv/kv-layout.ts KV_TYPE_CODE; rowBytes: the layout's bytes of one head's row. */
   writeKV(
     kLayer: number, vLayer: number, k: number, v: number, slots: number,
-    T: number, nKvHeads: number, headDim: number, blockSize: number, numBlocks: number,
+    T: number, nKvHeads: number, headDim: number, blockSize: number, numBlocks: number, kvType: number, rowBytes: number,
   ): void;
   pagedAttention(
     out: number, q: number, kLayer: number, vLayer: number, seqInfo: number,
     nHeads: number, nKvHeads: number, headDim: number, blockSize: number, numBlocks: number, qStride: number,
-    scratch: number, itemStart: number, itemEnd: number,
+    kvType: number, rowBytes: number, scratch: number, itemStart: number, itemEnd: number,
   ): void;
+  // kv-types.ts: the KV cache's element types
+  /** IEEE half bits of x, nearest even (ggml_compute_fp32_to_fp16). */
+  f32ToHalf(x: number): number;
+  /** n values (whole 32-value blocks) as ggml block_q8_0, as quantize_row_q8_0_ref. */
+  quantizeRowQ8_0(dst: number, src: number, n: number): void;
+  storeKVRow(dst: number, src: number, n: number, kvType: number): void;
+  /** A cache row of n values as f32: SIMD, and its scalar reference. */
+  kvRowToF32(dst: number, src: number, n: number, kvType: number): void;
+  kvRowToF32Ref(dst: number, src: number, n: number, kvType: number): void;
   // runq.ts: llama2.c runq.c's arithmetic, bit for bit (numerics "runq")
   rmsnormRunq(out: number, x: number, w: number, T: number, n: number, eps: number, final: number): void;
   quantizeQ8Runq(xq: number, xs: number, x: number, T: number, d: number, gs: number): void;
@@ -139,7 +149,10 @@ export const MAX_BLOCK_SIZE = 256;
 /** Positions per online-softmax step of pagedAttention (assembly/attention.ts ATTN_TILE). */
 export const ATTN_TILE = 16;
 
-/** Bytes of pagedAttention scratch one thread needs for `queryRows` (query, head) rows of one item. */
-export function attentionScratchBytes(queryRows: number): number {
-  return 4 * (3 * ATTN_TILE + 2 * queryRows);
+/**
+ * Bytes of pagedAttention scratch one thread needs for `queryRows` (query, head) rows of one item
+ * and heads of `headDim`: scores, three row-address arrays, the widened K and V tile, the states.
+ */
+export function attentionScratchBytes(queryRows: number, headDim: number): number {
+  return 4 * (4 * ATTN_TILE + 2 * ATTN_TILE * headDim + 2 * queryRows);
 }

@@ -13,6 +13,7 @@
 import type { DeviceKind, ModelForward } from "../engine/model-forward.ts";
 import { KVArena } from "../kv/kv-arena.ts";
 import type { BlockCopy } from "../kv/kv-cache-manager.ts";
+import type { KVLayout } from "../kv/kv-layout.ts";
 import { StepBatch } from "../model/batch.ts";
 import type { ModelConfig } from "../model/config.ts";
 import { LlamaModel, type ModelPart } from "../model/llama.ts";
@@ -43,14 +44,14 @@ export class WasmForward implements ModelForward, KVBlockIO {
    */
   constructor(
     private readonly config: ModelConfig, weights: ModelWeights, backends: readonly CpuBackend[], parts: readonly ModelPart[],
-    batch: StepBatch, maxLogits: number, numBlocks: number, blockSize: number,
+    batch: StepBatch, maxLogits: number, numBlocks: number, kv: KVLayout,
   ) {
     if (parts.length !== backends.length) throw new Error("WasmForward: one part per memory");
     this.parts = parts.map((part, i) => {
       const backend = backends[i]!;
       const local = i === 0 ? null : new StepBatch(backend.mem, batch.maxTokens, batch.maxSeqs, batch.maxBlocksPerSeq, batch.blockSize, batch.maxLogitRows);
       const model = new LlamaModel(config, weights, backend, batch.maxTokens, maxLogits, part);
-      const arena = new KVArena(backend.mem, config, numBlocks, blockSize, { first: part.firstLayer, end: part.endLayer });
+      const arena = new KVArena(backend.mem, config, numBlocks, kv.blockSize, kv.type, { first: part.firstLayer, end: part.endLayer });
       return { backend, model, arena, batch: local };
     });
     const classifier = this.parts.find((p) => p.model.part.classify);

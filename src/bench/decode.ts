@@ -15,6 +15,11 @@ import { runcTokensPerSecond } from "./runc.ts";
 import { TokenSource } from "./prompts.ts";
 import { runSpeculativeDecode, speculativeFigures, speculativeTable, type SpeculativeDecode } from "./speculative.ts";
 import type { SpeculativeOptions } from "../engine/speculative.ts";
+import { kvContextFigures, kvContextTables, runKVContextBench, type KVContextResult } from "./kv-context.ts";
+import type { KVType } from "../kv/kv-layout.ts";
+
+/** Decode steps timed per repetition at a long context (one step is tens of milliseconds there). */
+const KV_CONTEXT_STEPS = 4;
 import { countDecodeStep, gpuCountsTable, gpuRefusal, gpuTable, type BenchGpu, type GpuRow, type GpuStepCounts } from "./webgpu.ts";
 
 export interface DecodeOptions extends RepeatOptions {
@@ -32,6 +37,10 @@ export interface DecodeOptions extends RepeatOptions {
   gpu: BenchGpu | null;
   /** --speculate: decode with and without speculation on three workloads at the first thread count, or null. */
   speculate: { options: SpeculativeOptions; storiesModel: string | null } | null;
+  /** The KV cache type of the plain decode (null: the model's default). */
+  kvType: KVType | null;
+  /** Decode at long contexts for each KV type (--context, --kv-type), or null. */
+  kvContext: { contexts: number[]; kvTypes: KVType[] } | null;
 }
 
 export interface DecodeRow {
@@ -68,13 +77,15 @@ export interface DecodeResult {
   webgpu: GpuDecode | null;
   /** With and without speculative decoding (--speculate); absent when not asked for. */
   speculative?: SpeculativeDecode;
+  /** Decode at long contexts by KV cache type (--context); absent without it. */
+  kvContext?: KVContextResult;
 }
 
 export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
   const rows: DecodeRow[] = [];
   for (const threads of o.threads) {
     progress(`decode of ${o.model.label}, ${threads} thread(s)`);
-    const row = await withLLM(o.model, { threads }, async (llm): Promise<DecodeRow> => {
+    const row = await withLLM(o.model, { threads, kvType: o.kvType }, async (llm): Promise<DecodeRow> => {
       // With a baseline, ours and run alternate repetition by repetition, so both see the same machine.
       const runc = o.runc;
       const ours: Summary[] = [];
@@ -118,6 +129,7 @@ export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
       promptTokens: o.promptTokens, seed: o.seed, storiesModel: o.speculate.storiesModel,
     });
   }
+  if (o.kvContext !== null) result.kvContext = await runKVContextBench({ ...o, ...o.kvContext, steps: KV_CONTEXT_STEPS });
   return result;
 }
 
@@ -126,7 +138,7 @@ async function gpuDecode(o: DecodeOptions, gpu: BenchGpu, rows: readonly DecodeR
   const refused = gpuRefusal(o.model);
   if (refused !== null) return { adapter: gpu.adapter, refused };
   progress(`decode of ${o.model.label} on WebGPU (${gpu.adapter})`);
-  return await withLLM(o.model, { threads: 1 }, async (llm): Promise<GpuDecode> => {
+  return await withLLM(o.model, { threads: 1, kvType: o.kvType }, async (llm): Promise<GpuDecode> => {
     const d = await measureDecode(llm, o);
     const perStep = await countDecodeStep(llm, gpu, new TokenSource(o.seed, llm.config.vocabSize).prompt(o.promptTokens), 4);
     const wasm = rows.reduce((a, b) => (b.threads > a.threads ? b : a));
@@ -143,7 +155,7 @@ export function decodeFigures(r: DecodeResult): Figure[] {
   const g = r.webgpu ?? null;
   const gpu = g !== null && "row" in g ? figure(`${r.model}, webgpu: decode tokens/s`, g.row.value, "tokens/s") : [];
   const spec = r.speculative === undefined ? [] : speculativeFigures(r.model, r.speculative);
-  return [...gpu, ...spec, ...r.rows.flatMap((x) => {
+  return [...gpu, ...spec, ...(r.kvContext === undefined ? [] : kvContextFigures(r.kvContext)), ...r.rows.flatMap((x) => {
     const at = `${r.model}, ${threadsLabel(x.threads)}`;
     return [
       ...figure(`${at}: decode tokens/s`, x.tokensPerSecond, "tokens/s"),
@@ -180,5 +192,6 @@ export function decodeTables(r: DecodeResult): Table[] {
   if (r.rows.some((x) => x.peer !== null)) {
     tables.push(peerTable(`decode of ${r.model}`, r.rows.map((x) => ({ threads: x.threads, ours: x.tokensPerSecond, peer: x.peer }))));
   }
+  if (r.kvContext !== undefined) tables.push(...kvContextTables(r.kvContext));
   return tables;
 }

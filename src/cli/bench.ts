@@ -30,6 +30,7 @@ import { DEFAULT_MODELS_DIR, type BenchModel } from "../bench/models.ts";
 import { isGGUF } from "../model/load.ts";
 import { InputError } from "../errors.ts";
 import { WORKLOAD_NAMES, type WorkloadName } from "../bench/workloads.ts";
+import { KV_TYPES } from "../kv/kv-layout.ts";
 import { checkKnownOptions, deviceArg, deviceOption, gpuBackendOptions, numberOption, speculativeArgs, speculativeOption, type ParsedValues } from "./options.ts";
 import { DEFAULT_STORIES_MODEL } from "../bench/speculative.ts";
 import type { SpeculativeOptions } from "../engine/speculative.ts";
@@ -120,6 +121,16 @@ const decodeArgs = {
   ...benchDeviceArg,
   "prompt-tokens": { type: "string", description: "Prompt length before decoding (default 8)", valueHint: "n" },
   tokens: { type: "string", description: "Tokens generated per repetition (default 128)", valueHint: "n" },
+  context: {
+    type: "string",
+    description: "Also time decode steps at these context lengths, comma-separated, for each --kv-type (the context is written, not prefilled; see docs/kv-cache-types.md)",
+    valueHint: "n,n",
+  },
+  "kv-type": {
+    type: "string",
+    description: `KV cache types, comma-separated: ${KV_TYPES.join(" | ")}; the first is the plain decode's and the baseline of --context's ratios (default f32,f16,q8_0 with --context, else the model's default)`,
+    valueHint: "type,type",
+  },
   runc: {
     type: "string",
     description: "A llama2.c `run` binary to time on the same model file, alternating with pagellm (OMP_NUM_THREADS = each thread count)",
@@ -161,10 +172,13 @@ const decodeCommand = defineCommand({
     checkKnownOptions(rawArgs, decodeArgs);
     const run = startRun(args, rawArgs);
     const models = benchModels(args, rawArgs, ["stories110M"]);
+    const contexts = str(args, "context") === undefined ? [] : intList(args, "context", []);
+    const kvTypes = nameList(args, "kv-type", KV_TYPES, contexts.length > 0 ? KV_TYPES : []);
     const o = {
       ...repeatOptions(args, 3), threads: intList(args, "threads", [1, 2]), streamBytes: streamBytes(args),
       promptTokens: posint(args, "prompt-tokens", 8), genTokens: posint(args, "tokens", 128), seed: nonNegInt(args, "seed", 1),
       runc: typeof args.runc === "string" ? args.runc : null, peerNlc: peerOption(args, models), speculate: benchSpeculate(args),
+      kvType: kvTypes[0] ?? null, kvContext: contexts.length === 0 ? null : { contexts, kvTypes },
     };
     const { gpu, note: deviceNote } = await benchGpu(deviceOption(args), gpuBackendOptions(args));
     const results = [];
@@ -176,6 +190,7 @@ const decodeCommand = defineCommand({
     const settings = {
       reps: o.reps, warmup: o.warmup, threads: o.threads, streamBytes: o.streamBytes, models: models.map((m) => m.label), promptTokens: o.promptTokens, tokens: o.genTokens, seed: o.seed,
       device: deviceOption(args), speculative: o.speculate?.options ?? null,
+      ...(kvTypes.length > 0 ? { kvTypes } : {}), ...(contexts.length > 0 ? { contexts } : {}),
     };
     const set = decodeSet(results);
     emit("decode", run, settings, [...modelNotes(models), deviceNote, ...refusalNotes(results)], set.results, set.tables);

@@ -4,6 +4,7 @@
  * serves them); the reply streams to stdout and a short stats line follows on stderr. Reads lines
  * from a pipe too (replies on stdout, exit at EOF).
  */
+import { kvCacheSummary } from "../engine/engine.ts";
 import { defineCommand, type ArgsDef } from "citty";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { basename } from "node:path";
@@ -193,7 +194,7 @@ class ChatSession {
   private banner(): void {
     const c = this.llm.config;
     const ctx = this.limit < c.seqLen ? `${this.limit} of ${c.seqLen}` : `${c.seqLen}`;
-    this.status(`pagellm chat: ${basename(this.modelPath)} (${this.llm.checkpoint.format}, ${ctx}-token context), template ${this.history.name}` +
+    this.status(`pagellm chat: ${basename(this.modelPath)} (${this.llm.checkpoint.format}, ${ctx}-token context, ${kvCacheSummary(this.llm.engine)}), template ${this.history.name}` +
       (this.history.system ? ", with a system prompt" : ""));
     if (this.input.tty) {
       this.status(`/help lists the commands; Ctrl-C stops a reply; Ctrl-D or /exit quits` +

@@ -5,6 +5,7 @@
  */
 import { defineCommand, type ArgsDef } from "citty";
 import { InputError, RequestTooLongError } from "../errors.ts";
+import { kvCacheSummary } from "../engine/engine.ts";
 import type { CompletionResult, GenerateRequest, LLM } from "../engine/llm.ts";
 import {
   jsonlRequests, promptFileRequests, promptRequest, promptsDirRequests, type InputRequest, type RequestDefaults,
@@ -185,7 +186,7 @@ function reportStats(llm: LLM, sink: ResultSink, seconds: number): void {
   const s = llm.engine.stats;
   const hitRate = s.prefixQueries === 0 ? 0 : (100 * s.prefixHits) / s.prefixQueries;
   const rate = (tokens: number, secs: number) => (secs > 0 ? (tokens / secs).toFixed(1) : "-");
-  const lines = [llm.device, `load: ${llm.loadMs.toFixed(0)} ms (${llm.checkpoint.format}, ${llm.engine.numBlocks} KV blocks of ${llm.engine.options.blockSize} tokens${memoriesNote(llm)})`];
+  const lines = [llm.device, `load: ${llm.loadMs.toFixed(0)} ms (${llm.checkpoint.format}, ${kvCacheSummary(llm.engine)}${memoriesNote(llm)})`];
   const one = sink.single;
   if (one !== null) {
     const computed = one.prompt_tokens - one.cached_tokens;

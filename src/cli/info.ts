@@ -15,12 +15,18 @@ import { readGGUFCheckpoint } from "../model/gguf-checkpoint.ts";
 import { modelFileKind } from "../model/load.ts";
 import { InputError } from "../errors.ts";
 import { resolveModelSpec } from "./load.ts";
-import { checkKnownOptions, numberOption } from "./options.ts";
+import { checkKnownOptions, kvTypeOption, numberOption } from "./options.ts";
 import { escapeControls, quoteFileText, showFileText, terminalSafeJson } from "../util/file-text.ts";
+import { defaultKVType, KV_TYPES, kvLayout, Q8_0_BLOCK, type KVType } from "../kv/kv-layout.ts";
 
 const infoArgs = {
   model: { type: "positional", description: "A path, hf:OWNER/REPO/FILE.gguf, hf:OWNER/REPO:QUANT or a URL (downloaded when not cached)", valueHint: "model", required: true },
   "ctx-size": { type: "string", description: `Context length for the memory estimate, as generate takes it (default ${DEFAULT_CONTEXT}, or the model's own if smaller; 0 = the model's full context)`, valueHint: "n" },
+  "kv-type": {
+    type: "string",
+    description: `KV cache type for the memory estimate, as generate takes it: ${KV_TYPES.join(" | ")} (default f16, as for any GGUF model; q8_0 on heads that are not whole 32-value blocks is f16)`,
+    valueHint: "type",
+  },
   json: { type: "boolean", description: "Print JSON instead of text" },
 } as const satisfies ArgsDef;
 
@@ -36,7 +42,10 @@ export const infoCommand = defineCommand({
     if (modelFileKind(path) === "llama2c") throw new InputError(`${path}: a llama2.c checkpoint; info reads the metadata of GGUF files only`);
     const header = readGGUF(path);
     const summary = summarizeModel(path, header);
-    const memory = estimateMemory(summary, contextLength(summary.contextLength ?? DEFAULT_CONTEXT, ctxOption));
+    const asked = kvTypeOption(args) ?? defaultKVType("GGUF");
+    // As the engine resolves it (kv-layout.ts): q8_0 needs heads of whole 32-value blocks.
+    const kvType = asked === "q8_0" && (summary.headDim ?? 0) % Q8_0_BLOCK !== 0 ? "f16" : asked;
+    const memory = estimateMemory(summary, contextLength(summary.contextLength ?? DEFAULT_CONTEXT, ctxOption), kvType);
     // The header alone can be read where the model cannot run (an architecture or tensor type
     // pagellm lacks, tensors that overlap or miss): what was read is shown, then why, exit 2.
     let checkpoint: Checkpoint | null = null;
@@ -46,7 +55,7 @@ export const infoCommand = defineCommand({
     } catch (e) {
       failure = e;
     }
-    const placement = checkpoint === null ? null : placementOf(checkpoint, ctxOption);
+    const placement = checkpoint === null ? null : placementOf(checkpoint, ctxOption, kvType);
     if (args.json === true) process.stdout.write(`${terminalSafeJson(JSON.stringify({ ...summary, memory, ...(placement === null ? {} : { placement }) }, null, 2))}\n`);
     else process.stdout.write(formatInfo(summary, memory) + (placement === null ? "" : formatPlacement(placement)));
     if (failure !== null) throw failure;
@@ -64,11 +73,15 @@ export interface PlacementInfo {
   memories: { holds: string; bytes: number; weightBytes: number; kvBytes: number; bufferBytes: number }[];
 }
 
-function placementOf(checkpoint: Checkpoint, ctxOption: number | null): PlacementInfo {
+function placementOf(checkpoint: Checkpoint, ctxOption: number | null, kvType: KVType): PlacementInfo {
   const o = DEFAULT_ENGINE_OPTIONS;
   const c = withContext(checkpoint.config, ctxOption);
-  const numBlocks = defaultNumBlocks(c, o, Infinity);
-  const shape = { maxTokens: o.maxNumBatchedTokens, maxSeqs: o.maxNumSeqs, maxLogits: o.maxNumSeqs, blockSize: o.blockSize, numBlocks, threads: o.threads };
+  const kv = kvLayout(c, o.blockSize, kvType);
+  const numBlocks = defaultNumBlocks(c, o, kv, Infinity);
+  const shape = {
+    maxTokens: o.maxNumBatchedTokens, maxSeqs: o.maxNumSeqs, maxLogits: o.maxNumSeqs, blockSize: o.blockSize, numBlocks, kvBlockBytes: kv.blockBytes,
+    threads: o.threads,
+  };
   const limitBytes = memoryLimitBytes(o.wasmMemoryMb);
   const plan = planMemory(checkpoint, c, shape, limitBytes, Infinity);
   return {
@@ -142,7 +155,7 @@ export function formatInfo(s: ModelSummary, m: MemoryEstimate): string {
   }
   section(`Memory at --ctx-size ${m.ctxSize}`, [
     ["weights", formatBytes(m.weightBytes)],
-    ["KV cache (f32)", formatBytes(m.kvCacheBytes)],
+    [`KV cache (${m.kvType})`, formatBytes(m.kvCacheBytes)],
     ["activations (est.)", formatBytes(m.activationBytes)],
     ["total", formatBytes(m.totalBytes)],
   ]);

@@ -11,6 +11,7 @@ import { EVICTION_POLICIES } from "../kv/eviction.ts";
 import { HASH_ALGORITHMS } from "../kv/block-hash.ts";
 import { KV_WRITE_MODES, type KVWriteMode } from "../kv/second-tier.ts";
 import { DEFAULT_DISK_MB } from "../kv-disk/open.ts";
+import { KV_TYPES, type KVType } from "../kv/kv-layout.ts";
 import { MAX_BLOCK_SIZE } from "../backend/kernels.ts";
 import type { DeviceChoice } from "../backend/webgpu/device.ts";
 import type { BackendOptions } from "../backend/webgpu/backend.ts";
@@ -89,6 +90,11 @@ export const engineArgs = {
   "block-size": { type: "string", description: `Tokens per KV cache block (default ${DEFAULT_ENGINE_OPTIONS.blockSize})`, valueHint: "n" },
   "kv-cache-mb": { type: "string", description: `KV cache size in MiB (default ${DEFAULT_ENGINE_OPTIONS.kvCacheMb}, capped at what --max-num-seqs full contexts use)`, valueHint: "mb" },
   "num-blocks": { type: "string", description: "KV cache size in blocks (overrides --kv-cache-mb)", valueHint: "n" },
+  "kv-type": {
+    type: "string",
+    description: `KV cache element type: ${KV_TYPES.join(" | ")} (as llama.cpp's --cache-type-k/-v; default f16 for GGUF models, f32 for llama2.c checkpoints)`,
+    valueHint: "type",
+  },
   "cache-salt": { type: "string", description: "Only requests with the same salt share cached KV blocks", valueHint: "text" },
   "eviction-policy": {
     type: "string",
@@ -260,6 +266,11 @@ function choice<T extends string>(values: ParsedValues, name: string, options: r
   return raw as T;
 }
 
+/** --kv-type, checked: null (the model's default) when absent. */
+export function kvTypeOption(values: ParsedValues): KVType | null {
+  return values["kv-type"] === undefined ? null : choice(values, "kv-type", KV_TYPES, "f32");
+}
+
 export function engineOptions(values: ParsedValues): EngineOptions {
   const d = DEFAULT_ENGINE_OPTIONS;
   return {
@@ -275,6 +286,7 @@ export function engineOptions(values: ParsedValues): EngineOptions {
     schedule: choice(values, "schedule", ["fcfs", "lpm"] as const, d.schedule),
     threads: numberOption(values, "threads", "posint") ?? d.threads,
     speculative: speculativeOption(values),
+    kvType: kvTypeOption(values),
   };
 }
 

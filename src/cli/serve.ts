@@ -10,6 +10,7 @@ import { basename } from "node:path";
 import { InputError } from "../errors.ts";
 import { PagellmServer } from "../server/server.ts";
 import { loadLLM } from "./load.ts";
+import { kvCacheSummary } from "../engine/engine.ts";
 import { checkKnownOptions, engineArgs, modelArgs, numberOption, speculativeArgs, type ParsedValues } from "./options.ts";
 import { info } from "./output.ts";
 
@@ -65,7 +66,7 @@ async function runServe(values: ParsedValues): Promise<void> {
   try {
     const llm = await loadLLM({ ...values, template: values["chat-template"] });
     server.ready(llm);
-    process.stdout.write(`pagellm serve: ${server.url} serving ${name} (${llm.engine.model.description}, ${llm.engine.maxPositions}-token context)\n`);
+    process.stdout.write(`pagellm serve: ${server.url} serving ${name} (${llm.engine.model.description}, ${llm.engine.maxPositions}-token context, ${kvCacheSummary(llm.engine)})\n`);
     await shutdown.requested;
     const finished = await server.drain(shutdownSeconds * 1000);
     if (!finished) info(`pagellm serve: --shutdown-timeout ${shutdownSeconds} s passed; aborting the requests still running`);

@@ -6,12 +6,11 @@
 import { availableParallelism } from "node:os";
 import { CpuBackend } from "../backend/cpu.ts";
 import { InputError, RequestTooLongError } from "../errors.ts";
-import { KVArena } from "../kv/kv-arena.ts";
 import { KVCacheManager, type BlockCopy } from "../kv/kv-cache-manager.ts";
+import { kvLayout, resolveKVType, type KVLayout, type KVType } from "../kv/kv-layout.ts";
 import type { EvictionPolicyName } from "../kv/eviction.ts";
 import type { HashAlgorithm } from "../kv/block-hash.ts";
 import type { KVSecondTier, SecondTierStats } from "../kv/second-tier.ts";
-import { kvLayout, type KVLayout } from "../kv/kv-layout.ts";
 import { SecondTierLink, type TierLoad } from "../kv/tier-link.ts";
 import { StepBatch } from "../model/batch.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
@@ -68,6 +67,11 @@ export interface EngineOptions {
    * PAGELLM_WASM_MEMORY_MB, else 4 GiB less what the runtime needs.
    */
   wasmMemoryMb: number | null;
+  /**
+   * Element type of the KV cache (llama.cpp's --cache-type-k/-v); null = the model's default: f16
+   * for GGUF models, f32 for llama2.c checkpoints (see src/kv/kv-layout.ts).
+   */
+  kvType: KVType | null;
 }
 
 /** Context used when none is asked for: enough for chat, far less memory than a 128K-token maximum. */
@@ -87,6 +91,7 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   threads: availableParallelism(),
   speculative: null,
   wasmMemoryMb: null,
+  kvType: null,
 };
 
 export interface NewRequest {
@@ -138,6 +143,10 @@ export class LLMEngine {
   readonly model: ModelForward;
   readonly kv: KVCacheManager;
   readonly numBlocks: number;
+  /** How the KV cache stores its values: element type, bytes of a row and of a block. */
+  readonly kvLayout: KVLayout;
+  /** Why the KV type is not the one asked for (q8_0 on heads that are not whole blocks), or null. */
+  readonly kvTypeNote: string | null;
   /** Positions one sequence can reach: the context, or less when the whole pool holds less. */
   readonly maxPositions: number;
   private readonly scheduler: Scheduler<Sequence>;
@@ -185,9 +194,15 @@ export class LLMEngine {
     const o = fitToVocabulary(requested, c);
     this.options = o;
     if (o.speculative !== null) checkSpeculative(o.speculative);
-    this.numBlocks = o.numBlocks ?? defaultNumBlocks(c, o, gpu === undefined ? Infinity : WebGpuForward.maxBlocks(gpu, c, o.blockSize));
+    const kvType = resolveKVType(c, checkpoint.format, o.kvType ?? null);
+    this.kvLayout = kvLayout(c, o.blockSize, kvType.type);
+    this.kvTypeNote = kvType.note;
+    this.numBlocks = o.numBlocks ?? defaultNumBlocks(c, o, this.kvLayout, gpu === undefined ? Infinity : WebGpuForward.maxBlocks(gpu, this.kvLayout));
     if (gpu === undefined) {
-      const shape = { maxTokens: o.maxNumBatchedTokens, maxSeqs: o.maxNumSeqs, maxLogits: logitRows(o), blockSize: o.blockSize, numBlocks: this.numBlocks, threads: o.threads };
+      const shape = {
+        maxTokens: o.maxNumBatchedTokens, maxSeqs: o.maxNumSeqs, maxLogits: logitRows(o), blockSize: o.blockSize, numBlocks: this.numBlocks,
+        kvBlockBytes: this.kvLayout.blockBytes, threads: o.threads,
+      };
       this.memoryPlan = planMemory(checkpoint, c, shape, memoryLimitBytes(o.wasmMemoryMb));
       this.memories = new WasmMemories(this.memoryPlan.placement.memories.length, o.threads);
     } else {
@@ -200,8 +215,10 @@ export class LLMEngine {
     this.maxPositions = Math.min(c.seqLen, this.numBlocks * o.blockSize);
     try {
       const batch = new StepBatch(this.backend.mem, o.maxNumBatchedTokens, o.maxNumSeqs, Math.ceil(c.seqLen / o.blockSize), o.blockSize, logitRows(o));
-      this.model = this.memoryPlan === null ? createGpuForward(c, checkpoint, this.backend, batch, this.numBlocks, gpu!, onLoadProgress) : this.createWasmForward(checkpoint, this.memoryPlan, batch, onLoadProgress);
-      this.tierLink = secondTier === undefined ? null : createTierLink(secondTier(kvLayout(c, o.blockSize), this.model.kvProducer), this.model, o, this.numBlocks);
+      this.model = this.memoryPlan === null
+        ? createGpuForward(c, checkpoint, this.backend, batch, this.numBlocks, this.kvLayout, gpu!, onLoadProgress)
+        : this.createWasmForward(checkpoint, this.memoryPlan, batch, onLoadProgress);
+      this.tierLink = secondTier === undefined ? null : createTierLink(secondTier(this.kvLayout, this.model.kvProducer), this.model, o, this.numBlocks);
       this.kv = this.createKV(o);
       this.tierLink?.attach(this.kv);
       this.runner = new ModelRunner(this.model, this.kv, batch);
@@ -494,7 +511,7 @@ export class LLMEngine {
     const placement = plan.placement;
     const weights = loadPlacedWeights(checkpoint, this.memories.targets, placement.weights, onLoadProgress, plan.storage);
     const parts = placement.memories.map((m) => m.part);
-    return new WasmForward(this.config, weights, this.memories.backends, parts, batch, batch.maxLogitRows, this.numBlocks, this.options.blockSize);
+    return new WasmForward(this.config, weights, this.memories.backends, parts, batch, batch.maxLogitRows, this.numBlocks, this.kvLayout);
   }
 
   private createKV(o: EngineOptions): KVCacheManager {
@@ -601,7 +618,8 @@ function createTierLink(tier: KVSecondTier, model: ModelForward, o: EngineOption
 
 /** The forward pass on WebGPU, weights read from the file to GPU buffers, its buffers sized for the engine's largest step. */
 function createGpuForward(
-  c: ModelConfig, checkpoint: Checkpoint, cpu: CpuBackend, batch: StepBatch, numBlocks: number, gpu: WebGpuBackend, onLoadProgress?: LoadProgress,
+  c: ModelConfig, checkpoint: Checkpoint, cpu: CpuBackend, batch: StepBatch, numBlocks: number, kv: KVLayout, gpu: WebGpuBackend,
+  onLoadProgress?: LoadProgress,
 ): ModelForward {
   return new WebGpuForward(c, new FileWeights({ ...checkpoint, config: c }, onLoadProgress), cpu, gpu, {
     maxTokens: batch.maxTokens,
@@ -611,6 +629,7 @@ function createGpuForward(
     maxBlocksPerSeq: batch.maxBlocksPerSeq,
     numBlocks,
     blockSize: batch.blockSize,
+    kv,
   });
 }
 
@@ -649,6 +668,13 @@ function finiteLogits(row: Float32Array): boolean {
   return true;
 }
 
+/** The KV cache in words, for the load line: "KV cache f16, 512 blocks of 16 tokens, 24.0 MiB". */
+export function kvCacheSummary(engine: LLMEngine): string {
+  const kv = engine.kvLayout;
+  const mib = (engine.numBlocks * kv.blockBytes) / 2 ** 20;
+  return `KV cache ${kv.type}, ${engine.numBlocks} blocks of ${kv.blockSize} tokens, ${mib.toFixed(1)} MiB`;
+}
+
 /** The model's config with seqLen set to the context this engine runs at. */
 export function withContext(c: ModelConfig, ctxSize: number | null): ModelConfig {
   if (ctxSize !== null && (!Number.isInteger(ctxSize) || ctxSize < 0)) {
@@ -667,8 +693,8 @@ export function contextLength(modelContext: number, ctxSize: number | null): num
  * Blocks for kvCacheMb, but no more than every sequence at full context could use, nor than the
  * backend holds per layer (maxBlocks: one GPU storage binding per layer's K or V).
  */
-export function defaultNumBlocks(c: ModelConfig, o: EngineOptions, maxBlocks: number): number {
-  const perBlock = KVArena.bytesPerBlock(c, o.blockSize);
+export function defaultNumBlocks(c: ModelConfig, o: EngineOptions, kv: KVLayout, maxBlocks: number): number {
+  const perBlock = kv.blockBytes;
   const fromBudget = Math.floor((o.kvCacheMb * 2 ** 20) / perBlock);
   const forAllSeqs = o.maxNumSeqs * Math.ceil(c.seqLen / o.blockSize);
   return Math.max(1, Math.min(fromBudget, forAllSeqs, maxBlocks));

@@ -10,7 +10,6 @@ import { RESERVED_BYTES, instantiateKernels, kernelModule, LinearMemory } from "
 import { placeModel, type PlacedMemory, type Placement } from "../backend/placement.ts";
 import type { Kernels } from "../backend/kernels.ts";
 import { ModelFormatError } from "../errors.ts";
-import { KVArena } from "../kv/kv-arena.ts";
 import { StepBatch } from "../model/batch.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
@@ -30,6 +29,8 @@ export interface RunShape {
   blockSize: number;
   /** KV blocks in WebAssembly memory (0 when the KV cache is in GPU buffers). */
   numBlocks: number;
+  /** Bytes of one KV block across the model (KVLayout.blockBytes: the KV type's). */
+  kvBlockBytes: number;
   threads: number;
 }
 
@@ -60,14 +61,14 @@ export function planMemory(
     placeModel(checkpoint.file, c.nLayers, {
       weights: partBytes(checkpoint, storage),
       sharedClassifier: c.sharedClassifier,
-      kvBytesPerLayer: (shape.numBlocks * KVArena.bytesPerBlock(c, shape.blockSize)) / c.nLayers,
+      kvBytesPerLayer: (shape.numBlocks * shape.kvBlockBytes) / c.nLayers,
       fixedBytes,
     }, limitBytes);
   const total = (p: Placement) => p.memories.reduce((a, m) => a + m.totalBytes, 0);
   const refuse = (weights: number, kv: number, buffers: number): never => {
     // Advice for the largest part only (lowering the KV cache cannot help a model refused for its buffers).
     const largest = [
-      { bytes: kv, advice: "lower --ctx-size or --kv-cache-mb" },
+      { bytes: kv, advice: "lower --ctx-size or --kv-cache-mb, or use --kv-type q8_0" },
       { bytes: buffers, advice: `lower --max-num-batched-tokens (${shape.maxTokens}) or --max-num-seqs (${shape.maxSeqs})` },
       { bytes: weights, advice: "use a smaller quantization" },
     ].sort((a, b) => b.bytes - a.bytes)[0]!;
@@ -79,7 +80,7 @@ export function planMemory(
   };
   // The least any placement takes (one memory's buffers): refused before placing when the machine lacks it.
   const leastWeights = weightBytes(checkpoint, FILE_STORAGE);
-  const kvTotal = shape.numBlocks * KVArena.bytesPerBlock(c, shape.blockSize);
+  const kvTotal = shape.numBlocks * shape.kvBlockBytes;
   const leastBuffers = fixedBytes({ embed: true, firstLayer: 0, endLayer: c.nLayers, classify: true });
   if (leastWeights + kvTotal + leastBuffers > availableBytes) refuse(leastWeights, kvTotal, leastBuffers);
 

@@ -3,6 +3,7 @@
  * (readGGUF never touches the tensor data): architecture, size, quantization, context, attention shape,
  * RoPE, vocabulary, special tokens, chat template, and the memory a given context needs.
  */
+import { kvRowBytes, type KVType } from "../kv/kv-layout.ts";
 import { readGGUF, type GGUFFile } from "../model/gguf.ts";
 import { storedGGMLBytes } from "../model/weights.ts";
 
@@ -141,24 +142,29 @@ function optionalString(gguf: GGUFFile, key: string): string | null {
 export interface MemoryEstimate {
   readonly ctxSize: number;
   readonly weightBytes: number;
-  /** K and V at f32 for every layer and position: 2 * layers * ctx * kvHeads * headDim * 4. */
+  /** The KV cache's element type (src/kv/kv-layout.ts). */
+  readonly kvType: KVType;
+  /** K and V for every layer and position: 2 * layers * ctx * kvHeads * (bytes of a head's row of kvType). */
   readonly kvCacheBytes: number;
   /** One token's working buffers (residual, norms, q/k/v, attention scores, FFN, logits) at f32. */
   readonly activationBytes: number;
   readonly totalBytes: number;
 }
 
-/** The memory a run at `ctxSize` positions needs; an estimate for activations, exact for weights and KV. */
-export function estimateMemory(s: ModelSummary, ctxSize: number): MemoryEstimate {
+/**
+ * The memory a run at `ctxSize` positions with a KV cache of `kvType` needs; an estimate for
+ * activations, exact for weights and KV.
+ */
+export function estimateMemory(s: ModelSummary, ctxSize: number, kvType: KVType): MemoryEstimate {
   const layers = s.layers ?? 0;
   const kvHeads = s.kvHeads ?? 0;
   const headDim = s.headDim ?? 0;
-  const kvCacheBytes = 2 * layers * ctxSize * kvHeads * headDim * 4;
+  const kvCacheBytes = 2 * layers * ctxSize * kvHeads * kvRowBytes(kvType, headDim);
   const embd = s.embeddingLength ?? 0;
   const ffn = s.feedForwardLength ?? 4 * embd;
   const heads = s.heads ?? 0;
   const vocab = s.vocabulary.size ?? 0;
   const activationFloats = 4 * embd + (heads + 2 * kvHeads) * headDim + 3 * ffn + heads * ctxSize + vocab;
   const activationBytes = activationFloats * 4;
-  return { ctxSize, weightBytes: s.weightBytes, kvCacheBytes, activationBytes, totalBytes: s.weightBytes + kvCacheBytes + activationBytes };
+  return { ctxSize, weightBytes: s.weightBytes, kvType, kvCacheBytes, activationBytes, totalBytes: s.weightBytes + kvCacheBytes + activationBytes };
 }

@@ -1,8 +1,9 @@
 /**
  * Where the KV cache lives: one arena in linear memory, per layer a K region and a V region,
- * each [kvHead][block][blockSize][headDim] f32 (one head's rows in consecutive blocks are
- * adjacent: see assembly/attention.ts for why). Block ids index this arena directly; the
- * KVCacheManager decides which request owns which block.
+ * each [kvHead][block][blockSize] rows of one head's values in the layout's element type (one
+ * head's rows in consecutive blocks are adjacent: see assembly/attention.ts for why). Block ids
+ * index this arena directly; the KVCacheManager decides which request owns which block. Sizes
+ * come from the KVLayout (kv-layout.ts), the one place that knows the bytes of a row and a block.
  *
  * A model placed over several memories has one arena per memory, for the layers that memory
  * holds (`layers`); every one is indexed by the same block ids.
@@ -11,10 +12,12 @@ import type { ModelConfig } from "../model/config.ts";
 import type { LinearMemory } from "../backend/wasm.ts";
 import { MAX_BLOCK_SIZE } from "../backend/kernels.ts";
 import { InputError } from "../errors.ts";
-import { kvLayout } from "./kv-layout.ts";
+import { kvLayout, type KVLayout, type KVType } from "./kv-layout.ts";
 
 export class KVArena {
-  /** Bytes of one block in one layer, K or V alone. */
+  /** The element type and bytes of rows and blocks. */
+  readonly layout: KVLayout;
+  /** Bytes of one block in one layer, K or V alone (layout.layerBlockBytes). */
   readonly blockBytes: number;
   private readonly base: number;
   private readonly layerBytes: number;
@@ -28,12 +31,14 @@ export class KVArena {
 
   constructor(
     private readonly mem: LinearMemory, config: ModelConfig, readonly numBlocks: number, readonly blockSize: number,
+    type: KVType = "f32",
     layers: { first: number; end: number } = { first: 0, end: config.nLayers },
   ) {
     if (!Number.isInteger(blockSize) || blockSize < 1 || blockSize > MAX_BLOCK_SIZE) {
       throw new InputError(`block size must be an integer from 1 to ${MAX_BLOCK_SIZE}, got ${blockSize}`);
     }
-    this.blockBytes = kvLayout(config, blockSize).layerBlockBytes;
+    this.layout = kvLayout(config, blockSize, type);
+    this.blockBytes = this.layout.layerBlockBytes;
     this.layerBytes = this.blockBytes * numBlocks;
     this.headBlockBytes = this.blockBytes / config.nKvHeads;
     this.nKvHeads = config.nKvHeads;
@@ -78,7 +83,7 @@ export class KVArena {
 
   /**
    * Copies block `blockId` of layer `l` (one this arena holds) into out[at, at + 2 * blockBytes):
-   * K then V, each [kvHead][slot][headDim]. Layer by layer, so a block split over several arenas
+   * K then V, each [kvHead][slot] rows of layout.rowBytes. Layer by layer, so a block split over several arenas
    * (memories) is read by asking each for its layers.
    */
   readLayerBlock(l: number, blockId: number, out: Uint8Array, at: number): void {
@@ -104,10 +109,5 @@ export class KVArena {
   private local(l: number): number {
     if (l < this.firstLayer || l >= this.endLayer) throw new Error(`KVArena holds layers ${this.firstLayer}-${this.endLayer - 1}, not ${l}`);
     return l - this.firstLayer;
-  }
-
-  /** Bytes one block takes across all layers, K and V: the unit `--kv-cache-mb` is divided by. */
-  static bytesPerBlock(config: ModelConfig, blockSize: number): number {
-    return kvLayout(config, blockSize).blockBytes;
   }
 }

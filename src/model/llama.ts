@@ -11,6 +11,7 @@ import { CpuBackend, type ScratchShape, type SharedInputProducts } from "../back
 import type { Kernels } from "../backend/kernels.ts";
 import { readsRoundedActivations } from "../backend/ggml-kernels.ts";
 import type { KVArena } from "../kv/kv-arena.ts";
+import { KV_TYPE_CODE } from "../kv/kv-layout.ts";
 import { queryDim, type ModelConfig, type Numerics } from "./config.ts";
 import type { LayerWeights, ModelWeights } from "./weights.ts";
 import type { StepBatch } from "./batch.ts";
@@ -96,7 +97,7 @@ export class LlamaModel {
     [this.ropeCos, this.ropeSin] = hasLayers ? this.ropeTables() : [0, 0];
     const scratch = LlamaModel.scratchShape(config, weights, part, maxTokens);
     if (scratch !== null) {
-      backend.reserveScratch(scratch.maxTokens, scratch.maxWidth, scratch.group, scratch.runqContext, scratch.roundedActivations);
+      backend.reserveScratch(scratch.maxTokens, scratch.maxWidth, scratch.group, scratch.headDim, scratch.runqContext, scratch.roundedActivations);
     }
   }
 
@@ -113,6 +114,7 @@ export class LlamaModel {
       maxTokens,
       maxWidth: hasLayers ? Math.max(config.dim, config.hiddenDim, queryDim(config)) : config.dim,
       group: config.nHeads / config.nKvHeads,
+      headDim: config.headDim,
       runqContext: hasLayers && (config.numerics ?? "default") === "runq" ? config.seqLen : 0,
       // Unknown weights (a plan before loading): room for rounded activations, the larger case.
       roundedActivations: weights === null || matrices.some((m) => m.kind === "ggml" && readsRoundedActivations(m.type)),
@@ -193,10 +195,12 @@ export class LlamaModel {
 
       this.rope(a.q, batch.positions, T, c.nHeads, qDim);
       this.rope(a.k, batch.positions, T, c.nKvHeads, kvDim);
-      ops.kernels.writeKV(kv.kLayer(l), kv.vLayer(l), a.k, a.v, batch.slots, T, c.nKvHeads, c.headDim, kv.blockSize, kv.numBlocks);
+      ops.kernels.writeKV(
+        kv.kLayer(l), kv.vLayer(l), a.k, a.v, batch.slots, T, c.nKvHeads, c.headDim, kv.blockSize, kv.numBlocks, KV_TYPE_CODE[kv.layout.type], kv.layout.rowBytes,
+      );
       ops.attention(
         a.att, a.q, kv.kLayer(l), kv.vLayer(l), batch.seqInfo, batch.numSeqs,
-        c.nHeads, c.nKvHeads, c.headDim, kv.blockSize, kv.numBlocks, qDim, batch.contextTokens,
+        c.nHeads, c.nKvHeads, c.headDim, kv.blockSize, kv.numBlocks, qDim, batch.contextTokens, kv.layout,
       );
       ops.matmul(a.xb2, a.att, L.wo, T);
       ops.add(a.x, a.xb2, T * c.dim);

@@ -5,6 +5,7 @@
  */
 import { CpuBackend } from "../../src/backend/cpu.ts";
 import { KVArena } from "../../src/kv/kv-arena.ts";
+import type { KVType } from "../../src/kv/kv-layout.ts";
 import { StepBatch } from "../../src/model/batch.ts";
 import type { ModelConfig } from "../../src/model/config.ts";
 import { LlamaModel } from "../../src/model/llama.ts";
@@ -21,7 +22,8 @@ export class GGUFRig {
   readonly table: number[];
   readonly otherTable: number[];
 
-  constructor(path: string, readonly maxTokens: number, threads: number, readonly blockSize = 16) {
+  /** kvType: f32 unless given, so that comparisons with float64 references see only the weights' rounding. */
+  constructor(path: string, readonly maxTokens: number, threads: number, readonly blockSize = 16, kvType: KVType = "f32") {
     const ckpt = openCheckpoint(path);
     this.config = { ...ckpt.config, seqLen: Math.min(ckpt.config.seqLen, maxTokens) };
     this.backend = new CpuBackend(threads);
@@ -29,7 +31,7 @@ export class GGUFRig {
       const weights = loadWeights({ ...ckpt, config: this.config }, this.backend.mem, this.backend.kernels);
       const blocks = Math.ceil(maxTokens / blockSize);
       this.model = new LlamaModel(this.config, weights, this.backend, 2 * maxTokens, 2 * maxTokens);
-      this.arena = new KVArena(this.backend.mem, this.config, 2 * blocks, blockSize);
+      this.arena = new KVArena(this.backend.mem, this.config, 2 * blocks, blockSize, kvType);
       this.batch = new StepBatch(this.backend.mem, 2 * maxTokens, 2, blocks, blockSize, 2 * maxTokens);
       this.table = Array.from({ length: blocks }, (_, i) => 2 * blocks - 1 - i);
       this.otherTable = Array.from({ length: blocks }, (_, i) => i);

@@ -11,11 +11,12 @@
 import { DeviceError } from "../../errors.ts";
 import type { GpuContext } from "./device.ts";
 import { params, GpuRunner, type GpuKernel } from "./runner.ts";
-import { ATTENTION_HALF_WGSL, ATTENTION_WGSL, attentionGrid, MAX_HEAD_DIM } from "./wgsl-attention.ts";
+import { ATTENTION_HALF_WGSL, ATTENTION_WGSL, attentionGrid, attentionWgsl, MAX_HEAD_DIM } from "./wgsl-attention.ts";
 import {
   ADD_RMSNORM_HALF_WGSL, ADD_RMSNORM_WGSL, ADD_WGSL, elementGrid, GATHER_ROWS_WGSL, HALF_ACTIVATIONS_WGSL,
-  RMSNORM_HALF_WGSL, RMSNORM_WGSL, ROPE_WRITE_KV_WGSL, SWIGLU_HALF_WGSL, SWIGLU_WGSL,
+  RMSNORM_HALF_WGSL, RMSNORM_WGSL, ROPE_WRITE_KV_WGSL, ropeWriteKVWgsl, SWIGLU_HALF_WGSL, SWIGLU_WGSL,
 } from "./wgsl-elementwise.ts";
+import type { KVLayout, KVType } from "../../kv/kv-layout.ts";
 import { HALF_BLOCK } from "./wgsl-half.ts";
 import { GGML_SHADERS, MATMUL_F32_WGSL, matmulGgmlWgsl, matmulGrid } from "./wgsl-matmul.ts";
 import { hasHalfProduct, matmulHalfWgsl } from "./wgsl-matmul-f16.ts";
@@ -79,8 +80,12 @@ const FIXED_KERNELS = {
   rmsnorm: RMSNORM_WGSL,
   addRmsnorm: ADD_RMSNORM_WGSL,
   ropeWriteKV: ROPE_WRITE_KV_WGSL,
+  ropeWriteKVF16: ropeWriteKVWgsl("f16"),
+  ropeWriteKVQ8_0: ropeWriteKVWgsl("q8_0"),
   gatherRows: GATHER_ROWS_WGSL,
   attention: ATTENTION_WGSL,
+  attentionF16: attentionWgsl(false, "f16"),
+  attentionQ8_0: attentionWgsl(false, "q8_0"),
   matmulF32: MATMUL_F32_WGSL,
 } as const;
 type FixedKernel = keyof typeof FIXED_KERNELS;
@@ -92,7 +97,12 @@ const HALF_KERNELS = {
   addRmsnormHalf: ADD_RMSNORM_HALF_WGSL,
   swigluHalf: SWIGLU_HALF_WGSL,
   attentionHalf: ATTENTION_HALF_WGSL,
+  attentionHalfF16: attentionWgsl(true, "f16"),
+  attentionHalfQ8_0: attentionWgsl(true, "q8_0"),
 } as const;
+
+/** The suffix of the kernels that read or write a KV arena of each type. */
+const KV_KERNEL_SUFFIX = { f32: "", f16: "F16", q8_0: "Q8_0" } as const satisfies Record<KVType, string>;
 type HalfKernel = keyof typeof HALF_KERNELS;
 
 export class WebGpuBackend {
@@ -368,14 +378,18 @@ export class WebGpuBackend {
     style: "interleaved" | "neox",
     b: { q: GPUBuffer; k: GPUBuffer; v: GPUBuffer; kArena: GPUBuffer; vArena: GPUBuffer; positions: GPUBuffer; slots: GPUBuffer; ropeTable: GPUBuffer },
     s: { T: number; nHeads: number; nKvHeads: number; headDim: number; ropeDim: number; qStride: number; kvStride: number; blockSize: number; numBlocks: number; seqLen: number },
+    kv: Pick<KVLayout, "type" | "rowBytes"> = { type: "f32", rowBytes: 4 * s.headDim },
   ): void {
     const half = s.ropeDim / 2;
     const [pairStride, partner] = style === "neox" ? [1, half] : [2, 1];
     const p = params(
-      s.T, s.nHeads, s.nKvHeads, s.headDim, s.ropeDim, s.qStride, s.kvStride, pairStride, partner, s.blockSize, s.numBlocks, s.seqLen * half,
+      s.T, s.nHeads, s.nKvHeads, s.headDim, s.ropeDim, s.qStride, s.kvStride, pairStride, partner, s.blockSize, s.numBlocks, s.seqLen * half, kv.rowBytes / 4,
     );
-    const invocations = s.T * (s.nHeads * half + s.nKvHeads * (half + s.headDim - s.ropeDim));
-    this.runner.dispatch(this.kernel("ropeWriteKV"), p, [b.q, b.k, b.v, b.kArena, b.vArena, b.positions, b.slots, b.ropeTable], elementGrid(invocations));
+    // An f16 or q8_0 arena is written a row per invocation (wgsl-kv-types.ts).
+    const kvInvocations = kv.type === "f32" ? s.nKvHeads * (half + s.headDim - s.ropeDim) : s.nKvHeads;
+    const invocations = s.T * (s.nHeads * half + kvInvocations);
+    const kernel = this.kernel(`ropeWriteKV${KV_KERNEL_SUFFIX[kv.type]}`);
+    this.runner.dispatch(kernel, p, [b.q, b.k, b.v, b.kArena, b.vArena, b.positions, b.slots, b.ropeTable], elementGrid(invocations));
   }
 
   /**
@@ -388,14 +402,20 @@ export class WebGpuBackend {
     out: GPUBuffer, q: GPUBuffer, kLayer: GPUBuffer, vLayer: GPUBuffer, seqInfo: GPUBuffer, tables: GPUBuffer,
     numSeqs: number, maxQueryCount: number, nHeads: number, nKvHeads: number, headDim: number,
     blockSize: number, numBlocks: number, qStride: number, T: number,
+    kv: Pick<KVLayout, "type" | "rowBytes"> = { type: "f32", rowBytes: 4 * headDim },
   ): ProductInput {
     if (headDim > MAX_HEAD_DIM) throw new DeviceError(`webgpu: head dimension ${headDim} exceeds ${MAX_HEAD_DIM}`);
     const scale = Math.fround(1 / Math.sqrt(headDim));
-    const p = params(nHeads, nKvHeads, headDim, blockSize, numBlocks, qStride, { f32: scale });
+    // A row's start: an element index in an f32 arena, a byte offset in an f16 or q8_0 one.
+    const rowStride = kv.type === "f32" ? headDim : kv.rowBytes;
+    const p = params(nHeads, nKvHeads, headDim, blockSize, numBlocks, qStride, rowStride, { f32: scale });
     const grid = attentionGrid(numSeqs, nHeads, maxQueryCount);
     // Heads of whole 32-value blocks: no block straddles two heads' workgroups.
     const output = new ProductInput(out, T, qStride);
-    return this.producingInput(output, headDim % HALF_BLOCK === 0, "attention", "attentionHalf", p, p, [out, q, kLayer, vLayer, seqInfo, tables], grid, grid);
+    const suffix = KV_KERNEL_SUFFIX[kv.type];
+    return this.producingInput(
+      output, headDim % HALF_BLOCK === 0, `attention${suffix}`, `attentionHalf${suffix}`, p, p, [out, q, kLayer, vLayer, seqInfo, tables], grid, grid,
+    );
   }
 
   /** Submit recorded ops. */

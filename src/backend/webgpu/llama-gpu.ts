@@ -18,6 +18,8 @@ import { TensorName } from "../../model/checkpoint.ts";
 import type { WeightMatrix } from "../../model/weights.ts";
 import { MAX_STACK, type GpuWeightMatrix, type WebGpuBackend } from "./backend.ts";
 import type { FileWeights, HostMatrix } from "./file-weights.ts";
+import type { KVLayout } from "../../kv/kv-layout.ts";
+import type { StepShape } from "./webgpu-forward.ts";
 
 interface GpuLayer {
   attnNorm: GPUBuffer; // [dim]
@@ -27,7 +29,7 @@ interface GpuLayer {
   gateUp: GpuWeightMatrix[]; // ffn_gate [hidden][dim], ffn_up [hidden][dim], stacked where they share a type
   ffnDown: GpuWeightMatrix; // [dim][hidden]
   qkNorm: { q: GPUBuffer; k: GPUBuffer } | null; // [headDim] each
-  k: GPUBuffer; // KV arena, [kvHead][block][blockSize][headDim]
+  k: GPUBuffer; // KV arena, [kvHead][block][blockSize] rows of headDim values in the KV type
   v: GPUBuffer;
 }
 
@@ -56,20 +58,27 @@ export class GpuLlamaModel {
   private readonly owned: GPUBuffer[] = [];
   /** One kv head's rows of one block: the stop between two places of one KV buffer in copyBlocks. */
   private copyScratch: GPUBuffer | null = null;
+  readonly maxTokens: number;
+  readonly maxLogits: number;
+  readonly numBlocks: number;
+  readonly blockSize: number;
+  /** The KV arena's element type and bytes. */
+  readonly kv: KVLayout;
 
   constructor(
     readonly config: ModelConfig,
     weights: FileWeights,
     cpu: CpuBackend,
     readonly gpu: WebGpuBackend,
-    readonly maxTokens: number,
-    readonly maxLogits: number,
-    readonly numBlocks: number,
-    readonly blockSize: number,
-    maxSeqs: number,
-    maxBlocksPerSeq: number,
+    shape: StepShape,
   ) {
     const c = config;
+    const { maxTokens, maxLogits, maxSeqs, maxBlocksPerSeq } = shape;
+    this.maxTokens = maxTokens;
+    this.maxLogits = maxLogits;
+    this.numBlocks = shape.numBlocks;
+    this.blockSize = shape.blockSize;
+    this.kv = shape.kv;
     if (maxLogits > maxTokens) throw new Error("GpuLlamaModel: logit rows are rows of the step, so maxLogits <= maxTokens");
     if ((c.numerics ?? "default") !== "default") throw new DeviceError(`webgpu: ${c.numerics} numerics run on WebAssembly only`);
     const kvDim = c.nKvHeads * c.headDim;
@@ -85,7 +94,8 @@ export class GpuLlamaModel {
       return up;
     };
     const matrix = (name: string) => stacks([name], name)[0]!;
-    const arena = c.nKvHeads * numBlocks * blockSize * c.headDim;
+    // The arena in 4-byte words (a typed arena is read as u32 words).
+    const arena = (this.kv.layerBlockBytes * this.numBlocks) / 4;
     const T = TensorName;
     this.layers = Array.from({ length: c.nLayers }, (_, l) => ({
       attnNorm: vector(T.attnNorm(l)),
@@ -154,10 +164,11 @@ export class GpuLlamaModel {
           T, nHeads: c.nHeads, nKvHeads: c.nKvHeads, headDim: c.headDim, ropeDim, qStride: qDim, kvStride: kvDim,
           blockSize: this.blockSize, numBlocks: this.numBlocks, seqLen: c.seqLen,
         },
+        this.kv,
       );
       const attnOut = g.attention(
         a.att, a.q, L.k, L.v, inp.seqInfo, inp.tables, batch.numSeqs, maxQueryCount,
-        c.nHeads, c.nKvHeads, c.headDim, this.blockSize, this.numBlocks, qDim, T,
+        c.nHeads, c.nKvHeads, c.headDim, this.blockSize, this.numBlocks, qDim, T, this.kv,
       );
       g.matmul(a.xb2, attnOut, L.wo);
       // x += xb2, and the feed-forward's input norm, in one dispatch
@@ -191,10 +202,10 @@ export class GpuLlamaModel {
   copyBlocks(copies: readonly BlockCopy[]): void {
     const c = this.config;
     if (copies.length === 0) return;
-    const headBlockBytes = 4 * this.blockSize * c.headDim;
+    const headBlockBytes = this.kv.layerBlockBytes / c.nKvHeads;
     // WebGPU never copies within one buffer: each head's rows go through a scratch buffer.
     if (this.copyScratch === null) {
-      this.copyScratch = this.gpu.f32Buffer(this.blockSize * c.headDim, "kv_copy");
+      this.copyScratch = this.gpu.f32Buffer(headBlockBytes / 4, "kv_copy");
       this.owned.push(this.copyScratch);
     }
     const scratch = this.copyScratch;

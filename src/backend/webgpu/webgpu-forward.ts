@@ -9,6 +9,7 @@ import { DeviceError } from "../../errors.ts";
 import type { BlockCopy } from "../../kv/kv-cache-manager.ts";
 import type { StepBatch } from "../../model/batch.ts";
 import type { ModelConfig } from "../../model/config.ts";
+import type { KVLayout } from "../../kv/kv-layout.ts";
 import type { CpuBackend } from "../cpu.ts";
 import type { WebGpuBackend } from "./backend.ts";
 import { describeAdapter } from "./device.ts";
@@ -25,6 +26,8 @@ export interface StepShape {
   maxBlocksPerSeq: number;
   numBlocks: number;
   blockSize: number;
+  /** The KV cache's element type and bytes (src/kv/kv-layout.ts). */
+  kv: KVLayout;
 }
 
 export class WebGpuForward implements ModelForward, KVBlockIO {
@@ -38,21 +41,21 @@ export class WebGpuForward implements ModelForward, KVBlockIO {
     private readonly config: ModelConfig, weights: FileWeights, private readonly cpu: CpuBackend,
     gpu: WebGpuBackend, s: StepShape,
   ) {
-    const layerBytes = 4 * config.nKvHeads * s.numBlocks * s.blockSize * config.headDim;
+    const layerBytes = s.kv.layerBlockBytes * s.numBlocks;
     if (layerBytes > gpu.runner.maxBinding) {
       throw new DeviceError(
         `webgpu: a KV cache of ${s.numBlocks} blocks needs ${layerBytes} bytes per layer, the device binds at most ` +
           `${gpu.runner.maxBinding}: lower --kv-cache-mb or --num-blocks`,
       );
     }
-    this.model = new GpuLlamaModel(config, weights, cpu, gpu, s.maxTokens, s.maxLogits, s.numBlocks, s.blockSize, s.maxSeqs, s.maxBlocksPerSeq);
+    this.model = new GpuLlamaModel(config, weights, cpu, gpu, s);
     this.kvProducer = `webgpu, ${gpu.productArithmetic}`;
     this.description = `webgpu on ${describeAdapter(gpu.gpu.adapter)}`;
   }
 
   /** Most KV blocks one layer's buffer can hold on this device. */
-  static maxBlocks(gpu: WebGpuBackend, config: ModelConfig, blockSize: number): number {
-    return Math.floor(gpu.runner.maxBinding / (4 * config.nKvHeads * blockSize * config.headDim));
+  static maxBlocks(gpu: WebGpuBackend, kv: KVLayout): number {
+    return Math.floor(gpu.runner.maxBinding / kv.layerBlockBytes);
   }
 
   async forward(batch: StepBatch): Promise<void> {

@@ -1,6 +1,7 @@
 /**
  * Paged attention in WGSL over the same K/V arena layout, block tables and sequence records as
- * assembly/attention.ts: the arena of a layer is [kvHead][block][blockSize][headDim] floats, and a
+ * assembly/attention.ts: the arena of a layer is [kvHead][block][blockSize] rows of headDim values
+ * in the cache's type (f32, or f16 / q8_0 read through wgsl-kv-types.ts, widened per value), and a
  * sequence record is four i32 (queryStart, queryCount, contextLen, blockTable). The one difference:
  * blockTable is an element index into the block-table buffer (the GPU has no linear memory to
  * point into), where the WebAssembly record holds a byte address.
@@ -20,6 +21,8 @@
 import { ATTN_TILE } from "../kernels.ts";
 import { WORKGROUP } from "./wgsl-elementwise.ts";
 import { HALF_BLOCK, halfStoreWgsl } from "./wgsl-half.ts";
+import { kvArenaElement, kvReaderWgsl } from "./wgsl-kv-types.ts";
+import type { KVType } from "../../kv/kv-layout.ts";
 
 /** Largest head dimension: each invocation keeps MAX_HEAD_DIM / WORKGROUP output elements. */
 export const MAX_HEAD_DIM = 256;
@@ -30,7 +33,8 @@ export function attentionGrid(numSeqs: number, nHeads: number, maxQueryCount: nu
   return [numSeqs * nHeads, maxQueryCount, 1];
 }
 
-function attentionWgsl(toHalf: boolean): string {
+/** Attention over an arena of `kvType` (wgsl-kv-types.ts readers); `toHalf`: also write the f16 form. */
+export function attentionWgsl(toHalf: boolean, kvType: KVType): string {
   const store = toHalf
     ? /* wgsl */ `for (var e = 0u; e < ${PER_INVOCATION}u; e++) {
     let c = lid + e * ${WORKGROUP}u;
@@ -51,12 +55,14 @@ function attentionWgsl(toHalf: boolean): string {
     if (c < p.headDim) { out[qOff + c] = acc[e] * inv; }
   }`;
   return /* wgsl */ `${toHalf ? "enable f16;" : ""}
-struct Params { nHeads: u32, nKvHeads: u32, headDim: u32, blockSize: u32, numBlocks: u32, qStride: u32, scale: f32 }
+struct Params { nHeads: u32, nKvHeads: u32, headDim: u32, blockSize: u32, numBlocks: u32, qStride: u32, rowStride: u32, scale: f32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
 @group(0) @binding(2) var<storage, read> q: array<f32>;
-@group(0) @binding(3) var<storage, read> kArena: array<f32>;
-@group(0) @binding(4) var<storage, read> vArena: array<f32>;
+@group(0) @binding(3) var<storage, read> kArena: array<${kvArenaElement(kvType)}>;
+@group(0) @binding(4) var<storage, read> vArena: array<${kvArenaElement(kvType)}>;
+${kvReaderWgsl("kAt", "kArena", kvType)}
+${kvReaderWgsl("vAt", "vArena", kvType)}
 @group(0) @binding(5) var<storage, read> seqInfo: array<i32>;
 @group(0) @binding(6) var<storage, read> tables: array<i32>;
 var<workgroup> scores: array<f32, ${ATTN_TILE}>;
@@ -89,9 +95,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     if (lid < n) {
       let pos = tile + lid;
       let block = u32(tables[table + pos / p.blockSize]);
-      let base = ((headRows + block) * p.blockSize + pos % p.blockSize) * p.headDim;
+      let base = ((headRows + block) * p.blockSize + pos % p.blockSize) * p.rowStride;
       var s = 0.0;
-      for (var c = 0u; c < p.headDim; c++) { s = s + q[qOff + c] * kArena[base + c]; }
+      for (var c = 0u; c < p.headDim; c++) { s = s + q[qOff + c] * kAt(base, c); }
       scores[lid] = s * p.scale;
       rowBase[lid] = base;
     }
@@ -113,7 +119,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       if (c < p.headDim) {
         var a = acc[e];
         if (rescale) { a = a * alpha; }
-        for (var j = 0u; j < n; j++) { a = a + w[j] * vArena[rowBase[j] + c]; }
+        for (var j = 0u; j < n; j++) { a = a + w[j] * vAt(rowBase[j], c); }
         acc[e] = a;
       }
     }
@@ -126,5 +132,5 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 }`;
 }
 
-export const ATTENTION_WGSL = attentionWgsl(false);
-export const ATTENTION_HALF_WGSL = attentionWgsl(true);
+export const ATTENTION_WGSL = attentionWgsl(false, "f32");
+export const ATTENTION_HALF_WGSL = attentionWgsl(true, "f32");

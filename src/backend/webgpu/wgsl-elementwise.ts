@@ -10,6 +10,8 @@
  */
 
 import { HALF_BLOCK, halfStoreWgsl } from "./wgsl-half.ts";
+import { kvArenaElement, kvRowWriterWgsl } from "./wgsl-kv-types.ts";
+import type { KVType } from "../../kv/kv-layout.ts";
 
 /** Invocations per workgroup of every kernel here (the default limit allows 256). */
 export const WORKGROUP = 64;
@@ -173,41 +175,26 @@ export const ADD_RMSNORM_HALF_WGSL = rmsnormWgsl(true, true);
  * (token, kv head, pair or pass-through element), writing k rotated and v. (k itself is left
  * as it was: attention reads the arena.)
  */
-export const ROPE_WRITE_KV_WGSL = /* wgsl */ `
-struct Params {
-  T: u32, nHeads: u32, nKvHeads: u32, headDim: u32, ropeDim: u32, qStride: u32, kvStride: u32,
-  pairStride: u32, partner: u32, blockSize: u32, numBlocks: u32, sinAt: u32,
-}
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read_write> q: array<f32>;
-@group(0) @binding(2) var<storage, read> k: array<f32>;
-@group(0) @binding(3) var<storage, read> v: array<f32>;
-@group(0) @binding(4) var<storage, read_write> kArena: array<f32>;
-@group(0) @binding(5) var<storage, read_write> vArena: array<f32>;
-@group(0) @binding(6) var<storage, read> positions: array<i32>;
-@group(0) @binding(7) var<storage, read> slots: array<i32>;
-@group(0) @binding(8) var<storage, read> ropeTable: array<f32>;
-${ELEMENT_INDEX}
-${ELEMENT_ENTRY} {
-  let i = elementIndex(wg, nwg, lid);
-  let half = p.ropeDim / 2u;
-  let qPairs = p.T * p.nHeads * half;
-  if (i < qPairs) {
-    let pair = i % half;
-    let h = (i / half) % p.nHeads;
-    let t = i / (half * p.nHeads);
-    let at = u32(positions[t]) * half + pair;
-    let c = ropeTable[at];
-    let s = ropeTable[p.sinAt + at];
-    let p0 = t * p.qStride + h * p.headDim + pair * p.pairStride;
-    let p1 = p0 + p.partner;
-    let v0 = q[p0];
-    let v1 = q[p1];
-    q[p0] = v0 * c - v1 * s;
-    q[p1] = v0 * s + v1 * c;
-    return;
-  }
-  let j = i - qPairs;
+export const ROPE_WRITE_KV_WGSL = ropeWriteKVWgsl("f32");
+
+/**
+ * ROPE_WRITE_KV_WGSL for an arena of `type`. An f16 or q8_0 arena (wgsl-kv-types.ts) is written a
+ * whole row per invocation: after the q pairs, one invocation per (token, kv head) rotates its k
+ * row element by element (the same products as the f32 kernel) and stores it and its v row.
+ */
+export function ropeWriteKVWgsl(type: KVType): string {
+  const typed = type !== "f32";
+  const kvPart = typed
+    ? /* wgsl */ `let j = i - qPairs;
+  if (j >= p.T * p.nKvHeads) { return; }
+  let h = j % p.nKvHeads;
+  let t = j / p.nKvHeads;
+  let row = t * p.kvStride + h * p.headDim;
+  let slot = u32(slots[t]);
+  let dst = ((h * p.numBlocks + slot / p.blockSize) * p.blockSize + slot % p.blockSize) * p.rowWords;
+  storeKVRow(false, dst, 0u, row, t);
+  storeKVRow(true, dst, 1u, row, t);`
+    : /* wgsl */ `let j = i - qPairs;
   let items = half + p.headDim - p.ropeDim;
   if (j >= p.T * p.nKvHeads * items) { return; }
   let item = j % items;
@@ -232,8 +219,63 @@ ${ELEMENT_ENTRY} {
     let e = p.ropeDim + item - half;
     kArena[dst + e] = k[row + e];
     vArena[dst + e] = v[row + e];
+  }`;
+  // Element e of token t's k row rotated (src 0), or of its v row (src 1), for the typed writer.
+  const typedValue = /* wgsl */ `
+fn value(src: u32, row: u32, t: u32, e: u32) -> f32 {
+  if (src == 1u) { return v[row + e]; }
+  if (e >= p.ropeDim) { return k[row + e]; }
+  let half = p.ropeDim / 2u;
+  let item = select(e / 2u, e % half, p.pairStride == 1u);
+  let second = select((e & 1u) == 1u, e >= half, p.pairStride == 1u);
+  let at = u32(positions[t]) * half + item;
+  let c = ropeTable[at];
+  let s = ropeTable[p.sinAt + at];
+  let e0 = item * p.pairStride;
+  let v0 = k[row + e0];
+  let v1 = k[row + e0 + p.partner];
+  return select(v0 * c - v1 * s, v0 * s + v1 * c, second);
+}
+${kvRowWriterWgsl(type as Exclude<KVType, "f32">)}`;
+  const arena = kvArenaElement(type);
+  return /* wgsl */ `
+struct Params {
+  T: u32, nHeads: u32, nKvHeads: u32, headDim: u32, ropeDim: u32, qStride: u32, kvStride: u32,
+  pairStride: u32, partner: u32, blockSize: u32, numBlocks: u32, sinAt: u32, rowWords: u32,
+}
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> q: array<f32>;
+@group(0) @binding(2) var<storage, read> k: array<f32>;
+@group(0) @binding(3) var<storage, read> v: array<f32>;
+@group(0) @binding(4) var<storage, read_write> kArena: array<${arena}>;
+@group(0) @binding(5) var<storage, read_write> vArena: array<${arena}>;
+@group(0) @binding(6) var<storage, read> positions: array<i32>;
+@group(0) @binding(7) var<storage, read> slots: array<i32>;
+@group(0) @binding(8) var<storage, read> ropeTable: array<f32>;
+${typed ? typedValue : ""}
+${ELEMENT_INDEX}
+${ELEMENT_ENTRY} {
+  let i = elementIndex(wg, nwg, lid);
+  let half = p.ropeDim / 2u;
+  let qPairs = p.T * p.nHeads * half;
+  if (i < qPairs) {
+    let pair = i % half;
+    let h = (i / half) % p.nHeads;
+    let t = i / (half * p.nHeads);
+    let at = u32(positions[t]) * half + pair;
+    let c = ropeTable[at];
+    let s = ropeTable[p.sinAt + at];
+    let p0 = t * p.qStride + h * p.headDim + pair * p.pairStride;
+    let p1 = p0 + p.partner;
+    let v0 = q[p0];
+    let v1 = q[p1];
+    q[p0] = v0 * c - v1 * s;
+    q[p1] = v0 * s + v1 * c;
+    return;
   }
+  ${kvPart}
 }`;
+}
 
 /** out[r] = src[rows[r]] for R rows of n floats (embedding look-up and the classifier's rows). */
 export const GATHER_ROWS_WGSL = /* wgsl */ `
