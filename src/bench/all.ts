@@ -97,7 +97,7 @@ export async function runAll(plan: AllPlan, models: readonly BenchModel[], seed:
 
   progress("bench all: prefill");
   const prefill: PrefillResult[] = [];
-  for (const model of models) prefill.push(await runPrefillBench({ ...common, model, ...plan.prefill, peerNlc: null, gpu: null }));
+  for (const model of models) prefill.push(await runPrefillBench({ ...common, model, ...plan.prefill, peerNlc: null, gpu: null, kvType: null }));
   const p = prefillSet(prefill);
   add(makeReport("prefill", date, { ...plan.repeat, threads: plan.threads, models: labels, ...plan.prefill, seed }, [...notes], p.results), p.tables);
 
@@ -105,7 +105,7 @@ export async function runAll(plan: AllPlan, models: readonly BenchModel[], seed:
   const b = plan.batch;
   const batch = await runBatchBench({
     ...b.repeat, threads: plan.threads, models: [f32], batchSizes: b.seqs, promptTokens: b.promptTokens, steps: b.steps, warmupSteps: b.warmupSteps,
-    streamBytes: plan.streamBytes, seed, gpu: null,
+    streamBytes: plan.streamBytes, seed, gpu: null, kvType: null,
   });
   const batchSettings = { ...b.repeat, threads: plan.threads, models: [f32.label], seqs: b.seqs, promptTokens: b.promptTokens, steps: b.steps, warmupSteps: b.warmupSteps, seed };
   add(makeReport("batch", date, batchSettings, [...notes, "prefix caching on (the engine default); every sequence has a distinct prompt, so nothing hits"], batch), batchTables(batch));
@@ -113,7 +113,7 @@ export async function runAll(plan: AllPlan, models: readonly BenchModel[], seed:
   progress("bench all: prefix caching and TTFT");
   const threads = Math.max(...plan.threads);
   const prefix = await runPrefixBench({
-    ...plan.repeat, threads, model: f32, ...plan.prefix, workloads: [], requests: 1, outputTokens: 1, maxNumSeqs: 1, numBlocks: null,
+    ...plan.repeat, threads, model: f32, ...plan.prefix, workloads: [], requests: 1, outputTokens: 1, maxNumSeqs: 1, numBlocks: null, kvType: null,
     policies: ["lru-keep-cached"], seed,
   });
   const prefixSettings = { ...plan.repeat, threads, model: f32.label, ...plan.prefix, workloads: [], seed };

@@ -6,6 +6,7 @@
  * bandwidth / bytes per token) and the matrix-matrix kernel's GFLOP/s at T = 16 on the model's
  * feed-forward shape (limit GFLOP/s / (2 · params)).
  */
+import type { KVType } from "../kv/kv-layout.ts";
 import { batchPositions, measureBatch, withLLM } from "./engine-runs.ts";
 import { ratio, type RepeatOptions, type Summary } from "./measure.ts";
 import type { BenchModel } from "./models.ts";
@@ -24,6 +25,8 @@ const BLOCK_SIZE = 16;
 
 export interface BatchBenchOptions extends RepeatOptions {
   threads: number[];
+  /** The KV cache type (null: the model's default). */
+  kvType: KVType | null;
   models: BenchModel[];
   batchSizes: readonly number[];
   promptTokens: number;
@@ -88,7 +91,7 @@ export async function runBatchBench(o: BatchBenchOptions): Promise<BatchResult> 
   for (const model of o.models) {
     for (const threads of o.threads) {
       const engine = {
-        threads, blockSize: BLOCK_SIZE, maxNumSeqs: maxSeqs, maxNumBatchedTokens: budget,
+        threads, blockSize: BLOCK_SIZE, maxNumSeqs: maxSeqs, maxNumBatchedTokens: budget, kvType: o.kvType,
         // Every sequence of the largest batch at full length, and a block each to spare.
         numBlocks: maxSeqs * (blocksPerSeq + 1),
       };

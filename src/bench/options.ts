@@ -3,6 +3,7 @@
  * definitions (so every bench spells them the same way) and checked parsing, every bad value a
  * one-line InputError.
  */
+import { KV_TYPES } from "../kv/kv-layout.ts";
 import type { ArgsDef } from "citty";
 import { InputError } from "../errors.ts";
 import { numberOption, repeated, type ParsedValues } from "../cli/options.ts";
@@ -45,6 +46,15 @@ export function modelArgs(shapeDefault: string) {
     "models-dir": { type: "string", description: "Cache folder of random-weight models, random-<shape>.bin and random-<shape>-<type>.gguf (default: models/ in pagellm's folder)", valueHint: "dir" },
   } as const satisfies ArgsDef;
 }
+
+/** --kv-type for the benches that run one engine configuration (decode takes a list: see cli/bench.ts). */
+export const kvTypeArg = {
+  "kv-type": {
+    type: "string",
+    description: `KV cache element type: ${KV_TYPES.join(" | ")} (default: the model's, f16 for GGUF and f32 for llama2.c)`,
+    valueHint: "type",
+  },
+} as const satisfies ArgsDef;
 
 export const threadsListArg = {
   threads: { type: "string", description: "Thread counts to compare, comma-separated (default 1,2)", valueHint: "n,n" },

@@ -4,6 +4,7 @@
  * margin; the issue's bar is 3.5x for a 512-token prompt. Measured as the time to first token of
  * a single request with the prefix cache off and a step budget that holds the whole prompt.
  */
+import type { KVType } from "../kv/kv-layout.ts";
 import { measureDecode, measureTtft, withLLM } from "./engine-runs.ts";
 import { ratio, summarize, type RepeatOptions, type Summary } from "./measure.ts";
 import type { BenchModel } from "./models.ts";
@@ -21,6 +22,8 @@ export const PREFILL_ROOFLINE_TOKENS = 64;
 
 export interface PrefillOptions extends RepeatOptions {
   threads: number[];
+  /** The KV cache type (null: the model's default). */
+  kvType: KVType | null;
   model: BenchModel;
   promptTokens: number;
   /** Tokens generated to measure decode per token in the same run. */
@@ -74,7 +77,7 @@ export async function runPrefillBench(o: PrefillOptions): Promise<PrefillResult>
   const rows: PrefillRow[] = [];
   for (const threads of o.threads) {
     progress(`prefill of ${o.promptTokens} tokens on ${o.model.label}, ${threads} thread(s)`);
-    const engine = { threads, enablePrefixCaching: false, maxNumBatchedTokens: Math.max(512, o.promptTokens) };
+    const engine = { threads, enablePrefixCaching: false, maxNumBatchedTokens: Math.max(512, o.promptTokens), kvType: o.kvType };
     const row = await withLLM(o.model, engine, async (llm): Promise<PrefillRow> => {
       const source = new TokenSource(o.seed, llm.config.vocabSize);
       const ttft = await measureTtft(llm, o, () => source.prompt(o.promptTokens));
@@ -114,7 +117,7 @@ async function gpuPrefill(o: PrefillOptions, gpu: BenchGpu, rows: readonly Prefi
   const refused = gpuRefusal(o.model);
   if (refused !== null) return { adapter: gpu.adapter, refused };
   progress(`prefill of ${o.promptTokens} tokens on ${o.model.label} on WebGPU (${gpu.adapter})`);
-  const engine = { threads: 1, enablePrefixCaching: false, maxNumBatchedTokens: Math.max(512, o.promptTokens) };
+  const engine = { threads: 1, enablePrefixCaching: false, maxNumBatchedTokens: Math.max(512, o.promptTokens), kvType: o.kvType };
   return await withLLM(o.model, engine, async (llm): Promise<GpuPrefill> => {
     const source = new TokenSource(o.seed, llm.config.vocabSize);
     const ttft = await measureTtft(llm, o, () => source.prompt(o.promptTokens));

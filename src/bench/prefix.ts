@@ -11,6 +11,7 @@
  * 5. Serving workloads with shared prefixes (see workloads.ts), FCFS and LPM scheduling, each
  *    eviction policy, cache on and off, in a KV pool small enough that eviction matters.
  */
+import type { KVType } from "../kv/kv-layout.ts";
 import type { EngineOptions } from "../engine/engine.ts";
 import type { LLM } from "../engine/llm.ts";
 import type { SchedulePolicy } from "../engine/scheduler.ts";
@@ -35,6 +36,8 @@ export const ZERO_HIT_TARGET = 0.02;
 
 export interface PrefixOptions extends RepeatOptions {
   threads: number;
+  /** The KV cache type (null: the model's default). */
+  kvType: KVType | null;
   model: BenchModel;
   prefixTokens: number;
   suffixTokens: number;
@@ -117,7 +120,7 @@ export interface PrefixResult {
 }
 
 export async function runPrefixBench(o: PrefixOptions): Promise<PrefixResult> {
-  const base: Partial<EngineOptions> = { threads: o.threads, blockSize: BLOCK_SIZE };
+  const base: Partial<EngineOptions> = { threads: o.threads, blockSize: BLOCK_SIZE, kvType: o.kvType };
   const { ttft, ttftByCachedFraction, zeroHit } = await withLLM(o.model, { ...base, enablePrefixCaching: true }, (on) =>
     withLLM(o.model, { ...base, enablePrefixCaching: false }, async (off) => ({
       ttft: await measureSharedPrefixTtft(on, off, o),

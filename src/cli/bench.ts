@@ -12,7 +12,7 @@ import { batchTables, BATCH_SIZES, runBatchBench } from "../bench/batch.ts";
 import { runDecodeBench } from "../bench/decode.ts";
 import { KERNEL_SHAPES, kernelsNotes, kernelsTables, runKernelsBench } from "../bench/kernels.ts";
 import {
-  benchModelOf, benchModels, commonArgs, intList, modelArgs, modelNotes, nameList, nonNegInt, posint, repeatOptions, str, streamArg,
+  benchModelOf, benchModels, commonArgs, kvTypeArg, intList, modelArgs, modelNotes, nameList, nonNegInt, posint, repeatOptions, str, streamArg,
   streamBytes, threadsListArg,
 } from "../bench/options.ts";
 import { runPrefillBench } from "../bench/prefill.ts";
@@ -31,7 +31,7 @@ import { isGGUF } from "../model/load.ts";
 import { InputError } from "../errors.ts";
 import { WORKLOAD_NAMES, type WorkloadName } from "../bench/workloads.ts";
 import { KV_TYPES } from "../kv/kv-layout.ts";
-import { checkKnownOptions, deviceArg, deviceOption, gpuBackendOptions, numberOption, speculativeArgs, speculativeOption, type ParsedValues } from "./options.ts";
+import { checkKnownOptions, deviceArg, deviceOption, gpuBackendOptions, kvTypeOption, numberOption, speculativeArgs, speculativeOption, type ParsedValues } from "./options.ts";
 import { DEFAULT_STORIES_MODEL } from "../bench/speculative.ts";
 import type { SpeculativeOptions } from "../engine/speculative.ts";
 import { existsSync } from "node:fs";
@@ -199,6 +199,7 @@ const decodeCommand = defineCommand({
 
 const prefillArgs = {
   ...commonArgs,
+  ...kvTypeArg,
   ...benchOutputArgs,
   ...threadsListArg,
   ...modelArgs("stories110M"),
@@ -223,7 +224,7 @@ const prefillCommand = defineCommand({
     const o = {
       ...repeatOptions(args, 3), threads: intList(args, "threads", [1, 2]),
       promptTokens: posint(args, "prompt-tokens", 512), decodeTokens: posint(args, "decode-tokens", 32), seed: nonNegInt(args, "seed", 1),
-      peerNlc: peerOption(args, models),
+      peerNlc: peerOption(args, models), kvType: kvTypeOption(args),
     };
     const { gpu, note: deviceNote } = await benchGpu(deviceOption(args), gpuBackendOptions(args));
     const results = [];
@@ -243,6 +244,7 @@ const prefillCommand = defineCommand({
 
 const batchArgs = {
   ...commonArgs,
+  ...kvTypeArg,
   ...benchOutputArgs,
   ...threadsListArg,
   ...streamArg,
@@ -269,7 +271,7 @@ const batchCommand = defineCommand({
     const o = {
       ...repeatOptions(args, 3, 0), threads: intList(args, "threads", [1, 2]), models, batchSizes: intList(args, "seqs", BATCH_SIZES),
       promptTokens: posint(args, "prompt-tokens", 16), steps: posint(args, "steps", 16), warmupSteps: nonNegInt(args, "warmup-steps", 2),
-      streamBytes: streamBytes(args), seed: nonNegInt(args, "seed", 1),
+      streamBytes: streamBytes(args), seed: nonNegInt(args, "seed", 1), kvType: kvTypeOption(args),
     };
     const { gpu, note: deviceNote } = await benchGpu(deviceOption(args), gpuBackendOptions(args));
     let r;
@@ -292,6 +294,7 @@ const batchCommand = defineCommand({
 
 const prefixArgs = {
   ...commonArgs,
+  ...kvTypeArg,
   ...benchOutputArgs,
   ...modelArgs("smollm2-135m"),
   threads: { type: "string", description: "Threads (default: the cores this process may use)", valueHint: "n" },
@@ -340,7 +343,7 @@ const prefixCommand = defineCommand({
       workloads, requests: posint(args, "requests", 20), outputTokens: posint(args, "output-tokens", 128),
       maxNumSeqs: posint(args, "max-num-seqs", 4), numBlocks: numberOption(args, "num-blocks", "posint") ?? null,
       policies: nameList<EvictionPolicyName>(args, "eviction-policies", EVICTION_POLICIES, EVICTION_POLICIES),
-      seed: nonNegInt(args, "seed", 1),
+      seed: nonNegInt(args, "seed", 1), kvType: kvTypeOption(args),
     };
     if (args.restart === true) {
       // The block files go on the disk the models live on (a fresh folder, removed afterwards), not a RAM-backed /tmp.
