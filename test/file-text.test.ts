@@ -1,6 +1,6 @@
 /** Text from model files made safe to show (src/util/file-text.ts). */
 import { expect, test } from "bun:test";
-import { escapeControls, quoteFileText, showFileText, terminalSafeJson } from "../src/util/file-text.ts";
+import { escapeControls, quoteFileText, showFileText, terminalSafeJson, terminalText } from "../src/util/file-text.ts";
 
 test("quoteFileText: quoted, control characters escaped, cut with the full length", () => {
   expect(quoteFileText("llama")).toBe('"llama"');
@@ -26,4 +26,9 @@ test("terminalSafeJson: the same JSON value, with no raw C1 or bidirectional con
   const json = terminalSafeJson(JSON.stringify(value, null, 2));
   expect(json).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u2028\u202e]/);
   expect(JSON.parse(json)).toEqual(value);
+});
+
+test("terminalText: a reply keeps its lines and tabs, loses its escape sequences", () => {
+  expect(terminalText("a\tb\nc")).toBe("a\tb\nc");
+  expect(terminalText("\u001b]0;x\u0007\r\u009b2J é")).toBe("\\u001b]0;x\\u0007\\u000d\\u009b2J é");
 });

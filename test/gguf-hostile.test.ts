@@ -218,6 +218,23 @@ describeShared("hostile GGUF files (issue 23)", ["models/gguf/stories260K.gguf"]
     expectOneSafeLine(r.stderr, path);
   }, 60_000);
 
+  test("pagellm chat shows a reply's control characters escaped (a token's text is the file's)", () => {
+    // Greedy stories260K continues "Once upon a time" with ", there": token 383 ("▁there") made an escape sequence.
+    const path = rewriteGGUF(good!, join(dir, "evil-token.gguf"), {
+      metadata: (m) => {
+        const tokens = m.get("tokenizer.ggml.tokens")!;
+        if (tokens.type !== "array" || tokens.value.itemType !== "string") throw new Error("no tokens");
+        const pieces = Array.from({ length: tokens.value.items.length }, (_, i) => tokens.value.items.bytes(i) as Uint8Array | string);
+        pieces[383] = "\u2581\u001b]0;pwned\u0007\u001b[2J";
+        m.set("tokenizer.ggml.tokens", gguf.strings(pieces));
+      },
+    });
+    const r = runPagellm(["chat", "--model", path, "--max-tokens", "6", "--temperature", "0"], { stdin: "Once upon a time\n", timeoutMs: 90_000 });
+    expect(r.exitCode).toBe(0);
+    expect(r.stdout).toContain(", \\u001b]0;pwned\\u0007\\u001b[2J was a little");
+    expect(r.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
+  }, 120_000);
+
   test("pagellm info and models show file strings (name, architecture, special tokens, chat template) escaped and cut", () => {
     const path = rewriteGGUF(good!, join(dir, "evil-info.gguf"), {
       metadata: (m) => {

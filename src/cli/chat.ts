@@ -20,7 +20,7 @@ import { CANCEL, LineInput } from "./line-input.ts";
 import { loadLLM } from "./load.ts";
 import { checkKnownOptions, engineArgs, modelArgs, speculativeArgs, requestDefaults, samplingArgs, type ParsedValues } from "./options.ts";
 import { dim, info } from "./output.ts";
-import { quoteFileText } from "../util/file-text.ts";
+import { quoteFileText, terminalText } from "../util/file-text.ts";
 import { diskTierLine } from "./cache.ts";
 
 export const chatArgs = {
@@ -266,7 +266,7 @@ class ChatSession {
         const text = started ? event.delta : event.delta.trimStart();
         if (text === "") continue;
         started = true;
-        process.stdout.write(text);
+        process.stdout.write(terminalText(text));
       }
     } finally {
       this.generating = null;

@@ -53,3 +53,12 @@ export function terminalSafeJson(json: string): string {
   // JSON.stringify escapes C0 controls and lone surrogates itself; outside strings only whitespace remains.
   return json.replace(/[\u007f-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }
+
+/**
+ * Generated text for a terminal (pagellm chat's replies): C0 controls but tab and newline, DEL
+ * and C1 controls written as \u escapes, so a reply cannot clear the screen, set the title or
+ * the clipboard. A vocabulary's tokens are file text too, and byte tokens spell any byte.
+ */
+export function terminalText(text: string): string {
+  return text.replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
