@@ -202,7 +202,7 @@ export class GpuLlamaModel {
   copyBlocks(copies: readonly BlockCopy[]): void {
     const c = this.config;
     if (copies.length === 0) return;
-    const headBlockBytes = this.kv.layerBlockBytes / c.nKvHeads;
+    const headBlockBytes = this.headBlockBytes;
     // WebGPU never copies within one buffer: each head's rows go through a scratch buffer.
     if (this.copyScratch === null) {
       this.copyScratch = this.gpu.f32Buffer(headBlockBytes / 4, "kv_copy");
@@ -244,12 +244,17 @@ export class GpuLlamaModel {
 
   /** Where block `blockId`'s rows are: per layer, K then V, each kv head's rows (heads are numBlocks blocks apart). */
   private *kvBlockRegions(blockId: number): Generator<{ buf: GPUBuffer; offset: number; bytes: number }> {
-    const headBlockBytes = 4 * this.blockSize * this.config.headDim;
+    const headBlockBytes = this.headBlockBytes;
     for (const L of this.layers) {
       for (const buf of [L.k, L.v]) {
         for (let h = 0; h < this.config.nKvHeads; h++) yield { buf, offset: (h * this.numBlocks + blockId) * headBlockBytes, bytes: headBlockBytes };
       }
     }
+  }
+
+  /** Bytes of one kv head's rows of one block in a layer's K or V buffer: the unit blocks are copied in. */
+  private get headBlockBytes(): number {
+    return this.kv.layerBlockBytes / this.config.nKvHeads;
   }
 
   /** Free the model's GPU buffers (weights, KV arena, activations); the model cannot run afterwards. */
