@@ -57,7 +57,8 @@ describeShared("pagellm --kv-cache-dir and pagellm cache", ["models/gguf/stories
 
     const ls = runPagellm(["cache", "ls"], { env });
     expect(ls.exitCode).toBe(0);
-    expect(ls.stdout).toMatch(/stories260K\.gguf\s+f32, 16-token blocks\s+\d+\s+[\d.]+ MiB\s+\d{4}-\d\d-\d\dT/);
+    // A GGUF model's KV cache is f16 by default (as llama.cpp's).
+    expect(ls.stdout).toMatch(/stories260K\.gguf\s+f16, 16-token blocks\s+\d+\s+[\d.]+ MiB\s+\d{4}-\d\d-\d\dT/);
     const folders = (runPagellm(["cache", "ls", "--json"], { env }).stdout.trim().split("\n")).map((l) => JSON.parse(l) as { blocks: number; model: string });
     expect(folders.length).toBe(1);
     expect(folders[0]!.model).toBe("stories260K.gguf");

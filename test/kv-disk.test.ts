@@ -15,8 +15,11 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { copyFileSync, cpSync, existsSync, readdirSync, readFileSync, renameSync, rmSync, statSync, truncateSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { LLM, type GenerateRequest, type LoadOptions } from "../src/engine/llm.ts";
+import { makeConfig } from "../src/model/config.ts";
+import { writeLlama2c } from "../src/model/llama2c-writer.ts";
+import { randomWeights } from "../src/model/random-weights.ts";
 import { nodeBlockFileOps, type BlockFileOps } from "../src/kv-disk/file-ops.ts";
-import { describeShared } from "./helpers/shared.ts";
+import { describeShared, SHARED_DIR } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
 import { TEXTS } from "./helpers/prefix.ts";
 import { blockPath, chainHashes, modelFolder, outputsOf, runWithTier, scratchDir } from "./helpers/kv-disk.ts";
@@ -34,7 +37,7 @@ function newDir(tag: string): string {
   return d;
 }
 
-describeShared("disk KV cache", ["models/gguf/stories260K.gguf", "models/gguf/stories260K-Q8_0.gguf"], ([model, otherModel]) => {
+describeShared("disk KV cache", ["models/gguf/stories260K.gguf", "models/gguf/stories260K-Q8_0.gguf", "models/llama2c/tok512.bin"], ([model, otherModel]) => {
   const load = (blockSize: number, extra: Partial<LoadOptions> = {}): LoadOptions => ({
     model: model!, engine: { threads: THREADS, blockSize, maxNumBatchedTokens: 256 }, ...extra,
   });
@@ -297,6 +300,27 @@ describeShared("disk KV cache", ["models/gguf/stories260K.gguf", "models/gguf/st
       expect(outputsOf(restart.results)).toEqual(expected.slice(0, 1));
       expect(restart.results[0]!.cached_tokens_disk).toBe(Math.floor((ids.long.length - 1) / blockSize) * blockSize);
     }
+  }, TIMEOUT_MS);
+
+  test("every KV type (f32, f16, q8_0): disk hits give the cold outputs; each type has its own folder", async () => {
+    // Heads of 32 values, so q8_0 (32-value blocks) applies; tok512's vocabulary.
+    const root = newDir("kv-types");
+    const file = join(root, "..", `${root.split("/").pop()}-model.bin`);
+    dirs.push(file);
+    const config = makeConfig({ dim: 64, hiddenDim: 128, nLayers: 2, nHeads: 2, nKvHeads: 1, vocabSize: 512, seqLen: 512, sharedClassifier: true });
+    writeLlama2c(file, config, randomWeights(config, 7), "legacy");
+    const tokenizer = join(SHARED_DIR, "models", "llama2c", "tok512.bin");
+    const reqs: GenerateRequest[] = [{ id: "t", promptTokenIds: ids.long.map((t) => t % 512), maxTokens: 8, temperature: 0.7, seed: 3, logprobs: 2 }];
+    for (const kvType of ["f32", "f16", "q8_0"] as const) {
+      const opts = (kvCacheDir?: string): LoadOptions => ({ model: file, tokenizer, engine: { threads: THREADS, blockSize: 16, kvType }, kvCacheDir });
+      const llm = LLM.load(opts());
+      const expected = outputsOf(await llm.generate(reqs).finally(() => llm.close()));
+      await runWithTier(opts(root), reqs);
+      const restart = await runWithTier(opts(root), reqs);
+      expect(outputsOf(restart.results)).toEqual(expected);
+      expect(restart.results[0]!.cached_tokens_disk).toBe(Math.floor((ids.long.length - 1) / 16) * 16);
+    }
+    expect(readdirSync(root).filter((n) => /^[0-9a-f]{16}-[0-9a-f]{8}$/.test(n)).length).toBe(3);
   }, TIMEOUT_MS);
 
   test("the fast hash and a disabled prefix cache are refused with the disk tier", () => {

@@ -16,7 +16,6 @@ import { describeAdapter } from "./device.ts";
 import type { FileWeights } from "./file-weights.ts";
 import { GpuLlamaModel } from "./llama-gpu.ts";
 import type { KVBlockIO } from "../../kv/second-tier.ts";
-import { kvLayout } from "../../kv/kv-layout.ts";
 
 /** The step's shape: what the GPU buffers are sized for. */
 export interface StepShape {
@@ -89,7 +88,7 @@ export class WebGpuForward implements ModelForward, KVBlockIO {
 
   private checkBlock(blockId: number, bytes: Uint8Array): void {
     if (!Number.isInteger(blockId) || blockId < 0 || blockId >= this.model.numBlocks) throw new RangeError(`no block ${blockId} in an arena of ${this.model.numBlocks}`);
-    const want = kvLayout(this.config, this.model.blockSize).blockBytes;
+    const want = this.model.kv.blockBytes;
     if (bytes.length !== want) throw new RangeError(`a KV block is ${want} bytes, got ${bytes.length}`);
   }
 
