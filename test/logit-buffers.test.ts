@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DEFAULT_ENGINE_OPTIONS, fitToVocabulary, LOGIT_BUDGET_BYTES } from "../src/engine/engine.ts";
 import { planMemory } from "../src/engine/memory-plan.ts";
+import { kvLayout } from "../src/kv/kv-layout.ts";
 import { LLM } from "../src/engine/llm.ts";
 import { DEFAULT_SPECULATIVE } from "../src/engine/speculative.ts";
 import { makeConfig, type ModelConfig } from "../src/model/config.ts";
@@ -70,7 +71,7 @@ describeShared("a model whose vocabulary has 2^22 rows (sparse)", ["models/gguf/
 
   test("the memory plan counts the logit rows, and a refusal gives advice for its largest part", () => {
     const ckpt = openCheckpoint(path);
-    const shape = { maxTokens: 64, maxSeqs: 64, maxLogits: 64, blockSize: 16, numBlocks: 16, threads: 1 };
+    const shape = { maxTokens: 64, maxSeqs: 64, maxLogits: 64, blockSize: 16, numBlocks: 16, kvBlockBytes: kvLayout(ckpt.config, 16, "f16").blockBytes, threads: 1 };
     const fitted = { ...shape, maxSeqs: 15, maxLogits: 15 };
     const limit = 4 * 2 ** 30;
     // 49 logit rows of 2^22 floats fewer: 784 MiB less.
@@ -78,6 +79,6 @@ describeShared("a model whose vocabulary has 2^22 rows (sparse)", ["models/gguf/
     expect(saved).toBeGreaterThanOrEqual(49 * 4 * 2 ** 22);
     expectModelFormatError(() => planMemory(ckpt, ckpt.config, shape, limit, 512 << 20), path,
       /buffers [\d.]+ GiB\), more than the 0\.50 GiB this machine has available; lower --max-num-batched-tokens \(64\) or --max-num-seqs \(64\)$/);
-    expectModelFormatError(() => planMemory(ckpt, ckpt.config, { ...fitted, numBlocks: 1_000_000 }, limit, 1 << 30), path, /; lower --ctx-size or --kv-cache-mb$/);
+    expectModelFormatError(() => planMemory(ckpt, ckpt.config, { ...fitted, numBlocks: 1_000_000 }, limit, 1 << 30), path, /; lower --ctx-size or --kv-cache-mb/);
   });
 });
