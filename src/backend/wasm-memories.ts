@@ -47,6 +47,14 @@ export class WasmMemories {
     return this.backends.map((b) => b.mem.bytesInUse);
   }
 
+  /**
+   * The backend whose memory has the most room (the least in use): where a measurement may put
+   * buffers of its own (bench's roofline) without growing a nearly full memory past 4 GiB.
+   */
+  get roomiest(): CpuBackend {
+    return this.backends.reduce((best, b) => (b.mem.bytesInUse < best.mem.bytesInUse ? b : best));
+  }
+
   /** Stop the worker threads. */
   close(): void {
     this.pool?.close();

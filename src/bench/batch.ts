@@ -99,8 +99,8 @@ export async function runBatchBench(o: BatchBenchOptions): Promise<BatchResult> 
         progress(`roofline on ${threads} thread(s)`);
         const c = llm.config;
         const roofline: Roofline = {
-          bandwidthGBps: measureStreamBandwidth(llm.engine.backend, o.reps, o.streamBytes),
-          matmulGflops: measureMatmulGflops(llm.engine.backend, c.hiddenDim, c.dim, ROOFLINE_TOKENS, o.reps),
+          bandwidthGBps: measureStreamBandwidth(llm.engine.memories.roomiest, o.reps, o.streamBytes),
+          matmulGflops: measureMatmulGflops(llm.engine.memories.roomiest, c.hiddenDim, c.dim, ROOFLINE_TOKENS, o.reps),
           matmulShape: [c.hiddenDim, c.dim],
         };
         // Warm the engine's code paths once (JIT tiers), so each batch size needs no warm-up repetition of its own.

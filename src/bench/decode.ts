@@ -100,7 +100,7 @@ export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
         const tps = summarize(ours.map((x) => x.median));
         d = { ...d, tokensPerSecond: tps, msPerToken: summarize(ours.map((x) => 1000 / x.median)) };
       }
-      const bw = measureStreamBandwidth(llm.engine.backend, o.reps, o.streamBytes);
+      const bw = measureStreamBandwidth(llm.engine.memories.roomiest, o.reps, o.streamBytes);
       // A ceiling is the best repetition: interference from other processes only ever slows one.
       const limit = (bw.max * 1e9) / o.model.bytesPerToken;
       const baseline = theirs.length === 0 ? null : summarize(theirs);

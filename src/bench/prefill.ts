@@ -83,7 +83,7 @@ export async function runPrefillBench(o: PrefillOptions): Promise<PrefillResult>
       const ttft = await measureTtft(llm, o, () => source.prompt(o.promptTokens));
       const decode = await measureDecode(llm, { ...o, promptTokens: 8, genTokens: o.decodeTokens });
       const c = llm.config;
-      const matmulGflops = measureMatmulGflops(llm.engine.backend, c.hiddenDim, c.dim, PREFILL_ROOFLINE_TOKENS, o.reps);
+      const matmulGflops = measureMatmulGflops(llm.engine.memories.roomiest, c.hiddenDim, c.dim, PREFILL_ROOFLINE_TOKENS, o.reps);
       const ttftMs = summarize(ttft);
       const prefillMsPerToken = ttftMs.median / o.promptTokens;
       const prefillTokensPerSecond = summarize(ttft.map((ms) => (1000 * o.promptTokens) / ms));
