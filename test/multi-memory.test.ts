@@ -67,12 +67,13 @@ async function generated(llm: LLM): Promise<Omit<CompletionResult, "ttft_ms" | "
   return (await llm.generate(requests(llm))).map(withoutTimings);
 }
 
-function checkSplitAgainstWhole(name: string, model: string, tokenizer?: string): void {
+function checkSplitAgainstWhole(name: string, model: string, tokenizer?: string, kv: Partial<EngineOptions> = {}): void {
   test(`${name}: the same bits over one memory per item as in one memory`, async () => {
-    const whole = load(model, tokenizer, { wasmMemoryMb: null });
-    const split = load(model, tokenizer, { wasmMemoryMb: 1 });
+    const whole = load(model, tokenizer, { ...kv, wasmMemoryMb: null });
+    const split = load(model, tokenizer, { ...kv, wasmMemoryMb: 1 });
     const c = whole.config;
     expect(whole.engine.memories.count).toBe(1);
+    if (kv.kvType !== undefined) expect([whole.engine.kvLayout.type, split.engine.kvLayout.type]).toEqual([kv.kvType, kv.kvType]);
     // Embedding, each layer, and (unless it is the embedding) the classifier: one memory each.
     expect(split.engine.memories.count).toBe(c.nLayers + (c.sharedClassifier ? 1 : 2));
     expect(split.engine.memoryPlan!.placement.memories.map((m) => describePart(m.part))[1]).toBe("layer 0");
@@ -88,8 +89,8 @@ function checkSplitAgainstWhole(name: string, model: string, tokenizer?: string)
 
   test(`${name}: preempted and recomputed over several memories, the same results as in one`, async () => {
     // 16 blocks of 8 tokens for 12 requests of up to ~97 tokens: requests are preempted.
-    const whole = load(model, tokenizer, { wasmMemoryMb: null, numBlocks: 16, blockSize: 8 });
-    const split = load(model, tokenizer, { wasmMemoryMb: 1, numBlocks: 16, blockSize: 8 });
+    const whole = load(model, tokenizer, { ...kv, wasmMemoryMb: null, numBlocks: 16, blockSize: 8 });
+    const split = load(model, tokenizer, { ...kv, wasmMemoryMb: 1, numBlocks: 16, blockSize: 8 });
     const expected = await generated(whole);
     expect(whole.engine.stats.preemptions).toBeGreaterThan(0);
     expect(await generated(split)).toEqual(expected);
@@ -100,6 +101,16 @@ function checkSplitAgainstWhole(name: string, model: string, tokenizer?: string)
 for (const file of GGUF_MODELS) {
   describeShared(`multi-memory ${file}`, [`models/gguf/${file}`], ([model]) => checkSplitAgainstWhole(file, model!));
 }
+
+// GGUF models run an f16 KV cache by default and llama2.c ones f32: the other types too (rnd-llama's
+// heads are whole q8_0 blocks; stories260K's are not, and fall back to f16).
+for (const kvType of ["f32", "q8_0"] as const) {
+  describeShared(`multi-memory rnd-llama-Q4_K_M.gguf, ${kvType} KV`, ["models/gguf/rnd-llama-Q4_K_M.gguf"], ([model]) =>
+    checkSplitAgainstWhole(`rnd-llama-Q4_K_M.gguf (${kvType} KV)`, model!, undefined, { kvType }));
+}
+describeShared("multi-memory llama2.c, f16 KV", ["models/llama2c/llama2xs_h192.bin", "models/llama2c/tok512.bin"], ([model, tokenizer]) => {
+  checkSplitAgainstWhole("llama2xs_h192.bin (f16 KV)", model!, tokenizer!, { kvType: "f16" });
+});
 
 describeShared("multi-memory llama2.c", ["models/llama2c/stories260K.bin", "models/llama2c/tok512.bin"], ([model, tokenizer]) => {
   checkSplitAgainstWhole("stories260K.bin", model!, tokenizer!);
