@@ -321,7 +321,7 @@ export class LLMEngine {
       if (rows.length === 0) return;
       const forks = this.pendingForks.get(seq);
       if (forks !== undefined) {
-        // A request with samples to fork never drafts (it is not decoding yet): rows is its one row.
+        // A request with samples to fork never drafts (proposeDrafts): rows is its one row.
         this.pendingForks.delete(seq);
         for (const child of this.fork(seq, forks)) events.push(this.sampleAndCheck(child, rows.slice(0, 1)));
       }
@@ -363,11 +363,16 @@ export class LLMEngine {
     return forked;
   }
 
-  /** Give every decoding sequence its draft for this step ([] when it does not speculate, pauses or finds none). */
+  /**
+   * Give every running sequence its draft for this step ([] when it does not speculate, pauses or
+   * finds none). A sequence still reading its prompt gets one too: the scheduler runs it only with
+   * the prompt's last chunk, so the first tokens after a prompt can already come from it. Not a
+   * sequence whose samples are forked once its prompt is computed: they take its KV as computed.
+   */
   private proposeDrafts(): void {
     for (const seq of this.scheduler.running) {
-      const decoding = seq.numTokens - seq.numComputedTokens === 1;
-      seq.draftTokenIds = seq.drafter === null || !decoding ? [] : seq.drafter.propose(seq.allTokenIds, this.draftLimit(seq));
+      const drafts = seq.drafter !== null && !this.pendingForks.has(seq);
+      seq.draftTokenIds = drafts ? seq.drafter!.propose(seq.allTokenIds, this.draftLimit(seq)) : [];
     }
   }
 
