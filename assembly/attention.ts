@@ -17,7 +17,7 @@
 //   blockTable   address of its i32 block table
 
 import { exp4, expScalar } from "./math";
-import { KV_F32, kvRowToF32, storeKVRow } from "./kv-types";
+import { HALF_SCALE, KV_F16, KV_F32, halfRowScaled, kvRowToF32, storeKVRow } from "./kv-types";
 
 export const SEQ_INFO_INTS: i32 = 4;
 /**
@@ -185,7 +185,7 @@ export function writeKV(
  * values.
  */
 @inline function onlineTile(
-  acc: usize, state: usize, q: usize, rows: usize, vOffset: usize, n: i32, headDim: i32, scale: f32, scores: usize,
+  acc: usize, state: usize, q: usize, rows: usize, vOffset: usize, n: i32, headDim: i32, scale: f32, scores: usize, valueScale: f32,
 ): void {
   const tileMax = tileScores(scores, q, rows, n, headDim, scale);
   const mOld = load<f32>(state);
@@ -198,6 +198,9 @@ export function writeKV(
   if (rescale) l *= alpha;
   expShifted(scores, n, mNew);
   for (let j = 0; j < n; j++) l += load<f32>(scores + (<usize>j << 2));
+  // Values stored scaled by 1 / valueScale (halfRowScaled): the weights take valueScale, so every
+  // product p * v is the same real number, the same f32.
+  if (valueScale != 1) scaleRow(scores, valueScale, n);
   accumulateValues(acc, scores, rows, vOffset, n, headDim, rescale, alpha);
   store<f32>(state, mNew);
   store<f32>(state, l, 4);
@@ -248,13 +251,42 @@ let touchSink: i32 = 0;
  * query head of the group then reads the tile from L1 as f32 (exact, so the bits are those of
  * converting in registers, without converting once per query head).
  */
-@inline function widenTile(kTile: usize, vTileOffset: usize, rows: usize, n: i32, vOffset: usize, headDim: i32, kvType: i32): void {
+@inline function widenTile(
+  kTile: usize, vTileOffset: usize, rows: usize, n: i32, vOffset: usize, headDim: i32, kvType: i32, scaledHalves: bool,
+): void {
   const headBytes = <usize>headDim << 2;
   for (let j = 0; j < n; j++) {
     const k = <usize>load<i32>(rows + (<usize>j << 2));
     const dst = kTile + <usize>j * headBytes;
-    kvRowToF32(dst, k, headDim, kvType);
-    kvRowToF32(dst + vTileOffset, k + vOffset, headDim, kvType);
+    if (scaledHalves) {
+      halfRowScaled(dst, k, headDim);
+      halfRowScaled(dst + vTileOffset, k + vOffset, headDim);
+    } else {
+      kvRowToF32(dst, k, headDim, kvType);
+      kvRowToF32(dst + vTileOffset, k + vOffset, headDim, kvType);
+    }
+  }
+}
+
+/** Largest |q| below which q * 2^112 is finite with room to spare (the fast f16 path's bound). */
+const SCALED_QUERY_LIMIT: f32 = 32768;
+
+/** Whether every query row of the item is below SCALED_QUERY_LIMIT in magnitude. */
+@inline function queriesScalable(q: usize, queryStart: i32, queryCount: i32, kvHead: i32, group: i32, qStride: i32, headDim: i32): bool {
+  let m: f32 = 0;
+  for (let i = 0; i < queryCount; i++) {
+    for (let g = 0; g < group; g++) {
+      const row = q + headOffset(queryStart + i, kvHead * group + g, qStride, headDim);
+      for (let c = 0; c < headDim; c++) m = max(m, Mathf.abs(load<f32>(row + (<usize>c << 2))));
+    }
+  }
+  return m < SCALED_QUERY_LIMIT; // false for NaN too
+}
+
+/** The item's query rows times s in place (2^112, then 2^-112 back: both exact below the limit). */
+@inline function scaleQueries(q: usize, queryStart: i32, queryCount: i32, kvHead: i32, group: i32, qStride: i32, headDim: i32, s: f32): void {
+  for (let i = 0; i < queryCount; i++) {
+    for (let g = 0; g < group; g++) scaleRow(q + headOffset(queryStart + i, kvHead * group + g, qStride, headDim), s, headDim);
   }
 }
 
@@ -272,7 +304,11 @@ let touchSink: i32 = 0;
  *
  * The cache holds rows of rowBytes in kvType (kv-types.ts). An f32 cache is read in place; an f16
  * or q8_0 one is widened tile by tile into f32 (widenTile), so the result is exactly f32 attention
- * over the cache's values.
+ * over the cache's values. f16 rows are widened without their 2^112 rebias (halfRowScaled, half the
+ * work), the item's query rows and each tile's softmax weights carrying the 2^112 instead: every
+ * product q * k and p * v is then the same real number as over the rebiased values, the same f32.
+ * (Queries of 32768 or more, which would overflow, take the full widening; q is scaled in place
+ * and restored exactly, its rows being this item's alone.)
  *
  * q and out are [T][qStride] floats. scratch (per thread, src/backend/kernels.ts
  * attentionScratchBytes): ATTN_TILE floats of scores, three arrays of ATTN_TILE i32 row addresses
@@ -308,6 +344,9 @@ export function pagedAttention(
     const table = <usize>load<i32>(info, 12);
     const firstPos = contextLen - queryCount;
     const headRows = kLayer + <usize>(kvHead * numBlocks) * blockBytes;
+    const scaledHalves = kvType == KV_F16 && queriesScalable(q, queryStart, queryCount, kvHead, group, qStride, headDim);
+    const valueScale: f32 = scaledHalves ? HALF_SCALE : 1;
+    if (scaledHalves) scaleQueries(q, queryStart, queryCount, kvHead, group, qStride, headDim, HALF_SCALE);
 
     for (let i = 0; i < queryCount; i++) {
       for (let g = 0; g < group; g++) {
@@ -333,7 +372,7 @@ export function pagedAttention(
       let keyRows = rows;
       let valueOffset = vOffset;
       if (widen) {
-        widenTile(kTile, vTileOffset, rows, min(ATTN_TILE, contextLen - tileStart), vOffset, headDim, kvType);
+        widenTile(kTile, vTileOffset, rows, min(ATTN_TILE, contextLen - tileStart), vOffset, headDim, kvType, scaledHalves);
         keyRows = wideRows;
         valueOffset = vTileOffset;
       }
@@ -341,13 +380,14 @@ export function pagedAttention(
         const n = min(ATTN_TILE, firstPos + i + 1 - tileStart);
         for (let g = 0; g < group; g++) {
           const off = headOffset(queryStart + i, kvHead * group + g, qStride, headDim);
-          onlineTile(out + off, states + (<usize>(i * group + g) << 3), q + off, keyRows, valueOffset, n, headDim, scale, scores);
+          onlineTile(out + off, states + (<usize>(i * group + g) << 3), q + off, keyRows, valueOffset, n, headDim, scale, scores, valueScale);
         }
       }
       const done = rows;
       rows = nextRows;
       nextRows = done;
     }
+    if (scaledHalves) scaleQueries(q, queryStart, queryCount, kvHead, group, qStride, headDim, <f32>1 / HALF_SCALE);
     for (let i = 0; i < queryCount; i++) {
       for (let g = 0; g < group; g++) {
         const inv: f32 = 1.0 / load<f32>(states + (<usize>(i * group + g) << 3), 4);

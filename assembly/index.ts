@@ -7,7 +7,7 @@ export { rmsnorm } from "./norm";
 export { ropeInterleaved, ropeNeox } from "./rope";
 export { swiglu, addInPlace, addRows, softmax, gatherRows } from "./activation";
 export { writeKV, pagedAttention } from "./attention";
-export { f32ToHalf, quantizeRowQ8_0, storeKVRow, kvRowToF32, kvRowToF32Ref } from "./kv-types";
+export { f32ToHalf, quantizeRowQ8_0, storeKVRow, kvRowToF32, kvRowToF32Ref, halfRowScaled, halfRowScaledRef } from "./kv-types";
 export {
   rmsnormRunq, quantizeQ8Runq, matmulQ8Runq, swigluRunq, ropeTablesRunq, pagedAttentionRunq, runqMath, runqFma,
 } from "./runq";

@@ -126,6 +126,45 @@ export function kvRowToF32(dst: usize, src: usize, n: i32, kvType: i32): void {
   }
 }
 
+/**
+ * 2^112: an f16 row widened by halfRowScaled holds value * 2^-112, so attention multiplies the
+ * query and the softmax weights by this instead (kv-types' fast f16 path in attention.ts).
+ */
+export const HALF_SCALE: f32 = reinterpret<f32>(0x77800000);
+
+/** Four halves (sign-extended i32 lanes) as f32 times 2^-112: the bits shifted into place, no multiply. */
+@inline function halvesScaledx4(h: v128): v128 {
+  return v128.and(i32x4.shl(h, 13), i32x4.splat(0x8fffe000));
+}
+
+/**
+ * dst[0..n) = each half at src times 2^-112, exactly for every finite half (a subnormal half gives
+ * a subnormal f32 of the same significand), in two integer operations per value: half the cost
+ * of kvRowToF32's widening. An infinite or NaN half gives 2^-96 * (1 + m/1024) (65536 * (1 + m/1024)
+ * once scaled back), as the weights' reader does (ggml/float.ts): no finite value rounds to one
+ * below 65520. SIMD over 8 halves, then the same operation one value at a time.
+ */
+export function halfRowScaled(dst: usize, src: usize, n: i32): void {
+  const n8 = n & ~7;
+  for (let j = 0; j < n8; j += 8) {
+    const h = v128.load(src + (<usize>j << 1));
+    const o = dst + (<usize>j << 2);
+    v128.store(o, halvesScaledx4(i32x4.extend_low_i16x8_s(h)));
+    v128.store(o, halvesScaledx4(i32x4.extend_high_i16x8_s(h)), 16);
+  }
+  for (let j = n8; j < n; j++) store<u32>(dst + (<usize>j << 2), halfScaledBits(<u32>load<u16>(src + (<usize>j << 1))));
+}
+
+/** halfRowScaled's scalar reference: one value at a time. */
+export function halfRowScaledRef(dst: usize, src: usize, n: i32): void {
+  for (let j = 0; j < n; j++) store<u32>(dst + (<usize>j << 2), halfScaledBits(<u32>load<u16>(src + (<usize>j << 1))));
+}
+
+/** The f32 bits of half h times 2^-112 (see halfRowScaled). */
+@inline function halfScaledBits(h: u32): u32 {
+  return <u32>((<i32>(<i16>h) << 13) & 0x8fffe000);
+}
+
 /** kvRowToF32's scalar reference: one value at a time. */
 export function kvRowToF32Ref(dst: usize, src: usize, n: i32, kvType: i32): void {
   for (let j = 0; j < n; j++) {

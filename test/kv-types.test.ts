@@ -133,6 +133,25 @@ describe("KV element kernels", () => {
     }
   });
 
+  test("halfRowScaled (SIMD with a scalar tail) equals its scalar reference on odd sizes, and is each finite half times 2^-112 exactly", () => {
+    const rng = new Xoshiro128(8);
+    for (let iter = 0; iter < 400; iter++) {
+      const s = new Scratch(mem, region, REGION_BYTES);
+      const n = randInt(rng, 1, 300);
+      const src = s.alloc(2 * n);
+      for (let i = 0; i < 2 * n; i++) mem.u8[src + i] = randInt(rng, 0, 255);
+      const simd = s.alloc(4 * n), ref = s.alloc(4 * n);
+      k.halfRowScaled(simd, src, n);
+      k.halfRowScaledRef(ref, src, n);
+      expect(mem.i32.slice(simd >> 2, (simd >> 2) + n)).toEqual(mem.i32.slice(ref >> 2, (ref >> 2) + n));
+      for (let j = 0; j < n; j++) {
+        const h = mem.u8[src + 2 * j]! | (mem.u8[src + 2 * j + 1]! << 8);
+        if ((h & 0x7c00) === 0x7c00) continue; // infinities and NaN: see halfRowScaled
+        expect(mem.f32[(ref >> 2) + j]).toBe(fr(halfValue(h) * 2 ** -112));
+      }
+    }
+  });
+
   test("writeKV stores each head's row converted at its slot", () => {
     const rng = new Xoshiro128(6);
     for (const type of ["f16", "q8_0"] as KVType[]) {
@@ -179,7 +198,9 @@ describe("KV element kernels", () => {
       const numSeqs = randInt(rng, 1, 3);
       const { seqs, info, T } = randomPagedSequences(rng, s, { numSeqs, numBlocks, blockSize: bs, maxCtx: 90, maxCount: 7 });
       const qStride = nHeads * hd;
-      const q = s.f32(randomArray(rng, T * qStride, 2));
+      // Now and then queries too large for the fast f16 path (it scales them by 2^112): the full widening.
+      const q = s.f32(randomArray(rng, T * qStride, iter % 8 === 0 ? 1e5 : 2));
+      const qBefore = mem.f32.slice(q >> 2, (q >> 2) + T * qStride);
       const scratch = s.alloc(attentionScratchBytes(Math.max(...seqs.map((x) => x.count)) * group, hd));
       const items = numSeqs * nKv, split = randInt(rng, 0, items);
       const outTyped = s.alloc(4 * T * qStride), outWide = s.alloc(4 * T * qStride);
@@ -187,6 +208,8 @@ describe("KV element kernels", () => {
       k.pagedAttention(outTyped, q, typedK, typedV, info, nHeads, nKv, hd, bs, numBlocks, qStride, KV_TYPE_CODE[type], rowBytes, scratch, split, items);
       k.pagedAttention(outWide, q, wideK, wideV, info, nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, scratch, 0, items);
       expect(readF32(outTyped, T * qStride)).toEqual(readF32(outWide, T * qStride));
+      // q is scaled in place by the fast f16 path and restored exactly.
+      expect(readF32(q, T * qStride)).toEqual(qBefore);
     }
   });
 });

@@ -61,6 +61,9 @@ export interface Kernels {
   /** A cache row of n values as f32: SIMD, and its scalar reference. */
   kvRowToF32(dst: number, src: number, n: number, kvType: number): void;
   kvRowToF32Ref(dst: number, src: number, n: number, kvType: number): void;
+  /** An f16 row of n values as f32 times 2^-112 (attention's fast f16 widening): SIMD, and its scalar reference. */
+  halfRowScaled(dst: number, src: number, n: number): void;
+  halfRowScaledRef(dst: number, src: number, n: number): void;
   // runq.ts: llama2.c runq.c's arithmetic, bit for bit (numerics "runq")
   rmsnormRunq(out: number, x: number, w: number, T: number, n: number, eps: number, final: number): void;
   quantizeQ8Runq(xq: number, xs: number, x: number, T: number, d: number, gs: number): void;
