@@ -222,6 +222,21 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
     ]);
   }, PROCESS_TEST_MS);
 
+  test("decode --context --kv-type: a step at each written context for each KV type, against the first type; q8_0 on heads of 8 is one line", () => {
+    const doc = expectFigures(["bench", "decode", ...QUICK, ...onModel, "--stream-mb", "16", "--tokens", "4", "--threads", "1", "--context", "64,200", "--kv-type", "f32,f16"], [
+      "kvContext.rows.*.msPerToken.median", "kvContext.rows.*.tokensPerSecond.median", "kvContext.rows.*.vsFirst", "kvContext.rows.*.kvBytes",
+    ]);
+    expect(at(doc, "results.kvContext.rows.*.context")).toEqual([64, 64, 200, 200]);
+    expect(at(doc, "results.kvContext.rows.*.kvType")).toEqual(["f32", "f16", "f32", "f16"]);
+    // The f32 row is its own baseline; f16's cache is half of f32's.
+    expect((at(doc, "results.kvContext.rows.*.vsFirst") as number[])[0]).toBe(1);
+    const bytes = at(doc, "results.kvContext.rows.*.kvBytes") as number[];
+    expect(bytes[1]! * 2).toBe(bytes[0]!);
+    const r = pagellm(["bench", "decode", ...onModel, "--context", "64", "--kv-type", "q8_0"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim()).toBe("pagellm: error: --kv-type q8_0 needs a head dimension that is a multiple of 32; this model's is 8");
+  }, PROCESS_TEST_MS);
+
   test("decode --speculate: three workloads with and without speculation, their acceptance rates, the same tokens", () => {
     const doc = expectFigures(["bench", "decode", ...QUICK, ...onModel, "--stream-mb", "16", "--tokens", "24", "--threads", "1", "--speculate", "--spec-stories", model!], [
       "speculative.rows.*.plain.median", "speculative.rows.*.speculative.median", "speculative.rows.*.speedup",

@@ -16,7 +16,7 @@ import { TokenSource } from "./prompts.ts";
 import { runSpeculativeDecode, speculativeFigures, speculativeTable, type SpeculativeDecode } from "./speculative.ts";
 import type { SpeculativeOptions } from "../engine/speculative.ts";
 import { kvContextFigures, kvContextTables, runKVContextBench, type KVContextResult } from "./kv-context.ts";
-import type { KVType } from "../kv/kv-layout.ts";
+import { kvLayout, type KVType } from "../kv/kv-layout.ts";
 
 /** Decode steps timed per repetition at a long context (one step is tens of milliseconds there). */
 const KV_CONTEXT_STEPS = 4;
@@ -82,6 +82,8 @@ export interface DecodeResult {
 }
 
 export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
+  // A KV type the model cannot take (q8_0 on heads that are not whole blocks) is refused before anything runs.
+  for (const type of o.kvContext?.kvTypes ?? []) kvLayout(o.model.config, 16, type);
   const rows: DecodeRow[] = [];
   for (const threads of o.threads) {
     progress(`decode of ${o.model.label}, ${threads} thread(s)`);
