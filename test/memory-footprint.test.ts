@@ -16,6 +16,7 @@ import { padVocabulary, tokenizerMetadata } from "../src/model/gguf-tokenizer-me
 import { makeConfig } from "../src/model/config.ts";
 import { dequantize, GGML_TYPE, type QuantTypeName } from "../src/quant/index.ts";
 import { planMemory } from "../src/engine/memory-plan.ts";
+import { kvLayout } from "../src/kv/kv-layout.ts";
 import { openCheckpoint } from "../src/model/load.ts";
 import { FAST_STORAGE, FILE_STORAGE, weightBytes } from "../src/model/weights.ts";
 import { describeShared } from "./helpers/shared.ts";
@@ -87,10 +88,9 @@ describe("random blocks", () => {
 });
 
 describeShared("Q5_0 as Q8_0", ["models/gguf/stories260K-Q5_0.gguf"], ([model]) => {
-  const shape = { maxTokens: 64, maxSeqs: 4, maxLogits: 4, blockSize: 16, numBlocks: 32, threads: 1 };
-
   test("kept when the machine has the memory, dropped (Q5_0 as in the file) when it is short, refused below that", () => {
     const ckpt = openCheckpoint(model!);
+    const shape = { maxTokens: 64, maxSeqs: 4, maxLogits: 4, blockSize: 16, numBlocks: 32, kvBlockBytes: kvLayout(ckpt.config, 16, "f16").blockBytes, threads: 1 };
     const roomy = planMemory(ckpt, ckpt.config, shape, 1 << 30, 2 ** 40);
     expect(roomy.storage.q5_0AsQ8_0).toBe(true);
     expect(roomy.fastStorageExtraBytes).toBe(weightBytes(ckpt, FAST_STORAGE) - weightBytes(ckpt, FILE_STORAGE));

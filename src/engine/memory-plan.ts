@@ -52,6 +52,9 @@ export interface MemoryPlan {
 export function planMemory(
   checkpoint: Checkpoint, c: ModelConfig, shape: RunShape, limitBytes: number, availableBytes: number = availableMemoryBytes(),
 ): MemoryPlan {
+  for (const [key, value] of Object.entries(shape)) {
+    if (!Number.isFinite(value) || value < 0) throw new Error(`planMemory: ${key} is ${value}`);
+  }
   const kernels = sizingKernels();
   const maxBlocksPerSeq = Math.ceil(c.seqLen / shape.blockSize);
   const fixedBytes = (part: ModelPart): number =>

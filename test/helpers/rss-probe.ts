@@ -1,7 +1,8 @@
 /**
  * Run as a child process by test/memory-footprint.test.ts: loads MODEL at --ctx-size CTX on
  * WebAssembly (one thread), generates 8 tokens, and prints JSON: the resident set after the load
- * and after the generation, and the total `pagellm info` reports for the model at that context.
+ * and after the generation, and the total `pagellm info` reports for the model at that context
+ * and the run's KV type.
  */
 import { LLM } from "../../src/engine/llm.ts";
 import { estimateMemory, summarizeModel } from "../../src/hub/summary.ts";
