@@ -8,7 +8,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync }
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { LLM } from "../src/engine/llm.ts";
-import type { GGUFValue } from "../src/model/gguf.ts";
+import { GGUFStringArray, type GGUFValue } from "../src/model/gguf.ts";
 import { openCheckpoint } from "../src/model/load.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { expectModelFormatError } from "./helpers/errors.ts";
@@ -156,6 +156,12 @@ describeShared("hostile GGUF model files", ["models/gguf/stories260K.gguf"], ([g
   }, PROCESS_TEST_MS);
 });
 
+/** A GGUF array's items known to be strings (its itemType said so). */
+function stringItems(items: unknown): GGUFStringArray {
+  if (!(items instanceof GGUFStringArray)) throw new Error("not a string array");
+  return items;
+}
+
 // ----------------------------------------------------------------------------
 // Issue 23: what fuzzing the loader found, each with the file it describes
 
@@ -224,7 +230,7 @@ describeShared("hostile GGUF files (issue 23)", ["models/gguf/stories260K.gguf"]
       metadata: (m) => {
         const tokens = m.get("tokenizer.ggml.tokens")!;
         if (tokens.type !== "array" || tokens.value.itemType !== "string") throw new Error("no tokens");
-        const pieces = Array.from({ length: tokens.value.items.length }, (_, i) => tokens.value.items.bytes(i) as Uint8Array | string);
+        const pieces = Array.from({ length: tokens.value.items.length }, (_, i) => stringItems(tokens.value.items).bytes(i) as Uint8Array | string);
         pieces[383] = "\u2581\u001b]0;pwned\u0007\u001b[2J";
         m.set("tokenizer.ggml.tokens", gguf.strings(pieces));
       },
@@ -242,7 +248,7 @@ describeShared("hostile GGUF files (issue 23)", ["models/gguf/stories260K.gguf"]
         m.set("tokenizer.chat_template", gguf.str("{{ bos_token }}\u001b[31m{% for m in messages %}{{ m.content }}\u009b{% endfor %}"));
         const tokens = m.get("tokenizer.ggml.tokens")!;
         if (tokens.type !== "array" || tokens.value.itemType !== "string") throw new Error("no tokens");
-        const pieces = Array.from({ length: tokens.value.items.length }, (_, i) => tokens.value.items.bytes(i) as Uint8Array | string);
+        const pieces = Array.from({ length: tokens.value.items.length }, (_, i) => stringItems(tokens.value.items).bytes(i) as Uint8Array | string);
         pieces[1] = "<s>\u001b[2J\r\n";
         m.set("tokenizer.ggml.tokens", gguf.strings(pieces));
       },

@@ -57,7 +57,7 @@ describeShared("resident memory against pagellm info", ["vocab/ggml-vocab-smollm
 
 describe("random blocks", () => {
   const config = makeConfig({ dim: 256, hiddenDim: 512, nLayers: 1, nHeads: 4, nKvHeads: 4, vocabSize: 256, seqLen: 64, sharedClassifier: false });
-  const names = new Map(Object.entries(GGML_TYPE).map(([name, code]) => [code, name as QuantTypeName]));
+  const names = new Map<number, QuantTypeName>(Object.entries(GGML_TYPE).map(([name, code]) => [code, name as QuantTypeName]));
 
   test("each type's blocks hold values of mean ~0 and the writer's standard deviation, 1/sqrt(cols)", () => {
     const tokens = new Map([["tokenizer.ggml.tokens", { type: "array" as const, value: { itemType: "string" as const, items: [] } }]]);

@@ -73,7 +73,7 @@ function checkSplitAgainstWhole(name: string, model: string, tokenizer?: string,
     const split = load(model, tokenizer, { ...kv, wasmMemoryMb: 1 });
     const c = whole.config;
     expect(whole.engine.memories.count).toBe(1);
-    if (kv.kvType !== undefined) expect([whole.engine.kvLayout.type, split.engine.kvLayout.type]).toEqual([kv.kvType, kv.kvType]);
+    if (kv.kvType !== undefined && kv.kvType !== null) expect([whole.engine.kvLayout.type, split.engine.kvLayout.type]).toEqual([kv.kvType, kv.kvType]);
     // Embedding, each layer, and (unless it is the embedding) the classifier: one memory each.
     expect(split.engine.memories.count).toBe(c.nLayers + (c.sharedClassifier ? 1 : 2));
     expect(split.engine.memoryPlan!.placement.memories.map((m) => describePart(m.part))[1]).toBe("layer 0");

@@ -81,3 +81,17 @@ describeShared("NaN or infinite weights", ["models/gguf/stories260K.gguf", "mode
     }
   }, 120_000);
 });
+
+describeShared("NaN or infinite weights in a llama2.c int8 checkpoint", ["models/llama2c/stories260K_q80.bin", "models/llama2c/tok512.bin"], ([q80]) => {
+  test("a NaN group scale of a q8 matrix is found (int8 values first, then one f32 scale per group)", () => {
+    expect(firstNonFiniteTensor(openCheckpoint(q80!))).toBeNull();
+    const ckpt = openCheckpoint(q80!);
+    const t = [...ckpt.tensors.values()].find((x) => x.encoding.kind === "q8-llama2c")!;
+    const values = t.shape.reduce((a, b) => a * b, 1);
+    const bytes = new Uint8Array(readFileSync(q80!));
+    new DataView(bytes.buffer).setFloat32(t.offset + values + 4 * 3, NaN, true);
+    const path = join(dir, "nan-scale-q80.bin");
+    writeFileSync(path, bytes);
+    expect(firstNonFiniteTensor(openCheckpoint(path))).toBe(t.name);
+  });
+});

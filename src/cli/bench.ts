@@ -75,6 +75,11 @@ function refusalNotes(results: readonly { model: string; webgpu: { refused: stri
   return results.flatMap((r) => (r.webgpu !== null && "refused" in r.webgpu ? [`${r.model}: no WebGPU figures: ${r.webgpu.refused}`] : []));
 }
 
+/** --speculate as the report's settings show it: "off", or "ngram, 4 tokens, n-grams 1:4". */
+function speculativeSetting(options: SpeculativeOptions | undefined): string {
+  return options === undefined ? "off" : `${options.method}, ${options.tokens} tokens, n-grams ${options.ngram.min}:${options.ngram.max}`;
+}
+
 function emit<K extends BenchName>(bench: K, run: StartedRun, settings: Settings, notes: string[], results: BenchResults[K], tables: Table[]): void {
   const report = makeReport(bench, run.date, settings, notes, results);
   writeOutputs({ doc: report, text: reportText(report, tables) }, run.out);
@@ -189,7 +194,7 @@ const decodeCommand = defineCommand({
     }
     const settings = {
       reps: o.reps, warmup: o.warmup, threads: o.threads, streamBytes: o.streamBytes, models: models.map((m) => m.label), promptTokens: o.promptTokens, tokens: o.genTokens, seed: o.seed,
-      device: deviceOption(args), speculative: o.speculate?.options ?? null,
+      device: deviceOption(args), speculative: speculativeSetting(o.speculate?.options),
       ...(kvTypes.length > 0 ? { kvTypes } : {}), ...(contexts.length > 0 ? { contexts } : {}),
     };
     const set = decodeSet(results);

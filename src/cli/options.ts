@@ -287,6 +287,8 @@ export function engineOptions(values: ParsedValues): EngineOptions {
     threads: numberOption(values, "threads", "posint") ?? d.threads,
     speculative: speculativeOption(values),
     kvType: kvTypeOption(values),
+    // PAGELLM_WASM_MEMORY_MB (read by the memory plan) sets it on the command line.
+    wasmMemoryMb: d.wasmMemoryMb,
   };
 }
 

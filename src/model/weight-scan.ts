@@ -43,7 +43,7 @@ function checkOf(t: TensorInfo): { check: ChunkCheck; unit: number; from: number
     return false;
   };
   if (e.kind === "f32") return { check: every(4, (v, at) => !Number.isFinite(v.getFloat32(at, true))), unit: 4, from: 0 };
-  if (e.kind === "q8") {
+  if (e.kind === "q8-llama2c") {
     // int8 values, then one f32 scale per group.
     const values = t.shape.reduce((a, b) => a * b, 1);
     return { check: every(4, (v, at) => !Number.isFinite(v.getFloat32(at, true))), unit: 4, from: values };

@@ -207,7 +207,7 @@ export async function runFile(path: string): Promise<Outcome> {
   try {
     const header = readGGUF(path);
     const summary = summarizeModel(path, header);
-    const shown = formatInfo(summary, estimateMemory(summary, 256));
+    const shown = formatInfo(summary, estimateMemory(summary, 256, "f16"));
     expect(shown).not.toMatch(UNSAFE_CHARS);
     const ckpt = openCheckpoint(path);
     const { tokenizer, chatTemplate } = loadTokenizer(path, { modelVocabSize: ckpt.config.vocabSize });
