@@ -8,7 +8,7 @@
  *   - repeating: the bench model decoding greedily from random prompts: random weights fall into
  *     loops, the output repeats itself (the best case);
  *   - no-repetition: the bench model sampling at temperature 1 with no truncation: random weights give
- *     near-uniform draws, nothing repeats (the worst case: any draft is overhead).
+ *     near-uniform draws, nothing repeats (the worst case, where every draft is overhead).
  */
 import { existsSync } from "node:fs";
 import { dirname, join } from "node:path";

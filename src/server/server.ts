@@ -21,7 +21,7 @@ import { modelList } from "./models.ts";
 
 export interface ServerOptions {
   host: string;
-  /** 0: any free port. */
+  /** 0 picks a free port. */
   port: number;
   /** null: no key needed. */
   apiKey: string | null;

@@ -42,7 +42,7 @@ export class SseParser {
     return events;
   }
 
-  /** One complete line; the event's data when the line is blank and the event has any. */
+  /** One complete line; the event's data when the line is blank and the event has data lines. */
   private line(line: string): string | null {
     if (line === "") {
       if (this.data.length === 0) return null;
