@@ -7,11 +7,11 @@
  * bad ones refused alone, and afterwards no block is held, as /metrics shows), and cache_salt
  * isolation (two salts never share a block).
  */
-import { afterAll, beforeAll, expect, test } from "bun:test";
+import { expect, test } from "bun:test";
 import type { Completion } from "openai/resources/completions";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { describeShared } from "./helpers/shared.ts";
-import { complete, completeStreamed, metric, startServer, type TestServer } from "./helpers/serve.ts";
+import { complete, completeStreamed, metric, serveForSuite, type TestServer } from "./helpers/serve.ts";
 import { TEXTS } from "./helpers/prefix.ts";
 
 const STORIES = "models/gguf/stories260K.gguf";
@@ -29,13 +29,8 @@ async function settled(url: string): Promise<void> {
 }
 
 describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
-  let s: TestServer;
-  beforeAll(async () => {
-    s = await startServer(model!);
-  }, LIMIT_MS);
-  afterAll(async () => {
-    await s?.close();
-  });
+  let s!: TestServer;
+  serveForSuite((started) => (s = started), LIMIT_MS, model!);
 
   test("a short request sent while a long one streams finishes first", async () => {
     const order: string[] = [];

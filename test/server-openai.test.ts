@@ -5,11 +5,11 @@
  * 401, 404, 413 and 429. The chat model is the random qwen2 model with a ChatML template; text
  * completions run on stories260K.
  */
-import { afterAll, beforeAll, expect, test } from "bun:test";
+import { expect, test } from "bun:test";
 import OpenAI, { APIError, BadRequestError, NotFoundError, RateLimitError } from "openai";
 import { join } from "node:path";
 import { describeShared } from "./helpers/shared.ts";
-import { complete, metric, openaiClient, startServer, type ServerExtensions, type TestServer } from "./helpers/serve.ts";
+import { complete, metric, openaiClient, serveForSuite, type ServerExtensions, type TestServer } from "./helpers/serve.ts";
 import { PagellmServer } from "../src/server/server.ts";
 
 const CHAT_MODEL = "models/gguf/rnd-qwen2-Q5_K_M.gguf";
@@ -18,13 +18,8 @@ const STORIES = "models/gguf/stories260K.gguf";
 const LIMIT_MS = 120_000;
 
 describeShared("serve: chat completions (openai client)", [CHAT_MODEL], ([model]) => {
-  let s: TestServer;
-  beforeAll(async () => {
-    s = await startServer(model!);
-  }, LIMIT_MS);
-  afterAll(async () => {
-    await s?.close();
-  });
+  let s!: TestServer;
+  serveForSuite((started) => (s = started), LIMIT_MS, model!);
 
   test("models.list names the served model", async () => {
     const models = [];
@@ -152,13 +147,8 @@ describeShared("serve: chat completions (openai client)", [CHAT_MODEL], ([model]
 });
 
 describeShared("serve: chat_template_kwargs (Qwen3's template on the random qwen2 model)", [CHAT_MODEL], ([model]) => {
-  let s: TestServer;
-  beforeAll(async () => {
-    s = await startServer(model!, {}, {}, join(import.meta.dir, "fixtures", "chat-templates", "qwen3.jinja"));
-  }, LIMIT_MS);
-  afterAll(async () => {
-    await s?.close();
-  });
+  let s!: TestServer;
+  serveForSuite((started) => (s = started), LIMIT_MS, model!, {}, {}, join(import.meta.dir, "fixtures", "chat-templates", "qwen3.jinja"));
 
   test("enable_thinking: false reaches the template (its empty think block lengthens the prompt); a non-object is a 400", async () => {
     const messages = [{ role: "user" as const, content: "Hi." }];
@@ -177,13 +167,8 @@ describeShared("serve: chat_template_kwargs (Qwen3's template on the random qwen
 });
 
 describeShared("serve: text completions (openai client)", [STORIES], ([model]) => {
-  let s: TestServer;
-  beforeAll(async () => {
-    s = await startServer(model!);
-  }, LIMIT_MS);
-  afterAll(async () => {
-    await s?.close();
-  });
+  let s!: TestServer;
+  serveForSuite((started) => (s = started), LIMIT_MS, model!);
 
   test("a string, an array of strings, token ids: choices in prompt order, n per prompt, echo", async () => {
     const ids = s.llm.encode("Once upon a time");
@@ -287,14 +272,9 @@ describeShared("serve: text completions (openai client)", [STORIES], ([model]) =
 });
 
 describeShared("serve: 401, 413 and 429", [STORIES], ([model]) => {
-  let s: TestServer;
-  beforeAll(async () => {
+  let s!: TestServer;
     // One sequence at a time and one waiting: the third concurrent request finds the queue full.
-    s = await startServer(model!, { apiKey: "sesame", maxBodyBytes: 4096, maxQueue: 1 }, { maxNumSeqs: 1 });
-  }, LIMIT_MS);
-  afterAll(async () => {
-    await s?.close();
-  });
+  serveForSuite((started) => (s = started), LIMIT_MS, model!, { apiKey: "sesame", maxBodyBytes: 4096, maxQueue: 1 }, { maxNumSeqs: 1 });
 
   test("no key or a wrong key: AuthenticationError; /health stays open", async () => {
     for (const key of ["wrong", "sesame2", "sesam"]) {

@@ -2,6 +2,7 @@
  * A `pagellm serve` server inside the test process (the model loaded once, the server on
  * 127.0.0.1 and a free port), an `openai` client pointed at it, and readers of its /metrics.
  */
+import { afterAll, beforeAll } from "bun:test";
 import OpenAI from "openai";
 import type { Completion, CompletionCreateParamsNonStreaming, CompletionCreateParamsStreaming } from "openai/resources/completions";
 import type { EngineOptions } from "../../src/engine/engine.ts";
@@ -36,6 +37,23 @@ export async function startServer(
       llm.close();
     },
   };
+}
+
+/**
+ * A server for every test of the enclosing describe: started in its beforeAll (within limitMs, a
+ * model load included), handed to `use`, and always stopped in its afterAll.
+ */
+export function serveForSuite(
+  use: (started: TestServer) => void, limitMs: number, ...args: Parameters<typeof startServer>
+): void {
+  let started: TestServer | undefined;
+  beforeAll(async () => {
+    started = await startServer(...args);
+    use(started);
+  }, limitMs);
+  afterAll(async () => {
+    await started?.close();
+  });
 }
 
 /** An openai client that never retries (a 429 or 5xx must surface as the error it is). */
