@@ -92,8 +92,11 @@ export function storeKVRow(dst: usize, src: usize, n: i32, kvType: i32): void {
   return f32x4.mul(f32x4.convert_i32x4_s(high ? i32x4.extend_high_i16x8_s(q16) : i32x4.extend_low_i16x8_s(q16)), d);
 }
 
-/** dst[0..n) = the row of `kvType` at src as f32: SIMD over 8 halves or 16 int8 at a time, then a scalar tail. */
-export function kvRowToF32(dst: usize, src: usize, n: i32, kvType: i32): void {
+/**
+ * dst[0..n) = the row of `kvType` at src as f32: SIMD over 8 halves or 16 int8 at a time, then a scalar tail.
+ * Inlined (as halfRowScaled) into attention's tile widening, which called it twice per row.
+ */
+@inline export function kvRowToF32(dst: usize, src: usize, n: i32, kvType: i32): void {
   if (kvType == KV_F32) {
     memory.copy(dst, src, <usize>n << 2);
     return;
@@ -144,7 +147,7 @@ export const HALF_SCALE: f32 = reinterpret<f32>(0x77800000);
  * once scaled back), as the weights' reader does (ggml/float.ts): no finite value rounds to one
  * below 65520. SIMD over 8 halves, then the same operation one value at a time.
  */
-export function halfRowScaled(dst: usize, src: usize, n: i32): void {
+@inline export function halfRowScaled(dst: usize, src: usize, n: i32): void {
   const n8 = n & ~7;
   for (let j = 0; j < n8; j += 8) {
     const h = v128.load(src + (<usize>j << 1));

@@ -454,6 +454,39 @@ describe("paged KV cache kernels", () => {
     }
   });
 
+  test("pagedAttention computes a group's query heads in batches with each head's bits alone (f32, and f16 read in place or widened)", () => {
+    // Groups of 1 to 9 heads cover batches of 4, 3, 2 and 1 (assembly/attention-tile.ts) with every
+    // remainder; odd head sizes the scalar tails; one query per sequence the f16 rows read in place.
+    const rng = new Xoshiro128(16);
+    for (let iter = 0; iter < 60; iter++) {
+      const s = new Scratch(mem, region, REGION_BYTES);
+      const type = iter % 2 === 0 ? 0 : 1; // KV_TYPE_CODE f32, f16
+      const group = randInt(rng, 1, 9);
+      const hd = randInt(rng, 1, 70);
+      const bs = randInt(rng, 1, 20), numBlocks = 12;
+      const rowBytes = type === 0 ? 4 * hd : 2 * hd;
+      const kc = s.alloc(numBlocks * bs * rowBytes), vc = s.alloc(numBlocks * bs * rowBytes);
+      for (const arena of [kc, vc]) {
+        for (let r = 0; r < numBlocks * bs; r++) k.storeKVRow(arena + r * rowBytes, s.f32(randomArray(rng, hd, 2)), hd, type);
+      }
+      const { seqs, info, T } = randomPagedSequences(rng, s, { numSeqs: randInt(rng, 1, 3), numBlocks, blockSize: bs, maxCtx: 80, maxCount: iter % 3 === 0 ? 5 : 1 });
+      const q = randomArray(rng, T * group * hd, 2);
+      const maxCount = Math.max(...seqs.map((x) => x.count));
+      const scratch = s.alloc(attentionScratchBytes(maxCount * group, hd));
+      const batched = s.alloc(4 * T * group * hd);
+      k.pagedAttention(batched, s.f32(q), kc, vc, info, group, 1, hd, bs, numBlocks, group * hd, type, rowBytes, scratch, 0, seqs.length);
+      const got = readF32(batched, T * group * hd);
+      for (let h = 0; h < group; h++) {
+        const qHead = new Float32Array(T * hd);
+        for (let t = 0; t < T; t++) qHead.set(q.subarray((t * group + h) * hd, (t * group + h + 1) * hd), t * hd);
+        const alone = s.alloc(4 * T * hd);
+        k.pagedAttention(alone, s.f32(qHead), kc, vc, info, 1, 1, hd, bs, numBlocks, hd, type, rowBytes, scratch, 0, seqs.length);
+        const want = readF32(alone, T * hd);
+        for (let t = 0; t < T; t++) expect(got.subarray((t * group + h) * hd, (t * group + h + 1) * hd)).toEqual(want.subarray(t * hd, (t + 1) * hd));
+      }
+    }
+  });
+
   test("pagedAttention equals plain causal softmax attention over shuffled blocks, chunks and GQA", () => {
     const rng = new Xoshiro128(11);
     for (let iter = 0; iter < 60; iter++) {

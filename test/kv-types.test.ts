@@ -181,7 +181,7 @@ describe("KV element kernels", () => {
     for (let iter = 0; iter < 80; iter++) {
       const s = new Scratch(mem, region, REGION_BYTES);
       const type: KVType = iter % 2 === 0 ? "f16" : "q8_0";
-      const nKv = randInt(rng, 1, 3), group = randInt(rng, 1, 3), nHeads = nKv * group;
+      const nKv = randInt(rng, 1, 3), group = randInt(rng, 1, 9), nHeads = nKv * group;
       const hd = type === "f16" ? randInt(rng, 1, 70) : 32 * randInt(rng, 1, 3);
       const bs = randInt(rng, 1, 20), numBlocks = 24;
       const rowBytes = kvRowBytes(type, hd);

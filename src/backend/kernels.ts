@@ -152,10 +152,14 @@ export const MAX_BLOCK_SIZE = 256;
 /** Positions per online-softmax step of pagedAttention (assembly/attention.ts ATTN_TILE). */
 export const ATTN_TILE = 16;
 
+/** Query heads pagedAttention computes together over one tile (assembly/attention-tile.ts HEAD_BATCH). */
+export const ATTN_HEAD_BATCH = 4;
+
 /**
  * Bytes of pagedAttention scratch one thread needs for `queryRows` (query, head) rows of one item
- * and heads of `headDim`: scores, three row-address arrays, the widened K and V tile, the states.
+ * and heads of `headDim`: a batch of heads' scores and rescale factors, three row-address arrays,
+ * the widened K and V tile, the states.
  */
 export function attentionScratchBytes(queryRows: number, headDim: number): number {
-  return 4 * (4 * ATTN_TILE + 2 * ATTN_TILE * headDim + 2 * queryRows);
+  return 4 * (ATTN_HEAD_BATCH * (ATTN_TILE + 1) + 3 * ATTN_TILE + 2 * ATTN_TILE * headDim + 2 * queryRows);
 }
