@@ -8,7 +8,7 @@ import { describe, expect, test } from "bun:test";
 import { CpuBackend } from "../src/backend/cpu.ts";
 import { attentionScratchBytes } from "../src/backend/kernels.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
-import { Scratch } from "./helpers/wasm-scratch.ts";
+import { KernelRegion } from "./helpers/wasm-scratch.ts";
 import { randInt, randomArray, randomPagedSequences } from "./helpers/random-data.ts";
 
 const fr = Math.fround;
@@ -16,15 +16,7 @@ const be = new CpuBackend();
 const k = be.kernels;
 const mem = be.mem;
 // One scratch region, reused: every test writes its inputs and reads its outputs here.
-const REGION_BYTES = 8 << 20;
-const region = mem.alloc(REGION_BYTES);
-
-
-function readF32(addr: number, n: number): Float32Array {
-  return mem.f32.slice(addr >> 2, (addr >> 2) + n);
-}
-
-
+const region = new KernelRegion(mem, 8 << 20);
 
 /** The canonical dot product order of assembly/matmul.ts, in f32. */
 function canonicalDot(w: Float32Array, wOff: number, x: Float32Array, xOff: number, d: number): number {
@@ -42,7 +34,7 @@ describe("f32 matmul over packed panels", () => {
   test("matches the canonical scalar order bitwise for any T, shape and row split", () => {
     const rng = new Xoshiro128(1);
     for (let iter = 0; iter < 300; iter++) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const n = randInt(rng, 1, 41);
       // Widths past a k-block (128 columns) and batches past TOKEN_BLOCK (16) take several k-blocks and
       // token blocks, with odd tokens and column tails.
@@ -60,7 +52,7 @@ describe("f32 matmul over packed panels", () => {
       const acc = s.alloc(k.matmulScratchBytes());
       k.matmulF32(out, xAddr, packed, T, n, d, n, acc, 0, split);
       k.matmulF32(out, xAddr, packed, T, n, d, n, acc, split, n);
-      const got = readF32(out, T * n);
+      const got = region.readF32(out, T * n);
       for (let t = 0; t < T; t++) {
         for (let i = 0; i < n; i++) {
           const want = canonicalDot(w, i * d, x, t * d, d);
@@ -75,7 +67,7 @@ describe("f32 matmul over packed panels", () => {
   test("the product does not depend on where the matrix lies (k-blocks end on 2 KiB boundaries)", () => {
     const rng = new Xoshiro128(3);
     for (let iter = 0; iter < 60; iter++) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const n = randInt(rng, 1, 13);
       const d = randInt(rng, 130, 700);
       const T = randInt(rng, 2, 21);
@@ -91,7 +83,7 @@ describe("f32 matmul over packed panels", () => {
         k.packF32(packed, src, n, d);
         const out = s.alloc(4 * T * n);
         k.matmulF32(out, x, packed, T, n, d, n, acc, 0, n);
-        const got = readF32(out, T * n);
+        const got = region.readF32(out, T * n);
         if (reference === null) {
           reference = got;
           const t = randInt(rng, 0, T - 1);
@@ -107,7 +99,7 @@ describe("f32 matmul over packed panels", () => {
   test("a token's result does not depend on the rest of the batch", () => {
     const rng = new Xoshiro128(2);
     for (let iter = 0; iter < 50; iter++) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const n = randInt(rng, 1, 33);
       const d = randInt(rng, 1, 290);
       const T = randInt(rng, 2, 35);
@@ -120,7 +112,7 @@ describe("f32 matmul over packed panels", () => {
       const single = s.alloc(4 * n);
       for (let t = 0; t < T; t++) {
         k.matmulF32(single, x + 4 * t * d, packed, 1, n, d, n, acc, 0, n);
-        expect(readF32(single, n)).toEqual(readF32(batched + 4 * t * n, n));
+        expect(region.readF32(single, n)).toEqual(region.readF32(batched + 4 * t * n, n));
       }
     }
   });
@@ -128,7 +120,7 @@ describe("f32 matmul over packed panels", () => {
   test("matmulF32Multi equals separate products, for any split of the shared row space", () => {
     const rng = new Xoshiro128(14);
     for (let iter = 0; iter < 100; iter++) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const d = randInt(rng, 1, iter % 2 === 0 ? 40 : 200);
       const T = randInt(rng, 1, iter % 2 === 0 ? 5 : 20);
       const x = s.f32(randomArray(rng, T * d));
@@ -150,14 +142,14 @@ describe("f32 matmul over packed panels", () => {
       const tableAddr = s.i32(table);
       k.matmulF32Multi(tableAddr, parts.length, x, T, d, acc, 0, split);
       k.matmulF32Multi(tableAddr, parts.length, x, T, d, acc, split, rows);
-      for (const p of parts) expect(readF32(p.out, T * p.n)).toEqual(readF32(p.want, T * p.n));
+      for (const p of parts) expect(region.readF32(p.out, T * p.n)).toEqual(region.readF32(p.want, T * p.n));
     }
   });
 
   test("unpackRow and embed recover the original rows", () => {
     const rng = new Xoshiro128(3);
     for (let iter = 0; iter < 100; iter++) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const n = randInt(rng, 1, 30);
       const d = randInt(rng, 1, 50);
       const w = randomArray(rng, n * d);
@@ -166,19 +158,19 @@ describe("f32 matmul over packed panels", () => {
       const tokens = Array.from({ length: 5 }, () => randInt(rng, 0, n - 1));
       const out = s.alloc(4 * 5 * d);
       k.embedF32(out, packed, s.i32(tokens), 5, n, d);
-      tokens.forEach((r, t) => expect(readF32(out + 4 * t * d, d)).toEqual(w.slice(r * d, (r + 1) * d)));
+      tokens.forEach((r, t) => expect(region.readF32(out + 4 * t * d, d)).toEqual(w.slice(r * d, (r + 1) * d)));
     }
   });
 
   test("the scalar baseline kernel is a plain row-major loop", () => {
     const rng = new Xoshiro128(4);
-    const s = new Scratch(mem, region, REGION_BYTES);
+    const s = region.scratch();
     const n = 13, d = 29;
     const w = randomArray(rng, n * d);
     const x = randomArray(rng, d);
     const out = s.alloc(4 * n);
     k.matvecScalarF32(out, s.f32(x), s.f32(w), n, d);
-    const got = readF32(out, n);
+    const got = region.readF32(out, n);
     for (let i = 0; i < n; i++) {
       let acc = 0;
       for (let j = 0; j < d; j++) acc = fr(acc + fr(w[i * d + j]! * x[j]!));
@@ -190,14 +182,14 @@ describe("f32 matmul over packed panels", () => {
 describe("exp", () => {
   test("expF32 is within 2 ulp of exp, saturates at both ends, and lanes equal the scalar tail", () => {
     const rng = new Xoshiro128(13);
-    const s = new Scratch(mem, region, REGION_BYTES);
+    const s = region.scratch();
     const n = 4099;
     const x = new Float32Array(n);
     for (let i = 0; i < n; i++) x[i] = (rng.nextFloat() * 2 - 1) * 100;
     x.set([0, -0, 1, -1, 88.7, 88.73, -87.3, -87.4, -1000, 1000, -Infinity, Infinity], 0);
     const out = s.alloc(4 * n);
     k.expF32(out, s.f32(x), n);
-    const got = readF32(out, n);
+    const got = region.readF32(out, n);
     for (let i = 0; i < n; i++) {
       const want = Math.exp(x[i]!);
       if (x[i]! < -87.33654) expect(got[i]).toBe(0);
@@ -210,7 +202,7 @@ describe("exp", () => {
     for (let offset = 1; offset < 4; offset++) {
       const o = s.alloc(4 * (n - offset));
       k.expF32(o, s.f32(x.subarray(offset)), n - offset);
-      expect(readF32(o, n - offset)).toEqual(got.subarray(offset));
+      expect(region.readF32(o, n - offset)).toEqual(got.subarray(offset));
     }
   });
 });
@@ -219,7 +211,7 @@ describe("streaming read", () => {
   test("streamSumF32 sums any range with four accumulators and a scalar tail", () => {
     const rng = new Xoshiro128(12);
     for (let iter = 0; iter < 200; iter++) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const n = randInt(rng, 1, 150);
       const x = randomArray(rng, n);
       const start = randInt(rng, 0, n - 1);
@@ -234,7 +226,7 @@ describe("streaming read", () => {
       const lanes = [0, 1, 2, 3].map((l) => fr(fr(acc[0]![l]! + acc[1]![l]!) + fr(acc[2]![l]! + acc[3]![l]!)));
       let want = fr(fr(lanes[0]! + lanes[1]!) + fr(lanes[2]! + lanes[3]!));
       for (let i = body; i < end; i++) want = fr(want + x[i]!);
-      expect(readF32(out, 1)[0]).toBe(want);
+      expect(region.readF32(out, 1)[0]).toBe(want);
     }
   });
 });
@@ -261,7 +253,7 @@ describe("int8 group-quantized kernels (runq.c arithmetic)", () => {
   test("quantize and matmul match a scalar loop exactly, including groups that straddle rows", () => {
     const rng = new Xoshiro128(5);
     for (let iter = 0; iter < 120; iter++) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const gs = [2, 4, 8, 16, 32, 48][randInt(rng, 0, 5)]!;
       const d = gs * randInt(rng, 1, 4) + (iter % 3 === 0 ? randInt(rng, 1, gs - 1) || 0 : 0);
       const n = randInt(rng, 1, 21);
@@ -275,13 +267,13 @@ describe("int8 group-quantized kernels (runq.c arithmetic)", () => {
       const xs = s.alloc(4 * T * Math.floor(d / gs));
       k.quantizeQ8(xq, xs, s.f32(x), T, d, gs);
       expect(new Int8Array(mem.u8.buffer, xq, T * d).slice()).toEqual(xRef.q);
-      expect(readF32(xs, xRef.s.length)).toEqual(xRef.s);
+      expect(region.readF32(xs, xRef.s.length)).toEqual(xRef.s);
       const wqAddr = s.alloc(n * d);
       new Int8Array(mem.u8.buffer, wqAddr, n * d).set(wq.q);
       const wsAddr = s.f32(wq.s);
       const out = s.alloc(4 * T * n);
       k.matmulQ8(out, xq, xs, wqAddr, wsAddr, T, d, gs, n, 0, n);
-      const got = readF32(out, T * n);
+      const got = region.readF32(out, T * n);
       const groups = Math.floor(d / gs);
       for (let t = 0; t < T; t++) {
         for (let i = 0; i < n; i++) {
@@ -302,14 +294,14 @@ describe("element-wise kernels", () => {
   test("rmsnorm matches the canonical order bitwise", () => {
     const rng = new Xoshiro128(6);
     for (let iter = 0; iter < 100; iter++) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const n = randInt(rng, 1, 99);
       const T = randInt(rng, 1, 4);
       const x = randomArray(rng, T * n, 4);
       const w = randomArray(rng, n);
       const out = s.alloc(4 * T * n);
       k.rmsnorm(out, s.f32(x), s.f32(w), T, n, 1e-5);
-      const got = readF32(out, T * n);
+      const got = region.readF32(out, T * n);
       for (let t = 0; t < T; t++) {
         const ss = canonicalDot(x, t * n, x, t * n, n);
         const inv = fr(1 / fr(Math.sqrt(fr(fr(ss / n) + fr(1e-5)))));
@@ -321,23 +313,23 @@ describe("element-wise kernels", () => {
   test("addInPlace, addRows, swiglu and softmax", () => {
     const rng = new Xoshiro128(7);
     for (let iter = 0; iter < 100; iter++) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const n = randInt(rng, 1, 77);
       const x = randomArray(rng, n, 5);
       const y = randomArray(rng, n, 5);
       const xa = s.f32(x);
       k.addInPlace(xa, s.f32(y), n);
-      expect(readF32(xa, n)).toEqual(x.map((v, i) => fr(v + y[i]!)));
+      expect(region.readF32(xa, n)).toEqual(x.map((v, i) => fr(v + y[i]!)));
 
       const T = randInt(rng, 1, 4);
       const rows = randomArray(rng, T * n, 5);
       const ra = s.f32(rows);
       k.addRows(ra, s.f32(y), T, n);
-      expect(readF32(ra, T * n)).toEqual(rows.map((v, i) => fr(v + y[i % n]!)));
+      expect(region.readF32(ra, T * n)).toEqual(rows.map((v, i) => fr(v + y[i % n]!)));
 
       const ga = s.f32(x);
       k.swiglu(ga, s.f32(y), n);
-      const sw = readF32(ga, n);
+      const sw = region.readF32(ga, n);
       for (let i = 0; i < n; i++) {
         const want = (x[i]! / (1 + Math.exp(-x[i]!))) * y[i]!;
         expect(Math.abs(sw[i]! - want)).toBeLessThanOrEqual(1e-6 * Math.max(1, Math.abs(want)));
@@ -345,7 +337,7 @@ describe("element-wise kernels", () => {
 
       const sa = s.f32(x);
       k.softmax(sa, n);
-      const sm = readF32(sa, n);
+      const sm = region.readF32(sa, n);
       const m = Math.max(...x);
       const z = x.reduce((acc, v) => acc + Math.exp(v - m), 0);
       for (let i = 0; i < n; i++) expect(Math.abs(sm[i]! - Math.exp(x[i]! - m) / z)).toBeLessThan(1e-6);
@@ -354,19 +346,19 @@ describe("element-wise kernels", () => {
 
   test("gatherRows copies the selected rows", () => {
     const rng = new Xoshiro128(8);
-    const s = new Scratch(mem, region, REGION_BYTES);
+    const s = region.scratch();
     const n = 7, R = 3;
     const src = randomArray(rng, 10 * n);
     const rows = [9, 0, 4];
     const out = s.alloc(4 * R * n);
     k.gatherRows(out, s.f32(src), s.i32(rows), R, n);
-    rows.forEach((r, i) => expect(readF32(out + 4 * i * n, n)).toEqual(src.slice(r * n, (r + 1) * n)));
+    rows.forEach((r, i) => expect(region.readF32(out + 4 * i * n, n)).toEqual(src.slice(r * n, (r + 1) * n)));
   });
 
   test("RoPE, interleaved and NeoX forms, whole and partial rotation, match the scalar rotation exactly", () => {
     const rng = new Xoshiro128(9);
     for (let iter = 0; iter < 60; iter++) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const headDim = 2 * randInt(rng, 1, 20);
       // Rotate all of each head, or only its first ropeDim elements.
       const ropeDim = rng.nextFloat() < 0.5 ? headDim : 2 * randInt(rng, 1, headDim / 2);
@@ -383,7 +375,7 @@ describe("element-wise kernels", () => {
         const va = s.f32(v);
         const fn = style === "neox" ? k.ropeNeox : k.ropeInterleaved;
         fn(va, s.i32(positions), T, nHeads, headDim, ropeDim, rowStride, s.f32(cos), s.f32(sin));
-        const got = readF32(va, T * rowStride);
+        const got = region.readF32(va, T * rowStride);
         const want = v.slice();
         for (let t = 0; t < T; t++) {
           for (let h = 0; h < nHeads; h++) {
@@ -405,7 +397,7 @@ describe("element-wise kernels", () => {
 describe("paged KV cache kernels", () => {
   test("writeKV scatters each head to its slot", () => {
     const rng = new Xoshiro128(10);
-    const s = new Scratch(mem, region, REGION_BYTES);
+    const s = region.scratch();
     const nKv = 3, hd = 6, bs = 4, blocks = 5, T = 7;
     const kvBytes = 4 * blocks * nKv * bs * hd;
     const kc = s.alloc(kvBytes), vc = s.alloc(kvBytes);
@@ -416,9 +408,9 @@ describe("paged KV cache kernels", () => {
       const block = Math.floor(slot / bs), row = slot % bs;
       for (let h = 0; h < nKv; h++) {
         const at = kc + 4 * ((h * blocks + block) * bs + row) * hd;
-        expect(readF32(at, hd)).toEqual(kk.slice((t * nKv + h) * hd, (t * nKv + h + 1) * hd));
+        expect(region.readF32(at, hd)).toEqual(kk.slice((t * nKv + h) * hd, (t * nKv + h + 1) * hd));
         const atv = vc + 4 * ((h * blocks + block) * bs + row) * hd;
-        expect(readF32(atv, hd)).toEqual(vv.slice((t * nKv + h) * hd, (t * nKv + h + 1) * hd));
+        expect(region.readF32(atv, hd)).toEqual(vv.slice((t * nKv + h) * hd, (t * nKv + h + 1) * hd));
       }
     });
   });
@@ -426,7 +418,7 @@ describe("paged KV cache kernels", () => {
   test("pagedAttention gives the same bits whatever the block size and block order", () => {
     const rng = new Xoshiro128(15);
     for (let iter = 0; iter < 30; iter++) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const nKv = randInt(rng, 1, 2), group = randInt(rng, 1, 2), nHeads = nKv * group;
       const hd = randInt(rng, 1, 20);
       const ctx = randInt(rng, 1, 70);
@@ -448,7 +440,7 @@ describe("paged KV cache kernels", () => {
         const out = s.alloc(4 * count * nHeads * hd);
         const info = s.i32([0, count, ctx, s.i32(table)]);
         k.pagedAttention(out, qv, kc, vc, info, nHeads, nKv, hd, bs, nBlocks, nHeads * hd, 0, 4 * hd, s.alloc(attentionScratchBytes(count * group, hd)), 0, nKv);
-        results.push(readF32(out, count * nHeads * hd));
+        results.push(region.readF32(out, count * nHeads * hd));
       }
       for (const r of results) expect(r).toEqual(results[0]!);
     }
@@ -459,7 +451,7 @@ describe("paged KV cache kernels", () => {
     // remainder; odd head sizes the scalar tails; one query per sequence the f16 rows read in place.
     const rng = new Xoshiro128(16);
     for (let iter = 0; iter < 60; iter++) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const type = iter % 2 === 0 ? 0 : 1; // KV_TYPE_CODE f32, f16
       const group = randInt(rng, 1, 9);
       const hd = randInt(rng, 1, 70);
@@ -475,13 +467,13 @@ describe("paged KV cache kernels", () => {
       const scratch = s.alloc(attentionScratchBytes(maxCount * group, hd));
       const batched = s.alloc(4 * T * group * hd);
       k.pagedAttention(batched, s.f32(q), kc, vc, info, group, 1, hd, bs, numBlocks, group * hd, type, rowBytes, scratch, 0, seqs.length);
-      const got = readF32(batched, T * group * hd);
+      const got = region.readF32(batched, T * group * hd);
       for (let h = 0; h < group; h++) {
         const qHead = new Float32Array(T * hd);
         for (let t = 0; t < T; t++) qHead.set(q.subarray((t * group + h) * hd, (t * group + h + 1) * hd), t * hd);
         const alone = s.alloc(4 * T * hd);
         k.pagedAttention(alone, s.f32(qHead), kc, vc, info, 1, 1, hd, bs, numBlocks, hd, type, rowBytes, scratch, 0, seqs.length);
-        const want = readF32(alone, T * hd);
+        const want = region.readF32(alone, T * hd);
         for (let t = 0; t < T; t++) expect(got.subarray((t * group + h) * hd, (t * group + h + 1) * hd)).toEqual(want.subarray(t * hd, (t + 1) * hd));
       }
     }
@@ -490,7 +482,7 @@ describe("paged KV cache kernels", () => {
   test("pagedAttention equals plain causal softmax attention over shuffled blocks, chunks and GQA", () => {
     const rng = new Xoshiro128(11);
     for (let iter = 0; iter < 60; iter++) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const nKv = randInt(rng, 1, 3);
       const group = randInt(rng, 1, 3);
       const nHeads = nKv * group;
@@ -511,8 +503,8 @@ describe("paged KV cache kernels", () => {
       const split = randInt(rng, 0, items);
       k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, scratch, 0, split);
       k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, scratch, split, items);
-      const got = readF32(out, T * qStride);
-      const kAll = readF32(kc, kvBytes / 4), vAll = readF32(vc, kvBytes / 4);
+      const got = region.readF32(out, T * qStride);
+      const kAll = region.readF32(kc, kvBytes / 4), vAll = region.readF32(vc, kvBytes / 4);
       for (const sq of seqs) {
         for (let i = 0; i < sq.count; i++) {
           const pos = sq.ctx - sq.count + i;

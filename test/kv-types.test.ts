@@ -10,19 +10,14 @@ import { attentionScratchBytes } from "../src/backend/kernels.ts";
 import { KV_TYPE_CODE, kvLayout, kvRowBytes, resolveKVType, type KVType } from "../src/kv/kv-layout.ts";
 import { makeConfig } from "../src/model/config.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
-import { Scratch } from "./helpers/wasm-scratch.ts";
+import { KernelRegion } from "./helpers/wasm-scratch.ts";
 import { randInt, randomArray, randomPagedSequences } from "./helpers/random-data.ts";
 
 const fr = Math.fround;
 const be = new CpuBackend();
 const k = be.kernels;
 const mem = be.mem;
-const REGION_BYTES = 8 << 20;
-const region = mem.alloc(REGION_BYTES);
-
-function readF32(addr: number, n: number): Float32Array {
-  return mem.f32.slice(addr >> 2, (addr >> 2) + n);
-}
+const region = new KernelRegion(mem, 8 << 20);
 
 /** IEEE half bits of x, nearest even (the platform's Float16Array conversion). */
 function halfBits(x: number): number {
@@ -101,7 +96,7 @@ describe("KV element kernels", () => {
   test("quantizeRowQ8_0 is ggml's quantize_row_q8_0_ref bit for bit", () => {
     const rng = new Xoshiro128(4);
     for (let iter = 0; iter < 300; iter++) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const n = 32 * randInt(rng, 1, 9);
       const x = iter % 3 === 0 ? awkwardValues(rng, n) : randomArray(rng, n, 10 ** randInt(rng, -3, 3));
       if (iter % 7 === 0) x.fill(0, 0, 32); // an all-zero block: d = 0, q = 0
@@ -114,7 +109,7 @@ describe("KV element kernels", () => {
   test("kvRowToF32 (SIMD with a scalar tail) equals its scalar reference on odd sizes, halves of every kind included", () => {
     const rng = new Xoshiro128(5);
     for (let iter = 0; iter < 400; iter++) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const type: KVType = iter % 2 === 0 ? "f16" : "q8_0";
       const n = type === "f16" ? randInt(rng, 1, 300) : 32 * randInt(rng, 1, 8);
       const bytes = type === "f16" ? 2 * n : (n / 32) * 34;
@@ -136,7 +131,7 @@ describe("KV element kernels", () => {
   test("halfRowScaled (SIMD with a scalar tail) equals its scalar reference on odd sizes, and is each finite half times 2^-112 exactly", () => {
     const rng = new Xoshiro128(8);
     for (let iter = 0; iter < 400; iter++) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const n = randInt(rng, 1, 300);
       const src = s.alloc(2 * n);
       for (let i = 0; i < 2 * n; i++) mem.u8[src + i] = randInt(rng, 0, 255);
@@ -155,7 +150,7 @@ describe("KV element kernels", () => {
   test("writeKV stores each head's row converted at its slot", () => {
     const rng = new Xoshiro128(6);
     for (const type of ["f16", "q8_0"] as KVType[]) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const nKv = 3, hd = 64, bs = 4, blocks = 5, T = 7;
       const rowBytes = kvRowBytes(type, hd);
       const kc = s.alloc(rowBytes * blocks * nKv * bs), vc = s.alloc(rowBytes * blocks * nKv * bs);
@@ -179,7 +174,7 @@ describe("KV element kernels", () => {
   test("pagedAttention over an f16 or q8_0 cache is f32 attention over its values, bitwise, for any split, chunk and GQA", () => {
     const rng = new Xoshiro128(7);
     for (let iter = 0; iter < 80; iter++) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const type: KVType = iter % 2 === 0 ? "f16" : "q8_0";
       const nKv = randInt(rng, 1, 3), group = randInt(rng, 1, 9), nHeads = nKv * group;
       const hd = type === "f16" ? randInt(rng, 1, 70) : 32 * randInt(rng, 1, 3);
@@ -207,9 +202,9 @@ describe("KV element kernels", () => {
       k.pagedAttention(outTyped, q, typedK, typedV, info, nHeads, nKv, hd, bs, numBlocks, qStride, KV_TYPE_CODE[type], rowBytes, scratch, 0, split);
       k.pagedAttention(outTyped, q, typedK, typedV, info, nHeads, nKv, hd, bs, numBlocks, qStride, KV_TYPE_CODE[type], rowBytes, scratch, split, items);
       k.pagedAttention(outWide, q, wideK, wideV, info, nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, scratch, 0, items);
-      expect(readF32(outTyped, T * qStride)).toEqual(readF32(outWide, T * qStride));
+      expect(region.readF32(outTyped, T * qStride)).toEqual(region.readF32(outWide, T * qStride));
       // q is scaled in place by the fast f16 path and restored exactly.
-      expect(readF32(q, T * qStride)).toEqual(qBefore);
+      expect(region.readF32(q, T * qStride)).toEqual(qBefore);
     }
   });
 });

@@ -23,15 +23,14 @@ import { Xoshiro128 } from "../src/util/random.ts";
 import { sharedPath } from "./helpers/shared.ts";
 import { decodeTokens, readTokenPieces } from "./reference/decode-tokens.ts";
 import { EXPF_CASES, RECIP_CASES, SINCOSF_CASES } from "./reference/runq-captures.ts";
-import { Scratch } from "./helpers/wasm-scratch.ts";
+import { KernelRegion } from "./helpers/wasm-scratch.ts";
 import { randInt, randomArray, randomPagedSequences } from "./helpers/random-data.ts";
 
 const fr = Math.fround;
 const be = new CpuBackend();
 const k = be.kernels;
 const mem = be.mem;
-const REGION_BYTES = 4 << 20;
-const region = mem.alloc(REGION_BYTES);
+const region = new KernelRegion(mem, 4 << 20);
 
 // ---------------------------------------------------------------------------------------------
 // f32 bits and an exact fused multiply-add
@@ -92,14 +91,6 @@ function exactFma(a: number, b: number, c: number): number {
   if (value > 3.4028234663852886e38) return neg ? -Infinity : Infinity;
   return neg ? -value : value;
 }
-
-// ---------------------------------------------------------------------------------------------
-// Scratch in linear memory (test/helpers/wasm-scratch.ts)
-// ---------------------------------------------------------------------------------------------
-
-const readF32 = (addr: number, n: number) => mem.f32.slice(addr >> 2, (addr >> 2) + n);
-
-
 
 function expectSameBits(got: ArrayLike<number>, want: ArrayLike<number>, what: string): void {
   expect(got.length).toBe(want.length);
@@ -296,14 +287,14 @@ describe("runq kernels follow gcc's evaluation order bit for bit", () => {
     const sizes = [1, 3, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32, 33, 40, 47, 48, 55, 63, 64, 65, 71, 72, 79, 288];
     for (const n of sizes) {
       for (const final of [false, true]) {
-        const s = new Scratch(mem, region, REGION_BYTES);
+        const s = region.scratch();
         const T = 3;
         const x = randomArray(rng, T * n, 4);
         const w = randomArray(rng, n, 2);
         const eps = fr(1e-5);
         const out = s.alloc(4 * T * n);
         k.rmsnormRunq(out, s.f32(x), s.f32(w), T, n, eps, final ? 1 : 0);
-        expectSameBits(readF32(out, T * n), rmsnormRef(x, w, T, n, eps, final), `rmsnorm n=${n} final=${final}`);
+        expectSameBits(region.readF32(out, T * n), rmsnormRef(x, w, T, n, eps, final), `rmsnorm n=${n} final=${final}`);
       }
     }
   });
@@ -318,12 +309,12 @@ describe("runq kernels follow gcc's evaluation order bit for bit", () => {
       x[j] = fr((j % 3 === 0 ? -1 : 1) * m * 2 ** -63);
     }
     const w = randomArray(rng, n, 2);
-    const s = new Scratch(mem, region, REGION_BYTES);
+    const s = region.scratch();
     const out = s.alloc(4 * n);
     // A tiny eps (2^-120), so that the sum of squares still shows in the result.
     const eps = 2 ** -120;
     k.rmsnormRunq(out, s.f32(x), s.f32(w), 1, n, eps, 0);
-    const got = readF32(out, n);
+    const got = region.readF32(out, n);
     expectSameBits(got, rmsnormRef(x, w, 1, n, eps, false), "rmsnorm of tiny values");
     // Without the flush the result differs: the case has teeth.
     flushToZero = false;
@@ -337,19 +328,19 @@ describe("runq kernels follow gcc's evaluation order bit for bit", () => {
 
   test("rmsnorm in place (the final norm aliases out and x) gives the same bits", () => {
     const rng = new Xoshiro128(22);
-    const s = new Scratch(mem, region, REGION_BYTES);
+    const s = region.scratch();
     const n = 64, T = 2;
     const x = randomArray(rng, T * n, 3);
     const w = randomArray(rng, n);
     const xa = s.f32(x);
     k.rmsnormRunq(xa, xa, s.f32(w), T, n, fr(1e-5), 1);
-    expectSameBits(readF32(xa, T * n), rmsnormRef(x, w, T, n, fr(1e-5), true), "in-place rmsnorm");
+    expectSameBits(region.readF32(xa, T * n), rmsnormRef(x, w, T, n, fr(1e-5), true), "in-place rmsnorm");
   });
 
   test("quantize and matmul: -Ofast's reciprocal scales and (w_scale * x_scale) * ival, groups straddling rows", () => {
     const rng = new Xoshiro128(23);
     for (const [d, gs, rows, T] of [[64, 32, 13, 3], [70, 32, 9, 2], [172, 32, 5, 4], [48, 16, 7, 1], [33, 11, 6, 2], [19, 5, 4, 3]] as const) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const x = randomArray(rng, T * d, 3);
       // A group of zeros quantizes to zeros with scale 0.
       for (let i = 0; i < gs; i++) x[i] = 0;
@@ -359,7 +350,7 @@ describe("runq kernels follow gcc's evaluation order bit for bit", () => {
       k.quantizeQ8Runq(xq, xs, s.f32(x), T, d, gs);
       const ref = quantizeRef(x, T, d, gs);
       expect(Array.from(mem.u8.slice(xq, xq + T * d), (v) => (v << 24) >> 24)).toEqual(Array.from(ref.q));
-      expectSameBits(readF32(xs, T * groups), ref.s, `quantize scales d=${d} gs=${gs}`);
+      expectSameBits(region.readF32(xs, T * groups), ref.s, `quantize scales d=${d} gs=${gs}`);
 
       const wq = Int8Array.from({ length: rows * d }, () => randInt(rng, -127, 127));
       const ws = randomArray(rng, Math.floor((rows * d) / gs), 0.01).map(Math.abs);
@@ -379,25 +370,25 @@ describe("runq kernels follow gcc's evaluation order bit for bit", () => {
           want[t * rows + i] = val;
         }
       }
-      expectSameBits(readF32(out, T * rows), want, `matmul d=${d} gs=${gs}`);
+      expectSameBits(region.readF32(out, T * rows), want, `matmul d=${d} gs=${gs}`);
     }
   });
 
   test("SwiGLU: 16-lane blocks, one 8-lane block and the scalar tail per row, for any row length", () => {
     const rng = new Xoshiro128(24);
     for (const n of [1, 5, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 40, 47, 172, 173]) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const T = 3;
       const a = randomArray(rng, T * n, 8);
       const b = randomArray(rng, T * n, 3);
       const aAddr = s.f32(a);
       k.swigluRunq(aAddr, s.f32(b), T, n);
-      expectSameBits(readF32(aAddr, T * n), swigluRef(a, b, T, n), `swiglu n=${n}`);
+      expectSameBits(region.readF32(aAddr, T * n), swigluRef(a, b, T, n), `swiglu n=${n}`);
     }
   });
 
   test("RoPE tables: freq = expf(-(2k * (1/hs)) * f32(ln 10000)), angle = freq * pos, glibc sincosf", () => {
-    const s = new Scratch(mem, region, REGION_BYTES);
+    const s = region.scratch();
     const seqLen = 512;
     for (const hd of [8, 6, 32]) {
       const half = hd / 2;
@@ -415,15 +406,15 @@ describe("runq kernels follow gcc's evaluation order bit for bit", () => {
           wantSin[pos * half + j] = k.runqMath(2, angle);
         }
       }
-      expectSameBits(readF32(cos, seqLen * half), wantCos, `rope cos hd=${hd}`);
-      expectSameBits(readF32(sin, seqLen * half), wantSin, `rope sin hd=${hd}`);
+      expectSameBits(region.readF32(cos, seqLen * half), wantCos, `rope cos hd=${hd}`);
+      expectSameBits(region.readF32(sin, seqLen * half), wantSin, `rope sin hd=${hd}`);
     }
   });
 
   test("attention: gcc-ordered scores, runq's softmax split and sum, FMA mix; paged, chunked, GQA", () => {
     const rng = new Xoshiro128(25);
     for (let iter = 0; iter < 14; iter++) {
-      const s = new Scratch(mem, region, REGION_BYTES);
+      const s = region.scratch();
       const nKv = randInt(rng, 1, 2);
       const group = randInt(rng, 1, 2);
       const nHeads = nKv * group;
@@ -465,7 +456,7 @@ describe("runq kernels follow gcc's evaluation order bit for bit", () => {
           }
         }
       }
-      expectSameBits(readF32(out, T * qStride), want, `attention iter ${iter} hd=${hd}`);
+      expectSameBits(region.readF32(out, T * qStride), want, `attention iter ${iter} hd=${hd}`);
     }
   });
 });

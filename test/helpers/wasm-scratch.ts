@@ -37,3 +37,28 @@ export class Scratch {
     return addr;
   }
 }
+
+/**
+ * One region of a backend's memory that a test file's iterations reuse: every iteration writes its
+ * inputs and reads its outputs here, through a fresh Scratch.
+ */
+export class KernelRegion {
+  readonly start: number;
+
+  constructor(
+    private readonly mem: LinearMemory,
+    readonly bytes: number,
+  ) {
+    this.start = mem.alloc(bytes);
+  }
+
+  /** A new bump allocator over the whole region (one per test iteration). */
+  scratch(): Scratch {
+    return new Scratch(this.mem, this.start, this.bytes);
+  }
+
+  /** n f32 at addr, copied out. */
+  readF32(addr: number, n: number): Float32Array {
+    return this.mem.f32.slice(addr >> 2, (addr >> 2) + n);
+  }
+}
