@@ -11,7 +11,7 @@ import { dequantize, GGML_TYPE, quantize, type QuantTypeName } from "../src/quan
 import { Xoshiro128 } from "../src/util/random.ts";
 
 type GGMLType = Exclude<QuantTypeName, "F32">;
-const TYPES: GGMLType[] = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"];
+const TYPES: GGMLType[] = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"];
 const MAX_T = 9;
 const MAX_COLS = 768;
 
@@ -24,10 +24,12 @@ afterAll(() => {
   pool.close();
 });
 
+const isFloat16 = (type: GGMLType): boolean => type === "F16" || type === "BF16";
+
 /** A column count for the type: whole blocks, and odd (not a multiple of 8) where the type allows. */
 function colsFor(type: GGMLType, rng: Xoshiro128): number {
   if (type.endsWith("_K")) return 256 * (1 + Math.floor(rng.nextFloat() * 3));
-  if (type === "F16" || type === "BF16") return 1 + Math.floor(rng.nextFloat() * 300);
+  if (isFloat16(type)) return 1 + Math.floor(rng.nextFloat() * 300);
   return 32 * (1 + Math.floor(rng.nextFloat() * 9));
 }
 
@@ -118,7 +120,7 @@ describe("the same bits at any thread count", () => {
     test(type, () => {
       const rng = new Xoshiro128(100 + GGML_TYPE[type]);
       const rows = 333;
-      const cols = type.endsWith("_K") ? 512 : type.startsWith("Q") ? 96 : 101;
+      const cols = type.endsWith("_K") ? 512 : isFloat16(type) ? 101 : 96;
       const T = 5;
       const w = randomArray(rng, rows * cols);
       const x = randomArray(rng, T * cols);
@@ -144,7 +146,7 @@ describe("embedding rows", () => {
       const rng = new Xoshiro128(200 + GGML_TYPE[type]);
       const mark = backend.mem.mark();
       const rows = 37;
-      const cols = type.endsWith("_K") ? 512 : type.startsWith("Q") ? 160 : 77;
+      const cols = type.endsWith("_K") ? 512 : isFloat16(type) ? 77 : 160;
       const w = randomArray(rng, rows * cols);
       const m = place(backend, type, w, rows, cols);
       const tokens = [0, 36, 5, 5, 17];
@@ -188,6 +190,51 @@ describe("half-precision scales", () => {
     const prod = backend.mem.alloc(4 * rows);
     backend.matmul(prod, xAddr, m, 1);
     expect(backend.mem.f32.slice(prod >> 2, (prod >> 2) + rows)).toEqual(Float32Array.from({ length: rows }, (_, r) => want[r * cols + cols - 9]!));
+    backend.mem.release(mark);
+  });
+});
+
+describe("MXFP4 scales and codes", () => {
+  test("every E8M0 scale (subnormal 2^-128 and 2^-127 included) with every code, in embedding rows and in a product", () => {
+    // Row e: one block per E8M0 byte e, its 32 codes 0..15 twice (low nibbles, then high ones reversed).
+    const mark = backend.mem.mark();
+    const rows = 256;
+    const cols = 32;
+    const bytes = new Uint8Array(rows * 17);
+    for (let e = 0; e < rows; e++) {
+      bytes[17 * e] = e;
+      for (let j = 0; j < 16; j++) bytes[17 * e + 1 + j] = j | ((15 - j) << 4);
+    }
+    const addr = backend.mem.alloc(bytes.length, 16);
+    backend.mem.u8.set(bytes, addr);
+    const m: WeightMatrix = { kind: "ggml", type: GGML_TYPE.MXFP4, rows, cols, addr, rowBytes: 17 };
+    const want = dequantize("MXFP4", bytes, rows * cols);
+    // Exact: kvalue * 2^(e - 128), in float64 (each is representable in f32, subnormals too).
+    const kvalues = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+    for (let e = 0; e < rows; e++) {
+      for (let j = 0; j < cols; j++) expect(want[e * cols + j]).toBe(Math.fround(kvalues[j < 16 ? j : 31 - j]! * 2 ** (e - 128)));
+    }
+    const tokens = Array.from({ length: rows }, (_, i) => i);
+    const tokAddr = backend.mem.alloc(4 * rows);
+    backend.mem.i32.set(tokens, tokAddr >> 2);
+    const out = backend.mem.alloc(4 * rows * cols);
+    backend.embed(out, m, tokAddr, rows);
+    expect(Array.from(backend.mem.f32.slice(out >> 2, (out >> 2) + rows * cols))).toEqual(Array.from(want));
+    // x = 1 at column k (its int8 block is 127 there, scale 1/127): the product reads code k of every row,
+    // exactly where the scaled value stays a normal f32.
+    for (const k of [0, 7, 16, 31]) {
+      const x = new Float32Array(cols);
+      x[k] = 1;
+      const xAddr = backend.mem.alloc(4 * cols);
+      backend.mem.f32.set(x, xAddr >> 2);
+      const prod = backend.mem.alloc(4 * rows);
+      backend.matmul(prod, xAddr, m, 1);
+      const got = backend.mem.f32.slice(prod >> 2, (prod >> 2) + rows);
+      for (let e = 8; e < rows - 8; e++) {
+        const exact = want[e * cols + k]!;
+        expect(Math.abs(got[e]! - exact)).toBeLessThanOrEqual(Math.abs(exact) * 2 ** -22);
+      }
+    }
     backend.mem.release(mark);
   });
 });

@@ -55,22 +55,26 @@ describeShared(
 );
 
 describeShared(
-  "K-quants are byte-identical with llama-quantize (F32 originals rewritten by make_refmodels.ts)",
-  ["tools/llama-ref/make_refmodels.ts", "models/gguf/rnd-llama-Q4_K_M.gguf", "models/gguf/rnd-llama-Q2_K.gguf", "models/gguf/rnd-qwen2-Q5_K_M.gguf"],
-  ([script, q4km, q2k, q5km]) => {
-    test("Q2_K, Q3_K, Q4_K, Q5_K and Q6_K tensors", () => {
+  "K-quants and MXFP4 are byte-identical with llama-quantize (F32 originals rewritten by make_refmodels.ts)",
+  [
+    "tools/llama-ref/make_refmodels.ts", "models/gguf/rnd-llama-Q4_K_M.gguf", "models/gguf/rnd-llama-Q2_K.gguf", "models/gguf/rnd-qwen2-Q5_K_M.gguf",
+    "models/gguf/rnd-qwen3moe-Q4_K_M.gguf", "models/gguf/rnd-gptoss-MXFP4_MOE.gguf",
+  ],
+  ([script, q4km, q2k, q5km, moeQ4km, mxfp4]) => {
+    test("Q2_K, Q3_K, Q4_K, Q5_K and Q6_K tensors; MXFP4 experts (3-D tensors, as Q4_K ones of the qwen3moe file)", () => {
       const dir = mkdtempSync(join(tmpdir(), "pagellm-refmodels-"));
       try {
         const run = Bun.spawnSync(["bun", script!, dir], { stdout: "pipe", stderr: "pipe", timeout: LONG_PROCESS_TEST_MS - 10_000 });
         expect(run.exitCode).toBe(0);
         const seen = new Set<string>();
-        for (const [f32, quantized] of [["rnd-llama-F32", q4km], ["rnd-llama-F32", q2k], ["rnd-qwen2-F32", q5km]] as const) {
+        const pairs = [["rnd-llama-F32", q4km], ["rnd-llama-F32", q2k], ["rnd-qwen2-F32", q5km], ["rnd-qwen3moe-F32", moeQ4km], ["rnd-gptoss-F32", mxfp4]] as const;
+        for (const [f32, quantized] of pairs) {
           for (const [type, { same, differ }] of compareWithLlamaQuantize(join(dir, `${f32}.gguf`), quantized!)) {
             expect({ type, differ }).toEqual({ type, differ: [] });
             if (same > 0) seen.add(type);
           }
         }
-        expect([...seen].sort()).toEqual(["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]);
+        expect([...seen].sort()).toEqual(["MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_0"]);
       } finally {
         rmSync(dir, { recursive: true, force: true });
       }
@@ -84,6 +88,8 @@ describe("round trips", () => {
     F16: 1e-3, BF16: 8e-3, // Half a step, plus the rounding of the stored half-precision scale and minimum.
     Q8_0: 1 / 127, Q4_0: 1 / 8, Q4_1: 1.1 / 15, Q5_0: 1 / 16, Q5_1: 1.1 / 31,
     Q2_K: 0.75, Q3_K: 0.35, Q4_K: 0.15, Q5_K: 0.08, Q6_K: 0.04,
+    // The scale puts the block's largest magnitude in [8, 16) steps, and 12 is the largest code: values above 12 steps clip.
+    MXFP4: 0.25,
   };
   for (const type of Object.keys(BOUND) as (keyof typeof BOUND)[]) {
     test(`${type}: dequantize(quantize(x)) is within the type's step`, () => {

@@ -1,5 +1,5 @@
 // ============================================================================================
-// ggml's 32-value block types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1
+// ggml's 32-value block types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4
 // ============================================================================================
 //
 // Layouts (ggml-common.h), d and m IEEE halves:
@@ -8,6 +8,7 @@
 //   Q4_1  d, m, qs[16]                                        x = d * q + m
 //   Q5_0  d, qh (u32, bit j = 5th bit of value j), qs[16]     x = d * (q - 16)
 //   Q5_1  d, m, qh, qs[16]                                    x = d * q + m
+//   MXFP4 e (E8M0 byte), qs[16] (4-bit codes as Q4_0's)       x = 2^(e-128) * kvalue[q], kvalue in -12..12
 // matmulX(out, xq, xd, xs, w, T, cols, outStride, rowStart, rowEnd): out[t][r] = row r of w
 // (cols/32 blocks) dotted with token t's int8 activations (32-value blocks), rows [rowStart,
 // rowEnd). A row stays in the first-level cache while every token reads it.
@@ -25,11 +26,41 @@ const ZERO = i32x4.splat(0);
 }
 
 /** Kinds, in the order of the exports below. */
-const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
+const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4, MXFP4: i32 = 5;
 
 @inline function blockBytes(kind: i32): i32 {
-  return kind == Q8_0 ? 34 : kind == Q4_0 ? 18 : kind == Q4_1 ? 20 : kind == Q5_0 ? 22 : 24;
+  return kind == Q8_0 ? 34 : kind == Q4_0 ? 18 : kind == Q4_1 ? 20 : kind == Q5_0 ? 22 : kind == Q5_1 ? 24 : 17;
 }
+
+/** Byte offset of the packed nibbles in a block. */
+@inline function nibblesAt(kind: i32): usize {
+  return <usize>(kind == Q4_0 ? 2 : kind == Q4_1 ? 4 : kind == Q5_0 ? 6 : kind == Q5_1 ? 8 : 1);
+}
+
+/**
+ * MXFP4's values plus 12, by code (kvalues_mxfp4 = 0 1 2 3 4 6 8 12 0 -1 -2 -3 -4 -6 -8 -12):
+ * 0..24, so they enter the dot as its unsigned operand; the 12 comes out with the activations' sum.
+ */
+const MXFP4_PLUS_12 = i8x16(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+
+/** GGML_E8M0_TO_FP32_HALF: 2^(e - 128), subnormal for e < 2 (the bits ggml writes). */
+@inline function e8m0Half(e: u32): f32 {
+  return reinterpret<f32>(e < 2 ? <u32>0x00200000 << e : (e - 1) << 23);
+}
+
+/** The block's scale: its IEEE half d, or MXFP4's power of two. */
+@inline function blockScale(kind: i32, blk: usize): f32 {
+  return kind == MXFP4 ? e8m0Half(<u32>load<u8>(blk)) : loadHalf(blk);
+}
+
+/** The offset the unsigned codes carry, times the block's activation sum, a quarter per lane (the dot's start). */
+@inline function offsetStart(kind: i32, sum: usize): v128 {
+  if (kind == Q4_0) return i32x4.splat(-(load<i32>(sum) << 1));
+  if (kind == Q5_0) return i32x4.splat(-(load<i32>(sum) << 2));
+  if (kind == MXFP4) return i32x4.splat(-(load<i32>(sum) * 3));
+  return ZERO;
+}
+
 
 /**
  * The exact integer dot of a row's block at blk with the token's 32 activations x0 (0..15), x1
@@ -45,7 +76,7 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
     const s1 = i8x16.sub(v128.xor(x1, m1), m1);
     return dotAdd(s1, i8x16.abs(w1), dotAdd(s0, i8x16.abs(w0), ZERO));
   }
-  const qs = v128.load(blk + <usize>(kind == Q4_0 ? 2 : kind == Q4_1 ? 4 : kind == Q5_0 ? 6 : 8));
+  const qs = v128.load(blk + nibblesAt(kind));
   let u0 = v128.and(qs, LOW_NIBBLES);
   let u1 = v128.and(i16x8.shr_u(qs, 4), LOW_NIBBLES);
   if (kind == Q5_0 || kind == Q5_1) {
@@ -53,9 +84,12 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
     u0 = v128.or(u0, highBits(qh, false));
     u1 = v128.or(u1, highBits(qh, true));
   }
-  // The offset, 8 (Q4_0) or 16 (Q5_0) times the block's sum, a quarter per lane, starts the sum.
-  const start = kind == Q4_0 ? i32x4.splat(-(load<i32>(sum) << 1)) : kind == Q5_0 ? i32x4.splat(-(load<i32>(sum) << 2)) : ZERO;
-  return dotAdd(x1, u1, dotAdd(x0, u0, start));
+  if (kind == MXFP4) {
+    u0 = i8x16.swizzle(MXFP4_PLUS_12, u0);
+    u1 = i8x16.swizzle(MXFP4_PLUS_12, u1);
+  }
+  // The offset (8 for Q4_0, 16 for Q5_0, 12 for MXFP4) times the block's sum, a quarter per lane, starts the sum.
+  return dotAdd(x1, u1, dotAdd(x0, u0, offsetStart(kind, sum)));
 }
 
 /** One row dotted with one token's activations (xq, xd, xs at the token). */
@@ -68,7 +102,7 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
   const end = xq + <usize>cols;
   for (; x < end; x += 32, blk += bs, scale += 4, sum += 4) {
     const xdg = load<f32>(scale);
-    acc = accumulate(acc, blockIsum(kind, blk, v128.load(x), v128.load(x, 16), sum), loadHalf(blk) * xdg);
+    acc = accumulate(acc, blockIsum(kind, blk, v128.load(x), v128.load(x, 16), sum), blockScale(kind, blk) * xdg);
     if (kind == Q4_1 || kind == Q5_1) mins += loadHalf(blk + 2) * (xdg * <f32>load<i32>(sum));
   }
   return sumLanes(acc) + mins;
@@ -81,8 +115,7 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
   if (kind == Q8_0) {
     isum = dotAdd(i8x16.sub(v128.xor(x1, m1), m1), w1, dotAdd(i8x16.sub(v128.xor(x0, m0), m0), w0, ZERO));
   } else {
-    const start = kind == Q4_0 ? i32x4.splat(-(load<i32>(sum) << 1)) : kind == Q5_0 ? i32x4.splat(-(load<i32>(sum) << 2)) : ZERO;
-    isum = dotAdd(x1, w1, dotAdd(x0, w0, start));
+    isum = dotAdd(x1, w1, dotAdd(x0, w0, offsetStart(kind, sum)));
   }
   return accumulate(acc, isum, wd * load<f32>(scale));
 }
@@ -100,7 +133,7 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
   let blk = row, x = xq, scale = xd, sum = xs;
   const end = xq + c;
   for (; x < end; x += 32, blk += bs, scale += 4, sum += 4) {
-    const wd = loadHalf(blk);
+    const wd = blockScale(kind, blk);
     let w0: v128, w1: v128, m0 = ZERO, m1 = ZERO;
     if (kind == Q8_0) {
       const q0 = v128.load(blk, 2), q1 = v128.load(blk, 18);
@@ -109,13 +142,17 @@ const Q8_0: i32 = 0, Q4_0: i32 = 1, Q4_1: i32 = 2, Q5_0: i32 = 3, Q5_1: i32 = 4;
       w0 = i8x16.abs(q0);
       w1 = i8x16.abs(q1);
     } else {
-      const qs = v128.load(blk + <usize>(kind == Q4_0 ? 2 : kind == Q4_1 ? 4 : kind == Q5_0 ? 6 : 8));
+      const qs = v128.load(blk + nibblesAt(kind));
       w0 = v128.and(qs, LOW_NIBBLES);
       w1 = v128.and(i16x8.shr_u(qs, 4), LOW_NIBBLES);
       if (kind == Q5_0 || kind == Q5_1) {
         const qh = v128.load32_splat(blk + <usize>(kind == Q5_0 ? 2 : 4));
         w0 = v128.or(w0, highBits(qh, false));
         w1 = v128.or(w1, highBits(qh, true));
+      }
+      if (kind == MXFP4) {
+        w0 = i8x16.swizzle(MXFP4_PLUS_12, w0);
+        w1 = i8x16.swizzle(MXFP4_PLUS_12, w1);
       }
     }
     acc0 = tokenBlock(kind, blk, w0, w1, m0, m1, x, scale, sum, wd, acc0);
@@ -173,6 +210,9 @@ export function matmulQ5_0(out: usize, xq: usize, xd: usize, xs: usize, w: usize
 export function matmulQ5_1(out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32): void {
   matmulLegacy(Q5_1, out, xq, xd, xs, w, T, cols, outStride, rowStart, rowEnd);
 }
+export function matmulMXFP4(out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32): void {
+  matmulLegacy(MXFP4, out, xq, xd, xs, w, T, cols, outStride, rowStart, rowEnd);
+}
 
 // ---- Q5_0 as Q8_0: the same values, for the faster Q8_0 product
 
@@ -207,7 +247,15 @@ export function transcodeQ5_0ToQ8_0(dst: usize, src: usize, blocks: i32): void {
   return <i32>((qh >> <u32>j) & 1) << 4;
 }
 
+/** ggml's kvalues_mxfp4 by code, for the scalar path. */
+const MXFP4_VALUES = memory.data<i8>([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12]);
+
+@inline function mxfp4Value(code: i32): i32 {
+  return <i32>load<i8>(MXFP4_VALUES + <usize>code);
+}
+
 @inline function legacyValue(kind: i32, blk: usize, j: i32): f32 {
+  if (kind == MXFP4) return e8m0Half(<u32>load<u8>(blk)) * <f32>mxfp4Value(nibble(blk + 1, j));
   const d = loadHalf(blk);
   if (kind == Q8_0) return d * <f32>load<i8>(blk + 2 + <usize>j);
   if (kind == Q4_0) return d * <f32>(nibble(blk + 2, j) - 8);
@@ -243,4 +291,7 @@ export function embedQ5_0(out: usize, w: usize, tokens: usize, T: i32, cols: i32
 }
 export function embedQ5_1(out: usize, w: usize, tokens: usize, T: i32, cols: i32): void {
   embedLegacy(Q5_1, out, w, tokens, T, cols);
+}
+export function embedMXFP4(out: usize, w: usize, tokens: usize, T: i32, cols: i32): void {
+  embedLegacy(MXFP4, out, w, tokens, T, cols);
 }

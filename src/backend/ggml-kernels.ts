@@ -38,7 +38,7 @@ const TABLE: ReadonlyMap<number, GGMLKernels> = new Map(
   (
     [
       [1, "F16", "f16"], [30, "BF16", "bf16"],
-      [8, "Q8_0", "q8x32"], [2, "Q4_0", "q8x32"], [3, "Q4_1", "q8x32"], [6, "Q5_0", "q8x32"], [7, "Q5_1", "q8x32"],
+      [8, "Q8_0", "q8x32"], [2, "Q4_0", "q8x32"], [3, "Q4_1", "q8x32"], [6, "Q5_0", "q8x32"], [7, "Q5_1", "q8x32"], [39, "MXFP4", "q8x32"],
       [10, "Q2_K", "q8x256"], [11, "Q3_K", "q8x256"], [12, "Q4_K", "q8x256"], [13, "Q5_K", "q8x256"], [14, "Q6_K", "q8x256"],
     ] as const
   ).map(([code, name, activations]) => [code, { name, activations, matmul: `matmul${name}`, embed: `embed${name}` }]),

@@ -97,6 +97,7 @@ export interface Kernels {
   matmulQ4_1: BlockMatmul;
   matmulQ5_0: BlockMatmul;
   matmulQ5_1: BlockMatmul;
+  matmulMXFP4: BlockMatmul;
   matmulQ2_K: SuperBlockMatmul;
   matmulQ3_K: SuperBlockMatmul;
   matmulQ4_K: SuperBlockMatmul;
@@ -111,6 +112,7 @@ export interface Kernels {
   embedQ4_1: BlockEmbed;
   embedQ5_0: BlockEmbed;
   embedQ5_1: BlockEmbed;
+  embedMXFP4: BlockEmbed;
   embedQ2_K: BlockEmbed;
   embedQ3_K: BlockEmbed;
   embedQ4_K: BlockEmbed;

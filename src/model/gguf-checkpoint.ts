@@ -14,7 +14,7 @@ import { GGML_TYPES, readGGUF, type GGUFFile, type GGUFTensorInfo } from "./gguf
 
 /** The tensor types the kernels compute on (assembly/ggml, assembly/matmul.ts). */
 export const SUPPORTED_TENSOR_TYPES: ReadonlySet<string> = new Set([
-  "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+  "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
 ]);
 
 /** The model in the GGUF file at `path`; `file` is its header when the caller has read it already. */

@@ -5,12 +5,13 @@
 import { bf16ToF32, f32ToBF16, f32ToHalf, halfToF32 } from "./half.ts";
 import { dequantizeK, K_BLOCK_BYTES, quantizeK, type KType } from "./kquants.ts";
 import { dequantizeLegacy, LEGACY_BLOCK_BYTES, quantizeLegacy, type LegacyType } from "./legacy.ts";
+import { dequantizeMxfp4, MXFP4_BLOCK_BYTES, MXFP4_BLOCK_VALUES, quantizeMxfp4 } from "./mxfp4.ts";
 
 export { f32ToHalf, halfToF32, f32ToBF16, bf16ToF32 } from "./half.ts";
 
 /** ggml type codes of the types here (ggml.h). */
 export const GGML_TYPE = {
-  F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q5_0: 6, Q5_1: 7, Q8_0: 8, Q2_K: 10, Q3_K: 11, Q4_K: 12, Q5_K: 13, Q6_K: 14, BF16: 30,
+  F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q5_0: 6, Q5_1: 7, Q8_0: 8, Q2_K: 10, Q3_K: 11, Q4_K: 12, Q5_K: 13, Q6_K: 14, BF16: 30, MXFP4: 39,
 } as const;
 export type QuantTypeName = keyof typeof GGML_TYPE;
 
@@ -18,6 +19,7 @@ export type QuantTypeName = keyof typeof GGML_TYPE;
 export function blockLayout(type: QuantTypeName): { values: number; bytes: number } {
   if (type === "F32") return { values: 1, bytes: 4 };
   if (type === "F16" || type === "BF16") return { values: 1, bytes: 2 };
+  if (type === "MXFP4") return { values: MXFP4_BLOCK_VALUES, bytes: MXFP4_BLOCK_BYTES };
   if (type in LEGACY_BLOCK_BYTES) return { values: 32, bytes: LEGACY_BLOCK_BYTES[type as LegacyType] };
   return { values: 256, bytes: K_BLOCK_BYTES[type as KType] };
 }
@@ -43,6 +45,8 @@ export function quantize(type: QuantTypeName, x: Float32Array): Uint8Array {
     }
     case "Q8_0": case "Q4_0": case "Q4_1": case "Q5_0": case "Q5_1":
       return quantizeLegacy(type, x);
+    case "MXFP4":
+      return quantizeMxfp4(x);
     default:
       return quantizeK(type, x);
   }
@@ -62,6 +66,8 @@ export function dequantize(type: QuantTypeName, bytes: Uint8Array, n: number): F
     }
     case "Q8_0": case "Q4_0": case "Q4_1": case "Q5_0": case "Q5_1":
       return dequantizeLegacy(type, bytes, n);
+    case "MXFP4":
+      return dequantizeMxfp4(bytes, n);
     default:
       return dequantizeK(type, bytes, n);
   }
