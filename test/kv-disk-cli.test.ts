@@ -4,7 +4,7 @@
  * with --model.
  */
 import { afterAll, expect, test } from "bun:test";
-import { existsSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { resolveCacheDir } from "../src/kv-disk/folder.ts";
 import type { CompletionResult } from "../src/engine/llm.ts";
@@ -21,6 +21,17 @@ test("--kv-cache-dir auto is $PAGELLM_CACHE/kv, else ~/.cache/pagellm/kv", () =>
   expect(resolveCacheDir("auto", { PAGELLM_CACHE: "" })).toMatch(/\/\.cache\/pagellm\/kv$/);
   expect(resolveCacheDir("some/dir", {})).toBe(join(process.cwd(), "some/dir"));
 });
+
+test("pagellm cache ls|du|clear with a regular file as --kv-cache-dir: one line, exit 2", () => {
+  const file = join(home, "not-a-folder");
+  writeFileSync(file, "x");
+  for (const sub of ["ls", "du", "clear"]) {
+    const r = runPagellm(["cache", sub, "--kv-cache-dir", file]);
+    expect(r.stderr).toBe(`pagellm: error: --kv-cache-dir ${file}: not a folder\n`);
+    expect(r.exitCode).toBe(2);
+  }
+  expect(readFileSync(file, "utf8")).toBe("x");
+}, LIMIT_MS);
 
 describeShared("pagellm --kv-cache-dir and pagellm cache", ["models/gguf/stories260K.gguf", "models/gguf/stories260K-Q8_0.gguf"], ([model, other]) => {
   const env = { PAGELLM_CACHE: home };

@@ -159,6 +159,27 @@ describeShared("disk KV cache", ["models/gguf/stories260K.gguf", "models/gguf/st
       }
     }, TIMEOUT_MS);
 
+    test("a FIFO, then a 1.5 GiB sparse file, under a block's name: the request returns, the block is recomputed and replaces it", async () => {
+      // A FIFO is not a block file at all (the folder scan passes over it: nothing to say); the
+      // sparse file is refused on its size, never read, and removed.
+      const damages: [(path: string) => void, string[]][] = [
+        [(path) => {
+          rmSync(path);
+          expect(Bun.spawnSync(["mkfifo", path]).exitCode).toBe(0);
+        }, []],
+        [(path) => truncateSync(path, 1.5 * 2 ** 30), ["failed its size check"]],
+      ];
+      for (const [damage, warnings] of damages) {
+        const { run, folder, result } = await restartAfter((f) => damage(blockPath(f, hashes[BAD]!)));
+        expect(result.cached_tokens_disk).toBe(BAD * blockSize);
+        expect(run.warnings).toEqual(warnings.map((w) => expect.stringContaining(w)));
+        expect(run.tier.blocksRejected).toBe(warnings.length);
+        const path = blockPath(folder, hashes[BAD]!);
+        expect(statSync(path).isFile()).toBe(true);
+        expect(statSync(path).size).toBe(statSync(blockPath(modelFolder(pristine), hashes[BAD]!)).size);
+      }
+    }, TIMEOUT_MS);
+
     test("two block files swapped (a wrong key under a right name)", async () => {
       const { run, result } = await restartAfter((f) => {
         const a = blockPath(f, hashes[BAD]!);

@@ -3,8 +3,9 @@
  * (one per model fingerprint and KV layout: src/kv-disk/folder.ts), and removing it.
  */
 import { defineCommand, type ArgsDef } from "citty";
-import { existsSync, rmSync } from "node:fs";
-import { InputError } from "../errors.ts";
+import { existsSync, rmSync, statSync } from "node:fs";
+import { InputError, PagellmError } from "../errors.ts";
+import { errorCode } from "../kv-disk/file-ops.ts";
 import type { SecondTierStats } from "../kv/second-tier.ts";
 import { modelFingerprint } from "../kv-disk/fingerprint.ts";
 import { resolveCacheDir, scanRoot, type ModelFolder } from "../kv-disk/folder.ts";
@@ -26,7 +27,15 @@ function cacheSubcommand(name: string, description: string, action: (root: strin
     async run({ args, rawArgs }) {
       checkKnownOptions(rawArgs, cacheArgs);
       const root = resolveCacheDir(typeof args["kv-cache-dir"] === "string" ? args["kv-cache-dir"] : "auto");
-      action(root, await selectFolders(root, args.model), args);
+      if (existsSync(root) && !statSync(root).isDirectory()) throw new InputError(`--kv-cache-dir ${root}: not a folder`);
+      try {
+        action(root, await selectFolders(root, args.model), args);
+      } catch (e) {
+        // The folder or a file in it cannot be read or removed (permissions, a file system gone): one line.
+        const code = errorCode(e);
+        if (code === null || e instanceof PagellmError) throw e;
+        throw new PagellmError(`--kv-cache-dir ${root}: cannot read or change the folder (${code})`);
+      }
     },
   });
 }

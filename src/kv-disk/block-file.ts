@@ -31,10 +31,20 @@ const VERSION = 1;
 const FIXED_HEADER = 128;
 const CHECKSUM_BYTES = 8;
 
+/** Bytes before the KV in the file of block `key`. */
+function headerBytesOf(key: KVBlockKey): number {
+  return FIXED_HEADER + 4 * key.tokens.length + key.extraKeys.length;
+}
+
+/** The exact size of the file of block `key` with `kvBytes` of KV: a reader checks it before reading a byte. */
+export function blockFileBytes(key: KVBlockKey, kvBytes: number): number {
+  return headerBytesOf(key) + kvBytes + CHECKSUM_BYTES;
+}
+
 /** The bytes of a block file for `key` with KV `kv`, under fingerprint `fingerprint`. */
 export function encodeBlockFile(fingerprint: Uint8Array, key: KVBlockKey, kv: Uint8Array): Uint8Array {
-  const headerBytes = FIXED_HEADER + 4 * key.tokens.length + key.extraKeys.length;
-  const out = new Uint8Array(headerBytes + kv.length + CHECKSUM_BYTES);
+  const headerBytes = headerBytesOf(key);
+  const out = new Uint8Array(blockFileBytes(key, kv.length));
   const view = new DataView(out.buffer);
   out.set(new TextEncoder().encode(MAGIC), 0);
   view.setUint32(8, VERSION, true);
@@ -62,8 +72,8 @@ export type BlockFileProblem = "size" | "magic" | "version" | "fingerprint" | "k
 export function decodeBlockFile(
   file: Uint8Array, fingerprint: Uint8Array, key: KVBlockKey, kvBytes: number,
 ): { kv: Uint8Array } | { problem: BlockFileProblem } {
-  const headerBytes = FIXED_HEADER + 4 * key.tokens.length + key.extraKeys.length;
-  if (file.length !== headerBytes + kvBytes + CHECKSUM_BYTES) return { problem: "size" };
+  const headerBytes = headerBytesOf(key);
+  if (file.length !== blockFileBytes(key, kvBytes)) return { problem: "size" };
   const view = new DataView(file.buffer, file.byteOffset, file.length);
   if (new TextDecoder().decode(file.subarray(0, 8)) !== MAGIC) return { problem: "magic" };
   if (view.getUint32(8, true) !== VERSION) return { problem: "version" };

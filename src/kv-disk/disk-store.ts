@@ -18,15 +18,21 @@ import { InputError } from "../errors.ts";
 import type { BlockHash } from "../kv/block-hash.ts";
 import type { KVLayout } from "../kv/kv-layout.ts";
 import type { KVBlockKey, KVSecondTier, KVWriteMode, SecondTierStats } from "../kv/second-tier.ts";
-import { decodeBlockFile, encodeBlockFile } from "./block-file.ts";
-import { errorCode, nodeBlockFileOps, type BlockFileOps } from "./file-ops.ts";
+import { blockFileBytes, decodeBlockFile, encodeBlockFile, type BlockFileProblem } from "./block-file.ts";
+import { errorCode, nodeBlockFileOps, type BlockFileOps, type BlockRead } from "./file-ops.ts";
 import type { KVFingerprint } from "./fingerprint.ts";
-import { blockFileName, MODEL_INFO, removeLeastRecentlyUsed, scanModelFolder, scanRoot, type ModelInfo } from "./folder.ts";
+import { blockFileName, isRegularFile, MODEL_INFO, removeLeastRecentlyUsed, scanModelFolder, scanRoot, type ModelInfo } from "./folder.ts";
 
 const WRITE_CONCURRENCY = 4;
 /** Reads in flight at once: a few keep the disk busy; dozens only contend for the I/O threads (measured: 2-4 beat 96). */
 const READ_CONCURRENCY = 4;
 const MAX_PENDING_BYTES = 512 << 20;
+/**
+ * A block read that takes longer than this (a hung network disk) is given up and the block
+ * recomputed. Reading a block from the page cache takes well under a millisecond, from a busy
+ * disk tens of milliseconds: only a disk that no longer answers reaches it.
+ */
+export const READ_TIMEOUT_MS = 10_000;
 /** After removing blocks to honour the bound, the folder is left at this fraction of it, so removal is not run for every write. */
 const LOW_WATER = 0.9;
 /** Errors after which writing cannot succeed: the tier stops writing. */
@@ -47,6 +53,8 @@ export interface DiskStoreOptions {
   onWarning?: (line: string) => void;
   /** File operations; tests stand in a failing disk. */
   fileOps?: BlockFileOps;
+  /** Bound on one block's read, from the call (default READ_TIMEOUT_MS). */
+  readTimeoutMs?: number;
 }
 
 export class DiskKVStore implements KVSecondTier {
@@ -61,6 +69,7 @@ export class DiskKVStore implements KVSecondTier {
   private readonly fingerprint: Uint8Array;
   private readonly maxBytes: number;
   private readonly ops: BlockFileOps;
+  private readonly readTimeoutMs: number;
   private readonly warn: (line: string) => void;
   private readonly warned = new Set<string>();
   /** Hashes known to be stored (the folder's names; see folder.ts). */
@@ -89,6 +98,7 @@ export class DiskKVStore implements KVSecondTier {
     this.fingerprint = o.fingerprint.full;
     this.maxBytes = o.maxBytes;
     this.ops = o.fileOps ?? nodeBlockFileOps;
+    this.readTimeoutMs = o.readTimeoutMs ?? READ_TIMEOUT_MS;
     this.warn = o.onWarning ?? (() => undefined);
     try {
       mkdirSync(this.dir, { recursive: true });
@@ -103,42 +113,90 @@ export class DiskKVStore implements KVSecondTier {
 
   contains(hash: BlockHash): boolean {
     if (this.stored.has(hash) || this.pending.has(hash)) return true;
-    // Another process may have written it since the scan.
-    if (!existsSync(this.pathOf(hash))) return false;
+    // Another process may have written it since the scan (only a regular file can be a block).
+    if (!isRegularFile(this.pathOf(hash))) return false;
     this.stored.add(hash);
     return true;
   }
 
+  /**
+   * The KV of block `key` from its file, or null (then the block is recomputed): when the file is
+   * missing, is not a regular file (never opened for reading), has another size than the block's
+   * (removed, never read), fails a check of its content (removed), or cannot be read within the
+   * read time bound (left in place).
+   */
   async load(key: KVBlockKey): Promise<Uint8Array | null> {
     const queued = this.pending.get(key.hash);
     if (queued !== undefined) return queued.bytes;
     const path = this.pathOf(key.hash);
-    await this.acquireRead();
-    let file: Uint8Array | null;
-    try {
-      file = await this.ops.read(path);
-    } catch (e) {
-      this.warnOnce("read", `kv cache: cannot read ${path} (${errorCode(e) ?? (e as Error).message}); recomputing it`);
-      file = null;
-    } finally {
-      this.releaseRead();
-    }
-    if (file === null) {
+    const found = await this.readWithin(path, blockFileBytes(key, this.blockBytes));
+    if (found?.kind !== "bytes") {
       this.stored.delete(key.hash);
+      if (found?.kind === "not-a-file") this.warnOnce("not-a-file", `kv cache: ${path} is ${found.what}, not a block file; ignoring it and recomputing the block`);
+      if (found?.kind === "size") await this.reject(path, "size");
       return null;
     }
+    const file = found.bytes;
     const decoded = decodeBlockFile(file, this.fingerprint, key, this.blockBytes);
     if ("problem" in decoded) {
-      this.stats.blocksRejected++;
       this.stored.delete(key.hash);
-      this.warnOnce("rejected", `kv cache: removed a block file that failed its ${decoded.problem} check (${path}); recomputing it`);
-      await this.ops.remove(path).catch(() => undefined);
+      await this.reject(path, decoded.problem);
       return null;
     }
     this.stats.blocksRead++;
     this.stats.bytesRead += file.length;
     void this.ops.touch(path);
     return decoded.kv;
+  }
+
+  /** A block file that failed a check: counted, said once, removed. */
+  private async reject(path: string, problem: BlockFileProblem): Promise<void> {
+    this.stats.blocksRejected++;
+    this.warnOnce("rejected", `kv cache: removed a block file that failed its ${problem} check (${path}); recomputing it`);
+    await this.ops.remove(path).catch(() => undefined);
+  }
+
+  /**
+   * Reads a block file in one of the READ_CONCURRENCY slots, within readTimeoutMs of the call
+   * (the wait for a slot included); null when the read failed or took longer (said once each). A
+   * read past the bound gives its slot back at once: a hung disk costs each block the bound, never
+   * a request that waits for good.
+   */
+  private async readWithin(path: string, expectedBytes: number): Promise<BlockRead | null> {
+    let holding = false;
+    let timedOut = false;
+    const giveBack = () => {
+      if (!holding) return;
+      holding = false;
+      this.releaseRead();
+    };
+    const read = (async () => {
+      await this.acquireRead();
+      holding = true;
+      // Past the bound while waiting for the slot: nothing to read for.
+      if (timedOut) return giveBack();
+      try {
+        return await this.ops.read(path, expectedBytes);
+      } finally {
+        giveBack();
+      }
+    })();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const deadline = new Promise<"timeout">((resolve) => (timer = setTimeout(() => resolve("timeout"), this.readTimeoutMs)));
+    try {
+      const result = await Promise.race([read, deadline]);
+      if (result !== "timeout") return result ?? null;
+      timedOut = true;
+      giveBack();
+      read.catch(() => undefined);
+      this.warnOnce("slow", `kv cache: reading ${path} took more than ${this.readTimeoutMs / 1000} s; recomputing it`);
+      return null;
+    } catch (e) {
+      this.warnOnce("read", `kv cache: cannot read ${path} (${errorCode(e) ?? (e as Error).message}); recomputing it`);
+      return null;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   store(key: KVBlockKey, bytes: Uint8Array): void {

@@ -11,7 +11,7 @@
  * and corrected whenever a lookup misses or a read fails. A block's modification time is its last
  * use (readers touch it), so the least recently used blocks of every process are removed first.
  */
-import { existsSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { existsSync, lstatSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import { unlink } from "node:fs/promises";
@@ -45,14 +45,24 @@ export function blockFileName(hash: string): string {
   return `${hash}${BLOCK_SUFFIX}`;
 }
 
-/** Block hashes of the blocks in a model folder; removes temporary files left by a crash. */
+/**
+ * Block hashes of the blocks in a model folder; removes temporary files left by a crash. Only a
+ * regular file is a block: a FIFO, a directory or a link under a block's name is not one.
+ */
 export function scanModelFolder(dir: string, now = Date.now()): Set<string> {
   const hashes = new Set<string>();
-  for (const name of readdirSync(dir)) {
-    if (BLOCK_NAME.test(name)) hashes.add(name.slice(0, -BLOCK_SUFFIX.length));
-    else if (name.endsWith(TEMP_SUFFIX)) removeIfOld(join(dir, name), now);
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const name = entry.name;
+    if (BLOCK_NAME.test(name)) {
+      if (entry.isFile()) hashes.add(name.slice(0, -BLOCK_SUFFIX.length));
+    } else if (name.endsWith(TEMP_SUFFIX)) removeIfOld(join(dir, name), now);
   }
   return hashes;
+}
+
+/** Whether `path` is a regular file (not followed if it is a link); false when it does not exist. */
+export function isRegularFile(path: string): boolean {
+  return lstatSync(path, { throwIfNoEntry: false })?.isFile() === true;
 }
 
 function removeIfOld(path: string, now: number): void {
@@ -93,8 +103,9 @@ export function scanRoot(root: string): ModelFolder[] {
     for (const name of readdirSync(path)) {
       if (!BLOCK_NAME.test(name)) continue;
       try {
-        const st = statSync(join(path, name));
-        blocks.push({ path: join(path, name), bytes: st.size, lastUseMs: st.mtimeMs });
+        // Only regular files are blocks (a FIFO or a link under a block's name is not counted).
+        const st = lstatSync(join(path, name));
+        if (st.isFile()) blocks.push({ path: join(path, name), bytes: st.size, lastUseMs: st.mtimeMs });
       } catch {
         // Removed by another process between the listing and the stat.
       }
