@@ -232,6 +232,18 @@ describeShared("disk KV cache", ["models/gguf/stories260K.gguf", "models/gguf/st
       expect(run.warnings[0]).toMatch(/(size|key) check/);
     }, TIMEOUT_MS);
 
+    test("salts that UTF-8 would make one (lone surrogates) never read each other's blocks, after a restart either", async () => {
+      await setUp();
+      const root = newDir("lone-surrogates");
+      const ask = (id: string, cacheSalt: string): GenerateRequest => ({ ...prompt()[0]!, id, cacheSalt });
+      const first = await runWithTier(load(blockSize, { kvCacheDir: root }), [ask("first", "x\udbff")]);
+      expect(first.results[0]!.cached_tokens).toBe(0);
+      const restart = await runWithTier(load(blockSize, { kvCacheDir: root }), [ask("a", "x\ud800"), ask("b", "x\ufffd"), ask("c", "x\udbff")]);
+      const whole = Math.floor((ids.long.length - 1) / blockSize) * blockSize;
+      expect(restart.results.map((r) => [r.cached_tokens, r.cached_tokens_disk])).toEqual([[0, 0], [0, 0], [whole, whole]]);
+      for (const r of restart.results) expect(outputsOf([r])[0]).toEqual({ ...(expected[0] as object), id: r.id });
+    }, TIMEOUT_MS);
+
     test("a hand-made file with a wrong key under a right name, and stray files, are ignored", async () => {
       const { run, result } = await restartAfter((f) => {
         // The right header magic and size but another block's key (its parent hash) written over it.

@@ -67,7 +67,7 @@ describe("hashBlockTokens", () => {
         const input = referenceInput(parent, [5, 0xffffffff, 0, 6], [
           { tag: 0x10, payload: enc.encode("adapter") },
           { tag: 0x11, payload: Buffer.concat([mmPayload, enc.encode("img")]) },
-          { tag: 0x12, payload: enc.encode("salt") },
+          { tag: 0x13, payload: Buffer.from("salt", "utf16le") },
           { tag: 0x01, payload: enc.encode("plain") },
           { tag: 0x02, payload: number },
         ]);
@@ -118,6 +118,18 @@ describe("hashBlockTokens", () => {
         expect(new Set(hashes).size).toBe(keySets.length);
       });
 
+      test("salts are keyed on their exact code units: salts that UTF-8 would make one hash apart", () => {
+        // UTF-8 turns every lone surrogate into U+FFFD: these pairs were one salt.
+        const pairs = [["\ud800", "\ufffd"], ["x\udbff", "x\ud800"], ["\udc00\ud800", "\ufffd\ufffd"], ["a\ud83d", "a\ude00"]];
+        for (const [a, b] of pairs) {
+          expect(hashBlockTokens(null, TOKENS, [new CacheSaltExtraKey(a!)], algorithm)).not.toBe(hashBlockTokens(null, TOKENS, [new CacheSaltExtraKey(b!)], algorithm));
+        }
+        // A well-formed surrogate pair is its two code units, as any other string.
+        const emoji = "\ud83d\ude00";
+        const input = referenceInput(ROOT_PARENT_HASH[algorithm], TOKENS, [{ tag: 0x13, payload: new Uint8Array([0x3d, 0xd8, 0x00, 0xde]) }]);
+        expect(hashBlockTokens(null, TOKENS, [new CacheSaltExtraKey(emoji)], algorithm)).toBe(referenceHash(algorithm, input));
+      });
+
       test("a LoRA named x never collides with a salt x or a plain key x", () => {
         const lora = hashBlockTokens(null, TOKENS, [new LoraExtraKey("x")], algorithm);
         expect(hashBlockTokens(null, TOKENS, [new CacheSaltExtraKey("x")], algorithm)).not.toBe(lora);
@@ -161,6 +173,16 @@ describe("request block hashes", () => {
       expect(managerHashes(manager, req)).toEqual([b0, b1, b2, null]);
     });
   }
+
+  test("the manager keys salts on their exact code units: salts UTF-8 would merge never share a block", () => {
+    const manager = new KVCacheManager({ numBlocks: 16, blockSize: 4 });
+    const first = new Request({ id: "a", promptTokenIds, cacheSalt: "\ud800" });
+    expect(managerHashes(manager, first)[0]).toBe(hashBlockTokens(null, promptTokenIds.slice(0, 4), [new CacheSaltExtraKey("\ud800")]));
+    for (const salt of ["\ufffd", "\udbff"]) {
+      expect(manager.getComputedBlocks(new Request({ id: salt, promptTokenIds, cacheSalt: salt })).blocks).toEqual([]);
+    }
+    expect(manager.getComputedBlocks(new Request({ id: "same", promptTokenIds, cacheSalt: "\ud800" })).blocks.length).toBe(3);
+  });
 
   test("without extra keys the chain is plain parent + tokens, and output tokens extend it", () => {
     const manager = new KVCacheManager({ numBlocks: 8, blockSize: 4 });

@@ -153,4 +153,20 @@ describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
     expect(await metric(s.url, "prefix_cache_hits_total")).toBe(hitsBefore + again);
     expect(await ask("tenant-b")).toBe(again);
   }, LIMIT_MS);
+
+  test("cache_salt: salts that differ only where UTF-8 would write U+FFFD (lone surrogates) never share a block", async () => {
+    const prompt = `${TEXTS[2]} ${TEXTS[4]}`;
+    // The raw JSON escapes: a client's JSON.stringify writes a lone surrogate as \\udXXX.
+    const ask = async (salt: string) => {
+      const r = await complete(s.client, { model: "test-model", prompt, max_tokens: 2, temperature: 0, cache_salt: salt });
+      return r.usage!.prompt_tokens_details!.cached_tokens ?? -1;
+    };
+    for (const [a, b] of [["\ud800", "\ufffd"], ["x\udbff", "x\ud800"]]) {
+      await settled(s.url);
+      expect(s.llm.engine.resetPrefixCache()).toBe(true);
+      expect(await ask(a!)).toBe(0);
+      expect(await ask(b!)).toBe(0);
+      expect(await ask(a!)).toBeGreaterThan(0);
+    }
+  }, LIMIT_MS);
 });

@@ -17,7 +17,9 @@
  *                      lora         UTF-8 of the adapter name
  *                      multimodal   i32 item start relative to the block start (negative when the
  *                                   item began in an earlier block), u32 item length, UTF-8 item id
- *                      cacheSalt    UTF-8 of the salt
+ *                      cacheSalt    the salt's UTF-16 code units, each a u16: the exact string,
+ *                                   lone surrogates included (UTF-8 would turn each into U+FFFD,
+ *                                   and "\ud800" and "\ufffd" would share blocks)
  *
  * Every field is either fixed-size or length-prefixed and the extra keys run to the end of the
  * input, so two different (parent, tokens, keys) triples never produce the same bytes; the tag keeps
@@ -45,7 +47,9 @@ export const ExtraKeyTag = {
   number: 0x02,
   lora: 0x10,
   multimodal: 0x11,
-  cacheSalt: 0x12,
+  // 0x12 was the cache salt as UTF-8: retired and never reused, so that a block file written under
+  // it (where two salts could share a name) is never found by a key of today.
+  cacheSalt: 0x13,
 } as const;
 
 /** Extra key: the LoRA adapter a request runs with. The manager adds it to every block. */
@@ -70,6 +74,20 @@ export class CacheSaltExtraKey {
 export type ExtraKey = string | number | LoraExtraKey | MultimodalExtraKey | CacheSaltExtraKey;
 
 const utf8 = new TextEncoder();
+
+/**
+ * A string's UTF-16 code units, u16 little-endian each: the exact string, where UTF-8 would
+ * replace every lone surrogate (which JSON's "\ud800" escapes make) with U+FFFD.
+ */
+export function utf16CodeUnits(text: string): Uint8Array {
+  const out = new Uint8Array(2 * text.length);
+  for (let i = 0; i < text.length; i++) {
+    const unit = text.charCodeAt(i);
+    out[2 * i] = unit & 0xff;
+    out[2 * i + 1] = unit >>> 8;
+  }
+  return out;
+}
 
 /** Growable byte buffer with the writes the hash input needs. */
 class ByteWriter {
@@ -145,7 +163,7 @@ export class ExtraKeyEncoder extends ByteWriter {
     if (typeof key === "string") this.addString(ExtraKeyTag.string, key);
     else if (typeof key === "number") this.addNumber(key);
     else if (key instanceof LoraExtraKey) this.addString(ExtraKeyTag.lora, key.name);
-    else if (key instanceof CacheSaltExtraKey) this.addString(ExtraKeyTag.cacheSalt, key.salt);
+    else if (key instanceof CacheSaltExtraKey) this.addBytes(ExtraKeyTag.cacheSalt, utf16CodeUnits(key.salt));
     else if (key instanceof MultimodalExtraKey) {
       if (!Number.isInteger(key.offset) || key.offset < -0x80000000 || key.offset > 0x7fffffff) {
         throw new RangeError(`multimodal key offset ${key.offset} is not a 32-bit integer`);

@@ -4,7 +4,7 @@
  * request, only ever hashes the one block that just filled.
  */
 import type { Request } from "../engine/request.ts";
-import { type BlockHash, BlockHasher, ExtraKeyEncoder, ExtraKeyTag, ROOT_PARENT_DIGEST } from "./block-hash.ts";
+import { type BlockHash, BlockHasher, ExtraKeyEncoder, ExtraKeyTag, ROOT_PARENT_DIGEST, utf16CodeUnits } from "./block-hash.ts";
 
 const NO_EXTRA_KEYS = new Uint8Array(0);
 const utf8 = new TextEncoder();
@@ -34,7 +34,8 @@ export class RequestBlockHashes {
     this.lastDigest = ROOT_PARENT_DIGEST[hasher.algorithm].slice();
     // Encode the request's strings once, not once per block.
     this.lora = request.loraName === null ? null : utf8.encode(request.loraName);
-    this.salt = request.cacheSalt === null ? null : utf8.encode(request.cacheSalt);
+    // The salt's exact code units: distinct salts never share a block (see block-hash.ts).
+    this.salt = request.cacheSalt === null ? null : utf16CodeUnits(request.cacheSalt);
     this.mmItems = request.mmItems.map((item) => ({ offset: item.offset, length: item.length, idUtf8: utf8.encode(item.id) }));
     this.hasExtraKeys = this.lora !== null || this.salt !== null || this.mmItems.length > 0;
   }
