@@ -1,5 +1,5 @@
 // ============================================================================================
-// Element-wise kernels: SwiGLU, residual add, softmax
+// Element-wise kernels: SwiGLU, GeGLU, residual add, scaling, softmax
 // ============================================================================================
 
 import { exp4, expScalar } from "./math";
@@ -19,6 +19,51 @@ export function swiglu(a: usize, b: usize, n: i32): void {
     let v = load<f32>(a + p);
     v *= <f32>1.0 / (<f32>1.0 + expScalar(-v));
     store<f32>(a + p, v * load<f32>(b + p));
+  }
+}
+
+/** 2 sqrt(2/pi) and 2 sqrt(2/pi) * 0.044715: tanh GELU's inner polynomial, doubled (see geglu). */
+const GELU_C1: f32 = 1.5957691216057308;
+const GELU_C2: f32 = 0.07135481627159173;
+
+/**
+ * a[i] = gelu(a[i]) * b[i] for n elements (GeGLU, gemma3's feed-forward), with the tanh GELU of
+ * llama.cpp and PyTorch's approximate="tanh": 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3),
+ * computed as x * sigmoid(2u) = x / (1 + exp(-2u)) (the same number: 0.5 (1 + tanh u) = sigmoid(2u)),
+ * so it reuses exp and never overflows: exp(-2u) = inf below x = -8.9 gives -0, as gelu's limit.
+ */
+export function geglu(a: usize, b: usize, n: i32): void {
+  const n4 = n & ~3;
+  const one = f32x4.splat(1);
+  const c1 = f32x4.splat(GELU_C1);
+  const c2 = f32x4.splat(GELU_C2);
+  for (let i = 0; i < n4; i += 4) {
+    const p = <usize>i << 2;
+    const v = v128.load(a + p);
+    const inner = f32x4.mul(v, f32x4.add(c1, f32x4.mul(c2, f32x4.mul(v, v))));
+    const gelu = f32x4.mul(v, f32x4.div(one, f32x4.add(one, exp4(f32x4.neg(inner)))));
+    v128.store(a + p, f32x4.mul(gelu, v128.load(b + p)));
+  }
+  for (let i = n4; i < n; i++) {
+    const p = <usize>i << 2;
+    const v = load<f32>(a + p);
+    const inner = v * (GELU_C1 + GELU_C2 * (v * v));
+    const gelu = v * (<f32>1.0 / (<f32>1.0 + expScalar(-inner)));
+    store<f32>(a + p, gelu * load<f32>(b + p));
+  }
+}
+
+/** x[i] *= s for n elements (gemma3's embedding times sqrt(dim)). */
+export function scaleInPlace(x: usize, s: f32, n: i32): void {
+  const n4 = n & ~3;
+  const sv = f32x4.splat(s);
+  for (let i = 0; i < n4; i += 4) {
+    const p = <usize>i << 2;
+    v128.store(x + p, f32x4.mul(v128.load(x + p), sv));
+  }
+  for (let i = n4; i < n; i++) {
+    const p = <usize>i << 2;
+    store<f32>(x + p, load<f32>(x + p) * s);
   }
 }
 

@@ -145,7 +145,14 @@ const SCALED_QUERY_LIMIT: f32 = 32768;
 /**
  * Attention for every new token of every sequence in the batch, with the causal mask: the token
  * at position p sees keys 0..p, which includes the earlier tokens of its own chunk (their keys
- * were written by writeKV before this call). Query head h reads kv head h / (nHeads / nKvHeads).
+ * were written by writeKV before this call), or with a sliding window (`window` > 0: gemma3's and
+ * gpt-oss's local layers) keys p - window + 1..p, itself included. Query head h reads kv head
+ * h / (nHeads / nKvHeads). Scores are q · k times `scale` (1/sqrt(headDim) for most models).
+ *
+ * A windowed query reads no key, and no block-table entry, before its window: the blocks a
+ * sliding-window KV group frees as they fall out of the window may hold anything. It visits the
+ * same 16-position tiles as without a window, from the one holding its window's first key, and in
+ * that tile only the keys from there on, so its bits do not depend on the chunk either.
  *
  * Work items are (sequence, kv head) pairs, item = seq * nKvHeads + kvHead; a thread computes
  * items [itemStart, itemEnd) and every output element is computed by exactly one item. Within an
@@ -174,13 +181,12 @@ const SCALED_QUERY_LIMIT: f32 = 32768;
 export function pagedAttention(
   out: usize, q: usize, kLayer: usize, vLayer: usize, seqInfo: usize,
   nHeads: i32, nKvHeads: i32, headDim: i32, blockSize: i32, numBlocks: i32, qStride: i32, kvType: i32, rowBytes: i32,
-  scratch: usize, itemStart: i32, itemEnd: i32,
+  scale: f32, window: i32, scratch: usize, itemStart: i32, itemEnd: i32,
 ): void {
   const group = nHeads / nKvHeads;
   const headBytes = <usize>headDim << 2;
   const blockBytes = <usize>blockSize * <usize>rowBytes;
   const vOffset = vLayer - kLayer;
-  const scale: f32 = 1.0 / Mathf.sqrt(<f32>headDim);
   const scores = scratch;
   const alphas = scores + (<usize>(HEAD_BATCH * ATTN_TILE) << 2);
   const rowsA = alphas + (<usize>HEAD_BATCH << 2);
@@ -218,10 +224,15 @@ export function pagedAttention(
     // V lines are already requested (touchRows) when they do not simply continue this tile's rows
     // (a new, non-adjacent block), so the loads of a cold cache overlap the arithmetic instead of
     // each tile waiting for memory in turn.
+    // The first key any query of the chunk sees (its first query's window start), and its tile:
+    // rows before it are neither addressed nor read.
+    const firstKey = window > 0 ? max(0, firstPos - window + 1) : 0;
+    const firstTile = firstKey - firstKey % ATTN_TILE;
     let rows = rowsA;
     let nextRows = rowsB;
-    tileRows(rows, table, headRows, 0, min(contextLen, ATTN_TILE), blockSize, blockBytes, rowBytes);
-    for (let tileStart = 0; tileStart < contextLen; tileStart += ATTN_TILE) {
+    const skipped = firstKey - firstTile;
+    tileRows(rows + (<usize>skipped << 2), table, headRows, firstKey, min(contextLen, firstTile + ATTN_TILE), blockSize, blockBytes, rowBytes);
+    for (let tileStart = firstTile; tileStart < contextLen; tileStart += ATTN_TILE) {
       const nextStart = tileStart + ATTN_TILE;
       if (nextStart < contextLen) {
         const nextEnd = min(contextLen, nextStart + ATTN_TILE);
@@ -229,19 +240,27 @@ export function pagedAttention(
         const lastRow = <usize>load<i32>(rows + (<usize>(ATTN_TILE - 1) << 2));
         if (!continuesStream(nextRows, nextEnd - nextStart, lastRow, rowBytes)) touchRows(nextRows, nextEnd - nextStart, rowBytes, vOffset);
       }
+      // Rows of this tile before firstKey (the first tile only) were not filled in.
+      const from = max(0, firstKey - tileStart);
       let keyRows = rows;
       let valueOffset = vOffset;
       if (widen) {
-        widenTile(kTile, vTileOffset, rows, min(ATTN_TILE, contextLen - tileStart), vOffset, headDim, kvType, scaledHalves);
+        const n = min(ATTN_TILE, contextLen - tileStart) - from;
+        widenTile(kTile + <usize>from * headBytes, vTileOffset, rows + (<usize>from << 2), n, vOffset, headDim, kvType, scaledHalves);
         keyRows = wideRows;
         valueOffset = vTileOffset;
       }
-      for (let i = max(0, tileStart - firstPos); i < queryCount; i++) {
-        const n = min(ATTN_TILE, firstPos + i + 1 - tileStart);
+      // Queries at or after the tile's start whose window reaches into it.
+      const lastQuery = window > 0 ? min(queryCount, tileStart + ATTN_TILE - 1 + window - firstPos) : queryCount;
+      for (let i = max(0, tileStart - firstPos); i < lastQuery; i++) {
+        const pos = firstPos + i;
+        const lo = window > 0 ? max(tileStart, pos - window + 1) - tileStart : 0;
+        const n = min(ATTN_TILE, pos + 1 - tileStart) - lo;
+        const tileKeys = keyRows + (<usize>lo << 2);
         for (let g = 0; g < group; g += HEAD_BATCH) {
           const off = headOffset(queryStart + i, kvHead * group + g, qStride, headDim);
           const state = states + (<usize>(i * group + g) << 3);
-          tileStep(out + off, state, q + off, headBytes, keyRows, valueOffset, n, headDim, scale, scores, alphas, valueScale, min(HEAD_BATCH, group - g), halvesInPlace);
+          tileStep(out + off, state, q + off, headBytes, tileKeys, valueOffset, n, headDim, scale, scores, alphas, valueScale, min(HEAD_BATCH, group - g), halvesInPlace);
         }
       }
       const done = rows;

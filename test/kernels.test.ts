@@ -6,7 +6,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import { CpuBackend } from "../src/backend/cpu.ts";
-import { attentionScratchBytes } from "../src/backend/kernels.ts";
+import { attentionScale, attentionScratchBytes } from "../src/backend/kernels.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { KernelRegion } from "./helpers/wasm-scratch.ts";
 import { randInt, randomArray, randomPagedSequences } from "./helpers/random-data.ts";
@@ -344,6 +344,42 @@ describe("element-wise kernels", () => {
     }
   });
 
+  test("geglu (tanh GELU) and scaleInPlace match a scalar loop of the same f32 operations bitwise, and geglu the tanh formula", () => {
+    // The scalar loop runs the kernel's own exp (expF32 on one value, its scalar path) inside the
+    // same f32 steps, so SIMD lanes and the scalar tail are both checked bit for bit.
+    const rng = new Xoshiro128(27);
+    const C1 = fr(1.5957691216057308), C2 = fr(0.07135481627159173);
+    const one = region.scratch();
+    const e1 = one.alloc(4), x1 = one.alloc(4);
+    const expOne = (x: number): number => {
+      mem.f32[x1 >> 2] = x;
+      k.expF32(e1, x1, 1);
+      return mem.f32[e1 >> 2]!;
+    };
+    for (let iter = 0; iter < 200; iter++) {
+      const s = region.scratch();
+      s.alloc(64); // keep clear of the one-value buffers above
+      const n = randInt(rng, 1, 83);
+      const x = randomArray(rng, n, iter % 4 === 0 ? 12 : 4);
+      const y = randomArray(rng, n, 3);
+      const ga = s.f32(x);
+      k.geglu(ga, s.f32(y), n);
+      const got = region.readF32(ga, n);
+      for (let i = 0; i < n; i++) {
+        const v = x[i]!;
+        const inner = fr(v * fr(C1 + fr(C2 * fr(v * v))));
+        const gelu = fr(v * fr(1 / fr(1 + expOne(-inner))));
+        expect(got[i]).toBe(fr(gelu * y[i]!));
+        const exact = 0.5 * v * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (v + 0.044715 * v * v * v))) * y[i]!;
+        expect(Math.abs(got[i]! - exact)).toBeLessThanOrEqual(2e-6 * Math.max(1, Math.abs(exact)));
+      }
+      const scale = fr(rng.nextFloat() * 40);
+      const xa = s.f32(x);
+      k.scaleInPlace(xa, scale, n);
+      expect(region.readF32(xa, n)).toEqual(x.map((v) => fr(v * scale)));
+    }
+  });
+
   test("gatherRows copies the selected rows", () => {
     const rng = new Xoshiro128(8);
     const s = region.scratch();
@@ -439,7 +475,7 @@ describe("paged KV cache kernels", () => {
         }
         const out = s.alloc(4 * count * nHeads * hd);
         const info = s.i32([0, count, ctx, s.i32(table)]);
-        k.pagedAttention(out, qv, kc, vc, info, nHeads, nKv, hd, bs, nBlocks, nHeads * hd, 0, 4 * hd, s.alloc(attentionScratchBytes(count * group, hd)), 0, nKv);
+        k.pagedAttention(out, qv, kc, vc, info, nHeads, nKv, hd, bs, nBlocks, nHeads * hd, 0, 4 * hd, attentionScale(hd), 0, s.alloc(attentionScratchBytes(count * group, hd)), 0, nKv);
         results.push(region.readF32(out, count * nHeads * hd));
       }
       for (const r of results) expect(r).toEqual(results[0]!);
@@ -466,15 +502,100 @@ describe("paged KV cache kernels", () => {
       const maxCount = Math.max(...seqs.map((x) => x.count));
       const scratch = s.alloc(attentionScratchBytes(maxCount * group, hd));
       const batched = s.alloc(4 * T * group * hd);
-      k.pagedAttention(batched, s.f32(q), kc, vc, info, group, 1, hd, bs, numBlocks, group * hd, type, rowBytes, scratch, 0, seqs.length);
+      k.pagedAttention(batched, s.f32(q), kc, vc, info, group, 1, hd, bs, numBlocks, group * hd, type, rowBytes, attentionScale(hd), 0, scratch, 0, seqs.length);
       const got = region.readF32(batched, T * group * hd);
       for (let h = 0; h < group; h++) {
         const qHead = new Float32Array(T * hd);
         for (let t = 0; t < T; t++) qHead.set(q.subarray((t * group + h) * hd, (t * group + h + 1) * hd), t * hd);
         const alone = s.alloc(4 * T * hd);
-        k.pagedAttention(alone, s.f32(qHead), kc, vc, info, 1, 1, hd, bs, numBlocks, hd, type, rowBytes, scratch, 0, seqs.length);
+        k.pagedAttention(alone, s.f32(qHead), kc, vc, info, 1, 1, hd, bs, numBlocks, hd, type, rowBytes, attentionScale(hd), 0, scratch, 0, seqs.length);
         const want = region.readF32(alone, T * hd);
         for (let t = 0; t < T; t++) expect(got.subarray((t * group + h) * hd, (t * group + h + 1) * hd)).toEqual(want.subarray(t * hd, (t + 1) * hd));
+      }
+    }
+  });
+
+  test("pagedAttention with a sliding window equals plain windowed softmax, reads nothing before the window, and gives the same bits in any chunking, block size and type", () => {
+    // Blocks wholly before a sequence's windows point at a "freed" block full of NaN (the KV
+    // manager frees them): a read would poison the result. Chunks of a random split, token by
+    // token and at once must give the same bits; f32, f16 and q8_0 caches, odd head sizes, GQA.
+    const rng = new Xoshiro128(17);
+    for (let iter = 0; iter < 60; iter++) {
+      const s = region.scratch();
+      const type = iter % 3; // KV_TYPE_CODE f32, f16, q8_0
+      const nKv = randInt(rng, 1, 2), group = randInt(rng, 1, 5), nHeads = nKv * group;
+      const hd = type === 2 ? 32 * randInt(rng, 1, 2) : randInt(rng, 1, 40);
+      const rowBytes = type === 0 ? 4 * hd : type === 1 ? 2 * hd : Math.ceil(((hd / 32) * 34) / 4) * 4;
+      const window = randInt(rng, 1, 40);
+      const ctx = randInt(rng, 1, 90);
+      const count = randInt(rng, 1, Math.min(ctx, 24));
+      const firstPos = ctx - count;
+      const keys = randomArray(rng, ctx * nKv * hd, 2), values = randomArray(rng, ctx * nKv * hd, 2);
+      const q = randomArray(rng, count * nHeads * hd, 2);
+      const scale = Math.fround(0.7 / Math.sqrt(hd)); // a model's own scale (gemma3 27B) is not 1/sqrt(hd)
+      const qStride = nHeads * hd;
+      const runs: Float32Array[] = [];
+      for (const bs of [1, 5, 16, 17]) {
+        const nBlocks = Math.ceil(ctx / bs) + 1;
+        const freed = nBlocks - 1;
+        const live = Array.from({ length: nBlocks - 1 }, (_, i) => i).sort(() => rng.nextFloat() - 0.5);
+        // Blocks wholly before the first query's window are freed.
+        const firstNeeded = Math.floor(Math.max(0, firstPos - window + 1) / bs);
+        const table = live.map((b, i) => (i < firstNeeded ? freed : b));
+        const kc = s.alloc(nBlocks * nKv * bs * rowBytes), vc = s.alloc(nBlocks * nKv * bs * rowBytes);
+        const nan = s.f32(new Array<number>(hd).fill(NaN));
+        for (const arena of [kc, vc]) for (let h = 0; h < nKv; h++) for (let r = 0; r < bs; r++) k.storeKVRow(arena + ((h * nBlocks + freed) * bs + r) * rowBytes, nan, hd, type);
+        for (let p = Math.floor(Math.max(0, firstPos - window + 1) / bs) * bs; p < ctx; p++) {
+          for (let h = 0; h < nKv; h++) {
+            const at = ((h * nBlocks + table[Math.floor(p / bs)]!) * bs + (p % bs)) * rowBytes;
+            k.storeKVRow(kc + at, s.f32(keys.subarray((p * nKv + h) * hd, (p * nKv + h + 1) * hd)), hd, type);
+            k.storeKVRow(vc + at, s.f32(values.subarray((p * nKv + h) * hd, (p * nKv + h + 1) * hd)), hd, type);
+          }
+        }
+        const tableAddr = s.i32(table);
+        // The chunk at once, then split into random pieces (each piece a step of its own).
+        const cuts = [0, ...Array.from({ length: randInt(rng, 0, 3) }, () => randInt(rng, 1, count - 1)).filter((c) => c > 0 && c < count), count]
+          .sort((a, b) => a - b);
+        for (const pieces of [[0, count], cuts]) {
+          const out = new Float32Array(count * qStride);
+          for (let c = 0; c + 1 < pieces.length; c++) {
+            const [from, to] = [pieces[c]!, pieces[c + 1]!];
+            if (from === to) continue;
+            const n = to - from;
+            const o = s.alloc(4 * n * qStride);
+            const info = s.i32([0, n, firstPos + to, tableAddr]);
+            const scratch = s.alloc(attentionScratchBytes(n * group, hd));
+            k.pagedAttention(o, s.f32(q.subarray(from * qStride, to * qStride)), kc, vc, info, nHeads, nKv, hd, bs, nBlocks, qStride, type, rowBytes, scale, window, scratch, 0, nKv);
+            out.set(region.readF32(o, n * qStride), from * qStride);
+          }
+          runs.push(out);
+        }
+      }
+      for (const r of runs) expect(r).toEqual(runs[0]!);
+      // Against plain windowed softmax over the cache's values (f32 here; the typed caches round them).
+      if (type !== 0) continue;
+      const got = runs[0]!;
+      for (let i = 0; i < count; i++) {
+        const pos = firstPos + i;
+        const lo = Math.max(0, pos - window + 1);
+        for (let h = 0; h < nHeads; h++) {
+          const kvh = Math.floor(h / group);
+          const row = (p: number) => (p * nKv + kvh) * hd;
+          const scores: number[] = [];
+          for (let p = lo; p <= pos; p++) {
+            let dot = 0;
+            for (let j = 0; j < hd; j++) dot += q[i * qStride + h * hd + j]! * keys[row(p) + j]!;
+            scores.push(dot * scale);
+          }
+          const m = Math.max(...scores);
+          const e = scores.map((v) => Math.exp(v - m));
+          const z = e.reduce((a, b) => a + b, 0);
+          for (let j = 0; j < hd; j++) {
+            let want = 0;
+            for (let p = lo; p <= pos; p++) want += (e[p - lo]! / z) * values[row(p) + j]!;
+            expect(Math.abs(got[i * qStride + h * hd + j]! - want)).toBeLessThan(2e-5 * Math.max(1, Math.abs(want)));
+          }
+        }
       }
     }
   });
@@ -501,8 +622,8 @@ describe("paged KV cache kernels", () => {
       const scratch = s.alloc(attentionScratchBytes(Math.max(...seqs.map((x) => x.count)) * group, hd));
       const items = numSeqs * nKv;
       const split = randInt(rng, 0, items);
-      k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, scratch, 0, split);
-      k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, scratch, split, items);
+      k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, attentionScale(hd), 0, scratch, 0, split);
+      k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, attentionScale(hd), 0, scratch, split, items);
       const got = region.readF32(out, T * qStride);
       const kAll = region.readF32(kc, kvBytes / 4), vAll = region.readF32(vc, kvBytes / 4);
       for (const sq of seqs) {

@@ -6,7 +6,7 @@
  */
 import { expect, test } from "bun:test";
 import { CpuBackend } from "../src/backend/cpu.ts";
-import { attentionScratchBytes, SEQ_INFO_INTS } from "../src/backend/kernels.ts";
+import { attentionScale, attentionScratchBytes, SEQ_INFO_INTS } from "../src/backend/kernels.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { KV_TYPE_CODE, kvRowBytes } from "../src/kv/kv-layout.ts";
@@ -90,7 +90,7 @@ async function describeAttention(): Promise<void> {
         const records = seqs.flatMap((s) => [s.start, s.count, s.ctx, wasmI32(s.table)]);
         const outAddr = mem.alloc(4 * T * qStride);
         const scratch = mem.alloc(attentionScratchBytes(6 * group, hd));
-        k.pagedAttention(outAddr, wasmF32(q), wasmF32(kv.k), wasmF32(kv.v), wasmI32(records), nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, scratch, 0, seqs.length * nKv);
+        k.pagedAttention(outAddr, wasmF32(q), wasmF32(kv.k), wasmF32(kv.v), wasmI32(records), nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, attentionScale(hd), 0, scratch, 0, seqs.length * nKv);
         expect(records.length).toBe(seqs.length * SEQ_INFO_INTS);
 
         const kBuf = upload(kv.k), vBuf = upload(kv.v);
@@ -110,6 +110,43 @@ async function describeAttention(): Promise<void> {
           const qAlone = q.slice(s.start * qStride, (s.start + s.count) * qStride);
           gpu.attention(outAlone, upload(qAlone), kBuf, vBuf, upload(alone.info), upload(alone.tables), 1, s.count, nHeads, nKv, hd, bs, numBlocks, qStride, s.count);
           expect(await run.readF32(outAlone, s.count * qStride)).toEqual(got.slice(s.start * qStride, (s.start + s.count) * qStride));
+        }
+      }
+    });
+
+    test("a sliding window and a model's own scale: matches pagedAttention, and blocks before the window are never read", async () => {
+      // Blocks wholly before every query's window point at a block of NaN: a read would show.
+      const rng = new Xoshiro128(32);
+      for (let iter = 0; iter < 8; iter++) {
+        const nKv = randInt(rng, 1, 2), group = randInt(rng, 1, 3), nHeads = nKv * group;
+        const hd = iter % 3 === 0 ? randInt(rng, 65, 90) : randInt(rng, 1, 19);
+        const bs = randInt(rng, 1, 6);
+        const window = randInt(rng, 1, 24);
+        const numBlocks = 30;
+        const freed = numBlocks - 1;
+        const arena = numBlocks * nKv * bs * hd;
+        const kv = { k: randomArray(rng, arena, 2), v: randomArray(rng, arena, 2) };
+        for (const a of [kv.k, kv.v]) for (let h = 0; h < nKv; h++) a.fill(NaN, (h * numBlocks + freed) * bs * hd, (h * numBlocks + freed + 1) * bs * hd);
+        const { seqs, T } = randomSequences(rng, randInt(rng, 1, 3), numBlocks - 1, bs, 60);
+        for (const s of seqs) {
+          const firstNeeded = Math.floor(Math.max(0, s.ctx - s.count - window + 1) / bs);
+          for (let b = 0; b < firstNeeded; b++) s.table[b] = freed;
+        }
+        const qStride = nHeads * hd;
+        const q = randomArray(rng, T * qStride, 2);
+        const scores = { scale: Math.fround(1.3 / Math.sqrt(hd)), window };
+        const records = seqs.flatMap((s) => [s.start, s.count, s.ctx, wasmI32(s.table)]);
+        const outAddr = mem.alloc(4 * T * qStride);
+        const scratch = mem.alloc(attentionScratchBytes(6 * group, hd));
+        k.pagedAttention(outAddr, wasmF32(q), wasmF32(kv.k), wasmF32(kv.v), wasmI32(records), nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, scores.scale, window, scratch, 0, seqs.length * nKv);
+        const { info, tables } = gpuRecords(seqs);
+        const out = gpu.f32Buffer(T * qStride, "out");
+        const maxCount = Math.max(...seqs.map((s) => s.count));
+        gpu.attention(out, upload(q), upload(kv.k), upload(kv.v), upload(info), upload(tables), seqs.length, maxCount, nHeads, nKv, hd, bs, numBlocks, qStride, T, undefined, scores);
+        const got = await run.readF32(out, T * qStride);
+        const want = wasmRead(outAddr, T * qStride);
+        for (let i = 0; i < got.length; i++) {
+          if (!(Math.abs(got[i]! - want[i]!) <= 2e-5 * 2)) throw new Error(`iter ${iter} element ${i}: ${got[i]} vs ${want[i]}`);
         }
       }
     });
@@ -229,7 +266,7 @@ async function describeAttention(): Promise<void> {
           // Attention over the WebAssembly-written arena on both backends.
           const records = [0, T, T, wasmI32(blocks)];
           const outAddr = mem.alloc(4 * T * qStride);
-          k.pagedAttention(outAddr, qAddr, kc, vc, wasmI32(records), nHeads, nKv, headDim, bs, numBlocks, qStride, code, rowBytes, mem.alloc(attentionScratchBytes(T * group, headDim)), 0, nKv);
+          k.pagedAttention(outAddr, qAddr, kc, vc, wasmI32(records), nHeads, nKv, headDim, bs, numBlocks, qStride, code, rowBytes, attentionScale(headDim), 0, mem.alloc(attentionScratchBytes(T * group, headDim)), 0, nKv);
           const asWords = (addr: number) => new Int32Array(mem.u8.slice(addr, addr + arenaBytes).buffer);
           const out = gpu.f32Buffer(T * qStride, "out");
           const info = Int32Array.from([0, T, T, 0]);

@@ -469,7 +469,7 @@ async function describeGgml(): Promise<void> {
       await gpu.runner.readF32(out, 2);
     });
 
-    test("RMSNorm, the add before it, SwiGLU and attention write the f16 form themselves: the f32 kernels' bits, and the products' bits of a conversion of its own", async () => {
+    test("RMSNorm, the add before it, SwiGLU, GeGLU and attention (windowed too) write the f16 form themselves: the f32 kernels' bits, and the products' bits of a conversion of its own", async () => {
       const plain = await testGpu();
       if (!("backend" in plain)) throw new Error(plain.reason);
       const f32Gpu = plain.backend;
@@ -488,11 +488,18 @@ async function describeGgml(): Promise<void> {
           ["rmsnorm", (g, out, xb, _yb, _upb, wb) => g.rmsnormInput(out, xb, wb, T, n, 1e-5)],
           ["addRmsnorm", (g, out, xb, yb, _upb, wb) => g.addRmsnorm(out, xb, yb, wb, T, n, 1e-5)],
           ["swiglu", (g, _out, xb, _yb, upb) => g.swiglu(xb, upb, T, n)],
+          ["geglu", (g, _out, xb, _yb, upb) => g.gated("gelu", xb, upb, T, n)],
           ["attention", (g, out, xb) => {
             const info = g.bufferFrom(new Int32Array([0, T, T, 0]), "seq_info");
             const tables = g.bufferFrom(Int32Array.from({ length: numBlocks }, (_, i) => numBlocks - 1 - i), "tables");
             const [kb, vb] = [g.bufferFrom(keys, "k"), g.bufferFrom(values, "v")];
             return g.attention(out, xb, kb, vb, info, tables, 1, T, n / 64, n / 128, headDim, blockSize, numBlocks, n, T);
+          }],
+          ["windowed attention", (g, out, xb) => {
+            const info = g.bufferFrom(new Int32Array([0, T, T, 0]), "seq_info");
+            const tables = g.bufferFrom(Int32Array.from({ length: numBlocks }, (_, i) => numBlocks - 1 - i), "tables");
+            const [kb, vb] = [g.bufferFrom(keys, "k"), g.bufferFrom(values, "v")];
+            return g.attention(out, xb, kb, vb, info, tables, 1, T, n / 64, n / 128, headDim, blockSize, numBlocks, n, T, undefined, { scale: 0.1, window: 2 });
           }],
         ];
         for (const [name, op] of ops) {

@@ -123,6 +123,26 @@ async function describeKernels(): Promise<void> {
       expect(await run.readF32(xBuf, n)).toEqual(wasmRead(xAddr, n));
     });
 
+    test("geglu and scale match the wasm kernels on odd sizes", async () => {
+      const rng = new Xoshiro128(27);
+      for (const n of [1, 7, 333]) {
+        const g = randomArray(rng, n, 6);
+        const u = randomArray(rng, n, 2);
+        const gAddr = wasmF32(g);
+        k.geglu(gAddr, wasmF32(u), n);
+        const gBuf = upload(g);
+        gpu.gated("gelu", gBuf, upload(u), 1, n);
+        expectClose(await run.readF32(gBuf, n), wasmRead(gAddr, n), 1e-5);
+
+        const s = Math.fround(33.941125);
+        const xAddr = wasmF32(g);
+        k.scaleInPlace(xAddr, s, n);
+        const xBuf = upload(g);
+        gpu.scale(xBuf, s, n);
+        expect(await run.readF32(xBuf, n)).toEqual(wasmRead(xAddr, n));
+      }
+    });
+
     test("gatherRows picks rows from a split table", async () => {
       const rng = new Xoshiro128(26);
       const rows = 13, cols = 7;

@@ -5,7 +5,7 @@
  * attention items, every output element computed by exactly one thread in a fixed order, so the
  * results are the same bits at any thread count. Small kernels run on the caller alone.
  */
-import { attentionScratchBytes, MAX_BLOCK_SIZE, MULTI_SEGMENT_INTS, SEQ_INFO_INTS, type Kernels } from "./kernels.ts";
+import { attentionScale, attentionScratchBytes, MAX_BLOCK_SIZE, MULTI_SEGMENT_INTS, SEQ_INFO_INTS, type AttentionScores, type Kernels } from "./kernels.ts";
 import { ThreadPool, type ParallelCall } from "./thread-pool.ts";
 import { instantiateKernels, kernelModule, LinearMemory } from "./wasm.ts";
 import type { Numerics } from "../model/config.ts";
@@ -278,17 +278,20 @@ export class CpuBackend {
   /**
    * Paged attention for every new token of the step; split by (sequence, kv head) items.
    * `contextTokens` (the sum of the sequences' context lengths) sizes the work. The cache's
-   * element type and row bytes come from its KVLayout (f32 unless given).
+   * element type and row bytes come from its KVLayout (f32 unless given); `scores`: the scale of
+   * q · k and the sliding window (0: none) of this layer (AttentionScores).
    */
   attention(
     out: number, q: number, kLayer: number, vLayer: number, seqInfo: number, numSeqs: number,
     nHeads: number, nKvHeads: number, headDim: number, blockSize: number, numBlocks: number, qStride: number,
     contextTokens: number, layout: Pick<KVLayout, "type" | "rowBytes"> = { type: "f32", rowBytes: 4 * headDim },
+    scores: AttentionScores = { scale: attentionScale(headDim), window: 0 },
   ): void {
     const items = numSeqs * nKvHeads;
     const parallel = items > 1 && contextTokens * nHeads * headDim >= MIN_PARALLEL_ATTENTION;
     if (this.numerics === "runq") {
       if (layout.type !== "f32") throw new Error(`runq attention reads an f32 KV cache, not ${layout.type}`);
+      if (scores.window !== 0 || scores.scale !== attentionScale(headDim)) throw new Error("runq attention has no sliding window and scores by 1/sqrt(headDim)");
       // Two-pass softmax over the whole context: scores for every position of the longest sequence.
       const i32 = this.mem.i32;
       for (let s = 0; s < numSeqs; s++) {
@@ -306,9 +309,9 @@ export class CpuBackend {
     if (this.attnQueryRows === 0) throw new Error("attention scratch not reserved");
     const args = [
       out, q, kLayer, vLayer, seqInfo, nHeads, nKvHeads, headDim, blockSize, numBlocks, qStride, KV_TYPE_CODE[layout.type], layout.rowBytes,
-      this.attnScratch, 0, items,
+      scores.scale, scores.window, this.attnScratch, 0, items,
     ];
-    this.dispatch({ kernel: "pagedAttention", args, total: items, granularity: 1, minChunk: 1, scratch: { arg: 13, stride: this.attnScratchBytes } }, parallel);
+    this.dispatch({ kernel: "pagedAttention", args, total: items, granularity: 1, minChunk: 1, scratch: { arg: 15, stride: this.attnScratchBytes } }, parallel);
   }
 
   /**

@@ -35,6 +35,9 @@ export interface Kernels {
   ): void;
   // activation.ts
   swiglu(a: number, b: number, n: number): void;
+  /** a[i] = gelu(a[i]) * b[i], tanh GELU (gemma3's GeGLU). */
+  geglu(a: number, b: number, n: number): void;
+  scaleInPlace(x: number, s: number, n: number): void;
   addInPlace(x: number, y: number, n: number): void;
   addRows(x: number, bias: number, T: number, n: number): void;
   softmax(x: number, n: number): void;
@@ -50,7 +53,7 @@ export interface Kernels {
   pagedAttention(
     out: number, q: number, kLayer: number, vLayer: number, seqInfo: number,
     nHeads: number, nKvHeads: number, headDim: number, blockSize: number, numBlocks: number, qStride: number,
-    kvType: number, rowBytes: number, scratch: number, itemStart: number, itemEnd: number,
+    kvType: number, rowBytes: number, scale: number, window: number, scratch: number, itemStart: number, itemEnd: number,
   ): void;
   // kv-types.ts: the KV cache's element types
   /** IEEE half bits of x, nearest even (ggml_compute_fp32_to_fp16). */
@@ -156,6 +159,24 @@ export const ATTN_TILE = 16;
 
 /** Query heads pagedAttention computes together over one tile (assembly/attention-tile.ts HEAD_BATCH). */
 export const ATTN_HEAD_BATCH = 4;
+
+/**
+ * How a layer's attention scores its keys: q · k times `scale`, over the last `window` positions
+ * (the query's own included) of a sliding-window layer, over all of them when `window` is 0.
+ * Both backends' attention kernels take it.
+ */
+export interface AttentionScores {
+  scale: number;
+  window: number;
+}
+
+/**
+ * The usual attention scale, 1/sqrt(headDim) in f32 steps (as the kernels computed it before it
+ * became an argument): what pagedAttention's `scale` is unless the model says otherwise.
+ */
+export function attentionScale(headDim: number): number {
+  return Math.fround(1 / Math.fround(Math.sqrt(headDim)));
+}
 
 /**
  * Bytes of pagedAttention scratch one thread needs for `queryRows` (query, head) rows of one item

@@ -32,7 +32,8 @@ const enum Slot {
   Acks, Done, Ready, Sleepers, CallerSleeping, Error, ErrorLength, Exit, NextChunk, Memory,
 }
 const ARGS_OFFSET = 128;
-const MAX_ARGS = 16;
+/** Most arguments of a parallel kernel (pagedAttention takes 18). */
+const MAX_ARGS = 20;
 const ERROR_OFFSET = ARGS_OFFSET + 8 * MAX_ARGS;
 const ERROR_BYTES = 1024;
 export const CTRL_BYTES = ERROR_OFFSET + ERROR_BYTES;

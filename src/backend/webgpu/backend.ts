@@ -10,11 +10,12 @@
  */
 import { DeviceError } from "../../errors.ts";
 import type { GpuContext } from "./device.ts";
+import { attentionScale, type AttentionScores } from "../kernels.ts";
 import { params, GpuRunner, type GpuKernel } from "./runner.ts";
 import { ATTENTION_HALF_WGSL, ATTENTION_WGSL, attentionGrid, attentionWgsl, MAX_HEAD_DIM } from "./wgsl-attention.ts";
 import {
-  ADD_RMSNORM_HALF_WGSL, ADD_RMSNORM_WGSL, ADD_WGSL, elementGrid, GATHER_ROWS_WGSL, HALF_ACTIVATIONS_WGSL,
-  RMSNORM_HALF_WGSL, RMSNORM_WGSL, ROPE_WRITE_KV_WGSL, ropeWriteKVWgsl, SWIGLU_HALF_WGSL, SWIGLU_WGSL,
+  ADD_RMSNORM_HALF_WGSL, ADD_RMSNORM_WGSL, ADD_WGSL, elementGrid, GATHER_ROWS_WGSL, GEGLU_HALF_WGSL, GEGLU_WGSL, HALF_ACTIVATIONS_WGSL,
+  RMSNORM_HALF_WGSL, RMSNORM_WGSL, ROPE_WRITE_KV_WGSL, ropeWriteKVWgsl, SCALE_WGSL, SWIGLU_HALF_WGSL, SWIGLU_WGSL, type GatedActivation,
 } from "./wgsl-elementwise.ts";
 import type { KVLayout, KVType } from "../../kv/kv-layout.ts";
 import { HALF_BLOCK } from "./wgsl-half.ts";
@@ -77,6 +78,8 @@ export interface BackendOptions {
 const FIXED_KERNELS = {
   add: ADD_WGSL,
   swiglu: SWIGLU_WGSL,
+  geglu: GEGLU_WGSL,
+  scale: SCALE_WGSL,
   rmsnorm: RMSNORM_WGSL,
   addRmsnorm: ADD_RMSNORM_WGSL,
   ropeWriteKV: ROPE_WRITE_KV_WGSL,
@@ -96,6 +99,7 @@ const HALF_KERNELS = {
   rmsnormHalf: RMSNORM_HALF_WGSL,
   addRmsnormHalf: ADD_RMSNORM_HALF_WGSL,
   swigluHalf: SWIGLU_HALF_WGSL,
+  gegluHalf: GEGLU_HALF_WGSL,
   attentionHalf: ATTENTION_HALF_WGSL,
   attentionHalfF16: attentionWgsl(true, "f16"),
   attentionHalfQ8_0: attentionWgsl(true, "q8_0"),
@@ -359,10 +363,21 @@ export class WebGpuBackend {
 
   /** gate[t][i] = silu(gate[t][i]) * up[t][i] for T rows of n; gate is the input of the products that follow. */
   swiglu(gate: GPUBuffer, up: GPUBuffer, T: number, n: number): ProductInput {
+    return this.gated("silu", gate, up, T, n);
+  }
+
+  /** gate[t][i] = act(gate[t][i]) * up[t][i] (SwiGLU, or GeGLU with the tanh GELU); gate is the input of the products that follow. */
+  gated(act: GatedActivation, gate: GPUBuffer, up: GPUBuffer, T: number, n: number): ProductInput {
     const blocks = (T * n) / HALF_BLOCK;
+    const [f32Kernel, halfKernel] = act === "silu" ? (["swiglu", "swigluHalf"] as const) : (["geglu", "gegluHalf"] as const);
     return this.producingInput(
-      new ProductInput(gate, T, n), n % HALF_BLOCK === 0, "swiglu", "swigluHalf", params(T * n), params(blocks), [gate, up], elementGrid(T * n), elementGrid(blocks),
+      new ProductInput(gate, T, n), n % HALF_BLOCK === 0, f32Kernel, halfKernel, params(T * n), params(blocks), [gate, up], elementGrid(T * n), elementGrid(blocks),
     );
+  }
+
+  /** x[i] *= s for n values. */
+  scale(x: GPUBuffer, s: number, n: number): void {
+    this.runner.dispatch(this.kernel("scale"), params(n, { f32: s }), [x], elementGrid(n));
   }
 
   add(x: GPUBuffer, y: GPUBuffer, n: number): void {
@@ -396,19 +411,19 @@ export class WebGpuBackend {
    * Paged attention for every new token of the step. seqInfo holds numSeqs records of
    * (queryStart, queryCount, contextLen, blockTable) with blockTable an element index into
    * `tables`; maxQueryCount is the largest queryCount (the grid's height). `out` ([T][qStride]) is
-   * the input of the products that follow.
+   * the input of the products that follow. `scores`: the layer's scale and sliding window (0: none).
    */
   attention(
     out: GPUBuffer, q: GPUBuffer, kLayer: GPUBuffer, vLayer: GPUBuffer, seqInfo: GPUBuffer, tables: GPUBuffer,
     numSeqs: number, maxQueryCount: number, nHeads: number, nKvHeads: number, headDim: number,
     blockSize: number, numBlocks: number, qStride: number, T: number,
     kv: Pick<KVLayout, "type" | "rowBytes"> = { type: "f32", rowBytes: 4 * headDim },
+    scores: AttentionScores = { scale: attentionScale(headDim), window: 0 },
   ): ProductInput {
     if (headDim > MAX_HEAD_DIM) throw new DeviceError(`webgpu: head dimension ${headDim} exceeds ${MAX_HEAD_DIM}`);
-    const scale = Math.fround(1 / Math.sqrt(headDim));
     // A row's start: an element index in an f32 arena, a byte offset in an f16 or q8_0 one.
     const rowStride = kv.type === "f32" ? headDim : kv.rowBytes;
-    const p = params(nHeads, nKvHeads, headDim, blockSize, numBlocks, qStride, rowStride, { f32: scale });
+    const p = params(nHeads, nKvHeads, headDim, blockSize, numBlocks, qStride, rowStride, { f32: scores.scale }, scores.window);
     const grid = attentionGrid(numSeqs, nHeads, maxQueryCount);
     // Heads of whole 32-value blocks: no block straddles two heads' workgroups.
     const output = new ProductInput(out, T, qStride);

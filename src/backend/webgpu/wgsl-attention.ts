@@ -7,7 +7,9 @@
  * point into), where the WebAssembly record holds a byte address.
  *
  * One workgroup per (sequence, query head, query of the chunk). The query at position p sees keys
- * 0..p (causal within its chunk). Keys are visited in fixed tiles of ATTN_TILE positions with the
+ * 0..p (causal within its chunk), or with a sliding window (`window` > 0) keys p - window + 1..p,
+ * reading nothing before them (a sliding-window group's blocks there may be freed): it starts at
+ * the tile that holds its window's first key, and in that tile at the key. Keys are visited in fixed tiles of ATTN_TILE positions with the
  * online softmax, in order; scores of a tile are each one invocation's dot product in element
  * order; every invocation then derives the tile max, exp weights and running sum in the same
  * order, and accumulates its own output elements over the tile's keys in order. So a (query,
@@ -55,7 +57,7 @@ export function attentionWgsl(toHalf: boolean, kvType: KVType): string {
     if (c < p.headDim) { out[qOff + c] = acc[e] * inv; }
   }`;
   return /* wgsl */ `${toHalf ? "enable f16;" : ""}
-struct Params { nHeads: u32, nKvHeads: u32, headDim: u32, blockSize: u32, numBlocks: u32, qStride: u32, rowStride: u32, scale: f32 }
+struct Params { nHeads: u32, nKvHeads: u32, headDim: u32, blockSize: u32, numBlocks: u32, qStride: u32, rowStride: u32, scale: f32, window: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
 @group(0) @binding(2) var<storage, read> q: array<f32>;
@@ -90,9 +92,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   var m = 0.0; // the running max, set by the first tile
   var started = false;
   var l = 0.0;
-  for (var tile = 0u; tile < keys; tile += ${ATTN_TILE}u) {
+  // The query's first key (its window's) and that key's tile; in that tile, keys from lo on.
+  let firstKey = select(0u, keys - min(keys, p.window), p.window > 0u);
+  for (var tile = firstKey - firstKey % ${ATTN_TILE}u; tile < keys; tile += ${ATTN_TILE}u) {
     let n = min(${ATTN_TILE}u, keys - tile);
-    if (lid < n) {
+    let lo = select(0u, firstKey - tile, firstKey > tile);
+    if (lid >= lo && lid < n) {
       let pos = tile + lid;
       let block = u32(tables[table + pos / p.blockSize]);
       let base = ((headRows + block) * p.blockSize + pos % p.blockSize) * p.rowStride;
@@ -102,15 +107,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       rowBase[lid] = base;
     }
     workgroupBarrier();
-    var tileMax = scores[0];
-    for (var j = 1u; j < n; j++) { tileMax = max(tileMax, scores[j]); }
+    var tileMax = scores[lo];
+    for (var j = lo + 1u; j < n; j++) { tileMax = max(tileMax, scores[j]); }
     // The first tile sets the max; later tiles rescale the sum and accumulator when it rises.
     let mNew = select(tileMax, max(m, tileMax), started);
     let rescale = started && mNew > m;
     let alpha = select(1.0, exp(m - mNew), rescale);
     if (rescale) { l = l * alpha; }
     var w: array<f32, ${ATTN_TILE}>;
-    for (var j = 0u; j < n; j++) {
+    for (var j = lo; j < n; j++) {
       w[j] = exp(scores[j] - mNew);
       l = l + w[j];
     }
@@ -119,7 +124,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       if (c < p.headDim) {
         var a = acc[e];
         if (rescale) { a = a * alpha; }
-        for (var j = 0u; j < n; j++) { a = a + w[j] * vAt(rowBase[j], c); }
+        for (var j = lo; j < n; j++) { a = a + w[j] * vAt(rowBase[j], c); }
         acc[e] = a;
       }
     }

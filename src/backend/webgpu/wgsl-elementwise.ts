@@ -1,5 +1,5 @@
 /**
- * WGSL kernels that touch each element once or reduce one row: RMSNorm, SwiGLU, the residual
+ * WGSL kernels that touch each element once or reduce one row: RMSNorm, SwiGLU and GeGLU, scaling, the residual
  * add, RoPE with writing K/V into the paged arena, embedding rows and gathering rows; and the
  * conversion of a product's activations to the f16 form of wgsl-half.ts, alone or fused into the
  * RMSNorm or SwiGLU that computes them. Binding 0 is
@@ -45,32 +45,48 @@ ${ELEMENT_ENTRY} {
   if (i < p.n) { x[i] = x[i] + y[i]; }
 }`;
 
-/** silu(gate) * up, silu(v) = v / (1 + exp(-v)) as in assembly/activation.ts. */
-const SWIGLU_FN = /* wgsl */ `
-fn swigluAt(g: f32, u: f32) -> f32 { return (g * (1.0 / (1.0 + exp(-g)))) * u; }`;
+/** The gated activations of the feed-forward: act(gate) * up. */
+export type GatedActivation = "silu" | "gelu";
 
-/** gate[i] = silu(gate[i]) * up[i] for i < n. */
-export const SWIGLU_WGSL = /* wgsl */ `
+/**
+ * silu(gate) * up, silu(v) = v / (1 + exp(-v)) as in assembly/activation.ts swiglu; gelu(gate) *
+ * up with the tanh GELU as x / (1 + exp(-2u)) as assembly/activation.ts geglu computes it.
+ */
+const GATED_FN: Record<GatedActivation, string> = {
+  silu: /* wgsl */ `
+fn gatedAt(g: f32, u: f32) -> f32 { return (g * (1.0 / (1.0 + exp(-g)))) * u; }`,
+  gelu: /* wgsl */ `
+fn gatedAt(g: f32, u: f32) -> f32 {
+  let inner = g * (1.5957691216057308 + 0.07135481627159173 * (g * g));
+  return (g * (1.0 / (1.0 + exp(-inner)))) * u;
+}`,
+};
+
+/** gate[i] = act(gate[i]) * up[i] for i < n. */
+function gatedWgsl(act: GatedActivation): string {
+  return /* wgsl */ `
 struct Params { n: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> gate: array<f32>;
 @group(0) @binding(2) var<storage, read> up: array<f32>;
-${SWIGLU_FN}
+${GATED_FN[act]}
 ${ELEMENT_INDEX}
 ${ELEMENT_ENTRY} {
   let i = elementIndex(wg, nwg, lid);
-  if (i < p.n) { gate[i] = swigluAt(gate[i], up[i]); }
+  if (i < p.n) { gate[i] = gatedAt(gate[i], up[i]); }
 }`;
+}
 
-/** SWIGLU_WGSL over `blocks` blocks of 32 values, one invocation each, also writing them in f16 form (wgsl-half.ts). */
-export const SWIGLU_HALF_WGSL = /* wgsl */ `
+/** gatedWgsl over `blocks` blocks of 32 values, one invocation each, also writing them in f16 form (wgsl-half.ts). */
+function gatedHalfWgsl(act: GatedActivation): string {
+  return /* wgsl */ `
 enable f16;
 struct Params { blocks: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> gate: array<f32>;
 @group(0) @binding(2) var<storage, read> up: array<f32>;
 ${halfStoreWgsl(3)}
-${SWIGLU_FN}
+${GATED_FN[act]}
 ${ELEMENT_INDEX}
 ${ELEMENT_ENTRY} {
   let k = elementIndex(wg, nwg, lid);
@@ -78,10 +94,27 @@ ${ELEMENT_ENTRY} {
   var v: array<f32, ${HALF_BLOCK}>;
   for (var j = 0u; j < ${HALF_BLOCK}u; j++) {
     let i = k * ${HALF_BLOCK}u + j;
-    v[j] = swigluAt(gate[i], up[i]);
+    v[j] = gatedAt(gate[i], up[i]);
     gate[i] = v[j];
   }
   storeHalfBlock(&v, k);
+}`;
+}
+
+export const SWIGLU_WGSL = gatedWgsl("silu");
+export const SWIGLU_HALF_WGSL = gatedHalfWgsl("silu");
+export const GEGLU_WGSL = gatedWgsl("gelu");
+export const GEGLU_HALF_WGSL = gatedHalfWgsl("gelu");
+
+/** x[i] *= s for i < n (gemma3's embedding times sqrt(dim)). */
+export const SCALE_WGSL = /* wgsl */ `
+struct Params { n: u32, s: f32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+${ELEMENT_INDEX}
+${ELEMENT_ENTRY} {
+  let i = elementIndex(wg, nwg, lid);
+  if (i < p.n) { x[i] = x[i] * p.s; }
 }`;
 
 /** The f16 form (wgsl-half.ts) of x's `blocks` blocks of 32 values, one invocation each. */
