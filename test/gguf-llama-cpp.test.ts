@@ -18,6 +18,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { readGGUF } from "../src/model/gguf.ts";
 import { GGUFRig, argmax, logSoftmaxAt } from "./helpers/gguf-rig.ts";
+import { sameBits } from "./helpers/logit-compare.ts";
 import { SHARED_DIR, describeShared } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
 import { CHILD_PROCESS_MS, PROCESS_TEST_MS } from "./helpers/limits.ts";
@@ -98,11 +99,6 @@ const measured: string[] = [];
 afterAll(() => {
   if (process.env.PAGELLM_TEST_VERBOSE && measured.length > 0) console.log(`pagellm vs llama.cpp (threads ${THREADS}):\n  ${measured.join("\n  ")}`);
 });
-
-function sameBits(a: Float32Array[], b: Float32Array[]): boolean {
-  const bytes = (x: Float32Array) => Buffer.from(x.buffer, x.byteOffset, x.byteLength);
-  return a.length === b.length && a.every((x, p) => bytes(x).equals(bytes(b[p]!)));
-}
 
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 

@@ -13,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { openCheckpoint } from "../src/model/load.ts";
 import { GGUFRig } from "./helpers/gguf-rig.ts";
+import { relativeError, sameBits } from "./helpers/logit-compare.ts";
 import { patched, valueAt } from "./helpers/gguf-patch.ts";
 import { SHARED_DIR, describeShared } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
@@ -71,22 +72,6 @@ const MODELS: { name: string; file: () => string; expectConfig: Record<string, u
     expectConfig: { headDim: 128, ropeDim: 64 },
   },
 ];
-
-function relativeError(a: Float32Array, b: Float64Array): number {
-  let maxDiff = 0;
-  let maxRef = 0;
-  for (let j = 0; j < b.length; j++) {
-    const d = Math.abs(a[j]! - b[j]!);
-    if (!(d <= maxDiff)) maxDiff = d; // also takes NaN
-    maxRef = Math.max(maxRef, Math.abs(b[j]!));
-  }
-  return maxDiff / Math.max(1, maxRef);
-}
-
-function sameBits(a: Float32Array[], b: Float32Array[]): boolean {
-  const bytes = (x: Float32Array) => Buffer.from(x.buffer, x.byteOffset, x.byteLength);
-  return a.length === b.length && a.every((x, p) => bytes(x).equals(bytes(b[p]!)));
-}
 
 describeShared("make_refmodels' F32 models against the float64 reference", [MAKE_REFMODELS], () => {
   for (const m of MODELS) {

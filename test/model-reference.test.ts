@@ -33,6 +33,7 @@ import { openCheckpoint } from "../src/model/load.ts";
 import { randomWeights } from "../src/model/random-weights.ts";
 import { loadWeights } from "../src/model/weights.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
+import { relativeError } from "./helpers/logit-compare.ts";
 import { testThreads } from "./helpers/threads.ts";
 import { ReferenceTransformer } from "./reference/forward-f64.ts";
 
@@ -96,32 +97,6 @@ const SHAPES: Shape[] = [
   shape("dim 256, 2 heads of 128, 1 kv head, hidden 99, vocab 67, shared, legacy", "legacy", 9,
     { dim: 256, hiddenDim: 99, nLayers: 1, nHeads: 2, nKvHeads: 1, vocabSize: 67, shared: true }),
 ];
-
-// ----------------------------------------------------------------------------
-// Error measure
-
-/**
- * Normwise relative error of one position's logits `a` (engine) against `b` (reference):
- *
- *     max_j |a_j - b_j| / max(1, max_j |b_j|)
- *
- * Logits are compared as a vector, not element by element: an element-wise ratio blows up for logits that
- * happen to sit near zero, where float32 cancellation leaves an absolute error of the vector's scale, not
- * of the element's. Dividing by the vector's largest magnitude (its infinity norm) measures the error
- * against what float32 accumulation can promise and against what decides sampling (differences between
- * logits). The floor of 1 makes it an absolute error when every logit is small, so a near-zero vector is
- * not held to an impossible relative precision. NaN anywhere gives NaN (which fails every bound).
- */
-function relativeError(a: Float32Array, b: Float64Array): number {
-  let maxDiff = 0;
-  let maxRef = 0;
-  for (let j = 0; j < b.length; j++) {
-    const d = Math.abs(a[j]! - b[j]!);
-    if (!(d <= maxDiff)) maxDiff = d; // also takes NaN
-    maxRef = Math.max(maxRef, Math.abs(b[j]!));
-  }
-  return maxDiff / Math.max(1, maxRef);
-}
 
 // ----------------------------------------------------------------------------
 // The engine, driven one forward step at a time
