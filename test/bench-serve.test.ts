@@ -15,7 +15,7 @@ import { SseParser } from "../src/bench/serve/sse.ts";
 import { ChatSource, FIRST_TOKEN_ID, prefixWorkload, randomWorkload } from "../src/bench/serve/workloads.ts";
 import { targetChecks, type ServeBenchResult, type TargetResult } from "../src/bench/serve/bench.ts";
 import { startStub, type Stub, type StubOptions } from "./helpers/openai-stub.ts";
-import { REPO_ROOT } from "./helpers/cli.ts";
+import { runPagellmAsync } from "./helpers/cli.ts";
 import { describeShared } from "./helpers/shared.ts";
 
 const CLI_TIMEOUT_MS = 120_000;
@@ -34,13 +34,7 @@ function target(stub: Stub): ServerTarget {
 }
 
 /** `pagellm ...args` as a child, awaited (the stub lives in this process's event loop, so never spawnSync). */
-async function pagellm(args: string[], timeoutMs = CLI_TIMEOUT_MS): Promise<{ code: number; stdout: string; stderr: string }> {
-  const proc = Bun.spawn(["bun", "bin/pagellm", ...args], {
-    cwd: REPO_ROOT, stdin: "ignore", stdout: "pipe", stderr: "pipe", env: { ...process.env, PAGELLM_DEBUG: "" }, timeout: timeoutMs,
-  });
-  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
-  return { code, stdout, stderr };
-}
+const pagellm = (args: string[]) => runPagellmAsync(args, { timeoutMs: CLI_TIMEOUT_MS });
 
 /** The error lines of stderr (progress lines start with [bench]). */
 function errorLines(stderr: string): string[] {
@@ -278,11 +272,11 @@ describe("pagellm bench serve --url (the CLI against the stub)", () => {
   test("the table, and a --json document with every figure finite", async () => {
     await withStub({}, async (stub) => {
       const r = await pagellm(["bench", "serve", "--url", stub.url, ...quick, "--concurrency", "2"]);
-      expect(r.code, r.stderr).toBe(0);
+      expect(r.exitCode, r.stderr).toBe(0);
       expect(r.stdout).toContain("prefix: 2 shared prefixes x 32 tokens, 6 requests with 8-token unique suffixes, 4 output tokens; concurrency 2");
       expect(r.stdout).toMatch(/TTFT p50/);
       const j = await pagellm(["bench", "serve", "--url", stub.url, ...quick, "--json"]);
-      expect(j.code, j.stderr).toBe(0);
+      expect(j.exitCode, j.stderr).toBe(0);
       const doc = JSON.parse(j.stdout) as { bench: string; results: { model: string; targets: { metrics: { completed: number } }[] }; figures: { value: number }[] };
       expect(doc.bench).toBe("serve");
       expect(doc.results.model).toBe("stub-model");
@@ -298,11 +292,11 @@ describe("pagellm bench serve --url (the CLI against the stub)", () => {
       for (const [name, delay] of [["a", 1], ["b", 3]] as const) {
         await withStub({ tokenDelayMs: delay }, async (stub) => {
           const r = await pagellm(["bench", "serve", "--url", stub.url, ...quick, "--json", join(dir, `${name}.json`)]);
-          expect(r.code, r.stderr).toBe(0);
+          expect(r.exitCode, r.stderr).toBe(0);
         });
       }
       const c = await pagellm(["bench", "compare", join(dir, "b.json"), join(dir, "a.json")]);
-      expect(c.code, c.stderr).toBe(0);
+      expect(c.exitCode, c.stderr).toBe(0);
       expect(c.stdout).toContain("prefix c=4: server output tokens/s");
       expect(c.stdout).toContain("prefix c=4: server TTFT p50");
     } finally {
@@ -313,7 +307,7 @@ describe("pagellm bench serve --url (the CLI against the stub)", () => {
   test("a server that reports no cached tokens: n/a in the table", async () => {
     await withStub({ cached: "none" }, async (stub) => {
       const r = await pagellm(["bench", "serve", "--url", stub.url, ...quick, "--probe-reps", "0"]);
-      expect(r.code, r.stderr).toBe(0);
+      expect(r.exitCode, r.stderr).toBe(0);
       expect(r.stdout).toMatch(/\bn\/a\n/);
     });
   }, CLI_TIMEOUT_MS);
@@ -323,14 +317,14 @@ describe("pagellm bench serve --url (the CLI against the stub)", () => {
     const url = stub.url;
     stub.stop();
     const r = await pagellm(["bench", "serve", "--url", url, ...quick]);
-    expect(r.code).toBe(5);
+    expect(r.exitCode).toBe(5);
     expect(errorLines(r.stderr)).toEqual([expect.stringContaining(`cannot reach ${url}/v1/models`)]);
   }, CLI_TIMEOUT_MS);
 
   test("a server that rejects the requests: its message in one line, exit 5", async () => {
     await withStub({ failWith: () => 400 }, async (stub) => {
       const r = await pagellm(["bench", "serve", "--url", stub.url, ...quick]);
-      expect(r.code).toBe(5);
+      expect(r.exitCode).toBe(5);
       expect(errorLines(r.stderr)).toEqual([expect.stringMatching(/the warm-up request failed: HTTP 400: stub refuses request 0 \(.*--no-ignore-eos\)/)]);
       expect(r.stdout).toBe("");
     });
@@ -339,7 +333,7 @@ describe("pagellm bench serve --url (the CLI against the stub)", () => {
   test("a request failing mid-run: the finished figures are kept, then one line and exit 5", async () => {
     await withStub({ failWith: (n) => (n === 3 ? 500 : null) }, async (stub) => {
       const r = await pagellm(["bench", "serve", "--url", stub.url, ...quick, "--probe-reps", "0"]);
-      expect(r.code).toBe(5);
+      expect(r.exitCode).toBe(5);
       expect(r.stdout).toContain("5/6");
       expect(errorLines(r.stderr)).toEqual([expect.stringMatching(/1 of 6 requests failed, first prefix-\d+: HTTP 500: stub refuses request 3/)]);
     });
@@ -355,7 +349,7 @@ describe("pagellm bench serve --url (the CLI against the stub)", () => {
       [["--llama-server", "/no/such/llama-server"], "--llama-server /no/such/llama-server: no such file"],
     ] as const) {
       const r = await pagellm(["bench", "serve", ...args]);
-      expect(r.code).toBe(2);
+      expect(r.exitCode).toBe(2);
       expect(errorLines(r.stderr)).toEqual([expect.stringContaining(message)]);
     }
   }, CLI_TIMEOUT_MS);
@@ -366,7 +360,7 @@ describeShared("pagellm bench serve against pagellm serve started on a tiny mode
 
   test("prefix: the server, the in-process baseline and the TTFT probe measured, the floors computed, the server stopped", async () => {
     const r = await pagellm(["bench", "serve", "--model", model!, ...tiny, "--requests", "6", "--prefixes", "2", "--prefix-tokens", "64", "--suffix-tokens", "8", "--probe-reps", "2", "--json"]);
-    expect(r.code, r.stderr).toBe(0);
+    expect(r.exitCode, r.stderr).toBe(0);
     const doc = JSON.parse(r.stdout) as { notes: string[]; results: ServeBenchResult };
     const res = doc.results;
     expect(res.targets.map((t) => t.name)).toEqual(["pagellm serve"]);
@@ -388,7 +382,7 @@ describeShared("pagellm bench serve against pagellm serve started on a tiny mode
 
   test("chat: every turn answered over /v1/chat/completions, later turns served from the cache; no in-process baseline", async () => {
     const r = await pagellm(["bench", "serve", "--model", model!, ...tiny, "--workload", "chat", "--conversations", "3", "--turns", "3", "--user-words", "12", "--probe-reps", "0", "--json"]);
-    expect(r.code, r.stderr).toBe(0);
+    expect(r.exitCode, r.stderr).toBe(0);
     const res = (JSON.parse(r.stdout) as { results: ServeBenchResult }).results;
     const m = res.targets[0]!.metrics;
     expect([m.completed, m.failed, m.outputTokens]).toEqual([9, 0, 54]);
@@ -398,7 +392,7 @@ describeShared("pagellm bench serve against pagellm serve started on a tiny mode
 
   test("a server that cannot start: its own error in one line, exit 5, the figures measured before it kept", async () => {
     const r = await pagellm(["bench", "serve", "--model", model!, ...tiny, "--llama-server", "/bin/false", "--probe-reps", "0", "--requests", "2", "--prefixes", "1", "--prefix-tokens", "16", "--suffix-tokens", "4"]);
-    expect(r.code).toBe(5);
+    expect(r.exitCode).toBe(5);
     expect(errorLines(r.stderr)).toEqual([expect.stringMatching(/llama-server exited \(1\) before it was ready: no output$/)]);
     // pagellm serve was measured first: its figures are kept.
     expect(r.stdout).toMatch(/\npagellm serve +2 /);

@@ -21,9 +21,9 @@ import { BENCH_SCHEMA } from "../src/bench/report.ts";
 import { figuresOf, parseBenchDocument, readBenchDocument, reportsOf, type AllDocument, type AnyBenchReport } from "../src/bench/schema.ts";
 import { readFileSync, writeFileSync } from "node:fs";
 import { describeShared } from "./helpers/shared.ts";
-import { CHILD_PROCESS_MS, LONG_PROCESS_TEST_MS, PROCESS_TEST_MS } from "./helpers/limits.ts";
+import { REPO_ROOT, runPagellm } from "./helpers/cli.ts";
+import { LONG_PROCESS_TEST_MS, PROCESS_TEST_MS } from "./helpers/limits.ts";
 
-const ROOT = resolve(import.meta.dir, "..");
 const modelsDir = mkdtempSync(join(tmpdir(), "pagellm-bench-"));
 afterAll(() => rmSync(modelsDir, { recursive: true, force: true }));
 
@@ -31,11 +31,6 @@ afterAll(() => rmSync(modelsDir, { recursive: true, force: true }));
 const QUICK = ["--json", "--reps", "1", "--warmup", "0"];
 /** Long enough a context for the prefix bench's 1024-token system prompts, tiny everything else. */
 const TINY_SHAPE = "dim=32,hidden=64,layers=1,heads=2,kv=1,vocab=512,seq=2048";
-
-function pagellm(args: string[]): { code: number; stdout: string; stderr: string } {
-  const p = Bun.spawnSync(["bun", join(ROOT, "bin", "pagellm"), ...args], { cwd: ROOT, stdout: "pipe", stderr: "pipe", timeout: CHILD_PROCESS_MS });
-  return { code: p.exitCode ?? -1, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
-}
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
@@ -54,8 +49,8 @@ function at(value: Json, path: string): Json[] {
 
 /** Run a bench with --json and check that every path holds at least one finite positive number (and nothing else). */
 function expectFigures(args: string[], paths: string[]): Json {
-  const r = pagellm(args);
-  if (r.code !== 0) throw new Error(`pagellm ${args.join(" ")} exited ${r.code}: ${r.stderr}`);
+  const r = runPagellm(args);
+  if (r.exitCode !== 0) throw new Error(`pagellm ${args.join(" ")} exited ${r.exitCode}: ${r.stderr}`);
   const doc = JSON.parse(r.stdout) as Json;
   expect(at(doc, "bench")).toEqual([args[1]!]);
   expect(at(doc, "machine.cores")[0]).toBeGreaterThan(0);
@@ -72,8 +67,8 @@ function expectFigures(args: string[], paths: string[]): Json {
 
 describe("bench command", () => {
   test("with no subcommand it lists the benches", () => {
-    const r = pagellm(["bench"]);
-    expect(r.code).toBe(0);
+    const r = runPagellm(["bench"]);
+    expect(r.exitCode).toBe(0);
     for (const name of ["kernels", "decode", "prefill", "batch", "prefix", "all", "compare", "chart"]) expect(r.stdout).toContain(name);
   }, PROCESS_TEST_MS);
 
@@ -87,15 +82,15 @@ describe("bench command", () => {
     };
     expected.all = ["--quick", "--shape", "--type", "--threads", "--models-dir"];
     for (const [bench, options] of Object.entries(expected)) {
-      const r = pagellm(["bench", bench, "--help"]);
-      expect(r.code).toBe(0);
+      const r = runPagellm(["bench", bench, "--help"]);
+      expect(r.exitCode).toBe(0);
       for (const o of [...options, "--json", "--chart", "--compare"]) expect(r.stdout, `${bench} ${o}`).toContain(o);
     }
   }, PROCESS_TEST_MS);
 
   test("a bad option is a one-line error", () => {
-    const r = pagellm(["bench", "decode", "--threads", "0"]);
-    expect(r.code).toBe(2);
+    const r = runPagellm(["bench", "decode", "--threads", "0"]);
+    expect(r.exitCode).toBe(2);
     expect(r.stderr).toContain("--threads");
   }, PROCESS_TEST_MS);
 
@@ -145,8 +140,8 @@ describe("bench command", () => {
       [["bench", "prefill", "--shape", TINY_SHAPE, "--type", "Q8_0", "--models-dir", modelsDir], /vocab must be at least 32000/],
     ];
     for (const [args, message] of cases) {
-      const r = pagellm(args);
-      expect(r.code, args.join(" ")).toBe(2);
+      const r = runPagellm(args);
+      expect(r.exitCode, args.join(" ")).toBe(2);
       expect(r.stderr.trim().split("\n").pop()).toMatch(message);
     }
   }, PROCESS_TEST_MS);
@@ -184,15 +179,15 @@ describe("bench command", () => {
       [file("old.json", JSON.stringify({ bench: "decode", results: { rows: "?" } })), /its decode results lack the fields/],
     ];
     for (const [path, message] of cases) {
-      const r = pagellm(["bench", "decode", "--threads", "1", "--compare", path]);
-      expect(r.code, path).toBe(2);
+      const r = runPagellm(["bench", "decode", "--threads", "1", "--compare", path]);
+      expect(r.exitCode, path).toBe(2);
       expect(r.stderr.trim().split("\n").pop()).toMatch(message);
       expect(r.stderr).not.toContain("[bench] decode of");
     }
-    const noDir = pagellm(["bench", "decode", "--json", join(modelsDir, "no-such-dir", "out.json")]);
-    expect(noDir.code).toBe(2);
+    const noDir = runPagellm(["bench", "decode", "--json", join(modelsDir, "no-such-dir", "out.json")]);
+    expect(noDir.exitCode).toBe(2);
     expect(noDir.stderr).toMatch(/--json .*out\.json: folder .*no-such-dir does not exist/);
-    const chartDir = pagellm(["bench", "all", "--chart", modelsDir]);
+    const chartDir = runPagellm(["bench", "all", "--chart", modelsDir]);
     expect(chartDir.stderr).toMatch(/--chart .*: is a folder; give a file name/);
   }, PROCESS_TEST_MS);
 
@@ -232,8 +227,8 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
     expect((at(doc, "results.kvContext.rows.*.vsFirst") as number[])[0]).toBe(1);
     const bytes = at(doc, "results.kvContext.rows.*.kvBytes") as number[];
     expect(bytes[1]! * 2).toBe(bytes[0]!);
-    const r = pagellm(["bench", "decode", ...onModel, "--context", "64", "--kv-type", "q8_0"]);
-    expect(r.code).toBe(2);
+    const r = runPagellm(["bench", "decode", ...onModel, "--context", "64", "--kv-type", "q8_0"]);
+    expect(r.exitCode).toBe(2);
     expect(r.stderr.trim()).toBe("pagellm: error: --kv-type q8_0 needs a head dimension that is a multiple of 32; this model's is 8");
   }, PROCESS_TEST_MS);
 
@@ -244,8 +239,8 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
     expect(at(doc, "results.speculative.rows.*.workload")).toEqual(["stories", "repeating", "no-repetition"]);
     expect(at(doc, "results.speculative.rows.*.identical")).toEqual([true, true, true]);
     expect(at(doc, "results.speculative.threads")).toEqual([1]);
-    const r = pagellm(["bench", "decode", ...onModel, "--spec-tokens", "3"]);
-    expect(r.code).toBe(2);
+    const r = runPagellm(["bench", "decode", ...onModel, "--spec-tokens", "3"]);
+    expect(r.exitCode).toBe(2);
     expect(r.stderr.trim()).toBe("pagellm: error: --spec-tokens needs --speculate");
   }, PROCESS_TEST_MS);
 
@@ -254,8 +249,8 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
     const second = join(modelsDir, "decode-2.json");
     const chart = join(modelsDir, "decode.svg");
     const args = ["bench", "decode", "--reps", "1", "--warmup", "0", ...onModel, "--stream-mb", "16", "--tokens", "4", "--threads", "1,2"];
-    const a = pagellm([...args, "--json", first]);
-    expect(a.code, a.stderr).toBe(0);
+    const a = runPagellm([...args, "--json", first]);
+    expect(a.exitCode, a.stderr).toBe(0);
     expect(a.stdout).toContain("single-sequence decode of stories260K.bin");
     const doc = readBenchDocument(first);
     if (doc.bench !== "decode") throw new Error(`bench ${doc.bench}`);
@@ -273,28 +268,28 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
     const { figures: _, schema: __, ...legacy } = doc;
     expect(reportsOf(parseBenchDocument(JSON.stringify(legacy), "legacy.json"))[0]!.figures).toEqual(doc.figures);
 
-    const b = pagellm([...args, "--json", second, "--chart", chart, "--compare", first]);
-    expect(b.code, b.stderr).toBe(0);
+    const b = runPagellm([...args, "--json", second, "--chart", chart, "--compare", first]);
+    expect(b.exitCode, b.stderr).toBe(0);
     expect(b.stdout).toContain(`against ${first}`);
     expect(b.stdout).toContain(`note: ${doc.figures.length} figures matched, 0 only in ${first}, 0 only in this run`);
     expect(readFileSync(chart, "utf8")).toContain("Decode tokens/s, one sequence");
 
     const trimmed = join(modelsDir, "decode-trimmed.json");
     writeFileSync(trimmed, JSON.stringify({ ...doc, figures: [...doc.figures.slice(1), { key: "retired figure", value: 1, unit: "x", better: "higher" }] }));
-    const c = pagellm(["bench", "compare", second, trimmed]);
-    expect(c.code, c.stderr).toBe(0);
+    const c = runPagellm(["bench", "compare", second, trimmed]);
+    expect(c.exitCode, c.stderr).toBe(0);
     expect(c.stdout).toContain(`missing from this run (only in ${trimmed})\nfigure`);
     expect(c.stdout).toContain("decode: retired figure");
     expect(c.stdout).toContain(`new in this run (not in ${trimmed})`);
     expect(c.stdout).toContain(`decode: ${doc.figures[0]!.key}`);
     const svg = join(modelsDir, "again.svg");
-    expect(pagellm(["bench", "chart", second, svg]).code).toBe(0);
+    expect(runPagellm(["bench", "chart", second, svg]).exitCode).toBe(0);
     expect(readFileSync(svg, "utf8")).toContain("<svg");
   }, LONG_PROCESS_TEST_MS);
 
   test("decode --runc: a missing baseline binary is a one-line input error", () => {
-    const r = pagellm(["bench", "decode", ...QUICK, ...onModel, "--stream-mb", "16", "--tokens", "4", "--threads", "1", "--runc", join(modelsDir, "no-such-run")]);
-    expect(r.code).toBe(2);
+    const r = runPagellm(["bench", "decode", ...QUICK, ...onModel, "--stream-mb", "16", "--tokens", "4", "--threads", "1", "--runc", join(modelsDir, "no-such-run")]);
+    expect(r.exitCode).toBe(2);
     expect(r.stderr.trim().split("\n").pop()).toMatch(/^pagellm: error: .*no-such-run: --runc binary not found$/);
   }, PROCESS_TEST_MS);
 
@@ -337,8 +332,8 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
       "bench", "prefix", "--restart", ...QUICK, "--shape", TINY_SHAPE, "--tokenizer", tokenizer!, "--models-dir", modelsDir, "--threads", "1",
       "--prefix-tokens", "256",
     ];
-    const r = pagellm(args);
-    if (r.code !== 0) throw new Error(`pagellm ${args.join(" ")} exited ${r.code}: ${r.stderr}`);
+    const r = runPagellm(args);
+    if (r.exitCode !== 0) throw new Error(`pagellm ${args.join(" ")} exited ${r.exitCode}: ${r.stderr}`);
     const doc = JSON.parse(r.stdout) as Json;
     expect(at(doc, "bench")).toEqual(["prefix-restart"]);
     for (const path of ["coldTtftMs.median", "restartTtftMs.median", "ratioPerRep.median", "diskReadMBps.median", "streamReadMBps.median", "diskBytesRead"]) {
@@ -355,7 +350,7 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
 /** A tiny llama shape whose GGUF form has Llama 2's vocabulary. */
 const TINY_GGUF_SHAPE = "dim=64,hidden=256,layers=2,heads=4,kv=2,vocab=32000,seq=256";
 
-const SHARED = resolve(ROOT, "..", "shared");
+const SHARED = resolve(REPO_ROOT, "..", "shared");
 
 describeShared("GGUF benches end to end (--type)", ["vocab/ggml-vocab-llama-spm.gguf", "models/llama2c/stories260K.bin", "models/gguf/rnd-llama-Q4_K_M.gguf"], ([, llama2c]) => {
   const tiny = ["--shape", TINY_GGUF_SHAPE, "--models-dir", modelsDir, "--threads", "1"];
@@ -378,8 +373,8 @@ describeShared("GGUF benches end to end (--type)", ["vocab/ggml-vocab-llama-spm.
   test("bench all --quick: one document with every sub-benchmark, one chart file with every chart, the elapsed time", () => {
     const json = join(modelsDir, "all.json");
     const chart = join(modelsDir, "all.svg");
-    const r = pagellm(["bench", "all", "--quick", "--models-dir", modelsDir, "--json", json, "--chart", chart]);
-    expect(r.code, r.stderr).toBe(0);
+    const r = runPagellm(["bench", "all", "--quick", "--models-dir", modelsDir, "--json", json, "--chart", chart]);
+    expect(r.exitCode, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/\nbench all took \d+ min \d+ s\n$/);
     const doc = readBenchDocument(json);
     if (doc.bench !== "all") throw new Error(`bench ${doc.bench}`);
@@ -416,11 +411,11 @@ describeShared("GGUF benches end to end (--type)", ["vocab/ggml-vocab-llama-spm.
   }, LONG_PROCESS_TEST_MS);
 
   test("--peer-nlc: a folder without node-llama-cpp, or a llama2.c model, is a one-line input error", () => {
-    const missing = pagellm(["bench", "decode", ...QUICK, ...tiny, "--type", "F32", "--peer-nlc", join(modelsDir, "no-peer")]);
-    expect(missing.code).toBe(2);
+    const missing = runPagellm(["bench", "decode", ...QUICK, ...tiny, "--type", "F32", "--peer-nlc", join(modelsDir, "no-peer")]);
+    expect(missing.exitCode).toBe(2);
     expect(missing.stderr.trim().split("\n").pop()).toMatch(/no-peer: no node_modules\/node-llama-cpp there; install it outside the project/);
-    const foreign = pagellm(["bench", "decode", ...QUICK, "--model", llama2c!, "--peer-nlc", join(modelsDir, "no-peer")]);
-    expect(foreign.code).toBe(2);
+    const foreign = runPagellm(["bench", "decode", ...QUICK, "--model", llama2c!, "--peer-nlc", join(modelsDir, "no-peer")]);
+    expect(foreign.exitCode).toBe(2);
     expect(foreign.stderr).toContain("--peer-nlc runs llama.cpp on GGUF files");
   }, PROCESS_TEST_MS);
 

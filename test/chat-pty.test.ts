@@ -11,38 +11,30 @@ import { LLM } from "../src/engine/llm.ts";
 import { gguf, writeGGUF, type TensorToWrite } from "../src/model/gguf-writer.ts";
 import { tokenizerMetadata } from "../src/model/gguf-tokenizer-metadata.ts";
 import { describeShared } from "./helpers/shared.ts";
-import { REPO_ROOT } from "./helpers/cli.ts";
-import { hasScript, pagellmInPty } from "./helpers/pty.ts";
+import { turnStats } from "./helpers/chat-turns.ts";
+import { hasScript, PtySession, terminalText } from "./helpers/pty.ts";
 import { LONG_PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "pagellm-chat-pty-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 
-/** Output of `pagellm chat ...` run in a pseudo-terminal, fed `lines` a few seconds apart, escapes removed. */
+/** Output of `pagellm chat ...` run in a pseudo-terminal, each of `lines` sent once the reply before it has ended, escapes removed. */
 async function chatInPty(args: string[], lines: string[]): Promise<string> {
   // The line history goes to the test's folder, not the user's.
-  const env = { ...process.env, XDG_DATA_HOME: join(dir, "xdg") };
-  const proc = Bun.spawn(pagellmInPty(["chat", ...args]), { cwd: REPO_ROOT, env, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
-  let out = "";
-  const reader = (async () => {
-    for await (const chunk of proc.stdout) out += new TextDecoder().decode(chunk);
-  })();
-  const waitFor = async (pattern: RegExp, count: number) => {
-    const start = performance.now();
-    while ((out.match(pattern) ?? []).length < count && performance.now() - start < 60_000) await Bun.sleep(50);
-  };
-  await waitFor(/> /g, 1);
-  for (const [i, line] of lines.entries()) {
-    proc.stdin.write(`${line}\n`);
-    await proc.stdin.flush();
-    if (line.startsWith("/")) break;
-    await waitFor(/\[prompt \d+ tokens/g, i + 1);
+  const session = new PtySession(["chat", ...args], { ...process.env, XDG_DATA_HOME: join(dir, "xdg") });
+  try {
+    await session.waitForCount(/> /g, 1);
+    for (const [i, line] of lines.entries()) {
+      await session.send(`${line}\n`);
+      if (line.startsWith("/")) break;
+      await session.waitForCount(/\[prompt \d+ tokens/g, i + 1);
+    }
+    await session.end();
+  } finally {
+    session.kill();
   }
-  proc.stdin.end();
-  await proc.exited;
-  await reader;
-  return out.replace(/\x1b\[[0-9;?]*[a-zA-Z]/g, "").replaceAll("\r", "");
+  return terminalText(session.output);
 }
 
 describeShared("pagellm chat on a GGUF chat model", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
@@ -51,11 +43,10 @@ describeShared("pagellm chat on a GGUF chat model", ["models/gguf/rnd-qwen2-Q5_K
     expect(out).toContain("template rnd-qwen2-Q5_K_M.gguf's chat template");
     // SmolLM2's ChatML with its default system prompt: 31 tokens for "hello".
     expect(out).toMatch(/\[prompt 31 tokens \(0 cached\), reply 6 tokens/);
-    const second = /\[prompt (\d+) tokens \((\d+) cached\)/g;
-    const turns = [...out.matchAll(second)];
+    const turns = turnStats(out);
     expect(turns.length).toBe(2);
     // Everything before the new message, up to the last whole KV block (16 tokens), is served from the cache.
-    expect(Number(turns[1]![2])).toBe(Math.floor((31 + 6) / 16) * 16);
+    expect(turns[1]!.cached).toBe(Math.floor((31 + 6) / 16) * 16);
   }, LONG_PROCESS_TEST_MS);
 });
 
@@ -64,9 +55,7 @@ describeShared("a long chat on a GGUF chat model", ["models/gguf/rnd-qwen2-Q5_K_
     const topics = ["the weather", "a red bicycle", "my old cat", "the sea at night", "bread and butter"];
     const messages = Array.from({ length: 20 }, (_, i) => `Tell me about ${topics[i % topics.length]}, part ${i + 1}.`);
     const out = await chatInPty(["--model", model!, "--ctx-size", "2048", "--max-tokens", "4", "--temperature", "0", "--threads", "1"], [...messages, "/exit"]);
-    const turns = [...out.matchAll(/\[prompt (\d+) tokens \((\d+) cached\), .*first token ([\d.]+) ms/g)].map((m) => ({
-      prompt: Number(m[1]), cached: Number(m[2]), ttftMs: Number(m[3]),
-    }));
+    const turns = turnStats(out);
     expect(turns.length).toBe(20);
     // What keeps time to first token flat: the last prompt is long, and all of it but its last
     // partial block and the new message comes from the cache, in every turn after the first.
@@ -76,59 +65,50 @@ describeShared("a long chat on a GGUF chat model", ["models/gguf/rnd-qwen2-Q5_K_
     expect(last.prompt).toBeGreaterThan(10 * turns[0]!.prompt / 2);
     for (const [i, turn] of turns.entries()) if (i > 0) expect(turn.prompt - turn.cached, `turn ${i + 1}`).toBeLessThan(16 + 40);
     const least = (xs: number[]) => Math.min(...xs);
-    console.log(`TTFT: turns 2-6 least ${least(turns.slice(1, 6).map((t) => t.ttftMs))} ms, turns 16-20 least ${least(turns.slice(-5).map((t) => t.ttftMs))} ms; last prompt ${last.prompt} tokens (${last.cached} cached)`);
+    console.log(`TTFT: turns 2-6 least ${least(turns.slice(1, 6).map((t) => t.firstTokenMs))} ms, turns 16-20 least ${least(turns.slice(-5).map((t) => t.firstTokenMs))} ms; last prompt ${last.prompt} tokens (${last.cached} cached)`);
   }, LONG_PROCESS_TEST_MS);
 });
 
 describeShared("Ctrl-C during a reply", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
   test.skipIf(!hasScript)("stops the reply, keeps it in the conversation, and the chat goes on", async () => {
     const args = ["chat", "--model", model!, "--ctx-size", "2048", "--max-tokens", "1500", "--temperature", "0", "--threads", "1"];
-    const env = { ...process.env, XDG_DATA_HOME: join(dir, "xdg") };
-    const proc = Bun.spawn(pagellmInPty(["chat", ...args]), { cwd: REPO_ROOT, env, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
-    let out = "";
-    const reader = (async () => {
-      for await (const chunk of proc.stdout) out += new TextDecoder().decode(chunk);
-    })();
-    const waitFor = async (test: () => boolean) => {
-      const start = performance.now();
-      while (!test() && performance.now() - start < 60_000) await Bun.sleep(20);
-    };
-    const send = async (keys: string) => {
-      proc.stdin.write(keys);
-      await proc.stdin.flush();
-    };
-    await waitFor(() => out.includes("> "));
-    await send("hello\r");
-    const echoed = () => out.lastIndexOf("hello");
-    await waitFor(() => echoed() >= 0);
-    // The reply is streaming: text after the echoed message, escapes and the line end aside.
-    await waitFor(() => out.slice(echoed() + 5).replace(/\x1b\[[0-9;?]*[a-zA-Z]/g, "").trim().length > 40);
-    await send("\x03");
-    await waitFor(() => /\[prompt \d+ tokens[^\]]*interrupted/.test(out));
-    // Each line once the prompt is drawn again: keys typed while a turn ends are not what is tested here.
-    const prompts = () => (out.match(/> /g) ?? []).length;
-    await waitFor(() => prompts() >= 2);
-    await send("/set max-tokens 4\r");
-    await waitFor(() => prompts() >= 3);
-    await send("and then?\r");
-    await waitFor(() => (out.match(/\[prompt \d+ tokens/g) ?? []).length >= 2 && prompts() >= 4);
-    await send("/exit\r");
-    proc.stdin.end();
-    const exitCode = await proc.exited;
-    await reader;
+    const session = new PtySession(["chat", ...args], { ...process.env, XDG_DATA_HOME: join(dir, "xdg") });
+    const out = () => session.output;
+    let exitCode: number;
+    try {
+      await session.waitFor(() => out().includes("> "), "the prompt");
+      await session.send("hello\r");
+      const echoed = () => out().lastIndexOf("hello");
+      await session.waitFor(() => echoed() >= 0, "the message echoed");
+      // The reply is streaming: text after the echoed message, escapes and the line end aside.
+      await session.waitFor(() => terminalText(out().slice(echoed() + 5)).trim().length > 40, "40 characters of the reply");
+      await session.send("\x03");
+      await session.waitFor(() => /\[prompt \d+ tokens[^\]]*interrupted/.test(out()), "the interrupted reply's statistics");
+      // Each line once the prompt is drawn again: keys typed while a turn ends are not what is tested here.
+      const prompts = () => (out().match(/> /g) ?? []).length;
+      await session.waitFor(() => prompts() >= 2, "the second prompt");
+      await session.send("/set max-tokens 4\r");
+      await session.waitFor(() => prompts() >= 3, "the third prompt");
+      await session.send("and then?\r");
+      await session.waitFor(() => (out().match(/\[prompt \d+ tokens/g) ?? []).length >= 2 && prompts() >= 4, "the second reply");
+      await session.send("/exit\r");
+      exitCode = await session.end();
+    } finally {
+      session.kill();
+    }
     // On failure, the whole session is in the message.
-    const session = `session:\n${out.replace(/\x1b\[[0-9;?]*[a-zA-Z]/g, "")}`;
-    expect(exitCode, session).toBe(0);
-    const turns = [...out.matchAll(/\[prompt (\d+) tokens \((\d+) cached\), reply (\d+) tokens?([^\]]*)\]/g)];
-    expect(turns.length, session).toBe(2);
-    expect(turns[0]![4], session).toContain("interrupted");
-    const firstReply = Number(turns[0]![3]);
-    expect(firstReply, session).toBeGreaterThan(0);
-    expect(firstReply, session).toBeLessThan(1500);
+    const shown = `session:\n${terminalText(out())}`;
+    expect(exitCode, shown).toBe(0);
+    const turns = turnStats(out());
+    expect(turns.length, shown).toBe(2);
+    expect(turns[0]!.rest, shown).toContain("interrupted");
+    const firstReply = turns[0]!.reply;
+    expect(firstReply, shown).toBeGreaterThan(0);
+    expect(firstReply, shown).toBeLessThan(1500);
     // The interrupted reply stays in the conversation: the second prompt holds it, served from the cache.
-    expect(Number(turns[1]![1]), session).toBeGreaterThan(31 + firstReply);
+    expect(turns[1]!.prompt, shown).toBeGreaterThan(31 + firstReply);
     // Every whole 16-token block the first turn computed (its last sampled token is never fed back).
-    expect(Number(turns[1]![2]), session).toBeGreaterThanOrEqual(Math.floor((31 + firstReply - 1) / 16) * 16);
+    expect(turns[1]!.cached, shown).toBeGreaterThanOrEqual(Math.floor((31 + firstReply - 1) / 16) * 16);
   }, LONG_PROCESS_TEST_MS);
 });
 
@@ -198,9 +178,9 @@ describeShared("end-of-generation tokens stop a reply", ["vocab/ggml-vocab-smoll
     // SmolLM2's ChatML with its default system prompt: 31 tokens for "hello"; the reply is 2 tokens, not 50.
     expect(out).toMatch(/\nHi!\n\[prompt 31 tokens \(0 cached\), reply 2 tokens, first token/);
     // The second prompt holds the first reply closed by <|im_end|>; all of it up to the last whole 16-token block is cached.
-    const turns = [...out.matchAll(/\[prompt (\d+) tokens \((\d+) cached\), reply (\d+) tokens/g)].map((m) => m.slice(1).map(Number));
+    const turns = turnStats(out);
     expect(turns.length).toBe(2);
-    expect(turns[1]![1]).toBe(Math.floor((31 + 2 + 1) / 16) * 16);
-    expect(turns[1]![2]).toBe(2);
+    expect(turns[1]!.cached).toBe(Math.floor((31 + 2 + 1) / 16) * 16);
+    expect(turns[1]!.reply).toBe(2);
   }, LONG_PROCESS_TEST_MS);
 });

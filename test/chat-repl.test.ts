@@ -9,8 +9,9 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { historyPath } from "../src/cli/line-input.ts";
+import { turnStats } from "./helpers/chat-turns.ts";
 import { REPO_ROOT, runPagellm } from "./helpers/cli.ts";
-import { hasScript, pagellmInPty } from "./helpers/pty.ts";
+import { hasScript, PtySession, terminalText } from "./helpers/pty.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { LONG_PROCESS_TEST_MS } from "./helpers/limits.ts";
 
@@ -20,11 +21,6 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 // Gemma 3 puts the system prompt into the first user turn, so each turn stays a prefix of the next
 // (Mistral v0.3 moves it to the last user turn: every turn rewrites the one before).
 const TEMPLATE = join(REPO_ROOT, "test", "fixtures", "chat-templates", "gemma3.jinja");
-
-/** The [prompt P tokens (C cached), ...] line after each reply. */
-function turnStats(stderr: string): { prompt: number; cached: number }[] {
-  return [...stderr.matchAll(/\[prompt (\d+) tokens \((\d+) cached\)/g)].map((m) => ({ prompt: Number(m[1]), cached: Number(m[2]) }));
-}
 
 test("the history file lives under XDG_DATA_HOME, else ~/.local/share", () => {
   expect(historyPath({ XDG_DATA_HOME: "/x" })).toBe("/x/pagellm/chat_history");
@@ -108,25 +104,18 @@ describeShared("pagellm chat commands", ["models/gguf/stories260K.gguf"], ([mode
   test.skipIf(!hasScript)("history: lines typed in one session come back with the up arrow in the next", async () => {
     const env = { ...process.env, XDG_DATA_HOME: join(dir, "xdg") };
     const session = async (keys: string[]): Promise<string> => {
-      const proc = Bun.spawn(pagellmInPty(base), { cwd: REPO_ROOT, env, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
-      let out = "";
-      const reader = (async () => {
-        for await (const chunk of proc.stdout) out += new TextDecoder().decode(chunk);
-      })();
-      const waitFor = async (pattern: RegExp, count: number) => {
-        const start = performance.now();
-        while ((out.match(pattern) ?? []).length < count && performance.now() - start < 30_000) await Bun.sleep(50);
-      };
-      await waitFor(/> /g, 1);
-      for (const [i, k] of keys.entries()) {
-        proc.stdin.write(k);
-        await proc.stdin.flush();
-        if (!k.startsWith("/")) await waitFor(/\[prompt \d+ tokens/g, i + 1);
+      const pty = new PtySession(base, env);
+      try {
+        await pty.waitForCount(/> /g, 1);
+        for (const [i, k] of keys.entries()) {
+          await pty.send(k);
+          if (!k.startsWith("/")) await pty.waitForCount(/\[prompt \d+ tokens/g, i + 1);
+        }
+        await pty.end();
+      } finally {
+        pty.kill();
       }
-      proc.stdin.end();
-      await proc.exited;
-      await reader;
-      return out.replace(/\x1b\[[0-9;?]*[a-zA-Z]/g, "").replaceAll("\r", "");
+      return terminalText(pty.output);
     };
     await session(["Once upon a time\r", "/exit\r"]);
     expect(readFileSync(join(dir, "xdg", "pagellm", "chat_history"), "utf8")).toBe("Once upon a time\n/exit\n");

@@ -1,10 +1,11 @@
 import { describe, expect, test } from "bun:test";
-import { resolve } from "node:path";
 import {
   ChatHistory, keptReplyIds, renderUserTurn, replyEndIds, userTurnIds, type ChatTemplateName, type ChatTokenizer,
 } from "../src/chat/builtin-formats.ts";
 import { loadLlama2cTokenizer } from "../src/tokenizer/index.ts";
 import { describeShared } from "./helpers/shared.ts";
+import { REPO_ROOT, runPagellmAsync } from "./helpers/cli.ts";
+import { turnStats } from "./helpers/chat-turns.ts";
 import { PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 /** A character-level tokenizer: BOS 1, EOS 2, each character its code + 3, a dummy-prefix space like SentencePiece. */
@@ -176,36 +177,16 @@ describeShared("chat templates with tok512", ["models/llama2c/tok512.bin"], ([to
   });
 });
 
-const ROOT = resolve(import.meta.dir, "..");
 const MODEL = "models/llama2c/stories260K.bin";
 const TOK = "models/llama2c/tok512.bin";
-
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-async function pagellm(args: string[], stdin: string): Promise<Run> {
-  const proc = Bun.spawn(["bun", "bin/pagellm", ...args], { cwd: ROOT, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
-  proc.stdin.write(stdin);
-  await proc.stdin.end();
-  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
-  return { code, stdout, stderr };
-}
-
-/** The [prompt P tokens (C cached), ...] line after each reply. */
-function turnStats(stderr: string): { prompt: number; cached: number }[] {
-  return [...stderr.matchAll(/\[prompt (\d+) tokens \((\d+) cached\)/g)].map((m) => ({ prompt: Number(m[1]), cached: Number(m[2]) }));
-}
 
 describeShared("pagellm chat", [MODEL, TOK], ([model, tok]) => {
   const base = ["chat", "--model", model!, "--tokenizer", tok!, "--temperature", "0", "--threads", "1"];
 
   test("three messages through a pipe: replies stream, later turns hit the prefix cache, /stats, /exit", async () => {
-    const run = await pagellm([...base, "--max-tokens", "30"], "Once upon a time\nThe dog\nThen\n/stats\n/exit\nnever read\n");
+    const run = await runPagellmAsync([...base, "--max-tokens", "30"], { stdin: "Once upon a time\nThe dog\nThen\n/stats\n/exit\nnever read\n" });
     expect(run.stderr).not.toContain("error");
-    expect(run.code).toBe(0);
+    expect(run.exitCode).toBe(0);
     const stats = turnStats(run.stderr);
     expect(stats.length).toBe(3);
     expect(stats[0]!.cached).toBe(0);
@@ -218,17 +199,18 @@ describeShared("pagellm chat", [MODEL, TOK], ([model, tok]) => {
     expect(run.stdout).toContain("prefix cache:");
     expect(run.stdout).toMatch(/conversation: 3 turns/);
     // The first reply is what `generate` writes for the same prompt (its leading space is not shown).
-    const gen = await pagellm(["generate", "--model", model!, "--tokenizer", tok!, "--temperature", "0", "--threads", "1",
-      "--max-tokens", "30", "--prompt", "Once upon a time"], "");
-    expect(gen.code).toBe(0);
+    const gen = await runPagellmAsync(["generate", "--model", model!, "--tokenizer", tok!, "--temperature", "0", "--threads", "1",
+      "--max-tokens", "30", "--prompt", "Once upon a time"]);
+    expect(gen.exitCode).toBe(0);
     expect(run.stdout.startsWith(gen.stdout.trimStart().trimEnd())).toBe(true);
     expect(lines.filter((l) => l.trim() !== "").length).toBeGreaterThanOrEqual(3 + 4);
   }, PROCESS_TEST_MS);
 
   test("llama2 template: later turns hit the cache; /system and /set work; EOF ends the chat", async () => {
-    const run = await pagellm([...base, "--template", "llama2", "--system", "Be nice", "--max-tokens", "20"],
-      "Hi there\n/set top-k 1\n/set temperature x\nWhat is your name?\n/system\n/bogus\n");
-    expect(run.code).toBe(0);
+    const run = await runPagellmAsync([...base, "--template", "llama2", "--system", "Be nice", "--max-tokens", "20"], {
+      stdin: "Hi there\n/set top-k 1\n/set temperature x\nWhat is your name?\n/system\n/bogus\n",
+    });
+    expect(run.exitCode).toBe(0);
     const stats = turnStats(run.stderr);
     expect(stats.length).toBe(2);
     expect(stats[1]!.cached).toBeGreaterThan(0);
@@ -239,14 +221,14 @@ describeShared("pagellm chat", [MODEL, TOK], ([model, tok]) => {
   }, PROCESS_TEST_MS);
 
   test("multi-line messages: a trailing backslash and a \"\"\" block are one message each", async () => {
-    const run = await pagellm([...base, "--max-tokens", "5"], 'Once upon\\\na time\n"""\nThe dog\nran\n"""\n"""one line"""\n');
-    expect(run.code).toBe(0);
+    const run = await runPagellmAsync([...base, "--max-tokens", "5"], { stdin: 'Once upon\\\na time\n"""\nThe dog\nran\n"""\n"""one line"""\n' });
+    expect(run.exitCode).toBe(0);
     expect(turnStats(run.stderr).length).toBe(3);
   }, PROCESS_TEST_MS);
 
   test("a long conversation drops its oldest turns instead of overflowing the context", async () => {
-    const run = await pagellm([...base, "--max-tokens", "200"], "Once upon a time\nThe dog\nThe cat\nThe bird\n");
-    expect(run.code).toBe(0);
+    const run = await runPagellmAsync([...base, "--max-tokens", "200"], { stdin: "Once upon a time\nThe dog\nThe cat\nThe bird\n" });
+    expect(run.exitCode).toBe(0);
     expect(turnStats(run.stderr).length).toBe(4);
     expect(run.stderr).toContain("dropped the oldest turn");
     expect(run.stderr).not.toContain("error");
@@ -254,14 +236,14 @@ describeShared("pagellm chat", [MODEL, TOK], ([model, tok]) => {
 
   test("a message longer than the context is refused, and the chat goes on", async () => {
     const long = "the dog ran and ".repeat(200);
-    const run = await pagellm([...base, "--max-tokens", "5"], `${long}\nOnce upon a time\n`);
-    expect(run.code).toBe(0);
+    const run = await runPagellmAsync([...base, "--max-tokens", "5"], { stdin: `${long}\nOnce upon a time\n` });
+    expect(run.exitCode).toBe(0);
     expect(run.stderr).toMatch(/message too long: \d+ tokens, the context holds 512/);
     expect(turnStats(run.stderr).length).toBe(1);
   }, PROCESS_TEST_MS);
 
   test("SIGINT while waiting for input ends the chat with 130", async () => {
-    const proc = Bun.spawn(["bun", "bin/pagellm", ...base], { cwd: ROOT, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
+    const proc = Bun.spawn(["bun", "bin/pagellm", ...base], { cwd: REPO_ROOT, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
     const reader = proc.stderr.getReader();
     let err = "";
     while (!err.includes("pagellm chat:")) {
@@ -274,16 +256,16 @@ describeShared("pagellm chat", [MODEL, TOK], ([model, tok]) => {
   }, PROCESS_TEST_MS);
 
   test("options: unknown ones are rejected, a bad template or --system without one is an input error, --help lists them", async () => {
-    expect((await pagellm([...base, "--bogus"], "")).code).toBe(2);
-    const bad = await pagellm([...base, "--template", "chatml3"], "");
-    expect(bad.code).toBe(2);
+    expect((await runPagellmAsync([...base, "--bogus"])).exitCode).toBe(2);
+    const bad = await runPagellmAsync([...base, "--template", "chatml3"]);
+    expect(bad.exitCode).toBe(2);
     expect(bad.stderr).toContain('--template must be raw, llama2, chatml or a Jinja template file, got "chatml3" (no such file)');
     // A raw conversation (the default for a model without a template) has no system prompt.
-    const noSystem = await pagellm([...base, "--system", "x"], "");
-    expect(noSystem.code).toBe(2);
+    const noSystem = await runPagellmAsync([...base, "--system", "x"]);
+    expect(noSystem.exitCode).toBe(2);
     expect(noSystem.stderr).toContain("--system needs a format with a system prompt: the raw format has none");
-    const help = await pagellm(["chat", "--help"], "");
-    expect(help.code).toBe(0);
+    const help = await runPagellmAsync(["chat", "--help"]);
+    expect(help.exitCode).toBe(0);
     for (const opt of ["--template", "--system", "--temperature", "--max-tokens", "--prefix-cache", "--model"]) expect(help.stdout).toContain(opt);
   }, PROCESS_TEST_MS);
 });

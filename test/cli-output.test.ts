@@ -2,12 +2,17 @@
  * What goes where: results on stdout and nothing else; --quiet leaves stderr to errors; --verbose
  * adds the stack to an error's one line; colour only on a terminal and never with NO_COLOR.
  */
-import { describe, expect, test } from "bun:test";
+import { afterAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { REPO_ROOT, runPagellm, stripAnsi } from "./helpers/cli.ts";
-import { hasScript, pagellmInPty, shellQuote } from "./helpers/pty.ts";
+import { hasScript, PtySession } from "./helpers/pty.ts";
 import { describeShared } from "./helpers/shared.ts";
-import { CHILD_PROCESS_MS, PROCESS_TEST_MS } from "./helpers/limits.ts";
+import { PROCESS_TEST_MS } from "./helpers/limits.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "pagellm-cli-output-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describeShared("--quiet and the stderr lines", ["models/llama2c/stories260K.bin", "models/llama2c/tok512.bin"], ([model, tok]) => {
   const args = ["generate", "--model", model!, "--tokenizer", tok!, "--prompt", "Once upon a time", "--max-tokens", "8", "--temperature", "0", "--threads", "1"];
@@ -66,19 +71,27 @@ describe("--verbose", () => {
 
 
 describeShared("colour on a terminal", ["models/llama2c/stories260K.bin", "models/llama2c/tok512.bin"], ([model, tok]) => {
-  /** `pagellm chat` in a pseudo-terminal with one message, then /exit; the raw output. */
-  function chatInPty(env: Record<string, string | undefined>): string {
-    const pty = pagellmInPty(["chat", "--model", model!, "--tokenizer", tok!, "--max-tokens", "4", "--temperature", "0", "--threads", "1"]);
-    const proc = Bun.spawnSync(["sh", "-c", `(sleep 1; printf 'Once\\r'; sleep 2; printf '/exit\\r') | ${pty.map(shellQuote).join(" ")}`], {
-      cwd: REPO_ROOT, env: { ...process.env, TERM: "xterm", ...env }, stdout: "pipe", stderr: "pipe", timeout: CHILD_PROCESS_MS,
-    });
-    return proc.stdout.toString();
+  /** `pagellm chat` in a pseudo-terminal with one message, then /exit, each sent once chat is ready for it; the raw output. */
+  async function chatInPty(env: Record<string, string | undefined>): Promise<string> {
+    const args = ["chat", "--model", model!, "--tokenizer", tok!, "--max-tokens", "4", "--temperature", "0", "--threads", "1"];
+    // The line history goes to the test's folder, not the user's.
+    const session = new PtySession(args, { ...process.env, TERM: "xterm", XDG_DATA_HOME: dir, ...env });
+    try {
+      await session.waitForCount(/> /g, 1);
+      await session.send("Once\r");
+      await session.waitForCount(/\[prompt \d+ tokens/g, 1);
+      await session.send("/exit\r");
+      expect(await session.end()).toBe(0);
+    } finally {
+      session.kill();
+    }
+    return session.output;
   }
 
-  test.skipIf(!hasScript)("the statistics line is dim, unless NO_COLOR is set", () => {
-    const colour = chatInPty({ NO_COLOR: undefined });
+  test.skipIf(!hasScript)("the statistics line is dim, unless NO_COLOR is set", async () => {
+    const colour = await chatInPty({ NO_COLOR: undefined });
     expect(colour).toMatch(/\x1b\[2m\[prompt \d+ tokens/);
-    const plain = chatInPty({ NO_COLOR: "1" });
+    const plain = await chatInPty({ NO_COLOR: "1" });
     expect(plain).toMatch(/\[prompt \d+ tokens/);
     expect(plain).not.toContain("\x1b[2m");
   }, PROCESS_TEST_MS);

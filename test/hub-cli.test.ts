@@ -6,17 +6,11 @@ import { afterAll, expect, test } from "bun:test";
 import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { REPO_ROOT } from "./helpers/cli.ts";
+import { REPO_ROOT, runPagellmAsync } from "./helpers/cli.ts";
 import { FakeHub } from "./helpers/fake-hub.ts";
 import { hasScript, pagellmInPty } from "./helpers/pty.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { PROCESS_TEST_MS } from "./helpers/limits.ts";
-
-interface Run {
-  code: number;
-  out: string;
-  err: string;
-}
 
 describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8_0.gguf", "models/gguf/stories260K-Q4_0.gguf"], ([q8, q4]) => {
   const hub = new FakeHub();
@@ -31,26 +25,22 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
   });
 
   // The fake hub answers in this process, so the CLI must run without blocking the event loop.
-  async function pagellm(...args: string[]): Promise<Run> {
-    const env = { ...process.env, HF_HOME: home, HF_HUB_CACHE: "", HF_ENDPOINT: hub.endpoint, HF_TOKEN: "", PAGELLM_CACHE: join(home, "pagellm"), PAGELLM_DEBUG: "", NO_COLOR: "1" };
-    const proc = Bun.spawn(["bun", "bin/pagellm", ...args], { cwd: REPO_ROOT, env, stdout: "pipe", stderr: "pipe", stdin: "ignore" });
-    const [code, out, err] = await Promise.all([proc.exited, new Response(proc.stdout).text(), new Response(proc.stderr).text()]);
-    return { code, out, err };
-  }
+  const env = { HF_HOME: home, HF_HUB_CACHE: "", HF_ENDPOINT: hub.endpoint, HF_TOKEN: "", PAGELLM_CACHE: join(home, "pagellm"), NO_COLOR: "1" };
+  const pagellm = (...args: string[]) => runPagellmAsync(args, { env });
 
   test("models on an empty cache says how to get one", async () => {
     const r = await pagellm("models");
-    expect(r).toEqual({ code: 0, out: "", err: `no models cached in ${join(home, "hub")} (pagellm pull hf:OWNER/REPO:QUANT fetches one)\n` });
+    expect(r).toEqual({ exitCode: 0, stdout: "", stderr: `no models cached in ${join(home, "hub")} (pagellm pull hf:OWNER/REPO:QUANT fetches one)\n` });
   }, PROCESS_TEST_MS);
 
   test("pull prints the cached path and nothing else", async () => {
     const r = await pagellm("pull", `hf:${REPO}:Q8_0`);
-    expect(r.err).toBe("");
-    expect(r.code).toBe(0);
-    expect(r.out).toBe(`${join(repoDir, "snapshots", hub.commit, "stories260K-Q8_0.gguf")}\n`);
-    expect(readFileSync(r.out.trim())).toEqual(readFileSync(q8!));
+    expect(r.stderr).toBe("");
+    expect(r.exitCode).toBe(0);
+    expect(r.stdout).toBe(`${join(repoDir, "snapshots", hub.commit, "stories260K-Q8_0.gguf")}\n`);
+    expect(readFileSync(r.stdout.trim())).toEqual(readFileSync(q8!));
     const again = await pagellm("pull", `hf:${REPO}/stories260K-Q4_0.gguf`);
-    expect(again.code).toBe(0);
+    expect(again.exitCode).toBe(0);
   }, PROCESS_TEST_MS);
 
   // `script` (util-linux) gives the child a pseudo-terminal, where the progress bar is drawn.
@@ -70,14 +60,14 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
 
   test("models lists repo, file, size, architecture, quantization and context", async () => {
     const text = await pagellm("models");
-    expect(text.code).toBe(0);
-    expect(text.out.split("\n")).toEqual([
+    expect(text.exitCode).toBe(0);
+    expect(text.stdout.split("\n")).toEqual([
       "REPO                         FILE                   SIZE       ARCH   QUANT  CONTEXT",
       "tinyllamas/stories260K-GGUF  stories260K-Q4_0.gguf  270.5 KiB  llama  Q4_0   2048",
       "tinyllamas/stories260K-GGUF  stories260K-Q8_0.gguf  370.3 KiB  llama  Q8_0   2048",
       "",
     ]);
-    const json = JSON.parse((await pagellm("models", "--json")).out) as { repo: string; file: string; bytes: number; quantization: string; contextLength: number }[];
+    const json = JSON.parse((await pagellm("models", "--json")).stdout) as { repo: string; file: string; bytes: number; quantization: string; contextLength: number }[];
     expect(json.map((m) => [m.repo, m.file, m.bytes, m.quantization, m.contextLength])).toEqual([
       [REPO, "stories260K-Q4_0.gguf", 277024, "Q4_0", 2048],
       [REPO, "stories260K-Q8_0.gguf", 379168, "Q8_0", 2048],
@@ -87,15 +77,15 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
   test("info shows the model, its tensors, vocabulary and memory at --ctx-size", async () => {
     const requestsBefore = hub.requests.length;
     const text = await pagellm("info", `hf:${REPO}:Q8_0`, "--ctx-size", "512");
-    expect(text.code).toBe(0);
+    expect(text.exitCode).toBe(0);
     expect(hub.requests.length).toBe(requestsBefore); // served from the cache
     for (const line of ["architecture      llama", "quantization      Q8_0", "context length    2048", "heads (q/kv)      8/4", "head dim          8",
       "Memory at --ctx-size 512", "KV cache (f16)      320.0 KiB"]) {
-      expect(text.out).toContain(line);
+      expect(text.stdout).toContain(line);
     }
-    expect(text.out).toMatch(/\n {4}kind +llama\n {4}size +512\n {4}bos token +1 "<s>"\n {4}eos token +2 "<\/s>"\n {4}unknown token +0 "<unk>"\n\n/);
-    expect(text.out).toMatch(/\n {4}Q8_0 +69\.0% +246\.0 KiB  32 tensors\n {4}F16 +30\.2%/);
-    const json = JSON.parse((await pagellm("info", `hf:${REPO}:Q8_0`, "--json", "--ctx-size", "512")).out) as {
+    expect(text.stdout).toMatch(/\n {4}kind +llama\n {4}size +512\n {4}bos token +1 "<s>"\n {4}eos token +2 "<\/s>"\n {4}unknown token +0 "<unk>"\n\n/);
+    expect(text.stdout).toMatch(/\n {4}Q8_0 +69\.0% +246\.0 KiB  32 tensors\n {4}F16 +30\.2%/);
+    const json = JSON.parse((await pagellm("info", `hf:${REPO}:Q8_0`, "--json", "--ctx-size", "512")).stdout) as {
       layers: number; kvHeads: number; headDim: number; parameters: number; vocabulary: { kind: string; size: number };
       tensorTypes: { type: string; fraction: number }[]; specialTokens: { role: string; id: number; text: string }[];
       memory: { kvCacheBytes: number; weightBytes: number; totalBytes: number };
@@ -103,7 +93,7 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
     // GGUF models get an f16 KV cache unless --kv-type says otherwise, as llama.cpp.
     expect(json.memory.kvCacheBytes).toBe(2 * json.layers * 512 * json.kvHeads * json.headDim * 2);
     expect(json.memory.kvCacheBytes).toBe(327680);
-    const f32 = JSON.parse((await pagellm("info", `hf:${REPO}:Q8_0`, "--json", "--ctx-size", "512", "--kv-type", "f32")).out) as { memory: { kvType: string; kvCacheBytes: number } };
+    const f32 = JSON.parse((await pagellm("info", `hf:${REPO}:Q8_0`, "--json", "--ctx-size", "512", "--kv-type", "f32")).stdout) as { memory: { kvType: string; kvCacheBytes: number } };
     expect(f32.memory).toMatchObject({ kvType: "f32", kvCacheBytes: 655360 });
     expect(json.vocabulary).toEqual({ kind: "llama", pre: null, size: 512 } as typeof json.vocabulary);
     expect(json.tensorTypes.reduce((s, t) => s + t.fraction, 0)).toBeCloseTo(1, 9);
@@ -115,9 +105,9 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
     const args = ["--prompt", "Once upon a time", "--max-tokens", "12", "--temperature", "0", "--threads", "1"];
     const viaHub = await pagellm("generate", "--model", `hf:${REPO}:Q8_0`, ...args);
     const viaPath = await pagellm("generate", "--model", q8!, ...args);
-    expect(viaHub.code).toBe(0);
-    expect(viaHub.out.length).toBeGreaterThan(0);
-    expect(viaHub.out).toBe(viaPath.out);
+    expect(viaHub.exitCode).toBe(0);
+    expect(viaHub.stdout.length).toBeGreaterThan(0);
+    expect(viaHub.stdout).toBe(viaPath.stdout);
   }, PROCESS_TEST_MS);
 
   test("rm removes the snapshot link and, when unreferenced, the blob", async () => {
@@ -127,12 +117,12 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
     const oldCommit = "1111111111111111111111111111111111111111";
     mkdirSync(join(repoDir, "snapshots", oldCommit), { recursive: true });
     symlinkSync(`../../blobs/${blobName}`, join(repoDir, "snapshots", oldCommit, "stories260K-Q4_0.gguf"));
-    const listed = JSON.parse((await pagellm("models", "--json")).out) as { path: string }[];
+    const listed = JSON.parse((await pagellm("models", "--json")).stdout) as { path: string }[];
     expect(listed.map((m) => m.path)).toEqual([q4Link, join(repoDir, "snapshots", hub.commit, "stories260K-Q8_0.gguf")]);
 
     const r = await pagellm("rm", `hf:${REPO}:q4_0`);
-    expect(r.code).toBe(0);
-    expect(r.out.trim().split("\n").sort()).toEqual([
+    expect(r.exitCode).toBe(0);
+    expect(r.stdout.trim().split("\n").sort()).toEqual([
       `removed ${join(repoDir, "blobs", blobName)}`,
       `removed ${join(repoDir, "snapshots", oldCommit, "stories260K-Q4_0.gguf")}`,
       `removed ${q4Link}`,
@@ -141,31 +131,30 @@ describeShared("pagellm pull / models / rm / info", ["models/gguf/stories260K-Q8
     expect(existsSync(join(repoDir, "snapshots", oldCommit))).toBe(false);
 
     const q8 = await pagellm("rm", `hf:${REPO}/stories260K-Q8_0.gguf`);
-    expect(q8.code).toBe(0);
+    expect(q8.exitCode).toBe(0);
     expect(existsSync(repoDir)).toBe(false);
-    expect((await pagellm("models", "--json")).out).toBe("[]\n");
+    expect((await pagellm("models", "--json")).stdout).toBe("[]\n");
     const missing = await pagellm("rm", `hf:${REPO}/stories260K-Q8_0.gguf`);
-    expect(missing).toEqual({ code: 2, out: "", err: `pagellm: error: hf:${REPO}/stories260K-Q8_0.gguf: not in the cache (pagellm models lists what is)\n` });
+    expect(missing).toEqual({ exitCode: 2, stdout: "", stderr: `pagellm: error: hf:${REPO}/stories260K-Q8_0.gguf: not in the cache (pagellm models lists what is)\n` });
   }, PROCESS_TEST_MS);
 
   test("errors are one line naming the model and the fix; generate takes hf: specs", async () => {
     const notFound = await pagellm("pull", `hf:${REPO}/nope.gguf`);
-    expect(notFound.code).toBe(5);
-    expect(notFound.err).toBe(`pagellm: error: ${REPO}/nope.gguf: 404 Not Found: the repository has no such file; \`pagellm pull hf:OWNER/REPO:QUANT\` picks one by quantization\n`);
+    expect(notFound.exitCode).toBe(5);
+    expect(notFound.stderr).toBe(`pagellm: error: ${REPO}/nope.gguf: 404 Not Found: the repository has no such file; \`pagellm pull hf:OWNER/REPO:QUANT\` picks one by quantization\n`);
     const noQuant = await pagellm("pull", `hf:${REPO}:Q6_K`);
-    expect(noQuant.err).toBe(`pagellm: error: hf:${REPO}: no Q6_K GGUF file; it has: Q8_0, Q4_0\n`);
+    expect(noQuant.stderr).toBe(`pagellm: error: hf:${REPO}: no Q6_K GGUF file; it has: Q8_0, Q4_0\n`);
     const generate = await pagellm("generate", "--model", `hf:${REPO}/nope.gguf`, "--prompt", "hi");
-    expect(generate.code).toBe(5);
-    expect(generate.err).toContain(`${REPO}/nope.gguf: 404 Not Found`);
+    expect(generate.exitCode).toBe(5);
+    expect(generate.stderr).toContain(`${REPO}/nope.gguf: 404 Not Found`);
     expect(lstatSync(home).isDirectory()).toBe(true);
   }, PROCESS_TEST_MS);
 });
 
 describeShared("pagellm info on a chat model", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
   test("parameters (embedding + layers, tied classifier), RoPE, pre-tokenizer, special tokens and the chat template", async () => {
-    const proc = Bun.spawn(["bun", "bin/pagellm", "info", model!], { cwd: REPO_ROOT, stdout: "pipe", stderr: "pipe" });
-    const [code, out] = await Promise.all([proc.exited, new Response(proc.stdout).text()]);
-    expect(code).toBe(0);
+    const { exitCode, stdout: out } = await runPagellmAsync(["info", model!]);
+    expect(exitCode).toBe(0);
     // 49152 x 256 embedding, then per layer q/o 256x256, k/v 256x128 with biases, 3 x 256x768 feed-forward, 2 norms; the final norm.
     const perLayer = 2 * 256 * 256 + 2 * 256 * 128 + 256 + 2 * 128 + 3 * 256 * 768 + 2 * 256;
     expect((49152 * 256 + 3 * perLayer + 256) / 1e6).toBeCloseTo(14.95, 2);

@@ -13,7 +13,7 @@ import type { HubOptions } from "../src/hub/http.ts";
 import { pullUrl, resolveModel } from "../src/hub/resolve.ts";
 import { parseModelSpec, pickQuantFile, quantOfName } from "../src/hub/spec.ts";
 import { formatBytes, progressLine } from "../src/hub/progress.ts";
-import { REPO_ROOT } from "./helpers/cli.ts";
+import { runPagellmAsync } from "./helpers/cli.ts";
 import { FakeHub, sha256 } from "./helpers/fake-hub.ts";
 import { PROCESS_TEST_MS } from "./helpers/limits.ts";
 
@@ -333,11 +333,10 @@ describe("downloads from the hub", () => {
 
   test("two pagellm processes pulling one file give one good file", async () => {
     hub.faults = { chunkDelayMs: 10 };
-    const env = { ...process.env, HF_HOME: cacheDir, HF_HUB_CACHE: "", HF_ENDPOINT: hub.endpoint, HF_TOKEN: "", PAGELLM_DEBUG: "" };
-    const spawn = () => Bun.spawn(["bun", "bin/pagellm", "pull", `hf:${REPO}/${FILE}`], { cwd: REPO_ROOT, env, stdout: "pipe", stderr: "pipe" });
-    const procs = [spawn(), spawn()];
-    const outs = await Promise.all(procs.map(async (p) => ({ code: await p.exited, out: await new Response(p.stdout).text(), err: await new Response(p.stderr).text() })));
-    for (const o of outs) expect(o).toEqual({ code: 0, out: `${join(cacheDir, "hub", "models--owner--tiny-GGUF", "snapshots", hub.commit, FILE)}\n`, err: "" });
+    const env = { HF_HOME: cacheDir, HF_HUB_CACHE: "", HF_ENDPOINT: hub.endpoint, HF_TOKEN: "" };
+    const pull = () => runPagellmAsync(["pull", `hf:${REPO}/${FILE}`], { env });
+    const outs = await Promise.all([pull(), pull()]);
+    for (const o of outs) expect(o).toEqual({ exitCode: 0, stdout: `${join(cacheDir, "hub", "models--owner--tiny-GGUF", "snapshots", hub.commit, FILE)}\n`, stderr: "" });
     cacheDir = join(cacheDir, "hub");
     expectCachedLayout(REPO, FILE, SHA, BYTES);
     expect(hub.requests.filter((r) => r.path.startsWith("/cdn/")).length).toBe(1);

@@ -16,6 +16,7 @@ import type { SecondTierStats } from "../src/kv/second-tier.ts";
 import { makeConfig } from "../src/model/config.ts";
 import { writeLlama2c } from "../src/model/llama2c-writer.ts";
 import { randomWeights } from "../src/model/random-weights.ts";
+import { turnStats } from "./helpers/chat-turns.ts";
 import { REPO_ROOT, runPagellm } from "./helpers/cli.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
@@ -80,18 +81,17 @@ describeShared("disk KV cache across processes", ["models/llama2c/tok512.bin", "
     const dir = join(scratch, "chat");
     const saved = join(scratch, "conversation.json");
     const base = ["chat", "--model", stories!, "--template", "chatml", "--temperature", "0", "--threads", String(THREADS), "--max-tokens", "12", "--kv-cache-dir", dir];
-    const turn = /\[prompt (\d+) tokens \((\d+) cached(?:, (\d+) from disk)?\), reply (\d+) tokens?/g;
     const first = runPagellm(base, { stdin: `Once upon a time\nThe dog ran to the park\n/save ${saved}\n` });
     expect(first.exitCode).toBe(0);
-    const turns1 = [...first.stderr.matchAll(turn)];
+    const turns1 = turnStats(first.stderr);
     expect(turns1.length).toBe(2);
-    const [prompt2, reply2] = [Number(turns1[1]![1]), Number(turns1[1]![4])];
+    const { prompt: prompt2, reply: reply2 } = turns1[1]!;
     // The second process knows the conversation only from the file and the cache folder.
     const second = runPagellm(base, { stdin: `/load ${saved}\n/stats\nThen\n` });
     expect(second.exitCode).toBe(0);
-    const turns2 = [...second.stderr.matchAll(turn)];
+    const turns2 = turnStats(second.stderr);
     expect(turns2.length).toBe(1);
-    const [cached, fromDisk] = [Number(turns2[0]![2]), Number(turns2[0]![3] ?? 0)];
+    const { cached, fromDisk } = turns2[0]!;
     // Every token the first process computed (its prompts and replies but the last reply's last token), in whole blocks.
     expect(cached).toBe(Math.floor((prompt2 + reply2 - 1) / 16) * 16);
     expect(fromDisk).toBe(cached);

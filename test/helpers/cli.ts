@@ -14,24 +14,44 @@ export interface CliResult {
   stderr: string;
 }
 
-/** `bun bin/pagellm ...args` from the repository root; waits for it to exit. */
-export function runPagellm(args: readonly string[], opts: { stdin?: string; env?: Record<string, string>; timeoutMs?: number } = {}): CliResult {
-  const proc = Bun.spawnSync(["bun", "bin/pagellm", ...args], {
-    cwd: REPO_ROOT,
-    stdin: opts.stdin === undefined ? "ignore" : Buffer.from(opts.stdin),
-    stdout: "pipe",
-    stderr: "pipe",
-    // No debug stack dumps, whatever the calling environment sets.
-    env: { ...process.env, PAGELLM_DEBUG: "", ...opts.env },
-    // Killed past this (a hang shows as a test failure, not a stuck suite; a test blocked in
-    // spawnSync cannot be stopped by its own limit).
-    timeout: opts.timeoutMs ?? CHILD_PROCESS_MS,
-  });
+/** What a test may set for one run: its stdin, extra environment, and the child's own time limit. */
+export interface CliOptions {
+  stdin?: string;
+  env?: Record<string, string>;
+  /** Killed past this (default CHILD_PROCESS_MS): a hang shows as a test failure, not a stuck suite. */
+  timeoutMs?: number;
+}
+
+/**
+ * How a test runs the CLI: from the repository root, with the calling environment and these
+ * overrides (never debug stack dumps, whatever it sets), killed past its own limit.
+ */
+function spawnOptions(opts: CliOptions) {
   return {
-    exitCode: proc.exitCode ?? -1,
-    stdout: proc.stdout.toString(),
-    stderr: proc.stderr.toString(),
+    cwd: REPO_ROOT,
+    stdin: opts.stdin === undefined ? ("ignore" as const) : Buffer.from(opts.stdin),
+    stdout: "pipe" as const,
+    stderr: "pipe" as const,
+    env: { ...process.env, PAGELLM_DEBUG: "", ...opts.env },
+    // A test blocked in spawnSync cannot be stopped by its own limit: the child bounds itself.
+    timeout: opts.timeoutMs ?? CHILD_PROCESS_MS,
   };
+}
+
+/** `bun bin/pagellm ...args` from the repository root; waits for it to exit. */
+export function runPagellm(args: readonly string[], opts: CliOptions = {}): CliResult {
+  const proc = Bun.spawnSync(["bun", "bin/pagellm", ...args], spawnOptions(opts));
+  return { exitCode: proc.exitCode ?? -1, stdout: proc.stdout.toString(), stderr: proc.stderr.toString() };
+}
+
+/**
+ * The same, without blocking this process's event loop: for a test whose stub server (a fake hub,
+ * an OpenAI stub) answers from this process, or that runs several children at once.
+ */
+export async function runPagellmAsync(args: readonly string[], opts: CliOptions = {}): Promise<CliResult> {
+  const proc = Bun.spawn(["bun", "bin/pagellm", ...args], spawnOptions(opts));
+  const [stdout, stderr] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+  return { exitCode: proc.exitCode ?? -1, stdout, stderr };
 }
 
 /** Text without ANSI colour escapes (citty colours its usage text). */
