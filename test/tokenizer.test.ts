@@ -256,16 +256,39 @@ describeShared("llama2.c tokenizer.bin", [TOK512, LLAMA2_TOK, TOK512_RAW], ([tok
     expectModelFormatError(() => loadLlama2cTokenizer(missing, 512), missing, /cannot read/);
   });
 
-  test("encodes a ~2000-token prompt in well under 50 ms", () => {
+  /** Pairs the tokenizer looks up while encoding `text` (its merge work). */
+  const lookupsOf = (text: string): number => {
+    const before = llama2.pairLookups;
+    llama2.encode(text);
+    return llama2.pairLookups - before;
+  };
+
+  test("merging does linear work: a long word without spaces, merged over and over, takes fewer than 3 pair lookups per character", () => {
+    // One chunk (the word cache cuts only at spaces); run.c's rescan after every merge looks up O(n²) pairs.
+    const word = (copies: number) => "onceuponatimetherewasalittlegirlnamedlily".repeat(copies);
+    const short = word(25);
+    const long = word(50);
+    const [shortLookups, longLookups] = [lookupsOf(short), lookupsOf(long)];
+    expect(llama2.encode(long).length).toBeLessThan(long.length / 2); // merged, not left as characters
+    expect(longLookups).toBeGreaterThanOrEqual(long.length); // at least the first pass over the pairs
+    expect(longLookups).toBeLessThan(3 * (long.length + 1)); // +1: the dummy-prefix space
+    // Twice the text, twice the work (a quadratic merge would do four times).
+    expect(longLookups / shortLookups).toBeLessThan(2.1);
+  });
+
+  test("a ~2000-token prompt: every word is merged once, and encoding it again is served from the word cache", () => {
     const paragraph = SAMPLE_TEXTS.join(" ") + randomTexts(20).join(" ");
     let text = paragraph;
     while (llama2.encode(text).length < 2000) text += paragraph;
-    llama2.encode(text); // warm up
-    const started = performance.now();
-    const ids = llama2.encode(text);
-    const elapsedMs = performance.now() - started;
+    const fresh = loadLlama2cTokenizer(llama2Path!, 32000);
+    const before = fresh.pairLookups;
+    const ids = fresh.encode(text);
     expect(ids.length).toBeGreaterThanOrEqual(2000);
-    expect(elapsedMs).toBeLessThan(50);
+    // The repeats of the paragraph cost nothing: the work is that of one copy of it.
+    expect(fresh.pairLookups - before).toBeLessThan(3 * (paragraph.length + 1));
+    const again = fresh.pairLookups;
+    expect(fresh.encode(text)).toEqual(ids);
+    expect(fresh.pairLookups).toBe(again);
   });
 });
 

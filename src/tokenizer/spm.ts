@@ -250,6 +250,7 @@ export class SpmTokenizer implements Tokenizer {
    */
   private readonly wordsAreIndependent: boolean;
   private readonly chunkCache = new Map<string, number[]>();
+  private lookups = 0;
 
   constructor(vocab: SpmVocab) {
     validateVocab(vocab);
@@ -292,6 +293,15 @@ export class SpmTokenizer implements Tokenizer {
     }
     this.specials = sortSpecials(controls, vocab.stripFlags);
     this.eogIds = eog;
+  }
+
+  /**
+   * Adjacent symbol pairs looked up in the vocabulary by every encode so far: the merge's work. The
+   * queue keeps it linear, fewer than 3 per code point of text the chunk cache did not serve (n - 1
+   * pairs to start, 2 more per merge); run.c's rescan after every merge looks up O(n²).
+   */
+  get pairLookups(): number {
+    return this.lookups;
   }
 
   /** The bytes token `id` stands for in text, before any leading-space stripping. */
@@ -364,6 +374,7 @@ export class SpmTokenizer implements Tokenizer {
     const queue = new BigramQueue();
     const tryAddBigram = (left: number, right: number): void => {
       if (left < 0 || right < 0) return;
+      this.lookups++;
       const size = symbols.length[left] + symbols.length[right];
       const id = pieceOf(symbols.start[left], size);
       if (id >= 0) queue.push({ left, right, score: this.vocab.scores[id], size, id });
