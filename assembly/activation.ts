@@ -110,3 +110,34 @@ export function gatherRows(out: usize, src: usize, rows: usize, R: i32, n: i32):
     memory.copy(out + <usize>r * rowBytes, src + <usize>load<i32>(rows + (<usize>r << 2)) * rowBytes, rowBytes);
   }
 }
+
+/**
+ * out[t][.] = sum over r < k of weights[t*k + r] * src[rows[t*k + r]][.], for T rows of n floats:
+ * a token's mixture of its k experts' outputs, added in rank order (w0 s0, then + w1 s1, ...),
+ * the same operations per element in the SIMD part and the tail.
+ */
+export function weightedRowSum(out: usize, src: usize, rows: usize, weights: usize, T: i32, k: i32, n: i32): void {
+  const n4 = n & ~3;
+  const rowBytes = <usize>n << 2;
+  for (let t = 0; t < T; t++) {
+    const o = out + <usize>t * rowBytes;
+    const first = (<usize>(t * k)) << 2;
+    const w0 = load<f32>(weights + first);
+    const s0 = src + <usize>load<i32>(rows + first) * rowBytes;
+    for (let i = 0; i < n4; i += 4) v128.store(o + (<usize>i << 2), f32x4.mul(f32x4.splat(w0), v128.load(s0 + (<usize>i << 2))));
+    for (let i = n4; i < n; i++) store<f32>(o + (<usize>i << 2), w0 * load<f32>(s0 + (<usize>i << 2)));
+    for (let r = 1; r < k; r++) {
+      const at = (<usize>(t * k + r)) << 2;
+      const w = load<f32>(weights + at);
+      const s = src + <usize>load<i32>(rows + at) * rowBytes;
+      for (let i = 0; i < n4; i += 4) {
+        const p = <usize>i << 2;
+        v128.store(o + p, f32x4.add(v128.load(o + p), f32x4.mul(f32x4.splat(w), v128.load(s + p))));
+      }
+      for (let i = n4; i < n; i++) {
+        const p = <usize>i << 2;
+        store<f32>(o + p, load<f32>(o + p) + w * load<f32>(s + p));
+      }
+    }
+  }
+}

@@ -4,6 +4,8 @@
  * each gives alone: with the prefix cache on and off, with a KV pool so small that requests are
  * preempted and recomputed, with a token budget so small that prompts are prefilled in chunks
  * while other requests decode, and when sampling with temperature > 0 and a per-request seed.
+ * A mixture-of-experts model (rnd-qwen3moe) too: a step groups its tokens by expert, and a
+ * token's output must not depend on which other tokens shared its experts' products.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
 import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
@@ -127,7 +129,7 @@ const PREEMPT_CHUNKED_ON: Config = {
  * paged attention's online softmax goes block by block, so outputs may depend on the block size
  * (a different, equally valid, rounding): each block size has its own reference.
  */
-const CASES: { name: string; model: string; kvType?: KVType; blockSizes: { blockSize: number; configs: Config[] }[] }[] = [
+const CASES: { name: string; model: string; tokenizer?: string; kvType?: KVType; blockSizes: { blockSize: number; configs: Config[] }[] }[] = [
   {
     name: "stories260K (f32)",
     model: MODELS.stories260K,
@@ -153,10 +155,20 @@ const CASES: { name: string; model: string; kvType?: KVType; blockSizes: { block
     model: MODELS.stories260K_q80,
     blockSizes: [{ blockSize: 16, configs: [PREEMPT_OFF, CHUNKED_ON] }],
   },
+  {
+    // 8 experts, 2 per token, Q4_K experts; SmolLM2's vocabulary from the file; its own f16 KV cache.
+    name: "rnd-qwen3moe Q4_K_M (mixture of experts)",
+    model: "models/gguf/rnd-qwen3moe-Q4_K_M.gguf",
+    tokenizer: "models/gguf/rnd-qwen3moe-Q4_K_M.gguf",
+    blockSizes: [
+      { blockSize: 16, configs: [TOGETHER_ON, CHUNKED_ON] },
+      { blockSize: 4, configs: [PREEMPT_CHUNKED_ON] },
+    ],
+  },
 ];
 
-for (const { name, model, kvType, blockSizes } of CASES) {
-  describeShared(`batch invariance on ${name}`, [model, TOKENIZER], ([modelPath, tokPath]) => {
+for (const { name, model, tokenizer, kvType, blockSizes } of CASES) {
+  describeShared(`batch invariance on ${name}`, [model, tokenizer ?? TOKENIZER], ([modelPath, tokPath]) => {
     for (const { blockSize, configs } of blockSizes) {
       describe(`block size ${blockSize}`, () => {
         let requests: GenerateRequest[] = [];

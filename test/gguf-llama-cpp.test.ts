@@ -81,7 +81,7 @@ const stories = (type: string, kind: Kind): ModelCase => ({
   path: sharedModel(`models/gguf/${type === "F32" ? "stories260K" : `stories260K-${type}`}.gguf`),
   needs: [`models/gguf/${type === "F32" ? "stories260K" : `stories260K-${type}`}.gguf`],
 });
-const random = (arch: "llama" | "qwen2", type: string): ModelCase => ({
+const random = (arch: "llama" | "qwen2" | "qwen3moe", type: string): ModelCase => ({
   ref: `rnd-${arch}-${type}`, f32: `rnd-${arch}-F32`, kind: type === "F32" ? "F32" : "quantized", greedyPrompt: "p_fox",
   path: type === "F32" ? () => refModel(`rnd-${arch}-F32`) : sharedModel(`models/gguf/rnd-${arch}-${type}.gguf`),
   needs: type === "F32" ? [MAKE_REFMODELS] : [`models/gguf/rnd-${arch}-${type}.gguf`],
@@ -93,6 +93,7 @@ const CASES: ModelCase[] = [
   stories("Q5_0", "quantized"), stories("Q5_1", "quantized"),
   random("llama", "F32"), random("llama", "Q4_K_M"), random("llama", "Q2_K"),
   random("qwen2", "F32"), random("qwen2", "Q5_K_M"),
+  random("qwen3moe", "F32"), random("qwen3moe", "Q4_K_M"),
 ];
 
 const measured: string[] = [];

@@ -2,7 +2,8 @@
  * The F32 random models of ../shared/tools/llama-ref/make_refmodels.ts (the shapes llama.cpp's references
  * were made from, written into a temp dir in about 1.5 s) against the float64 reference forward pass:
  * rnd-llama3 (Llama 3 rope_freqs factors, GQA 4:1, tied output), rnd-qwen2 (q/k/v biases, NeoX) and
- * rnd-qwen3 (per-head q/k norms, head size 128 while dim/heads is 64), plus a copy of rnd-qwen3 whose
+ * rnd-qwen3 (per-head q/k norms, head size 128 while dim/heads is 64), rnd-qwen3moe (a mixture of
+ * 8 experts, 2 per token), plus a copy of rnd-qwen3 whose
  * rope.dimension_count is cut to 64 (only half of each head rotates). On each, batch invariance: the
  * same logits, bit for bit, prefilled at once, in chunks of 7, token by token and beside another sequence.
  */
@@ -65,6 +66,11 @@ const MODELS: { name: string; file: () => string; expectConfig: Record<string, u
     name: "rnd-qwen3 (q/k norms, head 128 != dim/heads 64)",
     file: () => refModel("rnd-qwen3"),
     expectConfig: { ropeStyle: "neox", qkNorm: true, dim: 256, nHeads: 4, headDim: 128 },
+  },
+  {
+    name: "rnd-qwen3moe (8 experts, 2 per token, q/k norms)",
+    file: () => refModel("rnd-qwen3moe"),
+    expectConfig: { qkNorm: true, experts: { count: 8, used: 2, hiddenDim: 256, gating: "softmax", normalizeWeights: true, biases: false, activation: "swiglu" } },
   },
   {
     name: "rnd-qwen3 with rotary dimension 64 of 128",

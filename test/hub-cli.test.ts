@@ -164,3 +164,26 @@ describeShared("pagellm info on a chat model", ["models/gguf/rnd-qwen2-Q5_K_M.gg
     }
   }, PROCESS_TEST_MS);
 });
+
+describeShared("pagellm info on a mixture-of-experts model", ["models/gguf/rnd-qwen3moe-Q4_K_M.gguf"], ([model]) => {
+  test("experts: how many, how many a token uses, one expert's size and the parameters a token runs", async () => {
+    const proc = Bun.spawn(["bun", "bin/pagellm", "info", model!], { cwd: REPO_ROOT, stdout: "pipe", stderr: "pipe" });
+    const [code, out] = await Promise.all([proc.exited, new Response(proc.stdout).text()]);
+    expect(code).toBe(0);
+    // One expert of a layer: gate, up, down of 256 x 256 = 196,608 parameters, in Q4_K: 256 rows of one
+    // 144-byte super-block each, three matrices = 110,592 bytes. A token skips 6 of 8 experts in 3 layers.
+    const oneExpert = 3 * 256 * 256;
+    expect(((18.49e6 - 3 * 6 * oneExpert) / 1e6)).toBeCloseTo(14.95, 1);
+    for (const line of ["feed forward       256", "experts            8, 2 used per token", "one expert         196.6K parameters, 108.0 KiB per layer", "active parameters  14.95M per token"]) {
+      expect(out).toContain(line);
+    }
+    const json = JSON.parse((await pagellmJson(model!)).out) as { experts: { count: number; used: number; parametersOfOne: number; bytesOfOne: number } };
+    expect(json.experts).toMatchObject({ count: 8, used: 2, parametersOfOne: oneExpert, bytesOfOne: 3 * 256 * 144 });
+  }, PROCESS_TEST_MS);
+});
+
+async function pagellmJson(model: string): Promise<{ out: string }> {
+  const proc = Bun.spawn(["bun", "bin/pagellm", "info", model, "--json"], { cwd: REPO_ROOT, stdout: "pipe", stderr: "pipe" });
+  const [, out] = await Promise.all([proc.exited, new Response(proc.stdout).text()]);
+  return { out };
+}

@@ -27,7 +27,7 @@ const THREADS = testThreads();
 const TIMEOUT_MS = 180_000;
 
 const GGUF_MODELS = [
-  "rnd-llama-Q2_K.gguf", "rnd-llama-Q4_K_M.gguf", "rnd-qwen2-Q5_K_M.gguf", "stories260K.gguf", "stories260K-BF16.gguf",
+  "rnd-llama-Q2_K.gguf", "rnd-llama-Q4_K_M.gguf", "rnd-qwen2-Q5_K_M.gguf", "rnd-qwen3moe-Q4_K_M.gguf", "stories260K.gguf", "stories260K-BF16.gguf",
   "stories260K-F16.gguf", "stories260K-Q4_0.gguf", "stories260K-Q4_1.gguf", "stories260K-Q5_0.gguf", "stories260K-Q5_1.gguf",
   "stories260K-Q8_0.gguf",
 ];

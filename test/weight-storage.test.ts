@@ -35,7 +35,8 @@ describeShared("Q5_0 stored as Q8_0", ["models/gguf/stories260K-Q5_0.gguf"], ([p
     const fast = load(path!, FAST_STORAGE);
     const pairs: [WeightMatrix, WeightMatrix][] = file.w.layers.flatMap((l, i) => {
       const f = fast.w.layers[i]!;
-      return [[l.wq, f.wq], [l.wk, f.wk], [l.wv, f.wv], [l.wo, f.wo], [l.ffnGate, f.ffnGate], [l.ffnUp, f.ffnUp], [l.ffnDown, f.ffnDown]] as [WeightMatrix, WeightMatrix][];
+      if (l.ffn.kind !== "dense" || f.ffn.kind !== "dense") throw new Error("a dense model");
+      return [[l.wq, f.wq], [l.wk, f.wk], [l.wv, f.wv], [l.wo, f.wo], [l.ffn.gate, f.ffn.gate], [l.ffn.up, f.ffn.up], [l.ffn.down, f.ffn.down]] as [WeightMatrix, WeightMatrix][];
     });
     pairs.push([file.w.tokenEmbedding, fast.w.tokenEmbedding]);
     let rewritten = 0;

@@ -223,24 +223,31 @@ export class CpuBackend {
   /** Run prepared products on x[T][cols]. */
   matmulShared(products: SharedInputProducts, x: number, T: number): void {
     if (products.table === null) {
-      // ggml parts read x rounded or quantized once per activation format (the scratch holds
-      // the latest one); other parts quantize it each, the same every time.
-      let prepared: ActivationFormat | null = null;
-      for (const p of products.parts) {
-        if (p.m.kind === "ggml") {
-          const format = ggmlKernels(p.m.type).activations;
-          this.matmulGGML(p.out, x, p.m, T, T * p.m.rows * p.m.cols >= MIN_PARALLEL_MACS, prepared === format);
-          prepared = format;
-        } else {
-          this.matmul(p.out, x, p.m, T);
-        }
-      }
+      this.matmulSameInput(products.parts, x, T);
       return;
     }
     const cols = products.parts[0]!.m.cols;
     const args = [products.table, products.parts.length, x, T, cols, this.matmulScratch, 0, products.rows];
     const call: ParallelCall = { kernel: "matmulF32Multi", args, total: products.rows, granularity: 4, scratch: this.matmulScratchArg(5) };
     this.dispatch(call, T * products.rows * cols >= MIN_PARALLEL_MACS);
+  }
+
+  /**
+   * Products of one input x[T][cols], without a prepared table: ggml parts read x rounded or
+   * quantized once per activation format (the scratch holds the latest one); other parts each
+   * quantize it, the same every time.
+   */
+  matmulSameInput(parts: readonly { out: number; m: WeightMatrix }[], x: number, T: number): void {
+    let prepared: ActivationFormat | null = null;
+    for (const p of parts) {
+      if (p.m.kind === "ggml") {
+        const format = ggmlKernels(p.m.type).activations;
+        this.matmulGGML(p.out, x, p.m, T, T * p.m.rows * p.m.cols >= MIN_PARALLEL_MACS, prepared === format);
+        prepared = format;
+      } else {
+        this.matmul(p.out, x, p.m, T);
+      }
+    }
   }
 
   /** out[t] = row tokens[t] of the embedding table. */
@@ -273,6 +280,11 @@ export class CpuBackend {
 
   gatherRows(out: number, src: number, rows: number, R: number, n: number): void {
     this.kernels.gatherRows(out, src, rows, R, n);
+  }
+
+  /** out[t] = the weighted sum of k rows of src (kernels.weightedRowSum), T rows of n. */
+  weightedRowSum(out: number, src: number, rows: number, weights: number, T: number, k: number, n: number): void {
+    this.kernels.weightedRowSum(out, src, rows, weights, T, k, n);
   }
 
   /**

@@ -42,6 +42,8 @@ export interface Kernels {
   addRows(x: number, bias: number, T: number, n: number): void;
   softmax(x: number, n: number): void;
   gatherRows(out: number, src: number, rows: number, R: number, n: number): void;
+  /** out[t] = sum over r < k, in order, of weights[t*k+r] * src[rows[t*k+r]]: rows of n floats (experts' outputs mixed). */
+  weightedRowSum(out: number, src: number, rows: number, weights: number, T: number, k: number, n: number): void;
   // math.ts
   expF32(out: number, x: number, n: number): void;
   // attention.ts

@@ -129,7 +129,8 @@ export function formatInfo(s: ModelSummary, m: MemoryEstimate): string {
     ["context length", s.contextLength],
     ["embedding length", s.embeddingLength],
     ["layers", s.layers],
-    ["feed forward", s.feedForwardLength],
+    ["feed forward", s.experts === null ? s.feedForwardLength : s.experts.feedForwardLength],
+    ...expertRows(s),
     ["heads (q/kv)", s.heads === null ? null : `${s.heads}/${s.kvHeads}`],
     ["head dim", s.headDim],
   ]);
@@ -160,6 +161,17 @@ export function formatInfo(s: ModelSummary, m: MemoryEstimate): string {
     ["total", formatBytes(m.totalBytes)],
   ]);
   return out.join("\n");
+}
+
+/** A mixture of experts: how many, how many a token uses, one expert's size, what a token runs. */
+function expertRows(s: ModelSummary): [string, string][] {
+  const e = s.experts;
+  if (e === null) return [];
+  return [
+    ["experts", `${e.count}, ${e.used} used per token`],
+    ["one expert", `${formatCount(e.parametersOfOne)} parameters, ${formatBytes(e.bytesOfOne)} per layer`],
+    ["active parameters", `${formatCount(e.activeParameters)} per token`],
+  ];
 }
 
 function formatCount(n: number): string {

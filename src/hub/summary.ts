@@ -33,6 +33,20 @@ export interface SpecialToken {
   readonly text: string | null;
 }
 
+/** A mixture-of-experts model's experts, per layer. */
+export interface ExpertsSummary {
+  /** `expert_count` and `expert_used_count`. */
+  readonly count: number;
+  readonly used: number;
+  /** Width of one expert's feed-forward (`expert_feed_forward_length`). */
+  readonly feedForwardLength: number | null;
+  /** One expert of one layer: its gate, up and down matrices (from the first layer's stacked tensors). */
+  readonly parametersOfOne: number;
+  readonly bytesOfOne: number;
+  /** What a token runs: every tensor except the experts it does not use (and the embedding table, of which it reads one row). */
+  readonly activeParameters: number;
+}
+
 export interface ModelSummary {
   readonly path: string;
   readonly fileBytes: number;
@@ -45,6 +59,7 @@ export interface ModelSummary {
   readonly embeddingLength: number | null;
   readonly layers: number | null;
   readonly feedForwardLength: number | null;
+  readonly experts: ExpertsSummary | null;
   readonly heads: number | null;
   readonly kvHeads: number | null;
   readonly headDim: number | null;
@@ -77,6 +92,7 @@ export function summarizeModel(path: string, gguf: GGUFFile = readGGUF(path)): M
     embeddingLength: embd,
     layers: num(`${arch}.block_count`),
     feedForwardLength: num(`${arch}.feed_forward_length`),
+    experts: expertsSummary(gguf, arch),
     heads,
     kvHeads: num(`${arch}.attention.head_count_kv`) ?? heads,
     headDim,
@@ -96,6 +112,27 @@ export function summarizeModel(path: string, gguf: GGUFFile = readGGUF(path)): M
     },
     specialTokens: specialTokens(gguf),
     chatTemplate: optionalString(gguf, "tokenizer.chat_template"),
+  };
+}
+
+/** The experts of a mixture-of-experts model (null for a dense one), from the metadata and the stacked `*_exps` tensors. */
+function expertsSummary(gguf: GGUFFile, arch: string): ExpertsSummary | null {
+  const count = optionalNumber(gguf, `${arch}.expert_count`);
+  const used = optionalNumber(gguf, `${arch}.expert_used_count`);
+  if (count === null || used === null || count < 1) return null;
+  const stacked = gguf.tensors.filter((t) => /_exps\.weight$/.test(t.name));
+  const first = stacked.filter((t) => t.name.startsWith("blk.0."));
+  const all = gguf.tensors.reduce((sum, t) => sum + t.nElements, 0);
+  const experts = stacked.reduce((sum, t) => sum + t.nElements, 0);
+  const embedding = gguf.tensor("token_embd.weight");
+  const unread = gguf.tensor("output.weight") !== undefined && embedding !== undefined ? embedding.nElements : 0;
+  return {
+    count,
+    used,
+    feedForwardLength: optionalNumber(gguf, `${arch}.expert_feed_forward_length`),
+    parametersOfOne: first.reduce((sum, t) => sum + t.nElements, 0) / count,
+    bytesOfOne: first.reduce((sum, t) => sum + t.byteSize, 0) / count,
+    activeParameters: all - unread - (experts * (count - Math.min(used, count))) / count,
   };
 }
 

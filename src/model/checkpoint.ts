@@ -61,4 +61,14 @@ export const TensorName = {
   ffnGate: (l: number) => `blk.${l}.ffn_gate.weight`,
   ffnDown: (l: number) => `blk.${l}.ffn_down.weight`,
   ffnUp: (l: number) => `blk.${l}.ffn_up.weight`,
+  /** The router [experts][dim] and its bias [experts] (gpt-oss). */
+  ffnRouter: (l: number) => `blk.${l}.ffn_gate_inp.weight`,
+  ffnRouterBias: (l: number) => `blk.${l}.ffn_gate_inp.bias`,
+  /** The experts' matrices, [experts][rows][cols] each, and their biases [experts][rows] (gpt-oss). */
+  ffnGateExperts: (l: number) => `blk.${l}.ffn_gate_exps.weight`,
+  ffnUpExperts: (l: number) => `blk.${l}.ffn_up_exps.weight`,
+  ffnDownExperts: (l: number) => `blk.${l}.ffn_down_exps.weight`,
+  ffnGateExpertsBias: (l: number) => `blk.${l}.ffn_gate_exps.bias`,
+  ffnUpExpertsBias: (l: number) => `blk.${l}.ffn_up_exps.bias`,
+  ffnDownExpertsBias: (l: number) => `blk.${l}.ffn_down_exps.bias`,
 } as const;

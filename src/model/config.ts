@@ -50,6 +50,42 @@ export interface ModelConfig {
   qkvBias?: boolean;
   /** Each head of q and k is RMS-normalised with its own weights before RoPE (qwen3). */
   qkNorm?: boolean;
+  /** A mixture of experts in place of every layer's feed-forward (qwen3moe, gpt-oss); absent = dense. */
+  experts?: ExpertsConfig;
+}
+
+/**
+ * A mixture-of-experts feed-forward as llama.cpp's build_moe_ffn computes it: the router's logits
+ * (plus its bias, when the file has one) choose `used` of `count` experts per token, each a
+ * gated feed-forward of width `hiddenDim`, and the token's output is their weighted sum.
+ */
+export interface ExpertsConfig {
+  /** Experts per layer (`expert_count`). */
+  count: number;
+  /** Experts each token runs (`expert_used_count`). */
+  used: number;
+  /** Width of one expert's feed-forward (`expert_feed_forward_length`). */
+  hiddenDim: number;
+  /**
+   * What the chosen experts' weights are made from: "softmax", the softmax over all the router's
+   * logits (qwen3moe); "softmax-of-chosen", the softmax over the chosen logits only (gpt-oss).
+   * Either way the experts are the `used` largest logits.
+   */
+  gating: "softmax" | "softmax-of-chosen";
+  /** The chosen weights are divided by their sum (qwen3moe). */
+  normalizeWeights: boolean;
+  /** The router and every expert matrix add a bias (gpt-oss). */
+  biases: boolean;
+  /**
+   * The expert's gate: "swiglu", silu(gate) * up; "swiglu-oai", gpt-oss's clamped one,
+   * g * sigmoid(1.702 g) * (u + 1) with g = min(gate, 7) and u = clamp(up, -7, 7).
+   */
+  activation: "swiglu" | "swiglu-oai";
+}
+
+/** Width of a layer's feed-forward: the dense one's, or one expert's. */
+export function feedForwardDim(c: ModelConfig): number {
+  return c.experts?.hiddenDim ?? c.hiddenDim;
 }
 
 /** Width of the query projection's output (all heads side by side); dim unless the head size says otherwise. */

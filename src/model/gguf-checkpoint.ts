@@ -37,6 +37,7 @@ export function readGGUFCheckpoint(path: string, file: GGUFFile = readGGUF(path)
   const config = file.tensor(TensorName.ropeFreqs) === undefined ? shape : { ...shape, ropeFreqFactors: readRopeFreqFactors(file, shape) };
   const tensors = new Map<string, TensorInfo>();
   for (const [name, shape] of expectedTensors(config)) tensors.set(name, tensorInfo(file, name, shape));
+  for (const [name, shape] of expertBiases(config)) tensors.set(name, stackedVectorInfo(file, name, shape));
   return { file: path, format: `GGUF v${file.version} ${archName} ${typeSummary(tensors)}`, config, tensors, extraStopTokenIds: [] };
 }
 
@@ -53,9 +54,7 @@ function expectedTensors(c: ModelConfig): [string, number[]][] {
       [TensorName.attnV(l), [kvDim, c.dim]],
       [TensorName.attnOutput(l), [c.dim, qDim]],
       [TensorName.ffnNorm(l), [c.dim]],
-      [TensorName.ffnGate(l), [c.hiddenDim, c.dim]],
-      [TensorName.ffnUp(l), [c.hiddenDim, c.dim]],
-      [TensorName.ffnDown(l), [c.dim, c.hiddenDim]],
+      ...feedForwardTensors(c, l),
     );
     if (c.qkvBias) list.push([TensorName.attnQBias(l), [qDim]], [TensorName.attnKBias(l), [kvDim]], [TensorName.attnVBias(l), [kvDim]]);
     if (c.qkNorm) list.push([TensorName.attnQNorm(l), [c.headDim]], [TensorName.attnKNorm(l), [c.headDim]]);
@@ -63,6 +62,43 @@ function expectedTensors(c: ModelConfig): [string, number[]][] {
   list.push([TensorName.outputNorm, [c.dim]]);
   if (!c.sharedClassifier) list.push([TensorName.output, [c.vocabSize, c.dim]]);
   return list;
+}
+
+/**
+ * Layer l's feed-forward matrices: the dense gate, up and down, or the router [experts][dim] and
+ * the experts' stacked gate, up [experts][width][dim] and down [experts][dim][width].
+ */
+function feedForwardTensors(c: ModelConfig, l: number): [string, number[]][] {
+  const e = c.experts;
+  if (e === undefined) {
+    return [[TensorName.ffnGate(l), [c.hiddenDim, c.dim]], [TensorName.ffnUp(l), [c.hiddenDim, c.dim]], [TensorName.ffnDown(l), [c.dim, c.hiddenDim]]];
+  }
+  const list: [string, number[]][] = [
+    [TensorName.ffnRouter(l), [e.count, c.dim]],
+    [TensorName.ffnGateExperts(l), [e.count, e.hiddenDim, c.dim]],
+    [TensorName.ffnUpExperts(l), [e.count, e.hiddenDim, c.dim]],
+    [TensorName.ffnDownExperts(l), [e.count, c.dim, e.hiddenDim]],
+  ];
+  if (e.biases) list.push([TensorName.ffnRouterBias(l), [e.count]]);
+  return list;
+}
+
+/** The experts' biases (gpt-oss), [experts][rows] in the file, vectors of experts x rows values to the model. */
+function expertBiases(c: ModelConfig): [string, [number, number]][] {
+  const e = c.experts;
+  if (e === undefined || !e.biases) return [];
+  return Array.from({ length: c.nLayers }, (_, l): [string, [number, number]][] => [
+    [TensorName.ffnGateExpertsBias(l), [e.count, e.hiddenDim]],
+    [TensorName.ffnUpExpertsBias(l), [e.count, e.hiddenDim]],
+    [TensorName.ffnDownExpertsBias(l), [e.count, c.dim]],
+  ]).flat();
+}
+
+/** A [rows][n] F32 tensor of vectors (the experts' biases), described as one vector of rows x n values. */
+function stackedVectorInfo(file: GGUFFile, name: string, shape: [number, number]): TensorInfo {
+  const info = tensorInfo(file, name, shape);
+  if (info.encoding.kind !== "f32") throw new ModelFormatError(file.path, `vectors ${name} are not F32; vectors must be F32`);
+  return { ...info, shape: [shape[0] * shape[1]] };
 }
 
 function requireTensor(file: GGUFFile, name: string): GGUFTensorInfo {
@@ -84,6 +120,10 @@ function tensorInfo(file: GGUFFile, name: string, shape: number[]): TensorInfo {
   }
   if (shape.length === 1 && t.typeName !== "F32") {
     throw new ModelFormatError(file.path, `vector ${name} has type ${t.typeName}; vectors must be F32`);
+  }
+  // Experts are products of their own: each expert's rows are whole panels (F32) and start a stack of them.
+  if (shape.length === 3 && t.typeName === "F32" && shape[1]! % 4 !== 0) {
+    throw new ModelFormatError(file.path, `F32 expert tensor ${name} has ${shape[1]} rows per expert, which is not a multiple of 4`);
   }
   return {
     name,
@@ -128,7 +168,7 @@ function readRopeFreqFactors(file: GGUFFile, c: ModelConfig): number[] {
 function typeSummary(tensors: ReadonlyMap<string, TensorInfo>): string {
   const bytes = new Map<string, number>();
   for (const t of tensors.values()) {
-    if (t.shape.length !== 2) continue;
+    if (t.shape.length < 2) continue;
     const name = t.encoding.kind === "ggml" ? ggmlName(t.encoding.type) : "F32";
     bytes.set(name, (bytes.get(name) ?? 0) + t.byteLength);
   }

@@ -2,7 +2,8 @@
  * The llama transformer's forward pass over one step: every new token of every scheduled
  * sequence goes through all layers together, so each weight matrix is read once per step.
  * Read top to bottom, like llama2.c's forward(). The optional parts of a layer (q/k/v biases of
- * qwen2, per-head q/k norms of qwen3) are the architectures' (see arch/); the rest is shared.
+ * qwen2, per-head q/k norms of qwen3, a mixture of experts in place of the feed-forward in
+ * qwen3moe: experts.ts) are the architectures' (see arch/); the rest is shared.
  *
  * A LlamaModel runs the part of the model one memory holds (ModelPart): by default all of it.
  * A model placed over several memories is one LlamaModel per memory, chained by WasmForward.
@@ -12,8 +13,9 @@ import type { Kernels } from "../backend/kernels.ts";
 import { readsRoundedActivations } from "../backend/ggml-kernels.ts";
 import type { KVArena } from "../kv/kv-arena.ts";
 import { KV_TYPE_CODE } from "../kv/kv-layout.ts";
-import { queryDim, type ModelConfig, type Numerics } from "./config.ts";
-import type { LayerWeights, ModelWeights } from "./weights.ts";
+import { feedForwardDim, queryDim, type ModelConfig, type Numerics } from "./config.ts";
+import { ExpertFeedForward } from "./experts.ts";
+import type { LayerWeights, ModelWeights, WeightMatrix } from "./weights.ts";
 import type { StepBatch } from "./batch.ts";
 
 /**
@@ -28,7 +30,7 @@ interface Activations {
   k: number; // [T][kvDim]
   v: number; // [T][kvDim]
   att: number; // [T][qDim] attention output, heads side by side
-  hb: number; // [T][hidden] gate, then SwiGLU output
+  hb: number; // [T][hidden] gate, then SwiGLU output (dense feed-forward)
   hb2: number; // [T][hidden] up
   xLogits: number; // [maxLogits][dim] the rows whose logits are computed
   logits: number; // [maxLogits][vocab]
@@ -52,16 +54,29 @@ function bufferFloats(c: ModelConfig, maxTokens: number, maxLogits: number): { r
   const qDim = queryDim(c);
   return {
     residual: maxTokens * c.dim,
-    layers: maxTokens * (2 * c.dim + 2 * qDim + 2 * kvDim + 2 * c.hiddenDim),
+    layers: maxTokens * (2 * c.dim + 2 * qDim + 2 * kvDim + 2 * denseHiddenDim(c)),
     logits: maxLogits * (c.dim + c.vocabSize),
   };
+}
+
+/** Width of the dense feed-forward's buffers (none when the layers have experts, which have their own). */
+function denseHiddenDim(c: ModelConfig): number {
+  return c.experts === undefined ? c.hiddenDim : 0;
+}
+
+/** The matrices of a layer's feed-forward: the dense ones, or the router and the expert stacks' first experts (their shapes and types). */
+function feedForwardMatrices(L: LayerWeights): WeightMatrix[] {
+  const f = L.ffn;
+  return f.kind === "dense" ? [f.gate, f.up, f.down] : [f.router, f.gate.expert, f.up.expert, f.down.expert];
 }
 
 export class LlamaModel {
   private readonly act: Activations;
   /** Per layer of the part: q, k, v from the attention input; gate and up from the feed-forward input. */
   private readonly qkv: SharedInputProducts[];
-  private readonly gateUp: SharedInputProducts[];
+  private readonly gateUp: (SharedInputProducts | null)[];
+  /** The experts' buffers and routing, when the layers have experts. */
+  private readonly experts: ExpertFeedForward | null;
   private readonly ropeCos: number; // [seqLen][ropeDim/2]
   private readonly ropeSin: number; // [seqLen][ropeDim/2]
   private readonly numerics: Numerics;
@@ -75,7 +90,8 @@ export class LlamaModel {
     readonly part: ModelPart = wholeModel(config),
   ) {
     const mem = backend.mem;
-    const { dim, hiddenDim, vocabSize } = config;
+    const { dim, vocabSize } = config;
+    const hiddenDim = denseHiddenDim(config);
     const kvDim = config.nKvHeads * config.headDim;
     const qDim = queryDim(config);
     this.numerics = config.numerics ?? "default";
@@ -93,7 +109,8 @@ export class LlamaModel {
     const a = this.act;
     const layers = this.partLayers();
     this.qkv = layers.map((L) => backend.prepareShared([{ out: a.q, m: L.wq }, { out: a.k, m: L.wk }, { out: a.v, m: L.wv }]));
-    this.gateUp = layers.map((L) => backend.prepareShared([{ out: a.hb, m: L.ffnGate }, { out: a.hb2, m: L.ffnUp }]));
+    this.gateUp = layers.map((L) => (L.ffn.kind === "dense" ? backend.prepareShared([{ out: a.hb, m: L.ffn.gate }, { out: a.hb2, m: L.ffn.up }]) : null));
+    this.experts = hasLayers && config.experts !== undefined ? new ExpertFeedForward(config, backend, maxTokens) : null;
     [this.ropeCos, this.ropeSin] = hasLayers ? this.ropeTables() : [0, 0];
     const scratch = LlamaModel.scratchShape(config, weights, part, maxTokens);
     if (scratch !== null) {
@@ -108,11 +125,11 @@ export class LlamaModel {
     const layers = weights === null ? [] : weights.layers.slice(part.firstLayer, part.endLayer);
     const matrices = [
       ...(part.classify && weights !== null ? [weights.output] : []),
-      ...layers.flatMap((L) => [L.wq, L.wk, L.wv, L.wo, L.ffnGate, L.ffnUp, L.ffnDown]),
+      ...layers.flatMap((L) => [L.wq, L.wk, L.wv, L.wo, ...feedForwardMatrices(L)]),
     ];
     return {
       maxTokens,
-      maxWidth: hasLayers ? Math.max(config.dim, config.hiddenDim, queryDim(config)) : config.dim,
+      maxWidth: hasLayers ? Math.max(config.dim, feedForwardDim(config), queryDim(config)) : config.dim,
       group: config.nHeads / config.nKvHeads,
       headDim: config.headDim,
       runqContext: hasLayers && (config.numerics ?? "default") === "runq" ? config.seqLen : 0,
@@ -129,7 +146,10 @@ export class LlamaModel {
     const floats = bufferFloats(config, maxTokens, maxLogits);
     const layers = part.endLayer - part.firstLayer;
     let bytes = 4 * floats.residual + 64;
-    if (layers > 0) bytes += 4 * floats.layers + 8 * 64 + 2 * (4 * config.seqLen * ((config.ropeDim ?? config.headDim) / 2) + 64) + layers * 2 * (4 * 5 * 3 + 64);
+    if (layers > 0) {
+      bytes += 4 * floats.layers + 8 * 64 + 2 * (4 * config.seqLen * ((config.ropeDim ?? config.headDim) / 2) + 64) + layers * 2 * (4 * 5 * 3 + 64);
+      bytes += ExpertFeedForward.bufferBytes(config, maxTokens);
+    }
     if (part.classify) bytes += 4 * floats.logits + 2 * 64;
     return bytes + CpuBackend.scratchBytes(kernels, threads, LlamaModel.scratchShape(config, null, part, maxTokens));
   }
@@ -205,11 +225,14 @@ export class LlamaModel {
       ops.matmul(a.xb2, a.att, L.wo, T);
       ops.add(a.x, a.xb2, T * c.dim);
 
-      // ---- feed-forward: x += w2 · (silu(w1·xb) * (w3·xb))
+      // ---- feed-forward: x += w2 · (silu(w1·xb) * (w3·xb)), or the mixture of xb's experts
       ops.rmsnorm(a.xb, a.x, L.ffnNorm, T, c.dim, c.normEps);
-      ops.matmulShared(this.gateUp[i]!, a.xb, T); // gate (hb), up (hb2)
-      ops.swiglu(a.hb, a.hb2, T, c.hiddenDim);
-      ops.matmul(a.xb2, a.hb, L.ffnDown, T);
+      if (L.ffn.kind === "experts") this.experts!.forward(a.xb2, a.xb, L.ffn, T);
+      else {
+        ops.matmulShared(this.gateUp[i]!, a.xb, T); // gate (hb), up (hb2)
+        ops.swiglu(a.hb, a.hb2, T, c.hiddenDim);
+        ops.matmul(a.xb2, a.hb, L.ffn.down, T);
+      }
       ops.add(a.x, a.xb2, T * c.dim);
     }
   }

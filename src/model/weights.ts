@@ -19,6 +19,39 @@ export type WeightMatrix =
   /** ggml blocks as the GGUF file has them, row after row (`rowBytes` each); `type` is the ggml type code. */
   | { kind: "ggml"; type: number; rows: number; cols: number; addr: number; rowBytes: number };
 
+/**
+ * The matrices of `count` experts, [count][rows][cols], one after another in memory: expert e's
+ * matrix is `expert` moved `stride` bytes e times (expertMatrix). F32 experts are packed like any
+ * f32 matrix, each expert's rows whole panels (rows a multiple of 4).
+ */
+export interface ExpertStack {
+  count: number;
+  /** Expert 0's matrix. */
+  expert: Extract<WeightMatrix, { kind: "f32" | "ggml" }>;
+  stride: number;
+}
+
+/** Expert e of a stack, as a matrix of its own. */
+export function expertMatrix(stack: ExpertStack, e: number): WeightMatrix {
+  return { ...stack.expert, addr: stack.expert.addr + e * stack.stride };
+}
+
+/** A mixture-of-experts feed-forward (see ExpertsConfig). */
+export interface ExpertWeights {
+  router: WeightMatrix; // ffn_gate_inp [experts][dim]
+  routerBias: number | null; // f32 [experts] (gpt-oss)
+  gate: ExpertStack; // [experts][width][dim]
+  up: ExpertStack; // [experts][width][dim]
+  down: ExpertStack; // [experts][dim][width]
+  /** Biases of every expert's gate, up and down (gpt-oss): f32 [experts][width], [experts][width], [experts][dim]. */
+  biases: { gate: number; up: number; down: number } | null;
+}
+
+/** A layer's feed-forward: dense SwiGLU, or a mixture of experts. */
+export type FeedForwardWeights =
+  | { kind: "dense"; gate: WeightMatrix /* w1 [hidden][dim] */; up: WeightMatrix /* w3 [hidden][dim] */; down: WeightMatrix /* w2 [dim][hidden] */ }
+  | ({ kind: "experts" } & ExpertWeights);
+
 export interface LayerWeights {
   attnNorm: number; // f32 [dim]
   wq: WeightMatrix; // [qDim][dim], qDim = nHeads * headDim
@@ -30,9 +63,7 @@ export interface LayerWeights {
   qkNorm: { q: number; k: number } | null;
   wo: WeightMatrix; // [dim][qDim]
   ffnNorm: number; // f32 [dim]
-  ffnGate: WeightMatrix; // w1 [hidden][dim]
-  ffnDown: WeightMatrix; // w2 [dim][hidden]
-  ffnUp: WeightMatrix; // w3 [hidden][dim]
+  ffn: FeedForwardWeights;
 }
 
 export interface ModelWeights {
@@ -112,11 +143,14 @@ function storedBytes(info: TensorInfo, storage: WeightStorage): number {
 export function weightTraffic(ckpt: Checkpoint, storage: WeightStorage = FAST_STORAGE): { matmulParams: number; bytesPerToken: number } {
   let params = 0;
   let bytes = 0;
+  const experts = ckpt.config.experts;
   for (const t of ckpt.tensors.values()) {
-    if (t.shape.length !== 2) continue;
+    if (t.shape.length < 2) continue;
     if (t.name === TensorName.tokenEmbedding && !ckpt.config.sharedClassifier) continue;
-    params += t.shape[0]! * t.shape[1]!;
-    bytes += storedBytes(t, storage);
+    // A token reads the experts it uses, not the whole stack.
+    const share = t.shape.length === 3 && experts !== undefined ? experts.used / experts.count : 1;
+    params += share * t.shape.reduce((a, b) => a * b, 1);
+    bytes += share * storedBytes(t, storage);
   }
   return { matmulParams: params, bytesPerToken: bytes };
 }
@@ -155,9 +189,15 @@ export function partBytes(ckpt: Checkpoint, storage: WeightStorage = FAST_STORAG
 /** Names of layer l's tensors. */
 function layerTensorNames(c: Checkpoint["config"], l: number): string[] {
   const names = [
-    TensorName.attnNorm(l), TensorName.attnQ(l), TensorName.attnK(l), TensorName.attnV(l), TensorName.attnOutput(l),
-    TensorName.ffnNorm(l), TensorName.ffnGate(l), TensorName.ffnDown(l), TensorName.ffnUp(l),
+    TensorName.attnNorm(l), TensorName.attnQ(l), TensorName.attnK(l), TensorName.attnV(l), TensorName.attnOutput(l), TensorName.ffnNorm(l),
   ];
+  if (c.experts === undefined) names.push(TensorName.ffnGate(l), TensorName.ffnDown(l), TensorName.ffnUp(l));
+  else {
+    names.push(TensorName.ffnRouter(l), TensorName.ffnGateExperts(l), TensorName.ffnUpExperts(l), TensorName.ffnDownExperts(l));
+    if (c.experts.biases) {
+      names.push(TensorName.ffnRouterBias(l), TensorName.ffnGateExpertsBias(l), TensorName.ffnUpExpertsBias(l), TensorName.ffnDownExpertsBias(l));
+    }
+  }
   if (c.qkvBias) names.push(TensorName.attnQBias(l), TensorName.attnKBias(l), TensorName.attnVBias(l));
   if (c.qkNorm) names.push(TensorName.attnQNorm(l), TensorName.attnKNorm(l));
   return names;
@@ -246,9 +286,13 @@ function readTensor(file: string, fd: number, t: WeightTarget, info: TensorInfo,
   else packF32(file, fd, mem, kernels, target.matrix.addr, info, staging());
 }
 
-/** Allocate a matrix's place in `mem`: f32 packed, ggml blocks as stored (Q5_0 as Q8_0 when `storage` says), int8 values and scales. */
+/**
+ * Allocate a matrix's place in `mem`: f32 packed, ggml blocks as stored (Q5_0 as Q8_0 when
+ * `storage` says), int8 values and scales. An expert stack [experts][rows][cols] is placed as one
+ * matrix of experts x rows rows (see ExpertStack).
+ */
 function allocMatrix(info: TensorInfo, mem: LinearMemory, storage: WeightStorage): WeightMatrix {
-  const [rows, cols] = info.shape as [number, number];
+  const { rows, cols } = matrixShape(info);
   if (info.encoding.kind === "f32") return { kind: "f32", rows, cols, addr: mem.alloc(4 * rows * cols) };
   if (info.encoding.kind === "ggml") {
     const bytes = storedBytes(info, storage);
@@ -258,6 +302,11 @@ function allocMatrix(info: TensorInfo, mem: LinearMemory, storage: WeightStorage
   const q = mem.alloc(rows * cols);
   const s = mem.alloc(4 * Math.floor((rows * cols) / info.encoding.groupSize));
   return { kind: "q8", rows, cols, q, s, groupSize: info.encoding.groupSize };
+}
+
+/** Rows and columns of a matrix, an expert stack's rows being every expert's. */
+function matrixShape(info: TensorInfo): { rows: number; cols: number } {
+  return { rows: info.shape.slice(0, -1).reduce((a, b) => a * b, 1), cols: info.shape[info.shape.length - 1]! };
 }
 
 type Target = { kind: "vector"; addr: number } | { kind: "matrix"; matrix: WeightMatrix };
@@ -288,6 +337,30 @@ function planAllocations(ckpt: Checkpoint, targets: readonly WeightTarget[], pla
     placements.push({ info, target: { kind: "matrix", matrix: m }, memory });
     return m;
   };
+  const experts = (name: string, memory: number): ExpertStack => {
+    const [count, rows, cols] = tensor(name).shape as [number, number, number];
+    const all = matrix(name, memory);
+    if (all.kind === "q8") throw new ModelFormatError(ckpt.file, `${name}: int8 experts are not supported`);
+    const stride = (all.kind === "f32" ? 4 * cols : all.rowBytes) * rows;
+    return { count, expert: { ...all, rows }, stride };
+  };
+  const feedForward = (l: number, at: number): FeedForwardWeights => {
+    if (c.experts === undefined) {
+      return { kind: "dense", gate: matrix(TensorName.ffnGate(l), at), up: matrix(TensorName.ffnUp(l), at), down: matrix(TensorName.ffnDown(l), at) };
+    }
+    const biased = c.experts.biases;
+    return {
+      kind: "experts",
+      router: matrix(TensorName.ffnRouter(l), at),
+      routerBias: biased ? vector(TensorName.ffnRouterBias(l), at) : null,
+      gate: experts(TensorName.ffnGateExperts(l), at),
+      up: experts(TensorName.ffnUpExperts(l), at),
+      down: experts(TensorName.ffnDownExperts(l), at),
+      biases: biased
+        ? { gate: vector(TensorName.ffnGateExpertsBias(l), at), up: vector(TensorName.ffnUpExpertsBias(l), at), down: vector(TensorName.ffnDownExpertsBias(l), at) }
+        : null,
+    };
+  };
 
   const tokenEmbedding = matrix(TensorName.tokenEmbedding, placement.embedding);
   const layers: LayerWeights[] = [];
@@ -303,9 +376,7 @@ function planAllocations(ckpt: Checkpoint, targets: readonly WeightTarget[], pla
       qkNorm: c.qkNorm ? { q: vector(TensorName.attnQNorm(l), at), k: vector(TensorName.attnKNorm(l), at) } : null,
       wo: matrix(TensorName.attnOutput(l), at),
       ffnNorm: vector(TensorName.ffnNorm(l), at),
-      ffnGate: matrix(TensorName.ffnGate(l), at),
-      ffnDown: matrix(TensorName.ffnDown(l), at),
-      ffnUp: matrix(TensorName.ffnUp(l), at),
+      ffn: feedForward(l, at),
     });
   }
   const outputNorm = vector(TensorName.outputNorm, placement.output);
@@ -344,7 +415,7 @@ function transcodeQ5_0(file: string, fd: number, mem: LinearMemory, kernels: Ker
 
 /** Stream a row-major f32 matrix through the staging buffer, packing whole panels at a time. */
 function packF32(file: string, fd: number, mem: LinearMemory, kernels: Kernels, dst: number, info: TensorInfo, staging: number): void {
-  const [rows, cols] = info.shape as [number, number];
+  const { rows, cols } = matrixShape(info);
   const rowBytes = 4 * cols;
   const chunkRows = Math.max(4, Math.floor(STAGING_BYTES / rowBytes) & ~3);
   if (chunkRows * rowBytes > STAGING_BYTES) {

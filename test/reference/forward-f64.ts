@@ -84,6 +84,47 @@ export interface ReferenceExtras {
   bv?: Float32Array; // (layer, kvDim)
   qNorm?: Float32Array; // (layer, headDim)
   kNorm?: Float32Array; // (layer, headDim)
+  /** A mixture of experts in place of the feed-forward (config.experts): w1, w2, w3 are then unused. */
+  experts?: {
+    router: Float32Array; // (layer, count, dim)
+    gate: Float32Array; // (layer, count, width, dim)
+    up: Float32Array; // (layer, count, width, dim)
+    down: Float32Array; // (layer, count, dim, width)
+  };
+}
+
+/**
+ * The mixture of experts of layer l on xb into xb2, by the definition: the softmax over all
+ * router logits ("softmax") or over the chosen ones ("softmax-of-chosen"), the `used` largest
+ * logits chosen, their weights renormalized when the config says, each expert a SwiGLU.
+ */
+function mixtureOfExperts(xb2: Float64Array, xb: Float64Array, c: ModelConfig, ex: NonNullable<ReferenceExtras["experts"]>, l: number): void {
+  const e = c.experts!;
+  const dim = c.dim;
+  const width = e.hiddenDim;
+  const logits = new Float64Array(e.count);
+  matmul(logits, xb, ex.router, l * e.count * dim);
+  const order = Array.from({ length: e.count }, (_, j) => j).sort((a, b) => logits[b]! - logits[a]! || a - b);
+  const chosen = order.slice(0, e.used);
+  const top = logits[chosen[0]!]!;
+  const all = e.gating === "softmax" ? order.reduce((s, j) => s + Math.exp(logits[j]! - top), 0) : chosen.reduce((s, j) => s + Math.exp(logits[j]! - top), 0);
+  let weights = chosen.map((j) => Math.exp(logits[j]! - top) / all);
+  if (e.normalizeWeights) {
+    const sum = weights.reduce((a, b) => a + b, 0);
+    weights = weights.map((w) => w / sum);
+  }
+  const hb = new Float64Array(width);
+  const hb2 = new Float64Array(width);
+  const out = new Float64Array(dim);
+  xb2.fill(0);
+  chosen.forEach((j, r) => {
+    const expert = l * e.count + j;
+    matmul(hb, xb, ex.gate, expert * width * dim);
+    matmul(hb2, xb, ex.up, expert * width * dim);
+    for (let i = 0; i < width; i++) hb[i] = silu(hb[i]!) * hb2[i]!;
+    matmul(out, hb, ex.down, expert * dim * width);
+    for (let i = 0; i < dim; i++) xb2[i] = xb2[i]! + weights[r]! * out[i]!;
+  });
 }
 
 /** Each head of vec (heads of headDim) RMS-normalised with weights w[offset..offset + headDim). */
@@ -197,12 +238,15 @@ export class ReferenceTransformer {
       matmul(xb2, att, w.wo, l * dim * qDim);
       for (let i = 0; i < dim; i++) x[i] = x[i]! + xb2[i]!;
 
-      // ffn rmsnorm, SwiGLU, residual
+      // ffn rmsnorm, SwiGLU (or the mixture of experts), residual
       rmsnorm(xb, x, w.rmsFfn, l * dim, c.normEps);
-      matmul(hb, xb, w.w1, l * hiddenDim * dim);
-      matmul(hb2, xb, w.w3, l * hiddenDim * dim);
-      for (let i = 0; i < hiddenDim; i++) hb[i] = silu(hb[i]!) * hb2[i]!;
-      matmul(xb2, hb, w.w2, l * dim * hiddenDim);
+      if (e.experts) mixtureOfExperts(xb2, xb, c, e.experts, l);
+      else {
+        matmul(hb, xb, w.w1, l * hiddenDim * dim);
+        matmul(hb2, xb, w.w3, l * hiddenDim * dim);
+        for (let i = 0; i < hiddenDim; i++) hb[i] = silu(hb[i]!) * hb2[i]!;
+        matmul(xb2, hb, w.w2, l * dim * hiddenDim);
+      }
       for (let i = 0; i < dim; i++) x[i] = x[i]! + xb2[i]!;
     }
 

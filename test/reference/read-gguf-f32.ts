@@ -30,6 +30,8 @@ export function readGGUFF32Weights(ckpt: Checkpoint): { weights: Llama2cWeights;
     return out;
   };
   const c = ckpt.config;
+  const dense = c.experts === undefined;
+  const none = new Float32Array(0);
   const weights: Llama2cWeights = {
     tokenEmbedding: tensor(TensorName.tokenEmbedding),
     rmsAtt: perLayer(TensorName.attnNorm),
@@ -38,15 +40,23 @@ export function readGGUFF32Weights(ckpt: Checkpoint): { weights: Llama2cWeights;
     wv: perLayer(TensorName.attnV),
     wo: perLayer(TensorName.attnOutput),
     rmsFfn: perLayer(TensorName.ffnNorm),
-    w1: perLayer(TensorName.ffnGate),
-    w2: perLayer(TensorName.ffnDown),
-    w3: perLayer(TensorName.ffnUp),
+    w1: dense ? perLayer(TensorName.ffnGate) : none,
+    w2: dense ? perLayer(TensorName.ffnDown) : none,
+    w3: dense ? perLayer(TensorName.ffnUp) : none,
     rmsFinal: tensor(TensorName.outputNorm),
     wcls: c.sharedClassifier ? null : tensor(TensorName.output),
   };
   const extras: ReferenceExtras = {
     ...(c.qkvBias ? { bq: perLayer(TensorName.attnQBias), bk: perLayer(TensorName.attnKBias), bv: perLayer(TensorName.attnVBias) } : {}),
     ...(c.qkNorm ? { qNorm: perLayer(TensorName.attnQNorm), kNorm: perLayer(TensorName.attnKNorm) } : {}),
+    ...(dense
+      ? {}
+      : {
+          experts: {
+            router: perLayer(TensorName.ffnRouter), gate: perLayer(TensorName.ffnGateExperts),
+            up: perLayer(TensorName.ffnUpExperts), down: perLayer(TensorName.ffnDownExperts),
+          },
+        }),
   };
   return { weights, extras };
 }

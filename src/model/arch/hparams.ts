@@ -5,7 +5,7 @@
 import { ModelFormatError } from "../../errors.ts";
 import type { GGUFFile } from "../gguf.ts";
 import { quoteFileText } from "../../util/file-text.ts";
-import type { ModelConfig, RopeStyle } from "../config.ts";
+import type { ExpertsConfig, ModelConfig, RopeStyle } from "../config.ts";
 import type { TensorDerived } from "./architecture.ts";
 
 /** Optional parts of a layer. */
@@ -67,6 +67,25 @@ export function readTransformerConfig(file: GGUFFile, arch: string, derived: Ten
     throw new ModelFormatError(file.path, `RMS epsilon ${config.normEps} and RoPE base ${config.ropeTheta} must be positive`);
   }
   return config;
+}
+
+/** How an architecture's experts are routed and gated (ExpertsConfig less the file's counts). */
+export type ExpertsKind = Omit<ExpertsConfig, "count" | "used" | "hiddenDim">;
+
+/**
+ * The mixture-of-experts keys (`expert_count`, `expert_used_count`, `expert_feed_forward_length`),
+ * checked as llama.cpp checks them: at least one expert used, no more than there are.
+ */
+export function readExpertsConfig(file: GGUFFile, arch: string, kind: ExpertsKind): ExpertsConfig {
+  const key = (name: string) => `${arch}.${name}`;
+  const count = file.getU32(key("expert_count"));
+  const used = file.getU32(key("expert_used_count"));
+  const hiddenDim = file.getU32(key("expert_feed_forward_length"));
+  if (count < 1 || used < 1 || used > count) {
+    throw new ModelFormatError(file.path, `${used} experts used of ${count}: a mixture of experts uses at least one and at most all of them`);
+  }
+  if (hiddenDim < 1) throw new ModelFormatError(file.path, `metadata key "${key("expert_feed_forward_length")}" is ${hiddenDim}, must be positive`);
+  return { count, used, hiddenDim, ...kind };
 }
 
 /**
