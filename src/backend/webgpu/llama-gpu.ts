@@ -81,6 +81,7 @@ export class GpuLlamaModel {
     this.kv = shape.kv;
     if (maxLogits > maxTokens) throw new Error("GpuLlamaModel: logit rows are rows of the step, so maxLogits <= maxTokens");
     if ((c.numerics ?? "default") !== "default") throw new DeviceError(`webgpu: ${c.numerics} numerics run on WebAssembly only`);
+    if (c.experts !== undefined) throw new DeviceError("webgpu: mixtures of experts run on WebAssembly only, for now");
     const kvDim = c.nKvHeads * c.headDim;
     const qDim = queryDim(c);
     const own = (b: GPUBuffer) => (this.owned.push(b), b);
