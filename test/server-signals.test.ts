@@ -111,4 +111,29 @@ describeShared("serve: shutdown on signals", [STORIES], ([model]) => {
     expect(q.exitCode).toBe(2);
     expect(q.stderr.trim().split("\n").length).toBe(1);
   }, LIMIT_MS);
+
+  test("an API key no request could match (surrounding whitespace, a newline) is refused at start, from --api-key or the environment", () => {
+    for (const key of ["key ", " key", "key\n", "ke\ty"]) {
+      const r = runPagellm(["serve", "--model", model!, "--port", "0", "--api-key", key]);
+      expect(r.exitCode).toBe(2);
+      expect(r.stderr).toMatch(/^pagellm: error: --api-key (begins or ends with whitespace|contains a control character)[^\n]*\n$/);
+    }
+    const env = runPagellm(["serve", "--model", model!, "--port", "0"], { env: { PAGELLM_API_KEY: "key\n" } });
+    expect(env.exitCode).toBe(2);
+    expect(env.stderr).toMatch(/^pagellm: error: \$PAGELLM_API_KEY begins or ends with whitespace[^\n]*\n$/);
+  }, LIMIT_MS);
+
+  test("--chat-template with an unknown name is refused under its own name, before the model loads", () => {
+    const r = runPagellm(["serve", "--model", model!, "--port", "0", "--chat-template", "llama3"]);
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr).toBe('pagellm: error: --chat-template must be raw, llama2, chatml or a Jinja template file, got "llama3" (no such file)\n');
+  }, LIMIT_MS);
+
+  test("the server's bounds are options: bad values are one-line errors", () => {
+    for (const [option, value] of [["--body-timeout", "0"], ["--max-connections", "0"], ["--max-pending-body-mb", "-1"], ["--stall-timeout", "x"]]) {
+      const r = runPagellm(["serve", "--model", model!, "--port", "0", option!, value!]);
+      expect(r.exitCode).toBe(2);
+      expect(r.stderr).toMatch(new RegExp(`^pagellm: error: ${option} [^\n]*\n$`));
+    }
+  }, LIMIT_MS);
 });

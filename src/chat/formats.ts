@@ -37,7 +37,21 @@ export function chatFormat(
   if ((CHAT_TEMPLATES as readonly string[]).includes(choice)) return { kind: "builtin", name: choice as ChatTemplateName };
   if (choice === "chatml") return { kind: "jinja", template: new ChatTemplate(CHATML, "chatml", specials, variables) };
   if (existsSync(choice) && statSync(choice).isFile()) return { kind: "jinja", template: new ChatTemplate(readFileSync(choice, "utf8"), choice, specials, variables) };
-  throw new InputError(`--template must be ${FORMAT_NAMES.join(", ")} or a Jinja template file, got "${choice}" (no such file)`);
+  throw formatChoiceError(choice, "--template");
+}
+
+/**
+ * Throws unless `choice` names a format chatFormat takes (a built-in name or a template file):
+ * the command line checks its option (`option`: --template, or serve's --chat-template) before
+ * loading a model, so the message names the option the user gave.
+ */
+export function checkFormatChoice(choice: string, option: string): void {
+  if ((FORMAT_NAMES as readonly string[]).includes(choice) || (existsSync(choice) && statSync(choice).isFile())) return;
+  throw formatChoiceError(choice, option);
+}
+
+function formatChoiceError(choice: string, option: string): InputError {
+  return new InputError(`${option} must be ${FORMAT_NAMES.join(", ")} or a Jinja template file, got "${choice}" (no such file)`);
 }
 
 export function newConversation(format: ChatFormat, tok: Tokenizer, opts: { addBos: boolean; system?: string | null; onNote?: (line: string) => void }): Conversation {

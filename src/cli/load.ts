@@ -5,6 +5,7 @@
 import { existsSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { InputError } from "../errors.ts";
+import { checkFormatChoice } from "../chat/formats.ts";
 import { LLM } from "../engine/llm.ts";
 import { hubOptionsFromEnv, resolveModel } from "../hub/resolve.ts";
 import { modelFileKind } from "../model/load.ts";
@@ -12,14 +13,20 @@ import { deviceOption, engineOptions, gpuBackendOptions, kvCacheOptions, type Pa
 import { info, progressWanted } from "./output.ts";
 import { loadProgressBar } from "./progress.ts";
 
-export async function loadLLM(values: ParsedValues): Promise<LLM> {
+/**
+ * The model `values` name, loaded with their options. `templateOption` is the name of the chat
+ * format's option on this command (`values.template` holds its value): a bad one is refused under
+ * that name before the model is fetched or loaded.
+ */
+export async function loadLLM(values: ParsedValues, templateOption = "--template"): Promise<LLM> {
   if (typeof values.model !== "string" || values.model === "") throw new InputError("--model is required");
   const device = deviceOption(values);
   const gpuOptions = gpuBackendOptions(values);
+  const chatTemplate = typeof values.template === "string" && values.template !== "" ? values.template : undefined;
+  if (chatTemplate !== undefined) checkFormatChoice(chatTemplate, templateOption);
   // A path, hf:OWNER/REPO/FILE.gguf, hf:OWNER/REPO:QUANT or a URL: downloaded into the HF cache when needed.
   const model = await resolveModelSpec(values.model);
   const onLoadProgress = loadProgressBar(basename(model), statSync(model).size);
-  const chatTemplate = typeof values.template === "string" && values.template !== "" ? values.template : undefined;
   const chatTemplateKwargs = templateKwargs(values["chat-template-kwargs"]);
   const engine = engineOptions(values);
   const llm = await LLM.open({

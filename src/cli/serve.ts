@@ -8,7 +8,8 @@
 import { defineCommand, type ArgsDef } from "citty";
 import { basename } from "node:path";
 import { InputError } from "../errors.ts";
-import { PagellmServer } from "../server/server.ts";
+import { apiKeyProblem } from "../server/auth.ts";
+import { PagellmServer, SERVER_DEFAULTS } from "../server/server.ts";
 import { loadLLM } from "./load.ts";
 import { kvCacheSummary } from "../engine/engine.ts";
 import { checkKnownOptions, engineArgs, modelArgs, numberOption, speculativeArgs, type ParsedValues } from "./options.ts";
@@ -28,6 +29,10 @@ export const serveArgs = {
   "chat-template-kwargs": { type: "string", description: 'More chat template variables as a JSON object, e.g. \'{"enable_thinking": false}\' for Qwen3', valueHint: "json" },
   "max-queue": { type: "string", description: "Sequences that may wait for a place in the batch; more get 429 with Retry-After (default 256)", valueHint: "n" },
   "max-body-mb": { type: "string", description: "Largest request body in MiB; larger get 413 (default 8)", valueHint: "mb" },
+  "body-timeout": { type: "string", description: `Seconds a client has to send a request's body, from its headers; slower get 408 and the connection closed (default ${SERVER_DEFAULTS.bodyTimeoutS})`, valueHint: "s" },
+  "max-connections": { type: "string", description: `Requests in progress at once (receiving, waiting, generating, streaming); more get 429 (default ${SERVER_DEFAULTS.maxConnections})`, valueHint: "n" },
+  "max-pending-body-mb": { type: "string", description: `MiB that request bodies still arriving may hold, all together; past it 429 (default ${SERVER_DEFAULTS.maxPendingBodyMb})`, valueHint: "mb" },
+  "stall-timeout": { type: "string", description: `Seconds without progress of the engine loop, with requests pending, after which /health answers 503 (default ${SERVER_DEFAULTS.stallTimeoutS})`, valueHint: "s" },
   "shutdown-timeout": { type: "string", description: "Seconds running requests get to finish after SIGTERM/SIGINT (default 30)", valueHint: "s" },
   "log-requests": { type: "boolean", description: "Print a line per request on stderr" },
   ...engineArgs,
@@ -49,22 +54,27 @@ async function runServe(values: ParsedValues): Promise<void> {
   const maxQueue = numberOption(values, "max-queue", "posint") ?? 256;
   const maxBodyMb = numberOption(values, "max-body-mb", "number", { min: 0, minOpen: true }) ?? 8;
   const shutdownSeconds = numberOption(values, "shutdown-timeout", "number", { min: 0 }) ?? 30;
+  const bodyTimeoutS = numberOption(values, "body-timeout", "number", { min: 0, minOpen: true }) ?? SERVER_DEFAULTS.bodyTimeoutS;
+  const maxConnections = numberOption(values, "max-connections", "posint") ?? SERVER_DEFAULTS.maxConnections;
+  const maxPendingBodyMb = numberOption(values, "max-pending-body-mb", "number", { min: 0, minOpen: true }) ?? SERVER_DEFAULTS.maxPendingBodyMb;
+  const stallTimeoutS = numberOption(values, "stall-timeout", "number", { min: 0, minOpen: true }) ?? SERVER_DEFAULTS.stallTimeoutS;
   const host = typeof values.host === "string" && values.host !== "" ? values.host : "127.0.0.1";
-  const apiKey = typeof values["api-key"] === "string" ? values["api-key"] : (process.env.PAGELLM_API_KEY ?? null);
+  const apiKey = serveApiKey(values);
   const name = typeof values["served-model-name"] === "string" && values["served-model-name"] !== "" ? values["served-model-name"] : basename(values.model);
 
   let server: PagellmServer;
   try {
     server = new PagellmServer({
-      host, port, apiKey: apiKey === "" ? null : apiKey, maxBodyBytes: Math.floor(maxBodyMb * 2 ** 20), maxQueue,
+      host, port, apiKey, maxBodyBytes: Math.floor(maxBodyMb * 2 ** 20), maxQueue,
       logRequests: values["log-requests"] === true, modelName: name, log: (line) => process.stderr.write(`${line}\n`),
+      bodyTimeoutMs: bodyTimeoutS * 1000, maxConnections, maxPendingBodyBytes: Math.floor(maxPendingBodyMb * 2 ** 20), stallTimeoutMs: stallTimeoutS * 1000,
     });
   } catch (e) {
     throw new InputError(`cannot listen on ${host}:${port}: ${(e as Error).message}`);
   }
   const shutdown = shutdownOnSignal(shutdownSeconds);
   try {
-    const llm = await loadLLM({ ...values, template: values["chat-template"] });
+    const llm = await loadLLM({ ...values, template: values["chat-template"] }, "--chat-template");
     server.ready(llm);
     process.stdout.write(`pagellm serve: ${server.url} serving ${name} (${llm.engine.model.description}, ${llm.engine.maxPositions}-token context, ${kvCacheSummary(llm.engine)})\n`);
     await shutdown.requested;
@@ -79,6 +89,16 @@ async function runServe(values: ParsedValues): Promise<void> {
   } finally {
     shutdown.remove();
   }
+}
+
+/** --api-key, else $PAGELLM_API_KEY, else none (null); a key no request could match is refused at start. */
+function serveApiKey(values: ParsedValues): string | null {
+  const given = typeof values["api-key"] === "string";
+  const key = given ? (values["api-key"] as string) : (process.env.PAGELLM_API_KEY ?? "");
+  if (key === "") return null;
+  const problem = apiKeyProblem(key);
+  if (problem !== null) throw new InputError(`${given ? "--api-key" : "$PAGELLM_API_KEY"} ${problem}`);
+  return key;
 }
 
 /** Resolves `requested` on the first SIGTERM/SIGINT (a second exits at once, code 130). */

@@ -9,18 +9,26 @@ import { ChatTemplateError } from "../chat/jinja-template.ts";
 /** The `type` field OpenAI uses for each kind of failure. */
 export type ApiErrorType = "invalid_request_error" | "authentication_error" | "not_found_error" | "rate_limit_error" | "server_error" | "service_unavailable";
 
+/** Longest error message sent: a message that quotes the request quotes at most an excerpt of it. */
+export const MAX_MESSAGE_CHARS = 500;
+/** Longest `param` sent (a field path made of a client's own keys). */
+export const MAX_PARAM_CHARS = 120;
+
 export class ApiError extends Error {
+  /** The request field at fault, as a path ("messages[2].content"), or null. */
+  readonly param: string | null;
+
   constructor(
     readonly status: number,
     message: string,
     readonly type: ApiErrorType = "invalid_request_error",
-    /** The request field at fault, as a path ("messages[2].content"), or null. */
-    readonly param: string | null = null,
+    param: string | null = null,
     readonly code: string | null = null,
     readonly headers: Record<string, string> = {},
   ) {
-    super(message);
+    super(excerpt(message, MAX_MESSAGE_CHARS));
     this.name = "ApiError";
+    this.param = param === null ? null : excerpt(param, MAX_PARAM_CHARS);
   }
 
   /** A 400 naming the field at fault. */
@@ -32,6 +40,15 @@ export class ApiError extends Error {
   static unsupported(param: string, what: string): ApiError {
     return new ApiError(400, `${what} is not supported by this server`, "invalid_request_error", param, "unsupported_parameter");
   }
+}
+
+/**
+ * `text` when it has at most `max` characters, else its first `max` and how many more there were:
+ * what an error message quotes of a client's input (a field name, a value).
+ */
+export function excerpt(text: string, max = 40): string {
+  if (text.length <= max) return text;
+  return `${text.slice(0, max)}... (${text.length - max} more characters)`;
 }
 
 /** The OpenAI error body of `e`. */

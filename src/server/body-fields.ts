@@ -2,8 +2,15 @@
  * Reads a request body's fields with their types and ranges checked: a missing or ill-typed
  * field is a 400 naming it. Every field a handler reads is marked; `rejectUnknown` then turns any
  * other field into a 400 (a client must never believe a field it sent was applied).
+ *
+ * A body nested deeper than MAX_JSON_DEPTH is refused before it is parsed, by a scan that does not
+ * recurse: nothing that later walks the value (a check, an error message that quotes it) can run
+ * out of stack.
  */
-import { ApiError } from "./api-error.ts";
+import { ApiError, excerpt } from "./api-error.ts";
+
+/** Deepest nesting of arrays and objects a body may have (a request of any real shape is far below it). */
+export const MAX_JSON_DEPTH = 128;
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
@@ -22,6 +29,9 @@ export class BodyFields {
 
   /** Parse a request's text as a JSON object: 400 for malformed JSON or anything else at the top. */
   static parse(text: string): BodyFields {
+    if (jsonDepthExceeds(text, MAX_JSON_DEPTH)) {
+      throw new ApiError(400, `request body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels`, "invalid_request_error", null, "invalid_json");
+    }
     let value: unknown;
     try {
       value = JSON.parse(text);
@@ -73,7 +83,7 @@ export class BodyFields {
   /** 400 naming the first field no reader asked for. */
   rejectUnknown(): void {
     for (const name of Object.keys(this.body)) {
-      if (!this.read.has(name)) throw ApiError.unsupported(name, `the field '${name}'`);
+      if (!this.read.has(name)) throw ApiError.unsupported(excerpt(name), `the field '${excerpt(name)}'`);
     }
   }
 }
@@ -91,4 +101,25 @@ export function checkNumber(name: string, v: Json, range: NumberRange = {}): num
     throw ApiError.badField(name, `'${name}' must be ${[lo, hi].filter(Boolean).join(" and ")}, got ${v}`);
   }
   return v;
+}
+
+/**
+ * Whether JSON text nests arrays and objects deeper than `limit`: one pass over the characters,
+ * brackets inside strings skipped, no recursion (the text need not be valid JSON: the parser then
+ * says what is wrong with it).
+ */
+export function jsonDepthExceeds(text: string, limit: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++; // a backslash escapes the next character
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > limit) return true;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return false;
 }

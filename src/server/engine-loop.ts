@@ -52,6 +52,8 @@ export class EngineLoop {
   private stopped = false;
   private idleWaiters: (() => void)[] = [];
   private readonly done: Promise<void>;
+  /** performance.now() when the loop last finished a step or a job, or woke to new work. */
+  private lastProgressMs = performance.now();
 
   constructor(
     private readonly engine: LLMEngine,
@@ -59,6 +61,11 @@ export class EngineLoop {
     private readonly opts: EngineLoopOptions,
   ) {
     this.done = this.run();
+  }
+
+  /** Whether work is pending (requests being served, jobs queued) and when the loop last moved (/health). */
+  get progress(): { pending: boolean; lastProgressMs: number } {
+    return { pending: this.live.size > 0 || this.jobs.length > 0, lastProgressMs: this.lastProgressMs };
   }
 
   /** Requests being served (submitted and not yet finished). */
@@ -138,6 +145,7 @@ export class EngineLoop {
         if (this.jobs.length > 0) continue;
         await new Promise<void>((resolve) => (this.wake = resolve));
         this.wake = null;
+        this.lastProgressMs = performance.now();
         continue;
       }
       this.stepping = true;
@@ -149,6 +157,7 @@ export class EngineLoop {
       } finally {
         this.stepping = false;
       }
+      this.lastProgressMs = performance.now();
       this.dispatch(events);
       this.applyAborts();
       // Let HTTP handlers run between steps (a one-thread step never yields by itself).
@@ -170,6 +179,7 @@ export class EngineLoop {
         await job.run();
       } finally {
         this.stepping = false;
+        this.lastProgressMs = performance.now();
       }
       this.applyAborts();
     }

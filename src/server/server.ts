@@ -4,14 +4,18 @@
  * until `ready`), and drains on shutdown: new requests get 503 while the running ones finish.
  *
  * Safe by default: binds where it is told (the CLI's default is 127.0.0.1), checks the API key
- * on /v1/* in constant time, caps request bodies, and turns every bad request into an OpenAI
- * error object with its status, never a stack trace, never disturbing the other requests.
+ * on /v1/* in constant time, bounds what a client can hold (a body's size and the time to send it,
+ * the requests in progress at once, the bytes of bodies still arriving: body-reader.ts), and turns
+ * every bad request into an OpenAI error object with its status, never a stack trace, never
+ * disturbing the other requests. /health says 503 when the engine loop has stopped moving with
+ * work pending, so a supervisor sees a server that hangs.
  */
 import type { Server } from "bun";
 import type { LLM } from "../engine/llm.ts";
 import { ApiError, asApiError, errorResponse } from "./api-error.ts";
 import { ApiKeyCheck } from "./auth.ts";
 import { BodyFields } from "./body-fields.ts";
+import { BodyReader } from "./body-reader.ts";
 import { chatCompletions } from "./chat-completions.ts";
 import { completions } from "./completions.ts";
 import { EngineLoop } from "./engine-loop.ts";
@@ -35,7 +39,23 @@ export interface ServerOptions {
   modelName: string;
   /** Where request log lines go. */
   log: (line: string) => void;
+  /** Time to receive a request's body from its headers, ms (408 past it; default SERVER_DEFAULTS). */
+  bodyTimeoutMs?: number;
+  /** Requests in progress at once, from their headers to the end of their response (429 past it). */
+  maxConnections?: number;
+  /** Bytes that the bodies still arriving may hold together (429 past it). */
+  maxPendingBodyBytes?: number;
+  /** /health answers 503 when the engine loop has made no progress for this long with work pending, ms. */
+  stallTimeoutMs?: number;
 }
+
+/** The bounds' defaults (the CLI's options: --body-timeout, --max-connections, --max-pending-body-mb, --stall-timeout). */
+export const SERVER_DEFAULTS = {
+  bodyTimeoutS: 60,
+  maxConnections: 1024,
+  maxPendingBodyMb: 256,
+  stallTimeoutS: 60,
+} as const;
 
 type State = "loading" | "ready" | "draining";
 
@@ -52,11 +72,23 @@ export class PagellmServer {
   private readonly metrics: ServeMetrics;
   private readonly auth: ApiKeyCheck | null;
   private readonly created = Math.floor(Date.now() / 1000);
+  private readonly bodies: BodyReader;
+  private readonly maxConnections: number;
+  private readonly stallTimeoutMs: number;
+  /** Requests in progress (health checks and metrics scrapes, answered at once, are not counted). */
+  private active = 0;
   readonly server: Server<undefined>;
 
   constructor(private readonly opts: ServerOptions) {
     this.metrics = new ServeMetrics(opts.modelName);
     this.auth = opts.apiKey === null || opts.apiKey === "" ? null : new ApiKeyCheck(opts.apiKey);
+    this.bodies = new BodyReader({
+      maxBodyBytes: opts.maxBodyBytes,
+      timeoutMs: opts.bodyTimeoutMs ?? SERVER_DEFAULTS.bodyTimeoutS * 1000,
+      maxPendingBytes: opts.maxPendingBodyBytes ?? SERVER_DEFAULTS.maxPendingBodyMb * 2 ** 20,
+    });
+    this.maxConnections = opts.maxConnections ?? SERVER_DEFAULTS.maxConnections;
+    this.stallTimeoutMs = opts.stallTimeoutMs ?? SERVER_DEFAULTS.stallTimeoutS * 1000;
     this.server = Bun.serve({
       hostname: opts.host,
       port: opts.port,
@@ -110,9 +142,48 @@ export class PagellmServer {
     await this.server.stop(true);
   }
 
+  /** Requests in progress now (--max-connections counts them). */
+  get requestsInProgress(): number {
+    return this.active;
+  }
+
+  /** Bytes held now by request bodies still arriving (--max-pending-body-mb bounds them). */
+  get pendingBodyBytes(): number {
+    return this.bodies.pendingBytes;
+  }
+
   private async handle(req: Request, server: Server<undefined>): Promise<Response> {
-    const t0 = performance.now();
     const path = new URL(req.url).pathname;
+    // Health checks and scrapes are answered at once and hold nothing: never refused for load.
+    if (path === "/health" || path === "/metrics") return this.serve(req, server, path);
+    if (this.active >= this.maxConnections) {
+      return errorResponse(new ApiError(
+        429, `the server has ${this.active} requests in progress (--max-connections ${this.maxConnections}); retry later`,
+        "rate_limit_error", null, "too_many_connections", { "Retry-After": "1", Connection: "close" },
+      ));
+    }
+    this.active++;
+    let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      this.active--;
+    };
+    let streamed = false;
+    try {
+      const response = await this.serve(req, server, path);
+      // A stream holds its connection until its last chunk is sent or the client goes.
+      if (response.body === null || !isEventStream(response)) return response;
+      streamed = true;
+      return new Response(untilEnd(response.body, release), { status: response.status, headers: response.headers });
+    } finally {
+      if (!streamed) release();
+    }
+  }
+
+  /** The route's response (or its error as an OpenAI error object), logged as --log-requests asks. */
+  private async serve(req: Request, server: Server<undefined>, path: string): Promise<Response> {
+    const t0 = performance.now();
     const from = server.requestIP(req)?.address ?? "-";
     // A streamed response is logged when its last chunk is sent, with its usage.
     let status = 0;
@@ -131,23 +202,24 @@ export class PagellmServer {
       });
     } catch (e) {
       const error = asApiError(e);
-      // The server's own failure: the operator hears of it whatever the flags.
-      if (error.status >= 500) process.stderr.write(`pagellm serve: ${req.method} ${path}: ${error.message}\n`);
+      // The server's own failure: the operator hears of it whatever the flags (a 503 while
+      // loading or shutting down is the server's state, not a failure).
+      if (error.type === "server_error") process.stderr.write(`pagellm serve: ${req.method} ${path}: ${error.message}\n`);
       response = errorResponse(error);
     }
     status = response.status;
-    streaming = response.headers.get("content-type")?.startsWith("text/event-stream") === true;
+    streaming = isEventStream(response);
     if (!streaming || finished !== null) log(finished);
     return response;
   }
 
   private async route(req: Request, path: string, onDone: GenerationContext["onDone"]): Promise<Response> {
     if (path === "/health") {
-      if (req.method !== "GET" && req.method !== "HEAD") throw methodNotAllowed(req, "GET");
-      return this.state === "ready" ? Response.json({ status: "ok" }) : Response.json({ status: this.state }, { status: 503 });
+      if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
+      return this.health();
     }
     if (path === "/metrics") {
-      if (req.method !== "GET") throw methodNotAllowed(req, "GET");
+      if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
       if (this.llm === null) throw unavailable("loading");
       return new Response(this.metrics.render(this.llm.engine.stats), { headers: { "Content-Type": "text/plain; version=0.0.4; charset=utf-8" } });
     }
@@ -155,40 +227,85 @@ export class PagellmServer {
     this.auth?.check(req);
     if (this.state !== "ready") throw unavailable(this.state);
     const llm = this.llm!;
-    // A non-streamed generation sends nothing until it ends, a stream nothing while it waits in the queue.
-    if (req.method === "POST") this.server.timeout(req, 0);
     const ctx: GenerationContext = { loop: this.loop!, model: this.opts.modelName, signal: req.signal, onDone };
     switch (path) {
       case "/v1/models":
-        if (req.method !== "GET") throw methodNotAllowed(req, "GET");
+        if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
         return Response.json(modelList(this.opts.modelName, this.created));
       case "/v1/chat/completions":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
-        return chatCompletions(llm, ctx, BodyFields.parse(await this.readBody(req)));
+        return chatCompletions(llm, ctx, await this.readFields(req));
       case "/v1/completions":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
-        return completions(llm, ctx, BodyFields.parse(await this.readBody(req)));
+        return completions(llm, ctx, await this.readFields(req));
       default:
         throw new ApiError(404, `no route ${req.method} ${path}`, "not_found_error", null, "not_found");
     }
   }
 
-  /** The body as text, at most --max-body-mb: 413 past it (by Content-Length, or counted as it arrives). */
-  private async readBody(req: Request): Promise<string> {
-    const limit = this.opts.maxBodyBytes;
-    const tooLarge = () => new ApiError(413, `request body is larger than ${limit} bytes (--max-body-mb)`, "invalid_request_error", null, "request_too_large");
-    const declared = Number(req.headers.get("content-length") ?? "0");
-    if (declared > limit) throw tooLarge();
-    if (req.body === null) return "";
-    const chunks: Uint8Array[] = [];
-    let size = 0;
-    for await (const chunk of req.body) {
-      size += chunk.byteLength;
-      if (size > limit) throw tooLarge();
-      chunks.push(chunk);
-    }
-    return new TextDecoder().decode(Buffer.concat(chunks));
+  /** A generation request's body (within the bounds of body-reader.ts) as checked JSON fields. */
+  private async readFields(req: Request): Promise<BodyFields> {
+    const text = await this.bodies.read(req);
+    // The body is in: a non-streamed generation sends nothing until it ends, a stream nothing
+    // while it waits in the queue, so the idle timeout no longer applies to this connection.
+    this.server.timeout(req, 0);
+    return BodyFields.parse(text);
   }
+
+  /** 200 when serving and the engine loop moves; 503 while loading, draining, or stalled with work pending. */
+  private health(): Response {
+    if (this.state !== "ready") return Response.json({ status: this.state }, { status: 503 });
+    const stalled = this.stallReason();
+    if (stalled !== null) return Response.json({ status: "stalled", reason: stalled }, { status: 503 });
+    return Response.json({ status: "ok" });
+  }
+
+  /** Why the engine loop counts as stalled (work pending, no progress for --stall-timeout), or null. */
+  private stallReason(): string | null {
+    const progress = this.loop?.progress;
+    if (progress === undefined || !progress.pending) return null;
+    const stillMs = performance.now() - progress.lastProgressMs;
+    if (stillMs < this.stallTimeoutMs) return null;
+    return `the engine loop has made no progress for ${(stillMs / 1000).toFixed(1)} s with ${this.loop!.numLive} requests pending (--stall-timeout ${this.stallTimeoutMs / 1000})`;
+  }
+}
+
+/** GET, or HEAD (the same answer without its body, which Bun leaves out). */
+function isGet(req: Request): boolean {
+  return req.method === "GET" || req.method === "HEAD";
+}
+
+function isEventStream(response: Response): boolean {
+  return response.headers.get("content-type")?.startsWith("text/event-stream") === true;
+}
+
+/** `body` passed through unchanged; `onEnd` runs once when it ends, fails or is cancelled (the client went). */
+function untilEnd(body: ReadableStream<Uint8Array>, onEnd: () => void): ReadableStream<Uint8Array> {
+  const reader = body.getReader();
+  let ended = false;
+  const end = () => {
+    if (ended) return;
+    ended = true;
+    onEnd();
+  };
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      try {
+        const { value, done } = await reader.read();
+        if (done) {
+          end();
+          controller.close();
+        } else controller.enqueue(value);
+      } catch (e) {
+        end();
+        controller.error(e);
+      }
+    },
+    cancel(reason) {
+      end();
+      return reader.cancel(reason);
+    },
+  });
 }
 
 function methodNotAllowed(req: Request, allowed: string): ApiError {
