@@ -241,6 +241,23 @@ describeShared("serve under abuse", [STORIES], ([model]) => {
     });
   }, LIMIT_MS);
 
+  test("/metrics follows promtool's naming rules: a counter ends in _total, nothing else does; every sample is declared", async () => {
+    await withServer({}, async (server) => {
+      const text = await (await fetch(`${server.url}/metrics`)).text();
+      const types = new Map([...text.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map((m) => [m[1]!, m[2]!]));
+      expect(types.get("pagellm:kv_cache_num_blocks")).toBe("gauge");
+      for (const [name, type] of types) {
+        if (type === "counter") expect(name).toEndWith("_total");
+        else expect(name.endsWith("_total")).toBe(false);
+      }
+      for (const line of text.split("\n").filter((l) => l !== "" && !l.startsWith("#"))) {
+        const name = /^[^{ ]+/.exec(line)![0];
+        const family = types.has(name) ? name : name.replace(/_(bucket|sum|count)$/, "");
+        expect(types.has(family)).toBe(true);
+      }
+    });
+  }, LIMIT_MS);
+
   test("a 503 while shutting down is answered, and not logged as a server failure", async () => {
     const stderr = spyOn(process.stderr, "write");
     try {

@@ -91,7 +91,7 @@ export class ServeMetrics {
     metric("num_requests_waiting", "gauge", "Number of requests waiting for a place in the batch.", one("num_requests_waiting", stats.numWaiting));
     metric("kv_cache_usage_perc", "gauge", "KV cache usage: fraction of the KV blocks held by requests (1 = full).", one("kv_cache_usage_perc", stats.blocksInUse / stats.numBlocks));
     metric("kv_cache_blocks_in_use", "gauge", "KV blocks held by requests (pagellm's own: the count behind kv_cache_usage_perc).", one("kv_cache_blocks_in_use", stats.blocksInUse));
-    metric("kv_cache_blocks_total", "gauge", "KV blocks in the pool (pagellm's own).", one("kv_cache_blocks_total", stats.numBlocks));
+    metric("kv_cache_num_blocks", "gauge", "KV blocks in the pool (pagellm's own).", one("kv_cache_num_blocks", stats.numBlocks));
     metric("prefix_cache_queries_total", "counter", "Prefix cache queries, in tokens.", one("prefix_cache_queries_total", stats.prefixQueries));
     metric("prefix_cache_hits_total", "counter", "Prefix cache hits, in tokens.", one("prefix_cache_hits_total", stats.prefixHits));
     if (stats.tier !== null) {
