@@ -1,7 +1,7 @@
 /**
  * Seeded mutations of a good GGUF file, and the property every mutated file must keep: loading and
  * running it ends normally, or with one PagellmError that names the file and the problem in one
- * short line with no raw control character, within seconds and bounded memory, never a trap, a
+ * short line with no raw control character, with bounded work and memory, never a trap, a
  * stack trace or an internal error (a RangeError, TypeError or WebAssembly RuntimeError).
  */
 import { expect } from "bun:test";
