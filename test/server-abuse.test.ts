@@ -19,7 +19,7 @@ import { LLM } from "../src/engine/llm.ts";
 import { nodeBlockFileOps, type BlockFileOps } from "../src/kv-disk/file-ops.ts";
 import { PagellmServer, type ServerOptions } from "../src/server/server.ts";
 import { MAX_JSON_DEPTH } from "../src/server/body-fields.ts";
-import { metric } from "./helpers/serve.ts";
+import { metric, waitIdle } from "./helpers/serve.ts";
 import { rawExchange, rawRequest } from "./helpers/raw-http.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
@@ -288,7 +288,7 @@ describeShared("serve under abuse", [STORIES], ([model]) => {
       // docs/server.md (Pipelining) and this test.
       expect(pipelined).toEqual({ responses: [], closed: true, bytes: 0 });
       // The abandoned generation is aborted and frees its blocks; the next answer is the same.
-      await until(async () => (await metric(server.url, "num_requests_running")) + (await metric(server.url, "num_requests_waiting")) + (await metric(server.url, "kv_cache_blocks_in_use")), (n) => n === 0, "the server to be idle");
+      await waitIdle(server.url);
       expect(await metric(server.url, "request_success_total", 'finished_reason="abort"')).toBe(aborted + 1);
       expect(server.requestsInProgress).toBe(0);
       const after = ((await (await completion(server.url, ask)).json()) as { choices: { text: string }[] }).choices[0]!.text;

@@ -11,22 +11,12 @@ import { expect, test } from "bun:test";
 import type { Completion } from "openai/resources/completions";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { describeShared } from "./helpers/shared.ts";
-import { complete, completeStreamed, metric, serveForSuite, type TestServer } from "./helpers/serve.ts";
+import { complete, completeStreamed, metric, serveForSuite, waitIdle, type TestServer } from "./helpers/serve.ts";
 import { TEXTS } from "./helpers/prefix.ts";
 
 const STORIES = "models/gguf/stories260K.gguf";
 /** Per-test limit: dozens of concurrent generations on a busy 2-core machine. */
 const LIMIT_MS = 180_000;
-
-/** Wait until no request runs or waits and no block is held (aborts land one step later). */
-async function settled(url: string): Promise<void> {
-  for (let i = 0; i < 2000; i++) {
-    const busy = (await metric(url, "num_requests_running")) + (await metric(url, "num_requests_waiting")) + (await metric(url, "kv_cache_blocks_in_use"));
-    if (busy === 0) return;
-    await Bun.sleep(10);
-  }
-  throw new Error("the server did not settle");
-}
 
 describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
   let s!: TestServer;
@@ -61,14 +51,14 @@ describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
     const cold = () => {
       expect(s.llm.engine.resetPrefixCache()).toBe(true);
     };
-    await settled(s.url);
+    await waitIdle(s.url);
     cold();
     const alone = await ask(target);
     expect(alone.usage!.prompt_tokens_details!.cached_tokens).toBe(0);
     const aloneWarm = await ask(target);
     expect(aloneWarm.usage!.prompt_tokens_details!.cached_tokens).toBeGreaterThan(0);
     expect(tokensOf(aloneWarm)).toBe(tokensOf(alone));
-    await settled(s.url);
+    await waitIdle(s.url);
     cold();
     const batchCold = await Promise.all([target, ...others].map(ask));
     expect(batchCold[0]!.usage!.prompt_tokens_details!.cached_tokens).toBe(0);
@@ -130,7 +120,7 @@ describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
     expect(statuses.every((st) => st === 200)).toBe(true);
     expect(await badOnes).toEqual([400, 400, 400, 400, 404, 400]);
     expect(outcomes.filter((o) => o === "completed").length).toBeGreaterThanOrEqual(64 - 22);
-    await settled(s.url);
+    await waitIdle(s.url);
     expect(await metric(s.url, "kv_cache_usage_perc")).toBe(0);
     expect(await metric(s.url, "request_success_total", 'finished_reason="abort"')).toBeGreaterThan(0);
   }, LIMIT_MS);
@@ -141,7 +131,7 @@ describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
       const r = await complete(s.client, { model: "test-model", prompt, max_tokens: 2, temperature: 0, ...(salt ? { cache_salt: salt } : {}) });
       return r.usage!.prompt_tokens_details!.cached_tokens ?? -1;
     };
-    await settled(s.url);
+    await waitIdle(s.url);
     expect(s.llm.engine.resetPrefixCache()).toBe(true);
     expect(await ask("tenant-a")).toBe(0);
     const hitsBefore = await metric(s.url, "prefix_cache_hits_total");
@@ -162,7 +152,7 @@ describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
       return r.usage!.prompt_tokens_details!.cached_tokens ?? -1;
     };
     for (const [a, b] of [["\ud800", "\ufffd"], ["x\udbff", "x\ud800"]]) {
-      await settled(s.url);
+      await waitIdle(s.url);
       expect(s.llm.engine.resetPrefixCache()).toBe(true);
       expect(await ask(a!)).toBe(0);
       expect(await ask(b!)).toBe(0);

@@ -34,6 +34,8 @@ export interface RawOptions {
   head?: boolean;
   /** Aborting it closes the connection (a client that goes away while it waits). */
   signal?: AbortSignal;
+  /** Close our side once this many bytes of answer have come (a client that leaves part way). */
+  bytes?: number;
 }
 
 /** Writes `parts` to a new connection to 127.0.0.1:port and collects the answers (see RawOptions). */
@@ -55,6 +57,7 @@ export function rawExchange(port: number, parts: readonly (string | Uint8Array)[
     opts.signal?.addEventListener("abort", finish);
     socket.on("data", (chunk: Buffer) => {
       received.push(chunk);
+      if (opts.bytes !== undefined && received.reduce((n, c) => n + c.length, 0) >= opts.bytes) return finish();
       if (opts.responses !== undefined && parseResponses(Buffer.concat(received), opts.head).length >= opts.responses) finish();
     });
     socket.on("close", () => {

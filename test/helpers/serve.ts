@@ -70,6 +70,16 @@ export async function metric(url: string, name: string, labelPart = ""): Promise
   throw new Error(`no metric pagellm:${name} ${labelPart} in /metrics`);
 }
 
+/** Waits until no request runs or waits and no KV block is held (aborts land one step later); throws after a deadline. */
+export async function waitIdle(url: string): Promise<void> {
+  for (let i = 0; i < 3000; i++) {
+    const busy = (await metric(url, "num_requests_running")) + (await metric(url, "num_requests_waiting")) + (await metric(url, "kv_cache_blocks_in_use"));
+    if (busy === 0) return;
+    await Bun.sleep(10);
+  }
+  throw new Error("the server did not come back to idle (/metrics)");
+}
+
 /** Fields vLLM and llama.cpp add to OpenAI's (and pagellm serve takes), which the client passes through. */
 export interface ServerExtensions {
   ignore_eos?: boolean;
