@@ -6,6 +6,7 @@ import { loadLlama2cTokenizer } from "../src/tokenizer/index.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { REPO_ROOT, runPagellmAsync } from "./helpers/cli.ts";
 import { turnStats } from "./helpers/chat-turns.ts";
+import { StreamText } from "./helpers/stream-text.ts";
 import { PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 /** A character-level tokenizer: BOS 1, EOS 2, each character its code + 3, a dummy-prefix space like SentencePiece. */
@@ -244,15 +245,13 @@ describeShared("pagellm chat", [MODEL, TOK], ([model, tok]) => {
 
   test("SIGINT while waiting for input ends the chat with 130", async () => {
     const proc = Bun.spawn(["bun", "bin/pagellm", ...base], { cwd: REPO_ROOT, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
-    const reader = proc.stderr.getReader();
-    let err = "";
-    while (!err.includes("pagellm chat:")) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      err += new TextDecoder().decode(value);
+    try {
+      await new StreamText(proc.stderr).waitForMatch(/pagellm chat:/);
+      proc.kill("SIGINT");
+      expect(await proc.exited).toBe(130);
+    } finally {
+      proc.kill("SIGKILL");
     }
-    proc.kill("SIGINT");
-    expect(await proc.exited).toBe(130);
   }, PROCESS_TEST_MS);
 
   test("options: unknown ones are rejected, a bad template or --system without one is an input error, --help lists them", async () => {

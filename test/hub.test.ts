@@ -3,7 +3,7 @@
  * huggingface_hub cache layout, resume, verification, errors, locking, and the pull/models/rm/info
  * commands. Nothing here reaches the internet.
  */
-import { afterAll, beforeEach, describe, expect, test } from "bun:test";
+import { afterAll, beforeEach, describe, expect, spyOn, test } from "bun:test";
 import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -320,15 +320,26 @@ describe("downloads from the hub", () => {
     const held = new RepoCache(other, REPO);
     mkdirSync(held.lockDir, { recursive: true });
     writeFileSync(held.lockPath(SHA), `${process.pid}\n`);
-    let done = false;
-    const pending = resolveModel(`hf:${REPO}/${FILE}`, { ...opts, cacheDir: other }).then((p) => {
-      done = true;
-      return p;
+    // A waiter asks whether the holder (this process) lives each time it finds the lock taken: once
+    // it has asked twice, it has found the lock alive and gone back to waiting, not downloaded.
+    const realKill = process.kill.bind(process);
+    let livenessChecks = 0;
+    let askedTwice!: () => void;
+    const waited = new Promise<"waited">((resolve) => (askedTwice = () => resolve("waited")));
+    const kill = spyOn(process, "kill").mockImplementation((pid: number, signal?: string | number) => {
+      if (pid === process.pid && signal === 0 && ++livenessChecks === 2) askedTwice();
+      return realKill(pid, signal);
     });
-    await Bun.sleep(300);
-    expect(done).toBe(false);
-    rmSync(held.lockPath(SHA));
-    expect(sha256(readFileSync(await pending))).toBe(SHA);
+    try {
+      const downloadsBefore = hub.requests.filter((r) => r.path.startsWith("/cdn/")).length;
+      const pending = resolveModel(`hf:${REPO}/${FILE}`, { ...opts, cacheDir: other });
+      expect(await Promise.race([waited, pending.then(() => "finished while the lock was held")])).toBe("waited");
+      expect(hub.requests.filter((r) => r.path.startsWith("/cdn/")).length).toBe(downloadsBefore);
+      rmSync(held.lockPath(SHA));
+      expect(sha256(readFileSync(await pending))).toBe(SHA);
+    } finally {
+      kill.mockRestore();
+    }
   }, PROCESS_TEST_MS);
 
   test("two pagellm processes pulling one file give one good file", async () => {

@@ -7,6 +7,7 @@ import { expect, test } from "bun:test";
 import type { Subprocess } from "bun";
 import { describeShared } from "./helpers/shared.ts";
 import { REPO_ROOT, runPagellm } from "./helpers/cli.ts";
+import { StreamText } from "./helpers/stream-text.ts";
 import { testThreads } from "./helpers/threads.ts";
 
 const STORIES = "models/gguf/stories260K.gguf";
@@ -16,7 +17,8 @@ const LIMIT_MS = 120_000;
 interface RunningServer {
   proc: Subprocess<"ignore", "pipe", "pipe">;
   url: string;
-  stderr: () => Promise<string>;
+  /** What it has said on stderr so far, and a wait for what it says next. */
+  stderr: StreamText;
 }
 
 /** Start `pagellm serve` on a free port and wait for its startup line. */
@@ -24,65 +26,61 @@ async function spawnServer(model: string, args: string[] = []): Promise<RunningS
   const proc = Bun.spawn(["bun", "bin/pagellm", "serve", "--model", model, "--port", "0", "--threads", String(testThreads()), ...args], {
     cwd: REPO_ROOT, stdin: "ignore", stdout: "pipe", stderr: "pipe", env: { ...process.env, PAGELLM_DEBUG: "" },
   });
-  const reader = proc.stdout.getReader();
-  let out = "";
-  while (!out.includes("\n")) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error(`serve exited before its startup line: ${await new Response(proc.stderr).text()}`);
-    out += new TextDecoder().decode(value);
-  }
-  reader.releaseLock();
-  const url = /(http:\/\/127\.0\.0\.1:\d+)/.exec(out)?.[1];
-  if (url === undefined) throw new Error(`no address in the startup line: ${out}`);
-  expect(out).toContain("serving stories260K.gguf");
-  return { proc, url, stderr: () => new Response(proc.stderr).text() };
+  const stdout = new StreamText(proc.stdout);
+  const stderr = new StreamText(proc.stderr);
+  await stdout.waitFor(() => stdout.text.includes("\n"), "the startup line").catch((e: Error) => {
+    throw new Error(`${e.message}\nstderr: ${stderr.text}`);
+  });
+  const url = /(http:\/\/127\.0\.0\.1:\d+)/.exec(stdout.text)?.[1];
+  if (url === undefined) throw new Error(`no address in the startup line: ${stdout.text}`);
+  expect(stdout.text).toContain("serving stories260K.gguf");
+  return { proc, url, stderr };
 }
 
-/** A streamed completion read to its end: the finish_reason of its last choice chunk and whether [DONE] came. */
-async function streamToEnd(res: Response): Promise<{ finish: string | null; done: boolean }> {
-  const text = await res.text();
-  let finish: string | null = null;
-  for (const line of text.split("\n")) {
-    if (!line.startsWith("data: {")) continue;
-    const chunk = JSON.parse(line.slice(6)) as { choices: { finish_reason: string | null }[] };
-    finish = chunk.choices[0]?.finish_reason ?? finish;
-  }
-  return { finish, done: text.endsWith("data: [DONE]\n\n") };
+/** A streamed completion: `started` resolves at its first token's chunk (the request is in the batch), `ended` once read to the end. */
+interface Stream {
+  started: Promise<void>;
+  /** The finish_reason of its last choice chunk and whether [DONE] came (false where the connection broke off). */
+  ended: Promise<{ finish: string | null; done: boolean }>;
 }
 
-function startStream(url: string, maxTokens: number): Promise<Response> {
-  return fetch(`${url}/v1/completions`, {
+function startStream(url: string, maxTokens: number): Stream {
+  const body = fetch(`${url}/v1/completions`, {
     method: "POST",
     headers: { "Content-Type": "application/json" },
     body: JSON.stringify({ prompt: "Once upon a time", max_tokens: maxTokens, temperature: 0, ignore_eos: true, stream: true }),
+  }).then((res) => new StreamText(res.body!));
+  const started = body.then((text) => text.waitFor(() => text.text.includes("data: {"), "the first chunk"));
+  const ended = body.then(async (text) => {
+    const all = await text.done;
+    let finish: string | null = null;
+    for (const line of all.split("\n")) {
+      if (!line.startsWith("data: {")) continue;
+      const chunk = JSON.parse(line.slice(6)) as { choices: { finish_reason: string | null }[] };
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    return { finish, done: all.endsWith("data: [DONE]\n\n") };
   });
+  return { started, ended };
 }
 
 describeShared("serve: shutdown on signals", [STORIES], ([model]) => {
   test("SIGTERM while requests stream: they complete, new ones get 503, exit 0", async () => {
     const server = await spawnServer(model!, ["--max-num-seqs", "4"]);
     try {
-      const responses = await Promise.all([0, 1, 2].map(() => startStream(server.url, 500)));
-      const readers = responses.map((r) => streamToEnd(r));
-      // All three are in the batch when the signal comes.
-      const running = async () => {
-        const text = await (await fetch(`${server.url}/metrics`)).text();
-        return Number(/^pagellm:num_requests_running\{[^}]*\} (\d+)$/m.exec(text)?.[1]);
-      };
-      while ((await running()) < 3) await Bun.sleep(5);
+      const streams = [0, 1, 2].map(() => startStream(server.url, 500));
+      // All three are in the batch (each has streamed a token) when the signal comes.
+      await Promise.all(streams.map((s) => s.started));
       server.proc.kill("SIGTERM");
-      let health = 200;
-      for (let i = 0; i < 500 && health === 200; i++) {
-        health = (await fetch(`${server.url}/health`)).status;
-        if (health === 200) await Bun.sleep(10);
-      }
+      // The server says it has stopped accepting before it answers anything else.
+      await server.stderr.waitForMatch(/SIGTERM: not accepting new requests/);
+      const health = (await fetch(`${server.url}/health`)).status;
       expect(health).toBe(503);
       const late = await fetch(`${server.url}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt: "Hi", max_tokens: 2 }) });
       expect(late.status).toBe(503);
       expect(((await late.json()) as { error: { type: string } }).error.type).toBe("service_unavailable");
-      for (const r of await Promise.all(readers)) expect(r).toEqual({ finish: "length", done: true });
+      for (const r of await Promise.all(streams.map((s) => s.ended))) expect(r).toEqual({ finish: "length", done: true });
       expect(await server.proc.exited).toBe(0);
-      expect(await server.stderr()).toContain("SIGTERM");
     } finally {
       server.proc.kill("SIGKILL");
     }
@@ -92,12 +90,13 @@ describeShared("serve: shutdown on signals", [STORIES], ([model]) => {
     const server = await spawnServer(model!);
     try {
       const stream = startStream(server.url, 2000);
-      await Bun.sleep(200);
+      await stream.started;
       server.proc.kill("SIGINT");
-      await Bun.sleep(100);
+      // The first signal is taken (draining has begun) before the second is sent.
+      await server.stderr.waitForMatch(/SIGINT: not accepting new requests/);
       server.proc.kill("SIGINT");
       expect(await server.proc.exited).toBe(130);
-      await stream.then((r) => r.text()).catch(() => "");
+      await stream.ended;
     } finally {
       server.proc.kill("SIGKILL");
     }

@@ -6,6 +6,7 @@
  */
 import type { Subprocess } from "bun";
 import { REPO_ROOT } from "./cli.ts";
+import { StreamText } from "./stream-text.ts";
 
 export const hasScript = Bun.which("script") !== null;
 
@@ -25,61 +26,32 @@ export function terminalText(raw: string): string {
 }
 
 /**
- * The longest a session may go without showing what a test waits for. It only stops a hung test:
- * a model load and a short reply take a few seconds even on a busy machine.
- */
-const PTY_WAIT_MS = 60_000;
-
-/**
- * `pagellm ARGS` in a pseudo-terminal, driven key by key: everything it prints is collected in
- * `output` (raw: escapes and carriage returns included), and `waitFor` resumes as soon as a chunk
- * of output makes its condition true, so keys are sent only once the program is ready for them.
+ * `pagellm ARGS` in a pseudo-terminal, driven key by key: everything it prints is collected
+ * (raw: escapes and carriage returns included), and its waits resume as soon as a chunk of output
+ * makes their condition true, so keys are sent only once the program is ready for them.
  */
 export class PtySession {
-  /** Everything the program printed so far (both streams, as the terminal got them). */
-  output = "";
-  private ended = false;
   private readonly proc: Subprocess<"pipe", "pipe", "pipe">;
-  private readonly reading: Promise<void>;
-  private readonly waiters = new Set<() => void>();
+  private readonly out: StreamText;
 
   constructor(args: string[], env: Record<string, string | undefined>) {
-    const proc = Bun.spawn(pagellmInPty(args), { cwd: REPO_ROOT, env, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
-    this.proc = proc;
-    this.reading = (async () => {
-      const decoder = new TextDecoder();
-      for await (const chunk of proc.stdout) {
-        this.output += decoder.decode(chunk, { stream: true });
-        for (const wake of this.waiters) wake();
-      }
-      this.ended = true;
-      for (const wake of this.waiters) wake();
-    })();
+    this.proc = Bun.spawn(pagellmInPty(args), { cwd: REPO_ROOT, env, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
+    this.out = new StreamText(this.proc.stdout);
   }
 
-  /** Resolves once `ready()` holds; fails, with the session so far, if the program ends first or shows nothing for PTY_WAIT_MS. */
+  /** Everything the program printed so far (both streams, as the terminal got them). */
+  get output(): string {
+    return this.out.text;
+  }
+
+  /** Resolves once `ready()` holds; fails, with the session so far, if the program ends first or shows nothing for a minute. */
   waitFor(ready: () => boolean, what: string): Promise<void> {
-    return new Promise((resolve, reject) => {
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const settle = (error: Error | null) => {
-        this.waiters.delete(check);
-        clearTimeout(timer);
-        if (error === null) resolve();
-        else reject(error);
-      };
-      const check = () => {
-        if (ready()) settle(null);
-        else if (this.ended) settle(new Error(`the session ended before ${what}:\n${terminalText(this.output)}`));
-      };
-      timer = setTimeout(() => settle(new Error(`no ${what} after ${PTY_WAIT_MS / 1000} s:\n${terminalText(this.output)}`)), PTY_WAIT_MS);
-      this.waiters.add(check);
-      check();
-    });
+    return this.out.waitFor(ready, what);
   }
 
   /** Resolves once `pattern` (a /g regex) occurs at least `count` times in the output. */
   waitForCount(pattern: RegExp, count: number): Promise<void> {
-    return this.waitFor(() => (this.output.match(pattern) ?? []).length >= count, `${count} × ${pattern}`);
+    return this.out.waitForCount(pattern, count);
   }
 
   /** Type `keys` (a line ends with "\r" as Enter sends it, Ctrl-C is "\x03"). */
@@ -92,7 +64,7 @@ export class PtySession {
   async end(): Promise<number> {
     this.proc.stdin.end();
     const code = await this.proc.exited;
-    await this.reading;
+    await this.out.done;
     return code;
   }
 
