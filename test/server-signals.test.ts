@@ -4,37 +4,20 @@
  * and exits 0; a second signal exits at once. Bad options are one-line errors.
  */
 import { expect, test } from "bun:test";
-import type { Subprocess } from "bun";
 import { describeShared } from "./helpers/shared.ts";
-import { REPO_ROOT, runPagellm } from "./helpers/cli.ts";
+import { runPagellm } from "./helpers/cli.ts";
+import { spawnServe, type ServeProcess } from "./helpers/serve-process.ts";
 import { StreamText } from "./helpers/stream-text.ts";
-import { testThreads } from "./helpers/threads.ts";
 
 const STORIES = "models/gguf/stories260K.gguf";
 /** Per-test limit: a server process, its model load and whole generations on a busy machine. */
 const LIMIT_MS = 120_000;
 
-interface RunningServer {
-  proc: Subprocess<"ignore", "pipe", "pipe">;
-  url: string;
-  /** What it has said on stderr so far, and a wait for what it says next. */
-  stderr: StreamText;
-}
-
 /** Start `pagellm serve` on a free port and wait for its startup line. */
-async function spawnServer(model: string, args: string[] = []): Promise<RunningServer> {
-  const proc = Bun.spawn(["bun", "bin/pagellm", "serve", "--model", model, "--port", "0", "--threads", String(testThreads()), ...args], {
-    cwd: REPO_ROOT, stdin: "ignore", stdout: "pipe", stderr: "pipe", env: { ...process.env, PAGELLM_DEBUG: "" },
-  });
-  const stdout = new StreamText(proc.stdout);
-  const stderr = new StreamText(proc.stderr);
-  await stdout.waitFor(() => stdout.text.includes("\n"), "the startup line").catch((e: Error) => {
-    throw new Error(`${e.message}\nstderr: ${stderr.text}`);
-  });
-  const url = /(http:\/\/127\.0\.0\.1:\d+)/.exec(stdout.text)?.[1];
-  if (url === undefined) throw new Error(`no address in the startup line: ${stdout.text}`);
-  expect(stdout.text).toContain("serving stories260K.gguf");
-  return { proc, url, stderr };
+async function spawnServer(model: string, args: string[] = []): Promise<ServeProcess> {
+  const server = await spawnServe(model, args);
+  expect(server.startupLine).toContain("serving stories260K.gguf");
+  return server;
 }
 
 /** A streamed completion: `started` resolves at its first token's chunk (the request is in the batch), `ended` once read to the end. */
@@ -73,7 +56,7 @@ describeShared("serve: shutdown on signals", [STORIES], ([model]) => {
       await Promise.all(streams.map((s) => s.started));
       server.proc.kill("SIGTERM");
       // The server says it has stopped accepting before it answers anything else.
-      await server.stderr.waitForMatch(/SIGTERM: not accepting new requests/);
+      await server.saysOnStderr(/SIGTERM: not accepting new requests/);
       const health = (await fetch(`${server.url}/health`)).status;
       expect(health).toBe(503);
       const late = await fetch(`${server.url}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt: "Hi", max_tokens: 2 }) });
@@ -93,7 +76,7 @@ describeShared("serve: shutdown on signals", [STORIES], ([model]) => {
       await stream.started;
       server.proc.kill("SIGINT");
       // The first signal is taken (draining has begun) before the second is sent.
-      await server.stderr.waitForMatch(/SIGINT: not accepting new requests/);
+      await server.saysOnStderr(/SIGINT: not accepting new requests/);
       server.proc.kill("SIGINT");
       expect(await server.proc.exited).toBe(130);
       await stream.ended;
