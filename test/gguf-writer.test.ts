@@ -153,20 +153,23 @@ function mixOfFileType(fileType: number): ModelMix {
 function expectedTypes(f: GGUFFile, mix: ModelMix): string[] {
   const arch = f.getString("general.architecture");
   const heads = f.getU32(`${arch}.attention.head_count`);
-  const ctx = { nLayers: f.getU32(`${arch}.block_count`), tied: f.tensor("output.weight") === undefined, gqa: heads / f.getU32(`${arch}.attention.head_count_kv`, heads) };
+  const ctx = {
+    nLayers: f.getU32(`${arch}.block_count`), tied: f.tensor("output.weight") === undefined, gqa: heads / f.getU32(`${arch}.attention.head_count_kv`, heads),
+    experts: f.getU32(`${arch}.expert_count`, 0),
+  };
   const seen = new Map<string, number>();
   return f.tensors.flatMap((t) => {
     const role = tensorRole(t.name, t.dims.length);
     if (role === null) return [`${t.name}: F32`];
     const index = seen.get(role) ?? 0;
     seen.set(role, index + 1);
-    return [`${t.name}: ${tensorType(mix, role, index, t.dims[0]!, ctx)}`];
+    return [`${t.name}: ${tensorType(mix, role, index, t.dims[0]!, ctx, false, t.dims.length === 3)}`];
   });
 }
 
 const SHARED_QUANTIZED = [
   "rnd-llama-Q4_K_M", "rnd-llama-Q2_K", "rnd-qwen2-Q5_K_M", "stories260K-Q4_0", "stories260K-Q4_1", "stories260K-Q5_0", "stories260K-Q5_1",
-  "stories260K-Q8_0", "stories260K-F16", "stories260K-BF16", "stories260K",
+  "stories260K-Q8_0", "stories260K-F16", "stories260K-BF16", "stories260K", "rnd-qwen3moe-Q4_K_M", "rnd-gptoss-MXFP4_MOE",
 ];
 describeShared("mixes choose every tensor's type as llama-quantize did for the shared files", SHARED_QUANTIZED.map((n) => `models/gguf/${n}.gguf`), (files) => {
   files.forEach((file, i) => {
@@ -187,7 +190,7 @@ describe("tensorType", () => {
   });
 
   test("Q4_K_M on SmolLM2-135M's 576-wide rows falls back as llama.cpp does", () => {
-    const ctx = { nLayers: 30, tied: true, gqa: 3 };
+    const ctx = { nLayers: 30, tied: true, gqa: 3, experts: 0 };
     expect(tensorType("Q4_K_M", "token_embd", 0, 576, ctx)).toBe("Q8_0");
     expect(tensorType("Q4_K_M", "other", 4, 576, ctx)).toBe("Q5_0");
     expect(tensorType("Q4_K_M", "attn_v", 4, 576, ctx)).toBe("Q5_0");
@@ -197,7 +200,7 @@ describe("tensorType", () => {
   });
 
   test("the other mixes' steps and fallbacks", () => {
-    const ctx = { nLayers: 16, tied: false, gqa: 4 };
+    const ctx = { nLayers: 16, tied: false, gqa: 4, experts: 0 };
     expect(tensorType("Q3_K_M", "attn_v", 1, 512, ctx)).toBe("Q5_K");
     expect(tensorType("Q3_K_M", "attn_v", 2, 512, ctx)).toBe("Q4_K");
     expect(tensorType("Q3_K_M", "ffn_down", 0, 512, ctx)).toBe("Q5_K");
@@ -369,7 +372,7 @@ describeShared("broken and hostile model files", ["models/gguf/stories260K.gguf"
 
   test("an unknown architecture", () => {
     const path = variant("arch.gguf", (b) => b.write("qwen9", b.indexOf("llama"), "latin1"));
-    expectModelFormatError(() => readGGUFCheckpoint(path), path, /architecture "qwen9" is not supported \(supported: llama, qwen2, qwen3\)/);
+    expectModelFormatError(() => readGGUFCheckpoint(path), path, /architecture "qwen9" is not supported \(supported: llama, qwen2, qwen3, qwen3moe\b/);
   });
 
   test("a tensor type without kernels (IQ4_NL)", () => {

@@ -1,5 +1,5 @@
 /**
- * Writes models of the llama, qwen2 and qwen3 architectures as GGUF files, in any tensor type or
+ * Writes models of the llama, qwen2, qwen3 and qwen3moe architectures as GGUF files, in any tensor type or
  * quantization mix (gguf-quant-mix.ts), with the metadata llama.cpp reads for them and a real
  * tokenizer's `tokenizer.*` keys: for tests, and for benchmarks of real shapes with random weights.
  *
@@ -24,17 +24,18 @@ import { gguf, writeGGUF, type TensorToWrite } from "./gguf-writer.ts";
 
 export { isModelMix, mixOfFileType, MODEL_MIXES, MODEL_MIX_NAMES, type ModelMix } from "./gguf-quant-mix.ts";
 
-export type Arch = "llama" | "qwen2" | "qwen3";
-export const ARCHS: readonly Arch[] = ["llama", "qwen2", "qwen3"];
+export type Arch = "llama" | "qwen2" | "qwen3" | "qwen3moe";
+export const ARCHS: readonly Arch[] = ["llama", "qwen2", "qwen3", "qwen3moe"];
 
 export interface ModelToWrite {
   arch: Arch;
   /** general.name */
   name: string;
   /**
-   * The shape. headDim may differ from dim/nHeads (qwen3); qkvBias (qwen2) and qkNorm (qwen3) must
-   * match the architecture; ropeFreqFactors adds Llama 3's `rope_freqs.weight`; sharedClassifier
-   * leaves out output.weight.
+   * The shape. headDim may differ from dim/nHeads (qwen3); qkvBias (qwen2), qkNorm (qwen3, qwen3moe)
+   * and experts (qwen3moe: softmax gating, weights renormalized, no biases) must match the
+   * architecture; ropeFreqFactors adds Llama 3's `rope_freqs.weight`; sharedClassifier leaves out
+   * output.weight.
    */
   config: ModelConfig;
   mix: ModelMix;
@@ -79,6 +80,11 @@ function randomTensorData(seed: number, stream: number, rows: number, cols: numb
 /** The `{arch}.*` and `general.*` keys llama.cpp reads for these architectures (llama-arch.cpp's LLM_KV names). */
 function modelMetadata(model: ModelToWrite): Map<string, GGUFValue> {
   const { arch, config: c } = model;
+  const experts: [string, GGUFValue][] = c.experts === undefined ? [] : [
+    [`${arch}.expert_count`, gguf.u32(c.experts.count)],
+    [`${arch}.expert_used_count`, gguf.u32(c.experts.used)],
+    [`${arch}.expert_feed_forward_length`, gguf.u32(c.experts.hiddenDim)],
+  ];
   return new Map<string, GGUFValue>([
     ["general.architecture", gguf.str(arch)],
     ["general.type", gguf.str("model")],
@@ -98,6 +104,7 @@ function modelMetadata(model: ModelToWrite): Map<string, GGUFValue> {
     [`${arch}.rope.dimension_count`, gguf.u32(c.ropeDim ?? c.headDim)],
     [`${arch}.rope.freq_base`, gguf.f32(c.ropeTheta)],
     [`${arch}.attention.layer_norm_rms_epsilon`, gguf.f32(c.normEps)],
+    ...experts,
   ]);
 }
 
@@ -113,7 +120,14 @@ function checkModel(model: ModelToWrite): void {
   if (c.nHeads % c.nKvHeads !== 0) fail(`${c.nHeads} heads are not a multiple of ${c.nKvHeads} KV heads`);
   if (c.headDim % 2 !== 0) fail(`head size ${c.headDim} is odd`);
   if ((c.qkvBias ?? false) !== (arch === "qwen2")) fail(`q/k/v biases are ${arch === "qwen2" ? "required by" : "not part of"} ${arch}`);
-  if ((c.qkNorm ?? false) !== (arch === "qwen3")) fail(`per-head q/k norms are ${arch === "qwen3" ? "required by" : "not part of"} ${arch}`);
+  const qkNorm = arch === "qwen3" || arch === "qwen3moe";
+  if ((c.qkNorm ?? false) !== qkNorm) fail(`per-head q/k norms are ${qkNorm ? "required by" : "not part of"} ${arch}`);
+  const e = c.experts;
+  if ((e !== undefined) !== (arch === "qwen3moe")) fail(`experts are ${arch === "qwen3moe" ? "required by" : "not part of"} ${arch}`);
+  if (e !== undefined) {
+    if (!(e.count >= 1 && e.used >= 1 && e.used <= e.count && e.hiddenDim >= 1)) fail(`${e.used} of ${e.count} experts of width ${e.hiddenDim}`);
+    if (e.gating !== "softmax" || !e.normalizeWeights || e.biases || e.activation !== "swiglu") fail("qwen3moe's experts are softmax-gated, renormalized SwiGLU without biases");
+  }
   if (c.ropeFreqFactors !== undefined && c.ropeFreqFactors.length !== (c.ropeDim ?? c.headDim) / 2) {
     fail(`${c.ropeFreqFactors.length} RoPE frequency factors, expected ${(c.ropeDim ?? c.headDim) / 2}`);
   }
@@ -133,11 +147,20 @@ export function modelTensors(model: ModelToWrite): TensorToWrite[] {
   const { arch, config: c, mix, seed } = model;
   const kvDim = c.nKvHeads * c.headDim;
   const qDim = queryDim(c);
-  const ctx: MixContext = { nLayers: c.nLayers, tied: c.sharedClassifier, gqa: c.nHeads / c.nKvHeads };
+  const ctx: MixContext = { nLayers: c.nLayers, tied: c.sharedClassifier, gqa: c.nHeads / c.nKvHeads, experts: c.experts?.count ?? 0 };
   const tensors: TensorToWrite[] = [];
   const matrix = (name: string, rows: number, cols: number, role: TensorRole, layer: number, std: number): void => {
     const type = tensorType(mix, role, layer, cols, ctx, model.pure);
     tensors.push({ name, dims: [cols, rows], type: GGML_TYPE[type], data: randomTensorData(seed, tensors.length, rows, cols, type, 0, std) });
+  };
+  /** `count` experts' [rows][cols] matrices stacked, [count][rows][cols] (ggml dims [cols, rows, count]). */
+  const experts = (name: string, count: number, rows: number, cols: number, role: TensorRole, layer: number, std: number): void => {
+    const type = tensorType(mix, role, layer, cols, ctx, model.pure, true);
+    tensors.push({ name, dims: [cols, rows, count], type: GGML_TYPE[type], data: randomTensorData(seed, tensors.length, count * rows, cols, type, 0, std) });
+  };
+  /** The router stays F32 (llama-quantize never quantizes ffn_gate_inp). */
+  const router = (name: string, rows: number, cols: number, std: number): void => {
+    tensors.push({ name, dims: [cols, rows], type: GGML_TYPE.F32, data: randomTensorData(seed, tensors.length, rows, cols, "F32", 0, std) });
   };
   const vector = (name: string, n: number, mean: number, std: number): void => {
     tensors.push({ name, dims: [n], type: GGML_TYPE.F32, data: randomTensorData(seed, tensors.length, 1, n, "F32", mean, std) });
@@ -159,15 +182,24 @@ export function modelTensors(model: ModelToWrite): TensorToWrite[] {
       vector(TensorName.attnKBias(l), kvDim, 0, BIAS_STD);
       vector(TensorName.attnVBias(l), kvDim, 0, BIAS_STD);
     }
-    if (arch === "qwen3") {
+    if (c.qkNorm) {
       vector(TensorName.attnQNorm(l), c.headDim, 1, NORM_NOISE);
       vector(TensorName.attnKNorm(l), c.headDim, 1, NORM_NOISE);
     }
     matrix(TensorName.attnOutput(l), c.dim, qDim, "attn_output", l, input(qDim));
     vector(TensorName.ffnNorm(l), c.dim, 1, NORM_NOISE);
-    matrix(TensorName.ffnGate(l), c.hiddenDim, c.dim, "other", l, input(c.dim));
-    matrix(TensorName.ffnUp(l), c.hiddenDim, c.dim, "other", l, input(c.dim));
-    matrix(TensorName.ffnDown(l), c.dim, c.hiddenDim, "ffn_down", l, input(c.hiddenDim));
+    const e = c.experts;
+    if (e === undefined) {
+      matrix(TensorName.ffnGate(l), c.hiddenDim, c.dim, "other", l, input(c.dim));
+      matrix(TensorName.ffnUp(l), c.hiddenDim, c.dim, "other", l, input(c.dim));
+      matrix(TensorName.ffnDown(l), c.dim, c.hiddenDim, "ffn_down", l, input(c.hiddenDim));
+    } else {
+      // The router's logits have a std of about 1 over the experts: routing differs token to token.
+      router(TensorName.ffnRouter(l), e.count, c.dim, input(c.dim));
+      experts(TensorName.ffnGateExperts(l), e.count, e.hiddenDim, c.dim, "other", l, input(c.dim));
+      experts(TensorName.ffnUpExperts(l), e.count, e.hiddenDim, c.dim, "other", l, input(c.dim));
+      experts(TensorName.ffnDownExperts(l), e.count, c.dim, e.hiddenDim, "ffn_down", l, input(e.hiddenDim));
+    }
   }
   vector(TensorName.outputNorm, c.dim, 1, NORM_NOISE);
   if (!c.sharedClassifier) matrix(TensorName.output, c.vocabSize, c.dim, "output", 0, input(c.dim));

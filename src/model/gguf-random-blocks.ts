@@ -86,12 +86,16 @@ function* randomBlocks(rng: Xoshiro128, blocks: number, kind: RandomBlock, std: 
   }
 }
 
-/** modelTensors(model) with every Q8_0, Q5_0, Q4_K and Q6_K matrix made of random blocks of the writer's standard deviation. */
+/**
+ * modelTensors(model) with every Q8_0, Q5_0, Q4_K and Q6_K matrix (and expert stack) made of
+ * random blocks of the writer's standard deviation.
+ */
 export function withRandomBlocks(model: ModelToWrite): TensorToWrite[] {
   return modelTensors(model).map((t, i) => {
     const kind = RANDOM_BLOCKS[t.type];
-    if (kind === undefined || t.dims.length !== 2) return t;
-    const [cols, rows] = t.dims as [number, number];
+    if (kind === undefined || t.dims.length < 2) return t;
+    const cols = t.dims[0]!;
+    const rows = t.dims.slice(1).reduce((a, b) => a * b, 1);
     const perBlock = t.type === GGML_TYPE.Q8_0 || t.type === GGML_TYPE.Q5_0 ? 32 : 256;
     const blocks = (rows * cols) / perBlock;
     return { ...t, data: () => randomBlocks(new Xoshiro128(model.seed * 100_003 + i), blocks, kind, 1 / Math.sqrt(cols)) };
