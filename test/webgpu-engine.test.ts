@@ -4,17 +4,18 @@
  * WebGpuBackend; the software adapter in CI). What must hold there:
  *   - greedy output equals llama2.c run.c on runc-greedy.json's f32 cases (stories260K's two run
  *     together in one batch; llama2xs_h192), and llama.cpp's greedy ids on the F32, F16 and BF16
- *     stories260K references and the random F32 llama and qwen2 models;
- *   - the quantized stories260K files meet the README's accuracy bound (golden/llama-cpp) through
- *     the engine's teacher-forced scores, as they do on WebAssembly;
+ *     stories260K references and the random F32 llama, qwen2 and qwen3moe models;
+ *   - the quantized stories260K files, the random K-quant ones and the mixture of experts
+ *     rnd-qwen3moe-Q4_K_M meet the README's accuracy bound (golden/llama-cpp) through the engine's
+ *     teacher-forced scores, as they do on WebAssembly;
  *   - bitwise invariance: requests run one at a time with the prefix cache off give the same
  *     tokens run together with the cache on, in a pool so small that requests are preempted while
- *     prefixes hit, and with chunked prefill beside decodes;
+ *     prefixes hit, and with chunked prefill beside decodes (on a small mixture of experts too);
  *   - the command line: --device webgpu runs on the adapter and says so on stderr; a model WGSL
  *     cannot run, and a machine without a usable adapter, fail with one line and exit code 2;
  *     auto falls back to WebAssembly with the reason.
  */
-import { afterAll, afterEach, expect, test } from "bun:test";
+import { afterAll, afterEach, beforeAll, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -25,7 +26,7 @@ import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { REPO_ROOT, runPagellm } from "./helpers/cli.ts";
 import { MODELS, TEXTS, TOKENIZER } from "./helpers/prefix.ts";
 import { describeShared, sharedPath } from "./helpers/shared.ts";
-import { webgpuRefusal } from "../src/backend/device-choice.ts";
+import { expertTypes, webgpuRefusal } from "../src/backend/device-choice.ts";
 import { openCheckpoint } from "../src/model/load.ts";
 import { describeGpu } from "./helpers/webgpu.ts";
 import { logSoftmaxAt } from "./helpers/gguf-rig.ts";
@@ -60,6 +61,7 @@ const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 const ACCURACY_CASES: [string, string][] = [
   ...["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"].map((t): [string, string] => [`stories260K-${t}`, "stories260K-F32"]),
   ["rnd-llama-Q4_K_M", "rnd-llama-F32"], ["rnd-llama-Q2_K", "rnd-llama-F32"], ["rnd-qwen2-Q5_K_M", "rnd-qwen2-F32"],
+  ["rnd-qwen3moe-Q4_K_M", "rnd-qwen3moe-F32"],
 ];
 
 function accuracyTests(gpu: WebGpuBackend): void {
@@ -75,6 +77,7 @@ function accuracyTests(gpu: WebGpuBackend): void {
         test("teacher-forced log-probabilities meet the quantized rule against llama.cpp's F32 run", async () => {
           const own = JSON.parse(readFileSync(ownRef!, "utf8")) as { tokens: number[]; logprobs: [number, number][] };
           const f32 = JSON.parse(readFileSync(f32Ref!, "utf8")) as { logprobs: [number, number][] };
+          await gpu.prepareExperts(expertTypes(openCheckpoint(model!)));
           const llm = load(gpu, model!, undefined);
           const tokens = own.tokens.slice(0, SCORED_TOKENS + 1);
           const mine: number[] = [];
@@ -85,7 +88,8 @@ function accuracyTests(gpu: WebGpuBackend): void {
           const errMine = mean(mine.map((lp, p) => Math.abs(lp - f32.logprobs[p]![0])));
           const errLlama = mean(own.logprobs.slice(0, SCORED_TOKENS).map(([lp], p) => Math.abs(lp - f32.logprobs[p]![0])));
           expect(errMine).toBeLessThanOrEqual(1.15 * errLlama + 0.01);
-        }, TIMEOUT_MS);
+        }, name.startsWith("rnd-qwen") ? 3 * TIMEOUT_MS : TIMEOUT_MS); // 128 rows of a 49,152-token classifier
+
       },
     );
   }
@@ -179,30 +183,33 @@ await describeGpu("the engine on WebGPU", (gpu) => {
     });
   }
 
-  // The random F32 llama and qwen2 (q/k/v biases, neox RoPE, grouped KV heads, tied classifier),
-  // rewritten bit for bit by the references' make_refmodels.ts into a temp folder.
-  describeShared(
-    "llama.cpp greedy on the random F32 llama and qwen2",
-    ["tools/llama-ref/make_refmodels.ts", "golden/llama-cpp/refs/rnd-llama-F32.greedy.p_fox.json", "golden/llama-cpp/refs/rnd-qwen2-F32.greedy.p_fox.json"],
-    ([script, llamaRef, qwenRef]) => {
-      test("greedy ids equal llama.cpp's", async () => {
-        const dir = mkdtempSync(join(tmpdir(), "pagellm-webgpu-refmodels-"));
-        try {
-          for (const [arch, refPath] of [["llama", llamaRef!], ["qwen2", qwenRef!]] as const) {
+  // The random F32 llama and qwen2 (q/k/v biases, neox RoPE, grouped KV heads, tied classifier) and
+  // qwen3moe (8 experts, 2 per token: routed and grouped on the GPU), rewritten bit for bit by the
+  // references' make_refmodels.ts into a temp folder.
+  for (const arch of ["llama", "qwen2", "qwen3moe"] as const) {
+    describeShared(
+      `llama.cpp greedy on the random F32 ${arch}`,
+      ["tools/llama-ref/make_refmodels.ts", `golden/llama-cpp/refs/rnd-${arch}-F32.greedy.p_fox.json`],
+      ([script, refPath]) => {
+        test("greedy ids equal llama.cpp's", async () => {
+          const dir = mkdtempSync(join(tmpdir(), "pagellm-webgpu-refmodels-"));
+          try {
             const made = Bun.spawnSync([process.execPath, script!, dir, `rnd-${arch}`], { stdout: "pipe", stderr: "pipe", timeout: CHILD_PROCESS_MS });
             if (made.exitCode !== 0) throw new Error(`make_refmodels rnd-${arch}: ${made.stderr.toString()}`);
-            const want = JSON.parse(readFileSync(refPath, "utf8")) as { tokens: number[]; generated: number[] };
-            const llm = load(gpu, join(dir, `rnd-${arch}-F32.gguf`), undefined);
+            const want = JSON.parse(readFileSync(refPath!, "utf8")) as { tokens: number[]; generated: number[] };
+            const model = join(dir, `rnd-${arch}-F32.gguf`);
+            await gpu.prepareExperts(expertTypes(openCheckpoint(model)));
+            const llm = load(gpu, model, undefined);
             const [r] = await llm.generate([{ promptTokenIds: want.tokens, maxTokens: want.generated.length, temperature: 0 }]);
             const eog = r!.finish_reason === "stop" ? want.generated.slice(0, -1) : want.generated;
             expect(r!.token_ids).toEqual(eog);
+          } finally {
+            rmSync(dir, { recursive: true, force: true });
           }
-        } finally {
-          rmSync(dir, { recursive: true, force: true });
-        }
-      }, TIMEOUT_MS);
-    },
-  );
+        }, arch === "qwen3moe" ? 3 * TIMEOUT_MS : TIMEOUT_MS); // 48 steps of a 49,152-token classifier
+      },
+    );
+  }
 
   accuracyTests(gpu);
   describeShared("batch invariance on WebGPU (stories260K)", [MODELS.stories260K, TOKENIZER], ([model, tok]) => invarianceTests(gpu, model!, tok!));
@@ -216,6 +223,12 @@ await describeGpu("the engine on WebGPU", (gpu) => {
     writeModelGGUF(model, { arch: "llama", name: "heads32", config, mix: "Q8_0", tokenizer: tokenizerMetadata(stories!), seed: 9 });
     afterAll(() => rmSync(dir, { recursive: true, force: true }));
     invarianceTests(gpu, model, undefined, "q8_0");
+  });
+
+  describeShared("batch invariance on WebGPU, a mixture of experts (a small Q8_0 qwen3moe, 8 experts, 2 per token)", ["models/gguf/stories260K.gguf"], ([stories]) => {
+    const model = smallQwen3Moe(stories!, "Q8_0");
+    beforeAll(() => gpu.prepareExperts(expertTypes(openCheckpoint(model))));
+    invarianceTests(gpu, model, undefined);
   });
 
   describeShared("the command line on WebGPU", [MODELS.stories260K, MODELS.stories260K_q80, TOKENIZER], ([model, q80, tok]) => {
@@ -292,11 +305,33 @@ await describeGpu("the engine on WebGPU", (gpu) => {
   });
 });
 
+/**
+ * A small qwen3moe of `mix` on stories260K's vocabulary, written into a temp folder (removed after
+ * the file's tests): 64 wide, 2 layers, heads of 32, 8 experts of 32 with 2 per token.
+ */
+function smallQwen3Moe(vocab: string, mix: "Q8_0" | "F32"): string {
+  const dir = mkdtempSync(join(tmpdir(), "pagellm-webgpu-moe-"));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  const model = join(dir, `qwen3moe-${mix}.gguf`);
+  const config = makeConfig({
+    dim: 64, hiddenDim: 96, nLayers: 2, nHeads: 4, nKvHeads: 2, headDim: 32, vocabSize: 512, seqLen: 256, sharedClassifier: false,
+    ropeStyle: "neox", qkNorm: true,
+    experts: { count: 8, used: 2, hiddenDim: 32, gating: "softmax", normalizeWeights: true, biases: false, activation: "swiglu" },
+  });
+  writeModelGGUF(model, { arch: "qwen3moe", name: "small-qwen3moe", config, mix, tokenizer: tokenizerMetadata(vocab), seed: 11 });
+  return model;
+}
+
 // The same with f16 products (wgsl-matmul-f16.ts): every quantized file within llama.cpp's
 // accuracy rule, and the engine's output bitwise the same at any batching on a Q8_0 model.
 await describeGpu("the engine on WebGPU with f16 products", (gpu) => {
   accuracyTests(gpu);
   describeShared("batch invariance with f16 products (stories260K Q8_0)", ["models/gguf/stories260K-Q8_0.gguf"], ([model]) => invarianceTests(gpu, model!, undefined));
+  describeShared("batch invariance with f16 products, a mixture of experts (a small Q8_0 qwen3moe)", ["models/gguf/stories260K.gguf"], ([stories]) => {
+    const model = smallQwen3Moe(stories!, "Q8_0");
+    beforeAll(() => gpu.prepareExperts(expertTypes(openCheckpoint(model))));
+    invarianceTests(gpu, model, undefined);
+  });
 }, { half: true });
 
 describeShared("--device without a usable adapter (a Vulkan loader that finds no driver)", [MODELS.stories260K, TOKENIZER], ([model, tok]) => {

@@ -27,6 +27,7 @@ import { tokenizerMetadata } from "../src/model/gguf-tokenizer-metadata.ts";
 import { sharedPath } from "./helpers/shared.ts";
 import { describeGpu } from "./helpers/webgpu.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
+import { expertTypes } from "../src/backend/device-choice.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "pagellm-webgpu-forward-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -70,6 +71,8 @@ const MODELS: (({ rel: string } | { name: string; write: () => string | null }) 
   { rel: "models/gguf/rnd-qwen2-Q5_K_M.gguf", tolerance: 6e-2 },
   { name: "qwen3 F32 (written)", write: () => qwen3("F32"), tolerance: 1e-4 },
   { name: "qwen3 Q4_K_M (written)", write: () => qwen3("Q4_K_M"), tolerance: 6e-2 },
+  // qwen3moe: 8 experts of 256, 2 per token, Q4_K experts (routing on the GPU, slots grouped by expert).
+  { rel: "models/gguf/rnd-qwen3moe-Q4_K_M.gguf", tolerance: 6e-2 },
 ];
 const BLOCK = 4;
 const MAX_TOKENS = 12;
@@ -90,6 +93,7 @@ function compareForwardPasses(gpu: WebGpuBackend, models: typeof MODELS): void {
     try {
       const ckpt = openCheckpoint(path!);
       const c = ckpt.config;
+      await gpu.prepareExperts(expertTypes(ckpt));
       const weights = loadWeights(ckpt, cpu.mem, cpu.kernels);
       const blocksPerSeq = Math.ceil(c.seqLen / BLOCK);
       const numBlocks = 2 * blocksPerSeq + 3;
@@ -149,7 +153,7 @@ function compareForwardPasses(gpu: WebGpuBackend, models: typeof MODELS): void {
     } finally {
       cpu.close();
     }
-  }, 120_000); // the random 3-layer models take ~10 s on a software adapter
+  }, 240_000); // the random 3-layer models take ~10 s on a software adapter (a 49,152-token classifier: ~60 s on a busy machine)
   }
 }
 

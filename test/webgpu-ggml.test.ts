@@ -1,5 +1,5 @@
 /**
- * WGSL products over ggml types (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) against a scalar
+ * WGSL products over ggml types (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) against a scalar
  * dequantize-then-dot in TypeScript, written from ggml-common.h's block layouts and
  * ggml-quants.c's dequantize_row_*, and that dequantization checked bit for bit against the
  * WebAssembly twin (the embed kernels of assembly/ggml, which dequantize whole rows). Random
@@ -31,6 +31,8 @@ interface BlockType {
   bytes: number;
   /** Byte offsets of the block's f16 fields. */
   halves: number[];
+  /** Byte offsets of the block's E8M0 scales (MXFP4). */
+  e8m0?: number[];
   dequantize(b: Uint8Array, o: number, y: Float64Array): void;
 }
 
@@ -148,6 +150,18 @@ const TYPES: BlockType[] = [
     },
   },
   {
+    // kvalues_mxfp4 times 2^(e - 128).
+    name: "MXFP4", code: 39, values: 32, bytes: 17, halves: [], e8m0: [0],
+    dequantize(b, o, y) {
+      const values = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+      const d = 2 ** (b[o]! - 128);
+      for (let j = 0; j < 16; j++) {
+        y[j] = Math.fround(d * values[b[o + 1 + j]! & 15]!);
+        y[j + 16] = Math.fround(d * values[b[o + 1 + j]! >> 4]!);
+      }
+    },
+  },
+  {
     name: "Q4_K", code: 12, values: 256, bytes: 144, halves: [0, 2],
     dequantize(b, o, y) {
       const d = f16(u16(b, o));
@@ -189,7 +203,7 @@ const TYPES: BlockType[] = [
   },
 ];
 
-/** Random blocks: random quant bytes, f16 scales of magnitude 2^-6 .. 2^-1. */
+/** Random blocks: random quant bytes, f16 scales of magnitude 2^-6 .. 2^-1 (E8M0 ones 2^-8 .. 2^-2). */
 function randomBlocks(rng: Xoshiro128, type: BlockType, blocks: number): Uint8Array {
   const b = new Uint8Array(blocks * type.bytes).map(() => randInt(rng, 0, 255));
   if (type.code === 30) {
@@ -206,6 +220,7 @@ function randomBlocks(rng: Xoshiro128, type: BlockType, blocks: number): Uint8Ar
       b[i * type.bytes + h] = bits & 255;
       b[i * type.bytes + h + 1] = bits >> 8;
     }
+    for (const e of type.e8m0 ?? []) b[i * type.bytes + e] = randInt(rng, 120, 126);
   }
   return b;
 }

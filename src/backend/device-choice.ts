@@ -23,7 +23,7 @@ export function webgpuRefusal(ckpt: Checkpoint): string | null {
   if (c.headDim > MAX_HEAD_DIM) return `${ckpt.file}: head dimension ${c.headDim} exceeds the WGSL attention's ${MAX_HEAD_DIM}`;
   for (const t of ckpt.tensors.values()) {
     // A ggml embedding table is looked up on the host, by the WebAssembly kernel; only a shared classifier multiplies it.
-    if (t.shape.length !== 2 || (t.name === TensorName.tokenEmbedding && !c.sharedClassifier)) continue;
+    if (t.shape.length < 2 || (t.name === TensorName.tokenEmbedding && !c.sharedClassifier)) continue;
     const e = t.encoding;
     if (e.kind === "q8-llama2c") return `${ckpt.file}: tensor ${t.name} is llama2.c int8 (q8), which has no WGSL kernel`;
     if (e.kind === "ggml" && e.type !== GGML_F32 && !GGML_SHADERS.has(e.type)) {
@@ -31,6 +31,13 @@ export function webgpuRefusal(ckpt: Checkpoint): string | null {
     }
   }
   return null;
+}
+
+/** The ggml types of a mixture of experts' expert stacks (0: F32), whose WGSL products WebGpuBackend.prepareExperts compiles; none for a dense model. */
+export function expertTypes(ckpt: Checkpoint): number[] {
+  const types = new Set<number>();
+  for (const t of ckpt.tensors.values()) if (t.shape.length === 3) types.add(t.encoding.kind === "ggml" ? t.encoding.type : GGML_F32);
+  return [...types];
 }
 
 /** The backend chosen: a WebGPU backend, or null for WebAssembly; and one line saying which and why. */
@@ -54,6 +61,7 @@ export async function chooseDevice(choice: DeviceChoice, ckpt: Checkpoint, gpuOp
   if (selected.kind === "wasm") return { gpu: null, reason: selected.reason };
   try {
     const gpu = await WebGpuBackend.create(selected.gpu, gpuOptions);
+    if (ckpt.config.experts !== undefined) await gpu.prepareExperts(expertTypes(ckpt));
     return { gpu, reason: `${selected.reason}, ${gpu.productArithmetic}` };
   } catch (e) {
     selected.gpu.device.destroy();

@@ -5,6 +5,8 @@
  */
 import { InputError } from "../errors.ts";
 import type { WebGpuBackend } from "../backend/webgpu/backend.ts";
+import { expertTypes } from "../backend/device-choice.ts";
+import { openCheckpoint } from "../model/load.ts";
 import type { EngineOptions, LLMEngine } from "../engine/engine.ts";
 import { LLM } from "../engine/llm.ts";
 import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
@@ -18,6 +20,7 @@ import { TokenSource } from "./prompts.ts";
  * stop the worker threads and free the model's GPU buffers.
  */
 export async function withLLM<T>(model: BenchModel, engine: Partial<EngineOptions>, fn: (llm: LLM) => Promise<T>, gpu?: WebGpuBackend): Promise<T> {
+  if (gpu !== undefined && model.config.experts !== undefined) await gpu.prepareExperts(expertTypes(openCheckpoint(model.path)));
   const llm = LLM.load({ model: model.path, tokenizer: model.tokenizer, engine, gpu });
   try {
     return await fn(llm);

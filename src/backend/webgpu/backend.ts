@@ -21,6 +21,8 @@ import type { KVLayout, KVType } from "../../kv/kv-layout.ts";
 import { HALF_BLOCK } from "./wgsl-half.ts";
 import { GGML_SHADERS, MATMUL_F32_WGSL, matmulGgmlWgsl, matmulGrid } from "./wgsl-matmul.ts";
 import { hasHalfProduct, matmulHalfWgsl } from "./wgsl-matmul-f16.ts";
+import { expertGroupsBound, expertProductWgsl, GROUP_WGSL, GROUP_WORDS, MIX_WGSL, ROUTE_WGSL } from "./wgsl-experts.ts";
+import type { ExpertsConfig } from "../../model/config.ts";
 
 /** One row range of a weight matrix in its own buffer. */
 export interface GpuMatrixPart {
@@ -51,6 +53,38 @@ export interface GpuWeightMatrix {
 export interface MatrixExtras {
   stack?: readonly number[];
   bias?: Float32Array;
+}
+
+/**
+ * The matrices of `count` experts, [count][rows][cols] (rows per expert), as one matrix of count
+ * x rows rows split into parts of whole experts; a bias per row of each expert when it has one.
+ */
+export interface GpuExpertStack {
+  matrix: GpuWeightMatrix;
+  count: number;
+  rows: number;
+  bias: GPUBuffer | null;
+}
+
+/**
+ * The GPU buffers a mixture of experts routes a step through, for up to maxTokens tokens: the
+ * router's logits [T][count], each token's chosen experts and weights [T][used], the slot groups
+ * (wgsl-experts.ts), each slot's token and each token's slots, and the per-expert counters.
+ */
+export interface ExpertRouting {
+  logits: GPUBuffer;
+  chosen: GPUBuffer;
+  weights: GPUBuffer;
+  groups: GPUBuffer;
+  slotToken: GPUBuffer;
+  tokenSlots: GPUBuffer;
+  counts: GPUBuffer;
+}
+
+/** What a split matrix's parts hold whole: `rows` rows (an expert's, or one), named for errors. */
+interface PartUnit {
+  rows: number;
+  label: string;
 }
 
 /** Most matrices one product dispatch stacks (its outputs are bindings). */
@@ -119,6 +153,8 @@ export class WebGpuBackend {
   /** The f16 form of `halfInput`'s activations and their block scales; grown on demand. */
   private halfScratch: { values: GPUBuffer; scales: GPUBuffer; capacity: number } | null = null;
   private halfInput: ProductInput | null = null;
+  /** The mixture-of-experts kernels (route, group, mix) and expert products by weight type (0: f32), compiled by prepareExperts. */
+  private readonly expertKernels = new Map<string, GpuKernel>();
   /** Small buffers bound as a product's unused outputs (a stack of fewer than three) and missing bias. */
   private readonly placeholders: [GPUBuffer, GPUBuffer, GPUBuffer];
   /** Largest part of a split matrix, in bytes: one storage binding (tests lower it to force splits). */
@@ -157,6 +193,23 @@ export class WebGpuBackend {
     return backend;
   }
 
+  /**
+   * Compile the kernels of a mixture of experts whose expert matrices have ggml types `types` (0:
+   * F32): routing, grouping, mixing and the expert products (f16 ones too with f16 products).
+   * Kept apart from create() so that dense models do not pay for them at start-up.
+   */
+  async prepareExperts(types: readonly number[]): Promise<void> {
+    for (const [name, code] of [["route", ROUTE_WGSL], ["group", GROUP_WGSL], ["mix", MIX_WGSL]] as const) {
+      this.expertKernels.set(name, await this.runner.compile(`experts.${name}`, code));
+    }
+    for (const type of types) {
+      if (type !== 0 && !GGML_SHADERS.has(type)) throw new DeviceError(`webgpu: ggml type ${type} has no WGSL product`);
+      const half = this.halfProducts && hasHalfProduct(type);
+      const name = `expertProduct${type}${half ? "Half" : ""}`;
+      this.expertKernels.set(name, await this.runner.compile(name, expertProductWgsl(type, half)));
+    }
+  }
+
   /** The arithmetic of the products, for the device line. */
   get productArithmetic(): string {
     return this.halfProducts ? "quantized products in f16" : "products in f32";
@@ -182,17 +235,17 @@ export class WebGpuBackend {
    * Upload an f32 matrix [rows][cols] (row-major), split into parts that fit one binding; extras:
    * the rows of the matrices it stacks (see GpuWeightMatrix), and a bias per row.
    */
-  uploadF32Matrix(values: Float32Array, rows: number, cols: number, label: string, extras: MatrixExtras = {}): GpuWeightMatrix {
+  uploadF32Matrix(values: Float32Array, rows: number, cols: number, label: string, extras: MatrixExtras = {}, unit?: PartUnit): GpuWeightMatrix {
     if (values.length !== rows * cols) throw new Error(`${label}: ${values.length} values for [${rows}][${cols}]`);
     const rowBytes = 4 * cols;
     const parts = this.splitRows(rows, rowBytes, label, (first, count, buf) => {
       this.runner.upload(buf, values.subarray(first * cols, (first + count) * cols));
-    });
+    }, unit);
     return { kind: "f32", type: 0, rows, cols, rowBytes, parts, ...this.extras(extras, rows, label) };
   }
 
   /** Upload ggml blocks as stored in the file: `rows` rows of rowBytes each (extras as for uploadF32Matrix). */
-  uploadGgmlMatrix(bytes: Uint8Array, type: number, rows: number, cols: number, label: string, extras: MatrixExtras = {}): GpuWeightMatrix {
+  uploadGgmlMatrix(bytes: Uint8Array, type: number, rows: number, cols: number, label: string, extras: MatrixExtras = {}, unit?: PartUnit): GpuWeightMatrix {
     const shader = GGML_SHADERS.get(type);
     if (shader === undefined) throw new DeviceError(`webgpu: ${label}: ggml type ${type} has no WGSL product`);
     if (cols % shader.blockValues !== 0) throw new Error(`${label}: ${cols} columns is not a whole number of ${shader.name} blocks`);
@@ -200,8 +253,21 @@ export class WebGpuBackend {
     if (bytes.byteLength !== rows * rowBytes) throw new Error(`${label}: ${bytes.byteLength} bytes for ${rows} rows of ${rowBytes}`);
     const parts = this.splitRows(rows, rowBytes, label, (first, count, buf) => {
       this.runner.upload(buf, bytes.subarray(first * rowBytes, (first + count) * rowBytes));
-    });
+    }, unit);
     return { kind: "ggml", type, rows, cols, rowBytes, parts, ...this.extras(extras, rows, label) };
+  }
+
+  /**
+   * Upload `count` experts' matrices, [count][rows][cols] as one f32 array or as ggml blocks, split
+   * into parts of whole experts; `bias`: [count][rows] when the experts have biases.
+   */
+  uploadExperts(data: Float32Array | Uint8Array, type: number, count: number, rows: number, cols: number, label: string, bias?: Float32Array): GpuExpertStack {
+    const unit = { rows, label };
+    const matrix = data instanceof Float32Array
+      ? this.uploadF32Matrix(data, count * rows, cols, label, {}, unit)
+      : this.uploadGgmlMatrix(data, type, count * rows, cols, label, {}, unit);
+    if (bias !== undefined && bias.length !== count * rows) throw new Error(`${label}: ${bias.length} biases for ${count} x ${rows} rows`);
+    return { matrix, count, rows, bias: bias === undefined ? null : this.bufferFrom(bias, `${label}.bias`) };
   }
 
   /** A matrix's stack (checked: at most MAX_STACK members whose rows add up) and bias buffer. */
@@ -214,9 +280,10 @@ export class WebGpuBackend {
     return { stack, bias: extras.bias === undefined ? null : this.bufferFrom(extras.bias, `${label}.bias`) };
   }
 
-  private splitRows(rows: number, rowBytes: number, label: string, fill: (first: number, count: number, buf: GPUBuffer) => void): GpuMatrixPart[] {
-    const rowsPerPart = Math.floor(Math.min(this.matrixPartBytes, this.runner.maxBinding) / rowBytes);
-    if (rowsPerPart === 0) throw new DeviceError(`webgpu: ${label}: one row (${rowBytes} bytes) exceeds a storage binding`);
+  /** Parts of `rows` rows of rowBytes each, each part whole `unit`s of rows (an expert's) and at most one binding. */
+  private splitRows(rows: number, rowBytes: number, label: string, fill: (first: number, count: number, buf: GPUBuffer) => void, unit: PartUnit = { rows: 1, label: "row" }): GpuMatrixPart[] {
+    const rowsPerPart = Math.floor(Math.min(this.matrixPartBytes, this.runner.maxBinding) / (rowBytes * unit.rows)) * unit.rows;
+    if (rowsPerPart === 0) throw new DeviceError(`webgpu: ${label}: one ${unit.label} (${rowBytes * unit.rows} bytes) exceeds a storage binding`);
     const parts: GpuMatrixPart[] = [];
     for (let first = 0; first < rows; first += rowsPerPart) {
       const count = Math.min(rowsPerPart, rows - first);
@@ -433,6 +500,57 @@ export class WebGpuBackend {
     );
   }
 
+  /**
+   * Choose each of T tokens' experts from their router logits (routing.logits, [T][count]) and
+   * group the step's slots by expert (wgsl-experts.ts): chosen, weights, groups, slotToken and
+   * tokenSlots of `routing`. A router's bias is added by its product (the matrix's bias).
+   */
+  routeExperts(routing: ExpertRouting, e: ExpertsConfig, T: number): void {
+    const p = params(T, e.count, e.used, e.gating === "softmax-of-chosen" ? 1 : 0, e.normalizeWeights ? 1 : 0);
+    this.runner.dispatch(this.expertKernel("route"), p, [routing.logits, routing.chosen, routing.weights], elementGrid(T));
+    const g = [routing.chosen, routing.groups, routing.slotToken, routing.tokenSlots, routing.counts];
+    this.runner.dispatch(this.expertKernel("group"), params(T, e.used, e.count), g, [1, 1, 1]);
+  }
+
+  /**
+   * out[slot] = the slot's expert's matrix · its input, for the T tokens' T x used slots (out
+   * [slots][rows]): the input rows are the slots' own (bySlot: the down product, over the gate's
+   * output) or their tokens' (gate and up, over the normed input); each expert's bias added when
+   * the stack has one.
+   */
+  expertMatmul(out: GPUBuffer, input: ProductInput, stack: GpuExpertStack, routing: ExpertRouting, e: ExpertsConfig, T: number, bySlot: boolean): void {
+    const m = stack.matrix;
+    if (input.cols !== m.cols) throw new Error(`expertMatmul: ${input.cols} activations for ${m.cols} columns`);
+    const half = m.kind === "ggml" && this.halfProducts && hasHalfProduct(m.type);
+    const kernel = this.expertKernel(`expertProduct${m.kind === "f32" ? 0 : m.type}${half ? "Half" : ""}`);
+    const x = half ? this.halfCopy(input) : null;
+    const bias = stack.bias ?? this.placeholders[2];
+    const rowGroups = matmulGrid(stack.rows, 1);
+    const grid: [number, number, number] = [rowGroups[0], expertGroupsBound(T, e.used, e.count), rowGroups[2]];
+    for (const part of m.parts) {
+      const p = params(stack.rows, m.cols, m.rowBytes, part.firstRow / stack.rows, part.rows / stack.rows, bySlot ? 1 : 0, stack.bias === null ? 0 : 1);
+      // Bindings from 1: weights, activations, out, (f16 scales,) groups, slotToken, bias.
+      const activations = x !== null ? [part.buffer, x.values, out, x.scales] : [part.buffer, input.x, out];
+      this.runner.dispatch(kernel, p, [...activations, routing.groups, routing.slotToken, bias], grid);
+    }
+  }
+
+  /** The routing buffers of a mixture of experts for steps of up to maxTokens tokens. */
+  expertRoutingBuffers(maxTokens: number, e: ExpertsConfig, label: string): ExpertRouting {
+    const slots = maxTokens * e.used;
+    const words = (n: number, name: string) => this.runner.buffer(4 * n, `${label}.${name}`);
+    return {
+      logits: words(maxTokens * e.count, "logits"), chosen: words(slots, "chosen"), weights: words(slots, "weights"),
+      groups: words(1 + GROUP_WORDS * expertGroupsBound(maxTokens, e.used, e.count), "groups"),
+      slotToken: words(slots, "slot_token"), tokenSlots: words(slots, "token_slots"), counts: words(e.count, "counts"),
+    };
+  }
+
+  /** out[t] = the weighted sum of token t's experts' rows of `down` ([slots][n]), in rank order. */
+  mixExperts(out: GPUBuffer, down: GPUBuffer, routing: ExpertRouting, T: number, used: number, n: number): void {
+    this.runner.dispatch(this.expertKernel("mix"), params(T, used, n), [out, down, routing.tokenSlots, routing.weights], elementGrid(T * n));
+  }
+
   /** Submit recorded ops. */
   flush(): void {
     this.runner.flush();
@@ -446,6 +564,12 @@ export class WebGpuBackend {
   private halfKernel(name: HalfKernel): GpuKernel {
     const k = this.halfFixed.get(name);
     if (k === undefined) throw new Error(`kernel ${name} not compiled (f16 products are off)`);
+    return k;
+  }
+
+  private expertKernel(name: string): GpuKernel {
+    const k = this.expertKernels.get(name);
+    if (k === undefined) throw new Error(`kernel ${name} not compiled: call prepareExperts with the model's expert types first`);
     return k;
   }
 

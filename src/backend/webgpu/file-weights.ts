@@ -40,12 +40,22 @@ export class FileWeights {
 
   matrix(name: string): HostMatrix {
     const info = this.info(name);
-    const [rows, cols] = info.shape as [number, number];
+    // An expert stack [count][rows][cols] is count x rows rows.
+    const cols = info.shape[info.shape.length - 1]!;
+    const rows = info.shape.slice(0, -1).reduce((a, b) => a * b, 1);
     const e = info.encoding;
     if (e.kind === "q8-llama2c") throw new DeviceError(`webgpu: ${name}: llama2.c int8 (q8) weights run on WebAssembly only`);
     const bytes = this.read(info);
     if (e.kind === "f32") return { kind: "f32", rows, cols, values: new Float32Array(bytes.buffer, 0, rows * cols) };
     return { kind: "ggml", type: e.type, rows, cols, bytes };
+  }
+
+  /** An expert stack [count][rows][cols] as one matrix of count x rows rows. */
+  experts(name: string): { host: HostMatrix; count: number; rows: number } {
+    const [count, rows, cols] = this.info(name).shape as [number, number, number];
+    const host = this.matrix(name);
+    if (host.rows !== count * rows || host.cols !== cols) throw new ModelFormatError(this.checkpoint.file, `${name} is not a stack of ${count} [${rows}][${cols}] matrices`);
+    return { host, count, rows };
   }
 
   vector(name: string): Float32Array {

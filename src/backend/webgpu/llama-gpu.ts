@@ -20,14 +20,16 @@ import { MAX_STACK, type GpuWeightMatrix, type WebGpuBackend } from "./backend.t
 import type { FileWeights, HostMatrix } from "./file-weights.ts";
 import type { KVLayout } from "../../kv/kv-layout.ts";
 import type { StepShape } from "./webgpu-forward.ts";
+import { GpuExperts, type GpuExpertLayer } from "./experts-gpu.ts";
 
 interface GpuLayer {
   attnNorm: GPUBuffer; // [dim]
   qkv: GpuWeightMatrix[]; // wq [qDim][dim], wk [kvDim][dim], wv [kvDim][dim], stacked where they share a type; qwen2's biases with them
   wo: GpuWeightMatrix; // [dim][qDim]
   ffnNorm: GPUBuffer; // [dim]
-  gateUp: GpuWeightMatrix[]; // ffn_gate [hidden][dim], ffn_up [hidden][dim], stacked where they share a type
-  ffnDown: GpuWeightMatrix; // [dim][hidden]
+  ffn:
+    | { kind: "dense"; gateUp: GpuWeightMatrix[] /* ffn_gate, ffn_up [hidden][dim], stacked where they share a type */; down: GpuWeightMatrix /* [dim][hidden] */ }
+    | ({ kind: "experts" } & GpuExpertLayer);
   qkNorm: { q: GPUBuffer; k: GPUBuffer } | null; // [headDim] each
   k: GPUBuffer; // KV arena, [kvHead][block][blockSize] rows of headDim values in the KV type
   v: GPUBuffer;
@@ -54,6 +56,8 @@ export class GpuLlamaModel {
   private readonly ropeTable: GPUBuffer;
   private readonly act: Record<"x" | "xb" | "xb2" | "q" | "k" | "v" | "att" | "hb" | "hb2" | "xLogits" | "logits", GPUBuffer>;
   private readonly inputs: StepInputs;
+  /** The experts' routing and slot buffers, when the layers have experts. */
+  private readonly experts: GpuExperts | null;
   /** Every buffer this model created, destroyed by destroy(). */
   private readonly owned: GPUBuffer[] = [];
   /** One kv head's rows of one block: the stop between two places of one KV buffer in copyBlocks. */
@@ -81,7 +85,6 @@ export class GpuLlamaModel {
     this.kv = shape.kv;
     if (maxLogits > maxTokens) throw new Error("GpuLlamaModel: logit rows are rows of the step, so maxLogits <= maxTokens");
     if ((c.numerics ?? "default") !== "default") throw new DeviceError(`webgpu: ${c.numerics} numerics run on WebAssembly only`);
-    if (c.experts !== undefined) throw new DeviceError("webgpu: mixtures of experts run on WebAssembly only, for now");
     const kvDim = c.nKvHeads * c.headDim;
     const qDim = queryDim(c);
     const own = (b: GPUBuffer) => (this.owned.push(b), b);
@@ -103,7 +106,9 @@ export class GpuLlamaModel {
       qkv: stacks([T.attnQ(l), T.attnK(l), T.attnV(l)], `qkv.${l}`, c.qkvBias ? [T.attnQBias(l), T.attnKBias(l), T.attnVBias(l)] : null),
       wo: matrix(T.attnOutput(l)),
       ffnNorm: vector(T.ffnNorm(l)),
-      gateUp: stacks([T.ffnGate(l), T.ffnUp(l)], `ffn_gate_up.${l}`), ffnDown: matrix(T.ffnDown(l)),
+      ffn: c.experts === undefined
+        ? { kind: "dense" as const, gateUp: stacks([T.ffnGate(l), T.ffnUp(l)], `ffn_gate_up.${l}`), down: matrix(T.ffnDown(l)) }
+        : { kind: "experts" as const, ...GpuExperts.upload(gpu, weights, c, l, own) },
       qkNorm: c.qkNorm ? { q: vector(T.attnQNorm(l)), k: vector(T.attnKNorm(l)) } : null,
       k: own(gpu.f32Buffer(arena, `k_cache.${l}`)), v: own(gpu.f32Buffer(arena, `v_cache.${l}`)),
     }));
@@ -116,9 +121,11 @@ export class GpuLlamaModel {
     this.act = {
       x: f32(maxTokens * c.dim, "x"), xb: f32(maxTokens * c.dim, "xb"), xb2: f32(maxTokens * c.dim, "xb2"),
       q: f32(maxTokens * qDim, "q"), k: f32(maxTokens * kvDim, "k"), v: f32(maxTokens * kvDim, "v"),
-      att: f32(maxTokens * Math.max(qDim, kvDim), "att"), hb: f32(maxTokens * c.hiddenDim, "hb"), hb2: f32(maxTokens * c.hiddenDim, "hb2"),
+      att: f32(maxTokens * Math.max(qDim, kvDim), "att"),
+      hb: f32(maxTokens * (c.experts === undefined ? c.hiddenDim : 1), "hb"), hb2: f32(maxTokens * (c.experts === undefined ? c.hiddenDim : 1), "hb2"),
       xLogits: f32(maxLogits * c.dim, "x_logits"), logits: f32(maxLogits * c.vocabSize, "logits"),
     };
+    this.experts = c.experts === undefined ? null : new GpuExperts(gpu, c, maxTokens, own);
     const i32 = (n: number, label: string) => own(gpu.runner.buffer(4 * n, label));
     this.inputs = {
       tokens: i32(maxTokens, "tokens"), positions: i32(maxTokens, "positions"), slots: i32(maxTokens, "slots"),
@@ -175,9 +182,12 @@ export class GpuLlamaModel {
       // x += xb2, and the feed-forward's input norm, in one dispatch
       const ffnIn = g.addRmsnorm(a.xb, a.x, a.xb2, L.ffnNorm, T, c.dim, c.normEps);
 
-      // ---- feed-forward: x += w2 · (silu(w1·xb) * (w3·xb))
-      g.matmulStacks([a.hb, a.hb2], ffnIn, L.gateUp);
-      g.matmul(a.xb2, g.swiglu(a.hb, a.hb2, T, c.hiddenDim), L.ffnDown);
+      // ---- feed-forward: x += w2 · (silu(w1·xb) * (w3·xb)), or the mixture of xb's experts
+      if (L.ffn.kind === "experts") this.experts!.forward(a.xb2, ffnIn, L.ffn, T);
+      else {
+        g.matmulStacks([a.hb, a.hb2], ffnIn, L.ffn.gateUp);
+        g.matmul(a.xb2, g.swiglu(a.hb, a.hb2, T, c.hiddenDim), L.ffn.down);
+      }
       // x += xb2, and the next layer's attention norm, in one dispatch (after the last layer only the add)
       const next = this.layers[l + 1];
       if (next !== undefined) attnIn = g.addRmsnorm(a.xb, a.x, a.xb2, next.attnNorm, T, c.dim, c.normEps);

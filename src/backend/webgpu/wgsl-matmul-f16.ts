@@ -21,12 +21,14 @@
  */
 import { HALF_BLOCK } from "./wgsl-half.ts";
 import {
-  blockProductWgsl, GGML_SHADERS, productHead, Q5_HIGH_BITS, SCALE_MIN_K4, SCALE_Q3_K,
+  blockProductWgsl, GGML_SHADERS, MXFP4_READERS, productHead, Q5_HIGH_BITS, SCALE_MIN_K4, SCALE_Q3_K,
 } from "./wgsl-matmul.ts";
 
-const HALF_HEAD = /* wgsl */ `
-enable f16;
-${productHead(5)}
+/**
+ * The activations of an f16 product: values (binding 2) and block scales (binding 4) of the 4
+ * token rows, and a group's f16 sums scaled in f32 (the shader must enable f16).
+ */
+export const HALF_ACTIVATIONS = /* wgsl */ `
 @group(0) @binding(2) var<storage, read> xh: array<f16>;
 @group(0) @binding(4) var<storage, read> xs: array<f32>;
 // Element i of the 4 token rows as stored (x / u), and the scale u of the 32-value block holding i.
@@ -39,6 +41,11 @@ fn scaled(sq: vec4<f16>, scale: f32, i: u32) -> vec4<f32> { return scale * vec4<
 fn scaledMin(sq: vec4<f16>, sx: vec4<f16>, scale: f32, mn: f32, i: u32) -> vec4<f32> {
   return (scale * vec4<f32>(sq) - mn * vec4<f32>(sx)) * xs4(i);
 }`;
+
+const HALF_HEAD = /* wgsl */ `
+enable f16;
+${productHead(5)}
+${HALF_ACTIVATIONS}`;
 
 /**
  * blockDot of Q4_K and Q5_K: four pairs of 32-value groups with six-bit scales and minimums
@@ -110,6 +117,13 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
     sx = sx + v;
   }
   return scaledMin(sq, sx, f16At(b), -f16At(b + 2u), xi);
+}`],
+  // MXFP4: one group of 32, q = the code's doubled E2M1 value (-12..12), scale 2^(e - 128).
+  [39, /* wgsl */ `${MXFP4_READERS}
+fn blockDot(b: u32, xi: u32) -> vec4<f32> {
+  var sq = vec4<f16>(0.0h);
+  for (var j = 0u; j < 32u; j++) { sq = sq + f16(mxfp4Values[nibble(b + 1u, j)]) * xh4(xi + j); }
+  return scaled(sq, e8m0Half(u8At(b)), xi);
 }`],
   // Q8_0: one group of 32, q = qs[j].
   [8, /* wgsl */ `
@@ -192,6 +206,11 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
   return s;
 }`],
 ]);
+
+/** The f16 blockDot of ggml type `type` (undefined for a type without an f16 product). */
+export function halfBlockDot(type: number): string | undefined {
+  return HALF_BLOCK_DOTS.get(type);
+}
 
 /** Whether ggml type `type` has an f16 product (the quantized types; not F32, F16 or BF16). */
 export function hasHalfProduct(type: number): boolean {

@@ -70,15 +70,23 @@ struct Params { rows: u32, cols: u32, outStride: u32, outOffset: u32, rowBytes: 
 @group(0) @binding(${stackBinding}) var<storage, read_write> out2: array<f32>;
 @group(0) @binding(${stackBinding + 1}) var<storage, read_write> out3: array<f32>;
 @group(0) @binding(${stackBinding + 2}) var<storage, read> bias: array<f32>;
+${PRODUCT_STATE}`;
+}
+
+/** What every product's lanes share: their partial sums, and where the group's 4 token rows start in x. */
+export const PRODUCT_STATE = /* wgsl */ `
 var<workgroup> partial: array<vec4<f32>, ${WORKGROUP}>;
 // Where the group's 4 token rows start in x (a token past T repeats the last: computed, never stored).
 var<private> xRows: vec4<u32>;`;
-}
 
-const MATMUL_HEAD = /* wgsl */ `${productHead(4)}
+/** The f32 activations (binding 2) of a product, read for the 4 token rows. */
+export const F32_ACTIVATIONS = /* wgsl */ `
 @group(0) @binding(2) var<storage, read> x: array<f32>;
 // Element i of the 4 token rows.
 fn xv(i: u32) -> vec4<f32> { return vec4<f32>(x[xRows.x + i], x[xRows.y + i], x[xRows.z + i], x[xRows.w + i]); }`;
+
+const MATMUL_HEAD = /* wgsl */ `${productHead(4)}
+${F32_ACTIVATIONS}`;
 
 const MATMUL_ENTRY = /* wgsl */ `
 @compute @workgroup_size(${WORKGROUP})
@@ -91,20 +99,30 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   // Rows past the end compute nothing but still reach the barrier (it must be in uniform control flow).
   let live = r < p.rows;`;
 
+/** f32 weights (binding 1), [rows][cols] row-major. */
+export const F32_WEIGHTS = /* wgsl */ `
+@group(0) @binding(1) var<storage, read> w: array<f32>;`;
+
+/** Lane `lane`'s sum over columns lane, lane + 8, ... of f32 weight row `row` (nothing unless `live`). */
+export function f32RowLoop(row: string): string {
+  return /* wgsl */ `
+  let wRow = ${row} * p.cols;
+  let cols = select(0u, p.cols, live);
+  var s = vec4<f32>(0.0);
+  for (var c = lane; c < cols; c += ${LANES}u) { s = s + w[wRow + c] * xv(c); }`;
+}
+
 /** W is f32 [rows][cols], row-major. rowBytes is unused (4 * cols). */
 export const MATMUL_F32_WGSL = /* wgsl */ `
 ${MATMUL_HEAD}
-@group(0) @binding(1) var<storage, read> w: array<f32>;
+${F32_WEIGHTS}
 ${MATMUL_ENTRY}
-  let wRow = r * p.cols;
-  let cols = select(0u, p.cols, live);
-  var s = vec4<f32>(0.0);
-  for (var c = lane; c < cols; c += ${LANES}u) { s = s + w[wRow + c] * xv(c); }
+${f32RowLoop("r")}
 ${REDUCE_AND_STORE}
 }`;
 
 /** Byte, signed byte and f16 readers over the weight words. */
-const BYTE_READERS = /* wgsl */ `
+export const BYTE_READERS = /* wgsl */ `
 @group(0) @binding(1) var<storage, read> w: array<u32>;
 fn u8At(off: u32) -> u32 { return (w[off >> 2u] >> ((off & 3u) * 8u)) & 0xffu; }
 fn i8At(off: u32) -> i32 { return (i32(u8At(off)) << 24u) >> 24u; }
@@ -390,6 +408,26 @@ fn blockDot(b: u32, xi: u32) -> vec4<f32> {
 }`,
 };
 
+/**
+ * block_mxfp4: an E8M0 byte e, qs[16] (4-bit codes, as Q4_0's nibbles); value j = 2^(e - 128) *
+ * kvalues_mxfp4[code] (E2M1 doubled: 0 1 2 3 4 6 8 12, negated for codes 8..15).
+ */
+export const MXFP4_READERS = /* wgsl */ `
+var<private> mxfp4Values: array<f32, 16> = array<f32, 16>(0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
+// GGML_E8M0_TO_FP32_HALF: the bits ggml writes (subnormal for e < 2).
+fn e8m0Half(e: u32) -> f32 { return bitcast<f32>(select((e - 1u) << 23u, 0x00200000u << e, e < 2u)); }`;
+
+const MXFP4: GgmlShader = {
+  blockValues: 32,
+  blockDot: /* wgsl */ `${MXFP4_READERS}
+fn blockDot(b: u32, xi: u32) -> vec4<f32> {
+  let d = e8m0Half(u8At(b));
+  var s = vec4<f32>(0.0);
+  for (var j = 0u; j < 32u; j++) { s = s + (d * mxfp4Values[nibble(b + 1u, j)]) * xv(xi + j); }
+  return s;
+}`,
+};
+
 /** ggml type codes with a WGSL product, and their shaders (the codes of src/model/gguf.ts GGML_TYPES). */
 export const GGML_SHADERS: ReadonlyMap<number, GgmlShader & { name: string; blockBytes: number }> = new Map([
   [1, { ...F16, name: "F16", blockBytes: 4 }],
@@ -398,6 +436,7 @@ export const GGML_SHADERS: ReadonlyMap<number, GgmlShader & { name: string; bloc
   [3, { ...Q4_1, name: "Q4_1", blockBytes: 20 }],
   [6, { ...Q5_0, name: "Q5_0", blockBytes: 22 }],
   [7, { ...Q5_1, name: "Q5_1", blockBytes: 24 }],
+  [39, { ...MXFP4, name: "MXFP4", blockBytes: 17 }],
   [10, { ...Q2_K, name: "Q2_K", blockBytes: 84 }],
   [11, { ...Q3_K, name: "Q3_K", blockBytes: 110 }],
   [13, { ...Q5_K, name: "Q5_K", blockBytes: 176 }],
@@ -423,11 +462,17 @@ ${head}
 ${BYTE_READERS}
 ${blockDot}
 ${MATMUL_ENTRY}
+${blockRowLoop("r", shader)}
+${REDUCE_AND_STORE}
+}`;
+}
+
+/** Lane `lane`'s sum over blocks lane, lane + 8, ... of weight row `row` (nothing unless `live`). */
+export function blockRowLoop(row: string, shader: { blockValues: number; blockBytes: number }): string {
+  return /* wgsl */ `
   let blocks = select(0u, p.cols / ${shader.blockValues}u, live);
   var s = vec4<f32>(0.0);
   for (var bi = lane; bi < blocks; bi += ${LANES}u) {
-    s = s + blockDot(r * p.rowBytes + bi * ${shader.blockBytes}u, bi * ${shader.blockValues}u);
-  }
-${REDUCE_AND_STORE}
-}`;
+    s = s + blockDot(${row} * p.rowBytes + bi * ${shader.blockBytes}u, bi * ${shader.blockValues}u);
+  }`;
 }
