@@ -12,6 +12,7 @@ import {
 } from "../src/tokenizer/index.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { expectModelFormatError } from "./helpers/errors.ts";
+import { randomTexts } from "./helpers/vocab-vectors.ts";
 
 const TOK512 = "models/llama2c/tok512.bin";
 const TOK512_RAW = "models/llama2c/variants/tok512_rawbytes.bin";
@@ -39,29 +40,11 @@ const SAMPLE_TEXTS = [
   "",
 ];
 
+const WORDS = ["the", "cat", " ", "  ", "\n", "Hello", "world", "!", "'s", "ß", "é", "中文", "🚀", "\t", "3.5"];
+
 /** Deterministic pseudo-random strings mixing ASCII words, spaces and code points from all planes. */
-function randomTexts(count: number): string[] {
-  let seed = 42;
-  const next = (): number => {
-    seed = (seed * 1103515245 + 12345) & 0x7fffffff;
-    return seed / 0x7fffffff;
-  };
-  const words = ["the", "cat", " ", "  ", "\n", "Hello", "world", "!", "'s", "ß", "é", "中文", "🚀", "\t", "3.5"];
-  const texts: string[] = [];
-  for (let i = 0; i < count; i++) {
-    let text = "";
-    const length = 1 + Math.floor(next() * 10);
-    for (let j = 0; j < length; j++) {
-      if (next() < 0.7) text += words[Math.floor(next() * words.length)];
-      else {
-        let codePoint = 1 + Math.floor(next() * (next() < 0.5 ? 0x800 : 0x2ffff));
-        if (codePoint >= 0xd800 && codePoint < 0xe000) codePoint = 0x263a;
-        text += String.fromCodePoint(codePoint);
-      }
-    }
-    texts.push(text);
-  }
-  return texts;
+function randomWordTexts(count: number): string[] {
+  return randomTexts(count, WORDS, { seed: 42, maxPieces: 10 });
 }
 
 /** Concatenated output of a stream decoder fed `ids` one by one. */
@@ -148,7 +131,7 @@ describeShared("GGUF SentencePiece vocabulary", [SPM_VOCAB, GPT2_VOCAB], ([spm, 
   });
 
   test("round-trips random text", () => {
-    for (const text of randomTexts(300)) expect(tokenizer.decode(tokenizer.encode(text))).toBe(text);
+    for (const text of randomWordTexts(300)) expect(tokenizer.decode(tokenizer.encode(text))).toBe(text);
   });
 
   test("a literal metaspace in text reads as a space, as in llama.cpp", () => {
@@ -198,14 +181,14 @@ describeShared("llama2.c tokenizer.bin", [TOK512, LLAMA2_TOK, TOK512_RAW], ([tok
   });
 
   test("round-trips sample and random text with both vocabularies", () => {
-    for (const text of [...SAMPLE_TEXTS, ...randomTexts(300)]) {
+    for (const text of [...SAMPLE_TEXTS, ...randomWordTexts(300)]) {
       expect(tok512.decode(tok512.encode(text))).toBe(text);
       expect(llama2.decode(llama2.encode(text))).toBe(text);
     }
   });
 
   test("the raw-bytes variant encodes and decodes exactly like tok512.bin", () => {
-    for (const text of [...SAMPLE_TEXTS, ...randomTexts(300)]) {
+    for (const text of [...SAMPLE_TEXTS, ...randomWordTexts(300)]) {
       const ids = tok512.encode(text);
       expect(tok512Raw.encode(text)).toEqual(ids);
       expect(tok512Raw.decode(ids)).toBe(tok512.decode(ids));
@@ -277,7 +260,7 @@ describeShared("llama2.c tokenizer.bin", [TOK512, LLAMA2_TOK, TOK512_RAW], ([tok
   });
 
   test("a ~2000-token prompt: every word is merged once, and encoding it again is served from the word cache", () => {
-    const paragraph = SAMPLE_TEXTS.join(" ") + randomTexts(20).join(" ");
+    const paragraph = SAMPLE_TEXTS.join(" ") + randomWordTexts(20).join(" ");
     let text = paragraph;
     while (llama2.encode(text).length < 2000) text += paragraph;
     const fresh = loadLlama2cTokenizer(llama2Path!, 32000);
@@ -305,7 +288,7 @@ describeShared("GGUF and llama2.c vocabularies agree", [STORIES_GGUF, TOK512], (
     const fromGGUF = loadGGUFTokenizer(gguf!).tokenizer;
     const fromBin = loadLlama2cTokenizer(tok512Path!, 512);
     // GGUF pieces spell spaces "▁", so a literal "▁" in text reads as a space there (as in llama.cpp).
-    const texts = [...SAMPLE_TEXTS, ...randomTexts(200)].filter((text) => !text.includes("\u2581"));
+    const texts = [...SAMPLE_TEXTS, ...randomWordTexts(200)].filter((text) => !text.includes("\u2581"));
     for (const text of texts) {
       const ids = fromBin.encode(text);
       expect(fromGGUF.encode(text)).toEqual(ids);
@@ -351,7 +334,7 @@ describeShared("stream decoder", [TOK512], ([tok512Path]) => {
   });
 
   test("streamed text equals decode for random text", () => {
-    for (const text of randomTexts(200)) {
+    for (const text of randomWordTexts(200)) {
       const ids = tokenizer.encode(text, { addBos: true });
       expect(streamDecode(tokenizer, ids)).toBe(tokenizer.decode(ids));
       expect(tokenizer.decode(ids)).toBe(text);

@@ -18,22 +18,21 @@ export function readVectors(inpPath: string, outPath: string): { input: string; 
 }
 
 /**
- * Deterministic mixed-script texts: words, whitespace runs, digits, punctuation, combining marks, emoji
- * and random code points from every plane in use (no lone surrogates).
+ * `count` deterministic texts of 1 to `maxPieces` pieces each: mostly items of `pieces`, the rest
+ * random code points from the first planes (no lone surrogates), from a seeded LCG.
  */
-export function mixedTexts(count: number, seed = 7): string[] {
-  let state = seed;
+export function randomTexts(count: number, pieces: readonly string[], opts: { seed: number; maxPieces: number }): string[] {
+  let state = opts.seed;
   const next = (): number => {
     state = (Math.imul(state, 1103515245) + 12345) & 0x7fffffff;
     return state / 0x7fffffff;
   };
-  const parts = ["the", " cat", "  ", "\n\n", "\t", " Hello", "'s", "'LL", "ß", "é", "e\u0301", "中文", "🦙", "😶‍🌫️", "12345", " 3.14", "!!", " (", "\u00a0", "\u3000", "<|im_start|>", "<s>", "  \n ", "Ελληνικά", "русский"];
   const texts: string[] = [];
   for (let i = 0; i < count; i++) {
     let text = "";
-    const length = 1 + Math.floor(next() * 12);
+    const length = 1 + Math.floor(next() * opts.maxPieces);
     for (let j = 0; j < length; j++) {
-      if (next() < 0.7) text += parts[Math.floor(next() * parts.length)];
+      if (next() < 0.7) text += pieces[Math.floor(next() * pieces.length)];
       else {
         let codePoint = 1 + Math.floor(next() * (next() < 0.5 ? 0x800 : 0x2ffff));
         if (codePoint >= 0xd800 && codePoint < 0xe000) codePoint = 0x263a;
@@ -43,4 +42,17 @@ export function mixedTexts(count: number, seed = 7): string[] {
     texts.push(text);
   }
   return texts;
+}
+
+const MIXED_PIECES = [
+  "the", " cat", "  ", "\n\n", "\t", " Hello", "'s", "'LL", "ß", "é", "e\u0301", "中文", "🦙", "😶‍🌫️", "12345", " 3.14", "!!", " (",
+  "\u00a0", "\u3000", "<|im_start|>", "<s>", "  \n ", "Ελληνικά", "русский",
+];
+
+/**
+ * Deterministic mixed-script texts: words, whitespace runs, digits, punctuation, combining marks, emoji
+ * and random code points from every plane in use (no lone surrogates).
+ */
+export function mixedTexts(count: number, seed = 7): string[] {
+  return randomTexts(count, MIXED_PIECES, { seed, maxPieces: 12 });
 }

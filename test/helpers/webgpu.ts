@@ -10,6 +10,7 @@ import { describe, test } from "bun:test";
 import { acquireGpu, type GpuContext } from "../../src/backend/webgpu/device.ts";
 import { WebGpuBackend } from "../../src/backend/webgpu/backend.ts";
 import { PagellmError } from "../../src/errors.ts";
+import { describeUnavailable } from "./shared.ts";
 import { testThreads } from "./threads.ts";
 
 type TestGpu = { backend: WebGpuBackend; gpu: GpuContext } | { reason: string };
@@ -66,17 +67,5 @@ export async function describeGpu(
     describe(name, () => fn(got.backend, got.gpu));
     return;
   }
-  const reason = `no WebGPU adapter${opts.half === true ? " with shader-f16" : ""}: ${got.reason}`;
-  if (process.env.CI === "true") {
-    describe(name, () => {
-      test(reason, () => {
-        throw new Error(reason);
-      });
-    });
-    return;
-  }
-  console.warn(`[skip] ${name}: ${reason}`);
-  describe.skip(name, () => {
-    test(reason, () => {});
-  });
+  describeUnavailable(name, `no WebGPU adapter${opts.half === true ? " with shader-f16" : ""}: ${got.reason}`);
 }
