@@ -4,7 +4,7 @@
  * commands. Nothing here reaches the internet.
  */
 import { afterAll, beforeEach, describe, expect, spyOn, test } from "bun:test";
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { RepoCache, hubCacheDir } from "../src/hub/cache.ts";
@@ -58,6 +58,15 @@ beforeEach(() => {
   hub.faults = {};
   hub.requests.length = 0;
 });
+
+/** Resolves once the file at `path` holds at least `bytes` bytes (what a download has written); fails after a minute (a hang). */
+async function fileReaches(path: string, bytes: number): Promise<void> {
+  const size = () => (existsSync(path) ? statSync(path).size : 0);
+  for (let waited = 0; size() < bytes; waited += 2) {
+    if (waited > 60_000) throw new Error(`${path} has ${size()} bytes, never ${bytes}`);
+    await Bun.sleep(2);
+  }
+}
 
 function expectCachedLayout(repo: string, file: string, sha: string, bytes: Uint8Array): void {
   const cache = new RepoCache(cacheDir, repo);
@@ -170,7 +179,8 @@ describe("downloads from the hub", () => {
   }, PROCESS_TEST_MS);
 
   test("a connection dropped midway resumes with a Range request", async () => {
-    hub.faults = { dropAfterBytes: 100_000, dropTimes: 2 };
+    const incomplete = `${new RepoCache(cacheDir, REPO).blobPath(SHA)}.incomplete`;
+    hub.faults = { drop: { afterBytes: 100_000, times: 2, delivered: (bytes) => fileReaches(incomplete, bytes) } };
     await resolveModel(`hf:${REPO}/${FILE}`, opts);
     expectCachedLayout(REPO, FILE, SHA, BYTES);
     const gets = hub.requests.filter((r) => r.path.startsWith("/cdn/"));

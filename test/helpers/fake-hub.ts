@@ -15,9 +15,8 @@ export interface LoggedRequest {
 }
 
 export interface Faults {
-  /** Close the next N CDN responses after this many bytes of the body. */
-  dropAfterBytes?: number;
-  dropTimes?: number;
+  /** Drop the next `times` CDN responses after `afterBytes` bytes of the body (see Drop). */
+  drop?: Drop;
   /** Serve the body with one byte flipped. */
   corrupt?: boolean;
   /** Answer Range requests with the whole file (200). */
@@ -28,6 +27,18 @@ export interface Faults {
   chunkDelayMs?: number;
   /** Announce this many bytes more (or, negative, fewer) than the file has in X-Linked-Size. */
   announceExtraBytes?: number;
+}
+
+/**
+ * A connection dropped midway: the body stops short of its Content-Length, which ends the
+ * connection abruptly, and what the client has not read yet may be lost with it. So the stub closes
+ * only once `delivered(bytes)` resolves: the test's word that the client holds the file's first
+ * `bytes` bytes (a download writes each chunk to its .incomplete file before it reads the next).
+ */
+export interface Drop {
+  afterBytes: number;
+  times: number;
+  delivered: (bytes: number) => Promise<void>;
 }
 
 const CHUNK = 16 * 1024;
@@ -134,25 +145,31 @@ export class FakeHub {
       status = 206;
     }
     if (req.method === "HEAD") return new Response(null, { status, headers });
-    let dropAt = Number.POSITIVE_INFINITY;
-    if (this.faults.dropAfterBytes !== undefined && (this.faults.dropTimes ?? 1) > 0) {
-      dropAt = start + this.faults.dropAfterBytes;
-      this.faults.dropTimes = (this.faults.dropTimes ?? 1) - 1;
+    const drop = this.faults.drop;
+    let cut: Cut | null = null;
+    if (drop !== undefined && drop.times > 0) {
+      cut = { at: start + drop.afterBytes, delivered: drop.delivered };
+      drop.times--;
     }
-    return new Response(bodyStream(bytes, start, dropAt, this.faults.chunkDelayMs ?? 0), { status, headers });
+    return new Response(bodyStream(bytes, start, cut, this.faults.chunkDelayMs ?? 0), { status, headers });
   }
 }
 
-/** The bytes from `start` in 16 KiB chunks; at `dropAt` the stream stops short of the announced length. */
-function bodyStream(bytes: Uint8Array, start: number, dropAt: number, delayMs: number): ReadableStream<Uint8Array> {
+/** Where a dropped body stops (a file offset), and the wait before its connection goes. */
+interface Cut {
+  at: number;
+  delivered: (bytes: number) => Promise<void>;
+}
+
+/** The bytes from `start` in 16 KiB chunks; at a cut the stream stops short of the announced length. */
+function bodyStream(bytes: Uint8Array, start: number, cut: Cut | null, delayMs: number): ReadableStream<Uint8Array> {
   let pos = start;
   return new ReadableStream({
     async pull(controller) {
       if (delayMs > 0) await Bun.sleep(delayMs);
-      const end = Math.min(bytes.length, pos + CHUNK, dropAt);
+      const end = Math.min(bytes.length, pos + CHUNK, cut?.at ?? Number.POSITIVE_INFINITY);
       if (pos >= end) {
-        // Give the client time to receive what was sent before the connection goes.
-        if (pos < bytes.length) await Bun.sleep(50);
+        if (cut !== null && pos < bytes.length) await cut.delivered(pos);
         controller.close();
         return;
       }
