@@ -11,7 +11,7 @@ import { fromByteLevel, toByteLevel } from "./byte-level.ts";
 import { PreTokenizer } from "./pretokenizers.ts";
 import { partitionSpecials, sortSpecials, type SpecialToken, type StripFlags } from "./special-tokens.ts";
 import { TokenType } from "./spm.ts";
-import type { EncodeOptions, StreamDecoder, Tokenizer } from "./tokenizer.ts";
+import type { ByteTokenizer, EncodeOptions, StreamDecoder } from "./tokenizer.ts";
 
 export interface BpeVocab {
   readonly file: string;
@@ -32,7 +32,7 @@ const MAX_CACHED_WORDS = 1 << 16;
 /** Pre-tokenizers whose models keep a word that is itself a token (llama.cpp's ignore_merges). */
 const IGNORE_MERGES: ReadonlySet<string> = new Set(["llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "tekken"]);
 
-export class BpeTokenizer implements Tokenizer {
+export class BpeTokenizer implements ByteTokenizer {
   readonly vocabSize: number;
   readonly bosId: number | null;
   readonly eosId: number | null;
@@ -167,6 +167,10 @@ export class BpeTokenizer implements Tokenizer {
     this.checkId(id);
     const type = this.vocab.types[id];
     return type === TokenType.control || type === TokenType.userDefined ? this.vocab.tokens[id]! : new TextDecoder().decode(this.textBytes[id]!);
+  }
+
+  tokenBytes(id: number): Uint8Array {
+    return this.bytesOf(id);
   }
 
   private bytesOf(id: number): Uint8Array {

@@ -11,7 +11,7 @@
  */
 import { InputError, ModelFormatError } from "../errors.ts";
 import { partitionSpecials, sortSpecials, type SpecialToken, type StripFlags } from "./special-tokens.ts";
-import { EOG_TEXTS, type EncodeOptions, type StreamDecoder, type Tokenizer } from "./tokenizer.ts";
+import { EOG_TEXTS, type ByteTokenizer, type EncodeOptions, type StreamDecoder } from "./tokenizer.ts";
 
 /** Token types as GGUF stores them in `tokenizer.ggml.token_type` (llama.cpp's llama_token_type). */
 export const TokenType = {
@@ -226,7 +226,7 @@ class SymbolList {
 /** Token types whose pieces encoding may produce from text. Control, unknown, unused and byte pieces never match. */
 const MATCHABLE_TYPES: ReadonlySet<number> = new Set([TokenType.normal, TokenType.userDefined, TokenType.undefined]);
 
-export class SpmTokenizer implements Tokenizer {
+export class SpmTokenizer implements ByteTokenizer {
   readonly vocabSize: number;
   readonly bosId: number | null;
   readonly eosId: number | null;
@@ -458,6 +458,11 @@ export class SpmTokenizer implements Tokenizer {
   tokenText(id: number): string {
     this.checkId(id);
     return this.vocab.types[id] === TokenType.control ? this.tokenPiece(id) : utf8Decoder.decode(this.textBytes.bytes(id));
+  }
+
+  tokenBytes(id: number): Uint8Array {
+    this.checkId(id);
+    return this.textBytes.bytes(id);
   }
 
   /** True for tokens that never appear in text: control (BOS, EOS, …), unknown and unused tokens. */

@@ -52,6 +52,23 @@ export interface Tokenizer {
 }
 
 /**
+ * A tokenizer whose every token stands for the same bytes wherever it appears (byte-level BPE,
+ * SentencePiece with byte fallback): what constrained decoding needs to match tokens against a
+ * grammar. WordPiece is not one (its spaces depend on the neighbouring tokens).
+ */
+export interface ByteTokenizer extends Tokenizer {
+  /**
+   * The bytes token `id` adds to decoded text in the middle of a stream (a SentencePiece piece keeps
+   * its leading space); empty for control, unknown and unused tokens.
+   */
+  tokenBytes(id: number): Uint8Array;
+}
+
+export function isByteTokenizer(tokenizer: Tokenizer): tokenizer is ByteTokenizer {
+  return typeof (tokenizer as Partial<ByteTokenizer>).tokenBytes === "function";
+}
+
+/**
  * Texts of end-of-generation tokens, as llama.cpp recognises them besides the ids in the metadata
  * (llama-vocab.cpp at the llama.cpp of ../shared/tools/llama-ref; `</s>`: PaddleOCR, `[EOT]` and
  * `[EOS]`: Kimi-K2, `<eos>`, `<turn|>`, `<|tool_response>`: Gemma 4, `[e~[`: MiniMax).
