@@ -52,3 +52,23 @@ export class DeviceError extends PagellmError {
 export class ServerError extends PagellmError {
   override readonly exitCode = 5;
 }
+
+/**
+ * A JSON Schema, regular expression, choice list or GBNF grammar that cannot be compiled into a
+ * constraint. The message names where (a JSON pointer such as `#/properties/age/pattern`, or a GBNF
+ * line) and what; the server answers it with a 400 naming the request field, never with
+ * unconstrained output.
+ */
+export class GrammarError extends PagellmError {
+  override readonly exitCode = 2;
+}
+
+/**
+ * Compiling a constraint went over one of its bounds (time, size, memory; src/grammar/limits.ts).
+ * The message names the limit and its value.
+ */
+export class GrammarLimitError extends GrammarError {
+  constructor(readonly limit: string, message: string) {
+    super(message);
+  }
+}

@@ -1,0 +1,50 @@
+/**
+ * A grammar ready to match one vocabulary: the parser tables, the lexer space and mask cache it
+ * shares with the other grammars of its compiler, and the map from lexemes back to its terminals.
+ * Immutable apart from caches, so one CompiledGrammar serves any number of matchers at once.
+ */
+import type { Cfg } from "./cfg.ts";
+import { EarleySet, ParserTables } from "./earley.ts";
+import { DEAD, type LexerSpace } from "./lexer.ts";
+import type { MaskWalker } from "./mask-walk.ts";
+import type { TokenVocabulary } from "./vocabulary.ts";
+
+export class CompiledGrammar {
+  readonly tables: ParserTables;
+  readonly initial: EarleySet;
+  private readonly terminalOf = new Map<number, number>();
+  private readonly starts = new WeakMap<EarleySet, number>();
+
+  constructor(
+    cfg: Cfg,
+    readonly space: LexerSpace,
+    readonly walker: MaskWalker,
+    readonly vocab: TokenVocabulary,
+    /** What it was compiled from, for messages: "json_schema", "regex", "gbnf", "choice", "json_object". */
+    readonly kind: string,
+  ) {
+    this.tables = new ParserTables(cfg);
+    cfg.terminals.forEach((expr, t) => this.terminalOf.set(expr, t));
+    this.initial = EarleySet.initial(this.tables);
+  }
+
+  /** The terminal index of a lexeme (an expression id) of this grammar. */
+  terminal(lexeme: number): number {
+    return this.terminalOf.get(lexeme)!;
+  }
+
+  /** The lexer state where the lexemes `set` expects start (DEAD when it expects none). */
+  lexerStart(set: EarleySet): number {
+    let s = this.starts.get(set);
+    if (s === undefined) {
+      s = set.expected.length === 0 ? DEAD : this.space.start(set.expected.map((t) => this.tables.terminalExpr[t]!));
+      this.starts.set(set, s);
+    }
+    return s;
+  }
+
+  /** The parse state after `lexeme` ends in `set`, or null. */
+  scanLexeme(set: EarleySet, lexeme: number): EarleySet | null {
+    return set.scan(this.terminal(lexeme));
+  }
+}

@@ -1,0 +1,140 @@
+/**
+ * GrammarCompiler: every grammar source to a CompiledGrammar for one vocabulary, cached by content
+ * (a schema seen before is ready at once; so is a refusal). One compiler per tokenizer: its lexer
+ * space and mask cache are shared by all the grammars it compiles, so the masks of common states
+ * (inside a JSON string, after a comma) are computed once for all of them.
+ *
+ * Bounds (limits.ts): source size, compile time, rules and expression nodes; a grammar over one is
+ * refused with a GrammarLimitError. When the shared expression pool grows past POOL_ROTATE_SIZE,
+ * new compiles start a fresh pool (grammars compiled before keep theirs), so a long-running server
+ * does not grow without end.
+ */
+import { GrammarError, GrammarLimitError } from "../errors.ts";
+import { CfgBuilder, type Cfg } from "./cfg.ts";
+import { CompiledGrammar } from "./compiled-grammar.ts";
+import { ExprPool } from "./expr.ts";
+import { gbnfToCfg } from "./gbnf.ts";
+import { cachedRegex, jsonSchemaToCfg, type JsonSchemaOptions } from "./json-schema.ts";
+import { fromJavaScript, JsonObject, parseJsonText, pythonJsonDumps, type JsonValue } from "./json-value.ts";
+import { LexerSpace } from "./lexer.ts";
+import { compileBudget, GRAMMAR_LIMITS, type CompileBudget } from "./limits.ts";
+import { GrammarMatcher } from "./matcher.ts";
+import { MaskWalker } from "./mask-walk.ts";
+import type { TokenVocabulary } from "./vocabulary.ts";
+
+/** What to constrain output to (the request fields of OpenAI, llama-server and vLLM map here). */
+export type GrammarSource =
+  /** A JSON Schema, as text (key order kept exactly) or as a value. */
+  | { readonly kind: "json_schema"; readonly schema: string | JsonValue | object | boolean; readonly options?: JsonSchemaOptions }
+  /** Any JSON object (OpenAI's `{"type": "json_object"}`). */
+  | { readonly kind: "json_object"; readonly options?: JsonSchemaOptions }
+  /** The whole output matches this regular expression (vLLM's `regex`). */
+  | { readonly kind: "regex"; readonly pattern: string }
+  /** The output is exactly one of these strings (vLLM's `choice`). */
+  | { readonly kind: "choice"; readonly choices: readonly string[] }
+  /** A llama.cpp GBNF grammar (llama-server's `grammar`); the start rule is `root`. */
+  | { readonly kind: "gbnf"; readonly grammar: string };
+
+const POOL_ROTATE_SIZE = 4_000_000;
+const CACHE_ENTRIES = 256;
+const utf8 = new TextEncoder();
+
+export class GrammarCompiler {
+  private pool = new ExprPool();
+  private space = new LexerSpace(this.pool);
+  private walker: MaskWalker;
+  /** Content key -> the compiled grammar or the error it gave (least recently used first). */
+  private readonly cache = new Map<string, CompiledGrammar | GrammarError>();
+
+  constructor(readonly vocab: TokenVocabulary, private readonly compileMs: number = GRAMMAR_LIMITS.compileMs) {
+    this.walker = new MaskWalker(this.space, vocab.size);
+  }
+
+  /** The grammar for `source`, compiled once per content. Throws GrammarError where it cannot be. */
+  compile(source: GrammarSource): CompiledGrammar {
+    const key = contentKey(source);
+    const hit = this.cache.get(key);
+    if (hit !== undefined) {
+      this.cache.delete(key);
+      this.cache.set(key, hit);
+      if (hit instanceof GrammarError) throw hit;
+      return hit;
+    }
+    let result: CompiledGrammar | GrammarError;
+    try {
+      result = this.compileFresh(source, key.length);
+    } catch (e) {
+      if (!(e instanceof GrammarError)) throw e;
+      result = e;
+    }
+    this.cache.set(key, result);
+    if (this.cache.size > CACHE_ENTRIES) this.cache.delete(this.cache.keys().next().value!);
+    if (result instanceof GrammarError) throw result;
+    return result;
+  }
+
+  /** A matcher at the start of `source`'s grammar. */
+  matcher(source: GrammarSource): GrammarMatcher {
+    return new GrammarMatcher(this.compile(source));
+  }
+
+  private compileFresh(source: GrammarSource, size: number): CompiledGrammar {
+    if (size > GRAMMAR_LIMITS.sourceBytes) {
+      throw new GrammarLimitError("sourceBytes", `the ${source.kind} is ${size} bytes, over ${GRAMMAR_LIMITS.sourceBytes} (limit: sourceBytes)`);
+    }
+    if (this.pool.size > POOL_ROTATE_SIZE) {
+      this.pool = new ExprPool();
+      this.space = new LexerSpace(this.pool);
+      this.walker = new MaskWalker(this.space, this.vocab.size);
+    }
+    const budget = compileBudget(this.pool.size, this.compileMs);
+    const cfg = this.toCfg(source, budget);
+    return new CompiledGrammar(cfg, this.space, this.walker, this.vocab, source.kind);
+  }
+
+  private toCfg(source: GrammarSource, budget: CompileBudget): Cfg {
+    const pool = this.pool;
+    switch (source.kind) {
+      case "json_schema": {
+        const schema = typeof source.schema === "string" ? parseJsonText(source.schema, "the JSON schema") : fromJavaScript(source.schema, "the JSON schema");
+        return jsonSchemaToCfg(pool, schema, source.options ?? {}, budget);
+      }
+      case "json_object": {
+        const schema = new JsonObject();
+        schema.set("type", "object");
+        return jsonSchemaToCfg(pool, schema, source.options ?? {}, budget);
+      }
+      case "regex": {
+        const b = new CfgBuilder(pool, budget);
+        const expr = cachedRegex(pool, source.pattern, "full", false, "regex");
+        return b.build(b.rule("root", [b.regular(expr, "regex")]));
+      }
+      case "choice": {
+        if (source.choices.length === 0) throw new GrammarError("choice: the list of choices is empty");
+        const b = new CfgBuilder(pool, budget);
+        const expr = pool.or(source.choices.map((c) => pool.literal(utf8.encode(c))));
+        return b.build(b.rule("root", [b.regular(expr, "choice")]));
+      }
+      case "gbnf":
+        return gbnfToCfg(pool, source.grammar, budget);
+    }
+  }
+}
+
+/** The cache key of a source: its kind, options and content, exactly as given. */
+function contentKey(source: GrammarSource): string {
+  switch (source.kind) {
+    case "json_schema": {
+      const text = typeof source.schema === "string" ? source.schema : pythonJsonDumps(fromJavaScript(source.schema, "the JSON schema"));
+      return `json_schema\u0000${JSON.stringify(source.options ?? {})}\u0000${text}`;
+    }
+    case "json_object":
+      return `json_object\u0000${JSON.stringify(source.options ?? {})}`;
+    case "regex":
+      return `regex\u0000${source.pattern}`;
+    case "choice":
+      return `choice\u0000${JSON.stringify(source.choices)}`;
+    case "gbnf":
+      return `gbnf\u0000${source.grammar}`;
+  }
+}

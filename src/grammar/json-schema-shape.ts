@@ -1,0 +1,365 @@
+/**
+ * A JSON Schema normalized into Shapes: plain records of what each JSON type may be, with `$ref`
+ * (when it has sibling keywords), `allOf`, `anyOf` and `oneOf` resolved. A conjunction of schemas
+ * becomes a list of alternative Shapes (anyOf/oneOf distributed over allOf, at most
+ * GRAMMAR_LIMITS.allOfBranches), each the merge of its parts keyword by keyword.
+ *
+ * Sub-schemas (a property's, the items') stay as lists of written schemas (their conjunction) and
+ * are normalized only when compiled, so recursive schemas never expand here. `oneOf` is read as
+ * `anyOf`: an instance matching two branches is accepted (JSON Schema would reject it).
+ *
+ * Every keyword that asserts something is either honoured or refused with a GrammarError naming it
+ * and its place; annotations (title, description, examples, ...) are ignored.
+ */
+import { GrammarError, GrammarLimitError } from "../errors.ts";
+import { GRAMMAR_LIMITS } from "./limits.ts";
+import { parseDecimal, type Decimal } from "./json-numbers.ts";
+import type { At, SchemaDocument } from "./json-schema-refs.ts";
+import { isObject, JsonNumber, pythonJsonDumps, type JsonObject, type JsonValue } from "./json-value.ts";
+
+export const T_NULL = 1, T_BOOLEAN = 2, T_OBJECT = 4, T_ARRAY = 8, T_STRING = 16, T_INTEGER = 32, T_FRACTION = 64;
+export const T_ALL = 127;
+const TYPE_BITS: Readonly<Record<string, number>> = {
+  null: T_NULL, boolean: T_BOOLEAN, object: T_OBJECT, array: T_ARRAY, string: T_STRING, integer: T_INTEGER, number: T_INTEGER | T_FRACTION,
+};
+
+/** A conjunction of written schemas; [] is `true`. */
+export type Conj = readonly At[];
+
+export interface Shape {
+  path: string;
+  types: number;
+  /** Allowed values (canonical text -> value), or null for no enum. */
+  enumValues: Map<string, JsonValue> | null;
+  minLength: number;
+  maxLength: number;
+  patterns: string[];
+  formats: string[];
+  /** String values excluded by `not: {enum/const}`. */
+  notStrings: string[];
+  min: Decimal | null;
+  minExclusive: boolean;
+  max: Decimal | null;
+  maxExclusive: boolean;
+  multipleOf: Decimal[];
+  properties: Map<string, Conj>;
+  required: Set<string>;
+  /** Schema of properties not declared and not matching a pattern; null: any. */
+  additional: Conj;
+  patternProperties: [string, Conj][];
+  propertyNames: Conj;
+  minProperties: number;
+  maxProperties: number;
+  prefixItems: Conj[];
+  items: Conj;
+  minItems: number;
+  maxItems: number;
+}
+
+const ANNOTATIONS = new Set([
+  "$schema", "$id", "id", "$comment", "$anchor", "$defs", "definitions", "title", "description", "default", "examples", "example",
+  "readOnly", "writeOnly", "deprecated", "$vocabulary", "$dynamicAnchor", "contentMediaType", "contentEncoding", "nullable",
+]);
+/** Keywords this compiler does not enforce: a schema using them is refused. */
+const REFUSED = ["if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "$dynamicRef", "$recursiveRef"];
+
+export function neutralShape(path: string): Shape {
+  return {
+    path, types: T_ALL, enumValues: null, minLength: 0, maxLength: Infinity, patterns: [], formats: [], notStrings: [],
+    min: null, minExclusive: false, max: null, maxExclusive: false, multipleOf: [],
+    properties: new Map(), required: new Set(), additional: [], patternProperties: [], propertyNames: [], minProperties: 0, maxProperties: Infinity,
+    prefixItems: [], items: [], minItems: 0, maxItems: Infinity,
+  };
+}
+
+export const FALSE_AT: At = { raw: false, path: "#" };
+
+export function isFalse(c: Conj): boolean {
+  return c.some((a) => a.raw === false);
+}
+
+/** Whether a written schema is only a $ref (annotations aside): it then compiles to the target's rule. */
+export function pureRef(raw: JsonValue): string | null {
+  if (!isObject(raw)) return null;
+  const ref = raw.get("$ref");
+  if (typeof ref !== "string") return null;
+  return raw.keys.every((k) => k === "$ref" || ANNOTATIONS.has(k) || !isKnownKeyword(k)) ? ref : null;
+}
+
+const KNOWN = new Set([
+  "type", "enum", "const", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+  "multipleOf", "properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties", "maxProperties",
+  "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "allOf", "anyOf", "oneOf", "not", "$ref", ...REFUSED,
+]);
+function isKnownKeyword(k: string): boolean {
+  return KNOWN.has(k);
+}
+
+/** Whether a keyword constrains instances (an unknown or annotation keyword does not). */
+export function isAssertion(k: string): boolean {
+  return KNOWN.has(k) && !ANNOTATIONS.has(k);
+}
+
+export class ShapeBuilder {
+  private inlining: string[] = [];
+  private inlines = 0;
+
+  constructor(private readonly doc: SchemaDocument, private readonly matchesPattern: (pattern: string, key: string, where: string) => boolean) {}
+
+  /** The alternatives a conjunction of schemas allows ([] when none: it is unsatisfiable). */
+  shapes(conj: Conj, path: string): Shape[] {
+    let results: Shape[] = [neutralShape(path)];
+    for (const at of conj) {
+      results = this.andSchema(results, at);
+      if (results.length === 0) return [];
+    }
+    return results;
+  }
+
+  private andSchema(current: Shape[], at: At): Shape[] {
+    const raw = at.raw;
+    if (raw === true) return current;
+    if (raw === false) return [];
+    if (!isObject(raw)) throw new GrammarError(`${at.path}: a schema must be an object or a boolean`);
+    for (const k of REFUSED) if (raw.has(k)) throw new GrammarError(`${at.path}: "${k}" is not supported`);
+    let results = current.map((s) => this.applyKeywords(s, raw, at.path));
+    const ref = raw.get("$ref");
+    if (typeof ref === "string") results = this.andInlined(results, ref, at.path);
+    const allOf = arrayOf(raw, "allOf", at.path);
+    allOf?.forEach((branch, i) => {
+      results = this.andSchema(results, { raw: branch, path: `${at.path}/allOf/${i}` });
+    });
+    for (const key of ["anyOf", "oneOf"]) {
+      const branches = arrayOf(raw, key, at.path);
+      if (branches === undefined) continue;
+      const next: Shape[] = [];
+      branches.forEach((branch, i) => {
+        for (const alt of this.andSchema(results, { raw: branch, path: `${at.path}/${key}/${i}` })) next.push(alt);
+      });
+      if (next.length > GRAMMAR_LIMITS.allOfBranches) {
+        throw new GrammarLimitError("allOfBranches", `${at.path}: "${key}" combined with allOf gives more than ${GRAMMAR_LIMITS.allOfBranches} alternatives (limit: allOfBranches)`);
+      }
+      results = next;
+    }
+    const not = raw.get("not");
+    if (not !== undefined) results = results.flatMap((s) => this.andNot(s, not, `${at.path}/not`));
+    return results;
+  }
+
+  private andInlined(current: Shape[], ref: string, from: string): Shape[] {
+    const target = this.doc.resolve(ref, from);
+    if (this.inlining.includes(target.path)) throw new GrammarError(`${from}: $ref "${ref}" refers to itself through allOf or sibling keywords`);
+    if (++this.inlines > GRAMMAR_LIMITS.refInlines) throw new GrammarLimitError("refInlines", `${from}: more than ${GRAMMAR_LIMITS.refInlines} $ref expansions (limit: refInlines)`);
+    this.inlining.push(target.path);
+    try {
+      return this.andSchema(current, target);
+    } finally {
+      this.inlining.pop();
+    }
+  }
+
+  /** `not`, in the forms that can be enforced: no schema, types, enum/const values of strings. */
+  private andNot(s: Shape, not: JsonValue, path: string): Shape[] {
+    if (not === true) return [];
+    if (not === false) return [s];
+    if (!isObject(not)) throw new GrammarError(`${path}: must be a schema`);
+    const keys = not.keys.filter((k) => !ANNOTATIONS.has(k) && isKnownKeyword(k));
+    if (keys.length === 0) return [];
+    if (keys.length === 1 && keys[0] === "type") {
+      const t = typeBits(not.get("type")!, path);
+      return [{ ...s, types: s.types & ~t }];
+    }
+    if (keys.length === 1 && (keys[0] === "enum" || keys[0] === "const")) {
+      const values = keys[0] === "enum" ? arrayOf(not, "enum", path) ?? [] : [not.get("const")!];
+      if (values.every((v) => typeof v === "string")) return [{ ...s, notStrings: [...s.notStrings, ...(values as string[])] }];
+    }
+    throw new GrammarError(`${path}: "not" is supported only with "type" or string "enum"/"const"`);
+  }
+
+  /** s with the plain keywords of one schema object added. */
+  private applyKeywords(base: Shape, raw: JsonObject, path: string): Shape {
+    const s: Shape = { ...base, properties: new Map(base.properties), required: new Set(base.required), patterns: [...base.patterns], formats: [...base.formats] };
+    const type = raw.get("type");
+    if (type !== undefined) s.types &= typeBits(type, `${path}/type`);
+    this.applyEnum(s, raw, path);
+    this.applyString(s, raw, path);
+    this.applyNumber(s, raw, path);
+    this.applyObject(s, base, raw, path);
+    this.applyArray(s, base, raw, path);
+    return s;
+  }
+
+  private applyEnum(s: Shape, raw: JsonObject, path: string): void {
+    let values: JsonValue[] | undefined;
+    if (raw.has("enum")) values = arrayOf(raw, "enum", path);
+    if (raw.has("const")) values = values === undefined ? [raw.get("const")!] : values.filter((v) => canonical(v) === canonical(raw.get("const")!));
+    if (values === undefined) return;
+    const next = new Map<string, JsonValue>();
+    for (const v of values) {
+      const key = canonical(v);
+      if (s.enumValues === null || s.enumValues.has(key)) next.set(key, v);
+    }
+    s.enumValues = next;
+  }
+
+  private applyString(s: Shape, raw: JsonObject, path: string): void {
+    const minLength = count(raw, "minLength", path);
+    if (minLength !== undefined) s.minLength = Math.max(s.minLength, minLength);
+    const maxLength = count(raw, "maxLength", path);
+    if (maxLength !== undefined) s.maxLength = Math.min(s.maxLength, maxLength);
+    const pattern = raw.get("pattern");
+    if (pattern !== undefined) {
+      if (typeof pattern !== "string") throw new GrammarError(`${path}/pattern: must be a string`);
+      s.patterns.push(pattern);
+    }
+    const format = raw.get("format");
+    if (typeof format === "string") s.formats.push(format);
+  }
+
+  private applyNumber(s: Shape, raw: JsonObject, path: string): void {
+    const num = (key: string): Decimal | undefined => {
+      const v = raw.get(key);
+      if (v === undefined || typeof v === "boolean") return undefined;
+      if (!(v instanceof JsonNumber)) throw new GrammarError(`${path}/${key}: must be a number`);
+      return parseDecimal(v.text);
+    };
+    const lower = (d: Decimal, exclusive: boolean): void => {
+      if (s.min === null || compareDecimal(d, s.min) > 0 || (compareDecimal(d, s.min) === 0 && exclusive)) [s.min, s.minExclusive] = [d, exclusive];
+    };
+    const upper = (d: Decimal, exclusive: boolean): void => {
+      if (s.max === null || compareDecimal(d, s.max) < 0 || (compareDecimal(d, s.max) === 0 && exclusive)) [s.max, s.maxExclusive] = [d, exclusive];
+    };
+    const minimum = num("minimum");
+    const maximum = num("maximum");
+    // Draft 4: exclusiveMinimum/Maximum are booleans modifying minimum/maximum.
+    if (minimum !== undefined) lower(minimum, raw.get("exclusiveMinimum") === true);
+    if (maximum !== undefined) upper(maximum, raw.get("exclusiveMaximum") === true);
+    const exMin = num("exclusiveMinimum");
+    if (exMin !== undefined) lower(exMin, true);
+    const exMax = num("exclusiveMaximum");
+    if (exMax !== undefined) upper(exMax, true);
+    const multipleOf = num("multipleOf");
+    if (multipleOf !== undefined) s.multipleOf = [...s.multipleOf, multipleOf];
+  }
+
+  private applyObject(s: Shape, base: Shape, raw: JsonObject, path: string): void {
+    const props = raw.get("properties");
+    const patternProps = raw.get("patternProperties");
+    const additional = raw.get("additionalProperties");
+    if (props !== undefined && !isObject(props)) throw new GrammarError(`${path}/properties: must be an object`);
+    if (patternProps !== undefined && !isObject(patternProps)) throw new GrammarError(`${path}/patternProperties: must be an object`);
+    const ownProps = props?.entries ?? [];
+    const ownPatterns: [string, Conj][] = (patternProps?.entries ?? []).map(([p, v]) => [p, [{ raw: v, path: `${path}/patternProperties/${p}` }]]);
+    const ownAdditional: Conj = additional === undefined ? [] : [{ raw: additional, path: `${path}/additionalProperties` }];
+    if (ownPatterns.length > 0 && base.patternProperties.length > 0) throw new GrammarError(`${path}/patternProperties: patternProperties in more than one allOf branch is not supported`);
+    const constrainsKeys = props !== undefined || patternProps !== undefined || additional !== undefined;
+    if (constrainsKeys) {
+      // A key one side declares is, on the other side, a pattern property or an additional one.
+      const ownFor = (key: string): Conj => {
+        const own = ownProps.find(([k]) => k === key);
+        if (own !== undefined) return [{ raw: own[1], path: `${path}/properties/${key}` }];
+        const matched = ownPatterns.filter(([p]) => this.matchesPattern(p, key, `${path}/patternProperties`)).flatMap(([, c]) => c);
+        return matched.length > 0 ? matched : ownAdditional;
+      };
+      const baseFor = (key: string): Conj => {
+        const declared = base.properties.get(key);
+        if (declared !== undefined) return declared;
+        const matched = base.patternProperties.filter(([p]) => this.matchesPattern(p, key, path)).flatMap(([, c]) => c);
+        return matched.length > 0 ? matched : base.additional;
+      };
+      const merged = new Map<string, Conj>();
+      for (const [k] of base.properties) merged.set(k, [...baseFor(k), ...ownFor(k)]);
+      for (const [k] of ownProps) if (!merged.has(k)) merged.set(k, [...baseFor(k), ...ownFor(k)]);
+      s.properties = merged;
+      s.patternProperties = base.patternProperties.length > 0
+        ? base.patternProperties.map(([p, c]) => [p, [...c, ...ownAdditional]])
+        : ownPatterns.map(([p, c]) => [p, [...base.additional, ...c]]);
+      s.additional = [...base.additional, ...ownAdditional];
+    }
+    const required = raw.get("required");
+    if (Array.isArray(required)) for (const r of required) if (typeof r === "string") s.required.add(r);
+    const names = raw.get("propertyNames");
+    if (names !== undefined) s.propertyNames = [...s.propertyNames, { raw: names, path: `${path}/propertyNames` }];
+    const minP = count(raw, "minProperties", path);
+    if (minP !== undefined) s.minProperties = Math.max(s.minProperties, minP);
+    const maxP = count(raw, "maxProperties", path);
+    if (maxP !== undefined) s.maxProperties = Math.min(s.maxProperties, maxP);
+  }
+
+  private applyArray(s: Shape, base: Shape, raw: JsonObject, path: string): void {
+    const items = raw.get("items");
+    const prefix = raw.get("prefixItems");
+    let ownPrefix: Conj[] = [];
+    let ownRest: Conj | null = null;
+    if (Array.isArray(items)) {
+      ownPrefix = items.map((x, i) => [{ raw: x, path: `${path}/items/${i}` }]);
+      const extra = raw.get("additionalItems");
+      ownRest = extra === undefined ? [] : [{ raw: extra, path: `${path}/additionalItems` }];
+    } else {
+      if (Array.isArray(prefix)) ownPrefix = prefix.map((x, i) => [{ raw: x, path: `${path}/prefixItems/${i}` }]);
+      else if (prefix !== undefined) throw new GrammarError(`${path}/prefixItems: must be an array`);
+      if (items !== undefined) ownRest = [{ raw: items, path: `${path}/items` }];
+    }
+    if (ownPrefix.length > 0 || ownRest !== null) {
+      const rest = ownRest ?? [];
+      const n = Math.max(ownPrefix.length, base.prefixItems.length);
+      s.prefixItems = Array.from({ length: n }, (_, i) => [...(base.prefixItems[i] ?? base.items), ...(ownPrefix[i] ?? rest)]);
+      s.items = [...base.items, ...rest];
+    }
+    const minI = count(raw, "minItems", path);
+    if (minI !== undefined) s.minItems = Math.max(s.minItems, minI);
+    const maxI = count(raw, "maxItems", path);
+    if (maxI !== undefined) s.maxItems = Math.min(s.maxItems, maxI);
+    if (raw.get("uniqueItems") === true) throw new GrammarError(`${path}: "uniqueItems" is not supported`);
+  }
+}
+
+export function typeBits(type: JsonValue, path: string): number {
+  const names = Array.isArray(type) ? type : [type];
+  let bits = 0;
+  for (const n of names) {
+    if (typeof n !== "string" || TYPE_BITS[n] === undefined) throw new GrammarError(`${path}: unknown type ${pythonJsonDumps(n)}`);
+    bits |= TYPE_BITS[n]!;
+  }
+  return bits;
+}
+
+function arrayOf(raw: JsonObject, key: string, path: string): JsonValue[] | undefined {
+  const v = raw.get(key);
+  if (v === undefined) return undefined;
+  if (!Array.isArray(v)) throw new GrammarError(`${path}/${key}: must be an array`);
+  return v;
+}
+
+function count(raw: JsonObject, key: string, path: string): number | undefined {
+  const v = raw.get(key);
+  if (v === undefined) return undefined;
+  if (!(v instanceof JsonNumber) || v.value < 0) throw new GrammarError(`${path}/${key}: must be a non-negative number`);
+  // 2.0 counts as 2; a fractional count bounds at its floor/ceil as the comparison reads.
+  return key.startsWith("min") ? Math.ceil(v.value) : Math.floor(v.value);
+}
+
+/** The text a value is compared by (JSON Schema equality: 1 and 1.0 are one number). */
+export function canonical(v: JsonValue): string {
+  if (v instanceof JsonNumber) {
+    const d = parseDecimal(v.text);
+    return `${d.negative ? "-" : ""}${d.int}${d.frac === "" ? "" : `.${d.frac}`}`;
+  }
+  if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`;
+  if (isObject(v)) return `{${[...v.entries].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([k, x]) => `${JSON.stringify(k)}:${canonical(x)}`).join(",")}}`;
+  return JSON.stringify(v);
+}
+
+export function compareDecimal(a: Decimal, b: Decimal): number {
+  const sign = (d: Decimal): number => (d.negative ? -1 : d.int === "0" && d.frac === "" ? 0 : 1);
+  if (sign(a) !== sign(b)) return sign(a) - sign(b);
+  const mag = (): number => {
+    if (a.int.length !== b.int.length) return a.int.length - b.int.length;
+    if (a.int !== b.int) return a.int < b.int ? -1 : 1;
+    const n = Math.max(a.frac.length, b.frac.length);
+    const fa = a.frac.padEnd(n, "0");
+    const fb = b.frac.padEnd(n, "0");
+    return fa === fb ? 0 : fa < fb ? -1 : 1;
+  };
+  return sign(a) < 0 ? -mag() : mag();
+}

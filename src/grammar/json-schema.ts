@@ -1,0 +1,462 @@
+/**
+ * JSON Schema to the internal grammar. Leaves (strings with their length, pattern and format;
+ * numbers with their bounds; literals) are lexemes; objects and arrays are rules, so recursive
+ * schemas cost one rule per `$ref` target and never expand.
+ *
+ * Objects: declared properties in the schema's order, each optional unless required, then any
+ * number of additional or pattern properties (where the schema allows them); required properties
+ * the schema does not declare come after the declared ones. A property name and its ":" are one
+ * lexeme, with the "," before it when it is not the first.
+ *
+ * Whitespace: by default any JSON whitespace before every token and after the value, at most
+ * `maxWhitespace` bytes in a row (GRAMMAR_LIMITS.jsonWhitespace), so that a model cannot pad
+ * forever; with `whitespaceFlexible: false`, none but the separators (", " and ": " by default).
+ */
+import { GrammarError, GrammarLimitError } from "../errors.ts";
+import { ANY_CHAR, codePoints, single, utf8Expr, type CodeSet } from "./code-set.ts";
+import { CfgBuilder, type Cfg } from "./cfg.ts";
+import { INFINITE, type ExprPool } from "./expr.ts";
+import { formatRegex } from "./json-formats.ts";
+import { boundedNumberExpr, ceilDecimal, floorDecimal, fractionDigitsExpr, integerExpr, isInteger, parseDecimal } from "./json-numbers.ts";
+import { SchemaDocument } from "./json-schema-refs.ts";
+import {
+  canonical, isAssertion, isFalse, pureRef, ShapeBuilder, T_ARRAY, T_BOOLEAN, T_FRACTION, T_INTEGER, T_NULL, T_OBJECT, T_STRING, type Conj, type Shape,
+} from "./json-schema-shape.ts";
+import { contentExcept, jsonCharExpr, jsonLiteralExpr, pythonJsonQuote, quoted } from "./json-strings.ts";
+import { isObject, JsonNumber, pythonNumberText, type JsonValue } from "./json-value.ts";
+import { GRAMMAR_LIMITS, type CompileBudget } from "./limits.ts";
+import { regexToExpr } from "./regex-expr.ts";
+import { anchoredLiterals, parseRegex, RegexSyntaxError } from "./regex-syntax.ts";
+
+export interface JsonSchemaOptions {
+  /** Any JSON whitespace between tokens (default true); false: only the separators below. */
+  readonly whitespaceFlexible?: boolean;
+  /** Between array items and object members when whitespace is not flexible (default ", "). */
+  readonly itemSeparator?: string;
+  /** Between a property name and its value when whitespace is not flexible (default ": "). */
+  readonly keySeparator?: string;
+  /** Most whitespace bytes in a row where whitespace is flexible (default GRAMMAR_LIMITS.jsonWhitespace). */
+  readonly maxWhitespace?: number;
+}
+
+const utf8 = new TextEncoder();
+const regexCache = new WeakMap<ExprPool, Map<string, number>>();
+
+/** A regex as an expression, cached per pool; `json`: over JSON string contents, else raw UTF-8. */
+export function cachedRegex(pool: ExprPool, source: string, mode: "search" | "full", json: boolean, where: string): number {
+  let cache = regexCache.get(pool);
+  if (cache === undefined) regexCache.set(pool, (cache = new Map()));
+  const key = `${mode}${json ? "j" : "u"}${source}`;
+  const hit = cache.get(key);
+  if (hit !== undefined) return hit;
+  let expr: number;
+  try {
+    const encode = json ? (set: CodeSet) => jsonCharExpr(pool, set) : (set: CodeSet) => utf8Expr(pool, set);
+    expr = regexToExpr(pool, parseRegex(source), encode, mode);
+  } catch (e) {
+    if (e instanceof RegexSyntaxError) throw new GrammarError(`${where}: ${JSON.stringify(source)}: ${e.message}`);
+    throw e;
+  }
+  cache.set(key, expr);
+  return expr;
+}
+
+export function jsonSchemaToCfg(pool: ExprPool, schema: JsonValue, options: JsonSchemaOptions, budget: CompileBudget): Cfg {
+  return new JsonGrammarBuilder(pool, schema, options, budget).build();
+}
+
+class JsonGrammarBuilder {
+  private readonly b: CfgBuilder;
+  private readonly doc: SchemaDocument;
+  private readonly shapes: ShapeBuilder;
+  private readonly flexible: boolean;
+  private readonly ws: number;
+  private readonly refRules = new Map<string, number>();
+  private readonly conjMemo = new Map<string, number[]>();
+  private readonly rawIds = new WeakMap<object, number>();
+  private readonly memoHits = new Set<string>();
+  private owsRule = -1;
+
+  constructor(private readonly pool: ExprPool, private readonly schema: JsonValue, private readonly options: JsonSchemaOptions, budget: CompileBudget) {
+    this.b = new CfgBuilder(pool, budget);
+    this.doc = new SchemaDocument(schema);
+    this.shapes = new ShapeBuilder(this.doc, (p, key, where) => pool.matches(cachedRegex(pool, p, "search", false, where), utf8.encode(key)));
+    this.flexible = options.whitespaceFlexible ?? true;
+    const wsChar = pool.or([pool.byteRange(0x20, 0x20), pool.byteRange(0x09, 0x0a), pool.byteRange(0x0d, 0x0d)]);
+    this.ws = pool.repeat(wsChar, 0, options.maxWhitespace ?? GRAMMAR_LIMITS.jsonWhitespace);
+  }
+
+  build(): Cfg {
+    const root = this.conj([{ raw: this.schema, path: "#" }], "#");
+    return this.b.build(this.b.rule("root", [[...root, ...this.ows()]]), "the schema");
+  }
+
+  // --- lexemes ---
+  // Whitespace is its own lexeme (WS, optional before every token and after the value), and so is
+  // each punctuation mark: the lexer states after a value ({WS, ",", "}"}) or inside a string are
+  // then the same for every schema, and so are their cached masks.
+
+  /** Optional whitespace (nothing where whitespace is not flexible). */
+  private ows(): number[] {
+    if (!this.flexible) return [];
+    if (this.owsRule < 0) this.owsRule = this.b.rule("whitespace", [[], [this.b.terminal(this.pool.nonEmpty(this.ws))]]);
+    return [this.owsRule];
+  }
+  private lex(expr: number): number[] {
+    return [...this.ows(), this.b.terminal(expr)];
+  }
+  private text(s: string): number {
+    return this.pool.literal(utf8.encode(s));
+  }
+  private punct(s: string): number[] {
+    return this.lex(this.text(s));
+  }
+  private comma(): number[] {
+    return this.flexible ? this.punct(",") : [this.b.terminal(this.text(this.options.itemSeparator ?? ", "))];
+  }
+  /** A property name (a quoted expression) and its colon, after a comma unless it is the first. */
+  private key(first: boolean, name: number): number[] {
+    const colon = this.flexible ? this.punct(":") : [this.b.terminal(this.text(this.options.keySeparator ?? ": "))];
+    return [...(first ? [] : this.comma()), ...this.lex(name), ...colon];
+  }
+
+  // --- schemas ---
+
+  private nextRawId = 0;
+  /** An identity for a written schema (memo key): booleans by value, objects by identity. */
+  private rawId(raw: JsonValue): string {
+    if (typeof raw !== "object" || raw === null) return String(raw);
+    // A schema of annotations only ({}, {"description": ...}) is `true`: one rule for all of them.
+    if (isObject(raw) && raw.keys.every((k) => !isAssertion(k))) return "true";
+    let id = this.rawIds.get(raw);
+    if (id === undefined) this.rawIds.set(raw, (id = this.nextRawId++));
+    return `#${id}`;
+  }
+
+  /** Symbols matching one JSON value valid against every schema of `conj`. */
+  private conj(conj: Conj, path: string): number[] {
+    if (conj.length === 1) {
+      const ref = pureRef(conj[0]!.raw);
+      if (ref !== null) return [this.refRule(ref, conj[0]!.path)];
+    }
+    const key = conj.map((a) => this.rawId(a.raw)).join(",");
+    const memo = this.conjMemo.get(key);
+    if (memo !== undefined) {
+      this.memoHits.add(key);
+      return memo;
+    }
+    // The rule is registered before its alternatives are built: `true` and other recursive
+    // shapes (an array of anything) refer to themselves.
+    const rule = this.b.rule(path);
+    this.conjMemo.set(key, [rule]);
+    const alternatives = this.shapes.shapes(conj, path).flatMap((s) => this.shapeAlternatives(s));
+    if (alternatives.length === 1 && !this.memoHits.has(key)) {
+      // Nothing referred to the rule: use its one alternative in place (the rule stays empty).
+      this.conjMemo.set(key, alternatives[0]!);
+      return alternatives[0]!;
+    }
+    this.b.define(rule, alternatives);
+    return [rule];
+  }
+
+  private refRule(ref: string, from: string): number {
+    const target = this.doc.resolve(ref, from);
+    let rule = this.refRules.get(target.path);
+    if (rule !== undefined) return rule;
+    rule = this.b.rule(target.path);
+    this.refRules.set(target.path, rule);
+    this.b.define(rule, [this.conj([target], target.path)]);
+    return rule;
+  }
+
+  private shapeAlternatives(s: Shape): number[][] {
+    if (s.enumValues !== null) return this.enumAlternatives(s);
+    const out: number[][] = [];
+    if (s.types & T_NULL) out.push(this.lex(this.text("null")));
+    if (s.types & T_BOOLEAN) out.push(this.lex(this.pool.or([this.text("true"), this.text("false")])));
+    if (s.types & (T_INTEGER | T_FRACTION)) {
+      const n = this.numberExpr(s);
+      if (n !== 0) out.push(this.lex(n));
+    }
+    if (s.types & T_STRING) {
+      const str = this.stringExpr(s);
+      if (str !== 0) out.push(this.lex(str));
+    }
+    if (s.types & T_ARRAY) out.push(...this.arrayAlternatives(s));
+    if (s.types & T_OBJECT) out.push(...this.objectAlternatives(s));
+    return out;
+  }
+
+  private enumAlternatives(s: Shape): number[][] {
+    const scalars: number[] = [];
+    const out: number[][] = [];
+    for (const v of s.enumValues!.values()) {
+      if (!this.valueFits(v, s)) continue;
+      if (Array.isArray(v) || isObject(v)) out.push(this.valueSymbols(v));
+      else scalars.push(this.scalarExpr(v));
+    }
+    if (scalars.length > 0) out.unshift(this.lex(this.pool.or(scalars)));
+    return out;
+  }
+
+  /** Whether an enum value also meets the shape's other keywords (type, and those of its type). */
+  private valueFits(v: JsonValue, s: Shape): boolean {
+    if (v === null) return (s.types & T_NULL) !== 0;
+    if (typeof v === "boolean") return (s.types & T_BOOLEAN) !== 0;
+    if (typeof v === "string") return (s.types & T_STRING) !== 0 && this.pool.matches(this.stringExpr(s), utf8.encode(pythonJsonQuote(v)));
+    if (v instanceof JsonNumber) {
+      const integral = isInteger(parseDecimal(v.text));
+      if (!(s.types & T_FRACTION) && !(integral && s.types & T_INTEGER)) return false;
+      return this.pool.matches(this.numberExpr({ ...s, types: s.types | (integral ? T_INTEGER : T_FRACTION) }), utf8.encode(canonical(v)));
+    }
+    return (s.types & (Array.isArray(v) ? T_ARRAY : T_OBJECT)) !== 0;
+  }
+
+  /** A scalar's spellings: numbers as written canonically, integral ones also as N.0. */
+  private scalarExpr(v: JsonValue): number {
+    if (v === null) return this.text("null");
+    if (typeof v === "boolean") return this.text(String(v));
+    if (typeof v === "string") return jsonLiteralExpr(this.pool, v);
+    const n = v as JsonNumber;
+    const d = parseDecimal(n.text);
+    const forms = new Set([pythonNumberText(n), canonical(n)]);
+    if (isInteger(d)) {
+      forms.add(`${canonical(n)}.0`);
+      if (d.int === "0") forms.add("-0");
+    }
+    return this.pool.or([...forms].map((f) => this.text(f)));
+  }
+
+  /** Symbols matching exactly one JSON value (enum/const members that are objects or arrays). */
+  private valueSymbols(v: JsonValue): number[] {
+    if (Array.isArray(v)) {
+      const out = this.punct("[");
+      v.forEach((x, i) => {
+        if (i > 0) out.push(...this.comma());
+        out.push(...this.valueSymbols(x));
+      });
+      out.push(...this.punct("]"));
+      return out;
+    }
+    if (isObject(v)) {
+      const out = this.punct("{");
+      v.entries.forEach(([k, x], i) => out.push(...this.key(i === 0, jsonLiteralExpr(this.pool, k)), ...this.valueSymbols(x)));
+      out.push(...this.punct("}"));
+      return out;
+    }
+    return this.lex(this.scalarExpr(v));
+  }
+
+  private numberExpr(s: Shape): number {
+    const pool = this.pool;
+    const where = s.path;
+    if (!(s.types & T_FRACTION)) {
+      const lo = s.min === null ? null : s.minExclusive ? floorDecimal(s.min) + 1n : ceilDecimal(s.min);
+      const hi = s.max === null ? null : s.maxExclusive ? ceilDecimal(s.max) - 1n : floorDecimal(s.max);
+      if (lo !== null && hi !== null && lo > hi) return 0;
+      let expr = integerExpr(pool, lo, hi);
+      for (const m of s.multipleOf) {
+        if (!isInteger(m) || m.int === "1") continue;
+        const zeros = /^10*$/.exec(m.int);
+        if (zeros === null) throw new GrammarError(`${where}: "multipleOf": ${m.int} on integers is supported only for powers of 10`);
+        const k = m.int.length - 1;
+        const tail = pool.seq([pool.repeat(this.text("-"), 0, 1), pool.byteRange(0x31, 0x39), pool.repeat(pool.byteRange(0x30, 0x39), 0, INFINITE), pool.repeat(this.text("0"), k, k)]);
+        expr = pool.and([expr, pool.or([this.text("0"), this.text("-0"), tail])]);
+      }
+      return expr;
+    }
+    let expr = boundedNumberExpr(pool, { min: s.min, minExclusive: s.minExclusive, max: s.max, maxExclusive: s.maxExclusive });
+    for (const m of s.multipleOf) {
+      const digits = m.int === "0" && /^0*1$/.test(m.frac) ? m.frac.length : m.int === "1" && m.frac === "" ? 0 : -1;
+      if (digits < 0) throw new GrammarError(`${where}: "multipleOf" on numbers is supported only for 1, 0.1, 0.01, ...`);
+      expr = pool.and([expr, fractionDigitsExpr(pool, digits)]);
+    }
+    return expr;
+  }
+
+  /** The content (between the quotes) of strings the shape allows. */
+  private stringContent(s: Shape): number {
+    const pool = this.pool;
+    const parts: number[] = [];
+    const anyChar = jsonCharExpr(pool, ANY_CHAR);
+    if (s.minLength > s.maxLength) return 0;
+    if (s.minLength > 0 || s.maxLength !== Infinity || (s.patterns.length === 0 && s.formats.length === 0)) {
+      parts.push(pool.repeat(anyChar, s.minLength, s.maxLength === Infinity ? INFINITE : s.maxLength));
+    }
+    for (const p of s.patterns) parts.push(cachedRegex(pool, p, "search", true, `${s.path}/pattern`));
+    for (const f of s.formats) {
+      const rx = formatRegex(f);
+      if (rx !== undefined) parts.push(cachedRegex(pool, rx, "full", true, `${s.path}/format`));
+    }
+    if (s.notStrings.length > 0) parts.push(contentExcept(pool, s.notStrings));
+    return pool.and(parts);
+  }
+
+  private stringExpr(s: Shape): number {
+    const content = this.stringContent(s);
+    return content === 0 ? 0 : quoted(this.pool, content);
+  }
+
+  /** Every JSON spelling of the text's characters (escapes included). */
+  private spellings(text: string): number {
+    return this.pool.seq(codePoints(text).map((cp) => jsonCharExpr(this.pool, single(cp))));
+  }
+
+  private arrayAlternatives(s: Shape): number[][] {
+    const prefix = s.prefixItems;
+    const restFalse = isFalse(s.items);
+    const max = restFalse ? Math.min(s.maxItems, prefix.length) : s.maxItems;
+    const min = s.minItems;
+    if (min > max) return [];
+    const item = (j: number): number[] => this.conj(j < prefix.length ? prefix[j]! : s.items, `${s.path}/items`);
+    const open = this.punct("[");
+    const close = this.punct("]");
+    // The items after the first `fixed` (prefix items and minItems): any number of them when
+    // maxItems does not bound them, as a left-recursive list; otherwise up to maxItems, counted.
+    const fixed = Math.max(prefix.length, min);
+    const counted = max === Infinity ? fixed : max;
+    if (counted > GRAMMAR_LIMITS.rules) {
+      throw new GrammarLimitError("rules", `${s.path}: ${max === Infinity ? "minItems/prefixItems" : "maxItems"} of ${counted} needs more than ${GRAMMAR_LIMITS.rules} rules (limit: rules)`);
+    }
+    let next: number[] = [];
+    if (max === Infinity) {
+      const value = item(fixed);
+      const list = this.b.rule(`${s.path} items`);
+      if (fixed === 0) {
+        const more = this.b.rule(`${s.path} more items`, [[]]);
+        this.b.define(more, [[more, ...this.comma(), ...value]]);
+        this.b.define(list, [[], [...value, more]]);
+      } else {
+        this.b.define(list, [[], [list, ...this.comma(), ...value]]);
+      }
+      next = [list];
+    }
+    // Built from the last counted item back, so that no recursion grows with the count.
+    for (let j = counted - 1; j >= 0; j--) {
+      const alts: number[][] = [[...(j > 0 ? this.comma() : []), ...item(j), ...next]];
+      if (j >= min) alts.unshift([]);
+      next = [this.b.rule(`${s.path} item ${j}`, alts)];
+    }
+    return [[...open, ...next, ...close]];
+  }
+
+  private objectAlternatives(s: Shape): number[][] {
+    const pool = this.pool;
+    const nameOk = this.propertyNameContent(s);
+    const declared: [string, Conj][] = [];
+    for (const [name, schema] of s.properties) {
+      if (isFalse(schema) || (nameOk !== null && !pool.matches(nameOk, utf8.encode(pythonJsonQuote(name).slice(1, -1))))) {
+        if (s.required.has(name)) return [];
+        continue;
+      }
+      declared.push([name, schema]);
+    }
+    // Required names the schema does not declare: pattern or additional properties, after the declared.
+    for (const name of s.required) {
+      if (s.properties.has(name)) continue;
+      const matched = s.patternProperties.filter(([p]) => pool.matches(cachedRegex(pool, p, "search", false, `${s.path}/patternProperties`), utf8.encode(name)));
+      const schema = matched.length > 0 ? matched.flatMap(([, c]) => c) : s.additional;
+      if (isFalse(schema)) return [];
+      declared.push([name, schema]);
+    }
+    const extras = this.extraKinds(s, declared.map(([n]) => n), nameOk);
+    const maxCount = extras.length > 0 ? Infinity : declared.length;
+    // Members are counted only as far as min/maxProperties need: k is the count so far, exact up to
+    // maxProperties where that bounds anything, else capped at max(minProperties, 1) (k > 0 also
+    // says a comma comes before the next member).
+    const bounded = s.maxProperties < maxCount;
+    const top = bounded ? s.maxProperties : Math.max(s.minProperties, 1);
+    if (s.minProperties > top) return [];
+    if (top > 1 && (declared.length + 1) * (top + 1) > GRAMMAR_LIMITS.rules) {
+      throw new GrammarLimitError("rules", `${s.path}: "minProperties"/"maxProperties" of ${top} over ${declared.length} properties needs more than ${GRAMMAR_LIMITS.rules} rules (limit: rules)`);
+    }
+    const after = (k: number): number => (bounded ? k + 1 : Math.min(k + 1, top));
+    const canAdd = (k: number): boolean => !bounded || k < top;
+    const extraItems = new Map<boolean, number>();
+    const extraItem = (first: boolean): number => {
+      let r = extraItems.get(first);
+      if (r === undefined) {
+        r = this.b.rule(`${s.path} additional property`, extras.map((kind) => [...this.key(first, kind.key), ...this.conj(kind.schema, `${s.path}/additionalProperties`)]));
+        extraItems.set(first, r);
+      }
+      return r;
+    };
+    // rest[i][k]: the members from declared property i on, k members so far (made first, then
+    // defined, so that nothing recurses with the number of properties).
+    const rest = Array.from({ length: declared.length + 1 }, (_, i) =>
+      Array.from({ length: top + 1 }, () => this.b.rule(i < declared.length ? `${s.path} from ${declared[i]![0]}` : `${s.path} additional properties`)));
+    const values = declared.map(([name, schema]) => this.conj(schema, `${s.path}/properties/${name}`));
+    for (let i = declared.length; i >= 0; i--) {
+      for (let k = 0; k <= top; k++) {
+        const alts: number[][] = [];
+        if (i === declared.length) {
+          if (k >= s.minProperties) alts.push([]);
+          if (extras.length > 0 && canAdd(k)) alts.push([extraItem(k === 0), rest[i]![after(k)]!]);
+        } else {
+          const [name] = declared[i]!;
+          if (canAdd(k)) alts.push([...this.key(k === 0, jsonLiteralExpr(pool, name)), ...values[i]!, rest[i + 1]![after(k)]!]);
+          if (!s.required.has(name)) alts.push([rest[i + 1]![k]!]);
+        }
+        this.b.define(rest[i]![k]!, alts);
+      }
+    }
+    return [[...this.punct("{"), rest[0]![0]!, ...this.punct("}")]];
+  }
+
+  /** The content a property name must match under propertyNames, or null when unconstrained. */
+  private propertyNameContent(s: Shape): number | null {
+    if (s.propertyNames.length === 0) return null;
+    const shapes = this.shapes.shapes(s.propertyNames, `${s.path}/propertyNames`);
+    const parts = shapes.map((ps) => {
+      if (ps.enumValues !== null) return this.pool.or([...ps.enumValues.values()].filter((v): v is string => typeof v === "string").map((v) => this.spellings(v)));
+      return ps.types & T_STRING ? this.stringContent(ps) : 0;
+    });
+    return this.pool.or(parts);
+  }
+
+  /**
+   * The kinds of undeclared properties allowed: each pattern's, then the additional ones. A
+   * pattern that is an anchored list of names (`^name$`) gives literal keys; the others a key
+   * expression excluding only the names and earlier patterns it could overlap, so that keys stay
+   * plain expressions (no And/Not) wherever they can.
+   */
+  private extraKinds(s: Shape, declared: string[], nameOk: number | null): { key: number; schema: Conj }[] {
+    const pool = this.pool;
+    const where = `${s.path}/patternProperties`;
+    const content = (name: string): Uint8Array => utf8.encode(pythonJsonQuote(name).slice(1, -1));
+    const kinds: { key: number; schema: Conj }[] = [];
+    const named: string[] = [];
+    const general: { expr: number; schema: Conj }[] = [];
+    for (const [pattern, schema] of s.patternProperties) {
+      let names: string[] | null;
+      try {
+        names = anchoredLiterals(parseRegex(pattern));
+      } catch {
+        names = null; // cachedRegex below reports the error
+      }
+      if (names === null) {
+        general.push({ expr: cachedRegex(pool, pattern, "search", true, where), schema });
+        continue;
+      }
+      for (const name of names) {
+        if (declared.includes(name) || named.includes(name)) continue;
+        named.push(name);
+        if (!isFalse(schema) && (nameOk === null || pool.matches(nameOk, content(name)))) kinds.push({ key: jsonLiteralExpr(pool, name), schema });
+      }
+    }
+    const excluded = [...declared, ...named];
+    general.forEach((g, i) => {
+      if (isFalse(g.schema)) return;
+      const clash = excluded.filter((name) => pool.matches(g.expr, content(name)));
+      const overlapping = general.slice(0, i).filter((h) => !pool.isEmpty(pool.and([g.expr, h.expr])));
+      const parts = [g.expr, ...(clash.length > 0 ? [contentExcept(pool, clash)] : []), ...overlapping.map((h) => pool.not(h.expr)), ...(nameOk === null ? [] : [nameOk])];
+      kinds.push({ key: quoted(pool, pool.and(parts)), schema: g.schema });
+    });
+    if (!isFalse(s.additional)) {
+      const rest = excluded.length > 0 ? contentExcept(pool, excluded) : pool.repeat(jsonCharExpr(pool, ANY_CHAR), 0, INFINITE);
+      const parts = [rest, ...general.map((g) => pool.not(g.expr)), ...(nameOk === null ? [] : [nameOk])];
+      kinds.push({ key: quoted(pool, pool.and(parts)), schema: s.additional });
+    }
+    return kinds;
+  }
+}

@@ -1,0 +1,278 @@
+/**
+ * GrammarMatcher: one sequence's position in a grammar, driven token by token by the engine (the
+ * shape of xgrammar's GrammarMatcher and llguidance's Matcher).
+ *
+ * State: a set of configurations (parse state, lexer state). Usually one; more where the grammar
+ * is ambiguous at the byte level (a lexeme that may end or go on). Invariants:
+ *  - the state after each accepted token is kept, so rollback(n) restores exactly the state before
+ *    the last n tokens, and a fork shares everything already computed (the states are immutable);
+ *  - a mask allows a token iff acceptToken would take it; an end-of-generation token is allowed
+ *    iff canTerminate(); a token with no bytes (control tokens) never is;
+ *  - after an end-of-generation token is accepted the matcher is terminated: nothing else is.
+ */
+import type { CompiledGrammar } from "./compiled-grammar.ts";
+import type { EarleySet } from "./earley.ts";
+import { forcedTokensOf } from "./forced.ts";
+import { MaskWalker, type Walkable } from "./mask-walk.ts";
+
+interface Config {
+  readonly set: EarleySet;
+  /** Lexer state; DEAD where no lexeme can start (only the end may follow). */
+  readonly lex: number;
+}
+
+interface Step {
+  readonly configs: readonly Config[];
+  /** The token accepted to get here (-1 for the start). */
+  readonly token: number;
+  readonly terminated: boolean;
+}
+
+export class GrammarMatcher {
+  private history: Step[];
+
+  constructor(readonly grammar: CompiledGrammar, history?: Step[]) {
+    const start = grammar.initial;
+    this.history = history ?? [{ configs: [{ set: start, lex: grammar.lexerStart(start) }], token: -1, terminated: false }];
+  }
+
+  private get top(): Step {
+    return this.history[this.history.length - 1]!;
+  }
+
+  /** Tokens accepted since the start (or the last reset). */
+  get tokenCount(): number {
+    return this.history.length - 1;
+  }
+
+  /** The last accepted token, or undefined at the start. */
+  get lastToken(): number | undefined {
+    const t = this.top.token;
+    return t < 0 ? undefined : t;
+  }
+
+  isTerminated(): boolean {
+    return this.top.terminated;
+  }
+
+  /** Whether the output so far is a complete match (an end-of-generation token is allowed). */
+  canTerminate(): boolean {
+    return !this.top.terminated && this.configsCanEnd(this.top.configs);
+  }
+
+  private configsCanEnd(configs: readonly Config[]): boolean {
+    const g = this.grammar;
+    for (const { set, lex } of configs) {
+      if (set.accepting && lex === g.lexerStart(set)) return true;
+      if (lex < 0) continue;
+      for (const lexeme of g.space.accepts(lex)) if (g.scanLexeme(set, lexeme)?.accepting === true) return true;
+    }
+    return false;
+  }
+
+  /**
+   * Fill `mask` (ceil(vocabSize / 32) words, bit t of word t >> 5 for token t) with the tokens
+   * allowed next. Terminated: only the end-of-generation tokens (the sequence is over anyway).
+   */
+  fillNextTokenBitmask(mask: Uint32Array): void {
+    mask.fill(0);
+    const vocab = this.grammar.vocab;
+    if (!this.top.terminated) {
+      for (const { set, lex } of this.top.configs) if (lex >= 0) this.fillConfig(mask, set, lex);
+    }
+    if (this.top.terminated || this.configsCanEnd(this.top.configs)) for (const t of vocab.eog) mask[t >>> 5]! |= 1 << (t & 31);
+  }
+
+  private fillConfig(mask: Uint32Array, set: EarleySet, lex: number): void {
+    const g = this.grammar;
+    this.fillTokens(mask, set, lex);
+    // A lexeme that may end before this token: the token may start the next ones.
+    for (const lexeme of g.space.accepts(lex)) {
+      const next = g.scanLexeme(set, lexeme);
+      if (next === null) continue;
+      const start = g.lexerStart(next);
+      if (start >= 0) this.fillTokens(mask, next, start);
+    }
+  }
+
+  /** Every token from lexer state `lex`: plain ones at once where the state lets any plain text through. */
+  private fillTokens(mask: Uint32Array, set: EarleySet, lex: number): void {
+    const g = this.grammar;
+    for (const slice of [g.vocab.short, g.vocab.long]) {
+      if (g.space.allowsAllPlain(lex, slice.plainMaxBytes)) {
+        const bits = slice.plainBits;
+        for (let w = 0; w < bits.length; w++) mask[w]! |= bits[w]!;
+      } else this.fillFrom(mask, set, lex, slice.plain);
+      this.fillFrom(mask, set, lex, slice.rest);
+    }
+  }
+
+  private fillFrom(mask: Uint32Array, set: EarleySet, lex: number, from: Walkable): void {
+    const g = this.grammar;
+    const r = g.walker.walk(from, lex);
+    MaskWalker.orInto(mask, r);
+    for (const exit of r.exits) {
+      const next = g.scanLexeme(set, exit.lexeme);
+      if (next === null) continue;
+      const start = g.lexerStart(next);
+      if (start < 0) continue;
+      this.fillFrom(mask, next, start, exit);
+    }
+  }
+
+  /** Take token `id`; false (and no change) where the grammar does not allow it. */
+  acceptToken(id: number): boolean {
+    const top = this.top;
+    if (top.terminated) return false;
+    const vocab = this.grammar.vocab;
+    if (vocab.eog.includes(id)) {
+      if (!this.configsCanEnd(top.configs)) return false;
+      this.history.push({ configs: top.configs, token: id, terminated: true });
+      return true;
+    }
+    const bytes = vocab.bytes[id];
+    if (bytes === undefined || bytes.length === 0) return false;
+    const configs = this.advance(top.configs, bytes);
+    if (configs.length === 0) return false;
+    this.history.push({ configs, token: id, terminated: false });
+    return true;
+  }
+
+  /** Whether `bytes` could follow (without taking them). */
+  allowsBytes(bytes: Uint8Array): boolean {
+    return this.advance(this.top.configs, bytes).length > 0;
+  }
+
+  /** The configurations after `bytes`, empty where they are not allowed. */
+  advance(configs: readonly Config[], bytes: Uint8Array): Config[] {
+    const g = this.grammar;
+    const space = g.space;
+    let current = configs;
+    for (let i = 0; i < bytes.length; i++) {
+      const b = bytes[i]!;
+      const next: Config[] = [];
+      const seen = new Set<string>();
+      const push = (set: EarleySet, lex: number): void => {
+        const key = `${set.id}:${lex}`;
+        if (seen.has(key)) return;
+        seen.add(key);
+        next.push({ set, lex });
+      };
+      for (const { set, lex } of current) {
+        if (lex < 0) continue;
+        const t = space.next(lex, b);
+        if (t >= 0) push(set, t);
+        for (const lexeme of space.accepts(lex)) {
+          const after = g.scanLexeme(set, lexeme);
+          if (after === null) continue;
+          const start = g.lexerStart(after);
+          if (start < 0) continue;
+          const t2 = space.next(start, b);
+          if (t2 >= 0) push(after, t2);
+        }
+      }
+      if (next.length === 0) return next;
+      current = next;
+    }
+    return [...current];
+  }
+
+  /** Undo the last `n` accepted tokens (0 <= n <= tokenCount). */
+  rollback(n: number): void {
+    if (!Number.isInteger(n) || n < 0 || n > this.tokenCount) throw new RangeError(`rollback(${n}): ${this.tokenCount} tokens accepted`);
+    this.history.length -= n;
+  }
+
+  /** Back to the start. */
+  reset(): void {
+    this.history.length = 1;
+  }
+
+  /** An independent matcher in the same state (for n > 1 samples). */
+  fork(): GrammarMatcher {
+    return new GrammarMatcher(this.grammar, [...this.history]);
+  }
+
+  /**
+   * The bytes every continuation starts with, up to `max`: the grammar allows exactly one next byte
+   * at each of them and may not end before them.
+   */
+  forcedBytes(max = 256): Uint8Array {
+    const out: number[] = [];
+    let configs = this.top.configs;
+    if (this.top.terminated) return new Uint8Array(0);
+    while (out.length < max && !this.configsCanEnd(configs)) {
+      const byte = this.onlyNextByte(configs);
+      if (byte < 0) break;
+      out.push(byte);
+      configs = this.advance(configs, Uint8Array.of(byte));
+    }
+    return Uint8Array.from(out);
+  }
+
+  /** The one byte allowed next, or -1 where none or several are. */
+  private onlyNextByte(configs: readonly Config[]): number {
+    const g = this.grammar;
+    const union = new Uint32Array(8);
+    const add = (lex: number): void => {
+      if (lex < 0) return;
+      const set = g.space.allowedBytes(lex);
+      for (let w = 0; w < 8; w++) union[w]! |= set[w]!;
+    };
+    for (const { set, lex } of configs) {
+      add(lex);
+      if (lex < 0) continue;
+      for (const lexeme of g.space.accepts(lex)) {
+        const after = g.scanLexeme(set, lexeme);
+        if (after !== null) add(g.lexerStart(after));
+      }
+    }
+    let found = -1;
+    for (let w = 0; w < 8; w++) {
+      const bits = union[w]!;
+      if (bits === 0) continue;
+      if ((bits & (bits - 1)) !== 0 || found >= 0) return -1;
+      found = w * 32 + (31 - Math.clz32(bits));
+    }
+    return found;
+  }
+
+  /** Whether after `bytes` the grammar must end (it may end, and no byte may follow). */
+  mustEndAfter(bytes: Uint8Array): boolean {
+    const configs = this.advance(this.top.configs, bytes);
+    return configs.length > 0 && this.configsCanEnd(configs) && this.noNextByte(configs);
+  }
+
+  private noNextByte(configs: readonly Config[]): boolean {
+    const g = this.grammar;
+    const open = (lex: number): boolean => lex >= 0 && g.space.allowedBytes(lex).some((w) => w !== 0);
+    for (const { set, lex } of configs) {
+      if (open(lex)) return false;
+      if (lex < 0) continue;
+      for (const lexeme of g.space.accepts(lex)) {
+        const after = g.scanLexeme(set, lexeme);
+        if (after !== null && open(g.lexerStart(after))) return false;
+      }
+    }
+    return true;
+  }
+
+  /**
+   * The tokens that are the only possible continuation, to append without sampling (forced.ts says
+   * how they are chosen); empty where the model has a choice.
+   */
+  forcedTokens(): number[] {
+    return forcedTokensOf(this);
+  }
+
+  /** Whether the whole text is allowed as the next bytes (tests and checks). */
+  allowsText(text: string): boolean {
+    return this.allowsBytes(new TextEncoder().encode(text));
+  }
+
+  /** Whether `text` followed by the end is a complete match from here (tests and checks). */
+  matchesText(text: string): boolean {
+    const configs = this.advance(this.top.configs, new TextEncoder().encode(text));
+    return configs.length > 0 && this.configsCanEnd(configs);
+  }
+}

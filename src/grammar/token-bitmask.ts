@@ -1,0 +1,51 @@
+/**
+ * Token bitmasks (bit t & 31 of word t >> 5 set: token t allowed, xgrammar's layout) and applying
+ * one to a row of logits: a disallowed token's logit becomes -Infinity, an allowed one keeps its
+ * bits, so sampling and greedy choice never pick a disallowed token. Two paths: `applyTokenBitmask`
+ * works on any Float32Array (the reference, and the WebGPU path's read-back row); the WebAssembly
+ * kernel (assembly/token-mask.ts) works in place on a row in the kernels' memory, where the
+ * WebAssembly backend's logits live.
+ */
+import type { Kernels } from "../backend/kernels.ts";
+
+/** A zeroed bitmask for `vocabSize` tokens. */
+export function allocateTokenBitmask(vocabSize: number): Uint32Array {
+  return new Uint32Array(Math.ceil(vocabSize / 32));
+}
+
+/** Whether token t is allowed by the mask. */
+export function isAllowed(mask: Uint32Array, t: number): boolean {
+  return ((mask[t >>> 5]! >>> (t & 31)) & 1) === 1;
+}
+
+/** The allowed token ids, ascending (tests and debugging). */
+export function allowedTokens(mask: Uint32Array, vocabSize: number): number[] {
+  const out: number[] = [];
+  for (let t = 0; t < vocabSize; t++) if (isAllowed(mask, t)) out.push(t);
+  return out;
+}
+
+/** logits[t] = -Infinity for each t < logits.length whose bit is clear. */
+export function applyTokenBitmask(logits: Float32Array, mask: Uint32Array): void {
+  const n = logits.length;
+  const words = n >>> 5;
+  for (let w = 0; w < words; w++) {
+    const word = mask[w]!;
+    if (word === 0xffffffff) continue;
+    const base = w << 5;
+    if (word === 0) {
+      logits.fill(-Infinity, base, base + 32);
+      continue;
+    }
+    for (let b = 0; b < 32; b++) if (((word >>> b) & 1) === 0) logits[base + b] = -Infinity;
+  }
+  for (let t = words << 5; t < n; t++) if (((mask[t >>> 5]! >>> (t & 31)) & 1) === 0) logits[t] = -Infinity;
+}
+
+/**
+ * The same on a logits row and a mask both in the kernels' memory (byte addresses), by the SIMD
+ * kernel: the engine's way on the WebAssembly backend.
+ */
+export function applyTokenBitmaskInMemory(kernels: Pick<Kernels, "applyTokenBitmask">, logitsAddr: number, maskAddr: number, vocabSize: number): void {
+  kernels.applyTokenBitmask(logitsAddr, maskAddr, vocabSize);
+}

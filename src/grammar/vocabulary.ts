@@ -1,0 +1,81 @@
+/**
+ * A tokenizer's vocabulary as the matcher sees it: each token's exact bytes, which tokens end a
+ * generation, and the tries the mask walks. Built once per tokenizer (it costs a sort of the
+ * vocabulary) and shared by every grammar compiled for it.
+ *
+ * Tokens are split by length into two tries: tokens of at most SHORT_TOKEN_BYTES bytes (all but
+ * about 1% of Llama 3's) and the rest. A walk of the short trie depends on the lexer state only up
+ * to counts above SHORT_TOKEN_BYTES (lexer.ts clampKey), so its results are shared across the
+ * positions of a long counted string; the long trie is small and walked per exact state.
+ */
+import { GrammarError } from "../errors.ts";
+import { isByteTokenizer, type Tokenizer } from "../tokenizer/tokenizer.ts";
+import { TokenTrie, type TrieEntry } from "./token-trie.ts";
+
+export const SHORT_TOKEN_BYTES = 16;
+
+/** Printable ASCII but `"` and `\`: the bytes of plain text inside a JSON string (and most text). */
+export function isPlainByte(b: number): boolean {
+  return b >= 0x20 && b <= 0x7e && b !== 0x22 && b !== 0x5c;
+}
+
+/**
+ * Tokens of one length class, split (llguidance's "slices"): `plain` holds the tokens made of plain
+ * bytes only (isPlainByte: most of a vocabulary), `rest` all others. Where a lexer state lets any
+ * plain text of up to `plainMaxBytes` bytes through (inside a free string), every plain token is
+ * allowed at once (`plainBits`) and only `rest` is walked.
+ */
+export interface TokenSlice {
+  readonly plain: TokenTrie;
+  readonly plainBits: Uint32Array;
+  readonly plainMaxBytes: number;
+  readonly rest: TokenTrie;
+}
+
+export class TokenVocabulary {
+  /** Words of a token bitmask: ceil(size / 32). */
+  readonly words: number;
+  /** Tokens of at most SHORT_TOKEN_BYTES bytes, and the longer ones. */
+  readonly short: TokenSlice;
+  readonly long: TokenSlice;
+
+  constructor(
+    /** Length of a logits row: the model's vocabulary, at least the tokenizer's (padding is never allowed). */
+    readonly size: number,
+    /** Token id -> its bytes; empty for tokens that are never text (control, unknown, padding). */
+    readonly bytes: readonly Uint8Array[],
+    /** End-of-generation tokens: allowed exactly where the grammar may end. */
+    readonly eog: Int32Array,
+    /** Text -> token ids the way the model's tokenizer splits it (no special tokens). */
+    readonly encode: (text: string) => number[],
+  ) {
+    this.words = Math.ceil(size / 32);
+    const short: TrieEntry[] = [];
+    const long: TrieEntry[] = [];
+    bytes.forEach((b, token) => {
+      if (b.length === 0) return;
+      (b.length <= SHORT_TOKEN_BYTES ? short : long).push({ bytes: b, token });
+    });
+    this.short = this.slice(short);
+    this.long = this.slice(long);
+  }
+
+  private slice(entries: readonly TrieEntry[]): TokenSlice {
+    const plain = entries.filter((e) => e.bytes.every(isPlainByte));
+    const rest = entries.filter((e) => !e.bytes.every(isPlainByte));
+    const plainBits = new Uint32Array(this.words);
+    for (const e of plain) plainBits[e.token >>> 5]! |= 1 << (e.token & 31);
+    return { plain: TokenTrie.build(plain), plainBits, plainMaxBytes: plain.reduce((m, e) => Math.max(m, e.bytes.length), 0), rest: TokenTrie.build(rest) };
+  }
+
+  /** The vocabulary of a byte-level BPE or SentencePiece tokenizer. */
+  static fromTokenizer(tokenizer: Tokenizer, modelVocabSize = tokenizer.vocabSize): TokenVocabulary {
+    if (!isByteTokenizer(tokenizer)) {
+      throw new GrammarError("structured output needs a byte-level BPE or SentencePiece vocabulary; this model's tokenizer (WordPiece) has none");
+    }
+    const bytes: Uint8Array[] = [];
+    for (let id = 0; id < tokenizer.vocabSize; id++) bytes.push(tokenizer.eogIds.has(id) ? new Uint8Array(0) : tokenizer.tokenBytes(id));
+    const encode = (text: string): number[] => tokenizer.encode(text, { continuation: true });
+    return new TokenVocabulary(Math.max(modelVocabSize, tokenizer.vocabSize), bytes, Int32Array.from(tokenizer.eogIds), encode);
+  }
+}
