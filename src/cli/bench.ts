@@ -19,9 +19,13 @@ import { runPrefillBench } from "../bench/prefill.ts";
 import { prefixNotes, prefixTables, runPrefixBench } from "../bench/prefix.ts";
 import { restartNotes, restartTable, runRestartBench } from "../bench/prefix-restart.ts";
 import { checkPeerDir } from "../bench/peer-nlc.ts";
-import { reportText, type BenchReport, type Table } from "../bench/report.ts";
+import { progress, reportText, type BenchReport, type Table } from "../bench/report.ts";
 import { makeReport, type BenchName, type BenchResults } from "../bench/schema.ts";
-import { benchOutputArgs, startRun, writeOutputs, type StartedRun } from "./bench-output.ts";
+import { benchOutputArgs, checkWritable, jsonTarget, startRun, writeOutputs, type StartedRun } from "./bench-output.ts";
+import { pagellmEngine, readMaskBenchFiles, runMaskBench, writeGrammarOutputs, type MaskBenchEngine, type MaskBenchResult } from "../bench/grammar.ts";
+import { xgrammarEngine } from "../bench/grammar-xgrammar.ts";
+import { TokenVocabulary } from "../grammar/vocabulary.ts";
+import { loadTokenizer } from "../tokenizer/load.ts";
 import { allCommand } from "./bench-all.ts";
 import { chartCommand, compareCommand } from "./bench-files.ts";
 import { benchServeCommand } from "./bench-serve.ts";
@@ -368,6 +372,57 @@ const prefixCommand = defineCommand({
   },
 });
 
+const grammarArgs = {
+  dir: { type: "positional", description: "A folder of MaskBench files (../shared/grammar/maskbench-sample holds 300)", valueHint: "dir", required: true },
+  vocab: { type: "string", description: "The vocabulary: a GGUF (vocabulary-only or model) or tokenizer.json file, e.g. ../shared/vocab/ggml-vocab-llama-bpe.gguf (Llama 3's, MaskBench's)", valueHint: "file" },
+  model: { type: "string", description: "A GGUF model whose vocabulary to use (instead of --vocab)", valueHint: "file" },
+  json: benchOutputArgs.json,
+  limit: { type: "string", description: "Only the first N files (by name)", valueHint: "n" },
+  "peer-xgrammar": {
+    type: "string",
+    description: "A folder with @mlc-ai/web-xgrammar installed (outside the project: npm install @mlc-ai/web-xgrammar): run it through the same method and print its column beside pagellm's",
+    valueHint: "dir",
+  },
+  "xgrammar-mode": { type: "string", description: "compliant (default: JSON Schema's meaning, any whitespace, as pagellm) | default (xgrammar's strict defaults)", valueHint: "mode" },
+} as const satisfies ArgsDef;
+
+const grammarCommand = defineCommand({
+  meta: {
+    name: "grammar",
+    description:
+      "MaskBench (JSON Schema constrained decoding): for each schema, compile it, then feed each test instance's tokens with a mask computed before each; " +
+      "passing, compile/validation/invalidation errors, mask and compile time percentiles",
+  },
+  args: grammarArgs,
+  async run({ args, rawArgs }) {
+    checkKnownOptions(rawArgs, grammarArgs);
+    const json = jsonTarget(rawArgs);
+    if (json !== null && json !== "stdout") checkWritable(json, "--json");
+    const vocabPath = str(args, "vocab") ?? str(args, "model");
+    if (vocabPath === undefined) throw new InputError("bench grammar needs --vocab FILE (e.g. ../shared/vocab/ggml-vocab-llama-bpe.gguf) or --model FILE");
+    if (!existsSync(vocabPath)) throw new InputError(`${vocabPath}: file not found`);
+    const mode = str(args, "xgrammar-mode") ?? "compliant";
+    if (mode !== "compliant" && mode !== "default") throw new InputError(`--xgrammar-mode ${mode}: expected compliant or default`);
+    const date = new Date().toISOString();
+    const { tokenizer } = loadTokenizer(vocabPath);
+    let files = readMaskBenchFiles(str(args, "dir")!);
+    const limit = numberOption(args, "limit", "posint");
+    if (limit !== undefined) files = files.slice(0, limit);
+    const vocab = TokenVocabulary.fromTokenizer(tokenizer);
+    const engines: MaskBenchEngine[] = [pagellmEngine(vocab)];
+    const peer = str(args, "peer-xgrammar");
+    if (peer !== undefined) engines.push(await xgrammarEngine(peer, tokenizer, vocab.size, mode));
+    const results: MaskBenchResult[] = [];
+    for (const engine of engines) {
+      progress(`${engine.name}: ${files.length} schemas`);
+      results.push(await runMaskBench(files, engine, vocab.encode, (i) => {
+        if (i % 50 === 0 && i > 0) progress(`${engine.name}: ${i}/${files.length}`);
+      }));
+    }
+    writeGrammarOutputs(results, { date, vocab: vocabPath, json });
+  },
+});
+
 const benchSubCommands = {
   kernels: kernelsCommand,
   decode: decodeCommand,
@@ -375,6 +430,7 @@ const benchSubCommands = {
   batch: batchCommand,
   prefix: prefixCommand,
   serve: benchServeCommand,
+  grammar: grammarCommand,
   all: allCommand,
   compare: compareCommand,
   chart: chartCommand,

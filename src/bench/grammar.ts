@@ -1,0 +1,247 @@
+/**
+ * `pagellm bench grammar`: MaskBench's method (github.com/guidance-ai/jsonschemabench, maskbench/
+ * runner.py; ../shared/grammar/README.md) on a folder of its files. For each file: compile the
+ * schema (a failure is a compile error); for each test instance, serialize `data` as Python's
+ * `json.dumps(data, indent=None, ensure_ascii=False)`, tokenize it without special tokens and feed
+ * the tokens one by one, computing the mask before each and then committing the token; the
+ * instance is accepted when every token was allowed. A valid instance refused is a validation
+ * error, an invalid one accepted an invalidation error; a schema passes when it compiles and has
+ * neither. Times: per mask (compute + commit, as MaskBench times them) and per compile.
+ *
+ * Engines plug in through MaskBenchEngine, so another implementation runs through exactly this
+ * code (docs/structured-output.md measures web-xgrammar this way).
+ */
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { loadavg } from "node:os";
+import { join } from "node:path";
+import { GrammarError, InputError } from "../errors.ts";
+import { GrammarCompiler } from "../grammar/compiler.ts";
+import { isObject, parseJsonText, pythonJsonDumps, type JsonValue } from "../grammar/json-value.ts";
+import { GrammarMatcher } from "../grammar/matcher.ts";
+import type { TokenVocabulary } from "../grammar/vocabulary.ts";
+import { machineInfo } from "./machine.ts";
+import { fmt, fmtPct, progress, reportText, type Table } from "./report.ts";
+
+/** One MaskBench file: its schema and test instances. */
+export interface MaskBenchFile {
+  readonly name: string;
+  readonly schema: JsonValue;
+  readonly tests: readonly { readonly valid: boolean; readonly data: JsonValue }[];
+}
+
+/** A grammar engine as MaskBench drives it (its Engine class: compile, reset, compute_mask, commit_token). */
+export interface MaskBenchEngine {
+  readonly name: string;
+  /** Compile a schema; throws (or rejects) when it cannot: a compile error. */
+  compile(schema: JsonValue): MaskBenchGrammar | Promise<MaskBenchGrammar>;
+}
+export interface MaskBenchGrammar {
+  /** A matcher at the start (MaskBench's reset). */
+  start(): MaskBenchSession | Promise<MaskBenchSession>;
+}
+/** An engine whose API is asynchronous (web-xgrammar's) returns promises; their awaiting is timed too. */
+export interface MaskBenchSession {
+  computeMask(): void | Promise<void>;
+  /** Whether the token was allowed by the last mask (and, if so, take it). */
+  commit(token: number): boolean;
+}
+
+export interface MaskBenchFailure {
+  readonly file: string;
+  readonly kind: "compile_error" | "validation_error" | "invalidation_error";
+  readonly why: string;
+}
+
+export interface Percentiles {
+  readonly [name: string]: number;
+}
+
+export interface MaskBenchResult {
+  readonly engine: string;
+  readonly schemas: number;
+  readonly passing: number;
+  readonly compile_error: number;
+  readonly validation_error: number;
+  readonly invalidation_error: number;
+  readonly tokens: number;
+  readonly mask_us: { p25: number; p50: number; p75: number; p90: number; p95: number; p99: number; p999: number; max: number };
+  readonly compile_us: { p50: number; p90: number; p99: number };
+  readonly failures: readonly MaskBenchFailure[];
+}
+
+/** The MaskBench files of a folder (*.json), by name. */
+export function readMaskBenchFiles(dir: string): MaskBenchFile[] {
+  let names: string[];
+  try {
+    names = readdirSync(dir).filter((n) => n.endsWith(".json")).sort();
+  } catch {
+    throw new InputError(`${dir}: not a readable folder`);
+  }
+  if (names.length === 0) throw new InputError(`${dir}: no MaskBench files (*.json)`);
+  return names.map((name) => {
+    const path = join(dir, name);
+    let doc: JsonValue;
+    try {
+      doc = parseJsonText(readFileSync(path, "utf8"), path);
+    } catch (e) {
+      throw new InputError(e instanceof GrammarError ? e.message : `${path}: cannot read`);
+    }
+    const tests = isObject(doc) ? doc.get("tests") : undefined;
+    if (!isObject(doc) || !doc.has("schema") || !Array.isArray(tests)) throw new InputError(`${path}: not a MaskBench file (needs "schema" and "tests")`);
+    return {
+      name,
+      schema: doc.get("schema")!,
+      tests: tests.filter(isObject).map((t) => ({ valid: t.get("valid") === true, data: t.get("data") ?? null })),
+    };
+  });
+}
+
+/** pagellm's engine, one compiler (and so one shared mask cache) for the whole run. */
+export function pagellmEngine(vocab: TokenVocabulary): MaskBenchEngine {
+  const compiler = new GrammarCompiler(vocab);
+  const mask = new Uint32Array(vocab.words);
+  return {
+    name: "pagellm",
+    compile(schema) {
+      const grammar = compiler.compile({ kind: "json_schema", schema });
+      return {
+        start() {
+          const m = new GrammarMatcher(grammar);
+          return {
+            computeMask: () => m.fillNextTokenBitmask(mask),
+            commit: (t) => ((mask[t >>> 5]! >>> (t & 31)) & 1) === 1 && m.acceptToken(t),
+          };
+        },
+      };
+    },
+  };
+}
+
+/** Run MaskBench's method over the files. `tokenize` splits text as the vocabulary's tokenizer does. */
+export async function runMaskBench(
+  files: readonly MaskBenchFile[], engine: MaskBenchEngine, tokenize: (text: string) => number[], onFile?: (done: number) => void,
+): Promise<MaskBenchResult> {
+  const maskUs: number[] = [];
+  const compileUs: number[] = [];
+  const failures: MaskBenchFailure[] = [];
+  let passing = 0;
+  for (const [index, file] of files.entries()) {
+    onFile?.(index);
+    let grammar: MaskBenchGrammar;
+    const t0 = performance.now();
+    try {
+      grammar = await engine.compile(file.schema);
+    } catch (e) {
+      failures.push({ file: file.name, kind: "compile_error", why: e instanceof Error ? e.message : String(e) });
+      continue;
+    }
+    compileUs.push((performance.now() - t0) * 1000);
+    let invalidation: string | null = null;
+    let validation: string | null = null;
+    for (const [i, test] of file.tests.entries()) {
+      const session = await grammar.start();
+      const tokens = tokenize(pythonJsonDumps(test.data));
+      let accepted = true;
+      for (const t of tokens) {
+        const start = performance.now();
+        const pending = session.computeMask();
+        if (pending !== undefined) await pending;
+        const ok = session.commit(t);
+        maskUs.push((performance.now() - start) * 1000);
+        if (!ok) {
+          accepted = false;
+          break;
+        }
+      }
+      if (accepted && !test.valid) invalidation ??= `test #${i}: should reject but didn't`;
+      if (!accepted && test.valid) validation ??= `test #${i}: should accept but didn't`;
+    }
+    if (invalidation !== null) failures.push({ file: file.name, kind: "invalidation_error", why: invalidation });
+    else if (validation !== null) failures.push({ file: file.name, kind: "validation_error", why: validation });
+    else passing++;
+  }
+  const count = (kind: MaskBenchFailure["kind"]): number => failures.filter((f) => f.kind === kind).length;
+  maskUs.sort((a, b) => a - b);
+  compileUs.sort((a, b) => a - b);
+  const p = (xs: readonly number[], q: number): number => percentile(xs, q);
+  return {
+    engine: engine.name,
+    schemas: files.length,
+    passing,
+    compile_error: count("compile_error"),
+    validation_error: count("validation_error"),
+    invalidation_error: count("invalidation_error"),
+    tokens: maskUs.length,
+    mask_us: { p25: p(maskUs, 25), p50: p(maskUs, 50), p75: p(maskUs, 75), p90: p(maskUs, 90), p95: p(maskUs, 95), p99: p(maskUs, 99), p999: p(maskUs, 99.9), max: maskUs[maskUs.length - 1] ?? NaN },
+    compile_us: { p50: p(compileUs, 50), p90: p(compileUs, 90), p99: p(compileUs, 99) },
+    failures,
+  };
+}
+
+/** Linear-interpolated percentile of sorted values (numpy's default). */
+export function percentile(sorted: readonly number[], q: number): number {
+  if (sorted.length === 0) return NaN;
+  const at = (q / 100) * (sorted.length - 1);
+  const lo = Math.floor(at);
+  const hi = Math.min(lo + 1, sorted.length - 1);
+  return sorted[lo]! + (sorted[hi]! - sorted[lo]!) * (at - lo);
+}
+
+/** MaskBench's table: one column per engine. */
+export function maskBenchTable(results: readonly MaskBenchResult[]): Table {
+  const row = (label: string, f: (r: MaskBenchResult) => string): string[] => [label, ...results.map(f)];
+  const us = (x: number): string => (Number.isFinite(x) ? fmt(x, 3) : "-");
+  return {
+    title: "MaskBench (times in microseconds)",
+    columns: ["metric", ...results.map((r) => r.engine)],
+    rows: [
+      row("schemas", (r) => String(r.schemas)),
+      row("passing", (r) => `${r.passing} (${fmtPct(r.passing / r.schemas)})`),
+      row("compile error", (r) => String(r.compile_error)),
+      row("validation error", (r) => String(r.validation_error)),
+      row("invalidation error", (r) => String(r.invalidation_error)),
+      row("tokens", (r) => String(r.tokens)),
+      ...(["p25", "p50", "p75", "p90", "p95", "p99", "p999", "max"] as const).map((k) => row(`mask ${k === "p999" ? "p99.9" : k}`, (r) => us(r.mask_us[k]))),
+      ...(["p50", "p90", "p99"] as const).map((k) => row(`compile ${k}`, (r) => us(r.compile_us[k]))),
+    ],
+  };
+}
+
+export interface GrammarOutputOptions {
+  readonly date: string;
+  /** The vocabulary file, as given. */
+  readonly vocab: string;
+  /** json target: "stdout", a path, or null (tables only). */
+  readonly json: string | null;
+}
+
+/**
+ * Print the table (with the machine and its load: mask times are wall-clock on one thread) and
+ * write the JSON document: pagellm's figures at the top level under MaskBench's names, each peer's
+ * under "peers", and the schemas that failed with why.
+ */
+export function writeGrammarOutputs(results: readonly MaskBenchResult[], o: GrammarOutputOptions): void {
+  const machine = machineInfo();
+  const load = loadavg().map((x) => Number(x.toFixed(2)));
+  const notes = [
+    `vocabulary: ${o.vocab}`,
+    `load average (1, 5, 15 min) at the end: ${load.join(", ")} on ${machine.cores} cores; mask and compile times are wall-clock on one thread, so a busy machine inflates them`,
+    "mask time = computing the mask before a token plus committing the token, as MaskBench times it; compile time = compiling the schema",
+  ];
+  const [mine, ...peers] = results;
+  const doc = { ...mine!, bench: "grammar", date: o.date, machine, vocab: o.vocab, load_average: load, peers };
+  const jsonText = `${JSON.stringify(doc, null, 2)}\n`;
+  if (o.json === "stdout") {
+    process.stdout.write(jsonText);
+    return;
+  }
+  process.stdout.write(reportText({ bench: "grammar", machine, date: o.date, notes }, [maskBenchTable(results)]));
+  if (o.json !== null) {
+    try {
+      writeFileSync(o.json, jsonText);
+    } catch (e) {
+      throw new InputError(`--json ${o.json}: cannot write (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+    }
+    progress(`wrote ${o.json}`);
+  }
+}
