@@ -217,6 +217,17 @@ describeShared("serve under abuse", [STORIES], ([model]) => {
     });
   }, LIMIT_MS);
 
+  test("a body declared far past --max-body-mb gets the 413 in OpenAI's shape (not Bun's bare one), the connection closed", async () => {
+    await withServer({ maxBodyBytes: 1 << 20 }, async (_server, port) => {
+      for (const declared of [2 << 20, 100 << 20, 100 * 2 ** 30]) {
+        const r = await rawExchange(port, [rawRequest("POST", "/v1/completions", null, { "Content-Length": String(declared) }), "{"], { deadlineMs: DEADLINE_MS });
+        expect(r.responses.map((a) => a.status)).toEqual([413]);
+        expect(errorOf(r.responses[0]!.body).code).toBe("request_too_large");
+        expect(r.closed).toBe(true);
+      }
+    });
+  }, LIMIT_MS);
+
   test("a body that is not UTF-8 is a 400, not silently changed", async () => {
     await withServer({}, async (_server, port) => {
       const body = Buffer.concat([Buffer.from('{"prompt": "caf'), Buffer.from([0xe9]), Buffer.from('", "max_tokens": 1}')]);

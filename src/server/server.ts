@@ -92,8 +92,9 @@ export class PagellmServer {
     this.server = Bun.serve({
       hostname: opts.host,
       port: opts.port,
-      // Bun's own cap is a backstop above ours (ours answers in the OpenAI shape).
-      maxRequestBodySize: opts.maxBodyBytes + (1 << 20),
+      // Out of the way: Bun answers a body declared past its own cap with a bare 413, before any
+      // handler runs. The body reader (body-reader.ts) refuses it first, in the OpenAI shape.
+      maxRequestBodySize: Number.MAX_SAFE_INTEGER,
       // Idle connections close after a minute; a generation's own connection waits as long as it runs (see route).
       idleTimeout: IDLE_TIMEOUT_S,
       fetch: (req, server) => this.handle(req, server),

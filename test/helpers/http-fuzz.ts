@@ -235,12 +235,17 @@ function pipelinedCase(r: FuzzRandom): FuzzCase {
   };
 }
 
-/** Bodies over --max-body-mb, declared or not. */
+/** Bodies over --max-body-mb: declared (a little or far over, only the head sent for the latter) or chunked. */
 function oversizeCase(r: FuzzRandom, maxBodyBytes: number): FuzzCase {
-  const declared = r.int(2) === 0;
+  const kind = r.pick(["declared", "chunked", "declared far over"]);
+  const declared = kind === "declared";
   return {
-    what: `a body over the bound (${declared ? "declared" : "chunked"})`,
+    what: `a body over the bound (${kind})`,
     async run(_url, port) {
+      if (kind === "declared far over") {
+        const head = rawRequest("POST", "/v1/completions", null, { "Content-Length": String(r.pick([100 << 20, 2 ** 40])) });
+        return (await rawExchange(port, [head, "{"], { responses: 1, deadlineMs: DEADLINE_MS })).responses;
+      }
       const body = Buffer.alloc(maxBodyBytes + 1 + r.int(1000), 0x20);
       const headers: Record<string, string> = declared ? {} : { "Transfer-Encoding": "chunked" };
       const payload = declared ? body : Buffer.concat([Buffer.from(`${body.length.toString(16)}\r\n`), body, Buffer.from("\r\n0\r\n\r\n")]);
