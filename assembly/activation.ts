@@ -53,6 +53,40 @@ export function geglu(a: usize, b: usize, n: i32): void {
   }
 }
 
+/** gpt-oss's SwiGLU: sigmoid(1.702 g) gates, g = min(gate, 7), and the up side is clamped to [-7, 7] then shifted by 1. */
+const OAI_ALPHA: f32 = 1.702;
+const OAI_LIMIT: f32 = 7;
+
+/**
+ * a[i] = g * sigmoid(1.702 g) * (clamp(b[i], -7, 7) + 1), g = min(a[i], 7), for n elements: gpt-oss's
+ * clamped SwiGLU (ggml's swiglu_oai), the same operations in the SIMD part and the tail.
+ */
+export function swigluOai(a: usize, b: usize, n: i32): void {
+  const n4 = n & ~3;
+  const one = f32x4.splat(1);
+  const alpha = f32x4.splat(OAI_ALPHA);
+  const limit = f32x4.splat(OAI_LIMIT);
+  const low = f32x4.splat(-OAI_LIMIT);
+  for (let i = 0; i < n4; i += 4) {
+    const p = <usize>i << 2;
+    const g = f32x4.pmin(limit, v128.load(a + p));
+    const u = f32x4.pmin(limit, f32x4.pmax(low, v128.load(b + p)));
+    const glu = f32x4.mul(g, f32x4.div(one, f32x4.add(one, exp4(f32x4.neg(f32x4.mul(alpha, g))))));
+    v128.store(a + p, f32x4.mul(glu, f32x4.add(u, one)));
+  }
+  for (let i = n4; i < n; i++) {
+    const p = <usize>i << 2;
+    const v = load<f32>(a + p);
+    // pmin and pmax's own comparisons, so a NaN comes out as in the SIMD part.
+    const g = v < OAI_LIMIT ? v : OAI_LIMIT;
+    const w = load<f32>(b + p);
+    const above = -OAI_LIMIT < w ? w : -OAI_LIMIT;
+    const u = above < OAI_LIMIT ? above : OAI_LIMIT;
+    const glu = g * (<f32>1.0 / (<f32>1.0 + expScalar(-(OAI_ALPHA * g))));
+    store<f32>(a + p, glu * (u + <f32>1.0));
+  }
+}
+
 /** x[i] *= s for n elements (gemma3's embedding times sqrt(dim)). */
 export function scaleInPlace(x: usize, s: f32, n: i32): void {
   const n4 = n & ~3;

@@ -148,6 +148,9 @@ const SCALED_QUERY_LIMIT: f32 = 32768;
  * were written by writeKV before this call), or with a sliding window (`window` > 0: gemma3's and
  * gpt-oss's local layers) keys p - window + 1..p, itself included. Query head h reads kv head
  * h / (nHeads / nKvHeads). Scores are q · k times `scale` (1/sqrt(headDim) for most models).
+ * With `sinks` (an address of nHeads f32, gpt-oss's attention sinks; 0: none) each query head's
+ * softmax has one more logit, its sink, that takes weight and gives no value: the online softmax
+ * starts from it (max = sink, sum = 1) instead of from nothing (max = -inf, sum = 0).
  *
  * A windowed query reads no key, and no block-table entry, before its window: the blocks a
  * sliding-window KV group frees as they fall out of the window may hold anything. It visits the
@@ -181,7 +184,7 @@ const SCALED_QUERY_LIMIT: f32 = 32768;
 export function pagedAttention(
   out: usize, q: usize, kLayer: usize, vLayer: usize, seqInfo: usize,
   nHeads: i32, nKvHeads: i32, headDim: i32, blockSize: i32, numBlocks: i32, qStride: i32, kvType: i32, rowBytes: i32,
-  scale: f32, window: i32, scratch: usize, itemStart: i32, itemEnd: i32,
+  scale: f32, window: i32, sinks: usize, scratch: usize, itemStart: i32, itemEnd: i32,
 ): void {
   const group = nHeads / nKvHeads;
   const headBytes = <usize>headDim << 2;
@@ -216,8 +219,8 @@ export function pagedAttention(
       for (let g = 0; g < group; g++) {
         memory.fill(out + headOffset(queryStart + i, kvHead * group + g, qStride, headDim), 0, headBytes);
         const state = states + (<usize>(i * group + g) << 3);
-        store<f32>(state, -Infinity);
-        store<f32>(state, 0, 4);
+        store<f32>(state, sinks != 0 ? load<f32>(sinks + (<usize>(kvHead * group + g) << 2)) : -Infinity);
+        store<f32>(state, sinks != 0 ? 1 : 0, 4);
       }
     }
     // The tiles' K-row addresses, double-buffered: while a tile is computed, the next tile's K and

@@ -5,7 +5,7 @@ export { packF32, unpackRowF32, embedF32, matmulF32, matmulF32Multi, matmulScrat
 export { quantizeQ8, matmulQ8, embedQ8 } from "./quant";
 export { rmsnorm } from "./norm";
 export { ropeInterleaved, ropeNeox } from "./rope";
-export { swiglu, geglu, scaleInPlace, addInPlace, addRows, softmax, gatherRows, weightedRowSum } from "./activation";
+export { swiglu, swigluOai, geglu, scaleInPlace, addInPlace, addRows, softmax, gatherRows, weightedRowSum } from "./activation";
 export { writeKV, pagedAttention } from "./attention";
 export { f32ToHalf, quantizeRowQ8_0, storeKVRow, kvRowToF32, kvRowToF32Ref, halfRowScaled, halfRowScaledRef } from "./kv-types";
 export {

@@ -5,6 +5,9 @@
  *   bun scripts/large-models.ts DIR llama2-7b-5l-f32     Llama-2-7B's width, 5 of its 32 layers, F32 (5.1 GB)
  *   bun scripts/large-models.ts DIR llama3.1-8b-q4km     Llama-3.1-8B's full shape in Q4_K_M (4.6 GiB)
  *   bun scripts/large-models.ts DIR qwen2.5-0.5b-q4km    Qwen2.5-0.5B's shape in Q4_K_M (378 MB; the memory test's model)
+ *   bun scripts/large-models.ts DIR qwen3-30b-a3b-q4km [LAYERS]
+ *                                                        Qwen3-30B-A3B's shape in Q4_K_M (128 experts, 8 per token;
+ *                                                        17.3 GiB with all 48 layers, ~0.36 GiB a layer fewer)
  *
  * The F32 model's values are the writer's own (normal-ish, seeded). The Q4_K_M models' quantized
  * tensors are random blocks written directly (random values of the type's width, one scale per
@@ -70,17 +73,40 @@ const MODELS: Record<string, { file: string; model: Omit<ModelToWrite, "tokenize
     randomBlocks: true,
     vocab: "ggml-vocab-smollm.gguf",
   },
+  // Qwen/Qwen3-30B-A3B config.json: hidden 2048, 48 layers, 32 heads of 128 / 4 KV heads, 128 experts of 768 with 8
+  // per token (norm_topk_prob), vocab 151936, untied output, rope_theta 1e6, rms_norm_eps 1e-6, context 40960.
+  // SmolLM2's vocabulary padded to 151936 (Qwen's is not in the shared folder).
+  "qwen3-30b-a3b-q4km": {
+    file: "qwen3-30b-a3b-Q4_K_M.gguf",
+    model: {
+      arch: "qwen3moe", name: "random qwen3-30b-a3b shape", mix: "Q4_K_M", seed: 30,
+      config: makeConfig({
+        dim: 2048, hiddenDim: 6144, nLayers: 48, nHeads: 32, nKvHeads: 4, headDim: 128, vocabSize: 151936, seqLen: 40960, sharedClassifier: false,
+        ropeTheta: 1e6, ropeStyle: "neox", normEps: 1e-6, qkNorm: true,
+        experts: { count: 128, used: 8, hiddenDim: 768, gating: "softmax", normalizeWeights: true, biases: false, activation: "swiglu" },
+      }),
+    },
+    randomBlocks: true,
+    vocab: "ggml-vocab-smollm.gguf",
+  },
 };
 
 // ----------------------------------------------------------------------------
 
 function main(): void {
-  const [dir, which] = process.argv.slice(2);
-  const spec = which === undefined ? undefined : MODELS[which];
-  if (dir === undefined || spec === undefined) {
-    console.error(`usage: bun scripts/large-models.ts DIR ${Object.keys(MODELS).join("|")}`);
+  const [dir, which, layersArg] = process.argv.slice(2);
+  const named = which === undefined ? undefined : MODELS[which];
+  const layers = layersArg === undefined ? undefined : Number(layersArg);
+  if (dir === undefined || named === undefined || (layers !== undefined && !(Number.isInteger(layers) && layers >= 1))) {
+    console.error(`usage: bun scripts/large-models.ts DIR ${Object.keys(MODELS).join("|")} [LAYERS]`);
     process.exit(2);
   }
+  // Fewer layers: the same width, heads and experts (a shape that fits the machine), named for its layers.
+  const spec = layers === undefined ? named : {
+    ...named,
+    file: named.file.replace(/(-[A-Z0-9_]+\.gguf)$/, `-${layers}l$1`),
+    model: { ...named.model, name: `${named.model.name}, ${layers} layers`, config: { ...named.model.config, nLayers: layers } },
+  };
   mkdirSync(dir, { recursive: true });
   const path = join(dir, spec.file);
   if (existsSync(path)) {

@@ -380,6 +380,61 @@ describe("element-wise kernels", () => {
     }
   });
 
+  test("swigluOai (gpt-oss's clamped SwiGLU) matches a scalar loop of the same f32 operations bitwise, and ggml's formula", () => {
+    // Gates past 7 and ups outside [-7, 7] on many elements, so both clamps act; odd sizes cover the tail.
+    const rng = new Xoshiro128(31);
+    const one = region.scratch();
+    const e1 = one.alloc(4), x1 = one.alloc(4);
+    const expOne = (x: number): number => {
+      mem.f32[x1 >> 2] = x;
+      k.expF32(e1, x1, 1);
+      return mem.f32[e1 >> 2]!;
+    };
+    let clamped = 0;
+    for (let iter = 0; iter < 200; iter++) {
+      const s = region.scratch();
+      s.alloc(64);
+      const n = randInt(rng, 1, 83);
+      const x = randomArray(rng, n, 12);
+      const y = randomArray(rng, n, 12);
+      const ga = s.f32(x);
+      k.swigluOai(ga, s.f32(y), n);
+      const got = region.readF32(ga, n);
+      for (let i = 0; i < n; i++) {
+        const g = Math.min(x[i]!, 7);
+        const u = Math.min(Math.max(y[i]!, -7), 7);
+        if (g !== x[i] || u !== y[i]) clamped++;
+        const glu = fr(g * fr(1 / fr(1 + expOne(-fr(fr(1.702) * g)))));
+        expect(got[i]).toBe(fr(glu * fr(u + 1)));
+        const exact = (g / (1 + Math.exp(-1.702 * g))) * (u + 1);
+        expect(Math.abs(got[i]! - exact)).toBeLessThanOrEqual(2e-6 * Math.max(1, Math.abs(exact)));
+      }
+    }
+    expect(clamped).toBeGreaterThan(1000);
+  });
+
+  test("weightedRowSum adds each token's k rows, weighted, in rank order (bitwise), odd widths", () => {
+    const rng = new Xoshiro128(41);
+    for (let iter = 0; iter < 50; iter++) {
+      const s = region.scratch();
+      const n = randInt(rng, 1, 70), k2 = randInt(rng, 1, 5), T = randInt(rng, 1, 6), R = randInt(rng, T * k2, T * k2 + 5);
+      const src = randomArray(rng, R * n, 3);
+      const rows = Array.from({ length: T * k2 }, () => randInt(rng, 0, R - 1));
+      const weights = randomArray(rng, T * k2, 1);
+      const out = s.alloc(4 * T * n);
+      k.weightedRowSum(out, s.f32(src), s.i32(rows), s.f32(weights), T, k2, n);
+      const want = new Float32Array(T * n);
+      for (let t = 0; t < T; t++) {
+        for (let i = 0; i < n; i++) {
+          let acc = fr(weights[t * k2]! * src[rows[t * k2]! * n + i]!);
+          for (let r = 1; r < k2; r++) acc = fr(acc + fr(weights[t * k2 + r]! * src[rows[t * k2 + r]! * n + i]!));
+          want[t * n + i] = acc;
+        }
+      }
+      expect(region.readF32(out, T * n)).toEqual(want);
+    }
+  });
+
   test("gatherRows copies the selected rows", () => {
     const rng = new Xoshiro128(8);
     const s = region.scratch();
@@ -475,7 +530,7 @@ describe("paged KV cache kernels", () => {
         }
         const out = s.alloc(4 * count * nHeads * hd);
         const info = s.i32([0, count, ctx, s.i32(table)]);
-        k.pagedAttention(out, qv, kc, vc, info, nHeads, nKv, hd, bs, nBlocks, nHeads * hd, 0, 4 * hd, attentionScale(hd), 0, s.alloc(attentionScratchBytes(count * group, hd)), 0, nKv);
+        k.pagedAttention(out, qv, kc, vc, info, nHeads, nKv, hd, bs, nBlocks, nHeads * hd, 0, 4 * hd, attentionScale(hd), 0, 0, s.alloc(attentionScratchBytes(count * group, hd)), 0, nKv);
         results.push(region.readF32(out, count * nHeads * hd));
       }
       for (const r of results) expect(r).toEqual(results[0]!);
@@ -502,20 +557,20 @@ describe("paged KV cache kernels", () => {
       const maxCount = Math.max(...seqs.map((x) => x.count));
       const scratch = s.alloc(attentionScratchBytes(maxCount * group, hd));
       const batched = s.alloc(4 * T * group * hd);
-      k.pagedAttention(batched, s.f32(q), kc, vc, info, group, 1, hd, bs, numBlocks, group * hd, type, rowBytes, attentionScale(hd), 0, scratch, 0, seqs.length);
+      k.pagedAttention(batched, s.f32(q), kc, vc, info, group, 1, hd, bs, numBlocks, group * hd, type, rowBytes, attentionScale(hd), 0, 0, scratch, 0, seqs.length);
       const got = region.readF32(batched, T * group * hd);
       for (let h = 0; h < group; h++) {
         const qHead = new Float32Array(T * hd);
         for (let t = 0; t < T; t++) qHead.set(q.subarray((t * group + h) * hd, (t * group + h + 1) * hd), t * hd);
         const alone = s.alloc(4 * T * hd);
-        k.pagedAttention(alone, s.f32(qHead), kc, vc, info, 1, 1, hd, bs, numBlocks, hd, type, rowBytes, attentionScale(hd), 0, scratch, 0, seqs.length);
+        k.pagedAttention(alone, s.f32(qHead), kc, vc, info, 1, 1, hd, bs, numBlocks, hd, type, rowBytes, attentionScale(hd), 0, 0, scratch, 0, seqs.length);
         const want = region.readF32(alone, T * hd);
         for (let t = 0; t < T; t++) expect(got.subarray((t * group + h) * hd, (t * group + h + 1) * hd)).toEqual(want.subarray(t * hd, (t + 1) * hd));
       }
     }
   });
 
-  test("pagedAttention with a sliding window equals plain windowed softmax, reads nothing before the window, and gives the same bits in any chunking, block size and type", () => {
+  test("pagedAttention with a sliding window (and attention sinks) equals plain windowed softmax, reads nothing before the window, and gives the same bits in any chunking, block size and type", () => {
     // Blocks wholly before a sequence's windows point at a "freed" block full of NaN (the KV
     // manager frees them): a read would poison the result. Chunks of a random split, token by
     // token and at once must give the same bits; f32, f16 and q8_0 caches, odd head sizes, GQA.
@@ -534,6 +589,9 @@ describe("paged KV cache kernels", () => {
       const q = randomArray(rng, count * nHeads * hd, 2);
       const scale = Math.fround(0.7 / Math.sqrt(hd)); // a model's own scale (gemma3 27B) is not 1/sqrt(hd)
       const qStride = nHeads * hd;
+      // Every other case with gpt-oss's attention sinks: one more logit per head, no value.
+      const sinks = iter % 2 === 1 ? randomArray(rng, nHeads, 3) : null;
+      const sinksAddr = sinks === null ? 0 : s.f32(sinks);
       const runs: Float32Array[] = [];
       for (const bs of [1, 5, 16, 17]) {
         const nBlocks = Math.ceil(ctx / bs) + 1;
@@ -565,7 +623,7 @@ describe("paged KV cache kernels", () => {
             const o = s.alloc(4 * n * qStride);
             const info = s.i32([0, n, firstPos + to, tableAddr]);
             const scratch = s.alloc(attentionScratchBytes(n * group, hd));
-            k.pagedAttention(o, s.f32(q.subarray(from * qStride, to * qStride)), kc, vc, info, nHeads, nKv, hd, bs, nBlocks, qStride, type, rowBytes, scale, window, scratch, 0, nKv);
+            k.pagedAttention(o, s.f32(q.subarray(from * qStride, to * qStride)), kc, vc, info, nHeads, nKv, hd, bs, nBlocks, qStride, type, rowBytes, scale, window, sinksAddr, scratch, 0, nKv);
             out.set(region.readF32(o, n * qStride), from * qStride);
           }
           runs.push(out);
@@ -587,9 +645,10 @@ describe("paged KV cache kernels", () => {
             for (let j = 0; j < hd; j++) dot += q[i * qStride + h * hd + j]! * keys[row(p) + j]!;
             scores.push(dot * scale);
           }
-          const m = Math.max(...scores);
+          const sink = sinks === null ? -Infinity : sinks[h]!;
+          const m = Math.max(...scores, sink);
           const e = scores.map((v) => Math.exp(v - m));
-          const z = e.reduce((a, b) => a + b, 0);
+          const z = e.reduce((a, b) => a + b, 0) + Math.exp(sink - m);
           for (let j = 0; j < hd; j++) {
             let want = 0;
             for (let p = lo; p <= pos; p++) want += (e[p - lo]! / z) * values[row(p) + j]!;
@@ -622,8 +681,8 @@ describe("paged KV cache kernels", () => {
       const scratch = s.alloc(attentionScratchBytes(Math.max(...seqs.map((x) => x.count)) * group, hd));
       const items = numSeqs * nKv;
       const split = randInt(rng, 0, items);
-      k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, attentionScale(hd), 0, scratch, 0, split);
-      k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, attentionScale(hd), 0, scratch, split, items);
+      k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, attentionScale(hd), 0, 0, scratch, 0, split);
+      k.pagedAttention(out, s.f32(qv), kc, vc, infoAddr, nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, attentionScale(hd), 0, 0, scratch, split, items);
       const got = region.readF32(out, T * qStride);
       const kAll = region.readF32(kc, kvBytes / 4), vAll = region.readF32(vc, kvBytes / 4);
       for (const sq of seqs) {

@@ -199,9 +199,9 @@ describe("KV element kernels", () => {
       const scratch = s.alloc(attentionScratchBytes(Math.max(...seqs.map((x) => x.count)) * group, hd));
       const items = numSeqs * nKv, split = randInt(rng, 0, items);
       const outTyped = s.alloc(4 * T * qStride), outWide = s.alloc(4 * T * qStride);
-      k.pagedAttention(outTyped, q, typedK, typedV, info, nHeads, nKv, hd, bs, numBlocks, qStride, KV_TYPE_CODE[type], rowBytes, attentionScale(hd), 0, scratch, 0, split);
-      k.pagedAttention(outTyped, q, typedK, typedV, info, nHeads, nKv, hd, bs, numBlocks, qStride, KV_TYPE_CODE[type], rowBytes, attentionScale(hd), 0, scratch, split, items);
-      k.pagedAttention(outWide, q, wideK, wideV, info, nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, attentionScale(hd), 0, scratch, 0, items);
+      k.pagedAttention(outTyped, q, typedK, typedV, info, nHeads, nKv, hd, bs, numBlocks, qStride, KV_TYPE_CODE[type], rowBytes, attentionScale(hd), 0, 0, scratch, 0, split);
+      k.pagedAttention(outTyped, q, typedK, typedV, info, nHeads, nKv, hd, bs, numBlocks, qStride, KV_TYPE_CODE[type], rowBytes, attentionScale(hd), 0, 0, scratch, split, items);
+      k.pagedAttention(outWide, q, wideK, wideV, info, nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, attentionScale(hd), 0, 0, scratch, 0, items);
       expect(region.readF32(outTyped, T * qStride)).toEqual(region.readF32(outWide, T * qStride));
       // q is scaled in place by the fast f16 path and restored exactly.
       expect(region.readF32(q, T * qStride)).toEqual(qBefore);

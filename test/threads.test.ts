@@ -136,10 +136,10 @@ describe("worker threads", () => {
         for (let i = 0; i < seqs; i++) mem.i32.set([i, 1, 1, bad ? 0x7ffffff0 : table], (info >> 2) + i * SEQ_INFO_INTS);
         pool.run({
           kernel: "pagedAttention",
-          args: [out, q, kv, kv, info, 1, nKv, hd, blockSize, 8, hd, 0, 4 * hd, attentionScale(hd), 0, scratch, 0, seqs],
+          args: [out, q, kv, kv, info, 1, nKv, hd, blockSize, 8, hd, 0, 4 * hd, attentionScale(hd), 0, 0, scratch, 0, seqs],
           total: seqs,
           granularity: 1,
-          scratch: { arg: 15, stride: attentionScratchBytes(1, hd) },
+          scratch: { arg: 16, stride: attentionScratchBytes(1, hd) },
         });
       };
       expect(() => call(true)).toThrow(WorkerPoolError);

@@ -90,7 +90,7 @@ async function describeAttention(): Promise<void> {
         const records = seqs.flatMap((s) => [s.start, s.count, s.ctx, wasmI32(s.table)]);
         const outAddr = mem.alloc(4 * T * qStride);
         const scratch = mem.alloc(attentionScratchBytes(6 * group, hd));
-        k.pagedAttention(outAddr, wasmF32(q), wasmF32(kv.k), wasmF32(kv.v), wasmI32(records), nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, attentionScale(hd), 0, scratch, 0, seqs.length * nKv);
+        k.pagedAttention(outAddr, wasmF32(q), wasmF32(kv.k), wasmF32(kv.v), wasmI32(records), nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, attentionScale(hd), 0, 0, scratch, 0, seqs.length * nKv);
         expect(records.length).toBe(seqs.length * SEQ_INFO_INTS);
 
         const kBuf = upload(kv.k), vBuf = upload(kv.v);
@@ -114,7 +114,7 @@ async function describeAttention(): Promise<void> {
       }
     });
 
-    test("a sliding window and a model's own scale: matches pagedAttention, and blocks before the window are never read", async () => {
+    test("a sliding window, a model's own scale and attention sinks: matches pagedAttention, and blocks before the window are never read", async () => {
       // Blocks wholly before every query's window point at a block of NaN: a read would show.
       const rng = new Xoshiro128(32);
       for (let iter = 0; iter < 8; iter++) {
@@ -135,14 +135,22 @@ async function describeAttention(): Promise<void> {
         const qStride = nHeads * hd;
         const q = randomArray(rng, T * qStride, 2);
         const scores = { scale: Math.fround(1.3 / Math.sqrt(hd)), window };
+        // gpt-oss's sinks (one logit per head) on every other case.
+        const sinks = iter % 2 === 1 ? randomArray(rng, nHeads, 3) : null;
         const records = seqs.flatMap((s) => [s.start, s.count, s.ctx, wasmI32(s.table)]);
         const outAddr = mem.alloc(4 * T * qStride);
         const scratch = mem.alloc(attentionScratchBytes(6 * group, hd));
-        k.pagedAttention(outAddr, wasmF32(q), wasmF32(kv.k), wasmF32(kv.v), wasmI32(records), nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, scores.scale, window, scratch, 0, seqs.length * nKv);
+        k.pagedAttention(
+          outAddr, wasmF32(q), wasmF32(kv.k), wasmF32(kv.v), wasmI32(records), nHeads, nKv, hd, bs, numBlocks, qStride, 0, 4 * hd, scores.scale, window,
+          sinks === null ? 0 : wasmF32(sinks), scratch, 0, seqs.length * nKv,
+        );
         const { info, tables } = gpuRecords(seqs);
         const out = gpu.f32Buffer(T * qStride, "out");
         const maxCount = Math.max(...seqs.map((s) => s.count));
-        gpu.attention(out, upload(q), upload(kv.k), upload(kv.v), upload(info), upload(tables), seqs.length, maxCount, nHeads, nKv, hd, bs, numBlocks, qStride, T, undefined, scores);
+        gpu.attention(
+          out, upload(q), upload(kv.k), upload(kv.v), upload(info), upload(tables), seqs.length, maxCount, nHeads, nKv, hd, bs, numBlocks, qStride, T, undefined, scores,
+          sinks === null ? null : upload(sinks),
+        );
         const got = await run.readF32(out, T * qStride);
         const want = wasmRead(outAddr, T * qStride);
         for (let i = 0; i < got.length; i++) {
@@ -266,7 +274,7 @@ async function describeAttention(): Promise<void> {
           // Attention over the WebAssembly-written arena on both backends.
           const records = [0, T, T, wasmI32(blocks)];
           const outAddr = mem.alloc(4 * T * qStride);
-          k.pagedAttention(outAddr, qAddr, kc, vc, wasmI32(records), nHeads, nKv, headDim, bs, numBlocks, qStride, code, rowBytes, attentionScale(headDim), 0, mem.alloc(attentionScratchBytes(T * group, headDim)), 0, nKv);
+          k.pagedAttention(outAddr, qAddr, kc, vc, wasmI32(records), nHeads, nKv, headDim, bs, numBlocks, qStride, code, rowBytes, attentionScale(headDim), 0, 0, mem.alloc(attentionScratchBytes(T * group, headDim)), 0, nKv);
           const asWords = (addr: number) => new Int32Array(mem.u8.slice(addr, addr + arenaBytes).buffer);
           const out = gpu.f32Buffer(T * qStride, "out");
           const info = Int32Array.from([0, T, T, 0]);

@@ -123,6 +123,19 @@ async function describeKernels(): Promise<void> {
       expect(await run.readF32(xBuf, n)).toEqual(wasmRead(xAddr, n));
     });
 
+    test("gpt-oss's clamped SwiGLU matches the wasm kernel on odd sizes, both clamps acting", async () => {
+      const rng = new Xoshiro128(29);
+      for (const n of [1, 7, 333]) {
+        const g = randomArray(rng, n, 12);
+        const u = randomArray(rng, n, 12);
+        const gAddr = wasmF32(g);
+        k.swigluOai(gAddr, wasmF32(u), n);
+        const gBuf = upload(g);
+        gpu.gated("silu-oai", gBuf, upload(u), 1, n);
+        expectClose(await run.readF32(gBuf, n), wasmRead(gAddr, n), 1e-5);
+      }
+    });
+
     test("geglu and scale match the wasm kernels on odd sizes", async () => {
       const rng = new Xoshiro128(27);
       for (const n of [1, 7, 333]) {

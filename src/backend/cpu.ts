@@ -269,6 +269,11 @@ export class CpuBackend {
     else this.kernels.swiglu(gate, up, T * n);
   }
 
+  /** gate[t][i] = gpt-oss's clamped SwiGLU of gate[t][i] and up[t][i] (kernels.swigluOai), T rows of n. */
+  swigluOai(gate: number, up: number, T: number, n: number): void {
+    this.kernels.swigluOai(gate, up, T * n);
+  }
+
   add(x: number, y: number, n: number): void {
     this.kernels.addInPlace(x, y, n);
   }
@@ -303,7 +308,9 @@ export class CpuBackend {
     const parallel = items > 1 && contextTokens * nHeads * headDim >= MIN_PARALLEL_ATTENTION;
     if (this.numerics === "runq") {
       if (layout.type !== "f32") throw new Error(`runq attention reads an f32 KV cache, not ${layout.type}`);
-      if (scores.window !== 0 || scores.scale !== attentionScale(headDim)) throw new Error("runq attention has no sliding window and scores by 1/sqrt(headDim)");
+      if (scores.window !== 0 || scores.scale !== attentionScale(headDim) || (scores.sinks ?? 0) !== 0) {
+        throw new Error("runq attention has no sliding window or sinks and scores by 1/sqrt(headDim)");
+      }
       // Two-pass softmax over the whole context: scores for every position of the longest sequence.
       const i32 = this.mem.i32;
       for (let s = 0; s < numSeqs; s++) {
@@ -321,9 +328,9 @@ export class CpuBackend {
     if (this.attnQueryRows === 0) throw new Error("attention scratch not reserved");
     const args = [
       out, q, kLayer, vLayer, seqInfo, nHeads, nKvHeads, headDim, blockSize, numBlocks, qStride, KV_TYPE_CODE[layout.type], layout.rowBytes,
-      scores.scale, scores.window, this.attnScratch, 0, items,
+      scores.scale, scores.window, scores.sinks ?? 0, this.attnScratch, 0, items,
     ];
-    this.dispatch({ kernel: "pagedAttention", args, total: items, granularity: 1, minChunk: 1, scratch: { arg: 15, stride: this.attnScratchBytes } }, parallel);
+    this.dispatch({ kernel: "pagedAttention", args, total: items, granularity: 1, minChunk: 1, scratch: { arg: 16, stride: this.attnScratchBytes } }, parallel);
   }
 
   /**

@@ -35,6 +35,8 @@ export interface Kernels {
   ): void;
   // activation.ts
   swiglu(a: number, b: number, n: number): void;
+  /** a[i] = gpt-oss's clamped SwiGLU of a[i] (gate) and b[i] (up), n elements. */
+  swigluOai(a: number, b: number, n: number): void;
   /** a[i] = gelu(a[i]) * b[i], tanh GELU (gemma3's GeGLU). */
   geglu(a: number, b: number, n: number): void;
   scaleInPlace(x: number, s: number, n: number): void;
@@ -58,7 +60,7 @@ export interface Kernels {
   pagedAttention(
     out: number, q: number, kLayer: number, vLayer: number, seqInfo: number,
     nHeads: number, nKvHeads: number, headDim: number, blockSize: number, numBlocks: number, qStride: number,
-    kvType: number, rowBytes: number, scale: number, window: number, scratch: number, itemStart: number, itemEnd: number,
+    kvType: number, rowBytes: number, scale: number, window: number, sinks: number, scratch: number, itemStart: number, itemEnd: number,
   ): void;
   // kv-types.ts: the KV cache's element types
   /** IEEE half bits of x, nearest even (ggml_compute_fp32_to_fp16). */
@@ -173,6 +175,8 @@ export const ATTN_HEAD_BATCH = 4;
 export interface AttentionScores {
   scale: number;
   window: number;
+  /** Address of nHeads f32 sink logits (gpt-oss), each head's softmax's extra logit; 0 or absent: none (WebAssembly only). */
+  sinks?: number;
 }
 
 /**

@@ -140,7 +140,8 @@ export class ExpertFeedForward {
         ops.addRows(up, w.biases.up + 4 * ex * width, n, width);
       }
     }
-    ops.swiglu(buf.gate, buf.up, T * e.used, width);
+    if (e.activation === "swiglu-oai") ops.swigluOai(buf.gate, buf.up, T * e.used, width);
+    else ops.swiglu(buf.gate, buf.up, T * e.used, width);
     for (let ex = 0; ex < e.count; ex++) {
       const n = this.counts[ex]!;
       if (n === 0) continue;

@@ -15,7 +15,8 @@ import { params, GpuRunner, type GpuKernel } from "./runner.ts";
 import { ATTENTION_HALF_WGSL, ATTENTION_WGSL, attentionGrid, attentionWgsl, MAX_HEAD_DIM } from "./wgsl-attention.ts";
 import {
   ADD_RMSNORM_HALF_WGSL, ADD_RMSNORM_WGSL, ADD_WGSL, elementGrid, GATHER_ROWS_WGSL, GEGLU_HALF_WGSL, GEGLU_WGSL, HALF_ACTIVATIONS_WGSL,
-  RMSNORM_HALF_WGSL, RMSNORM_WGSL, ROPE_WRITE_KV_WGSL, ropeWriteKVWgsl, SCALE_WGSL, SWIGLU_HALF_WGSL, SWIGLU_WGSL, type GatedActivation,
+  RMSNORM_HALF_WGSL, RMSNORM_WGSL, ROPE_WRITE_KV_WGSL, ropeWriteKVWgsl, SCALE_WGSL, SWIGLU_HALF_WGSL, SWIGLU_OAI_HALF_WGSL, SWIGLU_OAI_WGSL,
+  SWIGLU_WGSL, type GatedActivation,
 } from "./wgsl-elementwise.ts";
 import type { KVLayout, KVType } from "../../kv/kv-layout.ts";
 import { HALF_BLOCK } from "./wgsl-half.ts";
@@ -113,6 +114,7 @@ const FIXED_KERNELS = {
   add: ADD_WGSL,
   swiglu: SWIGLU_WGSL,
   geglu: GEGLU_WGSL,
+  swigluOai: SWIGLU_OAI_WGSL,
   scale: SCALE_WGSL,
   rmsnorm: RMSNORM_WGSL,
   addRmsnorm: ADD_RMSNORM_WGSL,
@@ -134,6 +136,7 @@ const HALF_KERNELS = {
   addRmsnormHalf: ADD_RMSNORM_HALF_WGSL,
   swigluHalf: SWIGLU_HALF_WGSL,
   gegluHalf: GEGLU_HALF_WGSL,
+  swigluOaiHalf: SWIGLU_OAI_HALF_WGSL,
   attentionHalf: ATTENTION_HALF_WGSL,
   attentionHalfF16: attentionWgsl(true, "f16"),
   attentionHalfQ8_0: attentionWgsl(true, "q8_0"),
@@ -433,10 +436,11 @@ export class WebGpuBackend {
     return this.gated("silu", gate, up, T, n);
   }
 
-  /** gate[t][i] = act(gate[t][i]) * up[t][i] (SwiGLU, or GeGLU with the tanh GELU); gate is the input of the products that follow. */
+  /** gate[t][i] = act(gate[t][i]) * up[t][i] (SwiGLU, GeGLU with the tanh GELU, or gpt-oss's clamped SwiGLU); gate is the input of the products that follow. */
   gated(act: GatedActivation, gate: GPUBuffer, up: GPUBuffer, T: number, n: number): ProductInput {
     const blocks = (T * n) / HALF_BLOCK;
-    const [f32Kernel, halfKernel] = act === "silu" ? (["swiglu", "swigluHalf"] as const) : (["geglu", "gegluHalf"] as const);
+    const kernels = { silu: ["swiglu", "swigluHalf"], gelu: ["geglu", "gegluHalf"], "silu-oai": ["swigluOai", "swigluOaiHalf"] } as const;
+    const [f32Kernel, halfKernel] = kernels[act];
     return this.producingInput(
       new ProductInput(gate, T, n), n % HALF_BLOCK === 0, f32Kernel, halfKernel, params(T * n), params(blocks), [gate, up], elementGrid(T * n), elementGrid(blocks),
     );
@@ -478,7 +482,8 @@ export class WebGpuBackend {
    * Paged attention for every new token of the step. seqInfo holds numSeqs records of
    * (queryStart, queryCount, contextLen, blockTable) with blockTable an element index into
    * `tables`; maxQueryCount is the largest queryCount (the grid's height). `out` ([T][qStride]) is
-   * the input of the products that follow. `scores`: the layer's scale and sliding window (0: none).
+   * the input of the products that follow. `scores`: the layer's scale and sliding window (0: none);
+   * `sinks`: nHeads f32 sink logits (gpt-oss), or none.
    */
   attention(
     out: GPUBuffer, q: GPUBuffer, kLayer: GPUBuffer, vLayer: GPUBuffer, seqInfo: GPUBuffer, tables: GPUBuffer,
@@ -486,17 +491,19 @@ export class WebGpuBackend {
     blockSize: number, numBlocks: number, qStride: number, T: number,
     kv: Pick<KVLayout, "type" | "rowBytes"> = { type: "f32", rowBytes: 4 * headDim },
     scores: AttentionScores = { scale: attentionScale(headDim), window: 0 },
+    sinks: GPUBuffer | null = null,
   ): ProductInput {
     if (headDim > MAX_HEAD_DIM) throw new DeviceError(`webgpu: head dimension ${headDim} exceeds ${MAX_HEAD_DIM}`);
     // A row's start: an element index in an f32 arena, a byte offset in an f16 or q8_0 one.
     const rowStride = kv.type === "f32" ? headDim : kv.rowBytes;
-    const p = params(nHeads, nKvHeads, headDim, blockSize, numBlocks, qStride, rowStride, { f32: scores.scale }, scores.window);
+    const p = params(nHeads, nKvHeads, headDim, blockSize, numBlocks, qStride, rowStride, { f32: scores.scale }, scores.window, sinks === null ? 0 : 1);
     const grid = attentionGrid(numSeqs, nHeads, maxQueryCount);
     // Heads of whole 32-value blocks: no block straddles two heads' workgroups.
     const output = new ProductInput(out, T, qStride);
     const suffix = KV_KERNEL_SUFFIX[kv.type];
     return this.producingInput(
-      output, headDim % HALF_BLOCK === 0, `attention${suffix}`, `attentionHalf${suffix}`, p, p, [out, q, kLayer, vLayer, seqInfo, tables], grid, grid,
+      output, headDim % HALF_BLOCK === 0, `attention${suffix}`, `attentionHalf${suffix}`, p, p,
+      [out, q, kLayer, vLayer, seqInfo, tables, sinks ?? this.placeholders[2]], grid, grid,
     );
   }
 

@@ -75,7 +75,7 @@ export class GpuExperts {
     gpu.routeExperts(routing, e, T);
     gpu.expertMatmul(this.gate, input, L.gate, routing, e, T, false);
     gpu.expertMatmul(this.up, input, L.up, routing, e, T, false);
-    const act = gpu.gated("silu", this.gate, this.up, T * e.used, e.hiddenDim);
+    const act = gpu.gated(e.activation === "swiglu-oai" ? "silu-oai" : "silu", this.gate, this.up, T * e.used, e.hiddenDim);
     gpu.expertMatmul(this.down, act, L.down, routing, e, T, true);
     gpu.mixExperts(out, this.down, routing, T, e.used, this.config.dim);
   }

@@ -14,7 +14,9 @@
  * order; every invocation then derives the tile max, exp weights and running sum in the same
  * order, and accumulates its own output elements over the tile's keys in order. So a (query,
  * head)'s result depends neither on the chunk it came in nor on the other sequences of the step,
- * nor on the block size. No atomics.
+ * nor on the block size. No atomics. With sinks (gpt-oss: one logit per query head that takes
+ * softmax weight and gives no value), the online softmax starts from the head's sink (max = sink,
+ * sum = 1) instead of from its first tile.
  *
  * ATTENTION_HALF_WGSL (heads of whole 32-value blocks, feeding f16 products) also writes the
  * output in the f16 form of wgsl-half.ts: the head's row goes through workgroup memory, and one
@@ -57,7 +59,7 @@ export function attentionWgsl(toHalf: boolean, kvType: KVType): string {
     if (c < p.headDim) { out[qOff + c] = acc[e] * inv; }
   }`;
   return /* wgsl */ `${toHalf ? "enable f16;" : ""}
-struct Params { nHeads: u32, nKvHeads: u32, headDim: u32, blockSize: u32, numBlocks: u32, qStride: u32, rowStride: u32, scale: f32, window: u32 }
+struct Params { nHeads: u32, nKvHeads: u32, headDim: u32, blockSize: u32, numBlocks: u32, qStride: u32, rowStride: u32, scale: f32, window: u32, hasSinks: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
 @group(0) @binding(2) var<storage, read> q: array<f32>;
@@ -67,9 +69,10 @@ ${kvReaderWgsl("kAt", "kArena", kvType)}
 ${kvReaderWgsl("vAt", "vArena", kvType)}
 @group(0) @binding(5) var<storage, read> seqInfo: array<i32>;
 @group(0) @binding(6) var<storage, read> tables: array<i32>;
+@group(0) @binding(7) var<storage, read> sinks: array<f32>;
 var<workgroup> scores: array<f32, ${ATTN_TILE}>;
 var<workgroup> rowBase: array<u32, ${ATTN_TILE}>;
-${toHalf ? `${halfStoreWgsl(7)}
+${toHalf ? `${halfStoreWgsl(8)}
 var<workgroup> headOut: array<f32, ${MAX_HEAD_DIM}>;` : ""}
 
 @compute @workgroup_size(${WORKGROUP})
@@ -89,9 +92,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 
   var acc: array<f32, ${PER_INVOCATION}>;
   for (var e = 0u; e < ${PER_INVOCATION}u; e++) { acc[e] = 0.0; }
-  var m = 0.0; // the running max, set by the first tile
+  var m = 0.0; // the running max, set by the sink or the first tile
   var started = false;
   var l = 0.0;
+  if (p.hasSinks != 0u) {
+    m = sinks[h];
+    started = true;
+    l = 1.0;
+  }
   // The query's first key (its window's) and that key's tile; in that tile, keys from lo on.
   let firstKey = select(0u, keys - min(keys, p.window), p.window > 0u);
   for (var tile = firstKey - firstKey % ${ATTN_TILE}u; tile < keys; tile += ${ATTN_TILE}u) {

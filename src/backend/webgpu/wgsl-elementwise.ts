@@ -46,7 +46,7 @@ ${ELEMENT_ENTRY} {
 }`;
 
 /** The gated activations of the feed-forward: act(gate) * up. */
-export type GatedActivation = "silu" | "gelu";
+export type GatedActivation = "silu" | "gelu" | "silu-oai";
 
 /**
  * silu(gate) * up, silu(v) = v / (1 + exp(-v)) as in assembly/activation.ts swiglu; gelu(gate) *
@@ -59,6 +59,14 @@ fn gatedAt(g: f32, u: f32) -> f32 { return (g * (1.0 / (1.0 + exp(-g)))) * u; }`
 fn gatedAt(g: f32, u: f32) -> f32 {
   let inner = g * (1.5957691216057308 + 0.07135481627159173 * (g * g));
   return (g * (1.0 / (1.0 + exp(-inner)))) * u;
+}`,
+  // gpt-oss's clamped SwiGLU, as assembly/activation.ts swigluOai (its pmin/pmax comparisons).
+  "silu-oai": /* wgsl */ `
+fn gatedAt(gate: f32, up: f32) -> f32 {
+  let g = select(7.0, gate, gate < 7.0);
+  let above = select(-7.0, up, -7.0 < up);
+  let u = select(7.0, above, above < 7.0);
+  return (g * (1.0 / (1.0 + exp(-(1.702 * g))))) * (u + 1.0);
 }`,
 };
 
@@ -105,6 +113,8 @@ export const SWIGLU_WGSL = gatedWgsl("silu");
 export const SWIGLU_HALF_WGSL = gatedHalfWgsl("silu");
 export const GEGLU_WGSL = gatedWgsl("gelu");
 export const GEGLU_HALF_WGSL = gatedHalfWgsl("gelu");
+export const SWIGLU_OAI_WGSL = gatedWgsl("silu-oai");
+export const SWIGLU_OAI_HALF_WGSL = gatedHalfWgsl("silu-oai");
 
 /** x[i] *= s for i < n (gemma3's embedding times sqrt(dim)). */
 export const SCALE_WGSL = /* wgsl */ `
