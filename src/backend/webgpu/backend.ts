@@ -498,13 +498,16 @@ export class WebGpuBackend {
     const rowStride = kv.type === "f32" ? headDim : kv.rowBytes;
     const p = params(nHeads, nKvHeads, headDim, blockSize, numBlocks, qStride, rowStride, { f32: scores.scale }, scores.window, sinks === null ? 0 : 1);
     const grid = attentionGrid(numSeqs, nHeads, maxQueryCount);
-    // Heads of whole 32-value blocks: no block straddles two heads' workgroups.
     const output = new ProductInput(out, T, qStride);
     const suffix = KV_KERNEL_SUFFIX[kv.type];
-    return this.producingInput(
-      output, headDim % HALF_BLOCK === 0, `attention${suffix}`, `attentionHalf${suffix}`, p, p,
-      [out, q, kLayer, vLayer, seqInfo, tables, sinks ?? this.placeholders[2]], grid, grid,
-    );
+    const buffers = [out, q, kLayer, vLayer, seqInfo, tables];
+    // The f16-form kernels: heads of whole 32-value blocks (no block straddles two heads'
+    // workgroups), and no sinks (they read none; see wgsl-attention.ts).
+    if (this.halfProducts && headDim % HALF_BLOCK === 0 && sinks === null) {
+      return this.producingInput(output, true, `attention${suffix}`, `attentionHalf${suffix}`, p, p, buffers, grid, grid);
+    }
+    this.runner.dispatch(this.kernel(`attention${suffix}`), p, [...buffers, sinks ?? this.placeholders[2]], grid);
+    return output;
   }
 
   /**

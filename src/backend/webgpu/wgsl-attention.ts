@@ -16,7 +16,8 @@
  * head)'s result depends neither on the chunk it came in nor on the other sequences of the step,
  * nor on the block size. No atomics. With sinks (gpt-oss: one logit per query head that takes
  * softmax weight and gives no value), the online softmax starts from the head's sink (max = sink,
- * sum = 1) instead of from its first tile.
+ * sum = 1) instead of from its first tile; only the f32-output kernels read sinks (the f16-form
+ * ones would need a ninth storage buffer, one more than a stage may bind).
  *
  * ATTENTION_HALF_WGSL (heads of whole 32-value blocks, feeding f16 products) also writes the
  * output in the f16 form of wgsl-half.ts: the head's row goes through workgroup memory, and one
@@ -69,10 +70,10 @@ ${kvReaderWgsl("kAt", "kArena", kvType)}
 ${kvReaderWgsl("vAt", "vArena", kvType)}
 @group(0) @binding(5) var<storage, read> seqInfo: array<i32>;
 @group(0) @binding(6) var<storage, read> tables: array<i32>;
-@group(0) @binding(7) var<storage, read> sinks: array<f32>;
+${toHalf ? "" : "@group(0) @binding(7) var<storage, read> sinks: array<f32>;"}
 var<workgroup> scores: array<f32, ${ATTN_TILE}>;
 var<workgroup> rowBase: array<u32, ${ATTN_TILE}>;
-${toHalf ? `${halfStoreWgsl(8)}
+${toHalf ? `${halfStoreWgsl(7)}
 var<workgroup> headOut: array<f32, ${MAX_HEAD_DIM}>;` : ""}
 
 @compute @workgroup_size(${WORKGROUP})
@@ -95,11 +96,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   var m = 0.0; // the running max, set by the sink or the first tile
   var started = false;
   var l = 0.0;
-  if (p.hasSinks != 0u) {
+  ${toHalf ? "" : `if (p.hasSinks != 0u) {
     m = sinks[h];
     started = true;
     l = 1.0;
-  }
+  }`}
   // The query's first key (its window's) and that key's tile; in that tile, keys from lo on.
   let firstKey = select(0u, keys - min(keys, p.window), p.window > 0u);
   for (var tile = firstKey - firstKey % ${ATTN_TILE}u; tile < keys; tile += ${ATTN_TILE}u) {
