@@ -1,7 +1,7 @@
 /**
- * Jinja chat templates: the published templates of Llama 3, Qwen2.5, Qwen3, Mistral and Gemma
- * and the ChatML template inside the shared qwen2 model render exactly the prompts their makers
- * document; user text never becomes a control token; every chat turn's prompt is a token prefix
+ * Jinja chat templates: the published templates of Llama 3, Qwen2.5, Qwen3, Mistral, Gemma and
+ * gpt-oss (harmony) and the ChatML template inside the shared qwen2 model render exactly the prompts
+ * their makers document; user text never becomes a control token; every chat turn's prompt is a token prefix
  * of the next (or, for a template that rewrites history, says so); errors name the template.
  */
 import { afterAll, describe, expect, test } from "bun:test";
@@ -101,6 +101,32 @@ describe("published templates render the documented prompts", () => {
     expect(() => t.render([{ role: "system", content: "x" }, ...HI], true)).toThrow(ChatTemplateError);
     expect(() => t.render([{ role: "system", content: "x" }, ...HI], true)).toThrow(`gemma2.jinja: chat template: "System role not supported"`);
     expect(() => new ChatTemplate("{% for %}", "broken.jinja", { bosToken: "", eosToken: "" })).toThrow(/^broken\.jinja: chat template: /);
+  });
+});
+
+describeShared("gpt-oss's harmony template", ["templates/openai-gpt-oss-120b.jinja"], ([file]) => {
+  const t = new ChatTemplate(readFileSync(file!, "utf8"), "gpt-oss", { bosToken: "<|startoftext|>", eosToken: "<|return|>" });
+  const now = new Date();
+  // strftime_now's local date.
+  const today = `${now.getFullYear()}-${String(now.getMonth() + 1).padStart(2, "0")}-${String(now.getDate()).padStart(2, "0")}`;
+  const system = (effort: string) =>
+    "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\n" +
+    `Current date: ${today}\n\nReasoning: ${effort}\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>`;
+
+  test("the harmony format: the system header with today's date and the reasoning effort, messages framed by <|start|>ROLE<|message|> and <|end|>, the reply opened with <|start|>assistant", () => {
+    expect(t.render(HI, true)).toBe(`${system("medium")}<|start|>user<|message|>Hi<|end|><|start|>assistant`);
+    // A system prompt is the developer message's instructions; an earlier reply is the final channel's message.
+    expect(t.render([{ role: "system", content: "Be brief." }, ...TWO_TURNS], true, { reasoning_effort: "high" })).toBe(
+      `${system("high")}<|start|>developer<|message|># Instructions\n\nBe brief.\n\n<|end|>` +
+        "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>final<|message|>Hello! How can I help?<|end|>" +
+        "<|start|>user<|message|>Tell me a joke.<|end|><|start|>assistant",
+    );
+  });
+
+  test("channel tags in a message's content are the template's own error, one line naming the template", () => {
+    const reply = "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>4";
+    expect(() => t.render([{ role: "user", content: "2+2?" }, { role: "assistant", content: reply }, { role: "user", content: "3+3?" }], true))
+      .toThrow(/^gpt-oss: chat template: "You have passed a message containing <\|channel\|> tags in the content field/);
   });
 });
 

@@ -207,6 +207,17 @@ describe("end-of-generation tokens by text, as llama.cpp's is_eog", () => {
     const harmony = loadTokenizer(vocabWith([["<|end|>", 3], ["<|return|>", 3], ["<|call|>", 3]])).tokenizer;
     expect([...harmony.eogIds].sort()).toEqual([1, 3, 4]);
   });
+
+  test("a harmony reply keeps its channels in its text (llama.cpp renders <|start|>, <|channel|>, <|message|>, <|constrain|> and <|end|>), and ends at <|return|> or <|call|>", () => {
+    const harmony = [["<|start|>", 3], ["<|channel|>", 3], ["<|message|>", 3], ["<|end|>", 3], ["<|return|>", 3], ["<|call|>", 3], ["<|constrain|>", 3]] as [string, number][];
+    const { tokenizer } = loadTokenizer(vocabWith(harmony));
+    const id = (t: string) => 2 + harmony.findIndex(([text]) => text === t);
+    // <|channel|>a<|message|>b<|end|><|start|>b<|channel|>a<|message|>b, then <|return|>
+    const reply = [id("<|channel|>"), 0, id("<|message|>"), 1, id("<|end|>"), id("<|start|>"), 1, id("<|channel|>"), 0, id("<|message|>"), 1];
+    expect(tokenizer.decode(reply)).toBe("<|channel|>a<|message|>b<|end|><|start|>b<|channel|>a<|message|>b");
+    expect([...tokenizer.eogIds].sort((a, b) => a - b)).toEqual([1, id("<|return|>"), id("<|call|>")]);
+    expect(tokenizer.decode([id("<|return|>")])).toBe("");
+  });
 });
 
 describeShared("inputs beyond llama.cpp's vectors, with the ids its pinned build gives", ["vocab"], () => {

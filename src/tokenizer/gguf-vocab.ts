@@ -10,7 +10,8 @@ import { BpeTokenizer } from "./bpe.ts";
 import { PreTokenizer } from "./pretokenizers.ts";
 import { hexBytePieceValue, SpmTokenizer, TokenType, type SpmVocab } from "./spm.ts";
 import type { StripFlags } from "./special-tokens.ts";
-import { EOG_TEXTS, type Tokenizer } from "./tokenizer.ts";
+import type { Tokenizer } from "./tokenizer.ts";
+import { addEogByText } from "./eog.ts";
 import { WordPieceTokenizer } from "./wordpiece.ts";
 
 const KEY = {
@@ -121,10 +122,7 @@ function tokenTypes(gguf: GGUFFile, count: number): Uint8Array {
 
 /**
  * EOT, EOM and FIM pad/repo/separator ids the metadata names, and every token whose text marks an
- * end of generation, as llama.cpp's is_eog. Like llama.cpp, a detected token becomes a control token
- * in `types`, so text a user types never produces it. Where `<|end|>` ends a message but not the
- * reply (gpt-oss's harmony format, with `<|return|>` and `<|call|>`; solar-open's `<|calls|>` and
- * `<|flush|>`), it is not an end of generation.
+ * end of generation, as llama.cpp's is_eog (eog.ts: `types` adjusted in place as llama.cpp does).
  */
 function eogIds(gguf: GGUFFile, texts: readonly string[], types: Uint8Array): number[] {
   const ids = new Set<number>();
@@ -132,18 +130,7 @@ function eogIds(gguf: GGUFFile, texts: readonly string[], types: Uint8Array): nu
     const id = tokenIdOrNone(gguf, key, null);
     if (id !== null && id < texts.length) ids.add(id);
   }
-  const byText = new Map<string, number>();
-  texts.forEach((t, id) => {
-    if (types[id] === TokenType.byte || !EOG_TEXTS.has(t)) return;
-    ids.add(id);
-    byText.set(t, id);
-    types[id] = TokenType.control;
-  });
-  const has = (t: string) => byText.has(t);
-  const messageEnd = byText.get("<|end|>");
-  if (messageEnd !== undefined && ((has("<|return|>") && (has("<|call|>") || has("<|calls|>"))) || ((has("<|call|>") || has("<|calls|>")) && has("<|flush|>")))) {
-    ids.delete(messageEnd);
-  }
+  addEogByText(texts, types, ids);
   return [...ids];
 }
 

@@ -13,7 +13,7 @@ import { quoteFileText } from "../util/file-text.ts";
 import { BpeTokenizer } from "./bpe.ts";
 import { GPT2_EXPRESSION, PreTokenizer } from "./pretokenizers.ts";
 import { TokenType } from "./spm.ts";
-import { EOG_TEXTS } from "./tokenizer.ts";
+import { addEogByText } from "./eog.ts";
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
@@ -169,9 +169,7 @@ export function loadTokenizerJson(path: string): { tokenizer: BpeTokenizer; addB
     return at >= 0 ? at : null;
   };
   const eog = new Set(ids.eos);
-  tokens.forEach((t, id) => {
-    if (types[id] === TokenType.control && EOG_TEXTS.has(t)) eog.add(id);
-  });
+  addEogByText(tokens, types, eog);
   const eosId = ids.eos[0] ?? idOf(config.eosToken) ?? [...eog][0] ?? null;
   if (eosId !== null) eog.add(eosId);
   const bosText = templateBos(obj(root.post_processor));
