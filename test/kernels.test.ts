@@ -344,18 +344,23 @@ describe("element-wise kernels", () => {
     }
   });
 
+  /** The kernels' exp of one value (expF32's scalar path), on buffers of its own kept clear of later scratch. */
+  function scalarExp(): (x: number) => number {
+    const one = region.scratch();
+    const e1 = one.alloc(4), x1 = one.alloc(4);
+    return (x: number): number => {
+      mem.f32[x1 >> 2] = x;
+      k.expF32(e1, x1, 1);
+      return mem.f32[e1 >> 2]!;
+    };
+  }
+
   test("geglu (tanh GELU) and scaleInPlace match a scalar loop of the same f32 operations bitwise, and geglu the tanh formula", () => {
     // The scalar loop runs the kernel's own exp (expF32 on one value, its scalar path) inside the
     // same f32 steps, so SIMD lanes and the scalar tail are both checked bit for bit.
     const rng = new Xoshiro128(27);
     const C1 = fr(1.5957691216057308), C2 = fr(0.07135481627159173);
-    const one = region.scratch();
-    const e1 = one.alloc(4), x1 = one.alloc(4);
-    const expOne = (x: number): number => {
-      mem.f32[x1 >> 2] = x;
-      k.expF32(e1, x1, 1);
-      return mem.f32[e1 >> 2]!;
-    };
+    const expOne = scalarExp();
     for (let iter = 0; iter < 200; iter++) {
       const s = region.scratch();
       s.alloc(64); // keep clear of the one-value buffers above
@@ -383,13 +388,7 @@ describe("element-wise kernels", () => {
   test("swigluOai (gpt-oss's clamped SwiGLU) matches a scalar loop of the same f32 operations bitwise, and ggml's formula", () => {
     // Gates past 7 and ups outside [-7, 7] on many elements, so both clamps act; odd sizes cover the tail.
     const rng = new Xoshiro128(31);
-    const one = region.scratch();
-    const e1 = one.alloc(4), x1 = one.alloc(4);
-    const expOne = (x: number): number => {
-      mem.f32[x1 >> 2] = x;
-      k.expF32(e1, x1, 1);
-      return mem.f32[e1 >> 2]!;
-    };
+    const expOne = scalarExp();
     let clamped = 0;
     for (let iter = 0; iter < 200; iter++) {
       const s = region.scratch();
