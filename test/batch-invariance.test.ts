@@ -165,6 +165,25 @@ const CASES: { name: string; model: string; tokenizer?: string; kvType?: KVType;
       { blockSize: 4, configs: [PREEMPT_CHUNKED_ON] },
     ],
   },
+  {
+    // Sliding-window layers (a window of 32: most requests outgrow it), GeGLU, post-norms; its own vocabulary.
+    name: "rnd-gemma3-Q4_K_M (f16 KV cache)",
+    model: "models/gguf/rnd-gemma3-Q4_K_M.gguf",
+    tokenizer: "models/gguf/rnd-gemma3-Q4_K_M.gguf",
+    kvType: "f16",
+    blockSizes: [
+      { blockSize: 16, configs: [TOGETHER_ON, PREEMPT_ON, CHUNKED_OFF] },
+      { blockSize: 4, configs: [PREEMPT_CHUNKED_ON] },
+    ],
+  },
+  {
+    // Fused q/k/v and gate/up.
+    name: "rnd-phi3-Q4_K_M (q8_0 KV cache)",
+    model: "models/gguf/rnd-phi3-Q4_K_M.gguf",
+    tokenizer: "models/gguf/rnd-phi3-Q4_K_M.gguf",
+    kvType: "q8_0",
+    blockSizes: [{ blockSize: 16, configs: [TOGETHER_OFF, PREEMPT_ON, CHUNKED_ON] }],
+  },
 ];
 
 for (const { name, model, tokenizer, kvType, blockSizes } of CASES) {

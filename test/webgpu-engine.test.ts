@@ -4,10 +4,10 @@
  * WebGpuBackend; the software adapter in CI). What must hold there:
  *   - greedy output equals llama2.c run.c on runc-greedy.json's f32 cases (stories260K's two run
  *     together in one batch; llama2xs_h192), and llama.cpp's greedy ids on the F32, F16 and BF16
- *     stories260K references and the random F32 llama, qwen2 and qwen3moe models;
- *   - the quantized stories260K files, the random K-quant ones and the mixture of experts
- *     rnd-qwen3moe-Q4_K_M meet the README's accuracy bound (golden/llama-cpp) through the engine's
- *     teacher-forced scores, as they do on WebAssembly;
+ *     stories260K references and the random F32 llama, qwen2, qwen3moe, gemma3 and phi3 models;
+ *   - the quantized stories260K files, the random K-quant ones (gemma3 and phi3 among them) and the
+ *     mixture of experts rnd-qwen3moe-Q4_K_M meet the README's accuracy bound (golden/llama-cpp)
+ *     through the engine's teacher-forced scores, as they do on WebAssembly;
  *   - bitwise invariance: requests run one at a time with the prefix cache off give the same
  *     tokens run together with the cache on, in a pool so small that requests are preempted while
  *     prefixes hit, and with chunked prefill beside decodes (on a small mixture of experts too);
@@ -35,6 +35,7 @@ import { CHILD_PROCESS_MS, PROCESS_TEST_MS } from "./helpers/limits.ts";
 import { makeConfig } from "../src/model/config.ts";
 import { writeModelGGUF } from "../src/model/gguf-model-writer.ts";
 import { tokenizerMetadata } from "../src/model/gguf-tokenizer-metadata.ts";
+import { writtenModel } from "./helpers/written-models.ts";
 
 /** Positions of the story text the quantized files are scored on. */
 const SCORED_TOKENS = 128;
@@ -62,6 +63,8 @@ const ACCURACY_CASES: [string, string][] = [
   ...["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"].map((t): [string, string] => [`stories260K-${t}`, "stories260K-F32"]),
   ["rnd-llama-Q4_K_M", "rnd-llama-F32"], ["rnd-llama-Q2_K", "rnd-llama-F32"], ["rnd-qwen2-Q5_K_M", "rnd-qwen2-F32"],
   ["rnd-qwen3moe-Q4_K_M", "rnd-qwen3moe-F32"],
+  // gemma3 (sliding-window layers: the story outgrows the window of 32) and phi3 (fused matrices).
+  ["rnd-gemma3-Q4_K_M", "rnd-gemma3-F32"], ["rnd-phi3-Q4_K_M", "rnd-phi3-F32"],
 ];
 
 function accuracyTests(gpu: WebGpuBackend): void {
@@ -88,8 +91,7 @@ function accuracyTests(gpu: WebGpuBackend): void {
           const errMine = mean(mine.map((lp, p) => Math.abs(lp - f32.logprobs[p]![0])));
           const errLlama = mean(own.logprobs.slice(0, SCORED_TOKENS).map(([lp], p) => Math.abs(lp - f32.logprobs[p]![0])));
           expect(errMine).toBeLessThanOrEqual(1.15 * errLlama + 0.01);
-        }, name.startsWith("rnd-qwen") ? 3 * TIMEOUT_MS : TIMEOUT_MS); // 128 rows of a 49,152-token classifier
-
+        }, /^rnd-(qwen|gemma3|phi3)/.test(name) ? 3 * TIMEOUT_MS : TIMEOUT_MS); // 128 rows of a 32,000-49,152-token classifier
       },
     );
   }
@@ -183,10 +185,11 @@ await describeGpu("the engine on WebGPU", (gpu) => {
     });
   }
 
-  // The random F32 llama and qwen2 (q/k/v biases, neox RoPE, grouped KV heads, tied classifier) and
-  // qwen3moe (8 experts, 2 per token: routed and grouped on the GPU), rewritten bit for bit by the
-  // references' make_refmodels.ts into a temp folder.
-  for (const arch of ["llama", "qwen2", "qwen3moe"] as const) {
+  // The random F32 llama and qwen2 (q/k/v biases, neox RoPE, grouped KV heads, tied classifier),
+  // qwen3moe (8 experts, 2 per token: routed and grouped on the GPU), gemma3 (sliding-window layers),
+  // phi3 (fused matrices) and its LongRoPE variant, rewritten bit for bit by the references'
+  // make_refmodels.ts into a temp folder.
+  for (const arch of ["llama", "qwen2", "qwen3moe", "gemma3", "phi3", "phi3-longrope"] as const) {
     describeShared(
       `llama.cpp greedy on the random F32 ${arch}`,
       ["tools/llama-ref/make_refmodels.ts", `golden/llama-cpp/refs/rnd-${arch}-F32.greedy.p_fox.json`],
@@ -229,6 +232,12 @@ await describeGpu("the engine on WebGPU", (gpu) => {
     const model = smallQwen3Moe(stories!, "Q8_0");
     beforeAll(() => gpu.prepareExperts(expertTypes(openCheckpoint(model))));
     invarianceTests(gpu, model, undefined);
+  });
+
+  describeShared("batch invariance on WebGPU, sliding-window layers (a written gemma3 with a window of 4)", ["models/gguf/stories260K.gguf"], () => {
+    const dir = mkdtempSync(join(tmpdir(), "pagellm-webgpu-gemma3-"));
+    afterAll(() => rmSync(dir, { recursive: true, force: true }));
+    invarianceTests(gpu, writtenModel(dir, "gemma3", "Q4_K_M")!, undefined);
   });
 
   describeShared("the command line on WebGPU", [MODELS.stories260K, MODELS.stories260K_q80, TOKENIZER], ([model, q80, tok]) => {

@@ -2,7 +2,9 @@
  * A whole llama forward pass on WebGPU (GpuLlamaModel) against the WebAssembly engine's
  * (LlamaModel) on stories260K as llama2.c f32 and as GGUF F32, F16, Q8_0 and Q4_0, and on a random
  * Q4_K_M llama (Q4_K and Q6_K tensors), and qwen3 models written by the project's writer (per-head
- * q/k norms, a head size other than dim/heads, neox RoPE, grouped KV heads) in F32 and Q4_K_M: the same
+ * q/k norms, a head size other than dim/heads, neox RoPE, grouped KV heads) in F32 and Q4_K_M, and
+ * gemma3, phi3 and smollm3 ones (test/helpers/written-models.ts: a sliding window, fused matrices,
+ * LongRoPE, a layer without RoPE): the same
  * StepBatches, block tables and block ids, logits compared step after step through a
  * two-sequence prefill in chunks and greedy decode (driven by the WebAssembly engine's tokens).
  * And the GPU's own invariance: a sequence's logits are the same bits decoded alone or beside
@@ -25,6 +27,7 @@ import { makeConfig } from "../src/model/config.ts";
 import { writeModelGGUF, type ModelMix } from "../src/model/gguf-model-writer.ts";
 import { tokenizerMetadata } from "../src/model/gguf-tokenizer-metadata.ts";
 import { sharedPath } from "./helpers/shared.ts";
+import { writtenModel } from "./helpers/written-models.ts";
 import { describeGpu } from "./helpers/webgpu.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { expertTypes } from "../src/backend/device-choice.ts";
@@ -73,6 +76,14 @@ const MODELS: (({ rel: string } | { name: string; write: () => string | null }) 
   { name: "qwen3 Q4_K_M (written)", write: () => qwen3("Q4_K_M"), tolerance: 6e-2 },
   // qwen3moe: 8 experts of 256, 2 per token, Q4_K experts (routing on the GPU, slots grouped by expert).
   { rel: "models/gguf/rnd-qwen3moe-Q4_K_M.gguf", tolerance: 6e-2 },
+  // gemma3: a sliding window of 4 (the decode outgrows it), GeGLU, post-norms, scaled embedding, two RoPEs.
+  { name: "gemma3 F32 (written)", write: () => writtenModel(dir, "gemma3", "F32"), tolerance: 1e-4 },
+  { name: "gemma3 Q4_K_M (written)", write: () => writtenModel(dir, "gemma3", "Q4_K_M"), tolerance: 6e-2 },
+  // phi3: fused q/k/v and gate/up stacks, LongRoPE's long factors and attn_factor.
+  { name: "phi3 F32 (written)", write: () => writtenModel(dir, "phi3", "F32"), tolerance: 1e-4 },
+  { name: "phi3 Q8_0 (written)", write: () => writtenModel(dir, "phi3", "Q8_0"), tolerance: 6e-2 },
+  // smollm3: layer 3 without RoPE.
+  { name: "smollm3 F32 (written)", write: () => writtenModel(dir, "smollm3", "F32"), tolerance: 1e-4 },
 ];
 const BLOCK = 4;
 const MAX_TOKENS = 12;

@@ -274,6 +274,16 @@ export class CpuBackend {
     this.kernels.swigluOai(gate, up, T * n);
   }
 
+  /** gate[t][i] = gelu(gate[t][i]) * up[t][i] for T rows of n (GeGLU, tanh GELU). */
+  geglu(gate: number, up: number, T: number, n: number): void {
+    this.kernels.geglu(gate, up, T * n);
+  }
+
+  /** x[i] *= s for n values. */
+  scale(x: number, s: number, n: number): void {
+    this.kernels.scaleInPlace(x, s, n);
+  }
+
   add(x: number, y: number, n: number): void {
     this.kernels.addInPlace(x, y, n);
   }

@@ -48,8 +48,28 @@ export interface ModelConfig {
   ropeFreqFactors?: readonly number[];
   /** The q, k and v projections add a bias (qwen2). */
   qkvBias?: boolean;
-  /** Each head of q and k is RMS-normalised with its own weights before RoPE (qwen3). */
+  /** Each head of q and k is RMS-normalised with its own weights before RoPE (qwen3, gemma3). */
   qkNorm?: boolean;
+  /** Phi-3's LongRoPE: per-frequency divisors, long ones for contexts past `originalContext`, short ones otherwise. */
+  longRope?: LongRope;
+  /** Multiplies RoPE's cos and sin, so q · k by its square (phi3's rope.scaling.attn_factor); absent = 1. */
+  ropeAttnFactor?: number;
+  /** Layers that apply no RoPE at all (smollm3's every fourth: NoPE); absent = none. */
+  noRopeLayers?: readonly boolean[];
+  /** Some layers attend to a sliding window of positions (gemma3's local layers); absent = none. */
+  slidingWindow?: SlidingWindow;
+  /** Scale of q · k; absent = 1/sqrt(headDim) (gemma3 27B: 1/sqrt(dim / heads)). */
+  attnScale?: number;
+  /** The token embedding is multiplied by this before the first layer (gemma3: sqrt(dim)); absent = 1. */
+  embedScale?: number;
+  /** The feed-forward's gate activation: SwiGLU ("silu", absent) or GeGLU with the tanh GELU ("gelu": gemma3). */
+  ffnActivation?: "silu" | "gelu";
+  /** The attention's and the feed-forward's outputs are RMS-normalised before joining the residual stream (gemma3). */
+  postNorms?: boolean;
+  /** q, k and v are one matrix `attn_qkv` of q rows, then k, then v (phi3); the forward reads row ranges of it. */
+  fusedQkv?: boolean;
+  /** Gate and up are one matrix `ffn_up` of hiddenDim gate rows, then hiddenDim up rows (phi3). */
+  fusedGateUp?: boolean;
   /** A mixture of experts in place of every layer's feed-forward (qwen3moe, gpt-oss); absent = dense. */
   experts?: ExpertsConfig;
 }
@@ -86,6 +106,31 @@ export interface ExpertsConfig {
 /** Width of a layer's feed-forward: the dense one's, or one expert's. */
 export function feedForwardDim(c: ModelConfig): number {
   return c.experts?.hiddenDim ?? c.hiddenDim;
+}
+
+/** Phi-3's LongRoPE frequency divisors (`rope_factors_long.weight`, `rope_factors_short.weight`), ropeDim/2 each. */
+export interface LongRope {
+  /** The context the model was trained at before its extension: longer contexts use the long factors. */
+  originalContext: number;
+  long: readonly number[];
+  short: readonly number[];
+}
+
+/**
+ * Sliding-window attention: a local layer's query at position p attends to positions p - size + 1..p
+ * (llama.cpp's LLAMA_SWA_TYPE_STANDARD), a global layer's to all of 0..p.
+ */
+export interface SlidingWindow {
+  size: number;
+  /** local[l]: layer l is a sliding-window layer. */
+  local: readonly boolean[];
+  /** The RoPE of the local layers where it differs from the global layers' (gemma3: its own base, no scaling). */
+  rope?: { theta: number; freqScale: number };
+}
+
+/** The sliding window of layer l's attention, 0 when it sees the whole context. */
+export function layerWindow(c: ModelConfig, l: number): number {
+  return c.slidingWindow !== undefined && c.slidingWindow.local[l] === true ? c.slidingWindow.size : 0;
 }
 
 /** Width of the query projection's output (all heads side by side); dim unless the head size says otherwise. */

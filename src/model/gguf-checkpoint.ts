@@ -8,7 +8,7 @@ import { closeSync, openSync, readSync } from "node:fs";
 import { ModelFormatError } from "../errors.ts";
 import { ARCHITECTURES } from "./arch/index.ts";
 import { TensorName, type Checkpoint, type TensorInfo } from "./checkpoint.ts";
-import { queryDim, type ModelConfig } from "./config.ts";
+import { queryDim, type LongRope, type ModelConfig } from "./config.ts";
 import { quoteFileText } from "../util/file-text.ts";
 import { GGML_TYPES, readGGUF, type GGUFFile, type GGUFTensorInfo } from "./gguf.ts";
 
@@ -34,10 +34,13 @@ export function readGGUFCheckpoint(path: string, file: GGUFFile = readGGUF(path)
     vocabSize: embedding.dims[1]!,
     sharedClassifier: file.tensor(TensorName.output) === undefined,
   });
-  const config = file.tensor(TensorName.ropeFreqs) === undefined ? shape : { ...shape, ropeFreqFactors: readRopeFreqFactors(file, shape) };
+  const config: ModelConfig = { ...shape };
+  if (file.tensor(TensorName.ropeFreqs) !== undefined) config.ropeFreqFactors = readRopeFactors(file, TensorName.ropeFreqs, shape);
+  if (arch.readsLongRope && file.tensor(TensorName.ropeFactorsLong) !== undefined) config.longRope = readLongRope(file, archName, shape);
   const tensors = new Map<string, TensorInfo>();
   for (const [name, shape] of expectedTensors(config)) tensors.set(name, tensorInfo(file, name, shape));
   for (const [name, shape] of expertBiases(config)) tensors.set(name, stackedVectorInfo(file, name, shape));
+  checkFusedParts(file, config, tensors);
   return { file: path, format: `GGUF v${file.version} ${archName} ${typeSummary(tensors)}`, config, tensors, extraStopTokenIds: [] };
 }
 
@@ -47,17 +50,13 @@ function expectedTensors(c: ModelConfig): [string, number[]][] {
   const qDim = queryDim(c);
   const list: [string, number[]][] = [[TensorName.tokenEmbedding, [c.vocabSize, c.dim]]];
   for (let l = 0; l < c.nLayers; l++) {
-    list.push(
-      [TensorName.attnNorm(l), [c.dim]],
-      [TensorName.attnQ(l), [qDim, c.dim]],
-      [TensorName.attnK(l), [kvDim, c.dim]],
-      [TensorName.attnV(l), [kvDim, c.dim]],
-      [TensorName.attnOutput(l), [c.dim, qDim]],
-      [TensorName.ffnNorm(l), [c.dim]],
-      ...feedForwardTensors(c, l),
-    );
+    list.push([TensorName.attnNorm(l), [c.dim]]);
+    if (c.fusedQkv) list.push([TensorName.attnQkv(l), [qDim + 2 * kvDim, c.dim]]);
+    else list.push([TensorName.attnQ(l), [qDim, c.dim]], [TensorName.attnK(l), [kvDim, c.dim]], [TensorName.attnV(l), [kvDim, c.dim]]);
+    list.push([TensorName.attnOutput(l), [c.dim, qDim]], [TensorName.ffnNorm(l), [c.dim]], ...feedForwardTensors(c, l));
     if (c.qkvBias) list.push([TensorName.attnQBias(l), [qDim]], [TensorName.attnKBias(l), [kvDim]], [TensorName.attnVBias(l), [kvDim]]);
     if (c.qkNorm) list.push([TensorName.attnQNorm(l), [c.headDim]], [TensorName.attnKNorm(l), [c.headDim]]);
+    if (c.postNorms) list.push([TensorName.postAttnNorm(l), [c.dim]], [TensorName.postFfnNorm(l), [c.dim]]);
   }
   list.push([TensorName.outputNorm, [c.dim]]);
   if (!c.sharedClassifier) list.push([TensorName.output, [c.vocabSize, c.dim]]);
@@ -71,6 +70,8 @@ function expectedTensors(c: ModelConfig): [string, number[]][] {
 function feedForwardTensors(c: ModelConfig, l: number): [string, number[]][] {
   const e = c.experts;
   if (e === undefined) {
+    // phi3: gate and up in one ffn_up of 2 x hiddenDim rows.
+    if (c.fusedGateUp) return [[TensorName.ffnUp(l), [2 * c.hiddenDim, c.dim]], [TensorName.ffnDown(l), [c.dim, c.hiddenDim]]];
     return [[TensorName.ffnGate(l), [c.hiddenDim, c.dim]], [TensorName.ffnUp(l), [c.hiddenDim, c.dim]], [TensorName.ffnDown(l), [c.dim, c.hiddenDim]]];
   }
   const list: [string, number[]][] = [
@@ -147,13 +148,13 @@ function checkNoOverlap(file: GGUFFile): void {
 }
 
 /**
- * Llama 3.1's RoPE frequency factors (`rope_freqs.weight`), one per rotated pair. The only tensor
- * read while the model is described, so its type and shape are checked against the
+ * A RoPE factor tensor (Llama 3.1's `rope_freqs.weight`, Phi-3's LongRoPE factors), one per rotated
+ * pair. Read while the model is described, so its type and shape are checked against the
  * hyper-parameters first: a crafted file declaring billions of factors (a few KB on disk, sparse)
  * is refused before a byte of it is read.
  */
-function readRopeFreqFactors(file: GGUFFile, c: ModelConfig): number[] {
-  const t = tensorInfo(file, TensorName.ropeFreqs, [(c.ropeDim ?? c.headDim) / 2]);
+function readRopeFactors(file: GGUFFile, name: string, c: ModelConfig): number[] {
+  const t = tensorInfo(file, name, [(c.ropeDim ?? c.headDim) / 2]);
   const bytes = new Uint8Array(t.byteLength);
   const fd = openSync(file.path, "r");
   try {
@@ -161,7 +162,36 @@ function readRopeFreqFactors(file: GGUFFile, c: ModelConfig): number[] {
   } finally {
     closeSync(fd);
   }
-  return Array.from(new Float32Array(bytes.buffer));
+  const factors = Array.from(new Float32Array(bytes.buffer));
+  const bad = factors.findIndex((f) => !(f > 0 && f < Infinity));
+  if (bad >= 0) throw new ModelFormatError(file.path, `${name} holds ${factors[bad]} at ${bad}; RoPE factors must be positive and finite`);
+  return factors;
+}
+
+/** Phi-3's LongRoPE: both factor tensors and the original context they switch at (the file's context when absent, as llama.cpp). */
+function readLongRope(file: GGUFFile, arch: string, c: ModelConfig): LongRope {
+  return {
+    originalContext: file.getU32(`${arch}.rope.scaling.original_context_length`, c.seqLen),
+    long: readRopeFactors(file, TensorName.ropeFactorsLong, c),
+    short: readRopeFactors(file, TensorName.ropeFactorsShort, c),
+  };
+}
+
+/**
+ * The parts of a fused f32 matrix are read as row ranges of its 4-row panels (weights.ts
+ * matrixRows), so each part must start on a panel: k and v at qDim and qDim + kvDim, up at hiddenDim.
+ */
+function checkFusedParts(file: GGUFFile, c: ModelConfig, tensors: ReadonlyMap<string, TensorInfo>): void {
+  const isF32 = (name: string) => tensors.get(name)?.encoding.kind === "f32";
+  const kvDim = c.nKvHeads * c.headDim;
+  for (let l = 0; l < c.nLayers; l++) {
+    if (c.fusedQkv && isF32(TensorName.attnQkv(l)) && (queryDim(c) % 4 !== 0 || kvDim % 4 !== 0)) {
+      throw new ModelFormatError(file.path, `F32 ${TensorName.attnQkv(l)} with q and k of ${queryDim(c)} and ${kvDim} rows (not multiples of 4) is not supported`);
+    }
+    if (c.fusedGateUp && isF32(TensorName.ffnUp(l)) && c.hiddenDim % 4 !== 0) {
+      throw new ModelFormatError(file.path, `F32 ${TensorName.ffnUp(l)} with a gate of ${c.hiddenDim} rows (not a multiple of 4) is not supported`);
+    }
+  }
 }
 
 /** "Q4_K+Q6_K+F32": the matrix types by the bytes they take, largest first. */

@@ -1,5 +1,5 @@
 /**
- * Writes models of the llama, qwen2, qwen3 and qwen3moe architectures as GGUF files, in any tensor type or
+ * Writes models of the llama, qwen2, qwen3, qwen3moe, gemma3, phi3 and smollm3 architectures as GGUF files, in any tensor type or
  * quantization mix (gguf-quant-mix.ts), with the metadata llama.cpp reads for them and a real
  * tokenizer's `tokenizer.*` keys: for tests, and for benchmarks of real shapes with random weights.
  *
@@ -24,18 +24,38 @@ import { gguf, writeGGUF, type TensorToWrite } from "./gguf-writer.ts";
 
 export { isModelMix, mixOfFileType, MODEL_MIXES, MODEL_MIX_NAMES, type ModelMix } from "./gguf-quant-mix.ts";
 
-export type Arch = "llama" | "qwen2" | "qwen3" | "qwen3moe";
-export const ARCHS: readonly Arch[] = ["llama", "qwen2", "qwen3", "qwen3moe"];
+export type Arch = "llama" | "qwen2" | "qwen3" | "qwen3moe" | "gemma3" | "phi3" | "smollm3";
+export const ARCHS: readonly Arch[] = ["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "smollm3"];
+
+/**
+ * The layer parts each architecture has, which the config must say (ModelConfig's flags): q/k/v
+ * biases, per-head q/k norms, post-norms, fused q/k/v and gate/up.
+ */
+const ARCH_PARTS: Record<Arch, { qkvBias: boolean; qkNorm: boolean; postNorms: boolean; fusedQkv: boolean; fusedGateUp: boolean }> = {
+  llama: { qkvBias: false, qkNorm: false, postNorms: false, fusedQkv: false, fusedGateUp: false },
+  qwen2: { qkvBias: true, qkNorm: false, postNorms: false, fusedQkv: false, fusedGateUp: false },
+  qwen3: { qkvBias: false, qkNorm: true, postNorms: false, fusedQkv: false, fusedGateUp: false },
+  qwen3moe: { qkvBias: false, qkNorm: true, postNorms: false, fusedQkv: false, fusedGateUp: false },
+  gemma3: { qkvBias: false, qkNorm: true, postNorms: true, fusedQkv: false, fusedGateUp: false },
+  phi3: { qkvBias: false, qkNorm: false, postNorms: false, fusedQkv: true, fusedGateUp: true },
+  smollm3: { qkvBias: false, qkNorm: false, postNorms: false, fusedQkv: false, fusedGateUp: false },
+};
+const PART_NAMES: Record<keyof (typeof ARCH_PARTS)[Arch], string> = {
+  qkvBias: "q/k/v biases are", qkNorm: "per-head q/k norms are", postNorms: "post-norms are",
+  fusedQkv: "a fused q/k/v matrix is", fusedGateUp: "a fused gate/up matrix is",
+};
 
 export interface ModelToWrite {
   arch: Arch;
   /** general.name */
   name: string;
   /**
-   * The shape. headDim may differ from dim/nHeads (qwen3); qkvBias (qwen2), qkNorm (qwen3, qwen3moe)
-   * and experts (qwen3moe: softmax gating, weights renormalized, no biases) must match the
-   * architecture; ropeFreqFactors adds Llama 3's `rope_freqs.weight`; sharedClassifier leaves out
-   * output.weight.
+   * The shape. headDim may differ from dim/nHeads (qwen3); qkvBias (qwen2), qkNorm (qwen3, qwen3moe,
+   * gemma3), postNorms (gemma3), fusedQkv and fusedGateUp (phi3) and experts (qwen3moe: softmax
+   * gating, weights renormalized, no biases) must match the architecture; ropeFreqFactors adds
+   * Llama 3's `rope_freqs.weight`, longRope Phi-3's factor tensors; slidingWindow (gemma3),
+   * ropeFreqScale, ropeAttnFactor (phi3) are written as llama.cpp reads them; sharedClassifier
+   * leaves out output.weight.
    */
   config: ModelConfig;
   mix: ModelMix;
@@ -85,7 +105,7 @@ function modelMetadata(model: ModelToWrite): Map<string, GGUFValue> {
     [`${arch}.expert_used_count`, gguf.u32(c.experts.used)],
     [`${arch}.expert_feed_forward_length`, gguf.u32(c.experts.hiddenDim)],
   ];
-  return new Map<string, GGUFValue>([
+  const metadata = new Map<string, GGUFValue>([
     ["general.architecture", gguf.str(arch)],
     ["general.type", gguf.str("model")],
     ["general.name", gguf.str(model.name)],
@@ -106,6 +126,21 @@ function modelMetadata(model: ModelToWrite): Map<string, GGUFValue> {
     [`${arch}.attention.layer_norm_rms_epsilon`, gguf.f32(c.normEps)],
     ...experts,
   ]);
+  if (c.ropeFreqScale !== undefined && c.ropeFreqScale !== 1) {
+    metadata.set(`${arch}.rope.scaling.type`, gguf.str("linear"));
+    metadata.set(`${arch}.rope.scaling.factor`, gguf.f32(1 / c.ropeFreqScale));
+  }
+  const window = c.slidingWindow;
+  if (window !== undefined) {
+    metadata.set(`${arch}.attention.sliding_window`, gguf.u32(window.size));
+    // As Gemma 3's converter: no pattern key for llama.cpp's default (five local layers, then a global one).
+    const defaultPattern = window.local.every((local, l) => local === l % 6 < 5);
+    if (!defaultPattern) metadata.set(`${arch}.attention.sliding_window_pattern`, gguf.bools(window.local));
+    if (window.rope !== undefined) metadata.set(`${arch}.rope.freq_base_swa`, gguf.f32(window.rope.theta));
+  }
+  if (c.longRope !== undefined) metadata.set(`${arch}.rope.scaling.original_context_length`, gguf.u32(c.longRope.originalContext));
+  if (c.ropeAttnFactor !== undefined) metadata.set(`${arch}.rope.scaling.attn_factor`, gguf.f32(c.ropeAttnFactor));
+  return metadata;
 }
 
 /** Refuse shapes llama.cpp would refuse for the architecture, and a vocabulary of the wrong size. */
@@ -119,9 +154,12 @@ function checkModel(model: ModelToWrite): void {
   }
   if (c.nHeads % c.nKvHeads !== 0) fail(`${c.nHeads} heads are not a multiple of ${c.nKvHeads} KV heads`);
   if (c.headDim % 2 !== 0) fail(`head size ${c.headDim} is odd`);
-  if ((c.qkvBias ?? false) !== (arch === "qwen2")) fail(`q/k/v biases are ${arch === "qwen2" ? "required by" : "not part of"} ${arch}`);
-  const qkNorm = arch === "qwen3" || arch === "qwen3moe";
-  if ((c.qkNorm ?? false) !== qkNorm) fail(`per-head q/k norms are ${qkNorm ? "required by" : "not part of"} ${arch}`);
+  for (const [part, wanted] of Object.entries(ARCH_PARTS[arch]) as [keyof (typeof ARCH_PARTS)[Arch], boolean][]) {
+    if ((c[part] ?? false) !== wanted) fail(`${PART_NAMES[part]} ${wanted ? "required by" : "not part of"} ${arch}`);
+  }
+  if (c.slidingWindow !== undefined && (arch !== "gemma3" || c.slidingWindow.local.length !== c.nLayers)) fail("a sliding window needs gemma3 and a flag per layer");
+  if (c.slidingWindow?.rope !== undefined && c.slidingWindow.rope.freqScale !== 1) fail("gemma3's local layers have no RoPE scaling");
+  if ((c.longRope !== undefined || c.ropeAttnFactor !== undefined) && arch !== "phi3") fail("LongRoPE is phi3's");
   const e = c.experts;
   if ((e !== undefined) !== (arch === "qwen3moe")) fail(`experts are ${arch === "qwen3moe" ? "required by" : "not part of"} ${arch}`);
   if (e !== undefined) {
@@ -144,7 +182,7 @@ function checkModel(model: ModelToWrite): void {
 
 /** The tensors of `model` in file order, each with its type, its data made when written. */
 export function modelTensors(model: ModelToWrite): TensorToWrite[] {
-  const { arch, config: c, mix, seed } = model;
+  const { config: c, mix, seed } = model;
   const kvDim = c.nKvHeads * c.headDim;
   const qDim = queryDim(c);
   const ctx: MixContext = { nLayers: c.nLayers, tied: c.sharedClassifier, gqa: c.nHeads / c.nKvHeads, experts: c.experts?.count ?? 0 };
@@ -167,17 +205,25 @@ export function modelTensors(model: ModelToWrite): TensorToWrite[] {
   };
   const input = (width: number) => 1 / Math.sqrt(width);
 
+  const factorTensor = (name: string, values: readonly number[]): void => {
+    const factors = Float32Array.from(values);
+    tensors.push({ name, dims: [factors.length], type: GGML_TYPE.F32, data: new Uint8Array(factors.buffer) });
+  };
   matrix(TensorName.tokenEmbedding, c.vocabSize, c.dim, "token_embd", 0, input(c.dim));
-  if (c.ropeFreqFactors !== undefined) {
-    const factors = Float32Array.from(c.ropeFreqFactors);
-    tensors.push({ name: TensorName.ropeFreqs, dims: [factors.length], type: GGML_TYPE.F32, data: new Uint8Array(factors.buffer) });
+  if (c.ropeFreqFactors !== undefined) factorTensor(TensorName.ropeFreqs, c.ropeFreqFactors);
+  if (c.longRope !== undefined) {
+    factorTensor(TensorName.ropeFactorsLong, c.longRope.long);
+    factorTensor(TensorName.ropeFactorsShort, c.longRope.short);
   }
   for (let l = 0; l < c.nLayers; l++) {
     vector(TensorName.attnNorm(l), c.dim, 1, NORM_NOISE);
-    matrix(TensorName.attnQ(l), qDim, c.dim, "other", l, input(c.dim));
-    matrix(TensorName.attnK(l), kvDim, c.dim, "other", l, input(c.dim));
-    matrix(TensorName.attnV(l), kvDim, c.dim, "attn_v", l, input(c.dim));
-    if (arch === "qwen2") {
+    if (c.fusedQkv) matrix(TensorName.attnQkv(l), qDim + 2 * kvDim, c.dim, "attn_v", l, input(c.dim)); // attn_v's rules (gguf-quant-mix.ts)
+    else {
+      matrix(TensorName.attnQ(l), qDim, c.dim, "other", l, input(c.dim));
+      matrix(TensorName.attnK(l), kvDim, c.dim, "other", l, input(c.dim));
+      matrix(TensorName.attnV(l), kvDim, c.dim, "attn_v", l, input(c.dim));
+    }
+    if (c.qkvBias) {
       vector(TensorName.attnQBias(l), qDim, 0, BIAS_STD);
       vector(TensorName.attnKBias(l), kvDim, 0, BIAS_STD);
       vector(TensorName.attnVBias(l), kvDim, 0, BIAS_STD);
@@ -187,11 +233,15 @@ export function modelTensors(model: ModelToWrite): TensorToWrite[] {
       vector(TensorName.attnKNorm(l), c.headDim, 1, NORM_NOISE);
     }
     matrix(TensorName.attnOutput(l), c.dim, qDim, "attn_output", l, input(qDim));
+    if (c.postNorms) vector(TensorName.postAttnNorm(l), c.dim, 1, NORM_NOISE);
     vector(TensorName.ffnNorm(l), c.dim, 1, NORM_NOISE);
     const e = c.experts;
     if (e === undefined) {
-      matrix(TensorName.ffnGate(l), c.hiddenDim, c.dim, "other", l, input(c.dim));
-      matrix(TensorName.ffnUp(l), c.hiddenDim, c.dim, "other", l, input(c.dim));
+      if (c.fusedGateUp) matrix(TensorName.ffnUp(l), 2 * c.hiddenDim, c.dim, "other", l, input(c.dim));
+      else {
+        matrix(TensorName.ffnGate(l), c.hiddenDim, c.dim, "other", l, input(c.dim));
+        matrix(TensorName.ffnUp(l), c.hiddenDim, c.dim, "other", l, input(c.dim));
+      }
       matrix(TensorName.ffnDown(l), c.dim, c.hiddenDim, "ffn_down", l, input(c.hiddenDim));
     } else {
       // The router's logits have a std of about 1 over the experts: routing differs token to token.
@@ -200,6 +250,7 @@ export function modelTensors(model: ModelToWrite): TensorToWrite[] {
       experts(TensorName.ffnUpExperts(l), e.count, e.hiddenDim, c.dim, "other", l, input(c.dim));
       experts(TensorName.ffnDownExperts(l), e.count, c.dim, e.hiddenDim, "ffn_down", l, input(e.hiddenDim));
     }
+    if (c.postNorms) vector(TensorName.postFfnNorm(l), c.dim, 1, NORM_NOISE);
   }
   vector(TensorName.outputNorm, c.dim, 1, NORM_NOISE);
   if (!c.sharedClassifier) matrix(TensorName.output, c.vocabSize, c.dim, "output", 0, input(c.dim));

@@ -60,7 +60,8 @@ export function tensorRole(name: string, nDims: number): TensorRole | null {
   if (name === "output.weight") return "output";
   if (name === "token_embd.weight") return "token_embd";
   if (name.includes("attn_k.weight")) return "attn_k";
-  if (name.includes("attn_v.weight")) return "attn_v";
+  // phi3's fused q/k/v takes attn_v's rules (llama-quant.cpp: category_is_attn_v).
+  if (name.includes("attn_v.weight") || name.includes("attn_qkv.weight")) return "attn_v";
   if (name.includes("attn_output.weight")) return "attn_output";
   if (name.includes("ffn_down")) return "ffn_down";
   return "other";

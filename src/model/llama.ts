@@ -2,8 +2,9 @@
  * The llama transformer's forward pass over one step: every new token of every scheduled
  * sequence goes through all layers together, so each weight matrix is read once per step.
  * Read top to bottom, like llama2.c's forward(). The optional parts of a layer (q/k/v biases of
- * qwen2, per-head q/k norms of qwen3, a mixture of experts in place of the feed-forward in
- * qwen3moe: experts.ts) are the architectures' (see arch/); the rest is shared.
+ * qwen2, per-head q/k norms of qwen3 and gemma3, gemma3's scaled embedding, post-norms, GeGLU and
+ * sliding-window layers, smollm3's layers without RoPE, a mixture of experts in place of the
+ * feed-forward in qwen3moe: experts.ts) are the architectures' (see arch/); the rest is shared.
  *
  * A LlamaModel runs the part of the model one memory holds (ModelPart): by default all of it.
  * A model placed over several memories is one LlamaModel per memory, chained by WasmForward.
@@ -13,8 +14,10 @@ import type { Kernels } from "../backend/kernels.ts";
 import { readsRoundedActivations } from "../backend/ggml-kernels.ts";
 import type { KVArena } from "../kv/kv-arena.ts";
 import { KV_TYPE_CODE } from "../kv/kv-layout.ts";
-import { feedForwardDim, queryDim, type ModelConfig, type Numerics } from "./config.ts";
+import { attentionScale, type AttentionScores } from "../backend/kernels.ts";
+import { feedForwardDim, layerWindow, queryDim, type ModelConfig, type Numerics } from "./config.ts";
 import { ExpertFeedForward } from "./experts.ts";
+import { layerRopes, ropeTable } from "./rope.ts";
 import type { LayerWeights, ModelWeights, WeightMatrix } from "./weights.ts";
 import type { StepBatch } from "./batch.ts";
 
@@ -30,7 +33,7 @@ interface Activations {
   k: number; // [T][kvDim]
   v: number; // [T][kvDim]
   att: number; // [T][qDim] attention output, heads side by side
-  hb: number; // [T][hidden] gate, then SwiGLU output (dense feed-forward)
+  hb: number; // [T][hidden] gate, then SwiGLU (GeGLU) output (dense feed-forward)
   hb2: number; // [T][hidden] up
   xLogits: number; // [maxLogits][dim] the rows whose logits are computed
   logits: number; // [maxLogits][vocab]
@@ -77,8 +80,11 @@ export class LlamaModel {
   private readonly gateUp: (SharedInputProducts | null)[];
   /** The experts' buffers and routing, when the layers have experts. */
   private readonly experts: ExpertFeedForward | null;
-  private readonly ropeCos: number; // [seqLen][ropeDim/2]
-  private readonly ropeSin: number; // [seqLen][ropeDim/2]
+  /** cos and sin tables, [seqLen][ropeDim/2] each, of every distinct RoPE of the layers (rope.ts). */
+  private readonly ropeTables: { cos: number; sin: number }[];
+  /** Per layer of the part: its index into ropeTables (null: no RoPE), and how its attention scores keys. */
+  private readonly ropeOf: (number | null)[];
+  private readonly scores: AttentionScores[];
   private readonly numerics: Numerics;
 
   constructor(
@@ -111,7 +117,11 @@ export class LlamaModel {
     this.qkv = layers.map((L) => backend.prepareShared([{ out: a.q, m: L.wq }, { out: a.k, m: L.wk }, { out: a.v, m: L.wv }]));
     this.gateUp = layers.map((L) => (L.ffn.kind === "dense" ? backend.prepareShared([{ out: a.hb, m: L.ffn.gate }, { out: a.hb2, m: L.ffn.up }]) : null));
     this.experts = hasLayers && config.experts !== undefined ? new ExpertFeedForward(config, backend, maxTokens) : null;
-    [this.ropeCos, this.ropeSin] = hasLayers ? this.ropeTables() : [0, 0];
+    const ropes = layerRopes(config);
+    this.ropeTables = hasLayers ? this.makeRopeTables() : [];
+    this.ropeOf = ropes.ofLayer.slice(part.firstLayer, part.endLayer);
+    const scale = config.attnScale ?? attentionScale(config.headDim);
+    this.scores = layers.map((_, i) => ({ scale, window: layerWindow(config, part.firstLayer + i) }));
     const scratch = LlamaModel.scratchShape(config, weights, part, maxTokens);
     if (scratch !== null) {
       backend.reserveScratch(scratch.maxTokens, scratch.maxWidth, scratch.group, scratch.headDim, scratch.runqContext, scratch.roundedActivations);
@@ -146,8 +156,9 @@ export class LlamaModel {
     const floats = bufferFloats(config, maxTokens, maxLogits);
     const layers = part.endLayer - part.firstLayer;
     let bytes = 4 * floats.residual + 64;
+    const ropeTables = layerRopes(config).sets.length;
     if (layers > 0) {
-      bytes += 4 * floats.layers + 8 * 64 + 2 * (4 * config.seqLen * ((config.ropeDim ?? config.headDim) / 2) + 64) + layers * 2 * (4 * 5 * 3 + 64);
+      bytes += 4 * floats.layers + 8 * 64 + 2 * ropeTables * (4 * config.seqLen * ((config.ropeDim ?? config.headDim) / 2) + 64) + layers * 2 * (4 * 5 * 3 + 64);
       bytes += ExpertFeedForward.bufferBytes(config, maxTokens);
     }
     if (part.classify) bytes += 4 * floats.logits + 2 * 64;
@@ -193,7 +204,10 @@ export class LlamaModel {
     const qDim = queryDim(c);
     if (T > this.maxTokens || batch.numLogits > this.maxLogits) throw new Error("forward: batch exceeds the model's buffers");
 
-    if (this.part.embed) ops.embed(a.x, w.tokenEmbedding, batch.tokens, T);
+    if (this.part.embed) {
+      ops.embed(a.x, w.tokenEmbedding, batch.tokens, T);
+      if (c.embedScale !== undefined) ops.scale(a.x, c.embedScale, T * c.dim); // gemma3: times sqrt(dim)
+    }
 
     for (let l = this.part.firstLayer; l < this.part.endLayer; l++) {
       const L = w.layers[l]!;
@@ -213,26 +227,32 @@ export class LlamaModel {
         ops.rmsnorm(a.k, a.k, L.qkNorm.k, T * c.nKvHeads, c.headDim, c.normEps);
       }
 
-      this.rope(a.q, batch.positions, T, c.nHeads, qDim);
-      this.rope(a.k, batch.positions, T, c.nKvHeads, kvDim);
+      const rope = this.ropeOf[i]!; // null: a NoPE layer (smollm3)
+      if (rope !== null) {
+        this.rope(a.q, batch.positions, T, c.nHeads, qDim, rope);
+        this.rope(a.k, batch.positions, T, c.nKvHeads, kvDim, rope);
+      }
       ops.kernels.writeKV(
         kv.kLayer(l), kv.vLayer(l), a.k, a.v, batch.slots, T, c.nKvHeads, c.headDim, kv.blockSize, kv.numBlocks, KV_TYPE_CODE[kv.layout.type], kv.layout.rowBytes,
       );
       ops.attention(
         a.att, a.q, kv.kLayer(l), kv.vLayer(l), batch.seqInfo, batch.numSeqs,
-        c.nHeads, c.nKvHeads, c.headDim, kv.blockSize, kv.numBlocks, qDim, batch.contextTokens, kv.layout,
+        c.nHeads, c.nKvHeads, c.headDim, kv.blockSize, kv.numBlocks, qDim, batch.contextTokens, kv.layout, this.scores[i]!,
       );
       ops.matmul(a.xb2, a.att, L.wo, T);
+      if (L.postNorms) ops.rmsnorm(a.xb2, a.xb2, L.postNorms.attn, T, c.dim, c.normEps);
       ops.add(a.x, a.xb2, T * c.dim);
 
-      // ---- feed-forward: x += w2 · (silu(w1·xb) * (w3·xb)), or the mixture of xb's experts
+      // ---- feed-forward: x += w2 · (act(w1·xb) * (w3·xb)), act silu (SwiGLU) or gelu (GeGLU), or the mixture of xb's experts
       ops.rmsnorm(a.xb, a.x, L.ffnNorm, T, c.dim, c.normEps);
       if (L.ffn.kind === "experts") this.experts!.forward(a.xb2, a.xb, L.ffn, T);
       else {
         ops.matmulShared(this.gateUp[i]!, a.xb, T); // gate (hb), up (hb2)
-        ops.swiglu(a.hb, a.hb2, T, c.hiddenDim);
+        if (c.ffnActivation === "gelu") ops.geglu(a.hb, a.hb2, T, c.hiddenDim);
+        else ops.swiglu(a.hb, a.hb2, T, c.hiddenDim);
         ops.matmul(a.xb2, a.hb, L.ffn.down, T);
       }
+      if (L.postNorms) ops.rmsnorm(a.xb2, a.xb2, L.postNorms.ffn, T, c.dim, c.normEps);
       ops.add(a.x, a.xb2, T * c.dim);
     }
   }
@@ -249,41 +269,31 @@ export class LlamaModel {
     ops.matmul(a.logits, a.xLogits, this.weights.output, R);
   }
 
-  private rope(vec: number, positions: number, T: number, nHeads: number, rowStride: number): void {
+  private rope(vec: number, positions: number, T: number, nHeads: number, rowStride: number, table: number): void {
     const c = this.config;
     const k = this.backend.kernels;
     const rope = c.ropeStyle === "neox" ? k.ropeNeox : k.ropeInterleaved;
-    rope(vec, positions, T, nHeads, c.headDim, c.ropeDim ?? c.headDim, rowStride, this.ropeCos, this.ropeSin);
+    const { cos, sin } = this.ropeTables[table]!;
+    rope(vec, positions, T, nHeads, c.headDim, c.ropeDim ?? c.headDim, rowStride, cos, sin);
   }
 
-  /**
-   * cos/sin of pos * scale * theta^(-2k/ropeDim) / factor[k], computed like run.c (f32
-   * frequency, f32 angle) so that rounding matches the reference implementation (scale 1 and no
-   * factors there); runq numerics use its expf and sincosf.
-   */
-  private ropeTables(): [number, number] {
+  /** The cos/sin tables of every distinct RoPE of the layers (rope.ts); runq numerics use its expf and sincosf. */
+  private makeRopeTables(): { cos: number; sin: number }[] {
     const c = this.config;
     const ropeDim = c.ropeDim ?? c.headDim;
-    const half = ropeDim / 2;
     const mem = this.backend.mem;
-    const cos = mem.alloc(4 * c.seqLen * half);
-    const sin = mem.alloc(4 * c.seqLen * half);
+    const bytes = 4 * c.seqLen * (ropeDim / 2);
     if (this.numerics === "runq") {
+      const [cos, sin] = [mem.alloc(bytes), mem.alloc(bytes)];
       this.backend.kernels.ropeTablesRunq(cos, sin, c.seqLen, c.headDim, Math.fround(Math.log(c.ropeTheta)));
-      return [cos, sin];
+      return [{ cos, sin }];
     }
-    const f32 = mem.f32;
-    const fr = Math.fround;
-    const scale = c.ropeFreqScale ?? 1;
-    for (let k = 0; k < half; k++) {
-      let freq = fr(1 / fr(Math.pow(c.ropeTheta, fr((2 * k) / ropeDim))));
-      if (c.ropeFreqFactors !== undefined) freq = fr(freq / c.ropeFreqFactors[k]!);
-      for (let pos = 0; pos < c.seqLen; pos++) {
-        const angle = fr((scale === 1 ? pos : fr(pos * scale)) * freq);
-        f32[(cos >>> 2) + pos * half + k] = Math.cos(angle);
-        f32[(sin >>> 2) + pos * half + k] = Math.sin(angle);
-      }
-    }
-    return [cos, sin];
+    return layerRopes(c).sets.map((params) => {
+      const table = ropeTable(params, c.seqLen, ropeDim);
+      const [cos, sin] = [mem.alloc(bytes), mem.alloc(bytes)];
+      mem.f32.set(table.cos, cos >>> 2);
+      mem.f32.set(table.sin, sin >>> 2);
+      return { cos, sin };
+    });
   }
 }

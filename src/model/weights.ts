@@ -54,7 +54,7 @@ export type FeedForwardWeights =
 
 export interface LayerWeights {
   attnNorm: number; // f32 [dim]
-  wq: WeightMatrix; // [qDim][dim], qDim = nHeads * headDim
+  wq: WeightMatrix; // [qDim][dim], qDim = nHeads * headDim (phi3: rows of the fused attn_qkv, as wk and wv)
   wk: WeightMatrix; // [kvDim][dim]
   wv: WeightMatrix; // [kvDim][dim]
   /** Biases of q, k, v (qwen2): f32 [qDim], [kvDim], [kvDim]. */
@@ -62,8 +62,25 @@ export interface LayerWeights {
   /** Per-head RMSNorm weights of q and k (qwen3): f32 [headDim] each. */
   qkNorm: { q: number; k: number } | null;
   wo: WeightMatrix; // [dim][qDim]
+  /** RMSNorm weights of the attention's and the feed-forward's outputs (gemma3): f32 [dim] each. */
+  postNorms: { attn: number; ffn: number } | null;
   ffnNorm: number; // f32 [dim]
   ffn: FeedForwardWeights;
+}
+
+/**
+ * Rows [first, first + rows) of a matrix, as a matrix of its own over the same memory: a fused
+ * tensor's parts (phi3's attn_qkv and ffn_up). Rows are independent in every storage; f32 panels
+ * hold 4 rows, so an f32 part starts on a multiple of 4 (gguf-checkpoint.ts checks the shapes).
+ */
+export function matrixRows(m: WeightMatrix, first: number, rows: number): WeightMatrix {
+  if (first < 0 || rows < 1 || first + rows > m.rows) throw new Error(`matrixRows: rows ${first}..${first + rows} of ${m.rows}`);
+  if (m.kind === "f32") {
+    if (first % 4 !== 0) throw new Error(`matrixRows: an f32 part must start on a 4-row panel, not row ${first}`);
+    return { ...m, rows, addr: m.addr + 4 * first * m.cols };
+  }
+  if (m.kind === "ggml") return { ...m, rows, addr: m.addr + first * m.rowBytes };
+  throw new Error("matrixRows: llama2.c int8 matrices are never fused");
 }
 
 export interface ModelWeights {
@@ -189,9 +206,10 @@ export function partBytes(ckpt: Checkpoint, storage: WeightStorage = FAST_STORAG
 /** Names of layer l's tensors. */
 function layerTensorNames(c: Checkpoint["config"], l: number): string[] {
   const names = [
-    TensorName.attnNorm(l), TensorName.attnQ(l), TensorName.attnK(l), TensorName.attnV(l), TensorName.attnOutput(l), TensorName.ffnNorm(l),
+    TensorName.attnNorm(l), TensorName.attnOutput(l), TensorName.ffnNorm(l),
+    ...(c.fusedQkv ? [TensorName.attnQkv(l)] : [TensorName.attnQ(l), TensorName.attnK(l), TensorName.attnV(l)]),
   ];
-  if (c.experts === undefined) names.push(TensorName.ffnGate(l), TensorName.ffnDown(l), TensorName.ffnUp(l));
+  if (c.experts === undefined) names.push(TensorName.ffnDown(l), TensorName.ffnUp(l), ...(c.fusedGateUp ? [] : [TensorName.ffnGate(l)]));
   else {
     names.push(TensorName.ffnRouter(l), TensorName.ffnGateExperts(l), TensorName.ffnUpExperts(l), TensorName.ffnDownExperts(l));
     if (c.experts.biases) {
@@ -200,6 +218,7 @@ function layerTensorNames(c: Checkpoint["config"], l: number): string[] {
   }
   if (c.qkvBias) names.push(TensorName.attnQBias(l), TensorName.attnKBias(l), TensorName.attnVBias(l));
   if (c.qkNorm) names.push(TensorName.attnQNorm(l), TensorName.attnKNorm(l));
+  if (c.postNorms) names.push(TensorName.postAttnNorm(l), TensorName.postFfnNorm(l));
   return names;
 }
 
@@ -346,7 +365,8 @@ function planAllocations(ckpt: Checkpoint, targets: readonly WeightTarget[], pla
   };
   const feedForward = (l: number, at: number): FeedForwardWeights => {
     if (c.experts === undefined) {
-      return { kind: "dense", gate: matrix(TensorName.ffnGate(l), at), up: matrix(TensorName.ffnUp(l), at), down: matrix(TensorName.ffnDown(l), at) };
+      const [gate, up] = gateUp(l, at);
+      return { kind: "dense", gate, up, down: matrix(TensorName.ffnDown(l), at) };
     }
     const biased = c.experts.biases;
     return {
@@ -363,18 +383,34 @@ function planAllocations(ckpt: Checkpoint, targets: readonly WeightTarget[], pla
   };
 
   const tokenEmbedding = matrix(TensorName.tokenEmbedding, placement.embedding);
+  const kvDim = c.nKvHeads * c.headDim;
+  const qDim = c.nHeads * c.headDim;
+  // q, k, v: three tensors, or row ranges of one fused attn_qkv (phi3).
+  const qkv = (l: number, at: number): [WeightMatrix, WeightMatrix, WeightMatrix] => {
+    if (!c.fusedQkv) return [matrix(TensorName.attnQ(l), at), matrix(TensorName.attnK(l), at), matrix(TensorName.attnV(l), at)];
+    const fused = matrix(TensorName.attnQkv(l), at);
+    return [matrixRows(fused, 0, qDim), matrixRows(fused, qDim, kvDim), matrixRows(fused, qDim + kvDim, kvDim)];
+  };
+  // gate, up: two tensors, or the halves of one fused ffn_up (phi3: gate rows first).
+  const gateUp = (l: number, at: number): [WeightMatrix, WeightMatrix] => {
+    if (!c.fusedGateUp) return [matrix(TensorName.ffnGate(l), at), matrix(TensorName.ffnUp(l), at)];
+    const fused = matrix(TensorName.ffnUp(l), at);
+    return [matrixRows(fused, 0, c.hiddenDim), matrixRows(fused, c.hiddenDim, c.hiddenDim)];
+  };
   const layers: LayerWeights[] = [];
   for (let l = 0; l < c.nLayers; l++) {
     const at = placement.layers[l];
     if (at === undefined) throw new Error(`loadPlacedWeights: layer ${l} is not placed`);
+    const [wq, wk, wv] = qkv(l, at);
     layers.push({
       attnNorm: vector(TensorName.attnNorm(l), at),
-      wq: matrix(TensorName.attnQ(l), at),
-      wk: matrix(TensorName.attnK(l), at),
-      wv: matrix(TensorName.attnV(l), at),
+      wq,
+      wk,
+      wv,
       qkvBias: c.qkvBias ? { q: vector(TensorName.attnQBias(l), at), k: vector(TensorName.attnKBias(l), at), v: vector(TensorName.attnVBias(l), at) } : null,
       qkNorm: c.qkNorm ? { q: vector(TensorName.attnQNorm(l), at), k: vector(TensorName.attnKNorm(l), at) } : null,
       wo: matrix(TensorName.attnOutput(l), at),
+      postNorms: c.postNorms ? { attn: vector(TensorName.postAttnNorm(l), at), ffn: vector(TensorName.postFfnNorm(l), at) } : null,
       ffnNorm: vector(TensorName.ffnNorm(l), at),
       ffn: feedForward(l, at),
     });

@@ -12,11 +12,13 @@ import type { BlockCopy } from "../../kv/kv-cache-manager.ts";
 import { SEQ_INFO_INTS } from "../kernels.ts";
 import type { CpuBackend } from "../cpu.ts";
 import { DeviceError } from "../../errors.ts";
-import { queryDim, type ModelConfig } from "../../model/config.ts";
+import { layerWindow, queryDim, type ModelConfig } from "../../model/config.ts";
 import type { StepBatch } from "../../model/batch.ts";
 import { TensorName } from "../../model/checkpoint.ts";
 import type { WeightMatrix } from "../../model/weights.ts";
-import { MAX_STACK, type GpuWeightMatrix, type WebGpuBackend } from "./backend.ts";
+import { MAX_STACK, type GpuWeightMatrix, type ProductInput, type WebGpuBackend } from "./backend.ts";
+import { attentionScale, type AttentionScores } from "../kernels.ts";
+import { layerRopes, ropeTable } from "../../model/rope.ts";
 import type { FileWeights, HostMatrix } from "./file-weights.ts";
 import type { KVLayout } from "../../kv/kv-layout.ts";
 import type { StepShape } from "./webgpu-forward.ts";
@@ -24,13 +26,16 @@ import { GpuExperts, type GpuExpertLayer } from "./experts-gpu.ts";
 
 interface GpuLayer {
   attnNorm: GPUBuffer; // [dim]
-  qkv: GpuWeightMatrix[]; // wq [qDim][dim], wk [kvDim][dim], wv [kvDim][dim], stacked where they share a type; qwen2's biases with them
+  qkv: GpuWeightMatrix[]; // wq [qDim][dim], wk [kvDim][dim], wv [kvDim][dim], stacked where they share a type (phi3: one fused stack); qwen2's biases with them
   wo: GpuWeightMatrix; // [dim][qDim]
+  postNorms: { attn: GPUBuffer; ffn: GPUBuffer } | null; // [dim] each (gemma3)
   ffnNorm: GPUBuffer; // [dim]
   ffn:
-    | { kind: "dense"; gateUp: GpuWeightMatrix[] /* ffn_gate, ffn_up [hidden][dim], stacked where they share a type */; down: GpuWeightMatrix /* [dim][hidden] */ }
+    | { kind: "dense"; gateUp: GpuWeightMatrix[] /* ffn_gate, ffn_up [hidden][dim], stacked where they share a type (phi3: one fused stack) */; down: GpuWeightMatrix /* [dim][hidden] */ }
     | ({ kind: "experts" } & GpuExpertLayer);
   qkNorm: { q: GPUBuffer; k: GPUBuffer } | null; // [headDim] each
+  rope: GPUBuffer | null; // this layer's cos/sin table (one of ropeTables), null for a layer without RoPE (smollm3)
+  scores: AttentionScores; // the scale of q · k and the sliding window (0: none)
   k: GPUBuffer; // KV arena, [kvHead][block][blockSize] rows of headDim values in the KV type
   v: GPUBuffer;
 }
@@ -52,8 +57,8 @@ export class GpuLlamaModel {
   private readonly cpuEmbedding: { table: WeightMatrix; rows: number } | null;
   private readonly output: GpuWeightMatrix;
   private readonly outputNorm: GPUBuffer;
-  /** cos then sin of every position and pair: [seqLen][ropeDim / 2] each. */
-  private readonly ropeTable: GPUBuffer;
+  /** Per distinct RoPE of the layers (model/rope.ts): cos then sin of every position and pair, [seqLen][ropeDim / 2] each. */
+  private readonly ropeTables: GPUBuffer[];
   private readonly act: Record<"x" | "xb" | "xb2" | "q" | "k" | "v" | "att" | "hb" | "hb2" | "xLogits" | "logits", GPUBuffer>;
   private readonly inputs: StepInputs;
   /** The experts' routing and slot buffers, when the layers have experts. */
@@ -98,25 +103,48 @@ export class GpuLlamaModel {
       return up;
     };
     const matrix = (name: string) => stacks([name], name)[0]!;
+    // One fused matrix (phi3's attn_qkv, ffn_up) as a stack of its row ranges: one dispatch, one output each.
+    const fused = (name: string, rows: readonly number[]) => {
+      const m = uploadFused(gpu, weights.matrix(name), name, rows);
+      for (const part of m.parts) own(part.buffer);
+      return [m];
+    };
     // The arena in 4-byte words (a typed arena is read as u32 words).
     const arena = (this.kv.layerBlockBytes * this.numBlocks) / 4;
     const T = TensorName;
+    const ropes = layerRopes(c);
+    this.ropeTables = ropes.sets.map((params, i) => {
+      const { cos, sin } = ropeTable(params, c.seqLen, c.ropeDim ?? c.headDim);
+      const table = new Float32Array(cos.length + sin.length);
+      table.set(cos);
+      table.set(sin, cos.length);
+      return own(gpu.bufferFrom(table, `rope_table.${i}`));
+    });
+    const scale = c.attnScale ?? attentionScale(c.headDim);
     this.layers = Array.from({ length: c.nLayers }, (_, l) => ({
       attnNorm: vector(T.attnNorm(l)),
-      qkv: stacks([T.attnQ(l), T.attnK(l), T.attnV(l)], `qkv.${l}`, c.qkvBias ? [T.attnQBias(l), T.attnKBias(l), T.attnVBias(l)] : null),
+      qkv: c.fusedQkv
+        ? fused(T.attnQkv(l), [qDim, kvDim, kvDim])
+        : stacks([T.attnQ(l), T.attnK(l), T.attnV(l)], `qkv.${l}`, c.qkvBias ? [T.attnQBias(l), T.attnKBias(l), T.attnVBias(l)] : null),
       wo: matrix(T.attnOutput(l)),
+      postNorms: c.postNorms ? { attn: vector(T.postAttnNorm(l)), ffn: vector(T.postFfnNorm(l)) } : null,
       ffnNorm: vector(T.ffnNorm(l)),
       ffn: c.experts === undefined
-        ? { kind: "dense" as const, gateUp: stacks([T.ffnGate(l), T.ffnUp(l)], `ffn_gate_up.${l}`), down: matrix(T.ffnDown(l)) }
+        ? {
+          kind: "dense" as const,
+          gateUp: c.fusedGateUp ? fused(T.ffnUp(l), [c.hiddenDim, c.hiddenDim]) : stacks([T.ffnGate(l), T.ffnUp(l)], `ffn_gate_up.${l}`),
+          down: matrix(T.ffnDown(l)),
+        }
         : { kind: "experts" as const, ...GpuExperts.upload(gpu, weights, c, l, own) },
       qkNorm: c.qkNorm ? { q: vector(T.attnQNorm(l)), k: vector(T.attnKNorm(l)) } : null,
+      rope: ropes.ofLayer[l] === null ? null : this.ropeTables[ropes.ofLayer[l]!]!,
+      scores: { scale, window: layerWindow(c, l) },
       k: own(gpu.f32Buffer(arena, `k_cache.${l}`)), v: own(gpu.f32Buffer(arena, `v_cache.${l}`)),
     }));
     this.embedding = weights.embeddingOnGpu ? matrix(T.tokenEmbedding) : null;
     this.cpuEmbedding = this.embedding !== null ? null : { table: weights.loadTokenEmbedding(cpu), rows: cpu.mem.alloc(4 * maxTokens * c.dim) };
     this.output = weights.outputName === T.tokenEmbedding && this.embedding !== null ? this.embedding : matrix(weights.outputName);
     this.outputNorm = vector(T.outputNorm);
-    this.ropeTable = own(this.ropeTables());
     const f32 = (n: number, label: string) => own(gpu.f32Buffer(n, label));
     this.act = {
       x: f32(maxTokens * c.dim, "x"), xb: f32(maxTokens * c.dim, "xb"), xb2: f32(maxTokens * c.dim, "xb2"),
@@ -153,9 +181,10 @@ export class GpuLlamaModel {
 
     if (this.embedding !== null) g.embed(a.x, this.embedding, inp.tokens, T);
     else this.embedOnCpu(batch, cpu);
+    if (c.embedScale !== undefined) g.scale(a.x, c.embedScale, T * c.dim); // gemma3: times sqrt(dim)
     let attnIn = g.rmsnormInput(a.xb, a.x, this.layers[0]!.attnNorm, T, c.dim, c.normEps);
     this.layers.forEach((L, l) => {
-      // ---- attention: x += wo · attention(rope(wq·xb), rope(wk·xb), wv·xb); attnIn is xb = rmsnorm(x),
+      // ---- attention: x += wo · attention(rope(wq·xb), rope(wk·xb), wv·xb); attnIn is rmsnorm(x),
       // made before the loop or at the previous layer's end (with f16 products, in f16 form too)
       g.matmulStacks([a.q, a.k, a.v], attnIn, L.qkv);
       if (L.qkNorm) {
@@ -165,33 +194,45 @@ export class GpuLlamaModel {
         g.runner.copy(a.k, 0, a.att, 0, 4 * T * kvDim);
         g.rmsnorm(a.k, a.att, L.qkNorm.k, T * c.nKvHeads, c.headDim, c.normEps);
       }
+      // A layer without RoPE (smollm3's NoPE) rotates nothing: a rotary dimension of 0.
       g.ropeWriteKV(
         rope,
-        { q: a.q, k: a.k, v: a.v, kArena: L.k, vArena: L.v, positions: inp.positions, slots: inp.slots, ropeTable: this.ropeTable },
+        { q: a.q, k: a.k, v: a.v, kArena: L.k, vArena: L.v, positions: inp.positions, slots: inp.slots, ropeTable: L.rope ?? this.ropeTables[0]! },
         {
-          T, nHeads: c.nHeads, nKvHeads: c.nKvHeads, headDim: c.headDim, ropeDim, qStride: qDim, kvStride: kvDim,
+          T, nHeads: c.nHeads, nKvHeads: c.nKvHeads, headDim: c.headDim, ropeDim: L.rope === null ? 0 : ropeDim, qStride: qDim, kvStride: kvDim,
           blockSize: this.blockSize, numBlocks: this.numBlocks, seqLen: c.seqLen,
         },
         this.kv,
       );
       const attnOut = g.attention(
         a.att, a.q, L.k, L.v, inp.seqInfo, inp.tables, batch.numSeqs, maxQueryCount,
-        c.nHeads, c.nKvHeads, c.headDim, this.blockSize, this.numBlocks, qDim, T, this.kv,
+        c.nHeads, c.nKvHeads, c.headDim, this.blockSize, this.numBlocks, qDim, T, this.kv, L.scores,
       );
       g.matmul(a.xb2, attnOut, L.wo);
-      // x += xb2, and the feed-forward's input norm, in one dispatch
-      const ffnIn = g.addRmsnorm(a.xb, a.x, a.xb2, L.ffnNorm, T, c.dim, c.normEps);
+      // x += the attention's output (gemma3: RMS-normalised first, into xb), and the feed-forward's input norm, in one dispatch
+      let ffnIn: ProductInput;
+      if (L.postNorms) {
+        g.rmsnorm(a.xb, a.xb2, L.postNorms.attn, T, c.dim, c.normEps);
+        ffnIn = g.addRmsnorm(a.xb2, a.x, a.xb, L.ffnNorm, T, c.dim, c.normEps);
+      } else {
+        ffnIn = g.addRmsnorm(a.xb, a.x, a.xb2, L.ffnNorm, T, c.dim, c.normEps);
+      }
 
-      // ---- feed-forward: x += w2 · (silu(w1·xb) * (w3·xb)), or the mixture of xb's experts
+      // ---- feed-forward: x += w2 · (act(w1·xb) * (w3·xb)), act silu (SwiGLU) or gelu (GeGLU), or the mixture of xb's experts
       if (L.ffn.kind === "experts") this.experts!.forward(a.xb2, ffnIn, L.ffn, T);
       else {
         g.matmulStacks([a.hb, a.hb2], ffnIn, L.ffn.gateUp);
-        g.matmul(a.xb2, g.swiglu(a.hb, a.hb2, T, c.hiddenDim), L.ffn.down);
+        g.matmul(a.xb2, g.gated(c.ffnActivation ?? "silu", a.hb, a.hb2, T, c.hiddenDim), L.ffn.down);
       }
-      // x += xb2, and the next layer's attention norm, in one dispatch (after the last layer only the add)
+      let ffnOut = a.xb2;
+      if (L.postNorms) {
+        g.rmsnorm(a.xb, a.xb2, L.postNorms.ffn, T, c.dim, c.normEps);
+        ffnOut = a.xb;
+      }
+      // x += the feed-forward's output, and the next layer's attention norm, in one dispatch (after the last layer only the add)
       const next = this.layers[l + 1];
-      if (next !== undefined) attnIn = g.addRmsnorm(a.xb, a.x, a.xb2, next.attnNorm, T, c.dim, c.normEps);
-      else g.add(a.x, a.xb2, T * c.dim);
+      if (next !== undefined) attnIn = g.addRmsnorm(ffnOut === a.xb ? a.xb2 : a.xb, a.x, ffnOut, next.attnNorm, T, c.dim, c.normEps);
+      else g.add(a.x, ffnOut, T * c.dim);
     });
 
     // ---- classifier, only for the rows whose next token is sampled
@@ -308,28 +349,6 @@ export class GpuLlamaModel {
     if (batch.numLogits > 0) run.upload(this.inputs.logitRows, read(batch.logitRows, batch.numLogits));
     return maxQueryCount;
   }
-
-  /** One table: cos then sin of pos * scale * theta^(-2k/ropeDim) / factor[k] in f32 steps, as LlamaModel's default numerics compute them. */
-  private ropeTables(): GPUBuffer {
-    const c = this.config;
-    const ropeDim = c.ropeDim ?? c.headDim;
-    const half = ropeDim / 2;
-    const scale = c.ropeFreqScale ?? 1;
-    const table = new Float32Array(2 * c.seqLen * half);
-    const cos = table.subarray(0, c.seqLen * half);
-    const sin = table.subarray(c.seqLen * half);
-    const fr = Math.fround;
-    for (let k = 0; k < half; k++) {
-      let freq = fr(1 / fr(Math.pow(c.ropeTheta, fr((2 * k) / ropeDim))));
-      if (c.ropeFreqFactors !== undefined) freq = fr(freq / c.ropeFreqFactors[k]!);
-      for (let pos = 0; pos < c.seqLen; pos++) {
-        const angle = fr((scale === 1 ? pos : fr(pos * scale)) * freq);
-        cos[pos * half + k] = Math.cos(angle);
-        sin[pos * half + k] = Math.sin(angle);
-      }
-    }
-    return this.gpu.bufferFrom(table, "rope_table");
-  }
 }
 
 /**
@@ -363,6 +382,13 @@ function uploadStacks(gpu: WebGpuBackend, host: HostMatrix[], label: string, bia
     first = end;
   }
   return out;
+}
+
+/** A fused matrix (phi3's attn_qkv: q, k, v rows; ffn_up: gate, up rows) as one stack of those row ranges. */
+function uploadFused(gpu: WebGpuBackend, host: HostMatrix, label: string, rows: readonly number[]): GpuWeightMatrix {
+  return host.kind === "f32"
+    ? gpu.uploadF32Matrix(host.values, host.rows, host.cols, label, { stack: rows })
+    : gpu.uploadGgmlMatrix(host.bytes, host.type, host.rows, host.cols, label, { stack: rows });
 }
 
 /** The arrays end to end (the one array itself when there is one). */

@@ -1,8 +1,8 @@
 /**
  * What distinguishes one GGUF architecture of the llama family from another. Every architecture
- * here is the same pre-norm transformer (RMSNorm, RoPE attention with grouped-query heads, SwiGLU
+ * here is the same pre-norm transformer (RMSNorm, RoPE attention with grouped-query heads, a gated
  * feed-forward): an architecture reads its hyper-parameters from the file's `{name}.*` metadata
- * and says which optional parts its layers have. The forward pass (../llama.ts) runs them all.
+ * and says which optional parts its layers have (ModelConfig's optional fields). The forward pass (../llama.ts) runs them all.
  */
 import type { GGUFFile } from "../gguf.ts";
 import type { ModelConfig } from "../config.ts";
@@ -16,6 +16,11 @@ export interface Architecture {
    * `rope_freqs.weight` tensor, read by the caller once this shape is known (and checks it).
    */
   config(file: GGUFFile, fromTensors: TensorDerived): ModelConfig;
+  /**
+   * Reads Phi-3's LongRoPE factors (`rope_factors_long.weight` and `rope_factors_short.weight`)
+   * when the file has them: the caller reads the tensors into ModelConfig.longRope.
+   */
+  readonly readsLongRope?: boolean;
 }
 
 /** Hyper-parameters that the tensors, not the metadata, determine. */

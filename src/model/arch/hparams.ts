@@ -13,6 +13,11 @@ export interface LayerOptions {
   ropeStyle: RopeStyle;
   qkvBias: boolean;
   qkNorm: boolean;
+  /**
+   * RoPE scalings the architecture reads besides none and linear ("longrope": phi3, whose factors
+   * are tensors the caller reads); any other is refused rather than computed wrongly.
+   */
+  ropeScalings?: readonly string[];
 }
 
 /** Read `{arch}.*` keys into a ModelConfig. Throws ModelFormatError naming the key when one is missing or absurd. */
@@ -58,7 +63,7 @@ export function readTransformerConfig(file: GGUFFile, arch: string, derived: Ten
     ropeTheta: file.getF32(key("rope.freq_base"), 10000),
     ropeStyle: options.ropeStyle,
     sharedClassifier: derived.sharedClassifier,
-    ropeFreqScale: ropeFreqScale(file, arch),
+    ropeFreqScale: ropeFreqScale(file, arch, options.ropeScalings ?? []),
   };
   if (ropeDim !== headDim) config.ropeDim = ropeDim;
   if (options.qkvBias) config.qkvBias = true;
@@ -90,17 +95,17 @@ export function readExpertsConfig(file: GGUFFile, arch: string, kind: ExpertsKin
 
 /**
  * Linear RoPE scaling (`rope.scaling.type` "linear", or the older `rope.scale_linear`): positions
- * are multiplied by 1/factor. Other scalings (YaRN, LongRoPE) change the attention itself and
- * are refused rather than computed wrongly.
+ * are multiplied by 1/factor. Scalings the architecture does not read (`extra`, beyond none and
+ * linear) change the attention itself and are refused rather than computed wrongly.
  */
-function ropeFreqScale(file: GGUFFile, arch: string): number {
+function ropeFreqScale(file: GGUFFile, arch: string, extra: readonly string[]): number {
   const type = file.getString(`${arch}.rope.scaling.type`, "none");
   if (type === "none") {
     const legacy = file.getF32(`${arch}.rope.scale_linear`, 1);
     return legacy > 0 ? 1 / legacy : 1;
   }
-  if (type !== "linear") {
-    throw new ModelFormatError(file.path, `RoPE scaling ${quoteFileText(type)} is not supported (only none and linear)`);
+  if (type !== "linear" && !extra.includes(type)) {
+    throw new ModelFormatError(file.path, `RoPE scaling ${quoteFileText(type)} is not supported (only ${["none", "linear", ...extra].join(", ")})`);
   }
   const factor = file.getF32(`${arch}.rope.scaling.factor`, 1);
   if (!(factor > 0)) throw new ModelFormatError(file.path, `rope.scaling.factor ${factor} must be positive`);
