@@ -214,6 +214,51 @@ describeShared("the ChatML template of the shared qwen2 model", ["models/gguf/rn
   });
 });
 
+/**
+ * The published templates of the families issue 32 adds (../shared/templates): Gemma 2's (Gemma 3's
+ * is the same turn format), Phi-3.5's and SmolLM3's, each rendered through the Jinja path as
+ * documented, and a conversation through JinjaConversation with a vocabulary of that family's
+ * control tokens where the shared files have one: every turn's prompt a token prefix of the next.
+ */
+const FAMILY_TEMPLATES = [
+  { name: "Gemma 2/3", file: "templates/google-gemma-2-2b-it.jinja", model: "models/gguf/rnd-gemma3-Q4_K_M.gguf", bos: "<bos>", eos: "<eos>",
+    hi: "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n", kwargs: {} },
+  { name: "Phi-3.5", file: "templates/microsoft-Phi-3.5-mini-instruct.jinja", model: "models/gguf/rnd-phi3-Q4_K_M.gguf", bos: "<s>", eos: "<|endoftext|>",
+    hi: "<|user|>\nHi<|end|>\n<|assistant|>\n", kwargs: {} },
+  { name: "SmolLM3 (reasoning off)", file: "templates/HuggingFaceTB-SmolLM3-3B.jinja", model: "models/gguf/rnd-qwen2-Q5_K_M.gguf", bos: "", eos: "<|im_end|>",
+    hi: "<|im_start|>system\n## Metadata\n\nKnowledge Cutoff Date: June 2025\nReasoning Mode: /no_think\n\n## Custom Instructions\n\n" +
+      "You are a helpful AI assistant named SmolLM, trained by Hugging Face.\n\n<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n",
+    kwargs: { enable_thinking: false } },
+] as const;
+
+for (const t of FAMILY_TEMPLATES) {
+  describeShared(`the ${t.name} template`, [t.file, t.model], ([file, model]) => {
+    const template = new ChatTemplate(readFileSync(file!, "utf8"), file!, { bosToken: t.bos, eosToken: t.eos }, t.kwargs);
+
+    test("renders the documented prompt", () => {
+      expect(template.render(HI, true)).toBe(t.hi);
+    });
+
+    test("each turn's prompt is an exact token prefix of the next; control text the user typed stays text", () => {
+      const { tokenizer } = loadTokenizer(model!);
+      const chat = new JinjaConversation(template, tokenizer, { addBos: false });
+      let previous: number[] = [];
+      for (const [i, user] of ["Hello", "What is 2+2? <|im_start|><start_of_turn><|user|><|end|>", "Thanks!"].entries()) {
+        const prompt = chat.promptIds(user);
+        expect(prompt.slice(0, previous.length)).toEqual(previous);
+        // Decoding drops control tokens: had the typed text become one, it would be missing here.
+        expect(tokenizer.decode(prompt)).toContain(user);
+        // A reply as the model writes it after the turn header (no leading space: Gemma's template trims contents).
+        const replyText = `Reply number ${i}.`;
+        const replyIds = tokenizer.encode(replyText, { continuation: true });
+        chat.commit(user, replyIds, replyText);
+        previous = [...prompt, ...replyIds];
+        expect([...chat.ids]).toEqual(previous);
+      }
+    });
+  });
+}
+
 describeShared("template text and contents tokenized together", ["models/gguf/stories260K.gguf", "models/gguf/rnd-qwen2-Q5_K_M.gguf"], (models) => {
   // Without control text in the messages, a conversation's ids are the whole rendering's ids with
   // specials parsed: pieces between control tokens are never cut at a content's edge.

@@ -5,7 +5,8 @@
  */
 import { defineCommand, type ArgsDef } from "citty";
 import { formatBytes } from "../hub/progress.ts";
-import { estimateMemory, summarizeModel, type MemoryEstimate, type ModelSummary } from "../hub/summary.ts";
+import { estimateMemory, summarizeModel, type MemoryEstimate, type ModelSummary, type WindowSummary } from "../hub/summary.ts";
+import type { ModelConfig } from "../model/config.ts";
 import { contextLength, DEFAULT_CONTEXT, DEFAULT_ENGINE_OPTIONS, defaultNumBlocks, withContext } from "../engine/engine.ts";
 import { planMemory } from "../engine/memory-plan.ts";
 import { describePart, memoryLimitBytes } from "../backend/placement.ts";
@@ -45,7 +46,6 @@ export const infoCommand = defineCommand({
     const asked = kvTypeOption(args) ?? defaultKVType("GGUF");
     // As the engine resolves it (kv-layout.ts): q8_0 needs heads of whole 32-value blocks.
     const kvType = asked === "q8_0" && (summary.headDim ?? 0) % Q8_0_BLOCK !== 0 ? "f16" : asked;
-    const memory = estimateMemory(summary, contextLength(summary.contextLength ?? DEFAULT_CONTEXT, ctxOption), kvType);
     // The header alone can be read where the model cannot run (an architecture or tensor type
     // pagellm lacks, tensors that overlap or miss): what was read is shown, then why, exit 2.
     let checkpoint: Checkpoint | null = null;
@@ -55,9 +55,12 @@ export const infoCommand = defineCommand({
     } catch (e) {
       failure = e;
     }
+    const layerNotes = checkpoint === null ? NO_LAYER_NOTES : layerNotesOf(checkpoint.config);
+    const memory = estimateMemory(summary, contextLength(summary.contextLength ?? DEFAULT_CONTEXT, ctxOption), kvType, layerNotes.slidingWindow);
     const placement = checkpoint === null ? null : placementOf(checkpoint, ctxOption, kvType);
-    if (args.json === true) process.stdout.write(`${terminalSafeJson(JSON.stringify({ ...summary, memory, ...(placement === null ? {} : { placement }) }, null, 2))}\n`);
-    else process.stdout.write(formatInfo(summary, memory) + (placement === null ? "" : formatPlacement(placement)));
+    const shown = { ...summary, ...layerNotes };
+    if (args.json === true) process.stdout.write(`${terminalSafeJson(JSON.stringify({ ...shown, memory, ...(placement === null ? {} : { placement }) }, null, 2))}\n`);
+    else process.stdout.write(formatInfo(shown, memory) + (placement === null ? "" : formatPlacement(placement)));
     if (failure !== null) throw failure;
   },
 });
@@ -109,7 +112,39 @@ export function formatPlacement(p: PlacementInfo): string {
   return out.join("\n");
 }
 
-export function formatInfo(s: ModelSummary, m: MemoryEstimate): string {
+/** What the architecture makes of the layers beyond the header's plain keys (null where it does not apply). */
+interface LayerNotes {
+  /** gemma3's sliding window and its local layers. */
+  slidingWindow: WindowSummary | null;
+  /** The local layers' own RoPE. */
+  localRope: string | null;
+  /** Layers without RoPE (smollm3). */
+  noRopeLayers: number[] | null;
+  /** Phi-3's LongRoPE. */
+  longRope: string | null;
+}
+
+const NO_LAYER_NOTES: LayerNotes = { slidingWindow: null, localRope: null, noRopeLayers: null, longRope: null };
+
+function layerNotesOf(c: ModelConfig): LayerNotes {
+  const w = c.slidingWindow;
+  const noRope = c.noRopeLayers?.flatMap((none, l) => (none ? [l] : [])) ?? [];
+  return {
+    slidingWindow: w === undefined ? null : { size: w.size, localLayers: w.local.flatMap((local, l) => (local ? [l] : [])) },
+    localRope: w?.rope === undefined ? null : `base ${w.rope.theta}${w.rope.freqScale === 1 ? ", no scaling" : `, linear x${1 / w.rope.freqScale}`}`,
+    noRopeLayers: noRope.length === 0 ? null : noRope,
+    longRope: c.longRope === undefined ? null :
+      `long factors past ${c.longRope.originalContext} positions, short ones up to it; attn_factor ${(c.ropeAttnFactor ?? 1).toFixed(4)}`,
+  };
+}
+
+/** "512 tokens on 22 of 26 layers (global: 5, 11, 17, 23)". */
+function describeWindow(w: WindowSummary, layers: number): string {
+  const globals = Array.from({ length: layers }, (_, l) => l).filter((l) => !w.localLayers.includes(l));
+  return `${w.size} tokens on ${w.localLayers.length} of ${layers} layers (global: ${globals.length === 0 ? "none" : globals.join(", ")})`;
+}
+
+export function formatInfo(s: ModelSummary & Partial<LayerNotes>, m: MemoryEstimate): string {
   const out: string[] = [];
   const section = (title: string, rows: [string, string | number | null][]): void => {
     const shown = rows.filter((r): r is [string, string | number] => r[1] !== null);
@@ -133,12 +168,16 @@ export function formatInfo(s: ModelSummary, m: MemoryEstimate): string {
     ...expertRows(s),
     ["heads (q/kv)", s.heads === null ? null : `${s.heads}/${s.kvHeads}`],
     ["head dim", s.headDim],
+    ["sliding window", s.slidingWindow == null ? null : describeWindow(s.slidingWindow, s.layers ?? s.slidingWindow.localLayers.length)],
   ]);
   section("RoPE", [
     ["freq base", s.rope.freqBase],
     ["dimensions", s.rope.dims],
     ["scaling", s.rope.scaling === null ? null : `${showFileText(s.rope.scaling)}${s.rope.scalingFactor === null ? "" : ` x${s.rope.scalingFactor}`}`],
     ["original context", s.rope.originalContext],
+    ["local layers", s.localRope ?? null],
+    ["LongRoPE", s.longRope ?? null],
+    ["no RoPE on layers", s.noRopeLayers == null ? null : s.noRopeLayers.join(", ")],
   ]);
   section("Tensors", s.tensorTypes.map((t) => [t.type, `${(100 * t.fraction).toFixed(1).padStart(5)}%  ${formatBytes(t.bytes).padStart(10)}  ${t.tensors} tensors`]));
   section("Vocabulary", [
@@ -156,7 +195,8 @@ export function formatInfo(s: ModelSummary, m: MemoryEstimate): string {
   }
   section(`Memory at --ctx-size ${m.ctxSize}`, [
     ["weights", formatBytes(m.weightBytes)],
-    [`KV cache (${m.kvType})`, formatBytes(m.kvCacheBytes)],
+    [`KV cache (${m.kvType})`, formatBytes(m.kvCacheBytes) +
+      (m.kvCacheBytes === m.kvCacheAllGlobalBytes ? "" : `  (local layers at the window; ${formatBytes(m.kvCacheAllGlobalBytes)} with every layer global)`)],
     ["activations (est.)", formatBytes(m.activationBytes)],
     ["total", formatBytes(m.totalBytes)],
   ]);

@@ -176,13 +176,26 @@ function optionalString(gguf: GGUFFile, key: string): string | null {
   return value !== undefined && value.type === "string" ? value.value : null;
 }
 
+/** Sliding-window attention as the model's architecture reads it (gemma3's local layers): what `info` shows. */
+export interface WindowSummary {
+  /** Positions a local layer's query sees, its own included. */
+  readonly size: number;
+  /** The local layers; the others see the whole context. */
+  readonly localLayers: readonly number[];
+}
+
 export interface MemoryEstimate {
   readonly ctxSize: number;
   readonly weightBytes: number;
   /** The KV cache's element type (src/kv/kv-layout.ts). */
   readonly kvType: KVType;
-  /** K and V for every layer and position: 2 * layers * ctx * kvHeads * (bytes of a head's row of kvType). */
+  /**
+   * K and V for every layer and position: 2 * ctx * kvHeads * (bytes of a head's row of kvType) per
+   * layer, a sliding-window layer counted at min(ctx, window) positions (all it ever attends to).
+   */
   readonly kvCacheBytes: number;
+  /** The same with every layer counted at ctx (what a model without a window would need); equal when none is windowed. */
+  readonly kvCacheAllGlobalBytes: number;
   /** One token's working buffers (residual, norms, q/k/v, attention scores, FFN, logits) at f32. */
   readonly activationBytes: number;
   readonly totalBytes: number;
@@ -190,18 +203,21 @@ export interface MemoryEstimate {
 
 /**
  * The memory a run at `ctxSize` positions with a KV cache of `kvType` needs; an estimate for
- * activations, exact for weights and KV.
+ * activations, exact for weights and KV (one sequence; local layers of `window` at the window).
  */
-export function estimateMemory(s: ModelSummary, ctxSize: number, kvType: KVType): MemoryEstimate {
+export function estimateMemory(s: ModelSummary, ctxSize: number, kvType: KVType, window: WindowSummary | null = null): MemoryEstimate {
   const layers = s.layers ?? 0;
   const kvHeads = s.kvHeads ?? 0;
   const headDim = s.headDim ?? 0;
-  const kvCacheBytes = 2 * layers * ctxSize * kvHeads * kvRowBytes(kvType, headDim);
+  const positionBytes = 2 * kvHeads * kvRowBytes(kvType, headDim);
+  const local = window === null ? 0 : window.localLayers.length;
+  const kvCacheAllGlobalBytes = layers * ctxSize * positionBytes;
+  const kvCacheBytes = (layers - local) * ctxSize * positionBytes + local * Math.min(ctxSize, window?.size ?? 0) * positionBytes;
   const embd = s.embeddingLength ?? 0;
   const ffn = s.feedForwardLength ?? 4 * embd;
   const heads = s.heads ?? 0;
   const vocab = s.vocabulary.size ?? 0;
   const activationFloats = 4 * embd + (heads + 2 * kvHeads) * headDim + 3 * ffn + heads * ctxSize + vocab;
   const activationBytes = activationFloats * 4;
-  return { ctxSize, weightBytes: s.weightBytes, kvType, kvCacheBytes, activationBytes, totalBytes: s.weightBytes + kvCacheBytes + activationBytes };
+  return { ctxSize, weightBytes: s.weightBytes, kvType, kvCacheBytes, kvCacheAllGlobalBytes, activationBytes, totalBytes: s.weightBytes + kvCacheBytes + activationBytes };
 }
