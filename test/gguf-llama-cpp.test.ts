@@ -19,8 +19,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { readGGUF } from "../src/model/gguf.ts";
-import { GGUFRig, argmax, logSoftmaxAt } from "./helpers/gguf-rig.ts";
-import { sameBits } from "./helpers/logit-compare.ts";
+import { expectChunkingInvariance, GGUFRig } from "./helpers/gguf-rig.ts";
+import { describeFigures, expectRule, ruleFigures, type GreedyRef, type RuleKind, type ScoreRef } from "./helpers/llama-cpp-rule.ts";
 import { SHARED_DIR, describeShared } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
 import { CHILD_PROCESS_MS, COMPUTE_TEST_MS, PROCESS_TEST_MS } from "./helpers/limits.ts";
@@ -33,19 +33,6 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const MAKE_REFMODELS = "tools/llama-ref/make_refmodels.ts";
 const REFS = "golden/llama-cpp/refs";
 const TEXTS = ["story", "mixed"] as const;
-const F32_MAX_MEAN_DIFF = 0.02;
-const F32_MIN_AGREEMENT = 0.97;
-const QUANT_SLOPE = 1.15;
-const QUANT_SLACK = 0.01;
-
-interface ScoreRef {
-  tokens: number[];
-  logprobs: [number, number][];
-}
-interface GreedyRef {
-  tokens: number[];
-  generated: number[];
-}
 const readJson = <T>(path: string): T => JSON.parse(readFileSync(path, "utf8")) as T;
 
 let refModelsDir: string | null = null;
@@ -64,7 +51,7 @@ function refModel(name: string): string {
   return path;
 }
 
-type Kind = "F32" | "F16/BF16" | "quantized";
+type Kind = RuleKind;
 interface ModelCase {
   /** Name in the references (MODEL of refs/MODEL.*.json). */
   ref: string;
@@ -119,7 +106,6 @@ afterAll(() => {
   if (process.env.PAGELLM_TEST_VERBOSE && measured.length > 0) console.log(`pagellm vs llama.cpp (threads ${THREADS}):\n  ${measured.join("\n  ")}`);
 });
 
-const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 
 for (const m of CASES) {
   const refFiles = [
@@ -140,31 +126,10 @@ for (const m of CASES) {
 
     /** The README's rule for this file on `text`, with `r`'s KV cache; the figures go to `measured`. */
     const checkRule = (r: GGUFRig, i: number, kvType: KVType): void => {
-      const text = TEXTS[i]!;
       const own = readJson<ScoreRef>(paths[i]!);
-      const f32 = readJson<ScoreRef>(paths[TEXTS.length + i]!);
-      expect(own.tokens).toEqual(f32.tokens);
-      const logits = r.logits(own.tokens, 64);
-      const n = own.tokens.length - 1;
-      const mine = Array.from({ length: n }, (_, p) => logSoftmaxAt(logits[p]!, own.tokens[p + 1]!));
-      const diffOwn = mean(mine.map((lp, p) => Math.abs(lp - own.logprobs[p]![0])));
-      const agreement = mean(logits.slice(0, n).map((l, p) => (argmax(l) === own.logprobs[p]![1] ? 1 : 0)));
-      const errMine = mean(mine.map((lp, p) => Math.abs(lp - f32.logprobs[p]![0])));
-      const errLlama = mean(own.logprobs.map(([lp], p) => Math.abs(lp - f32.logprobs[p]![0])));
-      measured.push(
-        `${m.ref} ${text} (${kvType} KV): mean |d| vs llama.cpp same file ${diffOwn.toFixed(5)}, argmax agreement ${(100 * agreement).toFixed(1)}%, ` +
-          `err vs F32 original: pagellm ${errMine.toFixed(5)}, llama.cpp ${errLlama.toFixed(5)}`,
-      );
-      const f32Rule = diffOwn <= F32_MAX_MEAN_DIFF && agreement >= F32_MIN_AGREEMENT;
-      const quantRule = errMine <= QUANT_SLOPE * errLlama + QUANT_SLACK;
-      if (m.kind === "F32") {
-        expect(diffOwn).toBeLessThanOrEqual(F32_MAX_MEAN_DIFF);
-        expect(agreement).toBeGreaterThanOrEqual(F32_MIN_AGREEMENT);
-      } else if (m.kind === "F16/BF16") {
-        expect(f32Rule || quantRule).toBe(true);
-      } else {
-        expect(errMine).toBeLessThanOrEqual(QUANT_SLOPE * errLlama + QUANT_SLACK);
-      }
+      const figures = ruleFigures(r.logits(own.tokens, 64), own, readJson<ScoreRef>(paths[TEXTS.length + i]!));
+      measured.push(`${m.ref} ${TEXTS[i]!} (${kvType} KV): ${describeFigures(figures)}`);
+      expectRule(m.kind, figures);
     };
 
     TEXTS.forEach((text, i) => {
@@ -184,13 +149,9 @@ for (const m of CASES) {
 
     test("batch invariance: the same bits prefilled at once, in chunks of 7, token by token, beside another sequence, on another thread count", () => {
       const tokens = readJson<ScoreRef>(paths[0]!).tokens.slice(0, 48);
-      const once = rig!.logits(tokens, tokens.length);
-      expect(sameBits(rig!.logits(tokens, 7), once)).toBe(true);
-      expect(sameBits(rig!.logits(tokens, 1), once)).toBe(true);
-      expect(sameBits(rig!.logits(tokens, 11, [...tokens].reverse()), once)).toBe(true);
       const other = new GGUFRig(m.path(), 64, THREADS === 1 ? 2 : 1);
       try {
-        expect(sameBits(other.logits(tokens, 5), once)).toBe(true);
+        expectChunkingInvariance(rig!, other, tokens);
       } finally {
         other.close();
       }
@@ -203,11 +164,7 @@ for (const m of CASES) {
         const typed = new GGUFRig(m.path(), 64, THREADS, 16, kvType);
         const other = new GGUFRig(m.path(), 64, THREADS === 1 ? 2 : 1, 16, kvType);
         try {
-          const once = typed.logits(tokens, tokens.length);
-          expect(sameBits(typed.logits(tokens, 7), once)).toBe(true);
-          expect(sameBits(typed.logits(tokens, 1), once)).toBe(true);
-          expect(sameBits(typed.logits(tokens, 11, [...tokens].reverse()), once)).toBe(true);
-          expect(sameBits(other.logits(tokens, 5), once)).toBe(true);
+          expectChunkingInvariance(typed, other, tokens);
         } finally {
           typed.close();
           other.close();

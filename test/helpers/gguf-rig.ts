@@ -3,6 +3,7 @@
  * position out, over a paged KV cache with a shuffled block table. Used to score token sequences
  * against llama.cpp's references and to check batch invariance on GGUF files.
  */
+import { expect } from "bun:test";
 import { CpuBackend } from "../../src/backend/cpu.ts";
 import { KVArena } from "../../src/kv/kv-arena.ts";
 import type { KVType } from "../../src/kv/kv-layout.ts";
@@ -11,6 +12,7 @@ import type { ModelConfig } from "../../src/model/config.ts";
 import { LlamaModel } from "../../src/model/llama.ts";
 import { openCheckpoint } from "../../src/model/load.ts";
 import { loadWeights } from "../../src/model/weights.ts";
+import { sameBits } from "./logit-compare.ts";
 
 export class GGUFRig {
   readonly backend: CpuBackend;
@@ -86,6 +88,18 @@ export class GGUFRig {
     }
     return out;
   }
+}
+
+/**
+ * The same logits, bit for bit, for `tokens` prefilled at once by `rig`, in chunks of 7, token by
+ * token and in chunks of 11 beside another sequence, and by `other` (another thread count) in chunks of 5.
+ */
+export function expectChunkingInvariance(rig: GGUFRig, other: GGUFRig, tokens: readonly number[]): void {
+  const once = rig.logits(tokens, tokens.length);
+  expect(sameBits(rig.logits(tokens, 7), once)).toBe(true);
+  expect(sameBits(rig.logits(tokens, 1), once)).toBe(true);
+  expect(sameBits(rig.logits(tokens, 11, [...tokens].reverse()), once)).toBe(true);
+  expect(sameBits(other.logits(tokens, 5), once)).toBe(true);
 }
 
 export function argmax(x: ArrayLike<number>): number {
