@@ -166,6 +166,18 @@ const CASES: { name: string; model: string; tokenizer?: string; kvType?: KVType;
     ],
   },
   {
+    // gpt-oss: attention sinks, windows of 32 on the even layers (most requests outgrow them), YaRN, MXFP4 experts
+    // with biases (4 of 8 per token); stories260K's vocabulary; a q8_0 KV cache.
+    name: "rnd-gptoss MXFP4_MOE (q8_0 KV cache)",
+    model: "models/gguf/rnd-gptoss-MXFP4_MOE.gguf",
+    tokenizer: "models/gguf/rnd-gptoss-MXFP4_MOE.gguf",
+    kvType: "q8_0",
+    blockSizes: [
+      { blockSize: 16, configs: [TOGETHER_OFF, PREEMPT_ON, CHUNKED_ON] },
+      { blockSize: 4, configs: [PREEMPT_CHUNKED_ON] },
+    ],
+  },
+  {
     // Sliding-window layers (a window of 32: most requests outgrow it), GeGLU, post-norms; its own vocabulary.
     name: "rnd-gemma3-Q4_K_M (f16 KV cache)",
     model: "models/gguf/rnd-gemma3-Q4_K_M.gguf",

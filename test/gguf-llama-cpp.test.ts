@@ -73,7 +73,8 @@ const stories = (type: string, kind: Kind): ModelCase => ({
   path: sharedModel(`models/gguf/${type === "F32" ? "stories260K" : `stories260K-${type}`}.gguf`),
   needs: [`models/gguf/${type === "F32" ? "stories260K" : `stories260K-${type}`}.gguf`],
 });
-const random = (arch: "llama" | "qwen2" | "qwen3moe" | "gemma3" | "phi3" | "phi3-longrope", type: string): ModelCase => ({
+type RandomArch = "llama" | "qwen2" | "qwen3moe" | "gptoss" | "gemma3" | "phi3" | "phi3-longrope";
+const random = (arch: RandomArch, type: string): ModelCase => ({
   ref: `rnd-${arch}-${type}`, f32: `rnd-${arch}-F32`, kind: type === "F32" ? "F32" : "quantized", greedyPrompt: "p_fox",
   path: type === "F32" ? () => refModel(`rnd-${arch}-F32`) : sharedModel(`models/gguf/rnd-${arch}-${type}.gguf`),
   needs: type === "F32" ? [MAKE_REFMODELS] : [`models/gguf/rnd-${arch}-${type}.gguf`],
@@ -84,7 +85,7 @@ const random = (arch: "llama" | "qwen2" | "qwen3moe" | "gemma3" | "phi3" | "phi3
  * weights: llama.cpp's own run with one strays from its F32 reference by 0.035-0.088 on average,
  * more than pagellm's; docs/models.md has the figures. The references here are f16-cache runs only.)
  */
-const newer = (arch: "gemma3" | "phi3" | "phi3-longrope", type: string): ModelCase => ({
+const newer = (arch: Exclude<RandomArch, "llama" | "qwen2">, type: string): ModelCase => ({
   ...random(arch, type), kvTypeRules: type === "F32" ? ["f16"] : ["f16", "q8_0"],
 });
 
@@ -94,7 +95,8 @@ const CASES: ModelCase[] = [
   stories("Q5_0", "quantized"), stories("Q5_1", "quantized"),
   random("llama", "F32"), random("llama", "Q4_K_M"), random("llama", "Q2_K"),
   random("qwen2", "F32"), random("qwen2", "Q5_K_M"),
-  random("qwen3moe", "F32"), random("qwen3moe", "Q4_K_M"),
+  // Mixtures of experts: qwen3moe (8 experts, 2 per token) and gpt-oss (sinks, biases, windows, YaRN, MXFP4 experts).
+  newer("qwen3moe", "F32"), newer("qwen3moe", "Q4_K_M"), newer("gptoss", "F32"), newer("gptoss", "MXFP4_MOE"),
   // gemma3 (sliding-window layers, GeGLU, post-norms, scaled embedding) and phi3 (fused q/k/v and gate/up; LongRoPE
   // with its short factors and attn_factor), whose rules are checked over f16 and q8_0 KV caches too (kvTypeRules).
   newer("gemma3", "F32"), newer("gemma3", "Q4_K_M"),

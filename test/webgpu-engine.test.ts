@@ -4,13 +4,14 @@
  * WebGpuBackend; the software adapter in CI). What must hold there:
  *   - greedy output equals llama2.c run.c on runc-greedy.json's f32 cases (stories260K's two run
  *     together in one batch; llama2xs_h192), and llama.cpp's greedy ids on the F32, F16 and BF16
- *     stories260K references and the random F32 llama, qwen2, qwen3moe, gemma3 and phi3 models;
+ *     stories260K references and the random F32 llama, qwen2, qwen3moe, gpt-oss, gemma3 and phi3 models;
  *   - the quantized stories260K files, the random K-quant ones (gemma3 and phi3 among them) and the
- *     mixture of experts rnd-qwen3moe-Q4_K_M meet the README's accuracy bound (golden/llama-cpp)
- *     through the engine's teacher-forced scores, as they do on WebAssembly;
+ *     mixtures of experts rnd-qwen3moe-Q4_K_M and rnd-gptoss-MXFP4_MOE meet the README's accuracy
+ *     bound (golden/llama-cpp) through the engine's teacher-forced scores, as they do on WebAssembly;
  *   - bitwise invariance: requests run one at a time with the prefix cache off give the same
  *     tokens run together with the cache on, in a pool so small that requests are preempted while
- *     prefixes hit, and with chunked prefill beside decodes (on a small mixture of experts too);
+ *     prefixes hit, and with chunked prefill beside decodes (on mixtures of experts too: a small
+ *     qwen3moe, and gpt-oss with its sinks and windows);
  *   - the command line: --device webgpu runs on the adapter and says so on stderr; a model WGSL
  *     cannot run, and a machine without a usable adapter, fail with one line and exit code 2;
  *     auto falls back to WebAssembly with the reason.
@@ -62,7 +63,7 @@ const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 const ACCURACY_CASES: [string, string][] = [
   ...["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"].map((t): [string, string] => [`stories260K-${t}`, "stories260K-F32"]),
   ["rnd-llama-Q4_K_M", "rnd-llama-F32"], ["rnd-llama-Q2_K", "rnd-llama-F32"], ["rnd-qwen2-Q5_K_M", "rnd-qwen2-F32"],
-  ["rnd-qwen3moe-Q4_K_M", "rnd-qwen3moe-F32"],
+  ["rnd-qwen3moe-Q4_K_M", "rnd-qwen3moe-F32"], ["rnd-gptoss-MXFP4_MOE", "rnd-gptoss-F32"],
   // gemma3 (sliding-window layers: the story outgrows the window of 32) and phi3 (fused matrices).
   ["rnd-gemma3-Q4_K_M", "rnd-gemma3-F32"], ["rnd-phi3-Q4_K_M", "rnd-phi3-F32"],
 ];
@@ -186,10 +187,11 @@ await describeGpu("the engine on WebGPU", (gpu) => {
   }
 
   // The random F32 llama and qwen2 (q/k/v biases, neox RoPE, grouped KV heads, tied classifier),
-  // qwen3moe (8 experts, 2 per token: routed and grouped on the GPU), gemma3 (sliding-window layers),
+  // qwen3moe (8 experts, 2 per token: routed and grouped on the GPU), gpt-oss (sinks, biases, windows,
+  // YaRN, experts with biases and the clamped SwiGLU), gemma3 (sliding-window layers),
   // phi3 (fused matrices) and its LongRoPE variant, rewritten bit for bit by the references'
   // make_refmodels.ts into a temp folder.
-  for (const arch of ["llama", "qwen2", "qwen3moe", "gemma3", "phi3", "phi3-longrope"] as const) {
+  for (const arch of ["llama", "qwen2", "qwen3moe", "gptoss", "gemma3", "phi3", "phi3-longrope"] as const) {
     describeShared(
       `llama.cpp greedy on the random F32 ${arch}`,
       ["tools/llama-ref/make_refmodels.ts", `golden/llama-cpp/refs/rnd-${arch}-F32.greedy.p_fox.json`],
@@ -228,6 +230,10 @@ await describeGpu("the engine on WebGPU", (gpu) => {
     invarianceTests(gpu, model, undefined, "q8_0");
   });
 
+  describeShared("batch invariance on WebGPU, gpt-oss (sinks, windows of 32, MXFP4 experts; q8_0 KV cache)", ["models/gguf/rnd-gptoss-MXFP4_MOE.gguf"], ([model]) => {
+    beforeAll(() => gpu.prepareExperts(expertTypes(openCheckpoint(model!))));
+    invarianceTests(gpu, model!, undefined, "q8_0");
+  });
   describeShared("batch invariance on WebGPU, a mixture of experts (a small Q8_0 qwen3moe, 8 experts, 2 per token)", ["models/gguf/stories260K.gguf"], ([stories]) => {
     const model = smallQwen3Moe(stories!, "Q8_0");
     beforeAll(() => gpu.prepareExperts(expertTypes(openCheckpoint(model))));

@@ -76,6 +76,9 @@ const MODELS: (({ rel: string } | { name: string; write: () => string | null }) 
   { name: "qwen3 Q4_K_M (written)", write: () => qwen3("Q4_K_M"), tolerance: 6e-2 },
   // qwen3moe: 8 experts of 256, 2 per token, Q4_K experts (routing on the GPU, slots grouped by expert).
   { rel: "models/gguf/rnd-qwen3moe-Q4_K_M.gguf", tolerance: 6e-2 },
+  // gpt-oss: attention sinks, q/k/v/output biases, windows of 32 on the even layers, YaRN, MXFP4 experts with
+  // biases and the clamped SwiGLU (4 of 8 per token), Q8_0 elsewhere.
+  { rel: "models/gguf/rnd-gptoss-MXFP4_MOE.gguf", tolerance: 6e-2 },
   // gemma3: a sliding window of 4 (the decode outgrows it), GeGLU, post-norms, scaled embedding, two RoPEs.
   { name: "gemma3 F32 (written)", write: () => writtenModel(dir, "gemma3", "F32"), tolerance: 1e-4 },
   { name: "gemma3 Q4_K_M (written)", write: () => writtenModel(dir, "gemma3", "Q4_K_M"), tolerance: 6e-2 },
@@ -103,7 +106,8 @@ function compareForwardPasses(gpu: WebGpuBackend, models: typeof MODELS): void {
     const cpu = new CpuBackend();
     try {
       const ckpt = openCheckpoint(path!);
-      const c = ckpt.config;
+      // A context of at most 256 positions (gpt-oss's 131072 would make the KV arena too large for one binding).
+      const c = { ...ckpt.config, seqLen: Math.min(ckpt.config.seqLen, 256) };
       await gpu.prepareExperts(expertTypes(ckpt));
       const weights = loadWeights(ckpt, cpu.mem, cpu.kernels);
       const blocksPerSeq = Math.ceil(c.seqLen / BLOCK);
@@ -111,7 +115,7 @@ function compareForwardPasses(gpu: WebGpuBackend, models: typeof MODELS): void {
       const wasm = new LlamaModel(c, weights, cpu, MAX_TOKENS, MAX_TOKENS);
       const kv = new KVArena(cpu.mem, c, numBlocks, BLOCK);
       const batch = new StepBatch(cpu.mem, MAX_TOKENS, 2, blocksPerSeq, BLOCK, MAX_TOKENS);
-      const model = new GpuLlamaModel(c, new FileWeights(ckpt), cpu, gpu, {
+      const model = new GpuLlamaModel(c, new FileWeights({ ...ckpt, config: c }), cpu, gpu, {
         maxTokens: MAX_TOKENS, maxLogits: MAX_TOKENS, numBlocks, blockSize: BLOCK, maxSeqs: 2, maxBlocksPerSeq: blocksPerSeq, kv: kv.layout,
       });
       // Interleaved, reversed block ids: both caches must be read through the tables.
@@ -175,6 +179,6 @@ await describeGpu("forward pass: WebGPU against WebAssembly", (gpu) => compareFo
 // differ from exact more than f16 ones do), and the same invariance.
 await describeGpu(
   "forward pass with f16 products: WebGPU against WebAssembly",
-  (gpu) => compareForwardPasses(gpu, MODELS.filter((m) => /Q\d/.test("rel" in m ? m.rel : m.name))),
+  (gpu) => compareForwardPasses(gpu, MODELS.filter((m) => /Q\d|MXFP4/.test("rel" in m ? m.rel : m.name))),
   { half: true },
 );

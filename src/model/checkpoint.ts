@@ -60,6 +60,9 @@ export const TensorName = {
   attnK: (l: number) => `blk.${l}.attn_k.weight`,
   attnV: (l: number) => `blk.${l}.attn_v.weight`,
   attnOutput: (l: number) => `blk.${l}.attn_output.weight`,
+  attnOutputBias: (l: number) => `blk.${l}.attn_output.bias`,
+  /** gpt-oss's attention sinks: one logit per query head [nHeads]. */
+  attnSinks: (l: number) => `blk.${l}.attn_sinks.weight`,
   postAttnNorm: (l: number) => `blk.${l}.post_attention_norm.weight`,
   postFfnNorm: (l: number) => `blk.${l}.post_ffw_norm.weight`,
   ffnNorm: (l: number) => `blk.${l}.ffn_norm.weight`,

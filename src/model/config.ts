@@ -1,6 +1,8 @@
 /**
  * The shape of a llama-family transformer, whatever file it came from.
  */
+import type { Yarn } from "./yarn.ts";
+
 export type RopeStyle =
   /** Rotate adjacent pairs (x[2i], x[2i+1]): llama2.c and llama.cpp's `llama` architecture. */
   | "interleaved"
@@ -52,14 +54,20 @@ export interface ModelConfig {
   qkNorm?: boolean;
   /** Phi-3's LongRoPE: per-frequency divisors, long ones for contexts past `originalContext`, short ones otherwise. */
   longRope?: LongRope;
-  /** Multiplies RoPE's cos and sin, so q · k by its square (phi3's rope.scaling.attn_factor); absent = 1. */
+  /** Multiplies RoPE's cos and sin, so q · k by its square (phi3's rope.scaling.attn_factor, YaRN's magnitude); absent = 1. */
   ropeAttnFactor?: number;
+  /** YaRN RoPE scaling (gpt-oss): each pair's angle blends interpolated and extrapolated (yarn.ts); absent = none. */
+  ropeYarn?: Yarn;
   /** Layers that apply no RoPE at all (smollm3's every fourth: NoPE); absent = none. */
   noRopeLayers?: readonly boolean[];
   /** Some layers attend to a sliding window of positions (gemma3's local layers); absent = none. */
   slidingWindow?: SlidingWindow;
   /** Scale of q · k; absent = 1/sqrt(headDim) (gemma3 27B: 1/sqrt(dim / heads)). */
   attnScale?: number;
+  /** Each query head's softmax has a learned extra logit, its sink, that takes weight and gives no value (gpt-oss). */
+  attnSinks?: boolean;
+  /** The attention's output projection adds a bias (gpt-oss). */
+  attnOutputBias?: boolean;
   /** The token embedding is multiplied by this before the first layer (gemma3: sqrt(dim)); absent = 1. */
   embedScale?: number;
   /** The feed-forward's gate activation: SwiGLU ("silu", absent) or GeGLU with the tanh GELU ("gelu": gemma3). */

@@ -38,7 +38,7 @@ export function readGGUFCheckpoint(path: string, file: GGUFFile = readGGUF(path)
   if (file.tensor(TensorName.ropeFreqs) !== undefined) config.ropeFreqFactors = readRopeFactors(file, TensorName.ropeFreqs, shape);
   if (arch.readsLongRope && file.tensor(TensorName.ropeFactorsLong) !== undefined) config.longRope = readLongRope(file, archName, shape);
   const tensors = new Map<string, TensorInfo>();
-  for (const [name, shape] of expectedTensors(config)) tensors.set(name, tensorInfo(file, name, shape));
+  for (const [name, shape] of expectedTensors(config)) tensors.set(name, tensorInfo(file, arch.fileTensorName?.(name) ?? name, shape));
   for (const [name, shape] of expertBiases(config)) tensors.set(name, stackedVectorInfo(file, name, shape));
   checkFusedParts(file, config, tensors);
   return { file: path, format: `GGUF v${file.version} ${archName} ${typeSummary(tensors)}`, config, tensors, extraStopTokenIds: [] };
@@ -57,6 +57,8 @@ function expectedTensors(c: ModelConfig): [string, number[]][] {
     if (c.qkvBias) list.push([TensorName.attnQBias(l), [qDim]], [TensorName.attnKBias(l), [kvDim]], [TensorName.attnVBias(l), [kvDim]]);
     if (c.qkNorm) list.push([TensorName.attnQNorm(l), [c.headDim]], [TensorName.attnKNorm(l), [c.headDim]]);
     if (c.postNorms) list.push([TensorName.postAttnNorm(l), [c.dim]], [TensorName.postFfnNorm(l), [c.dim]]);
+    if (c.attnOutputBias) list.push([TensorName.attnOutputBias(l), [c.dim]]);
+    if (c.attnSinks) list.push([TensorName.attnSinks(l), [c.nHeads]]);
   }
   list.push([TensorName.outputNorm, [c.dim]]);
   if (!c.sharedClassifier) list.push([TensorName.output, [c.vocabSize, c.dim]]);

@@ -121,7 +121,7 @@ export class LlamaModel {
     this.ropeTables = hasLayers ? this.makeRopeTables() : [];
     this.ropeOf = ropes.ofLayer.slice(part.firstLayer, part.endLayer);
     const scale = config.attnScale ?? attentionScale(config.headDim);
-    this.scores = layers.map((_, i) => ({ scale, window: layerWindow(config, part.firstLayer + i) }));
+    this.scores = layers.map((L, i) => ({ scale, window: layerWindow(config, part.firstLayer + i), ...(L.attnSinks !== null ? { sinks: L.attnSinks } : {}) }));
     const scratch = LlamaModel.scratchShape(config, weights, part, maxTokens);
     if (scratch !== null) {
       backend.reserveScratch(scratch.maxTokens, scratch.maxWidth, scratch.group, scratch.headDim, scratch.runqContext, scratch.roundedActivations);
@@ -240,6 +240,7 @@ export class LlamaModel {
         c.nHeads, c.nKvHeads, c.headDim, kv.blockSize, kv.numBlocks, qDim, batch.contextTokens, kv.layout, this.scores[i]!,
       );
       ops.matmul(a.xb2, a.att, L.wo, T);
+      if (L.woBias) ops.addRows(a.xb2, L.woBias, T, c.dim);
       if (L.postNorms) ops.rmsnorm(a.xb2, a.xb2, L.postNorms.attn, T, c.dim, c.normEps);
       ops.add(a.x, a.xb2, T * c.dim);
 

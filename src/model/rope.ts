@@ -2,9 +2,11 @@
  * Which RoPE each layer applies, and its cos/sin tables. Most models rotate every layer alike;
  * gemma3's local (sliding-window) layers have a base of their own and no scaling, smollm3 leaves
  * RoPE out of every fourth layer (NoPE), Phi-3's LongRoPE divides each frequency by a factor that
- * depends on the context. Both backends build their tables here, so they rotate by the same numbers.
+ * depends on the context, gpt-oss's YaRN blends interpolated and extrapolated angles (yarn.ts).
+ * Both backends build their tables here, so they rotate by the same numbers.
  */
 import type { ModelConfig } from "./config.ts";
+import { yarnAngle, type Yarn } from "./yarn.ts";
 
 /** One RoPE: angle(pos, k) = pos * freqScale * theta^(-2k/ropeDim) / factors[k]; cos and sin times attnFactor. */
 export interface RopeParams {
@@ -13,8 +15,10 @@ export interface RopeParams {
   freqScale: number;
   /** Divisors of each frequency (Llama 3.1's rope_freqs, Phi-3's LongRoPE factors), or null. */
   factors: readonly number[] | null;
-  /** Multiplies cos and sin (Phi-3 LongRoPE's attn_factor; 1 = none). */
+  /** Multiplies cos and sin (Phi-3 LongRoPE's attn_factor, YaRN's magnitude; 1 = none). */
   attnFactor: number;
+  /** YaRN's blend of each pair's angle (gpt-oss), or null. */
+  yarn: Yarn | null;
 }
 
 /** The model's distinct RoPEs, and for each layer the index of its own (null: the layer has none). */
@@ -28,7 +32,7 @@ function globalRope(c: ModelConfig): RopeParams {
   // llama.cpp (get_rope_factors): rope_freqs wins; else LongRoPE's long factors past the original context.
   const long = c.longRope;
   const factors = c.ropeFreqFactors ?? (long === undefined ? null : c.seqLen > long.originalContext ? long.long : long.short);
-  return { theta: c.ropeTheta, freqScale: c.ropeFreqScale ?? 1, factors, attnFactor: c.ropeAttnFactor ?? 1 };
+  return { theta: c.ropeTheta, freqScale: c.ropeFreqScale ?? 1, factors, attnFactor: c.ropeAttnFactor ?? 1, yarn: c.ropeYarn ?? null };
 }
 
 /** Every layer's RoPE: the global one, the sliding-window layers' own where they have one, none for NoPE layers. */
@@ -58,7 +62,8 @@ export function ropeTable(p: RopeParams, seqLen: number, ropeDim: number): { cos
     let freq = fr(1 / fr(Math.pow(p.theta, fr((2 * k) / ropeDim))));
     if (p.factors !== null) freq = fr(freq / p.factors[k]!);
     for (let pos = 0; pos < seqLen; pos++) {
-      const angle = fr((p.freqScale === 1 ? pos : fr(pos * p.freqScale)) * freq);
+      const linear = fr((p.freqScale === 1 ? pos : fr(pos * p.freqScale)) * freq);
+      const angle = p.yarn === null ? linear : yarnAngle(p.yarn, linear, k);
       cos[pos * half + k] = Math.cos(angle);
       sin[pos * half + k] = Math.sin(angle);
       if (attn !== 1) {

@@ -62,6 +62,10 @@ export interface LayerWeights {
   /** Per-head RMSNorm weights of q and k (qwen3): f32 [headDim] each. */
   qkNorm: { q: number; k: number } | null;
   wo: WeightMatrix; // [dim][qDim]
+  /** Bias of the output projection (gpt-oss): f32 [dim]. */
+  woBias: number | null;
+  /** Each query head's sink logit (gpt-oss): f32 [nHeads]. */
+  attnSinks: number | null;
   /** RMSNorm weights of the attention's and the feed-forward's outputs (gemma3): f32 [dim] each. */
   postNorms: { attn: number; ffn: number } | null;
   ffnNorm: number; // f32 [dim]
@@ -219,6 +223,8 @@ function layerTensorNames(c: Checkpoint["config"], l: number): string[] {
   if (c.qkvBias) names.push(TensorName.attnQBias(l), TensorName.attnKBias(l), TensorName.attnVBias(l));
   if (c.qkNorm) names.push(TensorName.attnQNorm(l), TensorName.attnKNorm(l));
   if (c.postNorms) names.push(TensorName.postAttnNorm(l), TensorName.postFfnNorm(l));
+  if (c.attnOutputBias) names.push(TensorName.attnOutputBias(l));
+  if (c.attnSinks) names.push(TensorName.attnSinks(l));
   return names;
 }
 
@@ -410,6 +416,8 @@ function planAllocations(ckpt: Checkpoint, targets: readonly WeightTarget[], pla
       qkvBias: c.qkvBias ? { q: vector(TensorName.attnQBias(l), at), k: vector(TensorName.attnKBias(l), at), v: vector(TensorName.attnVBias(l), at) } : null,
       qkNorm: c.qkNorm ? { q: vector(TensorName.attnQNorm(l), at), k: vector(TensorName.attnKNorm(l), at) } : null,
       wo: matrix(TensorName.attnOutput(l), at),
+      woBias: c.attnOutputBias ? vector(TensorName.attnOutputBias(l), at) : null,
+      attnSinks: c.attnSinks ? vector(TensorName.attnSinks(l), at) : null,
       postNorms: c.postNorms ? { attn: vector(TensorName.postAttnNorm(l), at), ffn: vector(TensorName.postFfnNorm(l), at) } : null,
       ffnNorm: vector(TensorName.ffnNorm(l), at),
       ffn: feedForward(l, at),

@@ -27,7 +27,8 @@ import { GpuExperts, type GpuExpertLayer } from "./experts-gpu.ts";
 interface GpuLayer {
   attnNorm: GPUBuffer; // [dim]
   qkv: GpuWeightMatrix[]; // wq [qDim][dim], wk [kvDim][dim], wv [kvDim][dim], stacked where they share a type (phi3: one fused stack); qwen2's biases with them
-  wo: GpuWeightMatrix; // [dim][qDim]
+  wo: GpuWeightMatrix; // [dim][qDim], with gpt-oss's bias
+  sinks: GPUBuffer | null; // [nHeads] (gpt-oss)
   postNorms: { attn: GPUBuffer; ffn: GPUBuffer } | null; // [dim] each (gemma3)
   ffnNorm: GPUBuffer; // [dim]
   ffn:
@@ -126,7 +127,8 @@ export class GpuLlamaModel {
       qkv: c.fusedQkv
         ? fused(T.attnQkv(l), [qDim, kvDim, kvDim])
         : stacks([T.attnQ(l), T.attnK(l), T.attnV(l)], `qkv.${l}`, c.qkvBias ? [T.attnQBias(l), T.attnKBias(l), T.attnVBias(l)] : null),
-      wo: matrix(T.attnOutput(l)),
+      wo: stacks([T.attnOutput(l)], T.attnOutput(l), c.attnOutputBias ? [T.attnOutputBias(l)] : null)[0]!,
+      sinks: c.attnSinks ? vector(T.attnSinks(l)) : null,
       postNorms: c.postNorms ? { attn: vector(T.postAttnNorm(l)), ffn: vector(T.postFfnNorm(l)) } : null,
       ffnNorm: vector(T.ffnNorm(l)),
       ffn: c.experts === undefined
@@ -206,7 +208,7 @@ export class GpuLlamaModel {
       );
       const attnOut = g.attention(
         a.att, a.q, L.k, L.v, inp.seqInfo, inp.tables, batch.numSeqs, maxQueryCount,
-        c.nHeads, c.nKvHeads, c.headDim, this.blockSize, this.numBlocks, qDim, T, this.kv, L.scores,
+        c.nHeads, c.nKvHeads, c.headDim, this.blockSize, this.numBlocks, qDim, T, this.kv, L.scores, L.sinks,
       );
       g.matmul(a.xb2, attnOut, L.wo);
       // x += the attention's output (gemma3: RMS-normalised first, into xb), and the feed-forward's input norm, in one dispatch

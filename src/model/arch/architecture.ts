@@ -21,6 +21,11 @@ export interface Architecture {
    * when the file has them: the caller reads the tensors into ModelConfig.longRope.
    */
   readonly readsLongRope?: boolean;
+  /**
+   * Where the architecture stores a tensor under another name than the one the forward pass reads
+   * it by (gpt-oss: the feed-forward's input norm is `post_attention_norm`); absent = the same name.
+   */
+  fileTensorName?(name: string): string;
 }
 
 /** Hyper-parameters that the tensors, not the metadata, determine. */

@@ -14,7 +14,7 @@ import type { GGUFFile } from "../gguf.ts";
 import { attentionScale } from "../../backend/kernels.ts";
 import type { ModelConfig, SlidingWindow } from "../config.ts";
 import type { Architecture } from "./architecture.ts";
-import { readTransformerConfig } from "./hparams.ts";
+import { readTransformerConfig, slidingWindowLayers } from "./hparams.ts";
 
 /** Layers of Gemma 3 27B, whose queries llama.cpp scales by 1/sqrt(dim / heads). */
 const GEMMA3_27B_LAYERS = 62;
@@ -46,18 +46,7 @@ export const gemma3: Architecture = {
 function slidingWindow(file: GGUFFile, nLayers: number): SlidingWindow | null {
   const size = file.getU32("gemma3.attention.sliding_window", 0);
   if (size === 0) return null;
-  const key = "gemma3.attention.sliding_window_pattern";
-  let local: boolean[];
-  const value = file.metadata.get(key);
-  if (value !== undefined && value.type === "array") {
-    // One flag per layer (booleans, or integers 0/1), as newer converters write it.
-    const flags = value.value.itemType === "bool" ? value.value.items : file.getI32Array(key);
-    if (flags.length !== nLayers) throw new ModelFormatError(file.path, `${key} has ${flags.length} entries for ${nLayers} layers`);
-    local = Array.from(flags, (f) => f !== 0);
-  } else {
-    const pattern = file.getU32(key, DEFAULT_PATTERN);
-    local = Array.from({ length: nLayers }, (_, l) => pattern === 0 || l % pattern < pattern - 1);
-  }
+  const local = slidingWindowLayers(file, "gemma3", nLayers, DEFAULT_PATTERN);
   const theta = file.getF32("gemma3.rope.freq_base_swa", DEFAULT_LOCAL_ROPE_BASE);
   if (!(theta > 0)) throw new ModelFormatError(file.path, `rope.freq_base_swa ${theta} must be positive`);
   return { size, local, rope: { theta, freqScale: 1 } };

@@ -6,6 +6,7 @@ import { ModelFormatError } from "../../errors.ts";
 import type { GGUFFile } from "../gguf.ts";
 import { quoteFileText } from "../../util/file-text.ts";
 import type { ExpertsConfig, ModelConfig, RopeStyle } from "../config.ts";
+import { yarn, yarnMagnitude } from "../yarn.ts";
 import type { TensorDerived } from "./architecture.ts";
 
 /** Optional parts of a layer. */
@@ -72,6 +73,42 @@ export function readTransformerConfig(file: GGUFFile, arch: string, derived: Ten
     throw new ModelFormatError(file.path, `RMS epsilon ${config.normEps} and RoPE base ${config.ropeTheta} must be positive`);
   }
   return config;
+}
+
+/**
+ * YaRN RoPE scaling when `rope.scaling.type` is "yarn" (gpt-oss): the blend of interpolated and
+ * extrapolated angles over `rope.scaling.original_context_length` (default the context length)
+ * with ggml's betas (32, 1), and the magnitude of cos and sin (`rope.scaling.attn_factor`, default
+ * 1, times 1 + 0.1 ln factor); positions are then not linearly scaled. Nothing for another type.
+ */
+export function readYarn(file: GGUFFile, arch: string, c: ModelConfig): Pick<ModelConfig, "ropeFreqScale" | "ropeYarn" | "ropeAttnFactor"> {
+  if (file.getString(`${arch}.rope.scaling.type`, "none") !== "yarn") return {};
+  const factor = file.getF32(`${arch}.rope.scaling.factor`, 1);
+  const original = file.getU32(`${arch}.rope.scaling.original_context_length`, c.seqLen);
+  if (!(factor > 0) || original < 1) throw new ModelFormatError(file.path, `YaRN factor ${factor} over ${original} positions must be positive`);
+  return {
+    ropeFreqScale: 1,
+    ropeYarn: yarn(factor, c.ropeDim ?? c.headDim, original, c.ropeTheta),
+    ropeAttnFactor: yarnMagnitude(factor, file.getF32(`${arch}.rope.scaling.attn_factor`, 1)),
+  };
+}
+
+/**
+ * Which layers attend to a sliding window, as llama.cpp's load_swa_pattern: a per-layer array of
+ * flags (`attention.sliding_window_pattern` as booleans or integers), else layer l is local when
+ * l % P < P - 1 with P that key's number, or `defaultPattern` (gemma3: 6; gpt-oss: 2, the even layers).
+ */
+export function slidingWindowLayers(file: GGUFFile, arch: string, nLayers: number, defaultPattern: number): boolean[] {
+  const key = `${arch}.attention.sliding_window_pattern`;
+  const value = file.metadata.get(key);
+  if (value !== undefined && value.type === "array") {
+    // One flag per layer (booleans, or integers 0/1), as newer converters write it.
+    const flags = value.value.itemType === "bool" ? value.value.items : file.getI32Array(key);
+    if (flags.length !== nLayers) throw new ModelFormatError(file.path, `${key} has ${flags.length} entries for ${nLayers} layers`);
+    return Array.from(flags, (f) => f !== 0);
+  }
+  const pattern = file.getU32(key, defaultPattern);
+  return Array.from({ length: nLayers }, (_, l) => pattern === 0 || l % pattern < pattern - 1);
 }
 
 /** How an architecture's experts are routed and gated (ExpertsConfig less the file's counts). */

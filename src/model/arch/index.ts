@@ -1,6 +1,7 @@
 /** The architectures pagellm runs, by `general.architecture`. */
 import type { Architecture } from "./architecture.ts";
 import { gemma3 } from "./gemma3.ts";
+import { gptOss } from "./gpt-oss.ts";
 import { llama } from "./llama.ts";
 import { phi3 } from "./phi3.ts";
 import { qwen2 } from "./qwen2.ts";
@@ -10,4 +11,4 @@ import { smollm3 } from "./smollm3.ts";
 
 export type { Architecture, TensorDerived } from "./architecture.ts";
 
-export const ARCHITECTURES: ReadonlyMap<string, Architecture> = new Map([llama, qwen2, qwen3, qwen3moe, gemma3, phi3, smollm3].map((a) => [a.name, a]));
+export const ARCHITECTURES: ReadonlyMap<string, Architecture> = new Map([llama, qwen2, qwen3, qwen3moe, gemma3, phi3, smollm3, gptOss].map((a) => [a.name, a]));
