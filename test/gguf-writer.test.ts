@@ -372,7 +372,7 @@ describeShared("broken and hostile model files", ["models/gguf/stories260K.gguf"
 
   test("an unknown architecture", () => {
     const path = variant("arch.gguf", (b) => b.write("qwen9", b.indexOf("llama"), "latin1"));
-    expectModelFormatError(() => readGGUFCheckpoint(path), path, /architecture "qwen9" is not supported \(supported: llama, qwen2, qwen3, qwen3moe, gemma3, phi3, smollm3\)/);
+    expectModelFormatError(() => readGGUFCheckpoint(path), path, /architecture "qwen9" is not supported \(supported: llama, qwen2, qwen3, qwen3moe, gemma3, phi3, smollm3, gpt-oss\)/);
   });
 
   test("a tensor type without kernels (IQ4_NL)", () => {
