@@ -27,11 +27,54 @@ export class InputError extends PagellmError {
 }
 
 /**
+ * A field of a generation request (src/engine/generate-request.ts) of the wrong type or out of
+ * range. `field` is its path as the request type spells it ("topP", "logitBias.50256",
+ * "messages[2].role"); `problem` says what is wrong without naming it ("must be at most 1, got 5"),
+ * so that each front end names the field its own way: the server as the JSON field (a 400 with
+ * `param`), the command line as the option or the JSONL field.
+ */
+export class RequestFieldError extends InputError {
+  constructor(
+    readonly field: string,
+    readonly problem: string,
+  ) {
+    super(`${field} ${problem}`);
+  }
+
+  /** The field's first segment, the request property ("logitBias" of "logitBias.50256"). */
+  get property(): string {
+    return /^[A-Za-z]+/.exec(this.field)?.[0] ?? this.field;
+  }
+
+  /** The message with the field named as `name` names it, the rest of its path kept ("'logit_bias.50256' must be ..."). */
+  renamed(name: (property: string) => string): string {
+    return `${name(this.property)}${this.field.slice(this.property.length)} ${this.problem}`;
+  }
+}
+
+/**
  * A request that can never be served: its prompt plus max_tokens exceeds the context or the whole
  * KV pool. (A pool that is merely busy never fails a request: the scheduler preempts and resumes.)
+ * `field` names the request field at fault: the prompt (too long alone) or maxTokens.
  */
 export class RequestTooLongError extends PagellmError {
   override readonly exitCode = 3;
+  constructor(
+    message: string,
+    readonly field: "prompt" | "maxTokens" | "n" | null = null,
+  ) {
+    super(message);
+  }
+}
+
+/** The engine's queue holds as many sequences as it may (a server's --max-queue): try again later. */
+export class QueueFullError extends PagellmError {
+  override readonly exitCode = 3;
+}
+
+/** The engine client was closed (a server shutting down): it takes no more work. */
+export class EngineClosedError extends PagellmError {
+  override readonly exitCode = 1;
 }
 
 /** A worker thread died or threw while running a kernel. */

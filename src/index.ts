@@ -19,10 +19,27 @@ export {
   type SpeculationResult,
   type StreamOptions,
 } from "./engine/llm.ts";
-export { LLMEngine, DEFAULT_ENGINE_OPTIONS, type EngineOptions, type EngineStats, type NewRequest, type StepEvent } from "./engine/engine.ts";
-export { Sequence, type FinishReason, type GenerationParams } from "./engine/sequence.ts";
+export { MAX_LOGPROBS, MAX_STOPS, MAX_LOGIT_BIAS, MAX_PENALTY, type RequestInput } from "./engine/generate-request.ts";
+export { DEFAULT_ENGINE_OPTIONS, DEFAULT_CONTEXT, type EngineOptions } from "./engine/engine-options.ts";
+
+// ---- the front door: every request, score and statistic goes through it (llm.client)
+//   const stream = llm.client.submit({ prompt: "Once upon a time", maxTokens: 16, n: 2 });
+//   for await (const out of stream) process.stdout.write(out.text); // immutable snapshots, step by step
+export {
+  EngineClient,
+  PreparedRequest,
+  type ClientStats,
+  type EngineInfo,
+  type PrepareOptions,
+  type ScoreRequest,
+  type ScoreResult,
+  type StepReport,
+  type SubmitOptions,
+} from "./engine/engine-client.ts";
+export type { EngineStats } from "./engine/engine.ts";
+export type { EngineOutput, FinishReason, OutputTiming, OutputUsage } from "./engine/engine-output.ts";
+export { OutputStream, type SubmittedRequest } from "./engine/output-stream.ts";
 export { Sampler, DEFAULT_SAMPLING, argmax, type SamplingParams } from "./engine/sampler.ts";
-export { Scheduler, type SchedulePolicy, type SchedulerOptions, type SchedulerOutput } from "./engine/scheduler.ts";
 export {
   DEFAULT_SPECULATIVE, Drafter, type SpeculationCounts, type SpeculativeMethod, type SpeculativeOptions,
 } from "./engine/speculative.ts";
@@ -34,7 +51,7 @@ export { SpmTokenizer } from "./tokenizer/spm.ts";
 
 // ---- backends: the forward pass on WebAssembly or WebGPU, behind one interface
 //   const llm = await LLM.open({ model: "stories260K.gguf", device: "auto" }); // llm.device says which and why
-export type { ModelForward, DeviceKind } from "./engine/model-forward.ts";
+export type { ModelForward, DeviceKind } from "./backend/model-forward.ts";
 export { chooseDevice, webgpuRefusal, type ChosenDevice } from "./backend/device-choice.ts";
 export { selectDevice, acquireGpu, type DeviceChoice, type GpuAdapterSummary } from "./backend/webgpu/device.ts";
 export { WebGpuBackend, type BackendOptions } from "./backend/webgpu/backend.ts";
@@ -77,6 +94,9 @@ export {
   ModelFormatError,
   InputError,
   RequestTooLongError,
+  RequestFieldError,
+  QueueFullError,
+  EngineClosedError,
   WorkerPoolError,
   DeviceError,
 } from "./errors.ts";

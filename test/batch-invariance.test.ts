@@ -7,33 +7,22 @@
  * A mixture-of-experts model (rnd-qwen3moe) too: a step groups its tokens by expert, and a
  * token's output must not depend on which other tokens shared its experts' products.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
-import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
-import type { EngineOptions } from "../src/engine/engine.ts";
+import { beforeAll, describe, expect, test } from "bun:test";
+import type { LLM, CompletionResult, GenerateRequest } from "../src/engine/llm.ts";
+import type { EngineOptions } from "../src/engine/engine-options.ts";
 import type { KVType } from "../src/kv/kv-layout.ts";
-import type { Scheduler, SchedulerOutput } from "../src/engine/scheduler.ts";
-import type { Sequence } from "../src/engine/sequence.ts";
+import { openedLLMs } from "./helpers/llm.ts";
 import { MODELS, TEXTS, TOKENIZER } from "./helpers/prefix.ts";
 import { describeShared } from "./helpers/shared.ts";
-import { testThreads } from "./helpers/threads.ts";
 
-const THREADS = testThreads();
 const NUM_REQUESTS = 64;
 /** Per-test and per-hook limit (bun's default is 5 s, too tight for a loaded 2-core machine). */
 const TIMEOUT_MS = 120_000;
 
-const opened: LLM[] = [];
-afterEach(closeAll);
-afterAll(closeAll);
-
-function closeAll(): void {
-  for (const llm of opened.splice(0)) llm.close();
-}
+const llms = openedLLMs();
 
 function load(model: string, tokenizer: string, engine: Partial<EngineOptions>): LLM {
-  const llm = LLM.load({ model, tokenizer, engine: { threads: THREADS, ...engine } });
-  opened.push(llm);
-  return llm;
+  return llms.load({ model, tokenizer, engine });
 }
 
 /**
@@ -52,34 +41,6 @@ function buildRequests(llm: LLM): GenerateRequest[] {
     requests.push(request);
   }
   return requests;
-}
-
-/** How the engine composed its steps: partial prompt chunks, steps mixing them with decodes, the most tokens in a step. */
-interface StepLog {
-  partialChunks: number;
-  mixedSteps: number;
-  maxStepTokens: number;
-}
-
-/** Watch the engine's scheduler (a private field of LLMEngine) to see how each step was composed. */
-function watchSteps(llm: LLM): StepLog {
-  const log: StepLog = { partialChunks: 0, mixedSteps: 0, maxStepTokens: 0 };
-  const scheduler = (llm.engine as unknown as { scheduler: Scheduler<Sequence> }).scheduler;
-  const schedule = scheduler.schedule.bind(scheduler);
-  scheduler.schedule = (): SchedulerOutput<Sequence> => {
-    const out = schedule();
-    let decodes = 0;
-    let partial = 0;
-    for (const { req, numNewTokens } of out.scheduled) {
-      if (req.numComputedTokens >= req.numPromptTokens) decodes++;
-      else if (req.numComputedTokens + numNewTokens < req.numPromptTokens) partial++;
-    }
-    log.partialChunks += partial;
-    if (decodes > 0 && partial > 0) log.mixedSteps++;
-    log.maxStepTokens = Math.max(log.maxStepTokens, out.numScheduledTokens);
-    return out;
-  };
-  return log;
 }
 
 async function oneAtATime(llm: LLM, requests: GenerateRequest[]): Promise<CompletionResult[]> {
@@ -215,25 +176,25 @@ for (const { name, model, tokenizer, kvType, blockSizes } of CASES) {
           // and the sampled requests do sample: greedy decoding of the first one gives other tokens
           const [greedy] = await llm.generate([{ ...requests[1]!, temperature: 0 }]);
           expect(greedy!.token_ids).not.toEqual(results[1]!.token_ids);
-          closeAll();
+          llms.closeAll();
         }, TIMEOUT_MS);
 
         for (const { label, engine, preempts, chunks } of configs) {
           test(label, async () => {
             const llm = load(modelPath!, tokPath!, { ...engine, blockSize, kvType: kvType ?? null });
-            const steps = watchSteps(llm);
             const together = await llm.generate(requests);
             expect(tokensOf(together)).toEqual(alone);
-            const s = llm.engine.stats;
+            // How the engine composed its steps, from its statistics.
+            const s = llm.stats();
             expect(s.blocksInUse).toBe(0);
             if (preempts) expect(s.preemptions).toBeGreaterThan(0);
             else expect(s.preemptions).toBe(0);
-            expect(steps.maxStepTokens).toBeLessThanOrEqual(engine.maxNumBatchedTokens ?? 512);
+            expect(s.maxStepTokens).toBeLessThanOrEqual(engine.maxNumBatchedTokens ?? 512);
             if (chunks) {
               // prompts longer than the step budget were prefilled over several steps, in steps
               // where other requests decoded
-              expect(steps.partialChunks).toBeGreaterThan(0);
-              expect(steps.mixedSteps).toBeGreaterThan(0);
+              expect(s.partialPrefills).toBeGreaterThan(0);
+              expect(s.mixedSteps).toBeGreaterThan(0);
             }
             if (engine.enablePrefixCaching === true) expect(s.prefixHits).toBeGreaterThan(0);
           }, TIMEOUT_MS);

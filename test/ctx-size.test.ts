@@ -4,7 +4,7 @@
  * GGUF model loaded without --tokenizer (its own vocabulary, its EOS).
  */
 import { expect, test } from "bun:test";
-import { DEFAULT_CONTEXT, withContext } from "../src/engine/engine.ts";
+import { DEFAULT_CONTEXT, withContext } from "../src/engine/engine-options.ts";
 import { LLM } from "../src/engine/llm.ts";
 import { makeConfig } from "../src/model/config.ts";
 import { runPagellm } from "./helpers/cli.ts";
@@ -34,7 +34,7 @@ describeShared("--ctx-size on stories260K.gguf (context 2048 in the file)", ["mo
     const sizes = [null, 0, 100].map((ctx) => {
       const llm = loaded(ctx);
       try {
-        return [llm.config.seqLen, llm.engine.numBlocks];
+        return [llm.config.seqLen, llm.info.numBlocks];
       } finally {
         llm.close();
       }

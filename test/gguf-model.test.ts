@@ -71,9 +71,7 @@ function writeModel(arch: Arch, mix: ModelMix, vocabFile: string, vocabSize: num
 
 /** Every position's logits of `tokens`, from the engine (teacher forcing). */
 async function engineLogits(llm: LLM, tokens: number[]): Promise<Float32Array[]> {
-  const rows: Float32Array[] = [];
-  await llm.engine.score(tokens, (_, logits) => rows.push(logits.slice()));
-  return rows;
+  return (await llm.client.score({ tokens, logits: true })).logits!;
 }
 
 describeShared("GGUF architectures against the float64 reference", ["models/gguf/stories260K.gguf"], ([vocab]) => {

@@ -283,8 +283,7 @@ describeShared("written models", ["vocab/ggml-vocab-smollm.gguf", "models/gguf/s
         const llm = LLM.load({ model: path, tokenizer: path, engine: { threads: 1 } });
         try {
           expect(llm.checkpoint.format).toBe(`GGUF v3 ${arch} ${mix}`);
-          const logits: Float32Array[] = [];
-          await llm.engine.score([1, 20, 30], (_, row) => logits.push(row.slice()));
+          const logits = (await llm.client.score({ tokens: [1, 20, 30], logits: true })).logits!;
           expect(logits.length).toBeGreaterThan(0);
           for (const row of logits) expect(row.every(Number.isFinite)).toBe(true);
         } finally {

@@ -307,9 +307,9 @@ describeShared("disk KV cache", ["models/gguf/stories260K.gguf", "models/gguf/st
       const results = [];
       for (const r of requests()) results.push(...(await llm.generate([r])));
       expect(outputsOf(results)).toEqual(expected);
-      await llm.engine.flushTier();
-      const tier = llm.engine.stats.tier!;
-      expect(llm.engine.stats.evictions).toBeGreaterThan(0);
+      await llm.flush();
+      const tier = llm.stats().tier!;
+      expect(llm.stats().evictions).toBeGreaterThan(0);
       expect(tier.blocksWritten).toBeGreaterThan(0);
     } finally {
       llm.close();

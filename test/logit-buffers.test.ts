@@ -8,7 +8,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { DEFAULT_ENGINE_OPTIONS, fitToVocabulary, LOGIT_BUDGET_BYTES } from "../src/engine/engine.ts";
+import { DEFAULT_ENGINE_OPTIONS, fitToVocabulary, LOGIT_BUDGET_BYTES } from "../src/engine/engine-options.ts";
 import { planMemory } from "../src/engine/memory-plan.ts";
 import { kvLayout } from "../src/kv/kv-layout.ts";
 import { LLM } from "../src/engine/llm.ts";
@@ -55,7 +55,7 @@ describeShared("a model whose vocabulary has 2^22 rows (sparse)", ["models/gguf/
     const llm = LLM.load({ model: path, engine: { threads: 1, kvCacheMb: 8 } });
     try {
       expect(llm.config.vocabSize).toBe(2 ** 22);
-      expect(llm.engine.options.maxNumSeqs).toBe(15);
+      expect(llm.info.maxNumSeqs).toBe(15);
       const results = await llm.generate(Array.from({ length: 4 }, (_, i) => ({ prompt: `Once ${i}`, maxTokens: 3, temperature: 1, seed: i })));
       for (const r of results) {
         expect(r.finish_reason).toBe("length");
@@ -63,7 +63,7 @@ describeShared("a model whose vocabulary has 2^22 rows (sparse)", ["models/gguf/
       }
       // Weights (75 MiB), 15 logit rows of 16 MiB, the KV pool and activations: well under the 1 GiB
       // of logits alone that 64 rows took.
-      expect(llm.engine.backend.mem.memory.buffer.byteLength).toBeLessThan(600 << 20);
+      expect(llm.stats().memoryBytes).toBeLessThan(600 << 20);
     } finally {
       llm.close();
     }

@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { attentionScale } from "../src/backend/kernels.ts";
 import { ModelFormatError } from "../src/errors.ts";
-import { withContext } from "../src/engine/engine.ts";
+import { withContext } from "../src/engine/engine-options.ts";
 import { ARCHITECTURES } from "../src/model/arch/index.ts";
 import { layerWindow, makeConfig } from "../src/model/config.ts";
 import { GGUFFile, type GGUFTensorInfo, type GGUFValue } from "../src/model/gguf.ts";

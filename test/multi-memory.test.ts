@@ -7,9 +7,9 @@
  * KV pool so small that requests are preempted and recomputed.
  */
 import { kvLayout } from "../src/kv/kv-layout.ts";
-import { afterEach, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
-import type { EngineOptions } from "../src/engine/engine.ts";
+import type { EngineOptions } from "../src/engine/engine-options.ts";
 import { describePart, memoryLimitBytes, placeModel } from "../src/backend/placement.ts";
 import { CpuBackend } from "../src/backend/cpu.ts";
 import { LinearMemory } from "../src/backend/wasm.ts";
@@ -22,6 +22,7 @@ import { loadWeights } from "../src/model/weights.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { TEXTS, withoutTimings } from "./helpers/prefix.ts";
 import { testThreads } from "./helpers/threads.ts";
+import { openedLLMs } from "./helpers/llm.ts";
 
 const THREADS = testThreads();
 const TIMEOUT_MS = 180_000;
@@ -32,25 +33,19 @@ const GGUF_MODELS = [
   "stories260K-Q8_0.gguf",
 ];
 
-const opened: LLM[] = [];
-afterEach(() => {
-  for (const llm of opened.splice(0)) llm.close();
-});
+const llms = openedLLMs();
 
 /** Small buffers and a 256-token context: 64-token steps, so prompts are prefilled in chunks. */
 const BASE: Partial<EngineOptions> = { threads: THREADS, ctxSize: 256, maxNumBatchedTokens: 64, maxNumSeqs: 8, kvCacheMb: 4 };
 
 function load(model: string, tokenizer: string | undefined, engine: Partial<EngineOptions>): LLM {
-  const llm = LLM.load({ model, ...(tokenizer === undefined ? {} : { tokenizer }), engine: { ...BASE, ...engine } });
-  opened.push(llm);
-  return llm;
+  return llms.load({ model, ...(tokenizer === undefined ? {} : { tokenizer }), engine: { ...BASE, ...engine } });
 }
 
 /** Every position's logits when scoring `tokens`, as their bits. */
 async function scoredBits(llm: LLM, tokens: readonly number[]): Promise<Uint32Array[]> {
-  const rows: Uint32Array[] = [];
-  await llm.engine.score(tokens, (_, logits) => rows.push(new Uint32Array(Float32Array.from(logits).buffer)));
-  return rows;
+  const { logits } = await llm.client.score({ tokens, logits: true });
+  return logits!.map((row) => new Uint32Array(row.buffer));
 }
 
 /** Twelve requests of varied lengths, every other one sampled with its own seed, all with logprobs. */
@@ -72,11 +67,11 @@ function checkSplitAgainstWhole(name: string, model: string, tokenizer?: string,
     const whole = load(model, tokenizer, { ...kv, wasmMemoryMb: null });
     const split = load(model, tokenizer, { ...kv, wasmMemoryMb: 1 });
     const c = whole.config;
-    expect(whole.engine.memories.count).toBe(1);
-    if (kv.kvType !== undefined && kv.kvType !== null) expect([whole.engine.kvLayout.type, split.engine.kvLayout.type]).toEqual([kv.kvType, kv.kvType]);
+    expect(whole.info.numMemories).toBe(1);
+    if (kv.kvType !== undefined && kv.kvType !== null) expect([whole.info.kvLayout.type, split.info.kvLayout.type]).toEqual([kv.kvType, kv.kvType]);
     // Embedding, each layer, and (unless it is the embedding) the classifier: one memory each.
-    expect(split.engine.memories.count).toBe(c.nLayers + (c.sharedClassifier ? 1 : 2));
-    expect(split.engine.memoryPlan!.placement.memories.map((m) => describePart(m.part))[1]).toBe("layer 0");
+    expect(split.info.numMemories).toBe(c.nLayers + (c.sharedClassifier ? 1 : 2));
+    expect(split.info.placement!.memories.map((m) => describePart(m.part))[1]).toBe("layer 0");
 
     const tokens = whole.encode(TEXTS.join(" ")).slice(0, 150);
     const a = await scoredBits(whole, tokens);
@@ -92,9 +87,9 @@ function checkSplitAgainstWhole(name: string, model: string, tokenizer?: string,
     const whole = load(model, tokenizer, { ...kv, wasmMemoryMb: null, numBlocks: 16, blockSize: 8 });
     const split = load(model, tokenizer, { ...kv, wasmMemoryMb: 1, numBlocks: 16, blockSize: 8 });
     const expected = await generated(whole);
-    expect(whole.engine.stats.preemptions).toBeGreaterThan(0);
+    expect(whole.stats().preemptions).toBeGreaterThan(0);
     expect(await generated(split)).toEqual(expected);
-    expect(split.engine.stats.preemptions).toBe(whole.engine.stats.preemptions);
+    expect(split.stats().preemptions).toBe(whole.stats().preemptions);
   }, TIMEOUT_MS);
 }
 

@@ -8,20 +8,21 @@
  *     is the same bits as recomputed KV), on WebAssembly and on WebGPU, with a pool so small that
  *     forks fall back to recomputing and samples are preempted;
  *   - the prompt is looked up in the prefix cache once; the scheduler keeps the forks' seats;
- *   - a parent aborted before its prefill leaves its samples to run as requests of their own.
+ *   - a request aborted before its prefill ends with all its samples and frees every block.
+ * The engine is driven through its front door (EngineClient: `n` on the request).
  */
-import { afterEach, expect, test } from "bun:test";
-import type { EngineOptions, NewRequest } from "../src/engine/engine.ts";
-import { LLM } from "../src/engine/llm.ts";
-import { DEFAULT_SAMPLING } from "../src/engine/sampler.ts";
+import { expect, test } from "bun:test";
+import type { EngineOptions } from "../src/engine/engine-options.ts";
+import type { EngineOutput } from "../src/engine/engine-output.ts";
+import type { GenerateRequest } from "../src/engine/generate-request.ts";
+import type { LLM } from "../src/engine/llm.ts";
 import { DEFAULT_SPECULATIVE } from "../src/engine/speculative.ts";
-import type { Sequence } from "../src/engine/sequence.ts";
 import { RequestTooLongError } from "../src/errors.ts";
 import { KVCacheManager, Request } from "../src/kv/index.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
+import { allOutputs, openedLLMs } from "./helpers/llm.ts";
 import { MODELS, TEXTS, TOKENIZER } from "./helpers/prefix.ts";
 import { describeShared } from "./helpers/shared.ts";
-import { testThreads } from "./helpers/threads.ts";
 import { describeGpu } from "./helpers/webgpu.ts";
 
 const LIMIT_MS = 120_000;
@@ -61,71 +62,60 @@ test("a prompt of whole blocks is shared without a copy", () => {
   expect(child.numCachedTokens).toBe(parent.numCachedTokens);
 });
 
-const opened: LLM[] = [];
-afterEach(() => {
-  for (const llm of opened.splice(0)) llm.close();
-});
+const llms = openedLLMs();
 
-function samples(prompt: number[], seeds: number[], maxTokens: number, tag: string): NewRequest[] {
-  return seeds.map((seed, i) => ({
-    id: `${tag}-${i}`, promptTokenIds: prompt,
-    params: { maxTokens, stop: [], sampling: { ...DEFAULT_SAMPLING, temperature: 1, topK: 0, topP: 1, minP: 0, seed }, logprobs: 1 },
-  }));
+/** `n` samples of `prompt` seeded from `seed` (sample i draws with seed + i), with logprobs. */
+function samples(id: string, prompt: number[], n: number, seed: number, maxTokens: number): GenerateRequest {
+  return { id, promptTokenIds: prompt, n, seed, maxTokens, temperature: 1, topK: 0, topP: 1, minP: 0, logprobs: 1 };
 }
 
-async function runAll(llm: LLM): Promise<void> {
-  while (llm.engine.hasUnfinished) await llm.engine.step();
+/** Each sample's tokens and logprobs, in sample order. */
+function bySample(outputs: readonly EngineOutput[]): string[] {
+  const samples = new Map<number, { t: number[]; l: unknown[] }>();
+  for (const o of outputs) {
+    const s = samples.get(o.index) ?? { t: [], l: [] };
+    s.t.push(...o.tokenIds);
+    s.l.push(...(o.logprobs ?? []));
+    samples.set(o.index, s);
+  }
+  return [...samples.keys()].sort((a, b) => a - b).map((i) => JSON.stringify(samples.get(i)));
 }
-
-const outputs = (seqs: readonly Sequence[]) => seqs.map((s) => JSON.stringify({ t: s.outputTokenIds, l: s.logprobs }));
 
 /** n samples forked vs the same seeds one request at a time, in an engine with `engine` options. */
 function forkMatchesSeparate(name: string, load: (engine: Partial<EngineOptions>) => LLM, engine: Partial<EngineOptions>): void {
   test(name, async () => {
     const llm = load(engine);
-    const seeds = [11, 12, 13, 14];
+    const seed = 11;
+    const n = 4;
     const prompts = TEXTS.slice(0, 3).map((t) => llm.encode(t));
-    // Count the forks that found no free block for their copy (and recompute their prompt).
-    const kv = llm.engine.kv;
-    const fork = kv.fork.bind(kv);
-    let fallbacks = 0;
-    kv.fork = (parent, child) => {
-      const shared = fork(parent, child);
-      if (shared === null) fallbacks++;
-      return shared;
-    };
-    const forked = prompts.map((p, k) => llm.engine.addParallelSampling(samples(p, seeds, 30, `f${k}`)));
-    const queriesBefore = llm.engine.stats.prefixQueries;
-    await runAll(llm);
-    if (engine.speculative) expect(llm.engine.stats.draftedTokens).toBeGreaterThan(0);
+    const queriesBefore = llm.stats().prefixQueries;
+    const outputs = await allOutputs(llm, prompts.map((p, k) => samples(`f${k}`, p, n, seed, 30)));
+    const forked = prompts.map((_, k) => bySample(outputs.filter((o) => o.requestId === `f${k}`)));
+    const s = llm.stats();
+    if (engine.speculative) expect(s.draftedTokens).toBeGreaterThan(0);
     if (engine.numBlocks !== undefined) {
-      expect(fallbacks).toBeGreaterThan(0);
-      expect(llm.engine.stats.preemptions).toBeGreaterThan(0);
+      // Some forks found no free block for their copy and recomputed their prompt.
+      expect(s.samplesRecomputed).toBeGreaterThan(0);
+      expect(s.preemptions).toBeGreaterThan(0);
     } else {
       // Each prompt looked up once: its other samples were forked, not admitted.
-      expect(llm.engine.stats.prefixQueries - queriesBefore).toBe(prompts.reduce((n, p) => n + p.length, 0));
+      expect(s.prefixQueries - queriesBefore).toBe(prompts.reduce((n, p) => n + p.length, 0));
+      expect(s.samplesForked).toBe(prompts.length * (n - 1));
     }
-    const separate: Sequence[][] = [];
     for (const [k, p] of prompts.entries()) {
-      const one: Sequence[] = [];
-      for (const [i, req] of samples(p, seeds, 30, `s${k}`).entries()) {
-        llm.engine.resetPrefixCache();
-        one.push(llm.engine.addRequest({ ...req, id: `s${k}-${i}` }));
-        await runAll(llm);
+      const separate: string[] = [];
+      for (let i = 0; i < n; i++) {
+        expect(await llm.client.resetPrefixCache()).toBe(true);
+        separate.push(...bySample(await allOutputs(llm, [samples(`s${k}-${i}`, p, 1, seed + i, 30)])));
       }
-      separate.push(one);
+      expect(forked[k]).toEqual(separate);
     }
-    forked.forEach((group, k) => expect(outputs(group)).toEqual(outputs(separate[k]!)));
-    expect(llm.engine.stats.blocksInUse).toBe(0);
+    expect(llm.stats().blocksInUse).toBe(0);
   }, LIMIT_MS);
 }
 
 describeShared("parallel sampling on WebAssembly", [MODELS.stories260K, TOKENIZER], ([model, tokenizer]) => {
-  const load = (engine: Partial<EngineOptions>) => {
-    const llm = LLM.load({ model: model!, tokenizer, engine: { threads: testThreads(), ...engine } });
-    opened.push(llm);
-    return llm;
-  };
+  const load = (engine: Partial<EngineOptions>) => llms.load({ model: model!, tokenizer, engine });
   forkMatchesSeparate("each forked sample gives the tokens and logprobs of a separate request with its seed", load, {});
   forkMatchesSeparate("the same in a pool so small that forks recompute and samples are preempted", load, { numBlocks: 14, blockSize: 8, maxNumBatchedTokens: 24 });
   forkMatchesSeparate("the same with speculative decoding (forked samples draft on their own)", load, {
@@ -137,37 +127,40 @@ describeShared("parallel sampling on WebAssembly", [MODELS.stories260K, TOKENIZE
   test("n beyond --max-num-seqs can never run: RequestTooLongError; seats are kept for forks", async () => {
     const llm = load({ maxNumSeqs: 4 });
     const prompt = llm.encode(TEXTS[1]!);
-    expect(() => llm.engine.addParallelSampling(samples(prompt, [1, 2, 3, 4, 5], 5, "big"))).toThrow(RequestTooLongError);
-    const four = llm.engine.addParallelSampling(samples(prompt, [1, 2, 3, 4], 5, "four"));
-    const other = llm.engine.addRequest(samples(llm.encode(TEXTS[2]!), [9], 5, "other")[0]!);
-    await llm.engine.step();
-    // The four samples' seats are held: the other request waits.
-    expect(llm.engine.stats.numRunning).toBe(4);
-    expect(other.numComputedTokens).toBe(0);
-    await runAll(llm);
-    expect(four.every((s) => s.outputTokenIds.length === 5)).toBe(true);
-    expect(other.outputTokenIds.length).toBe(5);
+    expect(() => llm.client.prepare(samples("big", prompt, 5, 1, 5))).toThrow(RequestTooLongError);
+    // In the first step the four samples' seats are held: the other request waits.
+    const firstStep = { running: -1, outputs: 0 };
+    const stopListening = llm.client.onStep((r) => {
+      if (firstStep.running >= 0) return;
+      firstStep.running = llm.stats().numRunning;
+      firstStep.outputs = r.outputs;
+    });
+    const outputs = await allOutputs(llm, [samples("four", prompt, 4, 1, 5), samples("other", llm.encode(TEXTS[2]!), 1, 9, 5)]);
+    stopListening();
+    expect(firstStep).toEqual({ running: 4, outputs: 4 });
+    // The first step's outputs (the first in the stream) are the four samples'.
+    expect(outputs.slice(0, 4).map((o) => [o.requestId, o.index])).toEqual([["four", 1], ["four", 2], ["four", 3], ["four", 0]]);
+    const tokens = (id: string) => outputs.filter((o) => o.requestId === id).reduce((n, o) => n + o.tokenIds.length, 0);
+    expect(tokens("four")).toBe(20);
+    expect(tokens("other")).toBe(5);
   }, LIMIT_MS);
 
-  test("a parent aborted before its prefill leaves its samples to run on their own", async () => {
+  test("a request aborted before its prefill ends with all its samples, every block free", async () => {
     const llm = load({});
     const prompt = llm.encode(TEXTS[3]!);
-    const [parent, ...children] = llm.engine.addParallelSampling(samples(prompt, [1, 2, 3], 6, "a"));
-    llm.engine.abort(parent!);
-    await runAll(llm);
-    expect(parent!.finishReason).toBe("abort");
-    for (const child of children) expect(child.outputTokenIds.length).toBe(6);
-    expect(llm.engine.stats.blocksInUse).toBe(0);
+    const stream = llm.client.submit(samples("a", prompt, 3, 1, 6));
+    llm.client.abort("a");
+    const outputs: EngineOutput[] = [];
+    for await (const o of stream) outputs.push(o);
+    expect(outputs.map((o) => [o.index, o.finishReason, o.tokenIds.length])).toEqual([[0, "abort", 0], [1, "abort", 0], [2, "abort", 0]]);
+    expect(llm.stats().blocksInUse).toBe(0);
+    expect(llm.stats().numWaiting).toBe(0);
   }, LIMIT_MS);
 });
 
 await describeGpu("parallel sampling on WebGPU", (gpu: WebGpuBackend) => {
   describeShared("(stories260K)", [MODELS.stories260K, TOKENIZER], ([model, tokenizer]) => {
-    const load = (engine: Partial<EngineOptions>) => {
-      const llm = LLM.load({ model: model!, tokenizer, engine: { threads: 1, ...engine }, gpu });
-      opened.push(llm);
-      return llm;
-    };
+    const load = (engine: Partial<EngineOptions>) => llms.load({ model: model!, tokenizer, engine: { threads: 1, ...engine }, gpu });
     forkMatchesSeparate("forked samples (KV blocks copied on the GPU) match separate requests", load, {});
   });
 });

@@ -117,7 +117,7 @@ describeShared(
       expect(plain!.logprobs).toBeUndefined();
       const [bad] = await llm.generate([{ prompt: "Hi", maxTokens: 2, logprobs: 21 }]);
       expect(bad!.finish_reason).toBe("error");
-      expect(bad!.error).toBe("logprobs must be an integer from 0 to 20, got 21");
+      expect(bad!.error).toBe("logprobs must be at least 0 and at most 20, got 21");
     });
   },
 );

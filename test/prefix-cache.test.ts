@@ -5,7 +5,7 @@
  * prefix cache off, run together or one after another, and `cached_tokens` is exactly the longest
  * prefix already computed, in whole blocks, leaving the last prompt token to compute.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -13,7 +13,9 @@ import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/
 import { MODELS, TEXTS, TOKENIZER, computedTokens, expectedCachedTokens, lcp, withoutTimings } from "./helpers/prefix.ts";
 import { describeShared } from "./helpers/shared.ts";
 import type { KVType } from "../src/kv/kv-layout.ts";
+import type { EngineOptions } from "../src/engine/engine-options.ts";
 import { testThreads } from "./helpers/threads.ts";
+import { openedLLMs } from "./helpers/llm.ts";
 
 const THREADS = testThreads();
 const REPO = resolve(import.meta.dir, "..");
@@ -27,18 +29,10 @@ interface Prompt {
 }
 
 /** Engines loaded and not closed yet; each test closes its own (afterEach), even when it fails. */
-const opened: LLM[] = [];
-afterEach(closeAll);
-afterAll(closeAll);
+const llms = openedLLMs();
 
-function closeAll(): void {
-  for (const llm of opened.splice(0)) llm.close();
-}
-
-function load(model: string, tokenizer: string, engine: Parameters<typeof LLM.load>[0]["engine"], kvType: KVType | null = null): LLM {
-  const llm = LLM.load({ model, tokenizer, engine: { threads: THREADS, maxNumBatchedTokens: 2048, kvType, ...engine } });
-  opened.push(llm);
-  return llm;
+function load(model: string, tokenizer: string, engine: Partial<EngineOptions>, kvType: KVType | null = null): LLM {
+  return llms.load({ model, tokenizer, engine: { maxNumBatchedTokens: 2048, kvType, ...engine } });
 }
 
 const greedy = (p: Prompt): GenerateRequest => ({ id: p.id, promptTokenIds: p.ids, maxTokens: p.maxTokens, temperature: 0, seed: 1 });
@@ -123,7 +117,7 @@ for (const { name, model, kvType } of CASES) {
           // the reference itself: nothing cached, and batching changes nothing
           expect(reference.every((r) => r.cached_tokens === 0 && r.finish_reason !== "error")).toBe(true);
           expectSameTokens(await runTogether(off, prompts), reference);
-          expect(off.engine.stats.prefixQueries).toBe(0);
+          expect(off.stats().prefixQueries).toBe(0);
         }, TIMEOUT_MS);
 
         test("all prompts in one generate call: same tokens, cached_tokens from the prompts admitted before", async () => {
@@ -135,7 +129,7 @@ for (const { name, model, kvType } of CASES) {
           const expected = prompts.map((p, i) => expectedCachedTokens(p.ids, prompts.slice(0, i).map((q) => q.ids), blockSize));
           expect(results.map((r) => r.cached_tokens)).toEqual(expected);
           expect(results.map((r) => r.prompt_tokens)).toEqual(prompts.map((p) => p.ids.length));
-          const s = llm.engine.stats;
+          const s = llm.stats();
           expect(s.evictions).toBe(0);
           expect(s.preemptions).toBe(0);
           expect(s.blocksInUse).toBe(0);
@@ -164,8 +158,8 @@ for (const { name, model, kvType } of CASES) {
             history.push(computedTokens(p.ids, results[i]!));
           });
           expect(results.map((r) => r.cached_tokens)).toEqual(expected);
-          expect(llm.engine.stats.evictions).toBe(0);
-          expect(llm.engine.stats.blocksInUse).toBe(0);
+          expect(llm.stats().evictions).toBe(0);
+          expect(llm.stats().blocksInUse).toBe(0);
           // Hits from generated tokens: "continues-all" is base48 plus its whole output, so it
           // hits past the prompt into the output blocks.
           const i = prompts.findIndex((p) => p.id === "continues-all");

@@ -5,7 +5,7 @@
  * reached their max_tokens.
  */
 import { describe, expect, test } from "bun:test";
-import { Request } from "../src/engine/request.ts";
+import { Request } from "../src/kv/request.ts";
 import { Scheduler, type SchedulePolicy, type SchedulerOutput } from "../src/engine/scheduler.ts";
 import { KVCacheManager } from "../src/kv/kv-cache-manager.ts";
 

@@ -48,18 +48,18 @@ describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
     const ask = (prompt: string) =>
       complete(s.client, { model: "test-model", prompt, max_tokens: 24, temperature: 0, ignore_eos: true, logprobs: 0 });
     const tokensOf = (r: Completion) => JSON.stringify({ tokens: r.choices[0]!.logprobs!.tokens, logprobs: r.choices[0]!.logprobs!.token_logprobs });
-    const cold = () => {
-      expect(s.llm.engine.resetPrefixCache()).toBe(true);
+    const cold = async () => {
+      expect(await s.llm.client.resetPrefixCache()).toBe(true);
     };
     await waitIdle(s.url);
-    cold();
+    await cold();
     const alone = await ask(target);
     expect(alone.usage!.prompt_tokens_details!.cached_tokens).toBe(0);
     const aloneWarm = await ask(target);
     expect(aloneWarm.usage!.prompt_tokens_details!.cached_tokens).toBeGreaterThan(0);
     expect(tokensOf(aloneWarm)).toBe(tokensOf(alone));
     await waitIdle(s.url);
-    cold();
+    await cold();
     const batchCold = await Promise.all([target, ...others].map(ask));
     expect(batchCold[0]!.usage!.prompt_tokens_details!.cached_tokens).toBe(0);
     expect(tokensOf(batchCold[0]!)).toBe(tokensOf(alone));
@@ -132,7 +132,7 @@ describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
       return r.usage!.prompt_tokens_details!.cached_tokens ?? -1;
     };
     await waitIdle(s.url);
-    expect(s.llm.engine.resetPrefixCache()).toBe(true);
+    expect(await s.llm.client.resetPrefixCache()).toBe(true);
     expect(await ask("tenant-a")).toBe(0);
     const hitsBefore = await metric(s.url, "prefix_cache_hits_total");
     expect(await ask("tenant-b")).toBe(0);
@@ -153,7 +153,7 @@ describeShared("serve: continuous batching over HTTP", [STORIES], ([model]) => {
     };
     for (const [a, b] of [["\ud800", "\ufffd"], ["x\udbff", "x\ud800"]]) {
       await waitIdle(s.url);
-      expect(s.llm.engine.resetPrefixCache()).toBe(true);
+      expect(await s.llm.client.resetPrefixCache()).toBe(true);
       expect(await ask(a!)).toBe(0);
       expect(await ask(b!)).toBe(0);
       expect(await ask(a!)).toBeGreaterThan(0);

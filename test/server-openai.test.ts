@@ -119,8 +119,9 @@ describeShared("serve: chat completions (openai client)", [CHAT_MODEL], ([model]
     const format = (await bad({ response_format: { type: "json_object" } })) as BadRequestError;
     expect(format).toBeInstanceOf(OpenAI.BadRequestError);
     expect(format.param).toBe("response_format");
-    const bias = (await bad({ logit_bias: { "5": 10 } })) as BadRequestError;
-    expect(bias.param).toBe("logit_bias");
+    const bias = (await bad({ logit_bias: { "5": 1000 } })) as BadRequestError;
+    expect(bias.param).toBe("logit_bias.5");
+    expect(bias.message).toContain("-100 to 100");
     const image = (await bad({ messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "data:," } }] }] })) as BadRequestError;
     expect(image).toBeInstanceOf(OpenAI.BadRequestError);
     expect(image.param).toBe("messages[0].content[0].type");

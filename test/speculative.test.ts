@@ -12,16 +12,15 @@
  *   - the command line: --speculate ngram reports drafted/accepted per request in --json, and bad
  *     --spec-* values are one-line errors.
  */
-import { afterAll, afterEach, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
-import type { EngineOptions, LLMEngine, StepEvent } from "../src/engine/engine.ts";
+import type { EngineOptions } from "../src/engine/engine-options.ts";
 import { proposeNgram } from "../src/engine/ngram-proposer.ts";
 import { DEFAULT_SPECULATIVE, DRAFT_THRESHOLD, Drafter, PRIOR_RATE, type SpeculativeOptions } from "../src/engine/speculative.ts";
-import { Request } from "../src/engine/request.ts";
-import { DEFAULT_SAMPLING } from "../src/engine/sampler.ts";
+import { Request } from "../src/kv/request.ts";
 import { KVCacheManager } from "../src/kv/kv-cache-manager.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { MODELS, TEXTS, TOKENIZER } from "./helpers/prefix.ts";
@@ -31,6 +30,7 @@ import { describeGpu } from "./helpers/webgpu.ts";
 import { REPO_ROOT, runPagellm } from "./helpers/cli.ts";
 import { InputError } from "../src/errors.ts";
 import { startServer } from "./helpers/serve.ts";
+import { allOutputs, comparable, openedLLMs } from "./helpers/llm.ts";
 
 const THREADS = testThreads();
 /** Per-test limit: many engine runs on a loaded 2-core machine (bun's 5 s default is far too tight). */
@@ -152,18 +152,13 @@ describe("KVCacheManager.rollback", () => {
 // ---------------------------------------------------------------------------------------------
 // the engine: the same output with and without speculation
 
-const opened: LLM[] = [];
-afterEach(closeAll);
-afterAll(closeAll);
-function closeAll(): void {
-  for (const llm of opened.splice(0)) llm.close();
-}
+const llms = openedLLMs();
+const closeAll = llms.closeAll;
+const opened = llms.open;
 
 function load(model: string, tokenizer: string | undefined, engine: Partial<EngineOptions>, gpu?: WebGpuBackend): LLM {
   // A small KV pool: these requests need a few MiB, and the machine's free memory is checked at load.
-  const llm = LLM.load({ model, tokenizer, engine: { threads: THREADS, kvCacheMb: 32, ...engine }, gpu });
-  opened.push(llm);
-  return llm;
+  return llms.load({ model, tokenizer, engine: { kvCacheMb: 32, ...engine }, gpu });
 }
 
 /**
@@ -179,12 +174,6 @@ function requests(llm: LLM, n: number, maxTokens: number): GenerateRequest[] {
     if (i % 3 === 2) Object.assign(r, { temperature: 0.6, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1.1, repeatLastN: 16, seed: 5 + i });
     return r;
   });
-}
-
-/** A result as it must be equal with and without speculation (no timings, no draft counts). */
-function comparable(r: CompletionResult): Omit<CompletionResult, "ttft_ms" | "latency_ms" | "speculative"> {
-  const { ttft_ms: _t, latency_ms: _l, speculative: _s, ...rest } = r;
-  return rest;
 }
 
 function drafted(results: readonly CompletionResult[]): { drafted: number; accepted: number } {
@@ -207,8 +196,8 @@ async function expectSameOutput(
   const t = drafted(got);
   expect(t.drafted).toBeGreaterThan(0);
   if (opts.someAccepted !== false) expect(t.accepted).toBeGreaterThan(0);
-  expect(spec.engine.stats.draftedTokens).toBe(t.drafted);
-  expect(spec.engine.kv.numUsedBlocks).toBe(0);
+  expect(spec.stats().draftedTokens).toBe(t.drafted);
+  expect(spec.stats().blocksInUse).toBe(0);
   return got;
 }
 
@@ -250,14 +239,14 @@ describeShared(`speculative decoding in the engine (stories260K, ${THREADS} thre
     let preemptions = 0;
     const build = (llm: LLM) => requests(llm, 12, 60);
     await expectSameOutput(model!, tokenizer!, engine, build, { compareCached: false, speculative: EAGER });
-    preemptions = opened[0]!.engine.stats.preemptions;
+    preemptions = opened[0]!.stats().preemptions;
     expect(preemptions).toBeGreaterThan(0);
-    expect(opened[0]!.engine.stats.prefixHits).toBeGreaterThan(0);
+    expect(opened[0]!.stats().prefixHits).toBeGreaterThan(0);
   }, TIMEOUT_MS);
 
   test("over one WebAssembly memory per layer (docs/large-models.md), the same results as without", async () => {
     await expectSameOutput(model!, tokenizer!, { wasmMemoryMb: 1 }, (llm) => requests(llm, 6, 48));
-    expect(opened[0]!.engine.memories.count).toBeGreaterThan(2);
+    expect(opened[0]!.info.numMemories).toBeGreaterThan(2);
   }, TIMEOUT_MS);
 
   test("K = 7 and n-grams 2:5 give the same results too; caching off", async () => {
@@ -286,12 +275,12 @@ describeShared(`stop strings inside drafts (rnd-qwen2-Q5_K_M, ${THREADS} thread(
     closeAll();
     const build = () => stops.map((stop, i): GenerateRequest => ({ id: `s${i}`, promptTokenIds: prompt, maxTokens: 100, temperature: 0, stop: [stop] }));
     await expectSameOutput(model!, undefined, {}, build);
-    // The same again, watching the steps: some request stopped in a step that accepted draft tokens.
+    // The same again, watching the outputs: some request stopped in a step that accepted draft tokens.
     const llm = opened[0]!;
-    const steps = watchSteps(llm.engine);
-    const results = await llm.generate(build().map((r) => ({ ...r, id: `again-${r.id}` })));
-    expect(results.every((r) => r.finish_reason === "stop")).toBe(true);
-    expect(steps.some((e) => e.finished && e.seq.finishReason === "stop" && e.numSampled > 1)).toBe(true);
+    const outputs = await allOutputs(llm, build().map((r) => ({ ...r, id: `again-${r.id}` })));
+    const ends = outputs.filter((o) => o.finishReason !== null);
+    expect(ends.every((o) => o.finishReason === "stop")).toBe(true);
+    expect(ends.some((o) => o.numSampled > 1)).toBe(true);
   }, TIMEOUT_MS);
 });
 
@@ -300,13 +289,21 @@ describeShared(`speculative decoding with parallel sampling (stories260K, ${THRE
     const engine: Partial<EngineOptions> = { numBlocks: 40, blockSize: 8, maxNumBatchedTokens: 32 };
     const run = async (speculative: SpeculativeOptions | null) => {
       const llm = load(model!, tokenizer!, { ...engine, speculative });
-      const groups = TEXTS.slice(0, 3).map((text, k) => llm.engine.addParallelSampling([0.2, 0.5, 0.9].map((temperature, i) => ({
-        id: `p${k}-${i}`, promptTokenIds: llm.encode(`${text} ${text}`),
-        params: { maxTokens: 40, stop: [], sampling: { ...DEFAULT_SAMPLING, temperature, topK: 0, topP: 1, minP: 0, seed: 100 + i }, logprobs: 1 },
-      }))));
-      while (llm.engine.hasUnfinished) await llm.engine.step();
-      const out = groups.map((g) => g.map((seq) => JSON.stringify({ t: seq.outputTokenIds, l: seq.logprobs, f: seq.finishReason })));
-      const stats = llm.engine.stats;
+      const outputs = await allOutputs(llm, TEXTS.slice(0, 3).map((text, k) => ({
+        id: `p${k}`, promptTokenIds: llm.encode(`${text} ${text}`), n: 3, maxTokens: 40, temperature: 0.7, topK: 0, topP: 1, minP: 0, seed: 100, logprobs: 1,
+      })));
+      // Each sample's tokens, logprobs and finish reason, by request and sample.
+      const samples = new Map<string, { t: number[]; l: unknown[]; f: string | null }>();
+      for (const o of outputs) {
+        const key = `${o.requestId}#${o.index}`;
+        const s = samples.get(key) ?? { t: [], l: [], f: null };
+        s.t.push(...o.tokenIds);
+        s.l.push(...(o.logprobs ?? []));
+        s.f = o.finishReason ?? s.f;
+        samples.set(key, s);
+      }
+      const out = [...samples.keys()].sort().map((k) => JSON.stringify(samples.get(k)));
+      const stats = llm.stats();
       closeAll();
       return { out, stats };
     };
@@ -338,7 +335,7 @@ describeShared(`serve --speculate (rnd-qwen2-Q5_K_M, ${THREADS} thread(s))`, ["m
           }
           return { text, logprobs };
         }));
-        return { results, accepted: s.llm.engine.stats.acceptedTokens };
+        return { results, accepted: s.llm.stats().acceptedTokens };
       } finally {
         await s.close();
       }
@@ -356,9 +353,7 @@ describeShared(`speculative decoding over the disk KV cache (stories260K, ${THRE
     const dir = mkdtempSync(join(tmpdir(), "pagellm-spec-disk-"));
     try {
       const open = (speculative: SpeculativeOptions | null, kvCacheDir?: string) => {
-        const llm = LLM.load({ model: model!, tokenizer: tokenizer!, engine: { threads: THREADS, kvCacheMb: 32, blockSize: 8, speculative }, kvCacheDir, onWarning: () => {} });
-        opened.push(llm);
-        return llm;
+        return llms.load({ model: model!, tokenizer: tokenizer!, engine: { kvCacheMb: 32, blockSize: 8, speculative }, kvCacheDir, onWarning: () => {} });
       };
       const first = open(EAGER, dir);
       const firstResults = await first.generate(requests(first, 4, 48));
@@ -385,18 +380,6 @@ describeShared(`speculative decoding over the disk KV cache (stories260K, ${THRE
   }, TIMEOUT_MS);
 });
 
-/** Record every event the engine's step() returns. */
-function watchSteps(engine: LLMEngine): StepEvent[] {
-  const seen: StepEvent[] = [];
-  const step = engine.step.bind(engine);
-  engine.step = async () => {
-    const events = await step();
-    seen.push(...events);
-    return events;
-  };
-  return seen;
-}
-
 // ---------------------------------------------------------------------------------------------
 // WebGPU
 
@@ -414,9 +397,8 @@ await describeGpu("speculative decoding on WebGPU", (gpu) => {
 
 describeShared("the library's speculative option", [MODELS.stories260K, TOKENIZER], ([model, tokenizer]) => {
   test("LLM.load({ speculative }) fills in the defaults; bad values are InputErrors; results carry the counts", async () => {
-    const llm = LLM.load({ model: model!, tokenizer: tokenizer!, engine: { threads: THREADS, kvCacheMb: 32 }, speculative: { method: "ngram", tokens: 3 } });
-    opened.push(llm);
-    expect(llm.engine.options.speculative).toEqual({ method: "ngram", tokens: 3, ngram: { min: 1, max: 4 }, adaptive: true });
+    const llm = llms.load({ model: model!, tokenizer: tokenizer!, engine: { kvCacheMb: 32 }, speculative: { method: "ngram", tokens: 3 } });
+    expect(llm.info.speculative).toEqual({ method: "ngram", tokens: 3, ngram: { min: 1, max: 4 }, adaptive: true });
     const [r] = await llm.generate([{ prompt: `${TEXTS[3]} ${TEXTS[3]}`, maxTokens: 30, temperature: 0 }]);
     expect(r!.speculative!.drafted).toBeGreaterThanOrEqual(r!.speculative!.accepted);
     for (const speculative of [{ method: "ngram" as const, tokens: 0 }, { method: "ngram" as const, ngram: { min: 3, max: 2 } }]) {
@@ -424,8 +406,6 @@ describeShared("the library's speculative option", [MODELS.stories260K, TOKENIZE
     }
   }, TIMEOUT_MS);
 });
-
-
 
 describeShared("generate --speculate", [MODELS.stories260K, TOKENIZER], ([model, tokenizer]) => {
   const base = ["generate", "--model", model!, "--tokenizer", tokenizer!, "--threads", "1", "--max-tokens", "60", "--temperature", "0"];

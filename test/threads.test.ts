@@ -12,6 +12,11 @@ import { attentionScale, attentionScratchBytes, SEQ_INFO_INTS } from "../src/bac
 import { guidedChunk } from "../src/backend/thread-protocol.ts";
 import { WorkerPoolError } from "../src/errors.ts";
 import { LLM } from "../src/engine/llm.ts";
+import { buildEngine } from "../src/engine/engine-builder.ts";
+import { EngineClient } from "../src/engine/engine-client.ts";
+import { DEFAULT_ENGINE_OPTIONS } from "../src/engine/engine-options.ts";
+import type { EngineOutput } from "../src/engine/engine-output.ts";
+import { loadTokenizer } from "../src/tokenizer/load.ts";
 import { KVArena } from "../src/kv/kv-arena.ts";
 import { KV_TYPES, type KVType } from "../src/kv/kv-layout.ts";
 import { StepBatch } from "../src/model/batch.ts";
@@ -97,25 +102,30 @@ describe("worker threads", () => {
   });
 
   test.skipIf(tokenizer === null)("a worker that dies ends the run with a WorkerPoolError, not a hang", async () => {
-    const llm = LLM.load({ model: modelPath, tokenizer: tokenizer!, engine: { threads: 2 } });
-    const pool = llm.engine.backend.pool!;
-    let caught: unknown = null;
+    // The engine built here, so that the test holds its worker pool; driven through the front door.
+    const tok = loadTokenizer(tokenizer!, { modelVocabSize: config.vocabSize }).tokenizer;
+    const engine = buildEngine(openCheckpoint(modelPath), tok, { ...DEFAULT_ENGINE_OPTIONS, threads: 2 });
+    const client = new EngineClient(engine, { encode: (text) => tok.encode(text, { addBos: true }), messages: () => [] });
+    const outputs: EngineOutput[] = [];
     let killed = false;
+    const stream = client.submit({ prompt: "Once upon a time", maxTokens: 400, temperature: 0 });
     try {
-      for await (const event of llm.stream([{ prompt: "Once upon a time", maxTokens: 400, temperature: 0 }])) {
-        if (event.kind === "text" && !killed) {
+      for await (const output of stream) {
+        outputs.push(output);
+        if (output.tokenIds.length > 0 && !killed) {
           killed = true;
-          void pool.workers[0]!.terminate();
+          void engine.memories.pool!.workers[0]!.terminate();
         }
       }
-    } catch (e) {
-      caught = e;
     } finally {
-      llm.close();
+      await client.close();
+      engine.close();
     }
     expect(killed).toBe(true);
-    expect(caught).toBeInstanceOf(WorkerPoolError);
-    expect((caught as Error).message).toMatch(/worker/);
+    // The request ended with the error; the stream carries the error itself (LLM.stream throws it).
+    expect(outputs.at(-1)!.finishReason).toBe("error");
+    expect(outputs.at(-1)!.error).toMatch(/worker/);
+    expect(stream.error).toBeInstanceOf(WorkerPoolError);
   });
 
   test("a kernel that throws in a worker is reported, and the pool keeps working", () => {

@@ -16,12 +16,12 @@
  *     cannot run, and a machine without a usable adapter, fail with one line and exit code 2;
  *     auto falls back to WebAssembly with the reason.
  */
-import { afterAll, afterEach, beforeAll, expect, test } from "bun:test";
+import { afterAll, beforeAll, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
-import type { EngineOptions } from "../src/engine/engine.ts";
+import type { EngineOptions } from "../src/engine/engine-options.ts";
 import type { KVType } from "../src/kv/kv-layout.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { REPO_ROOT, runPagellm } from "./helpers/cli.ts";
@@ -30,6 +30,7 @@ import { describeShared, sharedPath } from "./helpers/shared.ts";
 import { expertTypes, webgpuRefusal } from "../src/backend/device-choice.ts";
 import { openCheckpoint } from "../src/model/load.ts";
 import { describeGpu } from "./helpers/webgpu.ts";
+import { openedLLMs } from "./helpers/llm.ts";
 import { logSoftmaxAt } from "./helpers/gguf-rig.ts";
 import { greedyGoldenCases } from "./helpers/runc-golden.ts";
 import { CHILD_PROCESS_MS, PROCESS_TEST_MS } from "./helpers/limits.ts";
@@ -43,15 +44,10 @@ const SCORED_TOKENS = 128;
 /** Per-test limit: the software adapter runs about a GFLOP/s. */
 const TIMEOUT_MS = 120_000;
 
-const opened: LLM[] = [];
-afterEach(() => {
-  for (const llm of opened.splice(0)) llm.close();
-});
+const llms = openedLLMs();
 
 function load(gpu: WebGpuBackend, model: string, tokenizer: string | undefined, engine: Partial<EngineOptions> = {}): LLM {
-  const llm = LLM.load({ model, tokenizer, engine: { threads: 1, ...engine }, gpu });
-  opened.push(llm);
-  return llm;
+  return llms.load({ model, tokenizer, engine: { threads: 1, ...engine }, gpu });
 }
 
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
@@ -85,7 +81,8 @@ function accuracyTests(gpu: WebGpuBackend): void {
           const llm = load(gpu, model!, undefined);
           const tokens = own.tokens.slice(0, SCORED_TOKENS + 1);
           const mine: number[] = [];
-          await llm.engine.score(tokens, (i, logits) => {
+          const rows = (await llm.client.score({ tokens, logits: true })).logits!;
+          rows.forEach((logits, i) => {
             if (i + 1 < tokens.length) mine.push(logSoftmaxAt(logits, tokens[i + 1]!));
           });
           expect(mine.length).toBe(SCORED_TOKENS);
@@ -142,7 +139,7 @@ function invarianceTests(gpu: WebGpuBackend, model: string, tok: string | undefi
         const got = tokensOf(await llm.generate(requests));
         if (JSON.stringify(got) !== JSON.stringify(want)) throw new Error(`${label}, round ${round}: tokens differ from the requests run alone`);
       }
-      const s = llm.engine.stats;
+      const s = llm.stats();
       expect(s.prefixHits).toBeGreaterThan(0);
       expect(s.blocksInUse).toBe(0);
       if (preempts) expect(s.preemptions).toBeGreaterThan(0);
@@ -160,7 +157,7 @@ await describeGpu("the engine on WebGPU", (gpu) => {
         if (model === null || tok === null) continue;
         if (webgpuRefusal(openCheckpoint(model)) !== null) continue;
         const llm = load(gpu, model, tok);
-        expect(llm.engine.model.device).toBe("webgpu");
+        expect(llm.info.device).toBe("webgpu");
         // run.c's -n counts positions, the prompt (BOS included) too.
         const requests = cases.map((c, i) => ({ id: `golden-${i}`, prompt: c.prompt, maxTokens: c.steps - llm.encode(c.prompt).length + 1, temperature: 0 }));
         const results = await llm.generate(requests);
@@ -298,7 +295,7 @@ await describeGpu("the engine on WebGPU", (gpu) => {
       const onGpu = await PublicLLM.open({ model: model!, tokenizer: tok!, device: "webgpu", engine: { threads: 1 } });
       const onWasm = await PublicLLM.open({ model: model!, tokenizer: tok!, device: "wasm", engine: { threads: 1 } });
       try {
-        expect([onGpu.engine.model.device, onWasm.engine.model.device]).toEqual(["webgpu", "wasm"]);
+        expect([onGpu.info.device, onWasm.info.device]).toEqual(["webgpu", "wasm"]);
         expect(onGpu.device).toStartWith(`device: webgpu on ${gpu.gpu.adapter.name}`);
         expect(onWasm.device).toBe("device: wasm (requested)");
         const request = { prompt: "Once upon a time", maxTokens: 20, temperature: 0 };

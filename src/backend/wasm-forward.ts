@@ -10,7 +10,7 @@
  * the memory that holds it. The same kernels run in the same order on the same numbers however
  * the model is split, so the results are the same bits.
  */
-import type { DeviceKind, ModelForward } from "../engine/model-forward.ts";
+import type { DeviceKind, ModelForward } from "./model-forward.ts";
 import { KVArena } from "../kv/kv-arena.ts";
 import type { BlockCopy } from "../kv/kv-cache-manager.ts";
 import type { KVLayout } from "../kv/kv-layout.ts";

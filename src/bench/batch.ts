@@ -11,9 +11,9 @@ import { batchPositions, measureBatch, withLLM } from "./engine-runs.ts";
 import { ratio, type RepeatOptions, type Summary } from "./measure.ts";
 import type { BenchModel } from "./models.ts";
 import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
-import { measureMatmulGflops, measureStreamBandwidth } from "./roofline.ts";
+import { measureMatmulGflops, measureStreamBandwidth, withScratchBackend } from "./roofline.ts";
 import { gpuRefusal, gpuTable, type BenchGpu, type GpuRow } from "./webgpu.ts";
-import type { EngineOptions } from "../engine/engine.ts";
+import type { EngineOptions } from "../engine/engine-options.ts";
 
 /** Sequences per step the issue asks about. */
 export const BATCH_SIZES: readonly number[] = [1, 4, 16, 64];
@@ -98,17 +98,17 @@ export async function runBatchBench(o: BatchBenchOptions): Promise<BatchResult> 
       const run = await withLLM(model, engine, async (llm): Promise<BatchRun> => {
         progress(`roofline on ${threads} thread(s)`);
         const c = llm.config;
-        const roofline: Roofline = {
-          bandwidthGBps: measureStreamBandwidth(llm.engine.memories.roomiest, o.reps, o.streamBytes),
-          matmulGflops: measureMatmulGflops(llm.engine.memories.roomiest, c.hiddenDim, c.dim, ROOFLINE_TOKENS, o.reps),
+        const roofline: Roofline = withScratchBackend(threads, (cpu) => ({
+          bandwidthGBps: measureStreamBandwidth(cpu, o.reps, o.streamBytes),
+          matmulGflops: measureMatmulGflops(cpu, c.hiddenDim, c.dim, ROOFLINE_TOKENS, o.reps),
           matmulShape: [c.hiddenDim, c.dim],
-        };
+        }));
         // Warm the engine's code paths once (JIT tiers), so each batch size needs no warm-up repetition of its own.
-        await measureBatch(llm.engine, { ...o, numSeqs: Math.min(4, maxSeqs), steps: 2, warmupSteps: 0, warmup: 0, reps: 1 });
+        await measureBatch(llm, { ...o, numSeqs: Math.min(4, maxSeqs), steps: 2, warmupSteps: 0, warmup: 0, reps: 1 });
         const rows: BatchRow[] = [];
         for (const seqs of o.batchSizes) {
           progress(`${model.label}: ${seqs} sequence(s), ${threads} thread(s)`);
-          const m = await measureBatch(llm.engine, { ...o, numSeqs: seqs, seed: o.seed + seqs });
+          const m = await measureBatch(llm, { ...o, numSeqs: seqs, seed: o.seed + seqs });
           const tps = m.decodeTokensPerSecond.median;
           const weightGflops = (2 * model.matmulParams * tps) / 1e9;
           // Ceilings are the best repetition: interference from other processes only ever slows one.
@@ -143,10 +143,10 @@ async function gpuBatch(o: BatchBenchOptions, gpu: BenchGpu, model: BenchModel, 
   const wasm = wasmRuns.reduce((a, b) => (b.threads > a.threads ? b : a));
   return await withLLM(model, { ...engine, threads: 1 }, async (llm): Promise<GpuBatch> => {
     const rows: GpuRow[] = [];
-    await measureBatch(llm.engine, { ...o, numSeqs: Math.min(4, Math.max(...o.batchSizes)), steps: 2, warmupSteps: 0, warmup: 0, reps: 1 });
+    await measureBatch(llm, { ...o, numSeqs: Math.min(4, Math.max(...o.batchSizes)), steps: 2, warmupSteps: 0, warmup: 0, reps: 1 });
     for (const seqs of o.batchSizes) {
       progress(`${model.label}: ${seqs} sequence(s) on WebGPU (${gpu.adapter})`);
-      const m = await measureBatch(llm.engine, { ...o, numSeqs: seqs, seed: o.seed + seqs });
+      const m = await measureBatch(llm, { ...o, numSeqs: seqs, seed: o.seed + seqs });
       const w = wasm.rows.find((r) => r.seqs === seqs)!;
       rows.push({ label: `${seqs} seqs`, value: m.decodeTokensPerSecond, wasm: w.decodeTokensPerSecond, wasmThreads: wasm.threads, vsWasm: ratio(m.decodeTokensPerSecond, w.decodeTokensPerSecond) });
     }

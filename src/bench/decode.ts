@@ -9,7 +9,7 @@ import { ratio, summarize, type RepeatOptions, type Summary } from "./measure.ts
 import type { BenchModel } from "./models.ts";
 import type { ModelMix } from "../model/gguf-model-writer.ts";
 import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
-import { measureStreamBandwidth } from "./roofline.ts";
+import { measureStreamBandwidth, withScratchBackend } from "./roofline.ts";
 import { peerTable, runNlcPeer, type PeerFigure } from "./peer-nlc.ts";
 import { runcTokensPerSecond } from "./runc.ts";
 import { TokenSource } from "./prompts.ts";
@@ -102,7 +102,7 @@ export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
         const tps = summarize(ours.map((x) => x.median));
         d = { ...d, tokensPerSecond: tps, msPerToken: summarize(ours.map((x) => 1000 / x.median)) };
       }
-      const bw = measureStreamBandwidth(llm.engine.memories.roomiest, o.reps, o.streamBytes);
+      const bw = withScratchBackend(threads, (cpu) => measureStreamBandwidth(cpu, o.reps, o.streamBytes));
       // A ceiling is the best repetition: interference from other processes only ever slows one.
       const limit = (bw.max * 1e9) / o.model.bytesPerToken;
       const baseline = theirs.length === 0 ? null : summarize(theirs);

@@ -1,16 +1,16 @@
 /**
- * Measurements through the engine, the way requests really run: a model loaded with LLM.load,
- * decode and time to first token through llm.generate, steady-state batches through LLMEngine's
- * step() directly (so the timed window holds only decode steps).
+ * Measurements through the engine's front door, the way requests really run: a model loaded with
+ * LLM.load, decode and time to first token through llm.generate, steady-state batches timed step
+ * by step with the front door's step reports (so the timed window holds only decode steps).
  */
 import { InputError } from "../errors.ts";
 import type { WebGpuBackend } from "../backend/webgpu/backend.ts";
 import { expertTypes } from "../backend/device-choice.ts";
 import { openCheckpoint } from "../model/load.ts";
-import type { EngineOptions, LLMEngine } from "../engine/engine.ts";
+import type { StepReport } from "../engine/engine-client.ts";
+import type { EngineOptions } from "../engine/engine-options.ts";
+import type { GenerateRequest } from "../engine/generate-request.ts";
 import { LLM } from "../engine/llm.ts";
-import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
-import type { GenerationParams } from "../engine/sequence.ts";
 import { repeat, summarize, type RepeatOptions, type Summary } from "./measure.ts";
 import type { BenchModel } from "./models.ts";
 import { TokenSource } from "./prompts.ts";
@@ -30,8 +30,8 @@ export async function withLLM<T>(model: BenchModel, engine: Partial<EngineOption
 }
 
 /** Greedy, no penalties: every figure is for the same deterministic work. */
-export function greedyParams(maxTokens: number): GenerationParams {
-  return { maxTokens, stop: [], sampling: { ...DEFAULT_SAMPLING, temperature: 0, repetitionPenalty: 1, seed: 0 } };
+export function greedyRequest(id: string, promptTokenIds: readonly number[], maxTokens: number): GenerateRequest {
+  return { id, promptTokenIds, maxTokens, temperature: 0, repetitionPenalty: 1, seed: 0 };
 }
 
 export interface DecodeMeasurement {
@@ -106,50 +106,33 @@ export function batchPositions(o: Pick<BatchOptions, "numSeqs" | "promptTokens" 
 }
 
 /**
- * Steady-state decode of `numSeqs` sequences: per repetition, admit them with fresh prompts, step
- * until every one is decoding (timed: the prefill figure), run the warm-up steps, then time
- * `steps` steps in which every sequence decodes one token. The sequences are aborted after, so
- * each repetition starts from an empty batch.
+ * Steady-state decode of `numSeqs` sequences: per repetition, submit them with fresh prompts, let
+ * the steps run until every one is decoding (timed: the prefill figure), let the warm-up steps
+ * pass, then time `steps` steps in which every sequence decodes one token (from the end of the
+ * step before them to the end of the last, as the front door reports steps). The sequences are
+ * aborted after, so each repetition starts from an empty batch.
  */
-export async function measureBatch(engine: LLMEngine, o: BatchOptions): Promise<BatchMeasurement> {
-  const positions = batchPositions(o, engine.options.maxNumBatchedTokens);
-  if (positions > engine.maxPositions) {
-    throw new InputError(`a batch sequence needs ${positions} positions; the model's context (or KV pool) holds ${engine.maxPositions}`);
+export async function measureBatch(llm: LLM, o: BatchOptions): Promise<BatchMeasurement> {
+  const info = llm.info;
+  const positions = batchPositions(o, info.maxNumBatchedTokens);
+  if (positions > info.maxPositions) {
+    throw new InputError(`a batch sequence needs ${positions} positions; the model's context (or KV pool) holds ${info.maxPositions}`);
   }
   // Sequences beyond the step's cap would wait for ones that never finish.
-  if (o.numSeqs > engine.options.maxNumSeqs) throw new InputError(`${o.numSeqs} sequences exceed the engine's cap of ${engine.options.maxNumSeqs}`);
-  const source = new TokenSource(o.seed, engine.config.vocabSize);
+  if (o.numSeqs > info.maxNumSeqs) throw new InputError(`${o.numSeqs} sequences exceed the engine's cap of ${info.maxNumSeqs}`);
+  const source = new TokenSource(o.seed, llm.config.vocabSize);
   const decode: number[] = [];
   const prefill: number[] = [];
   let batchSum = 0;
   let stepCount = 0;
   for (let rep = -o.warmup; rep < o.reps; rep++) {
-    const seqs = Array.from({ length: o.numSeqs }, (_, i) =>
-      engine.addRequest({ id: `batch-${rep}-${i}`, promptTokenIds: source.prompt(o.promptTokens), params: greedyParams(positions - o.promptTokens + 1) }),
-    );
-    try {
-      let t0 = performance.now();
-      while (seqs.some((s) => !s.isFinished && s.outputTokenIds.length === 0)) await engine.step();
-      const prefillSeconds = (performance.now() - t0) / 1000;
-      for (let i = 0; i < o.warmupSteps; i++) await engine.step();
-      let tokens = 0;
-      t0 = performance.now();
-      for (let i = 0; i < o.steps; i++) {
-        const events = await engine.step();
-        const n = events.length;
-        tokens += events.reduce((sum, e) => sum + e.numSampled, 0);
-        if (rep >= 0) {
-          batchSum += n;
-          stepCount++;
-        }
-      }
-      const decodeSeconds = (performance.now() - t0) / 1000;
-      if (rep >= 0) {
-        prefill.push((o.numSeqs * o.promptTokens) / prefillSeconds);
-        decode.push(tokens / decodeSeconds);
-      }
-    } finally {
-      for (const s of seqs) if (!s.isFinished) engine.abort(s);
+    const requests = Array.from({ length: o.numSeqs }, (_, i) => greedyRequest(`batch-${rep}-${i}`, source.prompt(o.promptTokens), positions - o.promptTokens + 1));
+    const run = await timeBatchSteps(llm, requests, o.warmupSteps, o.steps);
+    if (rep >= 0) {
+      prefill.push((o.numSeqs * o.promptTokens) / run.prefillSeconds);
+      decode.push(run.tokens / run.decodeSeconds);
+      batchSum += run.outputs;
+      stepCount += o.steps;
     }
   }
   return {
@@ -157,5 +140,40 @@ export async function measureBatch(engine: LLMEngine, o: BatchOptions): Promise<
     decodeTokensPerSecond: summarize(decode),
     prefillTokensPerSecond: summarize(prefill),
     meanBatch: batchSum / Math.max(1, stepCount),
+  };
+}
+
+/** One batch repetition: the seconds until every request decodes, then the tokens, outputs and seconds of `steps` steps after `warmupSteps`. */
+async function timeBatchSteps(
+  llm: LLM, requests: readonly GenerateRequest[], warmupSteps: number, steps: number,
+): Promise<{ prefillSeconds: number; decodeSeconds: number; tokens: number; outputs: number }> {
+  const reports: StepReport[] = [];
+  const stopListening = llm.client.onStep((r) => reports.push(r));
+  const t0 = performance.now();
+  const stream = llm.client.submit(requests);
+  const started = new Set<string>();
+  let prefillEnd = -1;
+  let prefillSeconds = 0;
+  try {
+    for await (const output of stream) {
+      if (output.tokenIds.length > 0 || output.finishReason !== null) started.add(output.requestId);
+      if (prefillEnd < 0 && started.size === requests.length) {
+        prefillSeconds = (performance.now() - t0) / 1000;
+        prefillEnd = reports.length;
+      }
+      if (prefillEnd >= 0 && reports.length >= prefillEnd + warmupSteps + steps) break;
+    }
+  } finally {
+    stopListening();
+    stream.abort();
+  }
+  const timed = reports.slice(prefillEnd + warmupSteps, prefillEnd + warmupSteps + steps);
+  if (prefillEnd < 0 || timed.length < steps) throw new InputError("the batch ended before its timed steps (a sequence reached its end)");
+  const before = reports[prefillEnd + warmupSteps - 1]!;
+  return {
+    prefillSeconds,
+    decodeSeconds: (timed.at(-1)!.endMs - before.endMs) / 1000,
+    tokens: timed.reduce((n, r) => n + r.sampled, 0),
+    outputs: timed.reduce((n, r) => n + r.outputs, 0),
   };
 }

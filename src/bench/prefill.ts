@@ -10,7 +10,7 @@ import { ratio, summarize, type RepeatOptions, type Summary } from "./measure.ts
 import type { BenchModel } from "./models.ts";
 import type { ModelMix } from "../model/gguf-model-writer.ts";
 import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
-import { measureMatmulGflops } from "./roofline.ts";
+import { measureMatmulGflops, withScratchBackend } from "./roofline.ts";
 import { peerTable, runNlcPeer, type PeerFigure } from "./peer-nlc.ts";
 import { TokenSource } from "./prompts.ts";
 import { gpuRefusal, gpuTable, type BenchGpu, type GpuRow } from "./webgpu.ts";
@@ -83,7 +83,7 @@ export async function runPrefillBench(o: PrefillOptions): Promise<PrefillResult>
       const ttft = await measureTtft(llm, o, () => source.prompt(o.promptTokens));
       const decode = await measureDecode(llm, { ...o, promptTokens: 8, genTokens: o.decodeTokens });
       const c = llm.config;
-      const matmulGflops = measureMatmulGflops(llm.engine.memories.roomiest, c.hiddenDim, c.dim, PREFILL_ROOFLINE_TOKENS, o.reps);
+      const matmulGflops = withScratchBackend(threads, (cpu) => measureMatmulGflops(cpu, c.hiddenDim, c.dim, PREFILL_ROOFLINE_TOKENS, o.reps));
       const ttftMs = summarize(ttft);
       const prefillMsPerToken = ttftMs.median / o.promptTokens;
       const prefillTokensPerSecond = summarize(ttft.map((ms) => (1000 * o.promptTokens) / ms));

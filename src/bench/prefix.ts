@@ -12,7 +12,7 @@
  *    eviction policy, cache on and off, in a KV pool small enough that eviction matters.
  */
 import type { KVType } from "../kv/kv-layout.ts";
-import type { EngineOptions } from "../engine/engine.ts";
+import type { EngineOptions } from "../engine/engine-options.ts";
 import type { LLM } from "../engine/llm.ts";
 import type { SchedulePolicy } from "../engine/scheduler.ts";
 import type { EvictionPolicyName } from "../kv/eviction.ts";
@@ -171,10 +171,10 @@ async function measureSharedPrefixTtft(on: LLM, off: LLM, o: PrefixOptions): Pro
   }
   progress(`TTFT of ${o.prefixTokens} shared + ${o.suffixTokens} unique tokens, cache on`);
   await on.generate([{ promptTokenIds: prompt(o.warmup + o.reps), maxTokens: 1, temperature: 0 }]); // caches the prefix
-  const before = on.engine.stats;
+  const before = on.stats();
   // Repetition indices run -warmup..reps-1; each request gets its own suffix.
   const cached = await measureTtft(on, o, (rep) => prompt(rep + o.warmup));
-  const after = on.engine.stats;
+  const after = on.stats();
   progress(`TTFT of ${promptTokens} tokens, cache off`);
   const uncached = await measureTtft(off, o, (rep) => prompt(rep + o.warmup));
   const cachedMs = summarize(cached);
@@ -215,7 +215,7 @@ async function measureTtftByCachedFraction(on: LLM, o: PrefixOptions): Promise<C
 
 async function measureZeroHit(on: LLM, off: LLM, o: PrefixOptions): Promise<ZeroHitResult> {
   progress(`all-distinct prompts (${o.distinctRequests} x ${o.distinctPromptTokens} tokens), cache on vs off, alternating`);
-  const before = on.engine.stats;
+  const before = on.stats();
   const run = async (llm: LLM, rep: number): Promise<number> => {
     // The same prompts for both engines in a repetition, new ones every repetition: nothing can hit.
     const source = new TokenSource(o.seed + 7919 * (rep + o.warmup + 1), llm.config.vocabSize);
@@ -236,7 +236,7 @@ async function measureZeroHit(on: LLM, off: LLM, o: PrefixOptions): Promise<Zero
     const b = await run(off, rep);
     return { on: await run(on, rep), off: b };
   });
-  const after = on.engine.stats;
+  const after = on.stats();
   const queries = after.prefixQueries - before.prefixQueries;
   return {
     requests: o.distinctRequests, promptTokens: o.distinctPromptTokens, outputTokens: o.distinctOutputTokens,

@@ -13,7 +13,7 @@ try {
   const [result] = await llm.generate([{ promptTokenIds: job.promptTokenIds, maxTokens: 1, temperature: 0 }]);
   await llm.flush();
   if (result === undefined || result.finish_reason === "error") throw new Error(`request failed: ${result?.error ?? "no result"}`);
-  const out: RestartChildResult = { result, tier: llm.engine.stats.tier, loadMs: llm.loadMs };
+  const out: RestartChildResult = { result, tier: llm.stats().tier, loadMs: llm.loadMs };
   process.stdout.write(`${JSON.stringify(out)}\n`);
 } finally {
   llm.close();

@@ -4,7 +4,7 @@
  * benchmarks report: output tokens/s, time to first token percentiles (queueing included: all
  * requests arrive at time zero), prefix-cache hit rate, evictions and preemptions.
  */
-import type { EngineOptions } from "../engine/engine.ts";
+import type { EngineOptions } from "../engine/engine-options.ts";
 import type { SchedulePolicy } from "../engine/scheduler.ts";
 import type { EvictionPolicyName } from "../kv/eviction.ts";
 import { InputError } from "../errors.ts";
@@ -53,7 +53,7 @@ export async function runServing(
     const outputTokens = results.reduce((n, r) => n + r.completion_tokens, 0);
     const promptTokens = results.reduce((n, r) => n + r.prompt_tokens, 0);
     const cachedTokens = results.reduce((n, r) => n + r.cached_tokens, 0);
-    const s = llm.engine.stats;
+    const s = llm.stats();
     return {
       ...config,
       wallSeconds,

@@ -4,12 +4,13 @@
  * ChatML, or a Jinja file.
  */
 import { existsSync, readFileSync, statSync } from "node:fs";
-import { InputError } from "../errors.ts";
+import { InputError, RequestFieldError } from "../errors.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { ChatHistory, CHAT_TEMPLATES, type ChatTemplateName } from "./builtin-formats.ts";
 import { loadConversation, type Conversation } from "./conversation.ts";
 import { JinjaConversation } from "./jinja-conversation.ts";
-import { ChatTemplate, type ChatMessage } from "./jinja-template.ts";
+import { ChatTemplate, ChatTemplateError, type ChatMessage } from "./jinja-template.ts";
+import { contentSpans, encodeRendered } from "./render-tokens.ts";
 
 /** ChatML, as Qwen and SmolLM write it (without a default system prompt). */
 const CHATML =
@@ -61,14 +62,46 @@ export function newConversation(format: ChatFormat, tok: Tokenizer, opts: { addB
 }
 
 /**
- * The prompt ids of a whole message list (a JSONL request's "messages", a saved conversation):
- * a system message first if any, then user and assistant messages; the prompt ends where the
- * assistant's reply to the last user message starts.
+ * The prompt ids of a whole message list (a request's "messages", a saved conversation); the
+ * prompt ends where the assistant's reply to the last message, a user's, starts. A conversation of
+ * the usual shape (an optional system message, then user and assistant messages in turn) is built
+ * as `pagellm chat` builds it, so each turn's prompt is an exact token prefix of the next and the
+ * prefix cache serves the history. Other shapes (several system messages, two user messages in a
+ * row), which OpenAI clients send too, are rendered whole by the model's Jinja template, as vLLM
+ * and llama.cpp render them; a built-in format has no rules for them. So are messages rendered
+ * with `kwargs` (more template variables for this request: vLLM's chat_template_kwargs).
+ * Throws RequestFieldError naming the message or field at fault.
  */
-export function messagesPromptIds(format: ChatFormat, tok: Tokenizer, addBos: boolean, messages: readonly ChatMessage[]): number[] {
+export function messagesPromptIds(
+  format: ChatFormat, tok: Tokenizer, addBos: boolean, messages: readonly ChatMessage[], kwargs: Readonly<Record<string, unknown>> | null = null,
+): number[] {
   const last = messages.at(-1);
-  if (last === undefined || last.role !== "user") throw new InputError(`"messages" must end with a user message`);
-  const conversation = newConversation(format, tok, { addBos });
-  loadConversation(conversation, tok, messages.slice(0, -1), '"messages"');
-  return conversation.promptIds(last.content);
+  if (last === undefined) throw new RequestFieldError("messages", "must not be empty");
+  if (last.role !== "user") throw new RequestFieldError(`messages[${messages.length - 1}].role`, "must be user: the last message must be the user's");
+  if (kwargs !== null && format.kind !== "jinja") {
+    throw new RequestFieldError("chatTemplateKwargs", "needs a Jinja chat template; this format is built in");
+  }
+  try {
+    if ((isTurnTaking(messages) && kwargs === null) || format.kind !== "jinja") {
+      const conversation = newConversation(format, tok, { addBos });
+      loadConversation(conversation, tok, messages.slice(0, -1), '"messages"');
+      return conversation.promptIds(last.content);
+    }
+    const template = format.template;
+    const text = template.render(messages, true, kwargs ?? {});
+    const ids = encodeRendered(tok, text, contentSpans(template, tok, text, messages, true, kwargs ?? {}));
+    const bos = tok.bosId;
+    if (addBos && bos !== null && ids[0] !== bos) ids.unshift(bos);
+    if (ids.length === 0) throw new RequestFieldError("messages", "render to an empty prompt");
+    return ids;
+  } catch (e) {
+    if (e instanceof RequestFieldError || !(e instanceof InputError || e instanceof ChatTemplateError)) throw e;
+    throw new RequestFieldError("messages", `cannot be rendered: ${e.message}`);
+  }
+}
+
+/** An optional system message, then user and assistant messages in turn. */
+function isTurnTaking(messages: readonly ChatMessage[]): boolean {
+  const rest = messages[0]?.role === "system" ? messages.slice(1) : messages;
+  return rest.every((m, i) => m.role === (i % 2 === 0 ? "user" : "assistant"));
 }

@@ -4,21 +4,23 @@
  * serves them); the reply streams to stdout and a short stats line follows on stderr. Reads lines
  * from a pipe too (replies on stdout, exit at EOF).
  */
-import { kvCacheSummary } from "../engine/engine.ts";
+import { kvCacheSummary } from "../engine/engine-builder.ts";
 import { defineCommand, type ArgsDef } from "citty";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { basename } from "node:path";
-import { InputError } from "../errors.ts";
+import { InputError, RequestFieldError } from "../errors.ts";
 import { keptReplyIds } from "../chat/builtin-formats.ts";
 import { conversationMessages, loadConversation, type Conversation } from "../chat/conversation.ts";
 import { FORMAT_NAMES } from "../chat/formats.ts";
-import { speculationResult, type CompletionResult, type GenerateRequest, type LLM, type SpeculationResult } from "../engine/llm.ts";
+import { speculationResult, type CompletionResult, type SpeculationResult } from "../engine/completion.ts";
+import { checkRequest, type GenerateRequest } from "../engine/generate-request.ts";
+import type { LLM } from "../engine/llm.ts";
 import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
 import { InterruptedError } from "./interrupt.ts";
 import { chatMessages } from "./inputs.ts";
 import { CANCEL, LineInput } from "./line-input.ts";
 import { loadLLM } from "./load.ts";
-import { checkKnownOptions, engineArgs, modelArgs, speculativeArgs, requestDefaults, samplingArgs, type ParsedValues } from "./options.ts";
+import { checkKnownOptions, engineArgs, modelArgs, speculativeArgs, requestDefaults, samplingArgs, type ParsedValues, type RequestDefaults } from "./options.ts";
 import { dim, info } from "./output.ts";
 import { quoteFileText, terminalText } from "../util/file-text.ts";
 import { diskTierLine } from "./cache.ts";
@@ -54,7 +56,7 @@ export const chatCommand = defineCommand({
 });
 
 /** Per-request settings the chat sends (what /set changes). */
-type ChatSettings = Omit<GenerateRequest, "id" | "prompt" | "promptTokenIds">;
+type ChatSettings = RequestDefaults;
 
 async function runChat(values: ParsedValues, rawArgs: readonly string[]): Promise<void> {
   const system = typeof values.system === "string" && values.system !== "" ? values.system : null;
@@ -78,16 +80,18 @@ async function runChat(values: ParsedValues, rawArgs: readonly string[]): Promis
   if (interrupted) throw new InterruptedError("interrupted");
 }
 
-/** The options /set changes, with their checks. */
-const SETTINGS: Record<string, { key: keyof ChatSettings; kind: "number" | "int" | "posint"; ok: (v: number) => boolean; range: string }> = {
-  temperature: { key: "temperature", kind: "number", ok: (v) => v >= 0, range: ">= 0" },
-  "top-k": { key: "topK", kind: "int", ok: (v) => v >= 0, range: ">= 0 (0 = off)" },
-  "top-p": { key: "topP", kind: "number", ok: (v) => v > 0 && v <= 1, range: "in (0, 1]" },
-  "min-p": { key: "minP", kind: "number", ok: (v) => v >= 0 && v <= 1, range: "in [0, 1]" },
-  "repeat-penalty": { key: "repetitionPenalty", kind: "number", ok: (v) => v > 0, range: "> 0 (1 = off)" },
-  "repeat-last-n": { key: "repeatLastN", kind: "int", ok: (v) => v >= 0, range: ">= 0" },
-  seed: { key: "seed", kind: "int", ok: () => true, range: "an integer" },
-  "max-tokens": { key: "maxTokens", kind: "posint", ok: (v) => v >= 1, range: ">= 1" },
+/** The request fields /set changes, by setting name; each value is checked by the request's own checks (checkRequest). */
+const SETTINGS: Record<string, keyof ChatSettings> = {
+  temperature: "temperature",
+  "top-k": "topK",
+  "top-p": "topP",
+  "min-p": "minP",
+  "repeat-penalty": "repetitionPenalty",
+  "repeat-last-n": "repeatLastN",
+  "frequency-penalty": "frequencyPenalty",
+  "presence-penalty": "presencePenalty",
+  seed: "seed",
+  "max-tokens": "maxTokens",
 };
 
 const HELP = `Commands:
@@ -101,7 +105,8 @@ const HELP = `Commands:
   /info                the model, its tokenizer and the chat format
   /set                 show the sampling settings
   /set NAME VALUE      change one: temperature, top-k, top-p, min-p, repeat-penalty, repeat-last-n,
-                       seed, max-tokens (VALUE "default" restores it), stop TEXT ("/set stop" clears)
+                       frequency-penalty, presence-penalty, seed, max-tokens (VALUE "default"
+                       restores it), stop TEXT ("/set stop" clears)
   /exit, /quit         leave (Ctrl-D too)
 Input:
   a line ending with \\ continues on the next line; """ opens and closes a multi-line message
@@ -150,7 +155,7 @@ class ChatSession {
   }
 
   private get limit(): number {
-    return this.llm.engine.maxPositions;
+    return this.llm.info.maxPositions;
   }
 
   /** Run until /exit, EOF or Ctrl-C at the prompt; true when a signal ended it. */
@@ -194,7 +199,7 @@ class ChatSession {
   private banner(): void {
     const c = this.llm.config;
     const ctx = this.limit < c.seqLen ? `${this.limit} of ${c.seqLen}` : `${c.seqLen}`;
-    this.status(`pagellm chat: ${basename(this.modelPath)} (${this.llm.checkpoint.format}, ${ctx}-token context, ${kvCacheSummary(this.llm.engine)}), template ${this.history.name}` +
+    this.status(`pagellm chat: ${basename(this.modelPath)} (${this.llm.checkpoint.format}, ${ctx}-token context, ${kvCacheSummary(this.llm.info.kvLayout, this.llm.info.numBlocks)}), template ${this.history.name}` +
       (this.history.system ? ", with a system prompt" : ""));
     if (this.input.tty) {
       this.status(`/help lists the commands; Ctrl-C stops a reply; Ctrl-D or /exit quits` +
@@ -421,23 +426,25 @@ class ChatSession {
       this.print(raw === "" ? "stop strings cleared" : `stop ${JSON.stringify(raw)}`);
       return;
     }
-    const def = SETTINGS[name];
-    if (def === undefined) {
+    const key = SETTINGS[name];
+    if (key === undefined) {
       this.print(`unknown setting ${name}: ${[...Object.keys(SETTINGS), "stop"].join(", ")}`);
       return;
     }
     if (raw === "default" || raw === "none" || (name === "seed" && raw === "random")) {
-      delete s[def.key];
+      delete s[key];
       this.print(`${name} back to its default`);
       return;
     }
-    const v = Number(raw);
-    const isNumber = raw.trim() !== "" && Number.isFinite(v) && (def.kind === "number" || Number.isInteger(v));
-    if (!isNumber || !def.ok(v)) {
-      this.print(`${name} must be ${def.kind === "number" ? "a number" : "an integer"} ${def.range}, got "${raw}"`);
+    const v = raw.trim() === "" ? NaN : Number(raw);
+    try {
+      checkRequest({ ...s, [key]: v, prompt: "" }, { vocabSize: this.llm.config.vocabSize, maxSamples: 1 });
+    } catch (e) {
+      if (!(e instanceof RequestFieldError)) throw e;
+      this.print(`${name} ${e.problem.replace(/got NaN$/, `got "${raw}"`)}`);
       return;
     }
-    (s as Record<string, unknown>)[def.key] = v;
+    (s as Record<string, unknown>)[key] = v;
     this.print(`${name} ${v}`);
   }
 
@@ -496,8 +503,7 @@ class ChatSession {
   }
 
   private statsText(): string {
-    const s = this.llm.engine.stats;
-    const kv = this.llm.engine.kv;
+    const s = this.llm.stats();
     const rate = s.prefixQueries === 0 ? 0 : (100 * s.prefixHits) / s.prefixQueries;
     const t = this.totals;
     return [
@@ -505,14 +511,14 @@ class ChatSession {
       `this session: ${plural(t.replies, "reply", "replies")}, ${t.promptTokens} prompt tokens (${t.cachedTokens} cached: ${t.cachedTokens - t.diskCachedTokens} in memory, ${t.diskCachedTokens} from disk), ${t.generated} tokens generated`,
       `prefix cache: ${s.prefixQueries} tokens looked up, ${s.prefixHits} hit (${rate.toFixed(1)}%: ${s.prefixHits - s.prefixTierHits} in memory, ${s.prefixTierHits} from disk), ${s.evictions} blocks evicted`,
       ...(s.tier === null ? [] : [diskTierLine(s.tier)]),
-      `KV blocks: ${s.blocksInUse} in use, ${kv.numCachedBlocks} cached, ${s.numBlocks} in the pool (${this.llm.engine.options.blockSize} tokens each); ${s.preemptions} preemptions`,
+      `KV blocks: ${s.blocksInUse} in use, ${s.blocksCached} cached, ${s.numBlocks} in the pool (${this.llm.info.blockSize} tokens each); ${s.preemptions} preemptions`,
       ...this.speculationLines(),
     ].join("\n");
   }
 
   /** /stats lines of speculative decoding: its settings, the last reply's and the session's drafts; none when off. */
   private speculationLines(): string[] {
-    const o = this.llm.engine.options.speculative;
+    const o = this.llm.info.speculative;
     if (o === null) return [];
     const t = this.totals;
     const last = this.lastSpeculation === null ? "no reply yet" : speculationText(this.lastSpeculation);

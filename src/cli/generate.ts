@@ -5,12 +5,15 @@
  */
 import { defineCommand, type ArgsDef } from "citty";
 import { InputError, RequestTooLongError } from "../errors.ts";
-import { kvCacheSummary } from "../engine/engine.ts";
-import type { CompletionResult, GenerateRequest, LLM } from "../engine/llm.ts";
+import { kvCacheSummary } from "../engine/engine-builder.ts";
+import type { CompletionResult } from "../engine/completion.ts";
+import type { PreparedRequest } from "../engine/engine-client.ts";
+import type { GenerateRequest } from "../engine/generate-request.ts";
+import type { LLM } from "../engine/llm.ts";
+import { jsonlRequests, promptFileRequests, promptRequest, promptsDirRequests, requestErrorText, type InputRequest } from "./inputs.ts";
 import {
-  jsonlRequests, promptFileRequests, promptRequest, promptsDirRequests, type InputRequest, type RequestDefaults,
-} from "./inputs.ts";
-import { checkKnownOptions, engineArgs, modelArgs, speculativeArgs, repeated, requestDefaults, samplingArgs, type ParsedValues } from "./options.ts";
+  checkKnownOptions, engineArgs, modelArgs, speculativeArgs, repeated, requestDefaults, samplingArgs, type ParsedValues, type RequestDefaults,
+} from "./options.ts";
 import { loadLLM } from "./load.ts";
 import { ProgressBar } from "./progress.ts";
 import { ResultsFile } from "./results-file.ts";
@@ -25,7 +28,9 @@ export const generateArgs = {
   "prompts-dir": { type: "string", description: "Run every *.txt file in a folder", valueHint: "dir" },
   prompts: {
     type: "string",
-    description: 'JSONL file, one request per line: {"id","prompt"|"prompt_file"|"messages","max_tokens","temperature","top_p","top_k","seed","stop","cache_salt","logprobs"}',
+    description:
+      'JSONL file, one request per line: {"id","prompt"|"prompt_file"|"messages","max_tokens","temperature","top_p","top_k","min_p","repetition_penalty",' +
+      '"repeat_last_n","frequency_penalty","presence_penalty","logit_bias","seed","stop","cache_salt","logprobs","ignore_eos","chat_template_kwargs"}',
     valueHint: "path",
   },
   output: { type: "string", description: "Write each result as a JSON line to this file as soon as it finishes", valueHint: "path" },
@@ -61,8 +66,19 @@ async function runGenerate(values: ParsedValues, rawArgs: readonly string[]): Pr
   const json = values.json === true;
   const streamText = !json && todo.length === 1 && inputs.length === 1 && output === null;
   const sink = new ResultSink(output, json, streamText);
-  for (const r of todo) if ("rejected" in r) sink.rejected(r.rejected.id, r.rejected.error);
-  const requests = todo.flatMap((r) => ("request" in r ? [values.chat === true ? asChat(r.request, values) : r.request] : []));
+  const requests: PreparedRequest[] = [];
+  for (const r of todo) {
+    if ("rejected" in r) {
+      sink.rejected(r.rejected.id, r.rejected.error);
+      continue;
+    }
+    try {
+      requests.push(llm.client.prepare(values.chat === true ? asChat(r.request, values) : r.request));
+    } catch (e) {
+      if (!(e instanceof InputError || e instanceof RequestTooLongError)) throw e;
+      sink.rejected(r.request.id!, requestErrorText(e, r.where, r.line));
+    }
+  }
 
   const controller = new AbortController();
   const stopListening = onInterrupt(() => controller.abort());
@@ -76,7 +92,7 @@ async function runGenerate(values: ParsedValues, rawArgs: readonly string[]): Pr
       }
       sink.done(event.result);
       if (!streamText) {
-        const s = llm.engine.stats;
+        const s = llm.stats();
         progress.update({
           done: sink.finished, total: requests.length, generatedTokens: sink.generatedTokens,
           cacheHitRate: s.prefixQueries === 0 ? 0 : s.prefixHits / s.prefixQueries,
@@ -177,16 +193,16 @@ class ResultSink {
 
 /** ", 3 WebAssembly memories" when the model is placed over several. */
 function memoriesNote(llm: LLM): string {
-  const n = llm.engine.memories.count;
-  return n > 1 && llm.engine.model.device === "wasm" ? `, ${n} WebAssembly memories` : "";
+  const n = llm.info.numMemories;
+  return n > 1 && llm.info.device === "wasm" ? `, ${n} WebAssembly memories` : "";
 }
 
 /** The device and why, load time, prompt speed and generation speed, on stderr. */
 function reportStats(llm: LLM, sink: ResultSink, seconds: number): void {
-  const s = llm.engine.stats;
+  const s = llm.stats();
   const hitRate = s.prefixQueries === 0 ? 0 : (100 * s.prefixHits) / s.prefixQueries;
   const rate = (tokens: number, secs: number) => (secs > 0 ? (tokens / secs).toFixed(1) : "-");
-  const lines = [llm.device, `load: ${llm.loadMs.toFixed(0)} ms (${llm.checkpoint.format}, ${kvCacheSummary(llm.engine)}${memoriesNote(llm)})`];
+  const lines = [llm.device, `load: ${llm.loadMs.toFixed(0)} ms (${llm.checkpoint.format}, ${kvCacheSummary(llm.info.kvLayout, llm.info.numBlocks)}${memoriesNote(llm)})`];
   const one = sink.single;
   if (one !== null) {
     const computed = one.prompt_tokens - one.cached_tokens;
@@ -203,7 +219,7 @@ function reportStats(llm: LLM, sink: ResultSink, seconds: number): void {
     );
   }
   lines.push(`prefix cache: hit rate ${hitRate.toFixed(1)}%, ${s.evictions} evictions, ${s.preemptions} preemptions`);
-  const spec = llm.engine.options.speculative;
+  const spec = llm.info.speculative;
   if (spec !== null) {
     const rate = s.draftedTokens === 0 ? "" : ` (acceptance ${((100 * s.acceptedTokens) / s.draftedTokens).toFixed(1)}%)`;
     lines.push(`speculative (${spec.method}, up to ${spec.tokens} tokens): ${s.draftedTokens} drafted, ${s.acceptedTokens} accepted${rate}`);

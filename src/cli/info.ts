@@ -7,7 +7,7 @@ import { defineCommand, type ArgsDef } from "citty";
 import { formatBytes } from "../hub/progress.ts";
 import { estimateMemory, summarizeModel, type MemoryEstimate, type ModelSummary, type WindowSummary } from "../hub/summary.ts";
 import type { ModelConfig } from "../model/config.ts";
-import { contextLength, DEFAULT_CONTEXT, DEFAULT_ENGINE_OPTIONS, defaultNumBlocks, withContext } from "../engine/engine.ts";
+import { contextLength, DEFAULT_CONTEXT, DEFAULT_ENGINE_OPTIONS, defaultNumBlocks, withContext } from "../engine/engine-options.ts";
 import { planMemory } from "../engine/memory-plan.ts";
 import { describePart, memoryLimitBytes } from "../backend/placement.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";

@@ -5,9 +5,10 @@
  */
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
-import { InputError } from "../errors.ts";
-import type { GenerateRequest } from "../engine/llm.ts";
+import { InputError, RequestFieldError, RequestTooLongError } from "../errors.ts";
+import { checkRequest, jsonFieldName, type GenerateRequest } from "../engine/generate-request.ts";
 import type { ChatMessage } from "../chat/jinja-template.ts";
+import { optionErrorText, type RequestDefaults } from "./options.ts";
 
 /** A "messages" field: [{"role", "content"}, ...], as the OpenAI API and a saved chat write it. */
 export function chatMessages(value: unknown, where: string): ChatMessage[] {
@@ -21,10 +22,24 @@ export function chatMessages(value: unknown, where: string): ChatMessage[] {
   });
 }
 
-export type RequestDefaults = Omit<GenerateRequest, "id" | "prompt">;
+/**
+ * A request ready to run (with `where` it came from: a JSONL line names its fields, options the
+ * rest), or one that was rejected while reading it.
+ */
+export type InputRequest =
+  | { request: GenerateRequest; where: string | null; line: Readonly<Record<string, unknown>> | null }
+  | { rejected: { id: string; error: string } };
 
-/** A request ready to run, or one that was rejected while reading it. */
-export type InputRequest = { request: GenerateRequest } | { rejected: { id: string; error: string } };
+/**
+ * A request error as the command line says it: a field of a JSONL line by its JSON name
+ * ("requests.jsonl:3: \"top_p\" must be ..."), any other by the option that set it.
+ */
+export function requestErrorText(e: RequestFieldError | RequestTooLongError | InputError, where: string | null, line: Readonly<Record<string, unknown>> | null): string {
+  if (!(e instanceof RequestFieldError)) return where === null ? e.message : `${where}: ${e.message}`;
+  const fromLine = line !== null && line[jsonFieldName(e.property)] !== undefined;
+  if (fromLine || (where !== null && (e.property === "messages" || e.property === "prompt"))) return `${where}: ${e.renamed((p) => `"${jsonFieldName(p)}"`)}`;
+  return optionErrorText(e);
+}
 
 function readPromptFile(path: string, what = "prompt file"): string {
   if (path === "-") return readFileSync(0, "utf8");
@@ -38,24 +53,27 @@ function readPromptFile(path: string, what = "prompt file"): string {
 }
 
 export function promptRequest(prompt: string, defaults: RequestDefaults): InputRequest {
-  return { request: { ...defaults, id: "prompt", prompt } };
+  return { request: { ...defaults, id: "prompt", prompt }, where: null, line: null };
 }
 
 export function promptFileRequests(paths: readonly string[], defaults: RequestDefaults): InputRequest[] {
-  return paths.map((path) => ({ request: { ...defaults, id: path, prompt: readPromptFile(path) } }));
+  return paths.map((path) => ({ request: { ...defaults, id: path, prompt: readPromptFile(path) }, where: null, line: null }));
 }
 
 export function promptsDirRequests(dir: string, defaults: RequestDefaults): InputRequest[] {
   if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new InputError(`${dir}: prompts directory not found`);
   const files = readdirSync(dir).filter((f) => f.endsWith(".txt")).sort();
   if (files.length === 0) throw new InputError(`${dir}: no *.txt prompt files in the directory`);
-  return files.map((f) => ({ request: { ...defaults, id: f, prompt: readPromptFile(join(dir, f)) } }));
+  return files.map((f) => ({ request: { ...defaults, id: f, prompt: readPromptFile(join(dir, f)) }, where: null, line: null }));
 }
 
 /**
- * One request per line: {"id", "prompt" | "prompt_file" | "messages", "max_tokens", "temperature", "top_p",
- * "top_k", "seed", "stop", "cache_salt", "logprobs"}; absent fields take the command-line defaults; a
- * prompt_file is relative to the JSONL file. Blank lines are skipped.
+ * One request per line: {"id", "prompt" | "prompt_file" | "messages", "max_tokens", "temperature",
+ * "top_p", "top_k", "min_p", "repetition_penalty", "repeat_last_n", "frequency_penalty",
+ * "presence_penalty", "logit_bias", "seed", "stop", "cache_salt", "logprobs", "ignore_eos",
+ * "chat_template_kwargs"}; absent fields take the command-line defaults; a prompt_file is relative
+ * to the JSONL file. Blank lines are skipped. A line whose fields fail the request's checks is a
+ * rejected request naming the field.
  */
 export function jsonlRequests(path: string, defaults: RequestDefaults): InputRequest[] {
   const text = readPromptFile(path, "requests file");
@@ -76,49 +94,35 @@ export function jsonlRequests(path: string, defaults: RequestDefaults): InputReq
     if (ids.has(id)) throw new InputError(`${where}: duplicate request id "${id}"`);
     ids.add(id);
     try {
-      out.push({ request: jsonRequest(fields, id, defaults, dirname(resolve(path)), where) });
+      const request = jsonRequest(fields, id, defaults, dirname(resolve(path)), where);
+      // The checks that need no model now (token ids are checked once it is loaded).
+      checkRequest(request, { vocabSize: Number.MAX_SAFE_INTEGER, maxSamples: Number.MAX_SAFE_INTEGER });
+      out.push({ request, where, line: fields });
     } catch (e) {
       if (!(e instanceof InputError)) throw e;
-      out.push({ rejected: { id, error: e.message } });
+      out.push({ rejected: { id, error: e instanceof RequestFieldError ? requestErrorText(e, where, fields) : e.message } });
     }
   });
   if (out.length === 0) throw new InputError(`${path}: no requests in the file`);
   return out;
 }
 
+/** JSONL fields that map to a request field of the same meaning, by their JSON name. */
+const JSONL_FIELDS = [
+  "maxTokens", "temperature", "topP", "topK", "minP", "repetitionPenalty", "repeatLastN", "frequencyPenalty", "presencePenalty", "logitBias", "seed",
+  "stop", "cacheSalt", "logprobs", "ignoreEos", "chatTemplateKwargs",
+] as const;
+
+/** A JSONL line as a request: the prompt's forms resolved, the other fields as given (checkRequest checks them), defaults beneath. */
 function jsonRequest(f: Record<string, unknown>, id: string, defaults: RequestDefaults, baseDir: string, where: string): GenerateRequest {
-  const num = (key: string): number | undefined => {
-    const v = f[key];
-    if (v === undefined || v === null) return undefined;
-    if (typeof v !== "number" || !Number.isFinite(v)) throw new InputError(`${where}: "${key}" must be a number`);
-    return v;
-  };
-  let prompt: string | undefined;
-  let messages: ChatMessage[] | undefined;
-  if (typeof f.prompt === "string") prompt = f.prompt;
-  else if (typeof f.prompt_file === "string") prompt = readPromptFile(resolve(baseDir, f.prompt_file));
-  else if (f.messages !== undefined) messages = chatMessages(f.messages, where);
+  const request: Record<string, unknown> = { ...defaults, id };
+  if (typeof f.prompt === "string") request.prompt = f.prompt;
+  else if (typeof f.prompt_file === "string") request.prompt = readPromptFile(resolve(baseDir, f.prompt_file));
+  else if (f.messages !== undefined) request.messages = chatMessages(f.messages, where);
   else throw new InputError(`${where}: a request needs "prompt", "prompt_file" or "messages"`);
-  let stop = defaults.stop;
-  if (f.stop !== undefined) {
-    const s = f.stop;
-    if (typeof s === "string") stop = [s];
-    else if (Array.isArray(s) && s.every((x): x is string => typeof x === "string")) stop = s;
-    else throw new InputError(`${where}: "stop" must be a string or an array of strings`);
+  for (const key of JSONL_FIELDS) {
+    const v = f[jsonFieldName(key)];
+    if (v !== undefined && v !== null) request[key] = key === "stop" && typeof v === "string" ? [v] : v;
   }
-  if (f.cache_salt !== undefined && typeof f.cache_salt !== "string") throw new InputError(`${where}: "cache_salt" must be a string`);
-  return {
-    ...defaults,
-    id,
-    ...(messages !== undefined ? { messages } : { prompt }),
-    maxTokens: num("max_tokens") ?? defaults.maxTokens,
-    temperature: num("temperature") ?? defaults.temperature,
-    topP: num("top_p") ?? defaults.topP,
-    topK: num("top_k") ?? defaults.topK,
-    minP: num("min_p") ?? defaults.minP,
-    seed: num("seed") ?? defaults.seed,
-    stop,
-    cacheSalt: typeof f.cache_salt === "string" ? f.cache_salt : defaults.cacheSalt,
-    logprobs: num("logprobs") ?? defaults.logprobs,
-  };
+  return request as GenerateRequest;
 }

@@ -33,7 +33,7 @@ export async function loadLLM(values: ParsedValues, templateOption = "--template
     model, tokenizer: tokenizerPath(model, values.tokenizer), engine, onLoadProgress, chatTemplate, chatTemplateKwargs, device, gpuOptions,
     ...kvCacheOptions(values), onWarning: warn,
   });
-  if (llm.engine.kvTypeNote !== null) info(`note: ${llm.engine.kvTypeNote}`);
+  if (llm.info.kvTypeNote !== null) info(`note: ${llm.info.kvTypeNote}`);
   const own = llm.checkpoint.config.seqLen;
   if (engine.ctxSize !== null && engine.ctxSize > own) info(`note: --ctx-size ${engine.ctxSize} is more than ${basename(model)}'s own context of ${own} tokens; running at ${own}`);
   return llm;

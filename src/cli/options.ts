@@ -3,9 +3,9 @@
  * and load options. Every value is checked here, so a bad option is a one-line InputError.
  */
 import type { ArgsDef } from "citty";
-import { InputError } from "../errors.ts";
-import { DEFAULT_CONTEXT, DEFAULT_ENGINE_OPTIONS, type EngineOptions } from "../engine/engine.ts";
-import { MAX_LOGPROBS, type GenerateRequest } from "../engine/llm.ts";
+import { InputError, RequestFieldError } from "../errors.ts";
+import { DEFAULT_CONTEXT, DEFAULT_ENGINE_OPTIONS, type EngineOptions } from "../engine/engine-options.ts";
+import { checkRequest, MAX_LOGIT_BIAS, MAX_LOGPROBS, MAX_PENALTY, type GenerateRequest } from "../engine/generate-request.ts";
 import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
 import { EVICTION_POLICIES } from "../kv/eviction.ts";
 import { HASH_ALGORITHMS } from "../kv/block-hash.ts";
@@ -42,6 +42,21 @@ export const samplingArgs = {
   "min-p": { type: "string", description: `Drop tokens below p times the top token's probability; 0 = off (default ${DEFAULT_SAMPLING.minP})`, valueHint: "p" },
   "repeat-penalty": { type: "string", description: `Penalty for recently seen tokens; 1 = off (default ${DEFAULT_SAMPLING.repetitionPenalty})`, valueHint: "x" },
   "repeat-last-n": { type: "string", description: `Tokens the repeat penalty looks back over (default ${DEFAULT_SAMPLING.repeatLastN})`, valueHint: "n" },
+  "frequency-penalty": {
+    type: "string",
+    description: `Subtract this times a token's count in the output from its logit (OpenAI's frequency_penalty, -${MAX_PENALTY} to ${MAX_PENALTY}); 0 = off (default 0)`,
+    valueHint: "x",
+  },
+  "presence-penalty": {
+    type: "string",
+    description: `Subtract this from the logit of every token already in the output (OpenAI's presence_penalty, -${MAX_PENALTY} to ${MAX_PENALTY}); 0 = off (default 0)`,
+    valueHint: "x",
+  },
+  "logit-bias": {
+    type: "string",
+    description: `Add BIAS (-${MAX_LOGIT_BIAS} to ${MAX_LOGIT_BIAS}) to token ID's logit: ID=BIAS, or llama.cpp's ID+BIAS / ID-BIAS (repeatable)`,
+    valueHint: "id=bias",
+  },
   seed: { type: "string", description: "Random seed for sampling (default: random); the same seed reproduces the same output", valueHint: "n" },
   stop: { type: "string", description: "Stop when this text is generated (repeatable)", valueHint: "text" },
   logprobs: {
@@ -292,20 +307,85 @@ export function engineOptions(values: ParsedValues): EngineOptions {
   };
 }
 
-/** The per-request defaults the command line sets; a JSONL request's own fields override them. */
-export function requestDefaults(values: ParsedValues, rawArgs: readonly string[]): Omit<GenerateRequest, "id" | "prompt"> {
-  const defaults: Omit<GenerateRequest, "id" | "prompt"> = {
-    maxTokens: numberOption(values, "max-tokens", "posint") ?? null,
-    temperature: numberOption(values, "temperature", "number", { min: 0 }),
-    topK: numberOption(values, "top-k", "int", { min: 0 }),
-    topP: numberOption(values, "top-p", "number", { min: 0, minOpen: true, max: 1 }),
-    minP: numberOption(values, "min-p", "number", { min: 0, max: 1 }),
-    repetitionPenalty: numberOption(values, "repeat-penalty", "number", { min: 0, minOpen: true }),
-    repeatLastN: numberOption(values, "repeat-last-n", "int", { min: 0 }),
-    seed: numberOption(values, "seed", "int", { min: 0, max: 2 ** 32 - 1 }),
+/** The per-request fields the command line sets; a JSONL request's own fields override them. */
+export type RequestDefaults = Omit<GenerateRequest, "id" | "prompt" | "promptTokenIds" | "messages">;
+
+/** The option that sets each request field, for errors that name it. */
+const REQUEST_OPTIONS: Readonly<Record<string, string>> = {
+  maxTokens: "--max-tokens",
+  temperature: "--temperature",
+  topK: "--top-k",
+  topP: "--top-p",
+  minP: "--min-p",
+  repetitionPenalty: "--repeat-penalty",
+  repeatLastN: "--repeat-last-n",
+  frequencyPenalty: "--frequency-penalty",
+  presencePenalty: "--presence-penalty",
+  logitBias: "--logit-bias",
+  seed: "--seed",
+  stop: "--stop",
+  cacheSalt: "--cache-salt",
+  logprobs: "--logprobs",
+  prompt: "--prompt",
+  chatTemplateKwargs: "--chat-template-kwargs",
+};
+
+/** A request field error as the option that set the field says it ("--logit-bias 512 must be ..."). */
+export function optionErrorText(e: RequestFieldError): string {
+  const within = e.field.slice(e.property.length).replace(/^\./, "");
+  return `${requestOption(e.property)}${within === "" ? "" : ` ${within}`} ${e.problem}`;
+}
+
+/** The option that sets request property `property` ("--top-p" for "topP"). */
+export function requestOption(property: string): string {
+  return REQUEST_OPTIONS[property] ?? `--${property}`;
+}
+
+/**
+ * The per-request defaults the command line sets, read as numbers here and checked by the
+ * request's own checks (checkRequest): an error names the option ("--top-p must be ...").
+ */
+export function requestDefaults(values: ParsedValues, rawArgs: readonly string[]): RequestDefaults {
+  const num = (name: string) => numberOption(values, name, "number");
+  const defaults: RequestDefaults = {
+    maxTokens: num("max-tokens") ?? null,
+    temperature: num("temperature"),
+    topK: num("top-k"),
+    topP: num("top-p"),
+    minP: num("min-p"),
+    repetitionPenalty: num("repeat-penalty"),
+    repeatLastN: num("repeat-last-n"),
+    frequencyPenalty: num("frequency-penalty"),
+    presencePenalty: num("presence-penalty"),
+    logitBias: logitBiasOption(repeated(rawArgs, "logit-bias")),
+    seed: num("seed"),
     stop: repeated(rawArgs, "stop"),
     cacheSalt: str(values["cache-salt"]),
-    logprobs: numberOption(values, "logprobs", "int", { min: 0, max: MAX_LOGPROBS }),
+    logprobs: num("logprobs"),
   };
+  for (const key of Object.keys(defaults) as (keyof RequestDefaults)[]) if (defaults[key] === undefined) delete defaults[key];
+  checkOptions(defaults);
   return defaults;
+}
+
+/** The request checks on the options alone (any token id allowed until the model is known): InputError naming the option. */
+export function checkOptions(defaults: RequestDefaults): void {
+  try {
+    checkRequest({ ...defaults, prompt: "" }, { vocabSize: Number.MAX_SAFE_INTEGER, maxSamples: Number.MAX_SAFE_INTEGER });
+  } catch (e) {
+    if (e instanceof RequestFieldError) throw new InputError(optionErrorText(e));
+    throw e;
+  }
+}
+
+/** --logit-bias values (ID=BIAS, ID+BIAS or ID-BIAS) as a bias by token id; undefined when none. */
+export function logitBiasOption(values: readonly string[]): Record<number, number> | undefined {
+  if (values.length === 0) return undefined;
+  const bias: Record<number, number> = {};
+  for (const v of values) {
+    const m = /^\s*(\d+)\s*(=|(?=[+-]))\s*([+-]?[\d.]+(?:e[+-]?\d+)?)\s*$/i.exec(v);
+    if (m === null || !Number.isFinite(Number(m[3]))) throw new InputError(`--logit-bias expects ID=BIAS (or ID+BIAS, ID-BIAS), got "${v}"`);
+    bias[Number(m[1])] = Number(m[3]);
+  }
+  return bias;
 }

@@ -11,7 +11,7 @@ import { InputError } from "../errors.ts";
 import { apiKeyProblem } from "../server/auth.ts";
 import { PagellmServer, SERVER_DEFAULTS } from "../server/server.ts";
 import { loadLLM } from "./load.ts";
-import { kvCacheSummary } from "../engine/engine.ts";
+import { kvCacheSummary } from "../engine/engine-builder.ts";
 import { checkKnownOptions, engineArgs, modelArgs, numberOption, speculativeArgs, type ParsedValues } from "./options.ts";
 import { info } from "./output.ts";
 
@@ -76,7 +76,8 @@ async function runServe(values: ParsedValues): Promise<void> {
   try {
     const llm = await loadLLM({ ...values, template: values["chat-template"] }, "--chat-template");
     server.ready(llm);
-    process.stdout.write(`pagellm serve: ${server.url} serving ${name} (${llm.engine.model.description}, ${llm.engine.maxPositions}-token context, ${kvCacheSummary(llm.engine)})\n`);
+    const i = llm.info;
+    process.stdout.write(`pagellm serve: ${server.url} serving ${name} (${i.description}, ${i.maxPositions}-token context, ${kvCacheSummary(i.kvLayout, i.numBlocks)})\n`);
     await shutdown.requested;
     const finished = await server.drain(shutdownSeconds * 1000);
     if (!finished) info(`pagellm serve: --shutdown-timeout ${shutdownSeconds} s passed; aborting the requests still running`);

@@ -2,7 +2,7 @@
  * The library's front door: load a model with its tokenizer, then generate text for one or many
  * prompts through the continuous-batching engine. The CLI is a thin layer over this class.
  */
-import { InputError, ModelFormatError, PagellmError, RequestTooLongError } from "../errors.ts";
+import { InputError, ModelFormatError, RequestTooLongError } from "../errors.ts";
 import { quoteFileText } from "../util/file-text.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
@@ -11,23 +11,24 @@ import { isGGUF, openCheckpoint } from "../model/load.ts";
 import { readGGUF } from "../model/gguf.ts";
 import { loadTokenizer } from "../tokenizer/load.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
-import { DEFAULT_ENGINE_OPTIONS, LLMEngine, type EngineOptions, type StepEvent } from "./engine.ts";
-import { DEFAULT_SAMPLING, type SamplingParams } from "./sampler.ts";
 import { chatFormat, messagesPromptIds, newConversation, type ChatFormat } from "../chat/formats.ts";
 import type { Conversation } from "../chat/conversation.ts";
-import { ChatTemplateError, type ChatMessage } from "../chat/jinja-template.ts";
-import { logSumExp } from "./logprobs.ts";
-import { argmax } from "./sampler.ts";
-import type { FinishReason, GenerationParams, Sequence } from "./sequence.ts";
+import type { ChatMessage } from "../chat/jinja-template.ts";
 import type { BackendOptions, WebGpuBackend } from "../backend/webgpu/backend.ts";
 import type { DeviceChoice } from "../backend/webgpu/device.ts";
 import { chooseDevice } from "../backend/device-choice.ts";
-import { DEFAULT_SPECULATIVE, type SpeculationCounts, type SpeculativeMethod } from "./speculative.ts";
-import type { NgramRange } from "./ngram-proposer.ts";
 import type { KVWriteMode } from "../kv/second-tier.ts";
 import type { KVLayout } from "../kv/kv-layout.ts";
 import { openDiskTier } from "../kv-disk/open.ts";
 import type { BlockFileOps } from "../kv-disk/file-ops.ts";
+import type { LLMEngine } from "./engine.ts";
+import { buildEngine } from "./engine-builder.ts";
+import { EngineClient, PreparedRequest, type ClientStats, type EngineInfo, type ScoreResult } from "./engine-client.ts";
+import { DEFAULT_ENGINE_OPTIONS, type EngineOptions } from "./engine-options.ts";
+import { CompletionBuilder, rejectedResult, type CompletionResult } from "./completion.ts";
+import type { GenerateRequest } from "./generate-request.ts";
+import { DEFAULT_SPECULATIVE, type SpeculativeMethod } from "./speculative.ts";
+import type { NgramRange } from "./ngram-proposer.ts";
 
 export interface LoadOptions {
   /** Path of the model file (GGUF, or a llama2.c checkpoint). */
@@ -79,90 +80,9 @@ export interface OpenOptions extends Omit<LoadOptions, "gpu"> {
   gpuOptions?: BackendOptions;
 }
 
-/** One generation request; every field but `prompt`/`promptTokenIds` falls back to a default. */
-export interface GenerateRequest {
-  id?: string;
-  prompt?: string;
-  /** Token ids instead of `prompt` (BOS included if wanted). */
-  promptTokenIds?: number[];
-  /** A conversation instead of `prompt`, rendered with the chat format (the model's template by default). */
-  messages?: ChatMessage[];
-  /** null or absent: until a stop or the end of the context. */
-  maxTokens?: number | null;
-  stop?: string[];
-  temperature?: number;
-  topK?: number;
-  topP?: number;
-  minP?: number;
-  repetitionPenalty?: number;
-  repeatLastN?: number;
-  seed?: number;
-  cacheSalt?: string;
-  /** Report each generated token's log-probability and this many most likely alternatives (0-20). */
-  logprobs?: number;
-  /** Generate through end-of-generation tokens until max_tokens (llama.cpp's and vLLM's `ignore_eos`). */
-  ignoreEos?: boolean;
-}
-
-/** The result of one request: the `--json` schema, one object per request. */
-export interface CompletionResult {
-  id: string;
-  prompt_tokens: number;
-  /** Prompt tokens served from the prefix cache: cached_tokens_memory + cached_tokens_disk. */
-  cached_tokens: number;
-  /** Of cached_tokens, those found in the memory pool. */
-  cached_tokens_memory: number;
-  /** Of cached_tokens, those read from the disk tier (kvCacheDir) instead of computed. */
-  cached_tokens_disk: number;
-  completion_tokens: number;
-  token_ids: number[];
-  text: string;
-  finish_reason: FinishReason;
-  ttft_ms: number;
-  latency_ms: number;
-  /** Only when finish_reason is "error": why the request was rejected or failed. */
-  error?: string;
-  /** Only when the request asked for logprobs: one entry per generated token, as the OpenAI API returns them. */
-  logprobs?: TokenLogprobResult[];
-  /** Only when the engine speculates: draft tokens verified, those accepted, and their ratio (null when none was drafted). */
-  speculative?: SpeculationResult;
-}
-
-/** What speculative decoding did for one request. */
-export interface SpeculationResult {
-  drafted: number;
-  accepted: number;
-  acceptance_rate: number | null;
-}
-
-/** A token's log-probability as a result reports it: id, text and log-probability. */
-export interface TopLogprobResult {
-  token_id: number;
-  token: string;
-  logprob: number;
-}
-
-/** A generated token's log-probability and its most likely alternatives at that position. */
-export interface TokenLogprobResult extends TopLogprobResult {
-  top_logprobs: TopLogprobResult[];
-}
-
-/** `perplexity` over a text: its tokens and, for each position i, log p(tokens[i+1] | tokens[0..i]). */
-export interface ScoreResult {
-  tokens: number[];
-  /** token_logprobs[i] = log p(tokens[i+1] | the tokens of its window up to i). */
-  token_logprobs: number[];
-  /** top_tokens[i] = the most likely token after tokens[0..i]. */
-  top_tokens: number[];
-  /** exp(-mean(token_logprobs)). */
-  ppl: number;
-  /** Tokens per window (the context size). */
-  window: number;
-}
-
 /** What a generation stream yields: text as it becomes showable, and each request's result when it ends. */
 export type GenerationEvent =
-  | { kind: "text"; id: string; delta: string }
+  | { kind: "text"; id: string; index: number; delta: string }
   | { kind: "done"; result: CompletionResult };
 
 export interface StreamOptions {
@@ -170,21 +90,15 @@ export interface StreamOptions {
   signal?: AbortSignal;
 }
 
-/** Most alternatives a request may ask for per token (the OpenAI API's limit). */
-export const MAX_LOGPROBS = 20;
-
-/** Yield to the event loop at least this often, so signals and timers run during long batches. */
-const YIELD_EVERY_MS = 20;
-
 export class LLM {
-  private nextId = 0;
-
   private constructor(
     readonly checkpoint: Checkpoint,
     readonly tokenizer: Tokenizer,
     /** Whether prompts start with BOS. */
     readonly addBos: boolean,
-    readonly engine: LLMEngine,
+    private readonly engine: LLMEngine,
+    /** The front door: every request, score and statistic goes through it. */
+    readonly client: EngineClient,
     /** Milliseconds spent loading weights and setting up. */
     readonly loadMs: number,
     /** How chats and "messages" requests become prompts. */
@@ -223,7 +137,7 @@ export class LLM {
     return llm;
   }
 
-  /** Set up tokenizer, chat format and engine; `ownedGpu` is closed with the LLM; `reason` says why this device. */
+  /** Set up tokenizer, chat format, engine and its front door; `ownedGpu` is closed with the LLM; `reason` says why this device. */
   private static build(checkpoint: Checkpoint, opts: LoadOptions, t0: number, ownedGpu: WebGpuBackend | null, reason: string | null): LLM {
     const tokenizerPath = opts.tokenizer ?? (isGGUF(opts.model) ? opts.model : undefined);
     if (tokenizerPath === undefined) throw new InputError(`${opts.model}: a llama2.c checkpoint carries no vocabulary; name a tokenizer`);
@@ -235,16 +149,32 @@ export class LLM {
     const engineOptions = { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine };
     if (opts.speculative !== undefined) engineOptions.speculative = opts.speculative === null ? null : { ...DEFAULT_SPECULATIVE, ...opts.speculative };
     const kvCacheDir = opts.kvCacheDir;
-    const tier = kvCacheDir === undefined ? undefined : (layout: KVLayout, kvProducer: string) => openDiskTier(checkpoint, layout, kvProducer, {
+    const secondTier = kvCacheDir === undefined ? undefined : (layout: KVLayout, kvProducer: string) => openDiskTier(checkpoint, layout, kvProducer, {
       dir: kvCacheDir, write: opts.kvCacheWrite, diskMb: opts.kvCacheDiskMb, onWarning: opts.onWarning, fileOps: opts.kvCacheFileOps,
     });
-    const engine = new LLMEngine(checkpoint, tokenizer, engineOptions, opts.onLoadProgress, opts.gpu, tier);
+    const engine = buildEngine(checkpoint, tokenizer, engineOptions, { onLoadProgress: opts.onLoadProgress, gpu: opts.gpu, secondTier });
+    const prompts = {
+      encode: (text: string) => encodeText(tokenizer, addBos, tokenizerPath, text),
+      messages: (messages: readonly ChatMessage[], kwargs: Readonly<Record<string, unknown>> | null) => messagesPromptIds(format, tokenizer, addBos, messages, kwargs),
+    };
+    const client = new EngineClient(engine, prompts);
     const device = reason ?? `device: ${engine.model.description}`;
-    return new LLM(checkpoint, tokenizer, addBos, engine, performance.now() - t0, format, ownedGpu, device, tokenizerPath);
+    return new LLM(checkpoint, tokenizer, addBos, engine, client, performance.now() - t0, format, ownedGpu, device, tokenizerPath);
   }
 
+  /** The model's shape at the context it runs at. */
   get config(): ModelConfig {
     return this.engine.config;
+  }
+
+  /** What the engine runs on and with: device, context, KV cache, placement. */
+  get info(): EngineInfo {
+    return this.client.info;
+  }
+
+  /** The engine's counters, as of now. */
+  stats(): ClientStats {
+    return this.client.stats();
   }
 
   /**
@@ -252,24 +182,41 @@ export class LLM {
    * without one. Call it before the process exits, or a restart recomputes what was not written.
    */
   flush(): Promise<void> {
-    return this.engine.flushTier();
+    return this.client.flush();
   }
 
-  /** Stop the engine's worker threads, free the model's GPU buffers and release a device LLM.open chose. */
+  /**
+   * Ends every request, stops the engine's worker threads, frees the model's GPU buffers and
+   * releases a device LLM.open chose. The engine is released now when no step is computing (the
+   * usual case: nothing runs), else as soon as the step in flight ends.
+   */
   close(): void {
-    this.engine.close();
-    this.ownedGpu?.close();
+    if (this.closing !== null) return;
+    const ended = this.client.close();
+    const release = () => {
+      this.engine.close();
+      this.ownedGpu?.close();
+    };
+    // Nothing computing (the usual case): released now, so that the next model a caller opens
+    // finds its threads and GPU buffers gone. A step in flight finishes first.
+    if (this.client.computing) {
+      this.closing = ended.then(release);
+    } else {
+      release();
+      this.closing = ended;
+    }
   }
+
+  /** Resolves once close() has released everything. */
+  closed(): Promise<void> {
+    return this.closing ?? Promise.resolve();
+  }
+
+  private closing: Promise<void> | null = null;
 
   /** Prompt token ids of `text`, BOS first when the model expects it. */
   encode(text: string): number[] {
-    const ids = this.tokenizer.encode(text, { addBos: this.addBos });
-    // A vocabulary that spells none of a text (a crafted 3-token one; byte-level BPE drops bytes it
-    // has no token for): the empty prompt is the file's fault, not the user's.
-    if (text.length > 0 && ids.every((id) => id === this.tokenizer.bosId)) {
-      throw new ModelFormatError(this.tokenizerFile, `the vocabulary (${this.tokenizer.vocabSize} tokens) has no token for any of the text ${quoteFileText(text)}`);
-    }
-    return ids;
+    return encodeText(this.tokenizer, this.addBos, this.tokenizerFile, text);
   }
 
   /** A new conversation in the chat format. */
@@ -277,9 +224,9 @@ export class LLM {
     return newConversation(this.chatFormat, this.tokenizer, { addBos: this.addBos, ...opts });
   }
 
-  /** The prompt ids of a list of messages in the chat format. */
-  messagesPromptIds(messages: readonly ChatMessage[]): number[] {
-    return messagesPromptIds(this.chatFormat, this.tokenizer, this.addBos, messages);
+  /** The prompt ids of a list of messages in the chat format (with more template variables, `kwargs`). */
+  messagesPromptIds(messages: readonly ChatMessage[], kwargs: Readonly<Record<string, unknown>> | null = null): number[] {
+    return messagesPromptIds(this.chatFormat, this.tokenizer, this.addBos, messages, kwargs);
   }
 
   /**
@@ -288,174 +235,73 @@ export class LLM {
    * with an empty KV cache; every position predicts the token after it, the last of a window the
    * first of the next, so each of the n - 1 transitions is scored exactly once.
    */
-  async score(input: string | readonly number[], window = this.engine.maxPositions): Promise<ScoreResult> {
+  score(input: string | readonly number[], window?: number): Promise<ScoreResult> {
     const tokens = typeof input === "string" ? this.encode(input) : [...input];
-    if (!Number.isInteger(window) || window < 1) throw new InputError(`scoring window must be a positive integer, got ${window}`);
-    const tokenLogprobs: number[] = [];
-    const topTokens: number[] = [];
-    for (let start = 0; start + 1 < tokens.length; start += window) {
-      await this.engine.score(tokens.slice(start, start + window), (i, logits) => {
-        const next = tokens[start + i + 1];
-        if (next === undefined) return;
-        tokenLogprobs.push(logits[next]! - logSumExp(logits));
-        topTokens.push(argmax(logits));
-      });
-    }
-    const mean = tokenLogprobs.reduce((a, b) => a + b, 0) / Math.max(1, tokenLogprobs.length);
-    return { tokens, token_logprobs: tokenLogprobs, top_tokens: topTokens, ppl: Math.exp(-mean), window };
+    return this.client.score({ tokens, window });
   }
 
-  /** Run requests to completion and return their results in request order. */
-  async generate(requests: GenerateRequest[], opts: StreamOptions = {}): Promise<CompletionResult[]> {
-    const results = new Map<string, CompletionResult>();
-    // Give id-less requests their default id here, so that their results can be put in request order.
-    const withIds = requests.map((r) => (r.id === undefined ? { ...r, id: `req-${this.nextId++}` } : r));
-    const ids = withIds.map((r) => r.id);
-    for await (const event of this.stream(withIds, opts)) {
-      if (event.kind === "done") results.set(event.result.id, event.result);
-    }
-    return [...results.values()].sort((a, b) => ids.indexOf(a.id) - ids.indexOf(b.id));
+  /** Run requests to completion and return their results in request order (a request of n samples: n results, by index). */
+  async generate(requests: readonly GenerateRequest[], opts: StreamOptions = {}): Promise<CompletionResult[]> {
+    // Give id-less requests their id here, so that their results can be put in request order.
+    const withIds = requests.map((r) => (r.id === undefined ? { ...r, id: this.newId() } : r));
+    const rank = new Map(withIds.map((r, i) => [r.id!, i]));
+    const results: CompletionResult[] = [];
+    for await (const event of this.stream(withIds, opts)) if (event.kind === "done") results.push(event.result);
+    return results.sort((a, b) => rank.get(a.id)! - rank.get(b.id)! || (a.index ?? 0) - (b.index ?? 0));
   }
 
   /**
    * Run requests together, yielding text deltas as they are generated and each result as soon as
-   * its request finishes. A request that can never fit is reported at once with finish_reason
-   * "error" and the reason; the others run.
+   * its request (sample) finishes. A request that can never run, or has a field out of range, is
+   * reported at once with finish_reason "error" and the reason; the others run.
    */
-  async *stream(requests: GenerateRequest[], opts: StreamOptions = {}): AsyncGenerator<GenerationEvent> {
-    const admitted: Sequence[] = [];
+  async *stream(requests: readonly (GenerateRequest | PreparedRequest)[], opts: StreamOptions = {}): AsyncGenerator<GenerationEvent> {
+    const prepared: PreparedRequest[] = [];
     for (const request of requests) {
-      const id = request.id ?? `req-${this.nextId++}`;
-      let promptTokenIds: number[] = [];
+      if (request instanceof PreparedRequest) {
+        prepared.push(request);
+        continue;
+      }
       try {
-        promptTokenIds = request.promptTokenIds ??
-          (request.messages !== undefined ? this.messagesPromptIds(request.messages) : this.encode(request.prompt ?? ""));
-        admitted.push(this.engine.addRequest({ id, promptTokenIds, params: generationParams(request), cacheSalt: request.cacheSalt }));
+        prepared.push(this.client.prepare(request.id === undefined ? { ...request, id: this.newId() } : request));
       } catch (e) {
-        if (!(e instanceof RequestTooLongError || e instanceof InputError || e instanceof ChatTemplateError)) throw e;
-        yield { kind: "done", result: rejectedResult(id, promptTokenIds.length, e) };
+        if (!(e instanceof RequestTooLongError || e instanceof InputError)) throw e;
+        yield { kind: "done", result: rejectedResult(request.id ?? this.newId(), 0, e) };
       }
     }
-    let lastYield = performance.now();
-    try {
-      while (this.engine.hasUnfinished) {
-        if (opts.signal?.aborted) {
-          yield* this.report(this.engine.abortAll());
-          break;
-        }
-        yield* this.report(await this.engine.step());
-        if (performance.now() - lastYield > YIELD_EVERY_MS) {
-          await new Promise((resolve) => setImmediate(resolve));
-          lastYield = performance.now();
-        }
-      }
-    } finally {
-      // A consumer that stops early (or an error) must not leave requests holding KV blocks.
-      for (const seq of admitted) if (!seq.isFinished) this.engine.abort(seq);
+    if (prepared.length === 0) return;
+    const stream = this.client.submit(prepared, { signal: opts.signal });
+    const builders = new Map<string, CompletionBuilder>();
+    for (const p of prepared) {
+      for (let i = 0; i < p.n; i++) builders.set(`${p.id}#${i}`, new CompletionBuilder(this.tokenizer, p.promptTokenIds.at(-1), p.n > 1));
+    }
+    for await (const output of stream) {
+      // The engine failed (a worker died): the error itself, not results that would say "error".
+      if (output.finishReason === "error" && stream.error !== null) throw stream.error;
+      const builder = builders.get(`${output.requestId}#${output.index}`)!;
+      builder.add(output);
+      if (output.text.length > 0) yield { kind: "text", id: output.requestId, index: output.index, delta: output.text };
+      if (output.finishReason !== null) yield { kind: "done", result: builder.result() };
     }
   }
 
-  private resultOf(seq: Sequence): CompletionResult {
-    return resultOf(seq, (prev, id) => {
-      const decoder = this.tokenizer.createStreamDecoder(prev);
-      return decoder.push(id) + decoder.flush();
-    });
-  }
+  private nextId = 0;
 
-  private *report(events: StepEvent[]): Generator<GenerationEvent> {
-    for (const { seq, delta, finished } of events) {
-      if (delta.length > 0) yield { kind: "text", id: seq.id, delta };
-      if (finished) yield { kind: "done", result: this.resultOf(seq) };
-    }
+  /** An id for a request given none: unique in this LLM's life. */
+  private newId(): string {
+    return `req-${this.nextId++}`;
   }
 }
 
-function generationParams(r: GenerateRequest): GenerationParams {
-  const sampling: SamplingParams = {
-    temperature: r.temperature ?? DEFAULT_SAMPLING.temperature,
-    topK: r.topK ?? DEFAULT_SAMPLING.topK,
-    topP: r.topP ?? DEFAULT_SAMPLING.topP,
-    minP: r.minP ?? DEFAULT_SAMPLING.minP,
-    repetitionPenalty: r.repetitionPenalty ?? DEFAULT_SAMPLING.repetitionPenalty,
-    repeatLastN: r.repeatLastN ?? DEFAULT_SAMPLING.repeatLastN,
-    seed: r.seed ?? randomSeed(),
-  };
-  checkSampling(sampling);
-  const logprobs = r.logprobs;
-  if (logprobs !== undefined && !(Number.isInteger(logprobs) && logprobs >= 0 && logprobs <= MAX_LOGPROBS)) {
-    throw new InputError(`logprobs must be an integer from 0 to ${MAX_LOGPROBS}, got ${logprobs}`);
+/** Prompt ids of `text`, BOS first when the model expects it. */
+function encodeText(tokenizer: Tokenizer, addBos: boolean, tokenizerFile: string, text: string): number[] {
+  const ids = tokenizer.encode(text, { addBos });
+  // A vocabulary that spells none of a text (a crafted 3-token one; byte-level BPE drops bytes it
+  // has no token for): the empty prompt is the file's fault, not the user's.
+  if (text.length > 0 && ids.every((id) => id === tokenizer.bosId)) {
+    throw new ModelFormatError(tokenizerFile, `the vocabulary (${tokenizer.vocabSize} tokens) has no token for any of the text ${quoteFileText(text)}`);
   }
-  const maxTokens = r.maxTokens ?? null;
-  if (maxTokens !== null && (!Number.isInteger(maxTokens) || maxTokens < 1)) {
-    throw new InputError(`max_tokens must be a positive integer, got ${maxTokens}`);
-  }
-  return {
-    maxTokens, stop: r.stop ?? [], sampling, ...(logprobs === undefined ? {} : { logprobs }), ...(r.ignoreEos === true ? { ignoreEos: true } : {}),
-  };
-}
-
-function checkSampling(s: SamplingParams): void {
-  const bad = (what: string, v: number) => new InputError(`${what} out of range: ${v}`);
-  if (!(s.temperature >= 0)) throw bad("temperature", s.temperature);
-  if (!(Number.isInteger(s.topK) && s.topK >= 0)) throw bad("top_k", s.topK);
-  if (!(s.topP > 0 && s.topP <= 1)) throw bad("top_p", s.topP);
-  if (!(s.minP >= 0 && s.minP <= 1)) throw bad("min_p", s.minP);
-  if (!(s.repetitionPenalty > 0)) throw bad("repetition penalty", s.repetitionPenalty);
-  if (!(Number.isInteger(s.repeatLastN) && s.repeatLastN >= 0)) throw bad("repeat_last_n", s.repeatLastN);
-  if (!Number.isInteger(s.seed)) throw bad("seed", s.seed);
-}
-
-function randomSeed(): number {
-  return (Math.random() * 2 ** 32) >>> 0;
-}
-
-/** Text of token `id` where it follows token `prev` (so a word's leading space shows). */
-type TokenText = (prev: number | undefined, id: number) => string;
-
-function resultOf(seq: Sequence, tokenText: TokenText): CompletionResult {
-  const finish = seq.finishMs ?? performance.now();
-  const result: CompletionResult = {
-    id: seq.id,
-    prompt_tokens: seq.numPromptTokens,
-    cached_tokens: seq.numCachedTokens ?? 0,
-    cached_tokens_memory: (seq.numCachedTokens ?? 0) - (seq.numTierCachedTokens ?? 0),
-    cached_tokens_disk: seq.numTierCachedTokens ?? 0,
-    completion_tokens: seq.outputTokenIds.length,
-    token_ids: [...seq.outputTokenIds],
-    text: seq.text,
-    finish_reason: seq.finishReason ?? "abort",
-    ttft_ms: round2((seq.firstTokenMs ?? finish) - seq.arrivalMs),
-    latency_ms: round2(finish - seq.arrivalMs),
-  };
-  if (seq.error !== null) result.error = seq.error;
-  if (seq.drafter !== null) result.speculative = speculationResult(seq.drafter.counts);
-  if (seq.params.logprobs !== undefined) {
-    result.logprobs = seq.logprobs.map((l, k) => {
-      const prev = seq.allTokenIds[seq.numPromptTokens + k - 1];
-      const entry = (id: number, logprob: number): TopLogprobResult => ({ token_id: id, token: tokenText(prev, id), logprob });
-      return { ...entry(l.id, l.logprob), top_logprobs: l.top.map((t) => entry(t.id, t.logprob)) };
-    });
-  }
-  return result;
-}
-
-export function speculationResult(c: SpeculationCounts): SpeculationResult {
-  return { drafted: c.drafted, accepted: c.accepted, acceptance_rate: c.drafted === 0 ? null : round4(c.accepted / c.drafted) };
-}
-
-function round4(x: number): number {
-  return Math.round(x * 1e4) / 1e4;
-}
-
-function rejectedResult(id: string, promptTokens: number, e: PagellmError): CompletionResult {
-  return {
-    id, prompt_tokens: promptTokens, cached_tokens: 0, cached_tokens_memory: 0, cached_tokens_disk: 0, completion_tokens: 0, token_ids: [], text: "",
-    finish_reason: "error", ttft_ms: 0, latency_ms: 0, error: e.message,
-  };
-}
-
-function round2(x: number): number {
-  return Math.round(x * 100) / 100;
+  return ids;
 }
 
 /** The `tokenizer.chat_template` of a GGUF file, or null. */
@@ -463,3 +309,8 @@ function ggufChatTemplate(path: string): string | null {
   const file = readGGUF(path);
   return file.has("tokenizer.chat_template") ? file.getString("tokenizer.chat_template") : null;
 }
+
+export type { CompletionResult, SpeculationResult, TokenLogprobResult, TopLogprobResult } from "./completion.ts";
+export type { GenerateRequest } from "./generate-request.ts";
+export type { ScoreResult } from "./engine-client.ts";
+export { MAX_LOGPROBS } from "./generate-request.ts";

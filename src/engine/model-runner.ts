@@ -5,7 +5,7 @@
  */
 import type { KVCacheManager } from "../kv/kv-cache-manager.ts";
 import type { StepBatch } from "../model/batch.ts";
-import type { ModelForward } from "./model-forward.ts";
+import type { ModelForward } from "../backend/model-forward.ts";
 import type { ScheduledRequest } from "./scheduler.ts";
 
 export class ModelRunner {

@@ -2,8 +2,10 @@
  * Picks the next token from a row of logits. Each request owns its sampler and its random
  * stream, so what it samples never depends on what else is in the batch.
  *
- * Order (as Hugging Face and vLLM): repetition penalty, temperature, top-k, top-p, min-p, then a
- * draw. Temperature 0 is greedy: the first index of the largest (penalised) logit, as run.c.
+ * Order (as vLLM and llama.cpp): logit bias, repetition penalty (over the last repeatLastN tokens,
+ * prompt included), frequency and presence penalties (OpenAI's, over the generated tokens only),
+ * temperature, top-k, top-p, min-p, then a draw. Temperature 0 is greedy: the first index of the
+ * largest (biased and penalised) logit, as run.c.
  */
 import { Xoshiro128 } from "../util/random.ts";
 
@@ -20,6 +22,12 @@ export interface SamplingParams {
   repetitionPenalty: number;
   /** How many of the latest tokens (prompt included) the penalty looks at. */
   repeatLastN: number;
+  /** Subtract this times a token's count among the generated tokens from its logit; 0 = off. */
+  frequencyPenalty: number;
+  /** Subtract this from the logit of every token generated at least once; 0 = off. */
+  presencePenalty: number;
+  /** Added to the logits of these token ids before anything else (OpenAI's logit_bias); empty = off. */
+  logitBias: ReadonlyMap<number, number>;
   /** Seed of this request's random stream. */
   seed: number;
 }
@@ -31,6 +39,9 @@ export const DEFAULT_SAMPLING: SamplingParams = {
   minP: 0.05,
   repetitionPenalty: 1.0,
   repeatLastN: 64,
+  frequencyPenalty: 0,
+  presencePenalty: 0,
+  logitBias: new Map(),
   seed: 0,
 };
 
@@ -63,13 +74,16 @@ export class Sampler {
   }
 
   /**
-   * Sample from logits (read only); `history` is every token so far, for the penalty; `work`
-   * holds the intermediate arrays (its contents are overwritten).
+   * Sample from logits (read only); `history` is every token so far, the generated ones from index
+   * `outputStart` on (for the penalties); `work` holds the intermediate arrays (its contents are
+   * overwritten).
    */
-  sample(logits: Float32Array, history: ArrayLike<number>, work: SamplerWork = (this.ownWork ??= new SamplerWork())): number {
+  sample(
+    logits: Float32Array, history: ArrayLike<number>, work: SamplerWork = (this.ownWork ??= new SamplerWork()), outputStart = history.length,
+  ): number {
     const p = this.params;
     work.fit(logits.length);
-    const x = this.penalised(logits, history, work.scratch.subarray(0, logits.length));
+    const x = this.penalised(logits, history, outputStart, work.scratch.subarray(0, logits.length));
     if (p.temperature <= 0) return argmax(x);
     const n = x.length;
     // probabilities at this temperature, unnormalised: exp((l - max) / T)
@@ -79,16 +93,23 @@ export class Sampler {
     return this.draw(x, candidates);
   }
 
-  /** logits with the repetition penalty applied, in `x` (the work array, as long as the logits). */
-  private penalised(logits: Float32Array, history: ArrayLike<number>, x: Float32Array): Float32Array {
+  /** logits with the bias and the penalties applied, in `x` (the work array, as long as the logits). */
+  private penalised(logits: Float32Array, history: ArrayLike<number>, outputStart: number, x: Float32Array): Float32Array {
     const p = this.params;
     x.set(logits);
-    if (p.repetitionPenalty === 1 || p.repeatLastN <= 0) return x;
-    const seen = new Set<number>();
-    for (let i = Math.max(0, history.length - p.repeatLastN); i < history.length; i++) seen.add(history[i]!);
-    for (const t of seen) {
-      const v = x[t]!;
-      x[t] = v > 0 ? v / p.repetitionPenalty : v * p.repetitionPenalty;
+    for (const [t, bias] of p.logitBias) if (t < x.length) x[t] = x[t]! + bias;
+    if (p.repetitionPenalty !== 1 && p.repeatLastN > 0) {
+      const seen = new Set<number>();
+      for (let i = Math.max(0, history.length - p.repeatLastN); i < history.length; i++) seen.add(history[i]!);
+      for (const t of seen) {
+        const v = x[t]!;
+        x[t] = v > 0 ? v / p.repetitionPenalty : v * p.repetitionPenalty;
+      }
+    }
+    if (p.frequencyPenalty !== 0 || p.presencePenalty !== 0) {
+      const counts = new Map<number, number>();
+      for (let i = outputStart; i < history.length; i++) counts.set(history[i]!, (counts.get(history[i]!) ?? 0) + 1);
+      for (const [t, count] of counts) x[t] = x[t]! - p.frequencyPenalty * count - p.presencePenalty;
     }
     return x;
   }

@@ -28,6 +28,11 @@
  *
  * Order of admission: "fcfs" (arrival), or "lpm" (longest cached prefix first, as SGLang).
  *
+ * A second tier (the disk): a request whose cached blocks the tier holds beyond what memory holds
+ * waits in the queue in a state of its own while they are read (vLLM's WAITING_FOR_REMOTE_KVS):
+ * admission passes over it, keeping its place, until the reads have landed, then adopts the blocks
+ * into the pool (TierLoader.land) so its ordinary lookup finds them. Other requests run meanwhile.
+ *
  * A shared prefix is computed once under either order, which is what SGLang's LPM achieves by
  * holding back a request that shares a not-yet-cached prefix with one in the batch. Here it holds
  * by construction: allocateSlots caches every block a step will fill at allocation, so a request
@@ -37,7 +42,8 @@
  * admitted until its remaining blocks are allocated and cached too.
  */
 import type { KVCacheManager } from "../kv/kv-cache-manager.ts";
-import type { Request } from "./request.ts";
+import type { Request } from "../kv/request.ts";
+import type { TierLoad } from "../kv/tier-link.ts";
 
 export type SchedulePolicy = "fcfs" | "lpm";
 
@@ -47,6 +53,14 @@ export interface SchedulerOptions {
   /** Sequences one step may hold. */
   maxNumSeqs: number;
   policy: SchedulePolicy;
+}
+
+/** Reads a waiting request's blocks from a second tier before it is admitted. */
+export interface TierLoader<R extends Request = Request> {
+  /** Starts reading what the tier holds for `req` beyond the memory pool; null when nothing. */
+  start(req: R): TierLoad | null;
+  /** Puts a settled load's blocks into the pool, where the request's lookup finds them as hits. */
+  land(req: R, load: TierLoad): void;
 }
 
 export interface ScheduledRequest<R extends Request = Request> {
@@ -76,16 +90,36 @@ export class Scheduler<R extends Request = Request> {
   private readonly extraSeats = new Map<R, number>();
   /** Sum of extraSeats over the running requests: seats held for forks to come. */
   private numReserved = 0;
+  /** Waiting requests whose blocks are being read from the second tier, until admission lands them. */
+  private readonly loads = new Map<R, TierLoad>();
 
   constructor(
     private readonly kv: KVCacheManager,
     private readonly opts: SchedulerOptions,
+    /** The second tier's reads; null without one. */
+    private readonly tier: TierLoader<R> | null = null,
   ) {}
 
-  /** Queue a request; `extraSeats` samples will be forked from it after its prefill (startFork). */
+  /**
+   * Queue a request; `extraSeats` samples will be forked from it after its prefill (startFork).
+   * With a second tier, the blocks it holds for the request start loading now.
+   */
   add(req: R, extraSeats = 0): void {
     this.waiting.push(req);
     if (extraSeats > 0) this.extraSeats.set(req, extraSeats);
+    const load = this.tier?.start(req) ?? null;
+    if (load !== null) this.loads.set(req, load);
+  }
+
+  /** Whether a step could schedule anything now: a running request, or a waiting one not reading from the tier. */
+  get hasRunnable(): boolean {
+    return this.running.length > 0 || this.waiting.some((req) => !this.isLoading(req));
+  }
+
+  /** Resolves when the first of the tier reads in flight finishes (at once when none is). */
+  async tierProgress(): Promise<void> {
+    const pending = [...this.loads.values()].filter((load) => !load.settled);
+    if (pending.length > 0) await Promise.race(pending.map((load) => load.done));
   }
 
   /**
@@ -152,6 +186,7 @@ export class Scheduler<R extends Request = Request> {
       this.running.splice(r, 1);
     }
     this.extraSeats.delete(req);
+    this.loads.delete(req);
     const w = this.waiting.indexOf(req);
     if (w >= 0) this.waiting.splice(w, 1);
     this.kv.free(req);
@@ -202,8 +237,14 @@ export class Scheduler<R extends Request = Request> {
 
   private admit(budget: number, out: SchedulerOutput<R>): void {
     if (this.opts.policy === "lpm") this.sortByCachedPrefix();
-    while (this.waiting.length > 0 && budget > 0) {
-      const req = this.waiting[0]!;
+    for (let w = 0; w < this.waiting.length && budget > 0; ) {
+      const req = this.waiting[w]!;
+      // Reading from the tier: it keeps its place and the requests behind it may go first.
+      if (this.isLoading(req)) {
+        w++;
+        continue;
+      }
+      this.landLoad(req);
       const extra = this.extraSeats.get(req) ?? 0;
       if (this.numSeats + 1 + extra > this.opts.maxNumSeqs) break;
       const hit = this.kv.getComputedBlocks(req);
@@ -211,13 +252,27 @@ export class Scheduler<R extends Request = Request> {
       // A fork may need a block of its own for the prompt's partly filled last block.
       if (this.kv.freeBlocksAfter(req, numNew, hit.numComputedTokens, hit.blocks) < this.numSeats + extra) break;
       this.kv.allocateSlots(req, numNew, hit.numComputedTokens, hit.blocks);
-      this.waiting.shift();
+      this.waiting.splice(w, 1);
       this.numReserved += extra;
       req.numComputedTokens = hit.numComputedTokens;
       this.running.push(req);
       out.scheduled.push({ req, numNewTokens: numNew });
       budget -= numNew;
     }
+  }
+
+  /** Whether `req` waits for tier reads still in flight. */
+  private isLoading(req: R): boolean {
+    const load = this.loads.get(req);
+    return load !== undefined && !load.settled;
+  }
+
+  /** Adopts the blocks of `req`'s settled tier load into the pool (nothing when it has none). */
+  private landLoad(req: R): void {
+    const load = this.loads.get(req);
+    if (load === undefined) return;
+    this.loads.delete(req);
+    this.tier!.land(req, load);
   }
 
   /** Release up to `count` of running `req`'s reserved seats. */

@@ -1,23 +1,18 @@
 /**
- * A generation request as the engine sees it: the scheduler's Request (tokens, computed count,
- * cache isolation) plus how to sample, when to stop, the text streamed so far and its timings.
+ * One sample of a generation request as the engine sees it: the scheduler's Request (tokens,
+ * computed count, cache isolation) plus how to sample, when to stop, the text streamed so far and
+ * its timings. Sequences never leave the engine: what others see of one is an EngineOutput
+ * snapshot (engine-output.ts).
  */
 import type { StreamDecoder } from "../tokenizer/tokenizer.ts";
+import type { FinishReason } from "./engine-output.ts";
 import type { SampledLogprob } from "./logprobs.ts";
-import { Request, type RequestOptions } from "./request.ts";
-import { Sampler, type SamplingParams } from "./sampler.ts";
+import { Request, type RequestOptions } from "../kv/request.ts";
+import { Sampler, type SamplerWork, type SamplingParams } from "./sampler.ts";
 import { StopStringMatcher } from "./stop-strings.ts";
 import type { Drafter } from "./speculative.ts";
 
-export type FinishReason =
-  /** EOS (or another stop token) or a stop string. */
-  | "stop"
-  /** max_tokens, or the model's context is full. */
-  | "length"
-  /** Cancelled (Ctrl-C, or the caller aborted). */
-  | "abort"
-  /** Rejected before running, or failed; `error` says why. */
-  | "error";
+export type { FinishReason };
 
 export interface GenerationParams {
   /** Most tokens to generate; null = until a stop or the context is full. */
@@ -35,8 +30,17 @@ export interface GenerationParams {
   ignoreEos?: boolean;
 }
 
+/** What identifies a sequence to the outside: the request it samples and which sample it is. */
+export interface SampleOf {
+  requestId: string;
+  /** 0 .. n - 1 for a request of n samples. */
+  index: number;
+}
+
 export class Sequence extends Request {
   readonly sampler: Sampler;
+  readonly requestId: string;
+  readonly sampleIndex: number;
   finishReason: FinishReason | null = null;
   /** Why the request failed, when finishReason is "error". */
   error: string | null = null;
@@ -53,8 +57,11 @@ export class Sequence extends Request {
     private readonly decoder: StreamDecoder,
     /** Its drafts and their counts when the engine speculates, else null. */
     readonly drafter: Drafter | null = null,
+    sample: SampleOf = { requestId: opts.id, index: 0 },
   ) {
     super(opts);
+    this.requestId = sample.requestId;
+    this.sampleIndex = sample.index;
     this.sampler = new Sampler(params.sampling);
     this.stops = new StopStringMatcher(params.stop);
   }
@@ -66,6 +73,11 @@ export class Sequence extends Request {
   /** The generated text, stop string excluded (complete once finished). */
   get text(): string {
     return this.stops.fullText;
+  }
+
+  /** Sample the next token from a row of logits (the penalties see this sequence's tokens). */
+  sample(logits: Float32Array, work: SamplerWork): number {
+    return this.sampler.sample(logits, this.allTokenIds, work, this.numPromptTokens);
   }
 
   /** Append a sampled token (not a stop token); returns the text it makes showable. */

@@ -2,7 +2,7 @@
  * Cost of block hashing, for `pagellm bench prefix`: it hashes a request's prompt the way the KV
  * cache manager does at admission (one chain, shared hasher, hex digests).
  */
-import { Request } from "../engine/request.ts";
+import { Request } from "./request.ts";
 import { BlockHasher, ExtraKeyEncoder, type HashAlgorithm } from "./block-hash.ts";
 import { RequestBlockHashes } from "./request-hashes.ts";
 

@@ -31,4 +31,4 @@ export { FreeKVCacheBlockQueue } from "./free-queue.ts";
 export { measureHashCost } from "./hash-cost.ts";
 export { type BlockCopy, type ComputedBlocks, KVCacheManager, type KVCacheManagerOptions } from "./kv-cache-manager.ts";
 export { RequestBlockHashes } from "./request-hashes.ts";
-export { type MultimodalItem, Request, type RequestOptions } from "../engine/request.ts";
+export { type MultimodalItem, Request, type RequestOptions } from "./request.ts";

@@ -3,7 +3,7 @@
  * caching. The scheduler calls it every step; getBlockIds(req) is the block table the paged
  * attention kernel reads. Modelled on vLLM v1's KVCacheManager (single full-attention group).
  */
-import type { Request } from "../engine/request.ts";
+import type { Request } from "./request.ts";
 import { type BlockHash, BlockHasher, ExtraKeyEncoder, type HashAlgorithm, ROOT_PARENT_HASH } from "./block-hash.ts";
 import { BlockPool, type PrefixCacheStats } from "./block-pool.ts";
 import type { KVCacheBlock } from "./block.ts";
@@ -355,6 +355,15 @@ export class KVCacheManager {
   /** Blocks a lookup for `req` may find: all its full blocks but one that would hold its last token. */
   maxLookupBlocks(req: Request): number {
     return this.enableCaching ? Math.floor((req.numTokens - 1) / this.blockSize) : 0;
+  }
+
+  /**
+   * The [index, key] of each block a lookup for `req` may find after those memory holds now, in
+   * order (for a second tier to read ahead); lazily, so a reader that stops early hashes no more.
+   */
+  *uncachedBlockKeys(req: Request): Generator<readonly [number, KVBlockKey]> {
+    const max = this.maxLookupBlocks(req);
+    for (let i = this.peekCachedTokens(req) / this.blockSize; i < max; i++) yield [i, this.blockKey(req, i)];
   }
 
   /** The content key of the request's full block `index` (for a second tier). */

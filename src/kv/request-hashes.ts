@@ -3,7 +3,7 @@
  * (vLLM keeps it as `request.block_hashes`): the decode path, which runs every step for every
  * request, only ever hashes the one block that just filled.
  */
-import type { Request } from "../engine/request.ts";
+import type { Request } from "./request.ts";
 import { type BlockHash, BlockHasher, ExtraKeyEncoder, ExtraKeyTag, ROOT_PARENT_DIGEST, utf16CodeUnits } from "./block-hash.ts";
 
 const NO_EXTRA_KEYS = new Uint8Array(0);

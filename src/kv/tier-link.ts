@@ -1,7 +1,9 @@
 /**
  * Connects the KV cache manager to a second tier (KVSecondTier, e.g. the disk): which blocks go
- * down to it and when, and how blocks come back up into the pool. The engine calls it around each
- * step; it never touches a file itself.
+ * down to it and when, and reads of blocks coming back up. It hears of the manager's blocks only
+ * through the CachedBlockListener events and the blocks and keys it is handed; it never calls the
+ * manager (the scheduler adopts a finished load's blocks with KVCacheManager.adoptBlocks), and it
+ * never touches a file itself.
  *
  * Going down (the step's critical path only copies bytes out of the arena; the tier writes them in
  * the background):
@@ -12,14 +14,14 @@
  *   A block read from the tier is never written back.
  *
  * Coming up: when a request arrives, the blocks after its memory hits that the tier holds are read
- * asynchronously (startLoad), while the engine goes on stepping other requests; once read, they are
- * adopted into free blocks of the pool (land), and the request's ordinary lookup finds them as hits.
+ * asynchronously (startLoad, given the request's block keys), while the engine goes on stepping
+ * other requests; once read, the scheduler adopts them into free blocks of the pool (their bytes
+ * from TierLoad.kvOf, written by writeBlock), and the request's ordinary lookup finds them as hits.
  * Reads of the same block by several requests are shared.
  */
-import type { Request } from "../engine/request.ts";
 import type { BlockHash } from "./block-hash.ts";
 import type { KVCacheBlock } from "./block.ts";
-import type { CachedBlockListener, KVCacheManager } from "./kv-cache-manager.ts";
+import type { CachedBlockListener } from "./kv-cache-manager.ts";
 import type { KVBlockIO, KVBlockKey, KVSecondTier } from "./second-tier.ts";
 
 /** A request's blocks being read from the tier. */
@@ -30,12 +32,8 @@ export interface TierLoad {
   readonly settled: boolean;
   /** Blocks asked for. */
   readonly numBlocks: number;
-}
-
-interface LoadState extends TierLoad {
-  settled: boolean;
-  /** Block index → its bytes (null: failed), filled as reads finish. */
-  readonly kv: Map<number, Uint8Array | null>;
+  /** The bytes read for the request's block `index` once `done` has resolved; null when not asked for or failed. */
+  kvOf(index: number): Uint8Array | null;
 }
 
 export class SecondTierLink implements CachedBlockListener {
@@ -47,7 +45,6 @@ export class SecondTierLink implements CachedBlockListener {
   private readonly copying = new Set<Promise<void>>();
   /** Reads in flight, shared by every request that needs the block. */
   private readonly reading = new Map<BlockHash, Promise<Uint8Array | null>>();
-  private kv: KVCacheManager | null = null;
 
   constructor(
     readonly tier: KVSecondTier,
@@ -55,11 +52,6 @@ export class SecondTierLink implements CachedBlockListener {
     numBlocks: number,
   ) {
     this.unsaved = new Array<KVBlockKey | null>(numBlocks).fill(null);
-  }
-
-  /** The manager this link listens to (it is created with the link as its listener). */
-  attach(kv: KVCacheManager): void {
-    this.kv = kv;
   }
 
   blockCached(block: KVCacheBlock, key: KVBlockKey): void {
@@ -86,9 +78,9 @@ export class SecondTierLink implements CachedBlockListener {
     this.computed.length = 0;
   }
 
-  /** Saves every cached block not saved yet (at exit, so "evict" loses nothing either). */
-  saveAll(): void {
-    for (const block of this.manager.cachedBlocks()) {
+  /** Saves every one of the `cached` blocks not saved yet (at exit, so "evict" loses nothing either). */
+  saveAll(cached: readonly KVCacheBlock[]): void {
+    for (const block of cached) {
       const key = this.unsaved[block.blockId];
       if (key === null || key === undefined || block.blockHash !== key.hash) continue;
       this.unsaved[block.blockId] = null;
@@ -98,36 +90,38 @@ export class SecondTierLink implements CachedBlockListener {
   }
 
   /**
-   * Starts reading the blocks the tier holds for `req` beyond what memory holds now; null when it
-   * holds none of them (the request needs nothing from the tier).
+   * Starts reading, in order, the blocks of `keys` (a request's block index and key, from the
+   * first block memory does not hold) as long as the tier holds them; null when it holds the first
+   * of them not (the request needs nothing from the tier).
    */
-  startLoad(req: Request): TierLoad | null {
-    const kv = this.manager;
-    const first = kv.peekCachedTokens(req) / kv.blockSize;
-    const max = kv.maxLookupBlocks(req);
-    const keys: [number, KVBlockKey][] = [];
-    for (let i = first; i < max; i++) {
-      const key = kv.blockKey(req, i);
-      if (!this.reading.has(key.hash) && !this.tier.contains(key.hash)) break;
-      keys.push([i, key]);
+  startLoad(keys: Iterable<readonly [number, KVBlockKey]>): TierLoad | null {
+    const wanted: (readonly [number, KVBlockKey])[] = [];
+    for (const entry of keys) {
+      const hash = entry[1].hash;
+      if (!this.reading.has(hash) && !this.tier.contains(hash)) break;
+      wanted.push(entry);
     }
-    if (keys.length === 0) return null;
-    const state: LoadState = { settled: false, numBlocks: keys.length, kv: new Map(), done: Promise.resolve() };
-    const reads = keys.map(async ([index, key]) => {
-      state.kv.set(index, await this.read(key));
+    if (wanted.length === 0) return null;
+    const read = new Map<number, Uint8Array | null>();
+    let settled = false;
+    const done = Promise.all(wanted.map(async ([index, key]) => {
+      read.set(index, await this.read(key));
+    })).then(() => {
+      settled = true;
     });
-    return Object.assign(state, { done: Promise.all(reads).then(() => { state.settled = true; }) });
+    return {
+      done,
+      get settled() {
+        return settled;
+      },
+      numBlocks: wanted.length,
+      kvOf: (index) => (settled ? (read.get(index) ?? null) : null),
+    };
   }
 
-  /** Puts a finished load's blocks into the pool (see KVCacheManager.adoptBlocks); returns how many. */
-  land(req: Request, load: TierLoad): number {
-    const kv = (load as LoadState).kv;
-    return this.manager.adoptBlocks(req, (i) => kv.get(i) ?? null, (blockId, bytes) => this.io.writeBlock(blockId, bytes));
-  }
-
-  private get manager(): KVCacheManager {
-    if (this.kv === null) throw new Error("SecondTierLink used before attach()");
-    return this.kv;
+  /** Writes a block read from the tier into the arena (for KVCacheManager.adoptBlocks). */
+  writeBlock(blockId: number, bytes: Uint8Array): void {
+    this.io.writeBlock(blockId, bytes);
   }
 
   private read(key: KVBlockKey): Promise<Uint8Array | null> {

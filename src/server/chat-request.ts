@@ -6,7 +6,8 @@
 import type { ChatMessage } from "../chat/jinja-template.ts";
 import { ApiError } from "./api-error.ts";
 import type { BodyFields, Json } from "./body-fields.ts";
-import { MAX_TOP_LOGPROBS, readGenerationFields, type GenerationSpec } from "./generation-fields.ts";
+import { MAX_LOGPROBS } from "../engine/generate-request.ts";
+import { readGenerationFields, type GenerationSpec } from "./generation-fields.ts";
 
 export interface ChatRequest {
   model: string | undefined;
@@ -24,12 +25,15 @@ export function readChatRequest(f: BodyFields): ChatRequest {
   const kwargs = f.raw("chat_template_kwargs");
   if (kwargs !== undefined && !isObject(kwargs)) throw ApiError.badField("chat_template_kwargs", "'chat_template_kwargs' must be an object");
   const logprobs = f.boolean("logprobs") ?? false;
-  const top = f.number("top_logprobs", { integer: true, min: 0, max: MAX_TOP_LOGPROBS });
+  const top = f.number("top_logprobs", { integer: true, min: 0, max: MAX_LOGPROBS });
   if (top !== undefined && !logprobs) throw ApiError.badField("top_logprobs", "'top_logprobs' needs 'logprobs': true");
-  const spec = readGenerationFields(f, null, logprobs ? (top ?? 0) : undefined);
+  const spec = readGenerationFields(f, null, logprobs ? (top ?? 0) : null);
   // max_completion_tokens is the newer name of max_tokens; it wins when both are given.
-  const maxCompletion = f.number("max_completion_tokens", { integer: true, min: 1 });
-  if (maxCompletion !== undefined) spec.maxTokens = maxCompletion;
+  const maxCompletion = f.raw("max_completion_tokens");
+  if (maxCompletion !== undefined) {
+    spec.fields.maxTokens = maxCompletion;
+    spec.aliases.maxTokens = "max_completion_tokens";
+  }
   f.onlyNeutral("tools", "'tools' (function calling)", (v) => Array.isArray(v) && v.length === 0);
   f.onlyNeutral("tool_choice", "'tool_choice' (function calling)", (v) => v === "none");
   f.onlyNeutral("functions", "'functions' (function calling)", () => false);

@@ -6,51 +6,47 @@
  */
 import { ApiError } from "./api-error.ts";
 import type { BodyFields, Json } from "./body-fields.ts";
-import { MAX_TOP_LOGPROBS, readGenerationFields, type GenerationSpec } from "./generation-fields.ts";
+import { MAX_LOGPROBS } from "../engine/generate-request.ts";
+import { readGenerationFields, type GenerationSpec } from "./generation-fields.ts";
 
 /** One prompt as given: text to tokenize, or token ids to take as they are. */
-export type PromptInput = { text: string } | { tokenIds: number[] };
+export type PromptInput = { text: string } | { tokenIds: Json[] };
 
 export interface CompletionRequest {
   model: string | undefined;
   prompts: PromptInput[];
   echo: boolean;
+  /** `echo` with max_tokens 0: the prompts' log-probabilities, nothing generated. */
+  scoreOnly: boolean;
   spec: GenerationSpec;
 }
 
 /** The OpenAI default of the legacy completions endpoint. */
 const DEFAULT_MAX_TOKENS = 16;
 
-export function readCompletionRequest(f: BodyFields, vocabSize: number): CompletionRequest {
+export function readCompletionRequest(f: BodyFields): CompletionRequest {
   const model = f.string("model");
-  const prompts = readPrompts(f.raw("prompt"), vocabSize);
+  const prompts = readPrompts(f.raw("prompt"));
   const echo = f.boolean("echo") ?? false;
-  const logprobs = f.number("logprobs", { integer: true, min: 0, max: MAX_TOP_LOGPROBS });
+  const logprobs = f.number("logprobs", { integer: true, min: 0, max: MAX_LOGPROBS });
+  const spec = readGenerationFields(f, DEFAULT_MAX_TOKENS, logprobs ?? null);
   // max_tokens 0 scores an echoed prompt without generating (lm-evaluation-harness's loglikelihood requests).
-  const spec = readGenerationFields(f, DEFAULT_MAX_TOKENS, logprobs, echo ? 0 : 1);
+  const scoreOnly = echo && spec.fields.maxTokens === 0;
   f.onlyNeutral("suffix", "'suffix' (insertion)", (v) => v === "");
   f.onlyNeutral("best_of", "'best_of' other than 'n'", (v) => v === 1 || v === spec.n);
   f.rejectUnknown();
-  return { model, prompts, echo, spec };
+  return { model, prompts, echo, scoreOnly, spec };
 }
 
-function readPrompts(v: Json | undefined, vocabSize: number): PromptInput[] {
+/** The prompts as given; their token ids are checked by the engine's request checks (a 400 naming the prompt). */
+function readPrompts(v: Json | undefined): PromptInput[] {
   if (v === undefined) throw ApiError.badField("prompt", "'prompt' is required");
   if (typeof v === "string") return [{ text: v }];
   if (!Array.isArray(v) || v.length === 0) throw ApiError.badField("prompt", "'prompt' must be a string, an array of strings, an array of token ids or an array of those");
   if (v.every((p) => typeof p === "string")) return (v as string[]).map((text) => ({ text }));
-  if (v.every((p) => typeof p === "number")) return [{ tokenIds: tokenIds(v, "prompt", vocabSize) }];
+  if (v.every((p) => typeof p === "number")) return [{ tokenIds: v as number[] }];
   return v.map((p, i) => {
     if (!Array.isArray(p) || p.length === 0) throw ApiError.badField(`prompt[${i}]`, `'prompt[${i}]' must be a non-empty array of token ids (all items of 'prompt' of one kind)`);
-    return { tokenIds: tokenIds(p, `prompt[${i}]`, vocabSize) };
-  });
-}
-
-function tokenIds(v: Json[], at: string, vocabSize: number): number[] {
-  return v.map((t, j) => {
-    if (typeof t !== "number" || !Number.isInteger(t) || t < 0 || t >= vocabSize) {
-      throw ApiError.badField(at, `'${at}[${j}]' must be a token id from 0 to ${vocabSize - 1}, got ${JSON.stringify(t)}`);
-    }
-    return t;
+    return { tokenIds: p as Json[] };
   });
 }

@@ -5,43 +5,51 @@
  * their log-probabilities (the first has none), and `max_tokens: 0` scores the prompt without
  * generating, as lm-evaluation-harness asks for loglikelihoods.
  */
-import type { LLM } from "../engine/llm.ts";
-import { asApiError } from "./api-error.ts";
+import type { RequestInput } from "../engine/generate-request.ts";
+import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import type { BodyFields } from "./body-fields.ts";
-import { readCompletionRequest } from "./completion-request.ts";
-import { checkSamples, type GenerationSpec } from "./generation-fields.ts";
+import { readCompletionRequest, type PromptInput } from "./completion-request.ts";
+import { MAX_N, requestError, type GenerationSpec } from "./generation-fields.ts";
 import { responseId, runGeneration, type Choice, type Echo, type GenerationContext, type ResponseShape, type Usage } from "./generation-run.ts";
-import { completionLogprobs, type CompletionLogprobs } from "./logprobs-format.ts";
+import { completionLogprobs, type CompletionLogprobs, type LogprobEntry } from "./logprobs-format.ts";
 import { checkModel } from "./models.ts";
 import { promptLogprobs, type PromptLogprobs } from "./prompt-logprobs.ts";
 import { SseStream } from "./sse.ts";
 
-export async function completions(llm: LLM, ctx: GenerationContext, fields: BodyFields): Promise<Response> {
-  const request = readCompletionRequest(fields, llm.config.vocabSize);
+export async function completions(tokenizer: Tokenizer, ctx: GenerationContext, fields: BodyFields): Promise<Response> {
+  const request = readCompletionRequest(fields);
   checkModel(request.model, ctx.model);
-  checkSamples(request.spec, llm.engine.options.maxNumSeqs);
   const spec = request.spec;
-  const prompts = request.prompts.map((p) => ("text" in p ? llm.encode(p.text) : p.tokenIds));
-  // The context is exceeded by the prompt alone, or by max_tokens.
-  const param = prompts.some((p) => p.length > llm.config.seqLen) ? "prompt" : "max_tokens";
-  try {
-    const echoes = await Promise.all(
-      request.prompts.map(async (p, i): Promise<Echo> => {
-        if (!request.echo) return { text: "", logprobs: null };
-        const text = "text" in p ? p.text : llm.tokenizer.decode(prompts[i]!);
-        const logprobs = spec.logprobs === undefined ? null : await promptLogprobs(llm, ctx.loop, prompts[i]!, spec.logprobs);
-        return { text, logprobs };
-      }),
-    );
-    if (spec.maxTokens === 0) return echoOnly(ctx, prompts, echoes, spec);
-    return await runGeneration(ctx, "cmpl", prompts, echoes, spec, completionShape(llm, spec.logprobs !== undefined));
-  } catch (e) {
-    throw asApiError(e, param);
-  }
+  const param = (i: number) => (request.prompts.length === 1 ? "prompt" : `prompt[${i}]`);
+  // Every prompt checked (and tokenized) before anything runs: a bad one refuses the whole request.
+  const prepared = request.prompts.map((p, i) => {
+    try {
+      // max_tokens 0 scores an echoed prompt only: checked as if it generated one token.
+      return ctx.client.prepare(requestOf(p, spec, request.scoreOnly), { maxSamples: MAX_N });
+    } catch (e) {
+      throw requestError(e, spec, param(i));
+    }
+  });
+  const echoes = await Promise.all(
+    request.prompts.map(async (p, i): Promise<Echo> => {
+      if (!request.echo) return { text: "", logprobs: null };
+      const ids = prepared[i]!.promptTokenIds;
+      const text = "text" in p ? p.text : tokenizer.decode([...ids]);
+      const logprobs = spec.logprobs === null ? null : await promptLogprobs(tokenizer, ctx.client, ids, spec.logprobs);
+      return { text, logprobs };
+    }),
+  );
+  if (request.scoreOnly) return echoOnly(ctx, prepared.map((p) => p.promptTokenIds.length), echoes, spec);
+  return await runGeneration(ctx, "cmpl", prepared, echoes, spec, completionShape(tokenizer, spec.logprobs !== null));
 }
 
-function completionShape(llm: LLM, logprobs: boolean): ResponseShape {
-  const tok = llm.tokenizer;
+/** One prompt's request: the shared fields and the prompt as text or token ids. */
+function requestOf(p: PromptInput, spec: GenerationSpec, scoreOnly: boolean): RequestInput {
+  const fields = scoreOnly ? { ...spec.fields, maxTokens: 1 } : spec.fields;
+  return "text" in p ? { ...fields, prompt: p.text } : { ...fields, promptTokenIds: p.tokenIds };
+}
+
+function completionShape(tok: Tokenizer, logprobs: boolean): ResponseShape {
   // Where each streamed choice's next token starts in its text (echo included).
   const offsets = new Map<Choice, number>();
   return {
@@ -49,16 +57,16 @@ function completionShape(llm: LLM, logprobs: boolean): ResponseShape {
     chunkObject: "text_completion",
     choice: (c: Choice) => ({
       index: c.index,
-      text: c.echo.text + c.seq.text,
-      logprobs: logprobs ? withPrompt(c.echo.logprobs, completionLogprobs(tok, c.seq, 0, c.seq.outputTokenIds.length, c.echo.text.length)) : null,
-      finish_reason: c.seq.finishReason,
+      text: c.echo.text + c.text,
+      logprobs: logprobs ? withPrompt(c.echo.logprobs, completionLogprobs(tok, c.logprobs, c.echo.text.length)) : null,
+      finish_reason: c.finishReason,
     }),
     // The echoed prompt comes first, as its own chunk.
     openingChoice: (c: Choice) => (c.echo.text === "" && c.echo.logprobs === null ? null : echoChoice(c.index, c.echo, null)),
-    chunkChoice: (c: Choice, delta: string, from: number, to: number, finishReason: string | null) => {
+    chunkChoice: (c: Choice, delta: string, entries: readonly LogprobEntry[], finishReason: string | null) => {
       let part: CompletionLogprobs | null = null;
       if (logprobs) {
-        part = completionLogprobs(tok, c.seq, from, to, offsets.get(c) ?? c.echo.text.length);
+        part = completionLogprobs(tok, entries, offsets.get(c) ?? c.echo.text.length);
         const last = part.tokens.length - 1;
         if (last >= 0) offsets.set(c, part.text_offset[last]! + part.tokens[last]!.length);
       }
@@ -95,10 +103,10 @@ function echoChoice(index: number, echo: Echo, finishReason: string | null): Rec
 }
 
 /** max_tokens 0 with echo: the prompts (and their log-probabilities), nothing generated. */
-function echoOnly(ctx: GenerationContext, prompts: readonly number[][], echoes: readonly Echo[], spec: GenerationSpec): Response {
+function echoOnly(ctx: GenerationContext, promptLengths: readonly number[], echoes: readonly Echo[], spec: GenerationSpec): Response {
   const envelope = { id: responseId("cmpl"), object: "text_completion", created: Math.floor(Date.now() / 1000), model: ctx.model };
   const choices = echoes.flatMap((echo, p) => Array.from({ length: spec.n }, (_, i) => echoChoice(p * spec.n + i, echo, "length")));
-  const prompt = prompts.reduce((n, p) => n + p.length, 0);
+  const prompt = promptLengths.reduce((n, p) => n + p, 0);
   const usage: Usage = { prompt_tokens: prompt, completion_tokens: 0, total_tokens: prompt, prompt_tokens_details: { cached_tokens: 0 } };
   ctx.onDone(usage);
   if (!spec.stream) return Response.json({ ...envelope, choices, usage });

@@ -1,138 +1,113 @@
 /**
- * The generation fields chat and text completions share: sampling, stops, `n`, `seed`,
- * streaming, `cache_salt`, and the OpenAI fields this server does not implement (a 400 naming
- * them). Defaults are the OpenAI API's (temperature 1, top_p 1, no top-k, min-p or penalty), as
- * OpenAI clients expect, not the command line's.
+ * The generation fields chat and text completions share, mapped from a JSON body onto the engine's
+ * one request type (GenerateRequest): sampling, penalties, logit_bias, stops, `n`, `seed`,
+ * `cache_salt`, `ignore_eos`, plus the transport fields the engine does not see (`stream`,
+ * `stream_options`). Values go over as given: the engine's request checks (checkRequest, through
+ * EngineClient.prepare) check their types and ranges, and requestError names the field as the
+ * client spelt it. Defaults are the OpenAI API's (temperature 1, top_p 1, no top-k, min-p or
+ * penalty), as OpenAI clients expect, not the command line's.
  */
-import type { GenerationParams } from "../engine/sequence.ts";
+import { RequestFieldError, RequestTooLongError } from "../errors.ts";
+import { jsonFieldName, type GenerateRequest } from "../engine/generate-request.ts";
 import { ApiError } from "./api-error.ts";
 import type { BodyFields, Json } from "./body-fields.ts";
 
-/** Most samples per prompt (`n`). */
+/** Most samples per prompt (`n`): a request's cost is bounded, whatever a step holds. */
 export const MAX_N = 8;
-/** Most stop strings per request. */
-export const MAX_STOPS = 16;
-/** Most alternatives per token (`top_logprobs`, `logprobs`), as the OpenAI API allows. */
-export const MAX_TOP_LOGPROBS = 20;
 
+/** A body's generation fields: the request fields every prompt shares, and how to answer. */
 export interface GenerationSpec {
-  /** null: until a stop or the end of the context. */
-  maxTokens: number | null;
-  stop: string[];
-  temperature: number;
-  topP: number;
-  topK: number;
-  minP: number;
-  repetitionPenalty: number;
-  /** Tokens the penalty looks back over (llama.cpp's repeat_last_n); null: the whole context, as vLLM. */
-  repeatLastN: number | null;
-  /** Sample i of a prompt draws with seed + i; null: a random seed each. */
-  seed: number | null;
-  /** Samples per prompt. */
+  /** The request fields (all but the prompt and the id), as the body gave them: the engine checks them. */
+  fields: Partial<Record<keyof GenerateRequest, unknown>>;
+  /** Samples per prompt, as the engine will take it (checked there too). */
   n: number;
-  /** Alternatives reported per generated token; undefined: no log-probabilities. */
-  logprobs: number | undefined;
-  cacheSalt: string | undefined;
+  /** Alternatives reported per generated token; null: no log-probabilities. */
+  logprobs: number | null;
   stream: boolean;
   /** stream_options.include_usage: a last chunk carries the usage. */
   includeUsage: boolean;
-  /** Generate through end-of-generation tokens (vLLM's and llama.cpp's `ignore_eos`). */
-  ignoreEos: boolean;
+  /** The JSON name the client used for a request property, where it used another than JSON_FIELD_NAMES's (an alias). */
+  aliases: Partial<Record<keyof GenerateRequest, string>>;
 }
 
 /** Fields OpenAI clients send that change nothing in a local server. */
 const IGNORED_FIELDS = ["user", "metadata", "store", "service_tier"];
 
+/** Request fields taken from the body as they are, under their JSON names. */
+const PASSED_FIELDS = ["temperature", "topP", "minP", "frequencyPenalty", "presencePenalty", "logitBias", "seed", "cacheSalt", "ignoreEos"] as const;
+
 /**
  * Read the shared fields. `maxTokensDefault` differs between chat (until a stop) and text
- * completions (16, the OpenAI default); `logprobs` is read by the endpoint (its type differs);
- * `maxTokensMin` is 0 where max_tokens 0 means "score the prompt only" (echoed completions).
+ * completions (16, the OpenAI default); `logprobs` is read by the endpoint (its type differs).
  */
-export function readGenerationFields(f: BodyFields, maxTokensDefault: number | null, logprobs: number | undefined, maxTokensMin = 1): GenerationSpec {
+export function readGenerationFields(f: BodyFields, maxTokensDefault: number | null, logprobs: number | null): GenerationSpec {
   f.ignore(...IGNORED_FIELDS);
-  f.onlyNeutral("frequency_penalty", "'frequency_penalty' other than 0", (v) => v === 0);
-  f.onlyNeutral("presence_penalty", "'presence_penalty' other than 0", (v) => v === 0);
-  f.onlyNeutral("logit_bias", "'logit_bias'", (v) => typeof v === "object" && v !== null && Object.keys(v).length === 0);
-  const n = f.number("n", { integer: true, min: 1, max: MAX_N }) ?? 1;
-  const stream = f.boolean("stream") ?? false;
-  const spec: GenerationSpec = {
-    maxTokens: f.number("max_tokens", { integer: true, min: maxTokensMin }) ?? maxTokensDefault,
+  const aliases: GenerationSpec["aliases"] = {};
+  const fields: GenerationSpec["fields"] = {
+    maxTokens: f.raw("max_tokens") ?? maxTokensDefault,
     stop: readStop(f.raw("stop")),
-    temperature: f.number("temperature", { min: 0, max: 2 }) ?? 1,
-    topP: f.number("top_p", { min: 0, minOpen: true, max: 1 }) ?? 1,
+    temperature: 1,
+    topP: 1,
     topK: readTopK(f),
-    minP: f.number("min_p", { min: 0, max: 1 }) ?? 0,
-    repetitionPenalty: readRepetitionPenalty(f),
+    minP: 0,
+    repetitionPenalty: readRepetitionPenalty(f, aliases),
     repeatLastN: readRepeatLastN(f),
-    seed: f.number("seed", { integer: true, min: -(2 ** 63), max: 2 ** 64 }) ?? null,
-    n,
-    logprobs,
-    cacheSalt: readCacheSalt(f),
-    stream,
-    includeUsage: readStreamOptions(f, stream),
-    ignoreEos: f.boolean("ignore_eos") ?? false,
   };
-  return spec;
+  for (const key of PASSED_FIELDS) {
+    const v = f.raw(jsonFieldName(key));
+    if (v !== undefined) fields[key] = v;
+  }
+  const n = f.raw("n");
+  if (n !== undefined) fields.n = n;
+  if (logprobs !== null) fields.logprobs = logprobs;
+  const stream = f.boolean("stream") ?? false;
+  return { fields, n: typeof n === "number" ? n : 1, logprobs, stream, includeUsage: readStreamOptions(f, stream), aliases };
 }
 
-/** n samples run side by side: more than a step holds (--max-num-seqs) could never run. */
-export function checkSamples(spec: GenerationSpec, maxNumSeqs: number): void {
-  if (spec.n > maxNumSeqs) throw ApiError.badField("n", `'n' is ${spec.n}, more than the ${maxNumSeqs} sequences a step holds here (--max-num-seqs)`);
+/**
+ * A request error of the engine as a 400 naming the field as the client spelt it: `param` is
+ * its JSON name ("top_p", "logit_bias.50256", "messages[1].role"), `promptField` the body field
+ * that held the prompt ("prompt" or "messages").
+ */
+export function requestError(e: unknown, spec: GenerationSpec, promptField: string): unknown {
+  const name = (property: string) => spec.aliases[property as keyof GenerateRequest] ?? (property === "prompt" || property === "promptTokenIds" ? promptField : jsonFieldName(property));
+  if (e instanceof RequestFieldError) {
+    // The prompt is named as a whole (its index is in the message); other fields with their path.
+    const path = `${name(e.property)}${e.field.slice(e.property.length)}`;
+    const isPrompt = e.property === "prompt" || e.property === "promptTokenIds";
+    return ApiError.badField(isPrompt ? promptField : path, `'${path}' ${e.problem}`);
+  }
+  if (e instanceof RequestTooLongError) {
+    const code = e.field === "n" ? null : "context_length_exceeded";
+    return new ApiError(400, e.message, "invalid_request_error", e.field === null ? null : name(e.field), code);
+  }
+  return e;
 }
 
-/** Per-sample engine params: sample `i` seeds its own stream (seed + i), as vLLM's parallel sampling. */
-export function sampleParams(spec: GenerationSpec, i: number): GenerationParams {
-  const seed = spec.seed === null ? (Math.random() * 2 ** 32) >>> 0 : (Number(BigInt.asUintN(32, BigInt(spec.seed))) + i) >>> 0;
-  const params: GenerationParams = {
-    maxTokens: spec.maxTokens,
-    stop: spec.stop,
-    sampling: {
-      temperature: spec.temperature,
-      topK: spec.topK,
-      topP: spec.topP,
-      minP: spec.minP,
-      repetitionPenalty: spec.repetitionPenalty,
-      repeatLastN: spec.repeatLastN ?? Number.MAX_SAFE_INTEGER,
-      seed,
-    },
-  };
-  if (spec.logprobs !== undefined) params.logprobs = spec.logprobs;
-  if (spec.ignoreEos) params.ignoreEos = true;
-  return params;
-}
-
-function readStop(v: Json | undefined): string[] {
-  if (v === undefined) return [];
-  const stops = typeof v === "string" ? [v] : v;
-  if (!Array.isArray(stops) || stops.some((s) => typeof s !== "string")) throw ApiError.badField("stop", "'stop' must be a string or an array of strings");
-  if (stops.length > MAX_STOPS) throw ApiError.badField("stop", `'stop' may hold at most ${MAX_STOPS} strings, got ${stops.length}`);
-  return (stops as string[]).filter((s) => s !== "");
+function readStop(v: Json | undefined): Json | undefined {
+  // One string or several: the engine takes a list.
+  return typeof v === "string" ? [v] : v;
 }
 
 /** vLLM's repetition_penalty, or llama.cpp's name for it, repeat_penalty (not both). */
-function readRepetitionPenalty(f: BodyFields): number {
-  const vllm = f.number("repetition_penalty", { min: 0, minOpen: true });
-  const llamaCpp = f.number("repeat_penalty", { min: 0, minOpen: true });
+function readRepetitionPenalty(f: BodyFields, aliases: GenerationSpec["aliases"]): Json {
+  const vllm = f.raw("repetition_penalty");
+  const llamaCpp = f.raw("repeat_penalty");
   if (vllm !== undefined && llamaCpp !== undefined) throw ApiError.badField("repeat_penalty", "give 'repetition_penalty' or its llama.cpp name 'repeat_penalty', not both");
+  if (llamaCpp !== undefined) aliases.repetitionPenalty = "repeat_penalty";
   return vllm ?? llamaCpp ?? 1;
 }
 
 /** llama.cpp's repeat_last_n: -1 (or absent) the whole context, 0 no penalty. */
-function readRepeatLastN(f: BodyFields): number | null {
-  const n = f.number("repeat_last_n", { integer: true, min: -1 });
-  return n === undefined || n === -1 ? null : n;
+function readRepeatLastN(f: BodyFields): Json {
+  const n = f.raw("repeat_last_n");
+  return n === undefined || n === -1 ? Number.MAX_SAFE_INTEGER : n;
 }
 
 /** top_k: 0 or -1 (vLLM's "off") mean no top-k. */
-function readTopK(f: BodyFields): number {
-  const k = f.number("top_k", { integer: true, min: -1 });
+function readTopK(f: BodyFields): Json {
+  const k = f.raw("top_k");
   return k === undefined || k === -1 ? 0 : k;
-}
-
-function readCacheSalt(f: BodyFields): string | undefined {
-  const salt = f.string("cache_salt");
-  if (salt === "") throw ApiError.badField("cache_salt", "'cache_salt' must be a non-empty string");
-  return salt;
 }
 
 function readStreamOptions(f: BodyFields, stream: boolean): boolean {

@@ -1,23 +1,34 @@
 /**
- * What chat and text completions share once a request is read: its prompts go to the engine loop
- * as one submission (per prompt, n samples computed from one prefill), and the result goes back
- * either whole, as one JSON body when every sample has finished, or streamed as server-sent
- * events, a chunk per choice per step. A client that goes away (the request's signal, or the
- * stream cancelled) aborts the submission: its blocks are free one step later.
+ * What chat and text completions share once a request is read: its prompts go through the
+ * engine's front door as one submission (per prompt, n samples computed from one prefill), and the
+ * result goes back either whole, as one JSON body when every sample has finished, or streamed as
+ * server-sent events, a chunk per choice per step. A client that goes away (the request's signal,
+ * or the stream cancelled) aborts the submission: its blocks are free one step later.
  */
-import type { NewRequest, StepEvent } from "../engine/engine.ts";
-import type { Sequence } from "../engine/sequence.ts";
-import type { EngineLoop, Submission } from "./engine-loop.ts";
-import { sampleParams, type GenerationSpec } from "./generation-fields.ts";
+import { EngineClosedError, QueueFullError } from "../errors.ts";
+import type { EngineClient, PreparedRequest } from "../engine/engine-client.ts";
+import type { EngineOutput } from "../engine/engine-output.ts";
+import type { OutputStream } from "../engine/output-stream.ts";
+import type { FinishReason } from "../engine/engine-output.ts";
+import { ApiError } from "./api-error.ts";
+import type { GenerationSpec } from "./generation-fields.ts";
+import type { LogprobEntry } from "./logprobs-format.ts";
+import type { ServeMetrics } from "./metrics.ts";
 import type { PromptLogprobs } from "./prompt-logprobs.ts";
 import { SseStream } from "./sse.ts";
 
-/** One choice of the response: sample `seq`, at `index` (prompt p, sample i: p × n + i). */
+/** One choice of the response as it stands: sample `index` of its prompt (prompt p, sample i: p × n + i). */
 export interface Choice {
-  index: number;
-  seq: Sequence;
+  readonly index: number;
   /** What comes before the generated text (the prompt, with `echo`). */
-  echo: Echo;
+  readonly echo: Echo;
+  text: string;
+  readonly tokenIds: number[];
+  /** Per generated token, when the request asked for logprobs. */
+  readonly logprobs: LogprobEntry[];
+  finishReason: FinishReason | null;
+  /** The prompt's last token: the one the first generated token follows. */
+  readonly promptLast: number | undefined;
 }
 
 /** A prompt as echoed: its text and, with `logprobs`, its tokens' log-probabilities. */
@@ -45,12 +56,15 @@ export interface ResponseShape {
   choice(c: Choice): Record<string, unknown>;
   /** The choices a stream opens with (chat: the role), before any token. */
   openingChoice(c: Choice): Record<string, unknown> | null;
-  /** A streamed choice: text `delta`, generated tokens [from, to), the finish reason when it ended. */
-  chunkChoice(c: Choice, delta: string, from: number, to: number, finishReason: string | null): Record<string, unknown>;
+  /** A streamed choice: the text that became showable, the logprobs of this step's tokens, the finish reason when it ended. */
+  chunkChoice(c: Choice, delta: string, logprobs: readonly LogprobEntry[], finishReason: string | null): Record<string, unknown>;
 }
 
 export interface GenerationContext {
-  loop: EngineLoop;
+  client: EngineClient;
+  metrics: ServeMetrics;
+  /** Sequences that may wait for the batch before requests get 429 (--max-queue). */
+  maxQueue: number;
   /** The model name responses carry. */
   model: string;
   /** Aborted when the client disconnects. */
@@ -67,95 +81,112 @@ export function responseId(prefix: string): string {
 }
 
 /**
- * Submit the prompts (`echoes[p]`: what prompt p echoes) and answer: a JSON body or a stream.
- * Throws the loop's errors (429, a request that can never fit) before anything is sent.
+ * Submit the prepared prompts (`echoes[p]`: what prompt p echoes) and answer: a JSON body or a
+ * stream. Throws ApiErrors before anything is sent: a full queue (429), a server shutting down (503).
  */
 export async function runGeneration(
-  ctx: GenerationContext, idPrefix: string, prompts: readonly number[][], echoes: readonly Echo[], spec: GenerationSpec, shape: ResponseShape,
+  ctx: GenerationContext, idPrefix: string, prompts: readonly PreparedRequest[], echoes: readonly Echo[], spec: GenerationSpec, shape: ResponseShape,
 ): Promise<Response> {
   const id = responseId(idPrefix);
   const created = Math.floor(Date.now() / 1000);
-  const groups: NewRequest[][] = prompts.map((promptTokenIds, p) =>
-    Array.from({ length: spec.n }, (_, i) => ({ id: `${id}-${p}-${i}`, promptTokenIds, params: sampleParams(spec, i), cacheSalt: spec.cacheSalt })),
-  );
-  const envelope = (object: string) => ({ id, object, created, model: ctx.model });
-  if (spec.stream) return streamGeneration(ctx, groups, echoes, spec, shape, envelope(shape.chunkObject));
-
-  let resolveDone!: () => void;
-  const done = new Promise<void>((resolve) => (resolveDone = resolve));
-  const submission = ctx.loop.submit(groups, () => {
-    if (submission.finished) resolveDone();
-  });
-  const onAbort = () => ctx.loop.abort(submission);
-  ctx.signal.addEventListener("abort", onAbort);
-  // Gone while its body was read: nothing to compute.
-  if (ctx.signal.aborted) onAbort();
+  let stream: OutputStream;
   try {
-    await done;
-  } finally {
-    ctx.signal.removeEventListener("abort", onAbort);
+    stream = ctx.client.submit(prompts, { maxQueue: ctx.maxQueue, signal: spec.stream ? undefined : ctx.signal });
+  } catch (e) {
+    throw submitError(e);
   }
-  const choices = choicesOf(submission, echoes);
-  const usage = usageOf(submission);
+  ctx.metrics.requestArrived(stream.requests);
+  const choices = new Choices(stream, echoes);
+  const envelope = (object: string) => ({ id, object, created, model: ctx.model });
+  if (spec.stream) return streamGeneration(ctx, stream, choices, spec, shape, envelope(shape.chunkObject));
+  for await (const output of stream) {
+    ctx.metrics.observe(output, performance.now());
+    choices.add(output);
+  }
+  const usage = choices.usage();
   ctx.onDone(usage);
-  return Response.json({ ...envelope(shape.object), choices: choices.map((c) => shape.choice(c)), usage });
+  return Response.json({ ...envelope(shape.object), choices: choices.all.map((c) => shape.choice(c)), usage });
+}
+
+/** The front door's refusals of a submission as HTTP errors. */
+function submitError(e: unknown): unknown {
+  if (e instanceof QueueFullError) return new ApiError(429, e.message, "rate_limit_error", null, "queue_full", { "Retry-After": "1" });
+  if (e instanceof EngineClosedError) return new ApiError(503, "the server is shutting down", "service_unavailable", null, "shutting_down", { "Retry-After": "1" });
+  return e;
 }
 
 function streamGeneration(
-  ctx: GenerationContext, groups: NewRequest[][], echoes: readonly Echo[], spec: GenerationSpec, shape: ResponseShape, envelope: Record<string, unknown>,
+  ctx: GenerationContext, stream: OutputStream, choices: Choices, spec: GenerationSpec, shape: ResponseShape, envelope: Record<string, unknown>,
 ): Response {
-  let submission: Submission | null = null;
-  const sse = new SseStream(() => {
-    if (submission !== null) ctx.loop.abort(submission);
-  });
+  const sse = new SseStream(() => stream.abort());
   // With include_usage every chunk carries "usage": null and a last chunk the usage.
   const usageField = spec.includeUsage ? { usage: null } : {};
-  const sent = new Map<Sequence, number>();
-  let choices: Choice[] = [];
-  const onEvents = (events: readonly StepEvent[]) => {
-    for (const { seq, delta, finished } of events) {
-      const choice = choices.find((c) => c.seq === seq)!;
-      const from = sent.get(seq) ?? 0;
-      const to = seq.outputTokenIds.length;
-      sent.set(seq, to);
-      if (delta === "" && from === to && !finished) continue;
-      const reason = finished ? seq.finishReason : null;
-      sse.send({ ...envelope, choices: [shape.chunkChoice(choice, delta, from, to, reason)], ...usageField });
-    }
-    if (submission?.finished) {
-      const usage = usageOf(submission);
-      if (spec.includeUsage) sse.send({ ...envelope, choices: [], usage });
-      sse.finish();
-      ctx.onDone(usage);
-    }
-  };
-  submission = ctx.loop.submit(groups, onEvents);
-  choices = choicesOf(submission, echoes);
-  for (const choice of choices) {
+  for (const choice of choices.all) {
     const opening = shape.openingChoice(choice);
     if (opening !== null) sse.send({ ...envelope, choices: [opening], ...usageField });
   }
-  const sub = submission;
-  ctx.signal.addEventListener("abort", () => ctx.loop.abort(sub));
-  if (ctx.signal.aborted) ctx.loop.abort(sub);
+  const onAbort = () => stream.abort();
+  ctx.signal.addEventListener("abort", onAbort);
+  if (ctx.signal.aborted) onAbort();
+  void (async () => {
+    try {
+      for await (const output of stream) {
+        ctx.metrics.observe(output, performance.now());
+        const { choice, logprobs } = choices.add(output);
+        if (output.text === "" && output.tokenIds.length === 0 && output.finishReason === null) continue;
+        sse.send({ ...envelope, choices: [shape.chunkChoice(choice, output.text, logprobs, output.finishReason)], ...usageField });
+      }
+      const usage = choices.usage();
+      if (spec.includeUsage) sse.send({ ...envelope, choices: [], usage });
+      sse.finish();
+      ctx.onDone(usage);
+    } finally {
+      ctx.signal.removeEventListener("abort", onAbort);
+    }
+  })();
   return sse.response();
 }
 
-function choicesOf(submission: Submission, echoes: readonly Echo[]): Choice[] {
-  const choices: Choice[] = [];
-  submission.groups.forEach((group, p) => group.forEach((seq) => choices.push({ index: choices.length, seq, echo: echoes[p] ?? NO_ECHO })));
-  return choices;
-}
+/** Every choice of a submission, as its outputs come in, and the usage they add up to. */
+class Choices {
+  readonly all: Choice[] = [];
+  private readonly byOutput = new Map<string, Choice>();
+  /** Per prompt: its tokens, and its cached tokens (as its first sample reports them). */
+  private readonly prompts: { tokens: number; cached: number }[];
 
-/** Usage of a submission: each prompt counted once (its samples share it), every sample's tokens. */
-export function usageOf(submission: Submission): Usage {
-  let prompt = 0;
-  let cached = 0;
-  let completion = 0;
-  for (const group of submission.groups) {
-    prompt += group[0]!.numPromptTokens;
-    cached += group[0]!.numCachedTokens ?? 0;
-    for (const seq of group) completion += seq.outputTokenIds.length;
+  constructor(stream: OutputStream, echoes: readonly Echo[]) {
+    this.prompts = stream.requests.map((r) => ({ tokens: r.promptTokenIds.length, cached: 0 }));
+    stream.requests.forEach((r, p) => {
+      for (let i = 0; i < r.n; i++) {
+        const choice: Choice = {
+          index: this.all.length, echo: echoes[p] ?? NO_ECHO, text: "", tokenIds: [], logprobs: [], finishReason: null, promptLast: r.promptTokenIds.at(-1),
+        };
+        this.all.push(choice);
+        this.byOutput.set(`${r.id}#${i}`, choice);
+      }
+    });
+    this.promptOf = new Map(stream.requests.map((r, p) => [r.id, p]));
   }
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: cached } };
+
+  private readonly promptOf: Map<string, number>;
+
+  /** Adds an output to its choice; returns the choice and the logprob entries of this output's tokens. */
+  add(output: EngineOutput): { choice: Choice; logprobs: LogprobEntry[] } {
+    const choice = this.byOutput.get(`${output.requestId}#${output.index}`)!;
+    const logprobs = (output.logprobs ?? []).map((logprob, k) => ({ logprob, prev: k > 0 ? output.tokenIds[k - 1] : (choice.tokenIds.at(-1) ?? choice.promptLast) }));
+    choice.text += output.text;
+    choice.tokenIds.push(...output.tokenIds);
+    choice.logprobs.push(...logprobs);
+    if (output.finishReason !== null) choice.finishReason = output.finishReason;
+    if (output.index === 0) this.prompts[this.promptOf.get(output.requestId)!]!.cached = output.usage.cachedTokens;
+    return { choice, logprobs };
+  }
+
+  /** Each prompt counted once (its samples share it), every sample's tokens. */
+  usage(): Usage {
+    const prompt = this.prompts.reduce((n, p) => n + p.tokens, 0);
+    const cached = this.prompts.reduce((n, p) => n + p.cached, 0);
+    const completion = this.all.reduce((n, c) => n + c.tokenIds.length, 0);
+    return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: cached } };
+  }
 }

@@ -1,10 +1,19 @@
 /**
- * A sequence's per-token log-probabilities in the two shapes of the OpenAI API: chat's
+ * A choice's per-token log-probabilities in the two shapes of the OpenAI API: chat's
  * `logprobs.content` (token, logprob, UTF-8 bytes, top_logprobs) and text completions'
  * parallel arrays (tokens, token_logprobs, top_logprobs as {token: logprob}, text_offset).
  */
-import type { Sequence } from "../engine/sequence.ts";
+import { tokenText } from "../engine/completion.ts";
+import type { SampledLogprob } from "../engine/logprobs.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
+
+export { tokenText };
+
+/** A generated token's log-probabilities and the token it follows (whose text a leading space depends on). */
+export interface LogprobEntry {
+  logprob: SampledLogprob;
+  prev: number | undefined;
+}
 
 export interface ChatTokenLogprob {
   token: string;
@@ -22,34 +31,22 @@ export interface CompletionLogprobs {
 
 const encoder = new TextEncoder();
 
-/** Text of token `id` where it follows token `prev` in a stream (so a word's leading space shows). */
-export function tokenText(tokenizer: Tokenizer, prev: number | undefined, id: number): string {
-  const decoder = tokenizer.createStreamDecoder(prev);
-  return decoder.push(id) + decoder.flush();
-}
-
-/** Chat logprobs of generated tokens [from, to) of `seq`. */
-export function chatLogprobs(tokenizer: Tokenizer, seq: Sequence, from: number, to: number): ChatTokenLogprob[] {
-  const out: ChatTokenLogprob[] = [];
-  for (let k = from; k < to && k < seq.logprobs.length; k++) {
-    const l = seq.logprobs[k]!;
-    const prev = seq.allTokenIds[seq.numPromptTokens + k - 1];
+/** Chat logprobs of `entries`. */
+export function chatLogprobs(tokenizer: Tokenizer, entries: readonly LogprobEntry[]): ChatTokenLogprob[] {
+  return entries.map(({ logprob: l, prev }) => {
     const entry = (id: number, logprob: number) => {
       const token = tokenText(tokenizer, prev, id);
       return { token, logprob, bytes: [...encoder.encode(token)] };
     };
-    out.push({ ...entry(l.id, l.logprob), top_logprobs: l.top.map((t) => entry(t.id, t.logprob)) });
-  }
-  return out;
+    return { ...entry(l.id, l.logprob), top_logprobs: l.top.map((t) => entry(t.id, t.logprob)) };
+  });
 }
 
-/** Text-completion logprobs of generated tokens [from, to) of `seq`, offsets counted from `offset`. */
-export function completionLogprobs(tokenizer: Tokenizer, seq: Sequence, from: number, to: number, offset: number): CompletionLogprobs {
+/** Text-completion logprobs of `entries`, offsets counted from `offset`. */
+export function completionLogprobs(tokenizer: Tokenizer, entries: readonly LogprobEntry[], offset: number): CompletionLogprobs {
   const out: CompletionLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
   let at = offset;
-  for (let k = from; k < to && k < seq.logprobs.length; k++) {
-    const l = seq.logprobs[k]!;
-    const prev = seq.allTokenIds[seq.numPromptTokens + k - 1];
+  for (const { logprob: l, prev } of entries) {
     const token = tokenText(tokenizer, prev, l.id);
     out.tokens.push(token);
     out.token_logprobs.push(l.logprob);

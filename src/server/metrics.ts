@@ -2,11 +2,12 @@
  * `GET /metrics`: Prometheus text exposition with vLLM's metric names, prefixed `pagellm:`
  * instead of `vllm:` (a vLLM dashboard needs one substitution), each with vLLM's `model_name`
  * label and histogram buckets. Gauges and the prefix-cache counters are read from the engine when
- * scraped; request and token counts and the latency histograms are recorded here from the
- * engine loop's step events (times are the loop's: when a step's tokens reached the server).
+ * scraped; request and token counts and the latency histograms are recorded here from the outputs
+ * the front door hands each request (times are when a step's tokens reached the server).
  */
-import type { EngineStats, StepEvent } from "../engine/engine.ts";
-import type { Sequence } from "../engine/sequence.ts";
+import type { EngineStats } from "../engine/engine.ts";
+import type { EngineOutput } from "../engine/engine-output.ts";
+import type { SubmittedRequest } from "../engine/output-stream.ts";
 
 /** vLLM's buckets (vllm/v1/metrics/loggers.py), in seconds. */
 const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0];
@@ -50,32 +51,34 @@ export class ServeMetrics {
   readonly ttft = new Histogram(TTFT_BUCKETS);
   readonly itl = new Histogram(ITL_BUCKETS);
   readonly e2e = new Histogram(E2E_BUCKETS);
-  private readonly clocks = new Map<Sequence, TokenClock>();
+  /** Per sample ("request#index"): where its previous token reached the server. */
+  private readonly clocks = new Map<string, TokenClock>();
 
   constructor(readonly modelName: string) {}
 
-  /** Prompts of a new request (the first sample of each: a prompt is computed once for its n samples). */
-  requestArrived(prompts: readonly Sequence[]): void {
-    for (const seq of prompts) this.promptTokens += seq.numPromptTokens;
+  /** The prompts of a new submission (each once: a prompt is computed once for its n samples). */
+  requestArrived(prompts: readonly SubmittedRequest[]): void {
+    for (const p of prompts) this.promptTokens += p.promptTokenIds.length;
   }
 
-  /** One sequence's event of a step, at time `nowMs`. */
-  stepEvent(event: StepEvent, nowMs: number): void {
-    const seq = event.seq;
-    const clock = this.clocks.get(seq);
-    const numTokens = seq.outputTokenIds.length;
+  /** One sample's output of a step, at time `nowMs`. */
+  observe(output: EngineOutput, nowMs: number): void {
+    const key = `${output.requestId}#${output.index}`;
+    const clock = this.clocks.get(key);
+    const numTokens = output.usage.completionTokens;
     const fresh = numTokens - (clock?.numTokens ?? 0);
+    const arrivalMs = output.timing.arrivalMs;
     if (fresh > 0) {
       this.generationTokens += fresh;
-      if (clock === undefined) this.ttft.observe((nowMs - seq.arrivalMs) / 1000);
+      if (clock === undefined) this.ttft.observe((nowMs - arrivalMs) / 1000);
       else for (let i = 0; i < fresh; i++) this.itl.observe((nowMs - clock.lastMs) / 1000 / fresh);
-      this.clocks.set(seq, { lastMs: nowMs, numTokens });
+      this.clocks.set(key, { lastMs: nowMs, numTokens });
     }
-    if (event.finished) {
-      this.clocks.delete(seq);
-      const reason = seq.finishReason ?? "abort";
+    if (output.finishReason !== null) {
+      this.clocks.delete(key);
+      const reason = output.finishReason;
       this.finished.set(reason, (this.finished.get(reason) ?? 0) + 1);
-      this.e2e.observe((nowMs - seq.arrivalMs) / 1000);
+      this.e2e.observe((nowMs - arrivalMs) / 1000);
     }
   }
 

@@ -1,7 +1,8 @@
 /**
- * `pagellm serve`'s HTTP server, on Bun.serve: the OpenAI routes, /health and /metrics, over one
- * engine loop shared by every client. It listens before the model is loaded (/health answers 503
- * until `ready`), and drains on shutdown: new requests get 503 while the running ones finish.
+ * `pagellm serve`'s HTTP server, on Bun.serve: the OpenAI routes, /health and /metrics, over the
+ * engine's front door (EngineClient) shared by every client. It listens before the model is loaded
+ * (/health answers 503 until `ready`), and drains on shutdown: new requests get 503 while the
+ * running ones finish.
  *
  * Safe by default: binds where it is told (the CLI's default is 127.0.0.1), checks the API key
  * on /v1/* in constant time, bounds what a client can hold (a body's size and the time to send it,
@@ -18,7 +19,6 @@ import { BodyFields } from "./body-fields.ts";
 import { BodyReader } from "./body-reader.ts";
 import { chatCompletions } from "./chat-completions.ts";
 import { completions } from "./completions.ts";
-import { EngineLoop } from "./engine-loop.ts";
 import type { GenerationContext, Usage } from "./generation-run.ts";
 import { ServeMetrics } from "./metrics.ts";
 import { modelList } from "./models.ts";
@@ -68,7 +68,6 @@ const IDLE_TIMEOUT_S = 60;
 export class PagellmServer {
   private state: State = "loading";
   private llm: LLM | null = null;
-  private loop: EngineLoop | null = null;
   private readonly metrics: ServeMetrics;
   private readonly auth: ApiKeyCheck | null;
   private readonly created = Math.floor(Date.now() / 1000);
@@ -107,10 +106,9 @@ export class PagellmServer {
     return this.server.url.href.replace(/\/$/, "");
   }
 
-  /** The model is loaded: start the engine loop and serve. */
+  /** The model is loaded: serve it. */
   ready(llm: LLM): void {
     this.llm = llm;
-    this.loop = new EngineLoop(llm.engine, this.metrics, { maxQueue: this.opts.maxQueue });
     this.state = "ready";
   }
 
@@ -120,23 +118,23 @@ export class PagellmServer {
    */
   async drain(timeoutMs: number): Promise<boolean> {
     this.state = "draining";
-    const loop = this.loop;
-    if (loop === null) return true;
+    const llm = this.llm;
+    if (llm === null) return true;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timedOut = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
-    const finished = await Promise.race([loop.whenIdle().then(() => true as const), timedOut]);
+    const finished = await Promise.race([llm.client.whenIdle().then(() => true as const), timedOut]);
     clearTimeout(timer);
     return finished;
   }
 
   /**
-   * Abort what still runs, end the engine loop and close the socket (the LLM stays the caller's
-   * to close). Responses already complete get a moment to reach their clients before every
-   * connection is closed.
+   * Abort what still runs and close the socket (the LLM stays the caller's to close). Responses
+   * already complete get a moment to reach their clients before every connection is closed.
    */
   async close(): Promise<void> {
     this.state = "draining";
-    await this.loop?.stop();
+    this.llm?.client.abortAll();
+    await this.llm?.client.whenIdle();
     let timer: ReturnType<typeof setTimeout> | undefined;
     await Promise.race([this.server.stop(false), new Promise((resolve) => (timer = setTimeout(resolve, FLUSH_GRACE_MS)))]);
     clearTimeout(timer);
@@ -222,23 +220,25 @@ export class PagellmServer {
     if (path === "/metrics") {
       if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
       if (this.llm === null) throw unavailable("loading");
-      return new Response(this.metrics.render(this.llm.engine.stats), { headers: { "Content-Type": "text/plain; version=0.0.4; charset=utf-8" } });
+      return new Response(this.metrics.render(this.llm.stats()), { headers: { "Content-Type": "text/plain; version=0.0.4; charset=utf-8" } });
     }
     if (!path.startsWith("/v1/")) throw new ApiError(404, `no route ${req.method} ${path}`, "not_found_error", null, "not_found");
     this.auth?.check(req);
     if (this.state !== "ready") throw unavailable(this.state);
     const llm = this.llm!;
-    const ctx: GenerationContext = { loop: this.loop!, model: this.opts.modelName, signal: req.signal, onDone };
+    const ctx: GenerationContext = {
+      client: llm.client, metrics: this.metrics, maxQueue: this.opts.maxQueue, model: this.opts.modelName, signal: req.signal, onDone,
+    };
     switch (path) {
       case "/v1/models":
         if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
         return Response.json(modelList(this.opts.modelName, this.created));
       case "/v1/chat/completions":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
-        return chatCompletions(llm, ctx, await this.readFields(req));
+        return chatCompletions(llm.tokenizer, ctx, await this.readFields(req));
       case "/v1/completions":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
-        return completions(llm, ctx, await this.readFields(req));
+        return completions(llm.tokenizer, ctx, await this.readFields(req));
       default:
         throw new ApiError(404, `no route ${req.method} ${path}`, "not_found_error", null, "not_found");
     }
@@ -263,11 +263,9 @@ export class PagellmServer {
 
   /** Why the engine loop counts as stalled (work pending, no progress for --stall-timeout), or null. */
   private stallReason(): string | null {
-    const progress = this.loop?.progress;
-    if (progress === undefined || !progress.pending) return null;
-    const stillMs = performance.now() - progress.lastProgressMs;
-    if (stillMs < this.stallTimeoutMs) return null;
-    return `the engine loop has made no progress for ${(stillMs / 1000).toFixed(1)} s with ${this.loop!.numLive} requests pending (--stall-timeout ${this.stallTimeoutMs / 1000})`;
+    const stats = this.llm?.stats();
+    if (stats === undefined || stats.stalledMs < this.stallTimeoutMs) return null;
+    return `the engine loop has made no progress for ${(stats.stalledMs / 1000).toFixed(1)} s with ${stats.numRequests} requests pending (--stall-timeout ${this.stallTimeoutMs / 1000})`;
   }
 }
 

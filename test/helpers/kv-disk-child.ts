@@ -4,7 +4,7 @@
  * and the tier's counters as one JSON line.
  */
 import { LLM, type GenerateRequest } from "../../src/engine/llm.ts";
-import type { EngineOptions } from "../../src/engine/engine.ts";
+import type { EngineOptions } from "../../src/engine/engine-options.ts";
 
 interface Job {
   model: string;
@@ -19,5 +19,5 @@ const warnings: string[] = [];
 const llm = LLM.load({ model: job.model, tokenizer: job.tokenizer, engine: job.engine, kvCacheDir: job.kvCacheDir, onWarning: (l) => warnings.push(l) });
 const results = await llm.generate(job.requests);
 await llm.flush();
-process.stdout.write(`${JSON.stringify({ results, tier: llm.engine.stats.tier, warnings })}\n`);
+process.stdout.write(`${JSON.stringify({ results, tier: llm.stats().tier, warnings })}\n`);
 llm.close();

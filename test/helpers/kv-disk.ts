@@ -47,7 +47,7 @@ export async function runWithTier(opts: LoadOptions, requests: GenerateRequest[]
   try {
     const results = await llm.generate(requests);
     await llm.flush();
-    const tier = llm.engine.stats.tier;
+    const tier = llm.stats().tier;
     if (tier === null) throw new Error("no disk tier");
     return { results, tier, warnings };
   } finally {

@@ -14,6 +14,6 @@ const llm = LLM.load({ model: model!, engine: { threads: 1, ctxSize } });
 const afterLoad = process.memoryUsage().rss;
 await llm.generate([{ prompt: "Once upon a time", maxTokens: 8, temperature: 0 }]);
 const afterGenerate = process.memoryUsage().rss;
-const info = estimateMemory(summarizeModel(model!, readGGUF(model!)), ctxSize, llm.engine.kvLayout.type);
+const info = estimateMemory(summarizeModel(model!, readGGUF(model!)), ctxSize, llm.info.kvLayout.type);
 llm.close();
 process.stdout.write(JSON.stringify({ afterLoad, afterGenerate, infoTotal: info.totalBytes, infoWeights: info.weightBytes }));

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll } from "bun:test";
 import OpenAI from "openai";
 import type { Completion, CompletionCreateParamsNonStreaming, CompletionCreateParamsStreaming } from "openai/resources/completions";
-import type { EngineOptions } from "../../src/engine/engine.ts";
+import type { EngineOptions } from "../../src/engine/engine-options.ts";
 import { LLM } from "../../src/engine/llm.ts";
 import { PagellmServer, type ServerOptions } from "../../src/server/server.ts";
 import { testThreads } from "./threads.ts";

@@ -4,7 +4,7 @@
  * step batch itself is written by the engine into linear memory as for WebAssembly, and uploaded
  * each step; the logits of the step's logit rows are read back in one mapping.
  */
-import type { DeviceKind, ModelForward } from "../../engine/model-forward.ts";
+import type { DeviceKind, ModelForward } from "../model-forward.ts";
 import { DeviceError } from "../../errors.ts";
 import type { BlockCopy } from "../../kv/kv-cache-manager.ts";
 import type { StepBatch } from "../../model/batch.ts";

@@ -1,0 +1,475 @@
+/**
+ * The front door to the engine (vLLM's EngineClient, llama.cpp's server task and result queues):
+ * the one way the command line, the server, the benchmarks and the library reach it.
+ *
+ *   prepare(request)  checks a GenerateRequest in the one place requests are checked, renders and
+ *                     tokenizes its prompt, and checks that it can ever run: a PreparedRequest, or
+ *                     a typed error naming the field (RequestFieldError, RequestTooLongError).
+ *   submit(requests)  queues them (all or none) and returns their OutputStream: immutable
+ *                     EngineOutput snapshots, step by step, until every sample has finished.
+ *   abort(id)         ends a request wherever it is (its last output says "abort").
+ *   score(request)    teacher-forced log-probabilities of a token sequence: a task of the same
+ *                     queue, run between two steps once the KV blocks it needs are free.
+ *   stats()           the engine's counters and the loop's progress, as a snapshot.
+ *
+ * It owns the only loop that steps the engine: step after step while any request is unfinished,
+ * waiting for work otherwise. Submissions and aborts may come at any time; they take effect
+ * between steps, never while one computes, so an abort frees its blocks at most one step later.
+ * After each step the loop yields to the event loop, so that I/O, timers and signals run during
+ * long batches. A step that throws (a worker died) ends every request with the error; the loop
+ * goes on.
+ */
+import { EngineClosedError, InputError, ModelFormatError, QueueFullError, RequestFieldError } from "../errors.ts";
+import type { ChatMessage } from "../chat/jinja-template.ts";
+import type { KVLayout } from "../kv/kv-layout.ts";
+import type { DeviceKind } from "../backend/model-forward.ts";
+import type { Placement } from "../backend/placement.ts";
+import type { SpeculativeOptions } from "./speculative.ts";
+import type { EngineRequest, EngineStats, LLMEngine } from "./engine.ts";
+import type { EngineOutput } from "./engine-output.ts";
+import { checkRequest, sampleSeed, type CheckedRequest, type RequestInput } from "./generate-request.ts";
+import { logSumExp, sampledLogprob, type SampledLogprob } from "./logprobs.ts";
+import { OutputStream, type SubmittedRequest } from "./output-stream.ts";
+import { argmax } from "./sampler.ts";
+import type { GenerationParams } from "./sequence.ts";
+
+/** How prompts become token ids: the model's tokenizer and chat format (LLM provides them). */
+export interface PromptEncoder {
+  /** Prompt ids of a text, BOS first when the model expects it. */
+  encode(text: string): number[];
+  /** Prompt ids of a conversation in the chat format, with more template variables; RequestFieldError naming the message at fault. */
+  messages(messages: readonly ChatMessage[], kwargs: Readonly<Record<string, unknown>> | null): number[];
+}
+
+/** Limits a front end puts on what it takes (a server's); the engine's own limits apply regardless. */
+export interface PrepareOptions {
+  /** Most samples (`n`) one request may ask for; default: the sequences one step holds. */
+  maxSamples?: number;
+}
+
+export interface SubmitOptions extends PrepareOptions {
+  /** Ends the submission's requests when it fires (finish_reason "abort"). */
+  signal?: AbortSignal;
+  /**
+   * Sequences (prompts x samples) that may wait for a place in the batch, this submission's
+   * included: past it the submission is refused with QueueFullError (a server's --max-queue).
+   * Default: no bound.
+   */
+  maxQueue?: number;
+}
+
+/** A request checked, rendered and found to fit: only prepare() makes one. */
+export class PreparedRequest {
+  /** @internal */
+  constructor(
+    readonly request: EngineRequest,
+    /** The request's fields as checked, defaults filled. */
+    readonly checked: CheckedRequest,
+  ) {}
+
+  get id(): string {
+    return this.request.id;
+  }
+
+  get promptTokenIds(): readonly number[] {
+    return this.request.promptTokenIds;
+  }
+
+  /** Samples of the prompt. */
+  get n(): number {
+    return this.request.samples.length;
+  }
+}
+
+/** What the engine runs, for people and reports: fixed once it is built. */
+export interface EngineInfo {
+  device: DeviceKind;
+  /** "wasm (2 threads)", "webgpu on ... (...)". */
+  description: string;
+  /** Positions one sequence can reach: the context, or less when the whole pool holds less. */
+  maxPositions: number;
+  /** The context the model runs at. */
+  contextLength: number;
+  kvLayout: KVLayout;
+  /** Why the KV type is not the one asked for, or null. */
+  kvTypeNote: string | null;
+  numBlocks: number;
+  blockSize: number;
+  maxNumSeqs: number;
+  maxNumBatchedTokens: number;
+  speculative: SpeculativeOptions | null;
+  /** WebAssembly memories the model is placed over (1 on WebGPU). */
+  numMemories: number;
+  /** Which memory holds what; null on WebGPU. */
+  placement: Placement | null;
+  threads: number;
+}
+
+/** The engine's counters and the loop's state, as of the call. */
+export interface ClientStats extends EngineStats {
+  /** Requests submitted and not finished. */
+  numRequests: number;
+  /** Milliseconds since the loop last finished a step or task while work was pending; 0 when idle. */
+  stalledMs: number;
+}
+
+/** What one step did, told to onStep listeners right after the step's outputs went to their streams. */
+export interface StepReport {
+  /** The engine's step count after this step (EngineStats.steps). */
+  readonly step: number;
+  /** Outputs of the step: one per sample it advanced or ended. */
+  readonly outputs: number;
+  /** Tokens sampled in the step, stop tokens and accepted draft tokens included. */
+  readonly sampled: number;
+  /** When the step's outputs were handed over (performance.now()). */
+  readonly endMs: number;
+}
+
+/** A scoring task: the log-probabilities of `tokens`, in windows of `window` tokens each starting with an empty KV cache. */
+export interface ScoreRequest {
+  tokens: readonly number[];
+  /** Tokens per window; default: the context (maxPositions). */
+  window?: number;
+  /** Also report this many most likely tokens at each position (0-20). */
+  topLogprobs?: number;
+  /** Also return the logits after each token (copies), every position of every window. */
+  logits?: boolean;
+}
+
+/** `perplexity` over a text: its tokens and, for each position i, log p(tokens[i+1] | tokens[0..i]). */
+export interface ScoreResult {
+  tokens: number[];
+  /** token_logprobs[i] = log p(tokens[i+1] | the tokens of its window up to i). */
+  token_logprobs: number[];
+  /** top_tokens[i] = the most likely token after tokens[0..i]. */
+  top_tokens: number[];
+  /** exp(-mean(token_logprobs)). */
+  ppl: number;
+  /** Tokens per window (the context size). */
+  window: number;
+  /** With topLogprobs: at each position i, tokens[i+1]'s log-probability and the most likely tokens there. */
+  alternatives?: SampledLogprob[];
+  /** With logits: the logits after each token of each window, in order (the last token's included). */
+  logits?: Float32Array[];
+}
+
+/** Work run between two steps with the engine to itself, once `blocks` KV blocks are free. */
+interface Task {
+  blocks: number;
+  run: () => Promise<void>;
+  cancel: (e: Error) => void;
+}
+
+export class EngineClient {
+  readonly info: EngineInfo;
+  private readonly streams = new Map<string, OutputStream>();
+  private readonly tasks: Task[] = [];
+  private readonly pendingAborts = new Set<string>();
+  private readonly stepListeners = new Set<(report: StepReport) => void>();
+  private nextId = 0;
+  private wake: (() => void) | null = null;
+  private stepping = false;
+  private closed = false;
+  private idleWaiters: (() => void)[] = [];
+  /** When the loop last made progress (or went idle). */
+  private progressMs = performance.now();
+  private readonly done: Promise<void>;
+
+  constructor(
+    private readonly engine: LLMEngine,
+    private readonly prompts: PromptEncoder,
+  ) {
+    this.info = engineInfo(engine);
+    this.done = this.run();
+  }
+
+  /**
+   * Checks `request` (a GenerateRequest, or one mapped from JSON whose values are not yet known to
+   * be of their types: RequestFieldError naming the field), renders and tokenizes its prompt, and
+   * checks that it can ever run (RequestTooLongError naming the field); queues nothing.
+   */
+  prepare(request: RequestInput, opts: PrepareOptions = {}): PreparedRequest {
+    // More samples than a step holds can never run: checkFits says so (RequestTooLongError).
+    const checked = checkRequest(request, { vocabSize: this.engine.config.vocabSize, maxSamples: opts.maxSamples ?? Infinity });
+    const promptTokenIds = this.promptIds(checked);
+    this.engine.checkFits(promptTokenIds.length, checked.maxTokens, checked.n);
+    const id = checked.id ?? `req-${this.nextId++}`;
+    const samples = Array.from({ length: checked.n }, (_, i) => generationParams(checked, i));
+    return new PreparedRequest({ id, promptTokenIds, samples, cacheSalt: checked.cacheSalt }, checked);
+  }
+
+  /**
+   * Queues requests (prepared, or prepared here) together, all or none, and returns their stream.
+   * Throws what prepare throws, EngineClosedError after close(), QueueFullError when their
+   * sequences would take the queue past maxQueue (a submission is never refused while nothing
+   * waits, unless it alone is larger than the bound), and InputError for an id already in flight.
+   */
+  submit(requests: RequestInput | PreparedRequest | readonly (RequestInput | PreparedRequest)[], opts: SubmitOptions = {}): OutputStream {
+    if (this.closed) throw new EngineClosedError("the engine is shutting down");
+    const list = (Array.isArray(requests) ? requests : [requests]) as readonly (RequestInput | PreparedRequest)[];
+    const prepared = list.map((r) => (r instanceof PreparedRequest ? r : this.prepare(r, opts)));
+    this.checkQueue(prepared, opts.maxQueue ?? Infinity);
+    const ids = new Set<string>();
+    for (const p of prepared) {
+      if (this.streams.has(p.id) || ids.has(p.id)) throw new RequestFieldError("id", `"${p.id}" is already in flight`);
+      ids.add(p.id);
+    }
+    const submitted: SubmittedRequest[] = prepared.map((p) => ({ id: p.id, promptTokenIds: p.promptTokenIds, n: p.n }));
+    const stream = new OutputStream(submitted, () => {
+      for (const id of stream.runningIds) this.abort(id);
+    });
+    for (const p of prepared) {
+      this.engine.add(p.request);
+      this.streams.set(p.id, stream);
+    }
+    const signal = opts.signal;
+    if (signal !== undefined) {
+      if (signal.aborted) stream.abort();
+      else signal.addEventListener("abort", () => stream.abort(), { once: true });
+    }
+    this.wake?.();
+    return stream;
+  }
+
+  /** Ends every request in flight (a server shutting down): their last outputs say "abort". */
+  abortAll(): void {
+    for (const id of this.streams.keys()) this.abort(id);
+  }
+
+  /** Ends request `id` wherever it is: now when no step is computing, else right after it. Unknown ids are ignored. */
+  abort(id: string): void {
+    if (!this.streams.has(id)) return;
+    this.pendingAborts.add(id);
+    if (!this.stepping) this.applyAborts();
+  }
+
+  /**
+   * Teacher-forced log-probabilities (perplexity): each window runs between two steps, once the
+   * blocks it needs are free, through the paged KV cache like a prompt (its full blocks stay in
+   * the prefix cache). Throws RequestTooLongError when a window cannot fit the context or the pool.
+   */
+  async score(request: ScoreRequest): Promise<ScoreResult> {
+    const tokens = [...request.tokens];
+    const window = request.window ?? this.engine.maxPositions;
+    if (!Number.isInteger(window) || window < 1) throw new InputError(`scoring window must be a positive integer, got ${window}`);
+    const top = request.topLogprobs;
+    const tokenLogprobs: number[] = [];
+    const topTokens: number[] = [];
+    const alternatives: SampledLogprob[] = [];
+    const rows: Float32Array[] = [];
+    // One token has no transition to score, but its logits may be asked for.
+    const last = request.logits === true ? tokens.length : tokens.length - 1;
+    for (let start = 0; start < last; start += window) {
+      const part = tokens.slice(start, start + window);
+      await this.task(Math.ceil(part.length / this.engine.options.blockSize), () =>
+        this.engine.score(part, (i, logits) => {
+          if (request.logits === true) rows.push(logits.slice());
+          const next = tokens[start + i + 1];
+          if (next === undefined) return;
+          tokenLogprobs.push(logits[next]! - logSumExp(logits));
+          topTokens.push(argmax(logits));
+          if (top !== undefined) alternatives.push(sampledLogprob(logits, next, top));
+        }),
+      );
+    }
+    const mean = tokenLogprobs.reduce((a, b) => a + b, 0) / Math.max(1, tokenLogprobs.length);
+    const result: ScoreResult = { tokens, token_logprobs: tokenLogprobs, top_tokens: topTokens, ppl: Math.exp(-mean), window };
+    if (top !== undefined) result.alternatives = alternatives;
+    if (request.logits === true) result.logits = rows;
+    return result;
+  }
+
+  /** Forgets every cached block, once no request holds blocks (a task of the queue); false when some do. */
+  resetPrefixCache(): Promise<boolean> {
+    return this.taskValue(0, async () => this.engine.resetPrefixCache());
+  }
+
+  /** Waits until the disk tier holds every block computed so far (a task of the queue); at once without a tier. */
+  flush(): Promise<void> {
+    return this.taskValue(0, () => this.engine.flushTier());
+  }
+
+  stats(): ClientStats {
+    const busy = this.engine.hasUnfinished || this.tasks.length > 0;
+    return { ...this.engine.stats, numRequests: this.streams.size, stalledMs: busy ? performance.now() - this.progressMs : 0 };
+  }
+
+  /** Tells `listener` what each step did, until the returned function is called (benchmarks time steps with it). */
+  onStep(listener: (report: StepReport) => void): () => void {
+    this.stepListeners.add(listener);
+    return () => this.stepListeners.delete(listener);
+  }
+
+  /** Resolves once no request is running. */
+  whenIdle(): Promise<void> {
+    if (this.streams.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  /** Whether the engine is computing now (a step or a task): its owner must not close it before close() resolves. */
+  get computing(): boolean {
+    return this.stepping;
+  }
+
+  /** Aborts everything, refuses new work and ends the loop (the engine is then its owner's to close). */
+  async close(): Promise<void> {
+    if (this.closed) return this.done;
+    this.closed = true;
+    for (const task of this.tasks.splice(0)) task.cancel(new EngineClosedError("the engine is shutting down"));
+    for (const id of this.streams.keys()) this.pendingAborts.add(id);
+    if (!this.stepping) this.applyAborts();
+    this.wake?.();
+    await this.done;
+  }
+
+  /** Run `job` between two steps, with the engine to itself, once `blocks` KV blocks are free. */
+  private task(blocks: number, job: () => Promise<void>): Promise<void> {
+    return this.taskValue(blocks, job);
+  }
+
+  private taskValue<T>(blocks: number, job: () => Promise<T>): Promise<T> {
+    if (this.closed) return Promise.reject(new EngineClosedError("the engine is shutting down"));
+    return new Promise<T>((resolve, reject) => {
+      this.tasks.push({ blocks, run: () => job().then(resolve, reject), cancel: reject });
+      this.wake?.();
+    });
+  }
+
+  private promptIds(checked: CheckedRequest): number[] {
+    const p = checked.prompt;
+    if (p.kind === "tokens") return [...p.ids];
+    if (p.kind === "messages") return this.prompts.messages(p.messages, p.kwargs);
+    try {
+      return this.prompts.encode(p.text);
+    } catch (e) {
+      // A vocabulary that spells none of the text is the file's fault, not the request's.
+      if (e instanceof ModelFormatError) throw e;
+      throw e instanceof InputError ? new RequestFieldError("prompt", e.message) : e;
+    }
+  }
+
+  /** QueueFullError when `prepared` would take the queue past `bound` (sequences: prompts x samples). */
+  private checkQueue(prepared: readonly PreparedRequest[], bound: number): void {
+    if (bound === Infinity) return;
+    const queued = this.engine.stats.numWaiting;
+    const adding = prepared.reduce((n, p) => n + p.n, 0);
+    if (queued + adding > bound && (queued > 0 || adding > bound)) {
+      throw new QueueFullError(`the queue is full (${queued} sequences waiting, ${adding} more asked for, --max-queue ${bound}); retry later`);
+    }
+  }
+
+  private async run(): Promise<void> {
+    while (!this.closed) {
+      await this.runTasks();
+      if (!this.engine.hasUnfinished) {
+        if (this.tasks.length > 0) continue;
+        await new Promise<void>((resolve) => (this.wake = resolve));
+        this.wake = null;
+        // Woken by new work: the time it has been pending counts from now.
+        this.progressMs = performance.now();
+        continue;
+      }
+      this.stepping = true;
+      let outputs: EngineOutput[];
+      try {
+        outputs = await this.engine.step();
+      } catch (e) {
+        outputs = this.failAll(e);
+      } finally {
+        this.stepping = false;
+      }
+      this.progressMs = performance.now();
+      this.dispatch(outputs);
+      this.report(outputs);
+      this.applyAborts();
+      // Let I/O, timers and signals run between steps (a one-thread step never yields by itself).
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+  }
+
+  /** The queued tasks whose blocks are free now (all of them when nothing runs), in order. */
+  private async runTasks(): Promise<void> {
+    for (let i = 0; i < this.tasks.length; ) {
+      const task = this.tasks[i]!;
+      if (this.engine.hasUnfinished && this.engine.numFreeBlocks < task.blocks) {
+        i++;
+        continue;
+      }
+      this.tasks.splice(i, 1);
+      this.stepping = true;
+      try {
+        await task.run();
+      } finally {
+        this.stepping = false;
+      }
+      this.progressMs = performance.now();
+      this.applyAborts();
+    }
+  }
+
+  private report(outputs: readonly EngineOutput[]): void {
+    if (this.stepListeners.size === 0 || outputs.length === 0) return;
+    const report: StepReport = {
+      step: this.engine.stats.steps, outputs: outputs.length, sampled: outputs.reduce((n, o) => n + o.numSampled, 0), endMs: performance.now(),
+    };
+    for (const listener of this.stepListeners) listener(report);
+  }
+
+  /**
+   * A step that threw (a worker died): every request ends with the error, and each stream carries
+   * the error itself (OutputStream.error: the library rethrows it); the loop goes on.
+   */
+  private failAll(e: unknown): EngineOutput[] {
+    const error = e instanceof Error ? e : new Error(String(e));
+    for (const stream of new Set(this.streams.values())) stream.fail(error);
+    return this.engine.abortAll("error", error.message.split("\n")[0]!);
+  }
+
+  private applyAborts(): void {
+    const ids = [...this.pendingAborts];
+    this.pendingAborts.clear();
+    for (const id of ids) this.dispatch(this.engine.abort(id));
+  }
+
+  private dispatch(outputs: readonly EngineOutput[]): void {
+    for (const output of outputs) {
+      const stream = this.streams.get(output.requestId);
+      if (stream === undefined) continue;
+      stream.push(output);
+      if (!stream.runningIds.includes(output.requestId)) this.streams.delete(output.requestId);
+    }
+    if (this.streams.size === 0 && this.idleWaiters.length > 0) {
+      const waiters = this.idleWaiters;
+      this.idleWaiters = [];
+      for (const resolve of waiters) resolve();
+    }
+  }
+}
+
+/** Sample `index`'s engine params: the checked fields, its own seed. */
+function generationParams(r: CheckedRequest, index: number): GenerationParams {
+  const params: GenerationParams = { maxTokens: r.maxTokens, stop: r.stop, sampling: { ...r.sampling, seed: sampleSeed(r.seed, index) } };
+  if (r.logprobs !== null) params.logprobs = r.logprobs;
+  if (r.ignoreEos) params.ignoreEos = true;
+  return params;
+}
+
+function engineInfo(engine: LLMEngine): EngineInfo {
+  const o = engine.options;
+  return {
+    device: engine.model.device,
+    description: engine.model.description,
+    maxPositions: engine.maxPositions,
+    contextLength: engine.config.seqLen,
+    kvLayout: engine.kvLayout,
+    kvTypeNote: engine.kvTypeNote,
+    numBlocks: engine.numBlocks,
+    blockSize: o.blockSize,
+    maxNumSeqs: o.maxNumSeqs,
+    maxNumBatchedTokens: o.maxNumBatchedTokens,
+    speculative: o.speculative,
+    numMemories: engine.memories.count,
+    placement: engine.memoryPlan?.placement ?? null,
+    threads: o.threads,
+  };
+}

@@ -1,0 +1,326 @@
+/**
+ * The one generation request type, and the one place its fields are checked. The library takes a
+ * GenerateRequest as it is; the server maps a JSON body to one, the command line its flags and
+ * JSONL lines. checkRequest turns it into CheckedRequest (every field typed, in range, defaults
+ * filled) or throws RequestFieldError naming the field as this type spells it; each front end
+ * names it its own way (RequestFieldError.renamed). Limits that depend on the model (token ids,
+ * samples per step) come in RequestLimits.
+ */
+import { RequestFieldError } from "../errors.ts";
+import type { ChatMessage } from "../chat/jinja-template.ts";
+import { DEFAULT_SAMPLING, type SamplingParams } from "./sampler.ts";
+
+/** One generation request; every field but the prompt (`prompt`, `promptTokenIds` or `messages`) falls back to a default. */
+export interface GenerateRequest {
+  /** Unique among the requests in flight; absent: one is given. */
+  id?: string;
+  prompt?: string;
+  /** Token ids instead of `prompt` (BOS included if wanted). */
+  promptTokenIds?: readonly number[];
+  /** A conversation instead of `prompt`, rendered with the chat format (the model's template by default). */
+  messages?: readonly ChatMessage[];
+  /** More variables for the chat template when rendering `messages` (vLLM's chat_template_kwargs, e.g. enable_thinking). */
+  chatTemplateKwargs?: Readonly<Record<string, unknown>>;
+  /** Most tokens to generate; null or absent: until a stop or the end of the context. */
+  maxTokens?: number | null;
+  /** Strings that end the generation; the text is cut before the first one. */
+  stop?: readonly string[];
+  /** 0 = greedy. */
+  temperature?: number;
+  /** Keep the k most likely tokens; 0 = off. */
+  topK?: number;
+  /** Keep the smallest set whose probability reaches p; 1 = off. */
+  topP?: number;
+  /** Drop tokens less likely than minP times the most likely; 0 = off. */
+  minP?: number;
+  /** Divide positive (multiply negative) logits of the last repeatLastN tokens, prompt included; 1 = off. */
+  repetitionPenalty?: number;
+  repeatLastN?: number;
+  /** OpenAI's: subtract this times a token's count among the generated tokens from its logit; 0 = off. */
+  frequencyPenalty?: number;
+  /** OpenAI's: subtract this from the logit of every token already generated; 0 = off. */
+  presencePenalty?: number;
+  /** Add a bias from -100 to 100 to a token's logit before sampling (OpenAI's logit_bias), by token id. */
+  logitBias?: Readonly<Record<number, number>>;
+  /** Seed of the random stream (sample i of `n` draws with seed + i); absent: a random one. */
+  seed?: number;
+  /** Samples of the prompt, computed from one prefill (the OpenAI API's `n`). */
+  n?: number;
+  /** Only requests with the same salt share cached KV blocks. */
+  cacheSalt?: string;
+  /** Report each generated token's log-probability and this many most likely alternatives. */
+  logprobs?: number;
+  /** Generate through end-of-generation tokens until max_tokens (llama.cpp's and vLLM's `ignore_eos`). */
+  ignoreEos?: boolean;
+}
+
+/**
+ * A request as a front end maps it from JSON: the same fields, their values not yet known to be of
+ * their types (checkRequest finds out). A GenerateRequest is one.
+ */
+export type RequestInput = { readonly [K in keyof GenerateRequest]?: unknown };
+
+/** Most alternatives a request may ask for per token (the OpenAI API's limit). */
+export const MAX_LOGPROBS = 20;
+/** Most stop strings per request. */
+export const MAX_STOPS = 16;
+/** Largest |bias| of logitBias (OpenAI's range). */
+export const MAX_LOGIT_BIAS = 100;
+/** Largest |frequencyPenalty| and |presencePenalty| (OpenAI's range). */
+export const MAX_PENALTY = 2;
+
+/** What checking a request needs to know of the engine and of the front end that took it. */
+export interface RequestLimits {
+  /** Token ids run from 0 to vocabSize - 1 (the model's embedding rows). */
+  vocabSize: number;
+  /** Most samples a request may ask for (the server caps it lower than a step holds). */
+  maxSamples: number;
+}
+
+/** The prompt of a checked request. */
+export type CheckedPrompt =
+  | { kind: "text"; text: string }
+  | { kind: "tokens"; ids: readonly number[] }
+  | { kind: "messages"; messages: readonly ChatMessage[]; kwargs: Readonly<Record<string, unknown>> | null };
+
+/** A request whose every field is typed, in range and filled. */
+export interface CheckedRequest {
+  id: string | null;
+  prompt: CheckedPrompt;
+  maxTokens: number | null;
+  stop: readonly string[];
+  /** Sample i draws with seed + i (mod 2^32); seed absent: each sample a random seed. */
+  sampling: Omit<SamplingParams, "seed">;
+  seed: number | null;
+  n: number;
+  cacheSalt: string | null;
+  logprobs: number | null;
+  ignoreEos: boolean;
+}
+
+/**
+ * Checks every field of `r` (which may come from JSON: nothing is trusted) and fills the
+ * defaults. Throws RequestFieldError naming the first field at fault.
+ */
+export function checkRequest(r: RequestInput, limits: RequestLimits): CheckedRequest {
+  const f = new FieldReader(r);
+  const d = DEFAULT_SAMPLING;
+  const id = f.string("id");
+  if (id === "") throw new RequestFieldError("id", "must be a non-empty string");
+  return {
+    id: id ?? null,
+    prompt: checkPrompt(f, limits),
+    maxTokens: f.nullableNumber("maxTokens", { integer: true, min: 1 }) ?? null,
+    stop: checkStop(f),
+    sampling: {
+      temperature: f.number("temperature", { min: 0 }) ?? d.temperature,
+      topK: f.number("topK", { integer: true, min: 0 }) ?? d.topK,
+      topP: f.number("topP", { min: 0, minOpen: true, max: 1 }) ?? d.topP,
+      minP: f.number("minP", { min: 0, max: 1 }) ?? d.minP,
+      repetitionPenalty: f.number("repetitionPenalty", { min: 0, minOpen: true }) ?? d.repetitionPenalty,
+      repeatLastN: f.number("repeatLastN", { integer: true, min: 0 }) ?? d.repeatLastN,
+      frequencyPenalty: f.number("frequencyPenalty", { min: -MAX_PENALTY, max: MAX_PENALTY }) ?? d.frequencyPenalty,
+      presencePenalty: f.number("presencePenalty", { min: -MAX_PENALTY, max: MAX_PENALTY }) ?? d.presencePenalty,
+      logitBias: checkLogitBias(f, limits.vocabSize),
+    },
+    // Any 64-bit integer, as OpenAI and vLLM take it; only its low 32 bits seed the stream.
+    seed: f.number("seed", { integer: true, min: -(2 ** 63), max: 2 ** 64, maxOpen: true }) ?? null,
+    n: f.number("n", { integer: true, min: 1, max: limits.maxSamples }) ?? 1,
+    cacheSalt: checkCacheSalt(f),
+    logprobs: f.number("logprobs", { integer: true, min: 0, max: MAX_LOGPROBS }) ?? null,
+    ignoreEos: f.boolean("ignoreEos") ?? false,
+  };
+}
+
+/** The seed of sample `index` of a request seeded with `seed` (vLLM's parallel sampling: seed + i), or a random one. */
+export function sampleSeed(seed: number | null, index: number): number {
+  if (seed === null) return (Math.random() * 2 ** 32) >>> 0;
+  return (Number(BigInt.asUintN(32, BigInt(seed))) + index) >>> 0;
+}
+
+function checkPrompt(f: FieldReader, limits: RequestLimits): CheckedPrompt {
+  const given = (["prompt", "promptTokenIds", "messages"] as const).filter((k) => f.has(k));
+  if (given.length === 0) throw new RequestFieldError("prompt", "is required (or promptTokenIds, or messages)");
+  if (given.length > 1) throw new RequestFieldError(given[1]!, `cannot be given with ${given[0]}`);
+  const kwargs = f.record("chatTemplateKwargs");
+  if (kwargs !== undefined && given[0] !== "messages") throw new RequestFieldError("chatTemplateKwargs", "applies only to messages");
+  switch (given[0]!) {
+    case "prompt":
+      return { kind: "text", text: f.string("prompt")! };
+    case "promptTokenIds":
+      return { kind: "tokens", ids: checkTokenIds(f.array("promptTokenIds")!, "promptTokenIds", limits.vocabSize) };
+    case "messages":
+      return { kind: "messages", messages: checkMessages(f.array("messages")!), kwargs: kwargs ?? null };
+  }
+}
+
+function checkTokenIds(ids: readonly unknown[], field: string, vocabSize: number): number[] {
+  if (ids.length === 0) throw new RequestFieldError(field, "must not be empty");
+  ids.forEach((id, i) => {
+    if (!(typeof id === "number" && Number.isInteger(id) && id >= 0 && id < vocabSize)) {
+      throw new RequestFieldError(`${field}[${i}]`, `must be a token id from 0 to ${vocabSize - 1}, got ${excerpt(id)}`);
+    }
+  });
+  return ids as number[];
+}
+
+function checkMessages(messages: readonly unknown[]): ChatMessage[] {
+  if (messages.length === 0) throw new RequestFieldError("messages", "must not be empty");
+  return messages.map((m, i) => {
+    const at = `messages[${i}]`;
+    if (typeof m !== "object" || m === null || Array.isArray(m)) throw new RequestFieldError(at, "must be an object with role and content");
+    const { role, content } = m as { role?: unknown; content?: unknown };
+    if (typeof role !== "string") throw new RequestFieldError(`${at}.role`, "must be a string");
+    if (typeof content !== "string") throw new RequestFieldError(`${at}.content`, "must be a string");
+    return { role, content };
+  });
+}
+
+function checkStop(f: FieldReader): string[] {
+  const stop = f.array("stop");
+  if (stop === undefined) return [];
+  if (stop.some((s) => typeof s !== "string")) throw new RequestFieldError("stop", "must be an array of strings");
+  if (stop.length > MAX_STOPS) throw new RequestFieldError("stop", `may hold at most ${MAX_STOPS} strings, got ${stop.length}`);
+  return (stop as string[]).filter((s) => s !== "");
+}
+
+function checkLogitBias(f: FieldReader, vocabSize: number): ReadonlyMap<number, number> {
+  const bias = f.record("logitBias");
+  const out = new Map<number, number>();
+  if (bias === undefined) return out;
+  for (const [key, value] of Object.entries(bias)) {
+    const id = Number(key);
+    const name = key.length > 24 ? `${key.slice(0, 24)}...` : key;
+    if (!(/^\d+$/.test(key) && id < vocabSize)) throw new RequestFieldError(`logitBias.${name}`, `must be keyed by token ids from 0 to ${vocabSize - 1}`);
+    if (!(typeof value === "number" && Number.isFinite(value) && Math.abs(value) <= MAX_LOGIT_BIAS)) {
+      throw new RequestFieldError(`logitBias.${key}`, `must be a number from -${MAX_LOGIT_BIAS} to ${MAX_LOGIT_BIAS}, got ${excerpt(value)}`);
+    }
+    if (value !== 0) out.set(id, value);
+  }
+  return out;
+}
+
+/** The salt, or null for none (absent or empty: an empty salt isolates nothing). */
+function checkCacheSalt(f: FieldReader): string | null {
+  const salt = f.string("cacheSalt");
+  return salt === undefined || salt === "" ? null : salt;
+}
+
+/** Bounds of a number field; inclusive unless marked open. */
+interface NumberRange {
+  min?: number;
+  max?: number;
+  minOpen?: boolean;
+  maxOpen?: boolean;
+  integer?: boolean;
+}
+
+/** Reads the fields of an untrusted object, each with its type checked (RequestFieldError naming it otherwise). */
+class FieldReader {
+  constructor(private readonly fields: Readonly<Record<string, unknown>>) {}
+
+  /** Whether the field is present (neither undefined nor null). */
+  has(name: string): boolean {
+    return this.fields[name] !== undefined && this.fields[name] !== null;
+  }
+
+  private value(name: string): unknown {
+    const v = this.fields[name];
+    return v === null ? undefined : v;
+  }
+
+  string(name: string): string | undefined {
+    const v = this.value(name);
+    if (v === undefined || typeof v === "string") return v;
+    throw new RequestFieldError(name, "must be a string");
+  }
+
+  boolean(name: string): boolean | undefined {
+    const v = this.value(name);
+    if (v === undefined || typeof v === "boolean") return v;
+    throw new RequestFieldError(name, "must be a boolean");
+  }
+
+  array(name: string): readonly unknown[] | undefined {
+    const v = this.value(name);
+    if (v === undefined || Array.isArray(v)) return v as readonly unknown[] | undefined;
+    throw new RequestFieldError(name, "must be an array");
+  }
+
+  record(name: string): Readonly<Record<string, unknown>> | undefined {
+    const v = this.value(name);
+    if (v === undefined) return undefined;
+    if (typeof v === "object" && !Array.isArray(v)) return v as Readonly<Record<string, unknown>>;
+    throw new RequestFieldError(name, "must be an object");
+  }
+
+  number(name: string, range: NumberRange = {}): number | undefined {
+    const v = this.value(name);
+    if (v === undefined) return undefined;
+    return checkNumber(name, v, range);
+  }
+
+  /** A number field where null is a value of its own (maxTokens: null = no limit). */
+  nullableNumber(name: string, range: NumberRange = {}): number | null | undefined {
+    return this.fields[name] === null ? null : this.number(name, range);
+  }
+}
+
+/** `v` as a number within `range`, else RequestFieldError naming `field`. */
+export function checkNumber(field: string, v: unknown, range: NumberRange = {}): number {
+  const { min, max, minOpen, maxOpen, integer } = range;
+  if (typeof v !== "number" || !Number.isFinite(v) || (integer && !Number.isInteger(v))) {
+    throw new RequestFieldError(field, `must be ${integer ? "an integer" : "a number"}, got ${excerpt(v)}`);
+  }
+  const belowMin = min !== undefined && (minOpen ? v <= min : v < min);
+  const aboveMax = max !== undefined && (maxOpen ? v >= max : v > max);
+  if (belowMin || aboveMax) {
+    const lo = min === undefined ? "" : `${minOpen ? "above" : "at least"} ${min}`;
+    const hi = max === undefined ? "" : `${maxOpen ? "below" : "at most"} ${max}`;
+    throw new RequestFieldError(field, `must be ${[lo, hi].filter(Boolean).join(" and ")}, got ${v}`);
+  }
+  return v;
+}
+
+/** A short, one-line rendering of an untrusted value for an error message (never the whole of a large input). */
+export function excerpt(v: unknown, limit = 40): string {
+  let text: string;
+  if (typeof v === "string") text = JSON.stringify(v.length > limit ? v.slice(0, limit) : v) + (v.length > limit ? "..." : "");
+  else if (typeof v === "number" || typeof v === "boolean" || v === null || v === undefined) text = String(v);
+  else text = Array.isArray(v) ? `an array of ${v.length}` : "an object";
+  return text.length > limit + 8 ? `${text.slice(0, limit)}...` : text;
+}
+
+/**
+ * The JSON name of each field, as OpenAI-style bodies and JSONL request lines spell it: the server
+ * maps a body with these names and names a field at fault by them (`param`), as does `generate
+ * --prompts` for a JSONL line.
+ */
+export const JSON_FIELD_NAMES: Readonly<Record<keyof GenerateRequest, string>> = {
+  id: "id",
+  prompt: "prompt",
+  promptTokenIds: "prompt",
+  messages: "messages",
+  chatTemplateKwargs: "chat_template_kwargs",
+  maxTokens: "max_tokens",
+  stop: "stop",
+  temperature: "temperature",
+  topK: "top_k",
+  topP: "top_p",
+  minP: "min_p",
+  repetitionPenalty: "repetition_penalty",
+  repeatLastN: "repeat_last_n",
+  frequencyPenalty: "frequency_penalty",
+  presencePenalty: "presence_penalty",
+  logitBias: "logit_bias",
+  seed: "seed",
+  n: "n",
+  cacheSalt: "cache_salt",
+  logprobs: "logprobs",
+  ignoreEos: "ignore_eos",
+};
+
+/** The JSON name of a request property (the property itself when it has none). */
+export function jsonFieldName(property: string): string {
+  return (JSON_FIELD_NAMES as Readonly<Record<string, string>>)[property] ?? property;
+}
