@@ -21,7 +21,7 @@ import { chatCompletions } from "./chat-completions.ts";
 import { completions } from "./completions.ts";
 import type { GenerationContext, Usage } from "./generation-run.ts";
 import { ServeMetrics } from "./metrics.ts";
-import { modelList } from "./models.ts";
+import { modelList, retrieveModel } from "./models.ts";
 
 export interface ServerOptions {
   host: string;
@@ -58,6 +58,9 @@ export const SERVER_DEFAULTS = {
 } as const;
 
 type State = "loading" | "ready" | "draining";
+
+/** `GET /v1/models/{id}`: the id is the rest of the path. */
+const MODEL_PATH = "/v1/models/";
 
 /** How long close() lets finished responses flush before it closes every connection. */
 const FLUSH_GRACE_MS = 2000;
@@ -229,6 +232,10 @@ export class PagellmServer {
     const ctx: GenerationContext = {
       client: llm.client, metrics: this.metrics, maxQueue: this.opts.maxQueue, model: this.opts.modelName, signal: req.signal, onDone,
     };
+    if (path.startsWith(MODEL_PATH) && path.length > MODEL_PATH.length) {
+      if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
+      return Response.json(retrieveModel(path.slice(MODEL_PATH.length), this.opts.modelName, this.created));
+    }
     switch (path) {
       case "/v1/models":
         if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");

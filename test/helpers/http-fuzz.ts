@@ -32,8 +32,8 @@ const CHAT_FIELDS = [
   "cache_salt", "top_k", "min_p", "logprobs", "top_logprobs", "chat_template_kwargs", "tools", "tool_choice", "response_format", "user",
   "ignore_eos", "repetition_penalty", "modalities", "audio", "prediction", "parallel_tool_calls",
 ];
-const ROUTES = ["/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"];
-const ODD_PATHS = ["/", "/v1", "/v1/", "/v1/completions/", "/v1//models", "/v1/models?x=1", "/health/", "/%ff%fe", "/v1/chat", "/metrics?name[]=1", "/v2/completions"];
+const ROUTES = ["/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/models/stories260K.gguf", "/health", "/metrics"];
+const ODD_PATHS = ["/", "/v1", "/v1/", "/v1/models/", "/v1/models/x%2Fy", "/v1/models/%E0%A4%A", "/v1/models/a/b/c", "/v1/completions/", "/v1//models", "/v1/models?x=1", "/health/", "/%ff%fe", "/v1/chat", "/metrics?name[]=1", "/v2/completions"];
 const METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"];
 
 /** Strings a parser, a tokenizer or a hash gets wrong: empty, lone surrogates, U+FFFD, controls, bidi, emoji, long. */
