@@ -159,7 +159,7 @@ describe("request block hashes", () => {
   function managerHashes(manager: KVCacheManager, req: Request): (string | null)[] {
     const allocated = manager.allocateSlots(req, req.numTokens);
     expect(allocated).not.toBeNull();
-    return manager.getBlocks(req).map((b) => b.blockHash);
+    return manager.getBlocks(req).map((b) => b!.blockHash);
   }
 
   for (const algorithm of ALGORITHMS) {
@@ -179,9 +179,9 @@ describe("request block hashes", () => {
     const first = new Request({ id: "a", promptTokenIds, cacheSalt: "\ud800" });
     expect(managerHashes(manager, first)[0]).toBe(hashBlockTokens(null, promptTokenIds.slice(0, 4), [new CacheSaltExtraKey("\ud800")]));
     for (const salt of ["\ufffd", "\udbff"]) {
-      expect(manager.getComputedBlocks(new Request({ id: salt, promptTokenIds, cacheSalt: salt })).blocks).toEqual([]);
+      expect(manager.getComputedBlocks(new Request({ id: salt, promptTokenIds, cacheSalt: salt })).groups[0]!).toEqual([]);
     }
-    expect(manager.getComputedBlocks(new Request({ id: "same", promptTokenIds, cacheSalt: "\ud800" })).blocks.length).toBe(3);
+    expect(manager.getComputedBlocks(new Request({ id: "same", promptTokenIds, cacheSalt: "\ud800" })).groups[0]!.length).toBe(3);
   });
 
   test("without extra keys the chain is plain parent + tokens, and output tokens extend it", () => {
@@ -253,7 +253,7 @@ describe("exact verification: a forged hash collision is never a hit", () => {
     const manager = new KVCacheManager({ numBlocks: 32, blockSize: 2, hash: "xxh64" });
     const hits = (tokens: number[], opts: { loraName?: string; cacheSalt?: string } = {}): number[] => {
       const req = new Request({ id: `r${tokens.join(",")}${JSON.stringify(opts)}`, promptTokenIds: tokens, ...opts });
-      return manager.getComputedBlocks(req).blocks.map((b) => b.blockId);
+      return manager.getComputedBlocks(req).groups[0]!.map((b) => b!.blockId);
     };
     const a = new Request({ id: "a", promptTokenIds: [1, 2, 3, 4, 5, 6, 7] });
     manager.allocateSlots(a, 7); // blocks 0 (1,2) 1 (3,4) 2 (5,6) cached, 3 partial

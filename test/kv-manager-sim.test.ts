@@ -58,14 +58,14 @@ function simulate(opts: SimOptions): { hits: number; evictions: number; preempti
   const admit = (req: Request): boolean => {
     const hit = manager.getComputedBlocks(req);
     for (let pos = 0; pos < hit.numComputedTokens; pos++) {
-      const block = hit.blocks[Math.floor(pos / blockSize)]!;
+      const block = hit.groups[0]![Math.floor(pos / blockSize)]!;
       expect(arena[block.blockId * blockSize + (pos % blockSize)]).toBe(contentKey(req, pos));
     }
     expect(hit.numComputedTokens).toBeLessThan(req.numTokens);
     // Chunked prefill now and then: admit with part of the remaining tokens.
     const remaining = req.numTokens - hit.numComputedTokens;
     const chunk = random(3) === 0 ? 1 + random(remaining) : remaining;
-    if (manager.allocateSlots(req, chunk, hit.numComputedTokens, hit.blocks) === null) return false;
+    if (manager.allocateSlots(req, chunk, hit.numComputedTokens, hit.groups) === null) return false;
     req.numComputedTokens = hit.numComputedTokens;
     compute(req, chunk);
     return true;

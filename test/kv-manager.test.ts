@@ -6,7 +6,7 @@ const range = (start: number, count: number): number[] => Array.from({ length: c
 /** Admits a request the way the scheduler does: look up hits, allocate the rest of the prompt, compute it. */
 function prefill(manager: KVCacheManager, req: Request): KVCacheBlock[] | null {
   const hit = manager.getComputedBlocks(req);
-  const allocated = manager.allocateSlots(req, req.numTokens - hit.numComputedTokens, hit.numComputedTokens, hit.blocks);
+  const allocated = manager.allocateSlots(req, req.numTokens - hit.numComputedTokens, hit.numComputedTokens, hit.groups);
   if (allocated !== null) req.numComputedTokens = req.numTokens;
   return allocated;
 }
@@ -19,7 +19,8 @@ function decode(manager: KVCacheManager, req: Request, token: number): KVCacheBl
   return allocated;
 }
 
-const ids = (blocks: readonly KVCacheBlock[] | null): number[] | null => (blocks === null ? null : blocks.map((b) => b.blockId));
+/** Block ids in order (null for a block a window skipped). */
+const ids = (blocks: readonly (KVCacheBlock | null)[] | null): (number | null)[] | null => (blocks === null ? null : blocks.map((b) => b?.blockId ?? null));
 
 function cachedIds(manager: KVCacheManager): number[] {
   return range(0, manager.numBlocks).filter((id) => manager.block(id).blockHash !== null);
@@ -42,7 +43,7 @@ describe("vLLM design doc worked example (block size 4, 10 blocks, lru)", () => 
 
     // Time 1: the cache is empty; request 0 (15 prompt tokens) gets 4 blocks, 3 full and cached.
     const req0 = new Request({ id: "req0", promptTokenIds: prompt0 });
-    expect(manager.getComputedBlocks(req0)).toEqual({ blocks: [], numComputedTokens: 0 });
+    expect(manager.getComputedBlocks(req0)).toEqual({ groups: [[]], numComputedTokens: 0 });
     expect(ids(manager.allocateSlots(req0, 15))).toEqual([0, 1, 2, 3]);
     req0.numComputedTokens = 15;
     expect(manager.getBlockIds(req0)).toEqual([0, 1, 2, 3]);
@@ -63,9 +64,9 @@ describe("vLLM design doc worked example (block size 4, 10 blocks, lru)", () => 
     // matches only 2 of 4 tokens.
     const req1 = new Request({ id: "req1", promptTokenIds: [...prompt0.slice(0, 10), ...range(3000, 4)] });
     const hit1 = manager.getComputedBlocks(req1);
-    expect(ids(hit1.blocks)).toEqual([0, 1]);
+    expect(ids(hit1.groups[0]!)).toEqual([0, 1]);
     expect(hit1.numComputedTokens).toBe(8);
-    expect(ids(manager.allocateSlots(req1, 6, 8, hit1.blocks))).toEqual([5, 6]);
+    expect(ids(manager.allocateSlots(req1, 6, 8, hit1.groups))).toEqual([5, 6]);
     req1.numComputedTokens = 14;
     expect(req1.numCachedTokens).toBe(8);
     expect(manager.getBlockIds(req1)).toEqual([0, 1, 5, 6]);
@@ -89,10 +90,10 @@ describe("vLLM design doc worked example (block size 4, 10 blocks, lru)", () => 
     // touched out of the queue (leaving 7 8 9 4 3 6 5), then 7 8 9 4 3 are popped, evicting 3.
     const req2 = new Request({ id: "req2", promptTokenIds: [...prompt0.slice(0, 12), ...range(4000, 17)] });
     const hit2 = manager.getComputedBlocks(req2);
-    expect(ids(hit2.blocks)).toEqual([0, 1, 2]);
+    expect(ids(hit2.groups[0]!)).toEqual([0, 1, 2]);
     expect(hit2.numComputedTokens).toBe(12);
     expect(manager.stats.evictions).toBe(0);
-    expect(ids(manager.allocateSlots(req2, 17, 12, hit2.blocks))).toEqual([7, 8, 9, 4, 3]);
+    expect(ids(manager.allocateSlots(req2, 17, 12, hit2.groups))).toEqual([7, 8, 9, 4, 3]);
     expect(manager.getBlockIds(req2)).toEqual([0, 1, 2, 7, 8, 9, 4, 3]);
     expect(manager.freeBlockIds()).toEqual([6, 5]);
     expect(manager.stats.evictions).toBe(1);
@@ -128,7 +129,7 @@ describe("KVCacheManager", () => {
     expect(manager.block(1).blockHash).toBe(hashBlockTokens(hashBlockTokens(null, [0, 1, 2, 3], null), [4, 5, 6, 7], null));
     // A new request whose prompt is a's prompt plus outputs hits both blocks.
     const b = new Request({ id: "b", promptTokenIds: range(0, 11) });
-    expect(ids(manager.getComputedBlocks(b).blocks)).toEqual([0, 1]);
+    expect(ids(manager.getComputedBlocks(b).groups[0]!)).toEqual([0, 1]);
   });
 
   test("free puts blocks at the tail in reverse order; cached blocks stay findable until popped", () => {
@@ -141,14 +142,14 @@ describe("KVCacheManager", () => {
     expect(manager.freeBlockIds()).toEqual([4, 5, 3, 2, 1, 0]);
     expect(cachedIds(manager)).toEqual([0, 1, 2]);
     const again = new Request({ id: "again", promptTokenIds: range(0, 7) });
-    expect(ids(manager.getComputedBlocks(again).blocks)).toEqual([0, 1, 2]);
+    expect(ids(manager.getComputedBlocks(again).groups[0]!)).toEqual([0, 1, 2]);
 
     // An unrelated request takes 4 blocks: 4, 5, 3 (uncached) and 2, which is evicted.
     const other = new Request({ id: "other", promptTokenIds: range(50, 8) });
     expect(ids(prefill(manager, other))).toEqual([4, 5, 3, 2]);
     expect(manager.stats.evictions).toBe(1);
     expect(manager.block(2).blockHash).not.toBeNull(); // re-cached with other's content
-    expect(ids(manager.getComputedBlocks(again).blocks)).toEqual([0, 1]);
+    expect(ids(manager.getComputedBlocks(again).groups[0]!)).toEqual([0, 1]);
   });
 
   test("a fully cached prompt still recomputes its last token", () => {
@@ -161,9 +162,9 @@ describe("KVCacheManager", () => {
     // into a new block, which duplicates block 1 (same hash, both cached: tables are append-only).
     const same = new Request({ id: "same", promptTokenIds: range(0, 8) });
     const hit = manager.getComputedBlocks(same);
-    expect(ids(hit.blocks)).toEqual([0]);
+    expect(ids(hit.groups[0]!)).toEqual([0]);
     expect(hit.numComputedTokens).toBe(4);
-    expect(ids(manager.allocateSlots(same, 4, 4, hit.blocks))).toEqual([2]);
+    expect(ids(manager.allocateSlots(same, 4, 4, hit.groups))).toEqual([2]);
     expect(same.numCachedTokens).toBe(4);
     expect(manager.block(2).blockHash).toBe(manager.block(1).blockHash);
     expect(cachedIds(manager)).toEqual([0, 1, 2]);
@@ -172,7 +173,7 @@ describe("KVCacheManager", () => {
     const longer = new Request({ id: "longer", promptTokenIds: range(0, 9) });
     const hit9 = manager.getComputedBlocks(longer);
     expect(hit9.numComputedTokens).toBe(8);
-    expect(ids(manager.allocateSlots(longer, 1, 8, hit9.blocks))).toEqual([3]);
+    expect(ids(manager.allocateSlots(longer, 1, 8, hit9.groups))).toEqual([3]);
 
     // A prompt shorter than a block can never hit.
     const short = new Request({ id: "short", promptTokenIds: range(0, 4) });
@@ -204,7 +205,7 @@ describe("KVCacheManager", () => {
     const filler = new Request({ id: "filler", promptTokenIds: range(100, 20) });
     expect(ids(prefill(manager, filler))).toEqual([5, 6, 7, 2, 1]);
     const req3 = new Request({ id: "req3", promptTokenIds: [A, B, C, D, E, F, G, H, I] });
-    expect(ids(manager.getComputedBlocks(req3).blocks)).toEqual([0, 3]);
+    expect(ids(manager.getComputedBlocks(req3).groups[0]!)).toEqual([0, 3]);
   });
 
   test("requests allocated back to back in one step share the blocks the first just cached", () => {
@@ -212,11 +213,11 @@ describe("KVCacheManager", () => {
     const a = new Request({ id: "a", promptTokenIds: [...range(0, 8), 90, 91] });
     const b = new Request({ id: "b", promptTokenIds: [...range(0, 8), 80, 81, 82] });
     const hitA = manager.getComputedBlocks(a);
-    expect(ids(manager.allocateSlots(a, 10, hitA.numComputedTokens, hitA.blocks))).toEqual([0, 1, 2]);
+    expect(ids(manager.allocateSlots(a, 10, hitA.numComputedTokens, hitA.groups))).toEqual([0, 1, 2]);
     // Same step: a's KV is not computed yet, but its full blocks are cached already.
     const hitB = manager.getComputedBlocks(b);
-    expect(ids(hitB.blocks)).toEqual([0, 1]);
-    expect(ids(manager.allocateSlots(b, 3, 8, hitB.blocks))).toEqual([3]);
+    expect(ids(hitB.groups[0]!)).toEqual([0, 1]);
+    expect(ids(manager.allocateSlots(b, 3, 8, hitB.groups))).toEqual([3]);
     expect(manager.getBlockIds(b)).toEqual([0, 1, 3]);
     expect([0, 1, 2, 3].map((id) => manager.block(id).refCnt)).toEqual([2, 2, 1, 1]);
   });
@@ -246,9 +247,9 @@ describe("KVCacheManager", () => {
     // hits leaves only 2 to allocate from.
     const b = new Request({ id: "b", promptTokenIds: [...range(0, 12), ...range(700, 12)] });
     const hit = manager.getComputedBlocks(b);
-    expect(ids(hit.blocks)).toEqual([0, 1, 2]);
+    expect(ids(hit.groups[0]!)).toEqual([0, 1, 2]);
     const before = snapshot(manager, [a, running, b]);
-    expect(manager.allocateSlots(b, 12, 12, hit.blocks)).toBeNull();
+    expect(manager.allocateSlots(b, 12, 12, hit.groups)).toBeNull();
     expect(snapshot(manager, [a, running, b])).toEqual(before);
     expect(b.numCachedTokens).toBeNull();
 
@@ -260,7 +261,7 @@ describe("KVCacheManager", () => {
     // Exactly enough: 3 hits + 2 new.
     const c = new Request({ id: "c", promptTokenIds: [...range(0, 12), ...range(800, 8)] });
     const hitC = manager.getComputedBlocks(c);
-    expect(ids(manager.allocateSlots(c, 8, 12, hitC.blocks))).toEqual([5, 3]);
+    expect(ids(manager.allocateSlots(c, 8, 12, hitC.groups))).toEqual([5, 3]);
     expect(manager.freeBlockIds()).toEqual([]);
     expect(manager.stats.evictions).toBe(1); // block 3 was cached
   });
@@ -293,7 +294,7 @@ describe("KVCacheManager", () => {
     expect(cachedIds(manager)).toEqual([]);
     expect(manager.freeBlockIds()).toEqual(queue);
     const again = new Request({ id: "again", promptTokenIds: range(0, 5) });
-    expect(manager.getComputedBlocks(again).blocks).toEqual([]);
+    expect(manager.getComputedBlocks(again).groups[0]!).toEqual([]);
     expect(ids(prefill(manager, again))).toEqual([3, 4, 5]);
     expect(manager.stats.evictions).toBe(0); // reset blocks are not evictions
   });
@@ -308,7 +309,7 @@ describe("KVCacheManager", () => {
     manager.free(a);
     expect(manager.freeBlockIds()).toEqual([4, 5, 3, 2, 1, 0]);
     const b = new Request({ id: "b", promptTokenIds: range(0, 5) });
-    expect(manager.getComputedBlocks(b)).toEqual({ blocks: [], numComputedTokens: 0 });
+    expect(manager.getComputedBlocks(b)).toEqual({ groups: [[]], numComputedTokens: 0 });
     expect(ids(prefill(manager, b))).toEqual([4, 5, 3]);
     expect(manager.stats).toEqual({ queries: 0, hits: 0, evictions: 0 });
     expect(manager.resetPrefixCache()).toBe(false);
@@ -346,9 +347,9 @@ describe("KVCacheManager", () => {
     prefill(manager, a);
     const b = new Request({ id: "b", promptTokenIds: range(0, 9) });
     const hit = manager.getComputedBlocks(b);
-    expect(() => manager.allocateSlots(b, 1, 4, hit.blocks)).toThrow(RangeError);
+    expect(() => manager.allocateSlots(b, 1, 4, hit.groups)).toThrow(RangeError);
     expect(() => manager.allocateSlots(b, -1)).toThrow(RangeError);
-    expect(() => manager.allocateSlots(a, 1, 8, hit.blocks)).toThrow("only accepted when the request is admitted");
+    expect(() => manager.allocateSlots(a, 1, 8, hit.groups)).toThrow("only accepted when the request is admitted");
     const impostor = new Request({ id: "a", promptTokenIds: range(0, 9) });
     expect(() => manager.allocateSlots(impostor, 1)).toThrow("another Request");
     const preempted = new Request({ id: "p", promptTokenIds: range(0, 9) });
@@ -359,10 +360,10 @@ describe("KVCacheManager", () => {
     manager.free(a);
     const c = new Request({ id: "c", promptTokenIds: range(0, 9) });
     const stale = manager.getComputedBlocks(c);
-    expect(ids(stale.blocks)).toEqual([0, 1]);
+    expect(ids(stale.groups[0]!)).toEqual([0, 1]);
     const filler = new Request({ id: "filler", promptTokenIds: range(100, 36) });
     expect(ids(prefill(manager, filler))).toEqual([3, 4, 5, 6, 7, 8, 9, 2, 1]);
-    expect(() => manager.allocateSlots(c, 1, 8, stale.blocks)).toThrow("no longer holds");
+    expect(() => manager.allocateSlots(c, 1, 8, stale.groups)).toThrow("no longer holds");
   });
 });
 

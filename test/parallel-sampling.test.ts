@@ -34,12 +34,12 @@ test("fork shares the full blocks, copies the partly filled one, and changes not
   expect(kv.allocateSlots(parent, 10)!.map((b) => b.blockId)).toEqual([0, 1, 2]);
   parent.numComputedTokens = 10;
   const child = new Request({ id: "c", promptTokenIds: prompt });
-  expect(kv.fork(parent, child)).toEqual({ copy: { src: 2, dst: 3 } });
+  expect(kv.fork(parent, child)).toEqual({ copies: [{ src: 2, dst: 3 }] });
   expect(kv.getBlockIds(child)).toEqual([0, 1, 3]);
   expect([0, 1, 2, 3].map((id) => kv.block(id).refCnt)).toEqual([2, 2, 1, 1]);
   expect(kv.freeBlockIds()).toEqual([4]);
   const second = new Request({ id: "c2", promptTokenIds: prompt });
-  expect(kv.fork(parent, second)).toEqual({ copy: { src: 2, dst: 4 } });
+  expect(kv.fork(parent, second)).toEqual({ copies: [{ src: 2, dst: 4 }] });
   const third = new Request({ id: "c3", promptTokenIds: prompt });
   expect(kv.fork(parent, third)).toBeNull();
   expect(kv.getBlockIds(third)).toEqual([]);
@@ -57,7 +57,7 @@ test("a prompt of whole blocks is shared without a copy", () => {
   kv.allocateSlots(parent, 8);
   parent.numComputedTokens = 8;
   const child = new Request({ id: "c", promptTokenIds: prompt });
-  expect(kv.fork(parent, child)).toEqual({ copy: null });
+  expect(kv.fork(parent, child)).toEqual({ copies: [] });
   expect(kv.getBlockIds(child)).toEqual([0, 1]);
   expect(child.numCachedTokens).toBe(parent.numCachedTokens);
 });

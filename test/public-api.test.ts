@@ -14,7 +14,7 @@ describe("KV cache API from src/index.ts", () => {
     const kv = new KVCacheManager({ numBlocks: 10, blockSize: 4, enableCaching: true, evictionPolicy: "lru", hash: "sha256" });
     const a = new Request({ id: "a", promptTokenIds: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] });
     const none = kv.getComputedBlocks(a);
-    expect(none).toEqual({ blocks: [], numComputedTokens: 0 });
+    expect(none).toEqual({ groups: [[]], numComputedTokens: 0 });
     const blocks = kv.allocateSlots(a, 10, 0, []);
     expect(blocks?.map((b: KVCacheBlock) => b.blockId)).toEqual([0, 1, 2]);
     a.numComputedTokens += 10;
@@ -26,8 +26,8 @@ describe("KV cache API from src/index.ts", () => {
     const b = new Request({ id: "b", promptTokenIds: [1, 2, 3, 4, 5, 6, 7, 8, 42] });
     const hit = kv.getComputedBlocks(b);
     expect(hit.numComputedTokens).toBe(8);
-    expect(hit.blocks.map((x) => x.blockId)).toEqual([0, 1]);
-    expect(kv.allocateSlots(b, 1, hit.numComputedTokens, hit.blocks)?.map((x) => x.blockId)).toEqual([3]);
+    expect(hit.groups[0]!.map((x) => x!.blockId)).toEqual([0, 1]);
+    expect(kv.allocateSlots(b, 1, hit.numComputedTokens, hit.groups)?.map((x) => x.blockId)).toEqual([3]);
     expect(kv.getBlockIds(b)).toEqual([0, 1, 3]);
     expect(kv.block(0).refCnt).toBe(2);
     expect(kv.stats).toEqual({ queries: 19, hits: 8, evictions: 0 });

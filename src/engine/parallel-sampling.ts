@@ -62,7 +62,7 @@ export class PendingForks {
         continue;
       }
       const shared = this.kv.fork(parent, child);
-      if (shared?.copy) copies.push(shared.copy);
+      if (shared !== null) copies.push(...shared.copies);
       if (shared === null) this.numRecomputed++;
       else this.numShared++;
       child.numComputedTokens = shared === null ? 0 : parent.numComputedTokens;

@@ -250,8 +250,8 @@ export class Scheduler<R extends Request = Request> {
       const hit = this.kv.getComputedBlocks(req);
       const numNew = Math.min(req.numTokens - hit.numComputedTokens, budget);
       // A fork may need a block of its own for the prompt's partly filled last block.
-      if (this.kv.freeBlocksAfter(req, numNew, hit.numComputedTokens, hit.blocks) < this.numSeats + extra) break;
-      this.kv.allocateSlots(req, numNew, hit.numComputedTokens, hit.blocks);
+      if (this.kv.freeBlocksAfter(req, numNew, hit.numComputedTokens, hit.groups) < this.numSeats + extra) break;
+      this.kv.allocateSlots(req, numNew, hit.numComputedTokens, hit.groups);
       this.waiting.splice(w, 1);
       this.numReserved += extra;
       req.numComputedTokens = hit.numComputedTokens;

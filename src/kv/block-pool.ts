@@ -74,9 +74,9 @@ export class BlockPool {
   }
 
   /**
-   * A cached block with hash `hash` whose content is exactly: tokens[start … start + blockSize),
-   * `extraKeys` (framed, block-hash.ts), after the content `parentContentId` (null: first block).
-   * Any one of several such duplicates; null when there is none.
+   * A cached block of KV cache group `group` with hash `hash` whose content is exactly:
+   * tokens[start … start + blockSize), `extraKeys` (framed, block-hash.ts), after the content
+   * `parentContentId` (null: first block). Any one of several such duplicates; null when there is none.
    */
   findCachedBlock(
     hash: BlockHash,
@@ -84,11 +84,26 @@ export class BlockPool {
     tokens: ArrayLike<number>,
     start: number,
     extraKeys: Uint8Array,
+    group = 0,
   ): KVCacheBlock | null {
     const candidates = this.cachedBlocks.get(hash);
     if (candidates === undefined) return null;
     for (const block of candidates.values()) {
-      if (this.hasContent(block, parentContentId, tokens, start, extraKeys)) return block;
+      if (block.group === group && this.hasContent(block, parentContentId, tokens, start, extraKeys)) return block;
+    }
+    return null;
+  }
+
+  /**
+   * findCachedBlock without checking the parent's content: the first block of a sliding window's
+   * run of hits in a model whose every layer is windowed, where no block before the run is held to
+   * check it against (its hash still chains every parent's).
+   */
+  findCachedBlockAfterAnyParent(hash: BlockHash, tokens: ArrayLike<number>, start: number, extraKeys: Uint8Array, group: number): KVCacheBlock | null {
+    const candidates = this.cachedBlocks.get(hash);
+    if (candidates === undefined) return null;
+    for (const block of candidates.values()) {
+      if (block.group === group && this.hasContent(block, block.parentContentId, tokens, start, extraKeys)) return block;
     }
     return null;
   }
@@ -101,13 +116,16 @@ export class BlockPool {
     tokens: ArrayLike<number>,
     start: number,
     extraKeys: Uint8Array,
+    group = 0,
   ): boolean {
-    return block.blockHash === hash && this.hasContent(block, parentContentId, tokens, start, extraKeys);
+    return block.blockHash === hash && block.group === group && this.hasContent(block, parentContentId, tokens, start, extraKeys);
   }
 
   /**
-   * Caches `block`, which has just become full with tokens[start … start + blockSize) and
-   * `extraKeys` after the content `parentContentId`. It must be in use and not yet cached.
+   * Caches `block` for KV cache group `group`: it has just become full with tokens[start … start +
+   * blockSize) and `extraKeys` after the content `parentContentId`. It must be in use and not yet
+   * cached. Its contentId is that of any cached block of the same content, in any group: the same
+   * tokens are the same content whichever layers hold them.
    */
   cacheBlock(
     block: KVCacheBlock,
@@ -116,12 +134,14 @@ export class BlockPool {
     tokens: ArrayLike<number>,
     start: number,
     extraKeys: Uint8Array,
+    group = 0,
   ): void {
     if (block.blockHash !== null) throw new Error(`block ${block.blockId} is already cached`);
     if (block.refCnt === 0) throw new Error(`block ${block.blockId} is free and cannot be cached`);
-    const duplicate = this.findCachedBlock(hash, parentContentId, tokens, start, extraKeys);
+    const duplicate = this.sameContent(hash, parentContentId, tokens, start, extraKeys);
     block.contentId = duplicate === null ? this.nextContentId++ : duplicate.contentId;
     block.parentContentId = parentContentId;
+    block.group = group;
     block.extraKeys = extraKeys.length === 0 ? null : extraKeys.slice();
     const base = block.blockId * this.blockSize;
     for (let i = 0; i < this.blockSize; i++) this.cachedTokens[base + i] = tokens[start + i] as number;
@@ -202,11 +222,20 @@ export class BlockPool {
     this.stats.evictions++;
   }
 
+  /** A cached block of any group with exactly this content, or null. */
+  private sameContent(hash: BlockHash, parentContentId: number | null, tokens: ArrayLike<number>, start: number, extraKeys: Uint8Array): KVCacheBlock | null {
+    const candidates = this.cachedBlocks.get(hash);
+    if (candidates === undefined) return null;
+    for (const block of candidates.values()) if (this.hasContent(block, parentContentId, tokens, start, extraKeys)) return block;
+    return null;
+  }
+
   private clearCachedContent(block: KVCacheBlock): void {
     block.blockHash = null;
     block.contentId = null;
     block.parentContentId = null;
     block.extraKeys = null;
+    block.group = 0;
     block.loadedFromTier = false;
   }
 

@@ -16,8 +16,9 @@ export class FreeListNode {
 }
 
 /**
- * A physical block: room for `blockSize` tokens of K and V in every layer. The KV data itself lives
- * in the engine's arena at index `blockId`; this object only carries the bookkeeping.
+ * A physical block: room for `blockSize` tokens of K and V in the layers of one KV cache group
+ * (every layer when the model has one group; kv-groups.ts). The KV data itself lives in the
+ * engine's arena at index `blockId`; this object only carries the bookkeeping.
  *
  * All blocks are created once, by the BlockPool, and live as long as it does. Only the pool writes
  * the fields below; everything else reads them.
@@ -42,6 +43,11 @@ export class KVCacheBlock extends FreeListNode {
   parentContentId: number | null = null;
   /** Framed extra keys of the cached content (see block-hash.ts); null when it had none. Its tokens live in the pool's token store. */
   extraKeys: Uint8Array | null = null;
+  /**
+   * The KV cache group (kv-groups.ts) whose layers the cached content is: a lookup for one group
+   * never hits another's block, whose slots hold other layers. Meaningful only while cached.
+   */
+  group = 0;
   /**
    * The cached content was read from a second tier (the disk) rather than computed, and no request
    * has been admitted with it since: the first one to hit it counts its tokens as tier hits.

@@ -1,19 +1,34 @@
 /**
  * The KV cache manager: which physical blocks each request's KV lives in, with automatic prefix
- * caching. The scheduler calls it every step; getBlockIds(req) is the block table the paged
- * attention kernel reads. Modelled on vLLM v1's KVCacheManager (single full-attention group).
+ * caching. The scheduler calls it every step; getBlockTables(req) are the block tables the paged
+ * attention kernels read. Modelled on vLLM v1's KVCacheManager and its KVCacheCoordinator: the
+ * model's KV cache groups (kv-groups.ts; one for most models, gemma3's global and local layers
+ * apart) each have their own blocks per request, drawn from one block pool, and a manager per kind
+ * of group (single-type-manager.ts) says which blocks a step reads and what a hit is.
+ *
+ * A prefix hit of n tokens holds in every group: the full-attention groups hold all its blocks,
+ * the sliding-window groups the blocks of the window before token n (found by
+ * SlidingWindowManager, the hit shortened until every kind agrees, as vLLM's
+ * HybridKVCacheCoordinator). As a request advances, a sliding-window group's blocks that fall out
+ * of the window of its next query are freed (they stay cached until reused).
  */
 import type { Request } from "./request.ts";
 import { type BlockHash, BlockHasher, ExtraKeyEncoder, type HashAlgorithm, ROOT_PARENT_HASH } from "./block-hash.ts";
 import { BlockPool, type PrefixCacheStats } from "./block-pool.ts";
 import type { KVCacheBlock } from "./block.ts";
 import { createEvictionPolicy, type EvictionPolicyName } from "./eviction.ts";
+import { FullAttentionManager } from "./full-attention-manager.ts";
+import { KVCacheGroups } from "./kv-groups.ts";
 import { RequestBlockHashes } from "./request-hashes.ts";
 import type { KVBlockKey } from "./second-tier.ts";
+import type { BlockLookup, GroupBlocks, SingleTypeKVCacheManager } from "./single-type-manager.ts";
+import { SlidingWindowManager } from "./sliding-window-manager.ts";
+
+export type { GroupBlocks } from "./single-type-manager.ts";
 
 /**
  * Told what happens to cached blocks, for a second tier (see tier-link.ts). Both calls come from
- * inside the manager's own calls, synchronously.
+ * inside the manager's own calls, synchronously. (A tier is only linked to a model of one group.)
  */
 export interface CachedBlockListener {
   /** `block` is newly full and cached under `key`; its KV is computed by the end of the step that allocated it. */
@@ -26,6 +41,8 @@ export interface KVCacheManagerOptions {
   numBlocks: number;
   /** Tokens per block. */
   blockSize: number;
+  /** The model's KV cache groups; default: one full-attention group (every layer in every block). */
+  groups?: KVCacheGroups;
   /** Automatic prefix caching; false: no hashing, no hits, same allocation path. Default true. */
   enableCaching?: boolean;
   /** Default "lru-keep-cached" (see the README: never evicts a cached block while an unfilled free one exists). */
@@ -37,27 +54,33 @@ export interface KVCacheManagerOptions {
 }
 
 export interface ComputedBlocks {
-  /** Cached blocks holding the request's first tokens, in order; pass them to allocateSlots. */
-  blocks: KVCacheBlock[];
-  /** blocks.length × blockSize. */
+  /**
+   * Per KV cache group, the cached blocks holding the request's first tokens, in order (null where
+   * a sliding-window group needs none); pass them to allocateSlots.
+   */
+  groups: GroupBlocks[];
+  /** The hit's blocks (in each group) × blockSize. */
   numComputedTokens: number;
 }
 
 /** What the manager holds for a request that has blocks. */
 interface RequestKV {
   readonly request: Request;
-  /** The block table, append-only while the request runs. */
-  readonly blocks: KVCacheBlock[];
-  readonly blockIds: number[];
-  /** The first numCachedBlocks blocks are cached (hashed); the rest are not full yet. */
+  /** Per group, the block table in token order; append-only while the request runs, but for out-of-window blocks of a sliding-window group, which become null. */
+  readonly groups: GroupBlocks[];
+  readonly blockIds: number[][];
+  /** The first numCachedBlocks blocks of each group are cached (hashed) or null; the rest are not full yet. */
   numCachedBlocks: number;
+  /** contentIds[i]: the content identity of the request's block i (block-pool.ts), known once it is cached or hit. */
+  readonly contentIds: number[];
   /** Null when caching is off. */
   readonly hashes: RequestBlockHashes | null;
 }
 
-const NO_BLOCKS: readonly KVCacheBlock[] = [];
+/** The block-table entry of a block no query reads again (before a sliding window): never dereferenced. */
+export const SKIPPED_BLOCK_ID = 0;
 
-/** Copy the KV of block `src` into block `dst`, every layer, K and V (a forked request's partly filled block). */
+/** Copy the KV of block `src` into block `dst`, every slot (layer) of the arena, K and V (a forked request's partly filled block). */
 export interface BlockCopy {
   src: number;
   dst: number;
@@ -66,6 +89,7 @@ export interface BlockCopy {
 export class KVCacheManager {
   readonly numBlocks: number;
   readonly blockSize: number;
+  readonly groups: KVCacheGroups;
   readonly enableCaching: boolean;
   readonly evictionPolicy: EvictionPolicyName;
   readonly hash: HashAlgorithm;
@@ -82,6 +106,8 @@ export class KVCacheManager {
   tierHits = 0;
 
   private readonly pool: BlockPool;
+  /** One per kind of group: the full-attention groups' first, then each window's. */
+  private readonly managers: SingleTypeKVCacheManager[];
   private readonly listener: CachedBlockListener | null;
   private readonly hasher: BlockHasher;
   private readonly encoder = new ExtraKeyEncoder();
@@ -92,13 +118,16 @@ export class KVCacheManager {
   constructor(opts: KVCacheManagerOptions) {
     this.numBlocks = opts.numBlocks;
     this.blockSize = opts.blockSize;
+    this.groups = opts.groups ?? KVCacheGroups.fromLayers(1, () => ({ kind: "full" }));
     this.enableCaching = opts.enableCaching ?? true;
     this.evictionPolicy = opts.evictionPolicy ?? "lru-keep-cached";
     this.hash = opts.hash ?? "sha256";
     this.hasher = new BlockHasher(this.hash);
     this.listener = opts.listener ?? null;
+    if (this.listener !== null && this.groups.hybrid) throw new Error("a second tier stores blocks of a single KV cache group");
     const onEvict = this.listener === null ? null : this.listener.blockEvicted.bind(this.listener);
     this.pool = new BlockPool(opts.numBlocks, opts.blockSize, createEvictionPolicy(this.evictionPolicy), this.stats, onEvict);
+    this.managers = managersOf(this.groups, this.blockSize);
   }
 
   /** Blocks in the free queue (unused; some still cached). */
@@ -117,7 +146,7 @@ export class KVCacheManager {
   }
 
   /**
-   * The longest run of cached blocks that equals the start of the request's tokens. Changes
+   * The longest cached prefix of the request's tokens, in every group (see the class). Changes
    * nothing but `stats` (the request's block hashes are computed and remembered, which is not
    * observable). Never covers the last token: a fully cached prompt still recomputes it, because
    * its logits are needed to sample (vLLM: max_cache_hit_length = num_tokens - 1), so the last hit
@@ -140,123 +169,207 @@ export class KVCacheManager {
     return this.findComputedBlocks(req).numComputedTokens;
   }
 
+  /**
+   * The hit every kind of group agrees on: each kind finds its longest hit within the length the
+   * others allow, until none shortens it (full attention first, whose verified chain the windows
+   * continue).
+   */
   private findComputedBlocks(req: Request): ComputedBlocks {
-    if (!this.enableCaching) return { blocks: [], numComputedTokens: 0 };
-    const hashes = this.hashesOf(req);
-    const maxBlocks = this.maxLookupBlocks(req);
-    const tokens = req.allTokenIds;
-    const blocks: KVCacheBlock[] = [];
-    let parentContentId: number | null = null;
-    for (let i = 0; i < maxBlocks; i++) {
-      const hash = hashes.hashAt(i);
-      const block = this.pool.findCachedBlock(hash, parentContentId, tokens, i * this.blockSize, hashes.extraKeysOf(i));
-      if (block === null) break;
-      blocks.push(block);
-      parentContentId = block.contentId;
+    const groups = this.groups.groups.map((): GroupBlocks => []);
+    if (!this.enableCaching) return { groups, numComputedTokens: 0 };
+    const lookup = this.lookupFor(req);
+    let numBlocks = this.maxLookupBlocks(req);
+    let chain: number[] = [];
+    for (let changed = true; changed; ) {
+      changed = false;
+      for (const manager of this.managers) {
+        const hits = manager.findLongestHit(lookup, numBlocks, chain);
+        const length = hits[0]!.length;
+        if (manager instanceof FullAttentionManager) chain = hits[0]!.map((block) => block!.contentId!);
+        manager.groups.forEach((g, j) => (groups[g] = hits[j]!));
+        if (length < numBlocks) {
+          numBlocks = length;
+          changed = true;
+        }
+      }
     }
-    return { blocks, numComputedTokens: blocks.length * this.blockSize };
+    for (let g = 0; g < groups.length; g++) groups[g] = groups[g]!.slice(0, numBlocks);
+    return { groups, numComputedTokens: numBlocks * this.blockSize };
+  }
+
+  /** The pool's verified lookups of the request's blocks. */
+  private lookupFor(req: Request): BlockLookup {
+    const hashes = this.hashesOf(req);
+    const tokens = req.allTokenIds;
+    const start = (i: number) => i * this.blockSize;
+    return {
+      find: (i, parent, group) => this.pool.findCachedBlock(hashes.hashAt(i), parent, tokens, start(i), hashes.extraKeysOf(i), group),
+      findAfterAnyParent: (i, group) => this.pool.findCachedBlockAfterAnyParent(hashes.hashAt(i), tokens, start(i), hashes.extraKeysOf(i), group),
+    };
   }
 
   /**
    * Makes room for the request to compute `numNewTokens` more tokens, after its
    * req.numComputedTokens computed ones and the `numNewComputedTokens` found in the cache
-   * (`newComputedBlocks`, straight from getComputedBlocks, only when the request is admitted: it
+   * (`newComputedBlocks`, the groups of getComputedBlocks, only when the request is admitted: it
    * must hold no blocks and have req.numComputedTokens === 0, with no other allocation in between).
    *
-   * The request then holds ceil((req.numComputedTokens + numNewComputedTokens + numNewTokens) /
-   * blockSize) blocks: the hits (touched: ref count + 1, taken out of the free queue) and new blocks
-   * popped from the head of the free queue (a cached one popped there is evicted). Every block that
-   * is full once those tokens are computed, as far as the request's known tokens go
-   * (min(…, req.numTokens)), is hashed and cached right away, so a request allocated later in the
-   * same step can hit it: the engine must write a layer's KV for all scheduled tokens before any of
-   * them attends in that layer.
+   * First a running request's sliding-window blocks that no query will read again (before the window
+   * of the query at req.numComputedTokens) are freed, whatever follows: they stay cached until reused.
+   * Then each group holds ceil((req.numComputedTokens + numNewComputedTokens + numNewTokens) /
+   * blockSize) entries: the hits (touched: ref count + 1, taken out of the free queue; nulls where a
+   * window needs none) and new blocks popped from the head of the free queue (a cached one popped there
+   * is evicted), group after group. Every block that is full once those tokens are computed, as far as
+   * the request's known tokens go (min(…, req.numTokens)), is hashed and cached right away, so a
+   * request allocated later in the same step can hit it: the engine must write a layer's KV for all
+   * scheduled tokens before any of them attends in that layer.
    *
-   * Returns the newly allocated blocks ([] when the request already has enough), or null, changing
-   * nothing, when the free queue (minus the hits that are in it) has too few blocks. The first
-   * allocation of a request sets req.numCachedTokens = numNewComputedTokens. The caller advances
-   * req.numComputedTokens after the step.
+   * Returns the newly allocated blocks, group after group ([] when the request already has enough),
+   * or null, changing nothing else, when the free queue (minus the hits that are in it) has too few
+   * blocks. The first allocation of a request sets req.numCachedTokens = numNewComputedTokens. The
+   * caller advances req.numComputedTokens after the step.
    */
   allocateSlots(
     req: Request,
     numNewTokens: number,
     numNewComputedTokens = 0,
-    newComputedBlocks: readonly KVCacheBlock[] = NO_BLOCKS,
+    newComputedBlocks: readonly GroupBlocks[] = [],
   ): KVCacheBlock[] | null {
     checkCount("numNewTokens", numNewTokens);
     checkCount("numNewComputedTokens", numNewComputedTokens);
-    if (newComputedBlocks.length * this.blockSize !== numNewComputedTokens) {
+    const hits = this.hitsOf(newComputedBlocks);
+    if (hits[0]!.length * this.blockSize !== numNewComputedTokens || hits.some((h) => h.length !== hits[0]!.length)) {
       throw new RangeError(
-        `numNewComputedTokens (${numNewComputedTokens}) must be ${newComputedBlocks.length} computed blocks × ${this.blockSize}`,
+        `numNewComputedTokens (${numNewComputedTokens}) must be ${hits[0]!.length} computed blocks × ${this.blockSize}, in every group`,
       );
     }
     let kv = this.requests.get(req.id);
     if (kv !== undefined && kv.request !== req) throw new Error(`request id ${req.id} already belongs to another Request`);
-    const numHeld = kv === undefined ? 0 : kv.blocks.length;
+    const numHeld = kv === undefined ? 0 : kv.groups[0]!.length;
     if (req.numComputedTokens > numHeld * this.blockSize) {
       throw new Error(`request ${req.id} has ${req.numComputedTokens} computed tokens but only ${numHeld} KV blocks`);
     }
-    if (newComputedBlocks.length > 0) this.checkComputedBlocks(req, numHeld, newComputedBlocks);
+    if (hits[0]!.length > 0) this.checkComputedBlocks(req, numHeld, hits);
+    if (kv !== undefined) this.removeSkippedBlocks(kv, req.numComputedTokens);
 
     const numComputed = req.numComputedTokens + numNewComputedTokens;
-    const numNew = this.numNewBlocks(req, numNewTokens, numNewComputedTokens, newComputedBlocks);
-    if (this.freeBlocksAfter(req, numNewTokens, numNewComputedTokens, newComputedBlocks) < 0) return null;
+    if (this.freeBlocksAfter(req, numNewTokens, numNewComputedTokens, hits) < 0) return null;
 
     if (kv === undefined) {
       kv = {
         request: req,
-        blocks: [],
-        blockIds: [],
+        groups: this.groups.groups.map(() => []),
+        blockIds: this.groups.groups.map(() => []),
         numCachedBlocks: 0,
+        contentIds: [],
         hashes: this.enableCaching ? this.hashesOf(req) : null,
       };
       this.requests.set(req.id, kv);
     }
     if (req.numCachedTokens === null) {
+      const tierBlocks = this.takeTierHits(hits.flat());
       req.numCachedTokens = numNewComputedTokens;
-      req.numTierCachedTokens = this.takeTierHits(newComputedBlocks) * this.blockSize;
+      // A tier stores single-group models' blocks: its blocks are the request's hit blocks.
+      req.numTierCachedTokens = tierBlocks * this.blockSize;
       this.tierHits += req.numTierCachedTokens;
     }
-    if (newComputedBlocks.length > 0) {
-      this.pool.touch(newComputedBlocks);
-      this.appendBlocks(kv, newComputedBlocks);
-      kv.numCachedBlocks = newComputedBlocks.length; // hits are cached already
+    const numRequired = Math.ceil((numComputed + numNewTokens) / this.blockSize);
+    const newBlocks: KVCacheBlock[] = [];
+    hits.forEach((groupHits, g) => {
+      if (groupHits.length > 0) {
+        this.pool.touch(nonNull(groupHits));
+        this.appendBlocks(kv!, g, groupHits);
+      }
+      const count = Math.max(0, numRequired - kv!.groups[g]!.length);
+      const blocks = this.pool.getNewBlocks(count);
+      this.appendBlocks(kv!, g, blocks);
+      newBlocks.push(...blocks);
+    });
+    if (hits[0]!.length > 0) {
+      // Hits are cached already; the full-attention chain (or the window's run) names their contents.
+      kv.numCachedBlocks = hits[0]!.length;
+      for (let i = 0; i < kv.numCachedBlocks; i++) {
+        const block = hits.map((h) => h[i]).find((b) => b !== null && b !== undefined);
+        if (block !== undefined && block !== null) kv.contentIds[i] = block.contentId!;
+      }
     }
-    const newBlocks = this.pool.getNewBlocks(numNew);
-    this.appendBlocks(kv, newBlocks);
     if (kv.hashes !== null) this.cacheFullBlocks(kv, kv.hashes, Math.min(numComputed + numNewTokens, req.numTokens));
     return newBlocks;
   }
 
   /**
    * Free blocks the queue would hold after allocateSlots with these arguments (negative: it would
-   * fail). Changes nothing; the scheduler uses it to keep room for running requests to grow.
+   * fail), counting the out-of-window blocks it frees first. Changes nothing; the scheduler uses it
+   * to keep room for running requests to grow.
    */
   freeBlocksAfter(
-    req: Request, numNewTokens: number, numNewComputedTokens = 0, newComputedBlocks: readonly KVCacheBlock[] = NO_BLOCKS,
+    req: Request, numNewTokens: number, numNewComputedTokens = 0, newComputedBlocks: readonly GroupBlocks[] = [],
   ): number {
-    // A hit that sits in the free queue leaves it when touched, so it cannot also serve as a new block.
-    let numFreeHits = 0;
-    for (const block of newComputedBlocks) if (block.refCnt === 0) numFreeHits++;
-    return this.pool.numFreeBlocks - numFreeHits - this.numNewBlocks(req, numNewTokens, numNewComputedTokens, newComputedBlocks);
+    const hits = this.hitsOf(newComputedBlocks);
+    const kv = this.requests.get(req.id);
+    const numRequired = Math.ceil((req.numComputedTokens + numNewComputedTokens + numNewTokens) / this.blockSize);
+    let needed = 0;
+    let freed = 0;
+    hits.forEach((groupHits, g) => {
+      const held = kv === undefined ? 0 : kv.groups[g]!.length;
+      needed += Math.max(0, numRequired - held - groupHits.length);
+      // A hit that sits in the free queue leaves it when touched, so it cannot also serve as a new block.
+      for (const block of groupHits) if (block !== null && block.refCnt === 0) needed++;
+      if (kv !== undefined) freed += this.skippedBlocks(kv, g, req.numComputedTokens).filter((b) => b.refCnt === 1).length;
+    });
+    return this.pool.numFreeBlocks + freed - needed;
   }
 
-  /** Blocks allocateSlots would pop from the free queue for these arguments. */
-  private numNewBlocks(req: Request, numNewTokens: number, numNewComputedTokens: number, newComputedBlocks: readonly KVCacheBlock[]): number {
-    const numHeld = this.requests.get(req.id)?.blocks.length ?? 0;
-    const numRequired = Math.ceil((req.numComputedTokens + numNewComputedTokens + numNewTokens) / this.blockSize);
-    return Math.max(0, numRequired - numHeld - newComputedBlocks.length);
+  /** newComputedBlocks as one list per group (none given: empty lists). */
+  private hitsOf(newComputedBlocks: readonly GroupBlocks[]): readonly GroupBlocks[] {
+    if (newComputedBlocks.length === 0) return this.groups.groups.map(() => []);
+    if (newComputedBlocks.length !== this.groups.groups.length) {
+      throw new RangeError(`newComputedBlocks has ${newComputedBlocks.length} groups, the cache ${this.groups.groups.length}`);
+    }
+    return newComputedBlocks;
+  }
+
+  /** The blocks of group g that a step computing from `numComputedTokens` never reads, still held. */
+  private skippedBlocks(kv: RequestKV, g: number, numComputedTokens: number): KVCacheBlock[] {
+    const first = this.managerOf(g).firstNeededBlock(numComputedTokens);
+    return nonNull(kv.groups[g]!.slice(0, first));
+  }
+
+  /**
+   * Frees each group's blocks that a step computing from `numComputedTokens` never reads (before a
+   * sliding window), leaving null in their place; last first, so the oldest are reused first.
+   */
+  private removeSkippedBlocks(kv: RequestKV, numComputedTokens: number): void {
+    kv.groups.forEach((blocks, g) => {
+      const first = Math.min(blocks.length, this.managerOf(g).firstNeededBlock(numComputedTokens));
+      let from = first;
+      // Blocks before an earlier call's boundary are null already.
+      while (from > 0 && blocks[from - 1] !== null) from--;
+      if (from === first) return;
+      const skipped = nonNull(blocks.slice(from, first));
+      for (let i = from; i < first; i++) {
+        blocks[i] = null;
+        kv.blockIds[g]![i] = SKIPPED_BLOCK_ID;
+      }
+      this.pool.freeBlocks(skipped);
+    });
+  }
+
+  private managerOf(g: number): SingleTypeKVCacheManager {
+    return this.managers.find((m) => m.groups.includes(g))!;
   }
 
   /**
    * Parallel sampling (`n` > 1): gives `child`, which holds no blocks, the KV of the
    * parent.numComputedTokens tokens the parent has computed, so the prompt is computed once for
    * all samples. The parent's full blocks are shared (ref count + 1: full blocks are never written
-   * again, so sharing is safe); a partly filled last block would be written by both, so the child
-   * gets a fresh block and the caller copies the parent's into it (`copy`) before the next step.
-   * The child's first tokens must equal the parent's computed ones (it is the same prompt).
-   * Returns null, changing nothing, when the copy needs a block and none is free.
+   * again, so sharing is safe; a window's skipped ones stay null); a partly filled last block would
+   * be written by both, so in each group the child gets a fresh block and the caller copies the
+   * parent's into it (`copies`, one per group) before the next step. The child's first tokens must
+   * equal the parent's computed ones (it is the same prompt). Returns null, changing nothing, when
+   * the copies need more blocks than are free.
    */
-  fork(parent: Request, child: Request): { copy: BlockCopy | null } | null {
+  fork(parent: Request, child: Request): { copies: BlockCopy[] } | null {
     const kv = this.requests.get(parent.id);
     if (kv === undefined) throw new Error(`request ${parent.id} holds no blocks to fork`);
     if (this.requests.has(child.id)) throw new Error(`request ${child.id} already holds blocks`);
@@ -268,26 +381,29 @@ export class KVCacheManager {
     }
     const numFull = Math.floor(numComputed / this.blockSize);
     const partial = numComputed % this.blockSize !== 0;
-    if (partial && this.pool.numFreeBlocks < 1) return null;
-    const shared = kv.blocks.slice(0, numFull);
-    this.pool.touch(shared);
+    if (partial && this.pool.numFreeBlocks < kv.groups.length) return null;
     const forked: RequestKV = {
       request: child,
-      blocks: [],
-      blockIds: [],
+      groups: kv.groups.map(() => []),
+      blockIds: kv.groups.map(() => []),
       numCachedBlocks: Math.min(kv.numCachedBlocks, numFull),
+      contentIds: kv.contentIds.slice(0, numFull),
       hashes: this.enableCaching ? this.hashesOf(child) : null,
     };
-    this.appendBlocks(forked, shared);
-    let copy: BlockCopy | null = null;
-    if (partial) {
-      const [fresh] = this.pool.getNewBlocks(1) as [KVCacheBlock];
-      this.appendBlocks(forked, [fresh]);
-      copy = { src: (kv.blocks[numFull] as KVCacheBlock).blockId, dst: fresh.blockId };
-    }
+    const copies: BlockCopy[] = [];
+    kv.groups.forEach((blocks, g) => {
+      const shared = blocks.slice(0, numFull);
+      this.pool.touch(nonNull(shared));
+      this.appendBlocks(forked, g, shared);
+      if (partial) {
+        const [fresh] = this.pool.getNewBlocks(1) as [KVCacheBlock];
+        this.appendBlocks(forked, g, [fresh]);
+        copies.push({ src: (blocks[numFull] as KVCacheBlock).blockId, dst: fresh.blockId });
+      }
+    });
     this.requests.set(child.id, forked);
     child.numCachedTokens ??= parent.numCachedTokens;
-    return { copy };
+    return { copies };
   }
 
   /**
@@ -299,7 +415,7 @@ export class KVCacheManager {
     const kv = this.requests.get(req.id);
     if (kv === undefined) return;
     this.requests.delete(req.id);
-    this.pool.freeBlocks(kv.blocks);
+    for (const blocks of kv.groups) this.pool.freeBlocks(nonNull(blocks));
   }
 
   /**
@@ -317,22 +433,28 @@ export class KVCacheManager {
     if (kv === undefined) return;
     const keep = Math.ceil(numComputedTokens / this.blockSize);
     if (keep < kv.numCachedBlocks) throw new Error(`request ${req.id}: rollback into its cached blocks`);
-    if (kv.blocks.length > keep) {
-      this.pool.freeBlocks(kv.blocks.splice(keep));
-      kv.blockIds.length = keep;
-    }
+    kv.groups.forEach((blocks, g) => {
+      if (blocks.length <= keep) return;
+      this.pool.freeBlocks(nonNull(blocks.splice(keep)));
+      kv.blockIds[g]!.length = keep;
+    });
     if (kv.hashes !== null) this.cacheFullBlocks(kv, kv.hashes, numComputedTokens);
   }
 
-  /** The request's block table (a copy): physical block ids in token order. */
-  getBlockIds(req: Request): number[] {
+  /** The request's block table in group `group` (a copy): physical block ids in token order, SKIPPED_BLOCK_ID where none is held. */
+  getBlockIds(req: Request, group = 0): number[] {
     const kv = this.requests.get(req.id);
-    return kv === undefined ? [] : kv.blockIds.slice();
+    return kv === undefined ? [] : kv.blockIds[group]!.slice();
   }
 
-  /** The request's blocks in token order (live; do not modify). */
-  getBlocks(req: Request): readonly KVCacheBlock[] {
-    return this.requests.get(req.id)?.blocks ?? NO_BLOCKS;
+  /** The request's block tables, one per group (live; do not modify): what the kernels read. */
+  getBlockTables(req: Request): readonly (readonly number[])[] {
+    return this.requests.get(req.id)?.blockIds ?? this.groups.groups.map(() => []);
+  }
+
+  /** The request's blocks of group `group` in token order (live; do not modify); null where none is held. */
+  getBlocks(req: Request, group = 0): readonly (KVCacheBlock | null)[] {
+    return this.requests.get(req.id)?.groups[group] ?? [];
   }
 
   /** Ids of the free queue, head (next to reuse) to tail. */
@@ -379,18 +501,19 @@ export class KVCacheManager {
   }
 
   /**
-   * Puts blocks a second tier holds into the pool as cached blocks, so the next lookup for `req`
-   * finds them: walking the request's blocks from the first, those cached in memory are kept, and
-   * each missing one for which `kvOf(index)` has bytes gets a block popped from the free queue, its
-   * KV written by `write`, and is cached as if computed. Stops at the first block with neither, or
-   * when no free block is left. The adopted blocks and the memory hits before them go back to the
-   * free queue (still cached, most recently used), like a finished request's. Returns how many
-   * blocks were adopted.
+   * Puts blocks a second tier holds into the pool as cached blocks (of a model with one group), so
+   * the next lookup for `req` finds them: walking the request's blocks from the first, those cached
+   * in memory are kept, and each missing one for which `kvOf(index)` has bytes gets a block popped
+   * from the free queue, its KV written by `write`, and is cached as if computed. Stops at the first
+   * block with neither, or when no free block is left. The adopted blocks and the memory hits before
+   * them go back to the free queue (still cached, most recently used), like a finished request's.
+   * Returns how many blocks were adopted.
    *
    * The memory hits are held while blocks are popped, so an adoption never evicts the prefix it
    * extends; an evicted block is reported to the listener before `write` overwrites it.
    */
   adoptBlocks(req: Request, kvOf: (index: number) => Uint8Array | null, write: (blockId: number, kv: Uint8Array) => void): number {
+    if (this.groups.hybrid) throw new Error("a second tier stores blocks of a single KV cache group");
     const maxBlocks = this.maxLookupBlocks(req);
     const hashes = this.hashesOf(req);
     const tokens = req.allTokenIds;
@@ -424,9 +547,10 @@ export class KVCacheManager {
   }
 
   /** How many of `hits` came from a second tier and were not counted yet; clears their marks. */
-  private takeTierHits(hits: readonly KVCacheBlock[]): number {
+  private takeTierHits(hits: readonly (KVCacheBlock | null)[]): number {
     let n = 0;
     for (const block of hits) {
+      if (block === null) continue;
       if (block.loadedFromTier) n++;
       block.loadedFromTier = false;
     }
@@ -442,50 +566,76 @@ export class KVCacheManager {
     return hashes;
   }
 
-  private appendBlocks(kv: RequestKV, blocks: readonly KVCacheBlock[]): void {
+  private appendBlocks(kv: RequestKV, group: number, blocks: readonly (KVCacheBlock | null)[]): void {
     for (const block of blocks) {
-      kv.blocks.push(block);
-      kv.blockIds.push(block.blockId);
+      kv.groups[group]!.push(block);
+      kv.blockIds[group]!.push(block === null ? SKIPPED_BLOCK_ID : block.blockId);
     }
   }
 
-  /** Hashes and caches the request's blocks numCachedBlocks … ⌊numTokens / blockSize⌋ - 1. */
+  /** Hashes and caches the request's blocks numCachedBlocks … ⌊numTokens / blockSize⌋ - 1, in every group. */
   private cacheFullBlocks(kv: RequestKV, hashes: RequestBlockHashes, numTokens: number): void {
     const numFull = Math.floor(numTokens / this.blockSize);
     const tokens = kv.request.allTokenIds;
     for (let i = kv.numCachedBlocks; i < numFull; i++) {
-      // Blocks before i are cached and in use, so cannot have been evicted: the parent has a contentId.
-      const parentContentId = i === 0 ? null : (kv.blocks[i - 1] as KVCacheBlock).contentId;
+      // Block i - 1 is cached or a hit: its content is known even where a window no longer holds it.
+      const parentContentId = i === 0 ? null : kv.contentIds[i - 1]!;
       const hash: BlockHash = hashes.hashAt(i);
-      const block = kv.blocks[i] as KVCacheBlock;
-      this.pool.cacheBlock(block, hash, parentContentId, tokens, i * this.blockSize, hashes.extraKeysOf(i));
-      this.listener?.blockCached(block, this.blockKey(kv.request, i));
+      kv.groups.forEach((blocks, g) => {
+        // Never null: a block that fills now is at or after the window of every query of the step.
+        const block = blocks[i] as KVCacheBlock;
+        this.pool.cacheBlock(block, hash, parentContentId, tokens, i * this.blockSize, hashes.extraKeysOf(i), g);
+        kv.contentIds[i] = block.contentId!;
+        this.listener?.blockCached(block, this.blockKey(kv.request, i));
+      });
     }
     kv.numCachedBlocks = Math.max(kv.numCachedBlocks, numFull);
   }
 
   /** Rejects computed blocks that are not this request's current cache hits (stale, or for another request). */
-  private checkComputedBlocks(req: Request, numHeld: number, blocks: readonly KVCacheBlock[]): void {
+  private checkComputedBlocks(req: Request, numHeld: number, hits: readonly GroupBlocks[]): void {
     if (!this.enableCaching) throw new Error("newComputedBlocks given while prefix caching is off");
     if (numHeld > 0 || req.numComputedTokens !== 0) {
       throw new Error(`request ${req.id}: newComputedBlocks are only accepted when the request is admitted`);
     }
-    if (blocks.length * this.blockSize >= req.numTokens) {
+    if (hits[0]!.length * this.blockSize >= req.numTokens) {
       throw new RangeError(`request ${req.id}: computed blocks must leave its last token to compute`);
     }
     const hashes = this.hashesOf(req);
-    let parentContentId: number | null = null;
-    for (let i = 0; i < blocks.length; i++) {
-      const block = blocks[i] as KVCacheBlock;
-      const cached = this.pool.isCachedAs(block, hashes.hashAt(i), parentContentId, req.allTokenIds, i * this.blockSize, hashes.extraKeysOf(i));
-      if (!cached) {
-        throw new Error(
-          `request ${req.id}: computed block ${block.blockId} no longer holds its tokens ${i * this.blockSize}…; call getComputedBlocks right before allocateSlots`,
-        );
-      }
-      parentContentId = block.contentId;
-    }
+    hits.forEach((blocks, g) => {
+      blocks.forEach((block, i) => {
+        if (block === null) return;
+        // The parent is checked against the hit's block before it in any group (a window's run may
+        // start after null entries; a model without full attention has none there to check).
+        const parent = i === 0 ? null : hits.map((h) => h[i - 1] ?? null).find((b) => b !== null) ?? null;
+        const parentContentId = i === 0 ? null : parent === null ? block.parentContentId : parent.contentId;
+        const cached = this.pool.isCachedAs(block, hashes.hashAt(i), parentContentId, req.allTokenIds, i * this.blockSize, hashes.extraKeysOf(i), g);
+        if (!cached) {
+          throw new Error(
+            `request ${req.id}: computed block ${block.blockId} no longer holds its tokens ${i * this.blockSize}…; call getComputedBlocks right before allocateSlots`,
+          );
+        }
+      });
+    });
   }
+}
+
+/** A manager per kind of group: full attention, and one per window. */
+function managersOf(groups: KVCacheGroups, blockSize: number): SingleTypeKVCacheManager[] {
+  const full: number[] = [];
+  const windows = new Map<number, number[]>();
+  groups.groups.forEach((g, i) => {
+    if (g.attention.kind === "full") full.push(i);
+    else windows.set(g.attention.window, [...(windows.get(g.attention.window) ?? []), i]);
+  });
+  return [
+    ...(full.length > 0 ? [new FullAttentionManager(full)] : []),
+    ...[...windows].map(([window, ids]) => new SlidingWindowManager(ids, window, blockSize)),
+  ];
+}
+
+function nonNull(blocks: readonly (KVCacheBlock | null)[]): KVCacheBlock[] {
+  return blocks.filter((b): b is KVCacheBlock => b !== null);
 }
 
 function checkCount(name: string, value: number): void {
