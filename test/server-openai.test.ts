@@ -80,7 +80,8 @@ describeShared("serve: chat completions (openai client)", [CHAT_MODEL], ([model]
     expect(twoSystems.usage!.prompt_tokens).toBe(usual.usage!.prompt_tokens + extra);
     expect(twoUsers.usage!.prompt_tokens).toBeGreaterThan(usual.usage!.prompt_tokens);
     try {
-      await ask([{ role: "user", content: "Hi." }, { role: "assistant", content: "Hello" }]);
+      // The last message is the user's, or an assistant's reply to continue (test/chat-prefill.test.ts): not a system message.
+      await ask([{ role: "user", content: "Hi." }, { role: "system", content: "Hello" }]);
       throw new Error("expected a 400");
     } catch (e) {
       expect(e).toBeInstanceOf(BadRequestError);

@@ -160,6 +160,11 @@ export class ChatHistory implements Conversation {
     return [...this.idList, ...this.turnIds(user)];
   }
 
+  /** The prompt for a new message with its reply begun: `partial`'s ids follow the turn's as a reply's would. */
+  prefillIds(user: string, partial: string): number[] {
+    return [...this.promptIds(user), ...(partial === "" ? [] : this.tok.encode(partial, { continuation: true }))];
+  }
+
   /** Add a message and the ids of its reply (as generated; a closing EOS is added here). */
   commit(user: string, replyIds: readonly number[], replyText = ""): void {
     this.idList = [...this.idList, ...this.turnIds(user), ...replyIds, ...replyEndIds(this.template, this.tok)];

@@ -30,6 +30,11 @@ export interface Conversation {
   readonly ids: readonly number[];
   /** The prompt for a new message: the conversation so far, then the message's turn. */
   promptIds(user: string): number[];
+  /**
+   * The prompt for a new message whose reply begins with `partial` (prefill): promptIds(user)'s
+   * prompt continued to the end of `partial`, with no end-of-turn, so the reply goes on from it.
+   */
+  prefillIds(user: string, partial: string): number[];
   /** The prompt of `user` as the conversation's only turn (to tell whether it can fit at all). */
   aloneIds(user: string): number[];
   /** Add a message and its reply (the ids as generated, and their text). */

@@ -10,7 +10,7 @@ import { ChatHistory, CHAT_TEMPLATES, type ChatTemplateName } from "./builtin-fo
 import { loadConversation, type Conversation } from "./conversation.ts";
 import { JinjaConversation } from "./jinja-conversation.ts";
 import { ChatTemplate, ChatTemplateError, type ChatMessage } from "./jinja-template.ts";
-import { contentSpans, encodeRendered } from "./render-tokens.ts";
+import { contentSpans, continuedRendering, encodeRendered, type ContentSpan } from "./render-tokens.ts";
 
 /** ChatML, as Qwen and SmolLM write it (without a default system prompt). */
 const CHATML =
@@ -63,13 +63,16 @@ export function newConversation(format: ChatFormat, tok: Tokenizer, opts: { addB
 
 /**
  * The prompt ids of a whole message list (a request's "messages", a saved conversation); the
- * prompt ends where the assistant's reply to the last message, a user's, starts. A conversation of
- * the usual shape (an optional system message, then user and assistant messages in turn) is built
- * as `pagellm chat` builds it, so each turn's prompt is an exact token prefix of the next and the
- * prefix cache serves the history. Other shapes (several system messages, two user messages in a
- * row), which OpenAI clients send too, are rendered whole by the model's Jinja template, as vLLM
- * and llama.cpp render them; a built-in format has no rules for them. So are messages rendered
- * with `kwargs` (more template variables for this request: vLLM's chat_template_kwargs).
+ * prompt ends where the assistant's reply to the last message, a user's, starts. When the last
+ * message is the assistant's, its reply is continued (prefill, as OpenAI and llama-server do):
+ * the prompt is the conversation rendered up to and including that message's text, with no
+ * end-of-turn and no new generation prompt. A conversation of the usual shape (an optional system
+ * message, then user and assistant messages in turn) is built as `pagellm chat` builds it, so each
+ * turn's prompt is an exact token prefix of the next and the prefix cache serves the history.
+ * Other shapes (several system messages, two user messages in a row), which OpenAI clients send
+ * too, are rendered whole by the model's Jinja template, as vLLM and llama.cpp render them; a
+ * built-in format has no rules for them. So are messages rendered with `kwargs` (more template
+ * variables for this request: vLLM's chat_template_kwargs).
  * Throws RequestFieldError naming the message or field at fault.
  */
 export function messagesPromptIds(
@@ -77,19 +80,27 @@ export function messagesPromptIds(
 ): number[] {
   const last = messages.at(-1);
   if (last === undefined) throw new RequestFieldError("messages", "must not be empty");
-  if (last.role !== "user") throw new RequestFieldError(`messages[${messages.length - 1}].role`, "must be user: the last message must be the user's");
+  const prefill = last.role === "assistant";
+  if (last.role !== "user" && !prefill) {
+    throw new RequestFieldError(`messages[${messages.length - 1}].role`, "must be user or assistant: the last message is the user's, or an assistant's reply to continue");
+  }
   if (kwargs !== null && format.kind !== "jinja") {
     throw new RequestFieldError("chatTemplateKwargs", "needs a Jinja chat template; this format is built in");
   }
   try {
     if ((isTurnTaking(messages) && kwargs === null) || format.kind !== "jinja") {
       const conversation = newConversation(format, tok, { addBos });
-      loadConversation(conversation, tok, messages.slice(0, -1), '"messages"');
-      return conversation.promptIds(last.content);
+      // The user message the reply answers: the last, or the one before the begun reply.
+      const userAt = prefill ? messages.length - 2 : messages.length - 1;
+      const user = messages[userAt];
+      if (user?.role !== "user") throw new InputError("a conversation is an optional system message, then user and assistant messages in turn");
+      loadConversation(conversation, tok, messages.slice(0, userAt), '"messages"');
+      return prefill ? conversation.prefillIds(user.content, last.content) : conversation.promptIds(user.content);
     }
     const template = format.template;
-    const text = template.render(messages, true, kwargs ?? {});
-    const ids = encodeRendered(tok, text, contentSpans(template, tok, text, messages, true, kwargs ?? {}));
+    const extra = kwargs ?? {};
+    const rendered = prefill ? continuedRendering(template, messages, extra) : wholeRendering(template, tok, messages, extra);
+    const ids = encodeRendered(tok, rendered.text, rendered.spans);
     const bos = tok.bosId;
     if (addBos && bos !== null && ids[0] !== bos) ids.unshift(bos);
     if (ids.length === 0) throw new RequestFieldError("messages", "render to an empty prompt");
@@ -98,6 +109,12 @@ export function messagesPromptIds(
     if (e instanceof RequestFieldError || !(e instanceof InputError || e instanceof ChatTemplateError)) throw e;
     throw new RequestFieldError("messages", `cannot be rendered: ${e.message}`);
   }
+}
+
+/** The rendering of `messages` with the generation prompt, and its content spans. */
+function wholeRendering(template: ChatTemplate, tok: Tokenizer, messages: readonly ChatMessage[], extra: Record<string, unknown>): { text: string; spans: ContentSpan[] } {
+  const text = template.render(messages, true, extra);
+  return { text, spans: contentSpans(template, tok, text, messages, true, extra) };
 }
 
 /** An optional system message, then user and assistant messages in turn. */

@@ -15,7 +15,7 @@
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import type { ChatTurn, Conversation } from "./conversation.ts";
 import type { ChatMessage, ChatTemplate } from "./jinja-template.ts";
-import { contentSpans, encodeRendered } from "./render-tokens.ts";
+import { contentSpans, continuedRendering, encodeRendered, type ContentSpan } from "./render-tokens.ts";
 
 export interface JinjaConversationOptions {
   addBos: boolean;
@@ -73,7 +73,11 @@ export class JinjaConversation implements Conversation {
 
   /** Ids of a whole rendering, BOS first when the model wants it and the template did not write it. */
   private encodeAll(text: string, messages: readonly ChatMessage[], addGenerationPrompt: boolean): number[] {
-    const ids = encodeRendered(this.tok, text, contentSpans(this.template, this.tok, text, messages, addGenerationPrompt));
+    return this.encodeWithBos(text, contentSpans(this.template, this.tok, text, messages, addGenerationPrompt));
+  }
+
+  private encodeWithBos(text: string, spans: readonly ContentSpan[]): number[] {
+    const ids = encodeRendered(this.tok, text, spans);
     const bos = this.tok.bosId;
     if (this.opts.addBos && bos !== null && ids[0] !== bos) ids.unshift(bos);
     return ids;
@@ -97,6 +101,21 @@ export class JinjaConversation implements Conversation {
     }
     this.pending = { text, ids };
     return ids;
+  }
+
+  /**
+   * The rendering of the conversation with `user` and the assistant's begun reply `partial`, cut
+   * after `partial` (render-tokens.ts: continuedRendering). When it extends the prompt of `user`
+   * (the template opens the reply as its generation prompt does), that prompt's ids are kept and
+   * only the rest is tokenized, so the prefix cache serves the conversation so far.
+   */
+  prefillIds(user: string, partial: string): number[] {
+    const prompt = this.promptIds(user);
+    const messages = this.withSystem([...this.messages, { role: "user", content: user }, { role: "assistant", content: partial }]);
+    const { text, spans } = continuedRendering(this.template, messages);
+    const promptText = this.pending!.text;
+    if (text.startsWith(promptText)) return [...prompt, ...encodeRendered(this.tok, text, spans, promptText.length)];
+    return this.encodeWithBos(text, spans);
   }
 
   aloneIds(user: string): number[] {

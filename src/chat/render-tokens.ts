@@ -46,27 +46,39 @@ function renderedForms(content: string): string[] {
   return [...new Set(forms)];
 }
 
+/** Where one message's content lies in a rendering (an empty stretch where the form rendered is empty). */
+interface LocatedContent {
+  message: number;
+  start: number;
+  end: number;
+}
+
 /**
  * The content spans of `text` (the rendering of `messages`), or null when the marker rendering
  * `marked` does not line up with it.
  */
 export function locateContents(text: string, marked: string, messages: readonly ChatMessage[]): ContentSpan[] | null {
+  return locate(text, marked, messages)?.filter((c) => c.end > c.start).map(({ start, end }) => ({ start, end })) ?? null;
+}
+
+function locate(text: string, marked: string, messages: readonly ChatMessage[]): LocatedContent[] | null {
   const parts = marked.split(MARKER); // literal, index, literal, index, ..., literal
   if (!text.startsWith(parts[0]!)) return null;
   let at = parts[0]!.length;
-  const spans: ContentSpan[] = [];
+  const located: LocatedContent[] = [];
   for (let p = 1; p < parts.length; p += 2) {
-    const content = messages[Number(parts[p])]?.content;
+    const message = Number(parts[p]);
+    const content = messages[message]?.content;
     if (content === undefined) return null;
     const after = parts[p + 1]!;
     const last = p + 2 >= parts.length;
     const form = renderedForms(content).find((f) =>
       last ? text.length === at + f.length + after.length && text.endsWith(after) && text.startsWith(f, at) : text.startsWith(f + after, at));
     if (form === undefined) return null;
-    if (form !== "") spans.push({ start: at, end: at + form.length });
+    located.push({ message, start: at, end: at + form.length });
     at += form.length + after.length;
   }
-  return at === text.length ? spans : null;
+  return at === text.length ? located : null;
 }
 
 /** Messages whose contents are markers, for the structure rendering. */
@@ -110,6 +122,28 @@ export function contentSpans(
     throw new ChatTemplateError(template.source, `cannot tell message ${risky + 1}'s text from the template's own, and it holds control-token text`);
   }
   return [];
+}
+
+/**
+ * The rendering of `messages` whose last message, an assistant's reply the client began, is to be
+ * continued (prefill; transformers' continue_final_message): the whole conversation rendered
+ * without a generation prompt and cut right after that message's content, so the prompt ends
+ * inside the reply (no end-of-turn). Returns the text kept and its content spans. Throws
+ * ChatTemplateError when the template does not render the message's content where it can be
+ * found (it branches on what the content says, or drops it).
+ */
+export function continuedRendering(
+  template: ChatTemplate, messages: readonly ChatMessage[], extra: Record<string, unknown> = {},
+): { text: string; spans: ContentSpan[] } {
+  const text = template.render(messages, false, extra);
+  const unsafe = messages.some((m) => m.content.includes(MARK_OPEN) || m.content.includes(MARK_CLOSE));
+  const located = unsafe ? null : locate(text, markedRendering(template, messages, false, extra), messages);
+  const final = located?.findLast((c) => c.message === messages.length - 1);
+  if (located === null || located === undefined || final === undefined) {
+    throw new ChatTemplateError(template.source, "the last message's content cannot be found in the rendering, so the reply cannot continue it");
+  }
+  const spans = located.filter((c) => c.end > c.start && c.end <= final.end).map(({ start, end }) => ({ start, end }));
+  return { text: text.slice(0, final.end), spans };
 }
 
 /** A control token the template wrote: its id and where its text lies. */
