@@ -1,0 +1,56 @@
+/**
+ * What a tool call looks like in each format, written so that a grammar can be built from it: the
+ * hook by which the structured-output engine (src/grammar/, issue 28) will constrain a call's
+ * arguments to its function's JSON Schema. It follows xgrammar's structural tags and llama.cpp's
+ * lazy grammars:
+ *
+ *   block := prefix call (separator call)* suffix        (one call only when parallel is off)
+ *   call  := begin(name) ARGUMENTS(schema of name) end(name)
+ *
+ * - tool_choice "required" or a named function: the reply (after its reasoning) is one block,
+ *   `mode: "forced"`: the grammar applies from the reply's first token.
+ * - tool_choice "auto": `mode: "lazy"`: the reply is free text until one of `triggers` appears
+ *   (xgrammar's structural-tag triggers, llama.cpp's grammar trigger words); from the trigger on,
+ *   the grammar of a block applies, its text starting with that trigger.
+ *
+ * ARGUMENTS is the JSON object the schema describes (`argumentsAs: "json"`), except in
+ * Qwen3-Coder's XML format (`"xml-parameters"`: one `<parameter=NAME>\nVALUE\n</parameter>` per
+ * property, each value by its property's schema). Nothing here compiles a grammar: the format
+ * modules say what their parser reads back (tests/tool-formats.test.ts checks that every syntax
+ * renders text its own parser reads as the same call).
+ */
+import type { JsonValue, ToolDefinition } from "./tool-types.ts";
+
+export interface CallSyntaxItem {
+  /** The function. */
+  name: string;
+  /** Text before the arguments. */
+  begin: string;
+  /** The arguments' JSON Schema ({"type": "object"} where the tool gives none). */
+  schema: { readonly [key: string]: JsonValue };
+  /** Text after the arguments. */
+  end: string;
+}
+
+export interface CallSyntax {
+  /** "forced": the reply is a block of calls; "lazy": free text until a trigger opens a block. */
+  mode: "forced" | "lazy";
+  /** Texts that open a block in lazy mode (a block's text starts with the trigger it matched). */
+  triggers: readonly string[];
+  /** Text that opens a block before its first call (Mistral's `[TOOL_CALLS][`). */
+  prefix: string;
+  calls: readonly CallSyntaxItem[];
+  /** Text between two calls of a block. */
+  separator: string;
+  /** Text that closes a block (Mistral's `]`). */
+  suffix: string;
+  /** Whether a block may hold more than one call (parallel_tool_calls). */
+  parallel: boolean;
+  /** How the arguments are written. */
+  argumentsAs: "json" | "xml-parameters";
+}
+
+/** A function's arguments schema: its own, or any object. */
+export function argumentsSchema(tool: ToolDefinition): { readonly [key: string]: JsonValue } {
+  return tool.function.parameters ?? { type: "object" };
+}
