@@ -22,6 +22,7 @@ export {
 export {
   matmulQ2_K, matmulQ3_K, matmulQ4_K, matmulQ5_K, matmulQ6_K, unpackedRowBytes, embedQ2_K, embedQ3_K, embedQ4_K, embedQ5_K, embedQ6_K,
 } from "./ggml/kquants";
+export { matmulSegments } from "./ggml/segments";
 
 /** First free byte after the module's static data: the host allocates from here up. */
 export function heapBase(): usize {

@@ -140,6 +140,44 @@ describe("the same bits at any thread count", () => {
   }
 });
 
+describe("several products in one call (matmulSegments: a mixture of experts' chosen experts)", () => {
+  // Every quantized type: segments of odd row counts over row ranges of one input, T of 1 to 5 each,
+  // give each product's bits alone, on one thread and split over two.
+  for (const type of TYPES.filter((t) => t !== "F16" && t !== "BF16")) {
+    test(`${type}: the same bits as each product alone, at 1 and 2 threads`, () => {
+      const rng = new Xoshiro128(300 + GGML_TYPE[type]);
+      for (const b of [backend, pool]) {
+        const mark = b.mem.mark();
+        for (let iter = 0; iter < 6; iter++) {
+          const cols = type.endsWith("_K") ? 256 * (1 + Math.floor(rng.nextFloat() * 2)) : 32 * (1 + Math.floor(rng.nextFloat() * 6));
+          const count = 1 + Math.floor(rng.nextFloat() * 4);
+          const Ts = Array.from({ length: count }, () => 1 + Math.floor(rng.nextFloat() * 5));
+          const rowsOf = Array.from({ length: count }, () => 1 + 2 * Math.floor(rng.nextFloat() * 40));
+          const xRows = Ts.reduce((a, t) => a + t, 0);
+          if (xRows > MAX_T) continue;
+          const xAddr = b.mem.alloc(4 * xRows * cols);
+          b.mem.f32.set(randomArray(rng, xRows * cols, 2), xAddr >> 2);
+          let row = 0;
+          const segs = Ts.map((T, i) => {
+            const m = place(b, type, randomArray(rng, rowsOf[i]! * cols, 0.5), rowsOf[i]!, cols);
+            const s = { out: b.mem.alloc(4 * T * m.rows), m, row, T };
+            row += T;
+            return s;
+          });
+          const table = b.mem.alloc(4 * 9 * count);
+          b.matmulSegments(table, segs, xAddr, xRows);
+          for (const s of segs) {
+            const alone = b.mem.alloc(4 * s.T * s.m.rows);
+            b.matmul(alone, xAddr + 4 * s.row * cols, s.m, s.T);
+            expect(b.mem.f32.slice(s.out >> 2, (s.out >> 2) + s.T * s.m.rows)).toEqual(b.mem.f32.slice(alone >> 2, (alone >> 2) + s.T * s.m.rows));
+          }
+        }
+        b.mem.release(mark);
+      }
+    });
+  }
+});
+
 describe("embedding rows", () => {
   for (const type of TYPES) {
     test(`${type}: rows equal the reference dequantizer's values`, () => {

@@ -5,7 +5,7 @@
  * attention items, every output element computed by exactly one thread in a fixed order, so the
  * results are the same bits at any thread count. Small kernels run on the caller alone.
  */
-import { attentionScale, attentionScratchBytes, MAX_BLOCK_SIZE, MULTI_SEGMENT_INTS, SEQ_INFO_INTS, type AttentionScores, type Kernels } from "./kernels.ts";
+import { attentionScale, attentionScratchBytes, GGML_SEGMENT_INTS, MAX_BLOCK_SIZE, MULTI_SEGMENT_INTS, SEQ_INFO_INTS, type AttentionScores, type Kernels } from "./kernels.ts";
 import { ThreadPool, type ParallelCall } from "./thread-pool.ts";
 import { instantiateKernels, kernelModule, LinearMemory } from "./wasm.ts";
 import type { Numerics } from "../model/config.ts";
@@ -42,6 +42,14 @@ const MIN_PARALLEL_ATTENTION = 1 << 13;
  */
 export type NormSite = "layer" | "final";
 
+/** One product of matmulSegments: out[t] = m · x[row + t] for t < T (out [T][m.rows]). */
+export interface ProductSegment {
+  out: number;
+  m: WeightMatrix;
+  row: number;
+  T: number;
+}
+
 /** Products that share one input, prepared once (see matmulShared). */
 export interface SharedInputProducts {
   parts: readonly { out: number; m: WeightMatrix }[];
@@ -72,6 +80,8 @@ export interface ScratchShape {
   headDim: number;
   runqContext: number;
   roundedActivations: boolean;
+  /** Rows of activations one product quantizes: maxTokens, or maxTokens x the experts a token uses (absent: maxTokens). */
+  activationRows?: number;
 }
 
 /** Alignment of every allocation (LinearMemory.alloc's default): each may waste up to this much. */
@@ -82,7 +92,7 @@ function scratchSizes(kernels: Kernels, s: ScratchShape): { activations: number;
   const int8Bytes = kernels.actBytesPerToken(Math.ceil(s.maxWidth / 32) * 32);
   const unpacked = kernels.unpackedRowBytes(Math.ceil(s.maxWidth / 256) * 256);
   return {
-    activations: s.maxTokens * Math.max(int8Bytes, s.roundedActivations ? 4 * s.maxWidth : 0),
+    activations: (s.activationRows ?? s.maxTokens) * Math.max(int8Bytes, s.roundedActivations ? 4 * s.maxWidth : 0),
     superBlockPerThread: SUPER_BLOCK_SLOT_BYTES + Math.ceil(unpacked / 64) * 64,
     attentionPerThread: attentionScratchBytes(s.maxTokens * s.group, s.headDim),
   };
@@ -153,11 +163,14 @@ export class CpuBackend {
    * f32 ones rounded to a 16-bit float, when `roundedActivations`: a model with F16 or BF16
    * matrices), and attention state for maxTokens queries times `group` query heads per kv head
    * (with a tile of `headDim`-wide K/V rows widened from an f16 or q8_0 cache).
-   * Models with "runq" numerics also need `runqContext` (their seqLen) scores per thread.
+   * Models with "runq" numerics also need `runqContext` (their seqLen) scores per thread; a
+   * mixture of experts quantizes `activationRows` rows at once (every slot of a step).
    */
-  reserveScratch(maxTokens: number, maxWidth: number, group: number, headDim: number, runqContext = 0, roundedActivations = false): void {
-    const sizes = scratchSizes(this.kernels, { maxTokens, maxWidth, group, headDim, runqContext, roundedActivations });
-    this.actTokens = maxTokens;
+  reserveScratch(
+    maxTokens: number, maxWidth: number, group: number, headDim: number, runqContext = 0, roundedActivations = false, activationRows = maxTokens,
+  ): void {
+    const sizes = scratchSizes(this.kernels, { maxTokens, maxWidth, group, headDim, runqContext, roundedActivations, activationRows });
+    this.actTokens = activationRows;
     this.actWidth = maxWidth;
     this.actRounded = roundedActivations;
     this.actScratch = this.mem.alloc(sizes.activations);
@@ -237,7 +250,7 @@ export class CpuBackend {
    * quantized once per activation format (the scratch holds the latest one); other parts each
    * quantize it, the same every time.
    */
-  matmulSameInput(parts: readonly { out: number; m: WeightMatrix }[], x: number, T: number): void {
+  private matmulSameInput(parts: readonly { out: number; m: WeightMatrix }[], x: number, T: number): void {
     let prepared: ActivationFormat | null = null;
     for (const p of parts) {
       if (p.m.kind === "ggml") {
@@ -248,6 +261,45 @@ export class CpuBackend {
         this.matmul(p.out, x, p.m, T);
       }
     }
+  }
+
+  /**
+   * Products of several matrices over row ranges of one input x[rows][cols] (a mixture of experts'
+   * chosen experts, each over its slots): segment i is out_i[t] = m_i · x[row_i + t] for T_i rows.
+   * Where every matrix is a block type read through one activation format, x is quantized once and
+   * one dispatch computes every segment (assembly/ggml/segments.ts; `table` holds GGML_SEGMENT_INTS
+   * i32 per segment); otherwise one product per segment. The same bits either way, and as each
+   * product alone.
+   */
+  matmulSegments(table: number, segments: readonly ProductSegment[], x: number, rows: number): void {
+    if (segments.length === 0) return;
+    const cols = segments[0]!.m.cols;
+    const formats = new Set(segments.map((s) => (s.m.kind === "ggml" ? ggmlKernels(s.m.type).activations : "none")));
+    const format = formats.size === 1 ? [...formats][0]! : "none";
+    if (format !== "q8x32" && format !== "q8x256") {
+      for (const s of segments) this.matmul(s.out, x + 4 * s.row * cols, s.m, s.T);
+      return;
+    }
+    if (rows > this.actTokens || cols > this.actWidth) throw new Error(`activation scratch too small for ${rows} x ${cols}`);
+    const block = activationBlock(format);
+    const act = this.activationBlocks(rows, cols, block);
+    this.kernels.quantizeActQ8(act.xq, act.xd, act.xs, x, rows, cols, block);
+    const i32 = this.mem.i32;
+    let total = 0;
+    let macs = 0;
+    segments.forEach((s, i) => {
+      const m = s.m as GGMLMatrix;
+      // A segment's first token's blocks: quantizeActQ8's layout (xs: 16-value sums for 256-value blocks, block sums for 32).
+      const xq = act.xq + s.row * cols;
+      const xd = act.xd + 4 * s.row * (cols / block);
+      const xs = act.xs + 4 * s.row * (cols / (block === 32 ? 32 : 16));
+      i32.set([m.type, m.addr, m.rows, s.T, xq, xd, xs, s.out, total], (table >>> 2) + i * GGML_SEGMENT_INTS);
+      total += m.rows;
+      macs += s.T * m.rows * cols;
+    });
+    const args = [table, segments.length, cols, this.superBlockScratch, 0, total];
+    const call: ParallelCall = { kernel: "matmulSegments", args, total, granularity: 1, minChunk: GGML_MIN_CHUNK_ROWS, scratch: { arg: 3, stride: this.superBlockScratchBytes } };
+    this.dispatch(call, macs >= MIN_PARALLEL_MACS);
   }
 
   /** out[t] = row tokens[t] of the embedding table. */

@@ -128,6 +128,11 @@ export interface Kernels {
   embedQ4_K: BlockEmbed;
   embedQ5_K: BlockEmbed;
   embedQ6_K: BlockEmbed;
+  /**
+   * Rows [rowStart, rowEnd) of the row space of `count` products laid end to end (a table of
+   * SEGMENT_INTS i32 each: type, w, rows, T, xq, xd, xs, out, first row; assembly/ggml/segments.ts).
+   */
+  matmulSegments(table: number, count: number, cols: number, scratch: number, rowStart: number, rowEnd: number): void;
   /** Q5_0 blocks at src rewritten as Q8_0 blocks of the same values at dst. */
   transcodeQ5_0ToQ8_0(dst: number, src: number, blocks: number): void;
 }
@@ -158,6 +163,8 @@ export type KernelName = keyof Kernels;
 export const SEQ_INFO_INTS = 4;
 /** i32 fields per segment of matmulF32Multi's table: weight, out, rows, out stride, first row. */
 export const MULTI_SEGMENT_INTS = 5;
+/** i32 per product of matmulSegments' table (assembly/ggml/segments.ts): type, w, rows, T, xq, xd, xs, out, first row. */
+export const GGML_SEGMENT_INTS = 9;
 
 /** Largest KV block size accepted (a sanity bound: attention's numerics do not depend on it). */
 export const MAX_BLOCK_SIZE = 256;

@@ -10,12 +10,15 @@
  * A step's tokens are grouped by expert: every (token, rank) pair is a slot, slots are ordered by
  * expert, each token's input is gathered into its slots' rows, and each expert that some token
  * chose runs its three products once over its slots: its matrices are read once per step, and a
- * decode step reads only the chosen experts. Each slot's rows are computed by the same kernels
+ * decode step reads only the chosen experts. Every chosen expert's gate and up products are one
+ * dispatch, and their down products another (CpuBackend.matmulSegments: the slots' inputs
+ * quantized once, the threads splitting all the experts' rows), not one per matrix. Each slot's rows are computed by the same kernels
  * whatever else shares the product (the products are batch-invariant), and weightedRowSum adds a
  * token's experts in rank order, so a token's output is the same bits alone, in any batch or
  * chunk, at any thread count.
  */
-import type { CpuBackend } from "../backend/cpu.ts";
+import type { CpuBackend, ProductSegment } from "../backend/cpu.ts";
+import { GGML_SEGMENT_INTS } from "../backend/kernels.ts";
 import type { ExpertsConfig, ModelConfig } from "./config.ts";
 import { expertMatrix, type ExpertWeights } from "./weights.ts";
 
@@ -74,6 +77,7 @@ interface ExpertBuffers {
   slotToken: number; // i32 [T*used]: the token of each slot
   tokenSlots: number; // i32 [T][used]: the slot of each token's rank-r expert
   weights: number; // f32 [T][used]
+  segments: number; // i32 [2 x count][GGML_SEGMENT_INTS]: matmulSegments' table
 }
 
 export class ExpertFeedForward {
@@ -97,6 +101,7 @@ export class ExpertFeedForward {
     this.buf = {
       logits: f32s(maxTokens * e.count), gathered: f32s(slots * config.dim), gate: f32s(slots * e.hiddenDim), up: f32s(slots * e.hiddenDim),
       down: f32s(slots * config.dim), slotToken: f32s(slots), tokenSlots: f32s(slots), weights: f32s(slots),
+      segments: f32s(2 * e.count * GGML_SEGMENT_INTS),
     };
     this.routing = { experts: new Int32Array(slots), weights: new Float32Array(slots) };
     this.counts = new Int32Array(e.count);
@@ -108,7 +113,7 @@ export class ExpertFeedForward {
     const e = c.experts;
     if (e === undefined) return 0;
     const slots = maxTokens * e.used;
-    return 4 * (maxTokens * e.count + slots * (2 * c.dim + 2 * e.hiddenDim + 3)) + 8 * 64;
+    return 4 * (maxTokens * e.count + slots * (2 * c.dim + 2 * e.hiddenDim + 3) + 2 * e.count * GGML_SEGMENT_INTS) + 9 * 64;
   }
 
   /** out[t] = the mixture of x[t]'s experts (x, out: [T][dim]). */
@@ -126,33 +131,44 @@ export class ExpertFeedForward {
     route(logits, bias, T, e, this.routing);
     this.groupSlots(T);
 
-    // ---- each chosen expert once, over its slots: gate, up, (biases), activation, down
-    ops.gatherRows(buf.gathered, x, buf.slotToken, T * e.used, dim);
-    for (let ex = 0; ex < e.count; ex++) {
-      const n = this.counts[ex]!;
-      if (n === 0) continue;
-      const s = this.starts[ex]!;
-      const gate = buf.gate + 4 * s * width;
-      const up = buf.up + 4 * s * width;
-      ops.matmulSameInput([{ out: gate, m: expertMatrix(w.gate, ex) }, { out: up, m: expertMatrix(w.up, ex) }], buf.gathered + 4 * s * dim, n);
-      if (w.biases !== null) {
-        ops.addRows(gate, w.biases.gate + 4 * ex * width, n, width);
-        ops.addRows(up, w.biases.up + 4 * ex * width, n, width);
-      }
+    // ---- each chosen expert once, over its slots: gate and up, (biases), activation, down
+    const slots = T * e.used;
+    ops.gatherRows(buf.gathered, x, buf.slotToken, slots, dim);
+    ops.matmulSegments(buf.segments, this.segments((ex, s, n) => [
+      { out: buf.gate + 4 * s * width, m: expertMatrix(w.gate, ex), row: s, T: n },
+      { out: buf.up + 4 * s * width, m: expertMatrix(w.up, ex), row: s, T: n },
+    ]), buf.gathered, slots);
+    if (w.biases !== null) {
+      const b = w.biases;
+      this.forChosen((ex, s, n) => {
+        ops.addRows(buf.gate + 4 * s * width, b.gate + 4 * ex * width, n, width);
+        ops.addRows(buf.up + 4 * s * width, b.up + 4 * ex * width, n, width);
+      });
     }
-    if (e.activation === "swiglu-oai") ops.swigluOai(buf.gate, buf.up, T * e.used, width);
-    else ops.swiglu(buf.gate, buf.up, T * e.used, width);
-    for (let ex = 0; ex < e.count; ex++) {
-      const n = this.counts[ex]!;
-      if (n === 0) continue;
-      const s = this.starts[ex]!;
-      const down = buf.down + 4 * s * dim;
-      ops.matmul(down, buf.gate + 4 * s * width, expertMatrix(w.down, ex), n);
-      if (w.biases !== null) ops.addRows(down, w.biases.down + 4 * ex * dim, n, dim);
+    if (e.activation === "swiglu-oai") ops.swigluOai(buf.gate, buf.up, slots, width);
+    else ops.swiglu(buf.gate, buf.up, slots, width);
+    ops.matmulSegments(buf.segments, this.segments((ex, s, n) => [
+      { out: buf.down + 4 * s * dim, m: expertMatrix(w.down, ex), row: s, T: n },
+    ]), buf.gate, slots);
+    if (w.biases !== null) {
+      const b = w.biases;
+      this.forChosen((ex, s, n) => ops.addRows(buf.down + 4 * s * dim, b.down + 4 * ex * dim, n, dim));
     }
 
     // ---- each token's experts, weighted, in rank order
     ops.weightedRowSum(out, buf.down, buf.tokenSlots, buf.weights, T, e.used, dim);
+  }
+
+  /** f(expert, its first slot, its slots) for every expert some token of the step chose, in expert order. */
+  private forChosen(f: (ex: number, first: number, n: number) => void): void {
+    for (let ex = 0; ex < this.e.count; ex++) if (this.counts[ex]! > 0) f(ex, this.starts[ex]!, this.counts[ex]!);
+  }
+
+  /** The products of every chosen expert, `of` giving each one's, in expert order. */
+  private segments(of: (ex: number, first: number, n: number) => ProductSegment[]): ProductSegment[] {
+    const out: ProductSegment[] = [];
+    this.forChosen((ex, s, n) => out.push(...of(ex, s, n)));
+    return out;
   }
 
   /**

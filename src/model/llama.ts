@@ -124,7 +124,9 @@ export class LlamaModel {
     this.scores = layers.map((L, i) => ({ scale, window: layerWindow(config, part.firstLayer + i), ...(L.attnSinks !== null ? { sinks: L.attnSinks } : {}) }));
     const scratch = LlamaModel.scratchShape(config, weights, part, maxTokens);
     if (scratch !== null) {
-      backend.reserveScratch(scratch.maxTokens, scratch.maxWidth, scratch.group, scratch.headDim, scratch.runqContext, scratch.roundedActivations);
+      backend.reserveScratch(
+        scratch.maxTokens, scratch.maxWidth, scratch.group, scratch.headDim, scratch.runqContext, scratch.roundedActivations, scratch.activationRows,
+      );
     }
   }
 
@@ -145,6 +147,8 @@ export class LlamaModel {
       runqContext: hasLayers && (config.numerics ?? "default") === "runq" ? config.seqLen : 0,
       // Unknown weights (a plan before loading): room for rounded activations, the larger case.
       roundedActivations: weights === null || matrices.some((m) => m.kind === "ggml" && readsRoundedActivations(m.type)),
+      // Experts quantize every slot of a step at once (ExpertFeedForward).
+      activationRows: maxTokens * (hasLayers ? (config.experts?.used ?? 1) : 1),
     };
   }
 
