@@ -242,17 +242,6 @@ describeShared("serve: text completions (openai client)", [STORIES], ([model]) =
     await busy;
   }, LIMIT_MS);
 
-  test("chat_template_kwargs on a model without a Jinja template: a 400 naming it", async () => {
-    const body = { model: "test-model", messages: [{ role: "user", content: "Hi" }], max_tokens: 1, chat_template_kwargs: { enable_thinking: false } };
-    try {
-      await s.client.chat.completions.create(body as OpenAI.ChatCompletionCreateParamsNonStreaming);
-      throw new Error("expected a 400");
-    } catch (e) {
-      expect(e).toBeInstanceOf(BadRequestError);
-      expect((e as BadRequestError).param).toBe("chat_template_kwargs");
-    }
-  }, LIMIT_MS);
-
   test("a bad token id, an out-of-range n and a stray field are 400s naming the field", async () => {
     const bad = async (body: Record<string, unknown>) => {
       try {

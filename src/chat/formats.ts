@@ -1,7 +1,7 @@
 /**
- * Which prompt format a chat uses: the model's own Jinja template by default (plain continuation
- * for a model without one), or one named on the command line: a built-in format (raw, llama2),
- * ChatML, or a Jinja file.
+ * Which prompt format a chat uses: the model's own Jinja template by default (ChatML for a model
+ * without one, as llama-server falls back, or plain continuation where a command asks for it), or
+ * one named on the command line: a built-in format (raw, llama2), ChatML, or a Jinja file.
  */
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { InputError, RequestFieldError } from "../errors.ts";
@@ -22,23 +22,40 @@ export const FORMAT_NAMES = [...CHAT_TEMPLATES, "chatml"] as const;
 export type ChatFormat = { kind: "builtin"; name: ChatTemplateName } | { kind: "jinja"; template: ChatTemplate };
 
 /**
+ * The format of a model without a chat template when none is named: `chatml` (llama-server's
+ * fallback: system messages and every role work) or `raw` (plain continuation, for base models:
+ * what `pagellm chat` keeps).
+ */
+export type UntemplatedFormat = "chatml" | "raw";
+
+/**
  * The format `choice` names (a built-in name or a Jinja file), or, when absent, the model's own
- * template (`modelTemplate`, from its metadata) or plain continuation.
+ * template (`modelTemplate`, from its metadata), or `untemplated` for a model without one.
  */
 export function chatFormat(
   choice: string | undefined, modelTemplate: string | null, modelSource: string, tok: Tokenizer, variables: Readonly<Record<string, unknown>> = {},
+  untemplated: UntemplatedFormat = "chatml",
 ): ChatFormat {
   const specials = {
     bosToken: tok.bosId === null ? "" : tok.tokenText(tok.bosId),
     eosToken: tok.eosId === null ? "" : tok.tokenText(tok.eosId),
   };
   if (choice === undefined) {
-    return modelTemplate === null ? { kind: "builtin", name: "raw" } : { kind: "jinja", template: new ChatTemplate(modelTemplate, modelSource, specials, variables) };
+    if (modelTemplate === null) return chatFormat(untemplated, null, modelSource, tok, variables);
+    return { kind: "jinja", template: new ChatTemplate(modelTemplate, modelSource, specials, variables) };
   }
   if ((CHAT_TEMPLATES as readonly string[]).includes(choice)) return { kind: "builtin", name: choice as ChatTemplateName };
   if (choice === "chatml") return { kind: "jinja", template: new ChatTemplate(CHATML, "chatml", specials, variables) };
   if (existsSync(choice) && statSync(choice).isFile()) return { kind: "jinja", template: new ChatTemplate(readFileSync(choice, "utf8"), choice, specials, variables) };
   throw formatChoiceError(choice, "--template");
+}
+
+/** The line a command shows when a model has no chat template and `untemplated` stands in (null when it has one or a format was named). */
+export function untemplatedNote(choice: string | undefined, modelTemplate: string | null, untemplated: UntemplatedFormat): string | null {
+  if (choice !== undefined || modelTemplate !== null) return null;
+  return untemplated === "chatml"
+    ? "the model has no chat template; chat messages are rendered in ChatML"
+    : "the model has no chat template; the chat continues plain text (raw)";
 }
 
 /**

@@ -19,7 +19,7 @@ import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
 import { InterruptedError } from "./interrupt.ts";
 import { chatMessages } from "./inputs.ts";
 import { CANCEL, LineInput } from "./line-input.ts";
-import { loadLLM } from "./load.ts";
+import { loadLLM, noteChatFormat } from "./load.ts";
 import { checkKnownOptions, engineArgs, modelArgs, speculativeArgs, requestDefaults, samplingArgs, type ParsedValues, type RequestDefaults } from "./options.ts";
 import { dim, info } from "./output.ts";
 import { quoteFileText, terminalText } from "../util/file-text.ts";
@@ -61,7 +61,9 @@ type ChatSettings = RequestDefaults;
 async function runChat(values: ParsedValues, rawArgs: readonly string[]): Promise<void> {
   const system = typeof values.system === "string" && values.system !== "" ? values.system : null;
   const settings = requestDefaults(values, rawArgs);
-  const llm = await loadLLM(values);
+  // A model without a chat template (a base model) is continued as plain text, as llama-cli does without one.
+  const llm = await loadLLM(values, "--template", "raw");
+  noteChatFormat(llm, "--template");
   let session: ChatSession;
   try {
     session = new ChatSession(llm, typeof values.model === "string" ? values.model : "", system, settings);

@@ -14,7 +14,7 @@ import { jsonlRequests, promptFileRequests, promptRequest, promptsDirRequests, r
 import {
   checkKnownOptions, engineArgs, modelArgs, speculativeArgs, repeated, requestDefaults, samplingArgs, type ParsedValues, type RequestDefaults,
 } from "./options.ts";
-import { loadLLM } from "./load.ts";
+import { loadLLM, noteChatFormat } from "./load.ts";
 import { ProgressBar } from "./progress.ts";
 import { ResultsFile } from "./results-file.ts";
 import { InterruptedError, onInterrupt } from "./interrupt.ts";
@@ -38,7 +38,7 @@ export const generateArgs = {
   json: { type: "boolean", description: "Print one JSON result per request on stdout instead of text" },
   chat: { type: "boolean", description: "Send each prompt as a user message in the chat template (the model's own unless --template names one)" },
   system: { type: "string", description: "System prompt of --chat requests", valueHint: "text" },
-  template: { type: "string", description: "Chat format of --chat and \"messages\" requests: raw | llama2 | chatml | a Jinja file (default: the model's own template)", valueHint: "name|file" },
+  template: { type: "string", description: "Chat format of --chat and \"messages\" requests: raw | llama2 | chatml | a Jinja file (default: the model's own template; ChatML for a model without one)", valueHint: "name|file" },
   "chat-template-kwargs": { type: "string", description: 'More chat template variables as a JSON object, e.g. \'{"enable_thinking": false}\' for Qwen3', valueHint: "json" },
   ...samplingArgs,
   ...engineArgs,
@@ -63,6 +63,7 @@ async function runGenerate(values: ParsedValues, rawArgs: readonly string[]): Pr
   }
   const todo = inputs.filter((r) => !output?.doneIds.has("request" in r ? r.request.id! : r.rejected.id));
   const llm = await loadLLM(values);
+  if (values.chat === true || todo.some((r) => "request" in r && r.request.messages !== undefined)) noteChatFormat(llm, "--template");
   const json = values.json === true;
   const streamText = !json && todo.length === 1 && inputs.length === 1 && output === null;
   const sink = new ResultSink(output, json, streamText);

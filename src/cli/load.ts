@@ -5,7 +5,7 @@
 import { existsSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { InputError } from "../errors.ts";
-import { checkFormatChoice } from "../chat/formats.ts";
+import { checkFormatChoice, type UntemplatedFormat } from "../chat/formats.ts";
 import { LLM } from "../engine/llm.ts";
 import { hubOptionsFromEnv, resolveModel } from "../hub/resolve.ts";
 import { modelFileKind } from "../model/load.ts";
@@ -16,9 +16,10 @@ import { loadProgressBar } from "./progress.ts";
 /**
  * The model `values` name, loaded with their options. `templateOption` is the name of the chat
  * format's option on this command (`values.template` holds its value): a bad one is refused under
- * that name before the model is fetched or loaded.
+ * that name before the model is fetched or loaded. `untemplated`: the chat format of a model
+ * without a chat template when the option names none.
  */
-export async function loadLLM(values: ParsedValues, templateOption = "--template"): Promise<LLM> {
+export async function loadLLM(values: ParsedValues, templateOption = "--template", untemplated: UntemplatedFormat = "chatml"): Promise<LLM> {
   if (typeof values.model !== "string" || values.model === "") throw new InputError("--model is required");
   const device = deviceOption(values);
   const gpuOptions = gpuBackendOptions(values);
@@ -30,13 +31,18 @@ export async function loadLLM(values: ParsedValues, templateOption = "--template
   const chatTemplateKwargs = templateKwargs(values["chat-template-kwargs"]);
   const engine = engineOptions(values);
   const llm = await LLM.open({
-    model, tokenizer: tokenizerPath(model, values.tokenizer), engine, onLoadProgress, chatTemplate, chatTemplateKwargs, device, gpuOptions,
+    model, tokenizer: tokenizerPath(model, values.tokenizer), engine, onLoadProgress, chatTemplate, chatTemplateKwargs, device, gpuOptions, untemplatedChatFormat: untemplated,
     ...kvCacheOptions(values), onWarning: warn,
   });
   if (llm.info.kvTypeNote !== null) info(`note: ${llm.info.kvTypeNote}`);
   const own = llm.checkpoint.config.seqLen;
   if (engine.ctxSize !== null && engine.ctxSize > own) info(`note: --ctx-size ${engine.ctxSize} is more than ${basename(model)}'s own context of ${own} tokens; running at ${own}`);
   return llm;
+}
+
+/** The note of a model without a chat template (which format stands in), for a command that renders chats. */
+export function noteChatFormat(llm: LLM, templateOption: string): void {
+  if (llm.chatFormatNote !== null) info(`note: ${llm.chatFormatNote}; ${templateOption} NAME|FILE chooses another`);
 }
 
 /** A warning line on stderr, even with --quiet (it tells of lost work, e.g. a full disk). */

@@ -10,7 +10,7 @@ import { basename } from "node:path";
 import { InputError } from "../errors.ts";
 import { apiKeyProblem } from "../server/auth.ts";
 import { PagellmServer, SERVER_DEFAULTS } from "../server/server.ts";
-import { loadLLM } from "./load.ts";
+import { loadLLM, noteChatFormat } from "./load.ts";
 import { kvCacheSummary } from "../engine/engine-builder.ts";
 import { checkKnownOptions, engineArgs, modelArgs, numberOption, speculativeArgs, type ParsedValues } from "./options.ts";
 import { info } from "./output.ts";
@@ -23,7 +23,7 @@ export const serveArgs = {
   "served-model-name": { type: "string", description: "The model's name in requests and responses (default: the model file's name)", valueHint: "name" },
   "chat-template": {
     type: "string",
-    description: "Chat format of /v1/chat/completions: raw | llama2 | chatml | a Jinja template file (default: the model's own template)",
+    description: "Chat format of /v1/chat/completions: raw | llama2 | chatml | a Jinja template file (default: the model's own template; ChatML for a model without one)",
     valueHint: "name|file",
   },
   "chat-template-kwargs": { type: "string", description: 'More chat template variables as a JSON object, e.g. \'{"enable_thinking": false}\' for Qwen3', valueHint: "json" },
@@ -75,6 +75,7 @@ async function runServe(values: ParsedValues): Promise<void> {
   const shutdown = shutdownOnSignal(shutdownSeconds);
   try {
     const llm = await loadLLM({ ...values, template: values["chat-template"] }, "--chat-template");
+    noteChatFormat(llm, "--chat-template");
     server.ready(llm);
     const i = llm.info;
     process.stdout.write(`pagellm serve: ${server.url} serving ${name} (${i.description}, ${i.maxPositions}-token context, ${kvCacheSummary(i.kvLayout, i.numBlocks)})\n`);

@@ -11,7 +11,7 @@ import { isGGUF, openCheckpoint } from "../model/load.ts";
 import { readGGUF } from "../model/gguf.ts";
 import { loadTokenizer } from "../tokenizer/load.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
-import { chatFormat, messagesPromptIds, newConversation, type ChatFormat } from "../chat/formats.ts";
+import { chatFormat, messagesPromptIds, newConversation, untemplatedNote, type ChatFormat, type UntemplatedFormat } from "../chat/formats.ts";
 import type { Conversation } from "../chat/conversation.ts";
 import type { ChatMessage } from "../chat/jinja-template.ts";
 import type { BackendOptions, WebGpuBackend } from "../backend/webgpu/backend.ts";
@@ -50,6 +50,12 @@ export interface LoadOptions {
   chatTemplate?: string;
   /** More variables for the chat template (`enable_thinking`, ...), as llama.cpp's --chat-template-kwargs. */
   chatTemplateKwargs?: Readonly<Record<string, unknown>>;
+  /**
+   * The chat format of a model without a chat template when chatTemplate names none: "chatml"
+   * (default: llama-server's fallback) or "raw" (plain continuation, as `pagellm chat` keeps for
+   * base models). `chatFormatNote` then says which stands in.
+   */
+  untemplatedChatFormat?: UntemplatedFormat;
   /**
    * Run the forward pass on this WebGPU backend (see chooseDevice); it stays the caller's (one
    * backend may run several models in turn; its compiled kernels are reused). Absent:
@@ -109,6 +115,8 @@ export class LLM {
     readonly device: string,
     /** The file the vocabulary came from (the model, or --tokenizer's). */
     readonly tokenizerFile: string,
+    /** A line saying which format stands in for a model without a chat template (none named), or null. */
+    readonly chatFormatNote: string | null,
   ) {}
 
   /**
@@ -145,7 +153,8 @@ export class LLM {
     // A tokenizer file without a template (a tokenizer.json with no tokenizer_config.json beside
     // it) leaves the GGUF model's own template in force.
     const template = chatTemplate ?? (tokenizerPath !== opts.model && isGGUF(opts.model) ? ggufChatTemplate(opts.model) : null);
-    const format = chatFormat(opts.chatTemplate, template, opts.model, tokenizer, opts.chatTemplateKwargs);
+    const untemplated = opts.untemplatedChatFormat ?? "chatml";
+    const format = chatFormat(opts.chatTemplate, template, opts.model, tokenizer, opts.chatTemplateKwargs, untemplated);
     const engineOptions = { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine };
     if (opts.speculative !== undefined) engineOptions.speculative = opts.speculative === null ? null : { ...DEFAULT_SPECULATIVE, ...opts.speculative };
     const kvCacheDir = opts.kvCacheDir;
@@ -159,7 +168,8 @@ export class LLM {
     };
     const client = new EngineClient(engine, prompts);
     const device = reason ?? `device: ${engine.model.description}`;
-    return new LLM(checkpoint, tokenizer, addBos, engine, client, performance.now() - t0, format, ownedGpu, device, tokenizerPath);
+    const note = untemplatedNote(opts.chatTemplate, template, untemplated);
+    return new LLM(checkpoint, tokenizer, addBos, engine, client, performance.now() - t0, format, ownedGpu, device, tokenizerPath, note);
   }
 
   /** The model's shape at the context it runs at. */
