@@ -89,7 +89,8 @@ export function newConversation(format: ChatFormat, tok: Tokenizer, opts: { addB
  * Other shapes (several system messages, two user messages in a row), which OpenAI clients send
  * too, are rendered whole by the model's Jinja template, as vLLM and llama.cpp render them; a
  * built-in format has no rules for them. So are messages rendered with `kwargs` (more template
- * variables for this request: vLLM's chat_template_kwargs).
+ * variables for this request: vLLM's chat_template_kwargs), and messages with a `name`, which
+ * the template is given as transformers gives it.
  * Throws RequestFieldError naming the message or field at fault.
  */
 export function messagesPromptIds(
@@ -105,7 +106,9 @@ export function messagesPromptIds(
     throw new RequestFieldError("chatTemplateKwargs", "needs a Jinja chat template; this format is built in");
   }
   try {
-    if ((isTurnTaking(messages) && kwargs === null) || format.kind !== "jinja") {
+    // Names reach only a template rendering the messages whole (a conversation keeps contents).
+    const named = messages.some((m) => m.name !== undefined);
+    if ((isTurnTaking(messages) && kwargs === null && !named) || format.kind !== "jinja") {
       const conversation = newConversation(format, tok, { addBos });
       // The user message the reply answers: the last, or the one before the begun reply.
       const userAt = prefill ? messages.length - 2 : messages.length - 1;

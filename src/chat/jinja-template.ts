@@ -15,6 +15,8 @@ import { BoundedInterpreter, boundedRange, DEFAULT_RENDER_LIMITS, TemplateLimitE
 export interface ChatMessage {
   role: "system" | "user" | "assistant" | string;
   content: string;
+  /** The participant's name (OpenAI's `name`): a template may show it; built-in formats do not. */
+  name?: string;
 }
 
 /** A template that does not parse or does not render: names the model and carries the template's own message. */
@@ -51,7 +53,7 @@ export class ChatTemplate {
       for (const [name, value] of Object.entries(this.globals())) globals.set(name, value);
       const scope = new Environment(globals);
       const variables: Record<string, unknown> = {
-        messages: messages.map((m) => ({ role: m.role, content: m.content })),
+        messages: messages.map((m) => (m.name === undefined ? { role: m.role, content: m.content } : { role: m.role, content: m.content, name: m.name })),
         add_generation_prompt: addGenerationPrompt,
         bos_token: this.specials.bosToken,
         eos_token: this.specials.eosToken,

@@ -27,7 +27,12 @@ export const serveArgs = {
     valueHint: "name|file",
   },
   "chat-template-kwargs": { type: "string", description: 'More chat template variables as a JSON object, e.g. \'{"enable_thinking": false}\' for Qwen3', valueHint: "json" },
-  "max-queue": { type: "string", description: "Sequences that may wait for a place in the batch; more get 429 with Retry-After (default 256)", valueHint: "n" },
+  "max-queue": {
+    type: "string",
+    description: "Sequences (prompts x n) that may wait for a place in the batch; more get 429 with Retry-After, a request with more alone 400 (default 256)",
+    valueHint: "n",
+  },
+  "max-prompts": { type: "string", description: `Prompts one /v1/completions request may hold; more get 400 (default ${SERVER_DEFAULTS.maxPrompts})`, valueHint: "n" },
   "max-body-mb": { type: "string", description: "Largest request body in MiB; larger get 413 (default 8)", valueHint: "mb" },
   "body-timeout": { type: "string", description: `Seconds a client has to send a request's body, from its headers; slower get 408 and the connection closed (default ${SERVER_DEFAULTS.bodyTimeoutS})`, valueHint: "s" },
   "max-connections": { type: "string", description: `Requests in progress at once (receiving, waiting, generating, streaming); more get 429 (default ${SERVER_DEFAULTS.maxConnections})`, valueHint: "n" },
@@ -52,6 +57,7 @@ async function runServe(values: ParsedValues): Promise<void> {
   if (typeof values.model !== "string" || values.model === "") throw new InputError("--model is required");
   const port = numberOption(values, "port", "int", { min: 0, max: 65535 }) ?? 8080;
   const maxQueue = numberOption(values, "max-queue", "posint") ?? 256;
+  const maxPrompts = numberOption(values, "max-prompts", "posint") ?? SERVER_DEFAULTS.maxPrompts;
   const maxBodyMb = numberOption(values, "max-body-mb", "number", { min: 0, minOpen: true }) ?? 8;
   const shutdownSeconds = numberOption(values, "shutdown-timeout", "number", { min: 0 }) ?? 30;
   const bodyTimeoutS = numberOption(values, "body-timeout", "number", { min: 0, minOpen: true }) ?? SERVER_DEFAULTS.bodyTimeoutS;
@@ -65,7 +71,7 @@ async function runServe(values: ParsedValues): Promise<void> {
   let server: PagellmServer;
   try {
     server = new PagellmServer({
-      host, port, apiKey, maxBodyBytes: Math.floor(maxBodyMb * 2 ** 20), maxQueue,
+      host, port, apiKey, maxBodyBytes: Math.floor(maxBodyMb * 2 ** 20), maxQueue, maxPrompts,
       logRequests: values["log-requests"] === true, modelName: name, log: (line) => process.stderr.write(`${line}\n`),
       bodyTimeoutMs: bodyTimeoutS * 1000, maxConnections, maxPendingBodyBytes: Math.floor(maxPendingBodyMb * 2 ** 20), stallTimeoutMs: stallTimeoutS * 1000,
     });

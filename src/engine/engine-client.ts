@@ -192,6 +192,11 @@ export class EngineClient {
     // More samples than a step holds can never run: checkFits says so (RequestTooLongError).
     const checked = checkRequest(request, { vocabSize: this.engine.config.vocabSize, maxSamples: opts.maxSamples ?? Infinity });
     const promptTokenIds = this.promptIds(checked);
+    // An empty text on a model that adds no BOS is no tokens at all: nothing to run from.
+    if (promptTokenIds.length === 0) {
+      if (checked.prompt.kind === "messages") throw new RequestFieldError("messages", "render to an empty prompt");
+      throw new RequestFieldError("prompt", "is empty, and this model adds no BOS token: there is no token to start from");
+    }
     this.engine.checkFits(promptTokenIds.length, checked.maxTokens, checked.n);
     const id = checked.id ?? `req-${this.nextId++}`;
     const samples = Array.from({ length: checked.n }, (_, i) => generationParams(checked, i));

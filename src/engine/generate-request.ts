@@ -169,10 +169,12 @@ function checkMessages(messages: readonly unknown[]): ChatMessage[] {
   return messages.map((m, i) => {
     const at = `messages[${i}]`;
     if (typeof m !== "object" || m === null || Array.isArray(m)) throw new RequestFieldError(at, "must be an object with role and content");
-    const { role, content } = m as { role?: unknown; content?: unknown };
+    const { role, content, name } = m as { role?: unknown; content?: unknown; name?: unknown };
     if (typeof role !== "string") throw new RequestFieldError(`${at}.role`, "must be a string");
     if (typeof content !== "string") throw new RequestFieldError(`${at}.content`, "must be a string");
-    return { role, content };
+    if (name === undefined || name === null) return { role, content };
+    if (typeof name !== "string") throw new RequestFieldError(`${at}.name`, `must be a string, got ${excerpt(name)}`);
+    return { role, content, name };
   });
 }
 

@@ -69,9 +69,21 @@ export class BodyFields {
     return checkNumber(name, v, range);
   }
 
-  /** Fields that are accepted and change nothing here (`user`, `metadata`, ...). */
-  ignore(...names: string[]): void {
-    for (const name of names) this.read.add(name);
+  /** A JSON object (not an array), or undefined when absent or null. */
+  object(name: string): { [key: string]: Json } | undefined {
+    const v = this.raw(name);
+    if (v === undefined || isObject(v)) return v;
+    throw ApiError.badField(name, `'${name}' must be an object`);
+  }
+
+  /** An object whose values are all strings (OpenAI's `metadata`): a 400 naming the first other value. */
+  stringMap(name: string): Record<string, string> | undefined {
+    const v = this.object(name);
+    if (v === undefined) return undefined;
+    for (const [key, value] of Object.entries(v)) {
+      if (typeof value !== "string") throw ApiError.badField(`${name}.${excerpt(key)}`, `'${name}.${excerpt(key)}' must be a string`);
+    }
+    return v as Record<string, string>;
   }
 
   /** A field that must be absent, null, or equal to `neutral` (e.g. a penalty of 0): else a 400. */
@@ -86,6 +98,11 @@ export class BodyFields {
       if (!this.read.has(name)) throw ApiError.unsupported(excerpt(name), `the field '${excerpt(name)}'`);
     }
   }
+}
+
+/** Whether `v` is a JSON object (not an array, not null). */
+export function isObject(v: Json | undefined): v is { [key: string]: Json } {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
 /** `v` as a number within `range`, else a 400 naming `name`. */

@@ -5,7 +5,7 @@
  */
 import type { ChatMessage } from "../chat/jinja-template.ts";
 import { ApiError } from "./api-error.ts";
-import type { BodyFields, Json } from "./body-fields.ts";
+import { isObject, type BodyFields, type Json } from "./body-fields.ts";
 import { MAX_LOGPROBS } from "../engine/generate-request.ts";
 import { readGenerationFields, type GenerationSpec } from "./generation-fields.ts";
 
@@ -22,8 +22,7 @@ const ROLES = new Set(["system", "developer", "user", "assistant"]);
 export function readChatRequest(f: BodyFields): ChatRequest {
   const model = f.string("model");
   const messages = readMessages(f.raw("messages"));
-  const kwargs = f.raw("chat_template_kwargs");
-  if (kwargs !== undefined && !isObject(kwargs)) throw ApiError.badField("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+  const kwargs = f.object("chat_template_kwargs");
   const logprobs = f.boolean("logprobs") ?? false;
   const top = f.number("top_logprobs", { integer: true, min: 0, max: MAX_LOGPROBS });
   if (top !== undefined && !logprobs) throw ApiError.badField("top_logprobs", "'top_logprobs' needs 'logprobs': true");
@@ -38,7 +37,8 @@ export function readChatRequest(f: BodyFields): ChatRequest {
   f.onlyNeutral("tool_choice", "'tool_choice' (function calling)", (v) => v === "none");
   f.onlyNeutral("functions", "'functions' (function calling)", () => false);
   f.onlyNeutral("function_call", "'function_call' (function calling)", (v) => v === "none");
-  f.ignore("parallel_tool_calls");
+  // Accepted as OpenAI types it, and without effect: no tools are ever called.
+  f.boolean("parallel_tool_calls");
   f.onlyNeutral("response_format", "'response_format' other than {\"type\": \"text\"}", (v) => isObject(v) && v.type === "text" && Object.keys(v).length === 1);
   f.onlyNeutral("modalities", "'modalities' other than [\"text\"]", (v) => Array.isArray(v) && v.every((m) => m === "text"));
   f.onlyNeutral("audio", "'audio' output", () => false);
@@ -66,8 +66,20 @@ function readMessage(m: Json, at: string): ChatMessage {
       throw ApiError.unsupported(`${at}.${key}`, `the field '${at}.${key}'`);
     }
   }
+  const name = optionalString(m.name, `${at}.name`);
+  optionalString(m.refusal, `${at}.refusal`);
   // The developer role is the system role of newer OpenAI models.
-  return { role: role === "developer" ? "system" : role, content: readContent(m.content, `${at}.content`) };
+  const message: ChatMessage = { role: role === "developer" ? "system" : role, content: readContent(m.content, `${at}.content`) };
+  // A participant's name goes to the template, as transformers passes it (a template may show it).
+  if (name !== undefined) message.name = name;
+  return message;
+}
+
+/** A string, or undefined when absent or null; else a 400 naming `at`. */
+function optionalString(v: Json | undefined, at: string): string | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "string") throw ApiError.badField(at, `'${at}' must be a string`);
+  return v;
 }
 
 /** A string, or an array of text parts (joined); other part types are not implemented. */
@@ -84,8 +96,4 @@ function readContent(v: Json | undefined, at: string): string {
       return part.text;
     })
     .join("");
-}
-
-function isObject(v: Json | undefined): v is { [key: string]: Json } {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
 }

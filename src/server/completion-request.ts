@@ -24,9 +24,10 @@ export interface CompletionRequest {
 /** The OpenAI default of the legacy completions endpoint. */
 const DEFAULT_MAX_TOKENS = 16;
 
-export function readCompletionRequest(f: BodyFields): CompletionRequest {
+/** Reads a body; more than `maxPrompts` prompts is a 400 naming `prompt` (nothing tokenized yet). */
+export function readCompletionRequest(f: BodyFields, maxPrompts: number): CompletionRequest {
   const model = f.string("model");
-  const prompts = readPrompts(f.raw("prompt"));
+  const prompts = readPrompts(f.raw("prompt"), maxPrompts);
   const echo = f.boolean("echo") ?? false;
   const logprobs = f.number("logprobs", { integer: true, min: 0, max: MAX_LOGPROBS });
   const spec = readGenerationFields(f, DEFAULT_MAX_TOKENS, logprobs ?? null);
@@ -39,12 +40,17 @@ export function readCompletionRequest(f: BodyFields): CompletionRequest {
 }
 
 /** The prompts as given; their token ids are checked by the engine's request checks (a 400 naming the prompt). */
-function readPrompts(v: Json | undefined): PromptInput[] {
+function readPrompts(v: Json | undefined, maxPrompts: number): PromptInput[] {
   if (v === undefined) throw ApiError.badField("prompt", "'prompt' is required");
   if (typeof v === "string") return [{ text: v }];
-  if (!Array.isArray(v) || v.length === 0) throw ApiError.badField("prompt", "'prompt' must be a string, an array of strings, an array of token ids or an array of those");
-  if (v.every((p) => typeof p === "string")) return (v as string[]).map((text) => ({ text }));
+  if (!Array.isArray(v)) throw ApiError.badField("prompt", "'prompt' must be a string, an array of strings, an array of token ids or an array of those");
+  if (v.length === 0) throw ApiError.badField("prompt", "'prompt' is an empty array: give at least one prompt");
+  // An array of token ids is one prompt; any other array holds one prompt per item.
   if (v.every((p) => typeof p === "number")) return [{ tokenIds: v as number[] }];
+  if (v.length > maxPrompts) {
+    throw ApiError.badField("prompt", `'prompt' holds ${v.length} prompts; this server takes at most ${maxPrompts} in one request (--max-prompts): send them in several`);
+  }
+  if (v.every((p) => typeof p === "string")) return (v as string[]).map((text) => ({ text }));
   return v.map((p, i) => {
     if (!Array.isArray(p) || p.length === 0) throw ApiError.badField(`prompt[${i}]`, `'prompt[${i}]' must be a non-empty array of token ids (all items of 'prompt' of one kind)`);
     return { tokenIds: p as Json[] };

@@ -30,8 +30,6 @@ export interface GenerationSpec {
   aliases: Partial<Record<keyof GenerateRequest, string>>;
 }
 
-/** Fields OpenAI clients send that change nothing in a local server. */
-const IGNORED_FIELDS = ["user", "metadata", "store", "service_tier"];
 
 /** Request fields taken from the body as they are, under their JSON names. */
 const PASSED_FIELDS = ["temperature", "topP", "minP", "frequencyPenalty", "presencePenalty", "logitBias", "seed", "cacheSalt", "ignoreEos"] as const;
@@ -41,7 +39,7 @@ const PASSED_FIELDS = ["temperature", "topP", "minP", "frequencyPenalty", "prese
  * completions (16, the OpenAI default); `logprobs` is read by the endpoint (its type differs).
  */
 export function readGenerationFields(f: BodyFields, maxTokensDefault: number | null, logprobs: number | null): GenerationSpec {
-  f.ignore(...IGNORED_FIELDS);
+  readUnusedFields(f);
   const aliases: GenerationSpec["aliases"] = {};
   const fields: GenerationSpec["fields"] = {
     maxTokens: f.raw("max_tokens") ?? maxTokensDefault,
@@ -82,6 +80,18 @@ export function requestError(e: unknown, spec: GenerationSpec, promptField: stri
     return new ApiError(400, e.message, "invalid_request_error", e.field === null ? null : name(e.field), code);
   }
   return e;
+}
+
+/**
+ * Fields OpenAI clients send that change nothing in a local server, read with the types OpenAI
+ * gives them (a client that sends `user: 5` is told, as OpenAI tells it): `user` (an end user's
+ * id), `metadata` (string values), `store` (a boolean) and `service_tier` (a name).
+ */
+function readUnusedFields(f: BodyFields): void {
+  f.string("user");
+  f.stringMap("metadata");
+  f.boolean("store");
+  f.string("service_tier");
 }
 
 function readStop(v: Json | undefined): Json | undefined {

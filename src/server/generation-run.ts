@@ -63,8 +63,10 @@ export interface ResponseShape {
 export interface GenerationContext {
   client: EngineClient;
   metrics: ServeMetrics;
-  /** Sequences that may wait for the batch before requests get 429 (--max-queue). */
+  /** Sequences that may wait for the batch before requests get 429 (--max-queue); a request with more is a 400. */
   maxQueue: number;
+  /** Prompts one /v1/completions request may hold (--max-prompts); more is a 400 before any is tokenized. */
+  maxPrompts: number;
   /** The model name responses carry. */
   model: string;
   /** Aborted when the client disconnects. */
@@ -87,6 +89,7 @@ export function responseId(prefix: string): string {
 export async function runGeneration(
   ctx: GenerationContext, idPrefix: string, prompts: readonly PreparedRequest[], echoes: readonly Echo[], spec: GenerationSpec, shape: ResponseShape,
 ): Promise<Response> {
+  checkSequences(prompts, spec, ctx.maxQueue);
   const id = responseId(idPrefix);
   const created = Math.floor(Date.now() / 1000);
   let stream: OutputStream;
@@ -106,6 +109,21 @@ export async function runGeneration(
   const usage = choices.usage();
   ctx.onDone(usage);
   return Response.json({ ...envelope(shape.object), choices: choices.all.map((c) => shape.choice(c)), usage });
+}
+
+/**
+ * A request whose sequences (prompts x n) alone are more than --max-queue can never be admitted,
+ * however long its client waits: a 400 naming `n` (or `prompt` when n is 1), not a 429 that
+ * clients retry (the OpenAI client retries a 429 by itself).
+ */
+function checkSequences(prompts: readonly PreparedRequest[], spec: GenerationSpec, maxQueue: number): void {
+  const sequences = prompts.reduce((n, p) => n + p.n, 0);
+  if (sequences <= maxQueue) return;
+  const asked = prompts.length === 1 ? `n ${spec.n}` : `${prompts.length} prompts x n ${spec.n}`;
+  throw ApiError.badField(
+    spec.n > 1 ? "n" : "prompt",
+    `the request asks for ${sequences} sequences (${asked}), more than this server queues at once (--max-queue ${maxQueue}): it can never be admitted; send fewer prompts or a smaller 'n'`,
+  );
 }
 
 /** The front door's refusals of a submission as HTTP errors. */

@@ -16,8 +16,12 @@ export interface PromptLogprobs {
 }
 
 export async function promptLogprobs(tok: Tokenizer, client: EngineClient, ids: readonly number[], top: number): Promise<PromptLogprobs> {
-  const out: PromptLogprobs = { tokens: [], token_logprobs: [null], top_logprobs: [null] };
+  const out: PromptLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [] };
+  if (ids.length === 0) return out;
   ids.forEach((id, i) => out.tokens.push(tokenText(tok, ids[i - 1], id)));
+  // The first token follows nothing: it has no log-probability (one entry per token, always).
+  out.token_logprobs.push(null);
+  out.top_logprobs.push(null);
   const scored = await client.score({ tokens: ids, window: ids.length, topLogprobs: top });
   scored.alternatives!.forEach((l, i) => {
     out.token_logprobs.push(l.logprob);

@@ -31,8 +31,10 @@ export interface ServerOptions {
   apiKey: string | null;
   /** Largest request body, in bytes. */
   maxBodyBytes: number;
-  /** Sequences that may wait for the batch before requests get 429. */
+  /** Sequences that may wait for the batch before requests get 429 (a request with more alone: 400). */
   maxQueue: number;
+  /** Prompts one /v1/completions request may hold (400 past it; default SERVER_DEFAULTS). */
+  maxPrompts?: number;
   /** Print a line per request on stderr. */
   logRequests: boolean;
   /** The name the model is served under (`model` in requests and responses). */
@@ -51,6 +53,12 @@ export interface ServerOptions {
 
 /** The bounds' defaults (the CLI's options: --body-timeout, --max-connections, --max-pending-body-mb, --stall-timeout). */
 export const SERVER_DEFAULTS = {
+  /**
+   * Prompts per /v1/completions request: half the default --max-queue (so such a request can still
+   * ask for n 2), and far above what clients that batch prompts send (LangChain's 20 a request,
+   * lm-evaluation-harness's batch sizes); it bounds the tokenizing done before any other check.
+   */
+  maxPrompts: 128,
   bodyTimeoutS: 60,
   maxConnections: 1024,
   maxPendingBodyMb: 256,
@@ -230,7 +238,8 @@ export class PagellmServer {
     if (this.state !== "ready") throw unavailable(this.state);
     const llm = this.llm!;
     const ctx: GenerationContext = {
-      client: llm.client, metrics: this.metrics, maxQueue: this.opts.maxQueue, model: this.opts.modelName, signal: req.signal, onDone,
+      client: llm.client, metrics: this.metrics, maxQueue: this.opts.maxQueue, maxPrompts: this.opts.maxPrompts ?? SERVER_DEFAULTS.maxPrompts,
+      model: this.opts.modelName, signal: req.signal, onDone,
     };
     if (path.startsWith(MODEL_PATH) && path.length > MODEL_PATH.length) {
       if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
