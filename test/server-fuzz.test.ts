@@ -3,7 +3,8 @@
  * 127.0.0.1 with a disk KV cache, and each round sends it a seeded batch of cases
  * (helpers/http-fuzz.ts): random and mutated requests on every route (types, ranges, lone
  * surrogates, invalid UTF-8, nesting, sizes), bodies that stop, trickle or are cut by a hang-up,
- * disconnects at random points, pipelined requests. Between rounds block files of the cache folder
+ * disconnects at random points, pipelined requests, many prompts with n around --max-prompts and
+ * --max-queue (each answered as its size calls for). Between rounds block files of the cache folder
  * are damaged or replaced by FIFOs, sparse files, directories and links.
  *
  * After each round: every answer was a 2xx or a 4xx with OpenAI's error shape and no stack trace;
@@ -29,10 +30,15 @@ import { describeShared } from "./helpers/shared.ts";
 const SLOW = process.env.PAGELLM_FUZZ_SLOW === "1";
 const STORIES = "models/gguf/stories260K.gguf";
 const MAX_BODY_MB = 1;
+/** Bounds low enough that the many-prompts cases reach them (helpers/http-fuzz.ts). */
+const LIMITS = { maxBodyBytes: MAX_BODY_MB << 20, maxPrompts: 8, maxQueue: 24 };
 /** Cases in flight at once. */
 const BATCH = 6;
 /** A small pool (48 blocks of 16 tokens), so the fuzz requests evict and the disk cache is read back. */
-const SERVE_ARGS = ["--max-body-mb", String(MAX_BODY_MB), "--body-timeout", "0.5", "--num-blocks", "48", "--max-num-seqs", "16"];
+const SERVE_ARGS = [
+  "--max-body-mb", String(MAX_BODY_MB), "--max-prompts", String(LIMITS.maxPrompts), "--max-queue", String(LIMITS.maxQueue),
+  "--body-timeout", "0.5", "--num-blocks", "48", "--max-num-seqs", "16",
+];
 const FIXED = { prompt: "Once upon a time, there was a little girl named Lily. She loved to play outside with her friends in the park", max_tokens: 24, temperature: 0 };
 /** Lines a server that failed would write: an internal error, a stack frame, a request logged as a failure. */
 const FAILURE_LINES = /internal error|^\s+at |pagellm serve: (GET|POST|PUT|DELETE|PATCH|OPTIONS|HEAD) |engine step failed/m;
@@ -62,7 +68,7 @@ async function fixedText(url: string): Promise<string> {
 /** One round's cases, BATCH at a time; every answer checked. Returns how many of each status came. */
 async function round(server: ServeProcess, r: FuzzRandom, count: number): Promise<Map<number, number>> {
   const statuses = new Map<number, number>();
-  const cases = fuzzCases(r, count, MAX_BODY_MB << 20);
+  const cases = fuzzCases(r, count, LIMITS);
   for (let i = 0; i < cases.length; i += BATCH) {
     await Promise.all(cases.slice(i, i + BATCH).map(async (c) => {
       let answers;
@@ -129,7 +135,7 @@ describeShared("fuzzing pagellm serve over HTTP", [STORIES], ([model]) => {
   }
 
   test("the cases are reproducible from the seed, and differ between seeds", () => {
-    const whats = (seed: number) => fuzzCases(new FuzzRandom(seed), 50, MAX_BODY_MB << 20).map((c) => c.what);
+    const whats = (seed: number) => fuzzCases(new FuzzRandom(seed), 50, LIMITS).map((c) => c.what);
     expect(whats(5)).toEqual(whats(5));
     expect(whats(5)).not.toEqual(whats(6));
   });

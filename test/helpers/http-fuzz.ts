@@ -254,11 +254,51 @@ function oversizeCase(r: FuzzRandom, maxBodyBytes: number): FuzzCase {
   };
 }
 
+/**
+ * Many prompts in one /v1/completions request, with n: around --max-prompts, past it by far (the
+ * issue's 25,000), and around --max-queue in sequences (prompts x n). Each answer must be the one
+ * its size calls for: a 400 naming `prompt` past --max-prompts, a 400 naming `n` (or `prompt`) past
+ * --max-queue, else every choice (p x n + i, in order) or a 429 while others wait.
+ */
+function manyPromptsCase(r: FuzzRandom, limits: FuzzLimits): FuzzCase {
+  const count = r.pick([1, 2, limits.maxPrompts - 1, limits.maxPrompts, limits.maxPrompts + 1, 2 * limits.maxPrompts, 25_000]);
+  const n = r.pick([1, 2, 3, 8]);
+  const ids = r.int(3) === 0;
+  const prompt = Array.from({ length: count }, (_, i) => (ids ? [1 + r.int(400), 1 + r.int(400)] : r.pick(["Once", "The dog", "", "\ud800", `${i}`])));
+  const body = JSON.stringify({ prompt, n, max_tokens: 1 + r.int(2), temperature: r.pick([0, 1]), stream: r.int(4) === 0 });
+  const expected = count > limits.maxPrompts ? "prompt" : count * n > limits.maxQueue ? (n > 1 ? "n" : "prompt") : null;
+  return {
+    what: `${count} ${ids ? "token-id" : "text"} prompts, n ${n}`,
+    async run(_url, port) {
+      const exchange = await rawExchange(port, [rawRequest("POST", "/v1/completions", body, { "Content-Type": "application/json" })], { responses: 1, deadlineMs: DEADLINE_MS });
+      const answer = exchange.responses[0];
+      if (answer === undefined) throw new Error("no answer");
+      if (expected !== null) {
+        const param = answer.status === 400 ? (JSON.parse(answer.body) as { error: { param: string | null } }).error.param : null;
+        if (param !== expected) throw new Error(`expected a 400 naming ${expected}, got ${answer.status} (param ${param})`);
+      } else if (answer.status === 200 && !answer.headers["content-type"]?.startsWith("text/event-stream")) {
+        const indexes = (JSON.parse(answer.body) as { choices: { index: number }[] }).choices.map((c) => c.index);
+        if (indexes.length !== count * n || indexes.some((index, i) => index !== i)) throw new Error(`${indexes.length} choices for ${count} x ${n}`);
+      } else if (answer.status !== 200 && answer.status !== 429) {
+        throw new Error(`expected every choice or a 429, got ${answer.status}`);
+      }
+      return exchange.responses;
+    },
+  };
+}
+
+/** The server's bounds the cases aim at (its --max-body-mb, --max-prompts and --max-queue). */
+export interface FuzzLimits {
+  maxBodyBytes: number;
+  maxPrompts: number;
+  maxQueue: number;
+}
+
 /** The next `count` cases of a seeded round. */
-export function fuzzCases(r: FuzzRandom, count: number, maxBodyBytes: number): FuzzCase[] {
+export function fuzzCases(r: FuzzRandom, count: number, limits: FuzzLimits): FuzzCase[] {
   const makers: [number, () => FuzzCase][] = [
     [10, () => jsonCase(r)], [3, () => rawBodyCase(r)], [3, () => methodCase(r)], [2, () => unfinishedCase(r)],
-    [2, () => disconnectCase(r)], [2, () => pipelinedCase(r)], [1, () => oversizeCase(r, maxBodyBytes)],
+    [2, () => disconnectCase(r)], [2, () => pipelinedCase(r)], [1, () => oversizeCase(r, limits.maxBodyBytes)], [2, () => manyPromptsCase(r, limits)],
   ];
   const total = makers.reduce((n, [w]) => n + w, 0);
   return Array.from({ length: count }, () => {
