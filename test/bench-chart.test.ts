@@ -1,9 +1,8 @@
 /**
  * The bench charts: the SVG module's pieces (ticks, escaping, the document's parts, nothing
  * external), and a chart rendered by headless Chromium whose picture must hold lines, bars and
- * text in the series' colours, next to a blank control that must not. Outside CI the render test
- * skips, saying why, when no Chromium is installed; under CI=true a missing Chromium fails it
- * (.ci/run installs Debian's chromium).
+ * text in the series' colours, next to a blank control that must not (helpers/chromium.ts: skipped
+ * outside CI without a Chromium).
  */
 import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -12,6 +11,7 @@ import { join } from "node:path";
 import { chartDocument, escapeXml, niceTicks, paletteColor, tickLabel, type Chart } from "../src/bench/chart-svg.ts";
 import { inkedPixels, pixelsNear, readPng } from "./helpers/png.ts";
 import { LONG_PROCESS_TEST_MS } from "./helpers/limits.ts";
+import { browserTestsRun, requireBrowser } from "./helpers/chromium.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "pagellm-chart-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -65,32 +65,21 @@ describe("chart-svg", () => {
   });
 });
 
-function chromium(): string | null {
-  for (const name of ["chromium", "chromium-browser", "google-chrome"]) {
-    const path = Bun.which(name);
-    if (path !== null) return path;
-  }
-  return null;
-}
-
-const browser = chromium();
-const inCi = process.env.CI === "true";
-if (browser === null && !inCi) console.warn("[skip] SVG render test: no chromium on PATH (apt-get install -y chromium)");
+const renders = browserTestsRun("SVG render test");
 
 /** Screenshot `svgFile` in headless Chromium at width x height and read the PNG. */
 function render(svgFile: string, width: number, height: number) {
   const png = join(dir, `${svgFile.split("/").pop()}.png`);
   const p = Bun.spawnSync([
-    browser!, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", `--user-data-dir=${join(dir, "profile")}`,
+    requireBrowser(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", `--user-data-dir=${join(dir, "profile")}`,
     `--window-size=${width},${height}`, `--screenshot=${png}`, `file://${svgFile}`,
   ], { stdout: "pipe", stderr: "pipe", timeout: 90_000 });
   if (p.exitCode !== 0) throw new Error(`chromium exited ${p.exitCode}: ${p.stderr.toString().slice(-400)}`);
   return readPng(new Uint8Array(readFileSync(png)));
 }
 
-describe.skipIf(browser === null && !inCi)("chart rendered by headless Chromium", () => {
+describe.skipIf(!renders)("chart rendered by headless Chromium", () => {
   test("the picture holds the charts in the series' colours; a blank control does not", () => {
-    if (browser === null) throw new Error("CI=true but no chromium on PATH: .ci/run installs it (apt-get install -y chromium)");
     const svg = chartDocument(CHARTS, "pagellm bench test", MACHINE);
     const [, width, height] = /width="(\d+)" height="(\d+)"/.exec(svg)!.map(Number) as [number, number, number];
     const file = join(dir, "chart.svg");

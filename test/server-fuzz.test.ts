@@ -22,7 +22,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { FuzzRandom } from "./helpers/gguf-fuzz.ts";
-import { checkAnswer, damageCacheFolder, fuzzCases } from "./helpers/http-fuzz.ts";
+import { checkAnswer, damageCacheFolder, FUZZ_CORS_ORIGIN, fuzzCases } from "./helpers/http-fuzz.ts";
 import { waitIdle } from "./helpers/serve.ts";
 import { spawnServe, type ServeProcess } from "./helpers/serve-process.ts";
 import { describeShared } from "./helpers/shared.ts";
@@ -37,7 +37,7 @@ const BATCH = 6;
 /** A small pool (48 blocks of 16 tokens), so the fuzz requests evict and the disk cache is read back. */
 const SERVE_ARGS = [
   "--max-body-mb", String(MAX_BODY_MB), "--max-prompts", String(LIMITS.maxPrompts), "--max-queue", String(LIMITS.maxQueue),
-  "--body-timeout", "0.5", "--num-blocks", "48", "--max-num-seqs", "16",
+  "--body-timeout", "0.5", "--num-blocks", "48", "--max-num-seqs", "16", "--cors", FUZZ_CORS_ORIGIN,
 ];
 const FIXED = { prompt: "Once upon a time, there was a little girl named Lily. She loved to play outside with her friends in the park", max_tokens: 24, temperature: 0 };
 /** Lines a server that failed would write: an internal error, a stack frame, a request logged as a failure. */

@@ -9,16 +9,22 @@ import { defineCommand, type ArgsDef } from "citty";
 import { basename } from "node:path";
 import { InputError } from "../errors.ts";
 import { apiKeyProblem } from "../server/auth.ts";
+import { corsOriginProblem } from "../server/cors.ts";
 import { PagellmServer, SERVER_DEFAULTS } from "../server/server.ts";
 import { loadLLM, noteChatFormat } from "./load.ts";
 import { kvCacheSummary } from "../engine/engine-builder.ts";
-import { checkKnownOptions, engineArgs, modelArgs, numberOption, speculativeArgs, type ParsedValues } from "./options.ts";
+import { checkKnownOptions, engineArgs, modelArgs, numberOption, repeated, speculativeArgs, type ParsedValues } from "./options.ts";
 import { info } from "./output.ts";
 
 export const serveArgs = {
   ...modelArgs,
   host: { type: "string", description: "Address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for every interface)", valueHint: "addr" },
   port: { type: "string", description: "Port to listen on (default 8080; 0 = any free port)", valueHint: "n" },
+  cors: {
+    type: "string",
+    description: "Let browser pages of these origins call the server (CORS): scheme://host[:port], comma-separated or repeated; * for any page, which lets every website the browser opens use the server (default: none)",
+    valueHint: "origin[,origin]",
+  },
   "api-key": { type: "string", description: "Require 'Authorization: Bearer KEY' on /v1/* (default: $PAGELLM_API_KEY, else none)", valueHint: "key" },
   "served-model-name": { type: "string", description: "The model's name in requests and responses (default: the model file's name)", valueHint: "name" },
   "chat-template": {
@@ -49,11 +55,11 @@ export const serveCommand = defineCommand({
   args: serveArgs,
   async run({ args, rawArgs }) {
     checkKnownOptions(rawArgs, serveArgs);
-    await runServe(args);
+    await runServe(args, rawArgs);
   },
 });
 
-async function runServe(values: ParsedValues): Promise<void> {
+async function runServe(values: ParsedValues, rawArgs: readonly string[]): Promise<void> {
   if (typeof values.model !== "string" || values.model === "") throw new InputError("--model is required");
   const port = numberOption(values, "port", "int", { min: 0, max: 65535 }) ?? 8080;
   const maxQueue = numberOption(values, "max-queue", "posint") ?? 256;
@@ -66,6 +72,7 @@ async function runServe(values: ParsedValues): Promise<void> {
   const stallTimeoutS = numberOption(values, "stall-timeout", "number", { min: 0, minOpen: true }) ?? SERVER_DEFAULTS.stallTimeoutS;
   const host = typeof values.host === "string" && values.host !== "" ? values.host : "127.0.0.1";
   const apiKey = serveApiKey(values);
+  const corsOrigins = corsOption(rawArgs);
   const name = typeof values["served-model-name"] === "string" && values["served-model-name"] !== "" ? values["served-model-name"] : basename(values.model);
 
   let server: PagellmServer;
@@ -74,6 +81,7 @@ async function runServe(values: ParsedValues): Promise<void> {
       host, port, apiKey, maxBodyBytes: Math.floor(maxBodyMb * 2 ** 20), maxQueue, maxPrompts,
       logRequests: values["log-requests"] === true, modelName: name, log: (line) => process.stderr.write(`${line}\n`),
       bodyTimeoutMs: bodyTimeoutS * 1000, maxConnections, maxPendingBodyBytes: Math.floor(maxPendingBodyMb * 2 ** 20), stallTimeoutMs: stallTimeoutS * 1000,
+      corsOrigins,
     });
   } catch (e) {
     throw new InputError(`cannot listen on ${host}:${port}: ${(e as Error).message}`);
@@ -107,6 +115,16 @@ function serveApiKey(values: ParsedValues): string | null {
   const problem = apiKeyProblem(key);
   if (problem !== null) throw new InputError(`${given ? "--api-key" : "$PAGELLM_API_KEY"} ${problem}`);
   return key;
+}
+
+/** --cors's origins, comma-separated or repeated; each checked at start. */
+function corsOption(rawArgs: readonly string[]): string[] {
+  const origins = repeated(rawArgs, "cors").flatMap((v) => v.split(",")).map((o) => o.trim());
+  for (const origin of origins) {
+    const problem = origin === "" ? "needs an origin (scheme://host[:port]) or *" : corsOriginProblem(origin);
+    if (problem !== null) throw new InputError(`--cors ${problem}`);
+  }
+  return origins;
 }
 
 /** Resolves `requested` on the first SIGTERM/SIGINT (a second exits at once, code 130). */

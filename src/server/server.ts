@@ -17,6 +17,7 @@ import { ApiError, asApiError, errorResponse } from "./api-error.ts";
 import { ApiKeyCheck } from "./auth.ts";
 import { BodyFields } from "./body-fields.ts";
 import { BodyReader } from "./body-reader.ts";
+import { CorsPolicy } from "./cors.ts";
 import { chatCompletions } from "./chat-completions.ts";
 import { completions } from "./completions.ts";
 import type { GenerationContext, Usage } from "./generation-run.ts";
@@ -49,6 +50,8 @@ export interface ServerOptions {
   maxPendingBodyBytes?: number;
   /** /health answers 503 when the engine loop has made no progress for this long with work pending, ms. */
   stallTimeoutMs?: number;
+  /** Origins whose browser pages may call the server (CORS), or ["*"] for any; absent or empty: none (cors.ts). */
+  corsOrigins?: readonly string[];
 }
 
 /** The bounds' defaults (the CLI's options: --body-timeout, --max-connections, --max-pending-body-mb, --stall-timeout). */
@@ -85,6 +88,7 @@ export class PagellmServer {
   private readonly bodies: BodyReader;
   private readonly maxConnections: number;
   private readonly stallTimeoutMs: number;
+  private readonly cors: CorsPolicy | null;
   /** Requests in progress (health checks and metrics scrapes, answered at once, are not counted). */
   private active = 0;
   readonly server: Server<undefined>;
@@ -99,6 +103,7 @@ export class PagellmServer {
     });
     this.maxConnections = opts.maxConnections ?? SERVER_DEFAULTS.maxConnections;
     this.stallTimeoutMs = opts.stallTimeoutMs ?? SERVER_DEFAULTS.stallTimeoutS * 1000;
+    this.cors = opts.corsOrigins === undefined || opts.corsOrigins.length === 0 ? null : new CorsPolicy(opts.corsOrigins);
     this.server = Bun.serve({
       hostname: opts.host,
       port: opts.port,
@@ -107,7 +112,7 @@ export class PagellmServer {
       maxRequestBodySize: Number.MAX_SAFE_INTEGER,
       // Idle connections close after a minute; a generation's own connection waits as long as it runs (see route).
       idleTimeout: IDLE_TIMEOUT_S,
-      fetch: (req, server) => this.handle(req, server),
+      fetch: (req, server) => this.respond(req, server),
       error: (e) => errorResponse(asApiError(e)),
     });
   }
@@ -160,6 +165,13 @@ export class PagellmServer {
   /** Bytes held now by request bodies still arriving (--max-pending-body-mb bounds them). */
   get pendingBodyBytes(): number {
     return this.bodies.pendingBytes;
+  }
+
+  /** The answer to `req`, with the CORS headers its origin is allowed; a CORS preflight is answered first of all. */
+  private async respond(req: Request, server: Server<undefined>): Promise<Response> {
+    if (this.cors === null) return this.handle(req, server);
+    if (this.cors.isPreflight(req)) return this.cors.preflight(req);
+    return this.cors.apply(req, await this.handle(req, server));
   }
 
   private async handle(req: Request, server: Server<undefined>): Promise<Response> {

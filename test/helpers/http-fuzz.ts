@@ -34,6 +34,9 @@ const CHAT_FIELDS = [
 ];
 const ROUTES = ["/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/models/stories260K.gguf", "/health", "/metrics"];
 const ODD_PATHS = ["/", "/v1", "/v1/", "/v1/models/", "/v1/models/x%2Fy", "/v1/models/%E0%A4%A", "/v1/models/a/b/c", "/v1/completions/", "/v1//models", "/v1/models?x=1", "/health/", "/%ff%fe", "/v1/chat", "/metrics?name[]=1", "/v2/completions"];
+/** Origins a fuzzed request comes from: the one the fuzzed server allows (FUZZ_CORS_ORIGIN), others, odd values. */
+export const FUZZ_CORS_ORIGIN = "http://localhost:3000";
+const CORS_ORIGINS = [FUZZ_CORS_ORIGIN, "https://evil.example", "null", "", "\u00e9", "http://localhost:3000/"];
 const METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"];
 
 /** Strings a parser, a tokenizer or a hash gets wrong: empty, lone surrogates, U+FFFD, controls, bidi, emoji, long. */
@@ -176,9 +179,22 @@ function methodCase(r: FuzzRandom): FuzzCase {
   const method = r.pick(METHODS);
   const path = r.int(3) === 0 ? r.pick(ODD_PATHS) : r.pick(ROUTES);
   const body = method === "GET" || method === "HEAD" ? null : r.int(2) === 0 ? "" : JSON.stringify(baseCompletion(r));
+  // Sometimes from a browser page (the fuzzed server allows one origin: --cors), a preflight or not.
+  const cors: Record<string, string> = r.int(3) === 0 ? { Origin: r.pick(CORS_ORIGINS) } : {};
+  if (cors.Origin !== undefined && r.int(2) === 0) cors["Access-Control-Request-Method"] = r.pick(["POST", "GET", "DELETE", ""]);
   return {
-    what: `${method} ${path}`,
-    run: async (_url, port) => (await rawExchange(port, [rawRequest(method, path, body)], { responses: 1, head: method === "HEAD", deadlineMs: DEADLINE_MS })).responses,
+    what: `${method} ${path} ${JSON.stringify(cors)}`,
+    async run(_url, port) {
+      const { responses } = await rawExchange(port, [rawRequest(method, path, body, cors)], { responses: 1, head: method === "HEAD", deadlineMs: DEADLINE_MS });
+      // The allowed origin's answers carry it, whatever they are; no other origin's carry any CORS header.
+      for (const answer of responses) {
+        const allowed = answer.headers["access-control-allow-origin"];
+        if (cors.Origin === FUZZ_CORS_ORIGIN ? allowed !== FUZZ_CORS_ORIGIN : Object.keys(answer.headers).some((h) => h.startsWith("access-control-"))) {
+          throw new Error(`CORS headers ${JSON.stringify(answer.headers)} for origin ${JSON.stringify(cors.Origin)} (${answer.status})`);
+        }
+      }
+      return responses;
+    },
   };
 }
 
