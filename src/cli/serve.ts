@@ -18,7 +18,11 @@ import { info } from "./output.ts";
 
 export const serveArgs = {
   ...modelArgs,
-  host: { type: "string", description: "Address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for every interface)", valueHint: "addr" },
+  host: {
+    type: "string",
+    description: "Address(es) to listen on, comma-separated or repeated, one listener each on the same port (default 127.0.0.1: this machine only; 0.0.0.0 for every IPv4 interface, :: for every interface)",
+    valueHint: "addr[,addr]",
+  },
   port: { type: "string", description: "Port to listen on (default 8080; 0 = any free port)", valueHint: "n" },
   cors: {
     type: "string",
@@ -70,7 +74,7 @@ async function runServe(values: ParsedValues, rawArgs: readonly string[]): Promi
   const maxConnections = numberOption(values, "max-connections", "posint") ?? SERVER_DEFAULTS.maxConnections;
   const maxPendingBodyMb = numberOption(values, "max-pending-body-mb", "number", { min: 0, minOpen: true }) ?? SERVER_DEFAULTS.maxPendingBodyMb;
   const stallTimeoutS = numberOption(values, "stall-timeout", "number", { min: 0, minOpen: true }) ?? SERVER_DEFAULTS.stallTimeoutS;
-  const host = typeof values.host === "string" && values.host !== "" ? values.host : "127.0.0.1";
+  const hosts = hostOption(rawArgs);
   const apiKey = serveApiKey(values);
   const corsOrigins = corsOption(rawArgs);
   const name = typeof values["served-model-name"] === "string" && values["served-model-name"] !== "" ? values["served-model-name"] : basename(values.model);
@@ -78,13 +82,14 @@ async function runServe(values: ParsedValues, rawArgs: readonly string[]): Promi
   let server: PagellmServer;
   try {
     server = new PagellmServer({
-      host, port, apiKey, maxBodyBytes: Math.floor(maxBodyMb * 2 ** 20), maxQueue, maxPrompts,
+      host: hosts, port, apiKey, maxBodyBytes: Math.floor(maxBodyMb * 2 ** 20), maxQueue, maxPrompts,
       logRequests: values["log-requests"] === true, modelName: name, log: (line) => process.stderr.write(`${line}\n`),
       bodyTimeoutMs: bodyTimeoutS * 1000, maxConnections, maxPendingBodyBytes: Math.floor(maxPendingBodyMb * 2 ** 20), stallTimeoutMs: stallTimeoutS * 1000,
       corsOrigins,
     });
   } catch (e) {
-    throw new InputError(`cannot listen on ${host}:${port}: ${(e as Error).message}`);
+    if (e instanceof InputError) throw e;
+    throw new InputError(`cannot listen on ${hosts.join(", ")} port ${port}: ${(e as Error).message}`);
   }
   const shutdown = shutdownOnSignal(shutdownSeconds);
   try {
@@ -92,7 +97,7 @@ async function runServe(values: ParsedValues, rawArgs: readonly string[]): Promi
     noteChatFormat(llm, "--chat-template");
     server.ready(llm);
     const i = llm.info;
-    process.stdout.write(`pagellm serve: ${server.url} serving ${name} (${i.description}, ${i.maxPositions}-token context, ${kvCacheSummary(i.kvLayout, i.numBlocks)})\n`);
+    process.stdout.write(`pagellm serve: ${server.urls.join(", ")} serving ${name} (${i.description}, ${i.maxPositions}-token context, ${kvCacheSummary(i.kvLayout, i.numBlocks)})\n`);
     await shutdown.requested;
     const finished = await server.drain(shutdownSeconds * 1000);
     if (!finished) info(`pagellm serve: --shutdown-timeout ${shutdownSeconds} s passed; aborting the requests still running`);
@@ -115,6 +120,14 @@ function serveApiKey(values: ParsedValues): string | null {
   const problem = apiKeyProblem(key);
   if (problem !== null) throw new InputError(`${given ? "--api-key" : "$PAGELLM_API_KEY"} ${problem}`);
   return key;
+}
+
+/** --host's addresses, comma-separated or repeated (default 127.0.0.1), each once. */
+function hostOption(rawArgs: readonly string[]): string[] {
+  const given = repeated(rawArgs, "host").flatMap((v) => v.split(",")).map((h) => h.trim());
+  if (given.length === 0) return ["127.0.0.1"];
+  if (given.includes("")) throw new InputError("--host needs an address (e.g. 127.0.0.1, ::1, 0.0.0.0)");
+  return [...new Set(given)];
 }
 
 /** --cors's origins, comma-separated or repeated; each checked at start. */

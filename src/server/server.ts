@@ -13,6 +13,7 @@
  */
 import type { Server } from "bun";
 import type { LLM } from "../engine/llm.ts";
+import { InputError } from "../errors.ts";
 import { ApiError, asApiError, errorResponse } from "./api-error.ts";
 import { ApiKeyCheck } from "./auth.ts";
 import { BodyFields } from "./body-fields.ts";
@@ -25,8 +26,9 @@ import { ServeMetrics } from "./metrics.ts";
 import { modelList, retrieveModel } from "./models.ts";
 
 export interface ServerOptions {
-  host: string;
-  /** 0 picks a free port. */
+  /** Address(es) to listen on: one listener each, on the same port. */
+  host: string | readonly string[];
+  /** 0 picks a free port (the first listener's; the others take the same). */
   port: number;
   /** null: no key needed. */
   apiKey: string | null;
@@ -91,7 +93,10 @@ export class PagellmServer {
   private readonly cors: CorsPolicy | null;
   /** Requests in progress (health checks and metrics scrapes, answered at once, are not counted). */
   private active = 0;
-  readonly server: Server<undefined>;
+  /** One per address, in the order given. */
+  private readonly listeners: Server<undefined>[] = [];
+  /** The listener each request in progress came to (its idle timeout is that listener's to lift). */
+  private readonly listenerOf = new WeakMap<Request, Server<undefined>>();
 
   constructor(private readonly opts: ServerOptions) {
     this.metrics = new ServeMetrics(opts.modelName);
@@ -104,22 +109,42 @@ export class PagellmServer {
     this.maxConnections = opts.maxConnections ?? SERVER_DEFAULTS.maxConnections;
     this.stallTimeoutMs = opts.stallTimeoutMs ?? SERVER_DEFAULTS.stallTimeoutS * 1000;
     this.cors = opts.corsOrigins === undefined || opts.corsOrigins.length === 0 ? null : new CorsPolicy(opts.corsOrigins);
-    this.server = Bun.serve({
-      hostname: opts.host,
-      port: opts.port,
-      // Out of the way: Bun answers a body declared past its own cap with a bare 413, before any
-      // handler runs. The body reader (body-reader.ts) refuses it first, in the OpenAI shape.
-      maxRequestBodySize: Number.MAX_SAFE_INTEGER,
-      // Idle connections close after a minute; a generation's own connection waits as long as it runs (see route).
-      idleTimeout: IDLE_TIMEOUT_S,
-      fetch: (req, server) => this.respond(req, server),
-      error: (e) => errorResponse(asApiError(e)),
-    });
+    const hosts = typeof opts.host === "string" ? [opts.host] : opts.host;
+    try {
+      for (const host of hosts) this.listeners.push(this.listen(host, this.listeners[0]?.port ?? opts.port));
+    } catch (e) {
+      for (const listener of this.listeners) void listener.stop(true);
+      throw e;
+    }
   }
 
-  /** http://host:port of the listening socket. */
+  /** A listener on `host`:`port`; InputError naming the address when it cannot be bound. */
+  private listen(host: string, port: number): Server<undefined> {
+    try {
+      return Bun.serve({
+        hostname: host,
+        port,
+        // Out of the way: Bun answers a body declared past its own cap with a bare 413, before any
+        // handler runs. The body reader (body-reader.ts) refuses it first, in the OpenAI shape.
+        maxRequestBodySize: Number.MAX_SAFE_INTEGER,
+        // Idle connections close after a minute; a generation's own connection waits as long as it runs (see route).
+        idleTimeout: IDLE_TIMEOUT_S,
+        fetch: (req, server) => this.respond(req, server),
+        error: (e) => errorResponse(asApiError(e)),
+      });
+    } catch (e) {
+      throw new InputError(`cannot listen on ${hostPort(host, port)}: ${listenProblem(e)}`);
+    }
+  }
+
+  /** http://host:port of the first listening socket. */
   get url(): string {
-    return this.server.url.href.replace(/\/$/, "");
+    return this.urls[0]!;
+  }
+
+  /** http://host:port of every listening socket, in the order of the addresses given. */
+  get urls(): string[] {
+    return this.listeners.map((l) => l.url.href.replace(/\/$/, ""));
   }
 
   /** The model is loaded: serve it. */
@@ -152,9 +177,10 @@ export class PagellmServer {
     this.llm?.client.abortAll();
     await this.llm?.client.whenIdle();
     let timer: ReturnType<typeof setTimeout> | undefined;
-    await Promise.race([this.server.stop(false), new Promise((resolve) => (timer = setTimeout(resolve, FLUSH_GRACE_MS)))]);
+    const stopped = Promise.all(this.listeners.map((l) => l.stop(false)));
+    await Promise.race([stopped, new Promise((resolve) => (timer = setTimeout(resolve, FLUSH_GRACE_MS)))]);
     clearTimeout(timer);
-    await this.server.stop(true);
+    await Promise.all(this.listeners.map((l) => l.stop(true)));
   }
 
   /** Requests in progress now (--max-connections counts them). */
@@ -169,6 +195,7 @@ export class PagellmServer {
 
   /** The answer to `req`, with the CORS headers its origin is allowed; a CORS preflight is answered first of all. */
   private async respond(req: Request, server: Server<undefined>): Promise<Response> {
+    this.listenerOf.set(req, server);
     if (this.cors === null) return this.handle(req, server);
     if (this.cors.isPreflight(req)) return this.cors.preflight(req);
     return this.cors.apply(req, await this.handle(req, server));
@@ -277,7 +304,7 @@ export class PagellmServer {
     const text = await this.bodies.read(req);
     // The body is in: a non-streamed generation sends nothing until it ends, a stream nothing
     // while it waits in the queue, so the idle timeout no longer applies to this connection.
-    this.server.timeout(req, 0);
+    this.listenerOf.get(req)?.timeout(req, 0);
     return BodyFields.parse(text);
   }
 
@@ -294,6 +321,27 @@ export class PagellmServer {
     const stats = this.llm?.stats();
     if (stats === undefined || stats.stalledMs < this.stallTimeoutMs) return null;
     return `the engine loop has made no progress for ${(stats.stalledMs / 1000).toFixed(1)} s with ${stats.numRequests} requests pending (--stall-timeout ${this.stallTimeoutMs / 1000})`;
+  }
+}
+
+/** host:port, an IPv6 address in brackets. */
+function hostPort(host: string, port: number): string {
+  return host.includes(":") && !host.startsWith("[") ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
+/** Why Bun could not listen, in words a user acts on. */
+function listenProblem(e: unknown): string {
+  switch ((e as { code?: unknown }).code) {
+    case "EADDRINUSE":
+      return "the port is in use (another server? --port 0 picks a free one)";
+    case "EADDRNOTAVAIL":
+      return "no network interface of this machine has that address";
+    case "EACCES":
+      return "not allowed to listen there (ports below 1024 need privileges)";
+    case "EINVAL":
+      return "not an address this machine can listen on";
+    default:
+      return e instanceof Error ? e.message.split("\n")[0]! : String(e);
   }
 }
 
