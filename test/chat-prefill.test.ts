@@ -116,7 +116,7 @@ test("the last message must be the user's or the assistant's; an assistant's aft
   const format: ChatFormat = { kind: "builtin", name: "llama2" };
   const call = (messages: ChatMessage[]) => () => messagesPromptIds(format, tokenizer as unknown as Parameters<typeof messagesPromptIds>[1], false, messages);
   expect(call([{ role: "user", content: "a" }, { role: "system", content: "b" }])).toThrow(RequestFieldError);
-  expect(call([{ role: "user", content: "a" }, { role: "system", content: "b" }])).toThrow("must be user or assistant");
+  expect(call([{ role: "user", content: "a" }, { role: "system", content: "b" }])).toThrow("must be user, tool or assistant");
   expect(call([{ role: "system", content: "a" }, { role: "assistant", content: "b" }])).toThrow("user and assistant messages in turn");
 });
 

@@ -114,9 +114,9 @@ describeShared("serve: chat completions (openai client)", [CHAT_MODEL], ([model]
       }
       throw new Error("expected an error");
     };
-    const tools = await bad({ tools: [{ type: "function", function: { name: "f", parameters: {} } }] });
+    const tools = await bad({ tools: [{ type: "function", function: { name: "no spaces", parameters: {} } }] });
     expect(tools).toBeInstanceOf(OpenAI.BadRequestError);
-    expect((tools as BadRequestError).param).toBe("tools");
+    expect((tools as BadRequestError).param).toBe("tools[0].function.name");
     const format = (await bad({ response_format: { type: "json_object" } })) as BadRequestError;
     expect(format).toBeInstanceOf(OpenAI.BadRequestError);
     expect(format.param).toBe("response_format");

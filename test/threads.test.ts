@@ -105,7 +105,7 @@ describe("worker threads", () => {
     // The engine built here, so that the test holds its worker pool; driven through the front door.
     const tok = loadTokenizer(tokenizer!, { modelVocabSize: config.vocabSize }).tokenizer;
     const engine = buildEngine(openCheckpoint(modelPath), tok, { ...DEFAULT_ENGINE_OPTIONS, threads: 2 });
-    const client = new EngineClient(engine, { encode: (text) => tok.encode(text, { addBos: true }), messages: () => [] });
+    const client = new EngineClient(engine, { encode: (text) => tok.encode(text, { addBos: true }), messages: () => ({ ids: [], reply: null, shownTokenIds: [] }) });
     const outputs: EngineOutput[] = [];
     let killed = false;
     const stream = client.submit({ prompt: "Once upon a time", maxTokens: 400, temperature: 0 });

@@ -89,26 +89,33 @@ export function newConversation(format: ChatFormat, tok: Tokenizer, opts: { addB
  * Other shapes (several system messages, two user messages in a row), which OpenAI clients send
  * too, are rendered whole by the model's Jinja template, as vLLM and llama.cpp render them; a
  * built-in format has no rules for them. So are messages rendered with `kwargs` (more template
- * variables for this request: vLLM's chat_template_kwargs), and messages with a `name`, which
- * the template is given as transformers gives it.
+ * variables for this request: vLLM's chat_template_kwargs), messages with a `name`, which the
+ * template is given as transformers gives it, and conversations with tools (`tools`, OpenAI's
+ * tool objects, the template's `tools` variable; tool results; calls in assistant messages),
+ * whose last message may also be a tool's result (the reply then answers it).
  * Throws RequestFieldError naming the message or field at fault.
  */
 export function messagesPromptIds(
   format: ChatFormat, tok: Tokenizer, addBos: boolean, messages: readonly ChatMessage[], kwargs: Readonly<Record<string, unknown>> | null = null,
+  tools: readonly unknown[] | null = null,
 ): number[] {
   const last = messages.at(-1);
   if (last === undefined) throw new RequestFieldError("messages", "must not be empty");
-  const prefill = last.role === "assistant";
-  if (last.role !== "user" && !prefill) {
-    throw new RequestFieldError(`messages[${messages.length - 1}].role`, "must be user or assistant: the last message is the user's, or an assistant's reply to continue");
+  const prefill = last.role === "assistant" && last.tool_calls === undefined;
+  if (last.role !== "user" && last.role !== "tool" && !prefill) {
+    throw new RequestFieldError(`messages[${messages.length - 1}].role`, "must be user, tool or assistant: the last message is the user's or a tool's result, or an assistant's reply to continue");
   }
   if (kwargs !== null && format.kind !== "jinja") {
     throw new RequestFieldError("chatTemplateKwargs", "needs a Jinja chat template; this format is built in");
   }
+  const withTools = tools !== null || messages.some(usesTools);
+  if (withTools && format.kind !== "jinja") {
+    throw new RequestFieldError("messages", "use tools, which need a Jinja chat template; this format is built in");
+  }
   try {
     // Names reach only a template rendering the messages whole (a conversation keeps contents).
     const named = messages.some((m) => m.name !== undefined);
-    if ((isTurnTaking(messages) && kwargs === null && !named) || format.kind !== "jinja") {
+    if ((isTurnTaking(messages) && kwargs === null && !named && !withTools) || format.kind !== "jinja") {
       const conversation = newConversation(format, tok, { addBos });
       // The user message the reply answers: the last, or the one before the begun reply.
       const userAt = prefill ? messages.length - 2 : messages.length - 1;
@@ -118,7 +125,7 @@ export function messagesPromptIds(
       return prefill ? conversation.prefillIds(user.content, last.content) : conversation.promptIds(user.content);
     }
     const template = format.template;
-    const extra = kwargs ?? {};
+    const extra: Record<string, unknown> = { ...kwargs, ...(tools === null ? {} : { tools }) };
     const rendered = prefill ? continuedRendering(template, messages, extra) : wholeRendering(template, tok, messages, extra);
     const ids = encodeRendered(tok, rendered.text, rendered.spans);
     const bos = tok.bosId;
@@ -135,6 +142,11 @@ export function messagesPromptIds(
 function wholeRendering(template: ChatTemplate, tok: Tokenizer, messages: readonly ChatMessage[], extra: Record<string, unknown>): { text: string; spans: ContentSpan[] } {
   const text = template.render(messages, true, extra);
   return { text, spans: contentSpans(template, tok, text, messages, true, extra) };
+}
+
+/** A tool result, or an assistant message with calls. */
+function usesTools(m: ChatMessage): boolean {
+  return m.role === "tool" || m.tool_calls !== undefined;
 }
 
 /** An optional system message, then user and assistant messages in turn. */

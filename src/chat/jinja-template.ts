@@ -2,7 +2,12 @@
  * A model's own chat template (`tokenizer.chat_template`, the Jinja text of its
  * tokenizer_config.json), rendered with @huggingface/jinja the way transformers'
  * apply_chat_template renders it: `messages`, `add_generation_prompt`, `bos_token`,
- * `eos_token`, `raise_exception` and `strftime_now`; no tools or documents. A template is
+ * `eos_token`, `raise_exception`, `strftime_now`, and `tools` when a request offers them (in
+ * OpenAI's shape, as transformers and vLLM pass them). Messages carry what OpenAI's do: an
+ * assistant's `tool_calls` (their arguments given to the template as an object, as transformers
+ * takes them and vLLM and llama.cpp convert them), a tool result's `tool_call_id` and `name`, an
+ * assistant's `reasoning_content` (Qwen3's template renders it); a field a message lacks is absent
+ * from its object (Llama 3's template asks `'tool_calls' in message`). No documents. A template is
  * untrusted input (it comes with a downloaded model): rendering is bounded in steps, time, size
  * and depth (jinja-limits.ts), and whatever goes wrong is one ChatTemplateError naming the template.
  */
@@ -11,12 +16,25 @@ import { PagellmError } from "../errors.ts";
 import { quoteFileText, showFileText } from "../util/file-text.ts";
 import { BoundedInterpreter, boundedRange, DEFAULT_RENDER_LIMITS, TemplateLimitError, type RenderLimits } from "./jinja-limits.ts";
 
-/** One message of a conversation. */
+/** One message of a conversation, in OpenAI's shape (a missing content is ""). */
 export interface ChatMessage {
-  role: "system" | "user" | "assistant" | string;
+  role: "system" | "user" | "assistant" | "tool" | string;
   content: string;
-  /** The participant's name (OpenAI's `name`): a template may show it; built-in formats do not. */
+  /** An assistant's calls: their arguments are JSON text, as the model wrote them. */
+  tool_calls?: readonly ChatToolCall[];
+  /** A tool result: the call it answers. */
+  tool_call_id?: string;
+  /** The participant's name (OpenAI's `name`; a tool result's function): a template may show it; built-in formats do not. */
   name?: string;
+  /** An assistant's reasoning, kept apart from its content. */
+  reasoning_content?: string;
+}
+
+/** A call in an assistant message (OpenAI's shape). */
+export interface ChatToolCall {
+  id: string;
+  type: "function";
+  function: { name: string; arguments: string };
 }
 
 /** A template that does not parse or does not render: names the model and carries the template's own message. */
@@ -53,7 +71,7 @@ export class ChatTemplate {
       for (const [name, value] of Object.entries(this.globals())) globals.set(name, value);
       const scope = new Environment(globals);
       const variables: Record<string, unknown> = {
-        messages: messages.map((m) => (m.name === undefined ? { role: m.role, content: m.content } : { role: m.role, content: m.content, name: m.name })),
+        messages: messages.map(templateMessage),
         add_generation_prompt: addGenerationPrompt,
         bos_token: this.specials.bosToken,
         eos_token: this.specials.eosToken,
@@ -81,6 +99,29 @@ export class ChatTemplate {
       strftime_now: (format: string) => strftime(new Date(), String(format)),
     };
   }
+}
+
+/** A message as templates read it: only the fields it has; a call's arguments as an object where they are one. */
+function templateMessage(m: ChatMessage): Record<string, unknown> {
+  const out: Record<string, unknown> = { role: m.role, content: m.content };
+  if (m.tool_calls !== undefined) {
+    out.tool_calls = m.tool_calls.map((c) => ({ id: c.id, type: c.type, function: { name: c.function.name, arguments: argumentsValue(c.function.arguments) } }));
+  }
+  if (m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
+  if (m.name !== undefined) out.name = m.name;
+  if (m.reasoning_content !== undefined) out.reasoning_content = m.reasoning_content;
+  return out;
+}
+
+/** A call's arguments: the object their JSON text holds, or the text itself when it holds none. */
+function argumentsValue(text: string): unknown {
+  try {
+    const value: unknown = JSON.parse(text);
+    if (typeof value === "object" && value !== null && !Array.isArray(value)) return value;
+  } catch {
+    // Not JSON: the template gets the text.
+  }
+  return text;
 }
 
 /** `raise_exception(...)` in a template: its message is the template's own. */

@@ -71,7 +71,7 @@ export function promptsDirRequests(dir: string, defaults: RequestDefaults): Inpu
  * One request per line: {"id", "prompt" | "prompt_file" | "messages", "max_tokens", "temperature",
  * "top_p", "top_k", "min_p", "repetition_penalty", "repeat_last_n", "frequency_penalty",
  * "presence_penalty", "logit_bias", "seed", "stop", "cache_salt", "logprobs", "ignore_eos",
- * "chat_template_kwargs"}; absent fields take the command-line defaults; a prompt_file is relative
+ * "chat_template_kwargs", "tools", "tool_choice", "parallel_tool_calls"}; absent fields take the command-line defaults; a prompt_file is relative
  * to the JSONL file. Blank lines are skipped. A line whose fields fail the request's checks is a
  * rejected request naming the field.
  */
@@ -110,7 +110,7 @@ export function jsonlRequests(path: string, defaults: RequestDefaults): InputReq
 /** JSONL fields that map to a request field of the same meaning, by their JSON name. */
 const JSONL_FIELDS = [
   "maxTokens", "temperature", "topP", "topK", "minP", "repetitionPenalty", "repeatLastN", "frequencyPenalty", "presencePenalty", "logitBias", "seed",
-  "stop", "cacheSalt", "logprobs", "ignoreEos", "chatTemplateKwargs",
+  "stop", "cacheSalt", "logprobs", "ignoreEos", "chatTemplateKwargs", "tools", "toolChoice", "parallelToolCalls",
 ] as const;
 
 /** A JSONL line as a request: the prompt's forms resolved, the other fields as given (checkRequest checks them), defaults beneath. */
@@ -118,7 +118,8 @@ function jsonRequest(f: Record<string, unknown>, id: string, defaults: RequestDe
   const request: Record<string, unknown> = { ...defaults, id };
   if (typeof f.prompt === "string") request.prompt = f.prompt;
   else if (typeof f.prompt_file === "string") request.prompt = readPromptFile(resolve(baseDir, f.prompt_file));
-  else if (f.messages !== undefined) request.messages = chatMessages(f.messages, where);
+  // Messages in OpenAI's shape (tool calls and results included): checkRequest checks them.
+  else if (f.messages !== undefined) request.messages = f.messages;
   else throw new InputError(`${where}: a request needs "prompt", "prompt_file" or "messages"`);
   for (const key of JSONL_FIELDS) {
     const v = f[jsonFieldName(key)];

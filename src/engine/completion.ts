@@ -4,6 +4,8 @@
  */
 import type { PagellmError } from "../errors.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
+import { ReplyReader, type ReplySetup } from "../tools/reply-reader.ts";
+import type { ToolCall } from "../tools/tool-types.ts";
 import type { EngineOutput, FinishReason } from "./engine-output.ts";
 import type { SpeculationCounts } from "./speculative.ts";
 
@@ -21,8 +23,14 @@ export interface CompletionResult {
   cached_tokens_disk: number;
   completion_tokens: number;
   token_ids: number[];
+  /** The reply's text; for a conversation whose replies are read (tools, reasoning), its content only. */
   text: string;
-  finish_reason: FinishReason;
+  /** Only when the reply reasoned (between `<think>` tags, or gpt-oss's analysis channel): the reasoning, apart from text. */
+  reasoning_content?: string;
+  /** Only when the reply called tools: the calls, in OpenAI's shape (arguments as JSON text). */
+  tool_calls?: ToolCall[];
+  /** "tool_calls" when the reply ended after calling tools. */
+  finish_reason: FinishReason | "tool_calls";
   ttft_ms: number;
   latency_ms: number;
   /** Only when finish_reason is "error": why the request was rejected or failed. */
@@ -58,9 +66,16 @@ export function tokenText(tokenizer: Tokenizer, prev: number | undefined, id: nu
   return decoder.push(id) + decoder.flush();
 }
 
+/** What one output added to a reply: its content and its reasoning. */
+export interface TextDelta {
+  content: string;
+  reasoning: string;
+}
+
 /** Folds one sample's outputs into its CompletionResult. */
 export class CompletionBuilder {
   private text = "";
+  private readonly reader: ReplyReader | null;
   private readonly tokenIds: number[] = [];
   private readonly logprobs: TokenLogprobResult[] = [];
   private last: EngineOutput | null = null;
@@ -71,9 +86,14 @@ export class CompletionBuilder {
     private readonly promptLast: number | undefined,
     /** The request asked for more than one sample: results carry their index. */
     private readonly numbered: boolean,
-  ) {}
+    /** How the reply is read into content, reasoning and calls (null: its text is the content). */
+    reply: ReplySetup | null = null,
+  ) {
+    this.reader = reply === null ? null : new ReplyReader(reply);
+  }
 
-  add(output: EngineOutput): void {
+  /** Adds a step's output; returns the content and reasoning it made showable. */
+  add(output: EngineOutput): TextDelta {
     this.text += output.text;
     for (const [k, l] of (output.logprobs ?? []).entries()) {
       // The token this one follows: the step's previous one, else the last one so far, else the prompt's.
@@ -83,6 +103,8 @@ export class CompletionBuilder {
     }
     this.tokenIds.push(...output.tokenIds);
     this.last = output;
+    if (this.reader === null) return { content: output.text, reasoning: "" };
+    return this.reader.read(output.text, output.finishReason !== null);
   }
 
   /** Whether the sample has finished. */
@@ -109,6 +131,15 @@ export class CompletionBuilder {
       ttft_ms: round2((o.timing.firstTokenMs ?? finish) - o.timing.arrivalMs),
       latency_ms: round2(finish - o.timing.arrivalMs),
     };
+    if (this.reader !== null) {
+      const m = this.reader.message;
+      result.text = m.content;
+      if (m.reasoning !== "") result.reasoning_content = m.reasoning;
+      if (m.toolCalls.length > 0) {
+        result.tool_calls = m.toolCalls.map((c) => ({ ...c, function: { ...c.function } }));
+        if (result.finish_reason === "stop") result.finish_reason = "tool_calls";
+      }
+    }
     if (o.error !== null) result.error = o.error;
     if (o.speculation !== null) result.speculative = speculationResult(o.speculation);
     if (o.logprobs !== null) result.logprobs = [...this.logprobs];

@@ -21,6 +21,9 @@
  */
 import { EngineClosedError, InputError, ModelFormatError, QueueFullError, RequestFieldError } from "../errors.ts";
 import type { ChatMessage } from "../chat/jinja-template.ts";
+import type { ChatPrompt } from "../tools/chat-prompt.ts";
+import type { ReplySetup } from "../tools/reply-reader.ts";
+import type { CheckedTools } from "../tools/tool-types.ts";
 import type { KVLayout } from "../kv/kv-layout.ts";
 import type { DeviceKind } from "../backend/model-forward.ts";
 import type { Placement } from "../backend/placement.ts";
@@ -37,9 +40,13 @@ import type { GenerationParams } from "./sequence.ts";
 export interface PromptEncoder {
   /** Prompt ids of a text, BOS first when the model expects it. */
   encode(text: string): number[];
-  /** Prompt ids of a conversation in the chat format, with more template variables; RequestFieldError naming the message at fault. */
-  messages(messages: readonly ChatMessage[], kwargs: Readonly<Record<string, unknown>> | null): number[];
+  /**
+   * A conversation in the chat format, with more template variables and the request's tools:
+   * its prompt ids, and how its replies are read; RequestFieldError naming the message at fault.
+   */
+  messages(messages: readonly ChatMessage[], kwargs: Readonly<Record<string, unknown>> | null, tools: CheckedTools | null): ChatPrompt;
 }
+
 
 /** Limits a front end puts on what it takes (a server's); the engine's own limits apply regardless. */
 export interface PrepareOptions {
@@ -65,6 +72,8 @@ export class PreparedRequest {
     readonly request: EngineRequest,
     /** The request's fields as checked, defaults filled. */
     readonly checked: CheckedRequest,
+    /** How its replies are read into content, reasoning and tool calls; null: as plain text. */
+    readonly reply: ReplySetup | null = null,
   ) {}
 
   get id(): string {
@@ -191,7 +200,7 @@ export class EngineClient {
   prepare(request: RequestInput, opts: PrepareOptions = {}): PreparedRequest {
     // More samples than a step holds can never run: checkFits says so (RequestTooLongError).
     const checked = checkRequest(request, { vocabSize: this.engine.config.vocabSize, maxSamples: opts.maxSamples ?? Infinity });
-    const promptTokenIds = this.promptIds(checked);
+    const { ids: promptTokenIds, reply, shownTokenIds } = this.prompt(checked);
     // An empty text on a model that adds no BOS is no tokens at all: nothing to run from.
     if (promptTokenIds.length === 0) {
       if (checked.prompt.kind === "messages") throw new RequestFieldError("messages", "render to an empty prompt");
@@ -199,8 +208,9 @@ export class EngineClient {
     }
     this.engine.checkFits(promptTokenIds.length, checked.maxTokens, checked.n);
     const id = checked.id ?? `req-${this.nextId++}`;
-    const samples = Array.from({ length: checked.n }, (_, i) => generationParams(checked, i));
-    return new PreparedRequest({ id, promptTokenIds, samples, cacheSalt: checked.cacheSalt }, checked);
+    const shown = shownTokenIds.length === 0 ? undefined : new Set(shownTokenIds);
+    const samples = Array.from({ length: checked.n }, (_, i) => generationParams(checked, i, shown));
+    return new PreparedRequest({ id, promptTokenIds, samples, cacheSalt: checked.cacheSalt }, checked, reply);
   }
 
   /**
@@ -340,12 +350,12 @@ export class EngineClient {
     });
   }
 
-  private promptIds(checked: CheckedRequest): number[] {
+  private prompt(checked: CheckedRequest): ChatPrompt {
     const p = checked.prompt;
-    if (p.kind === "tokens") return [...p.ids];
-    if (p.kind === "messages") return this.prompts.messages(p.messages, p.kwargs);
+    if (p.kind === "tokens") return { ids: [...p.ids], reply: null, shownTokenIds: [] };
+    if (p.kind === "messages") return this.prompts.messages(p.messages, p.kwargs, checked.tools);
     try {
-      return this.prompts.encode(p.text);
+      return { ids: this.prompts.encode(p.text), reply: null, shownTokenIds: [] };
     } catch (e) {
       // A vocabulary that spells none of the text is the file's fault, not the request's.
       if (e instanceof ModelFormatError) throw e;
@@ -451,9 +461,10 @@ export class EngineClient {
   }
 }
 
-/** Sample `index`'s engine params: the checked fields, its own seed. */
-function generationParams(r: CheckedRequest, index: number): GenerationParams {
+/** Sample `index`'s engine params: the checked fields, its own seed, the control tokens its text shows. */
+function generationParams(r: CheckedRequest, index: number, shownTokenIds: ReadonlySet<number> | undefined): GenerationParams {
   const params: GenerationParams = { maxTokens: r.maxTokens, stop: r.stop, sampling: { ...r.sampling, seed: sampleSeed(r.seed, index) } };
+  if (shownTokenIds !== undefined) params.shownTokenIds = shownTokenIds;
   if (r.logprobs !== null) params.logprobs = r.logprobs;
   if (r.ignoreEos) params.ignoreEos = true;
   return params;

@@ -25,7 +25,7 @@ import type { ModelRunner } from "./model-runner.ts";
 import { PendingForks } from "./parallel-sampling.ts";
 import { SamplerWork } from "./sampler.ts";
 import { Scheduler, type SchedulerOutput, type TierLoader } from "./scheduler.ts";
-import { Sequence, type GenerationParams } from "./sequence.ts";
+import { replyDecoder, Sequence, type GenerationParams } from "./sequence.ts";
 import { Drafter, Speculation } from "./speculative.ts";
 
 /** A request as the engine takes it: checked, tokenized, one GenerationParams per sample. */
@@ -398,7 +398,7 @@ export class LLMEngine {
     return new Sequence(
       { id: n === 1 ? request.id : `${request.id}#${index}`, promptTokenIds: ids, cacheSalt: request.cacheSalt ?? undefined },
       params,
-      this.tokenizer.createStreamDecoder(ids[ids.length - 1]),
+      replyDecoder(this.tokenizer, ids[ids.length - 1], params.shownTokenIds),
       this.options.speculative === null ? null : new Drafter(this.options.speculative),
       { requestId: request.id, index },
     );

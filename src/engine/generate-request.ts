@@ -7,7 +7,8 @@
  * samples per step) come in RequestLimits.
  */
 import { RequestFieldError } from "../errors.ts";
-import type { ChatMessage } from "../chat/jinja-template.ts";
+import type { ChatMessage, ChatToolCall } from "../chat/jinja-template.ts";
+import { checkTools, type CheckedTools, type ToolChoice, type ToolDefinition } from "../tools/tool-types.ts";
 import { DEFAULT_SAMPLING, type SamplingParams } from "./sampler.ts";
 
 /** One generation request; every field but the prompt (`prompt`, `promptTokenIds` or `messages`) falls back to a default. */
@@ -52,6 +53,12 @@ export interface GenerateRequest {
   logprobs?: number;
   /** Generate through end-of-generation tokens until max_tokens (llama.cpp's and vLLM's `ignore_eos`). */
   ignoreEos?: boolean;
+  /** Functions the model may call (OpenAI's `tools`), rendered by the chat template; with `messages` only. */
+  tools?: readonly ToolDefinition[];
+  /** auto (default), none, required, or one named function (OpenAI's `tool_choice`). */
+  toolChoice?: ToolChoice;
+  /** Whether a reply may make several calls (default true). */
+  parallelToolCalls?: boolean;
 }
 
 /**
@@ -96,6 +103,8 @@ export interface CheckedRequest {
   cacheSalt: string | null;
   logprobs: number | null;
   ignoreEos: boolean;
+  /** The tools offered, the choice and the parallel switch; null without tools. */
+  tools: CheckedTools | null;
 }
 
 /**
@@ -129,6 +138,7 @@ export function checkRequest(r: RequestInput, limits: RequestLimits): CheckedReq
     cacheSalt: checkCacheSalt(f),
     logprobs: f.number("logprobs", { integer: true, min: 0, max: MAX_LOGPROBS }) ?? null,
     ignoreEos: f.boolean("ignoreEos") ?? false,
+    tools: checkRequestTools(f, r),
   };
 }
 
@@ -154,6 +164,14 @@ function checkPrompt(f: FieldReader, limits: RequestLimits): CheckedPrompt {
   }
 }
 
+/** The tool fields, which apply to messages only. */
+function checkRequestTools(f: FieldReader, r: RequestInput): CheckedTools | null {
+  const tools = checkTools(r.tools, r.toolChoice, r.parallelToolCalls);
+  const given = (["tools", "toolChoice", "parallelToolCalls"] as const).find((k) => f.has(k));
+  if (given !== undefined && !f.has("messages")) throw new RequestFieldError(given, "applies only to messages");
+  return tools;
+}
+
 function checkTokenIds(ids: readonly unknown[], field: string, vocabSize: number): number[] {
   if (ids.length === 0) throw new RequestFieldError(field, "must not be empty");
   ids.forEach((id, i) => {
@@ -169,12 +187,37 @@ function checkMessages(messages: readonly unknown[]): ChatMessage[] {
   return messages.map((m, i) => {
     const at = `messages[${i}]`;
     if (typeof m !== "object" || m === null || Array.isArray(m)) throw new RequestFieldError(at, "must be an object with role and content");
-    const { role, content, name } = m as { role?: unknown; content?: unknown; name?: unknown };
+    const fields = m as Readonly<Record<string, unknown>>;
+    const { role, content } = fields;
     if (typeof role !== "string") throw new RequestFieldError(`${at}.role`, "must be a string");
-    if (typeof content !== "string") throw new RequestFieldError(`${at}.content`, "must be a string");
-    if (name === undefined || name === null) return { role, content };
-    if (typeof name !== "string") throw new RequestFieldError(`${at}.name`, `must be a string, got ${excerpt(name)}`);
-    return { role, content, name };
+    const calls = fields.tool_calls === undefined || fields.tool_calls === null ? undefined : checkToolCalls(fields.tool_calls, `${at}.tool_calls`);
+    // An assistant message that only calls tools has no content (OpenAI sends null).
+    if (typeof content !== "string" && !((content === null || content === undefined) && calls !== undefined)) {
+      throw new RequestFieldError(`${at}.content`, "must be a string");
+    }
+    const message: ChatMessage = { role, content: typeof content === "string" ? content : "" };
+    if (calls !== undefined) message.tool_calls = calls;
+    for (const key of ["tool_call_id", "name", "reasoning_content"] as const) {
+      const v = fields[key];
+      if (v === undefined || v === null) continue;
+      if (typeof v !== "string") throw new RequestFieldError(`${at}.${key}`, `must be a string, got ${excerpt(v)}`);
+      message[key] = v;
+    }
+    return message;
+  });
+}
+
+/** An assistant message's calls, in OpenAI's shape (arguments as JSON text). */
+function checkToolCalls(calls: unknown, at: string): ChatToolCall[] {
+  if (!Array.isArray(calls)) throw new RequestFieldError(at, "must be an array of calls");
+  return calls.map((c: unknown, i) => {
+    const where = `${at}[${i}]`;
+    const call = typeof c === "object" && c !== null ? (c as Readonly<Record<string, unknown>>) : null;
+    const fn = call !== null && typeof call.function === "object" && call.function !== null ? (call.function as Readonly<Record<string, unknown>>) : null;
+    if (call === null || fn === null || typeof fn.name !== "string") throw new RequestFieldError(where, `must be {"id", "type": "function", "function": {"name", "arguments"}}`);
+    if (typeof fn.arguments !== "string") throw new RequestFieldError(`${where}.function.arguments`, "must be a string (the arguments' JSON)");
+    if (call.id !== undefined && typeof call.id !== "string") throw new RequestFieldError(`${where}.id`, "must be a string");
+    return { id: typeof call.id === "string" ? call.id : "", type: "function", function: { name: fn.name, arguments: fn.arguments } };
   });
 }
 
@@ -320,6 +363,9 @@ export const JSON_FIELD_NAMES: Readonly<Record<keyof GenerateRequest, string>> =
   cacheSalt: "cache_salt",
   logprobs: "logprobs",
   ignoreEos: "ignore_eos",
+  tools: "tools",
+  toolChoice: "tool_choice",
+  parallelToolCalls: "parallel_tool_calls",
 };
 
 /** The JSON name of a request property (the property itself when it has none). */

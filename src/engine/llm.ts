@@ -14,6 +14,8 @@ import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { chatFormat, messagesPromptIds, newConversation, untemplatedNote, type ChatFormat, type UntemplatedFormat } from "../chat/formats.ts";
 import type { Conversation } from "../chat/conversation.ts";
 import type { ChatMessage } from "../chat/jinja-template.ts";
+import { chatPrompt } from "../tools/chat-prompt.ts";
+import type { CheckedTools } from "../tools/tool-types.ts";
 import type { BackendOptions, WebGpuBackend } from "../backend/webgpu/backend.ts";
 import type { DeviceChoice } from "../backend/webgpu/device.ts";
 import { chooseDevice } from "../backend/device-choice.ts";
@@ -88,7 +90,8 @@ export interface OpenOptions extends Omit<LoadOptions, "gpu"> {
 
 /** What a generation stream yields: text as it becomes showable, and each request's result when it ends. */
 export type GenerationEvent =
-  | { kind: "text"; id: string; index: number; delta: string }
+  /** Text that became showable: the reply's content, and (for a conversation whose replies reason) its reasoning apart. */
+  | { kind: "text"; id: string; index: number; delta: string; reasoning?: string }
   | { kind: "done"; result: CompletionResult };
 
 export interface StreamOptions {
@@ -154,7 +157,9 @@ export class LLM {
     // it) leaves the GGUF model's own template in force.
     const template = chatTemplate ?? (tokenizerPath !== opts.model && isGGUF(opts.model) ? ggufChatTemplate(opts.model) : null);
     const untemplated = opts.untemplatedChatFormat ?? "chatml";
-    const format = chatFormat(opts.chatTemplate, template, opts.model, tokenizer, opts.chatTemplateKwargs, untemplated);
+    // Thinking is on unless a request says otherwise, as llama.cpp passes enable_thinking (a template
+    // that tests `not enable_thinking`, as llama.cpp's DeepSeek-R1 ones, would otherwise close it).
+    const format = chatFormat(opts.chatTemplate, template, opts.model, tokenizer, { enable_thinking: true, ...opts.chatTemplateKwargs }, untemplated);
     const engineOptions = { ...DEFAULT_ENGINE_OPTIONS, ...opts.engine };
     if (opts.speculative !== undefined) engineOptions.speculative = opts.speculative === null ? null : { ...DEFAULT_SPECULATIVE, ...opts.speculative };
     const kvCacheDir = opts.kvCacheDir;
@@ -164,7 +169,8 @@ export class LLM {
     const engine = buildEngine(checkpoint, tokenizer, engineOptions, { onLoadProgress: opts.onLoadProgress, gpu: opts.gpu, secondTier });
     const prompts = {
       encode: (text: string) => encodeText(tokenizer, addBos, tokenizerPath, text),
-      messages: (messages: readonly ChatMessage[], kwargs: Readonly<Record<string, unknown>> | null) => messagesPromptIds(format, tokenizer, addBos, messages, kwargs),
+      messages: (messages: readonly ChatMessage[], kwargs: Readonly<Record<string, unknown>> | null, tools: CheckedTools | null) =>
+        chatPrompt(format, tokenizer, addBos, messages, kwargs, tools),
     };
     const client = new EngineClient(engine, prompts);
     const device = reason ?? `device: ${engine.model.description}`;
@@ -283,14 +289,15 @@ export class LLM {
     const stream = this.client.submit(prepared, { signal: opts.signal });
     const builders = new Map<string, CompletionBuilder>();
     for (const p of prepared) {
-      for (let i = 0; i < p.n; i++) builders.set(`${p.id}#${i}`, new CompletionBuilder(this.tokenizer, p.promptTokenIds.at(-1), p.n > 1));
+      for (let i = 0; i < p.n; i++) builders.set(`${p.id}#${i}`, new CompletionBuilder(this.tokenizer, p.promptTokenIds.at(-1), p.n > 1, p.reply));
     }
     for await (const output of stream) {
       // The engine failed (a worker died): the error itself, not results that would say "error".
       if (output.finishReason === "error" && stream.error !== null) throw stream.error;
       const builder = builders.get(`${output.requestId}#${output.index}`)!;
-      builder.add(output);
-      if (output.text.length > 0) yield { kind: "text", id: output.requestId, index: output.index, delta: output.text };
+      const delta = builder.add(output);
+      if (delta.reasoning !== "") yield { kind: "text", id: output.requestId, index: output.index, delta: delta.content, reasoning: delta.reasoning };
+      else if (delta.content !== "") yield { kind: "text", id: output.requestId, index: output.index, delta: delta.content };
       if (output.finishReason !== null) yield { kind: "done", result: builder.result() };
     }
   }

@@ -4,7 +4,7 @@
  * its timings. Sequences never leave the engine: what others see of one is an EngineOutput
  * snapshot (engine-output.ts).
  */
-import type { StreamDecoder } from "../tokenizer/tokenizer.ts";
+import type { StreamDecoder, Tokenizer } from "../tokenizer/tokenizer.ts";
 import type { FinishReason } from "./engine-output.ts";
 import type { SampledLogprob } from "./logprobs.ts";
 import { Request, type RequestOptions } from "../kv/request.ts";
@@ -28,6 +28,12 @@ export interface GenerationParams {
    * request. Benchmarks use it to fix output lengths.
    */
   ignoreEos?: boolean;
+  /**
+   * Control tokens whose text the reply shows (llama.cpp's preserved tokens): a tool-call format's
+   * markers, such as Llama 3's `<|python_tag|>` and Mistral's `[TOOL_CALLS]`, which decode to
+   * nothing otherwise. Absent: none.
+   */
+  shownTokenIds?: ReadonlySet<number>;
 }
 
 /** What identifies a sequence to the outside: the request it samples and which sample it is. */
@@ -99,4 +105,17 @@ export class Sequence extends Request {
     if (this.stops.stopped) return "";
     return this.stops.push(this.decoder.flush()) + this.stops.flush();
   }
+}
+
+/**
+ * The decoder of a reply that follows `prevId`: the tokenizer's, with the control tokens of `shown`
+ * written as their text (whatever partial character came before one is flushed first).
+ */
+export function replyDecoder(tokenizer: Tokenizer, prevId: number | undefined, shown: ReadonlySet<number> | undefined): StreamDecoder {
+  const decoder = tokenizer.createStreamDecoder(prevId);
+  if (shown === undefined || shown.size === 0) return decoder;
+  return {
+    push: (id) => (shown.has(id) ? decoder.push(id) + decoder.flush() + tokenizer.tokenText(id) : decoder.push(id)),
+    flush: () => decoder.flush(),
+  };
 }

@@ -10,7 +10,7 @@ import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import type { BodyFields } from "./body-fields.ts";
 import { readCompletionRequest, type PromptInput } from "./completion-request.ts";
 import { MAX_N, requestError, type GenerationSpec } from "./generation-fields.ts";
-import { responseId, runGeneration, type Choice, type Echo, type GenerationContext, type ResponseShape, type Usage } from "./generation-run.ts";
+import { responseId, runGeneration, type Choice, type ChoiceDelta, type Echo, type GenerationContext, type ResponseShape, type Usage } from "./generation-run.ts";
 import { completionLogprobs, type CompletionLogprobs, type LogprobEntry } from "./logprobs-format.ts";
 import { checkModel } from "./models.ts";
 import { promptLogprobs, type PromptLogprobs } from "./prompt-logprobs.ts";
@@ -63,14 +63,14 @@ function completionShape(tok: Tokenizer, logprobs: boolean): ResponseShape {
     }),
     // The echoed prompt comes first, as its own chunk.
     openingChoice: (c: Choice) => (c.echo.text === "" && c.echo.logprobs === null ? null : echoChoice(c.index, c.echo, null)),
-    chunkChoice: (c: Choice, delta: string, entries: readonly LogprobEntry[], finishReason: string | null) => {
+    chunkChoice: (c: Choice, delta: ChoiceDelta, entries: readonly LogprobEntry[], finishReason: string | null) => {
       let part: CompletionLogprobs | null = null;
       if (logprobs) {
         part = completionLogprobs(tok, entries, offsets.get(c) ?? c.echo.text.length);
         const last = part.tokens.length - 1;
         if (last >= 0) offsets.set(c, part.text_offset[last]! + part.tokens[last]!.length);
       }
-      return { index: c.index, text: delta, logprobs: part, finish_reason: finishReason };
+      return { index: c.index, text: delta.text, logprobs: part, finish_reason: finishReason };
     },
   };
 }

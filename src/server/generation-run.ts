@@ -10,6 +10,7 @@ import type { EngineClient, PreparedRequest } from "../engine/engine-client.ts";
 import type { EngineOutput } from "../engine/engine-output.ts";
 import type { OutputStream } from "../engine/output-stream.ts";
 import type { FinishReason } from "../engine/engine-output.ts";
+import { ReplyReader, type ReplyDelta } from "../tools/reply-reader.ts";
 import { ApiError } from "./api-error.ts";
 import type { GenerationSpec } from "./generation-fields.ts";
 import type { LogprobEntry } from "./logprobs-format.ts";
@@ -29,6 +30,15 @@ export interface Choice {
   finishReason: FinishReason | null;
   /** The prompt's last token: the one the first generated token follows. */
   readonly promptLast: number | undefined;
+  /** Reads the reply into content, reasoning and tool calls (a conversation with tools or reasoning); null: text only. */
+  readonly reply: ReplyReader | null;
+}
+
+/** What one output added to a choice: its text, and what its reply reader made of it. */
+export interface ChoiceDelta {
+  text: string;
+  /** Null without a reply reader. */
+  reply: ReplyDelta | null;
 }
 
 /** A prompt as echoed: its text and, with `logprobs`, its tokens' log-probabilities. */
@@ -56,8 +66,8 @@ export interface ResponseShape {
   choice(c: Choice): Record<string, unknown>;
   /** The choices a stream opens with (chat: the role), before any token. */
   openingChoice(c: Choice): Record<string, unknown> | null;
-  /** A streamed choice: the text that became showable, the logprobs of this step's tokens, the finish reason when it ended. */
-  chunkChoice(c: Choice, delta: string, logprobs: readonly LogprobEntry[], finishReason: string | null): Record<string, unknown>;
+  /** A streamed choice: what became showable, the logprobs of this step's tokens, the finish reason when it ended. */
+  chunkChoice(c: Choice, delta: ChoiceDelta, logprobs: readonly LogprobEntry[], finishReason: string | null): Record<string, unknown>;
 }
 
 export interface GenerationContext {
@@ -99,7 +109,7 @@ export async function runGeneration(
     throw submitError(e);
   }
   ctx.metrics.requestArrived(stream.requests);
-  const choices = new Choices(stream, echoes);
+  const choices = new Choices(stream, echoes, prompts);
   const envelope = (object: string) => ({ id, object, created, model: ctx.model });
   if (spec.stream) return streamGeneration(ctx, stream, choices, spec, shape, envelope(shape.chunkObject));
   for await (const output of stream) {
@@ -150,9 +160,9 @@ function streamGeneration(
     try {
       for await (const output of stream) {
         ctx.metrics.observe(output, performance.now());
-        const { choice, logprobs } = choices.add(output);
+        const { choice, logprobs, delta } = choices.add(output);
         if (output.text === "" && output.tokenIds.length === 0 && output.finishReason === null) continue;
-        sse.send({ ...envelope, choices: [shape.chunkChoice(choice, output.text, logprobs, output.finishReason)], ...usageField });
+        sse.send({ ...envelope, choices: [shape.chunkChoice(choice, delta, logprobs, output.finishReason)], ...usageField });
       }
       const usage = choices.usage();
       if (spec.includeUsage) sse.send({ ...envelope, choices: [], usage });
@@ -172,12 +182,14 @@ class Choices {
   /** Per prompt: its tokens, and its cached tokens (as its first sample reports them). */
   private readonly prompts: { tokens: number; cached: number }[];
 
-  constructor(stream: OutputStream, echoes: readonly Echo[]) {
+  constructor(stream: OutputStream, echoes: readonly Echo[], prepared: readonly PreparedRequest[]) {
     this.prompts = stream.requests.map((r) => ({ tokens: r.promptTokenIds.length, cached: 0 }));
     stream.requests.forEach((r, p) => {
+      const setup = prepared[p]?.reply ?? null;
       for (let i = 0; i < r.n; i++) {
         const choice: Choice = {
           index: this.all.length, echo: echoes[p] ?? NO_ECHO, text: "", tokenIds: [], logprobs: [], finishReason: null, promptLast: r.promptTokenIds.at(-1),
+          reply: setup === null ? null : new ReplyReader(setup),
         };
         this.all.push(choice);
         this.byOutput.set(`${r.id}#${i}`, choice);
@@ -188,8 +200,8 @@ class Choices {
 
   private readonly promptOf: Map<string, number>;
 
-  /** Adds an output to its choice; returns the choice and the logprob entries of this output's tokens. */
-  add(output: EngineOutput): { choice: Choice; logprobs: LogprobEntry[] } {
+  /** Adds an output to its choice; returns the choice, the logprob entries of this output's tokens and what it added. */
+  add(output: EngineOutput): { choice: Choice; logprobs: LogprobEntry[]; delta: ChoiceDelta } {
     const choice = this.byOutput.get(`${output.requestId}#${output.index}`)!;
     const logprobs = (output.logprobs ?? []).map((logprob, k) => ({ logprob, prev: k > 0 ? output.tokenIds[k - 1] : (choice.tokenIds.at(-1) ?? choice.promptLast) }));
     choice.text += output.text;
@@ -197,7 +209,7 @@ class Choices {
     choice.logprobs.push(...logprobs);
     if (output.finishReason !== null) choice.finishReason = output.finishReason;
     if (output.index === 0) this.prompts[this.promptOf.get(output.requestId)!]!.cached = output.usage.cachedTokens;
-    return { choice, logprobs };
+    return { choice, logprobs, delta: { text: output.text, reply: readReply(choice, output) } };
   }
 
   /** Each prompt counted once (its samples share it), every sample's tokens. */
@@ -207,4 +219,9 @@ class Choices {
     const completion = this.all.reduce((n, c) => n + c.tokenIds.length, 0);
     return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: cached } };
   }
+}
+
+/** What a choice's reply reader makes of an output's text (the whole rest when the choice ends); null without one. */
+function readReply(choice: Choice, output: EngineOutput): ReplyDelta | null {
+  return choice.reply === null ? null : choice.reply.read(output.text, output.finishReason !== null);
 }

@@ -113,6 +113,13 @@ export class ReplyReader implements ReplySink {
     return this.take();
   }
 
+  /** The next piece of the reply's text, and `last`: the reply ends with it (one delta for both). */
+  read(text: string, last: boolean): ReplyDelta {
+    if (!last) return this.push(text);
+    if (text !== "") this.parser.push(text, this);
+    return this.end();
+  }
+
   /** The reply has ended: returns what was held back. */
   end(): ReplyDelta {
     this.parser.end(this);

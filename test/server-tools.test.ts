@@ -1,0 +1,197 @@
+/**
+ * Tool calls and reasoning over `/v1/chat/completions`, through the official `openai` client,
+ * against a server on scripted models (test/helpers/scripted-model.ts: real Qwen2 vocabulary and
+ * Qwen2.5 / Qwen3 templates, weights written so that the replies are known: a get_weather call
+ * before a tool result and an answer after it; a reasoning then an answer): calls parsed into
+ * `tool_calls` with `finish_reason: "tool_calls"`, streamed with their index and the arguments in
+ * pieces, the client's stream helper and `runTools` completing a two-step loop, the legacy
+ * `functions`, `tool_choice` none, `n`, and reasoning split exactly from content, streamed and not.
+ *
+ * What waits for the grammar constraint (issue 28's engine, call-syntax.ts is its hook): with
+ * `tool_choice: "required"` or a named function any model's arguments will then follow the
+ * tool's schema. Here the scripted model writes valid arguments by construction, so the ajv
+ * checks below test the plumbing (the arguments arrive whole and parse), not the constraint.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import Ajv from "ajv";
+import OpenAI from "openai";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { scriptedModel, THINKING_SCRIPT, WEATHER_SCRIPT, WEATHER_TOOL, type Script } from "./helpers/scripted-model.ts";
+import { startServer, type TestServer } from "./helpers/serve.ts";
+import { sharedPath } from "./helpers/shared.ts";
+
+const LIMIT_MS = 180_000;
+const TOOLS: OpenAI.ChatCompletionTool[] = [{ type: "function", function: { ...WEATHER_TOOL, parameters: { ...WEATHER_TOOL.parameters } } }];
+const ASK: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "What is the weather in Paris?" }];
+const validArguments = new Ajv().compile(WEATHER_TOOL.parameters);
+
+/** A server on the model of `script` for the describe's tests (written into a temporary folder, removed after). */
+function scriptedServer(script: Script): { get: () => TestServer } {
+  let server: TestServer | undefined;
+  const dir = mkdtempSync(join(tmpdir(), "pagellm-tools-"));
+  beforeAll(async () => {
+    const model = scriptedModel(dir, script);
+    if (model !== null) server = await startServer(model.path);
+  }, LIMIT_MS);
+  afterAll(async () => {
+    await server?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return { get: () => server! };
+}
+
+const available = sharedPath("vocab/ggml-vocab-qwen2.gguf") !== null && sharedPath(WEATHER_SCRIPT.template) !== null;
+
+describe.skipIf(!available)("tool calls through the openai client", () => {
+  const s = scriptedServer(WEATHER_SCRIPT);
+
+  test("auto: the call in message.tool_calls (id, type, name, arguments as JSON text), content null, finish_reason tool_calls", async () => {
+    const r = await s.get().client.chat.completions.create({ model: "test-model", messages: ASK, tools: TOOLS });
+    const choice = r.choices[0]!;
+    expect(choice.finish_reason).toBe("tool_calls");
+    expect(choice.message.content).toBeNull();
+    const calls = choice.message.tool_calls!;
+    expect(calls.length).toBe(1);
+    const call = calls[0] as OpenAI.ChatCompletionMessageFunctionToolCall;
+    expect(call.id).toMatch(/^call_[A-Za-z0-9]{24}$/);
+    expect(call.type).toBe("function");
+    expect(call.function).toEqual({ name: "get_weather", arguments: '{"city":"Paris"}' });
+    expect(validArguments(JSON.parse(call.function.arguments))).toBe(true);
+  }, LIMIT_MS);
+
+  test("required and a named function: the same call (the constraint will make any model's arguments follow the schema)", async () => {
+    for (const tool_choice of ["required", { type: "function", function: { name: "get_weather" } }] as const) {
+      const r = await s.get().client.chat.completions.create({ model: "test-model", messages: ASK, tools: TOOLS, tool_choice, temperature: 0 });
+      const call = r.choices[0]!.message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
+      expect(call.function.name).toBe("get_weather");
+      expect(validArguments(JSON.parse(call.function.arguments))).toBe(true);
+      expect(r.choices[0]!.finish_reason).toBe("tool_calls");
+    }
+  }, LIMIT_MS);
+
+  test("streamed: the call's first delta has index 0, its id, type and name; the arguments follow in pieces under index 0; finish_reason tool_calls last", async () => {
+    const stream = await s.get().client.chat.completions.create({ model: "test-model", messages: ASK, tools: TOOLS, stream: true, tool_choice: "required" });
+    const deltas: OpenAI.ChatCompletionChunk.Choice.Delta.ToolCall[] = [];
+    let finish: string | null = null;
+    let content = "";
+    for await (const chunk of stream) {
+      const c = chunk.choices[0];
+      if (c === undefined) continue;
+      deltas.push(...(c.delta.tool_calls ?? []));
+      content += c.delta.content ?? "";
+      if (c.finish_reason !== null) finish = c.finish_reason;
+    }
+    expect(finish).toBe("tool_calls");
+    expect(content).toBe("");
+    expect(deltas[0]).toMatchObject({ index: 0, type: "function", function: { name: "get_weather", arguments: "" } });
+    expect(deltas[0]!.id).toMatch(/^call_/);
+    expect(deltas.slice(1).every((d) => d.index === 0 && d.id === undefined && d.function?.name === undefined)).toBe(true);
+    expect(deltas.length).toBeGreaterThan(2);
+    expect(deltas.map((d) => d.function?.arguments ?? "").join("")).toBe('{"city":"Paris"}');
+  }, LIMIT_MS);
+
+  test("the client's stream helper folds the deltas into the same message", async () => {
+    const runner = s.get().client.chat.completions.stream({ model: "test-model", messages: ASK, tools: TOOLS });
+    const final = await runner.finalChatCompletion();
+    const call = final.choices[0]!.message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
+    expect(call.function).toEqual({ name: "get_weather", arguments: '{"city":"Paris"}' });
+    expect(final.choices[0]!.finish_reason).toBe("tool_calls");
+  }, LIMIT_MS);
+
+  test("runTools completes a two-step loop: the call runs the function, its result goes back, the model answers", async () => {
+    const cities: string[] = [];
+    const runner = s.get().client.chat.completions.runTools({
+      model: "test-model",
+      messages: ASK,
+      tools: [{
+        type: "function",
+        function: {
+          ...WEATHER_TOOL, parameters: { ...WEATHER_TOOL.parameters },
+          parse: (text: string) => JSON.parse(text) as { city: string },
+          function: ({ city }: { city: string }) => {
+            cities.push(city);
+            return "sunny, 22 degrees";
+          },
+        },
+      }],
+    });
+    expect(await runner.finalContent()).toBe("The weather in Paris is sunny.");
+    expect(cities).toEqual(["Paris"]);
+    const roles = runner.messages.map((m) => m.role);
+    expect(roles).toEqual(["user", "assistant", "tool", "assistant"]);
+  }, LIMIT_MS);
+
+  test("the legacy functions: the call as message.function_call, finish_reason function_call", async () => {
+    const body = { model: "test-model", messages: ASK, functions: [{ ...WEATHER_TOOL, parameters: { ...WEATHER_TOOL.parameters } }] };
+    const r = await s.get().client.chat.completions.create(body as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const message = r.choices[0]!.message as OpenAI.ChatCompletionMessage & { function_call?: { name: string; arguments: string } };
+    expect(r.choices[0]!.finish_reason).toBe("function_call");
+    expect(message.function_call).toEqual({ name: "get_weather", arguments: '{"city":"Paris"}' });
+    expect(message.tool_calls).toBeUndefined();
+  }, LIMIT_MS);
+
+  test("tool_choice none reads no call: the reply's text is the content", async () => {
+    const r = await s.get().client.chat.completions.create({ model: "test-model", messages: ASK, tools: TOOLS, tool_choice: "none", temperature: 0 });
+    expect(r.choices[0]!.message.tool_calls).toBeUndefined();
+    expect(r.choices[0]!.message.content).toBe(WEATHER_SCRIPT.first);
+    expect(r.choices[0]!.finish_reason).toBe("stop");
+  }, LIMIT_MS);
+
+  test("n samples: each choice has its own call, at index 0 of its own tool_calls, streamed too", async () => {
+    const r = await s.get().client.chat.completions.create({ model: "test-model", messages: ASK, tools: TOOLS, n: 2, seed: 3 });
+    expect(r.choices.map((c) => (c.message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall).function.name)).toEqual(["get_weather", "get_weather"]);
+    expect(new Set(r.choices.map((c) => c.message.tool_calls![0]!.id)).size).toBe(2);
+    const stream = await s.get().client.chat.completions.create({ model: "test-model", messages: ASK, tools: TOOLS, n: 2, stream: true });
+    const names = new Map<number, string[]>();
+    for await (const chunk of stream) {
+      for (const c of chunk.choices) for (const d of c.delta.tool_calls ?? []) if (d.function?.name !== undefined) names.set(c.index, [...(names.get(c.index) ?? []), `${d.index}:${d.function.name}`]);
+    }
+    expect([...names.entries()].sort()).toEqual([[0, ["0:get_weather"]], [1, ["0:get_weather"]]]);
+  }, LIMIT_MS);
+
+  test("a bad tool or tool message is a 400 naming the field", async () => {
+    const fail = async (body: object) => {
+      const r = await fetch(`${s.get().url}/v1/chat/completions`, { method: "POST", body: JSON.stringify(body) });
+      expect(r.status).toBe(400);
+      return ((await r.json()) as { error: { param: string } }).error.param;
+    };
+    expect(await fail({ messages: ASK, tools: [{ type: "function", function: { name: "a b" } }] })).toBe("tools[0].function.name");
+    expect(await fail({ messages: ASK, tools: TOOLS, tool_choice: { type: "function", function: { name: "nope" } } })).toBe("tool_choice");
+    expect(await fail({ messages: [...ASK, { role: "tool", content: "x" }] })).toBe("messages[1].tool_call_id");
+    expect(await fail({ messages: [...ASK, { role: "assistant", tool_calls: [{ id: "c", type: "function", function: { name: "f", arguments: {} } }] }] })).toBe("messages[1].tool_calls[0].function.arguments");
+    expect(await fail({ messages: ASK, tool_choice: "required" })).toBe("tool_choice");
+  }, LIMIT_MS);
+});
+
+describe.skipIf(!available)("reasoning through the openai client", () => {
+  const s = scriptedServer(THINKING_SCRIPT);
+  type Reasoned = { reasoning_content?: string; content?: string | null };
+
+  test("reasoning_content and content split exactly at <think> and </think>, whole and streamed; never reasoning in content", async () => {
+    const whole = await s.get().client.chat.completions.create({ model: "test-model", messages: ASK, temperature: 0 });
+    const message = whole.choices[0]!.message as Reasoned;
+    expect(message.reasoning_content).toBe("\nThe user asks about Paris.\n");
+    expect(message.content).toBe("\n\nParis is in France.");
+    const stream = await s.get().client.chat.completions.create({ model: "test-model", messages: ASK, temperature: 0, stream: true });
+    let reasoning = "";
+    let content = "";
+    for await (const chunk of stream) {
+      const d = (chunk.choices[0]?.delta ?? {}) as Reasoned;
+      reasoning += d.reasoning_content ?? "";
+      content += d.content ?? "";
+      expect(d.content ?? "").not.toContain("think");
+    }
+    expect(reasoning).toBe(message.reasoning_content!);
+    expect(content).toBe(message.content!);
+  }, LIMIT_MS);
+
+  test("chat_template_kwargs.enable_thinking false: the template closes the reasoning in the prompt, the reply is all content", async () => {
+    const body = { model: "test-model", messages: ASK, temperature: 0, chat_template_kwargs: { enable_thinking: false } };
+    const r = await s.get().client.chat.completions.create(body as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const message = r.choices[0]!.message as Reasoned;
+    expect(message.reasoning_content).toBeUndefined();
+    expect(message.content).toBe("Paris is in France.");
+  }, LIMIT_MS);
+});
