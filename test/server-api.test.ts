@@ -3,13 +3,14 @@
  * starts: `GET /v1/models/{id}` through the openai client's `models.retrieve` (and HEAD, and the
  * 404 for another id in OpenAI's shape); a model without a chat template chats in ChatML.
  */
-import { expect, test } from "bun:test";
+import { afterAll, expect, test } from "bun:test";
 import OpenAI, { BadRequestError, NotFoundError } from "openai";
 import { openedLLMs } from "./helpers/llm.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { PROCESS_TEST_MS } from "./helpers/limits.ts";
 import { rawExchange, rawRequest } from "./helpers/raw-http.ts";
-import { serveForSuite, type TestServer } from "./helpers/serve.ts";
+import { complete, openaiClient, serveForSuite, type TestServer } from "./helpers/serve.ts";
+import { PagellmServer } from "../src/server/server.ts";
 import { describeShared } from "./helpers/shared.ts";
 
 const STORIES = "models/gguf/stories260K.gguf";
@@ -114,4 +115,64 @@ describeShared("serve: a built-in format", [STORIES], ([model]) => {
     expect(error).toBeInstanceOf(BadRequestError);
     expect((error as BadRequestError).param).toBe("chat_template_kwargs");
   }, LIMIT_MS);
+});
+
+describeShared("serve: server-wide request defaults (--temperature, --max-tokens, ...)", [STORIES], ([model]) => {
+  let plain!: TestServer;
+  let tuned!: OpenAI;
+  const servers: PagellmServer[] = [];
+  serveForSuite((started) => {
+    plain = started;
+    const server = new PagellmServer({
+      host: "127.0.0.1", port: 0, apiKey: null, maxBodyBytes: 1 << 20, maxQueue: 64, logRequests: false, modelName: "test-model", log: () => {},
+      requestDefaults: { temperature: 0, maxTokens: 5, seed: 42, topK: 3, repetitionPenalty: 1.3 },
+    });
+    server.ready(started.llm);
+    servers.push(server);
+    tuned = openaiClient(server.url);
+  }, LIMIT_MS, model!);
+  afterAll(async () => {
+    for (const s of servers) await s.close();
+  });
+
+  const prompt = "Once upon a time";
+  const text = async (client: OpenAI, body: Record<string, unknown>) => {
+    const r = await complete(client, { model: "test-model", prompt, ignore_eos: true, ...body } as Parameters<typeof complete>[1]);
+    return { text: r.choices.map((c) => c.text), tokens: r.usage!.completion_tokens };
+  };
+
+  test("a request that leaves a field out takes the server's default; its own value wins", async () => {
+    // Left out: temperature 0, top-k 3, repetition penalty 1.3 and 5 tokens, as if the request said so.
+    expect(await text(tuned, {})).toEqual(await text(plain.client, { temperature: 0, top_k: 3, repetition_penalty: 1.3, max_tokens: 5 }));
+    // Given: the request's own values (the seed still the server's).
+    expect(await text(tuned, { temperature: 1, top_k: 0, repetition_penalty: 1, max_tokens: 7 })).toEqual(
+      await text(plain.client, { temperature: 1, top_k: 0, repetition_penalty: 1, max_tokens: 7, seed: 42 }));
+    // top_k 0 and seed 9 given, the penalty and max_tokens the server's; n samples seeded 9 and 10.
+    expect(await text(tuned, { temperature: 1, top_k: 0, seed: 9, n: 2 })).toEqual(
+      await text(plain.client, { temperature: 1, top_k: 0, seed: 9, n: 2, repetition_penalty: 1.3, max_tokens: 5 }));
+    // Without the server's defaults: OpenAI's (a text completion's 16 tokens).
+    expect((await text(plain.client, {})).tokens).toBe(16);
+  }, LIMIT_MS);
+
+  test("chat completions take them too", async () => {
+    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "Hi" }];
+    const r = await tuned.chat.completions.create({ model: "test-model", messages, ignore_eos: true } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const same = await plain.client.chat.completions.create(
+      { model: "test-model", messages, ignore_eos: true, temperature: 0, top_k: 3, repetition_penalty: 1.3, max_tokens: 5 } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    expect(r.usage!.completion_tokens).toBe(5);
+    expect(r.choices[0]!.message.content).toBe(same.choices[0]!.message.content);
+  }, LIMIT_MS);
+
+  test("pagellm serve checks them at start with the engine's request check, naming the option", () => {
+    for (const [args, message] of [
+      [["--top-p", "3"], "--top-p must be above 0 and at most 1, got 3"],
+      [["--seed", "1.5"], "--seed must be an integer, got 1.5"],
+      [["--max-tokens", "0"], "--max-tokens must be at least 1, got 0"],
+      [["--presence-penalty", "-3"], "--presence-penalty must be at least -2 and at most 2, got -3"],
+      [["--repeat-penalty", "0"], "--repeat-penalty must be above 0, got 0"],
+    ] as const) {
+      const r = runPagellm(["serve", "--model", model!, "--port", "0", ...args]);
+      expect([args, r.exitCode, r.stderr]).toEqual([args, 2, `pagellm: error: ${message}\n`]);
+    }
+  }, PROCESS_TEST_MS);
 });

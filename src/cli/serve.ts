@@ -13,7 +13,8 @@ import { corsOriginProblem } from "../server/cors.ts";
 import { PagellmServer, SERVER_DEFAULTS } from "../server/server.ts";
 import { loadLLM, noteChatFormat } from "./load.ts";
 import { kvCacheSummary } from "../engine/engine-builder.ts";
-import { checkKnownOptions, engineArgs, modelArgs, numberOption, repeated, speculativeArgs, type ParsedValues } from "./options.ts";
+import type { ServerRequestDefaults } from "../server/generation-fields.ts";
+import { checkKnownOptions, checkOptions, engineArgs, modelArgs, numberOption, repeated, speculativeArgs, type ParsedValues } from "./options.ts";
 import { info } from "./output.ts";
 
 export const serveArgs = {
@@ -50,6 +51,7 @@ export const serveArgs = {
   "stall-timeout": { type: "string", description: `Seconds without progress of the engine loop, with requests pending, after which /health answers 503 (default ${SERVER_DEFAULTS.stallTimeoutS})`, valueHint: "s" },
   "shutdown-timeout": { type: "string", description: "Seconds running requests get to finish after SIGTERM/SIGINT (default 30)", valueHint: "s" },
   "log-requests": { type: "boolean", description: "Print a line per request on stderr" },
+  ...requestDefaultArgs(),
   ...engineArgs,
   ...speculativeArgs,
 } as const satisfies ArgsDef;
@@ -77,6 +79,7 @@ async function runServe(values: ParsedValues, rawArgs: readonly string[]): Promi
   const hosts = hostOption(rawArgs);
   const apiKey = serveApiKey(values);
   const corsOrigins = corsOption(rawArgs);
+  const requestDefaults = serveRequestDefaults(values);
   const name = typeof values["served-model-name"] === "string" && values["served-model-name"] !== "" ? values["served-model-name"] : basename(values.model);
 
   let server: PagellmServer;
@@ -85,7 +88,7 @@ async function runServe(values: ParsedValues, rawArgs: readonly string[]): Promi
       host: hosts, port, apiKey, maxBodyBytes: Math.floor(maxBodyMb * 2 ** 20), maxQueue, maxPrompts,
       logRequests: values["log-requests"] === true, modelName: name, log: (line) => process.stderr.write(`${line}\n`),
       bodyTimeoutMs: bodyTimeoutS * 1000, maxConnections, maxPendingBodyBytes: Math.floor(maxPendingBodyMb * 2 ** 20), stallTimeoutMs: stallTimeoutS * 1000,
-      corsOrigins,
+      corsOrigins, requestDefaults,
     });
   } catch (e) {
     if (e instanceof InputError) throw e;
@@ -120,6 +123,38 @@ function serveApiKey(values: ParsedValues): string | null {
   const problem = apiKeyProblem(key);
   if (problem !== null) throw new InputError(`${given ? "--api-key" : "$PAGELLM_API_KEY"} ${problem}`);
   return key;
+}
+
+/**
+ * The options that set the defaults of the fields a request leaves out, in place of the OpenAI
+ * API's (what llama-server's and vLLM's sampling options do for their servers).
+ */
+function requestDefaultArgs() {
+  const byDefault = (what: string, openAi: string, hint: string) => ({ type: "string", description: `${what} of a request that gives none (default: ${openAi})`, valueHint: hint }) as const;
+  return {
+    "max-tokens": byDefault("Most tokens to generate", "OpenAI's: a chat until a stop or the end of the context, a text completion 16", "n"),
+    temperature: byDefault("Sampling temperature (0 = greedy)", "OpenAI's, 1", "t"),
+    "top-k": byDefault("Top-k (0 = off)", "off", "k"),
+    "top-p": byDefault("Top-p (1 = off)", "1, off", "p"),
+    "min-p": byDefault("Min-p (0 = off)", "0, off", "p"),
+    seed: byDefault("Random seed (every such request then samples the same way)", "a random seed per request", "n"),
+    "repeat-penalty": byDefault("Repetition penalty (1 = off)", "1, off", "x"),
+    "repeat-last-n": byDefault("Tokens the repetition penalty looks back over", "the whole context", "n"),
+    "frequency-penalty": byDefault("Frequency penalty (-2 to 2)", "0", "x"),
+    "presence-penalty": byDefault("Presence penalty (-2 to 2)", "0", "x"),
+  } as const satisfies ArgsDef;
+}
+
+/** The request defaults the options set, checked by the engine's request check (an error names the option). */
+function serveRequestDefaults(values: ParsedValues): ServerRequestDefaults {
+  const num = (name: string) => numberOption(values, name, "number");
+  const defaults: ServerRequestDefaults = {
+    maxTokens: num("max-tokens"), temperature: num("temperature"), topK: num("top-k"), topP: num("top-p"), minP: num("min-p"), seed: num("seed"),
+    repetitionPenalty: num("repeat-penalty"), repeatLastN: num("repeat-last-n"), frequencyPenalty: num("frequency-penalty"), presencePenalty: num("presence-penalty"),
+  };
+  for (const key of Object.keys(defaults) as (keyof ServerRequestDefaults)[]) if (defaults[key] === undefined) delete defaults[key];
+  checkOptions(defaults);
+  return defaults;
 }
 
 /** --host's addresses, comma-separated or repeated (default 127.0.0.1), each once. */

@@ -21,7 +21,7 @@ import { chatLogprobs, type LogprobEntry } from "./logprobs-format.ts";
 import { checkModel } from "./models.ts";
 
 export async function chatCompletions(tokenizer: Tokenizer, ctx: GenerationContext, fields: BodyFields): Promise<Response> {
-  const request = readChatRequest(fields);
+  const request = readChatRequest(fields, ctx.defaults);
   checkModel(request.model, ctx.model);
   const spec = request.spec;
   let prepared: PreparedRequest;

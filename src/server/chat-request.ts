@@ -9,7 +9,7 @@ import type { ChatMessage, ChatToolCall } from "../chat/jinja-template.ts";
 import { ApiError } from "./api-error.ts";
 import { isObject, type BodyFields, type Json } from "./body-fields.ts";
 import { MAX_LOGPROBS } from "../engine/generate-request.ts";
-import { readGenerationFields, type GenerationSpec } from "./generation-fields.ts";
+import { readGenerationFields, type GenerationSpec, type ServerRequestDefaults } from "./generation-fields.ts";
 
 export interface ChatRequest {
   model: string | undefined;
@@ -23,14 +23,14 @@ export interface ChatRequest {
 
 const ROLES = new Set(["system", "developer", "user", "assistant", "tool", "function"]);
 
-export function readChatRequest(f: BodyFields): ChatRequest {
+export function readChatRequest(f: BodyFields, defaults: ServerRequestDefaults): ChatRequest {
   const model = f.string("model");
   const messages = readMessages(f.raw("messages"));
   const kwargs = f.object("chat_template_kwargs");
   const logprobs = f.boolean("logprobs") ?? false;
   const top = f.number("top_logprobs", { integer: true, min: 0, max: MAX_LOGPROBS });
   if (top !== undefined && !logprobs) throw ApiError.badField("top_logprobs", "'top_logprobs' needs 'logprobs': true");
-  const spec = readGenerationFields(f, null, logprobs ? (top ?? 0) : null);
+  const spec = readGenerationFields(f, null, logprobs ? (top ?? 0) : null, defaults);
   // max_completion_tokens is the newer name of max_tokens; it wins when both are given.
   const maxCompletion = f.raw("max_completion_tokens");
   if (maxCompletion !== undefined) {

@@ -7,7 +7,7 @@
 import { ApiError } from "./api-error.ts";
 import type { BodyFields, Json } from "./body-fields.ts";
 import { MAX_LOGPROBS } from "../engine/generate-request.ts";
-import { readGenerationFields, type GenerationSpec } from "./generation-fields.ts";
+import { readGenerationFields, type GenerationSpec, type ServerRequestDefaults } from "./generation-fields.ts";
 
 /** One prompt as given: text to tokenize, or token ids to take as they are. */
 export type PromptInput = { text: string } | { tokenIds: Json[] };
@@ -25,12 +25,12 @@ export interface CompletionRequest {
 const DEFAULT_MAX_TOKENS = 16;
 
 /** Reads a body; more than `maxPrompts` prompts is a 400 naming `prompt` (nothing tokenized yet). */
-export function readCompletionRequest(f: BodyFields, maxPrompts: number): CompletionRequest {
+export function readCompletionRequest(f: BodyFields, maxPrompts: number, defaults: ServerRequestDefaults): CompletionRequest {
   const model = f.string("model");
   const prompts = readPrompts(f.raw("prompt"), maxPrompts);
   const echo = f.boolean("echo") ?? false;
   const logprobs = f.number("logprobs", { integer: true, min: 0, max: MAX_LOGPROBS });
-  const spec = readGenerationFields(f, DEFAULT_MAX_TOKENS, logprobs ?? null);
+  const spec = readGenerationFields(f, DEFAULT_MAX_TOKENS, logprobs ?? null, defaults);
   // max_tokens 0 scores an echoed prompt without generating (lm-evaluation-harness's loglikelihood requests).
   const scoreOnly = echo && spec.fields.maxTokens === 0;
   f.onlyNeutral("suffix", "'suffix' (insertion)", (v) => v === "");

@@ -17,7 +17,7 @@ import { promptLogprobs, type PromptLogprobs } from "./prompt-logprobs.ts";
 import { SseStream } from "./sse.ts";
 
 export async function completions(tokenizer: Tokenizer, ctx: GenerationContext, fields: BodyFields): Promise<Response> {
-  const request = readCompletionRequest(fields, ctx.maxPrompts);
+  const request = readCompletionRequest(fields, ctx.maxPrompts, ctx.defaults);
   checkModel(request.model, ctx.model);
   const spec = request.spec;
   const param = (i: number) => (request.prompts.length === 1 ? "prompt" : `prompt[${i}]`);

@@ -4,8 +4,9 @@
  * `cache_salt`, `ignore_eos`, plus the transport fields the engine does not see (`stream`,
  * `stream_options`). Values go over as given: the engine's request checks (checkRequest, through
  * EngineClient.prepare) check their types and ranges, and requestError names the field as the
- * client spelt it. Defaults are the OpenAI API's (temperature 1, top_p 1, no top-k, min-p or
- * penalty), as OpenAI clients expect, not the command line's.
+ * client spelt it. A field the body leaves out takes the server's default for it (`pagellm serve
+ * --temperature`, ...: ServerRequestDefaults), else the OpenAI API's (temperature 1, top_p 1, no
+ * top-k, min-p or penalty), as OpenAI clients expect, not the command line's.
  */
 import { RequestFieldError, RequestTooLongError } from "../errors.ts";
 import { jsonFieldName, type GenerateRequest } from "../engine/generate-request.ts";
@@ -31,30 +32,34 @@ export interface GenerationSpec {
 }
 
 
+/**
+ * The server's own defaults for fields a request leaves out (`pagellm serve --temperature 0.7
+ * --max-tokens 512 ...`), in place of the OpenAI API's; a request's own value wins.
+ */
+export type ServerRequestDefaults = Partial<Pick<GenerateRequest,
+  "maxTokens" | "temperature" | "topK" | "topP" | "minP" | "seed" | "repetitionPenalty" | "repeatLastN" | "frequencyPenalty" | "presencePenalty">>;
+
 /** Request fields taken from the body as they are, under their JSON names. */
 const PASSED_FIELDS = ["temperature", "topP", "minP", "frequencyPenalty", "presencePenalty", "logitBias", "seed", "cacheSalt", "ignoreEos"] as const;
 
 /**
  * Read the shared fields. `maxTokensDefault` differs between chat (until a stop) and text
  * completions (16, the OpenAI default); `logprobs` is read by the endpoint (its type differs).
+ * `defaults`: the server's (GenerationContext.defaults), for the fields the body leaves out.
  */
-export function readGenerationFields(f: BodyFields, maxTokensDefault: number | null, logprobs: number | null): GenerationSpec {
+export function readGenerationFields(f: BodyFields, maxTokensDefault: number | null, logprobs: number | null, defaults: ServerRequestDefaults): GenerationSpec {
   readUnusedFields(f);
   const aliases: GenerationSpec["aliases"] = {};
-  const fields: GenerationSpec["fields"] = {
-    maxTokens: f.raw("max_tokens") ?? maxTokensDefault,
+  const given: GenerationSpec["fields"] = {
+    maxTokens: f.raw("max_tokens"),
     stop: readStop(f.raw("stop")),
-    temperature: 1,
-    topP: 1,
     topK: readTopK(f),
-    minP: 0,
     repetitionPenalty: readRepetitionPenalty(f, aliases),
     repeatLastN: readRepeatLastN(f),
   };
-  for (const key of PASSED_FIELDS) {
-    const v = f.raw(jsonFieldName(key));
-    if (v !== undefined) fields[key] = v;
-  }
+  for (const key of PASSED_FIELDS) given[key] = f.raw(jsonFieldName(key));
+  const fields: GenerationSpec["fields"] = { ...openAiDefaults(maxTokensDefault), ...defaults };
+  for (const [key, v] of Object.entries(given) as [keyof GenerateRequest, unknown][]) if (v !== undefined) fields[key] = v;
   const n = f.raw("n");
   if (n !== undefined) fields.n = n;
   if (logprobs !== null) fields.logprobs = logprobs;
@@ -94,30 +99,35 @@ function readUnusedFields(f: BodyFields): void {
   f.string("service_tier");
 }
 
+/** What OpenAI clients assume of a field they leave out. */
+function openAiDefaults(maxTokens: number | null): GenerationSpec["fields"] {
+  return { maxTokens, temperature: 1, topP: 1, topK: 0, minP: 0, repetitionPenalty: 1, repeatLastN: Number.MAX_SAFE_INTEGER };
+}
+
 function readStop(v: Json | undefined): Json | undefined {
   // One string or several: the engine takes a list.
   return typeof v === "string" ? [v] : v;
 }
 
 /** vLLM's repetition_penalty, or llama.cpp's name for it, repeat_penalty (not both). */
-function readRepetitionPenalty(f: BodyFields, aliases: GenerationSpec["aliases"]): Json {
+function readRepetitionPenalty(f: BodyFields, aliases: GenerationSpec["aliases"]): Json | undefined {
   const vllm = f.raw("repetition_penalty");
   const llamaCpp = f.raw("repeat_penalty");
   if (vllm !== undefined && llamaCpp !== undefined) throw ApiError.badField("repeat_penalty", "give 'repetition_penalty' or its llama.cpp name 'repeat_penalty', not both");
   if (llamaCpp !== undefined) aliases.repetitionPenalty = "repeat_penalty";
-  return vllm ?? llamaCpp ?? 1;
+  return vllm ?? llamaCpp;
 }
 
-/** llama.cpp's repeat_last_n: -1 (or absent) the whole context, 0 no penalty. */
-function readRepeatLastN(f: BodyFields): Json {
+/** llama.cpp's repeat_last_n: -1 the whole context, 0 no penalty. */
+function readRepeatLastN(f: BodyFields): Json | undefined {
   const n = f.raw("repeat_last_n");
-  return n === undefined || n === -1 ? Number.MAX_SAFE_INTEGER : n;
+  return n === -1 ? Number.MAX_SAFE_INTEGER : n;
 }
 
 /** top_k: 0 or -1 (vLLM's "off") mean no top-k. */
-function readTopK(f: BodyFields): Json {
+function readTopK(f: BodyFields): Json | undefined {
   const k = f.raw("top_k");
-  return k === undefined || k === -1 ? 0 : k;
+  return k === -1 ? 0 : k;
 }
 
 function readStreamOptions(f: BodyFields, stream: boolean): boolean {

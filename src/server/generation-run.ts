@@ -12,7 +12,7 @@ import type { OutputStream } from "../engine/output-stream.ts";
 import type { FinishReason } from "../engine/engine-output.ts";
 import { ReplyReader, type ReplyDelta } from "../tools/reply-reader.ts";
 import { ApiError } from "./api-error.ts";
-import type { GenerationSpec } from "./generation-fields.ts";
+import type { GenerationSpec, ServerRequestDefaults } from "./generation-fields.ts";
 import type { LogprobEntry } from "./logprobs-format.ts";
 import type { ServeMetrics } from "./metrics.ts";
 import type { PromptLogprobs } from "./prompt-logprobs.ts";
@@ -79,6 +79,8 @@ export interface GenerationContext {
   maxPrompts: number;
   /** The model name responses carry. */
   model: string;
+  /** The server's defaults for the fields a request leaves out (--temperature, ...). */
+  defaults: ServerRequestDefaults;
   /** Aborted when the client disconnects. */
   signal: AbortSignal;
   /** Told once the response is complete (for --log-requests). */

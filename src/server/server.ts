@@ -21,6 +21,7 @@ import { BodyReader } from "./body-reader.ts";
 import { CorsPolicy } from "./cors.ts";
 import { chatCompletions } from "./chat-completions.ts";
 import { completions } from "./completions.ts";
+import type { ServerRequestDefaults } from "./generation-fields.ts";
 import type { GenerationContext, Usage } from "./generation-run.ts";
 import { ServeMetrics } from "./metrics.ts";
 import { modelList, retrieveModel } from "./models.ts";
@@ -52,6 +53,8 @@ export interface ServerOptions {
   maxPendingBodyBytes?: number;
   /** /health answers 503 when the engine loop has made no progress for this long with work pending, ms. */
   stallTimeoutMs?: number;
+  /** Defaults for the fields a request leaves out, in place of the OpenAI API's (--temperature, ...; checked by the caller). */
+  requestDefaults?: ServerRequestDefaults;
   /** Origins whose browser pages may call the server (CORS), or ["*"] for any; absent or empty: none (cors.ts). */
   corsOrigins?: readonly string[];
 }
@@ -278,7 +281,7 @@ export class PagellmServer {
     const llm = this.llm!;
     const ctx: GenerationContext = {
       client: llm.client, metrics: this.metrics, maxQueue: this.opts.maxQueue, maxPrompts: this.opts.maxPrompts ?? SERVER_DEFAULTS.maxPrompts,
-      model: this.opts.modelName, signal: req.signal, onDone,
+      model: this.opts.modelName, defaults: this.opts.requestDefaults ?? {}, signal: req.signal, onDone,
     };
     if (path.startsWith(MODEL_PATH) && path.length > MODEL_PATH.length) {
       if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
