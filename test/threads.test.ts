@@ -105,7 +105,8 @@ describe("worker threads", () => {
     // The engine built here, so that the test holds its worker pool; driven through the front door.
     const tok = loadTokenizer(tokenizer!, { modelVocabSize: config.vocabSize }).tokenizer;
     const engine = buildEngine(openCheckpoint(modelPath), tok, { ...DEFAULT_ENGINE_OPTIONS, threads: 2 });
-    const client = new EngineClient(engine, { encode: (text) => tok.encode(text, { addBos: true }), messages: () => ({ ids: [], reply: null, shownTokenIds: [] }) });
+    const prompts = { encode: (text: string) => tok.encode(text, { addBos: true }), messages: () => ({ ids: [], reply: null, shownTokenIds: [] }) };
+    const client = new EngineClient(engine, { prompts, constraints: null, reasoning: null });
     const outputs: EngineOutput[] = [];
     let killed = false;
     const stream = client.submit({ prompt: "Once upon a time", maxTokens: 400, temperature: 0 });

@@ -28,6 +28,7 @@ import type { KVLayout } from "../kv/kv-layout.ts";
 import type { DeviceKind } from "../backend/model-forward.ts";
 import type { Placement } from "../backend/placement.ts";
 import type { SpeculativeOptions } from "./speculative.ts";
+import type { ConstraintCompiler, ConstraintSpec, ReasoningMarkers, TokenConstraint } from "./constraint.ts";
 import type { EngineRequest, EngineStats, LLMEngine } from "./engine.ts";
 import type { EngineOutput } from "./engine-output.ts";
 import { checkRequest, sampleSeed, type CheckedRequest, type RequestInput } from "./generate-request.ts";
@@ -47,6 +48,16 @@ export interface PromptEncoder {
   messages(messages: readonly ChatMessage[], kwargs: Readonly<Record<string, unknown>> | null, tools: CheckedTools | null): ChatPrompt;
 }
 
+/** What the front door needs besides the engine: how prompts become ids, and how constraints compile. */
+export interface ClientParts {
+  prompts: PromptEncoder;
+  /** Compiles a request's constraint; null: the model's vocabulary cannot be constrained (a request asking is refused). */
+  constraints: ConstraintCompiler | null;
+  /** The model's reasoning markers (`<think>`, `</think>`), when it reasons before it answers; a constraint starts after them. */
+  reasoning: ReasoningMarkers | null;
+  /** Why `constraints` is null, for the refusal. */
+  constraintsUnavailable?: string;
+}
 
 /** Limits a front end puts on what it takes (a server's); the engine's own limits apply regardless. */
 export interface PrepareOptions {
@@ -184,10 +195,13 @@ export class EngineClient {
   private progressMs = performance.now();
   private readonly done: Promise<void>;
 
+  private readonly prompts: PromptEncoder;
+
   constructor(
     private readonly engine: LLMEngine,
-    private readonly prompts: PromptEncoder,
+    private readonly parts: ClientParts,
   ) {
+    this.prompts = parts.prompts;
     this.info = engineInfo(engine);
     this.done = this.run();
   }
@@ -210,7 +224,8 @@ export class EngineClient {
     const id = checked.id ?? `req-${this.nextId++}`;
     const shown = shownTokenIds.length === 0 ? undefined : new Set(shownTokenIds);
     const samples = Array.from({ length: checked.n }, (_, i) => generationParams(checked, i, shown));
-    return new PreparedRequest({ id, promptTokenIds, samples, cacheSalt: checked.cacheSalt }, checked, reply);
+    const constraint = checked.constraint === null ? null : { create: this.compile(checked.constraint), reasoning: this.parts.reasoning };
+    return new PreparedRequest({ id, promptTokenIds, samples, cacheSalt: checked.cacheSalt, constraint }, checked, reply);
   }
 
   /**
@@ -348,6 +363,13 @@ export class EngineClient {
       this.tasks.push({ blocks, run: () => job().then(resolve, reject), cancel: reject });
       this.wake?.();
     });
+  }
+
+  /** A factory of matchers for `spec` (compiled once per content by the compiler); RequestFieldError naming the field. */
+  private compile(spec: ConstraintSpec): () => TokenConstraint {
+    const compiler = this.parts.constraints;
+    if (compiler === null) throw new RequestFieldError("constraint", this.parts.constraintsUnavailable ?? "cannot be applied to this model");
+    return compiler.compile(spec);
   }
 
   private prompt(checked: CheckedRequest): ChatPrompt {

@@ -24,9 +24,19 @@ import type { MemoryPlan } from "./memory-plan.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import { PendingForks } from "./parallel-sampling.ts";
 import { SamplerWork } from "./sampler.ts";
+import type { ReasoningMarkers, TokenConstraint } from "./constraint.ts";
+import { ReasoningGate } from "./reasoning-gate.ts";
 import { Scheduler, type SchedulerOutput, type TierLoader } from "./scheduler.ts";
 import { replyDecoder, Sequence, type GenerationParams } from "./sequence.ts";
 import { Drafter, Speculation } from "./speculative.ts";
+
+/** Whether `mask` allows any of the first `n` tokens. */
+function allowsAny(mask: Uint32Array, n: number): boolean {
+  const words = n >>> 5;
+  for (let w = 0; w < words; w++) if (mask[w] !== 0) return true;
+  for (let t = words << 5; t < n; t++) if (((mask[t >>> 5]! >>> (t & 31)) & 1) === 1) return true;
+  return false;
+}
 
 /** A request as the engine takes it: checked, tokenized, one GenerationParams per sample. */
 export interface EngineRequest {
@@ -35,6 +45,14 @@ export interface EngineRequest {
   /** Sample i's params (its own seed); at least one. */
   readonly samples: readonly GenerationParams[];
   readonly cacheSalt: string | null;
+  /** What each sample's output is held to, or null. */
+  readonly constraint: RequestConstraint | null;
+}
+
+/** A compiled constraint: a fresh matcher per sample, and the model's reasoning markers when it reasons first. */
+export interface RequestConstraint {
+  readonly create: () => TokenConstraint;
+  readonly reasoning: ReasoningMarkers | null;
 }
 
 export interface EngineStats {
@@ -132,6 +150,8 @@ export class LLMEngine {
   private readonly marks = new Map<Sequence, OutputMark>();
   /** Work arrays of sampling, one vocabulary long, shared by every sequence (a step samples one at a time). */
   private readonly samplerWork = new SamplerWork();
+  /** A constraint's token mask, filled for one sequence at a time (one bit per token of the larger of model and tokenizer). */
+  private readonly mask: Uint32Array;
   private readonly counts = { steps: 0, maxStepTokens: 0, partialPrefills: 0, mixedSteps: 0, scored: 0 };
 
   constructor(parts: EngineParts) {
@@ -156,6 +176,7 @@ export class LLMEngine {
     if (parts.tokenizer.eosId !== null) stops.add(parts.tokenizer.eosId);
     this.stopTokenIds = stops;
     this.sampledIds = Math.min(parts.tokenizer.vocabSize, parts.config.vocabSize);
+    this.mask = new Uint32Array(Math.ceil(Math.max(parts.tokenizer.vocabSize, parts.config.vocabSize) / 32));
     this.nonFinite = new NonFiniteDiagnosis(parts.checkpoint);
     this.modelContext = { file: parts.checkpoint.file, positions: parts.checkpoint.config.seqLen };
   }
@@ -249,20 +270,67 @@ export class LLMEngine {
     return outputs;
   }
 
-  /** Sample seq's next token (more, verifying a draft) from its logit rows, append them and check the stops. */
+  /**
+   * Sample seq's next token (more, verifying a draft) from its logit rows, append them and check
+   * the stops; then the tokens its constraint forces, if any (computed as a chunk next step).
+   */
   private sample(seq: Sequence, rows: readonly Float32Array[]): EngineOutput {
     let text = "";
-    const numSampled = this.speculation.verify(seq, rows, (row) => {
-      if (!finiteLogits(row)) {
-        text += seq.finish("error", this.nonFinite.explain());
-        return null;
-      }
-      const token = seq.sample(row, this.samplerWork);
+    let forced: number[] = [];
+    const draw = (row: Float32Array): number | null => {
+      const token = this.draw(seq, row);
+      if (token === null) return null;
       if (seq.params.logprobs !== undefined && !this.isStopToken(seq, token)) seq.logprobs.push(sampledLogprob(row, token, seq.params.logprobs));
       text += this.postprocess(seq, token);
+      forced = this.forcedAfter(seq);
       return token;
-    });
+    };
+    // Tokens forced after a drawn token come next, as decoding one at a time would have them.
+    const numSampled = this.speculation.verify(seq, rows, draw, () => forced.length > 0);
+    text += this.appendForced(seq, forced);
     return this.output(seq, text, numSampled);
+  }
+
+  /**
+   * One token from a row of logits, within seq's constraint (which then accepts it); null, with
+   * the sequence ended on an error, when the row is not finite or the constraint allows nothing.
+   */
+  private draw(seq: Sequence, row: Float32Array): number | null {
+    if (!finiteLogits(row)) {
+      seq.finish("error", this.nonFinite.explain());
+      return null;
+    }
+    const constraint = seq.constraint;
+    if (constraint === null) return seq.sample(row, this.samplerWork);
+    constraint.fillNextTokenBitmask(this.mask);
+    if (!allowsAny(this.mask, row.length)) {
+      seq.finish("error", "the constraint allows no token here (a grammar that cannot continue)");
+      return null;
+    }
+    const token = seq.sample(row, this.samplerWork, this.mask);
+    if (!constraint.acceptToken(token)) throw new Error(`the constraint refused token ${token}, which its own mask allowed`);
+    return token;
+  }
+
+  /**
+   * Jump-forward: where seq's constraint allows exactly one continuation (`{"name": "` after an
+   * object opens), its tokens; [] when there is a choice, and for a request that asked for logprobs
+   * (a forced token has no row of its own).
+   */
+  private forcedAfter(seq: Sequence): number[] {
+    const constraint = seq.constraint;
+    if (constraint === null || seq.isFinished || seq.params.logprobs !== undefined) return [];
+    return constraint.forcedTokens();
+  }
+
+  /** Appends `forced` to seq without sampling (the next step computes them as a chunk); the text they make showable. */
+  private appendForced(seq: Sequence, forced: readonly number[]): string {
+    let text = "";
+    for (const token of forced) {
+      if (seq.isFinished || !seq.constraint!.acceptToken(token)) break;
+      text += this.postprocess(seq, token);
+    }
+    return text;
   }
 
   /** An end-of-generation token that ends `seq` (none does with ignoreEos). */
@@ -401,7 +469,15 @@ export class LLMEngine {
       replyDecoder(this.tokenizer, ids[ids.length - 1], params.shownTokenIds),
       this.options.speculative === null ? null : new Drafter(this.options.speculative),
       { requestId: request.id, index },
+      request.constraint === null ? null : this.constraintFor(request.constraint, ids),
     );
+  }
+
+  /** A sample's constraint: a fresh one, gated by the model's reasoning when it reasons first. */
+  private constraintFor(c: RequestConstraint, prompt: readonly number[]): TokenConstraint {
+    const inner = c.create();
+    if (c.reasoning === null) return inner;
+    return new ReasoningGate(inner, c.reasoning, this.stopTokenIds, ReasoningGate.initialState(prompt, c.reasoning));
   }
 
   /** Input ids index the embedding: one past its rows would read outside it. */

@@ -9,6 +9,7 @@
 import { RequestFieldError } from "../errors.ts";
 import type { ChatMessage, ChatToolCall } from "../chat/jinja-template.ts";
 import { checkTools, type CheckedTools, type ToolChoice, type ToolDefinition } from "../tools/tool-types.ts";
+import type { ConstraintSpec } from "./constraint.ts";
 import { DEFAULT_SAMPLING, type SamplingParams } from "./sampler.ts";
 
 /** One generation request; every field but the prompt (`prompt`, `promptTokenIds` or `messages`) falls back to a default. */
@@ -59,6 +60,11 @@ export interface GenerateRequest {
   toolChoice?: ToolChoice;
   /** Whether a reply may make several calls (default true). */
   parallelToolCalls?: boolean;
+  /**
+   * Hold the output to a JSON Schema, any JSON object, a regular expression, a choice of strings or
+   * a GBNF grammar, token by token (after the reasoning of a model that reasons first).
+   */
+  constraint?: ConstraintSpec;
 }
 
 /**
@@ -105,6 +111,7 @@ export interface CheckedRequest {
   ignoreEos: boolean;
   /** The tools offered, the choice and the parallel switch; null without tools. */
   tools: CheckedTools | null;
+  constraint: ConstraintSpec | null;
 }
 
 /**
@@ -139,6 +146,7 @@ export function checkRequest(r: RequestInput, limits: RequestLimits): CheckedReq
     logprobs: f.number("logprobs", { integer: true, min: 0, max: MAX_LOGPROBS }) ?? null,
     ignoreEos: f.boolean("ignoreEos") ?? false,
     tools: checkRequestTools(f, r),
+    constraint: checkConstraint(f),
   };
 }
 
@@ -243,6 +251,36 @@ function checkLogitBias(f: FieldReader, vocabSize: number): ReadonlyMap<number, 
     if (value !== 0) out.set(id, value);
   }
   return out;
+}
+
+/** A constraint's shape (its content is checked when it is compiled, by EngineClient.prepare). */
+function checkConstraint(f: FieldReader): ConstraintSpec | null {
+  const c = f.record("constraint");
+  if (c === undefined) return null;
+  const bad = (what: string, problem: string) => new RequestFieldError(`constraint.${what}`, problem);
+  switch (c.kind) {
+    case "json_schema": {
+      const schema = c.schema;
+      const ok = typeof schema === "boolean" || typeof schema === "string" || (typeof schema === "object" && schema !== null && !Array.isArray(schema));
+      if (!ok) throw bad("schema", "must be a JSON Schema: an object, a boolean, or its text");
+      return { kind: "json_schema", schema };
+    }
+    case "json_object":
+      return { kind: "json_object" };
+    case "regex":
+      if (typeof c.pattern !== "string" || c.pattern === "") throw bad("pattern", "must be a non-empty string");
+      return { kind: "regex", pattern: c.pattern };
+    case "choice": {
+      const choices = c.choices;
+      if (!Array.isArray(choices) || choices.length === 0 || choices.some((x) => typeof x !== "string")) throw bad("choices", "must be a non-empty array of strings");
+      return { kind: "choice", choices: choices as string[] };
+    }
+    case "gbnf":
+      if (typeof c.grammar !== "string" || c.grammar.trim() === "") throw bad("grammar", "must be a non-empty GBNF grammar");
+      return { kind: "gbnf", grammar: c.grammar };
+    default:
+      throw bad("kind", `must be one of json_schema, json_object, regex, choice, gbnf; got ${excerpt(c.kind)}`);
+  }
 }
 
 /** The salt, or null for none (absent or empty: an empty salt isolates nothing). */
@@ -366,6 +404,7 @@ export const JSON_FIELD_NAMES: Readonly<Record<keyof GenerateRequest, string>> =
   tools: "tools",
   toolChoice: "tool_choice",
   parallelToolCalls: "parallel_tool_calls",
+  constraint: "constraint",
 };
 
 /** The JSON name of a request property (the property itself when it has none). */

@@ -4,10 +4,11 @@
  *
  * Order (as vLLM and llama.cpp): logit bias, repetition penalty (over the last repeatLastN tokens,
  * prompt included), frequency and presence penalties (OpenAI's, over the generated tokens only),
- * temperature, top-k, top-p, min-p, then a draw. Temperature 0 is greedy: the first index of the
+ * a constraint's token mask, temperature, top-k, top-p, min-p, then a draw. Temperature 0 is greedy: the first index of the
  * largest (biased and penalised) logit, as run.c.
  */
 import { Xoshiro128 } from "../util/random.ts";
+import { applyTokenBitmask } from "./constraint.ts";
 
 export interface SamplingParams {
   /** 0 = greedy. */
@@ -80,10 +81,13 @@ export class Sampler {
    */
   sample(
     logits: Float32Array, history: ArrayLike<number>, work: SamplerWork = (this.ownWork ??= new SamplerWork()), outputStart = history.length,
+    mask: Uint32Array | null = null,
   ): number {
     const p = this.params;
     work.fit(logits.length);
     const x = this.penalised(logits, history, outputStart, work.scratch.subarray(0, logits.length));
+    // A constraint's mask last: a disallowed token's logit is -Infinity, whatever else moved it.
+    if (mask !== null) applyTokenBitmask(x, mask);
     if (p.temperature <= 0) return argmax(x);
     const n = x.length;
     // probabilities at this temperature, unnormalised: exp((l - max) / T)

@@ -5,6 +5,7 @@
  * snapshot (engine-output.ts).
  */
 import type { StreamDecoder, Tokenizer } from "../tokenizer/tokenizer.ts";
+import type { TokenConstraint } from "./constraint.ts";
 import type { FinishReason } from "./engine-output.ts";
 import type { SampledLogprob } from "./logprobs.ts";
 import { Request, type RequestOptions } from "../kv/request.ts";
@@ -64,6 +65,8 @@ export class Sequence extends Request {
     /** Its drafts and their counts when the engine speculates, else null. */
     readonly drafter: Drafter | null = null,
     sample: SampleOf = { requestId: opts.id, index: 0 },
+    /** What its output is held to (a grammar matcher), or null. */
+    readonly constraint: TokenConstraint | null = null,
   ) {
     super(opts);
     this.requestId = sample.requestId;
@@ -81,9 +84,9 @@ export class Sequence extends Request {
     return this.stops.fullText;
   }
 
-  /** Sample the next token from a row of logits (the penalties see this sequence's tokens). */
-  sample(logits: Float32Array, work: SamplerWork): number {
-    return this.sampler.sample(logits, this.allTokenIds, work, this.numPromptTokens);
+  /** Sample the next token from a row of logits (the penalties see this sequence's tokens; `mask`: the tokens a constraint allows). */
+  sample(logits: Float32Array, work: SamplerWork, mask: Uint32Array | null = null): number {
+    return this.sampler.sample(logits, this.allTokenIds, work, this.numPromptTokens, mask);
   }
 
   /** Append a sampled token (not a stop token); returns the text it makes showable. */

@@ -149,7 +149,8 @@ export class Speculation {
    */
   propose(running: readonly Sequence[], skip: (seq: Sequence) => boolean): void {
     for (const seq of running) {
-      seq.draftTokenIds = seq.drafter !== null && !skip(seq) ? seq.drafter.propose(seq.allTokenIds, this.draftLimit(seq)) : [];
+      const draft = seq.drafter !== null && !skip(seq) ? seq.drafter.propose(seq.allTokenIds, this.draftLimit(seq)) : [];
+      seq.draftTokenIds = withinConstraint(seq, draft);
     }
   }
 
@@ -157,11 +158,13 @@ export class Speculation {
    * Sample a sequence's logit rows in order, exactly as decoding one token at a time would: row j
    * follows draft token j - 1, so it is only used while every draw so far equalled the draft.
    * `draw` samples one row into the sequence (null when the row could not be sampled and the
-   * sequence ended). Then the draft's rejected positions are rolled back: the sequence keeps the
-   * KV of its known tokens up to the last one, which the next step feeds, as after a plain decode.
-   * Returns the tokens drawn.
+   * sequence ended); `interrupts` says, after a token equal to the draft, whether decoding one token
+   * at a time would go on otherwise than by sampling the next row (a constraint forcing the next
+   * tokens), which ends the verification there too. Then the draft's rejected positions are rolled
+   * back: the sequence keeps the KV of its known tokens up to the last one, which the next step
+   * feeds, as after a plain decode. Returns the tokens drawn.
    */
-  verify(seq: Sequence, rows: readonly Float32Array[], draw: (row: Float32Array) => number | null): number {
+  verify(seq: Sequence, rows: readonly Float32Array[], draw: (row: Float32Array) => number | null, interrupts: () => boolean = () => false): number {
     const draft = seq.draftTokenIds;
     const numDrafted = rows.length - 1;
     let accepted = 0;
@@ -172,7 +175,7 @@ export class Speculation {
       numSampled++;
       const hit = j < numDrafted && token === draft[j];
       if (hit) accepted++;
-      if (!hit || seq.isFinished) break;
+      if (!hit || seq.isFinished || interrupts()) break;
     }
     seq.draftTokenIds = [];
     if (numDrafted > 0) {
@@ -196,4 +199,17 @@ export class Speculation {
     const byLength = maxTokens === null ? Infinity : maxTokens - seq.outputTokenIds.length - 1;
     return Math.max(0, Math.min(byLength, this.maxPositions - seq.numTokens));
   }
+}
+
+/**
+ * The longest start of `draft` that seq's constraint accepts (it is left as it was): a draft token
+ * the grammar refuses could never be sampled, so verifying it would waste a position.
+ */
+function withinConstraint(seq: Sequence, draft: number[]): number[] {
+  const constraint = seq.constraint;
+  if (constraint === null || draft.length === 0) return draft;
+  let accepted = 0;
+  while (accepted < draft.length && constraint.acceptToken(draft[accepted]!)) accepted++;
+  constraint.rollback(accepted);
+  return accepted === draft.length ? draft : draft.slice(0, accepted);
 }

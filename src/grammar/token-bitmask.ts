@@ -7,15 +7,14 @@
  * WebAssembly backend's logits live.
  */
 import type { Kernels } from "../backend/kernels.ts";
+import { isAllowed } from "../engine/constraint.ts";
+
+// The engine samples within a mask with these (src/engine/constraint.ts): one copy of each.
+export { applyTokenBitmask, isAllowed } from "../engine/constraint.ts";
 
 /** A zeroed bitmask for `vocabSize` tokens. */
 export function allocateTokenBitmask(vocabSize: number): Uint32Array {
   return new Uint32Array(Math.ceil(vocabSize / 32));
-}
-
-/** Whether token t is allowed by the mask. */
-export function isAllowed(mask: Uint32Array, t: number): boolean {
-  return ((mask[t >>> 5]! >>> (t & 31)) & 1) === 1;
 }
 
 /** The allowed token ids, ascending (tests and debugging). */
@@ -23,23 +22,6 @@ export function allowedTokens(mask: Uint32Array, vocabSize: number): number[] {
   const out: number[] = [];
   for (let t = 0; t < vocabSize; t++) if (isAllowed(mask, t)) out.push(t);
   return out;
-}
-
-/** logits[t] = -Infinity for each t < logits.length whose bit is clear. */
-export function applyTokenBitmask(logits: Float32Array, mask: Uint32Array): void {
-  const n = logits.length;
-  const words = n >>> 5;
-  for (let w = 0; w < words; w++) {
-    const word = mask[w]!;
-    if (word === 0xffffffff) continue;
-    const base = w << 5;
-    if (word === 0) {
-      logits.fill(-Infinity, base, base + 32);
-      continue;
-    }
-    for (let b = 0; b < 32; b++) if (((word >>> b) & 1) === 0) logits[base + b] = -Infinity;
-  }
-  for (let t = words << 5; t < n; t++) if (((mask[t >>> 5]! >>> (t & 31)) & 1) === 0) logits[t] = -Infinity;
 }
 
 /**

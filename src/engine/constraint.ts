@@ -1,0 +1,79 @@
+/**
+ * Constrained output (issue 28): what the engine needs of a constraint on one sequence's output,
+ * and of whatever compiles one, without knowing how (src/grammar/ implements both; LLM wires it
+ * into the front door, as it wires the disk tier). The engine holds one TokenConstraint per
+ * sample: before each draw it masks the logits to the tokens the constraint allows, after it the
+ * constraint accepts the token drawn. Every decision depends only on the sequence's own tokens, so
+ * a constrained output is the same bits at any batch size, thread count and cache state.
+ */
+
+/** What to hold output to; the request's `constraint` field (the server maps OpenAI's, llama-server's and vLLM's fields here). */
+export type ConstraintSpec =
+  /** A JSON Schema (a JSON value, or its text: key order kept exactly). */
+  | { readonly kind: "json_schema"; readonly schema: unknown }
+  /** Any JSON object (OpenAI's `{"type": "json_object"}`). */
+  | { readonly kind: "json_object" }
+  /** The whole output matches this regular expression (vLLM's `regex`). */
+  | { readonly kind: "regex"; readonly pattern: string }
+  /** The output is exactly one of these strings (vLLM's `choice`). */
+  | { readonly kind: "choice"; readonly choices: readonly string[] }
+  /** A llama.cpp GBNF grammar (llama-server's `grammar`), start rule `root`. */
+  | { readonly kind: "gbnf"; readonly grammar: string };
+
+/**
+ * One sequence's place in a constraint. Invariants (GrammarMatcher's): a mask allows a token iff
+ * acceptToken would take it; an end-of-generation token is allowed iff the output may end there;
+ * rollback(n) restores exactly the state before the last n accepted tokens.
+ */
+export interface TokenConstraint {
+  /** Fill `mask` (ceil(vocabulary / 32) words; bit t & 31 of word t >> 5 for token t) with the tokens allowed next. */
+  fillNextTokenBitmask(mask: Uint32Array): void;
+  /** Advance past `token`; false, changing nothing, when it is not allowed. */
+  acceptToken(token: number): boolean;
+  /** Undo the last `n` accepted tokens. */
+  rollback(n: number): void;
+  /** The tokens that are the only possible continuation now, in order ([] when there is a choice). */
+  forcedTokens(): number[];
+  /** An end-of-generation token was accepted: nothing else is allowed. */
+  isTerminated(): boolean;
+}
+
+/** Compiles constraints for one model's vocabulary (cached by content). */
+export interface ConstraintCompiler {
+  /**
+   * A factory of fresh constraints at the start of `spec`; throws RequestFieldError naming the
+   * field (`constraint`, and the keyword, rule or limit) when it cannot be compiled.
+   */
+  compile(spec: ConstraintSpec): () => TokenConstraint;
+}
+
+/**
+ * A model that reasons before it answers (Qwen3's `<think>`, DeepSeek-R1's): the constraint holds
+ * from where the reasoning ends. `start` and `end` are the token ids that open and close it.
+ */
+export interface ReasoningMarkers {
+  readonly start: number;
+  readonly end: number;
+}
+
+/** The tokens `mask` allows (bit t of word t >> 5). */
+export function isAllowed(mask: Uint32Array, t: number): boolean {
+  return ((mask[t >>> 5]! >>> (t & 31)) & 1) === 1;
+}
+
+/** logits[t] = -Infinity for each t < logits.length whose bit is clear; an allowed logit keeps its bits. */
+export function applyTokenBitmask(logits: Float32Array, mask: Uint32Array): void {
+  const n = logits.length;
+  const words = n >>> 5;
+  for (let w = 0; w < words; w++) {
+    const word = mask[w]!;
+    if (word === 0xffffffff) continue;
+    const base = w << 5;
+    if (word === 0) {
+      logits.fill(-Infinity, base, base + 32);
+      continue;
+    }
+    for (let b = 0; b < 32; b++) if (((word >>> b) & 1) === 0) logits[base + b] = -Infinity;
+  }
+  for (let t = words << 5; t < n; t++) if (!isAllowed(mask, t)) logits[t] = -Infinity;
+}

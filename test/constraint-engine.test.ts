@@ -1,0 +1,217 @@
+/**
+ * Constrained output in the engine (issue 28): the request's `constraint` compiled by the front
+ * door, one matcher per sample, the mask applied before each draw. What must hold:
+ *   - the reasoning gate: reasoning first (any token but an end-of-generation one), the answer
+ *     constrained from the token after `</think>`, the first token free to open reasoning, every
+ *     state restored by rollback;
+ *   - on a model file: every output is in the constraint's language (a choice, a regex, a JSON
+ *     Schema: parsed and checked), ends with finish_reason "stop" only where the grammar accepts,
+ *     and with "length" when max_tokens comes first;
+ *   - the same bits alone and batched, with the prefix cache on and off, with n samples forked, and
+ *     with speculative decoding (drafts cut where the grammar refuses them);
+ *   - forced runs: where the grammar allows one continuation, its tokens are appended without
+ *     sampling (a step's output then holds several tokens without speculation);
+ *   - a constraint that cannot be compiled is a RequestFieldError naming it, never unconstrained text.
+ */
+import { beforeAll, describe, expect, test } from "bun:test";
+import { RequestFieldError } from "../src/errors.ts";
+import type { ReasoningMarkers, TokenConstraint } from "../src/engine/constraint.ts";
+import type { ConstraintSpec } from "../src/engine/constraint.ts";
+import type { GenerateRequest } from "../src/engine/generate-request.ts";
+import type { LLM } from "../src/engine/llm.ts";
+import { ReasoningGate } from "../src/engine/reasoning-gate.ts";
+import { DEFAULT_SPECULATIVE } from "../src/engine/speculative.ts";
+import { allOutputs, comparable, openedLLMs } from "./helpers/llm.ts";
+import { describeShared } from "./helpers/shared.ts";
+
+const LIMIT_MS = 180_000;
+
+/** A constraint over tokens 0..9 that accepts the sequence 1, 2, 3 then only token 9 (the end). */
+class Sequence123 implements TokenConstraint {
+  private accepted: number[] = [];
+  private static readonly WANT = [1, 2, 3, 9];
+
+  fillNextTokenBitmask(mask: Uint32Array): void {
+    mask.fill(0);
+    const next = Sequence123.WANT[this.accepted.length];
+    if (next !== undefined) mask[0]! |= 1 << next;
+  }
+
+  acceptToken(token: number): boolean {
+    if (token !== Sequence123.WANT[this.accepted.length]) return false;
+    this.accepted.push(token);
+    return true;
+  }
+
+  rollback(n: number): void {
+    this.accepted.splice(this.accepted.length - n, n);
+  }
+
+  forcedTokens(): number[] {
+    return [];
+  }
+
+  isTerminated(): boolean {
+    return this.accepted.length === Sequence123.WANT.length;
+  }
+}
+
+const bits = (mask: Uint32Array) => Array.from({ length: 16 }, (_, t) => ((mask[0]! >>> t) & 1) === 1).flatMap((on, t) => (on ? [t] : []));
+
+describe("the reasoning gate", () => {
+  const markers: ReasoningMarkers = { start: 5, end: 6 };
+  const eog = new Set([9]);
+
+  test("initial state: reasoning when the prompt leaves <think> open, else the first token may open it", () => {
+    expect(ReasoningGate.initialState([1, 2, 5, 7], markers)).toBe("reasoning");
+    expect(ReasoningGate.initialState([1, 5, 7, 6, 2], markers)).toBe("open");
+    expect(ReasoningGate.initialState([1, 2], markers)).toBe("open");
+  });
+
+  test("open: the grammar's tokens and the reasoning opener; reasoning: anything but the end of generation; then the grammar", () => {
+    const gate = new ReasoningGate(new Sequence123(), markers, eog, "open");
+    const mask = new Uint32Array(1);
+    gate.fillNextTokenBitmask(mask);
+    expect(bits(mask)).toEqual([1, 5]);
+    expect(gate.acceptToken(5)).toBe(true);
+    gate.fillNextTokenBitmask(mask);
+    expect(bits(mask)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15]);
+    expect(gate.acceptToken(9)).toBe(false);
+    for (const t of [7, 8, 2]) expect(gate.acceptToken(t)).toBe(true);
+    expect(gate.constraining).toBe(false);
+    expect(gate.acceptToken(6)).toBe(true);
+    expect(gate.constraining).toBe(true);
+    gate.fillNextTokenBitmask(mask);
+    expect(bits(mask)).toEqual([1]);
+    for (const t of [1, 2, 3]) expect(gate.acceptToken(t)).toBe(true);
+    expect(gate.acceptToken(9)).toBe(true);
+    expect(gate.isTerminated()).toBe(true);
+    // Back to inside the reasoning: the inner grammar's tokens are undone too.
+    gate.rollback(5);
+    expect(gate.constraining).toBe(false);
+    gate.fillNextTokenBitmask(mask);
+    expect(bits(mask)).toContain(6);
+    expect(gate.acceptToken(6)).toBe(true);
+    expect(gate.acceptToken(1)).toBe(true);
+  });
+
+  test("open, answering at once: the first token goes to the grammar and reasoning can no longer open", () => {
+    const gate = new ReasoningGate(new Sequence123(), markers, eog, "open");
+    expect(gate.acceptToken(1)).toBe(true);
+    const mask = new Uint32Array(1);
+    gate.fillNextTokenBitmask(mask);
+    expect(bits(mask)).toEqual([2]);
+    expect(gate.acceptToken(5)).toBe(false);
+    gate.rollback(1);
+    gate.fillNextTokenBitmask(mask);
+    expect(bits(mask)).toEqual([1, 5]);
+  });
+});
+
+const SCHEMA = {
+  type: "object",
+  properties: {
+    name: { type: "string", maxLength: 10 },
+    age: { type: "integer", minimum: 0, maximum: 120 },
+    tags: { type: "array", items: { enum: ["red", "green", "blue"] }, maxItems: 3 },
+  },
+  required: ["name", "age", "tags"],
+  additionalProperties: false,
+};
+
+/** Whether `value` has SCHEMA's shape (checked by hand: the schema is small). */
+function matchesSchema(value: unknown): boolean {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
+  const v = value as Record<string, unknown>;
+  if (Object.keys(v).sort().join() !== "age,name,tags") return false;
+  const age = v.age;
+  const tags = v.tags;
+  return typeof v.name === "string" && v.name.length <= 10 && Number.isInteger(age) && (age as number) >= 0 && (age as number) <= 120 &&
+    Array.isArray(tags) && tags.length <= 3 && tags.every((t) => t === "red" || t === "green" || t === "blue");
+}
+
+describeShared("constrained output on a model file", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
+  const llms = openedLLMs({ afterEach: false });
+  let llm!: LLM;
+  beforeAll(() => {
+    llm = llms.load({ model: model! });
+  }, LIMIT_MS);
+
+  const requests = (constraint: ConstraintSpec, maxTokens: number): GenerateRequest[] => [
+    { id: "greedy", prompt: "A person:", maxTokens, temperature: 0, constraint },
+    { id: "seeded", prompt: "Another one:", maxTokens, temperature: 0.8, seed: 11, constraint },
+    { id: "samples", prompt: "A person:", maxTokens, temperature: 1, seed: 5, n: 3, constraint },
+  ];
+
+  test("a choice, a regex and a JSON Schema: every output in the language, ended by the grammar", async () => {
+    const cases: [ConstraintSpec, (text: string) => boolean][] = [
+      [{ kind: "choice", choices: ["red", "green", "dark blue"] }, (t) => ["red", "green", "dark blue"].includes(t)],
+      [{ kind: "regex", pattern: "[0-9]{3}-[a-z]{2,4}" }, (t) => /^[0-9]{3}-[a-z]{2,4}$/.test(t)],
+      [{ kind: "json_schema", schema: SCHEMA }, (t) => matchesSchema(JSON.parse(t))],
+    ];
+    for (const [constraint, valid] of cases) {
+      const results = await llm.generate(requests(constraint, 400));
+      expect(results).toHaveLength(5);
+      for (const r of results) {
+        expect(r.finish_reason).toBe("stop");
+        expect(valid(r.text)).toBe(true);
+      }
+    }
+  }, LIMIT_MS);
+
+  test("max_tokens reached first ends with finish_reason length, the text a prefix of the language", async () => {
+    const [r] = await llm.generate([{ prompt: "A person:", maxTokens: 3, temperature: 0, constraint: { kind: "json_schema", schema: SCHEMA } }]);
+    expect(r!.finish_reason).toBe("length");
+    expect(r!.completion_tokens).toBe(3);
+    expect(() => JSON.parse(r!.text)).toThrow();
+  }, LIMIT_MS);
+
+  test("the same bits alone and batched, prefix cache on and off, n forked, and with speculation", async () => {
+    const constraint: ConstraintSpec = { kind: "json_schema", schema: SCHEMA };
+    const batch = requests(constraint, 300);
+    const together = (await llm.generate(batch)).map(comparable);
+    const alone: ReturnType<typeof comparable>[] = [];
+    for (const r of batch) {
+      expect(await llm.client.resetPrefixCache()).toBe(true);
+      alone.push(...(await llm.generate([r])).map(comparable));
+    }
+    expect(together.map((r) => ({ ...r, cached_tokens: 0, cached_tokens_memory: 0 }))).toEqual(alone.map((r) => ({ ...r, cached_tokens: 0, cached_tokens_memory: 0 })));
+    for (const engine of [{ enablePrefixCaching: false }, { speculative: { ...DEFAULT_SPECULATIVE, adaptive: false } }, { maxNumBatchedTokens: 8 }]) {
+      const other = llms.load({ model: model!, engine });
+      const got = (await other.generate(batch)).map(comparable);
+      expect(got.map((r) => ({ ...r, cached_tokens: 0, cached_tokens_memory: 0 }))).toEqual(together.map((r) => ({ ...r, cached_tokens: 0, cached_tokens_memory: 0 })));
+      if ("speculative" in engine) expect(other.stats().draftedTokens).toBeGreaterThan(0);
+    }
+  }, LIMIT_MS);
+
+  test("forced runs: a schema's fixed keys come as several tokens in one step, without speculation", async () => {
+    const outputs = await allOutputs(llm, [{ prompt: "A person:", maxTokens: 300, temperature: 0, constraint: { kind: "json_schema", schema: SCHEMA } }]);
+    expect(outputs.some((o) => o.tokenIds.length > 1)).toBe(true);
+    const text = outputs.map((o) => o.text).join("");
+    expect(matchesSchema(JSON.parse(text))).toBe(true);
+    // With logprobs every token is sampled from its own row: no forced run (and so another
+    // tokenization of the forced text may come out: the canonical one is forced, greedy may pick another).
+    const sampled = await allOutputs(llm, [{ prompt: "A person:", maxTokens: 300, temperature: 0, logprobs: 1, constraint: { kind: "json_schema", schema: SCHEMA } }]);
+    expect(sampled.every((o) => o.tokenIds.length <= 1)).toBe(true);
+    expect(matchesSchema(JSON.parse(sampled.map((o) => o.text).join("")))).toBe(true);
+  }, LIMIT_MS);
+
+  test("a constraint that cannot be compiled is a RequestFieldError naming it", () => {
+    const fieldOf = (constraint: unknown) => {
+      try {
+        llm.client.prepare({ prompt: "x", constraint: constraint as ConstraintSpec });
+      } catch (e) {
+        expect(e).toBeInstanceOf(RequestFieldError);
+        return [(e as RequestFieldError).field, (e as RequestFieldError).problem];
+      }
+      throw new Error("expected a RequestFieldError");
+    };
+    const remote = fieldOf({ kind: "json_schema", schema: { $ref: "https://example.com/s.json" } });
+    expect(remote[0]).toBe("constraint");
+    expect(remote[1]).toContain("https://example.com/s.json");
+    expect(fieldOf({ kind: "gbnf", grammar: "root ::= \"a\" undefined-rule" })[0]).toBe("constraint");
+    expect(fieldOf({ kind: "regex", pattern: "" })[0]).toBe("constraint.pattern");
+    expect(fieldOf({ kind: "choice", choices: [] })[0]).toBe("constraint.choices");
+    expect(fieldOf({ kind: "yaml" })[0]).toBe("constraint.kind");
+  });
+});
