@@ -108,6 +108,13 @@ function utf8Sequences(lo: number, hi: number, out: [number, number][][]): void 
   out.push(a.map((x, i) => [x, b[i]!]));
 }
 
+/** The byte-range sequences of the UTF-8 encodings of lo..hi (surrogates excluded). */
+export function utf8RangeSequences(lo: number, hi: number): [number, number][][] {
+  const out: [number, number][][] = [];
+  utf8Sequences(lo, hi, out);
+  return out;
+}
+
 /** The expression matching the UTF-8 encoding of any one code point of `set`. */
 export function utf8Expr(pool: ExprPool, set: CodeSet): number {
   const seqs: [number, number][][] = [];

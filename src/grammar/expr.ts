@@ -47,10 +47,14 @@ export class ExprPool {
   private readonly concats = new Map<number, number>();
   private readonly clamps = new Map<number, Map<number, number>>();
   private readonly ranges = new Map<number, number>();
+  private readonly pairOrs = new Map<number, number>();
+  private readonly openText = new Set<number>();
   private readonly derivatives = new Map<number, number>();
   private readonly emptiness = new Map<number, boolean>();
   private readonly minLengths = new Map<number, number>();
   private readonly plainBounds = new Map<number, { passes: number; fails: number }>();
+  private readonly textBounds = new Map<number, { passes: number; fails: number }>();
+  private readonly sequenceRepsCache = new WeakMap<Uint8Array, number[][][]>();
   private readonly partitions = new Map<number, { readonly classOf: Uint8Array; readonly reps: readonly number[] }>();
   /** Counts expressions built, for the compile limits. */
   get size(): number {
@@ -132,6 +136,25 @@ export class ExprPool {
   }
 
   or(parts: readonly number[]): number {
+    if (parts.length === 2) {
+      // The common case (a derivative's head and tail): no flattening needed unless a side is an
+      // Or or a byte set; a numeric key instead of a string one.
+      const a = parts[0]!;
+      const b = parts[1]!;
+      if (a === EMPTY || a === b) return b;
+      if (b === EMPTY) return a;
+      const ka = this.nodes[a]!.kind;
+      const kb = this.nodes[b]!.kind;
+      if (ka !== Kind.or && kb !== Kind.or && ka !== Kind.bytes && kb !== Kind.bytes) {
+        const [x, y] = a < b ? [a, b] : [b, a];
+        const key = x * 16777216 + y;
+        const found = this.pairOrs.get(key);
+        if (found !== undefined) return found;
+        const id = this.orOf([x, y]);
+        this.pairOrs.set(key, id);
+        return id;
+      }
+    }
     const flat = new Set<number>();
     let merged: Uint32Array | null = null;
     const visit = (p: number): void => {
@@ -147,7 +170,11 @@ export class ExprPool {
     if (merged !== null) flat.add(this.bytes(merged));
     if (flat.size === 0) return EMPTY;
     if (flat.size === 1) return flat.values().next().value!;
-    const list = [...flat].sort((x, y) => x - y);
+    return this.orOf([...flat].sort((x, y) => x - y));
+  }
+
+  /** The Or node of a sorted, unique, flat list of at least two children. */
+  private orOf(list: number[]): number {
     return this.add(`o${list.join(",")}`, () => {
       const nodes = list.map((c) => this.nodes[c]!);
       return { kind: Kind.or, a: 0, b: 0, list, set: null, lo: 0, hi: 0, nullable: nodes.some((n) => n.nullable), boolean: nodes.some((n) => n.boolean) };
@@ -228,7 +255,27 @@ export class ExprPool {
     if (cached !== undefined) return cached;
     const result = this.computeDerivative(e, byte);
     this.derivatives.set(key, result);
+    // What is left of open text after a plain byte is open text still.
+    if (result !== EMPTY && this.openText.has(e) && byte >= 0x20 && byte <= 0x7e && byte !== 0x22 && byte !== 0x5c) this.openText.add(result);
     return result;
+  }
+
+  /**
+   * Declare `e` open text: every string of plain bytes and whole characters above ASCII (no `"`,
+   * `\` or control) leaves it non-empty. The compiler marks what it knows to be so (any JSON string
+   * content, or all content but a few names); derivatives by plain bytes inherit the mark.
+   */
+  markOpenText(e: number): void {
+    this.openText.add(e);
+  }
+
+  /** Whether `e` is open text by its marks: marked, an Or with an open child, or open text followed by something. */
+  isOpenText(e: number): boolean {
+    if (this.openText.has(e)) return true;
+    const n = this.nodes[e]!;
+    if (n.kind === Kind.concat) return this.isOpenText(n.a) && !this.isEmpty(n.b);
+    if (n.kind === Kind.or) return n.list.some((c) => this.isOpenText(c));
+    return false;
   }
 
   private computeDerivative(e: number, byte: number): number {
@@ -319,24 +366,95 @@ export class ExprPool {
    * induction on the length), so a free string answers at once; memoized as the longest length
    * known to pass and the shortest known to fail.
    */
-  allowsAllPlain(e: number, maxBytes: number, reps: readonly number[]): boolean {
-    if (maxBytes <= 0) return true;
+  allowsAllPlain(e: number, maxBytes: number, reps: readonly number[], allReps: readonly number[]): boolean {
+    if (maxBytes <= 0 || this.isOpenText(e)) return true;
     let m = this.plainBounds.get(e);
     if (m === undefined) this.plainBounds.set(e, (m = { passes: 0, fails: Infinity }));
     if (maxBytes <= m.passes) return true;
     if (maxBytes >= m.fails) return false;
+    // The distinct states plain bytes lead to, bar e itself (explored once each: a trie of
+    // excluded names costs its nodes, which a walk of the tokens would create as well).
+    const next = new Set<number>();
     let ok = true;
-    for (const b of reps) {
-      const d = this.derive(e, b);
-      if (d === e) continue;
-      if (d === EMPTY || this.isEmpty(d, reps) || !this.allowsAllPlain(d, maxBytes - 1, reps)) {
-        ok = false;
-        break;
-      }
+    for (let i = 0; i < reps.length && ok; i++) {
+      const d = this.derive(e, reps[i]!);
+      if (d === EMPTY) ok = false;
+      else if (d !== e) next.add(d);
+    }
+    for (const d of next) {
+      if (!ok) break;
+      if (this.isEmpty(d, allReps) || !this.allowsAllPlain(d, maxBytes - 1, reps, allReps)) ok = false;
     }
     if (ok) m.passes = Math.max(m.passes, maxBytes);
     else m.fails = Math.min(m.fails, maxBytes);
     return ok;
+  }
+
+  /**
+   * Whether every text of at most `maxChars` characters, each plain ASCII (one of `plainReps`'
+   * classes) or any character above ASCII (the byte-range `sequences` of its UTF-8 forms), leaves
+   * `e` non-empty: inside a free JSON string, every token of whole characters but `"`, `\` and
+   * controls is then allowed at once. `classOf` is the byte partition of an expression `e` was
+   * derived from. A character leading back to `e` costs nothing; memoized like allowsAllPlain.
+   */
+  allowsAllText(
+    e: number, maxChars: number, plainReps: readonly number[], sequences: readonly (readonly [number, number])[][],
+    partition: { readonly classOf: Uint8Array; readonly reps: readonly number[] },
+  ): boolean {
+    const classOf = partition.classOf;
+    if (maxChars <= 0 || this.isOpenText(e)) return true;
+    let m = this.textBounds.get(e);
+    if (m === undefined) this.textBounds.set(e, (m = { passes: 0, fails: Infinity }));
+    if (maxChars <= m.passes) return true;
+    if (maxChars >= m.fails) return false;
+    const after = new Set<number>();
+    let ok = true;
+    for (let i = 0; i < plainReps.length; i++) after.add(this.derive(e, plainReps[i]!));
+    const positions = this.sequenceReps(sequences, classOf);
+    for (let q = 0; q < positions.length && ok; q++) {
+      let states = [e];
+      for (const reps of positions[q]!) {
+        const next: number[] = [];
+        for (let r = 0; r < reps.length; r++) for (let k = 0; k < states.length; k++) next.push(this.derive(states[k]!, reps[r]!));
+        states = next;
+        if (states.includes(EMPTY)) {
+          ok = false;
+          break;
+        }
+      }
+      if (ok) for (const d of states) after.add(d);
+    }
+    after.delete(e);
+    if (ok) {
+      for (const d of after) {
+        if (d === EMPTY || this.isEmpty(d, partition.reps) || !this.allowsAllText(d, maxChars - 1, plainReps, sequences, partition)) {
+          ok = false;
+          break;
+        }
+      }
+    }
+    if (ok) m.passes = Math.max(m.passes, maxChars);
+    else m.fails = Math.min(m.fails, maxChars);
+    return ok;
+  }
+
+  /** For each byte-range sequence, each position's one byte per class of `classOf` (cached per partition). */
+  private sequenceReps(sequences: readonly (readonly [number, number])[][], classOf: Uint8Array): number[][][] {
+    const known = this.sequenceRepsCache.get(classOf);
+    if (known !== undefined) return known;
+    const out = sequences.map((seq) =>
+      seq.map(([lo, hi]) => {
+        const seen = new Set<number>();
+        const reps: number[] = [];
+        for (let b = lo; b <= hi; b++) {
+          if (seen.has(classOf[b]!)) continue;
+          seen.add(classOf[b]!);
+          reps.push(b);
+        }
+        return reps;
+      }));
+    this.sequenceRepsCache.set(classOf, out);
+    return out;
   }
 
   /** A lower bound of the length of any string `e` matches (Infinity for EMPTY). */

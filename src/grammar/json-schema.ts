@@ -22,7 +22,7 @@ import { SchemaDocument } from "./json-schema-refs.ts";
 import {
   canonical, isAssertion, isFalse, pureRef, ShapeBuilder, T_ARRAY, T_BOOLEAN, T_FRACTION, T_INTEGER, T_NULL, T_OBJECT, T_STRING, type Conj, type Shape,
 } from "./json-schema-shape.ts";
-import { contentExcept, jsonCharExpr, jsonLiteralExpr, pythonJsonQuote, quoted } from "./json-strings.ts";
+import { anyContent, contentExcept, jsonCharExpr, jsonLiteralExpr, pythonJsonQuote, quoted } from "./json-strings.ts";
 import { isObject, JsonNumber, pythonNumberText, type JsonValue } from "./json-value.ts";
 import { GRAMMAR_LIMITS, type CompileBudget } from "./limits.ts";
 import { regexToExpr } from "./regex-expr.ts";
@@ -280,9 +280,8 @@ class JsonGrammarBuilder {
     const parts: number[] = [];
     const anyChar = jsonCharExpr(pool, ANY_CHAR);
     if (s.minLength > s.maxLength) return 0;
-    if (s.minLength > 0 || s.maxLength !== Infinity || (s.patterns.length === 0 && s.formats.length === 0)) {
-      parts.push(pool.repeat(anyChar, s.minLength, s.maxLength === Infinity ? INFINITE : s.maxLength));
-    }
+    if (s.minLength > 0 || s.maxLength !== Infinity) parts.push(pool.repeat(anyChar, s.minLength, s.maxLength === Infinity ? INFINITE : s.maxLength));
+    else if (s.patterns.length === 0 && s.formats.length === 0) parts.push(anyContent(pool));
     for (const p of s.patterns) parts.push(cachedRegex(pool, p, "search", true, `${s.path}/pattern`));
     for (const f of s.formats) {
       const rx = formatRegex(f);
@@ -453,7 +452,7 @@ class JsonGrammarBuilder {
       kinds.push({ key: quoted(pool, pool.and(parts)), schema: g.schema });
     });
     if (!isFalse(s.additional)) {
-      const rest = excluded.length > 0 ? contentExcept(pool, excluded) : pool.repeat(jsonCharExpr(pool, ANY_CHAR), 0, INFINITE);
+      const rest = excluded.length > 0 ? contentExcept(pool, excluded) : anyContent(pool);
       const parts = [rest, ...general.map((g) => pool.not(g.expr)), ...(nameOk === null ? [] : [nameOk])];
       kinds.push({ key: quoted(pool, pool.and(parts)), schema: s.additional });
     }

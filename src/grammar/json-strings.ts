@@ -75,7 +75,14 @@ export function quoted(pool: ExprPool, content: number): number {
 
 /** Any JSON string with minLength..maxLength characters (code points). */
 export function jsonStringExpr(pool: ExprPool, minLength = 0, maxLength = INFINITE): number {
-  return quoted(pool, pool.repeat(jsonCharExpr(pool, ANY_CHAR), minLength, maxLength));
+  return quoted(pool, minLength === 0 && maxLength === INFINITE ? anyContent(pool) : pool.repeat(jsonCharExpr(pool, ANY_CHAR), minLength, maxLength));
+}
+
+/** Any string content (every spelling), marked open text (ExprPool.markOpenText). */
+export function anyContent(pool: ExprPool): number {
+  const e = pool.repeat(jsonCharExpr(pool, ANY_CHAR), 0, INFINITE);
+  pool.markOpenText(e);
+  return e;
 }
 
 /** The text as a JSON string the way Python's json.dumps(ensure_ascii=False) writes it. */
@@ -123,7 +130,7 @@ export function contentExcept(pool: ExprPool, texts: readonly string[]): number 
     }
     node.end = true;
   }
-  const anyChars = pool.repeat(jsonCharExpr(pool, ANY_CHAR), 0, INFINITE);
+  const anyChars = anyContent(pool);
   const build = (node: CharTrie): number => {
     const parts: number[] = node.end ? [] : [1 /* EPSILON */];
     for (const [cp, child] of node.children) parts.push(pool.concat(jsonCharExpr(pool, [[cp, cp]]), build(child)));
@@ -131,5 +138,8 @@ export function contentExcept(pool: ExprPool, texts: readonly string[]): number 
     if (others.length > 0) parts.push(pool.concat(jsonCharExpr(pool, others), anyChars));
     return pool.or(parts);
   };
-  return build(root);
+  // Excluding finitely many names closes no text: any prefix still goes on to a name not excluded.
+  const content = build(root);
+  pool.markOpenText(content);
+  return content;
 }

@@ -7,7 +7,11 @@
  * Lexing is not greedy: where a lexeme may end, the matcher keeps both "it ends here" and "it goes
  * on", so the language matched is exactly the grammar's, whatever the lexemes' overlaps.
  */
+import { utf8RangeSequences } from "./code-set.ts";
 import { EMPTY, type ExprPool } from "./expr.ts";
+
+/** The UTF-8 forms of every character above ASCII, as byte-range sequences. */
+const NON_ASCII_SEQUENCES = utf8RangeSequences(0x80, 0x10ffff);
 
 /** No lexeme alive: the byte is not allowed. */
 export const DEAD = -1;
@@ -26,9 +30,11 @@ export class LexerSpace {
   /** State s's byte classes: bytes of one class lead to the same state. */
   private readonly classes: Uint8Array[] = [];
   private readonly startByLexemes = new Map<string, number>();
-  private readonly clampIds = new Map<number, Map<number, number>>();
+  /** Per bound: state -> clamp key (-1 until computed). */
+  private readonly clampIds = new Map<number, Int32Array>();
   private readonly clampKeys = new Map<string, number>();
   private readonly plainMemo = new Map<number, boolean>();
+  private readonly textMemo = new Map<number, boolean>();
   private readonly plainRepsByLexeme = new Map<number, readonly number[]>();
   /** Scratch for jointClasses: (class so far, lexeme class) -> new class + 1. */
   private readonly renumber = new Int32Array(65536);
@@ -112,8 +118,11 @@ export class LexerSpace {
     const pairs = this.pairs[s]!;
     const out: number[] = [];
     for (let i = 0; i < pairs.length; i += 2) {
-      const rest = this.pool.derive(pairs[i + 1]!, byte);
-      if (rest !== EMPTY && !this.pool.isEmpty(rest, this.pool.classPartition(pairs[i]!).reps)) out.push(pairs[i]!, rest);
+      // The byte's class representative under the lexeme's partition: the same derivative, and
+      // one memo entry for every byte of the class, whatever state the lexeme is met in.
+      const { classOf, reps } = this.pool.classPartition(pairs[i]!);
+      const rest = this.pool.derive(pairs[i + 1]!, reps[classOf[byte]!]!);
+      if (rest !== EMPTY && !this.pool.isEmpty(rest, reps)) out.push(pairs[i]!, rest);
     }
     return out.length === 0 ? DEAD : this.intern(Int32Array.from(out));
   }
@@ -145,8 +154,26 @@ export class LexerSpace {
     if (known !== undefined) return known;
     const pairs = this.pairs[s]!;
     let ok = false;
-    for (let i = 0; i < pairs.length && !ok; i += 2) ok = this.pool.allowsAllPlain(pairs[i + 1]!, maxBytes, this.plainReps(pairs[i]!));
+    for (let i = 0; i < pairs.length && !ok; i += 2) ok = this.pool.allowsAllPlain(pairs[i + 1]!, maxBytes, this.plainReps(pairs[i]!), this.pool.classPartition(pairs[i]!).reps);
     this.plainMemo.set(key, ok);
+    return ok;
+  }
+
+  /**
+   * Whether every text of at most `maxChars` whole characters, plain or above ASCII (no `"`, `\`
+   * or control), keeps state s alive (ExprPool.allowsAllText; some lexeme must let all of it
+   * through): then every such token is allowed from s without a walk.
+   */
+  allowsAllText(s: number, maxChars: number): boolean {
+    const key = s * 512 + Math.min(maxChars, 511);
+    const known = this.textMemo.get(key);
+    if (known !== undefined) return known;
+    const pairs = this.pairs[s]!;
+    let ok = false;
+    for (let i = 0; i < pairs.length && !ok; i += 2) {
+      ok = this.pool.allowsAllText(pairs[i + 1]!, maxChars, this.plainReps(pairs[i]!), NON_ASCII_SEQUENCES, this.pool.classPartition(pairs[i]!));
+    }
+    this.textMemo.set(key, ok);
     return ok;
   }
 
@@ -173,16 +200,22 @@ export class LexerSpace {
    */
   clampKey(s: number, bound: number): number {
     let byState = this.clampIds.get(bound);
-    if (byState === undefined) this.clampIds.set(bound, (byState = new Map()));
-    const found = byState.get(s);
-    if (found !== undefined) return found;
+    if (byState === undefined) this.clampIds.set(bound, (byState = new Int32Array(1024).fill(-1)));
+    if (s >= byState.length) {
+      const grown = new Int32Array(Math.max(byState.length * 2, s + 1)).fill(-1);
+      grown.set(byState);
+      this.clampIds.set(bound, (byState = grown));
+    }
+    const found = byState[s]!;
+    if (found >= 0) return found;
     const pairs = this.pairs[s]!;
     const clamped: number[] = [];
     for (let i = 0; i < pairs.length; i += 2) clamped.push(pairs[i]!, this.pool.clamp(pairs[i + 1]!, bound));
     const key = clamped.join(",");
     let id = this.clampKeys.get(key);
     if (id === undefined) this.clampKeys.set(key, (id = this.clampKeys.size));
-    byState.set(s, id);
+    byState[s] = id;
     return id;
   }
+
 }

@@ -94,7 +94,9 @@ export class MaskWalker {
     let count = 0;
     const exits = new Map<number, number[]>();
     let visited = 0;
-    for (const root of w.roots) {
+    const roots = w.roots;
+    for (let r = 0; r < roots.length; r++) {
+      const root = roots[r]!;
       st[depth[root]!] = s;
       const stop = end[root]!;
       let i = root + 1;
@@ -114,7 +116,9 @@ export class MaskWalker {
         visited++;
         for (let k = tokenStart[i]!, e = tokenStart[i + 1]!; k < e; k++) scratch[count++] = tokenIds[k]!;
         if (accepting[t] === 1) {
-          for (const lexeme of space.accepts(t)) {
+          const accepts = space.accepts(t);
+          for (let a = 0; a < accepts.length; a++) {
+            const lexeme = accepts[a]!;
             let nodes = exits.get(lexeme);
             if (nodes === undefined) exits.set(lexeme, (nodes = []));
             nodes.push(i);

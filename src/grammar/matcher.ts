@@ -15,6 +15,10 @@ import type { EarleySet } from "./earley.ts";
 import { forcedTokensOf } from "./forced.ts";
 import { MaskWalker, type Walkable } from "./mask-walk.ts";
 
+function orBits(mask: Uint32Array, bits: Uint32Array): void {
+  for (let w = 0; w < bits.length; w++) mask[w]! |= bits[w]!;
+}
+
 interface Config {
   readonly set: EarleySet;
   /** Lexer state; DEAD where no lexeme can start (only the end may follow). */
@@ -87,8 +91,9 @@ export class GrammarMatcher {
     const g = this.grammar;
     this.fillTokens(mask, set, lex);
     // A lexeme that may end before this token: the token may start the next ones.
-    for (const lexeme of g.space.accepts(lex)) {
-      const next = g.scanLexeme(set, lexeme);
+    const accepts = g.space.accepts(lex);
+    for (let i = 0; i < accepts.length; i++) {
+      const next = g.scanLexeme(set, accepts[i]!);
       if (next === null) continue;
       const start = g.lexerStart(next);
       if (start >= 0) this.fillTokens(mask, next, start);
@@ -98,20 +103,32 @@ export class GrammarMatcher {
   /** Every token from lexer state `lex`: plain ones at once where the state lets any plain text through. */
   private fillTokens(mask: Uint32Array, set: EarleySet, lex: number): void {
     const g = this.grammar;
-    for (const slice of [g.vocab.short, g.vocab.long]) {
-      if (g.space.allowsAllPlain(lex, slice.plainMaxBytes)) {
-        const bits = slice.plainBits;
-        for (let w = 0; w < bits.length; w++) mask[w]! |= bits[w]!;
-      } else this.fillFrom(mask, set, lex, slice.plain);
-      this.fillFrom(mask, set, lex, slice.rest);
+    const vocab = g.vocab;
+    // Inside a free string every plain and text token passes: one OR of their union.
+    const short = g.space.allowsAllPlain(lex, vocab.short.plainMaxBytes);
+    const long = short && g.space.allowsAllPlain(lex, vocab.long.plainMaxBytes);
+    if (long && g.space.allowsAllText(lex, Math.max(vocab.short.textMaxChars, vocab.long.textMaxChars))) {
+      orBits(mask, vocab.plainAndTextBits);
+    } else {
+      for (const [slice, plainPasses] of [[vocab.short, short], [vocab.long, long]] as const) {
+        if (plainPasses) orBits(mask, slice.plainBits);
+        else this.fillFrom(mask, set, lex, slice.plain);
+        // Text that passes where plain text does not is rare: check only where plain passes.
+        if (plainPasses && g.space.allowsAllText(lex, slice.textMaxChars)) orBits(mask, slice.textBits);
+        else this.fillFrom(mask, set, lex, slice.text);
+      }
     }
+    this.fillFrom(mask, set, lex, vocab.short.rest);
+    this.fillFrom(mask, set, lex, vocab.long.rest);
   }
 
   private fillFrom(mask: Uint32Array, set: EarleySet, lex: number, from: Walkable): void {
     const g = this.grammar;
     const r = g.walker.walk(from, lex);
     MaskWalker.orInto(mask, r);
-    for (const exit of r.exits) {
+    const exits = r.exits;
+    for (let i = 0; i < exits.length; i++) {
+      const exit = exits[i]!;
       const next = g.scanLexeme(set, exit.lexeme);
       if (next === null) continue;
       const start = g.lexerStart(next);

@@ -21,15 +21,39 @@ export function isPlainByte(b: number): boolean {
 
 /**
  * Tokens of one length class, split (llguidance's "slices"): `plain` holds the tokens made of plain
- * bytes only (isPlainByte: most of a vocabulary), `rest` all others. Where a lexer state lets any
- * plain text of up to `plainMaxBytes` bytes through (inside a free string), every plain token is
- * allowed at once (`plainBits`) and only `rest` is walked.
+ * bytes only (isPlainByte: most of a vocabulary), `text` those of whole characters of which some
+ * are above ASCII (other scripts; still no `"`, `\` or control), `rest` all others. Where a lexer
+ * state lets any plain text of up to `plainMaxBytes` bytes through (inside a free string), every
+ * plain token is allowed at once (`plainBits`); likewise the text tokens (`textMaxChars`); only
+ * what is left is walked.
  */
 export interface TokenSlice {
   readonly plain: TokenTrie;
   readonly plainBits: Uint32Array;
   readonly plainMaxBytes: number;
+  readonly text: TokenTrie;
+  readonly textBits: Uint32Array;
+  readonly textMaxChars: number;
   readonly rest: TokenTrie;
+}
+
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+
+/** The characters of a token that is whole UTF-8 characters, none of them `"`, `\` or a control; else null. */
+function textCharacters(bytes: Uint8Array): number | null {
+  let text: string;
+  try {
+    text = strictUtf8.decode(bytes);
+  } catch {
+    return null;
+  }
+  let n = 0;
+  for (const ch of text) {
+    const cp = ch.codePointAt(0)!;
+    if (cp < 0x20 || cp === 0x22 || cp === 0x5c || cp === 0x7f || (cp >= 0xd800 && cp <= 0xdfff)) return null;
+    n++;
+  }
+  return n;
 }
 
 export class TokenVocabulary {
@@ -38,6 +62,8 @@ export class TokenVocabulary {
   /** Tokens of at most SHORT_TOKEN_BYTES bytes, and the longer ones. */
   readonly short: TokenSlice;
   readonly long: TokenSlice;
+  /** Every plain and text token of both length classes. */
+  readonly plainAndTextBits: Uint32Array;
 
   constructor(
     /** Length of a logits row: the model's vocabulary, at least the tokenizer's (padding is never allowed). */
@@ -58,14 +84,37 @@ export class TokenVocabulary {
     });
     this.short = this.slice(short);
     this.long = this.slice(long);
+    this.plainAndTextBits = new Uint32Array(this.words);
+    for (const slice of [this.short, this.long]) {
+      for (let w = 0; w < this.words; w++) this.plainAndTextBits[w]! |= slice.plainBits[w]! | slice.textBits[w]!;
+    }
   }
 
   private slice(entries: readonly TrieEntry[]): TokenSlice {
-    const plain = entries.filter((e) => e.bytes.every(isPlainByte));
-    const rest = entries.filter((e) => !e.bytes.every(isPlainByte));
-    const plainBits = new Uint32Array(this.words);
-    for (const e of plain) plainBits[e.token >>> 5]! |= 1 << (e.token & 31);
-    return { plain: TokenTrie.build(plain), plainBits, plainMaxBytes: plain.reduce((m, e) => Math.max(m, e.bytes.length), 0), rest: TokenTrie.build(rest) };
+    const plain: TrieEntry[] = [];
+    const text: TrieEntry[] = [];
+    const rest: TrieEntry[] = [];
+    let textMaxChars = 0;
+    for (const e of entries) {
+      if (e.bytes.every(isPlainByte)) plain.push(e);
+      else {
+        const chars = textCharacters(e.bytes);
+        if (chars === null) rest.push(e);
+        else {
+          text.push(e);
+          textMaxChars = Math.max(textMaxChars, chars);
+        }
+      }
+    }
+    const bitsOf = (list: readonly TrieEntry[]): Uint32Array => {
+      const bits = new Uint32Array(this.words);
+      for (const e of list) bits[e.token >>> 5]! |= 1 << (e.token & 31);
+      return bits;
+    };
+    return {
+      plain: TokenTrie.build(plain), plainBits: bitsOf(plain), plainMaxBytes: plain.reduce((m, e) => Math.max(m, e.bytes.length), 0),
+      text: TokenTrie.build(text), textBits: bitsOf(text), textMaxChars, rest: TokenTrie.build(rest),
+    };
   }
 
   /** The vocabulary of a byte-level BPE or SentencePiece tokenizer. */
