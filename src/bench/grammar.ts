@@ -66,6 +66,9 @@ export interface MaskBenchResult {
   readonly tokens: number;
   readonly mask_us: { p25: number; p50: number; p75: number; p90: number; p95: number; p99: number; p999: number; max: number };
   readonly compile_us: { p50: number; p90: number; p99: number };
+  /** Seconds of the run: wall clock, and the process's CPU time (user + system; against wall, how much a busy machine took). */
+  readonly wall_s: number;
+  readonly cpu_s: number;
   readonly failures: readonly MaskBenchFailure[];
 }
 
@@ -125,6 +128,8 @@ export async function runMaskBench(
   const compileUs: number[] = [];
   const failures: MaskBenchFailure[] = [];
   let passing = 0;
+  const wall0 = performance.now();
+  const cpu0 = process.cpuUsage();
   for (const [index, file] of files.entries()) {
     onFile?.(index);
     let grammar: MaskBenchGrammar;
@@ -160,6 +165,8 @@ export async function runMaskBench(
     else if (validation !== null) failures.push({ file: file.name, kind: "validation_error", why: validation });
     else passing++;
   }
+  const cpu = process.cpuUsage(cpu0);
+  const wall_s = (performance.now() - wall0) / 1000;
   const count = (kind: MaskBenchFailure["kind"]): number => failures.filter((f) => f.kind === kind).length;
   maskUs.sort((a, b) => a - b);
   compileUs.sort((a, b) => a - b);
@@ -174,6 +181,8 @@ export async function runMaskBench(
     tokens: maskUs.length,
     mask_us: { p25: p(maskUs, 25), p50: p(maskUs, 50), p75: p(maskUs, 75), p90: p(maskUs, 90), p95: p(maskUs, 95), p99: p(maskUs, 99), p999: p(maskUs, 99.9), max: maskUs[maskUs.length - 1] ?? NaN },
     compile_us: { p50: p(compileUs, 50), p90: p(compileUs, 90), p99: p(compileUs, 99) },
+    wall_s,
+    cpu_s: (cpu.user + cpu.system) / 1e6,
     failures,
   };
 }
@@ -203,6 +212,7 @@ export function maskBenchTable(results: readonly MaskBenchResult[]): Table {
       row("tokens", (r) => String(r.tokens)),
       ...(["p25", "p50", "p75", "p90", "p95", "p99", "p999", "max"] as const).map((k) => row(`mask ${k === "p999" ? "p99.9" : k}`, (r) => us(r.mask_us[k]))),
       ...(["p50", "p90", "p99"] as const).map((k) => row(`compile ${k}`, (r) => us(r.compile_us[k]))),
+      row("run: wall s / CPU s", (r) => `${fmt(r.wall_s, 3)} / ${fmt(r.cpu_s, 3)}`),
     ],
   };
 }

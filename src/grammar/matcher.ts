@@ -168,19 +168,28 @@ export class GrammarMatcher {
     for (let i = 0; i < bytes.length; i++) {
       const b = bytes[i]!;
       const next: Config[] = [];
-      const seen = new Set<string>();
+      // Configurations are few (usually one): a linear check beats hashing, until they are not.
+      let seen: Set<string> | null = null;
       const push = (set: EarleySet, lex: number): void => {
+        if (seen === null) {
+          for (let k = 0; k < next.length; k++) if (next[k]!.set === set && next[k]!.lex === lex) return;
+          next.push({ set, lex });
+          if (next.length >= 16) seen = new Set(next.map((x) => `${x.set.id}:${x.lex}`));
+          return;
+        }
         const key = `${set.id}:${lex}`;
         if (seen.has(key)) return;
         seen.add(key);
         next.push({ set, lex });
       };
-      for (const { set, lex } of current) {
+      for (let c = 0; c < current.length; c++) {
+        const { set, lex } = current[c]!;
         if (lex < 0) continue;
         const t = space.next(lex, b);
         if (t >= 0) push(set, t);
-        for (const lexeme of space.accepts(lex)) {
-          const after = g.scanLexeme(set, lexeme);
+        const accepts = space.accepts(lex);
+        for (let a = 0; a < accepts.length; a++) {
+          const after = g.scanLexeme(set, accepts[a]!);
           if (after === null) continue;
           const start = g.lexerStart(after);
           if (start < 0) continue;
