@@ -52,9 +52,6 @@ export class ExprPool {
   private readonly derivatives = new Map<number, number>();
   private readonly emptiness = new Map<number, boolean>();
   private readonly minLengths = new Map<number, number>();
-  private readonly plainBounds = new Map<number, { passes: number; fails: number }>();
-  private readonly textBounds = new Map<number, { passes: number; fails: number }>();
-  private readonly sequenceRepsCache = new WeakMap<Uint8Array, number[][][]>();
   private readonly partitions = new Map<number, { readonly classOf: Uint8Array; readonly reps: readonly number[] }>();
   /** Counts expressions built, for the compile limits. */
   get size(): number {
@@ -88,9 +85,9 @@ export class ExprPool {
 
   /** A set of bytes; an empty set is EMPTY. */
   bytes(set: Uint32Array): number {
-    let any = 0;
-    for (let i = 0; i < 8; i++) any |= set[i]!;
-    if (any === 0) return EMPTY;
+    let bits = 0;
+    for (let i = 0; i < 8; i++) bits |= set[i]!;
+    if (bits === 0) return EMPTY;
     const copy = Uint32Array.from(set);
     return this.add(`b${copy.join(",")}`, () => ({ kind: Kind.bytes, a: 0, b: 0, list: [], set: copy, lo: 0, hi: 0, nullable: false, boolean: false }));
   }
@@ -358,103 +355,6 @@ export class ExprPool {
       }
     }
     return true;
-  }
-
-  /**
-   * Whether every string of at most `maxBytes` bytes from `reps` (one byte per class; in practice
-   * the plain text bytes) leaves `e` non-empty. A byte leading back to `e` costs nothing (by
-   * induction on the length), so a free string answers at once; memoized as the longest length
-   * known to pass and the shortest known to fail.
-   */
-  allowsAllPlain(e: number, maxBytes: number, reps: readonly number[], allReps: readonly number[]): boolean {
-    if (maxBytes <= 0 || this.isOpenText(e)) return true;
-    let m = this.plainBounds.get(e);
-    if (m === undefined) this.plainBounds.set(e, (m = { passes: 0, fails: Infinity }));
-    if (maxBytes <= m.passes) return true;
-    if (maxBytes >= m.fails) return false;
-    // The distinct states plain bytes lead to, bar e itself (explored once each: a trie of
-    // excluded names costs its nodes, which a walk of the tokens would create as well).
-    const next = new Set<number>();
-    let ok = true;
-    for (let i = 0; i < reps.length && ok; i++) {
-      const d = this.derive(e, reps[i]!);
-      if (d === EMPTY) ok = false;
-      else if (d !== e) next.add(d);
-    }
-    for (const d of next) {
-      if (!ok) break;
-      if (this.isEmpty(d, allReps) || !this.allowsAllPlain(d, maxBytes - 1, reps, allReps)) ok = false;
-    }
-    if (ok) m.passes = Math.max(m.passes, maxBytes);
-    else m.fails = Math.min(m.fails, maxBytes);
-    return ok;
-  }
-
-  /**
-   * Whether every text of at most `maxChars` characters, each plain ASCII (one of `plainReps`'
-   * classes) or any character above ASCII (the byte-range `sequences` of its UTF-8 forms), leaves
-   * `e` non-empty: inside a free JSON string, every token of whole characters but `"`, `\` and
-   * controls is then allowed at once. `classOf` is the byte partition of an expression `e` was
-   * derived from. A character leading back to `e` costs nothing; memoized like allowsAllPlain.
-   */
-  allowsAllText(
-    e: number, maxChars: number, plainReps: readonly number[], sequences: readonly (readonly [number, number])[][],
-    partition: { readonly classOf: Uint8Array; readonly reps: readonly number[] },
-  ): boolean {
-    const classOf = partition.classOf;
-    if (maxChars <= 0 || this.isOpenText(e)) return true;
-    let m = this.textBounds.get(e);
-    if (m === undefined) this.textBounds.set(e, (m = { passes: 0, fails: Infinity }));
-    if (maxChars <= m.passes) return true;
-    if (maxChars >= m.fails) return false;
-    const after = new Set<number>();
-    let ok = true;
-    for (let i = 0; i < plainReps.length; i++) after.add(this.derive(e, plainReps[i]!));
-    const positions = this.sequenceReps(sequences, classOf);
-    for (let q = 0; q < positions.length && ok; q++) {
-      let states = [e];
-      for (const reps of positions[q]!) {
-        const next: number[] = [];
-        for (let r = 0; r < reps.length; r++) for (let k = 0; k < states.length; k++) next.push(this.derive(states[k]!, reps[r]!));
-        states = next;
-        if (states.includes(EMPTY)) {
-          ok = false;
-          break;
-        }
-      }
-      if (ok) for (const d of states) after.add(d);
-    }
-    after.delete(e);
-    if (ok) {
-      for (const d of after) {
-        if (d === EMPTY || this.isEmpty(d, partition.reps) || !this.allowsAllText(d, maxChars - 1, plainReps, sequences, partition)) {
-          ok = false;
-          break;
-        }
-      }
-    }
-    if (ok) m.passes = Math.max(m.passes, maxChars);
-    else m.fails = Math.min(m.fails, maxChars);
-    return ok;
-  }
-
-  /** For each byte-range sequence, each position's one byte per class of `classOf` (cached per partition). */
-  private sequenceReps(sequences: readonly (readonly [number, number])[][], classOf: Uint8Array): number[][][] {
-    const known = this.sequenceRepsCache.get(classOf);
-    if (known !== undefined) return known;
-    const out = sequences.map((seq) =>
-      seq.map(([lo, hi]) => {
-        const seen = new Set<number>();
-        const reps: number[] = [];
-        for (let b = lo; b <= hi; b++) {
-          if (seen.has(classOf[b]!)) continue;
-          seen.add(classOf[b]!);
-          reps.push(b);
-        }
-        return reps;
-      }));
-    this.sequenceRepsCache.set(classOf, out);
-    return out;
   }
 
   /** A lower bound of the length of any string `e` matches (Infinity for EMPTY). */

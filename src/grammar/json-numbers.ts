@@ -52,7 +52,7 @@ class Digits {
   range(lo: number, hi: number): number {
     return lo > hi ? 0 : this.pool.byteRange(0x30 + lo, 0x30 + hi);
   }
-  any(min: number, max = min): number {
+  digits(min: number, max = min): number {
     return this.pool.repeat(this.range(0, 9), min, max);
   }
   /** Digit strings of the same length as `x` that are >= x (or > x when strict). */
@@ -60,7 +60,7 @@ class Digits {
     if (x.length === 0) return strict ? 0 : 1;
     const d = x.charCodeAt(0) - 0x30;
     return this.pool.or([
-      this.pool.concat(this.range(d + 1, 9), this.any(x.length - 1)),
+      this.pool.concat(this.range(d + 1, 9), this.digits(x.length - 1)),
       this.pool.concat(this.range(d, d), this.geSameLength(x.slice(1), strict)),
     ]);
   }
@@ -69,7 +69,7 @@ class Digits {
     if (x.length === 0) return strict ? 0 : 1;
     const d = x.charCodeAt(0) - 0x30;
     return this.pool.or([
-      this.pool.concat(this.range(0, d - 1), this.any(x.length - 1)),
+      this.pool.concat(this.range(0, d - 1), this.digits(x.length - 1)),
       this.pool.concat(this.range(d, d), this.leSameLength(x.slice(1), strict)),
     ]);
   }
@@ -91,7 +91,7 @@ function naturalRange(pool: ExprPool, lo: bigint, hi: bigint | null): number {
     parts.push(sameLength(g, pool, low, high));
   }
   // Unbounded: every longer number.
-  if (hi === null) parts.push(pool.concat(g.range(1, 9), g.any(a.length, INFINITE)));
+  if (hi === null) parts.push(pool.concat(g.range(1, 9), g.digits(a.length, INFINITE)));
   return pool.or(parts);
 }
 
@@ -103,7 +103,7 @@ function sameLength(g: Digits, pool: ExprPool, low: string, high: string): numbe
   if (dl === dh) return pool.concat(g.range(dl, dl), sameLength(g, pool, low.slice(1), high.slice(1)));
   return pool.or([
     pool.concat(g.range(dl, dl), g.geSameLength(low.slice(1), false)),
-    pool.concat(g.range(dl + 1, dh - 1), g.any(low.length - 1)),
+    pool.concat(g.range(dl + 1, dh - 1), g.digits(low.length - 1)),
     pool.concat(g.range(dh, dh), g.leSameLength(high.slice(1), false)),
   ]);
 }
@@ -126,19 +126,19 @@ export function integerExpr(pool: ExprPool, lo: bigint | null, hi: bigint | null
 /** Any JSON number. */
 export function anyNumberExpr(pool: ExprPool, allowNegative = true): number {
   const g = new Digits(pool);
-  const int = pool.or([g.lit("0"), pool.concat(g.range(1, 9), g.any(0, INFINITE))]);
-  const frac = pool.repeat(pool.concat(pool.byteRange(0x2e, 0x2e), g.any(1, INFINITE)), 0, 1);
-  const exp = pool.repeat(pool.seq([pool.or([g.lit("e"), g.lit("E")]), pool.repeat(pool.or([g.lit("+"), g.lit("-")]), 0, 1), g.any(1, INFINITE)]), 0, 1);
+  const int = pool.or([g.lit("0"), pool.concat(g.range(1, 9), g.digits(0, INFINITE))]);
+  const frac = pool.repeat(pool.concat(pool.byteRange(0x2e, 0x2e), g.digits(1, INFINITE)), 0, 1);
+  const exp = pool.repeat(pool.seq([pool.or([g.lit("e"), g.lit("E")]), pool.repeat(pool.or([g.lit("+"), g.lit("-")]), 0, 1), g.digits(1, INFINITE)]), 0, 1);
   const sign = allowNegative ? pool.repeat(g.lit("-"), 0, 1) : 1;
   return pool.seq([sign, int, frac, exp]);
 }
 
 /** Fraction digits D (at least one) with 0.D >= 0.x (> when strict); x has no trailing zeros. */
 function fracGe(g: Digits, pool: ExprPool, x: string, strict: boolean): number {
-  if (x.length === 0) return strict ? pool.seq([g.any(0, INFINITE), g.range(1, 9), g.any(0, INFINITE)]) : g.any(1, INFINITE);
+  if (x.length === 0) return strict ? pool.seq([g.digits(0, INFINITE), g.range(1, 9), g.digits(0, INFINITE)]) : g.digits(1, INFINITE);
   const d = x.charCodeAt(0) - 0x30;
-  const rest = x.length === 1 ? (strict ? pool.seq([g.any(0, INFINITE), g.range(1, 9), g.any(0, INFINITE)]) : g.any(0, INFINITE)) : fracGe(g, pool, x.slice(1), strict);
-  return pool.or([pool.concat(g.range(d + 1, 9), g.any(0, INFINITE)), pool.concat(g.range(d, d), rest)]);
+  const rest = x.length === 1 ? (strict ? pool.seq([g.digits(0, INFINITE), g.range(1, 9), g.digits(0, INFINITE)]) : g.digits(0, INFINITE)) : fracGe(g, pool, x.slice(1), strict);
+  return pool.or([pool.concat(g.range(d + 1, 9), g.digits(0, INFINITE)), pool.concat(g.range(d, d), rest)]);
 }
 
 /** Fraction digits D (at least one) with 0.D <= 0.x (< when strict); x has no trailing zeros. */
@@ -149,14 +149,14 @@ function fracLe(g: Digits, pool: ExprPool, x: string, strict: boolean): number {
   // After x's first digit: the end (x has more, non-zero digits), or what is <= the rest of x;
   // after its last digit: zeros (equal), nothing more when strict.
   const rest = x.length === 1 ? (strict ? 0 : zeros) : pool.or([1, fracLe(g, pool, x.slice(1), strict)]);
-  return pool.or([pool.concat(g.range(0, d - 1), g.any(0, INFINITE)), pool.concat(g.range(d, d), rest)]);
+  return pool.or([pool.concat(g.range(0, d - 1), g.digits(0, INFINITE)), pool.concat(g.range(d, d), rest)]);
 }
 
 /** Plain-notation non-negative numbers (int, optional fraction) >= x, or > x when strict. */
 function plainGe(pool: ExprPool, x: Decimal, strict: boolean): number {
   const g = new Digits(pool);
   const dot = pool.byteRange(0x2e, 0x2e);
-  const anyFrac = pool.repeat(pool.concat(dot, g.any(1, INFINITE)), 0, 1);
+  const anyFrac = pool.repeat(pool.concat(dot, g.digits(1, INFINITE)), 0, 1);
   const int = BigInt(x.int);
   const above = pool.concat(naturalRange(pool, int + 1n, null), anyFrac);
   // Equal integer part: the fraction decides; no fraction means .0.
@@ -169,7 +169,7 @@ function plainGe(pool: ExprPool, x: Decimal, strict: boolean): number {
 function plainLe(pool: ExprPool, x: Decimal, strict: boolean): number {
   const g = new Digits(pool);
   const dot = pool.byteRange(0x2e, 0x2e);
-  const anyFrac = pool.repeat(pool.concat(dot, g.any(1, INFINITE)), 0, 1);
+  const anyFrac = pool.repeat(pool.concat(dot, g.digits(1, INFINITE)), 0, 1);
   const int = BigInt(x.int);
   const below = int > 0n ? pool.concat(naturalRange(pool, 0n, int - 1n), anyFrac) : 0;
   const noFracOk = !(strict && x.frac === "");
@@ -222,9 +222,9 @@ export function boundedNumberExpr(pool: ExprPool, b: NumberBounds): number {
 /** Plain-notation numbers with at most `digits` significant fraction digits (multipleOf 10^-digits). */
 export function fractionDigitsExpr(pool: ExprPool, digits: number): number {
   const g = new Digits(pool);
-  const int = pool.or([g.lit("0"), pool.concat(g.range(1, 9), g.any(0, INFINITE))]);
+  const int = pool.or([g.lit("0"), pool.concat(g.range(1, 9), g.digits(0, INFINITE))]);
   const frac = digits === 0
     ? pool.repeat(pool.concat(pool.byteRange(0x2e, 0x2e), pool.repeat(g.range(0, 0), 1, INFINITE)), 0, 1)
-    : pool.repeat(pool.seq([pool.byteRange(0x2e, 0x2e), g.any(1, digits), pool.repeat(g.range(0, 0), 0, INFINITE)]), 0, 1);
+    : pool.repeat(pool.seq([pool.byteRange(0x2e, 0x2e), g.digits(1, digits), pool.repeat(g.range(0, 0), 0, INFINITE)]), 0, 1);
   return pool.seq([pool.repeat(g.lit("-"), 0, 1), int, frac]);
 }

@@ -9,6 +9,7 @@
  */
 import { utf8RangeSequences } from "./code-set.ts";
 import { EMPTY, type ExprPool } from "./expr.ts";
+import { OpenTextCheck } from "./open-text.ts";
 
 /** The UTF-8 forms of every character above ASCII, as byte-range sequences. */
 const NON_ASCII_SEQUENCES = utf8RangeSequences(0x80, 0x10ffff);
@@ -39,7 +40,11 @@ export class LexerSpace {
   /** Scratch for jointClasses: (class so far, lexeme class) -> new class + 1. */
   private readonly renumber = new Int32Array(65536);
 
-  constructor(readonly pool: ExprPool) {}
+  private readonly openText: OpenTextCheck;
+
+  constructor(readonly pool: ExprPool) {
+    this.openText = new OpenTextCheck(pool);
+  }
 
   get stateCount(): number {
     return this.pairs.length;
@@ -154,7 +159,7 @@ export class LexerSpace {
     if (known !== undefined) return known;
     const pairs = this.pairs[s]!;
     let ok = false;
-    for (let i = 0; i < pairs.length && !ok; i += 2) ok = this.pool.allowsAllPlain(pairs[i + 1]!, maxBytes, this.plainReps(pairs[i]!), this.pool.classPartition(pairs[i]!).reps);
+    for (let i = 0; i < pairs.length && !ok; i += 2) ok = this.openText.allowsAllPlain(pairs[i + 1]!, maxBytes, this.plainReps(pairs[i]!), this.pool.classPartition(pairs[i]!).reps);
     this.plainMemo.set(key, ok);
     return ok;
   }
@@ -171,7 +176,7 @@ export class LexerSpace {
     const pairs = this.pairs[s]!;
     let ok = false;
     for (let i = 0; i < pairs.length && !ok; i += 2) {
-      ok = this.pool.allowsAllText(pairs[i + 1]!, maxChars, this.plainReps(pairs[i]!), NON_ASCII_SEQUENCES, this.pool.classPartition(pairs[i]!));
+      ok = this.openText.allowsAllText(pairs[i + 1]!, maxChars, this.plainReps(pairs[i]!), NON_ASCII_SEQUENCES, this.pool.classPartition(pairs[i]!));
     }
     this.textMemo.set(key, ok);
     return ok;
