@@ -97,11 +97,12 @@ export class ExpertFeedForward {
     if (e === undefined) throw new Error("ExpertFeedForward: the model has no experts");
     this.e = e;
     const slots = maxTokens * e.used;
-    const f32s = (n: number) => ops.mem.alloc(4 * n);
+    // f32 and i32 buffers alike: n 4-byte words.
+    const words = (n: number) => ops.mem.alloc(4 * n);
     this.buf = {
-      logits: f32s(maxTokens * e.count), gathered: f32s(slots * config.dim), gate: f32s(slots * e.hiddenDim), up: f32s(slots * e.hiddenDim),
-      down: f32s(slots * config.dim), slotToken: f32s(slots), tokenSlots: f32s(slots), weights: f32s(slots),
-      segments: f32s(2 * e.count * GGML_SEGMENT_INTS),
+      logits: words(maxTokens * e.count), gathered: words(slots * config.dim), gate: words(slots * e.hiddenDim), up: words(slots * e.hiddenDim),
+      down: words(slots * config.dim), slotToken: words(slots), tokenSlots: words(slots), weights: words(slots),
+      segments: words(2 * e.count * GGML_SEGMENT_INTS),
     };
     this.routing = { experts: new Int32Array(slots), weights: new Float32Array(slots) };
     this.counts = new Int32Array(e.count);
