@@ -141,6 +141,32 @@ describe("prefix hits with a window", () => {
     expect(b.numCachedTokens).toBe(20);
   });
 
+  test("every group's hits leave the free queue before any group takes new blocks (a local hit at the queue's head stays)", () => {
+    // A pool of exactly a's 20 blocks: freed, the queue holds them last block first, group after group (lru):
+    // 4 3 2 1 0, 9 8 7 6 5, 14 … 10, 19 … 15. b's hits: 0-4 and 8, 9, 13, 14, 18, 19. Had the full group taken its
+    // two new blocks before the local groups' hits left the queue, it would have popped 9 and 8, evicting the first
+    // local group's hit.
+    const m = manager(20);
+    const prompt = range(100, 20);
+    const a = new Request({ id: "a", promptTokenIds: prompt });
+    expect(run(m, a, 0)).toBe(true);
+    m.free(a);
+    expect(m.freeBlockIds()).toEqual([4, 3, 2, 1, 0, 9, 8, 7, 6, 5, 14, 13, 12, 11, 10, 19, 18, 17, 16, 15]);
+    const b = new Request({ id: "b", promptTokenIds: [...prompt, ...range(900, 6)] });
+    const hit = m.getComputedBlocks(b);
+    expect(hit.groups.map(ids)).toEqual([[0, 1, 2, 3, 4], [null, null, null, 8, 9], [null, null, null, 13, 14], [null, null, null, 18, 19]]);
+    expect(ids(m.allocateSlots(b, 6, 20, hit.groups)!)).toEqual([7, 6, 5, 12, 11, 10, 17, 16]);
+    expect([0, 1, 2, 3].map((g) => m.getBlockIds(b, g))).toEqual([
+      [0, 1, 2, 3, 4, 7, 6],
+      [SKIPPED_BLOCK_ID, SKIPPED_BLOCK_ID, SKIPPED_BLOCK_ID, 8, 9, 5, 12],
+      [SKIPPED_BLOCK_ID, SKIPPED_BLOCK_ID, SKIPPED_BLOCK_ID, 13, 14, 11, 10],
+      [SKIPPED_BLOCK_ID, SKIPPED_BLOCK_ID, SKIPPED_BLOCK_ID, 18, 19, 17, 16],
+    ]);
+    // Every hit is still cached as its group's block, held once.
+    for (const block of [8, 9, 13, 14, 18, 19]) expect([m.block(block).refCnt, m.block(block).blockHash !== null]).toEqual([1, true]);
+    expect(m.freeBlockIds()).toEqual([15]);
+  });
+
   test("local blocks that left the window were reused: a hit that needs them ends earlier, the full group's cut to match", () => {
     // A pool of 16 blocks. a: 12 prompt tokens (3 blocks a group: 0-2, 3-5, 6-8, 9-11), then positions 12..19 one
     // at a time: blocks 0 and 1 of the local groups leave the window (3, 6, 9, then 4, 7, 10) and the fifth

@@ -274,12 +274,13 @@ export class KVCacheManager {
       this.tierHits += req.numTierCachedTokens;
     }
     const numRequired = Math.ceil((numComputed + numNewTokens) / this.blockSize);
-    const newBlocks: KVCacheBlock[] = [];
+    // Every group's hits are taken out of the free queue before any group pops new blocks from it.
     hits.forEach((groupHits, g) => {
-      if (groupHits.length > 0) {
-        this.pool.touch(nonNull(groupHits));
-        this.appendBlocks(kv!, g, groupHits);
-      }
+      this.pool.touch(nonNull(groupHits));
+      this.appendBlocks(kv!, g, groupHits);
+    });
+    const newBlocks: KVCacheBlock[] = [];
+    hits.forEach((_, g) => {
       const count = Math.max(0, numRequired - kv!.groups[g]!.length);
       const blocks = this.pool.getNewBlocks(count);
       this.appendBlocks(kv!, g, blocks);
