@@ -117,9 +117,9 @@ describeShared("serve: chat completions (openai client)", [CHAT_MODEL], ([model]
     const tools = await bad({ tools: [{ type: "function", function: { name: "no spaces", parameters: {} } }] });
     expect(tools).toBeInstanceOf(OpenAI.BadRequestError);
     expect((tools as BadRequestError).param).toBe("tools[0].function.name");
-    const format = (await bad({ response_format: { type: "json_object" } })) as BadRequestError;
+    const format = (await bad({ response_format: { type: "yaml" } })) as BadRequestError;
     expect(format).toBeInstanceOf(OpenAI.BadRequestError);
-    expect(format.param).toBe("response_format");
+    expect(format.param).toBe("response_format.type");
     const bias = (await bad({ logit_bias: { "5": 1000 } })) as BadRequestError;
     expect(bias.param).toBe("logit_bias.5");
     expect(bias.message).toContain("-100 to 100");

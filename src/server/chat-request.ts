@@ -2,8 +2,8 @@
  * `POST /v1/chat/completions` bodies: the messages, read into the chat template's ChatMessages
  * (tool results, assistant messages with calls), the tools (`tools`, `tool_choice`,
  * `parallel_tool_calls`, and the legacy `functions` and `function_call`, read as the tools they
- * stand for) and the generation fields. Structured output, audio and image parts are not
- * implemented: each is a 400 naming the field.
+ * stand for) and the generation fields (structured output among them). Audio and image parts are
+ * not implemented: each is a 400 naming the field.
  */
 import type { ChatMessage, ChatToolCall } from "../chat/jinja-template.ts";
 import { ApiError } from "./api-error.ts";
@@ -38,7 +38,6 @@ export function readChatRequest(f: BodyFields, defaults: ServerRequestDefaults):
     spec.aliases.maxTokens = "max_completion_tokens";
   }
   const legacyFunctions = readTools(f, spec);
-  f.onlyNeutral("response_format", "'response_format' other than {\"type\": \"text\"}", (v) => isObject(v) && v.type === "text" && Object.keys(v).length === 1);
   f.onlyNeutral("modalities", "'modalities' other than [\"text\"]", (v) => Array.isArray(v) && v.every((m) => m === "text"));
   f.onlyNeutral("audio", "'audio' output", () => false);
   f.onlyNeutral("prediction", "'prediction' (predicted outputs)", () => false);

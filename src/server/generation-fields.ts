@@ -1,7 +1,8 @@
 /**
  * The generation fields chat and text completions share, mapped from a JSON body onto the engine's
  * one request type (GenerateRequest): sampling, penalties, logit_bias, stops, `n`, `seed`,
- * `cache_salt`, `ignore_eos`, plus the transport fields the engine does not see (`stream`,
+ * `cache_salt`, `ignore_eos`, structured output (`response_format` and its llama-server and vLLM
+ * spellings: structured-output.ts), plus the transport fields the engine does not see (`stream`,
  * `stream_options`). Values go over as given: the engine's request checks (checkRequest, through
  * EngineClient.prepare) check their types and ranges, and requestError names the field as the
  * client spelt it. A field the body leaves out takes the server's default for it (`pagellm serve
@@ -12,6 +13,7 @@ import { RequestFieldError, RequestTooLongError } from "../errors.ts";
 import { jsonFieldName, type GenerateRequest } from "../engine/generate-request.ts";
 import { ApiError } from "./api-error.ts";
 import type { BodyFields, Json } from "./body-fields.ts";
+import { readStructuredOutput } from "./structured-output.ts";
 
 /** Most samples per prompt (`n`): a request's cost is bounded, whatever a step holds. */
 export const MAX_N = 8;
@@ -60,6 +62,11 @@ export function readGenerationFields(f: BodyFields, maxTokensDefault: number | n
   for (const key of PASSED_FIELDS) given[key] = f.raw(jsonFieldName(key));
   const fields: GenerationSpec["fields"] = { ...openAiDefaults(maxTokensDefault), ...defaults };
   for (const [key, v] of Object.entries(given) as [keyof GenerateRequest, unknown][]) if (v !== undefined) fields[key] = v;
+  const structured = readStructuredOutput(f);
+  if (structured !== null) {
+    fields.constraint = structured.spec;
+    aliases.constraint = structured.path;
+  }
   const n = f.raw("n");
   if (n !== undefined) fields.n = n;
   if (logprobs !== null) fields.logprobs = logprobs;

@@ -22,15 +22,17 @@ export interface FuzzCase {
   run(url: string, port: number): Promise<RawResponse[]>;
 }
 
+/** The structured output spellings (src/server/structured-output.ts), on both endpoints. */
+const STRUCTURED_FIELDS = ["response_format", "json_schema", "grammar", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"];
 const COMPLETION_FIELDS = [
   "model", "prompt", "max_tokens", "temperature", "top_p", "seed", "stop", "n", "stream", "stream_options", "cache_salt", "top_k", "min_p",
   "repetition_penalty", "repeat_penalty", "repeat_last_n", "ignore_eos", "echo", "logprobs", "suffix", "best_of", "frequency_penalty",
-  "presence_penalty", "logit_bias", "user", "metadata", "store", "service_tier",
+  "presence_penalty", "logit_bias", "user", "metadata", "store", "service_tier", ...STRUCTURED_FIELDS,
 ];
 const CHAT_FIELDS = [
   "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop", "n", "stream", "stream_options",
-  "cache_salt", "top_k", "min_p", "logprobs", "top_logprobs", "chat_template_kwargs", "tools", "tool_choice", "response_format", "user",
-  "ignore_eos", "repetition_penalty", "modalities", "audio", "prediction", "parallel_tool_calls",
+  "cache_salt", "top_k", "min_p", "logprobs", "top_logprobs", "chat_template_kwargs", "tools", "tool_choice", "user",
+  "ignore_eos", "repetition_penalty", "modalities", "audio", "prediction", "parallel_tool_calls", ...STRUCTURED_FIELDS,
 ];
 const ROUTES = ["/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/models/stories260K.gguf", "/health", "/metrics"];
 const ODD_PATHS = ["/", "/v1", "/v1/", "/v1/models/", "/v1/models/x%2Fy", "/v1/models/%E0%A4%A", "/v1/models/a/b/c", "/v1/completions/", "/v1//models", "/v1/models?x=1", "/health/", "/%ff%fe", "/v1/chat", "/metrics?name[]=1", "/v2/completions"];
