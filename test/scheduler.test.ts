@@ -18,6 +18,7 @@ interface HarnessOptions {
   maxNumSeqs: number;
   policy?: SchedulePolicy;
   enableCaching?: boolean;
+  maxPrefillWhileDecoding?: number;
 }
 
 /** What one step scheduled, read before update(): where each request's tokens start and how many. */
@@ -40,6 +41,7 @@ class Harness {
       maxNumBatchedTokens: opts.maxNumBatchedTokens,
       maxNumSeqs: opts.maxNumSeqs,
       policy: opts.policy ?? "fcfs",
+      ...(opts.maxPrefillWhileDecoding === undefined ? {} : { maxPrefillWhileDecoding: opts.maxPrefillWhileDecoding }),
     });
   }
 
@@ -456,5 +458,119 @@ describe("longest-prefix-match scheduling", () => {
       { id: "B", start: 12, n: 3 },
     ]);
     expect(b.numCachedTokens).toBe(12);
+  });
+});
+
+describe("prefill while others decode (maxPrefillWhileDecoding)", () => {
+  test("with nothing decoding a prompt takes the whole budget; once a request decodes, prompts get at most the bound a step", () => {
+    const h = new Harness({ numBlocks: 100, blockSize: 4, maxNumBatchedTokens: 64, maxNumSeqs: 8, maxPrefillWhileDecoding: 8 });
+    h.add("A", prompt(0, 20), 10);
+    expect(h.step().scheduled).toEqual([{ id: "A", start: 0, n: 20 }]);
+    h.add("B", prompt(1, 30), 10);
+    // A decodes: B's 30 prompt tokens go 8 a step, A's token first in each
+    for (const start of [0, 8, 16]) expect(h.step().scheduled).toEqual([{ id: "A", start: 20 + start / 8, n: 1 }, { id: "B", start, n: 8 }]);
+    expect(h.step().scheduled).toEqual([{ id: "A", start: 23, n: 1 }, { id: "B", start: 24, n: 6 }]);
+    // B's prompt is computed: two decodes
+    expect(h.step().scheduled).toEqual([{ id: "A", start: 24, n: 1 }, { id: "B", start: 30, n: 1 }]);
+  });
+
+  test("the bound is for all prompts of a step together: a running prefill, then admissions with what is left", () => {
+    const h = new Harness({ numBlocks: 100, blockSize: 4, maxNumBatchedTokens: 64, maxNumSeqs: 8, maxPrefillWhileDecoding: 8 });
+    h.add("A", prompt(0, 4), 10);
+    h.step();
+    h.add("B", prompt(1, 12), 10);
+    h.add("C", prompt(2, 6), 10);
+    h.add("D", prompt(3, 5), 10);
+    expect(h.step().scheduled).toEqual([{ id: "A", start: 4, n: 1 }, { id: "B", start: 0, n: 8 }]);
+    expect(h.scheduler.waiting.map((r) => r.id)).toEqual(["C", "D"]);
+    // B's last 4, then C admitted with the 4 left
+    expect(h.step().scheduled).toEqual([{ id: "A", start: 5, n: 1 }, { id: "B", start: 8, n: 4 }, { id: "C", start: 0, n: 4 }]);
+    // B decodes now; C's last 2, D's first 5 (with one to spare: 7 of 8)
+    expect(h.step().scheduled).toEqual([{ id: "A", start: 6, n: 1 }, { id: "B", start: 12, n: 1 }, { id: "C", start: 4, n: 2 }, { id: "D", start: 0, n: 5 }]);
+    expect(h.step().scheduled).toEqual([{ id: "A", start: 7, n: 1 }, { id: "B", start: 13, n: 1 }, { id: "C", start: 6, n: 1 }, { id: "D", start: 5, n: 1 }]);
+  });
+
+  test("every decode keeps its token: the prompts get the bound or what the decodes leave of the budget, whichever is less", () => {
+    const h = new Harness({ numBlocks: 100, blockSize: 4, maxNumBatchedTokens: 10, maxNumSeqs: 8, maxPrefillWhileDecoding: 8 });
+    for (const id of ["A", "B", "C", "D", "E"]) h.add(id, prompt(id.charCodeAt(0) - 65, 2), 20);
+    expect(h.step().scheduled.map((s) => s.n)).toEqual([2, 2, 2, 2, 2]);
+    h.add("F", prompt(9, 20), 5);
+    const step = h.step();
+    expect(step.scheduled).toEqual([
+      { id: "A", start: 2, n: 1 }, { id: "B", start: 2, n: 1 }, { id: "C", start: 2, n: 1 }, { id: "D", start: 2, n: 1 }, { id: "E", start: 2, n: 1 },
+      { id: "F", start: 0, n: 5 },
+    ]);
+  });
+
+  test("a preempted request recomputing its prompt and earlier output is bounded as a prompt", () => {
+    // 9 blocks of 4, no prefix cache: A decodes long, C and B grow until B (the latest admitted) is
+    // preempted; when C finishes, B recomputes its prompt and output while A still decodes.
+    const h = new Harness({ numBlocks: 9, blockSize: 4, maxNumBatchedTokens: 64, maxNumSeqs: 8, maxPrefillWhileDecoding: 3, enableCaching: false });
+    h.add("A", prompt(0, 2), 30);
+    h.add("C", prompt(1, 8), 6);
+    const b = h.add("B", prompt(2, 8), 10);
+    for (let i = 0; i < 200 && !h.steps.some((s) => s.preempted.includes("B")); i++) h.step();
+    const lost = b.numTokens;
+    expect(lost).toBeGreaterThan(8);
+    const resumed: { id: string; start: number; n: number }[][] = [];
+    for (let i = 0; i < 200 && b.numComputedTokens < lost; i++) {
+      const step = h.step();
+      if (step.scheduled.some((s) => s.id === "B")) resumed.push(step.scheduled);
+    }
+    // Every step of the recomputation: A's decode token first, then at most 3 of B's tokens in order.
+    let at = 0;
+    for (const scheduled of resumed) {
+      expect(scheduled[0]).toMatchObject({ id: "A", n: 1 });
+      const chunk = scheduled.find((s) => s.id === "B")!;
+      expect(chunk).toEqual({ id: "B", start: at, n: Math.min(3, lost - at) });
+      at += chunk.n;
+    }
+    expect(at).toBe(lost);
+  });
+
+  test("a long mixed workload: every step with a decode holds at most the bound of prompt tokens, and every request ends with the tokens it ends with unbounded", () => {
+    const run = (bound: number | undefined) => {
+      const h = new Harness({ numBlocks: 40, blockSize: 4, maxNumBatchedTokens: 24, maxNumSeqs: 6, maxPrefillWhileDecoding: bound });
+      let next = 0;
+      const shared = range(5000, 9);
+      const promptLength = new Map<string, number>();
+      // A step's prompt tokens: all but the single tokens of requests past their prompts.
+      const prefillTokens = (step: StepRecord) => step.scheduled.reduce((n, s) => n + (s.n === 1 && s.start >= promptLength.get(s.id)! ? 0 : s.n), 0);
+      for (let step = 0; step < 400 && (next < 30 || h.scheduler.hasUnfinished); step++) {
+        if (next < 30 && step % 3 === 0) {
+          const len = 1 + ((next * 37) % 29);
+          const req = h.add(`r${next}`, next % 4 === 0 ? [...shared, ...prompt(next, len)] : prompt(next, len), 1 + ((next * 11) % 9));
+          promptLength.set(req.id, req.numPromptTokens);
+          next++;
+        }
+        if (h.scheduler.hasUnfinished) {
+          const decoding = h.scheduler.running.some((r) => r.numComputedTokens >= r.numPromptTokens && r.numTokens - r.numComputedTokens === 1);
+          const record = h.step();
+          if (decoding && bound !== undefined && record.preempted.length === 0) expect(prefillTokens(record)).toBeLessThanOrEqual(bound);
+        }
+      }
+      expect(h.finished.length).toBe(30);
+      return new Map(h.finished.map((r) => [r.id, r.allTokenIds]));
+    };
+    const unbounded = run(undefined);
+    for (const bound of [1, 5, 16]) expect(run(bound)).toEqual(unbounded);
+  });
+
+  test("a request sharing the prefix of one being prefilled under the bound waits, then hits its blocks", () => {
+    const h = new Harness({ numBlocks: 64, blockSize: 4, maxNumBatchedTokens: 64, maxNumSeqs: 8, maxPrefillWhileDecoding: 6 });
+    h.add("A", prompt(0, 2), 20);
+    h.step();
+    const shared = range(1, 18);
+    const b = h.add("B", [...shared, ...range(40, 2)], 3);
+    const c = h.add("C", [...shared, ...range(80, 3)], 3);
+    // B's 20 tokens go 6 a step; C waits behind it (the bound is spent) until B's shared blocks are allocated
+    for (const start of [0, 6, 12]) {
+      expect(h.step().scheduled).toEqual([{ id: "A", start: 2 + start / 6, n: 1 }, { id: "B", start, n: 6 }]);
+      expect(h.scheduler.waiting).toEqual([c]);
+    }
+    // B's last 2; C hits the 4 full shared blocks (16 tokens) and computes 4 of its 5 others
+    expect(h.step().scheduled).toEqual([{ id: "A", start: 5, n: 1 }, { id: "B", start: 18, n: 2 }, { id: "C", start: 16, n: 4 }]);
+    expect(c.numCachedTokens).toBe(16);
+    expect(h.kv.getBlockIds(c).slice(0, 4)).toEqual(h.kv.getBlockIds(b).slice(0, 4));
   });
 });

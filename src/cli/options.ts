@@ -122,6 +122,11 @@ export const engineArgs = {
     valueHint: "hash",
   },
   "max-num-batched-tokens": { type: "string", description: `Token budget of one engine step (default ${DEFAULT_ENGINE_OPTIONS.maxNumBatchedTokens})`, valueHint: "n" },
+  "max-prefill-while-decoding": {
+    type: "string",
+    description: `Prompt tokens a step may compute while any request decodes, so decoding streams keep a steady pace; with nothing decoding a step takes --max-num-batched-tokens (default ${DEFAULT_ENGINE_OPTIONS.maxPrefillWhileDecoding})`,
+    valueHint: "n",
+  },
   "max-num-seqs": { type: "string", description: `Sequences one step may hold (default ${DEFAULT_ENGINE_OPTIONS.maxNumSeqs})`, valueHint: "n" },
   schedule: { type: "string", description: "Admission order: fcfs | lpm (longest cached prefix first) (default fcfs)", valueHint: "policy" },
   threads: {
@@ -297,6 +302,7 @@ export function engineOptions(values: ParsedValues): EngineOptions {
     evictionPolicy: choice(values, "eviction-policy", EVICTION_POLICIES, d.evictionPolicy),
     prefixHash: choice(values, "prefix-hash", HASH_ALGORITHMS, d.prefixHash),
     maxNumBatchedTokens: numberOption(values, "max-num-batched-tokens", "posint") ?? d.maxNumBatchedTokens,
+    maxPrefillWhileDecoding: numberOption(values, "max-prefill-while-decoding", "posint") ?? d.maxPrefillWhileDecoding,
     maxNumSeqs: numberOption(values, "max-num-seqs", "posint") ?? d.maxNumSeqs,
     schedule: choice(values, "schedule", ["fcfs", "lpm"] as const, d.schedule),
     threads: numberOption(values, "threads", "posint") ?? d.threads,

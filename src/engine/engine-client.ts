@@ -117,6 +117,7 @@ export interface EngineInfo {
   blockSize: number;
   maxNumSeqs: number;
   maxNumBatchedTokens: number;
+  maxPrefillWhileDecoding: number;
   speculative: SpeculativeOptions | null;
   /** WebAssembly memories the model is placed over (1 on WebGPU). */
   numMemories: number;
@@ -505,6 +506,7 @@ function engineInfo(engine: LLMEngine): EngineInfo {
     blockSize: o.blockSize,
     maxNumSeqs: o.maxNumSeqs,
     maxNumBatchedTokens: o.maxNumBatchedTokens,
+    maxPrefillWhileDecoding: o.maxPrefillWhileDecoding,
     speculative: o.speculative,
     numMemories: engine.memories.count,
     placement: engine.memoryPlan?.placement ?? null,

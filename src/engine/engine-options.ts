@@ -29,6 +29,11 @@ export interface EngineOptions {
   prefixHash: HashAlgorithm;
   /** Token budget of one step (prefill chunks and decode tokens together). */
   maxNumBatchedTokens: number;
+  /**
+   * Prompt tokens a step may compute while any request decodes (all prefill chunks together), so
+   * that a step with decodes stays short; with nothing decoding a step takes maxNumBatchedTokens.
+   */
+  maxPrefillWhileDecoding: number;
   /** Sequences one step may hold. */
   maxNumSeqs: number;
   schedule: SchedulePolicy;
@@ -63,6 +68,7 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   evictionPolicy: "lru-keep-cached",
   prefixHash: "sha256",
   maxNumBatchedTokens: 512,
+  maxPrefillWhileDecoding: 32,
   maxNumSeqs: 64,
   schedule: "fcfs",
   threads: availableParallelism(),

@@ -169,7 +169,9 @@ export class LLMEngine {
     this.tokenizer = parts.tokenizer;
     const o = parts.options;
     this.maxPositions = Math.min(parts.config.seqLen, parts.numBlocks * o.blockSize);
-    this.scheduler = new Scheduler<Sequence>(this.kv, { maxNumBatchedTokens: o.maxNumBatchedTokens, maxNumSeqs: o.maxNumSeqs, policy: o.schedule }, this.tierLoader());
+    this.scheduler = new Scheduler<Sequence>(this.kv, {
+      maxNumBatchedTokens: o.maxNumBatchedTokens, maxNumSeqs: o.maxNumSeqs, policy: o.schedule, maxPrefillWhileDecoding: o.maxPrefillWhileDecoding,
+    }, this.tierLoader());
     this.forks = new PendingForks(this.kv, this.scheduler, this.model);
     this.speculation = new Speculation(this.kv, this.maxPositions);
     const stops = new Set([...parts.checkpoint.extraStopTokenIds, ...parts.tokenizer.eogIds]);

@@ -3,7 +3,16 @@
  *
  * A step has a token budget and a sequence cap. Running requests come first, in admission order,
  * each taking what it still needs (one token when decoding, the rest of its prompt in chunks
- * otherwise). When the KV pool cannot hold a running request's next tokens, the most recently
+ * otherwise).
+ *
+ * Prefill while others decode (vLLM's chunked prefill, with its long_prefill_token_threshold made a
+ * step's bound): a step's time grows with its tokens, and every request decoding in it waits that
+ * long for its next token. So while any running request decodes (one sampled token to compute), the
+ * prompt tokens of the step, every prefilling and newly admitted request together, are at most
+ * maxPrefillWhileDecoding, and never so many that a decode token finds no budget; with nothing
+ * decoding a prefill takes the whole budget, which keeps prompts as fast as before when nobody
+ * waits. Outputs do not depend on how prompts are chunked (docs/architecture.md, batch invariance),
+ * only step times do. When the KV pool cannot hold a running request's next tokens, the most recently
  * admitted running request is preempted: its blocks are freed (they stay in the prefix cache
  * until evicted) and it goes back to the head of the waiting queue. Then, if nothing was
  * preempted, waiting requests are admitted with their prefix-cache hits while budget, sequences
@@ -53,6 +62,11 @@ export interface SchedulerOptions {
   /** Sequences one step may hold. */
   maxNumSeqs: number;
   policy: SchedulePolicy;
+  /**
+   * Prompt tokens (prefill chunks of every request together) a step may compute while a running
+   * request decodes; absent: no bound but the token budget.
+   */
+  maxPrefillWhileDecoding?: number;
 }
 
 /** Reads a waiting request's blocks from a second tier before it is admitted. */
@@ -150,24 +164,39 @@ export class Scheduler<R extends Request = Request> {
   schedule(): SchedulerOutput<R> {
     const out: SchedulerOutput<R> = { scheduled: [], preempted: [], numScheduledTokens: 0 };
     let budget = this.opts.maxNumBatchedTokens;
+    let prefillBudget = this.prefillBudget();
 
     // ---- running requests: decode tokens and the next chunks of prompts already admitted
     for (let i = 0; i < this.running.length && budget > 0; i++) {
       const req = this.running[i]!;
-      const numNew = Math.min(req.numTokens - req.numComputedTokens, budget);
+      const decoding = isDecoding(req);
+      const numNew = Math.min(req.numTokens - req.numComputedTokens, budget, decoding ? Infinity : prefillBudget);
       if (numNew <= 0) continue;
       if (!this.allocateOrPreempt(req, numNew, out)) break;
       out.scheduled.push({ req, numNewTokens: numNew });
       budget -= numNew;
+      if (!decoding) prefillBudget -= numNew;
     }
 
     // ---- draft tokens of running requests, with what is left
     budget = this.scheduleDrafts(budget, out);
 
     // ---- waiting requests, only when nothing had to be preempted
-    if (out.preempted.length === 0) this.admit(budget, out);
+    if (out.preempted.length === 0) this.admit(Math.min(budget, prefillBudget), out);
     out.numScheduledTokens = out.scheduled.reduce((n, s) => n + s.numNewTokens, 0);
     return out;
+  }
+
+  /**
+   * Prompt tokens this step may compute: the whole budget when no running request decodes, else
+   * maxPrefillWhileDecoding, less what keeps a token for every decoding request.
+   */
+  private prefillBudget(): number {
+    const budget = this.opts.maxNumBatchedTokens;
+    const bound = this.opts.maxPrefillWhileDecoding;
+    const decoding = this.running.reduce((n, req) => n + (isDecoding(req) ? 1 : 0), 0);
+    if (bound === undefined || decoding === 0) return budget;
+    return Math.max(0, Math.min(bound, budget - decoding));
   }
 
   /**
@@ -291,4 +320,13 @@ export class Scheduler<R extends Request = Request> {
     for (const req of this.waiting) cached.set(req, this.kv.peekCachedTokens(req));
     this.waiting.sort((a, b) => cached.get(b)! - cached.get(a)!);
   }
+}
+
+/**
+ * Whether a running request decodes: its prompt is computed and one sampled token is left to
+ * compute. A request catching up (a prompt's chunks, or a preempted request recomputing its prompt
+ * and earlier output) prefills.
+ */
+function isDecoding(req: Request): boolean {
+  return req.numComputedTokens >= req.numPromptTokens && req.numTokens - req.numComputedTokens === 1;
 }
