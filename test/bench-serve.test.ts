@@ -346,6 +346,7 @@ describe("pagellm bench serve --url (the CLI against the stub)", () => {
       [["--url", "ftp://x"], "not an http(s) URL"],
       [["--vocab-size", "5000"], "--vocab-size is for a --url server"],
       [["--llama-args", "--cache-ram 0"], "--llama-args needs --llama-server"],
+      [["--url", "http://127.0.0.1:9", "--pagellm-args", "--threads 1"], "--pagellm-args is for servers started here"],
       [["--llama-server", "/no/such/llama-server"], "--llama-server /no/such/llama-server: no such file"],
     ] as const) {
       const r = await pagellm(["bench", "serve", ...args]);
@@ -381,9 +382,15 @@ describeShared("pagellm bench serve against pagellm serve started on a tiny mode
   }, CLI_TIMEOUT_MS);
 
   test("chat: every turn answered over /v1/chat/completions, later turns served from the cache; no in-process baseline", async () => {
-    const r = await pagellm(["bench", "serve", "--model", model!, ...tiny, "--workload", "chat", "--conversations", "3", "--turns", "3", "--user-words", "12", "--probe-reps", "0", "--json"]);
+    const r = await pagellm([
+      "bench", "serve", "--model", model!, ...tiny, "--workload", "chat", "--conversations", "3", "--turns", "3", "--user-words", "12", "--probe-reps", "0", "--json",
+      "--pagellm-args", "--max-prefill-while-decoding 4",
+    ]);
     expect(r.exitCode, r.stderr).toBe(0);
-    const res = (JSON.parse(r.stdout) as { results: ServeBenchResult }).results;
+    const doc = JSON.parse(r.stdout) as { notes: string[]; results: ServeBenchResult };
+    const res = doc.results;
+    // The server was started with the extra flags.
+    expect(doc.notes.join("\n")).toContain("--max-prefill-while-decoding 4 --host 127.0.0.1");
     const m = res.targets[0]!.metrics;
     expect([m.completed, m.failed, m.outputTokens]).toEqual([9, 0, 54]);
     expect(m.cachedShare!).toBeGreaterThan(0.2);

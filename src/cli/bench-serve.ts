@@ -68,6 +68,11 @@ export const benchServeArgs = {
   },
   "llama-slots": { type: "string", description: "llama-server's parallel slots, -np (default: --concurrency)", valueHint: "n" },
   "llama-args": { type: "string", description: "More llama-server flags, space-separated, e.g. \"--cache-ram 0\"", valueHint: "flags" },
+  "pagellm-args": {
+    type: "string",
+    description: "More pagellm serve flags, space-separated, e.g. \"--max-prefill-while-decoding 512\" (the in-process baseline does not take them)",
+    valueHint: "flags",
+  },
   "ready-timeout": { type: "string", description: "Seconds a server started here may take to load (default 300)", valueHint: "s" },
 } as const satisfies ArgsDef;
 
@@ -91,7 +96,7 @@ function shapesOf(values: ParsedValues): WorkloadShapes {
 }
 
 /** Options that only mean something with (or without) --url. */
-const LOCAL_ONLY = ["shape", "type", "models-dir", "threads", "llama-server", "llama-slots", "llama-args", "ready-timeout"];
+const LOCAL_ONLY = ["shape", "type", "models-dir", "threads", "llama-server", "llama-slots", "llama-args", "pagellm-args", "ready-timeout"];
 const URL_ONLY = ["api-key", "vocab-size"];
 
 function remoteServer(values: ParsedValues, url: string): RemoteServer {
@@ -101,13 +106,18 @@ function remoteServer(values: ParsedValues, url: string): RemoteServer {
   return { kind: "url", apiBase: apiBaseOf(url), apiKey: key === undefined || key === "" ? null : key, model: str(values, "model") ?? null };
 }
 
+/** A space-separated list of flags (none for an empty or absent one). */
+function flagsOf(values: ParsedValues, name: string): string[] {
+  return (str(values, name) ?? "").split(/\s+/).filter((f) => f !== "");
+}
+
 function localServers(values: ParsedValues, workload: ServeWorkloadName, concurrency: number): LocalServers {
   const given = URL_ONLY.find((o) => str(values, o) !== undefined);
   if (given !== undefined) throw new InputError(`--${given} is for a --url server`);
   // Checked before a model is written.
   const llamaServer = str(values, "llama-server") ?? null;
   if (llamaServer !== null && !(existsSync(llamaServer) && statSync(llamaServer).isFile())) throw new InputError(`--llama-server ${llamaServer}: no such file`);
-  const llamaArgs = str(values, "llama-args")?.trim().split(/\s+/) ?? [];
+  const llamaArgs = flagsOf(values, "llama-args");
   if (llamaArgs.length > 0 && llamaServer === null) throw new InputError("--llama-args needs --llama-server");
   const file = str(values, "model");
   const modelsDir = str(values, "models-dir") ?? DEFAULT_MODELS_DIR;
@@ -124,7 +134,8 @@ function localServers(values: ParsedValues, workload: ServeWorkloadName, concurr
   }
   return {
     kind: "local", model, threads: posint(values, "threads", DEFAULT_THREADS), inProcess: workload !== "chat", llamaServer,
-    llamaSlots: posint(values, "llama-slots", concurrency), llamaArgs, readyTimeoutS: posint(values, "ready-timeout", 300),
+    llamaSlots: posint(values, "llama-slots", concurrency), llamaArgs, pagellmArgs: flagsOf(values, "pagellm-args"),
+    readyTimeoutS: posint(values, "ready-timeout", 300),
   };
 }
 

@@ -62,6 +62,8 @@ export interface LocalServers {
   llamaSlots: number;
   /** More llama-server flags, after the bench's own. */
   llamaArgs: string[];
+  /** More pagellm serve flags, after the bench's own (the in-process baseline does not take them). */
+  pagellmArgs: string[];
   /** Seconds a started server may take to answer /health. */
   readyTimeoutS: number;
 }
@@ -178,7 +180,7 @@ export async function runServeBench(o: ServeBenchOptions): Promise<ServeBenchRes
   // One context for every server (llama-server's per slot) and the in-process engine: the longest request, at least 2048.
   const ctx = Math.max(2048, Math.ceil(longestRequest(o) / 256) * 256);
   const targets: TargetResult[] = [];
-  targets.push(await withChild("pagellm serve", (port) => pagellmServeArgv(s.model.path, s.threads, ctx, port), o, s));
+  targets.push(await withChild("pagellm serve", (port) => pagellmServeArgv(s.model.path, s.threads, ctx, port, s.pagellmArgs), o, s));
   let inProcess: InProcessResult | null = null;
   const source = makeSource(o);
   if (s.inProcess && source instanceof ListSource) {

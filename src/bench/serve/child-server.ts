@@ -87,12 +87,13 @@ export async function startChild(name: string, argv: string[], port: number, rea
 /**
  * This checkout's `pagellm serve` on a model file, with a context of `ctx` positions (or the
  * model's, if smaller), on WebAssembly: the CPU the in-process baseline and llama-server's CPU
- * build run on (auto would take a hardware GPU where there is one).
+ * build run on (auto would take a hardware GPU where there is one); the user's `extra` flags (e.g.
+ * --max-prefill-while-decoding 512).
  */
-export function pagellmServeArgv(model: string, threads: number, ctx: number, port: number): string[] {
+export function pagellmServeArgv(model: string, threads: number, ctx: number, port: number, extra: readonly string[] = []): string[] {
   return [
     "bun", join(REPO_ROOT, "bin", "pagellm"), "serve", "--model", model, "--device", "wasm", "--threads", String(threads), "--ctx-size", String(ctx),
-    "--host", "127.0.0.1", "--port", String(port),
+    ...extra, "--host", "127.0.0.1", "--port", String(port),
   ];
 }
 
