@@ -15,11 +15,13 @@ import { FORMAT_NAMES } from "../chat/formats.ts";
 import { speculationResult, type CompletionResult, type SpeculationResult } from "../engine/completion.ts";
 import { checkRequest, type GenerateRequest } from "../engine/generate-request.ts";
 import type { LLM } from "../engine/llm.ts";
+import type { ConstraintSpec } from "../engine/constraint.ts";
 import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
 import { InterruptedError } from "./interrupt.ts";
 import { chatMessages } from "./inputs.ts";
 import { CANCEL, LineInput } from "./line-input.ts";
 import { loadLLM, noteChatFormat } from "./load.ts";
+import { constraintArgs, constraintOption, constraintProblem, jsonSchemaSpec } from "./constraint-options.ts";
 import { checkKnownOptions, engineArgs, modelArgs, speculativeArgs, requestDefaults, samplingArgs, type ParsedValues, type RequestDefaults } from "./options.ts";
 import { dim, info } from "./output.ts";
 import { quoteFileText, terminalText } from "../util/file-text.ts";
@@ -35,6 +37,7 @@ export const chatArgs = {
   "chat-template-kwargs": { type: "string", description: 'More chat template variables as a JSON object, e.g. \'{"enable_thinking": false}\' for Qwen3', valueHint: "json" },
   system: { type: "string", description: "System prompt; /system changes it in the chat", valueHint: "text" },
   ...samplingArgs,
+  ...constraintArgs,
   ...engineArgs,
   ...speculativeArgs,
 } as const satisfies ArgsDef;
@@ -45,7 +48,7 @@ export const chatCommand = defineCommand({
     description:
       "Chat with a model: type a message, the reply streams back; earlier turns are served from the prefix cache. " +
       'A line ending with \\ continues, """ opens and closes a multi-line message. /help in the chat lists its commands ' +
-      "(/reset, /system, /stats, /set, /save, /load, /tokens, /info, /exit). Ctrl-C stops a reply, Ctrl-C at an empty prompt or Ctrl-D quits. " +
+      "(/reset, /system, /stats, /set, /schema, /save, /load, /tokens, /info, /exit). Ctrl-C stops a reply, Ctrl-C at an empty prompt or Ctrl-D quits. " +
       "With stdin not a terminal, reads one message a line and exits at EOF.",
   },
   args: chatArgs,
@@ -61,11 +64,17 @@ type ChatSettings = RequestDefaults;
 async function runChat(values: ParsedValues, rawArgs: readonly string[]): Promise<void> {
   const system = typeof values.system === "string" && values.system !== "" ? values.system : null;
   const settings = requestDefaults(values, rawArgs);
+  const constraint = constraintOption(values, rawArgs);
   // A model without a chat template (a base model) is continued as plain text, as llama-cli does without one.
   const llm = await loadLLM(values, "--template", "raw");
   noteChatFormat(llm, "--template");
   let session: ChatSession;
   try {
+    if (constraint !== null) {
+      const problem = constraintProblem(llm, constraint.spec, constraint.option);
+      if (problem !== null) throw new InputError(problem);
+      settings.constraint = constraint.spec;
+    }
     session = new ChatSession(llm, typeof values.model === "string" ? values.model : "", system, settings);
   } catch (e) {
     llm.close();
@@ -109,6 +118,8 @@ const HELP = `Commands:
   /set NAME VALUE      change one: temperature, top-k, top-p, min-p, repeat-penalty, repeat-last-n,
                        frequency-penalty, presence-penalty, seed, max-tokens (VALUE "default"
                        restores it), stop TEXT ("/set stop" clears)
+  /schema FILE         hold the replies to the JSON Schema in FILE (or inline JSON); /schema off
+                       ends it, /schema alone says which holds (--json-schema, --grammar, ...)
   /exit, /quit         leave (Ctrl-D too)
 Input:
   a line ending with \\ continues on the next line; """ opens and closes a multi-line message
@@ -374,6 +385,9 @@ class ChatSession {
       case "set":
         this.setCommand(arg);
         return;
+      case "schema":
+        this.schemaCommand(arg.trim());
+        return;
       case "save":
         this.saveCommand(arg.trim());
         return;
@@ -448,6 +462,31 @@ class ChatSession {
     }
     (s as Record<string, unknown>)[key] = v;
     this.print(`${name} ${v}`);
+  }
+
+  /** /schema FILE | off | (nothing): the constraint of the next replies. */
+  private schemaCommand(arg: string): void {
+    if (arg === "") {
+      const c = this.settings.constraint;
+      this.print(c === undefined ? "no constraint: replies are free text" : `replies held to ${c.kind === "json_schema" ? "a JSON Schema" : `a ${c.kind} constraint`} (/schema off ends it)`);
+      return;
+    }
+    if (arg === "off") {
+      delete this.settings.constraint;
+      this.print("constraint off: replies are free text");
+      return;
+    }
+    let spec: ConstraintSpec;
+    try {
+      spec = jsonSchemaSpec(arg);
+    } catch (e) {
+      if (e instanceof InputError) return this.print(e.message);
+      throw e;
+    }
+    const problem = constraintProblem(this.llm, spec, arg.trimStart().startsWith("{") ? "the schema" : arg);
+    if (problem !== null) return this.print(problem);
+    this.settings.constraint = spec;
+    this.print(`replies held to the JSON Schema ${arg.trimStart().startsWith("{") ? "given" : `in ${arg}`} (/schema off ends it)`);
   }
 
   private saveCommand(file: string): void {

@@ -15,6 +15,7 @@ import {
   checkKnownOptions, engineArgs, modelArgs, speculativeArgs, repeated, requestDefaults, samplingArgs, type ParsedValues, type RequestDefaults,
 } from "./options.ts";
 import { loadLLM, noteChatFormat } from "./load.ts";
+import { constraintArgs, constraintOption } from "./constraint-options.ts";
 import { ProgressBar } from "./progress.ts";
 import { ResultsFile } from "./results-file.ts";
 import { InterruptedError, onInterrupt } from "./interrupt.ts";
@@ -30,7 +31,8 @@ export const generateArgs = {
     type: "string",
     description:
       'JSONL file, one request per line: {"id","prompt"|"prompt_file"|"messages","max_tokens","temperature","top_p","top_k","min_p","repetition_penalty",' +
-      '"repeat_last_n","frequency_penalty","presence_penalty","logit_bias","seed","stop","cache_salt","logprobs","ignore_eos","chat_template_kwargs"}',
+      '"repeat_last_n","frequency_penalty","presence_penalty","logit_bias","seed","stop","cache_salt","logprobs","ignore_eos","chat_template_kwargs",' +
+      '"response_format"|"json_schema"|"grammar"|"structured_outputs"|"guided_json"|"guided_regex"|"guided_choice"|"guided_grammar"}',
     valueHint: "path",
   },
   output: { type: "string", description: "Write each result as a JSON line to this file as soon as it finishes", valueHint: "path" },
@@ -41,6 +43,7 @@ export const generateArgs = {
   template: { type: "string", description: "Chat format of --chat and \"messages\" requests: raw | llama2 | chatml | a Jinja file (default: the model's own template; ChatML for a model without one)", valueHint: "name|file" },
   "chat-template-kwargs": { type: "string", description: 'More chat template variables as a JSON object, e.g. \'{"enable_thinking": false}\' for Qwen3', valueHint: "json" },
   ...samplingArgs,
+  ...constraintArgs,
   ...engineArgs,
   ...speculativeArgs,
 } as const satisfies ArgsDef;
@@ -55,7 +58,10 @@ export const generateCommand = defineCommand({
 });
 
 async function runGenerate(values: ParsedValues, rawArgs: readonly string[]): Promise<void> {
-  const inputs = collectInputs(values, rawArgs, requestDefaults(values, rawArgs));
+  const defaults = requestDefaults(values, rawArgs);
+  const constraint = constraintOption(values, rawArgs);
+  if (constraint !== null) defaults.constraint = constraint.spec;
+  const inputs = collectInputs(values, rawArgs, defaults);
   const output = typeof values.output === "string" ? ResultsFile.open(values.output, values.resume === true) : null;
   if (values.resume === true && output === null) throw new InputError("--resume needs --output");
   if (values.logprobs !== undefined && values.json !== true && output === null) {
@@ -77,7 +83,7 @@ async function runGenerate(values: ParsedValues, rawArgs: readonly string[]): Pr
       requests.push(llm.client.prepare(values.chat === true ? asChat(r.request, values) : r.request));
     } catch (e) {
       if (!(e instanceof InputError || e instanceof RequestTooLongError)) throw e;
-      sink.rejected(r.request.id!, requestErrorText(e, r.where, r.line));
+      sink.rejected(r.request.id!, requestErrorText(e, r.where, r.line, r.constraintLabel ?? constraint?.option));
     }
   }
 

@@ -9,6 +9,7 @@ import { InputError, RequestFieldError, RequestTooLongError } from "../errors.ts
 import { checkRequest, jsonFieldName, type GenerateRequest } from "../engine/generate-request.ts";
 import type { ChatMessage } from "../chat/jinja-template.ts";
 import { optionErrorText, type RequestDefaults } from "./options.ts";
+import { readStructuredOutput } from "../grammar/request-fields.ts";
 
 /** A "messages" field: [{"role", "content"}, ...], as the OpenAI API and a saved chat write it. */
 export function chatMessages(value: unknown, where: string): ChatMessage[] {
@@ -27,21 +28,30 @@ export function chatMessages(value: unknown, where: string): ChatMessage[] {
  * rest), or one that was rejected while reading it.
  */
 export type InputRequest =
-  | { request: GenerateRequest; where: string | null; line: Readonly<Record<string, unknown>> | null }
+  | {
+    request: GenerateRequest; where: string | null; line: Readonly<Record<string, unknown>> | null;
+    /** Names where the request's constraint came from in errors (`requests.jsonl:3: "grammar"`), when a line gave it. */
+    constraintLabel?: string;
+  }
   | { rejected: { id: string; error: string } };
 
 /**
  * A request error as the command line says it: a field of a JSONL line by its JSON name
- * ("requests.jsonl:3: \"top_p\" must be ..."), any other by the option that set it.
+ * ("requests.jsonl:3: \"top_p\" must be ..."), any other by the option that set it; a constraint
+ * that cannot be compiled by `constraintLabel` (the line's field or the option that gave it).
  */
-export function requestErrorText(e: RequestFieldError | RequestTooLongError | InputError, where: string | null, line: Readonly<Record<string, unknown>> | null): string {
+export function requestErrorText(
+  e: RequestFieldError | RequestTooLongError | InputError, where: string | null, line: Readonly<Record<string, unknown>> | null, constraintLabel?: string,
+): string {
   if (!(e instanceof RequestFieldError)) return where === null ? e.message : `${where}: ${e.message}`;
+  if (e.field === "constraint" && constraintLabel !== undefined) return `${constraintLabel} ${e.problem}`;
   const fromLine = line !== null && line[jsonFieldName(e.property)] !== undefined;
   if (fromLine || (where !== null && (e.property === "messages" || e.property === "prompt"))) return `${where}: ${e.renamed((p) => `"${jsonFieldName(p)}"`)}`;
   return optionErrorText(e);
 }
 
-function readPromptFile(path: string, what = "prompt file"): string {
+/** A file's text (`-`: stdin), or an InputError naming it and `what` it was for. */
+export function readPromptFile(path: string, what = "prompt file"): string {
   if (path === "-") return readFileSync(0, "utf8");
   if (!existsSync(path)) throw new InputError(`${path}: ${what} not found`);
   if (statSync(path).isDirectory()) throw new InputError(`${path}: ${what} is a directory`);
@@ -71,7 +81,10 @@ export function promptsDirRequests(dir: string, defaults: RequestDefaults): Inpu
  * One request per line: {"id", "prompt" | "prompt_file" | "messages", "max_tokens", "temperature",
  * "top_p", "top_k", "min_p", "repetition_penalty", "repeat_last_n", "frequency_penalty",
  * "presence_penalty", "logit_bias", "seed", "stop", "cache_salt", "logprobs", "ignore_eos",
- * "chat_template_kwargs", "tools", "tool_choice", "parallel_tool_calls"}; absent fields take the command-line defaults; a prompt_file is relative
+ * "chat_template_kwargs", "tools", "tool_choice", "parallel_tool_calls", and structured output as
+ * the server takes it: "response_format", "json_schema", "grammar", "structured_outputs",
+ * "guided_json" / "guided_regex" / "guided_choice" / "guided_grammar", or the engine's own
+ * "constraint"}; absent fields take the command-line defaults; a prompt_file is relative
  * to the JSONL file. Blank lines are skipped. A line whose fields fail the request's checks is a
  * rejected request naming the field.
  */
@@ -94,10 +107,10 @@ export function jsonlRequests(path: string, defaults: RequestDefaults): InputReq
     if (ids.has(id)) throw new InputError(`${where}: duplicate request id "${id}"`);
     ids.add(id);
     try {
-      const request = jsonRequest(fields, id, defaults, dirname(resolve(path)), where);
+      const { request, constraintField } = jsonRequest(fields, id, defaults, dirname(resolve(path)), where);
       // The checks that need no model now (token ids are checked once it is loaded).
       checkRequest(request, { vocabSize: Number.MAX_SAFE_INTEGER, maxSamples: Number.MAX_SAFE_INTEGER });
-      out.push({ request, where, line: fields });
+      out.push({ request, where, line: fields, ...(constraintField === null ? {} : { constraintLabel: `${where}: "${constraintField}"` }) });
     } catch (e) {
       if (!(e instanceof InputError)) throw e;
       out.push({ rejected: { id, error: e instanceof RequestFieldError ? requestErrorText(e, where, fields) : e.message } });
@@ -113,8 +126,14 @@ const JSONL_FIELDS = [
   "stop", "cacheSalt", "logprobs", "ignoreEos", "chatTemplateKwargs", "tools", "toolChoice", "parallelToolCalls",
 ] as const;
 
-/** A JSONL line as a request: the prompt's forms resolved, the other fields as given (checkRequest checks them), defaults beneath. */
-function jsonRequest(f: Record<string, unknown>, id: string, defaults: RequestDefaults, baseDir: string, where: string): GenerateRequest {
+/**
+ * A JSONL line as a request: the prompt's forms resolved, the other fields as given (checkRequest
+ * checks them), defaults beneath; and the field its constraint came from (a structured output
+ * field as the server takes it, or the engine's own "constraint"), null when the line gives none.
+ */
+function jsonRequest(
+  f: Record<string, unknown>, id: string, defaults: RequestDefaults, baseDir: string, where: string,
+): { request: GenerateRequest; constraintField: string | null } {
   const request: Record<string, unknown> = { ...defaults, id };
   if (typeof f.prompt === "string") request.prompt = f.prompt;
   else if (typeof f.prompt_file === "string") request.prompt = readPromptFile(resolve(baseDir, f.prompt_file));
@@ -125,5 +144,26 @@ function jsonRequest(f: Record<string, unknown>, id: string, defaults: RequestDe
     const v = f[jsonFieldName(key)];
     if (v !== undefined && v !== null) request[key] = key === "stop" && typeof v === "string" ? [v] : v;
   }
-  return request as GenerateRequest;
+  const constraintField = lineConstraint(f, request, where);
+  return { request: request as GenerateRequest, constraintField };
+}
+
+/** The line's structured output field into `request.constraint` (over the options'); the field's path, or null. */
+function lineConstraint(f: Record<string, unknown>, request: Record<string, unknown>, where: string): string | null {
+  let requested: ReturnType<typeof readStructuredOutput>;
+  try {
+    requested = readStructuredOutput((name) => f[name] ?? undefined);
+  } catch (e) {
+    if (e instanceof RequestFieldError) throw new InputError(`${where}: "${e.field}" ${e.problem}`);
+    throw e;
+  }
+  const own = f.constraint ?? undefined;
+  if (requested !== null && own !== undefined) throw new InputError(`${where}: give "constraint" or a structured output field, not both`);
+  if (own !== undefined) {
+    request.constraint = own;
+    return "constraint";
+  }
+  if (requested === null) return null;
+  request.constraint = requested.spec;
+  return requested.path;
 }
