@@ -14,6 +14,11 @@
  */
 import { expect, test } from "bun:test";
 import Ajv from "ajv";
+import { z } from "zod";
+import { zodResponseFormat } from "openai/helpers/zod";
+import { generateObject } from "ai";
+import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { ChatOpenAI } from "@langchain/openai";
 import { describeShared } from "./helpers/shared.ts";
 import { serveForSuite, type TestServer } from "./helpers/serve.ts";
 
@@ -138,5 +143,36 @@ describeShared("serve: structured output fields", [CHAT_MODEL], ([model]) => {
         expect(a.body.error!.message).toContain(words);
       }
     }
+  }, LIMIT_MS);
+
+  // The clients' own schemas: a person a random model finishes within max_tokens.
+  const Person = z.object({ name: z.string().max(6), age: z.number().int().min(0).max(99) });
+  const isPerson = (v: unknown) => Person.safeParse(v).success;
+
+  test("the openai client: zodResponseFormat and chat.completions.parse give the parsed object", async () => {
+    const r = await s.client.chat.completions.parse({
+      model: "test-model", messages: [{ role: "user", content: "A person, please." }], temperature: 0, max_tokens: 300,
+      response_format: zodResponseFormat(Person, "person"),
+    });
+    const choice = r.choices[0]!;
+    expect(choice.finish_reason).toBe("stop");
+    expect(isPerson(choice.message.parsed)).toBe(true);
+    expect(choice.message.parsed).toEqual(JSON.parse(choice.message.content!));
+  }, LIMIT_MS);
+
+  test("the Vercel AI SDK: generateObject with a zod schema (structured outputs on)", async () => {
+    const provider = createOpenAICompatible({ name: "pagellm", baseURL: `${s.url}/v1`, supportsStructuredOutputs: true });
+    const { object, finishReason } = await generateObject({
+      model: provider.chatModel("test-model"), schema: Person, prompt: "A person, please.", temperature: 0, maxOutputTokens: 300, maxRetries: 0,
+    });
+    expect(finishReason).toBe("stop");
+    expect(isPerson(object)).toBe(true);
+  }, LIMIT_MS);
+
+  test("LangChain: withStructuredOutput (jsonSchema method) on ChatOpenAI", async () => {
+    const chat = new ChatOpenAI({ model: "test-model", apiKey: "none", temperature: 0, maxTokens: 300, maxRetries: 0, configuration: { baseURL: `${s.url}/v1` } });
+    const structured = chat.withStructuredOutput(Person, { method: "jsonSchema", name: "person" });
+    const person = await structured.invoke("A person, please.");
+    expect(isPerson(person)).toBe(true);
   }, LIMIT_MS);
 });
