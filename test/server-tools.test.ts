@@ -7,10 +7,12 @@
  * pieces, the client's stream helper and `runTools` completing a two-step loop, the legacy
  * `functions`, `tool_choice` none, `n`, and reasoning split exactly from content, streamed and not.
  *
- * What waits for the grammar constraint (issue 28's engine, call-syntax.ts is its hook): with
- * `tool_choice: "required"` or a named function any model's arguments will then follow the
- * tool's schema. Here the scripted model writes valid arguments by construction, so the ajv
- * checks below test the plumbing (the arguments arrive whole and parse), not the constraint.
+ * The scripted model writes valid arguments by construction, so the ajv checks on it test the
+ * plumbing (the arguments arrive whole and parse); the constraint (docs/tools.md) is proved on a
+ * random-weight model below, whose calls are valid only because of it. The scripted model follows
+ * its script token by token, so where the constraint forces tokens (the canonical `tool`, `_call`
+ * of the closing tag, which the script also writes in the opening one) it must be the last
+ * thing before the end: the required calls below turn parallel calls off, so the block ends there.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Ajv from "ajv";
@@ -61,9 +63,9 @@ describe.skipIf(!available)("tool calls through the openai client", () => {
     expect(validArguments(JSON.parse(call.function.arguments))).toBe(true);
   }, LIMIT_MS);
 
-  test("required and a named function: the same call (the constraint will make any model's arguments follow the schema)", async () => {
+  test("required and a named function: the same call", async () => {
     for (const tool_choice of ["required", { type: "function", function: { name: "get_weather" } }] as const) {
-      const r = await s.get().client.chat.completions.create({ model: "test-model", messages: ASK, tools: TOOLS, tool_choice, temperature: 0 });
+      const r = await s.get().client.chat.completions.create({ model: "test-model", messages: ASK, tools: TOOLS, tool_choice, parallel_tool_calls: false, temperature: 0 });
       const call = r.choices[0]!.message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
       expect(call.function.name).toBe("get_weather");
       expect(validArguments(JSON.parse(call.function.arguments))).toBe(true);
@@ -72,7 +74,7 @@ describe.skipIf(!available)("tool calls through the openai client", () => {
   }, LIMIT_MS);
 
   test("streamed: the call's first delta has index 0, its id, type and name; the arguments follow in pieces under index 0; finish_reason tool_calls last", async () => {
-    const stream = await s.get().client.chat.completions.create({ model: "test-model", messages: ASK, tools: TOOLS, stream: true, tool_choice: "required" });
+    const stream = await s.get().client.chat.completions.create({ model: "test-model", messages: ASK, tools: TOOLS, stream: true, tool_choice: "required", parallel_tool_calls: false });
     const deltas: OpenAI.ChatCompletionChunk.Choice.Delta.ToolCall[] = [];
     let finish: string | null = null;
     let content = "";
@@ -162,6 +164,74 @@ describe.skipIf(!available)("tool calls through the openai client", () => {
     expect(await fail({ messages: [...ASK, { role: "tool", content: "x" }] })).toBe("messages[1].tool_call_id");
     expect(await fail({ messages: [...ASK, { role: "assistant", tool_calls: [{ id: "c", type: "function", function: { name: "f", arguments: {} } }] }] })).toBe("messages[1].tool_calls[0].function.arguments");
     expect(await fail({ messages: ASK, tool_choice: "required" })).toBe("tool_choice");
+  }, LIMIT_MS);
+});
+
+/** Tools a random-weight model can finish a call to: a bounded string, an integer in a range; a function without parameters. */
+const RANDOM_TOOLS: OpenAI.ChatCompletionTool[] = [
+  {
+    type: "function",
+    function: {
+      name: "get_weather",
+      parameters: { type: "object", properties: { city: { type: "string", maxLength: 8 }, days: { type: "integer", minimum: 1, maximum: 7 } }, required: ["city", "days"], additionalProperties: false },
+    },
+  },
+  { type: "function", function: { name: "now", parameters: { type: "object", properties: {}, additionalProperties: false } } },
+];
+const randomValidators = new Map(RANDOM_TOOLS.map((t) => {
+  const f = (t as OpenAI.ChatCompletionFunctionTool).function;
+  return [f.name, new Ajv().compile(f.parameters!)];
+}));
+const randomModel = sharedPath("models/gguf/stories260K.gguf");
+
+describe.skipIf(randomModel === null)("the tool-call constraint through the openai client, on random weights", () => {
+  let server: TestServer | undefined;
+  beforeAll(async () => {
+    server = await startServer(randomModel!);
+  }, LIMIT_MS);
+  afterAll(async () => {
+    await server?.close();
+  });
+  const validCall = (name: string | undefined, args: string): boolean => randomValidators.get(name ?? "")?.(JSON.parse(args)) === true;
+
+  test("required and a named function: every call's arguments validate against its tool's schema (random weights write them only because of the constraint)", async () => {
+    const named = { type: "function", function: { name: "get_weather" } } as const;
+    for (const tool_choice of ["required", named] as const) {
+      const r = await server!.client.chat.completions.create({
+        model: "test-model", messages: ASK, tools: RANDOM_TOOLS, tool_choice, parallel_tool_calls: false, n: 2, temperature: 1, seed: 3, max_tokens: 150,
+      });
+      for (const choice of r.choices) {
+        expect(choice.finish_reason).toBe("tool_calls");
+        expect(choice.message.content).toBeNull();
+        const calls = choice.message.tool_calls! as OpenAI.ChatCompletionMessageFunctionToolCall[];
+        expect(calls.length).toBe(1);
+        if (tool_choice === named) expect(calls[0]!.function.name).toBe("get_weather");
+        expect(validCall(calls[0]!.function.name, calls[0]!.function.arguments)).toBe(true);
+      }
+    }
+  }, LIMIT_MS);
+
+  test("streamed: the arguments' pieces make arguments that validate, for required and a named function", async () => {
+    for (const tool_choice of ["required", { type: "function", function: { name: "get_weather" } }] as const) {
+      const stream = await server!.client.chat.completions.create({
+        model: "test-model", messages: ASK, tools: RANDOM_TOOLS, tool_choice, parallel_tool_calls: false, temperature: 1, seed: 8, max_tokens: 150, stream: true,
+      });
+      let name: string | undefined;
+      let args = "";
+      let finish: string | null = null;
+      for await (const chunk of stream) {
+        const c = chunk.choices[0];
+        if (c === undefined) continue;
+        for (const d of c.delta.tool_calls ?? []) {
+          expect(d.index).toBe(0);
+          name ??= d.function?.name;
+          args += d.function?.arguments ?? "";
+        }
+        if (c.finish_reason !== null) finish = c.finish_reason;
+      }
+      expect(finish).toBe("tool_calls");
+      expect(validCall(name, args)).toBe(true);
+    }
   }, LIMIT_MS);
 });
 

@@ -6,6 +6,7 @@
  * constraint accepts the token drawn. Every decision depends only on the sequence's own tokens, so
  * a constrained output is the same bits at any batch size, thread count and cache state.
  */
+import type { CallSyntax } from "../tools/call-syntax.ts";
 
 /** What to hold output to; the request's `constraint` field (the server maps OpenAI's, llama-server's and vLLM's fields here). */
 export type ConstraintSpec =
@@ -18,7 +19,12 @@ export type ConstraintSpec =
   /** The output is exactly one of these strings (vLLM's `choice`). */
   | { readonly kind: "choice"; readonly choices: readonly string[] }
   /** A llama.cpp GBNF grammar (llama-server's `grammar`), start rule `root`. */
-  | { readonly kind: "gbnf"; readonly grammar: string };
+  | { readonly kind: "gbnf"; readonly grammar: string }
+  /**
+   * A request's tool calls in its chat format's syntax (not a request field: the front door
+   * derives it from the request's tools and tool_choice, docs/tools.md).
+   */
+  | { readonly kind: "tool_calls"; readonly syntax: CallSyntax };
 
 /**
  * One sequence's place in a constraint. Invariants (GrammarMatcher's): a mask allows a token iff

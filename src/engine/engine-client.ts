@@ -22,6 +22,7 @@
 import { EngineClosedError, InputError, ModelFormatError, QueueFullError, RequestFieldError } from "../errors.ts";
 import type { ChatMessage } from "../chat/jinja-template.ts";
 import type { ChatPrompt } from "../tools/chat-prompt.ts";
+import { toolCallConstraint } from "../tools/call-constraint.ts";
 import type { ReplySetup } from "../tools/reply-reader.ts";
 import type { CheckedTools } from "../tools/tool-types.ts";
 import type { KVLayout } from "../kv/kv-layout.ts";
@@ -225,7 +226,8 @@ export class EngineClient {
     const id = checked.id ?? `req-${this.nextId++}`;
     const shown = shownTokenIds.length === 0 ? undefined : new Set(shownTokenIds);
     const samples = Array.from({ length: checked.n }, (_, i) => generationParams(checked, i, shown));
-    const constraint = checked.constraint === null ? null : { create: this.compile(checked.constraint), reasoning: this.parts.reasoning };
+    const spec = this.constraintOf(checked, reply);
+    const constraint = spec === null ? null : { create: this.compile(spec), reasoning: this.parts.reasoning };
     return new PreparedRequest({ id, promptTokenIds, samples, cacheSalt: checked.cacheSalt, constraint }, checked, reply);
   }
 
@@ -364,6 +366,23 @@ export class EngineClient {
       this.tasks.push({ blocks, run: () => job().then(resolve, reject), cancel: reject });
       this.wake?.();
     });
+  }
+
+  /**
+   * What holds a request's output: its own constraint, or, for a request that offers tools, its
+   * calls (toolCallConstraint). Both at once: with tool_choice "auto" the request's constraint
+   * holds the reply and calls are read from it unconstrained (vLLM's behaviour); with "required"
+   * or a named function the reply must be calls, which no other constraint can allow, so the
+   * request is refused (as llama-server refuses a grammar with tools).
+   */
+  private constraintOf(checked: CheckedRequest, reply: ReplySetup | null): ConstraintSpec | null {
+    const calls = reply === null ? null : toolCallConstraint(reply);
+    if (checked.constraint === null) return this.parts.constraints === null ? null : calls;
+    const choice = reply?.tools?.choice;
+    if (choice !== undefined && choice !== "auto" && choice !== "none") {
+      throw new RequestFieldError("constraint", `cannot be combined with toolChoice ${typeof choice === "string" ? `"${choice}"` : "naming a function"}: the reply is then tool calls; send toolChoice "auto" or no constraint`);
+    }
+    return checked.constraint;
   }
 
   /** A factory of matchers for `spec` (compiled once per content by the compiler); RequestFieldError naming the field. */

@@ -20,6 +20,7 @@ import { LexerSpace } from "./lexer.ts";
 import { compileBudget, GRAMMAR_LIMITS, type CompileBudget } from "./limits.ts";
 import { GrammarMatcher } from "./matcher.ts";
 import { MaskWalker } from "./mask-walk.ts";
+import { toolCallsToCfg, type ToolCallsSource } from "./tool-calls.ts";
 import type { TokenVocabulary } from "./vocabulary.ts";
 
 /** What to constrain output to (the request fields of OpenAI, llama-server and vLLM map here). */
@@ -33,7 +34,9 @@ export type GrammarSource =
   /** The output is exactly one of these strings (vLLM's `choice`). */
   | { readonly kind: "choice"; readonly choices: readonly string[] }
   /** A llama.cpp GBNF grammar (llama-server's `grammar`); the start rule is `root`. */
-  | { readonly kind: "gbnf"; readonly grammar: string };
+  | { readonly kind: "gbnf"; readonly grammar: string }
+  /** A block of tool calls in a chat format's syntax, arguments by their schemas (tool-calls.ts). */
+  | ({ readonly kind: "tool_calls" } & ToolCallsSource);
 
 const POOL_ROTATE_SIZE = 4_000_000;
 const CACHE_ENTRIES = 256;
@@ -117,6 +120,8 @@ export class GrammarCompiler {
       }
       case "gbnf":
         return gbnfToCfg(pool, source.grammar, budget);
+      case "tool_calls":
+        return toolCallsToCfg(pool, source, budget);
     }
   }
 }
@@ -136,5 +141,8 @@ function contentKey(source: GrammarSource): string {
       return `choice\u0000${JSON.stringify(source.choices)}`;
     case "gbnf":
       return `gbnf\u0000${source.grammar}`;
+    case "tool_calls":
+      // Schemas as given (key order kept), with everything else that shapes the grammar.
+      return `tool_calls\u0000${JSON.stringify({ calls: source.calls, prefix: source.prefix, separator: source.separator, suffix: source.suffix, repeat: source.repeat })}`;
   }
 }

@@ -10,11 +10,17 @@ import { GrammarError, RequestFieldError } from "../errors.ts";
 import type { ConstraintCompiler, ConstraintSpec, TokenConstraint } from "../engine/constraint.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { GrammarCompiler, type GrammarSource } from "./compiler.ts";
+import type { CallSyntax } from "../tools/call-syntax.ts";
+import type { CompiledGrammar } from "./compiled-grammar.ts";
 import { GrammarMatcher } from "./matcher.ts";
+import { LazyGrammar, TriggeredMatcher } from "./triggered.ts";
+import { triggerScan } from "./triggers.ts";
 import { TokenVocabulary } from "./vocabulary.ts";
 
 export class GrammarConstraints implements ConstraintCompiler {
   private compiler: GrammarCompiler | null = null;
+  /** Lazy grammars by their block grammar (compiled once per content) and triggers. */
+  private readonly lazy = new WeakMap<CompiledGrammar, Map<string, LazyGrammar>>();
 
   constructor(
     private readonly tokenizer: Tokenizer,
@@ -24,12 +30,40 @@ export class GrammarConstraints implements ConstraintCompiler {
 
   compile(spec: ConstraintSpec): () => TokenConstraint {
     try {
+      if (spec.kind === "tool_calls") return this.toolCalls(spec.syntax);
       const grammar = this.grammars().compile(sourceOf(spec));
       return () => new GrammarMatcher(grammar);
     } catch (e) {
-      if (e instanceof GrammarError) throw new RequestFieldError("constraint", `cannot be applied: ${e.message}`);
+      if (e instanceof GrammarError) throw new RequestFieldError(spec.kind === "tool_calls" ? "tools" : "constraint", `cannot be applied: ${e.message}`);
       throw e;
     }
+  }
+
+  /**
+   * Tool calls: "forced" (tool_choice required or a named function), the reply is a block of
+   * calls; "lazy" (auto), free text until a trigger opens a block (triggered.ts). A lazy block
+   * holds one call where the format has no closing text after its calls (Hermes: each call its
+   * own tagged block, free text may come between), all of them where it has one (Mistral's `]`).
+   */
+  private toolCalls(syntax: CallSyntax): () => TokenConstraint {
+    const source = { kind: "tool_calls", calls: syntax.calls, prefix: syntax.prefix, separator: syntax.separator, suffix: syntax.suffix } as const;
+    if (syntax.mode === "forced") {
+      const grammar = this.grammars().compile({ ...source, repeat: syntax.parallel });
+      return () => new GrammarMatcher(grammar);
+    }
+    const block = this.grammars().compile({ ...source, repeat: syntax.parallel && syntax.suffix.trim() !== "" });
+    const afterBlock = syntax.parallel ? "free" : "end";
+    // Only triggers that start a block's text can open one (Llama 3's <|python_tag|> does not).
+    const probe = new GrammarMatcher(block);
+    const triggers = syntax.triggers.filter((t) => probe.allowsText(t));
+    if (triggers.length === 0) throw new GrammarError("tool calls: no trigger of this format starts a call");
+    const key = `${afterBlock}\u0000${JSON.stringify(triggers)}`;
+    let byKey = this.lazy.get(block);
+    if (byKey === undefined) this.lazy.set(block, (byKey = new Map()));
+    let lazy = byKey.get(key);
+    if (lazy === undefined) byKey.set(key, (lazy = new LazyGrammar(block, triggerScan(block.vocab, triggers), afterBlock)));
+    const grammar = lazy;
+    return () => new TriggeredMatcher(grammar);
   }
 
   private grammars(): GrammarCompiler {
@@ -39,7 +73,7 @@ export class GrammarConstraints implements ConstraintCompiler {
 }
 
 /** The grammar engine's source for a request's constraint. */
-function sourceOf(spec: ConstraintSpec): GrammarSource {
+function sourceOf(spec: Exclude<ConstraintSpec, { kind: "tool_calls" }>): GrammarSource {
   switch (spec.kind) {
     case "json_schema":
       return { kind: "json_schema", schema: spec.schema as string | object | boolean };

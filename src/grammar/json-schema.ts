@@ -62,7 +62,15 @@ export function cachedRegex(pool: ExprPool, source: string, mode: "search" | "fu
 }
 
 export function jsonSchemaToCfg(pool: ExprPool, schema: JsonValue, options: JsonSchemaOptions, budget: CompileBudget): Cfg {
-  return new JsonGrammarBuilder(pool, schema, options, budget).build();
+  return new JsonGrammarBuilder(pool, schema, options, new CfgBuilder(pool, budget)).build();
+}
+
+/**
+ * The symbols of one JSON value following `schema` (a document of its own: its `$ref`s resolve
+ * against it), added to the grammar `b` is building; no whitespace after the value.
+ */
+export function jsonSchemaSymbols(b: CfgBuilder, schema: JsonValue, options: JsonSchemaOptions = {}): number[] {
+  return new JsonGrammarBuilder(b.pool, schema, options, b).value();
 }
 
 class JsonGrammarBuilder {
@@ -77,8 +85,8 @@ class JsonGrammarBuilder {
   private readonly memoHits = new Set<string>();
   private owsRule = -1;
 
-  constructor(private readonly pool: ExprPool, private readonly schema: JsonValue, private readonly options: JsonSchemaOptions, budget: CompileBudget) {
-    this.b = new CfgBuilder(pool, budget);
+  constructor(private readonly pool: ExprPool, private readonly schema: JsonValue, private readonly options: JsonSchemaOptions, b: CfgBuilder) {
+    this.b = b;
     this.doc = new SchemaDocument(schema);
     this.shapes = new ShapeBuilder(this.doc, (p, key, where) => pool.matches(cachedRegex(pool, p, "search", false, where), utf8.encode(key)));
     this.flexible = options.whitespaceFlexible ?? true;
@@ -87,8 +95,12 @@ class JsonGrammarBuilder {
   }
 
   build(): Cfg {
-    const root = this.conj([{ raw: this.schema, path: "#" }], "#");
-    return this.b.build(this.b.rule("root", [[...root, ...this.ows()]]), "the schema");
+    return this.b.build(this.b.rule("root", [[...this.value(), ...this.ows()]]), "the schema");
+  }
+
+  /** The schema's value. */
+  value(): number[] {
+    return this.conj([{ raw: this.schema, path: "#" }], "#");
   }
 
   // --- lexemes ---

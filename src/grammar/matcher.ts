@@ -155,6 +155,25 @@ export class GrammarMatcher {
     return true;
   }
 
+  /**
+   * Advance past `bytes` as one step recorded for `token` (text that is not the token's own
+   * bytes: the part of a token from where a lazy grammar starts, triggered.ts); false, changing
+   * nothing, where they are not allowed.
+   */
+  acceptBytes(bytes: Uint8Array, token: number): boolean {
+    const top = this.top;
+    if (top.terminated) return false;
+    const configs = this.advance(top.configs, bytes);
+    if (configs.length === 0) return false;
+    this.history.push({ configs, token, terminated: false });
+    return true;
+  }
+
+  /** Whether the grammar is complete and nothing may follow (only the end is allowed). */
+  mustEnd(): boolean {
+    return this.mustEndAfter(new Uint8Array(0));
+  }
+
   /** Whether `bytes` could follow (without taking them). */
   allowsBytes(bytes: Uint8Array): boolean {
     return this.advance(this.top.configs, bytes).length > 0;

@@ -30,6 +30,13 @@ export interface CallSyntaxItem {
   schema: { readonly [key: string]: JsonValue };
   /** Text after the arguments. */
   end: string;
+  /**
+   * For a call written as a JSON object `{"name": NAME, KEY: ARGUMENTS}` (every format but
+   * Qwen3-Coder's and harmony's): the text before the object, KEY, and the text after it. The
+   * grammar then lets JSON whitespace vary inside and around the object, as models write it
+   * (`begin` and `end` spell one way, with the spaces of Python's json.dumps).
+   */
+  object?: { open: string; argumentsKey: string; close: string };
 }
 
 export interface CallSyntax {

@@ -56,7 +56,10 @@ const openAiCallId = () => `call_${randomAlnum(24)}`;
 
 /** Calls as JSON objects `{"name": N, KEY: ARGS}` between `begin` and `end` texts. */
 function jsonItems(tools: readonly ToolDefinition[], begin: string, key: string, end: string): CallSyntaxItem[] {
-  return tools.map((t) => ({ name: t.function.name, begin: `${begin}{"name": ${JSON.stringify(t.function.name)}, "${key}": `, schema: argumentsSchema(t), end: `}${end}` }));
+  return tools.map((t) => ({
+    name: t.function.name, begin: `${begin}{"name": ${JSON.stringify(t.function.name)}, "${key}": `, schema: argumentsSchema(t), end: `}${end}`,
+    object: { open: begin, argumentsKey: key, close: end },
+  }));
 }
 
 function syntax(fields: Omit<CallSyntax, "mode" | "parallel">, mode: CallSyntax["mode"], parallel: boolean): CallSyntax {

@@ -1,0 +1,89 @@
+/**
+ * Tool calls as a grammar (issue 29): a block of calls in a chat format's syntax, each call's
+ * arguments held to its function's JSON Schema (what xgrammar's structural tags and llama.cpp's
+ * tool-call grammars build):
+ *
+ *   block := prefix call (separator call)* suffix      (a single call unless `repeat`)
+ *   call  := one of `calls`
+ *
+ * A call written as a JSON object (`object` given: Hermes, Llama 3.x, Mistral and the generic
+ * format) is `open {"name": NAME, KEY: ARGUMENTS} close`, with any JSON whitespace between the
+ * object's tokens; otherwise `begin ARGUMENTS end`. In every literal text (prefix, separator,
+ * suffix, open, close, begin, end) a run of whitespace stands for any run of JSON whitespace
+ * (none included), so `<tool_call>\n{...}\n</tool_call>` and `<tool_call>{...}</tool_call>` both
+ * match, as the formats' parsers read both. Whitespace runs are at most TOOL_CALL_WHITESPACE bytes,
+ * arguments included: the models that make calls write them on one line (`{"a": 1, "b": 2}`), and
+ * a model that has lost its way (a small or random one) cannot pad a call with blank lines until
+ * max_tokens (llama.cpp bounds it too: a space, or two newlines and 20 of indent). A schema that
+ * cannot be compiled is a GrammarError naming its function.
+ */
+import { GrammarError } from "../errors.ts";
+import { CfgBuilder, type Cfg } from "./cfg.ts";
+import type { ExprPool } from "./expr.ts";
+import { jsonSchemaSymbols } from "./json-schema.ts";
+import { fromJavaScript } from "./json-value.ts";
+import type { CompileBudget } from "./limits.ts";
+
+/** Most whitespace bytes in a row inside a block of calls. */
+export const TOOL_CALL_WHITESPACE = 2;
+
+/** One callable function in a format's syntax (the shape of tools/call-syntax.ts's CallSyntaxItem). */
+export interface ToolCallShape {
+  readonly name: string;
+  readonly begin: string;
+  /** The arguments' JSON Schema, as a JavaScript value (key order kept). */
+  readonly schema: object;
+  readonly end: string;
+  readonly object?: { readonly open: string; readonly argumentsKey: string; readonly close: string };
+}
+
+export interface ToolCallsSource {
+  readonly calls: readonly ToolCallShape[];
+  readonly prefix: string;
+  readonly separator: string;
+  readonly suffix: string;
+  /** Whether a block may hold more than one call. */
+  readonly repeat: boolean;
+}
+
+const utf8 = new TextEncoder();
+
+export function toolCallsToCfg(pool: ExprPool, source: ToolCallsSource, budget: CompileBudget): Cfg {
+  if (source.calls.length === 0) throw new GrammarError("tool calls: no function to call");
+  const b = new CfgBuilder(pool, budget);
+  const wsChar = pool.or([pool.byteRange(0x20, 0x20), pool.byteRange(0x09, 0x0a), pool.byteRange(0x0d, 0x0d)]);
+  const ws = b.rule("whitespace", [[], [b.terminal(pool.nonEmpty(pool.repeat(wsChar, 0, TOOL_CALL_WHITESPACE)))]]);
+  /** A literal text whose whitespace runs are any JSON whitespace. */
+  const text = (s: string): number[] => {
+    const out: number[] = [];
+    for (const piece of s.split(/(\s+)/)) {
+      if (piece === "") continue;
+      if (/^\s+$/.test(piece)) {
+        if (out.at(-1) !== ws) out.push(ws);
+      } else out.push(b.terminal(pool.literal(utf8.encode(piece))));
+    }
+    return out;
+  };
+  const lit = (s: string): number => b.terminal(pool.literal(utf8.encode(s)));
+  const call = b.rule("call", source.calls.map((c) => {
+    let args: number[];
+    try {
+      args = jsonSchemaSymbols(b, fromJavaScript(c.schema, `${c.name}'s parameters`), { maxWhitespace: TOOL_CALL_WHITESPACE });
+    } catch (e) {
+      if (e instanceof GrammarError) throw new GrammarError(`function ${c.name}'s parameters: ${e.message}`);
+      throw e;
+    }
+    const o = c.object;
+    if (o === undefined) return [...text(c.begin), ...args, ...text(c.end)];
+    return [
+      ...text(o.open), lit("{"), ws, lit('"name"'), ws, lit(":"), ws, lit(JSON.stringify(c.name)), ws, lit(","), ws,
+      lit(JSON.stringify(o.argumentsKey)), ws, lit(":"), ws, ...args, ws, lit("}"), ...text(o.close),
+    ];
+  }));
+  let calls = call;
+  if (source.repeat) {
+    calls = b.rule("calls", [[call]]);
+    b.define(calls, [[calls, ...text(source.separator), call]]);
+  }
+  return b.build(b.rule("root", [[...text(source.prefix), calls, ...text(source.suffix)]]), "the tool calls");
+}

@@ -1,0 +1,21 @@
+/**
+ * The constraint a request's tool calls get (issue 29; docs/tools.md): the chat format's call
+ * syntax (call-syntax.ts) with every callable function's arguments schema, compiled by the
+ * grammar engine (src/grammar/tool-calls.ts, triggered.ts):
+ *   - tool_choice "required" or a named function: the reply (after any reasoning) is a block of
+ *     calls (several when parallel_tool_calls is on and no function is named);
+ *   - "auto": free text until the model writes the format's trigger (`<tool_call>`), then the
+ *     call to its end, then free text again (or only the end, with parallel_tool_calls off);
+ *   - "none", or no tools: nothing.
+ * Formats whose calls are not JSON objects in text are not constrained: harmony (gpt-oss) writes
+ * them through control tokens, Qwen3-Coder as XML parameters; their parsers read them as before.
+ */
+import type { ConstraintSpec } from "../engine/constraint.ts";
+import { replyCallSyntax, type ReplySetup } from "./reply-reader.ts";
+
+export function toolCallConstraint(reply: ReplySetup): ConstraintSpec | null {
+  if (reply.format.name === "harmony") return null;
+  const syntax = replyCallSyntax(reply);
+  if (syntax === null || syntax.argumentsAs !== "json" || syntax.calls.length === 0) return null;
+  return { kind: "tool_calls", syntax };
+}

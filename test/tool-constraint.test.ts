@@ -1,0 +1,216 @@
+/**
+ * The tool-call constraint (issue 29, docs/tools.md): a request's tools compiled with its chat
+ * format's call syntax, forced for tool_choice "required" and a named function, lazy for "auto"
+ * (free text until the trigger, then the call to its end). What must hold:
+ *   - whatever is written under the constraint, every call the format's parser reads has one of
+ *     the tools' names and arguments that parse and validate (ajv) against its schema: walks that
+ *     pick random allowed tokens (leaning towards the trigger, so that auto opens calls), with
+ *     rollbacks restoring each earlier mask exactly and refused tokens changing nothing;
+ *   - on a random-weight model: required and named calls are valid only because of the
+ *     constraint; the same bits alone and batched, prefix cache off, speculating and in 8-token
+ *     steps, for auto, required and named requests;
+ *   - a request's own constraint and tools: auto keeps the request's constraint (vLLM's
+ *     behaviour), required or a named function is a RequestFieldError naming `constraint`.
+ */
+import { beforeAll, expect, test } from "bun:test";
+import Ajv from "ajv";
+import { RequestFieldError } from "../src/errors.ts";
+import { isAllowed, type TokenConstraint } from "../src/engine/constraint.ts";
+import type { GenerateRequest } from "../src/engine/generate-request.ts";
+import type { LLM } from "../src/engine/llm.ts";
+import { DEFAULT_SPECULATIVE } from "../src/engine/speculative.ts";
+import { GrammarConstraints } from "../src/grammar/constraints.ts";
+import { ReplyReader, replySetup } from "../src/tools/reply-reader.ts";
+import { toolCallFormat } from "../src/tools/tool-format.ts";
+import type { CheckedTools, ToolChoice, ToolDefinition } from "../src/tools/tool-types.ts";
+import { Xoshiro128 } from "../src/util/random.ts";
+import { comparable, openedLLMs } from "./helpers/llm.ts";
+import { describeShared } from "./helpers/shared.ts";
+
+const LIMIT_MS = 120_000;
+const MODEL = "models/gguf/stories260K.gguf";
+
+/** Tools whose arguments a random walk can finish: bounded strings, integers in a range, an enum, a tool without parameters. */
+const TOOLS: ToolDefinition[] = [
+  {
+    type: "function",
+    function: {
+      name: "get_weather",
+      parameters: {
+        type: "object",
+        properties: { city: { type: "string", maxLength: 6 }, days: { type: "integer", minimum: 1, maximum: 7 }, unit: { enum: ["c", "f"] } },
+        required: ["city", "days"],
+        additionalProperties: false,
+      },
+    },
+  },
+  { type: "function", function: { name: "now", parameters: { type: "object", properties: {}, additionalProperties: false } } },
+];
+const ajv = new Ajv();
+const validators = new Map(TOOLS.map((t) => [t.function.name, ajv.compile(t.function.parameters!)]));
+const NAMED: ToolChoice = { type: "function", function: { name: "get_weather" } };
+
+/** Every call read has a tool's name and arguments valid for its schema; returns how many there were. */
+function expectValidCalls(calls: readonly { function: { name: string; arguments: string } }[]): number {
+  for (const call of calls) {
+    const validate = validators.get(call.function.name);
+    expect(validate).toBeDefined();
+    const args: unknown = JSON.parse(call.function.arguments);
+    expect(validate!(args)).toBe(true);
+  }
+  return calls.length;
+}
+
+const TRIGGER = "<tool_call>";
+
+/**
+ * A walk of `steps` tokens through `c`, each drawn at random among the allowed ones, except that
+ * the next character of TRIGGER is taken where allowed, now and then to start it and mostly to go
+ * on with it (so that free text opens calls).
+ * Along the way: a refused token changes nothing, and rolling back restores the earlier masks.
+ */
+function walk(c: TokenConstraint, rng: Xoshiro128, vocab: number, decode: (ids: number[]) => string, encodeChar: (ch: string) => number | undefined, steps: number): { ids: number[]; ended: boolean } {
+  const words = Math.ceil(vocab / 32);
+  const ids: number[] = [];
+  const masks: Uint32Array[] = [];
+  let text = "";
+  for (let step = 0; step < steps && !c.isTerminated(); step++) {
+    const mask = new Uint32Array(words);
+    c.fillNextTokenBitmask(mask);
+    masks.push(mask);
+    const allowed: number[] = [];
+    for (let t = 0; t < vocab; t++) if (isAllowed(mask, t)) allowed.push(t);
+    expect(allowed.length).toBeGreaterThan(0);
+    // A refused token is refused by acceptToken too, and leaves the mask as it was.
+    const refused = Array.from({ length: vocab }, (_, t) => t).find((t) => !isAllowed(mask, t) && ((t * 7919 + step) % 5 === 0));
+    if (refused !== undefined) {
+      expect(c.acceptToken(refused)).toBe(false);
+      const again = new Uint32Array(words);
+      c.fillNextTokenBitmask(again);
+      expect([...again]).toEqual([...mask]);
+    }
+    const matched = [...Array(TRIGGER.length).keys()].reverse().find((k) => text.endsWith(TRIGGER.slice(0, k))) ?? 0;
+    const lean = matched < TRIGGER.length ? encodeChar(TRIGGER[matched]!) : undefined;
+    const leaning = rng.nextFloat() < (matched === 0 ? 0.1 : 0.9);
+    const token = lean !== undefined && isAllowed(mask, lean) && leaning ? lean : allowed[Math.floor(rng.nextFloat() * allowed.length)]!;
+    expect(c.acceptToken(token)).toBe(true);
+    ids.push(token);
+    text = decode(ids);
+    // Now and then: back a few tokens, the masks there as they were, then forward again.
+    if (step % 17 === 16) {
+      const back = 1 + Math.floor(rng.nextFloat() * Math.min(5, ids.length - 1));
+      c.rollback(back);
+      const at = new Uint32Array(words);
+      c.fillNextTokenBitmask(at);
+      expect([...at]).toEqual([...masks[masks.length - back]!]);
+      for (const t of ids.slice(ids.length - back)) expect(c.acceptToken(t)).toBe(true);
+    }
+  }
+  return { ids, ended: c.isTerminated() };
+}
+
+describeShared("the tool-call constraint", [MODEL], ([model]) => {
+  const llms = openedLLMs({ afterEach: false });
+  let llm!: LLM;
+  beforeAll(() => {
+    llm = llms.load({ model: model! });
+  }, LIMIT_MS);
+
+  const checked = (choice: ToolChoice, parallel = true): CheckedTools => ({ tools: TOOLS, choice, parallel });
+
+  test("random walks: every call read parses and validates, in free text (auto) and as the whole reply (required, named)", () => {
+    const tok = llm.tokenizer;
+    const constraints = new GrammarConstraints(tok, tok.vocabSize);
+    const format = toolCallFormat(null);
+    const encodeChar = (ch: string): number | undefined => {
+      const ids = tok.encode(ch, { continuation: true });
+      return ids.length === 1 ? ids[0] : undefined;
+    };
+    const eos = [...tok.eogIds][0]!;
+    const validated = { auto: 0, forced: 0 };
+    for (const [choice, parallel] of [["auto", true], ["auto", false], ["required", true], [NAMED, false]] as const) {
+      const setup = replySetup(null, "", checked(choice, parallel))!;
+      const make = constraints.compile({ kind: "tool_calls", syntax: format.syntax(choice === NAMED ? [TOOLS[0]!] : TOOLS, choice === "auto" ? "lazy" : "forced", parallel) });
+      for (let seed = 1; seed <= 3; seed++) {
+        const c = make();
+        const { ids } = walk(c, new Xoshiro128(seed), tok.vocabSize, (x) => tok.decode(x), encodeChar, 300);
+        const mask = new Uint32Array(Math.ceil(tok.vocabSize / 32));
+        c.fillNextTokenBitmask(mask);
+        const complete = c.isTerminated() || isAllowed(mask, eos);
+        const reader = new ReplyReader(setup);
+        reader.push(tok.decode(ids.filter((t) => !tok.eogIds.has(t))));
+        reader.end();
+        const calls = reader.message.toolCalls;
+        // A walk cut off inside a call leaves that last call unfinished: the others are whole.
+        validated[choice === "auto" ? "auto" : "forced"] += expectValidCalls(complete ? calls : calls.slice(0, -1));
+        if (choice !== "auto" && complete) {
+          expect(calls.length).toBeGreaterThan(0);
+          expect(reader.message.content).toBe("");
+        }
+        if (!parallel && choice === "auto") expect(calls.length).toBeLessThanOrEqual(1);
+      }
+    }
+    expect(validated.auto).toBeGreaterThanOrEqual(3);
+    expect(validated.forced).toBeGreaterThanOrEqual(6);
+  }, LIMIT_MS);
+
+  const ASK = [{ role: "user" as const, content: "What is the weather?" }];
+  const requests: GenerateRequest[] = [
+    { id: "auto", messages: ASK, tools: TOOLS, maxTokens: 30, temperature: 1, seed: 4 },
+    { id: "required", messages: ASK, tools: TOOLS, toolChoice: "required", parallelToolCalls: false, maxTokens: 120, temperature: 0.9, seed: 7, n: 2 },
+    { id: "named", messages: ASK, tools: TOOLS, toolChoice: NAMED, maxTokens: 120, temperature: 0 },
+  ];
+
+  test("a random-weight model: required and named calls are valid, ended by the grammar; the same bits alone, batched, cache off, speculating, in 8-token steps", async () => {
+    const batch = requests;
+    const together = (await llm.generate(batch)).map(comparable);
+    for (const r of together.filter((x) => x.id !== "auto")) {
+      expect(r.finish_reason).toBe("tool_calls");
+      expect(expectValidCalls(r.tool_calls!)).toBe(1);
+    }
+    const zeroCached = (rs: ReturnType<typeof comparable>[]) => rs.map((r) => ({ ...r, cached_tokens: 0, cached_tokens_memory: 0, tool_calls: r.tool_calls?.map((c) => c.function) }));
+    const alone: ReturnType<typeof comparable>[] = [];
+    for (const r of batch) {
+      expect(await llm.client.resetPrefixCache()).toBe(true);
+      alone.push(...(await llm.generate([r])).map(comparable));
+    }
+    expect(zeroCached(alone)).toEqual(zeroCached(together));
+    for (const engine of [{ enablePrefixCaching: false }, { speculative: { ...DEFAULT_SPECULATIVE, adaptive: false } }, { maxNumBatchedTokens: 8 }]) {
+      const other = llms.load({ model: model!, engine });
+      expect(zeroCached((await other.generate(batch)).map(comparable))).toEqual(zeroCached(together));
+      if ("speculative" in engine) expect(other.stats().draftedTokens).toBeGreaterThan(0);
+      other.close();
+    }
+  }, LIMIT_MS);
+
+  test("a request's own constraint with tools: auto keeps it, required or a named function is refused naming constraint", async () => {
+    const choice = { kind: "choice" as const, choices: ["yes", "no"] };
+    const [r] = await llm.generate([{ messages: ASK, tools: TOOLS, constraint: choice, maxTokens: 20, temperature: 1, seed: 2 }]);
+    expect(["yes", "no"]).toContain(r!.text);
+    for (const toolChoice of ["required", NAMED] as const) {
+      let error: unknown;
+      try {
+        llm.client.prepare({ messages: ASK, tools: TOOLS, toolChoice, constraint: choice });
+      } catch (e) {
+        error = e;
+      }
+      expect(error).toBeInstanceOf(RequestFieldError);
+      expect((error as RequestFieldError).field).toBe("constraint");
+    }
+    // tool_choice none: the tools are not called, the request's constraint holds.
+    expect(() => llm.client.prepare({ messages: ASK, tools: TOOLS, toolChoice: "none", constraint: choice })).not.toThrow();
+  }, LIMIT_MS);
+
+  test("a tool's schema that cannot be compiled is a RequestFieldError naming tools and the function, never unconstrained calls", () => {
+    const bad: ToolDefinition[] = [{ type: "function", function: { name: "fetch_page", parameters: { $ref: "https://example.com/s.json" } } }];
+    let error: unknown;
+    try {
+      llm.client.prepare({ messages: ASK, tools: bad });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(RequestFieldError);
+    expect((error as RequestFieldError).field).toBe("tools");
+    expect((error as RequestFieldError).problem).toContain("fetch_page");
+  });
+});
