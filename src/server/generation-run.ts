@@ -89,9 +89,9 @@ export interface GenerationContext {
 
 let nextRequest = 0;
 
-/** A new response id: `chatcmpl-…` / `cmpl-…`, unique in this process and across restarts. */
-export function responseId(prefix: string): string {
-  return `${prefix}-${Date.now().toString(36)}${(nextRequest++).toString(36).padStart(4, "0")}`;
+/** A new response id: `chatcmpl-…` / `cmpl-…` (`msg_…`, `resp_…` with "_"), unique in this process and across restarts. */
+export function responseId(prefix: string, separator = "-"): string {
+  return `${prefix}${separator}${Date.now().toString(36)}${(nextRequest++).toString(36).padStart(4, "0")}`;
 }
 
 /**
@@ -101,9 +101,25 @@ export function responseId(prefix: string): string {
 export async function runGeneration(
   ctx: GenerationContext, idPrefix: string, prompts: readonly PreparedRequest[], echoes: readonly Echo[], spec: GenerationSpec, shape: ResponseShape,
 ): Promise<Response> {
-  checkSequences(prompts, spec, ctx.maxQueue);
+  const { stream, choices } = submitGeneration(ctx, prompts, echoes, spec);
   const id = responseId(idPrefix);
   const created = Math.floor(Date.now() / 1000);
+  const envelope = (object: string) => ({ id, object, created, model: ctx.model });
+  if (spec.stream) return streamGeneration(ctx, stream, choices, spec, shape, envelope(shape.chunkObject));
+  const usage = await collectGeneration(ctx, stream, choices);
+  return Response.json({ ...envelope(shape.object), choices: choices.all.map((c) => shape.choice(c)), usage });
+}
+
+/**
+ * Submits the prepared prompts, as one submission, and returns their output stream and the
+ * choices their outputs fold into (a non-streamed one is aborted when its client goes; a stream's
+ * owner aborts it). Throws ApiErrors before anything is queued: a request larger than the queue
+ * (400), a full queue (429), a server shutting down (503).
+ */
+export function submitGeneration(
+  ctx: GenerationContext, prompts: readonly PreparedRequest[], echoes: readonly Echo[], spec: GenerationSpec,
+): { stream: OutputStream; choices: Choices } {
+  checkSequences(prompts, spec, ctx.maxQueue);
   let stream: OutputStream;
   try {
     stream = ctx.client.submit(prompts, { maxQueue: ctx.maxQueue, signal: spec.stream ? undefined : ctx.signal });
@@ -111,16 +127,46 @@ export async function runGeneration(
     throw submitError(e);
   }
   ctx.metrics.requestArrived(stream.requests);
-  const choices = new Choices(stream, echoes, prompts);
-  const envelope = (object: string) => ({ id, object, created, model: ctx.model });
-  if (spec.stream) return streamGeneration(ctx, stream, choices, spec, shape, envelope(shape.chunkObject));
+  return { stream, choices: new Choices(stream, echoes, prompts) };
+}
+
+/** Folds every output of a non-streamed submission into its choices (`each` sees each output too); its usage, reported done. */
+export async function collectGeneration(ctx: GenerationContext, stream: OutputStream, choices: Choices, each?: (output: EngineOutput) => void): Promise<Usage> {
   for await (const output of stream) {
     ctx.metrics.observe(output, performance.now());
     choices.add(output);
+    each?.(output);
   }
   const usage = choices.usage();
   ctx.onDone(usage);
-  return Response.json({ ...envelope(shape.object), choices: choices.all.map((c) => shape.choice(c)), usage });
+  return usage;
+}
+
+/**
+ * Runs a streamed submission in the background: each output is folded into its choice and given
+ * to `each` with what it added (to send as events); `end` gets the usage once the outputs end (to
+ * send the last events and close the stream), then it is reported done. The engine's work is
+ * aborted when the client goes.
+ */
+export function pumpGeneration(
+  ctx: GenerationContext, stream: OutputStream, choices: Choices, each: (output: EngineOutput, added: ChoiceAdded) => void, end: (usage: Usage) => void,
+): void {
+  const onAbort = () => stream.abort();
+  ctx.signal.addEventListener("abort", onAbort);
+  if (ctx.signal.aborted) onAbort();
+  void (async () => {
+    try {
+      for await (const output of stream) {
+        ctx.metrics.observe(output, performance.now());
+        each(output, choices.add(output));
+      }
+      const usage = choices.usage();
+      end(usage);
+      ctx.onDone(usage);
+    } finally {
+      ctx.signal.removeEventListener("abort", onAbort);
+    }
+  })();
 }
 
 /**
@@ -155,30 +201,25 @@ function streamGeneration(
     const opening = shape.openingChoice(choice);
     if (opening !== null) sse.send({ ...envelope, choices: [opening], ...usageField });
   }
-  const onAbort = () => stream.abort();
-  ctx.signal.addEventListener("abort", onAbort);
-  if (ctx.signal.aborted) onAbort();
-  void (async () => {
-    try {
-      for await (const output of stream) {
-        ctx.metrics.observe(output, performance.now());
-        const { choice, logprobs, delta } = choices.add(output);
-        if (output.text === "" && output.tokenIds.length === 0 && output.finishReason === null) continue;
-        sse.send({ ...envelope, choices: [shape.chunkChoice(choice, delta, logprobs, output.finishReason)], ...usageField });
-      }
-      const usage = choices.usage();
-      if (spec.includeUsage) sse.send({ ...envelope, choices: [], usage });
-      sse.finish();
-      ctx.onDone(usage);
-    } finally {
-      ctx.signal.removeEventListener("abort", onAbort);
-    }
-  })();
+  pumpGeneration(ctx, stream, choices, (output, { choice, logprobs, delta }) => {
+    if (output.text === "" && output.tokenIds.length === 0 && output.finishReason === null) return;
+    sse.send({ ...envelope, choices: [shape.chunkChoice(choice, delta, logprobs, output.finishReason)], ...usageField });
+  }, (usage) => {
+    if (spec.includeUsage) sse.send({ ...envelope, choices: [], usage });
+    sse.finish();
+  });
   return sse.response();
 }
 
+/** What one output added to its choice: the choice, its tokens' log-probabilities, its delta. */
+export interface ChoiceAdded {
+  choice: Choice;
+  logprobs: LogprobEntry[];
+  delta: ChoiceDelta;
+}
+
 /** Every choice of a submission, as its outputs come in, and the usage they add up to. */
-class Choices {
+export class Choices {
   readonly all: Choice[] = [];
   private readonly byOutput = new Map<string, Choice>();
   /** Per prompt: its tokens, and its cached tokens (as its first sample reports them). */
@@ -203,7 +244,7 @@ class Choices {
   private readonly promptOf: Map<string, number>;
 
   /** Adds an output to its choice; returns the choice, the logprob entries of this output's tokens and what it added. */
-  add(output: EngineOutput): { choice: Choice; logprobs: LogprobEntry[]; delta: ChoiceDelta } {
+  add(output: EngineOutput): ChoiceAdded {
     const choice = this.byOutput.get(`${output.requestId}#${output.index}`)!;
     const logprobs = (output.logprobs ?? []).map((logprob, k) => ({ logprob, prev: k > 0 ? output.tokenIds[k - 1] : (choice.tokenIds.at(-1) ?? choice.promptLast) }));
     choice.text += output.text;

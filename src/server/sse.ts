@@ -30,6 +30,11 @@ export class SseStream {
     this.write(`data: ${JSON.stringify(value)}\n\n`);
   }
 
+  /** One named event (`event: NAME`, then its data as JSON), as Anthropic's and the Responses API's streams send them. */
+  event(name: string, value: unknown): void {
+    this.write(`event: ${name}\ndata: ${JSON.stringify(value)}\n\n`);
+  }
+
   /** `data: [DONE]`, then the end of the body. */
   finish(): void {
     this.write("data: [DONE]\n\n");
