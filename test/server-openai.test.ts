@@ -279,6 +279,10 @@ describeShared("serve: 401, 413 and 429", [STORIES], ([model]) => {
     }
     const bare = await fetch(`${s.url}/v1/models`);
     expect(bare.status).toBe(401);
+    // Anthropic's clients send x-api-key; the Messages API's errors have Anthropic's shape.
+    expect((await fetch(`${s.url}/v1/models`, { headers: { "x-api-key": "sesame" } })).status).toBe(200);
+    const wrong = await fetch(`${s.url}/v1/messages`, { method: "POST", headers: { "x-api-key": "sesam" }, body: "{}" });
+    expect([wrong.status, await wrong.json()]).toEqual([401, { type: "error", error: { type: "authentication_error", message: "invalid API key" } }]);
     expect((await fetch(`${s.url}/health`)).status).toBe(200);
     const ok = [];
     for await (const m of s.client.models.list()) ok.push(m.id);

@@ -5,7 +5,9 @@
  * before a tool result and an answer after it; a reasoning then an answer): calls parsed into
  * `tool_calls` with `finish_reason: "tool_calls"`, streamed with their index and the arguments in
  * pieces, the client's stream helper and `runTools` completing a two-step loop, the legacy
- * `functions`, `tool_choice` none, `n`, and reasoning split exactly from content, streamed and not.
+ * `functions`, `tool_choice` none, `n`, and reasoning split exactly from content, streamed and not,
+ * also through the Anthropic Messages API (thinking blocks) and the Responses API (reasoning items)
+ * on the same server; their tool calls are in server-tool-clients.test.ts.
  *
  * The scripted model writes valid arguments by construction, so the ajv checks on it test the
  * plumbing (the arguments arrive whole and parse); the constraint (docs/tools.md) is proved on a
@@ -15,13 +17,11 @@
  * thing before the end: the required calls below turn parallel calls off, so the block ends there.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import Anthropic from "@anthropic-ai/sdk";
 import Ajv from "ajv";
 import OpenAI from "openai";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { scriptedModel, THINKING_SCRIPT, WEATHER_SCRIPT, WEATHER_TOOL, type Script } from "./helpers/scripted-model.ts";
-import { startServer, type TestServer } from "./helpers/serve.ts";
+import { THINKING_SCRIPT, WEATHER_SCRIPT, WEATHER_TOOL } from "./helpers/scripted-model.ts";
+import { serveScripted, startServer, type TestServer } from "./helpers/serve.ts";
 import { sharedPath } from "./helpers/shared.ts";
 
 const LIMIT_MS = 180_000;
@@ -29,25 +29,11 @@ const TOOLS: OpenAI.ChatCompletionTool[] = [{ type: "function", function: { ...W
 const ASK: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "What is the weather in Paris?" }];
 const validArguments = new Ajv().compile(WEATHER_TOOL.parameters);
 
-/** A server on the model of `script` for the describe's tests (written into a temporary folder, removed after). */
-function scriptedServer(script: Script): { get: () => TestServer } {
-  let server: TestServer | undefined;
-  const dir = mkdtempSync(join(tmpdir(), "pagellm-tools-"));
-  beforeAll(async () => {
-    const model = scriptedModel(dir, script);
-    if (model !== null) server = await startServer(model.path);
-  }, LIMIT_MS);
-  afterAll(async () => {
-    await server?.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
-  return { get: () => server! };
-}
 
 const available = sharedPath("vocab/ggml-vocab-qwen2.gguf") !== null && sharedPath(WEATHER_SCRIPT.template) !== null;
 
 describe.skipIf(!available)("tool calls through the openai client", () => {
-  const s = scriptedServer(WEATHER_SCRIPT);
+  const s = serveScripted(WEATHER_SCRIPT, LIMIT_MS);
 
   test("auto: the call in message.tool_calls (id, type, name, arguments as JSON text), content null, finish_reason tool_calls", async () => {
     const r = await s.get().client.chat.completions.create({ model: "test-model", messages: ASK, tools: TOOLS });
@@ -236,14 +222,16 @@ describe.skipIf(randomModel === null)("the tool-call constraint through the open
 });
 
 describe.skipIf(!available)("reasoning through the openai client", () => {
-  const s = scriptedServer(THINKING_SCRIPT);
+  const s = serveScripted(THINKING_SCRIPT, LIMIT_MS);
   type Reasoned = { reasoning_content?: string; content?: string | null };
+  const REASONING = "\nThe user asks about Paris.\n";
+  const CONTENT = "\n\nParis is in France.";
 
   test("reasoning_content and content split exactly at <think> and </think>, whole and streamed; never reasoning in content", async () => {
     const whole = await s.get().client.chat.completions.create({ model: "test-model", messages: ASK, temperature: 0 });
     const message = whole.choices[0]!.message as Reasoned;
-    expect(message.reasoning_content).toBe("\nThe user asks about Paris.\n");
-    expect(message.content).toBe("\n\nParis is in France.");
+    expect(message.reasoning_content).toBe(REASONING);
+    expect(message.content).toBe(CONTENT);
     const stream = await s.get().client.chat.completions.create({ model: "test-model", messages: ASK, temperature: 0, stream: true });
     let reasoning = "";
     let content = "";
@@ -263,5 +251,34 @@ describe.skipIf(!available)("reasoning through the openai client", () => {
     const message = r.choices[0]!.message as Reasoned;
     expect(message.reasoning_content).toBeUndefined();
     expect(message.content).toBe("Paris is in France.");
+  }, LIMIT_MS);
+
+  test("Anthropic: a thinking block, then the text; streamed as a thinking block then a text block; thinking disabled turns it off", async () => {
+    const client = new Anthropic({ baseURL: s.get().url, apiKey: "none", maxRetries: 0 });
+    const messages: Anthropic.MessageParam[] = [{ role: "user", content: "Where is Paris?" }];
+    // This SDK's types have no temperature: the scripted model writes its reply at temperature 1 too.
+    const whole = await client.messages.create({ model: "test-model", max_tokens: 64, messages });
+    expect(whole.content as unknown[]).toEqual([{ type: "thinking", thinking: REASONING, signature: "" }, { type: "text", text: CONTENT }]);
+    const stream = client.messages.stream({ model: "test-model", max_tokens: 64, messages });
+    const final = await stream.finalMessage();
+    expect(final.content.map((b) => b.type)).toEqual(["thinking", "text"]);
+    expect(final.content[1]).toMatchObject({ type: "text", text: CONTENT });
+    const off = await client.messages.create({ model: "test-model", max_tokens: 64, messages, thinking: { type: "disabled" } });
+    expect(off.content as unknown[]).toEqual([{ type: "text", text: "Paris is in France." }]);
+  }, LIMIT_MS);
+
+  test("Responses: a reasoning item with its text, then the message; streamed the same; effort none turns it off", async () => {
+    const client = new OpenAI({ baseURL: `${s.get().url}/v1`, apiKey: "none", maxRetries: 0 });
+    const whole = await client.responses.create({ model: "test-model", input: "Where is Paris?", temperature: 0 });
+    expect(whole.output.map((o) => o.type)).toEqual(["reasoning", "message"]);
+    expect((whole.output[0] as OpenAI.Responses.ResponseReasoningItem).content).toEqual([{ type: "reasoning_text", text: REASONING }]);
+    expect(whole.output_text).toBe(CONTENT);
+    const stream = client.responses.stream({ model: "test-model", input: "Where is Paris?", temperature: 0 });
+    const final = await stream.finalResponse();
+    expect(final.output.map((o) => o.type)).toEqual(["reasoning", "message"]);
+    expect(final.output_text).toBe(CONTENT);
+    const off = await client.responses.create({ model: "test-model", input: "Where is Paris?", temperature: 0, reasoning: { effort: "none" } });
+    expect(off.output.map((o) => o.type)).toEqual(["message"]);
+    expect(off.output_text).toBe("Paris is in France.");
   }, LIMIT_MS);
 });

@@ -1,5 +1,6 @@
 /**
- * API keys: `Authorization: Bearer KEY`, compared in constant time. Both sides are hashed first,
+ * API keys: `Authorization: Bearer KEY`, or `x-api-key: KEY` as Anthropic's clients send it,
+ * compared in constant time. Both sides are hashed first,
  * so the comparison takes the same time whatever the length or content of the key sent.
  */
 import { createHash, timingSafeEqual } from "node:crypto";
@@ -32,10 +33,12 @@ export class ApiKeyCheck {
   /** Throws a 401 unless the request carries the key. */
   check(req: Request): void {
     const header = req.headers.get("authorization") ?? "";
-    const match = /^Bearer\s+(.+)$/i.exec(header.trim());
-    const ok = timingSafeEqual(sha256(match?.[1] ?? ""), this.digest) && match !== null;
+    const anthropic = req.headers.get("x-api-key");
+    const key = /^Bearer\s+(.+)$/i.exec(header.trim())?.[1] ?? anthropic?.trim() ?? null;
+    const ok = timingSafeEqual(sha256(key ?? ""), this.digest) && key !== null;
     if (!ok) {
-      throw new ApiError(401, header === "" ? "missing API key: send 'Authorization: Bearer KEY'" : "invalid API key", "authentication_error", null, "invalid_api_key", {
+      const missing = header === "" && anthropic === null;
+      throw new ApiError(401, missing ? "missing API key: send 'Authorization: Bearer KEY' (or 'x-api-key: KEY')" : "invalid API key", "authentication_error", null, "invalid_api_key", {
         "WWW-Authenticate": "Bearer",
       });
     }

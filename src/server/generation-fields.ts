@@ -60,8 +60,7 @@ export function readGenerationFields(f: BodyFields, maxTokensDefault: number | n
     repeatLastN: readRepeatLastN(f),
   };
   for (const key of PASSED_FIELDS) given[key] = f.raw(jsonFieldName(key));
-  const fields: GenerationSpec["fields"] = { ...openAiDefaults(maxTokensDefault), ...defaults };
-  for (const [key, v] of Object.entries(given) as [keyof GenerateRequest, unknown][]) if (v !== undefined) fields[key] = v;
+  const fields = fieldsOverDefaults(given, maxTokensDefault, defaults);
   const structured = readStructuredOutput(f);
   if (structured !== null) {
     fields.constraint = structured.spec;
@@ -104,6 +103,16 @@ function readUnusedFields(f: BodyFields): void {
   f.stringMap("metadata");
   f.boolean("store");
   f.string("service_tier");
+}
+
+/**
+ * The fields a body gave (undefined: left out) over the server's defaults, over what OpenAI
+ * clients assume (the Anthropic and Responses APIs assume the same: temperature 1, top_p 1).
+ */
+export function fieldsOverDefaults(given: GenerationSpec["fields"], maxTokensDefault: number | null, defaults: ServerRequestDefaults): GenerationSpec["fields"] {
+  const fields: GenerationSpec["fields"] = { ...openAiDefaults(maxTokensDefault), ...defaults };
+  for (const [key, v] of Object.entries(given) as [keyof GenerateRequest, unknown][]) if (v !== undefined) fields[key] = v;
+  return fields;
 }
 
 /** What OpenAI clients assume of a field they leave out. */

@@ -19,7 +19,9 @@ import { ApiKeyCheck } from "./auth.ts";
 import { BodyFields } from "./body-fields.ts";
 import { BodyReader } from "./body-reader.ts";
 import { CorsPolicy } from "./cors.ts";
+import { anthropicCountTokens, anthropicErrorResponse, anthropicMessages } from "./anthropic-messages.ts";
 import { chatCompletions } from "./chat-completions.ts";
+import { responses, storedResponse } from "./responses.ts";
 import { completions } from "./completions.ts";
 import type { ServerRequestDefaults } from "./generation-fields.ts";
 import type { GenerationContext, Usage } from "./generation-run.ts";
@@ -77,6 +79,8 @@ type State = "loading" | "ready" | "draining";
 
 /** `GET /v1/models/{id}`: the id is the rest of the path. */
 const MODEL_PATH = "/v1/models/";
+/** `/v1/responses/{id}`: a stored response, which this server never has. */
+const RESPONSE_PATH = "/v1/responses/";
 
 /** How long close() lets finished responses flush before it closes every connection. */
 const FLUSH_GRACE_MS = 2000;
@@ -257,7 +261,7 @@ export class PagellmServer {
       // The server's own failure: the operator hears of it whatever the flags (a 503 while
       // loading or shutting down is the server's state, not a failure).
       if (error.type === "server_error") process.stderr.write(`pagellm serve: ${req.method} ${path}: ${error.message}\n`);
-      response = errorResponse(error);
+      response = isAnthropicPath(path) ? anthropicErrorResponse(error) : errorResponse(error);
     }
     status = response.status;
     streaming = isEventStream(response);
@@ -283,6 +287,7 @@ export class PagellmServer {
       client: llm.client, metrics: this.metrics, maxQueue: this.opts.maxQueue, maxPrompts: this.opts.maxPrompts ?? SERVER_DEFAULTS.maxPrompts,
       model: this.opts.modelName, defaults: this.opts.requestDefaults ?? {}, signal: req.signal, onDone,
     };
+    if (path.startsWith(RESPONSE_PATH) && path.length > RESPONSE_PATH.length) storedResponse(path.slice(RESPONSE_PATH.length));
     if (path.startsWith(MODEL_PATH) && path.length > MODEL_PATH.length) {
       if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
       return Response.json(retrieveModel(path.slice(MODEL_PATH.length), this.opts.modelName, this.created));
@@ -297,6 +302,15 @@ export class PagellmServer {
       case "/v1/completions":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
         return completions(llm.tokenizer, ctx, await this.readFields(req));
+      case "/v1/messages":
+        if (req.method !== "POST") throw methodNotAllowed(req, "POST");
+        return anthropicMessages(llm.tokenizer, ctx, await this.readFields(req));
+      case "/v1/messages/count_tokens":
+        if (req.method !== "POST") throw methodNotAllowed(req, "POST");
+        return anthropicCountTokens(ctx, await this.readFields(req));
+      case "/v1/responses":
+        if (req.method !== "POST") throw methodNotAllowed(req, "POST");
+        return responses(ctx, await this.readFields(req));
       default:
         throw new ApiError(404, `no route ${req.method} ${path}`, "not_found_error", null, "not_found");
     }
@@ -346,6 +360,11 @@ function listenProblem(e: unknown): string {
     default:
       return e instanceof Error ? e.message.split("\n")[0]! : String(e);
   }
+}
+
+/** Anthropic's Messages API: its errors have Anthropic's shape. */
+function isAnthropicPath(path: string): boolean {
+  return path === "/v1/messages" || path.startsWith("/v1/messages/");
 }
 
 /** GET, or HEAD (the same answer without its body, which Bun leaves out). */

@@ -8,6 +8,10 @@ import type { Completion, CompletionCreateParamsNonStreaming, CompletionCreatePa
 import type { EngineOptions } from "../../src/engine/engine-options.ts";
 import { LLM } from "../../src/engine/llm.ts";
 import { PagellmServer, type ServerOptions } from "../../src/server/server.ts";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { scriptedModel, type Script } from "./scripted-model.ts";
 import { testThreads } from "./threads.ts";
 
 export interface TestServer {
@@ -54,6 +58,24 @@ export function serveForSuite(
   afterAll(async () => {
     await started?.close();
   });
+}
+
+/**
+ * A server on a scripted model (test/helpers/scripted-model.ts) for a describe's tests, the model
+ * written into a temporary folder (removed after); none when ../shared lacks its vocabulary.
+ */
+export function serveScripted(script: Script, limitMs: number): { get: () => TestServer } {
+  let server: TestServer | undefined;
+  const dir = mkdtempSync(join(tmpdir(), "pagellm-scripted-"));
+  beforeAll(async () => {
+    const model = scriptedModel(dir, script);
+    if (model !== null) server = await startServer(model.path);
+  }, limitMs);
+  afterAll(async () => {
+    await server?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return { get: () => server! };
 }
 
 /** An openai client that never retries (a 429 or 5xx must surface as the error it is). */

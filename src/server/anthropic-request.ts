@@ -1,0 +1,162 @@
+/**
+ * `POST /v1/messages` bodies (Anthropic's Messages API) read onto the same request type as chat
+ * completions: `system` (a string or text blocks) as a system message; `messages` whose content is
+ * a string or blocks (`text`; an assistant's `tool_use` as a call, its `thinking` as reasoning; a
+ * user's `tool_result` as a tool message before the user's text); `max_tokens` (required, as
+ * Anthropic requires it), `stop_sequences`, `temperature`, `top_p`, `top_k` (left out: the
+ * server's defaults, else 1, 1 and none), `stream`; `tools`
+ * (`{name, description, input_schema}`) and `tool_choice` (`auto`, `any`, `tool` with a name,
+ * `none`; `disable_parallel_tool_use`); `thinking` (`{"type": "disabled"}` sets enable_thinking
+ * false; a budget is not enforced). `metadata` and `service_tier` are accepted and change nothing;
+ * images, documents, server tools and any other field are a 400 naming it.
+ */
+import type { ChatMessage, ChatToolCall } from "../chat/jinja-template.ts";
+import { ApiError } from "./api-error.ts";
+import { isObject, type BodyFields, type Json } from "./body-fields.ts";
+import { fieldsOverDefaults, type GenerationSpec, type ServerRequestDefaults } from "./generation-fields.ts";
+
+export interface AnthropicRequest {
+  model: string | undefined;
+  messages: ChatMessage[];
+  spec: GenerationSpec;
+  /** More template variables (enable_thinking from `thinking`), or null. */
+  templateKwargs: Record<string, Json> | null;
+  /** The stop sequences, to say which one ended a reply. */
+  stopSequences: string[];
+}
+
+/** A body; `counting` (count_tokens) needs no max_tokens. `defaults`: the server's, for the sampling fields left out. */
+export function readAnthropicRequest(f: BodyFields, defaults: ServerRequestDefaults, counting = false): AnthropicRequest {
+  const model = f.string("model");
+  const maxTokens = f.raw("max_tokens");
+  if (maxTokens === undefined && !counting) throw ApiError.badField("max_tokens", "'max_tokens' is required");
+  const system = readSystem(f.raw("system"));
+  const messages = [...system, ...readMessages(f.raw("messages"))];
+  const stops = f.raw("stop_sequences");
+  if (stops !== undefined && !(Array.isArray(stops) && stops.every((s) => typeof s === "string"))) {
+    throw ApiError.badField("stop_sequences", "'stop_sequences' must be an array of strings");
+  }
+  const stream = f.boolean("stream") ?? false;
+  const given = { maxTokens, stop: stops, temperature: f.raw("temperature"), topP: f.raw("top_p"), topK: f.raw("top_k") };
+  const spec: GenerationSpec = {
+    fields: fieldsOverDefaults(given, null, defaults),
+    n: 1, logprobs: null, stream, includeUsage: false, aliases: { stop: "stop_sequences" },
+  };
+  readTools(f, spec);
+  const kwargs = readThinking(f.raw("thinking"));
+  // Accepted with Anthropic's types, changing nothing here.
+  f.object("metadata");
+  f.string("service_tier");
+  f.rejectUnknown();
+  return { model, messages, spec, templateKwargs: kwargs, stopSequences: (stops as string[] | undefined) ?? [] };
+}
+
+function readSystem(v: Json | undefined): ChatMessage[] {
+  if (v === undefined) return [];
+  const text = typeof v === "string" ? v : textOfBlocks(v, "system");
+  return text === "" ? [] : [{ role: "system", content: text }];
+}
+
+/** Text blocks joined (a system prompt, a tool result's content). */
+function textOfBlocks(v: Json, at: string): string {
+  if (!Array.isArray(v)) throw ApiError.badField(at, `'${at}' must be a string or an array of text blocks`);
+  return v.map((b, i) => {
+    if (!isObject(b) || b.type !== "text" || typeof b.text !== "string") {
+      throw ApiError.unsupported(`${at}[${i}].type`, `'${at}[${i}]' other than a text block`);
+    }
+    return b.text;
+  }).join("");
+}
+
+function readMessages(v: Json | undefined): ChatMessage[] {
+  if (v === undefined) throw ApiError.badField("messages", "'messages' is required");
+  if (!Array.isArray(v) || v.length === 0) throw ApiError.badField("messages", "'messages' must be a non-empty array");
+  return v.flatMap((m, i) => readMessage(m, `messages[${i}]`));
+}
+
+/** One Anthropic message as chat messages: a user's tool results become tool messages before its text. */
+function readMessage(m: Json, at: string): ChatMessage[] {
+  if (!isObject(m)) throw ApiError.badField(at, `'${at}' must be an object`);
+  const role = m.role;
+  if (role !== "user" && role !== "assistant") throw ApiError.badField(`${at}.role`, `'${at}.role' must be "user" or "assistant"`);
+  for (const key of Object.keys(m)) if (key !== "role" && key !== "content") throw ApiError.unsupported(`${at}.${key}`, `the field '${at}.${key}'`);
+  const content = m.content;
+  if (typeof content === "string") return [{ role, content }];
+  if (!Array.isArray(content)) throw ApiError.badField(`${at}.content`, `'${at}.content' must be a string or an array of content blocks`);
+  let text = "";
+  let reasoning = "";
+  const calls: ChatToolCall[] = [];
+  const results: ChatMessage[] = [];
+  content.forEach((block, j) => {
+    const where = `${at}.content[${j}]`;
+    if (!isObject(block) || typeof block.type !== "string") throw ApiError.badField(`${where}.type`, `'${where}' must be a content block with a 'type'`);
+    const allowed = role === "user" ? ["text", "tool_result"] : ["text", "tool_use", "thinking", "redacted_thinking"];
+    if (!allowed.includes(block.type)) throw ApiError.unsupported(`${where}.type`, `content blocks of type '${block.type}' in ${role} messages`);
+    switch (block.type) {
+      case "text":
+        text += stringField(block, "text", where);
+        break;
+      case "thinking":
+        reasoning += stringField(block, "thinking", where);
+        break;
+      case "tool_use": {
+        if (!isObject(block.input)) throw ApiError.badField(`${where}.input`, `'${where}.input' must be an object`);
+        calls.push({ id: stringField(block, "id", where), type: "function", function: { name: stringField(block, "name", where), arguments: JSON.stringify(block.input) } });
+        break;
+      }
+      case "tool_result": {
+        const result = block.content;
+        const resultText = result === undefined || result === null ? "" : typeof result === "string" ? result : textOfBlocks(result, `${where}.content`);
+        results.push({ role: "tool", tool_call_id: stringField(block, "tool_use_id", where), content: block.is_error === true ? `Error: ${resultText}` : resultText });
+        break;
+      }
+    }
+  });
+  if (role === "user") return text === "" && results.length > 0 ? results : [...results, { role, content: text }];
+  const message: ChatMessage = { role, content: text };
+  if (calls.length > 0) message.tool_calls = calls;
+  if (reasoning !== "") message.reasoning_content = reasoning;
+  return [message];
+}
+
+function stringField(block: { [key: string]: Json }, key: string, where: string): string {
+  const v = block[key];
+  if (typeof v !== "string") throw ApiError.badField(`${where}.${key}`, `'${where}.${key}' must be a string`);
+  return v;
+}
+
+/** Anthropic's tools and tool_choice, onto the request's tools. */
+function readTools(f: BodyFields, spec: GenerationSpec): void {
+  const tools = f.raw("tools");
+  const choice = f.raw("tool_choice");
+  if (tools !== undefined) {
+    if (!Array.isArray(tools)) throw ApiError.badField("tools", "'tools' must be an array");
+    spec.fields.tools = tools.map((t, i) => {
+      const at = `tools[${i}]`;
+      if (!isObject(t)) throw ApiError.badField(at, `'${at}' must be an object`);
+      if (t.type !== undefined && t.type !== null && t.type !== "custom") throw ApiError.unsupported(`${at}.type`, `server tools ('${String(t.type).slice(0, 40)}')`);
+      if (!isObject(t.input_schema)) throw ApiError.badField(`${at}.input_schema`, `'${at}.input_schema' must be a JSON Schema object`);
+      return { type: "function", function: { name: t.name, description: t.description ?? undefined, parameters: t.input_schema } };
+    });
+  }
+  if (choice === undefined) return;
+  if (!isObject(choice) || typeof choice.type !== "string") throw ApiError.badField("tool_choice", "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}");
+  const kinds: Record<string, Json> = { auto: "auto", any: "required", none: "none", tool: { type: "function", function: { name: choice.name ?? null } } };
+  const mapped = kinds[choice.type];
+  if (mapped === undefined) throw ApiError.badField("tool_choice.type", "'tool_choice.type' must be auto, any, tool or none");
+  if (spec.fields.tools === undefined) {
+    if (choice.type === "auto" || choice.type === "none") return;
+    throw ApiError.badField("tool_choice", `'tool_choice' ${choice.type} needs 'tools'`);
+  }
+  spec.fields.toolChoice = mapped;
+  if (choice.disable_parallel_tool_use === true) spec.fields.parallelToolCalls = false;
+}
+
+/** `thinking`: disabled turns the template's thinking off; enabled (with any budget) leaves it on. */
+function readThinking(v: Json | undefined): Record<string, Json> | null {
+  if (v === undefined) return null;
+  if (!isObject(v) || (v.type !== "enabled" && v.type !== "disabled" && v.type !== "adaptive")) {
+    throw ApiError.badField("thinking", "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}");
+  }
+  return v.type === "disabled" ? { enable_thinking: false } : null;
+}
