@@ -128,8 +128,20 @@ describe.skipIf(!available)("agent clients against the server", () => {
     expect(await client.responses.retrieve("resp_1").catch((e: unknown) => e)).toBeInstanceOf(OpenAI.NotFoundError);
     const builtin = await client.responses.create({ model: "test-model", input: "hi", tools: [{ type: "web_search" }] }).catch((e: unknown) => e);
     expect((builtin as InstanceType<typeof OpenAI.BadRequestError>).param).toBe("tools[0].type");
+    const unknownType = await client.responses.create({ model: "test-model", input: "hi", text: { format: { type: "json_schema", name: "w", schema: { type: "strnig" } } } }).catch((e: unknown) => e);
+    expect((unknownType as InstanceType<typeof OpenAI.BadRequestError>).param).toBe("text.format.schema");
     const short = await client.responses.create({ model: "test-model", input: "hi", max_output_tokens: 2 });
     expect(short.status).toBe("incomplete");
     expect(short.incomplete_details).toEqual({ reason: "max_output_tokens" });
+  }, LIMIT_MS);
+
+  test("Responses: text.format json_schema holds the output to the schema (the structured-output engine) and is echoed", async () => {
+    // The scripted model has no preference among the schema's tokens: greedy, it writes a value and then whitespace up to the grammar's limit.
+    const client = new OpenAI({ baseURL: `${s.get().url}/v1`, apiKey: "none", maxRetries: 0 });
+    const format = { type: "json_schema" as const, name: "forecast", strict: true, schema: { enum: ["sunny", "rainy"] } };
+    const r = await client.responses.create({ model: "test-model", input: "What is the weather in Paris?", text: { format }, temperature: 0 });
+    expect(r.status).toBe("completed");
+    expect(["sunny", "rainy"]).toContain(JSON.parse(r.output_text));
+    expect(r.text?.format).toEqual(format);
   }, LIMIT_MS);
 });

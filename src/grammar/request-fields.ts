@@ -96,7 +96,33 @@ function readResponseFormat(v: unknown): RequestedConstraint | null {
   const js = v.json_schema;
   const where = `${at}.json_schema`;
   if (!isObject(js)) throw new RequestFieldError(where, 'must be an object: {"name", "schema", "strict"}');
-  rejectOtherKeys(js, where, ["name", "description", "schema", "strict"]);
+  return namedSchema(js, where, ["name", "description", "schema", "strict"]);
+}
+
+/**
+ * The Responses API's `text.format` (at `at`): `{"type": "text"}`, `{"type": "json_object"}`, or
+ * `{"type": "json_schema", "name", "description", "schema", "strict"}` (the fields beside the type,
+ * where response_format nests them).
+ */
+export function readTextFormat(v: unknown, at: string): RequestedConstraint | null {
+  if (!isObject(v)) throw new RequestFieldError(at, "must be an object with a 'type'");
+  switch (v.type) {
+    case "text":
+      rejectOtherKeys(v, at, ["type"]);
+      return null;
+    case "json_object":
+      rejectOtherKeys(v, at, ["type"]);
+      return { spec: { kind: "json_object" }, path: at };
+    case "json_schema":
+      return namedSchema(v, at, ["type", "name", "description", "schema", "strict"]);
+    default:
+      throw new RequestFieldError(`${at}.type`, `must be "text", "json_object" or "json_schema"`);
+  }
+}
+
+/** A named JSON Schema (`name`, `description`, `schema`, `strict`; `keys` are all it may hold) at `where`. */
+function namedSchema(js: Record<string, unknown>, where: string, keys: readonly string[]): RequestedConstraint {
+  rejectOtherKeys(js, where, keys);
   if (js.name !== undefined && typeof js.name !== "string") throw new RequestFieldError(`${where}.name`, "must be a string");
   if (js.description !== undefined && typeof js.description !== "string") throw new RequestFieldError(`${where}.description`, "must be a string");
   if (js.strict !== undefined && js.strict !== null && typeof js.strict !== "boolean") throw new RequestFieldError(`${where}.strict`, "must be a boolean");

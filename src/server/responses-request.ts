@@ -8,7 +8,8 @@
  * as the next assistant message's reasoning); `max_output_tokens`, `temperature`, `top_p` (left
  * out: the server's defaults, else no limit, 1 and 1), `stream`; function `tools` (`{type: "function", name, description, parameters}`),
  * `tool_choice`, `parallel_tool_calls`; `reasoning.effort` (`none` turns enable_thinking off,
- * low/medium/high go to the template as `reasoning_effort`, which gpt-oss's reads). `store`,
+ * low/medium/high go to the template as `reasoning_effort`, which gpt-oss's reads); `text.format`
+ * (text, json_object, json_schema) as the request's constraint, as chat's response_format. `store`,
  * `metadata`, `user`, `truncation`, `include`, `service_tier`, `prompt_cache_key` and
  * `safety_identifier` are accepted with OpenAI's types and change nothing; any other field, and
  * built-in tools, are a 400 naming it.
@@ -16,6 +17,7 @@
 import type { ChatMessage, ChatToolCall } from "../chat/jinja-template.ts";
 import { ApiError } from "./api-error.ts";
 import { isObject, type BodyFields, type Json } from "./body-fields.ts";
+import { readResponsesTextFormat } from "./structured-output.ts";
 import { fieldsOverDefaults, type GenerationSpec, type ServerRequestDefaults } from "./generation-fields.ts";
 
 export interface ResponsesRequest {
@@ -24,7 +26,7 @@ export interface ResponsesRequest {
   spec: GenerationSpec;
   templateKwargs: Record<string, Json> | null;
   /** Echoed in the response object, as OpenAI echoes them. */
-  echo: { instructions: string | null; tools: Json[]; toolChoice: Json; parallelToolCalls: boolean; temperature: number; topP: number; maxOutputTokens: number | null; metadata: Json };
+  echo: { instructions: string | null; tools: Json[]; toolChoice: Json; parallelToolCalls: boolean; temperature: number; topP: number; maxOutputTokens: number | null; metadata: Json; format: Json };
 }
 
 /** A body; `defaults`: the server's, for the sampling fields and max_output_tokens left out. */
@@ -49,7 +51,8 @@ export function readResponsesRequest(f: BodyFields, defaults: ServerRequestDefau
   const parallel = f.boolean("parallel_tool_calls");
   readTools(tools, toolChoice, parallel, spec);
   const kwargs = readReasoning(f.object("reasoning"));
-  readText(f.object("text"));
+  const text = f.object("text");
+  const format = readText(text, spec);
   f.boolean("store");
   const metadata = f.stringMap("metadata") ?? {};
   for (const name of ["user", "truncation", "service_tier", "prompt_cache_key", "safety_identifier"]) f.string(name);
@@ -62,7 +65,7 @@ export function readResponsesRequest(f: BodyFields, defaults: ServerRequestDefau
     echo: {
       instructions: instructions ?? null, tools: Array.isArray(tools) ? tools : [], toolChoice: toolChoice ?? "auto", parallelToolCalls: parallel ?? true,
       temperature: typeof temperature === "number" ? temperature : 1, topP: typeof topP === "number" ? topP : 1,
-      maxOutputTokens: typeof fields.maxTokens === "number" ? fields.maxTokens : null, metadata,
+      maxOutputTokens: typeof fields.maxTokens === "number" ? fields.maxTokens : null, metadata, format,
     },
   };
 }
@@ -177,9 +180,17 @@ function readReasoning(v: { [key: string]: Json } | undefined): Record<string, J
   throw ApiError.badField("reasoning.effort", "'reasoning.effort' must be none, minimal, low, medium or high");
 }
 
-/** `text.format`: plain text only until structured output is wired in. */
-function readText(v: { [key: string]: Json } | undefined): void {
-  const format = v?.format;
-  if (format === undefined || format === null) return;
-  if (!isObject(format) || format.type !== "text") throw ApiError.unsupported("text.format", "'text.format' other than {\"type\": \"text\"}");
+/** `text`: its `format` as the request's constraint (json_object, json_schema); the format, to echo. `verbosity` changes nothing. */
+function readText(v: { [key: string]: Json } | undefined, spec: GenerationSpec): Json {
+  const plain = { type: "text" };
+  if (v === undefined) return plain;
+  for (const key of Object.keys(v)) if (key !== "format" && key !== "verbosity") throw ApiError.unsupported(`text.${key}`, `'text.${key}'`);
+  const format = v.format;
+  if (format === undefined || format === null) return plain;
+  const constraint = readResponsesTextFormat(format);
+  if (constraint !== null) {
+    spec.fields.constraint = constraint.spec;
+    spec.aliases.constraint = constraint.path;
+  }
+  return format;
 }

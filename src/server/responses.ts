@@ -69,7 +69,7 @@ function responseShell(id: string, model: string, r: ResponsesRequest): Item {
     id, object: "response", created_at: Math.floor(Date.now() / 1000), status: "in_progress", error: null, incomplete_details: null,
     instructions: e.instructions, max_output_tokens: e.maxOutputTokens, model, output: [], parallel_tool_calls: e.parallelToolCalls,
     previous_response_id: null, reasoning: { effort: null, summary: null }, store: false, temperature: e.temperature,
-    text: { format: { type: "text" } }, tool_choice: e.toolChoice, tools: e.tools, top_p: e.topP, truncation: "disabled",
+    text: { format: e.format }, tool_choice: e.toolChoice, tools: e.tools, top_p: e.topP, truncation: "disabled",
     usage: null, user: null, metadata: e.metadata,
   };
 }

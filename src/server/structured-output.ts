@@ -1,16 +1,26 @@
 /**
  * A body's structured output fields (OpenAI's response_format, llama-server's json_schema and
  * grammar, vLLM's structured_outputs and guided_*: src/grammar/request-fields.ts reads them) as
- * the request's constraint, a bad shape a 400 naming the field as the body spells it.
+ * the request's constraint, and the Responses API's `text.format`; a bad shape a 400 naming the
+ * field as the body spells it.
  */
 import { RequestFieldError } from "../errors.ts";
-import { readStructuredOutput as readFields, UnsupportedFieldError, type RequestedConstraint } from "../grammar/request-fields.ts";
+import { readStructuredOutput as readFields, readTextFormat, UnsupportedFieldError, type RequestedConstraint } from "../grammar/request-fields.ts";
 import { ApiError } from "./api-error.ts";
-import type { BodyFields } from "./body-fields.ts";
+import type { BodyFields, Json } from "./body-fields.ts";
 
 export function readStructuredOutput(f: BodyFields): RequestedConstraint | null {
+  return asApiErrors(() => readFields((name) => f.raw(name)));
+}
+
+/** The Responses API's `text.format` as the request's constraint (null: plain text). */
+export function readResponsesTextFormat(v: Json): RequestedConstraint | null {
+  return asApiErrors(() => readTextFormat(v, "text.format"));
+}
+
+function asApiErrors<T>(read: () => T): T {
   try {
-    return readFields((name) => f.raw(name));
+    return read();
   } catch (e) {
     if (e instanceof UnsupportedFieldError) throw ApiError.unsupported(e.field, `'${e.field}'`);
     if (e instanceof RequestFieldError) throw ApiError.badField(e.field, `'${e.field}' ${e.problem}`);
