@@ -57,7 +57,9 @@ interface Plan {
 
 const PLANS: Plan[] = SLOW
   ? [{ seed: 101, rounds: 4, cases: 90, restart: true }, { seed: 102, rounds: 4, cases: 90, restart: true }, { seed: 103, rounds: 3, cases: 90, restart: false }]
-  : [{ seed: 1, rounds: 2, cases: 36, restart: false }];
+  : [{ seed: 1, rounds: 3, cases: 24, restart: false }];
+/** Rounds that settle the process (allocator arenas, JIT, caches) before its resident memory is held to a bound. */
+const WARM_ROUNDS = 2;
 
 async function fixedText(url: string): Promise<string> {
   const r = await fetch(`${url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(FIXED) });
@@ -97,7 +99,7 @@ async function checkServer(server: ServeProcess, expected: string, when: string)
 
 describeShared("fuzzing pagellm serve over HTTP", [STORIES], ([model]) => {
   for (const plan of PLANS) {
-    test(`seed ${plan.seed}: ${plan.rounds} rounds of ${plan.cases} cases; 2xx or OpenAI-shaped 4xx, idle after, same greedy text, memory within 10%`, async () => {
+    test(`seed ${plan.seed}: ${plan.rounds} rounds of ${plan.cases} cases; 2xx or OpenAI-shaped 4xx, idle after, same greedy text, memory within 10% after warm-up`, async () => {
       const dir = mkdtempSync(join(tmpdir(), "pagellm-serve-fuzz-"));
       dirs.push(dir);
       const args = [...SERVE_ARGS, "--kv-cache-dir", dir];
@@ -111,8 +113,9 @@ describeShared("fuzzing pagellm serve over HTTP", [STORIES], ([model]) => {
           const statuses = await round(server, r, plan.cases);
           for (const [status, n] of statuses) seen.set(status, (seen.get(status) ?? 0) + n);
           await checkServer(server, expected, `round ${i + 1}`);
+          // A leak grows round after round; the first rounds' growth is the process settling.
           const rss = server.rssBytes();
-          if (i === 0) baseline = rss;
+          if (i < WARM_ROUNDS) baseline = Math.max(baseline, rss);
           else expect(rss).toBeLessThanOrEqual(baseline * 1.1);
           damageCacheFolder(r, dir, 3);
         }

@@ -1,5 +1,6 @@
 /**
- * The kernels across worker threads: the same bits at 1 and 2 threads, generation that completes
+ * The kernels across worker threads: the same bits at 1 and 2 threads (a random model's logits; each
+ * newer architecture's file through the engine), generation that completes
  * while the machine is oversubscribed and the main thread is kept busy, and clear errors (never a
  * hang) when a worker dies or its kernel throws.
  */
@@ -26,7 +27,8 @@ import { writeLlama2c } from "../src/model/llama2c-writer.ts";
 import { openCheckpoint } from "../src/model/load.ts";
 import { randomWeights } from "../src/model/random-weights.ts";
 import { loadWeights } from "../src/model/weights.ts";
-import { sharedPath } from "./helpers/shared.ts";
+import { comparable } from "./helpers/llm.ts";
+import { describeShared, sharedPath } from "./helpers/shared.ts";
 
 // Big enough that matrix products, the classifier and long-context attention are split across threads.
 const config = makeConfig({ dim: 256, hiddenDim: 688, nLayers: 2, nHeads: 4, nKvHeads: 2, vocabSize: 32000, seqLen: 640, sharedClassifier: false });
@@ -160,6 +162,36 @@ describe("worker threads", () => {
       backend.close();
     }
   });
+});
+
+/**
+ * Each architecture's own kernels at 1 and 2 threads through the engine: the experts' segment
+ * products and routing (qwen3moe, gpt-oss's MXFP4), sliding windows and sinks (gemma3, gpt-oss),
+ * fused matrices (phi3), biases (qwen2). Batched, greedy and seeded, with log-probabilities, so a
+ * last-bit difference anywhere shows. (This stands in for running the llama.cpp comparisons twice.)
+ */
+const ARCH_FILES = [
+  "models/gguf/rnd-qwen3moe-Q4_K_M.gguf", "models/gguf/rnd-gptoss-MXFP4_MOE.gguf", "models/gguf/rnd-gemma3-Q4_K_M.gguf",
+  "models/gguf/rnd-phi3-Q4_K_M.gguf", "models/gguf/rnd-qwen2-Q5_K_M.gguf",
+];
+describeShared("architectures at 1 and 2 threads", ARCH_FILES, (paths) => {
+  for (const path of paths) {
+    test(`${path.split("/").at(-1)}: the same tokens and log-probabilities`, async () => {
+      const requests = [0, 1, 2].map((i) => ({
+        id: `r${i}`, prompt: `Once upon a time number ${i} there was`, maxTokens: 10, logprobs: 2,
+        ...(i === 1 ? { temperature: 0.8, seed: 42 } : { temperature: 0 }),
+      }));
+      const run = async (threads: number) => {
+        const llm = LLM.load({ model: path, engine: { threads, maxNumBatchedTokens: 16 } });
+        try {
+          return (await llm.generate(requests)).map(comparable);
+        } finally {
+          llm.close();
+        }
+      };
+      expect(await run(2)).toEqual(await run(1));
+    }, 120_000);
+  }
 });
 
 describe("guided chunks", () => {

@@ -1,7 +1,8 @@
 /**
  * A whole llama forward pass on WebGPU (GpuLlamaModel) against the WebAssembly engine's
- * (LlamaModel) on stories260K as llama2.c f32 and as GGUF F32, F16, Q8_0 and Q4_0, and on a random
- * Q4_K_M llama (Q4_K and Q6_K tensors), and qwen3 models written by the project's writer (per-head
+ * (LlamaModel) on stories260K as llama2.c f32 and as GGUF F32, F16, Q8_0 and Q4_0, and on random
+ * 256-wide llama (Q4_K_M, Q2_K) and qwen2 (Q5_K_M) models written here (every K type), the shared
+ * qwen3moe and gpt-oss files, and qwen3 models written by the project's writer (per-head
  * q/k norms, a head size other than dim/heads, neox RoPE, grouped KV heads) in F32 and Q4_K_M, and
  * gemma3, phi3 and smollm3 ones (test/helpers/written-models.ts: a sliding window, fused matrices,
  * LongRoPE, a layer without RoPE): the same
@@ -51,6 +52,22 @@ function qwen3(mix: ModelMix): string | null {
   return path;
 }
 
+/**
+ * A 256-wide model of `arch` in `mix` (2 layers, 4 heads of 64, 2 KV heads) written by the
+ * project's writer with stories260K's vocabulary. Null without ../shared.
+ */
+function wide(arch: "llama" | "qwen2", mix: ModelMix): string | null {
+  const vocab = sharedPath("models/gguf/stories260K.gguf");
+  if (vocab === null) return null;
+  const path = join(dir, `${arch}-${mix}-wide.gguf`);
+  const config = makeConfig({
+    dim: 256, hiddenDim: 512, nLayers: 2, nHeads: 4, nKvHeads: 2, headDim: 64, vocabSize: 512, seqLen: 256, normEps: 1e-5,
+    sharedClassifier: false, ropeTheta: 1e4, ropeStyle: arch === "llama" ? "interleaved" : "neox", qkvBias: arch === "qwen2",
+  });
+  writeModelGGUF(path, { arch, name: `test-${arch}`, config, mix, tokenizer: tokenizerMetadata(vocab), seed: 5 });
+  return path;
+}
+
 /** Model file (in ../shared, or written here), and the tolerance of its logits relative to the largest (argmax checked when tight). */
 const MODELS: (({ rel: string } | { name: string; write: () => string | null }) & { tolerance: number })[] = [
   { rel: "models/llama2c/stories260K.bin", tolerance: 1e-4 },
@@ -65,13 +82,15 @@ const MODELS: (({ rel: string } | { name: string; write: () => string | null }) 
   { rel: "models/gguf/stories260K-Q4_1.gguf", tolerance: 3e-2 },
   { rel: "models/gguf/stories260K-Q5_0.gguf", tolerance: 3e-2 },
   { rel: "models/gguf/stories260K-Q5_1.gguf", tolerance: 3e-2 },
-  // Random weights: larger activations, so int8 activation blocks on the wasm side cost more (a
-  // wrong Q6_K scale index fails this by 0.7 of the largest logit).
-  { rel: "models/gguf/rnd-llama-Q4_K_M.gguf", tolerance: 6e-2 },
+  // Random weights 256 wide (whole K-quant rows; stories260K's vocabulary, so a step's classifier is
+  // 512 rows, where the shared rnd-* files' 49,152 and 151,936 made this file minutes long on a
+  // software adapter): larger activations, so int8 activation blocks on the wasm side cost more
+  // (a wrong Q6_K scale index fails this by 0.7 of the largest logit).
+  { name: "llama Q4_K_M (written, 256 wide)", write: () => wide("llama", "Q4_K_M"), tolerance: 6e-2 },
   // Q2_K and Q3_K tensors (llama.cpp's Q2_K mix).
-  { rel: "models/gguf/rnd-llama-Q2_K.gguf", tolerance: 6e-2 },
+  { name: "llama Q2_K (written, 256 wide)", write: () => wide("llama", "Q2_K"), tolerance: 6e-2 },
   // qwen2: q/k/v biases, neox RoPE; Q5_K and Q6_K tensors.
-  { rel: "models/gguf/rnd-qwen2-Q5_K_M.gguf", tolerance: 6e-2 },
+  { name: "qwen2 Q5_K_M (written, 256 wide)", write: () => wide("qwen2", "Q5_K_M"), tolerance: 6e-2 },
   { name: "qwen3 F32 (written)", write: () => qwen3("F32"), tolerance: 1e-4 },
   { name: "qwen3 Q4_K_M (written)", write: () => qwen3("Q4_K_M"), tolerance: 6e-2 },
   // qwen3moe: 8 experts of 256, 2 per token, Q4_K experts (routing on the GPU, slots grouped by expert).
@@ -168,7 +187,7 @@ function compareForwardPasses(gpu: WebGpuBackend, models: typeof MODELS): void {
     } finally {
       cpu.close();
     }
-  }, 240_000); // the random 3-layer models take ~10 s on a software adapter (a 49,152-token classifier: ~60 s on a busy machine)
+  }, 240_000); // the shared qwen3moe's 49,152-token classifier takes ~40 s on a busy machine's software adapter
   }
 }
 
