@@ -1,7 +1,9 @@
 /**
  * The smaller parts of the API surface clients asked for (issue 29), against a server the test
  * starts: `GET /v1/models/{id}` through the openai client's `models.retrieve` (and HEAD, and the
- * 404 for another id in OpenAI's shape); a model without a chat template chats in ChatML.
+ * 404 for another id in OpenAI's shape); `/tokenize` and `/detokenize` in llama-server's and vLLM's
+ * shapes, with fetch, against the tokenizer and the library's prompts; a model without a chat
+ * template chats in ChatML.
  */
 import { afterAll, expect, test } from "bun:test";
 import OpenAI, { BadRequestError, NotFoundError } from "openai";
@@ -19,7 +21,7 @@ const LIMIT_MS = 120_000;
 /** A served name with a slash and a colon, as an hf: spec gives one. */
 const NAME = "owner/repo:Q8_0";
 
-describeShared("serve: GET /v1/models/{id}", [STORIES], ([model]) => {
+describeShared("serve: GET /v1/models/{id}, /tokenize and /detokenize", [STORIES], ([model]) => {
   let s!: TestServer;
   serveForSuite((started) => (s = started), LIMIT_MS, model!, { modelName: NAME });
 
@@ -56,6 +58,58 @@ describeShared("serve: GET /v1/models/{id}", [STORIES], ([model]) => {
     const post = await fetch(`${s.url}${path}`, { method: "POST" });
     expect(post.status).toBe(405);
     expect(post.headers.get("allow")).toBe("GET, HEAD");
+  }, LIMIT_MS);
+
+  /** A JSON POST to the server (no client library: llama-server's and vLLM's routes have none). */
+  const post = async (path: string, body: unknown) => {
+    const r = await fetch(`${s.url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+    return { status: r.status, body: (await r.json()) as Record<string, unknown> & { error?: { param: string | null } } };
+  };
+
+  test("/tokenize and /detokenize in llama-server's shape: the text as written, BOS with add_special, control tokens with parse_special, pieces", async () => {
+    const tok = s.llm.tokenizer;
+    const text = "Once upon a time";
+    const plain = tok.encode(text);
+    const bos = tok.bosId!;
+    expect((await post("/tokenize", { content: text })).body).toEqual({ tokens: plain });
+    expect((await post("/tokenize", { content: text, add_special: true })).body).toEqual({ tokens: [bos, ...plain] });
+    const written = `${tok.tokenText(bos)}${text}`;
+    expect(((await post("/tokenize", { content: written })).body.tokens as number[])[0]).toBe(bos);
+    expect(((await post("/tokenize", { content: written, parse_special: false })).body.tokens as number[])).not.toContain(bos);
+    const pieces = (await post("/tokenize", { content: text, with_pieces: true })).body.tokens as { id: number; piece: string }[];
+    expect(pieces.map((p) => p.id)).toEqual(plain);
+    expect(pieces.map((p) => p.piece).join("").trimStart()).toBe(text);
+    expect((await post("/detokenize", { tokens: plain })).body).toEqual({ content: text, prompt: text });
+    expect((await post("/detokenize", { tokens: [bos, ...plain] })).body.content).toBe(written);
+    expect((await post("/detokenize", { tokens: [] })).body.content).toBe("");
+  }, LIMIT_MS);
+
+  test("/tokenize in vLLM's shape: the prompt a completion or chat completion runs, counted with the context; errors name the field", async () => {
+    const text = "Once upon a time";
+    const messages = [{ role: "system", content: "Be brief." }, { role: "user", content: "Hi" }];
+    const ids = s.llm.encode(text);
+    const maxModelLen = s.llm.client.info.maxPositions;
+    expect((await post("/tokenize", { model: NAME, prompt: text })).body).toEqual({ count: ids.length, max_model_len: maxModelLen, tokens: ids });
+    expect((await post("/tokenize", { prompt: text, add_special_tokens: false })).body.tokens).toEqual(s.llm.tokenizer.encode(text));
+    const chat = s.llm.messagesPromptIds(messages);
+    expect((await post("/tokenize", { messages, add_generation_prompt: true })).body).toEqual({ count: chat.length, max_model_len: maxModelLen, tokens: chat });
+    const long = "once ".repeat(maxModelLen);
+    expect(((await post("/tokenize", { prompt: long })).body.count as number)).toBeGreaterThan(maxModelLen);
+    const refusals: [string, unknown, number, string | null][] = [
+      ["/tokenize", {}, 400, "prompt"],
+      ["/tokenize", { prompt: 5 }, 400, "prompt"],
+      ["/tokenize", { content: "x", extra: 1 }, 400, "extra"],
+      ["/tokenize", { messages, add_generation_prompt: false }, 400, "add_generation_prompt"],
+      ["/tokenize", { messages: [{ role: "pirate", content: "x" }] }, 400, "messages[0].role"],
+      ["/tokenize", { model: "other", prompt: "x" }, 404, "model"],
+      ["/detokenize", { tokens: [1, -1] }, 400, "tokens[1]"],
+      ["/detokenize", { tokens: "1" }, 400, "tokens"],
+    ];
+    for (const [path, body, status, param] of refusals) {
+      const r = await post(path, body);
+      expect({ path, body, status: r.status, param: r.body.error?.param }).toEqual({ path, body, status, param });
+    }
+    expect((await fetch(`${s.url}/tokenize`)).status).toBe(405);
   }, LIMIT_MS);
 });
 

@@ -281,6 +281,8 @@ describeShared("serve: 401, 413 and 429", [STORIES], ([model]) => {
     expect(bare.status).toBe(401);
     // Anthropic's clients send x-api-key; the Messages API's errors have Anthropic's shape.
     expect((await fetch(`${s.url}/v1/models`, { headers: { "x-api-key": "sesame" } })).status).toBe(200);
+    // /tokenize and /detokenize are outside /v1, as llama-server's and vLLM's, and need the key too.
+    expect((await fetch(`${s.url}/tokenize`, { method: "POST", body: JSON.stringify({ content: "x" }) })).status).toBe(401);
     const wrong = await fetch(`${s.url}/v1/messages`, { method: "POST", headers: { "x-api-key": "sesam" }, body: "{}" });
     expect([wrong.status, await wrong.json()]).toEqual([401, { type: "error", error: { type: "authentication_error", message: "invalid API key" } }]);
     expect((await fetch(`${s.url}/health`)).status).toBe(200);

@@ -107,7 +107,10 @@ describe("worker threads", () => {
     // The engine built here, so that the test holds its worker pool; driven through the front door.
     const tok = loadTokenizer(tokenizer!, { modelVocabSize: config.vocabSize }).tokenizer;
     const engine = buildEngine(openCheckpoint(modelPath), tok, { ...DEFAULT_ENGINE_OPTIONS, threads: 2 });
-    const prompts = { encode: (text: string) => tok.encode(text, { addBos: true }), messages: () => ({ ids: [], reply: null, shownTokenIds: [] }) };
+    const prompts = {
+      encode: (text: string) => tok.encode(text, { addBos: true }), encodeWritten: (text: string) => tok.encode(text),
+      decodeWritten: (ids: readonly number[]) => tok.decode(ids), piece: (id: number) => tok.decode([id]), messages: () => ({ ids: [], reply: null, shownTokenIds: [] }),
+    };
     const client = new EngineClient(engine, { prompts, constraints: null, reasoning: null });
     const outputs: EngineOutput[] = [];
     let killed = false;

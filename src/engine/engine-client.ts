@@ -32,7 +32,7 @@ import type { SpeculativeOptions } from "./speculative.ts";
 import type { ConstraintCompiler, ConstraintSpec, ReasoningMarkers, TokenConstraint } from "./constraint.ts";
 import type { EngineRequest, EngineStats, LLMEngine } from "./engine.ts";
 import type { EngineOutput } from "./engine-output.ts";
-import { checkRequest, sampleSeed, type CheckedRequest, type RequestInput } from "./generate-request.ts";
+import { checkRequest, checkTokenIds, sampleSeed, type CheckedRequest, type RequestInput } from "./generate-request.ts";
 import { logSumExp, sampledLogprob, type SampledLogprob } from "./logprobs.ts";
 import { OutputStream, type SubmittedRequest } from "./output-stream.ts";
 import { argmax } from "./sampler.ts";
@@ -42,6 +42,15 @@ import type { GenerationParams } from "./sequence.ts";
 export interface PromptEncoder {
   /** Prompt ids of a text, BOS first when the model expects it. */
   encode(text: string): number[];
+  /**
+   * Ids of a text as written (llama-server's /tokenize): BOS only with `addSpecial` and where the
+   * model adds one; control tokens written in the text matched only with `parseSpecial`.
+   */
+  encodeWritten(text: string, opts: { addSpecial: boolean; parseSpecial: boolean }): number[];
+  /** The text of ids (each in the vocabulary), control tokens written out (token-text.ts). */
+  decodeWritten(ids: readonly number[]): string;
+  /** One token's text: a string, or its bytes where they are not whole UTF-8 characters. */
+  piece(id: number): string | number[];
   /**
    * A conversation in the chat format, with more template variables and the request's tools:
    * its prompt ids, and how its replies are read; RequestFieldError naming the message at fault.
@@ -229,6 +238,34 @@ export class EngineClient {
     const spec = this.constraintOf(checked, reply);
     const constraint = spec === null ? null : { create: this.compile(spec), reasoning: this.parts.reasoning };
     return new PreparedRequest({ id, promptTokenIds, samples, cacheSalt: checked.cacheSalt, constraint }, checked, reply);
+  }
+
+  /**
+   * The prompt token ids of `request` as prepare() renders them, after the same checks but without
+   * the check that it fits: what a /tokenize endpoint counts, a prompt longer than the context
+   * included.
+   */
+  promptTokenIds(request: RequestInput): number[] {
+    const checked = checkRequest(request, { vocabSize: this.engine.config.vocabSize, maxSamples: Infinity });
+    return [...this.prompt(checked).ids];
+  }
+
+  /** Ids of a text as written, with or without BOS and control tokens (PromptEncoder.encodeWritten). */
+  tokenizeText(text: string, opts: { addSpecial: boolean; parseSpecial: boolean }): number[] {
+    return this.prompts.encodeWritten(text, opts);
+  }
+
+  /**
+   * The text of token ids, control tokens written out, as llama-server's and vLLM's /detokenize
+   * give it; RequestFieldError naming `field[i]` for a value that is no id of the vocabulary.
+   */
+  detokenize(ids: readonly unknown[], field = "tokens"): string {
+    return ids.length === 0 ? "" : this.prompts.decodeWritten(checkTokenIds(ids, field, this.engine.config.vocabSize));
+  }
+
+  /** Each token's own text (PromptEncoder.piece), for ids a tokenize call gave. */
+  tokenPieces(ids: readonly number[]): (string | number[])[] {
+    return ids.map((id) => this.prompts.piece(id));
   }
 
   /**

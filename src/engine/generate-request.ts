@@ -180,7 +180,8 @@ function checkRequestTools(f: FieldReader, r: RequestInput): CheckedTools | null
   return tools;
 }
 
-function checkTokenIds(ids: readonly unknown[], field: string, vocabSize: number): number[] {
+/** Token ids of the vocabulary, at least one: RequestFieldError naming `field[i]` for the first that is not. */
+export function checkTokenIds(ids: readonly unknown[], field: string, vocabSize: number): number[] {
   if (ids.length === 0) throw new RequestFieldError(field, "must not be empty");
   ids.forEach((id, i) => {
     if (!(typeof id === "number" && Number.isInteger(id) && id >= 0 && id < vocabSize)) {

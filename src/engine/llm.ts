@@ -11,6 +11,7 @@ import { isGGUF, openCheckpoint } from "../model/load.ts";
 import { readGGUF } from "../model/gguf.ts";
 import { loadTokenizer } from "../tokenizer/load.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
+import { decodeWritten, tokenPieceText } from "../tokenizer/token-text.ts";
 import { chatFormat, messagesPromptIds, newConversation, untemplatedNote, type ChatFormat, type UntemplatedFormat } from "../chat/formats.ts";
 import type { Conversation } from "../chat/conversation.ts";
 import type { ChatMessage } from "../chat/jinja-template.ts";
@@ -171,6 +172,9 @@ export class LLM {
     const engine = buildEngine(checkpoint, tokenizer, engineOptions, { onLoadProgress: opts.onLoadProgress, gpu: opts.gpu, secondTier });
     const prompts = {
       encode: (text: string) => encodeText(tokenizer, addBos, tokenizerPath, text),
+      encodeWritten: (text: string, o: { addSpecial: boolean; parseSpecial: boolean }) => tokenizer.encode(text, { addBos: o.addSpecial && addBos, parseSpecial: o.parseSpecial }),
+      decodeWritten: (ids: readonly number[]) => decodeWritten(tokenizer, ids),
+      piece: (id: number) => tokenPieceText(tokenizer, id),
       messages: (messages: readonly ChatMessage[], kwargs: Readonly<Record<string, unknown>> | null, tools: CheckedTools | null) =>
         chatPrompt(format, tokenizer, addBos, messages, kwargs, tools),
     };

@@ -77,7 +77,8 @@ function readTools(f: BodyFields, spec: GenerationSpec): boolean {
   return false;
 }
 
-function readMessages(v: Json | undefined): ChatMessage[] {
+/** A body's `messages` as the chat template takes them (also vLLM's /tokenize's): a 400 naming the field at fault. */
+export function readMessages(v: Json | undefined): ChatMessage[] {
   if (v === undefined) throw ApiError.badField("messages", "'messages' is required");
   if (!Array.isArray(v) || v.length === 0) throw ApiError.badField("messages", "'messages' must be a non-empty array");
   return v.map((m, i) => readMessage(m, `messages[${i}]`));

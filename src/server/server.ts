@@ -23,6 +23,7 @@ import { anthropicCountTokens, anthropicErrorResponse, anthropicMessages } from 
 import { chatCompletions } from "./chat-completions.ts";
 import { responses, storedResponse } from "./responses.ts";
 import { completions } from "./completions.ts";
+import { detokenize, tokenize } from "./tokenize.ts";
 import type { ServerRequestDefaults } from "./generation-fields.ts";
 import type { GenerationContext, Usage } from "./generation-run.ts";
 import { ServeMetrics } from "./metrics.ts";
@@ -79,6 +80,8 @@ type State = "loading" | "ready" | "draining";
 
 /** `GET /v1/models/{id}`: the id is the rest of the path. */
 const MODEL_PATH = "/v1/models/";
+/** llama-server's and vLLM's token routes, outside /v1 as theirs are (they need the key as /v1 does). */
+const TOKEN_PATHS: ReadonlySet<string> = new Set(["/tokenize", "/detokenize"]);
 /** `/v1/responses/{id}`: a stored response, which this server never has. */
 const RESPONSE_PATH = "/v1/responses/";
 
@@ -279,7 +282,7 @@ export class PagellmServer {
       if (this.llm === null) throw unavailable("loading");
       return new Response(this.metrics.render(this.llm.stats()), { headers: { "Content-Type": "text/plain; version=0.0.4; charset=utf-8" } });
     }
-    if (!path.startsWith("/v1/")) throw new ApiError(404, `no route ${req.method} ${path}`, "not_found_error", null, "not_found");
+    if (!path.startsWith("/v1/") && !TOKEN_PATHS.has(path)) throw new ApiError(404, `no route ${req.method} ${path}`, "not_found_error", null, "not_found");
     this.auth?.check(req);
     if (this.state !== "ready") throw unavailable(this.state);
     const llm = this.llm!;
@@ -302,6 +305,12 @@ export class PagellmServer {
       case "/v1/completions":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
         return completions(llm.tokenizer, ctx, await this.readFields(req));
+      case "/tokenize":
+        if (req.method !== "POST") throw methodNotAllowed(req, "POST");
+        return tokenize(llm.client, this.opts.modelName, await this.readFields(req));
+      case "/detokenize":
+        if (req.method !== "POST") throw methodNotAllowed(req, "POST");
+        return detokenize(llm.client, this.opts.modelName, await this.readFields(req));
       case "/v1/messages":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
         return anthropicMessages(llm.tokenizer, ctx, await this.readFields(req));
