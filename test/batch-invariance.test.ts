@@ -127,26 +127,43 @@ const CASES: { name: string; model: string; tokenizer?: string; kvType?: KVType;
     ],
   },
   {
-    // gpt-oss: attention sinks, windows of 32 on the even layers (most requests outgrow them), YaRN, MXFP4 experts
-    // with biases (4 of 8 per token); stories260K's vocabulary; a q8_0 KV cache.
+    // gpt-oss: attention sinks, windows of 32 on the even layers (most requests outgrow them, and their local
+    // blocks are released as they advance), YaRN, MXFP4 experts with biases (4 of 8 per token); stories260K's
+    // vocabulary; a q8_0 KV cache. Two KV cache groups (global, local) of half the layers each: a block holds
+    // half the layers, so the preempting pools have twice the blocks of the others' (the same bytes).
     name: "rnd-gptoss MXFP4_MOE (q8_0 KV cache)",
     model: "models/gguf/rnd-gptoss-MXFP4_MOE.gguf",
     tokenizer: "models/gguf/rnd-gptoss-MXFP4_MOE.gguf",
     kvType: "q8_0",
     blockSizes: [
-      { blockSize: 16, configs: [TOGETHER_OFF, PREEMPT_ON, CHUNKED_ON] },
-      { blockSize: 4, configs: [PREEMPT_CHUNKED_ON] },
+      {
+        blockSize: 16,
+        configs: [TOGETHER_OFF, { ...PREEMPT_ON, label: "a pool of 40 blocks (preemption), prefix cache on", engine: { ...PREEMPT_ON.engine, numBlocks: 40 } }, CHUNKED_ON],
+      },
+      {
+        blockSize: 4,
+        configs: [{ ...PREEMPT_CHUNKED_ON, label: "a pool of 128 blocks and 24-token steps (preemption and chunks), prefix cache on", engine: { ...PREEMPT_CHUNKED_ON.engine, numBlocks: 128 } }],
+      },
     ],
   },
   {
-    // Sliding-window layers (a window of 32: most requests outgrow it), GeGLU, post-norms; its own vocabulary.
+    // Sliding-window layers (a window of 32: most requests outgrow it, and their local blocks are
+    // released as they advance), GeGLU, post-norms; its own vocabulary. Four KV cache groups of one
+    // layer each: a position needs a block in each, so the pools are larger for preemption to let one
+    // request run (220 positions: 14 + 3 x 4 blocks of 16, 55 + 3 x 15 of 4).
     name: "rnd-gemma3-Q4_K_M (f16 KV cache)",
     model: "models/gguf/rnd-gemma3-Q4_K_M.gguf",
     tokenizer: "models/gguf/rnd-gemma3-Q4_K_M.gguf",
     kvType: "f16",
     blockSizes: [
-      { blockSize: 16, configs: [TOGETHER_ON, PREEMPT_ON, CHUNKED_OFF] },
-      { blockSize: 4, configs: [PREEMPT_CHUNKED_ON] },
+      {
+        blockSize: 16,
+        configs: [TOGETHER_ON, { ...PREEMPT_ON, label: "a pool of 64 blocks (preemption), prefix cache on", engine: { ...PREEMPT_ON.engine, numBlocks: 64 } }, CHUNKED_OFF],
+      },
+      {
+        blockSize: 4,
+        configs: [{ ...PREEMPT_CHUNKED_ON, label: "a pool of 128 blocks and 24-token steps (preemption and chunks), prefix cache on", engine: { ...PREEMPT_CHUNKED_ON.engine, numBlocks: 128 } }],
+      },
     ],
   },
   {

@@ -173,7 +173,7 @@ class EngineRig {
     let pos = 0;
     for (const n of chunks) {
       this.batch.reset();
-      const row = this.batch.addSequence(tokens.slice(pos, pos + n), pos, table, "all");
+      const row = this.batch.addSequence(tokens.slice(pos, pos + n), pos, [table], "all");
       this.model.forward(this.batch, this.arena);
       out.push(...this.logitRows(row, n));
       pos += n;
@@ -190,8 +190,8 @@ class EngineRig {
     const out: Float32Array[] = [];
     for (let pos = 0; pos < tokens.length; pos += chunk) {
       this.batch.reset();
-      this.batch.addSequence(other.slice(pos, pos + chunk), pos, otherTable, "last");
-      const row = this.batch.addSequence(tokens.slice(pos, pos + chunk), pos, table, "all");
+      this.batch.addSequence(other.slice(pos, pos + chunk), pos, [otherTable], "last");
+      const row = this.batch.addSequence(tokens.slice(pos, pos + chunk), pos, [table], "all");
       this.model.forward(this.batch, this.arena);
       out.push(...this.logitRows(row, Math.min(chunk, tokens.length - pos)));
     }
@@ -306,7 +306,7 @@ describe("the comparison has teeth", () => {
       const wrong = [table[3]!, ...table.slice(1)];
       const rest: Float32Array[] = [];
       rig.batch.reset();
-      const row = rig.batch.addSequence(tokens.slice(50), 50, wrong, "all");
+      const row = rig.batch.addSequence(tokens.slice(50), 50, [wrong], "all");
       rig.model.forward(rig.batch, rig.arena);
       for (let r = 0; r < 50; r++) {
         const at = rig.model.logitsAddr(row + r) >> 2;

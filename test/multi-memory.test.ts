@@ -122,7 +122,7 @@ describeShared("addresses past 2 GiB", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([
       const weights = loadWeights({ ...ckpt, config: c }, backend.mem, backend.kernels);
       const batch = new StepBatch(backend.mem, 64, 1, 4, 16, 64);
       const forward = new WasmForward(c, weights, [backend], [wholeModel(c)], batch, 64, 8, kvLayout(c, 16, "f32"));
-      batch.addSequence(tokens, 0, [7, 5, 3, 1], "all");
+      batch.addSequence(tokens, 0, [[7, 5, 3, 1]], "all");
       await forward.forward(batch);
       return tokens.map((_, r) => Float32Array.from(forward.logitsRow(r)));
     } finally {
@@ -142,7 +142,7 @@ describe("placement", () => {
   const sizes = (layers: number[], shared: boolean) => ({
     weights: { embedding: 100, layers, output: 50 },
     sharedClassifier: shared,
-    kvBytesPerLayer: 10,
+    kvBytes: (first: number, end: number) => 10 * (end - first),
     fixedBytes: (part: { firstLayer: number; endLayer: number; classify: boolean }) => 20 + (part.endLayer > part.firstLayer ? 5 : 0) + (part.classify ? 7 : 0),
   });
 

@@ -642,7 +642,7 @@ function greedy(path: string, c: RunqCase, promptMode: "chunk" | "token"): numbe
     const vocab = ckpt.config.vocabSize;
     const step = (tokens: number[], pos: number): number => {
       batch.reset();
-      const row = batch.addSequence(tokens, pos, table, "last");
+      const row = batch.addSequence(tokens, pos, [table], "last");
       model.forward(batch, kv);
       const f = b.mem.f32;
       const base = model.logitsAddr(row) >> 2;

@@ -60,7 +60,7 @@ function allLogits(threads: number, kvType: KVType): Float32Array {
     const out = new Float32Array(600 * config.vocabSize);
     for (let start = 0; start < 600; start += T) {
       batch.reset();
-      const row = batch.addSequence(tokens.slice(start, start + T), start, table, "all");
+      const row = batch.addSequence(tokens.slice(start, start + T), start, [table], "all");
       model.forward(batch, arena);
       const at = model.logitsAddr(row) >> 2;
       out.set(backend.mem.f32.subarray(at, at + T * config.vocabSize), start * config.vocabSize);

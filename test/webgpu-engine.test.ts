@@ -22,6 +22,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
 import type { EngineOptions } from "../src/engine/engine-options.ts";
+import { KVCacheGroups } from "../src/kv/kv-groups.ts";
 import type { KVType } from "../src/kv/kv-layout.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { REPO_ROOT, runPagellm } from "./helpers/cli.ts";
@@ -124,12 +125,15 @@ function invarianceTests(gpu: WebGpuBackend, model: string, tok: string | undefi
     const want = tokensOf(alone);
     expect(new Set(alone.map((r) => r.completion_tokens)).size).toBeGreaterThan(5);
 
+    // A request reaches at most 72 positions: 20 blocks of 4 hold one, not all 10 at once. A model with
+    // sliding-window layers has several KV cache groups, a block holding one group's layers
+    // (kv-groups.ts): as many blocks per group keep the bytes.
+    const numGroups = KVCacheGroups.of(openCheckpoint(model).config).groups.length;
     const configs: { label: string; engine: Partial<EngineOptions>; preempts?: boolean }[] = [
       { label: "together, cache on", engine: { enablePrefixCaching: true } },
-      // A request reaches at most 72 positions: 20 blocks of 4 hold one, not all 10 at once.
       {
-        label: "20 blocks of 4 tokens and 12-token steps, cache on",
-        engine: { enablePrefixCaching: true, blockSize: 4, numBlocks: 20, maxNumBatchedTokens: 12 }, preempts: true,
+        label: `${20 * numGroups} blocks of 4 tokens and 12-token steps, cache on`,
+        engine: { enablePrefixCaching: true, blockSize: 4, numBlocks: 20 * numGroups, maxNumBatchedTokens: 12 }, preempts: true,
       },
     ];
     for (const { label, engine, preempts } of configs) {

@@ -20,6 +20,7 @@ import { CpuBackend } from "../src/backend/cpu.ts";
 import { GpuLlamaModel } from "../src/backend/webgpu/llama-gpu.ts";
 import { FileWeights } from "../src/backend/webgpu/file-weights.ts";
 import { KVArena } from "../src/kv/kv-arena.ts";
+import { KVCacheGroups } from "../src/kv/kv-groups.ts";
 import { StepBatch } from "../src/model/batch.ts";
 import { LlamaModel } from "../src/model/llama.ts";
 import { openCheckpoint } from "../src/model/load.ts";
@@ -130,15 +131,18 @@ function compareForwardPasses(gpu: WebGpuBackend, models: typeof MODELS): void {
       await gpu.prepareExperts(expertTypes(ckpt));
       const weights = loadWeights(ckpt, cpu.mem, cpu.kernels);
       const blocksPerSeq = Math.ceil(c.seqLen / BLOCK);
-      const numBlocks = 2 * blocksPerSeq + 3;
+      // Every KV cache group its own blocks (sliding-window models have several, kv-groups.ts).
+      const groups = KVCacheGroups.of(c);
+      const perGroup = 2 * blocksPerSeq + 3;
+      const numBlocks = perGroup * groups.groups.length;
       const wasm = new LlamaModel(c, weights, cpu, MAX_TOKENS, MAX_TOKENS);
       const kv = new KVArena(cpu.mem, c, numBlocks, BLOCK);
-      const batch = new StepBatch(cpu.mem, MAX_TOKENS, 2, blocksPerSeq, BLOCK, MAX_TOKENS);
+      const batch = new StepBatch(cpu.mem, MAX_TOKENS, 2, blocksPerSeq, BLOCK, MAX_TOKENS, groups.groups.length);
       const model = new GpuLlamaModel(c, new FileWeights({ ...ckpt, config: c }), cpu, gpu, {
         maxTokens: MAX_TOKENS, maxLogits: MAX_TOKENS, numBlocks, blockSize: BLOCK, maxSeqs: 2, maxBlocksPerSeq: blocksPerSeq, kv: kv.layout,
       });
       // Interleaved, reversed block ids: both caches must be read through the tables.
-      const tables = [0, 1].map((s) => Array.from({ length: blocksPerSeq }, (_, i) => numBlocks - 1 - (2 * i + s)));
+      const tables = [0, 1].map((s) => groups.disjointTables(Array.from({ length: blocksPerSeq }, (_, i) => perGroup - 1 - (2 * i + s)), perGroup));
 
       /** Compare the step's logits; returns the GPU rows and the WebAssembly engine's next tokens. */
       const compare = async (): Promise<{ rows: Float32Array[]; next: number[] }> => {

@@ -45,8 +45,11 @@ export function memoryLimitBytes(optionMb: number | null = null): number {
 export interface PlacementSizes {
   weights: PartBytes;
   sharedClassifier: boolean;
-  /** K and V of one layer for the whole block pool (0 when the KV cache is elsewhere, on a GPU). */
-  kvBytesPerLayer: number;
+  /**
+   * K and V for the whole block pool of a memory holding layers [first, end) (0 when the KV cache is
+   * elsewhere, on a GPU): the arena of those layers' slots (kv-arena.ts).
+   */
+  kvBytes(first: number, end: number): number;
   /** Bytes a memory running `part` takes besides its weights and KV (static area, batch, buffers, scratch). */
   fixedBytes(part: ModelPart): number;
 }
@@ -140,7 +143,7 @@ function withItem(m: Contents, item: Item, sizes: PlacementSizes): Contents {
     if (part.endLayer === part.firstLayer) part.firstLayer = item.layer;
     part.endLayer = item.layer + 1;
     weightBytes += sizes.weights.layers[item.layer]!;
-    kvBytes += sizes.kvBytesPerLayer;
+    kvBytes = sizes.kvBytes(part.firstLayer, part.endLayer);
   } else {
     part.classify = true;
     weightBytes += sizes.weights.output;

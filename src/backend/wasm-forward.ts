@@ -49,7 +49,7 @@ export class WasmForward implements ModelForward, KVBlockIO {
     if (parts.length !== backends.length) throw new Error("WasmForward: one part per memory");
     this.parts = parts.map((part, i) => {
       const backend = backends[i]!;
-      const local = i === 0 ? null : new StepBatch(backend.mem, batch.maxTokens, batch.maxSeqs, batch.maxBlocksPerSeq, batch.blockSize, batch.maxLogitRows);
+      const local = i === 0 ? null : new StepBatch(backend.mem, batch.maxTokens, batch.maxSeqs, batch.maxBlocksPerSeq, batch.blockSize, batch.maxLogitRows, batch.numGroups);
       const model = new LlamaModel(config, weights, backend, batch.maxTokens, maxLogits, part);
       const arena = new KVArena(backend.mem, config, numBlocks, kv.blockSize, kv.type, { first: part.firstLayer, end: part.endLayer });
       return { backend, model, arena, batch: local };

@@ -14,6 +14,7 @@
  */
 import { CpuBackend } from "../backend/cpu.ts";
 import { KVArena } from "../kv/kv-arena.ts";
+import { KVCacheGroups } from "../kv/kv-groups.ts";
 import { KV_TYPE_CODE, kvLayout, type KVType } from "../kv/kv-layout.ts";
 import { StepBatch } from "../model/batch.ts";
 import type { ModelConfig } from "../model/config.ts";
@@ -75,21 +76,22 @@ export async function runKVContextBench(o: KVContextOptions): Promise<KVContextR
       progress(`decode at long contexts of ${o.model.label}, ${threadsLabel(threads)}: loading`);
       const weights = loadWeights({ ...ckpt, config }, backend.mem, backend.kernels);
       const model = new LlamaModel(config, weights, backend, FILL_CHUNK, 1);
-      const batch = new StepBatch(backend.mem, FILL_CHUNK, 1, Math.ceil(maxContext / BLOCK_SIZE), BLOCK_SIZE);
+      const groups = KVCacheGroups.of(config);
+      const batch = new StepBatch(backend.mem, FILL_CHUNK, 1, Math.ceil(maxContext / BLOCK_SIZE), BLOCK_SIZE, 1, groups.groups.length);
       for (const context of o.contexts) {
         const blocks = Math.ceil(context / BLOCK_SIZE);
-        const table = Array.from({ length: blocks }, (_, i) => i);
+        const tables = groups.disjointTables(Array.from({ length: blocks }, (_, i) => i), blocks);
         const samples = o.kvTypes.map(() => [] as number[]);
         progress(`decode at a ${context}-token context, ${threadsLabel(threads)}: ${o.kvTypes.join(", ")} in turn`);
         for (let rep = -o.warmup; rep < o.reps; rep++) {
           layouts.forEach((layout, i) => {
             const mark = backend.mem.mark();
             try {
-              const arena = new KVArena(backend.mem, config, blocks, BLOCK_SIZE, layout.type);
-              fillContext(backend, config, arena, context - 1, o.seed);
+              const arena = new KVArena(backend.mem, config, blocks * groups.groups.length, BLOCK_SIZE, layout.type);
+              fillContext(backend, config, arena, context - 1, o.seed, blocks);
               const step = () => {
                 batch.reset();
-                batch.addSequence([1], context - 1, table, "last");
+                batch.addSequence([1], context - 1, tables, "last");
                 model.forward(batch, arena);
               };
               step(); // the freshly written cache's first read, untimed
@@ -121,7 +123,8 @@ export async function runKVContextBench(o: KVContextOptions): Promise<KVContextR
  * Write random K and V rows (|x| < 2) for positions 0..positions-1 of every layer, through writeKV,
  * so the cache holds what the type's writer stores.
  */
-function fillContext(backend: CpuBackend, c: ModelConfig, arena: KVArena, positions: number, seed: number): void {
+/** K and V of `positions` random tokens in every layer, group g's at blocks from g * blocksPerGroup (KVCacheGroups.disjointTables). */
+function fillContext(backend: CpuBackend, c: ModelConfig, arena: KVArena, positions: number, seed: number, blocksPerGroup: number): void {
   const kvDim = c.nKvHeads * c.headDim;
   const mem = backend.mem;
   const mark = mem.mark();
@@ -137,8 +140,9 @@ function fillContext(backend: CpuBackend, c: ModelConfig, arena: KVArena, positi
     const type = KV_TYPE_CODE[arena.layout.type];
     for (let start = 0; start < positions; start += FILL_CHUNK) {
       const T = Math.min(FILL_CHUNK, positions - start);
-      for (let t = 0; t < T; t++) mem.i32[(slots >> 2) + t] = start + t;
       for (let l = 0; l < c.nLayers; l++) {
+        const first = arena.groupOf(l) * blocksPerGroup * BLOCK_SIZE;
+        for (let t = 0; t < T; t++) mem.i32[(slots >> 2) + t] = first + start + t;
         backend.kernels.writeKV(arena.kLayer(l), arena.vLayer(l), k, v, slots, T, c.nKvHeads, c.headDim, BLOCK_SIZE, arena.numBlocks, type, arena.layout.rowBytes);
       }
     }

@@ -7,6 +7,7 @@
  */
 import { InputError } from "../errors.ts";
 import { KVCacheManager } from "../kv/kv-cache-manager.ts";
+import { KVCacheGroups } from "../kv/kv-groups.ts";
 import { kvLayout, resolveKVType, type KVLayout } from "../kv/kv-layout.ts";
 import type { KVSecondTier } from "../kv/second-tier.ts";
 import { SecondTierLink } from "../kv/tier-link.ts";
@@ -56,14 +57,18 @@ export function buildEngine(checkpoint: Checkpoint, tokenizer: Tokenizer, reques
   const memories = memoryPlan === null ? new WasmMemories(1, 1) : new WasmMemories(memoryPlan.placement.memories.length, options.threads);
   try {
     const cpu = memories.backends[0]!;
-    const batch = new StepBatch(cpu.mem, options.maxNumBatchedTokens, options.maxNumSeqs, Math.ceil(config.seqLen / options.blockSize), options.blockSize, logitRows(options));
+    const groups = KVCacheGroups.of(config);
+    const batch = new StepBatch(
+      cpu.mem, options.maxNumBatchedTokens, options.maxNumSeqs, Math.ceil(config.seqLen / options.blockSize), options.blockSize, logitRows(options), groups.groups.length,
+    );
     const model = memoryPlan === null
       ? gpuForward(config, checkpoint, cpu, batch, numBlocks, layout, gpu!, build.onLoadProgress)
       : wasmForward(checkpoint, config, memories, memoryPlan, batch, numBlocks, layout, build.onLoadProgress);
-    const tierLink = build.secondTier === undefined ? null : tierLinkFor(build.secondTier(layout, model.kvProducer), model, options, numBlocks);
+    const tierLink = build.secondTier === undefined ? null : tierLinkFor(build.secondTier(layout, model.kvProducer), model, options, numBlocks, groups);
     const kv = new KVCacheManager({
       numBlocks,
       blockSize: options.blockSize,
+      groups,
       enableCaching: options.enablePrefixCaching,
       evictionPolicy: options.evictionPolicy,
       hash: options.prefixHash,
@@ -114,7 +119,9 @@ function gpuForward(
 }
 
 /** The link to a second tier, refused where it cannot work (the fast hash, no prefix cache). */
-function tierLinkFor(tier: KVSecondTier, model: ModelForward, o: EngineOptions, numBlocks: number): SecondTierLink {
+function tierLinkFor(tier: KVSecondTier, model: ModelForward, o: EngineOptions, numBlocks: number, groups: KVCacheGroups): SecondTierLink {
+  // A block of such a model holds one group's layers; the tier's files hold every layer of a block.
+  if (groups.hybrid) throw new InputError("a KV cache directory holds models whose layers all attend alike; this one has sliding-window layers (drop the KV cache directory)");
   if (!o.enablePrefixCaching) throw new InputError("a KV cache directory needs the prefix cache: drop --no-prefix-cache");
   if (o.prefixHash !== "sha256") throw new InputError(`a KV cache directory keys blocks by sha256 block hashes; --prefix-hash ${o.prefixHash} cannot be used with it`);
   return new SecondTierLink(tier, model.kvBlocks, numBlocks);

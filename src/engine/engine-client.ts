@@ -331,7 +331,7 @@ export class EngineClient {
     const last = request.logits === true ? tokens.length : tokens.length - 1;
     for (let start = 0; start < last; start += window) {
       const part = tokens.slice(start, start + window);
-      await this.task(Math.ceil(part.length / this.engine.options.blockSize), () =>
+      await this.task(this.engine.blocksToScore(part.length), () =>
         this.engine.score(part, (i, logits) => {
           if (request.logits === true) rows.push(logits.slice());
           const next = tokens[start + i + 1];

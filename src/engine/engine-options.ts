@@ -7,6 +7,7 @@ import { availableParallelism } from "node:os";
 import { InputError } from "../errors.ts";
 import type { EvictionPolicyName } from "../kv/eviction.ts";
 import type { HashAlgorithm } from "../kv/block-hash.ts";
+import { KVCacheGroups } from "../kv/kv-groups.ts";
 import type { KVLayout, KVType } from "../kv/kv-layout.ts";
 import type { ModelConfig } from "../model/config.ts";
 import type { SchedulePolicy } from "./scheduler.ts";
@@ -123,6 +124,7 @@ export function contextLength(modelContext: number, ctxSize: number | null): num
 export function defaultNumBlocks(c: ModelConfig, o: EngineOptions, kv: KVLayout, maxBlocks: number): number {
   const perBlock = kv.blockBytes;
   const fromBudget = Math.floor((o.kvCacheMb * 2 ** 20) / perBlock);
-  const forAllSeqs = o.maxNumSeqs * Math.ceil(c.seqLen / o.blockSize);
+  // What every sequence can hold at once at the full context (a sliding window's groups hold only theirs).
+  const forAllSeqs = o.maxNumSeqs * KVCacheGroups.of(c).blocksPerSequence(c.seqLen, o.blockSize, o.maxNumBatchedTokens);
   return Math.max(1, Math.min(fromBudget, forAllSeqs, maxBlocks));
 }

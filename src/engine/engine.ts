@@ -168,7 +168,7 @@ export class LLMEngine {
     this.tierLink = parts.tierLink;
     this.tokenizer = parts.tokenizer;
     const o = parts.options;
-    this.maxPositions = Math.min(parts.config.seqLen, parts.numBlocks * o.blockSize);
+    this.maxPositions = parts.kv.groups.maxPositions(parts.numBlocks, o.blockSize, o.maxNumBatchedTokens, parts.config.seqLen);
     this.scheduler = new Scheduler<Sequence>(this.kv, {
       maxNumBatchedTokens: o.maxNumBatchedTokens, maxNumSeqs: o.maxNumSeqs, policy: o.schedule, maxPrefillWhileDecoding: o.maxPrefillWhileDecoding,
     }, this.tierLoader());
@@ -206,7 +206,7 @@ export class LLMEngine {
     // Without max_tokens a request stops when it reaches maxPositions; it only needs its prompt to fit.
     const positions = maxTokens === null ? P : P + maxTokens - 1;
     if (positions > this.maxPositions) {
-      const blocks = Math.ceil(positions / this.options.blockSize);
+      const blocks = this.kv.groups.blocksPerSequence(positions, this.options.blockSize, this.options.maxNumBatchedTokens);
       throw new RequestTooLongError(
         `needs ${blocks} KV blocks of ${this.options.blockSize} tokens, the whole pool has ${this.numBlocks} (a larger --kv-cache-mb or --num-blocks)`,
         maxTokens === null || P > this.maxPositions ? "prompt" : "maxTokens",
@@ -394,21 +394,29 @@ export class LLMEngine {
     if (tokens.length > this.maxPositions) {
       throw new RequestTooLongError(`${tokens.length} tokens do not fit the context of ${this.maxPositions} (a larger --ctx-size)`, "prompt");
     }
-    const req = new Request({ id: `score-${this.counts.scored++}`, promptTokenIds: tokens });
-    if (this.kv.allocateSlots(req, tokens.length) === null) {
+    if (this.blocksToScore(tokens.length) > this.kv.numFreeBlocks) {
       throw new RequestTooLongError(`${tokens.length} tokens need more KV blocks than are free (${this.kv.numFreeBlocks} of ${this.options.blockSize} tokens; a larger --kv-cache-mb or --num-blocks)`, "prompt");
     }
+    const req = new Request({ id: `score-${this.counts.scored++}`, promptTokenIds: tokens });
     try {
-      const blockTable = this.kv.getBlockIds(req);
       const chunk = this.runner.maxScoredTokens;
       for (let start = 0; start < tokens.length; start += chunk) {
-        const rows = await this.runner.scoreChunk(tokens.slice(start, start + chunk), start, blockTable);
+        const piece = tokens.slice(start, start + chunk);
+        // Chunk by chunk, so that a sliding window's blocks behind the chunk are released (kv-cache-manager.ts).
+        if (this.kv.allocateSlots(req, piece.length) === null) throw new Error(`score: ${piece.length} tokens found no free KV blocks`);
+        const rows = await this.runner.scoreChunk(piece, start, this.kv.getBlockTables(req));
         rows.forEach((row, i) => onLogits(start + i, row));
+        req.numComputedTokens += piece.length;
       }
       this.tierLink?.saveComputed();
     } finally {
       this.kv.free(req);
     }
+  }
+
+  /** KV blocks that scoring `numTokens` tokens holds at most (a sliding window's groups only the window and a chunk). */
+  blocksToScore(numTokens: number): number {
+    return this.kv.groups.blocksPerSequence(numTokens, this.options.blockSize, this.runner.maxScoredTokens);
   }
 
   /** KV blocks free now (a scoring task waits for as many as it needs). */

@@ -11,6 +11,7 @@ import { placeModel, type PlacedMemory, type Placement } from "../backend/placem
 import type { Kernels } from "../backend/kernels.ts";
 import { ModelFormatError } from "../errors.ts";
 import { StepBatch } from "../model/batch.ts";
+import { KVCacheGroups } from "../kv/kv-groups.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
 import { LlamaModel, type ModelPart } from "../model/llama.ts";
@@ -57,14 +58,16 @@ export function planMemory(
   }
   const kernels = sizingKernels();
   const maxBlocksPerSeq = Math.ceil(c.seqLen / shape.blockSize);
+  const groups = KVCacheGroups.of(c);
   const fixedBytes = (part: ModelPart): number =>
-    RESERVED_BYTES + STAGING_BYTES + StepBatch.bytes(shape.maxTokens, shape.maxSeqs, maxBlocksPerSeq, shape.maxLogits) + 64 +
+    RESERVED_BYTES + STAGING_BYTES + StepBatch.bytes(shape.maxTokens, shape.maxSeqs, maxBlocksPerSeq, shape.maxLogits, groups.groups.length) + 64 +
     LlamaModel.bufferBytes(c, kernels, shape.threads, part, shape.maxTokens, shape.maxLogits);
   const plan = (storage: WeightStorage): Placement =>
     placeModel(checkpoint.file, c.nLayers, {
       weights: partBytes(checkpoint, storage),
       sharedClassifier: c.sharedClassifier,
-      kvBytesPerLayer: (shape.numBlocks * shape.kvBlockBytes) / c.nLayers,
+      // A block is kvBlockBytes over the model's slots (kv-layout.ts); a memory stores its layers' slots.
+      kvBytes: (first, end) => (shape.numBlocks * shape.kvBlockBytes * groups.slotsOf(first, end).length) / groups.numSlots,
       fixedBytes,
     }, limitBytes);
   const total = (p: Placement) => p.memories.reduce((a, m) => a + m.totalBytes, 0);

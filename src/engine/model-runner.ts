@@ -32,7 +32,7 @@ export class ModelRunner {
       const numDraft = Math.max(0, end - req.numTokens);
       const tokens = numDraft === 0 ? known.slice(start, end) : [...known.slice(start), ...req.draftTokenIds.slice(0, numDraft)];
       const numLogits = end >= req.numTokens ? 1 + numDraft : 0;
-      return { first: batch.addSequence(tokens, start, this.kv.getBlockIds(req), numLogits), numLogits };
+      return { first: batch.addSequence(tokens, start, this.kv.getBlockTables(req), numLogits), numLogits };
     });
     await this.model.forward(batch);
     return spans.map(({ first, numLogits }) => Array.from({ length: numLogits }, (_, j) => this.model.logitsRow(first + j)));
@@ -45,12 +45,13 @@ export class ModelRunner {
 
   /**
    * Teacher forcing: compute `tokens` at positions startPos.. of the sequence whose KV blocks are
-   * `blockTable`, and return the logits after each of them (views, valid until the next call).
+   * `blockTables` (one per KV cache group), and return the logits after each of them (views, valid
+   * until the next call).
    */
-  async scoreChunk(tokens: readonly number[], startPos: number, blockTable: readonly number[]): Promise<Float32Array[]> {
+  async scoreChunk(tokens: readonly number[], startPos: number, blockTables: readonly (readonly number[])[]): Promise<Float32Array[]> {
     const batch = this.batch;
     batch.reset();
-    const first = batch.addSequence(tokens, startPos, blockTable, "all");
+    const first = batch.addSequence(tokens, startPos, blockTables, "all");
     await this.model.forward(batch);
     return tokens.map((_, i) => this.model.logitsRow(first + i));
   }

@@ -1,17 +1,21 @@
 /**
- * Where the KV cache lives: one arena in linear memory, per layer a K region and a V region,
- * each [kvHead][block][blockSize] rows of one head's values in the layout's element type (one
- * head's rows in consecutive blocks are adjacent: see assembly/attention.ts for why). Block ids
- * index this arena directly; the KVCacheManager decides which request owns which block. Sizes
- * come from the KVLayout (kv-layout.ts), the one place that knows the bytes of a row and a block.
+ * Where the KV cache lives: one arena in linear memory, per slot a K region and a V region, each
+ * [kvHead][block][blockSize] rows of one head's values in the layout's element type (one head's
+ * rows in consecutive blocks are adjacent: see assembly/attention.ts for why). A slot is one layer
+ * of a block (kv-groups.ts): with one KV cache group every layer has its own slot; with sliding-window
+ * layers a block holds one group's layers, layer l in slot slotOf[l], so layers of different groups
+ * share a slot's region and the block ids the manager gives each group keep them apart. Block ids
+ * index this arena directly; the KVCacheManager decides which request (and group) owns which block.
+ * Sizes come from the KVLayout (kv-layout.ts), the one place that knows the bytes of a row and a block.
  *
  * A model placed over several memories has one arena per memory, for the layers that memory
- * holds (`layers`); every one is indexed by the same block ids.
+ * holds (`layers`): it stores the slots those layers occupy; every one is indexed by the same block ids.
  */
 import type { ModelConfig } from "../model/config.ts";
 import type { LinearMemory } from "../backend/wasm.ts";
 import { MAX_BLOCK_SIZE } from "../backend/kernels.ts";
 import { InputError } from "../errors.ts";
+import { KVCacheGroups } from "./kv-groups.ts";
 import { kvLayout, type KVLayout, type KVType } from "./kv-layout.ts";
 
 export class KVArena {
@@ -19,11 +23,16 @@ export class KVArena {
   readonly layout: KVLayout;
   /** Bytes of one block in one layer, K or V alone (layout.layerBlockBytes). */
   readonly blockBytes: number;
+  /** The model's KV cache groups: which group's block table each layer reads, and its slot. */
+  readonly groups: KVCacheGroups;
   private readonly base: number;
   private readonly layerBytes: number;
   /** Bytes of one kv head's rows of one block: the unit a block copy moves (heads are strided by numBlocks). */
   private readonly headBlockBytes: number;
   private readonly nKvHeads: number;
+  /** The slots this arena stores, and each one's index among them. */
+  private readonly slots: readonly number[];
+  private readonly slotIndex = new Map<number, number>();
 
   /** The layers this arena holds, [first, end). */
   readonly firstLayer: number;
@@ -38,31 +47,39 @@ export class KVArena {
       throw new InputError(`block size must be an integer from 1 to ${MAX_BLOCK_SIZE}, got ${blockSize}`);
     }
     this.layout = kvLayout(config, blockSize, type);
+    this.groups = KVCacheGroups.of(config);
     this.blockBytes = this.layout.layerBlockBytes;
     this.layerBytes = this.blockBytes * numBlocks;
     this.headBlockBytes = this.blockBytes / config.nKvHeads;
     this.nKvHeads = config.nKvHeads;
     this.firstLayer = layers.first;
     this.endLayer = layers.end;
-    const bytes = 2 * (layers.end - layers.first) * this.layerBytes;
+    this.slots = this.groups.slotsOf(layers.first, layers.end);
+    this.slots.forEach((slot, i) => this.slotIndex.set(slot, i));
+    const bytes = 2 * this.slots.length * this.layerBytes;
     this.base = mem.alloc(bytes);
     // A request touches a few rows of every layer's and head's region: 2 MiB pages would make
     // each touched one wholly resident (see huge-pages.ts).
     mem.keepSmallPages(this.base, bytes);
   }
 
+  /** The KV cache group whose block tables layer l reads. */
+  groupOf(l: number): number {
+    return this.groups.groupOf[this.local(l)]!;
+  }
+
   /**
-   * Copy block `src`'s K and V into block `dst` in every layer and head (a forked request's partly
+   * Copy block `src`'s K and V into block `dst` in every slot and head (a forked request's partly
    * filled block); `bytes` is the arena's memory. The same bits as recomputing them.
    */
   copyBlock(bytes: Uint8Array, src: number, dst: number): void {
     for (const offset of this.blockRegions(src, dst)) bytes.copyWithin(offset.dst, offset.src, offset.src + this.headBlockBytes);
   }
 
-  /** Byte offsets (from the arena's layer regions) of each head's rows of blocks src and dst, every layer it holds, K and V. */
+  /** Byte offsets (from the arena's slot regions) of each head's rows of blocks src and dst, every slot it holds, K and V. */
   *blockRegions(src: number, dst: number): Generator<{ src: number; dst: number }> {
-    for (let l = this.firstLayer; l < this.endLayer; l++) {
-      for (const region of [this.kLayer(l), this.vLayer(l)]) {
+    for (let i = 0; i < this.slots.length; i++) {
+      for (const region of [this.base + 2 * i * this.layerBytes, this.base + (2 * i + 1) * this.layerBytes]) {
         for (let h = 0; h < this.nKvHeads; h++) {
           const head = region + h * this.numBlocks * this.headBlockBytes;
           yield { src: head + src * this.headBlockBytes, dst: head + dst * this.headBlockBytes };
@@ -71,14 +88,14 @@ export class KVArena {
     }
   }
 
-  /** Address of layer l's K region. */
+  /** Address of layer l's K region (its slot's). */
   kLayer(l: number): number {
-    return this.base + 2 * this.local(l) * this.layerBytes;
+    return this.base + 2 * this.slotIndex.get(this.groups.slotOf[this.local(l)]!)! * this.layerBytes;
   }
 
-  /** Address of layer l's V region. */
+  /** Address of layer l's V region (its slot's). */
   vLayer(l: number): number {
-    return this.base + (2 * this.local(l) + 1) * this.layerBytes;
+    return this.kLayer(l) + this.layerBytes;
   }
 
   /**
@@ -106,8 +123,9 @@ export class KVArena {
     }
   }
 
+  /** l, checked to be one of this arena's layers. */
   private local(l: number): number {
     if (l < this.firstLayer || l >= this.endLayer) throw new Error(`KVArena holds layers ${this.firstLayer}-${this.endLayer - 1}, not ${l}`);
-    return l - this.firstLayer;
+    return l;
   }
 }

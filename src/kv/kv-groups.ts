@@ -86,6 +86,20 @@ export class KVCacheGroups {
     return KVCacheGroups.fromLayers(c.nLayers, (l) => (w !== undefined && w.local[l] === true ? { kind: "sliding", window: w.size } : { kind: "full" }));
   }
 
+  /** The slots the layers [first, end) occupy, each once, ascending: what an arena holding those layers stores. */
+  slotsOf(first: number, end: number): number[] {
+    return [...new Set(this.slotOf.slice(first, end))].sort((a, b) => a - b);
+  }
+
+  /**
+   * One sequence's block tables when the caller hands out blocks itself (a benchmark, a test rig):
+   * `table` for the first group, the same shifted by `blocksPerGroup` for each next one, so that no
+   * two groups share a block (layers of different groups share a slot's region, kv-arena.ts).
+   */
+  disjointTables(table: readonly number[], blocksPerGroup: number): number[][] {
+    return this.groups.map((_, g) => table.map((b) => b + g * blocksPerGroup));
+  }
+
   /** More than one group: the layers attend differently. */
   get hybrid(): boolean {
     return this.groups.length > 1;

@@ -17,6 +17,7 @@
  */
 import type { ModelConfig } from "../model/config.ts";
 import { InputError } from "../errors.ts";
+import { KVCacheGroups } from "./kv-groups.ts";
 
 export const KV_TYPES = ["f32", "f16", "q8_0"] as const;
 export type KVType = (typeof KV_TYPES)[number];
@@ -35,7 +36,12 @@ export interface KVLayout {
   readonly rowBytes: number;
   /** Bytes of one block in one layer, K or V alone: nKvHeads * blockSize rows. */
   readonly layerBlockBytes: number;
-  /** Bytes of one block across all layers, K and V: the unit `--kv-cache-mb` is divided by. */
+  /**
+   * Layers one block holds: every layer, or for a model with sliding-window layers the size of its
+   * KV cache groups (kv-groups.ts: a block serves one group, its layers side by side).
+   */
+  readonly slots: number;
+  /** Bytes of one block across its slots, K and V: the unit `--kv-cache-mb` is divided by. */
   readonly blockBytes: number;
 }
 
@@ -52,7 +58,8 @@ export function kvLayout(config: ModelConfig, blockSize: number, type: KVType = 
   }
   const rowBytes = kvRowBytes(type, config.headDim);
   const layerBlockBytes = rowBytes * config.nKvHeads * blockSize;
-  return { type, blockSize, rowBytes, layerBlockBytes, blockBytes: 2 * config.nLayers * layerBlockBytes };
+  const slots = KVCacheGroups.of(config).numSlots;
+  return { type, blockSize, rowBytes, layerBlockBytes, slots, blockBytes: 2 * slots * layerBlockBytes };
 }
 
 /** The KV type a run gets when none is asked for: f16 for GGUF models (as llama.cpp), f32 for llama2.c checkpoints (run.c). */

@@ -1,7 +1,9 @@
 /**
  * One forward step's input, laid out in linear memory for the kernels: the new tokens of every
- * scheduled sequence, back to back, with their positions and KV slots, one SEQ_INFO record per
- * sequence (see assembly/attention.ts) and the rows whose logits are wanted.
+ * scheduled sequence, back to back, with their positions, one SEQ_INFO record per sequence (see
+ * assembly/attention.ts) and the rows whose logits are wanted; and per KV cache group (kv-groups.ts:
+ * one for most models) each token's KV slot, each sequence's block table and the records that
+ * point at them: a layer reads its group's (LlamaModel: KVArena.groupOf).
  */
 import { SEQ_INFO_INTS } from "../backend/kernels.ts";
 import type { LinearMemory } from "../backend/wasm.ts";
@@ -9,9 +11,10 @@ import type { LinearMemory } from "../backend/wasm.ts";
 export class StepBatch {
   readonly tokens: number; // i32 [maxTokens]
   readonly positions: number; // i32 [maxTokens]
-  readonly slots: number; // i32 [maxTokens]: block * blockSize + row
-  readonly seqInfo: number; // i32 [maxSeqs][SEQ_INFO_INTS]
-  readonly blockTables: number; // i32 [maxSeqs][maxBlocksPerSeq]
+  /** Group 0's slots and records (every layer's, for a model of one group): seqInfoOf(0), slotsOf(0). */
+  readonly slots: number; // i32 [numGroups][maxTokens]: block * blockSize + row
+  readonly seqInfo: number; // i32 [numGroups][maxSeqs][SEQ_INFO_INTS]
+  readonly blockTables: number; // i32 [numGroups][maxSeqs][maxBlocksPerSeq]
   readonly logitRows: number; // i32 [maxLogitRows]: batch rows whose logits are computed
   numTokens = 0;
   numSeqs = 0;
@@ -27,19 +30,36 @@ export class StepBatch {
     readonly blockSize: number,
     /** Logit rows one step may ask for (one per sequence, unless whole chunks are scored). */
     readonly maxLogitRows: number = maxSeqs,
+    /** KV cache groups: a block table (and slots) per sequence for each. */
+    readonly numGroups = 1,
   ) {
     this.tokens = mem.alloc(4 * maxTokens);
     this.positions = mem.alloc(4 * maxTokens);
-    this.slots = mem.alloc(4 * maxTokens);
-    this.seqInfo = mem.alloc(4 * SEQ_INFO_INTS * maxSeqs);
-    this.blockTables = mem.alloc(4 * maxSeqs * maxBlocksPerSeq);
+    this.slots = mem.alloc(4 * numGroups * maxTokens);
+    this.seqInfo = mem.alloc(4 * numGroups * SEQ_INFO_INTS * maxSeqs);
+    this.blockTables = mem.alloc(4 * numGroups * maxSeqs * maxBlocksPerSeq);
     this.logitRows = mem.alloc(4 * maxLogitRows);
   }
 
   /** Bytes a batch of these bounds takes in linear memory (each allocation aligned to 64 bytes). */
-  static bytes(maxTokens: number, maxSeqs: number, maxBlocksPerSeq: number, maxLogitRows: number = maxSeqs): number {
-    const ints = 3 * maxTokens + SEQ_INFO_INTS * maxSeqs + maxSeqs * maxBlocksPerSeq + maxLogitRows;
+  static bytes(maxTokens: number, maxSeqs: number, maxBlocksPerSeq: number, maxLogitRows: number = maxSeqs, numGroups = 1): number {
+    const ints = (2 + numGroups) * maxTokens + numGroups * (SEQ_INFO_INTS * maxSeqs + maxSeqs * maxBlocksPerSeq) + maxLogitRows;
     return 4 * ints + 6 * 64;
+  }
+
+  /** Address of group g's sequence records (their blockTable fields point into group g's tables). */
+  seqInfoOf(g: number): number {
+    return this.seqInfo + 4 * g * SEQ_INFO_INTS * this.maxSeqs;
+  }
+
+  /** Address of group g's KV slot of every token. */
+  slotsOf(g: number): number {
+    return this.slots + 4 * g * this.maxTokens;
+  }
+
+  /** Address of group g's block tables. */
+  private tablesOf(g: number): number {
+    return this.blockTables + 4 * g * this.maxSeqs * this.maxBlocksPerSeq;
   }
 
   /**
@@ -49,7 +69,7 @@ export class StepBatch {
    */
   copyTo(dst: StepBatch): void {
     if (dst.maxTokens !== this.maxTokens || dst.maxSeqs !== this.maxSeqs || dst.maxBlocksPerSeq !== this.maxBlocksPerSeq ||
-      dst.maxLogitRows !== this.maxLogitRows || dst.blockSize !== this.blockSize) {
+      dst.maxLogitRows !== this.maxLogitRows || dst.blockSize !== this.blockSize || dst.numGroups !== this.numGroups) {
       throw new Error("StepBatch.copyTo: batches of different bounds");
     }
     const from = this.mem.i32;
@@ -57,17 +77,19 @@ export class StepBatch {
     const copy = (src: number, at: number, n: number) => to.set(from.subarray(src >>> 2, (src >>> 2) + n), at >>> 2);
     copy(this.tokens, dst.tokens, this.numTokens);
     copy(this.positions, dst.positions, this.numTokens);
-    copy(this.slots, dst.slots, this.numTokens);
     copy(this.logitRows, dst.logitRows, this.numLogits);
-    for (let s = 0; s < this.numSeqs; s++) {
-      const info = (this.seqInfo >>> 2) + s * SEQ_INFO_INTS;
-      const out = (dst.seqInfo >>> 2) + s * SEQ_INFO_INTS;
-      for (let i = 0; i < SEQ_INFO_INTS; i++) to[out + i] = from[info + i]!;
-      // Addresses past 2 GiB are stored wrapped in the i32 field: read them back as unsigned.
-      const table = from[info + 3]! >>> 0;
-      const rebased = table - this.blockTables + dst.blockTables;
-      to[out + 3] = rebased;
-      copy(table, rebased, Math.ceil(from[info + 2]! / this.blockSize));
+    for (let g = 0; g < this.numGroups; g++) {
+      copy(this.slotsOf(g), dst.slotsOf(g), this.numTokens);
+      for (let s = 0; s < this.numSeqs; s++) {
+        const info = (this.seqInfoOf(g) >>> 2) + s * SEQ_INFO_INTS;
+        const out = (dst.seqInfoOf(g) >>> 2) + s * SEQ_INFO_INTS;
+        for (let i = 0; i < SEQ_INFO_INTS; i++) to[out + i] = from[info + i]!;
+        // Addresses past 2 GiB are stored wrapped in the i32 field: read them back as unsigned.
+        const table = from[info + 3]! >>> 0;
+        const rebased = table - this.blockTables + dst.blockTables;
+        to[out + 3] = rebased;
+        copy(table, rebased, Math.ceil(from[info + 2]! / this.blockSize));
+      }
     }
     dst.numTokens = this.numTokens;
     dst.numSeqs = this.numSeqs;
@@ -84,39 +106,47 @@ export class StepBatch {
 
   /**
    * Append a sequence's new tokens, which occupy positions startPos.. in the sequence whose KV
-   * blocks are `blockTable`. `logits` says which of its new tokens get logits: none, its last
+   * blocks are `blockTables` (one per KV cache group, in token order; a sliding window's skipped
+   * entries are never read). `logits` says which of its new tokens get logits: none, its last
    * (a decode, or the end of a prompt), all (scoring a whole chunk), or its last `logits` (a
    * number: the last known token and the draft tokens after it, when speculating). Returns the
    * logits row of its first such token, or -1; the others follow it in order.
    */
   addSequence(
-    newTokens: ArrayLike<number>, startPos: number, blockTable: ArrayLike<number>, logits: "none" | "last" | "all" | number,
+    newTokens: ArrayLike<number>, startPos: number, blockTables: readonly ArrayLike<number>[], logits: "none" | "last" | "all" | number,
   ): number {
     const n = newTokens.length;
     if (n === 0) throw new Error("StepBatch.addSequence: no tokens");
     if (this.numTokens + n > this.maxTokens || this.numSeqs >= this.maxSeqs) throw new Error("StepBatch: batch is full");
+    if (blockTables.length !== this.numGroups) throw new Error(`StepBatch: ${blockTables.length} block tables for ${this.numGroups} KV cache groups`);
     const contextLen = startPos + n;
     const needBlocks = Math.ceil(contextLen / this.blockSize);
-    if (blockTable.length < needBlocks || needBlocks > this.maxBlocksPerSeq) {
-      throw new Error(`StepBatch: ${blockTable.length} blocks cannot hold ${contextLen} tokens`);
+    for (const table of blockTables) {
+      if (table.length < needBlocks || needBlocks > this.maxBlocksPerSeq) {
+        throw new Error(`StepBatch: ${table.length} blocks cannot hold ${contextLen} tokens`);
+      }
     }
     const i32 = this.mem.i32;
     const t0 = this.numTokens;
-    for (let i = 0; i < n; i++) {
-      const pos = startPos + i;
-      i32[(this.tokens >>> 2) + t0 + i] = newTokens[i]!;
-      i32[(this.positions >>> 2) + t0 + i] = pos;
-      const block = blockTable[Math.floor(pos / this.blockSize)]!;
-      i32[(this.slots >>> 2) + t0 + i] = block * this.blockSize + (pos % this.blockSize);
-    }
     const s = this.numSeqs;
-    const table = this.blockTables + 4 * s * this.maxBlocksPerSeq;
-    for (let b = 0; b < needBlocks; b++) i32[(table >>> 2) + b] = blockTable[b]!;
-    const info = (this.seqInfo >>> 2) + s * SEQ_INFO_INTS;
-    i32[info] = t0;
-    i32[info + 1] = n;
-    i32[info + 2] = contextLen;
-    i32[info + 3] = table;
+    for (let i = 0; i < n; i++) {
+      i32[(this.tokens >>> 2) + t0 + i] = newTokens[i]!;
+      i32[(this.positions >>> 2) + t0 + i] = startPos + i;
+    }
+    blockTables.forEach((blockTable, g) => {
+      for (let i = 0; i < n; i++) {
+        const pos = startPos + i;
+        const block = blockTable[Math.floor(pos / this.blockSize)]!;
+        i32[(this.slotsOf(g) >>> 2) + t0 + i] = block * this.blockSize + (pos % this.blockSize);
+      }
+      const table = this.tablesOf(g) + 4 * s * this.maxBlocksPerSeq;
+      for (let b = 0; b < needBlocks; b++) i32[(table >>> 2) + b] = blockTable[b]!;
+      const info = (this.seqInfoOf(g) >>> 2) + s * SEQ_INFO_INTS;
+      i32[info] = t0;
+      i32[info + 1] = n;
+      i32[info + 2] = contextLen;
+      i32[info + 3] = table;
+    });
     this.numTokens += n;
     this.numSeqs += 1;
     this.contextTokens += contextLen;

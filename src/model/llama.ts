@@ -236,11 +236,13 @@ export class LlamaModel {
         this.rope(a.q, batch.positions, T, c.nHeads, qDim, rope);
         this.rope(a.k, batch.positions, T, c.nKvHeads, kvDim, rope);
       }
+      // The layer's KV cache group (a sliding window's or the global layers'): its slots and block tables.
+      const group = kv.groupOf(l);
       ops.kernels.writeKV(
-        kv.kLayer(l), kv.vLayer(l), a.k, a.v, batch.slots, T, c.nKvHeads, c.headDim, kv.blockSize, kv.numBlocks, KV_TYPE_CODE[kv.layout.type], kv.layout.rowBytes,
+        kv.kLayer(l), kv.vLayer(l), a.k, a.v, batch.slotsOf(group), T, c.nKvHeads, c.headDim, kv.blockSize, kv.numBlocks, KV_TYPE_CODE[kv.layout.type], kv.layout.rowBytes,
       );
       ops.attention(
-        a.att, a.q, kv.kLayer(l), kv.vLayer(l), batch.seqInfo, batch.numSeqs,
+        a.att, a.q, kv.kLayer(l), kv.vLayer(l), batch.seqInfoOf(group), batch.numSeqs,
         c.nHeads, c.nKvHeads, c.headDim, kv.blockSize, kv.numBlocks, qDim, batch.contextTokens, kv.layout, this.scores[i]!,
       );
       ops.matmul(a.xb2, a.att, L.wo, T);

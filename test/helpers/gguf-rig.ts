@@ -6,6 +6,7 @@
 import { expect } from "bun:test";
 import { CpuBackend } from "../../src/backend/cpu.ts";
 import { KVArena } from "../../src/kv/kv-arena.ts";
+import { KVCacheGroups } from "../../src/kv/kv-groups.ts";
 import type { KVType } from "../../src/kv/kv-layout.ts";
 import { StepBatch } from "../../src/model/batch.ts";
 import type { ModelConfig } from "../../src/model/config.ts";
@@ -20,9 +21,12 @@ export class GGUFRig {
   readonly model: LlamaModel;
   readonly arena: KVArena;
   readonly batch: StepBatch;
-  /** Blocks of the sequence under test (reversed order, so tables are not contiguous); the rest serve a second sequence. */
-  readonly table: number[];
-  readonly otherTable: number[];
+  /**
+   * Block tables (one per KV cache group, kv-groups.ts) of the sequence under test (reversed order,
+   * so tables are not contiguous), and of a second sequence on the other blocks.
+   */
+  readonly tables: number[][];
+  readonly otherTables: number[][];
 
   /** kvType: f32 unless given, so that comparisons with float64 references see only the weights' rounding. */
   constructor(path: string, readonly maxTokens: number, threads: number, readonly blockSize = 16, kvType: KVType = "f32") {
@@ -32,11 +36,12 @@ export class GGUFRig {
     try {
       const weights = loadWeights({ ...ckpt, config: this.config }, this.backend.mem, this.backend.kernels);
       const blocks = Math.ceil(maxTokens / blockSize);
+      const groups = KVCacheGroups.of(this.config);
       this.model = new LlamaModel(this.config, weights, this.backend, 2 * maxTokens, 2 * maxTokens);
-      this.arena = new KVArena(this.backend.mem, this.config, 2 * blocks, blockSize, kvType);
-      this.batch = new StepBatch(this.backend.mem, 2 * maxTokens, 2, blocks, blockSize, 2 * maxTokens);
-      this.table = Array.from({ length: blocks }, (_, i) => 2 * blocks - 1 - i);
-      this.otherTable = Array.from({ length: blocks }, (_, i) => i);
+      this.arena = new KVArena(this.backend.mem, this.config, 2 * blocks * groups.groups.length, blockSize, kvType);
+      this.batch = new StepBatch(this.backend.mem, 2 * maxTokens, 2, blocks, blockSize, 2 * maxTokens, groups.groups.length);
+      this.tables = groups.disjointTables(Array.from({ length: blocks }, (_, i) => 2 * blocks - 1 - i), 2 * blocks);
+      this.otherTables = groups.disjointTables(Array.from({ length: blocks }, (_, i) => i), 2 * blocks);
     } catch (e) {
       this.backend.close();
       throw e;
@@ -62,9 +67,9 @@ export class GGUFRig {
     const out: Float32Array[] = [];
     for (let pos = 0; pos < tokens.length; pos += chunk) {
       this.batch.reset();
-      if (other !== null && pos < other.length) this.batch.addSequence(other.slice(pos, pos + chunk), pos, this.otherTable, "last");
+      if (other !== null && pos < other.length) this.batch.addSequence(other.slice(pos, pos + chunk), pos, this.otherTables, "last");
       const piece = tokens.slice(pos, pos + chunk);
-      const row = this.batch.addSequence(piece, pos, this.table, "all");
+      const row = this.batch.addSequence(piece, pos, this.tables, "all");
       this.model.forward(this.batch, this.arena);
       out.push(...this.rows(row, piece.length));
     }
@@ -82,7 +87,7 @@ export class GGUFRig {
       if (stops.has(next)) break;
       all.push(next);
       this.batch.reset();
-      const row = this.batch.addSequence([next], all.length - 1, this.table, "last");
+      const row = this.batch.addSequence([next], all.length - 1, this.tables, "last");
       this.model.forward(this.batch, this.arena);
       last = this.rows(row, 1)[0]!;
     }

@@ -10,6 +10,7 @@
  */
 import type { BlockCopy } from "../../kv/kv-cache-manager.ts";
 import { SEQ_INFO_INTS } from "../kernels.ts";
+import { KVCacheGroups } from "../../kv/kv-groups.ts";
 import type { CpuBackend } from "../cpu.ts";
 import { DeviceError } from "../../errors.ts";
 import { layerWindow, queryDim, type ModelConfig } from "../../model/config.ts";
@@ -37,22 +38,25 @@ interface GpuLayer {
   qkNorm: { q: GPUBuffer; k: GPUBuffer } | null; // [headDim] each
   rope: GPUBuffer | null; // this layer's cos/sin table (one of ropeTables), null for a layer without RoPE (smollm3)
   scores: AttentionScores; // the scale of q · k and the sliding window (0: none)
-  k: GPUBuffer; // KV arena, [kvHead][block][blockSize] rows of headDim values in the KV type
+  k: GPUBuffer; // KV arena of the layer's slot (kv-arena.ts), [kvHead][block][blockSize] rows of headDim values in the KV type
   v: GPUBuffer;
+  group: number; // the KV cache group whose slots, records and block tables it reads (kv-groups.ts)
 }
 
-/** Per-step inputs copied from the StepBatch. */
+/** Per-step inputs copied from the StepBatch; slots, records and block tables one per KV cache group. */
 interface StepInputs {
   tokens: GPUBuffer;
   positions: GPUBuffer;
-  slots: GPUBuffer;
-  seqInfo: GPUBuffer;
-  tables: GPUBuffer;
+  slots: GPUBuffer[];
+  seqInfo: GPUBuffer[];
+  tables: GPUBuffer[];
   logitRows: GPUBuffer;
 }
 
 export class GpuLlamaModel {
   private readonly layers: GpuLayer[];
+  /** The KV arena: a K and a V buffer per slot of a block (kv-arena.ts); a layer reads its slot's. */
+  private readonly slotArenas: { k: GPUBuffer; v: GPUBuffer }[];
   /** Null when the table is a ggml block type: looked up on the CPU (embedOnCpu). */
   private readonly embedding: GpuWeightMatrix | null;
   private readonly cpuEmbedding: { table: WeightMatrix; rows: number } | null;
@@ -110,8 +114,12 @@ export class GpuLlamaModel {
       for (const part of m.parts) own(part.buffer);
       return [m];
     };
-    // The arena in 4-byte words (a typed arena is read as u32 words).
+    // The arena in 4-byte words (a typed arena is read as u32 words): a K and a V buffer per slot.
     const arena = (this.kv.layerBlockBytes * this.numBlocks) / 4;
+    const groups = KVCacheGroups.of(c);
+    this.slotArenas = Array.from({ length: groups.numSlots }, (_, s) => ({
+      k: own(gpu.f32Buffer(arena, `k_cache.${s}`)), v: own(gpu.f32Buffer(arena, `v_cache.${s}`)),
+    }));
     const T = TensorName;
     const ropes = layerRopes(c);
     this.ropeTables = ropes.sets.map((params, i) => {
@@ -141,7 +149,8 @@ export class GpuLlamaModel {
       qkNorm: c.qkNorm ? { q: vector(T.attnQNorm(l)), k: vector(T.attnKNorm(l)) } : null,
       rope: ropes.ofLayer[l] === null ? null : this.ropeTables[ropes.ofLayer[l]!]!,
       scores: { scale, window: layerWindow(c, l) },
-      k: own(gpu.f32Buffer(arena, `k_cache.${l}`)), v: own(gpu.f32Buffer(arena, `v_cache.${l}`)),
+      ...this.slotArenas[groups.slotOf[l]!]!,
+      group: groups.groupOf[l]!,
     }));
     this.embedding = weights.embeddingOnGpu ? matrix(T.tokenEmbedding) : null;
     this.cpuEmbedding = this.embedding !== null ? null : { table: weights.loadTokenEmbedding(cpu), rows: cpu.mem.alloc(4 * maxTokens * c.dim) };
@@ -157,9 +166,10 @@ export class GpuLlamaModel {
     };
     this.experts = c.experts === undefined ? null : new GpuExperts(gpu, c, maxTokens, own);
     const i32 = (n: number, label: string) => own(gpu.runner.buffer(4 * n, label));
+    const perGroup = (n: number, label: string) => groups.groups.map((_, g) => i32(n, `${label}.${g}`));
     this.inputs = {
-      tokens: i32(maxTokens, "tokens"), positions: i32(maxTokens, "positions"), slots: i32(maxTokens, "slots"),
-      seqInfo: i32(maxSeqs * SEQ_INFO_INTS, "seq_info"), tables: i32(maxSeqs * maxBlocksPerSeq, "block_tables"),
+      tokens: i32(maxTokens, "tokens"), positions: i32(maxTokens, "positions"), slots: perGroup(maxTokens, "slots"),
+      seqInfo: perGroup(maxSeqs * SEQ_INFO_INTS, "seq_info"), tables: perGroup(maxSeqs * maxBlocksPerSeq, "block_tables"),
       logitRows: i32(maxLogits, "logit_rows"),
     };
   }
@@ -199,7 +209,7 @@ export class GpuLlamaModel {
       // A layer without RoPE (smollm3's NoPE) rotates nothing: a rotary dimension of 0.
       g.ropeWriteKV(
         rope,
-        { q: a.q, k: a.k, v: a.v, kArena: L.k, vArena: L.v, positions: inp.positions, slots: inp.slots, ropeTable: L.rope ?? this.ropeTables[0]! },
+        { q: a.q, k: a.k, v: a.v, kArena: L.k, vArena: L.v, positions: inp.positions, slots: inp.slots[L.group]!, ropeTable: L.rope ?? this.ropeTables[0]! },
         {
           T, nHeads: c.nHeads, nKvHeads: c.nKvHeads, headDim: c.headDim, ropeDim: L.rope === null ? 0 : ropeDim, qStride: qDim, kvStride: kvDim,
           blockSize: this.blockSize, numBlocks: this.numBlocks, seqLen: c.seqLen,
@@ -207,7 +217,7 @@ export class GpuLlamaModel {
         this.kv,
       );
       const attnOut = g.attention(
-        a.att, a.q, L.k, L.v, inp.seqInfo, inp.tables, batch.numSeqs, maxQueryCount,
+        a.att, a.q, L.k, L.v, inp.seqInfo[L.group]!, inp.tables[L.group]!, batch.numSeqs, maxQueryCount,
         c.nHeads, c.nKvHeads, c.headDim, this.blockSize, this.numBlocks, qDim, T, this.kv, L.scores, L.sinks,
       );
       g.matmul(a.xb2, attnOut, L.wo);
@@ -250,7 +260,7 @@ export class GpuLlamaModel {
   }
 
   /**
-   * Copy the K and V of block src into block dst, every layer and kv head (a forked request's
+   * Copy the K and V of block src into block dst, every slot and kv head (a forked request's
    * partly filled block), queued before the next forward's dispatches.
    */
   copyBlocks(copies: readonly BlockCopy[]): void {
@@ -265,8 +275,8 @@ export class GpuLlamaModel {
     const scratch = this.copyScratch;
     const runner = this.gpu.runner;
     for (const { src, dst } of copies) {
-      for (const L of this.layers) {
-        for (const arena of [L.k, L.v]) {
+      for (const slot of this.slotArenas) {
+        for (const arena of [slot.k, slot.v]) {
           for (let h = 0; h < c.nKvHeads; h++) {
             const head = h * this.numBlocks * headBlockBytes;
             runner.copy(arena, head + src * headBlockBytes, scratch, 0, headBlockBytes);
@@ -296,11 +306,14 @@ export class GpuLlamaModel {
     }
   }
 
-  /** Where block `blockId`'s rows are: per layer, K then V, each kv head's rows (heads are numBlocks blocks apart). */
+  /**
+   * Where block `blockId`'s rows are: per slot (a layer's, with one KV cache group: the disk tier's
+   * only case), K then V, each kv head's rows (heads are numBlocks blocks apart).
+   */
   private *kvBlockRegions(blockId: number): Generator<{ buf: GPUBuffer; offset: number; bytes: number }> {
     const headBlockBytes = this.headBlockBytes;
-    for (const L of this.layers) {
-      for (const buf of [L.k, L.v]) {
+    for (const slot of this.slotArenas) {
+      for (const buf of [slot.k, slot.v]) {
         for (let h = 0; h < this.config.nKvHeads; h++) yield { buf, offset: (h * this.numBlocks + blockId) * headBlockBytes, bytes: headBlockBytes };
       }
     }
@@ -326,28 +339,30 @@ export class GpuLlamaModel {
     this.gpu.runner.upload(this.act.x, cpu.mem.f32.subarray(e.rows >>> 2, (e.rows >>> 2) + n));
   }
 
-  /** Copy the batch's arrays to the GPU; block-table addresses become element indices. */
+  /** Copy the batch's arrays to the GPU, each KV cache group's; block-table addresses become element indices. */
   private uploadStep(batch: StepBatch, cpu: CpuBackend): number {
     const i32 = cpu.mem.i32;
     const read = (addr: number, n: number) => i32.slice(addr >>> 2, (addr >>> 2) + n);
     const T = batch.numTokens;
-    const info = read(batch.seqInfo, batch.numSeqs * SEQ_INFO_INTS);
-    const tables: number[] = [];
-    let maxQueryCount = 0;
-    for (let s = 0; s < batch.numSeqs; s++) {
-      const r = s * SEQ_INFO_INTS;
-      maxQueryCount = Math.max(maxQueryCount, info[r + 1]!);
-      const blocks = Math.ceil(info[r + 2]! / this.blockSize);
-      const table = read(info[r + 3]!, blocks);
-      info[r + 3] = tables.length;
-      tables.push(...table);
-    }
     const run = this.gpu.runner;
+    let maxQueryCount = 0;
+    for (let g = 0; g < this.inputs.seqInfo.length; g++) {
+      const info = read(batch.seqInfoOf(g), batch.numSeqs * SEQ_INFO_INTS);
+      const tables: number[] = [];
+      for (let s = 0; s < batch.numSeqs; s++) {
+        const r = s * SEQ_INFO_INTS;
+        maxQueryCount = Math.max(maxQueryCount, info[r + 1]!);
+        const blocks = Math.ceil(info[r + 2]! / this.blockSize);
+        const table = read(info[r + 3]!, blocks);
+        info[r + 3] = tables.length;
+        tables.push(...table);
+      }
+      run.upload(this.inputs.slots[g]!, read(batch.slotsOf(g), T));
+      run.upload(this.inputs.seqInfo[g]!, info);
+      if (tables.length > 0) run.upload(this.inputs.tables[g]!, new Int32Array(tables));
+    }
     run.upload(this.inputs.tokens, read(batch.tokens, T));
     run.upload(this.inputs.positions, read(batch.positions, T));
-    run.upload(this.inputs.slots, read(batch.slots, T));
-    run.upload(this.inputs.seqInfo, info);
-    if (tables.length > 0) run.upload(this.inputs.tables, new Int32Array(tables));
     if (batch.numLogits > 0) run.upload(this.inputs.logitRows, read(batch.logitRows, batch.numLogits));
     return maxQueryCount;
   }
