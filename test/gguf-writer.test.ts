@@ -19,7 +19,7 @@ import { MODEL_MIXES, writeModelGGUF, type Arch, type ModelMix } from "../src/mo
 import { tensorRole, tensorType, useMoreBits } from "../src/model/gguf-quant-mix.ts";
 import { gguf, tensorBytes, writeGGUF, type TensorToWrite } from "../src/model/gguf-writer.ts";
 import { padVocabulary, tokenizerMetadata, vocabularySize } from "../src/model/gguf-tokenizer-metadata.ts";
-import { GGML_TYPE, quantize, quantTypeName } from "../src/quant/index.ts";
+import { dequantize, GGML_TYPE, quantize, quantTypeName } from "../src/quant/index.ts";
 import { expectModelFormatError } from "./helpers/errors.ts";
 import { describeShared } from "./helpers/shared.ts";
 
@@ -274,6 +274,69 @@ describeShared("written models", ["vocab/ggml-vocab-smollm.gguf", "models/gguf/s
       expect(types.get("rope_freqs.weight")).toBe(arch === "llama" ? "F32" : undefined);
     });
   }
+
+  test("qwen3moe Q4_K_M: llama-quantize's types for 8 experts (attn_k and attn_v Q8_0, attn_output Q5_K); decisive routing by construction", () => {
+    // Experts of 32 (ffn_down_exps falls back to Q5_0), everything else in rows of 256 (K-quants).
+    const config = makeConfig({
+      dim: 256, hiddenDim: 512, nLayers: 2, nHeads: 4, nKvHeads: 2, headDim: 64, vocabSize: 512, seqLen: 256, sharedClassifier: false,
+      ropeStyle: "neox", qkNorm: true,
+      experts: { count: 8, used: 2, hiddenDim: 32, gating: "softmax", normalizeWeights: true, biases: false, activation: "swiglu" },
+    });
+    const model = { arch: "qwen3moe" as const, name: "routed", config, tokenizer: tokenizerMetadata(stories!), seed: 7, decisiveRouting: true };
+    const paths = { F32: join(dir, "routed-F32.gguf"), Q4_K_M: join(dir, "routed-Q4_K_M.gguf") };
+    writeModelGGUF(paths.F32, { ...model, mix: "F32" });
+    writeModelGGUF(paths.Q4_K_M, { ...model, mix: "Q4_K_M" });
+    const q = readGGUF(paths.Q4_K_M);
+    expect(q.tensors.map((t) => `${t.name}: ${t.typeName}`)).toEqual(expectedTypes(q, "Q4_K_M"));
+    const types = new Map(q.tensors.map((t) => [t.name, t.typeName]));
+    expect([types.get("blk.0.attn_k.weight"), types.get("blk.0.attn_v.weight"), types.get("blk.0.attn_output.weight")]).toEqual(["Q8_0", "Q8_0", "Q5_K"]);
+
+    const values = (f: GGUFFile, name: string): Float32Array => {
+      const t = f.tensor(name)!;
+      return dequantize(t.typeName as Parameters<typeof dequantize>[0], tensorData(f, name), t.dims.reduce((a, b) => a * b, 1));
+    };
+    const { dim, nLayers } = config;
+    const routing = (l: number, e: number) => dim - nLayers * 8 + l * 8 + e;
+    for (const [mix, path] of Object.entries(paths)) {
+      const f = readGGUF(path);
+      for (let l = 0; l < nLayers; l++) {
+        // Nothing writes to the routing dimensions: their rows are zero, quantized too.
+        const out = values(f, `blk.${l}.attn_output.weight`);
+        const down = values(f, `blk.${l}.ffn_down_exps.weight`);
+        for (let d = routing(0, 0); d < dim; d++) {
+          expect(out.subarray(d * 256, (d + 1) * 256).every((v) => v === 0), `${mix} attn_output row ${d}`).toBe(true);
+          for (let e = 0; e < 8; e++) expect(down.subarray((e * dim + d) * 32, (e * dim + d + 1) * 32).every((v) => v === 0), `${mix} expert ${e} row ${d}`).toBe(true);
+        }
+        expect(out.subarray(0, routing(0, 0) * 256).some((v) => v !== 0)).toBe(true);
+        // The router reads its layer's entries only, through the FFN norm: weight x norm is the same for every expert.
+        const router = values(f, `blk.${l}.ffn_gate_inp.weight`);
+        const norm = values(f, `blk.${l}.ffn_norm.weight`);
+        for (let e = 0; e < 8; e++) {
+          const row = router.subarray(e * dim, (e + 1) * dim);
+          expect(Array.from(row).flatMap((v, d) => (v === 0 ? [] : [d]))).toEqual([routing(l, e)]);
+          expect(row[routing(l, e)]! * norm[routing(l, e)]!).toBeCloseTo(2 * Math.sqrt(dim), 3);
+        }
+      }
+      // Each token's two largest routing entries of each layer lead the third by half the embedding's std (1/16),
+      // and by something still once quantized.
+      const embedding = values(f, "token_embd.weight");
+      let least = Infinity;
+      for (let t = 0; t < 512; t++) {
+        for (let l = 0; l < nLayers; l++) {
+          const block = Array.from({ length: 8 }, (_, e) => embedding[t * dim + routing(l, e)]!).sort((a, b) => b - a);
+          least = Math.min(least, block[1]! - block[2]!);
+        }
+      }
+      if (mix === "F32") expect(least).toBeGreaterThanOrEqual(0.5 / 16 - 1e-6);
+      else expect(least).toBeGreaterThan(0);
+    }
+    expect(() => writeModelGGUF(join(dir, "x.gguf"), { ...model, mix: "F32", config: { ...config, nLayers: 32 } })).toThrow(
+      "decisive routing needs 32 x 8 routing dimensions, fewer than dim 256",
+    );
+    expect(() => writeModelGGUF(join(dir, "x.gguf"), { ...model, arch: "qwen3", mix: "F32", config: { ...config, experts: undefined } })).toThrow(
+      "decisive routing needs experts",
+    );
+  });
 
   test("Q8_0, F16 and F32 models of each architecture load and run", async () => {
     for (const arch of ["llama", "qwen2", "qwen3"] as const) {

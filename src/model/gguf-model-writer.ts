@@ -19,6 +19,7 @@ import { Xoshiro128 } from "../util/random.ts";
 import { TensorName } from "./checkpoint.ts";
 import { queryDim, type ModelConfig } from "./config.ts";
 import type { GGUFValue } from "./gguf.ts";
+import { decisiveRoutingProblem, routerWeights, spreadRoutingEntries, zeroRoutingRows } from "./decisive-routing.ts";
 import { MODEL_MIXES, tensorType, type MixContext, type ModelMix, type TensorRole } from "./gguf-quant-mix.ts";
 import { gguf, writeGGUF, type TensorToWrite } from "./gguf-writer.ts";
 
@@ -68,6 +69,11 @@ export interface ModelToWrite {
   tokenizer: ReadonlyMap<string, GGUFValue>;
   /** Seed of the random weights. */
   seed: number;
+  /**
+   * Experts chosen by wide margins (decisive-routing.ts): for comparing two engines whose rounding
+   * differs, where random routers would let a near tie pick different experts.
+   */
+  decisiveRouting?: boolean;
 }
 
 /** Values generated and encoded at a time. */
@@ -78,20 +84,32 @@ const BIAS_STD = 0.1;
 // ----------------------------------------------------------------------------
 // Random tensors
 
+/** Changes a chunk of whole rows (the first `firstRow`) before it is encoded. */
+type RowEdit = (values: Float32Array, firstRow: number) => void;
+
 /**
  * The bytes of a random rows x cols tensor in `type`, made chunk by chunk of whole rows (rows are
- * encoded independently, so chunking does not change a byte). Stream `stream` of `seed`.
+ * encoded independently, so chunking does not change a byte). Stream `stream` of `seed`; `edit`
+ * changes each chunk's values first.
  */
-function randomTensorData(seed: number, stream: number, rows: number, cols: number, type: QuantTypeName, mean: number, std: number) {
+function randomTensorData(seed: number, stream: number, rows: number, cols: number, type: QuantTypeName, mean: number, std: number, edit?: RowEdit) {
   return function* chunks(): Generator<Uint8Array> {
-    const rng = new Xoshiro128((Math.imul(seed, 1000003) + Math.imul(stream + 1, 7919)) >>> 0);
-    const chunkRows = Math.max(1, Math.floor(CHUNK_VALUES / cols));
-    for (let r = 0; r < rows; r += chunkRows) {
-      const values = new Float32Array(Math.min(chunkRows, rows - r) * cols);
-      rng.fillNormalish(values, mean, std);
+    for (const [values, firstRow] of randomRows(seed, stream, rows, cols, mean, std)) {
+      edit?.(values, firstRow);
       yield quantize(type, values);
     }
   };
+}
+
+/** The f32 values of randomTensorData, chunk by chunk, each with its first row. */
+function* randomRows(seed: number, stream: number, rows: number, cols: number, mean: number, std: number): Generator<[Float32Array, number]> {
+  const rng = new Xoshiro128((Math.imul(seed, 1000003) + Math.imul(stream + 1, 7919)) >>> 0);
+  const chunkRows = Math.max(1, Math.floor(CHUNK_VALUES / cols));
+  for (let r = 0; r < rows; r += chunkRows) {
+    const values = new Float32Array(Math.min(chunkRows, rows - r) * cols);
+    rng.fillNormalish(values, mean, std);
+    yield [values, r];
+  }
 }
 
 // ----------------------------------------------------------------------------
@@ -162,6 +180,10 @@ function checkModel(model: ModelToWrite): void {
   if ((c.longRope !== undefined || c.ropeAttnFactor !== undefined) && arch !== "phi3") fail("LongRoPE is phi3's");
   const e = c.experts;
   if ((e !== undefined) !== (arch === "qwen3moe")) fail(`experts are ${arch === "qwen3moe" ? "required by" : "not part of"} ${arch}`);
+  if (model.decisiveRouting === true) {
+    const problem = decisiveRoutingProblem(c);
+    if (problem !== null) fail(problem);
+  }
   if (e !== undefined) {
     if (!(e.count >= 1 && e.used >= 1 && e.used <= e.count && e.hiddenDim >= 1)) fail(`${e.used} of ${e.count} experts of width ${e.hiddenDim}`);
     if (e.gating !== "softmax" || !e.normalizeWeights || e.biases || e.activation !== "swiglu") fail("qwen3moe's experts are softmax-gated, renormalized SwiGLU without biases");
@@ -187,18 +209,28 @@ export function modelTensors(model: ModelToWrite): TensorToWrite[] {
   const qDim = queryDim(c);
   const ctx: MixContext = { nLayers: c.nLayers, tied: c.sharedClassifier, gqa: c.nHeads / c.nKvHeads, experts: c.experts?.count ?? 0 };
   const tensors: TensorToWrite[] = [];
-  const matrix = (name: string, rows: number, cols: number, role: TensorRole, layer: number, std: number): void => {
+  const matrix = (name: string, rows: number, cols: number, role: TensorRole, layer: number, std: number, edit?: RowEdit): void => {
     const type = tensorType(mix, role, layer, cols, ctx, model.pure);
-    tensors.push({ name, dims: [cols, rows], type: GGML_TYPE[type], data: randomTensorData(seed, tensors.length, rows, cols, type, 0, std) });
+    tensors.push({ name, dims: [cols, rows], type: GGML_TYPE[type], data: randomTensorData(seed, tensors.length, rows, cols, type, 0, std, edit) });
   };
   /** `count` experts' [rows][cols] matrices stacked, [count][rows][cols] (ggml dims [cols, rows, count]). */
-  const experts = (name: string, count: number, rows: number, cols: number, role: TensorRole, layer: number, std: number): void => {
+  const experts = (name: string, count: number, rows: number, cols: number, role: TensorRole, layer: number, std: number, edit?: RowEdit): void => {
     const type = tensorType(mix, role, layer, cols, ctx, model.pure, true);
-    tensors.push({ name, dims: [cols, rows, count], type: GGML_TYPE[type], data: randomTensorData(seed, tensors.length, count * rows, cols, type, 0, std) });
+    tensors.push({ name, dims: [cols, rows, count], type: GGML_TYPE[type], data: randomTensorData(seed, tensors.length, count * rows, cols, type, 0, std, edit) });
   };
   /** The router stays F32 (llama-quantize never quantizes ffn_gate_inp). */
   const router = (name: string, rows: number, cols: number, std: number): void => {
     tensors.push({ name, dims: [cols, rows], type: GGML_TYPE.F32, data: randomTensorData(seed, tensors.length, rows, cols, "F32", 0, std) });
+  };
+  // Decisive routing (decisive-routing.ts): the embedding's routing entries spread, what writes to
+  // them zero, each router reading its layer's entries through the FFN norm written just before it.
+  const routed = model.decisiveRouting === true ? c.experts : undefined;
+  const spreadEntries: RowEdit | undefined = routed && ((values) => spreadRoutingEntries(c, routed, values, input(c.dim)));
+  const zeroRouting = (cols: number): RowEdit | undefined => routed && ((values, firstRow) => zeroRoutingRows(c, routed, values, firstRow, cols));
+  const decisiveRouter = (name: string, l: number, ffnNormStream: number): void => {
+    const [[ffnNorm]] = [...randomRows(seed, ffnNormStream, 1, c.dim, 1, NORM_NOISE)];
+    const weights = routerWeights(c, routed!, l, ffnNorm!, input(c.dim));
+    tensors.push({ name, dims: [c.dim, routed!.count], type: GGML_TYPE.F32, data: new Uint8Array(weights.buffer) });
   };
   const vector = (name: string, n: number, mean: number, std: number): void => {
     tensors.push({ name, dims: [n], type: GGML_TYPE.F32, data: randomTensorData(seed, tensors.length, 1, n, "F32", mean, std) });
@@ -209,7 +241,7 @@ export function modelTensors(model: ModelToWrite): TensorToWrite[] {
     const factors = Float32Array.from(values);
     tensors.push({ name, dims: [factors.length], type: GGML_TYPE.F32, data: new Uint8Array(factors.buffer) });
   };
-  matrix(TensorName.tokenEmbedding, c.vocabSize, c.dim, "token_embd", 0, input(c.dim));
+  matrix(TensorName.tokenEmbedding, c.vocabSize, c.dim, "token_embd", 0, input(c.dim), spreadEntries);
   if (c.ropeFreqFactors !== undefined) factorTensor(TensorName.ropeFreqs, c.ropeFreqFactors);
   if (c.longRope !== undefined) {
     factorTensor(TensorName.ropeFactorsLong, c.longRope.long);
@@ -220,7 +252,7 @@ export function modelTensors(model: ModelToWrite): TensorToWrite[] {
     if (c.fusedQkv) matrix(TensorName.attnQkv(l), qDim + 2 * kvDim, c.dim, "attn_v", l, input(c.dim)); // attn_v's rules (gguf-quant-mix.ts)
     else {
       matrix(TensorName.attnQ(l), qDim, c.dim, "other", l, input(c.dim));
-      matrix(TensorName.attnK(l), kvDim, c.dim, "other", l, input(c.dim));
+      matrix(TensorName.attnK(l), kvDim, c.dim, "attn_k", l, input(c.dim));
       matrix(TensorName.attnV(l), kvDim, c.dim, "attn_v", l, input(c.dim));
     }
     if (c.qkvBias) {
@@ -232,8 +264,9 @@ export function modelTensors(model: ModelToWrite): TensorToWrite[] {
       vector(TensorName.attnQNorm(l), c.headDim, 1, NORM_NOISE);
       vector(TensorName.attnKNorm(l), c.headDim, 1, NORM_NOISE);
     }
-    matrix(TensorName.attnOutput(l), c.dim, qDim, "attn_output", l, input(qDim));
+    matrix(TensorName.attnOutput(l), c.dim, qDim, "attn_output", l, input(qDim), zeroRouting(qDim));
     if (c.postNorms) vector(TensorName.postAttnNorm(l), c.dim, 1, NORM_NOISE);
+    const ffnNormStream = tensors.length;
     vector(TensorName.ffnNorm(l), c.dim, 1, NORM_NOISE);
     const e = c.experts;
     if (e === undefined) {
@@ -245,10 +278,11 @@ export function modelTensors(model: ModelToWrite): TensorToWrite[] {
       matrix(TensorName.ffnDown(l), c.dim, c.hiddenDim, "ffn_down", l, input(c.hiddenDim));
     } else {
       // The router's logits have a std of about 1 over the experts: routing differs token to token.
-      router(TensorName.ffnRouter(l), e.count, c.dim, input(c.dim));
+      if (routed) decisiveRouter(TensorName.ffnRouter(l), l, ffnNormStream);
+      else router(TensorName.ffnRouter(l), e.count, c.dim, input(c.dim));
       experts(TensorName.ffnGateExperts(l), e.count, e.hiddenDim, c.dim, "other", l, input(c.dim));
       experts(TensorName.ffnUpExperts(l), e.count, e.hiddenDim, c.dim, "other", l, input(c.dim));
-      experts(TensorName.ffnDownExperts(l), e.count, c.dim, e.hiddenDim, "ffn_down", l, input(e.hiddenDim));
+      experts(TensorName.ffnDownExperts(l), e.count, c.dim, e.hiddenDim, "ffn_down", l, input(e.hiddenDim), zeroRouting(e.hiddenDim));
     }
     if (c.postNorms) vector(TensorName.postFfnNorm(l), c.dim, 1, NORM_NOISE);
   }
