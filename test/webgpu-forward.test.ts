@@ -1,8 +1,8 @@
 /**
  * A whole llama forward pass on WebGPU (GpuLlamaModel) against the WebAssembly engine's
  * (LlamaModel) on stories260K as llama2.c f32 and as GGUF F32, F16, Q8_0 and Q4_0, and on random
- * 256-wide llama (Q4_K_M, Q2_K) and qwen2 (Q5_K_M) models written here (every K type), the shared
- * qwen3moe and gpt-oss files, and qwen3 models written by the project's writer (per-head
+ * 256-wide llama (Q4_K_M, Q2_K), qwen2 (Q5_K_M) and qwen3moe (F32, Q4_K_M) models written here
+ * (every K type), the shared qwen3moe and gpt-oss files, and qwen3 models written by the project's writer (per-head
  * q/k norms, a head size other than dim/heads, neox RoPE, grouped KV heads) in F32 and Q4_K_M, and
  * gemma3, phi3 and smollm3 ones (test/helpers/written-models.ts: a sliding window, fused matrices,
  * LongRoPE, a layer without RoPE): the same
@@ -56,16 +56,23 @@ function qwen3(mix: ModelMix): string | null {
 /**
  * A 256-wide model of `arch` in `mix` (2 layers, 4 heads of 64, 2 KV heads) written by the
  * project's writer with stories260K's vocabulary. Null without ../shared.
+ *
+ * qwen3moe: q/k norms, 8 experts of 256 (2 per token) beside a dense width of 512 (written, unused),
+ * and decisive routing: with random routers a near tie (a few 1e-4 apart) picks another expert on
+ * the WebAssembly side, whose int8 activation blocks round differently, and the logits then differ
+ * by a tenth of their range although both backends are right (docs/moe.md).
  */
-function wide(arch: "llama" | "qwen2", mix: ModelMix): string | null {
+function wide(arch: "llama" | "qwen2" | "qwen3moe", mix: ModelMix): string | null {
   const vocab = sharedPath("models/gguf/stories260K.gguf");
   if (vocab === null) return null;
   const path = join(dir, `${arch}-${mix}-wide.gguf`);
+  const moe = arch === "qwen3moe";
   const config = makeConfig({
     dim: 256, hiddenDim: 512, nLayers: 2, nHeads: 4, nKvHeads: 2, headDim: 64, vocabSize: 512, seqLen: 256, normEps: 1e-5,
-    sharedClassifier: false, ropeTheta: 1e4, ropeStyle: arch === "llama" ? "interleaved" : "neox", qkvBias: arch === "qwen2",
+    sharedClassifier: false, ropeTheta: 1e4, ropeStyle: arch === "llama" ? "interleaved" : "neox", qkvBias: arch === "qwen2", qkNorm: moe,
+    ...(moe ? { experts: { count: 8, used: 2, hiddenDim: 256, gating: "softmax", normalizeWeights: true, biases: false, activation: "swiglu" } } : {}),
   });
-  writeModelGGUF(path, { arch, name: `test-${arch}`, config, mix, tokenizer: tokenizerMetadata(vocab), seed: 5 });
+  writeModelGGUF(path, { arch, name: `test-${arch}`, config, mix, tokenizer: tokenizerMetadata(vocab), seed: 5, decisiveRouting: moe });
   return path;
 }
 
@@ -96,6 +103,10 @@ const MODELS: (({ rel: string } | { name: string; write: () => string | null }) 
   { name: "qwen3 Q4_K_M (written)", write: () => qwen3("Q4_K_M"), tolerance: 6e-2 },
   // qwen3moe: 8 experts of 256, 2 per token, Q4_K experts (routing on the GPU, slots grouped by expert).
   { rel: "models/gguf/rnd-qwen3moe-Q4_K_M.gguf", tolerance: 6e-2 },
+  // The same written 256 wide: heads of 64 with q/k norms, a dense width other than the experts'; in
+  // Q4_K_M attn_k/attn_v Q8_0, attn_output Q5_K, Q4_K and Q6_K experts (llama-quantize's rules for 8 experts).
+  { name: "qwen3moe F32 (written, 256 wide)", write: () => wide("qwen3moe", "F32"), tolerance: 1e-4 },
+  { name: "qwen3moe Q4_K_M (written, 256 wide)", write: () => wide("qwen3moe", "Q4_K_M"), tolerance: 6e-2 },
   // gpt-oss: attention sinks, q/k/v/output biases, windows of 32 on the even layers, YaRN, MXFP4 experts with
   // biases and the clamped SwiGLU (4 of 8 per token), Q8_0 elsewhere.
   { rel: "models/gguf/rnd-gptoss-MXFP4_MOE.gguf", tolerance: 6e-2 },
