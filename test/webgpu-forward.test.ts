@@ -2,7 +2,7 @@
  * A whole llama forward pass on WebGPU (GpuLlamaModel) against the WebAssembly engine's
  * (LlamaModel) on stories260K as llama2.c f32 and as GGUF F32, F16, Q8_0 and Q4_0, and on random
  * 256-wide llama (Q4_K_M, Q2_K), qwen2 (Q5_K_M) and qwen3moe (F32, Q4_K_M) models written here
- * (every K type), the shared qwen3moe and gpt-oss files, and qwen3 models written by the project's writer (per-head
+ * (every K type), the shared gpt-oss file, and qwen3 models written by the project's writer (per-head
  * q/k norms, a head size other than dim/heads, neox RoPE, grouped KV heads) in F32 and Q4_K_M, and
  * gemma3, phi3 and smollm3 ones (test/helpers/written-models.ts: a sliding window, fused matrices,
  * LongRoPE, a layer without RoPE): the same
@@ -101,9 +101,9 @@ const MODELS: (({ rel: string } | { name: string; write: () => string | null }) 
   { name: "qwen2 Q5_K_M (written, 256 wide)", write: () => wide("qwen2", "Q5_K_M"), tolerance: 6e-2 },
   { name: "qwen3 F32 (written)", write: () => qwen3("F32"), tolerance: 1e-4 },
   { name: "qwen3 Q4_K_M (written)", write: () => qwen3("Q4_K_M"), tolerance: 6e-2 },
-  // qwen3moe: 8 experts of 256, 2 per token, Q4_K experts (routing on the GPU, slots grouped by expert).
-  { rel: "models/gguf/rnd-qwen3moe-Q4_K_M.gguf", tolerance: 6e-2 },
-  // The same written 256 wide: heads of 64 with q/k norms, a dense width other than the experts'; in
+  // qwen3moe (routing on the GPU, slots grouped by expert), 8 experts of 256, 2 per token, written 256
+  // wide (the shared rnd-qwen3moe's 49,152-row classifier took minutes here; its accuracy is checked in
+  // webgpu-engine.test.ts): heads of 64 with q/k norms, a dense width other than the experts'; in
   // Q4_K_M attn_k/attn_v Q8_0, attn_output Q5_K, Q4_K and Q6_K experts (llama-quantize's rules for 8 experts).
   { name: "qwen3moe F32 (written, 256 wide)", write: () => wide("qwen3moe", "F32"), tolerance: 1e-4 },
   { name: "qwen3moe Q4_K_M (written, 256 wide)", write: () => wide("qwen3moe", "Q4_K_M"), tolerance: 6e-2 },
@@ -202,7 +202,7 @@ function compareForwardPasses(gpu: WebGpuBackend, models: typeof MODELS): void {
     } finally {
       cpu.close();
     }
-  }, 240_000); // the shared qwen3moe's 49,152-token classifier takes ~40 s on a busy machine's software adapter
+  }, 240_000); // a busy machine's software adapter
   }
 }
 
