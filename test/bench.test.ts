@@ -75,7 +75,7 @@ describe("bench command", () => {
   test("every bench's --help lists its options", () => {
     const expected: Record<string, string[]> = {
       kernels: ["--threads", "--stream-mb", "--decode-tokens", "--model", "--shape", "--models-dir", "--tokenizer", "--json", "--reps"],
-      decode: ["--threads", "--tokens", "--prompt-tokens", "--stream-mb", "--model", "--quant", "--type", "--peer-nlc", "--speculate", "--spec-tokens", "--spec-stories"],
+      decode: ["--threads", "--tokens", "--prompt-tokens", "--stream-mb", "--model", "--quant", "--type", "--peer-nlc", "--speculate", "--spec-tokens", "--spec-stories", "--json-schema"],
       prefill: ["--threads", "--prompt-tokens", "--decode-tokens", "--model", "--type", "--peer-nlc"],
       batch: ["--threads", "--seqs", "--steps", "--warmup-steps", "--shape"],
       prefix: ["--threads", "--prefix-tokens", "--suffix-tokens", "--workloads", "--requests", "--max-num-seqs", "--num-blocks", "--eviction-policies"],
@@ -210,11 +210,15 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
     for (const s of ["pagellm bench kernels", "SIMD kernel vs scalar loop", "288x288", "2048x768", "scalar loop"]) expect(svg).toContain(s);
   }, PROCESS_TEST_MS);
 
-  test("decode", () => {
-    expectFigures(["bench", "decode", ...QUICK, ...onModel, "--stream-mb", "16", "--tokens", "4", "--threads", "1,2"], [
+  test("decode, with --json-schema: constrained and unconstrained decode at the first thread count", () => {
+    const schema = join(REPO_ROOT, "docs", "examples", "person.schema.json");
+    const doc = expectFigures(["bench", "decode", ...QUICK, ...onModel, "--stream-mb", "16", "--tokens", "4", "--threads", "1,2", "--json-schema", schema], [
       "bytesPerToken", "rows.*.tokensPerSecond.median", "rows.*.msPerToken.p99", "rows.*.bandwidthGBps.median",
       "rows.*.limitTokensPerSecond", "rows.*.fractionOfLimit", "rows.*.vsFirst",
+      "structured.unconstrained.median", "structured.constrained.median", "structured.ratio", "structured.cpuRatio", "structured.compileMs",
     ]);
+    expect(at(doc, "results.structured.threads")).toEqual([1]);
+    expect(at(doc, "results.structured.schema")).toEqual(["person.schema.json"]);
   }, PROCESS_TEST_MS);
 
   test("decode --context --kv-type: a step at each written context for each KV type, against the first type; q8_0 on heads of 8 is one line", () => {

@@ -16,6 +16,7 @@ import { TokenSource } from "./prompts.ts";
 import { runSpeculativeDecode, speculativeFigures, speculativeTable, type SpeculativeDecode } from "./speculative.ts";
 import type { SpeculativeOptions } from "../engine/speculative.ts";
 import { kvContextFigures, kvContextTables, runKVContextBench, type KVContextResult } from "./kv-context.ts";
+import { runStructuredDecode, structuredFigures, structuredTable, type StructuredDecode } from "./structured.ts";
 import { kvLayout, type KVType } from "../kv/kv-layout.ts";
 
 /** Decode steps timed per repetition at a long context (one step is tens of milliseconds there). */
@@ -37,6 +38,8 @@ export interface DecodeOptions extends RepeatOptions {
   gpu: BenchGpu | null;
   /** --speculate: decode with and without speculation on three workloads at the first thread count, or null. */
   speculate: { options: SpeculativeOptions; storiesModel: string | null } | null;
+  /** --json-schema: decode with this schema and without in the same run at the first thread count, or null. */
+  jsonSchema: { text: string; name: string } | null;
   /** The KV cache type of the plain decode (null: the model's default). */
   kvType: KVType | null;
   /** Decode at long contexts for each KV type (--context, --kv-type), or null. */
@@ -79,6 +82,8 @@ export interface DecodeResult {
   speculative?: SpeculativeDecode;
   /** Decode at long contexts by KV cache type (--context); absent without it. */
   kvContext?: KVContextResult;
+  /** With and without a JSON Schema constraint (--json-schema); absent when not asked for. */
+  structured?: StructuredDecode;
 }
 
 export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
@@ -131,6 +136,11 @@ export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
       promptTokens: o.promptTokens, seed: o.seed, storiesModel: o.speculate.storiesModel,
     });
   }
+  if (o.jsonSchema !== null) {
+    result.structured = await runStructuredDecode(o.model, {
+      warmup: o.warmup, reps: o.reps, threads: o.threads[0]!, schema: o.jsonSchema, genTokens: o.genTokens, promptTokens: o.promptTokens, seed: o.seed,
+    });
+  }
   if (o.kvContext !== null) result.kvContext = await runKVContextBench({ ...o, ...o.kvContext, steps: KV_CONTEXT_STEPS });
   return result;
 }
@@ -157,7 +167,8 @@ export function decodeFigures(r: DecodeResult): Figure[] {
   const g = r.webgpu ?? null;
   const gpu = g !== null && "row" in g ? figure(`${r.model}, webgpu: decode tokens/s`, g.row.value, "tokens/s") : [];
   const spec = r.speculative === undefined ? [] : speculativeFigures(r.model, r.speculative);
-  return [...gpu, ...spec, ...(r.kvContext === undefined ? [] : kvContextFigures(r.kvContext)), ...r.rows.flatMap((x) => {
+  const structured = r.structured === undefined ? [] : structuredFigures(r.model, r.structured);
+  return [...gpu, ...spec, ...structured, ...(r.kvContext === undefined ? [] : kvContextFigures(r.kvContext)), ...r.rows.flatMap((x) => {
     const at = `${r.model}, ${threadsLabel(x.threads)}`;
     return [
       ...figure(`${at}: decode tokens/s`, x.tokensPerSecond, "tokens/s"),
@@ -191,6 +202,7 @@ export function decodeTables(r: DecodeResult): Table[] {
     tables.push(gpuTable("decode tokens/s", r.model, g.adapter, g.software, [g.row]), gpuCountsTable(r.model, g.perStep));
   }
   if (r.speculative !== undefined) tables.push(speculativeTable(r.speculative));
+  if (r.structured !== undefined) tables.push(structuredTable(r.model, r.structured));
   if (r.rows.some((x) => x.peer !== null)) {
     tables.push(peerTable(`decode of ${r.model}`, r.rows.map((x) => ({ threads: x.threads, ours: x.tokensPerSecond, peer: x.peer }))));
   }

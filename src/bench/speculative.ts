@@ -16,7 +16,8 @@ import { InputError } from "../errors.ts";
 import type { CompletionResult, GenerateRequest, LLM } from "../engine/llm.ts";
 import type { SpeculativeOptions } from "../engine/speculative.ts";
 import { withLLM } from "./engine-runs.ts";
-import { summarize, type RepeatOptions, type Summary } from "./measure.ts";
+import { alternatingRates, runAlternating } from "./alternating.ts";
+import type { RepeatOptions, Summary } from "./measure.ts";
 import { benchModel, DEFAULT_MODELS_DIR, parseShape, SHARED_DIR, type BenchModel } from "./models.ts";
 import { TokenSource } from "./prompts.ts";
 import { figure, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
@@ -131,36 +132,15 @@ async function compareWorkload(
   return await withLLM(model, { threads: o.threads, speculative: null }, (plain) =>
     withLLM(model, { threads: o.threads, speculative: o.speculative }, async (spec): Promise<SpecWorkloadRow> => {
       const requests = build(plain);
-      const rates = { plain: [] as number[], spec: [] as number[], speedup: [] as number[], cpuSpeedup: [] as number[] };
-      let last = { plain: [] as CompletionResult[], spec: [] as CompletionResult[] };
-      let turn = 0;
-      for (let rep = -o.warmup; rep < o.reps; rep++) {
-        const results = { plain: [] as CompletionResult[], spec: [] as CompletionResult[] };
-        const cpu = { plain: 0, spec: 0 };
-        for (const request of requests) {
-          const order = (turn++ & 1) === 0 ? (["plain", "spec"] as const) : (["spec", "plain"] as const);
-          for (const which of order) {
-            const before = process.cpuUsage();
-            results[which].push(await decodeOne(which === "plain" ? plain : spec, request));
-            const used = process.cpuUsage(before);
-            cpu[which] += used.user + used.system;
-          }
-        }
-        last = results;
-        if (rep < 0) continue;
-        const p = tokensPerSecond(results.plain);
-        const s = tokensPerSecond(results.spec);
-        rates.plain.push(p);
-        rates.spec.push(s);
-        rates.speedup.push(s / p);
-        rates.cpuSpeedup.push(cpu.plain / cpu.spec);
-      }
+      const { reps, last: lastRep } = await runAlternating(requests, o, (which, request) => decodeOne(which === "a" ? plain : spec, request));
+      const rates = alternatingRates(reps);
+      const last = { plain: lastRep.results.a, spec: lastRep.results.b };
       const drafted = last.spec.reduce((n, r) => n + (r.speculative?.drafted ?? 0), 0);
       const accepted = last.spec.reduce((n, r) => n + (r.speculative?.accepted ?? 0), 0);
       const identical = last.plain.every((r, i) => sameTokens(r.token_ids, last.spec[i]!.token_ids));
       return {
-        workload, model: model.label, description, plain: summarize(rates.plain), speculative: summarize(rates.spec),
-        speedup: summarize(rates.speedup).median, cpuSpeedup: summarize(rates.cpuSpeedup).median, drafted, accepted, acceptanceRate: drafted === 0 ? null : accepted / drafted, identical,
+        workload, model: model.label, description, plain: rates.a, speculative: rates.b,
+        speedup: rates.ratio, cpuSpeedup: rates.cpuRatio, drafted, accepted, acceptanceRate: drafted === 0 ? null : accepted / drafted, identical,
       };
     }));
 }
@@ -169,12 +149,6 @@ async function decodeOne(llm: LLM, request: GenerateRequest): Promise<Completion
   const [r] = await llm.generate([request]);
   if (!r || r.finish_reason === "error") throw new InputError(`speculative bench request failed: ${r?.error ?? "no result"}`);
   return r;
-}
-
-function tokensPerSecond(results: readonly CompletionResult[]): number {
-  const tokens = results.reduce((n, r) => n + Math.max(0, r.completion_tokens - 1), 0);
-  const seconds = results.reduce((n, r) => n + (r.latency_ms - r.ttft_ms) / 1000, 0);
-  return seconds > 0 ? tokens / seconds : Number.NaN;
 }
 
 function sameTokens(a: readonly number[], b: readonly number[]): boolean {

@@ -38,7 +38,8 @@ import { KV_TYPES } from "../kv/kv-layout.ts";
 import { checkKnownOptions, deviceArg, deviceOption, gpuBackendOptions, kvTypeOption, numberOption, speculativeArgs, speculativeOption, type ParsedValues } from "./options.ts";
 import { DEFAULT_STORIES_MODEL } from "../bench/speculative.ts";
 import type { SpeculativeOptions } from "../engine/speculative.ts";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
+import { basename } from "node:path";
 import { benchGpu } from "../bench/webgpu.ts";
 
 type Settings = BenchReport<unknown>["settings"];
@@ -154,7 +155,26 @@ const decodeArgs = {
   "spec-tokens": speculativeArgs["spec-tokens"],
   "spec-ngram": speculativeArgs["spec-ngram"],
   "spec-stories": { type: "string", description: "The stories workload's llama2.c checkpoint, tokenizer beside it (default ../shared/models/llama2c/stories260K.bin)", valueHint: "path" },
+  "json-schema": {
+    type: "string",
+    description: "Also decode with this JSON Schema constraint and without in the same run, at the first thread count, requests alternating (see docs/structured-output.md)",
+    valueHint: "file",
+  },
 } as const satisfies ArgsDef;
+
+/** bench decode's --json-schema: the schema's text and name, or null. */
+function benchJsonSchema(values: ParsedValues): { text: string; name: string } | null {
+  const path = str(values, "json-schema");
+  if (path === undefined) return null;
+  if (!existsSync(path)) throw new InputError(`--json-schema ${path}: file not found`);
+  const text = readFileSync(path, "utf8");
+  try {
+    JSON.parse(text);
+  } catch (e) {
+    throw new InputError(`--json-schema ${path}: not JSON: ${(e as Error).message}`);
+  }
+  return { text, name: basename(path) };
+}
 
 /** bench decode's --speculate and its options, checked; null without --speculate. */
 function benchSpeculate(values: ParsedValues): { options: SpeculativeOptions; storiesModel: string | null } | null {
@@ -187,7 +207,7 @@ const decodeCommand = defineCommand({
       ...repeatOptions(args, 3), threads: intList(args, "threads", [1, 2]), streamBytes: streamBytes(args),
       promptTokens: posint(args, "prompt-tokens", 8), genTokens: posint(args, "tokens", 128), seed: nonNegInt(args, "seed", 1),
       runc: typeof args.runc === "string" ? args.runc : null, peerNlc: peerOption(args, models), speculate: benchSpeculate(args),
-      kvType: kvTypes[0] ?? null, kvContext: contexts.length === 0 ? null : { contexts, kvTypes },
+      jsonSchema: benchJsonSchema(args), kvType: kvTypes[0] ?? null, kvContext: contexts.length === 0 ? null : { contexts, kvTypes },
     };
     const { gpu, note: deviceNote } = await benchGpu(deviceOption(args), gpuBackendOptions(args));
     const results = [];
@@ -198,7 +218,7 @@ const decodeCommand = defineCommand({
     }
     const settings = {
       reps: o.reps, warmup: o.warmup, threads: o.threads, streamBytes: o.streamBytes, models: models.map((m) => m.label), promptTokens: o.promptTokens, tokens: o.genTokens, seed: o.seed,
-      device: deviceOption(args), speculative: speculativeSetting(o.speculate?.options),
+      device: deviceOption(args), speculative: speculativeSetting(o.speculate?.options), ...(o.jsonSchema === null ? {} : { jsonSchema: o.jsonSchema.name }),
       ...(kvTypes.length > 0 ? { kvTypes } : {}), ...(contexts.length > 0 ? { contexts } : {}),
     };
     const set = decodeSet(results);
