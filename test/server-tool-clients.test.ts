@@ -105,6 +105,10 @@ describe.skipIf(!available)("agent clients against the server", () => {
       method: "POST", body: JSON.stringify({ max_tokens: 5, messages: [{ role: "user", content: [{ type: "image", source: {} }] }] }),
     });
     expect(((await image.json()) as { error: { message: string } }).error.message).toContain("messages[0].content[0].type");
+    const unnamed = await fetch(`${s.get().url}/v1/messages`, {
+      method: "POST", body: JSON.stringify({ max_tokens: 5, messages: [{ role: "user", content: "hi" }], tools: [{ name: "f", input_schema: { type: "object" } }], tool_choice: { type: "tool" } }),
+    });
+    expect(((await unnamed.json()) as { error: { message: string } }).error.message).toBe("'tool_choice.name' must be the name of one of the tools");
   }, LIMIT_MS);
 
   test("Anthropic: count_tokens counts the prompt a message would have; a stop sequence is named in the stop reason", async () => {
@@ -128,6 +132,17 @@ describe.skipIf(!available)("agent clients against the server", () => {
     expect(await client.responses.retrieve("resp_1").catch((e: unknown) => e)).toBeInstanceOf(OpenAI.NotFoundError);
     const builtin = await client.responses.create({ model: "test-model", input: "hi", tools: [{ type: "web_search" }] }).catch((e: unknown) => e);
     expect((builtin as InstanceType<typeof OpenAI.BadRequestError>).param).toBe("tools[0].type");
+    // Flat tools: a field at fault is named as the body has it, not as chat completions nest it.
+    const tool = { type: "function", name: "get_weather", parameters: { type: "object" } };
+    const badTools: [Record<string, unknown>, string][] = [
+      [{ tools: [{ ...tool, name: "has space" }] }, "tools[0].name"],
+      [{ tools: [tool], tool_choice: { type: "function" } }, "tool_choice.name"],
+      [{ tools: [tool], tool_choice: { type: "function", name: "other" } }, "tool_choice"],
+    ];
+    for (const [fields, param] of badTools) {
+      const r = await fetch(`${s.get().url}/v1/responses`, { method: "POST", body: JSON.stringify({ input: "hi", ...fields }) });
+      expect({ fields, param: ((await r.json()) as { error: { param: string } }).error.param }).toEqual({ fields, param });
+    }
     const unknownType = await client.responses.create({ model: "test-model", input: "hi", text: { format: { type: "json_schema", name: "w", schema: { type: "strnig" } } } }).catch((e: unknown) => e);
     expect((unknownType as InstanceType<typeof OpenAI.BadRequestError>).param).toBe("text.format.schema");
     const short = await client.responses.create({ model: "test-model", input: "hi", max_output_tokens: 2 });

@@ -141,6 +141,7 @@ function readTools(f: BodyFields, spec: GenerationSpec): void {
   }
   if (choice === undefined) return;
   if (!isObject(choice) || typeof choice.type !== "string") throw ApiError.badField("tool_choice", "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}");
+  if (choice.type === "tool" && typeof choice.name !== "string") throw ApiError.badField("tool_choice.name", "'tool_choice.name' must be the name of one of the tools");
   const kinds: Record<string, Json> = { auto: "auto", any: "required", none: "none", tool: { type: "function", function: { name: choice.name ?? null } } };
   const mapped = kinds[choice.type];
   if (mapped === undefined) throw ApiError.badField("tool_choice.type", "'tool_choice.type' must be auto, any, tool or none");

@@ -163,7 +163,10 @@ function readTools(tools: Json | undefined, choice: Json | undefined, parallel: 
     }
   }
   if (choice !== undefined) {
-    const mapped = isObject(choice) && choice.type === "function" ? { type: "function", function: { name: choice.name ?? null } } : choice;
+    if (isObject(choice) && choice.type === "function" && typeof choice.name !== "string") {
+      throw ApiError.badField("tool_choice.name", "'tool_choice.name' must be the name of one of the tools");
+    }
+    const mapped = isObject(choice) && choice.type === "function" ? { type: "function", function: { name: choice.name } } : choice;
     if (spec.fields.tools !== undefined) spec.fields.toolChoice = mapped;
     else if (choice !== "auto" && choice !== "none") throw ApiError.badField("tool_choice", "'tool_choice' needs 'tools'");
   }

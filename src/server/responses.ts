@@ -30,7 +30,7 @@ export async function responses(ctx: GenerationContext, fields: BodyFields): Pro
   try {
     prepared = ctx.client.prepare({ ...request.spec.fields, messages: request.messages, chatTemplateKwargs: request.templateKwargs ?? undefined }, { maxSamples: 1 });
   } catch (e) {
-    throw requestError(e, request.spec, "input");
+    throw flatToolField(requestError(e, request.spec, "input"));
   }
   const { stream, choices } = submitGeneration(ctx, [prepared], [NO_ECHO], request.spec);
   const choice = choices.all[0]!;
@@ -55,6 +55,16 @@ export async function responses(ctx: GenerationContext, fields: BodyFields): Pro
     sse.close();
   });
   return sse.response();
+}
+
+/**
+ * The Responses API's tools and tool_choice have no `function` level: a field the engine names
+ * inside one (`tools[0].function.name`) is named as the body has it (`tools[0].name`).
+ */
+function flatToolField(e: unknown): unknown {
+  if (!(e instanceof ApiError) || e.param === null) return e;
+  const param = e.param.replace(/^(tools\[\d+\]|tool_choice)\.function(?=\.|$)/, "$1");
+  return param === e.param ? e : ApiError.badField(param, e.message.replaceAll(e.param, param));
 }
 
 /** `GET /v1/responses/{id}`: responses are not stored. */
