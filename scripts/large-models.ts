@@ -8,6 +8,7 @@
  *   bun scripts/large-models.ts DIR qwen3-30b-a3b-q4km [LAYERS]
  *                                                        Qwen3-30B-A3B's shape in Q4_K_M (128 experts, 8 per token;
  *                                                        17.3 GiB with all 48 layers, ~0.36 GiB a layer fewer)
+ *   bun scripts/large-models.ts DIR gemma3-1b-q4km       Gemma-3-1B's shape in Q4_K_M (sliding windows of 512 on 22 of 26 layers)
  *
  * The F32 model's values are the writer's own (normal-ish, seeded). The Q4_K_M models' quantized
  * tensors are random blocks written directly (random values of the type's width, one scale per
@@ -88,6 +89,21 @@ const MODELS: Record<string, { file: string; model: Omit<ModelToWrite, "tokenize
     },
     randomBlocks: true,
     vocab: "ggml-vocab-smollm.gguf",
+  },
+  // google/gemma-3-1b-it config.json: hidden 1152, intermediate 6912, 26 layers, 4 heads of 256 / 1 KV head, vocab 262144,
+  // tied output, rope_theta 1e6 (global layers) and 10000 (local), sliding window 512 on five layers of every six,
+  // rms_norm_eps 1e-6, context 32768. Llama 2's vocabulary padded to 262144 (Gemma's is not in the shared folder).
+  "gemma3-1b-q4km": {
+    file: "gemma3-1b-Q4_K_M.gguf",
+    model: {
+      arch: "gemma3", name: "random gemma3-1b shape", mix: "Q4_K_M", seed: 31,
+      config: makeConfig({
+        dim: 1152, hiddenDim: 6912, nLayers: 26, nHeads: 4, nKvHeads: 1, headDim: 256, vocabSize: 262144, seqLen: 32768, sharedClassifier: true,
+        ropeTheta: 1e6, ropeStyle: "neox", normEps: 1e-6, qkNorm: true, postNorms: true,
+        slidingWindow: { size: 512, local: Array.from({ length: 26 }, (_, l) => l % 6 < 5), rope: { theta: 10000, freqScale: 1 } },
+      }),
+    },
+    randomBlocks: true,
   },
 };
 
