@@ -3,7 +3,8 @@
  * 64 requests of varied prompt lengths and max_tokens run together give, token for token, what
  * each gives alone: with the prefix cache on and off, with a KV pool so small that requests are
  * preempted and recomputed, with a token budget so small that prompts are prefilled in chunks
- * while other requests decode, and when sampling with temperature > 0 and a per-request seed.
+ * while other requests decode, and when sampling with temperature > 0 and a per-request seed; a
+ * prompt bounded to a few tokens a step beside a decoding request (maxPrefillWhileDecoding) too.
  * A mixture-of-experts model (rnd-qwen3moe) too: a step groups its tokens by expert, and a
  * token's output must not depend on which other tokens shared its experts' products.
  */
@@ -235,5 +236,23 @@ describeShared("results in request order", [MODELS.stories260K, TOKENIZER], ([mo
     expect(unnamed.map((r) => r.completion_tokens)).toEqual([30, 3, 12]);
     expect(unnamed.map((r) => r.token_ids)).toEqual(named.map((r) => r.token_ids));
     expect(new Set(unnamed.map((r) => r.id)).size).toBe(3);
+  }, TIMEOUT_MS);
+});
+
+describeShared("a prompt computed while another request decodes", [MODELS.stories260K, TOKENIZER], ([modelPath, tokPath]) => {
+  test("maxPrefillWhileDecoding: the prompt goes 5 tokens a step beside the decoding request, and gives the tokens it gives alone", async () => {
+    const bound = 5;
+    const llm = load(modelPath!, tokPath!, { enablePrefixCaching: false, maxPrefillWhileDecoding: bound });
+    const long: GenerateRequest = { id: "long", promptTokenIds: llm.encode(`${TEXTS[1]} ${TEXTS[2]}`).slice(0, 61), maxTokens: 6, temperature: 0 };
+    const [alone] = await llm.generate([long]);
+    const before = llm.stats().partialPrefills;
+    // A request decoding for longer than the prompt's 13 chunks take; the prompt is sent after its first token.
+    const decoding = llm.client.submit({ id: "decoding", prompt: TEXTS[0], maxTokens: 60, temperature: 0 });
+    let beside: Promise<CompletionResult[]> | null = null;
+    for await (const o of decoding) if (beside === null && o.tokenIds.length > 0) beside = llm.generate([long]);
+    const [together] = await beside!;
+    expect(together!.token_ids).toEqual(alone!.token_ids);
+    // 61 prompt tokens in chunks of 5: 12 steps leave it partly computed, the 13th ends it.
+    expect(llm.stats().partialPrefills - before).toBe(Math.ceil(61 / bound) - 1);
   }, TIMEOUT_MS);
 });
