@@ -12,6 +12,7 @@ import { closeSync, lstatSync, mkdirSync, openSync, readdirSync, rmSync, symlink
 import { join } from "node:path";
 import { FuzzRandom } from "./gguf-fuzz.ts";
 import { rawExchange, rawRequest, type RawResponse } from "./raw-http.ts";
+import { STRUCTURED_OUTPUT_FIELDS } from "../../src/grammar/request-fields.ts";
 
 /** A raw exchange that has not ended by then has hung: a deadline for failure, never the expected path. */
 const DEADLINE_MS = 60_000;
@@ -22,8 +23,8 @@ export interface FuzzCase {
   run(url: string, port: number): Promise<RawResponse[]>;
 }
 
-/** The structured output spellings (src/server/structured-output.ts), on both endpoints. */
-const STRUCTURED_FIELDS = ["response_format", "json_schema", "grammar", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"];
+/** The structured output spellings, on both endpoints. */
+const STRUCTURED_FIELDS = STRUCTURED_OUTPUT_FIELDS;
 const COMPLETION_FIELDS = [
   "model", "prompt", "max_tokens", "temperature", "top_p", "seed", "stop", "n", "stream", "stream_options", "cache_salt", "top_k", "min_p",
   "repetition_penalty", "repeat_penalty", "repeat_last_n", "ignore_eos", "echo", "logprobs", "suffix", "best_of", "frequency_penalty",
