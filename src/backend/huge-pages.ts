@@ -13,9 +13,14 @@
  *
  * Best effort: on another OS, without libc, or when the call fails, pages stay 4 KiB and nothing
  * else changes. PAGELLM_HUGE_PAGES=0 turns it off.
+ *
+ * And give a closed engine's pages back (discardPages): a WebAssembly memory is freed only when the
+ * collector finds it unreachable, which in a long-lived process can be much later (a bench that
+ * loads one model after another, or runs llama.cpp after pagellm, held two 9 GiB models).
  */
 import { dlopen, FFIType, ptr } from "bun:ffi";
 
+const MADV_DONTNEED = 4;
 const MADV_HUGEPAGE = 14;
 const MADV_NOHUGEPAGE = 15;
 const HUGE_PAGE_BYTES = 2 * 1024 * 1024;
@@ -31,6 +36,14 @@ export function adviseHugePages(memory: WebAssembly.Memory, reservedBytes: numbe
 /** Keep bytes [offset, offset + length) of `memory` in small pages (whole 4 KiB pages inside the range); whether the advice was taken. */
 export function adviseSmallPages(memory: WebAssembly.Memory, offset: number, length: number): boolean {
   return advise(memory, offset, length, SMALL_PAGE_BYTES, MADV_NOHUGEPAGE);
+}
+
+/**
+ * Give every page of `memory` back to the OS now; whether the advice was taken. Its contents are
+ * gone (the pages read as zeros): only for a memory nothing will run on again.
+ */
+export function discardPages(memory: WebAssembly.Memory): boolean {
+  return advise(memory, 0, memory.buffer.byteLength, SMALL_PAGE_BYTES, MADV_DONTNEED);
 }
 
 /** madvise the whole `unit`-aligned pages of [offset, offset + length) of the memory. */

@@ -55,8 +55,9 @@ export class WasmMemories {
     return this.backends.reduce((best, b) => (b.mem.bytesInUse < best.mem.bytesInUse ? b : best));
   }
 
-  /** Stop the worker threads. */
+  /** Stop the worker threads and give the memories' pages back: nothing runs on them afterwards. */
   close(): void {
     this.pool?.close();
+    for (const b of this.backends) b.mem.discard();
   }
 }

@@ -6,7 +6,7 @@
 import { readFileSync, existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { PagellmError } from "../errors.ts";
-import { adviseHugePages, adviseSmallPages } from "./huge-pages.ts";
+import { adviseHugePages, adviseSmallPages, discardPages } from "./huge-pages.ts";
 import type { Kernels } from "./kernels.ts";
 
 const WASM_PATH = fileURLToPath(new URL("../../build/kernels.wasm", import.meta.url));
@@ -110,6 +110,14 @@ export class LinearMemory {
   /** Keep [addr, addr + bytes) in small pages: rows of it are touched sparsely (the KV arena). */
   keepSmallPages(addr: number, bytes: number): void {
     adviseSmallPages(this.memory, addr, bytes);
+  }
+
+  /**
+   * Give the memory's pages back to the OS at once, for an engine that was closed: its contents
+   * read as zeros afterwards, so nothing may run on it again (the engine's close() contract).
+   */
+  discard(): void {
+    discardPages(this.memory);
   }
 
   mark(): number {
