@@ -14,6 +14,7 @@ import { ggufShapeOf, GGUF_SHAPES } from "../src/bench/gguf-models.ts";
 import { summarize } from "../src/bench/measure.ts";
 import { parseShape } from "../src/bench/models.ts";
 import { withF32Baseline } from "../src/bench/options.ts";
+import { llamaBenchArgs, parseLlamaBench } from "../src/bench/peer-llama-bench.ts";
 import { decodeFloorChecks, typeComparisonTables } from "../src/bench/type-comparison.ts";
 import { compareRuns, overallChange } from "../src/bench/compare.ts";
 import { machineInfo } from "../src/bench/machine.ts";
@@ -75,8 +76,8 @@ describe("bench command", () => {
   test("every bench's --help lists its options", () => {
     const expected: Record<string, string[]> = {
       kernels: ["--threads", "--stream-mb", "--decode-tokens", "--model", "--shape", "--models-dir", "--tokenizer", "--json", "--reps"],
-      decode: ["--threads", "--tokens", "--prompt-tokens", "--stream-mb", "--model", "--quant", "--type", "--peer-nlc", "--speculate", "--spec-tokens", "--spec-stories", "--json-schema"],
-      prefill: ["--threads", "--prompt-tokens", "--decode-tokens", "--model", "--type", "--peer-nlc"],
+      decode: ["--threads", "--tokens", "--prompt-tokens", "--stream-mb", "--model", "--quant", "--type", "--peer-nlc", "--peer-llama-bench", "--speculate", "--spec-tokens", "--spec-stories", "--json-schema"],
+      prefill: ["--threads", "--prompt-tokens", "--decode-tokens", "--model", "--type", "--peer-nlc", "--peer-llama-bench"],
       batch: ["--threads", "--seqs", "--steps", "--warmup-steps", "--shape"],
       prefix: ["--threads", "--prefix-tokens", "--suffix-tokens", "--workloads", "--requests", "--max-num-seqs", "--num-blocks", "--eviction-policies"],
     };
@@ -434,6 +435,40 @@ describeShared("GGUF benches end to end (--type)", ["vocab/ggml-vocab-llama-spm.
     ]);
     expectFigures(["bench", "prefill", ...QUICK, ...tiny, "--type", "F32", "--prompt-tokens", "16", "--decode-tokens", "4", "--peer-nlc", peerDir], [
       "rows.*.peer.tokensPerSecond.median", "rows.*.peer.ratio",
+    ]);
+  }, LONG_PROCESS_TEST_MS);
+
+  test("--peer-llama-bench: a missing binary, a llama2.c model or two peers at once is a one-line input error", () => {
+    const cases: [string[], RegExp][] = [
+      [[...tiny, "--type", "F32", "--peer-llama-bench", join(modelsDir, "no-llama-bench")], /--peer-llama-bench .*no-llama-bench: no such file/],
+      [["--model", llama2c!, "--peer-llama-bench", join(modelsDir, "no-llama-bench")], /--peer-llama-bench runs llama\.cpp on GGUF files/],
+      [[...tiny, "--type", "F32", "--peer-llama-bench", "x", "--peer-nlc", "y"], /give one llama\.cpp peer per run/],
+    ];
+    for (const [args, message] of cases) {
+      const r = runPagellm(["bench", "decode", ...QUICK, ...args]);
+      expect(r.exitCode, args.join(" ")).toBe(2);
+      expect(r.stderr.trim().split("\n").pop()).toMatch(message);
+    }
+  }, PROCESS_TEST_MS);
+
+  test("llama-bench's arguments time what pagellm's decode and prefill time, and its JSON gives the samples", () => {
+    const run = { model: "m.gguf", threads: 2, promptTokens: 8, genTokens: 16, warmup: 1, reps: 3, vocabSize: 512, seed: 1, kvType: null };
+    expect(llamaBenchArgs({ ...run, mode: "decode" })).toEqual(["-m", "m.gguf", "-t", "2", "-r", "3", "-o", "json", "-p", "0", "-n", "16", "-d", "8"]);
+    expect(llamaBenchArgs({ ...run, mode: "prefill", warmup: 0, kvType: "q8_0" })).toEqual([
+      "-m", "m.gguf", "-t", "2", "-r", "3", "-o", "json", "-p", "8", "-n", "0", "-ctk", "q8_0", "-ctv", "q8_0", "--no-warmup",
+    ]);
+    expect(parseLlamaBench('[{"build_commit": "de3ff81", "n_gen": 16, "samples_ts": [7.5, 8.25]}]')).toEqual({ build: "de3ff81", rates: [7.5, 8.25] });
+    for (const bad of ["", "[]", '[{"samples_ts": []}]', '[{"samples_ts": [0]}]', '{"samples_ts": [1]}']) expect(parseLlamaBench(bad), bad).toBeNull();
+  });
+
+  // llama-bench is a tool of the machine, never a dependency: at $PAGELLM_LLAMA_BENCH, else beside the
+  // repository in ../llama-ref (../shared/tools/llama-ref's build); skipped, saying why, without it.
+  const llamaBench = process.env.PAGELLM_LLAMA_BENCH ?? resolve(REPO_ROOT, "..", "llama-ref", "llama.cpp", "build", "bin", "llama-bench");
+  const hasLlamaBench = existsSync(llamaBench);
+  if (!hasLlamaBench) console.warn(`[skip] --peer-llama-bench end to end: no llama-bench at ${llamaBench} (set PAGELLM_LLAMA_BENCH)`);
+  test.skipIf(!hasLlamaBench)("decode --peer-llama-bench reports pagellm / llama.cpp on the same file", () => {
+    expectFigures(["bench", "decode", ...QUICK, ...tiny, "--type", "Q8_0", "--stream-mb", "16", "--tokens", "4", "--peer-llama-bench", llamaBench], [
+      "models.*.rows.*.peer.tokensPerSecond.median", "models.*.rows.*.peer.ratio",
     ]);
   }, LONG_PROCESS_TEST_MS);
 });

@@ -89,7 +89,7 @@ export async function runAll(plan: AllPlan, models: readonly BenchModel[], seed:
   for (const model of models) {
     // Speculation is measured on Q8_0 (the aim: SmolLM2-135M-shaped Q8_0 at one thread).
     const speculate = model.gguf?.mix === "Q8_0" ? { options: DEFAULT_SPECULATIVE, storiesModel: DEFAULT_STORIES_MODEL } : null;
-    decode.push(await runDecodeBench({ ...common, model, ...plan.decode, streamBytes: plan.streamBytes, runc: null, peerNlc: null, gpu: null, speculate, jsonSchema: null, kvType: null, kvContext: null }));
+    decode.push(await runDecodeBench({ ...common, model, ...plan.decode, streamBytes: plan.streamBytes, runc: null, peer: null, gpu: null, speculate, jsonSchema: null, kvType: null, kvContext: null }));
   }
   const d = decodeSet(decode);
   const labels = models.map((m) => m.label);
@@ -97,7 +97,7 @@ export async function runAll(plan: AllPlan, models: readonly BenchModel[], seed:
 
   progress("bench all: prefill");
   const prefill: PrefillResult[] = [];
-  for (const model of models) prefill.push(await runPrefillBench({ ...common, model, ...plan.prefill, peerNlc: null, gpu: null, kvType: null }));
+  for (const model of models) prefill.push(await runPrefillBench({ ...common, model, ...plan.prefill, peer: null, gpu: null, kvType: null }));
   const p = prefillSet(prefill);
   add(makeReport("prefill", date, { ...plan.repeat, threads: plan.threads, models: labels, ...plan.prefill, seed }, [...notes], p.results), p.tables);
 

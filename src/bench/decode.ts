@@ -10,7 +10,7 @@ import type { BenchModel } from "./models.ts";
 import type { ModelMix } from "../model/gguf-model-writer.ts";
 import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
 import { measureStreamBandwidth, withScratchBackend } from "./roofline.ts";
-import { peerTable, runNlcPeer, type PeerFigure } from "./peer-nlc.ts";
+import { peerTable, type LlamaCppPeer, type PeerFigure } from "./peer.ts";
 import { runcTokensPerSecond } from "./runc.ts";
 import { TokenSource } from "./prompts.ts";
 import { runSpeculativeDecode, speculativeFigures, speculativeTable, type SpeculativeDecode } from "./speculative.ts";
@@ -32,8 +32,8 @@ export interface DecodeOptions extends RepeatOptions {
   seed: number;
   /** A llama2.c `run` binary to time on the same file, alternating with pagellm (null: none). */
   runc: string | null;
-  /** A folder with node-llama-cpp installed: llama.cpp's decode on the same GGUF file, at each thread count (null: none). */
-  peerNlc: string | null;
+  /** llama.cpp (--peer-llama-bench, --peer-nlc): its decode on the same GGUF file, at each thread count (null: none). */
+  peer: LlamaCppPeer | null;
   /** WebGPU to measure next to WebAssembly (--device), or null. */
   gpu: BenchGpu | null;
   /** --speculate: decode with and without speculation on three workloads at the first thread count, or null. */
@@ -61,7 +61,7 @@ export interface DecodeRow {
   vsFirst: number;
   /** llama2.c run's tokens/s at the same thread count, and ours / its (when --runc was given). */
   runc: { tokensPerSecond: Summary; ratio: number } | null;
-  /** llama.cpp's (node-llama-cpp) tokens/s at the same thread count, and ours / its (when --peer-nlc was given). */
+  /** llama.cpp's tokens/s at the same thread count, and ours / its (when a peer was given). */
   peer: PeerFigure | null;
 }
 
@@ -117,11 +117,11 @@ export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
         runc: baseline === null ? null : { tokensPerSecond: baseline, ratio: ratio(d.tokensPerSecond, baseline) }, peer: null,
       };
     });
-    if (o.peerNlc !== null) {
-      progress(`decode of ${o.model.label} by llama.cpp (node-llama-cpp), ${threads} thread(s)`);
-      const peer = runNlcPeer({
-        dir: o.peerNlc, model: o.model.path, threads, mode: "decode", promptTokens: o.promptTokens, genTokens: o.genTokens,
-        warmup: o.warmup, reps: o.reps, vocabSize: o.model.config.vocabSize, seed: o.seed,
+    if (o.peer !== null) {
+      progress(`decode of ${o.model.label} by llama.cpp, ${threads} thread(s)`);
+      const peer = o.peer.run({
+        model: o.model.path, threads, mode: "decode", promptTokens: o.promptTokens, genTokens: o.genTokens,
+        warmup: o.warmup, reps: o.reps, vocabSize: o.model.config.vocabSize, seed: o.seed, kvType: o.kvType,
       });
       row.peer = { ...peer, ratio: ratio(row.tokensPerSecond, peer.tokensPerSecond) };
     }

@@ -11,7 +11,7 @@ import type { BenchModel } from "./models.ts";
 import type { ModelMix } from "../model/gguf-model-writer.ts";
 import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
 import { measureMatmulGflops, withScratchBackend } from "./roofline.ts";
-import { peerTable, runNlcPeer, type PeerFigure } from "./peer-nlc.ts";
+import { peerTable, type LlamaCppPeer, type PeerFigure } from "./peer.ts";
 import { TokenSource } from "./prompts.ts";
 import { gpuRefusal, gpuTable, type BenchGpu, type GpuRow } from "./webgpu.ts";
 
@@ -29,8 +29,8 @@ export interface PrefillOptions extends RepeatOptions {
   /** Tokens generated to measure decode per token in the same run. */
   decodeTokens: number;
   seed: number;
-  /** A folder with node-llama-cpp installed: llama.cpp's prefill on the same GGUF file, at each thread count (null: none). */
-  peerNlc: string | null;
+  /** llama.cpp (--peer-llama-bench, --peer-nlc): its prefill on the same GGUF file, at each thread count (null: none). */
+  peer: LlamaCppPeer | null;
   /** WebGPU to measure next to WebAssembly (--device), or null. */
   gpu: BenchGpu | null;
 }
@@ -56,7 +56,7 @@ export interface PrefillRow {
   computeLimitTokensPerSecond: number;
   /** prefill tokens/s (median) / that limit. */
   fractionOfLimit: number;
-  /** llama.cpp's (node-llama-cpp) prefill tokens/s of a prompt as long, and ours / its (when --peer-nlc was given). */
+  /** llama.cpp's prefill tokens/s of a prompt as long, and ours / its (when a peer was given). */
   peer: PeerFigure | null;
 }
 
@@ -97,11 +97,11 @@ export async function runPrefillBench(o: PrefillOptions): Promise<PrefillResult>
         fractionOfLimit: prefillTokensPerSecond.median / computeLimitTokensPerSecond, peer: null,
       };
     });
-    if (o.peerNlc !== null) {
-      progress(`prefill of ${o.promptTokens} tokens on ${o.model.label} by llama.cpp (node-llama-cpp), ${threads} thread(s)`);
-      const peer = runNlcPeer({
-        dir: o.peerNlc, model: o.model.path, threads, mode: "prefill", promptTokens: o.promptTokens, genTokens: 1,
-        warmup: o.warmup, reps: o.reps, vocabSize: o.model.config.vocabSize, seed: o.seed,
+    if (o.peer !== null) {
+      progress(`prefill of ${o.promptTokens} tokens on ${o.model.label} by llama.cpp, ${threads} thread(s)`);
+      const peer = o.peer.run({
+        model: o.model.path, threads, mode: "prefill", promptTokens: o.promptTokens, genTokens: 1,
+        warmup: o.warmup, reps: o.reps, vocabSize: o.model.config.vocabSize, seed: o.seed, kvType: o.kvType,
       });
       row.peer = { ...peer, ratio: ratio(row.prefillTokensPerSecond, peer.tokensPerSecond) };
     }

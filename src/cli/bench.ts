@@ -18,7 +18,9 @@ import {
 import { runPrefillBench } from "../bench/prefill.ts";
 import { prefixNotes, prefixTables, runPrefixBench } from "../bench/prefix.ts";
 import { restartNotes, restartTable, runRestartBench } from "../bench/prefix-restart.ts";
-import { checkPeerDir } from "../bench/peer-nlc.ts";
+import { nlcPeer } from "../bench/peer-nlc.ts";
+import { llamaBenchPeer } from "../bench/peer-llama-bench.ts";
+import type { LlamaCppPeer } from "../bench/peer.ts";
 import { progress, reportText, type BenchReport, type Table } from "../bench/report.ts";
 import { makeReport, type BenchName, type BenchResults } from "../bench/schema.ts";
 import { benchOutputArgs, checkWritable, jsonTarget, startRun, writeOutputs, type StartedRun } from "./bench-output.ts";
@@ -52,15 +54,25 @@ const peerArg = {
       "run llama.cpp on the same GGUF file after each measurement and report pagellm / llama.cpp",
     valueHint: "dir",
   },
+  "peer-llama-bench": {
+    type: "string",
+    description:
+      "llama.cpp's llama-bench binary (a build of your own, outside the project): run it on the same GGUF file at the same thread count " +
+      "after each measurement and report pagellm / llama.cpp",
+    valueHint: "path",
+  },
 } as const satisfies ArgsDef;
 
-/** --peer-nlc, checked: an installed node-llama-cpp, and GGUF models only (llama.cpp reads nothing else). */
-function peerOption(values: ParsedValues, models: readonly BenchModel[]): string | null {
+/** --peer-llama-bench or --peer-nlc (one of them), checked: the peer exists, and GGUF models only (llama.cpp reads nothing else). */
+function peerOption(values: ParsedValues, models: readonly BenchModel[]): LlamaCppPeer | null {
+  const bin = str(values, "peer-llama-bench");
   const dir = str(values, "peer-nlc");
-  if (dir === undefined) return null;
+  if (bin === undefined && dir === undefined) return null;
+  if (bin !== undefined && dir !== undefined) throw new InputError("--peer-llama-bench and --peer-nlc: give one llama.cpp peer per run");
+  const option = bin !== undefined ? "--peer-llama-bench" : "--peer-nlc";
   const foreign = models.find((m) => !isGGUF(m.path));
-  if (foreign !== undefined) throw new InputError(`--peer-nlc runs llama.cpp on GGUF files; ${foreign.label} is a llama2.c model (use --type or a GGUF --model)`);
-  return checkPeerDir(dir);
+  if (foreign !== undefined) throw new InputError(`${option} runs llama.cpp on GGUF files; ${foreign.label} is a llama2.c model (use --type or a GGUF --model)`);
+  return bin !== undefined ? llamaBenchPeer(bin) : nlcPeer(dir!);
 }
 
 /** --device for the benches that run a model: WebGPU rows next to WebAssembly's when it resolves to webgpu. */
@@ -206,7 +218,7 @@ const decodeCommand = defineCommand({
     const o = {
       ...repeatOptions(args, 3), threads: intList(args, "threads", [1, 2]), streamBytes: streamBytes(args),
       promptTokens: posint(args, "prompt-tokens", 8), genTokens: posint(args, "tokens", 128), seed: nonNegInt(args, "seed", 1),
-      runc: typeof args.runc === "string" ? args.runc : null, peerNlc: peerOption(args, models), speculate: benchSpeculate(args),
+      runc: typeof args.runc === "string" ? args.runc : null, peer: peerOption(args, models), speculate: benchSpeculate(args),
       jsonSchema: benchJsonSchema(args), kvType: kvTypes[0] ?? null, kvContext: contexts.length === 0 ? null : { contexts, kvTypes },
     };
     const { gpu, note: deviceNote } = await benchGpu(deviceOption(args), gpuBackendOptions(args));
@@ -253,7 +265,7 @@ const prefillCommand = defineCommand({
     const o = {
       ...repeatOptions(args, 3), threads: intList(args, "threads", [1, 2]),
       promptTokens: posint(args, "prompt-tokens", 512), decodeTokens: posint(args, "decode-tokens", 32), seed: nonNegInt(args, "seed", 1),
-      peerNlc: peerOption(args, models), kvType: kvTypeOption(args),
+      peer: peerOption(args, models), kvType: kvTypeOption(args),
     };
     const { gpu, note: deviceNote } = await benchGpu(deviceOption(args), gpuBackendOptions(args));
     const results = [];
