@@ -43,12 +43,17 @@ export function adviseSmallPages(memory: WebAssembly.Memory, offset: number, len
  * gone (the pages read as zeros): only for a memory nothing will run on again.
  */
 export function discardPages(memory: WebAssembly.Memory): boolean {
-  return advise(memory, 0, memory.buffer.byteLength, SMALL_PAGE_BYTES, MADV_DONTNEED);
+  return madviseRange(memory, 0, memory.buffer.byteLength, SMALL_PAGE_BYTES, MADV_DONTNEED);
 }
 
-/** madvise the whole `unit`-aligned pages of [offset, offset + length) of the memory. */
+/** The page-size advice, unless PAGELLM_HUGE_PAGES=0. */
 function advise(memory: WebAssembly.Memory, offset: number, length: number, unit: number, advice: number): boolean {
-  if (process.platform !== "linux" || process.env.PAGELLM_HUGE_PAGES === "0") return false;
+  return process.env.PAGELLM_HUGE_PAGES !== "0" && madviseRange(memory, offset, length, unit, advice);
+}
+
+/** madvise the whole `unit`-aligned pages of [offset, offset + length) of the memory (Linux). */
+function madviseRange(memory: WebAssembly.Memory, offset: number, length: number, unit: number, advice: number): boolean {
+  if (process.platform !== "linux") return false;
   try {
     const libc = dlopen("libc.so.6", {
       madvise: { args: [FFIType.ptr, FFIType.u64, FFIType.i32], returns: FFIType.i32 },
