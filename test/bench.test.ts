@@ -76,7 +76,7 @@ describe("bench command", () => {
   test("every bench's --help lists its options", () => {
     const expected: Record<string, string[]> = {
       kernels: ["--threads", "--stream-mb", "--decode-tokens", "--model", "--shape", "--models-dir", "--tokenizer", "--json", "--reps"],
-      decode: ["--threads", "--tokens", "--prompt-tokens", "--stream-mb", "--model", "--quant", "--type", "--peer-nlc", "--peer-llama-bench", "--speculate", "--spec-tokens", "--spec-stories", "--json-schema"],
+      decode: ["--threads", "--tokens", "--prompt-tokens", "--stream-mb", "--model", "--quant", "--type", "--peer-nlc", "--peer-llama-bench", "--speculate", "--spec-tokens", "--spec-stories", "--json-schema", "--tools"],
       prefill: ["--threads", "--prompt-tokens", "--decode-tokens", "--model", "--type", "--peer-nlc", "--peer-llama-bench"],
       batch: ["--threads", "--seqs", "--steps", "--warmup-steps", "--shape"],
       prefix: ["--threads", "--prefix-tokens", "--suffix-tokens", "--workloads", "--requests", "--max-num-seqs", "--num-blocks", "--eviction-policies"],
@@ -247,6 +247,15 @@ describeShared("benches end to end", ["models/llama2c/stories260K.bin", "models/
     const r = runPagellm(["bench", "decode", ...onModel, "--spec-tokens", "3"]);
     expect(r.exitCode).toBe(2);
     expect(r.stderr.trim()).toBe("pagellm: error: --spec-tokens needs --speculate");
+  }, PROCESS_TEST_MS);
+
+  test("decode --tools: auto and required against the same prompts as plain ids, the time ratios, auto's tokens the same", () => {
+    const doc = expectFigures([
+      "bench", "decode", ...QUICK, "--shape", TINY_SHAPE, "--tokenizer", tokenizer!, "--models-dir", modelsDir, "--stream-mb", "16", "--tokens", "6", "--threads", "1", "--tools",
+    ], ["toolCalls.rows.*.plain.median", "toolCalls.rows.*.tools.median", "toolCalls.rows.*.timeRatio", "toolCalls.rows.*.cpuRatio", "toolCalls.rows.*.replayFraction"]);
+    expect(at(doc, "results.toolCalls.rows.*.workload")).toEqual(["auto", "required"]);
+    expect(at(doc, "results.toolCalls.rows.*.identical")).toEqual([true, null]);
+    expect((at(doc, "results.toolCalls.rows.*.calls") as number[])[0]).toBe(0);
   }, PROCESS_TEST_MS);
 
   test("decode --json FILE: the typed document round-trips, tables stay on stdout, and --compare / bench compare / bench chart read it", () => {

@@ -17,6 +17,7 @@ import { runSpeculativeDecode, speculativeFigures, speculativeTable, type Specul
 import type { SpeculativeOptions } from "../engine/speculative.ts";
 import { kvContextFigures, kvContextTables, runKVContextBench, type KVContextResult } from "./kv-context.ts";
 import { runStructuredDecode, structuredFigures, structuredTable, type StructuredDecode } from "./structured.ts";
+import { runToolCallDecode, toolCallFigures, toolCallTable, type ToolCallDecode } from "./tool-calls.ts";
 import { kvLayout, type KVType } from "../kv/kv-layout.ts";
 
 /** Decode steps timed per repetition at a long context (one step is tens of milliseconds there). */
@@ -44,6 +45,8 @@ export interface DecodeOptions extends RepeatOptions {
   kvType: KVType | null;
   /** Decode at long contexts for each KV type (--context, --kv-type), or null. */
   kvContext: { contexts: number[]; kvTypes: KVType[] } | null;
+  /** --tools: decode with tool_choice auto and required against the same prompts plain, at the first thread count. */
+  tools: boolean;
 }
 
 export interface DecodeRow {
@@ -84,6 +87,8 @@ export interface DecodeResult {
   kvContext?: KVContextResult;
   /** With and without a JSON Schema constraint (--json-schema); absent when not asked for. */
   structured?: StructuredDecode;
+  /** Tool-call parsing and constraint against plain decode (--tools); absent when not asked for. */
+  toolCalls?: ToolCallDecode;
 }
 
 export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
@@ -141,6 +146,7 @@ export async function runDecodeBench(o: DecodeOptions): Promise<DecodeResult> {
       warmup: o.warmup, reps: o.reps, threads: o.threads[0]!, schema: o.jsonSchema, genTokens: o.genTokens, promptTokens: o.promptTokens, seed: o.seed,
     });
   }
+  if (o.tools) result.toolCalls = await runToolCallDecode(o.model, { warmup: o.warmup, reps: o.reps, threads: o.threads[0]!, genTokens: o.genTokens });
   if (o.kvContext !== null) result.kvContext = await runKVContextBench({ ...o, ...o.kvContext, steps: KV_CONTEXT_STEPS });
   return result;
 }
@@ -168,7 +174,8 @@ export function decodeFigures(r: DecodeResult): Figure[] {
   const gpu = g !== null && "row" in g ? figure(`${r.model}, webgpu: decode tokens/s`, g.row.value, "tokens/s") : [];
   const spec = r.speculative === undefined ? [] : speculativeFigures(r.model, r.speculative);
   const structured = r.structured === undefined ? [] : structuredFigures(r.model, r.structured);
-  return [...gpu, ...spec, ...structured, ...(r.kvContext === undefined ? [] : kvContextFigures(r.kvContext)), ...r.rows.flatMap((x) => {
+  const tools = r.toolCalls === undefined ? [] : toolCallFigures(r.model, r.toolCalls);
+  return [...gpu, ...spec, ...structured, ...tools, ...(r.kvContext === undefined ? [] : kvContextFigures(r.kvContext)), ...r.rows.flatMap((x) => {
     const at = `${r.model}, ${threadsLabel(x.threads)}`;
     return [
       ...figure(`${at}: decode tokens/s`, x.tokensPerSecond, "tokens/s"),
@@ -203,6 +210,7 @@ export function decodeTables(r: DecodeResult): Table[] {
   }
   if (r.speculative !== undefined) tables.push(speculativeTable(r.speculative));
   if (r.structured !== undefined) tables.push(structuredTable(r.model, r.structured));
+  if (r.toolCalls !== undefined) tables.push(toolCallTable(r.toolCalls));
   if (r.rows.some((x) => x.peer !== null)) {
     tables.push(peerTable(`decode of ${r.model}`, r.rows.map((x) => ({ threads: x.threads, ours: x.tokensPerSecond, peer: x.peer }))));
   }

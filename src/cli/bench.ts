@@ -172,6 +172,12 @@ const decodeArgs = {
     description: "Also decode with this JSON Schema constraint and without in the same run, at the first thread count, requests alternating (see docs/structured-output.md)",
     valueHint: "file",
   },
+  tools: {
+    type: "boolean",
+    description:
+      "Also decode conversations offering two tools with tool_choice auto and required against the same prompts as plain token ids in the same run, at the first thread count: " +
+      "what tool-call parsing and the constraint add to decode time (docs/tools.md)",
+  },
 } as const satisfies ArgsDef;
 
 /** bench decode's --json-schema: the schema's text and name, or null. */
@@ -219,7 +225,7 @@ const decodeCommand = defineCommand({
       ...repeatOptions(args, 3), threads: intList(args, "threads", [1, 2]), streamBytes: streamBytes(args),
       promptTokens: posint(args, "prompt-tokens", 8), genTokens: posint(args, "tokens", 128), seed: nonNegInt(args, "seed", 1),
       runc: typeof args.runc === "string" ? args.runc : null, peer: peerOption(args, models), speculate: benchSpeculate(args),
-      jsonSchema: benchJsonSchema(args), kvType: kvTypes[0] ?? null, kvContext: contexts.length === 0 ? null : { contexts, kvTypes },
+      jsonSchema: benchJsonSchema(args), kvType: kvTypes[0] ?? null, kvContext: contexts.length === 0 ? null : { contexts, kvTypes }, tools: args.tools === true,
     };
     const { gpu, note: deviceNote } = await benchGpu(deviceOption(args), gpuBackendOptions(args));
     const results = [];
@@ -230,7 +236,7 @@ const decodeCommand = defineCommand({
     }
     const settings = {
       reps: o.reps, warmup: o.warmup, threads: o.threads, streamBytes: o.streamBytes, models: models.map((m) => m.label), promptTokens: o.promptTokens, tokens: o.genTokens, seed: o.seed,
-      device: deviceOption(args), speculative: speculativeSetting(o.speculate?.options), ...(o.jsonSchema === null ? {} : { jsonSchema: o.jsonSchema.name }),
+      device: deviceOption(args), speculative: speculativeSetting(o.speculate?.options), ...(o.jsonSchema === null ? {} : { jsonSchema: o.jsonSchema.name }), ...(o.tools ? { tools: true } : {}),
       ...(kvTypes.length > 0 ? { kvTypes } : {}), ...(contexts.length > 0 ? { contexts } : {}),
     };
     const set = decodeSet(results);
