@@ -358,6 +358,15 @@ export class WebGpuBackend {
     return scratch;
   }
 
+  /**
+   * With f16 products, size the f16 scratch now for a model's largest product input (values), so
+   * that it never grows in the middle of a run: a grown scratch is a new buffer, and every bind
+   * group of the steps before would be made again for it.
+   */
+  reserveHalfScratch(values: number): void {
+    if (this.halfProducts) this.halfScratchFor(values);
+  }
+
   /** The f16 scratch, grown to hold n values (forgetting what it held). */
   private halfScratchFor(n: number): { values: GPUBuffer; scales: GPUBuffer } {
     if (this.halfScratch !== null && this.halfScratch.capacity >= n) return this.halfScratch;

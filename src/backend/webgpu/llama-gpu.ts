@@ -165,6 +165,11 @@ export class GpuLlamaModel {
       xLogits: f32(maxLogits * c.dim, "x_logits"), logits: f32(maxLogits * c.vocabSize, "logits"),
     };
     this.experts = c.experts === undefined ? null : new GpuExperts(gpu, c, maxTokens, own);
+    // The largest input of a product: a step's rows times the widest of dim, q and the feed-forward,
+    // or the experts' slots (maxTokens x used) times the wider of dim and one expert's width.
+    const denseInput = maxTokens * Math.max(c.dim, qDim, c.experts === undefined ? c.hiddenDim : 0);
+    const expertInput = c.experts === undefined ? 0 : maxTokens * c.experts.used * Math.max(c.dim, c.experts.hiddenDim);
+    gpu.reserveHalfScratch(Math.max(denseInput, expertInput));
     const i32 = (n: number, label: string) => own(gpu.runner.buffer(4 * n, label));
     const perGroup = (n: number, label: string) => groups.groups.map((_, g) => i32(n, `${label}.${g}`));
     this.inputs = {
