@@ -1,10 +1,11 @@
 /**
  * Batch invariance on the real models: a request's tokens do not depend on what else runs with it.
- * 64 requests of varied prompt lengths and max_tokens run together give, token for token, what
- * each gives alone: with the prefix cache on and off, with a KV pool so small that requests are
- * preempted and recomputed, with a token budget so small that prompts are prefilled in chunks
- * while other requests decode, and when sampling with temperature > 0 and a per-request seed; a
- * prompt bounded to a few tokens a step beside a decoding request (maxPrefillWhileDecoding) too.
+ * 64 requests (24 on the newer architectures' files) of varied prompt lengths and max_tokens run
+ * together give, token for token, what each gives alone: with the prefix cache on and off, with a
+ * KV pool so small that requests are preempted and recomputed, with a token budget so small that
+ * prompts are prefilled in chunks while other requests decode, and when sampling with temperature
+ * > 0 and a per-request seed; a prompt bounded to a few tokens a step beside a decoding request
+ * (maxPrefillWhileDecoding) too.
  * A mixture-of-experts model (rnd-qwen3moe) too: a step groups its tokens by expert, and a
  * token's output must not depend on which other tokens shared its experts' products.
  */
@@ -17,6 +18,11 @@ import { MODELS, TEXTS, TOKENIZER } from "./helpers/prefix.ts";
 import { describeShared } from "./helpers/shared.ts";
 
 const NUM_REQUESTS = 64;
+/**
+ * The newer architectures' files (larger vocabularies and layers than stories260K) run 24 of the
+ * requests: their kernels' invariance is the same question, and 64 took minutes each in CI.
+ */
+const NEWER_REQUESTS = 24;
 /** Per-test and per-hook limit (bun's default is 5 s, too tight for a loaded 2-core machine). */
 const TIMEOUT_MS = 120_000;
 
@@ -31,9 +37,9 @@ function load(model: string, tokenizer: string, engine: Partial<EngineOptions>):
  * max_tokens 20 to 120, so that they finish at different steps. Every other request samples
  * (temperature 0.9, top-p, min-p) with its own seed; the rest are greedy.
  */
-function buildRequests(llm: LLM): GenerateRequest[] {
+function buildRequests(llm: LLM, count: number): GenerateRequest[] {
   const requests: GenerateRequest[] = [];
-  for (let i = 0; i < NUM_REQUESTS; i++) {
+  for (let i = 0; i < count; i++) {
     const text = `${TEXTS[i % TEXTS.length]} ${TEXTS[(3 * i + 1) % TEXTS.length]}`;
     const len = 2 + ((i * 29) % 99);
     const maxTokens = 20 + ((i * 37) % 101);
@@ -63,8 +69,8 @@ interface Config {
   chunks?: boolean;
 }
 
-const TOGETHER_OFF: Config = { label: "all 64 together, prefix cache off", engine: { enablePrefixCaching: false } };
-const TOGETHER_ON: Config = { label: "all 64 together, prefix cache on", engine: { enablePrefixCaching: true } };
+const TOGETHER_OFF: Config = { label: "all together, prefix cache off", engine: { enablePrefixCaching: false } };
+const TOGETHER_ON: Config = { label: "all together, prefix cache on", engine: { enablePrefixCaching: true } };
 const PREEMPT_OFF: Config = {
   label: "a pool of 20 blocks (preemption), prefix cache off", engine: { enablePrefixCaching: false, numBlocks: 20 }, preempts: true,
 };
@@ -178,6 +184,7 @@ const CASES: { name: string; model: string; tokenizer?: string; kvType?: KVType;
 ];
 
 for (const { name, model, tokenizer, kvType, blockSizes } of CASES) {
+  const count = model.startsWith("models/gguf/rnd-") ? NEWER_REQUESTS : NUM_REQUESTS;
   describeShared(`batch invariance on ${name}`, [model, tokenizer ?? TOKENIZER], ([modelPath, tokPath]) => {
     for (const { blockSize, configs } of blockSizes) {
       describe(`block size ${blockSize}`, () => {
@@ -185,12 +192,12 @@ for (const { name, model, tokenizer, kvType, blockSizes } of CASES) {
         let alone: ReturnType<typeof tokensOf> = [];
         beforeAll(async () => {
           const llm = load(modelPath!, tokPath!, { enablePrefixCaching: false, blockSize, kvType: kvType ?? null });
-          requests = buildRequests(llm);
+          requests = buildRequests(llm, count);
           const results = await oneAtATime(llm, requests);
           expect(results.every((r) => r.finish_reason === "length" || r.finish_reason === "stop")).toBe(true);
           alone = tokensOf(results);
           // the set is varied: requests end at many different lengths
-          expect(new Set(results.map((r) => r.completion_tokens)).size).toBeGreaterThan(20);
+          expect(new Set(results.map((r) => r.completion_tokens)).size).toBeGreaterThan(count / 3);
           // and the sampled requests do sample: greedy decoding of the first one gives other tokens
           const [greedy] = await llm.generate([{ ...requests[1]!, temperature: 0 }]);
           expect(greedy!.token_ids).not.toEqual(results[1]!.token_ids);
