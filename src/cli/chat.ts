@@ -20,10 +20,12 @@ import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
 import { InterruptedError } from "./interrupt.ts";
 import { chatMessages } from "./inputs.ts";
 import { CANCEL, LineInput } from "./line-input.ts";
-import { loadLLM, noteChatFormat } from "./load.ts";
+import { loadLLM, noteChatFormat, templateKwargs } from "./load.ts";
 import { constraintArgs, constraintOption, constraintProblem, jsonSchemaSpec } from "./constraint-options.ts";
 import { checkKnownOptions, engineArgs, modelArgs, speculativeArgs, requestDefaults, samplingArgs, type ParsedValues, type RequestDefaults } from "./options.ts";
-import { dim, info } from "./output.ts";
+import { dim, info, output } from "./output.ts";
+import { THINK_OPEN, ThinkSplitter } from "../tools/think.ts";
+import type { ReplySink } from "../tools/reply-sink.ts";
 import { quoteFileText, terminalText } from "../util/file-text.ts";
 import { diskTierLine } from "./cache.ts";
 
@@ -35,6 +37,12 @@ export const chatArgs = {
     valueHint: "name|file",
   },
   "chat-template-kwargs": { type: "string", description: 'More chat template variables as a JSON object, e.g. \'{"enable_thinking": false}\' for Qwen3', valueHint: "json" },
+  think: {
+    type: "boolean",
+    default: true,
+    description: "Let a model that reasons think before it answers (its reasoning is shown dimmed on a terminal)",
+    negativeDescription: "Replies without reasoning first: the template's enable_thinking set to false (Qwen3, SmolLM3 and the templates that read it)",
+  },
   system: { type: "string", description: "System prompt; /system changes it in the chat", valueHint: "text" },
   ...samplingArgs,
   ...constraintArgs,
@@ -58,6 +66,13 @@ export const chatCommand = defineCommand({
   },
 });
 
+/** With --no-think, --chat-template-kwargs with enable_thinking false (over what the option gave). */
+function thinkingOff(values: ParsedValues): ParsedValues {
+  if (values.think !== false) return values;
+  const kwargs = { ...templateKwargs(values["chat-template-kwargs"]), enable_thinking: false };
+  return { ...values, "chat-template-kwargs": JSON.stringify(kwargs) };
+}
+
 /** Per-request settings the chat sends (what /set changes). */
 type ChatSettings = RequestDefaults;
 
@@ -66,7 +81,7 @@ async function runChat(values: ParsedValues, rawArgs: readonly string[]): Promis
   const settings = requestDefaults(values, rawArgs);
   const constraint = constraintOption(values, rawArgs);
   // A model without a chat template (a base model) is continued as plain text, as llama-cli does without one.
-  const llm = await loadLLM(values, "--template", "raw");
+  const llm = await loadLLM(thinkingOff(values), "--template", "raw");
   noteChatFormat(llm, "--template");
   let session: ChatSession;
   try {
@@ -272,7 +287,9 @@ class ChatSession {
     this.generating = controller;
     this.input.suspend();
     let result: CompletionResult | null = null;
-    let started = false;
+    const shown = new ReplyPrinter();
+    // Reasoning (between <think> and </think>) is shown dimmed; the prompt may have opened it already.
+    const splitter = new ThinkSplitter(this.promptOpensThinking(promptIds), null);
     try {
       const request: GenerateRequest = { ...this.settings, id: `turn-${++this.turnNo}`, promptTokenIds: promptIds, maxTokens };
       for await (const event of this.llm.stream([request], { signal: controller.signal })) {
@@ -280,17 +297,14 @@ class ChatSession {
           result = event.result;
           continue;
         }
-        // The reply starts on its own line: its leading space (after "[/INST]", or continuing the text) is not shown.
-        const text = started ? event.delta : event.delta.trimStart();
-        if (text === "") continue;
-        started = true;
-        process.stdout.write(terminalText(text));
+        splitter.push(event.delta, shown);
       }
+      splitter.end(shown);
     } finally {
       this.generating = null;
       this.input.resume();
     }
-    if (started) process.stdout.write("\n");
+    if (shown.started) process.stdout.write("\n");
     if (result === null) return;
     if (result.finish_reason === "error") {
       this.note(`error: ${result.error ?? "the request failed"}`);
@@ -303,6 +317,12 @@ class ChatSession {
     this.lastTurn = { promptIds, known, replyIds: [...result.token_ids] };
     this.history.commit(user, kept, result.text);
     this.turnStats(result, maxTokens);
+  }
+
+  /** The prompt ends inside `<think>` (a template that opens the reasoning itself). */
+  private promptOpensThinking(promptIds: readonly number[]): boolean {
+    const tail = this.llm.tokenizer.decode(promptIds.slice(-16)).trimEnd();
+    return tail.endsWith(THINK_OPEN);
   }
 
   /**
@@ -592,4 +612,33 @@ function speculationText(r: SpeculationResult): string {
 
 function plural(n: number, one: string, many = `${one}s`): string {
   return `${n} ${n === 1 ? one : many}`;
+}
+
+/**
+ * Writes a streamed reply to stdout: its reasoning dimmed when stdout is a colour terminal, its
+ * content as it comes. The reply starts on its own line: its leading space (after "[/INST]", or
+ * continuing the text) is not shown.
+ */
+class ReplyPrinter implements ReplySink {
+  started = false;
+  private readonly dimReasoning = output.color && process.stdout.isTTY === true;
+
+  content(text: string): void {
+    this.write(text, false);
+  }
+
+  reasoning(text: string): void {
+    this.write(text, this.dimReasoning);
+  }
+
+  callStart(): void {}
+  callArguments(): void {}
+  callEnd(): void {}
+
+  private write(delta: string, dimmed: boolean): void {
+    const text = this.started ? delta : delta.trimStart();
+    if (text === "") return;
+    this.started = true;
+    process.stdout.write(dimmed ? `\x1b[2m${terminalText(text)}\x1b[22m` : terminalText(text));
+  }
 }

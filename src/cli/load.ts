@@ -56,7 +56,7 @@ export function resolveModelSpec(spec: string): Promise<string> {
 }
 
 /** --chat-template-kwargs: a JSON object of more template variables. */
-function templateKwargs(given: ParsedValues[string]): Record<string, unknown> | undefined {
+export function templateKwargs(given: ParsedValues[string]): Record<string, unknown> | undefined {
   if (typeof given !== "string" || given === "") return undefined;
   let parsed: unknown;
   try {
