@@ -184,6 +184,17 @@ describeShared("constrained output on a model file", ["models/gguf/rnd-qwen2-Q5_
     }
   }, LIMIT_MS);
 
+  test("preempted and recomputed in a pool too small for the batch: the same bits as in a large pool", async () => {
+    // Blocks of 4 (a block size has its own bits): 80 tokens need 21 blocks, so 24 hold one sequence at a time.
+    const strip = (rs: ReturnType<typeof comparable>[]) => rs.map((r) => ({ ...r, cached_tokens: 0, cached_tokens_memory: 0 }));
+    const batch = requests({ kind: "json_schema", schema: SCHEMA }, 80);
+    const large = (await llms.load({ model: model!, engine: { blockSize: 4 } }).generate(batch)).map(comparable);
+    const small = llms.load({ model: model!, engine: { blockSize: 4, numBlocks: 24 } });
+    const got = (await small.generate(batch)).map(comparable);
+    expect(small.stats().preemptions).toBeGreaterThan(0);
+    expect(strip(got)).toEqual(strip(large));
+  }, LIMIT_MS);
+
   test("forced runs: a schema's fixed keys come as several tokens in one step, without speculation", async () => {
     const outputs = await allOutputs(llm, [{ prompt: "A person:", maxTokens: 300, temperature: 0, constraint: { kind: "json_schema", schema: SCHEMA } }]);
     expect(outputs.some((o) => o.tokenIds.length > 1)).toBe(true);

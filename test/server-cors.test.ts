@@ -133,8 +133,13 @@ describeShared("serve --cors", [STORIES], ([model]) => {
     const r = await preflight(`${url}/v1/completions`, "https://anywhere.example");
     expect(r.status).toBe(204);
     expect(r.headers.get("access-control-allow-origin")).toBe("*");
-    // A stream holds the one connection allowed until it is read to its end.
-    const stream = await post(`${url}/v1/completions`, { prompt: "Once", max_tokens: 4, stream: true }, { Authorization: `Bearer ${KEY}`, Origin: "https://a.example" });
+    // A stream holds the one connection allowed until its end: 400 tokens, not stopped by an end of
+    // text (4 could all be written before the next request came, freeing the connection).
+    const stream = await post(
+      `${url}/v1/completions`,
+      { prompt: "Once", max_tokens: 400, ignore_eos: true, temperature: 0, stream: true },
+      { Authorization: `Bearer ${KEY}`, Origin: "https://a.example" },
+    );
     const busy = await fetch(`${url}/v1/models`, { headers: { Authorization: `Bearer ${KEY}`, Origin: "https://b.example" } });
     expect(busy.status).toBe(429);
     expect(busy.headers.get("access-control-allow-origin")).toBe("*");

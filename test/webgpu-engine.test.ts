@@ -227,6 +227,23 @@ await describeGpu("the engine on WebGPU", (gpu) => {
 
   accuracyTests(gpu, ACCURACY_CASES);
   describeShared("batch invariance on WebGPU (stories260K)", [MODELS.stories260K, TOKENIZER], ([model, tok]) => invarianceTests(gpu, model!, tok!));
+  describeShared("a constraint on WebGPU (stories260K GGUF)", ["models/gguf/stories260K.gguf"], ([model]) => {
+    test("every finished output in the regex's language; the same bits alone and batched", async () => {
+      const pattern = "(Once|The|A)( [a-z]{1,8}){2,6}\\.";
+      const constraint = { kind: "regex", pattern } as const;
+      const llm = load(gpu, model!, undefined);
+      const requests: GenerateRequest[] = [0, 1, 2].map((i) => ({
+        id: `r${i}`, prompt: "Once upon a time", maxTokens: 24, constraint, ...(i === 0 ? { temperature: 0 } : { temperature: 0.9, seed: i }),
+      }));
+      const together = await llm.generate(requests);
+      expect(together.some((r) => r.finish_reason === "stop")).toBe(true);
+      for (const r of together) if (r.finish_reason === "stop") expect(r.text).toMatch(new RegExp(`^${pattern}$`));
+      const alone: CompletionResult[] = [];
+      for (const r of requests) alone.push(...(await llm.generate([r])));
+      const tokens = (rs: CompletionResult[]) => rs.map((r) => ({ id: r.id, finish: r.finish_reason, tokens: r.token_ids }));
+      expect(tokens(together)).toEqual(tokens(alone));
+    }, TIMEOUT_MS);
+  });
   // GGUF models default to an f16 KV cache; q8_0 needs heads of whole 32-value blocks (rnd-llama: 64).
   describeShared("batch invariance on WebGPU, f16 KV cache (stories260K F32 GGUF)", ["models/gguf/stories260K.gguf"], ([model]) => invarianceTests(gpu, model!, undefined));
   describeShared("batch invariance on WebGPU, q8_0 KV cache (a small Q8_0 llama, heads of 32)", ["models/gguf/stories260K.gguf"], ([stories]) => {
