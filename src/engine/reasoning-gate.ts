@@ -2,7 +2,7 @@
  * A constraint that starts where a model's reasoning ends (issue 28: grammars that broke when a
  * model thinks first, ollama #18441, are the failure avoided here). Three states:
  *   - open: the first token may open reasoning (the `start` token) or begin the constrained answer;
- *   - reasoning: any token but an end-of-generation one, until the `end` token closes it (so the
+ *   - reasoning: every token but an end-of-generation one, until the `end` token closes it (so the
  *     output can never end before the answer starts);
  *   - constrained: the inner constraint, from the token after `end`.
  * A prompt that leaves reasoning open (DeepSeek-R1's template ends with `<think>\n`) starts in

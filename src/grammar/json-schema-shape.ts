@@ -44,7 +44,7 @@ export interface Shape {
   multipleOf: Decimal[];
   properties: Map<string, Conj>;
   required: Set<string>;
-  /** Schema of properties not declared and not matching a pattern; null: any. */
+  /** Schema of properties not declared and not matching a pattern; null: unconstrained. */
   additional: Conj;
   patternProperties: [string, Conj][];
   propertyNames: Conj;

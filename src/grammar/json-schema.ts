@@ -322,7 +322,7 @@ class JsonGrammarBuilder {
     const item = (j: number): number[] => this.conj(j < prefix.length ? prefix[j]! : s.items, `${s.path}/items`);
     const open = this.punct("[");
     const close = this.punct("]");
-    // The items after the first `fixed` (prefix items and minItems): any number of them when
+    // The items after the first `fixed` (prefix items and minItems): as many of them as wanted when
     // maxItems does not bound them, as a left-recursive list; otherwise up to maxItems, counted.
     const fixed = Math.max(prefix.length, min);
     const counted = max === Infinity ? fixed : max;

@@ -138,7 +138,7 @@ export function contentExcept(pool: ExprPool, texts: readonly string[]): number 
     if (others.length > 0) parts.push(pool.concat(jsonCharExpr(pool, others), anyChars));
     return pool.or(parts);
   };
-  // Excluding finitely many names closes no text: any prefix still goes on to a name not excluded.
+  // Excluding finitely many names closes no text: every prefix still goes on to a name not excluded.
   const content = build(root);
   pool.markOpenText(content);
   return content;

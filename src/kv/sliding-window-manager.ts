@@ -25,7 +25,7 @@ export class SlidingWindowManager implements SingleTypeKVCacheManager {
 
   findLongestHit(lookup: BlockLookup, maxBlocks: number, chain: readonly number[]): GroupBlocks[] {
     const hits: GroupBlocks[] = this.groups.map(() => new Array<KVCacheBlock | null>(maxBlocks).fill(null));
-    // A window of one position reads no cached block: any prefix is a hit.
+    // A window of one position reads no cached block: every prefix is a hit.
     if (this.runBlocks === 0) return hits;
     let run = 0;
     for (let i = maxBlocks - 1; i >= 0; i--) {

@@ -11,7 +11,7 @@
  *   - another origin gets no Access-Control-* header at all (its preflight a 403), so the browser
  *     keeps the answer from its page.
  *
- * `*` allows every origin: any web page the user opens can then call the server from the user's
+ * `*` allows every origin: every web page the user opens can then call the server from the user's
  * browser (docs/server.md says when that is safe).
  */
 import { ApiError, errorResponse } from "./api-error.ts";

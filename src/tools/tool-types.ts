@@ -15,7 +15,7 @@ export interface ToolFunction {
   /** 1-64 characters of a-z, A-Z, 0-9, _, - and . (OpenAI's rule). */
   name: string;
   description?: string;
-  /** A JSON Schema for the arguments object; absent: any object. */
+  /** A JSON Schema for the arguments object; absent: every object. */
   parameters?: { readonly [key: string]: JsonValue };
   /** OpenAI's strict mode: the arguments must follow the schema exactly (what the constraint will give). */
   strict?: boolean;

@@ -11,8 +11,8 @@
  *                groups[0] = how many, then per group (expert, slot0..slot3), a missing slot NONE
  *   expert product  a matrix product (wgsl-matmul.ts's lanes, reduction and block dots) whose
  *                workgroup takes 8 rows of one expert for one group: the expert's rows are read
- *                once for its 4 slots, each slot's row reduced in the same fixed order as any
- *                product's, so a slot's result does not depend on the other slots of its group
+ *                once for its 4 slots, each slot's row reduced in the same fixed order as every
+ *                other product's, so a slot's result does not depend on the other slots of its group
  *   mix          out[t] = sum over rank r of weight[t][r] * down[slot of (t, r)], in rank order
  *
  * The grid of the expert products has room for the most groups a step can have (expertGroupsBound);

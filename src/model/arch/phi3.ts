@@ -20,7 +20,7 @@ export const phi3: Architecture = {
   config(file, derived) {
     const c = readTransformerConfig(file, "phi3", derived, { ropeStyle: "neox", qkvBias: false, qkNorm: false, ropeScalings: ["longrope"] });
     const config: ModelConfig = { ...c, fusedGateUp: true };
-    // Fused q/k/v as the converter writes them; separate ones are read as any llama-family file's.
+    // Fused q/k/v as the converter writes them; separate ones are read as every llama-family file's.
     if (file.tensor(TensorName.attnQkv(0)) !== undefined) config.fusedQkv = true;
     const attnFactor = file.getF32("phi3.rope.scaling.attn_factor", 1);
     if (!(attnFactor > 0)) throw new ModelFormatError(file.path, `rope.scaling.attn_factor ${attnFactor} must be positive`);
