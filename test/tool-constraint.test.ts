@@ -20,12 +20,17 @@ import type { GenerateRequest } from "../src/engine/generate-request.ts";
 import type { LLM } from "../src/engine/llm.ts";
 import { DEFAULT_SPECULATIVE } from "../src/engine/speculative.ts";
 import { GrammarConstraints } from "../src/grammar/constraints.ts";
+import { ExprPool } from "../src/grammar/expr.ts";
+import { textWithout } from "../src/grammar/xml-parameters.ts";
 import { ReplyReader, replySetup } from "../src/tools/reply-reader.ts";
 import { toolCallFormat } from "../src/tools/tool-format.ts";
 import type { CheckedTools, ToolChoice, ToolDefinition } from "../src/tools/tool-types.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { comparable, openedLLMs } from "./helpers/llm.ts";
+import { bytesCompiler, matches } from "./helpers/grammar.ts";
 import { describeShared } from "./helpers/shared.ts";
+
+const utf8 = new TextEncoder();
 
 const LIMIT_MS = 120_000;
 const MODEL = "models/gguf/stories260K.gguf";
@@ -62,6 +67,75 @@ function expectValidCalls(calls: readonly { function: { name: string; arguments:
 }
 
 const TRIGGER = "<tool_call>";
+/** Qwen3-Coder's format is chosen by a template that writes both of these. */
+const CODER_TEMPLATE = "<function= <parameter=";
+
+test("text without a tag (Qwen3-Coder's text values): every string over the tag's letters, matched iff the tag is not in it", () => {
+  const pool = new ExprPool();
+  const wrong = (tag: string, strings: readonly string[]): string[] => {
+    const e = textWithout(pool, tag);
+    return strings.filter((s) => pool.matches(e, utf8.encode(s)) === s.includes(tag));
+  };
+  let strings = [""];
+  const all: string[] = [];
+  for (let n = 0; n <= 6; n++) {
+    all.push(...strings);
+    strings = strings.flatMap((s) => ["<", "/", "p", ">", "é"].map((c) => s + c));
+  }
+  expect(all.length).toBe(19531);
+  expect(wrong("</p>", all)).toEqual([]);
+  expect(wrong("</parameter>", ["", "a</parameter", "<</parameter>", "x</parameter>y", "</parameterX>", "<<<", "</param\n</parameter", "</parameter>"])).toEqual([]);
+});
+
+test("Qwen3-Coder's XML calls: declared parameters in order, required ones present, text values without </parameter> and by their string schema, other values JSON; what matches reads back valid", () => {
+  const tool: ToolDefinition = {
+    type: "function",
+    function: {
+      name: "write_file",
+      parameters: {
+        type: "object",
+        properties: { path: { type: "string", pattern: "^/" }, mode: { type: "string", enum: ["w", "a"] }, lines: { type: "integer", minimum: 0 }, tags: { type: "array", items: { type: "string" } } },
+        required: ["path"],
+      },
+    },
+  };
+  const validate = ajv.compile(tool.function.parameters!);
+  const syntax = toolCallFormat(CODER_TEMPLATE).syntax([tool], "forced", false);
+  const compiler = bytesCompiler();
+  const source = { kind: "tool_calls", calls: syntax.calls, prefix: syntax.prefix, separator: syntax.separator, suffix: syntax.suffix, repeat: false } as const;
+  const call = (params: string): string => `<tool_call>\n<function=write_file>\n${params}</function>\n</tool_call>`;
+  const p = (name: string, value: string): string => `<parameter=${name}>\n${value}\n</parameter>\n`;
+  const setup = replySetup(CODER_TEMPLATE, "", { tools: [tool], choice: "required", parallel: false })!;
+  const allowed = [
+    call(p("path", "/a <b>\n    </param x")),
+    call(p("path", "/") + p("mode", "a") + p("lines", "12") + p("tags", '["x", "</parameter"]')),
+    call(p("path", "/\n") + p("tags", "[]")),
+    "<tool_call><function=write_file><parameter=path>\n/p\n</parameter></function></tool_call>",
+  ];
+  for (const text of allowed) {
+    expect(matches(compiler, source, text)).toBe(true);
+    const reader = new ReplyReader(setup);
+    reader.push(text);
+    reader.end();
+    const [read] = reader.message.toolCalls;
+    expect(read!.function.name).toBe("write_file");
+    expect(validate(JSON.parse(read!.function.arguments))).toBe(true);
+  }
+  for (const text of [
+    call(""), // path is required
+    call(p("path", "a")), // its pattern
+    call(p("path", "/a</parameter>b")), // no closing tag inside a text value
+    call(p("path", "/") + p("mode", "x")), // its enum
+    call(p("path", "/") + p("mode", '"w"')), // a text value is not JSON
+    call(p("path", "/") + p("lines", "-1")), // an integer of at least 0
+    call(p("mode", "w") + p("path", "/")), // the schema's order
+    call(p("path", "/") + p("other", "1")), // not declared
+    call(p("path", "/") + p("path", "/")), // once
+    call(p("path", "/") + "\n\n\n"), // whitespace runs are short
+  ]) {
+    expect(matches(compiler, source, text)).toBe(false);
+  }
+});
 
 /**
  * A walk of `steps` tokens through `c`, each drawn at random among the allowed ones, except that
@@ -118,41 +192,44 @@ describeShared("the tool-call constraint", [MODEL], ([model]) => {
 
   const checked = (choice: ToolChoice, parallel = true): CheckedTools => ({ tools: TOOLS, choice, parallel });
 
-  test("random walks: every call read parses and validates, in free text (auto) and as the whole reply (required, named)", () => {
-    const tok = llm.tokenizer;
-    const constraints = new GrammarConstraints(tok, tok.vocabSize);
-    const format = toolCallFormat(null);
-    const encodeChar = (ch: string): number | undefined => {
-      const ids = tok.encode(ch, { continuation: true });
-      return ids.length === 1 ? ids[0] : undefined;
-    };
-    const eos = [...tok.eogIds][0]!;
-    const validated = { auto: 0, forced: 0 };
-    for (const [choice, parallel] of [["auto", true], ["auto", false], ["required", true], [NAMED, false]] as const) {
-      const setup = replySetup(null, "", checked(choice, parallel))!;
-      const make = constraints.compile({ kind: "tool_calls", syntax: format.syntax(choice === NAMED ? [TOOLS[0]!] : TOOLS, choice === "auto" ? "lazy" : "forced", parallel) });
-      for (let seed = 1; seed <= 3; seed++) {
-        const c = make();
-        const { ids } = walk(c, new Xoshiro128(seed), tok.vocabSize, (x) => tok.decode(x), encodeChar, 300);
-        const mask = new Uint32Array(Math.ceil(tok.vocabSize / 32));
-        c.fillNextTokenBitmask(mask);
-        const complete = c.isTerminated() || isAllowed(mask, eos);
-        const reader = new ReplyReader(setup);
-        reader.push(tok.decode(ids.filter((t) => !tok.eogIds.has(t))));
-        reader.end();
-        const calls = reader.message.toolCalls;
-        // A walk cut off inside a call leaves that last call unfinished: the others are whole.
-        validated[choice === "auto" ? "auto" : "forced"] += expectValidCalls(complete ? calls : calls.slice(0, -1));
-        if (choice !== "auto" && complete) {
-          expect(calls.length).toBeGreaterThan(0);
-          expect(reader.message.content).toBe("");
+  for (const [formatName, template] of [["generic", null], ["qwen3-coder", CODER_TEMPLATE]] as const) {
+    test(`random walks (${formatName}): every call read parses and validates, in free text (auto) and as the whole reply (required, named)`, () => {
+      const tok = llm.tokenizer;
+      const constraints = new GrammarConstraints(tok, tok.vocabSize);
+      const format = toolCallFormat(template);
+      expect(format.name).toBe(formatName);
+      const encodeChar = (ch: string): number | undefined => {
+        const ids = tok.encode(ch, { continuation: true });
+        return ids.length === 1 ? ids[0] : undefined;
+      };
+      const eos = [...tok.eogIds][0]!;
+      const validated = { auto: 0, forced: 0 };
+      for (const [choice, parallel] of [["auto", true], ["auto", false], ["required", true], [NAMED, false]] as const) {
+        const setup = replySetup(template, "", checked(choice, parallel))!;
+        const make = constraints.compile({ kind: "tool_calls", syntax: format.syntax(choice === NAMED ? [TOOLS[0]!] : TOOLS, choice === "auto" ? "lazy" : "forced", parallel) });
+        for (let seed = 1; seed <= 3; seed++) {
+          const c = make();
+          const { ids } = walk(c, new Xoshiro128(seed), tok.vocabSize, (x) => tok.decode(x), encodeChar, 300);
+          const mask = new Uint32Array(Math.ceil(tok.vocabSize / 32));
+          c.fillNextTokenBitmask(mask);
+          const complete = c.isTerminated() || isAllowed(mask, eos);
+          const reader = new ReplyReader(setup);
+          reader.push(tok.decode(ids.filter((t) => !tok.eogIds.has(t))));
+          reader.end();
+          const calls = reader.message.toolCalls;
+          // A walk cut off inside a call leaves that last call unfinished: the others are whole.
+          validated[choice === "auto" ? "auto" : "forced"] += expectValidCalls(complete ? calls : calls.slice(0, -1));
+          if (choice !== "auto" && complete) {
+            expect(calls.length).toBeGreaterThan(0);
+            expect(reader.message.content).toBe("");
+          }
+          if (!parallel && choice === "auto") expect(calls.length).toBeLessThanOrEqual(1);
         }
-        if (!parallel && choice === "auto") expect(calls.length).toBeLessThanOrEqual(1);
       }
-    }
-    expect(validated.auto).toBeGreaterThanOrEqual(3);
-    expect(validated.forced).toBeGreaterThanOrEqual(6);
-  }, LIMIT_MS);
+      expect(validated.auto).toBeGreaterThanOrEqual(3);
+      expect(validated.forced).toBeGreaterThanOrEqual(6);
+    }, LIMIT_MS);
+  }
 
   const ASK = [{ role: "user" as const, content: "What is the weather?" }];
   const requests: GenerateRequest[] = [

@@ -67,10 +67,20 @@ export function jsonSchemaToCfg(pool: ExprPool, schema: JsonValue, options: Json
 
 /**
  * The symbols of one JSON value following `schema` (a document of its own: its `$ref`s resolve
- * against it), added to the grammar `b` is building; no whitespace after the value.
+ * against it), or the schema found in it at the JSON pointer `at`, added to the grammar `b` is
+ * building; no whitespace after the value.
  */
-export function jsonSchemaSymbols(b: CfgBuilder, schema: JsonValue, options: JsonSchemaOptions = {}): number[] {
-  return new JsonGrammarBuilder(b.pool, schema, options, b).value();
+export function jsonSchemaSymbols(b: CfgBuilder, schema: JsonValue, options: JsonSchemaOptions = {}, at = "#"): number[] {
+  return new JsonGrammarBuilder(b.pool, schema, options, b).value(at);
+}
+
+/**
+ * The strings the schema at `at` in `schema` allows, as their text itself (UTF-8, without quotes
+ * or escapes): one expression, EMPTY where the schema allows no string. Length, pattern, format,
+ * enum and const hold as they do for JSON strings (Qwen3-Coder's XML parameters write text so).
+ */
+export function jsonSchemaStringText(b: CfgBuilder, schema: JsonValue, at: string): number {
+  return new JsonGrammarBuilder(b.pool, schema, {}, b).stringText(at);
 }
 
 class JsonGrammarBuilder {
@@ -98,9 +108,22 @@ class JsonGrammarBuilder {
     return this.b.build(this.b.rule("root", [[...this.value(), ...this.ows()]]), "the schema");
   }
 
-  /** The schema's value. */
-  value(): number[] {
-    return this.conj([{ raw: this.schema, path: "#" }], "#");
+  /** The value of the schema at `at` (the whole schema: "#"). */
+  value(at = "#"): number[] {
+    const target = at === "#" ? { raw: this.schema, path: "#" } : this.doc.resolve(at, "#");
+    return this.conj([target], target.path);
+  }
+
+  /** The texts of the strings the schema at `at` allows (jsonSchemaStringText). */
+  stringText(at: string): number {
+    const target = this.doc.resolve(at, "#");
+    const parts: number[] = [];
+    for (const s of this.shapes.shapes([target], target.path)) {
+      if (!(s.types & T_STRING)) continue;
+      if (s.enumValues === null) parts.push(this.stringContent(s, false));
+      else for (const v of s.enumValues.values()) if (typeof v === "string" && this.valueFits(v, s)) parts.push(this.text(v));
+    }
+    return this.pool.or(parts);
   }
 
   // --- lexemes ---
@@ -286,20 +309,24 @@ class JsonGrammarBuilder {
     return expr;
   }
 
-  /** The content (between the quotes) of strings the shape allows. */
-  private stringContent(s: Shape): number {
+  /**
+   * The content (between the quotes) of strings the shape allows; with `json` false, their text
+   * as UTF-8 instead (no escapes).
+   */
+  private stringContent(s: Shape, json = true): number {
     const pool = this.pool;
     const parts: number[] = [];
-    const anyChar = jsonCharExpr(pool, ANY_CHAR);
+    const anyChar = json ? jsonCharExpr(pool, ANY_CHAR) : utf8Expr(pool, ANY_CHAR);
     if (s.minLength > s.maxLength) return 0;
     if (s.minLength > 0 || s.maxLength !== Infinity) parts.push(pool.repeat(anyChar, s.minLength, s.maxLength === Infinity ? INFINITE : s.maxLength));
+    else if (!json) parts.push(pool.repeat(anyChar, 0, INFINITE));
     else if (s.patterns.length === 0 && s.formats.length === 0) parts.push(anyContent(pool));
-    for (const p of s.patterns) parts.push(cachedRegex(pool, p, "search", true, `${s.path}/pattern`));
+    for (const p of s.patterns) parts.push(cachedRegex(pool, p, "search", json, `${s.path}/pattern`));
     for (const f of s.formats) {
       const rx = formatRegex(f);
-      if (rx !== undefined) parts.push(cachedRegex(pool, rx, "full", true, `${s.path}/format`));
+      if (rx !== undefined) parts.push(cachedRegex(pool, rx, "full", json, `${s.path}/format`));
     }
-    if (s.notStrings.length > 0) parts.push(contentExcept(pool, s.notStrings));
+    if (s.notStrings.length > 0) parts.push(json ? contentExcept(pool, s.notStrings) : pool.not(pool.or(s.notStrings.map((t) => this.text(t)))));
     return pool.and(parts);
   }
 

@@ -8,7 +8,8 @@
  *
  * A call written as a JSON object (`object` given: Hermes, Llama 3.x, Mistral and the generic
  * format) is `open {"name": NAME, KEY: ARGUMENTS} close`, with any JSON whitespace between the
- * object's tokens; otherwise `begin ARGUMENTS end`. In every literal text (prefix, separator,
+ * object's tokens; otherwise `begin ARGUMENTS end`, ARGUMENTS Qwen3-Coder's XML parameters where
+ * `parameters` is given (xml-parameters.ts). In every literal text (prefix, separator,
  * suffix, open, close, begin, end) a run of whitespace stands for any run of JSON whitespace
  * (none included), so `<tool_call>\n{...}\n</tool_call>` and `<tool_call>{...}</tool_call>` both
  * match, as the formats' parsers read both. Whitespace runs are at most TOOL_CALL_WHITESPACE bytes,
@@ -23,6 +24,7 @@ import type { ExprPool } from "./expr.ts";
 import { jsonSchemaSymbols } from "./json-schema.ts";
 import { fromJavaScript } from "./json-value.ts";
 import type { CompileBudget } from "./limits.ts";
+import { xmlParameterSymbols, type XmlParameterShape } from "./xml-parameters.ts";
 
 /** Most whitespace bytes in a row inside a block of calls. */
 export const TOOL_CALL_WHITESPACE = 2;
@@ -35,6 +37,8 @@ export interface ToolCallShape {
   readonly schema: object;
   readonly end: string;
   readonly object?: { readonly open: string; readonly argumentsKey: string; readonly close: string };
+  /** The arguments as XML parameters instead of a JSON object (Qwen3-Coder). */
+  readonly parameters?: readonly XmlParameterShape[];
 }
 
 export interface ToolCallsSource {
@@ -68,7 +72,10 @@ export function toolCallsToCfg(pool: ExprPool, source: ToolCallsSource, budget: 
   const call = b.rule("call", source.calls.map((c) => {
     let args: number[];
     try {
-      args = jsonSchemaSymbols(b, fromJavaScript(c.schema, `${c.name}'s parameters`), { maxWhitespace: TOOL_CALL_WHITESPACE });
+      const schema = fromJavaScript(c.schema, `${c.name}'s parameters`);
+      args = c.parameters === undefined
+        ? jsonSchemaSymbols(b, schema, { maxWhitespace: TOOL_CALL_WHITESPACE })
+        : xmlParameterSymbols(b, schema, c.parameters, ws, text, TOOL_CALL_WHITESPACE);
     } catch (e) {
       if (e instanceof GrammarError) throw new GrammarError(`function ${c.name}'s parameters: ${e.message}`);
       throw e;

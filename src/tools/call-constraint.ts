@@ -7,8 +7,8 @@
  *   - "auto": free text until the model writes the format's trigger (`<tool_call>`), then the
  *     call to its end, then free text again (or only the end, with parallel_tool_calls off);
  *   - "none", or no tools: nothing.
- * Formats whose calls are not JSON objects in text are not constrained: harmony (gpt-oss) writes
- * them through control tokens, Qwen3-Coder as XML parameters; their parsers read them as before.
+ * Qwen3-Coder's XML calls are constrained parameter by parameter (src/grammar/xml-parameters.ts).
+ * Harmony (gpt-oss) is not: it writes its calls through control tokens; its parser reads them.
  */
 import type { ConstraintSpec } from "../engine/constraint.ts";
 import { replyCallSyntax, type ReplySetup } from "./reply-reader.ts";
@@ -16,6 +16,6 @@ import { replyCallSyntax, type ReplySetup } from "./reply-reader.ts";
 export function toolCallConstraint(reply: ReplySetup): ConstraintSpec | null {
   if (reply.format.name === "harmony") return null;
   const syntax = replyCallSyntax(reply);
-  if (syntax === null || syntax.argumentsAs !== "json" || syntax.calls.length === 0) return null;
+  if (syntax === null || syntax.calls.length === 0) return null;
   return { kind: "tool_calls", syntax };
 }

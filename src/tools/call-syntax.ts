@@ -37,6 +37,28 @@ export interface CallSyntaxItem {
    * (`begin` and `end` spell one way, with the spaces of Python's json.dumps).
    */
   object?: { open: string; argumentsKey: string; close: string };
+  /**
+   * For Qwen3-Coder's XML calls: the parameters the function may be given, in its schema's order
+   * (llama.cpp's grammar for the format writes them in that order, each optional one optional).
+   */
+  parameters?: readonly CallParameter[];
+}
+
+/** One `<parameter=NAME>\nVALUE\n</parameter>` of an XML call. */
+export interface CallParameter {
+  name: string;
+  /** `<parameter=NAME>\n`. */
+  begin: string;
+  /** `\n</parameter>`. */
+  end: string;
+  required: boolean;
+  /**
+   * "text": the value is the parameter's text as written (a `string` schema, or a parameter the
+   * schema does not declare), which cannot contain `end`; "json": a JSON value (any other schema).
+   */
+  value: "text" | "json";
+  /** Where the parameter's schema is in the arguments schema: a JSON pointer (`#/properties/city`), null where undeclared. */
+  schemaAt: string | null;
 }
 
 export interface CallSyntax {

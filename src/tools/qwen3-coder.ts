@@ -11,9 +11,13 @@
  *
  * A parameter's value is text (one newline after its opening tag and one before its closing tag
  * are the format's); it becomes a JSON value by the tool's schema, as vLLM's qwen3_coder parser
- * converts it: a string parameter (or one the schema does not name) stays a string, any other is
- * read as JSON when it parses. The arguments go out a parameter at a time.
+ * converts it: a parameter whose schema says `"type": "string"` (or one the schema does not
+ * declare) stays a string, any other is read as JSON when it parses (its text otherwise). The
+ * grammar constraint (call-syntax.ts's `parameters`, src/grammar/xml-parameters.ts) makes the
+ * same choice (parameterIsText), so a constrained call always reads back valid. The arguments go
+ * out a parameter at a time.
  */
+import type { CallParameter } from "./call-syntax.ts";
 import type { ToolDefinition, JsonValue } from "./tool-types.ts";
 import { isJsonWhitespace } from "./json-stream.ts";
 import { HERMES_CLOSE, HERMES_OPEN } from "./hermes.ts";
@@ -23,6 +27,28 @@ const FUNCTION_OPEN = "<function=";
 const FUNCTION_CLOSE = "</function>";
 const PARAMETER_OPEN = "<parameter=";
 const PARAMETER_CLOSE = "</parameter>";
+
+type JsonObject = { readonly [key: string]: JsonValue };
+const isJsonObject = (v: JsonValue | undefined): v is JsonObject => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** Whether a parameter's value is its text as written: its schema says `"type": "string"`, or there is none (not declared). */
+export function parameterIsText(schema: JsonValue | undefined): boolean {
+  return schema === undefined || (isJsonObject(schema) && schema.type === "string");
+}
+
+/** A tool's declared parameters (its schema's `properties`, in order), then required ones it does not declare. */
+export function xmlCallParameters(tool: ToolDefinition): CallParameter[] {
+  const schema = tool.function.parameters ?? {};
+  const properties = isJsonObject(schema.properties) ? schema.properties : {};
+  const required = new Set(Array.isArray(schema.required) ? schema.required.filter((r): r is string => typeof r === "string") : []);
+  const parameter = (name: string, declared: boolean): CallParameter => ({
+    name, begin: `${PARAMETER_OPEN}${name}>\n`, end: `\n${PARAMETER_CLOSE}`, required: required.has(name),
+    value: parameterIsText(declared ? properties[name] : undefined) ? "text" : "json",
+    schemaAt: declared ? `#/properties/${encodeURIComponent(name.replaceAll("~", "~0").replaceAll("/", "~1"))}` : null,
+  });
+  const declared = Object.keys(properties).map((name) => parameter(name, true));
+  return [...declared, ...[...required].filter((name) => !(name in properties)).map((name) => parameter(name, false))];
+}
 
 type State = "text" | "open" | "name" | "params" | "param-name" | "value" | "close";
 
@@ -127,7 +153,7 @@ export class Qwen3CoderParser extends SteppedParser {
       case "value": {
         const close = rest.indexOf(PARAMETER_CLOSE);
         if (close < 0) return 0;
-        const value = parameterValue(rest.slice(0, close), this.schemaType(this.param));
+        const value = parameterValue(rest.slice(0, close), this.isText(this.param));
         sink.callArguments(`${this.params === 0 ? "{" : ", "}${JSON.stringify(this.param)}: ${jsonText(value)}`);
         this.params++;
         this.state = "params";
@@ -148,22 +174,18 @@ export class Qwen3CoderParser extends SteppedParser {
     }
   }
 
-  /** The JSON Schema type the tool gives a parameter, or null where it says none. */
-  private schemaType(param: string): string | null {
+  /** Whether the tool's schema makes a parameter's value its text (parameterIsText). */
+  private isText(param: string): boolean {
     const tool = this.tools.find((t) => t.function.name === this.name);
     const properties = tool?.function.parameters?.properties;
-    if (typeof properties !== "object" || properties === null || Array.isArray(properties)) return null;
-    const type = (properties as { readonly [key: string]: JsonValue })[param];
-    if (typeof type !== "object" || type === null || Array.isArray(type)) return null;
-    const t = (type as { readonly [key: string]: JsonValue }).type;
-    return typeof t === "string" ? t : null;
+    return parameterIsText(isJsonObject(properties) && Object.hasOwn(properties, param) ? properties[param] : undefined);
   }
 }
 
-/** A parameter's text as a JSON value: the format's newlines off, a string unless the schema says another type and it parses. */
-export function parameterValue(raw: string, type: string | null): JsonValue {
+/** A parameter's text as a JSON value: the format's newlines off, the text itself when `asText`, else its JSON if it parses. */
+export function parameterValue(raw: string, asText: boolean): JsonValue {
   const text = raw.replace(/^\n/, "").replace(/\n$/, "");
-  if (type === null || type === "string") return text;
+  if (asText) return text;
   try {
     return JSON.parse(text.trim()) as JsonValue;
   } catch {

@@ -22,7 +22,7 @@ import { HarmonyParser } from "./harmony.ts";
 import { HERMES_CLOSE, HERMES_OPEN, HermesParser } from "./hermes.ts";
 import { Llama3Parser, PYTHON_TAG } from "./llama3.ts";
 import { MISTRAL_CALLS, MistralParser } from "./mistral.ts";
-import { Qwen3CoderParser } from "./qwen3-coder.ts";
+import { Qwen3CoderParser, xmlCallParameters } from "./qwen3-coder.ts";
 import type { ReplyParser } from "./reply-sink.ts";
 import type { ToolDefinition } from "./tool-types.ts";
 
@@ -106,7 +106,9 @@ const qwen3Coder: ToolCallFormat = {
   parser: (tools, accept) => new Qwen3CoderParser(accept, tools),
   syntax: (tools, mode, parallel) => syntax({
     triggers: [HERMES_OPEN], prefix: "",
-    calls: tools.map((t) => ({ name: t.function.name, begin: `${HERMES_OPEN}\n<function=${t.function.name}>\n`, schema: argumentsSchema(t), end: `</function>\n${HERMES_CLOSE}` })),
+    calls: tools.map((t) => ({
+      name: t.function.name, begin: `${HERMES_OPEN}\n<function=${t.function.name}>\n`, schema: argumentsSchema(t), end: `</function>\n${HERMES_CLOSE}`, parameters: xmlCallParameters(t),
+    })),
     separator: "\n", suffix: "", argumentsAs: "xml-parameters",
   }, mode, parallel),
   newCallId: openAiCallId,
