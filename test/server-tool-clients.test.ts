@@ -15,9 +15,8 @@
 import { describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
-import { join } from "node:path";
 import { CLIENTS } from "./fixtures/tool-clients/clients.mjs";
-import { REPO_ROOT } from "./helpers/cli.ts";
+import { resultsUnderNode } from "./helpers/node-clients.ts";
 import { WEATHER_SCRIPT } from "./helpers/scripted-model.ts";
 import { serveScripted } from "./helpers/serve.ts";
 import { sharedPath } from "./helpers/shared.ts";
@@ -80,18 +79,8 @@ describe.skipIf(!available)("agent clients against the server", () => {
   }
 
   test("every client under Node (node clients.mjs URL)", async () => {
-    const child = Bun.spawn(["node", join(import.meta.dir, "fixtures", "tool-clients", "clients.mjs"), s.get().url], {
-      cwd: REPO_ROOT, stdout: "pipe", stderr: "pipe", env: { ...process.env },
-    });
-    const timer = setTimeout(() => child.kill(), LIMIT_MS - 10_000);
-    const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
-    clearTimeout(timer);
-    expect({ code, stderr: stderr.slice(0, 2000) }).toEqual({ code: 0, stderr: "" });
-    const results = JSON.parse(stdout) as Record<string, { error?: string }>;
-    for (const name of Object.keys(CLIENTS) as (keyof Results)[]) {
-      expect(results[name]?.error).toBeUndefined();
-      (CHECKS[name] as (r: unknown) => void)(results[name]);
-    }
+    const results = await resultsUnderNode("clients.mjs", s.get().url, LIMIT_MS);
+    for (const name of Object.keys(CLIENTS) as (keyof Results)[]) (CHECKS[name] as (r: unknown) => void)(results[name]);
   }, LIMIT_MS);
 
   test("Anthropic: errors have Anthropic's shape and status; the SDK raises its typed error", async () => {

@@ -7,7 +7,10 @@
  * pieces, the client's stream helper and `runTools` completing a two-step loop, the legacy
  * `functions`, `tool_choice` none, `n`, and reasoning split exactly from content, streamed and not,
  * also through the Anthropic Messages API (thinking blocks) and the Responses API (reasoning items)
- * on the same server; their tool calls are in server-tool-clients.test.ts.
+ * on the same server; their tool calls are in server-tool-clients.test.ts. The openai client's
+ * required, named and streamed calls, its stream helper and runTools are
+ * test/fixtures/tool-clients/openai-chat.mjs, run here under Bun (imported) and under Node (one
+ * `node openai-chat.mjs URL` process against the same server), with the same checks.
  *
  * The scripted model writes valid arguments by construction, so the ajv checks on it test the
  * plumbing (the arguments arrive whole and parse); the constraint (docs/tools.md) is proved on a
@@ -20,6 +23,8 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import Ajv from "ajv";
 import OpenAI from "openai";
+import { OPENAI_CHAT } from "./fixtures/tool-clients/openai-chat.mjs";
+import { resultsUnderNode } from "./helpers/node-clients.ts";
 import { THINKING_SCRIPT, WEATHER_SCRIPT, WEATHER_TOOL } from "./helpers/scripted-model.ts";
 import { serveScripted, startServer, type TestServer } from "./helpers/serve.ts";
 import { sharedPath } from "./helpers/shared.ts";
@@ -29,6 +34,49 @@ const TOOLS: OpenAI.ChatCompletionTool[] = [{ type: "function", function: { ...W
 const ASK: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "What is the weather in Paris?" }];
 const validArguments = new Ajv().compile(WEATHER_TOOL.parameters);
 
+type OpenAIChatResults = { [K in keyof typeof OPENAI_CHAT]: Awaited<ReturnType<(typeof OPENAI_CHAT)[K]>> };
+
+/** What each of the openai client's chat tool-call tests shows (test/fixtures/tool-clients/openai-chat.mjs). */
+const OPENAI_CHAT_TESTS: { [K in keyof OpenAIChatResults]: string } = {
+  requiredAndNamed: "required and a named function: the same call, finish_reason tool_calls",
+  streamedRequired: "streamed: the call's first delta has index 0, its id, type and name; the arguments follow in pieces under index 0; finish_reason tool_calls last",
+  streamHelper: "the client's stream helper folds the deltas into the same message",
+  runTools: "runTools completes a two-step loop: the call runs the function, its result goes back, the model answers",
+};
+
+/** The checks every runtime's results must pass. */
+const OPENAI_CHAT_CHECKS: { [K in keyof OpenAIChatResults]: (r: OpenAIChatResults[K]) => void } = {
+  requiredAndNamed: (replies) => {
+    expect(replies.length).toBe(2);
+    for (const r of replies) {
+      expect(r.finish).toBe("tool_calls");
+      expect(r.content).toBeNull();
+      expect(r.calls.length).toBe(1);
+      expect(r.calls[0]!.id).toMatch(/^call_[A-Za-z0-9]{24}$/);
+      expect(r.calls[0]!.type).toBe("function");
+      expect(r.calls[0]!.function.name).toBe("get_weather");
+      expect(validArguments(JSON.parse(r.calls[0]!.function.arguments))).toBe(true);
+    }
+  },
+  streamedRequired: ({ finish, content, deltas }) => {
+    expect(finish).toBe("tool_calls");
+    expect(content).toBe("");
+    expect(deltas[0]).toMatchObject({ index: 0, type: "function", function: { name: "get_weather", arguments: "" } });
+    expect(deltas[0]!.id).toMatch(/^call_/);
+    expect(deltas.slice(1).every((d) => d.index === 0 && d.id === undefined && d.function?.name === undefined)).toBe(true);
+    expect(deltas.length).toBeGreaterThan(2);
+    expect(deltas.map((d) => d.function?.arguments ?? "").join("")).toBe('{"city":"Paris"}');
+  },
+  streamHelper: ({ finish, call }) => {
+    expect(call).toEqual({ name: "get_weather", arguments: '{"city":"Paris"}' });
+    expect(finish).toBe("tool_calls");
+  },
+  runTools: ({ answer, cities, roles }) => {
+    expect(answer).toBe("The weather in Paris is sunny.");
+    expect(cities).toEqual(["Paris"]);
+    expect(roles).toEqual(["user", "assistant", "tool", "assistant"]);
+  },
+};
 
 const available = sharedPath("vocab/ggml-vocab-qwen2.gguf") !== null && sharedPath(WEATHER_SCRIPT.template) !== null;
 
@@ -49,66 +97,15 @@ describe.skipIf(!available)("tool calls through the openai client", () => {
     expect(validArguments(JSON.parse(call.function.arguments))).toBe(true);
   }, LIMIT_MS);
 
-  test("required and a named function: the same call", async () => {
-    for (const tool_choice of ["required", { type: "function", function: { name: "get_weather" } }] as const) {
-      const r = await s.get().client.chat.completions.create({ model: "test-model", messages: ASK, tools: TOOLS, tool_choice, parallel_tool_calls: false, temperature: 0 });
-      const call = r.choices[0]!.message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
-      expect(call.function.name).toBe("get_weather");
-      expect(validArguments(JSON.parse(call.function.arguments))).toBe(true);
-      expect(r.choices[0]!.finish_reason).toBe("tool_calls");
-    }
-  }, LIMIT_MS);
+  for (const name of Object.keys(OPENAI_CHAT) as (keyof OpenAIChatResults)[]) {
+    test(`${name} (${OPENAI_CHAT_TESTS[name]}), under Bun`, async () => {
+      (OPENAI_CHAT_CHECKS[name] as (r: unknown) => void)(await OPENAI_CHAT[name](s.get().url));
+    }, LIMIT_MS);
+  }
 
-  test("streamed: the call's first delta has index 0, its id, type and name; the arguments follow in pieces under index 0; finish_reason tool_calls last", async () => {
-    const stream = await s.get().client.chat.completions.create({ model: "test-model", messages: ASK, tools: TOOLS, stream: true, tool_choice: "required", parallel_tool_calls: false });
-    const deltas: OpenAI.ChatCompletionChunk.Choice.Delta.ToolCall[] = [];
-    let finish: string | null = null;
-    let content = "";
-    for await (const chunk of stream) {
-      const c = chunk.choices[0];
-      if (c === undefined) continue;
-      deltas.push(...(c.delta.tool_calls ?? []));
-      content += c.delta.content ?? "";
-      if (c.finish_reason !== null) finish = c.finish_reason;
-    }
-    expect(finish).toBe("tool_calls");
-    expect(content).toBe("");
-    expect(deltas[0]).toMatchObject({ index: 0, type: "function", function: { name: "get_weather", arguments: "" } });
-    expect(deltas[0]!.id).toMatch(/^call_/);
-    expect(deltas.slice(1).every((d) => d.index === 0 && d.id === undefined && d.function?.name === undefined)).toBe(true);
-    expect(deltas.length).toBeGreaterThan(2);
-    expect(deltas.map((d) => d.function?.arguments ?? "").join("")).toBe('{"city":"Paris"}');
-  }, LIMIT_MS);
-
-  test("the client's stream helper folds the deltas into the same message", async () => {
-    const runner = s.get().client.chat.completions.stream({ model: "test-model", messages: ASK, tools: TOOLS });
-    const final = await runner.finalChatCompletion();
-    const call = final.choices[0]!.message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
-    expect(call.function).toEqual({ name: "get_weather", arguments: '{"city":"Paris"}' });
-    expect(final.choices[0]!.finish_reason).toBe("tool_calls");
-  }, LIMIT_MS);
-
-  test("runTools completes a two-step loop: the call runs the function, its result goes back, the model answers", async () => {
-    const cities: string[] = [];
-    const runner = s.get().client.chat.completions.runTools({
-      model: "test-model",
-      messages: ASK,
-      tools: [{
-        type: "function",
-        function: {
-          ...WEATHER_TOOL, parameters: { ...WEATHER_TOOL.parameters },
-          parse: (text: string) => JSON.parse(text) as { city: string },
-          function: ({ city }: { city: string }) => {
-            cities.push(city);
-            return "sunny, 22 degrees";
-          },
-        },
-      }],
-    });
-    expect(await runner.finalContent()).toBe("The weather in Paris is sunny.");
-    expect(cities).toEqual(["Paris"]);
-    const roles = runner.messages.map((m) => m.role);
-    expect(roles).toEqual(["user", "assistant", "tool", "assistant"]);
+  test("the same under Node (node openai-chat.mjs URL)", async () => {
+    const results = await resultsUnderNode("openai-chat.mjs", s.get().url, LIMIT_MS);
+    for (const name of Object.keys(OPENAI_CHAT) as (keyof OpenAIChatResults)[]) (OPENAI_CHAT_CHECKS[name] as (r: unknown) => void)(results[name]);
   }, LIMIT_MS);
 
   test("the legacy functions: the call as message.function_call, finish_reason function_call", async () => {
