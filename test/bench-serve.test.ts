@@ -5,7 +5,7 @@
  * an explicit time limit sized for a busy 2-core machine.
  */
 import { describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { serveMetrics, distribution } from "../src/bench/serve/metrics.ts";
@@ -14,6 +14,7 @@ import { runRequests } from "../src/bench/serve/run.ts";
 import { SseParser } from "../src/bench/serve/sse.ts";
 import { ChatSource, FIRST_TOKEN_ID, prefixWorkload, randomWorkload } from "../src/bench/serve/workloads.ts";
 import { targetChecks, type ServeBenchResult, type TargetResult } from "../src/bench/serve/bench.ts";
+import { worstTurn, type TurnRow } from "../src/bench/serve/turn-probe.ts";
 import { startStub, type Stub, type StubOptions } from "./helpers/openai-stub.ts";
 import { runPagellmAsync } from "./helpers/cli.ts";
 import { describeShared } from "./helpers/shared.ts";
@@ -93,14 +94,21 @@ describe("percentiles and metrics", () => {
       durationS: 1, unsent: 0, stoppedBy: null,
     });
     const probe = { promptTokens: 576, coldMs: distributionSummary(1000), cachedMs: distributionSummary(50), ratio: 0.05, cachedTokens: 560 };
+    const row = (turn: number, ratio: number | null) => ({
+      conversation: 0, turn, promptTokens: 100 * turn, cachedTokens: 90 * turn, warmTtftMs: 10, coldTtftMs: 100, coldCachedTokens: 0, ratio, sameReply: true,
+    });
+    // Turn 1 (cold by nature, 0.9x) is left out of the worst; turn 3's cold request failed.
+    const rows = [row(1, 0.9), row(2, 0.1), row(3, null), row(4, 0.2)];
+    expect(worstTurn(rows)).toEqual({ ratio: 0.2, conversation: 0, turn: 4 });
+    const turns = { cold: "a fresh cache_salt", rows, worst: worstTurn(rows), errors: [] };
     const targets: TargetResult[] = [
-      { name: "pagellm serve", command: null, metrics: metrics(95, 100, 0.6), probe },
-      { name: "llama-server", command: null, metrics: metrics(100, 200, 0.4), probe: null },
+      { name: "pagellm serve", command: null, metrics: metrics(95, 100, 0.6), probe, turns },
+      { name: "llama-server", command: null, metrics: metrics(100, 200, 0.4), probe: null, turns: null },
     ];
     const inProcess = { completed: 1, durationS: 1, outputTokens: 100, outputTokensPerSecond: 100, requestsPerSecond: 1, ttftMs: null, e2eMs: null, cachedShare: 0 };
     const checks = targetChecks("chat", targets, inProcess);
     expect(checks.map((c) => [c.kind, c.ratio, c.met])).toEqual([
-      ["floor", 0.95, true], ["floor", 0.05, true], ["aim", 0.95, false], ["aim", 0.5, true], ["aim", 1.4999999999999998, true],
+      ["floor", 0.95, true], ["floor", 0.05, true], ["floor", 0.2, false], ["aim", 0.95, false], ["aim", 0.5, true], ["aim", 1.4999999999999998, true],
     ]);
   });
 });
@@ -304,6 +312,39 @@ describe("pagellm bench serve --url (the CLI against the stub)", () => {
     }
   }, CLI_TIMEOUT_MS);
 
+  test("--cold-probe: each chat turn sent again with a fresh cache_salt; the conversation goes on with its own replies", async () => {
+    const chat = ["--workload", "chat", "--conversations", "1", "--turns", "3", "--system-words", "40", "--user-words", "10", "--output-tokens", "4", "--concurrency", "1"];
+    const dir = mkdtempSync(join(tmpdir(), "pagellm-bench-serve-"));
+    const file = join(dir, "chat.json");
+    try {
+      await withStub({}, async (stub) => {
+        // The table on stdout, the document in the file: one run shows both.
+        const r = await pagellm(["bench", "serve", "--url", stub.url, ...chat, "--probe-reps", "0", "--cold-probe", "--json", file]);
+        expect(r.exitCode, r.stderr).toBe(0);
+        expect(r.stdout).toMatch(/turn +prompt tokens +cached +warm TTFT +cold TTFT +warm \/ cold +same reply\n/);
+        expect(r.stdout).toMatch(/worst turn TTFT warm \/ cold \d+\.\d{3}x \(turn [23]\)/);
+        const rows = (JSON.parse(readFileSync(file, "utf8")) as { results: ServeBenchResult }).results.targets[0]!.turns!.rows;
+        expect(rows.map((t: TurnRow) => t.turn)).toEqual([1, 2, 3]);
+        // The history grows and is found cached; the cold requests find nothing.
+        expect(rows.every((t, i) => i === 0 || (t.promptTokens! > rows[i - 1]!.promptTokens! && t.cachedTokens! > rows[i - 1]!.cachedTokens!))).toBe(true);
+        expect(rows.map((t) => t.coldCachedTokens)).toEqual([0, 0, 0]);
+        expect(rows.every((t) => t.ratio === t.warmTtftMs / t.coldTtftMs!)).toBe(true);
+        // The stub's replies differ per request.
+        expect(rows.map((t) => t.sameReply)).toEqual([false, false, false]);
+        // After the warm-up: a turn, its cold copy (the same request with a salt of its own), the next turn, ...
+        const [, ...bodies] = stub.bodies;
+        expect(bodies.map((b) => b.max_tokens)).toEqual([4, 4, 4, 4, 4, 4]);
+        expect(new Set(bodies.filter((_, i) => i % 2 === 1).map((b) => b.cache_salt)).size).toBe(3);
+        expect(bodies.filter((_, i) => i % 2 === 0).every((b) => b.cache_salt === undefined)).toBe(true);
+        for (let t = 0; t < 3; t++) expect(bodies[2 * t + 1]!.messages).toEqual(bodies[2 * t]!.messages!);
+        // The last turn's history holds the warm replies, never a cold one.
+        expect(bodies[4]!.messages!.filter((m) => m.role === "assistant").map((m) => m.content)).toEqual([stub.replies[1], stub.replies[3]]);
+      });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, CLI_TIMEOUT_MS);
+
   test("a server that reports no cached tokens: n/a in the table", async () => {
     await withStub({ cached: "none" }, async (stub) => {
       const r = await pagellm(["bench", "serve", "--url", stub.url, ...quick, "--probe-reps", "0"]);
@@ -348,6 +389,8 @@ describe("pagellm bench serve --url (the CLI against the stub)", () => {
       [["--llama-args", "--cache-ram 0"], "--llama-args needs --llama-server"],
       [["--url", "http://127.0.0.1:9", "--pagellm-args", "--threads 1"], "--pagellm-args is for servers started here"],
       [["--llama-server", "/no/such/llama-server"], "--llama-server /no/such/llama-server: no such file"],
+      [["--url", "http://127.0.0.1:9", "--cold-probe", "--concurrency", "1"], "--cold-probe sends chat turns again cold: it needs --workload chat"],
+      [["--url", "http://127.0.0.1:9", "--cold-probe", "--workload", "chat"], "--cold-probe times each turn alone: it needs --concurrency 1"],
     ] as const) {
       const r = await pagellm(["bench", "serve", ...args]);
       expect(r.exitCode).toBe(2);
@@ -381,10 +424,10 @@ describeShared("pagellm bench serve against pagellm serve started on a tiny mode
     expect(fetch(`http://127.0.0.1:${port}/health`)).rejects.toThrow();
   }, CLI_TIMEOUT_MS);
 
-  test("chat: every turn answered over /v1/chat/completions, later turns served from the cache; no in-process baseline", async () => {
+  test("chat: every turn answered over /v1/chat/completions, later turns served from the cache, a fresh cache_salt cold; no in-process baseline", async () => {
     const r = await pagellm([
       "bench", "serve", "--model", model!, ...tiny, "--workload", "chat", "--conversations", "3", "--turns", "3", "--user-words", "12", "--probe-reps", "0", "--json",
-      "--pagellm-args", "--max-prefill-while-decoding 4",
+      "--concurrency", "1", "--cold-probe", "--pagellm-args", "--max-prefill-while-decoding 4",
     ]);
     expect(r.exitCode, r.stderr).toBe(0);
     const doc = JSON.parse(r.stdout) as { notes: string[]; results: ServeBenchResult };
@@ -395,6 +438,18 @@ describeShared("pagellm bench serve against pagellm serve started on a tiny mode
     expect([m.completed, m.failed, m.outputTokens]).toEqual([9, 0, 54]);
     expect(m.cachedShare!).toBeGreaterThan(0.2);
     expect(res.inProcess).toBeNull();
+    // Each conversation's turns in order; its history found cached, more each turn; the cold copies found nothing.
+    const turns = res.targets[0]!.turns!;
+    expect(turns.rows.map((t) => `${t.conversation}.${t.turn}`)).toEqual(["0.1", "1.1", "2.1", "0.2", "1.2", "2.2", "0.3", "1.3", "2.3"]);
+    for (let c = 0; c < 3; c++) {
+      const rows = turns.rows.filter((t) => t.conversation === c);
+      expect(rows[1]!.cachedTokens!).toBeGreaterThan(rows[0]!.cachedTokens!);
+      expect(rows[2]!.cachedTokens!).toBeGreaterThan(rows[1]!.cachedTokens!);
+      // Bitwise the same output with the cache on or off: the cold reply is the warm one.
+      expect(rows.every((t) => t.cachedTokens! < t.promptTokens! && t.coldCachedTokens === 0 && t.ratio! > 0 && t.sameReply === true)).toBe(true);
+    }
+    expect(turns.errors).toEqual([]);
+    expect(res.checks.map((c) => [c.kind, c.bound])).toEqual([["floor", "<= 0.15x"]]);
   }, CLI_TIMEOUT_MS);
 
   test("a server that cannot start: its own error in one line, exit 5, the figures measured before it kept", async () => {

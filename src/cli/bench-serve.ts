@@ -56,6 +56,13 @@ export const benchServeArgs = {
   "time-limit": { type: "string", description: "Seconds after which a run sends nothing new and cuts what still streams (default 600)", valueHint: "s" },
   "ignore-eos": { type: "boolean", default: true, description: "Send ignore_eos so every reply has exactly --output-tokens tokens (--no-ignore-eos for servers that reject it)" },
   "vocab-size": { type: "string", description: `With --url: token ids of prompts are drawn below this (default ${DEFAULT_VOCAB}; a local model's own size otherwise)`, valueHint: "n" },
+  "cold-probe": {
+    type: "boolean",
+    description:
+      "chat: after each turn send the same request again cold (pagellm serve and --url: a fresh cache_salt; llama-server: cache_prompt false on a slot " +
+      "of its own, added to --llama-slots) and report per turn the prompt and cached tokens, TTFT warm and cold, their ratio and whether the replies " +
+      "match; needs --concurrency 1",
+  },
   "probe-reps": { type: "string", description: "Repetitions of the cold vs fully cached TTFT measurement (default 3; 0: skip it)", valueHint: "n" },
   shape: { type: "string", description: `Without --url or --model: shape of the random GGUF model: ${SHAPE_HELP} (default ${DEFAULT_SHAPE})`, valueHint: "shape" },
   type: { type: "string", description: `Its tensor type or mix: ${Object.keys(MODEL_MIXES).join(" | ")} (default ${DEFAULT_MIX})`, valueHint: "mix" },
@@ -153,6 +160,9 @@ export const benchServeCommand = defineCommand({
     const run = startRun(args, rawArgs);
     const workload = workloadOf(args);
     const concurrency = posint(args, "concurrency", 4);
+    const coldProbe = args["cold-probe"] === true;
+    if (coldProbe && workload !== "chat") throw new InputError("--cold-probe sends chat turns again cold: it needs --workload chat");
+    if (coldProbe && concurrency !== 1) throw new InputError("--cold-probe times each turn alone: it needs --concurrency 1");
     const url = str(args, "url");
     const server = url === undefined ? localServers(args, workload, concurrency) : remoteServer(args, url);
     const vocabSize = server.kind === "local" ? server.model.config.vocabSize : posint(args, "vocab-size", DEFAULT_VOCAB);
@@ -161,11 +171,11 @@ export const benchServeCommand = defineCommand({
     const o: ServeBenchOptions = {
       workload, shapes, seed: nonNegInt(args, "seed", 1), vocabSize, concurrency, timeLimitS: posint(args, "time-limit", 600), ignoreEos: args["ignore-eos"] !== false,
       probe: { reps: nonNegInt(args, "probe-reps", 3), promptTokens: shapes.prefix.prefixTokens + shapes.prefix.suffixTokens },
-      server,
+      coldProbe, server,
     };
     const r = await runServeBench(o);
     const settings = {
-      workload, concurrency, seed: o.seed, timeLimitS: o.timeLimitS, ignoreEos: o.ignoreEos, vocabSize, probeReps: o.probe.reps,
+      workload, concurrency, seed: o.seed, timeLimitS: o.timeLimitS, ignoreEos: o.ignoreEos, vocabSize, probeReps: o.probe.reps, coldProbe,
       ...(server.kind === "url" ? { url: server.apiBase } : { threads: server.threads, llamaServer: server.llamaServer !== null, llamaSlots: server.llamaSlots, llamaArgs: server.llamaArgs.join(" ") }),
       ...Object.fromEntries(Object.entries(shapes[workload]).map(([k, v]) => [k, v as number])),
     };

@@ -1,7 +1,8 @@
 /**
  * A small OpenAI-compatible server for client tests: Bun.serve on 127.0.0.1, a free port, streamed
  * completions and chat completions whose "tokens" are words, and a prefix cache that counts the
- * longest whole-16-token prefix shared with any earlier prompt. It records what it was sent and
+ * longest whole-16-token prefix shared with any earlier prompt of the same `cache_salt` (none with
+ * llama.cpp's `cache_prompt: false`). It records what it was sent and
  * how many requests ran at once, and can answer with errors, omit cached tokens, or cut its SSE
  * into awkward pieces (events split mid-line and between CR and LF, several in one write).
  */
@@ -26,6 +27,9 @@ export interface StubBody {
   stream?: boolean;
   ignore_eos?: boolean;
   stream_options?: { include_usage?: boolean };
+  cache_salt?: string;
+  cache_prompt?: boolean;
+  id_slot?: number;
 }
 
 export interface Stub {
@@ -63,13 +67,15 @@ export function startStub(o: StubOptions = {}): Stub {
       if (status !== null) return Response.json({ error: { message: `stub refuses request ${n}`, type: "invalid_request_error" } }, { status });
       const chat = path === "/v1/chat/completions";
       const tokens = chat ? chatTokens(body.messages ?? []) : (body.prompt ?? []).map(String);
+      // A salt is part of every block's key: the cache is looked up and filled per salt.
+      const key = [`salt:${body.cache_salt ?? ""}`, ...tokens];
       let shared = 0;
-      for (const earlier of seen) {
+      for (const earlier of body.cache_prompt === false ? [] : seen) {
         let k = 0;
-        while (k < tokens.length && k < earlier.length && tokens[k] === earlier[k]) k++;
-        shared = Math.max(shared, k);
+        while (k < key.length && k < earlier.length && key[k] === earlier[k]) k++;
+        shared = Math.max(shared, k - 1);
       }
-      seen.push(tokens);
+      seen.push(key);
       const cached = Math.min(Math.floor(shared / BLOCK) * BLOCK, Math.max(0, tokens.length - 1));
       const count = body.max_tokens ?? 16;
       const pieces = Array.from({ length: count }, (_, i) => ` r${n}x${i}`);

@@ -8,6 +8,8 @@
  *   baseline: serving costs at most 10% of throughput); a prompt's TTFT cold and fully cached (the
  *   floor: cached at most 0.1x cold); and with --llama-server, llama.cpp's server on the same file,
  *   threads and slots (the aims). The servers run one after the other, never together.
+ * - With --cold-probe (chat, one request at a time): each turn sent again cold (turn-probe.ts), the
+ *   floor of issue 32: every turn after the first at most 0.15x of the same prompt cold.
  */
 import { basename } from "node:path";
 import { PagellmError, ServerError } from "../../errors.ts";
@@ -19,6 +21,7 @@ import { serveMetrics, type ServeMetrics } from "./metrics.ts";
 import { listModels, sendRequest, type BenchRequest, type ServerTarget } from "./openai-client.ts";
 import { runRequests, type RunOptions } from "./run.ts";
 import { probeTtft, type TtftProbe } from "./ttft-probe.ts";
+import { llamaServerCold, saltedCold, TurnProber, type ColdMethod, type TurnProbe } from "./turn-probe.ts";
 import {
   ChatSource, ListSource, prefixWorkload, randomWorkload, TokenDraw, type ChatShape, type PrefixShape, type RandomShape, type RequestSource,
   type ServeWorkloadName,
@@ -39,6 +42,8 @@ export interface ServeBenchOptions extends RunOptions {
   vocabSize: number;
   /** The cold/cached TTFT probe: repetitions (0: none) and prompt length. */
   probe: { reps: number; promptTokens: number };
+  /** Chat at concurrency 1: send each turn again cold and report both TTFTs per turn. */
+  coldProbe: boolean;
   /** Where requests go: a server the user runs, or servers started here on a model. */
   server: RemoteServer | LocalServers;
 }
@@ -75,6 +80,8 @@ export interface TargetResult {
   command: string | null;
   metrics: ServeMetrics;
   probe: TtftProbe | null;
+  /** --cold-probe: each chat turn warm and cold. */
+  turns: TurnProbe | null;
 }
 
 /** A floor (must be met) or an aim (pursued) of the issue, as a ratio measured in this run. */
@@ -107,6 +114,8 @@ export interface ServeBenchResult {
 export const SERVE_FLOOR_THROUGHPUT = 0.9;
 export const SERVE_FLOOR_CACHED_TTFT = 0.1;
 export const SERVE_AIM_CACHED_SHARE = 1.2;
+/** Issue 32's floor: a chat turn whose history is cached at most this fraction of its TTFT cold. */
+export const SERVE_FLOOR_TURN_TTFT = 0.15;
 
 /** A fresh source of the named workload (a chat keeps state, so every target gets its own). */
 export function makeSource(o: Pick<ServeBenchOptions, "workload" | "shapes" | "seed" | "vocabSize">): RequestSource {
@@ -135,23 +144,27 @@ async function warmUp(target: ServerTarget, o: ServeBenchOptions): Promise<void>
   }
 }
 
-/** The workload, then the TTFT probe, against one server. */
-async function measureTarget(name: string, command: string | null, target: ServerTarget, o: ServeBenchOptions): Promise<TargetResult> {
+/** The workload (each chat turn also cold with --cold-probe), then the TTFT probe, against one server. */
+async function measureTarget(name: string, command: string | null, target: ServerTarget, o: ServeBenchOptions, cold: ColdMethod): Promise<TargetResult> {
   await warmUp(target, o);
   const source = makeSource(o);
-  progress(`${name}: ${source.description}, concurrency ${o.concurrency}`);
-  const metrics = serveMetrics(await runRequests(target, source, o));
+  progress(`${name}: ${source.description}, concurrency ${o.concurrency}${o.coldProbe ? `, each turn again cold (${cold.description})` : ""}`);
+  const prober = o.coldProbe && source instanceof ChatSource ? new TurnProber(target, source, cold, o.ignoreEos) : null;
+  const afterEach = prober === null ? undefined : prober.after.bind(prober);
+  const metrics = serveMetrics(await runRequests(target, source, { ...o, afterEach }));
   progress(`${name}: ${metrics.completed} requests in ${metrics.durationS.toFixed(1)} s, ${metrics.outputTokensPerSecond.toFixed(1)} output tokens/s`);
   let probe: TtftProbe | null = null;
   if (o.probe.reps > 0) {
     progress(`${name}: TTFT of a ${o.probe.promptTokens}-token prompt cold and fully cached, ${o.probe.reps} repetitions`);
     probe = await probeTtft(target, { ...o.probe, seed: o.seed, vocabSize: o.vocabSize, ignoreEos: o.ignoreEos });
   }
-  return { name, command, metrics, probe };
+  const turns = prober === null ? null : prober.result();
+  if (turns !== null && turns.worst !== null) progress(`${name}: worst turn TTFT warm / cold ${turns.worst.ratio.toFixed(3)}x (turn ${turns.worst.turn})`);
+  return { name, command, metrics, probe, turns };
 }
 
 /** Start a server, measure it, always stop it. */
-async function withChild(name: string, argv: (port: number) => string[], o: ServeBenchOptions, local: LocalServers): Promise<TargetResult> {
+async function withChild(name: string, argv: (port: number) => string[], o: ServeBenchOptions, local: LocalServers, cold: ColdMethod): Promise<TargetResult> {
   const port = freePort();
   const command = argv(port);
   // Reports name files, never the folders of this machine.
@@ -161,7 +174,7 @@ async function withChild(name: string, argv: (port: number) => string[], o: Serv
   try {
     const models = await listModels(child.apiBase, null);
     const target: ServerTarget = { apiBase: child.apiBase, apiKey: null, model: models[0] ?? basename(local.model.path) };
-    return await measureTarget(name, shown, target, o);
+    return await measureTarget(name, shown, target, o, cold);
   } finally {
     await child.stop();
   }
@@ -174,13 +187,13 @@ export async function runServeBench(o: ServeBenchOptions): Promise<ServeBenchRes
     const models = await listModels(s.apiBase, s.apiKey);
     const model = s.model ?? models[0];
     if (model === undefined) throw new ServerError(`${s.apiBase}/models lists no model: give --model NAME`);
-    const result = await measureTarget(s.apiBase, null, { apiBase: s.apiBase, apiKey: s.apiKey, model }, o);
+    const result = await measureTarget(s.apiBase, null, { apiBase: s.apiBase, apiKey: s.apiKey, model }, o, saltedCold());
     return { workload: o.workload, description, concurrency: o.concurrency, model, vocabSize: o.vocabSize, threads: null, targets: [result], inProcess: null, checks: [], errors: [] };
   }
   // One context for every server (llama-server's per slot) and the in-process engine: the longest request, at least 2048.
   const ctx = Math.max(2048, Math.ceil(longestRequest(o) / 256) * 256);
   const targets: TargetResult[] = [];
-  targets.push(await withChild("pagellm serve", (port) => pagellmServeArgv(s.model.path, s.threads, ctx, port, s.pagellmArgs), o, s));
+  targets.push(await withChild("pagellm serve", (port) => pagellmServeArgv(s.model.path, s.threads, ctx, port, s.pagellmArgs), o, s, saltedCold()));
   let inProcess: InProcessResult | null = null;
   const source = makeSource(o);
   if (s.inProcess && source instanceof ListSource) {
@@ -191,8 +204,11 @@ export async function runServeBench(o: ServeBenchOptions): Promise<ServeBenchRes
   const errors: string[] = [];
   if (s.llamaServer !== null) {
     const bin = s.llamaServer;
+    // The cold requests get a slot of their own (the last), so the conversation's slot keeps its tokens.
+    const slots = s.llamaSlots + (o.coldProbe ? 1 : 0);
     try {
-      targets.push(await withChild("llama-server", (port) => llamaServerArgv(bin, s.model.path, s.threads, s.llamaSlots, ctx, port, s.llamaArgs), o, s));
+      const argv = (port: number) => llamaServerArgv(bin, s.model.path, s.threads, slots, ctx, port, s.llamaArgs);
+      targets.push(await withChild("llama-server", argv, o, s, llamaServerCold(slots - 1)));
     } catch (e) {
       // pagellm's figures are measured: report them, then this.
       if (!(e instanceof PagellmError)) throw e;
@@ -225,6 +241,10 @@ export function targetChecks(workload: ServeWorkloadName, targets: readonly Targ
     checks.push(check(`pagellm serve TTFT, ${pagellm.probe.promptTokens}-token prompt fully cached / cold`, "floor", pagellm.probe.ratio,
       `<= ${SERVE_FLOOR_CACHED_TTFT}x`, (r) => r <= SERVE_FLOOR_CACHED_TTFT));
   }
+  if (pagellm.turns !== null) {
+    checks.push(check("pagellm serve chat turn TTFT / the same turn cold, worst of turns 2+", "floor", pagellm.turns.worst?.ratio ?? null,
+      `<= ${SERVE_FLOOR_TURN_TTFT}x`, (r) => r <= SERVE_FLOOR_TURN_TTFT));
+  }
   if (llama === undefined) return checks;
   const l = llama.metrics;
   checks.push(check("output tokens/s, pagellm serve / llama-server", "aim", p.outputTokensPerSecond / l.outputTokensPerSecond, ">= 1x", (r) => r >= 1));
@@ -242,6 +262,7 @@ export function runFailure(r: ServeBenchResult): string | null {
   const failing = r.targets.filter((t) => t.metrics.failed > t.metrics.cut);
   const lines = [
     ...failing.map((t) => `${t.name}: ${t.metrics.failed - t.metrics.cut} of ${t.metrics.completed + t.metrics.failed} requests failed, first ${t.metrics.firstError}`),
+    ...r.targets.flatMap((t) => (t.turns === null ? [] : t.turns.errors.map((e) => `${t.name}: ${e}`))),
     ...r.errors,
   ];
   return lines.length === 0 ? null : lines.join("; ");

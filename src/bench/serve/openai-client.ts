@@ -33,10 +33,15 @@ export interface ChatMessage {
 /** What one request asks for: a token-id completion or a chat turn. */
 export type RequestPrompt = { kind: "tokens"; tokenIds: readonly number[] } | { kind: "chat"; messages: readonly ChatMessage[] };
 
+/** A request body field a server reads beyond the OpenAI ones (cache_salt, cache_prompt, id_slot). */
+export type ExtraFields = Readonly<Record<string, string | number | boolean>>;
+
 export interface BenchRequest {
   id: string;
   prompt: RequestPrompt;
   maxTokens: number;
+  /** Sent as they are, after the bench's own fields (the cold probe's way past a server's cache). */
+  extra?: ExtraFields;
 }
 
 /** A request that streamed to its end. */
@@ -138,6 +143,7 @@ export function requestBody(target: ServerTarget, req: BenchRequest, ignoreEos: 
     stream: true,
     stream_options: { include_usage: true },
     ...(ignoreEos ? { ignore_eos: true } : {}),
+    ...req.extra,
   };
   return req.prompt.kind === "tokens" ? { ...common, prompt: req.prompt.tokenIds } : { ...common, messages: req.prompt.messages };
 }

@@ -1,12 +1,14 @@
 /**
  * How `bench serve` results are shown: the serving table (one row per server, and the in-process
- * baseline), the cold/cached TTFT probe, the floors and aims; the flat figures --compare matches;
+ * baseline), the cold/cached TTFT probe, each chat turn warm and cold (--cold-probe), the floors and
+ * aims; the flat figures --compare matches;
  * notes; and the charts (output tokens/s and TTFT percentiles per server).
  */
 import type { BarChart } from "../chart-svg.ts";
 import { figure, fmt, fmtPct, fmtRatio, threadsLabel, type Figure, type Table } from "../report.ts";
 import type { ServeBenchResult, TargetCheck } from "./bench.ts";
 import type { Distribution } from "./metrics.ts";
+import type { TurnProbe } from "./turn-probe.ts";
 import { firstTokenId } from "./workloads.ts";
 
 /** A cached share as a percentage, or "n/a" for a server that does not report cached tokens. */
@@ -16,6 +18,28 @@ export function fmtShare(share: number | null): string {
 
 function ms(d: Distribution | null, key: keyof Distribution): string {
   return d === null ? "-" : fmt(d[key]);
+}
+
+/** A turn's ratio, to three places: the floor is 0.15x. */
+function turnRatio(r: number | null): string {
+  return r === null ? "n/a" : `${r.toFixed(3)}x`;
+}
+
+function count(n: number | null): string {
+  return n === null ? "n/a" : String(n);
+}
+
+/** One server's turns, warm and cold; a conversation's number only when there are several. */
+function turnTable(name: string, t: TurnProbe): Table {
+  const several = t.rows.some((r) => r.conversation > 0);
+  return {
+    title: `${name}: each chat turn warm (its history cached) and then cold (${t.cold}), one request at a time; TTFT in ms`,
+    columns: ["turn", "prompt tokens", "cached", "warm TTFT", "cold TTFT", "warm / cold", "same reply"],
+    rows: t.rows.map((r) => [
+      several ? `${r.conversation + 1}.${r.turn}` : String(r.turn), count(r.promptTokens), count(r.cachedTokens), fmt(r.warmTtftMs),
+      r.coldTtftMs === null ? "failed" : fmt(r.coldTtftMs), turnRatio(r.ratio), r.sameReply === null ? "-" : r.sameReply ? "yes" : "no",
+    ]),
+  };
 }
 
 function checkVerdict(c: TargetCheck): string {
@@ -54,9 +78,10 @@ export function serveTables(r: ServeBenchResult): Table[] {
       rows: probes.map(({ name, p }) => [name, fmt(p.coldMs.median), fmt(p.cachedMs.median), fmtRatio(p.ratio), p.cachedTokens === null ? "n/a" : String(p.cachedTokens)]),
     });
   }
+  for (const t of r.targets) if (t.turns !== null) tables.push(turnTable(t.name, t.turns));
   if (r.checks.length > 0) {
     tables.push({
-      title: "targets of issue 18, measured in this run",
+      title: "targets of issues 18 and 32, measured in this run",
       columns: ["", "ratio", "target", "verdict"],
       rows: r.checks.map((c) => [`${c.kind}: ${c.label}`, c.ratio === null ? "n/a" : fmtRatio(c.ratio), c.bound, checkVerdict(c)]),
     });
@@ -74,6 +99,11 @@ export function serveNotes(r: ServeBenchResult): string[] {
     if (t.command !== null) notes.push(`${t.name}: ${t.command}`);
     if (t.metrics.stoppedBy !== null) notes.push(`${t.name}: sending stopped early by ${t.metrics.stoppedBy}`);
     if (t.metrics.cachedShare === null) notes.push(`${t.name}: reports no cached prompt tokens (usage.prompt_tokens_details.cached_tokens): cached share n/a`);
+    const w = t.turns?.worst ?? null;
+    if (w !== null) notes.push(`${t.name}: worst turn TTFT warm / cold ${turnRatio(w.ratio)} (turn ${w.turn}); turn 1 is left out: it has no history of its own to reuse`);
+  }
+  if (r.targets.some((t) => t.turns !== null)) {
+    notes.push("cold requests: each turn's request again (greedy, the same max_tokens) right after it ended, the reply compared with the warm one, then thrown away: the conversation goes on with its own");
   }
   if (r.targets.length + (r.inProcess === null ? 0 : 1) > 1) notes.push("servers and the in-process engine ran one after the other on this machine, never together");
   return notes;
@@ -98,6 +128,9 @@ export function serveFigures(r: ServeBenchResult): Figure[] {
     if (t.probe !== null) {
       out.push(...figure(`${k} TTFT cold`, t.probe.coldMs, "ms", "lower"), ...figure(`${k} TTFT fully cached`, t.probe.cachedMs, "ms", "lower"));
     }
+    // A document written before --cold-probe existed has no turns.
+    const worst = t.turns?.worst ?? null;
+    if (worst !== null) out.push(...figure(`${k} chat turn TTFT warm / cold, worst of turns 2+`, worst.ratio, "x", "lower"));
   }
   if (r.inProcess !== null) out.push(...figure(`${base}: in-process engine output tokens/s`, r.inProcess.outputTokensPerSecond, "tokens/s"));
   for (const c of r.checks) {

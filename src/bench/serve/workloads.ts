@@ -142,6 +142,12 @@ const WORDS = (
   "study still learn should world high every near add food between own below country plant last school father keep tree never start city"
 ).split(" ");
 
+/** Where a request sits in the chat: conversation from 0, turn from 1. */
+export interface ChatTurn {
+  conversation: number;
+  turn: number;
+}
+
 /** One conversation's state. */
 interface Conversation {
   messages: ChatMessage[];
@@ -159,8 +165,8 @@ export class ChatSource implements RequestSource {
   private readonly conversations: Conversation[];
   /** Conversations whose next turn is ready, in the order they became ready. */
   private readonly ready: number[];
-  /** The conversation of each request sent. */
-  private readonly conversationOf = new Map<string, number>();
+  /** The conversation and turn of each request sent. */
+  private readonly sentTurns = new Map<string, ChatTurn>();
   private readonly rng: Xoshiro128;
 
   constructor(private readonly shape: ChatShape, seed: number) {
@@ -185,18 +191,24 @@ export class ChatSource implements RequestSource {
     conv.messages.push({ role: "user", content: this.words(this.shape.userWords) });
     conv.turnsSent++;
     const id = `chat-${c}-${conv.turnsSent}`;
-    this.conversationOf.set(id, c);
+    this.sentTurns.set(id, { conversation: c, turn: conv.turnsSent });
     return { id, prompt: { kind: "chat", messages: [...conv.messages] }, maxTokens: this.shape.outputTokens };
   }
 
   finished(req: BenchRequest, outcome: RequestOutcome): void {
-    const c = this.conversationOf.get(req.id);
-    if (c === undefined) throw new RangeError(`${req.id} is not a request of this chat`);
+    const c = this.turnOf(req.id).conversation;
     const conv = this.conversations[c]!;
     // A failed turn ends its conversation: a chat UI would not go on without the reply.
     if (!outcome.ok) return;
     conv.messages.push({ role: "assistant", content: outcome.timing.text });
     if (conv.turnsSent < this.shape.turns) this.ready.push(c);
+  }
+
+  /** Which conversation and turn a request of this chat is. */
+  turnOf(id: string): ChatTurn {
+    const t = this.sentTurns.get(id);
+    if (t === undefined) throw new RangeError(`${id} is not a request of this chat`);
+    return t;
   }
 
   /** The history conversation `c` has so far (for tests). */
