@@ -34,7 +34,7 @@ const layout = kvLayout(config, 16);
 const fingerprint = kvFingerprint(new Uint8Array(32).fill(3), layout, config, "files-test");
 const keys: KVBlockKey[] = Array.from({ length: 4 }, (_, i) => {
   const tokens = Uint32Array.from({ length: 16 }, (_, t) => i * 16 + t);
-  return { hash: hashBlockTokens(null, tokens, [`block ${i}`]), parentHash: ROOT_PARENT_HASH.sha256, tokens, extraKeys: new Uint8Array(0) };
+  return { hash: hashBlockTokens(null, tokens, [`block ${i}`]), parentHash: ROOT_PARENT_HASH.sha256, tokens, extraKeys: new Uint8Array(0), group: 0 };
 });
 const kv = new Uint8Array(layout.blockBytes).fill(9);
 
@@ -90,7 +90,7 @@ test("a FIFO under a block's name: never opened for reading, never counted; the 
   // The folder as a new process sees it: only the regular file is a block.
   expect([...scanModelFolder(store.dir)]).toEqual([keys[0]!.hash]);
   expect(scanRoot(root).flatMap((f) => f.blocks.map((b) => b.path))).toEqual([join(store.dir, blockFileName(keys[0]!.hash))]);
-  expect(store.contains(keys[1]!.hash)).toBe(false);
+  expect(store.contains(keys[1]!.hash, 0)).toBe(false);
 
   const loaded = await orHang(store.load(keys[1]!), () => releaseFifo(fifo));
   expect(loaded).toBeNull();
@@ -108,7 +108,7 @@ test("a directory or a symbolic link under a block's name is not a block", async
   expect([...scanModelFolder(store.dir)]).toEqual([keys[0]!.hash]);
   expect(scanRoot(root)[0]!.blocks.length).toBe(1);
   for (const i of [1, 2]) {
-    expect(store.contains(keys[i]!.hash)).toBe(false);
+    expect(store.contains(keys[i]!.hash, 0)).toBe(false);
     expect(await store.load(keys[i]!)).toBeNull();
   }
   expect(warnings).toEqual([expect.stringMatching(/is a directory, not a block file/)]);

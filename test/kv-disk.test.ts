@@ -19,6 +19,8 @@ import { makeConfig } from "../src/model/config.ts";
 import { writeLlama2c } from "../src/model/llama2c-writer.ts";
 import { randomWeights } from "../src/model/random-weights.ts";
 import { nodeBlockFileOps, type BlockFileOps } from "../src/kv-disk/file-ops.ts";
+import { scanRoot } from "../src/kv-disk/folder.ts";
+import { folderRow, folderSummary } from "../src/cli/cache.ts";
 import { describeShared, SHARED_DIR } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
 import { TEXTS } from "./helpers/prefix.ts";
@@ -361,4 +363,107 @@ describeShared("disk KV cache", ["models/gguf/stories260K.gguf", "models/gguf/st
     expect(() => LLM.load({ ...load(16, { kvCacheDir: root }), engine: { threads: 1, prefixHash: "xxh64" } })).toThrow(/sha256/);
     expect(() => LLM.load({ ...load(16, { kvCacheDir: root }), engine: { threads: 1, enablePrefixCaching: false } })).toThrow(/prefix cache/);
   });
+});
+
+/**
+ * Models with sliding-window layers (KV cache groups, kv-groups.ts): each group's blocks are stored
+ * apart, and a hit reads the global group's blocks of the prefix and each local group's window
+ * before its end. rnd-gemma3: layer 2 global, 0, 1 and 3 local (four groups of one layer);
+ * rnd-gptoss: 1 and 3 global, 0 and 2 local (two groups of two). Both have a window of 32: with
+ * blocks of 4 a hit needs each local group's last 8 blocks. A 50-token prompt and 4 new tokens: 13
+ * full blocks computed per group, a hit of 12.
+ */
+describeShared("disk KV cache, sliding-window models", ["models/gguf/rnd-gemma3-Q4_K_M.gguf", "models/gguf/rnd-gptoss-MXFP4_MOE.gguf"], ([gemma3, gptoss]) => {
+  const BLOCK = 4;
+  const WINDOW_BLOCKS = 8;
+  const load = (model: string, extra: Partial<LoadOptions> = {}): LoadOptions => ({
+    model, tokenizer: model, engine: { threads: THREADS, blockSize: BLOCK, maxNumBatchedTokens: 64 }, ...extra,
+  });
+  const requestsOf = (prompt: number[]): GenerateRequest[] => [{ id: "w", promptTokenIds: prompt, maxTokens: 4, temperature: 0.8, seed: 5, logprobs: 2 }];
+  /** Per model: the prompt, the cold run's outputs, and a folder its first run with the disk tier wrote (the first test's). */
+  const runs = new Map<string, { prompt: number[]; expected: unknown[]; root: string }>();
+  async function coldRun(model: string): Promise<{ prompt: number[]; expected: unknown[] }> {
+    const llm = LLM.load(load(model));
+    try {
+      const prompt = llm.encode(`${TEXTS[0]} ${TEXTS[1]}`).slice(0, 50);
+      return { prompt, expected: outputsOf(await llm.generate(requestsOf(prompt))) };
+    } finally {
+      llm.close();
+    }
+  }
+  /** Block files per KV cache group in a model folder. */
+  const filesPerGroup = (folder: string): Record<string, number> => {
+    const counts: Record<string, number> = {};
+    for (const name of readdirSync(folder).filter((n) => n.endsWith(".kvb"))) {
+      const group = /-g(\d+)\.kvb$/.exec(name)?.[1] ?? "0";
+      counts[group] = (counts[group] ?? 0) + 1;
+    }
+    return counts;
+  };
+
+  for (const [name, groups, localGroups] of [["gemma3", 4, 3], ["gptoss", 2, 1]] as const) {
+    test(`${name}: a restart reads the global blocks and the window's local ones; outputs are the cold run's bits`, async () => {
+      const model = name === "gemma3" ? gemma3! : gptoss!;
+      const { prompt, expected } = await coldRun(model);
+      const root = newDir(`swa-${name}`);
+      const first = await runWithTier(load(model, { kvCacheDir: root }), requestsOf(prompt));
+      expect(outputsOf(first.results)).toEqual(expected);
+      // 53 positions computed: 13 full blocks, every group's stored.
+      expect(first.tier.blocksWritten).toBe(13 * groups);
+      expect(filesPerGroup(modelFolder(root))).toEqual(Object.fromEntries(Array.from({ length: groups }, (_, g) => [String(g), 13])));
+      const restart = await runWithTier(load(model, { kvCacheDir: root }), requestsOf(prompt));
+      expect(outputsOf(restart.results)).toEqual(expected);
+      expect([restart.results[0]!.cached_tokens, restart.results[0]!.cached_tokens_disk]).toEqual([48, 48]);
+      expect(restart.tier.blocksRead).toBe(12 * (groups - localGroups) + WINDOW_BLOCKS * localGroups);
+      expect([restart.tier.blocksWritten, restart.tier.blocksRejected]).toEqual([0, 0]);
+      expect(restart.warnings).toEqual([]);
+      // pagellm cache ls: the groups, and the blocks split into global and windowed ones.
+      const [folder] = scanRoot(root);
+      const row = folderRow(folder!);
+      expect(row.slice(2, 4)).toEqual([`f16, 4-token blocks, ${groups} groups (1 full, ${localGroups} window 32)`, `${13 * groups} (13 full, ${13 * localGroups} window)`]);
+      const summary = folderSummary(folder!) as { groups: { attention: string; window?: number; blocks: number }[] };
+      expect(summary.groups.map((g) => [g.attention, g.window ?? null, g.blocks])).toEqual([
+        ["full", null, 13], ...Array.from({ length: localGroups }, () => ["sliding", 32, 13]),
+      ]);
+      runs.set(name, { prompt, expected, root });
+    }, TIMEOUT_MS);
+  }
+
+  test("gemma3: a damaged local block, and a local group's block under another group's name, are removed; the hit is planned again around them", async () => {
+    const { prompt, expected, root: pristine } = runs.get("gemma3")!;
+    const hashes = chainHashes(prompt, BLOCK);
+    const damages: [string, (folder: string) => void][] = [
+      ["flipped", (folder) => {
+        const path = blockPath(folder, hashes[11]!, 2);
+        const bytes = readFileSync(path);
+        bytes[bytes.length >> 1]! ^= 0x10;
+        writeFileSync(path, bytes);
+      }],
+      ["another group's", (folder) => copyFileSync(blockPath(folder, hashes[11]!, 1), blockPath(folder, hashes[11]!, 2))],
+    ];
+    for (const [what, damage] of damages) {
+      const root = newDir("swa-damaged");
+      cpSync(pristine, root, { recursive: true });
+      damage(modelFolder(root));
+      const run = await runWithTier(load(gemma3!, { kvCacheDir: root }), requestsOf(prompt));
+      expect(outputsOf(run.results), what).toEqual(expected);
+      expect(run.tier.blocksRejected, what).toBe(1);
+      expect(run.warnings.length, what).toBe(1);
+      // Group 2 lacks block 11: the hit ends at 11 blocks, whose windows need block 3 of each local group too.
+      expect(run.results[0]!.cached_tokens_disk, what).toBe(44);
+      expect(run.tier.blocksRead, what).toBe(36 - 1 + 3);
+      // The block was recomputed and written again.
+      expect(existsSync(blockPath(modelFolder(root), hashes[11]!, 2)), what).toBe(true);
+    }
+  }, TIMEOUT_MS);
+
+  test('gemma3, "evict": every group\'s blocks written at flush; a restart reads them', async () => {
+    const { prompt, expected } = runs.get("gemma3")!;
+    const root = newDir("swa-evict");
+    const first = await runWithTier(load(gemma3!, { kvCacheDir: root, kvCacheWrite: "evict" }), requestsOf(prompt));
+    expect(first.tier.blocksWritten).toBe(13 * 4);
+    const restart = await runWithTier(load(gemma3!, { kvCacheDir: root }), requestsOf(prompt));
+    expect(outputsOf(restart.results)).toEqual(expected);
+    expect(restart.results[0]!.cached_tokens_disk).toBe(48);
+  }, TIMEOUT_MS);
 });

@@ -67,25 +67,30 @@ export class WasmForward implements ModelForward, KVBlockIO {
     return this;
   }
 
-  readBlock(blockId: number, out: Uint8Array): void {
-    this.checkBlock(blockId, out);
-    for (const p of this.parts) {
-      for (let l = p.arena.firstLayer; l < p.arena.endLayer; l++) p.arena.readLayerBlock(l, blockId, out, 2 * l * p.arena.blockBytes);
-    }
+  readBlock(blockId: number, group: number, out: Uint8Array): void {
+    const layers = this.blockLayers(blockId, group, out);
+    layers.forEach((l, j) => this.arenaOf(l).readLayerBlock(l, blockId, out, 2 * j * this.parts[0]!.arena.blockBytes));
   }
 
-  writeBlock(blockId: number, data: Uint8Array): void {
-    this.checkBlock(blockId, data);
-    for (const p of this.parts) {
-      for (let l = p.arena.firstLayer; l < p.arena.endLayer; l++) p.arena.writeLayerBlock(l, blockId, data, 2 * l * p.arena.blockBytes);
-    }
+  writeBlock(blockId: number, group: number, data: Uint8Array): void {
+    const layers = this.blockLayers(blockId, group, data);
+    layers.forEach((l, j) => this.arenaOf(l).writeLayerBlock(l, blockId, data, 2 * j * this.parts[0]!.arena.blockBytes));
   }
 
-  private checkBlock(blockId: number, bytes: Uint8Array): void {
-    const numBlocks = this.parts[0]!.arena.numBlocks;
-    if (!Number.isInteger(blockId) || blockId < 0 || blockId >= numBlocks) throw new RangeError(`no block ${blockId} in an arena of ${numBlocks}`);
-    const want = 2 * this.config.nLayers * this.parts[0]!.arena.blockBytes;
-    if (bytes.length !== want) throw new RangeError(`a KV block is ${want} bytes, got ${bytes.length}`);
+  /** The layers a block of `group` holds, the block id and the bytes' length checked. */
+  private blockLayers(blockId: number, group: number, bytes: Uint8Array): readonly number[] {
+    const arena = this.parts[0]!.arena;
+    if (!Number.isInteger(blockId) || blockId < 0 || blockId >= arena.numBlocks) throw new RangeError(`no block ${blockId} in an arena of ${arena.numBlocks}`);
+    const layers = arena.groups.groups[group]?.layers;
+    if (layers === undefined) throw new RangeError(`no KV cache group ${group}`);
+    const want = 2 * layers.length * arena.blockBytes;
+    if (bytes.length !== want) throw new RangeError(`a KV block of group ${group} is ${want} bytes, got ${bytes.length}`);
+    return layers;
+  }
+
+  /** The arena (memory) that holds layer l. */
+  private arenaOf(l: number): KVArena {
+    return this.parts.find((p) => l >= p.arena.firstLayer && l < p.arena.endLayer)!.arena;
   }
 
   forward(batch: StepBatch): Promise<void> {

@@ -52,11 +52,7 @@ export const cacheCommand = defineCommand({
         process.stdout.write(`no cached KV blocks in ${root}\n`);
         return;
       }
-      const rows = folders.map((f) => [
-        f.folder, f.info?.model ?? "?", f.info === null ? "?" : `${f.info.kvType}, ${f.info.blockSize}-token blocks`,
-        String(f.blocks.length), mib(f.bytes), f.lastUseMs === null ? "-" : new Date(f.lastUseMs).toISOString().replace(/\.\d+Z$/, "Z"),
-      ]);
-      process.stdout.write(table(["folder", "model", "KV layout", "blocks", "size", "last use"], rows));
+      process.stdout.write(table(["folder", "model", "KV layout", "blocks", "size", "last use"], folders.map(folderRow)));
     }),
     du: cacheSubcommand("du", "Bytes per model folder and in all", (root, folders, values) => {
       const total = folders.reduce((n, f) => n + f.bytes, 0);
@@ -87,11 +83,36 @@ async function selectFolders(root: string, model: ParsedValues[string]): Promise
   return folders.filter((f) => f.folder.startsWith(`${prefix}-`));
 }
 
-function folderSummary(f: ModelFolder): Record<string, unknown> {
+/**
+ * A model folder's row of `cache ls`. A model with sliding-window layers stores each KV cache group's
+ * blocks apart: its layout names the groups, its blocks are split into global and windowed ones.
+ */
+export function folderRow(f: ModelFolder): string[] {
+  const groups = f.info?.groups ?? [];
+  const sliding = groups.filter((g) => g.attention === "sliding");
+  let layout = f.info === null ? "?" : `${f.info.kvType}, ${f.info.blockSize}-token blocks`;
+  let blocks = String(f.blocks.length);
+  if (sliding.length > 0) {
+    const windows = [...new Set(sliding.map((g) => g.window))].join("/");
+    layout += `, ${groups.length} groups (${groups.length - sliding.length} full, ${sliding.length} window ${windows})`;
+    const windowed = f.blocks.filter((b) => groups[b.group]?.attention === "sliding").length;
+    blocks += ` (${f.blocks.length - windowed} full, ${windowed} window)`;
+  }
+  const lastUse = f.lastUseMs === null ? "-" : new Date(f.lastUseMs).toISOString().replace(/\.\d+Z$/, "Z");
+  return [f.folder, f.info?.model ?? "?", layout, blocks, mib(f.bytes), lastUse];
+}
+
+/** A model folder as `cache ls --json` and `du --json` print it; `groups` per KV cache group when the model folder records them. */
+export function folderSummary(f: ModelFolder): Record<string, unknown> {
+  const groups = f.info?.groups?.map((g, i) => {
+    const stored = f.blocks.filter((b) => b.group === i);
+    return { ...g, blocks: stored.length, bytes: stored.reduce((n, b) => n + b.bytes, 0) };
+  });
   return {
     folder: f.folder, model: f.info?.model ?? null, format: f.info?.format ?? null, kv_type: f.info?.kvType ?? null,
     block_size: f.info?.blockSize ?? null, blocks: f.blocks.length, bytes: f.bytes,
     last_use: f.lastUseMs === null ? null : new Date(f.lastUseMs).toISOString(),
+    ...(groups === undefined ? {} : { groups }),
   };
 }
 

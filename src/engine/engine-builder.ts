@@ -64,7 +64,7 @@ export function buildEngine(checkpoint: Checkpoint, tokenizer: Tokenizer, reques
     const model = memoryPlan === null
       ? gpuForward(config, checkpoint, cpu, batch, numBlocks, layout, gpu!, build.onLoadProgress)
       : wasmForward(checkpoint, config, memories, memoryPlan, batch, numBlocks, layout, build.onLoadProgress);
-    const tierLink = build.secondTier === undefined ? null : tierLinkFor(build.secondTier(layout, model.kvProducer), model, options, numBlocks, groups);
+    const tierLink = build.secondTier === undefined ? null : tierLinkFor(build.secondTier(layout, model.kvProducer), model, options, numBlocks);
     const kv = new KVCacheManager({
       numBlocks,
       blockSize: options.blockSize,
@@ -119,9 +119,7 @@ function gpuForward(
 }
 
 /** The link to a second tier, refused where it cannot work (the fast hash, no prefix cache). */
-function tierLinkFor(tier: KVSecondTier, model: ModelForward, o: EngineOptions, numBlocks: number, groups: KVCacheGroups): SecondTierLink {
-  // A block of such a model holds one group's layers; the tier's files hold every layer of a block.
-  if (groups.hybrid) throw new InputError("a KV cache directory holds models whose layers all attend alike; this one has sliding-window layers (drop the KV cache directory)");
+function tierLinkFor(tier: KVSecondTier, model: ModelForward, o: EngineOptions, numBlocks: number): SecondTierLink {
   if (!o.enablePrefixCaching) throw new InputError("a KV cache directory needs the prefix cache: drop --no-prefix-cache");
   if (o.prefixHash !== "sha256") throw new InputError(`a KV cache directory keys blocks by sha256 block hashes; --prefix-hash ${o.prefixHash} cannot be used with it`);
   return new SecondTierLink(tier, model.kvBlocks, numBlocks);

@@ -502,9 +502,13 @@ export class LLMEngine {
     const link = this.tierLink;
     if (link === null) return null;
     return {
-      start: (req) => link.startLoad(this.kv.uncachedBlockKeys(req)),
+      start: (req) => link.startLoad(this.kv.blocksToLoad(req, (hash, group) => link.holds(hash, group))),
       land: (req, load) => {
-        this.kv.adoptBlocks(req, (i) => load.kvOf(i), (blockId, bytes) => link.writeBlock(blockId, bytes));
+        this.kv.adoptBlocks(req, load.numHitBlocks, (i, g) => load.kvOf(i, g), (blockId, g, bytes) => link.writeBlock(blockId, g, bytes));
+        // A failed read shortens the hit, and with sliding-window layers the shorter hit needs other
+        // window blocks than those read: plan once more around the damage (its files are gone).
+        if (load.numFailed === 0 || load.retry) return null;
+        return link.startLoad(this.kv.blocksToLoad(req, (hash, group) => link.holds(hash, group)), true);
       },
     };
   }

@@ -73,8 +73,12 @@ export interface SchedulerOptions {
 export interface TierLoader<R extends Request = Request> {
   /** Starts reading what the tier holds for `req` beyond the memory pool; null when nothing. */
   start(req: R): TierLoad | null;
-  /** Puts a settled load's blocks into the pool, where the request's lookup finds them as hits. */
-  land(req: R, load: TierLoad): void;
+  /**
+   * Puts a settled load's blocks into the pool, where the request's lookup finds them as hits;
+   * returns a further load when some reads failed and others can make up for them (the request
+   * then waits for it too), else null.
+   */
+  land(req: R, load: TierLoad): TierLoad | null;
 }
 
 export interface ScheduledRequest<R extends Request = Request> {
@@ -273,7 +277,11 @@ export class Scheduler<R extends Request = Request> {
         w++;
         continue;
       }
-      this.landLoad(req);
+      // A further load (reads around a failed one): it keeps its place and waits for that too.
+      if (this.landLoad(req)) {
+        w++;
+        continue;
+      }
       const extra = this.extraSeats.get(req) ?? 0;
       if (this.numSeats + 1 + extra > this.opts.maxNumSeqs) break;
       const hit = this.kv.getComputedBlocks(req);
@@ -296,12 +304,18 @@ export class Scheduler<R extends Request = Request> {
     return load !== undefined && !load.settled;
   }
 
-  /** Adopts the blocks of `req`'s settled tier load into the pool (nothing when it has none). */
-  private landLoad(req: R): void {
+  /**
+   * Adopts the blocks of `req`'s settled tier load into the pool (nothing when it has none); true
+   * when that started a further load, which `req` now waits for.
+   */
+  private landLoad(req: R): boolean {
     const load = this.loads.get(req);
-    if (load === undefined) return;
+    if (load === undefined) return false;
     this.loads.delete(req);
-    this.tier!.land(req, load);
+    const next = this.tier!.land(req, load);
+    if (next === null) return false;
+    this.loads.set(req, next);
+    return true;
   }
 
   /** Release up to `count` of running `req`'s reserved seats. */

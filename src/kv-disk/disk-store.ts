@@ -1,6 +1,8 @@
 /**
  * The disk tier: KV blocks in a folder, one file per block named by its hash (folder.ts,
- * block-file.ts), shared by every process that opens the same folder with the same model.
+ * block-file.ts), shared by every process that opens the same folder with the same model. A model
+ * with sliding-window layers stores each KV cache group's block apart (kv-groups.ts): the same
+ * hash, a name and a fingerprint per group, the group's layers' bytes (fingerprint.ts).
  *
  * Writes never hold up a step: store() queues the bytes (already copied out of the arena) and
  * returns; at most WRITE_CONCURRENCY files are written at once, each to a temporary name, synced,
@@ -16,12 +18,13 @@ import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { InputError } from "../errors.ts";
 import type { BlockHash } from "../kv/block-hash.ts";
+import { KVCacheGroups } from "../kv/kv-groups.ts";
 import type { KVLayout } from "../kv/kv-layout.ts";
 import type { KVBlockKey, KVSecondTier, KVWriteMode, SecondTierStats } from "../kv/second-tier.ts";
 import { blockFileBytes, decodeBlockFile, encodeBlockFile, type BlockFileProblem } from "./block-file.ts";
 import { errorCode, nodeBlockFileOps, type BlockFileOps, type BlockRead } from "./file-ops.ts";
-import type { KVFingerprint } from "./fingerprint.ts";
-import { blockFileName, isRegularFile, MODEL_INFO, removeLeastRecentlyUsed, scanModelFolder, scanRoot, type ModelInfo } from "./folder.ts";
+import { groupFingerprint, type KVFingerprint } from "./fingerprint.ts";
+import { blockFileName, blockStem, isRegularFile, MODEL_INFO, removeLeastRecentlyUsed, scanModelFolder, scanRoot, type ModelInfo } from "./folder.ts";
 
 const WRITE_CONCURRENCY = 4;
 /** Reads in flight at once: a few keep the disk busy; dozens only contend for the I/O threads (measured: 2-4 beat 96). */
@@ -43,6 +46,8 @@ export interface DiskStoreOptions {
   root: string;
   fingerprint: KVFingerprint;
   layout: KVLayout;
+  /** The model's KV cache groups (KVCacheGroups.of(config)); default: one group of layout.slots layers. */
+  groups?: KVCacheGroups;
   writeMode: KVWriteMode;
   /** Bound on the bytes of every block under the root, all models together. */
   maxBytes: number;
@@ -59,24 +64,25 @@ export interface DiskStoreOptions {
 
 export class DiskKVStore implements KVSecondTier {
   readonly writeMode: KVWriteMode;
-  readonly blockBytes: number;
   readonly stats: SecondTierStats = {
     blocksRead: 0, bytesRead: 0, readMs: 0, blocksWritten: 0, bytesWritten: 0, blocksRejected: 0, writesDropped: 0, blocksRemoved: 0,
   };
   /** The model folder: ROOT/MODEL16-LAYOUT8. */
   readonly dir: string;
   private readonly root: string;
-  private readonly fingerprint: Uint8Array;
+  /** Per KV cache group: the fingerprint its files carry, and its blocks' KV bytes. */
+  private readonly fingerprints: readonly Uint8Array[];
+  private readonly groupBytes: readonly number[];
   private readonly maxBytes: number;
   private readonly ops: BlockFileOps;
   private readonly readTimeoutMs: number;
   private readonly warn: (line: string) => void;
   private readonly warned = new Set<string>();
-  /** Hashes known to be stored (the folder's names; see folder.ts). */
-  private readonly stored: Set<BlockHash>;
-  /** Queued or being written. */
-  private readonly pending = new Map<BlockHash, { key: KVBlockKey; bytes: Uint8Array }>();
-  private readonly queue: BlockHash[] = [];
+  /** Blocks known to be stored, by blockStem (the folder's names; see folder.ts). */
+  private readonly stored: Set<string>;
+  /** Queued or being written, by blockStem. */
+  private readonly pending = new Map<string, { key: KVBlockKey; bytes: Uint8Array }>();
+  private readonly queue: string[] = [];
   private readonly writing = new Set<Promise<void>>();
   private pendingBytes = 0;
   private writesDisabled = false;
@@ -92,10 +98,11 @@ export class DiskKVStore implements KVSecondTier {
 
   constructor(o: DiskStoreOptions) {
     this.writeMode = o.writeMode;
-    this.blockBytes = o.layout.blockBytes;
+    const groups = o.groups ?? KVCacheGroups.fromLayers(o.layout.slots, () => ({ kind: "full" }));
+    this.groupBytes = groups.groups.map((g) => 2 * g.layers.length * o.layout.layerBlockBytes);
+    this.fingerprints = groups.groups.map((_, g) => groupFingerprint(o.fingerprint.full, g));
     this.root = o.root;
     this.dir = join(o.root, o.fingerprint.folder);
-    this.fingerprint = o.fingerprint.full;
     this.maxBytes = o.maxBytes;
     this.ops = o.fileOps ?? nodeBlockFileOps;
     this.readTimeoutMs = o.readTimeoutMs ?? READ_TIMEOUT_MS;
@@ -103,7 +110,12 @@ export class DiskKVStore implements KVSecondTier {
     try {
       mkdirSync(this.dir, { recursive: true });
       this.stored = scanModelFolder(this.dir);
-      const info: ModelInfo = { model: o.modelName, format: o.modelFormat, kvType: o.layout.type, blockSize: o.layout.blockSize, blockBytes: o.layout.blockBytes };
+      const info: ModelInfo = {
+        model: o.modelName, format: o.modelFormat, kvType: o.layout.type, blockSize: o.layout.blockSize, blockBytes: o.layout.blockBytes,
+        groups: groups.groups.map((g, i) => ({
+          attention: g.attention.kind, ...(g.attention.kind === "sliding" ? { window: g.attention.window } : {}), layers: [...g.layers], blockBytes: this.groupBytes[i]!,
+        })),
+      };
       if (!existsSync(join(this.dir, MODEL_INFO))) writeFileSync(join(this.dir, MODEL_INFO), `${JSON.stringify(info, null, 2)}\n`);
     } catch (e) {
       throw new InputError(`--kv-cache-dir ${o.root}: cannot use the folder (${errorCode(e) ?? (e as Error).message})`);
@@ -111,11 +123,18 @@ export class DiskKVStore implements KVSecondTier {
     this.usage = scanRoot(this.root).reduce((n, f) => n + f.bytes, 0);
   }
 
-  contains(hash: BlockHash): boolean {
-    if (this.stored.has(hash) || this.pending.has(hash)) return true;
+  blockBytes(group: number): number {
+    const bytes = this.groupBytes[group];
+    if (bytes === undefined) throw new RangeError(`no KV cache group ${group}`);
+    return bytes;
+  }
+
+  contains(hash: BlockHash, group: number): boolean {
+    const stem = blockStem(hash, group);
+    if (this.stored.has(stem) || this.pending.has(stem)) return true;
     // Another process may have written it since the scan (only a regular file can be a block).
-    if (!isRegularFile(this.pathOf(hash))) return false;
-    this.stored.add(hash);
+    if (!isRegularFile(this.pathOf(hash, group))) return false;
+    this.stored.add(stem);
     return true;
   }
 
@@ -126,20 +145,22 @@ export class DiskKVStore implements KVSecondTier {
    * read time bound (left in place).
    */
   async load(key: KVBlockKey): Promise<Uint8Array | null> {
-    const queued = this.pending.get(key.hash);
+    const stem = blockStem(key.hash, key.group);
+    const queued = this.pending.get(stem);
     if (queued !== undefined) return queued.bytes;
-    const path = this.pathOf(key.hash);
-    const found = await this.readWithin(path, blockFileBytes(key, this.blockBytes));
+    const path = this.pathOf(key.hash, key.group);
+    const kvBytes = this.blockBytes(key.group);
+    const found = await this.readWithin(path, blockFileBytes(key, kvBytes));
     if (found?.kind !== "bytes") {
-      this.stored.delete(key.hash);
+      this.stored.delete(stem);
       if (found?.kind === "not-a-file") this.warnOnce("not-a-file", `kv cache: ${path} is ${found.what}, not a block file; ignoring it and recomputing the block`);
       if (found?.kind === "size") await this.reject(path, "size");
       return null;
     }
     const file = found.bytes;
-    const decoded = decodeBlockFile(file, this.fingerprint, key, this.blockBytes);
+    const decoded = decodeBlockFile(file, this.fingerprints[key.group]!, key, kvBytes);
     if ("problem" in decoded) {
-      this.stored.delete(key.hash);
+      this.stored.delete(stem);
       await this.reject(path, decoded.problem);
       return null;
     }
@@ -200,14 +221,16 @@ export class DiskKVStore implements KVSecondTier {
   }
 
   store(key: KVBlockKey, bytes: Uint8Array): void {
-    if (this.stored.has(key.hash) || this.pending.has(key.hash)) return;
+    const stem = blockStem(key.hash, key.group);
+    if (this.stored.has(stem) || this.pending.has(stem)) return;
+    if (bytes.length !== this.blockBytes(key.group)) throw new RangeError(`a KV block of group ${key.group} is ${this.blockBytes(key.group)} bytes, got ${bytes.length}`);
     if (this.writesDisabled || this.pendingBytes + bytes.length > MAX_PENDING_BYTES) {
       this.stats.writesDropped++;
       return;
     }
-    this.pending.set(key.hash, { key, bytes });
+    this.pending.set(stem, { key, bytes });
     this.pendingBytes += bytes.length;
-    this.queue.push(key.hash);
+    this.queue.push(stem);
     this.pump();
   }
 
@@ -219,8 +242,8 @@ export class DiskKVStore implements KVSecondTier {
 
   private pump(): void {
     while (this.writing.size < WRITE_CONCURRENCY && this.queue.length > 0) {
-      const hash = this.queue.shift() as BlockHash;
-      const job = this.write(hash).finally(() => {
+      const stem = this.queue.shift() as string;
+      const job = this.write(stem).finally(() => {
         this.writing.delete(job);
         this.pump();
       });
@@ -228,17 +251,17 @@ export class DiskKVStore implements KVSecondTier {
     }
   }
 
-  private async write(hash: BlockHash): Promise<void> {
-    const entry = this.pending.get(hash);
+  private async write(stem: string): Promise<void> {
+    const entry = this.pending.get(stem);
     if (entry === undefined) return;
     try {
       if (this.writesDisabled) {
         this.stats.writesDropped++;
         return;
       }
-      const file = encodeBlockFile(this.fingerprint, entry.key, entry.bytes);
-      await this.writeFile(blockFileName(hash), file);
-      this.stored.add(hash);
+      const file = encodeBlockFile(this.fingerprints[entry.key.group]!, entry.key, entry.bytes);
+      await this.writeFile(blockFileName(entry.key.hash, entry.key.group), file);
+      this.stored.add(stem);
       this.stats.blocksWritten++;
       this.stats.bytesWritten += file.length;
       this.usage += file.length;
@@ -254,7 +277,7 @@ export class DiskKVStore implements KVSecondTier {
         this.warnOnce("write-other", `kv cache: writing a block to ${this.dir} failed (${code ?? (e as Error).message}); it stays in memory only`);
       }
     } finally {
-      this.pending.delete(hash);
+      this.pending.delete(stem);
       this.pendingBytes -= entry.bytes.length;
     }
   }
@@ -302,8 +325,8 @@ export class DiskKVStore implements KVSecondTier {
     if (--this.readsInFlight === 0) this.stats.readMs += performance.now() - this.readsStartMs;
   }
 
-  private pathOf(hash: BlockHash): string {
-    return join(this.dir, blockFileName(hash));
+  private pathOf(hash: BlockHash, group: number): string {
+    return join(this.dir, blockFileName(hash, group));
   }
 
   private warnOnce(kind: string, line: string): void {

@@ -14,6 +14,11 @@
  * heads, head size, bytes per block) and of the backend that computes the KV (WebAssembly, or
  * WebGPU with its product arithmetic: their K and V bits differ, and a disk hit must give the bits
  * a recomputation would).
+ *
+ * A model with sliding-window layers keeps each KV cache group's blocks apart (kv-groups.ts): group
+ * g > 0's files carry sha256(full fingerprint, g) instead of the full fingerprint, so a block of one
+ * group put under another group's name (same hash, tokens and size) fails the fingerprint check.
+ * Group 0's files, and so every file of a model with one group, carry the full fingerprint.
  */
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import type { Checkpoint } from "../model/checkpoint.ts";
@@ -92,4 +97,10 @@ function sortedJson(value: unknown): unknown {
   if (value === null || typeof value !== "object") return value;
   const entries = Object.entries(value as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
   return Object.fromEntries(entries.map(([k, v]) => [k, sortedJson(v)]));
+}
+
+/** The fingerprint block files of KV cache group `group` carry (see the file comment). */
+export function groupFingerprint(full: Uint8Array, group: number): Uint8Array {
+  if (group === 0) return full;
+  return new Uint8Array(new Bun.CryptoHasher("sha256").update(full).update(`pagellm/kv-disk/group/${group}`).digest());
 }

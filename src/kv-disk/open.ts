@@ -5,6 +5,7 @@
 import { basename } from "node:path";
 import { InputError } from "../errors.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
+import { KVCacheGroups } from "../kv/kv-groups.ts";
 import type { KVLayout } from "../kv/kv-layout.ts";
 import { KV_WRITE_MODES, type KVWriteMode } from "../kv/second-tier.ts";
 import { DiskKVStore } from "./disk-store.ts";
@@ -35,6 +36,7 @@ export function openDiskTier(checkpoint: Checkpoint, layout: KVLayout, kvProduce
     root: resolveCacheDir(o.dir),
     fingerprint: kvFingerprint(modelFingerprint(checkpoint), layout, checkpoint.config, kvProducer),
     layout,
+    groups: KVCacheGroups.of(checkpoint.config),
     writeMode: write,
     maxBytes: Math.floor(diskMb * 2 ** 20),
     modelName: basename(checkpoint.file),

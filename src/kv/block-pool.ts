@@ -108,6 +108,22 @@ export class BlockPool {
     return null;
   }
 
+  /** Whether a block of `group` is cached under `hash`, its content not checked (planning reads from a second tier). */
+  hasCachedHash(hash: BlockHash, group: number): boolean {
+    const candidates = this.cachedBlocks.get(hash);
+    if (candidates === undefined) return false;
+    for (const block of candidates.values()) if (block.group === group) return true;
+    return false;
+  }
+
+  /**
+   * A contentId no cached content has: the parent of a block read from a second tier whose parent
+   * no block holds (the start of a window's run in a model without full-attention layers).
+   */
+  unknownContentId(): number {
+    return this.nextContentId++;
+  }
+
   /** Whether `block` is still cached under `hash` with exactly that content (same arguments as findCachedBlock). */
   isCachedAs(
     block: KVCacheBlock,

@@ -25,4 +25,13 @@ export class FullAttentionManager implements SingleTypeKVCacheManager {
   firstNeededBlock(): number {
     return 0;
   }
+
+  longestHeldHit(held: (index: number, group: number) => boolean, maxBlocks: number): number {
+    for (let i = 0; i < maxBlocks; i++) if (!this.groups.every((g) => held(i, g))) return i;
+    return maxBlocks;
+  }
+
+  firstHitBlock(): number {
+    return 0;
+  }
 }

@@ -28,13 +28,21 @@ export type { GroupBlocks } from "./single-type-manager.ts";
 
 /**
  * Told what happens to cached blocks, for a second tier (see tier-link.ts). Both calls come from
- * inside the manager's own calls, synchronously. (A tier is only linked to a model of one group.)
+ * inside the manager's own calls, synchronously; a block's key names its group.
  */
 export interface CachedBlockListener {
   /** `block` is newly full and cached under `key`; its KV is computed by the end of the step that allocated it. */
   blockCached(block: KVCacheBlock, key: KVBlockKey): void;
   /** `block`'s cached content is about to be dropped for reuse; its KV is still intact during the call. */
   blockEvicted(block: KVCacheBlock): void;
+}
+
+/** What a request's hit needs from a second tier (KVCacheManager.blocksToLoad). */
+export interface TierPlan {
+  /** The hit, in blocks, that memory and the tier hold together. */
+  readonly numBlocks: number;
+  /** [index, key] of each block that hit needs and memory lacks, index by index, groups in order. */
+  readonly keys: readonly (readonly [number, KVBlockKey])[];
 }
 
 export interface KVCacheManagerOptions {
@@ -124,7 +132,6 @@ export class KVCacheManager {
     this.hash = opts.hash ?? "sha256";
     this.hasher = new BlockHasher(this.hash);
     this.listener = opts.listener ?? null;
-    if (this.listener !== null && this.groups.hybrid) throw new Error("a second tier stores blocks of a single KV cache group");
     const onEvict = this.listener === null ? null : this.listener.blockEvicted.bind(this.listener);
     this.pool = new BlockPool(opts.numBlocks, opts.blockSize, createEvictionPolicy(this.evictionPolicy), this.stats, onEvict);
     this.managers = managersOf(this.groups, this.blockSize);
@@ -267,9 +274,8 @@ export class KVCacheManager {
       this.requests.set(req.id, kv);
     }
     if (req.numCachedTokens === null) {
-      const tierBlocks = this.takeTierHits(hits.flat());
+      const tierBlocks = this.takeTierHits(hits);
       req.numCachedTokens = numNewComputedTokens;
-      // A tier stores single-group models' blocks: its blocks are the request's hit blocks.
       req.numTierCachedTokens = tierBlocks * this.blockSize;
       this.tierHits += req.numTierCachedTokens;
     }
@@ -481,16 +487,52 @@ export class KVCacheManager {
   }
 
   /**
-   * The [index, key] of each block a lookup for `req` may find after those memory holds now, in
-   * order (for a second tier to read ahead); lazily, so a reader that stops early hashes no more.
+   * What to read from a second tier for `req`: the [index, key] of each block that the longest hit
+   * in memory and the tier together needs and memory lacks, when that hit is longer than memory's
+   * alone (else null). `held(hash, group)` says whether the tier holds a block. The hit follows
+   * every kind's rule (the coordinator's loop of findComputedBlocks over longestHeldHit): the
+   * full-attention groups' blocks of the whole prefix, each window's last blocks before its end.
+   * Contents are not checked here: adoptBlocks and the lookup after it do.
    */
-  *uncachedBlockKeys(req: Request): Generator<readonly [number, KVBlockKey]> {
-    const max = this.maxLookupBlocks(req);
-    for (let i = this.peekCachedTokens(req) / this.blockSize; i < max; i++) yield [i, this.blockKey(req, i)];
+  blocksToLoad(req: Request, held: (hash: BlockHash, group: number) => boolean): TierPlan | null {
+    const maxBlocks = this.maxLookupBlocks(req);
+    const inMemory = this.peekCachedTokens(req) / this.blockSize;
+    if (maxBlocks <= inMemory) return null;
+    const hashes = this.hashesOf(req);
+    const numGroups = this.groups.groups.length;
+    const cached = (i: number, g: number) => this.pool.hasCachedHash(hashes.hashAt(i), g);
+    const known = new Map<number, boolean>();
+    const available = (i: number, g: number): boolean => {
+      let has = known.get(i * numGroups + g);
+      if (has === undefined) {
+        has = cached(i, g) || held(hashes.hashAt(i), g);
+        known.set(i * numGroups + g, has);
+      }
+      return has;
+    };
+    let numBlocks = maxBlocks;
+    for (let changed = true; changed; ) {
+      changed = false;
+      for (const manager of this.managers) {
+        const length = manager.longestHeldHit(available, numBlocks);
+        if (length < numBlocks) {
+          numBlocks = length;
+          changed = true;
+        }
+      }
+    }
+    if (numBlocks <= inMemory) return null;
+    const keys: (readonly [number, KVBlockKey])[] = [];
+    for (let i = 0; i < numBlocks; i++) {
+      for (let g = 0; g < numGroups; g++) {
+        if (i >= this.managerOf(g).firstHitBlock(numBlocks) && !cached(i, g)) keys.push([i, this.blockKey(req, i, g)]);
+      }
+    }
+    return keys.length === 0 ? null : { numBlocks, keys };
   }
 
-  /** The content key of the request's full block `index` (for a second tier). */
-  blockKey(req: Request, index: number): KVBlockKey {
+  /** The content key of the request's full block `index` in `group` (for a second tier). */
+  blockKey(req: Request, index: number, group = 0): KVBlockKey {
     const hashes = this.hashesOf(req);
     const start = index * this.blockSize;
     return {
@@ -498,45 +540,68 @@ export class KVCacheManager {
       parentHash: index === 0 ? ROOT_PARENT_HASH[this.hash] : hashes.hashAt(index - 1),
       tokens: Uint32Array.from(req.allTokenIds.slice(start, start + this.blockSize)),
       extraKeys: hashes.extraKeysOf(index).slice(),
+      group,
     };
   }
 
   /**
-   * Puts blocks a second tier holds into the pool as cached blocks (of a model with one group), so
-   * the next lookup for `req` finds them: walking the request's blocks from the first, those cached
-   * in memory are kept, and each missing one for which `kvOf(index)` has bytes gets a block popped
-   * from the free queue, its KV written by `write`, and is cached as if computed. Stops at the first
-   * block with neither, or when no free block is left. The adopted blocks and the memory hits before
-   * them go back to the free queue (still cached, most recently used), like a finished request's.
-   * Returns how many blocks were adopted.
+   * Puts blocks a second tier holds into the pool as cached blocks of their groups, so the next
+   * lookup for `req` finds them: walking the blocks a hit of `numBlocks` needs (a TierPlan's) from
+   * the first, each group's block that memory holds (verified against the block before it) is
+   * kept, and each missing one for which `kvOf(index, group)` has bytes gets a block popped from the
+   * free queue, its KV written by `write`, and is cached as if computed. The walk stops at a
+   * full-attention group's block that neither memory nor the tier has (no hit reaches past it), or
+   * when no free block is left; a window's missing block leaves a gap (the lookup after finds what
+   * hit remains). The adopted blocks and the memory hits among them go back to the
+   * free queue (still cached, most recently used), like a finished request's. Returns how many
+   * blocks were adopted.
    *
    * The memory hits are held while blocks are popped, so an adoption never evicts the prefix it
    * extends; an evicted block is reported to the listener before `write` overwrites it.
    */
-  adoptBlocks(req: Request, kvOf: (index: number) => Uint8Array | null, write: (blockId: number, kv: Uint8Array) => void): number {
-    if (this.groups.hybrid) throw new Error("a second tier stores blocks of a single KV cache group");
-    const maxBlocks = this.maxLookupBlocks(req);
+  adoptBlocks(
+    req: Request, numBlocks: number, kvOf: (index: number, group: number) => Uint8Array | null, write: (blockId: number, group: number, kv: Uint8Array) => void,
+  ): number {
+    if (!this.enableCaching) return 0;
+    const maxBlocks = Math.min(numBlocks, this.maxLookupBlocks(req));
     const hashes = this.hashesOf(req);
     const tokens = req.allTokenIds;
     const held: KVCacheBlock[] = [];
-    let parentContentId: number | null = null;
+    // The content of the block before: null before the first block; unknown where no group holds it.
+    let parent: { readonly contentId: number | null } | null = { contentId: null };
     let adopted = 0;
-    for (let i = 0; i < maxBlocks; i++) {
+    walk: for (let i = 0; i < maxBlocks; i++) {
       const start = i * this.blockSize;
-      let block = this.pool.findCachedBlock(hashes.hashAt(i), parentContentId, tokens, start, hashes.extraKeysOf(i));
-      if (block !== null) {
-        this.pool.touch([block]);
-      } else {
-        const kv = kvOf(i);
-        if (kv === null || this.pool.numFreeBlocks === 0) break;
-        block = this.pool.getNewBlocks(1)[0] as KVCacheBlock;
-        write(block.blockId, kv);
-        this.pool.cacheBlock(block, hashes.hashAt(i), parentContentId, tokens, start, hashes.extraKeysOf(i));
-        block.loadedFromTier = true;
-        adopted++;
+      const hash = hashes.hashAt(i);
+      const find = (g: number) => (parent === null
+        ? this.pool.findCachedBlockAfterAnyParent(hash, tokens, start, hashes.extraKeysOf(i), g)
+        : this.pool.findCachedBlock(hash, parent.contentId, tokens, start, hashes.extraKeysOf(i), g));
+      let content: number | null = null;
+      for (let g = 0; g < this.groups.groups.length; g++) {
+        const manager = this.managerOf(g);
+        if (i < manager.firstHitBlock(maxBlocks)) continue;
+        const kv = kvOf(i, g);
+        let block = find(g);
+        if (block !== null) {
+          this.pool.touch([block]);
+        } else if (kv === null) {
+          if (manager instanceof FullAttentionManager) break walk;
+          continue;
+        } else {
+          if (this.pool.numFreeBlocks === 0) break walk;
+          block = this.pool.getNewBlocks(1)[0] as KVCacheBlock;
+          write(block.blockId, g, kv);
+          const parentContentId = parent === null ? this.pool.unknownContentId() : parent.contentId;
+          this.pool.cacheBlock(block, hash, parentContentId, tokens, start, hashes.extraKeysOf(i), g);
+          block.loadedFromTier = true;
+          adopted++;
+        }
+        held.push(block);
+        content = block.contentId;
       }
-      held.push(block);
-      parentContentId = block.contentId;
+      // No group took block i: any group's cached copy still names its content for the next block.
+      if (content === null) content = this.groups.groups.map((_, g) => find(g)).find((b) => b !== null)?.contentId ?? null;
+      parent = content === null ? null : { contentId: content };
     }
     this.pool.freeBlocks(held);
     return adopted;
@@ -547,13 +612,21 @@ export class KVCacheManager {
     return this.pool.blocks.filter((block) => block.blockHash !== null);
   }
 
-  /** How many of `hits` came from a second tier and were not counted yet; clears their marks. */
-  private takeTierHits(hits: readonly (KVCacheBlock | null)[]): number {
+  /**
+   * How many of the hit's block indices a second tier supplied (in any group) and were not counted
+   * yet; clears the marks.
+   */
+  private takeTierHits(hits: readonly GroupBlocks[]): number {
     let n = 0;
-    for (const block of hits) {
-      if (block === null) continue;
-      if (block.loadedFromTier) n++;
-      block.loadedFromTier = false;
+    for (let i = 0; i < hits[0]!.length; i++) {
+      let fromTier = false;
+      for (const blocks of hits) {
+        const block = blocks[i];
+        if (block === null || block === undefined) continue;
+        if (block.loadedFromTier) fromTier = true;
+        block.loadedFromTier = false;
+      }
+      if (fromTier) n++;
     }
     return n;
   }
@@ -587,7 +660,7 @@ export class KVCacheManager {
         const block = blocks[i] as KVCacheBlock;
         this.pool.cacheBlock(block, hash, parentContentId, tokens, i * this.blockSize, hashes.extraKeysOf(i), g);
         kv.contentIds[i] = block.contentId!;
-        this.listener?.blockCached(block, this.blockKey(kv.request, i));
+        this.listener?.blockCached(block, this.blockKey(kv.request, i, g));
       });
     }
     kv.numCachedBlocks = Math.max(kv.numCachedBlocks, numFull);

@@ -3,9 +3,12 @@
  * in src/kv-disk/ is one). The kv folder declares these interfaces and never imports a tier; the
  * engine is handed one by its owner (LLM.open wires the disk tier in).
  *
- * A tier stores whole, full blocks by their content key. A key carries the block's hash and the
- * exact content it hashes (parent hash, tokens, framed extra keys), so a tier can check that what
- * it returns is that block and nothing else: the hash names a file, the content proves it.
+ * A tier stores whole, full blocks by their content key and KV cache group (kv-groups.ts). A key
+ * carries the block's hash and the exact content it hashes (parent hash, tokens, framed extra
+ * keys), so a tier can check that what it returns is that block and nothing else: the hash names a
+ * file, the content proves it. The group says whose layers the bytes are: a model with
+ * sliding-window layers stores a block of each group apart (the same tokens in the global layers
+ * and in each group of local ones), a model with one kind of layer one block of every layer (group 0).
  */
 import type { BlockHash } from "./block-hash.ts";
 
@@ -18,6 +21,8 @@ export interface KVBlockKey {
   readonly tokens: Uint32Array;
   /** The block's extra keys framed as block-hash.ts encodes them (LoRA, multimodal items, cache salt); empty when none. */
   readonly extraKeys: Uint8Array;
+  /** The KV cache group whose layers the block's bytes hold (0 for a model with one group). */
+  readonly group: number;
 }
 
 /** When blocks reach the tier: as soon as they are computed ("through"), or when memory evicts them ("evict"). */
@@ -45,11 +50,11 @@ export interface SecondTierStats {
 
 export interface KVSecondTier {
   readonly writeMode: KVWriteMode;
-  /** Bytes of one stored block's KV (KVLayout.blockBytes): every block read or written has this size. */
-  readonly blockBytes: number;
   readonly stats: SecondTierStats;
-  /** Whether a block with this hash is probably stored: cheap, reads nothing. A true may still fail to load. */
-  contains(hash: BlockHash): boolean;
+  /** Bytes of one stored block's KV in `group` (its layers' K and V): every block of the group read or written has this size. */
+  blockBytes(group: number): number;
+  /** Whether the block with this hash is probably stored for `group`: cheap, reads nothing. A true may still fail to load. */
+  contains(hash: BlockHash, group: number): boolean;
   /**
    * Reads a block's KV: its bytes, or null when it is missing or fails any check (then it is removed
    * and counted in blocksRejected). Never throws for a bad or missing block.
@@ -66,16 +71,18 @@ export interface KVSecondTier {
 
 /**
  * A backend's access to its KV arena by block, layer by layer, so that an arena split across
- * several memories (or held in GPU buffers) moves blocks the same way. Block bytes are laid out
- * [layer][K, V][kvHead][slot][headDim] (KVLayout.blockBytes in all).
+ * several memories (or held in GPU buffers) moves blocks the same way. A block holds the layers of
+ * one KV cache group (every layer when the model has one group); its bytes are laid out
+ * [j][K, V][kvHead][row][headDim] for the group's layers layers[j] in order (2 x layers x
+ * KVLayout.layerBlockBytes in all).
  */
 export interface KVBlockIO {
   /**
-   * Copies block `blockId` of every layer into `out` (blockBytes): the bytes the block holds at the
-   * call, even when it is overwritten before a returned promise resolves (a GPU records its copy
-   * at once and fills `out` when the read-back lands; linear memory copies at once, returning nothing).
+   * Copies block `blockId` of `group`'s layers into `out`: the bytes the block holds at the call,
+   * even when it is overwritten before a returned promise resolves (a GPU records its copy at once
+   * and fills `out` when the read-back lands; linear memory copies at once, returning nothing).
    */
-  readBlock(blockId: number, out: Uint8Array): void | Promise<void>;
-  /** Writes `data` (blockBytes) into block `blockId` of every layer, in place for every later forward. */
-  writeBlock(blockId: number, data: Uint8Array): void;
+  readBlock(blockId: number, group: number, out: Uint8Array): void | Promise<void>;
+  /** Writes `data` into block `blockId` of `group`'s layers, in place for every later forward. */
+  writeBlock(blockId: number, group: number, data: Uint8Array): void;
 }

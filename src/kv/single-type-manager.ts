@@ -43,4 +43,12 @@ export interface SingleTypeKVCacheManager {
   findLongestHit(lookup: BlockLookup, maxBlocks: number, chain: readonly number[]): GroupBlocks[];
   /** Index of the first block that a step computing from position `numComputedTokens` reads. */
   firstNeededBlock(numComputedTokens: number): number;
+  /**
+   * findLongestHit's rule over a predicate: the longest hit of at most `maxBlocks` blocks when
+   * `held(index, group)` says which blocks are to be had (in memory or in a second tier). For
+   * planning what to read from a tier; it checks no content (the lookup after the reads does).
+   */
+  longestHeldHit(held: (index: number, group: number) => boolean, maxBlocks: number): number;
+  /** Index of the first block a hit of `numBlocks` blocks needs in this kind's groups (numBlocks when it needs none). */
+  firstHitBlock(numBlocks: number): number;
 }

@@ -45,6 +45,23 @@ export class SlidingWindowManager implements SingleTypeKVCacheManager {
     return Math.max(0, Math.floor((numComputedTokens - this.window + 1) / this.blockSize));
   }
 
+  longestHeldHit(held: (index: number, group: number) => boolean, maxBlocks: number): number {
+    if (this.runBlocks === 0) return maxBlocks;
+    let run = 0;
+    for (let i = maxBlocks - 1; i >= 0; i--) {
+      if (!this.groups.every((g) => held(i, g))) {
+        run = 0;
+        continue;
+      }
+      if (++run >= this.runBlocks) return i + run;
+    }
+    return run;
+  }
+
+  firstHitBlock(numBlocks: number): number {
+    return Math.max(0, numBlocks - this.runBlocks);
+  }
+
   /**
    * Block i of `group`, its parent content checked against the full-attention chain when there is
    * one; else (no full-attention layers) against the block after it, which must name it as parent.

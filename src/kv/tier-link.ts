@@ -13,15 +13,19 @@
  *     before anything can overwrite it), and every block still cached is saved by saveAll at exit.
  *   A block read from the tier is never written back.
  *
- * Coming up: when a request arrives, the blocks after its memory hits that the tier holds are read
- * asynchronously (startLoad, given the request's block keys), while the engine goes on stepping
- * other requests; once read, the scheduler adopts them into free blocks of the pool (their bytes
- * from TierLoad.kvOf, written by writeBlock), and the request's ordinary lookup finds them as hits.
- * Reads of the same block by several requests are shared.
+ * Coming up: when a request arrives, the blocks its longest hit in memory and the tier together
+ * needs that memory lacks (KVCacheManager.blocksToLoad, asking `holds`) are read asynchronously
+ * (startLoad), while the engine goes on stepping other requests; once read, the scheduler adopts
+ * them into free blocks of the pool (their bytes from TierLoad.kvOf, written by writeBlock), and the
+ * request's ordinary lookup finds them as hits. Reads of the same block by several requests are shared.
+ *
+ * Every group's blocks go down (a model with sliding-window layers stores its local layers' blocks
+ * of every position too, since any position may end a later request's hit); a hit reads the global
+ * groups' blocks of the whole prefix and only the window's worth of each local group's.
  */
 import type { BlockHash } from "./block-hash.ts";
 import type { KVCacheBlock } from "./block.ts";
-import type { CachedBlockListener } from "./kv-cache-manager.ts";
+import type { CachedBlockListener, TierPlan } from "./kv-cache-manager.ts";
 import type { KVBlockIO, KVBlockKey, KVSecondTier } from "./second-tier.ts";
 
 /** A request's blocks being read from the tier. */
@@ -30,10 +34,16 @@ export interface TierLoad {
   readonly done: Promise<void>;
   /** Whether `done` has resolved. */
   readonly settled: boolean;
-  /** Blocks asked for. */
+  /** Blocks asked for (over every group). */
   readonly numBlocks: number;
-  /** The bytes read for the request's block `index` once `done` has resolved; null when not asked for or failed. */
-  kvOf(index: number): Uint8Array | null;
+  /** The hit, in blocks, the reads were planned for (TierPlan.numBlocks): what KVCacheManager.adoptBlocks walks. */
+  readonly numHitBlocks: number;
+  /** Blocks whose read failed (missing, or refused by a check), once `done` has resolved. */
+  readonly numFailed: number;
+  /** Whether this load was planned again after an earlier one of the request had failed reads. */
+  readonly retry: boolean;
+  /** The bytes read for the request's block `index` of `group` once `done` has resolved; null when not asked for or failed. */
+  kvOf(index: number, group: number): Uint8Array | null;
 }
 
 export class SecondTierLink implements CachedBlockListener {
@@ -43,8 +53,8 @@ export class SecondTierLink implements CachedBlockListener {
   private readonly computed: KVCacheBlock[] = [];
   /** Blocks being copied out of a GPU arena on their way to the tier. */
   private readonly copying = new Set<Promise<void>>();
-  /** Reads in flight, shared by every request that needs the block. */
-  private readonly reading = new Map<BlockHash, Promise<Uint8Array | null>>();
+  /** Reads in flight, by readKey, shared by every request that needs the block. */
+  private readonly reading = new Map<string, Promise<Uint8Array | null>>();
 
   constructor(
     readonly tier: KVSecondTier,
@@ -89,23 +99,22 @@ export class SecondTierLink implements CachedBlockListener {
     this.computed.length = 0;
   }
 
-  /**
-   * Starts reading, in order, the blocks of `keys` (a request's block index and key, from the
-   * first block memory does not hold) as long as the tier holds them; null when it holds the first
-   * of them not (the request needs nothing from the tier).
-   */
-  startLoad(keys: Iterable<readonly [number, KVBlockKey]>): TierLoad | null {
-    const wanted: (readonly [number, KVBlockKey])[] = [];
-    for (const entry of keys) {
-      const hash = entry[1].hash;
-      if (!this.reading.has(hash) && !this.tier.contains(hash)) break;
-      wanted.push(entry);
-    }
-    if (wanted.length === 0) return null;
-    const read = new Map<number, Uint8Array | null>();
+  /** Whether the tier holds (or is reading) block `hash` of `group`: cheap, reads nothing (for KVCacheManager.blocksToLoad). */
+  holds(hash: BlockHash, group: number): boolean {
+    return this.reading.has(readKey(hash, group)) || this.tier.contains(hash, group);
+  }
+
+  /** Starts reading the blocks of a request's plan (KVCacheManager.blocksToLoad); null without one (nothing to read). */
+  startLoad(plan: TierPlan | null, retry = false): TierLoad | null {
+    if (plan === null) return null;
+    const keys = plan.keys;
+    const read = new Map<string, Uint8Array | null>();
     let settled = false;
-    const done = Promise.all(wanted.map(async ([index, key]) => {
-      read.set(index, await this.read(key));
+    let numFailed = 0;
+    const done = Promise.all(keys.map(async ([index, key]) => {
+      const bytes = await this.read(key);
+      if (bytes === null) numFailed++;
+      read.set(`${index}/${key.group}`, bytes);
     })).then(() => {
       settled = true;
     });
@@ -114,21 +123,27 @@ export class SecondTierLink implements CachedBlockListener {
       get settled() {
         return settled;
       },
-      numBlocks: wanted.length,
-      kvOf: (index) => (settled ? (read.get(index) ?? null) : null),
+      get numFailed() {
+        return numFailed;
+      },
+      retry,
+      numBlocks: keys.length,
+      numHitBlocks: plan.numBlocks,
+      kvOf: (index, group) => (settled ? (read.get(`${index}/${group}`) ?? null) : null),
     };
   }
 
-  /** Writes a block read from the tier into the arena (for KVCacheManager.adoptBlocks). */
-  writeBlock(blockId: number, bytes: Uint8Array): void {
-    this.io.writeBlock(blockId, bytes);
+  /** Writes a block of `group` read from the tier into the arena (for KVCacheManager.adoptBlocks). */
+  writeBlock(blockId: number, group: number, bytes: Uint8Array): void {
+    this.io.writeBlock(blockId, group, bytes);
   }
 
   private read(key: KVBlockKey): Promise<Uint8Array | null> {
-    let pending = this.reading.get(key.hash);
+    const at = readKey(key.hash, key.group);
+    let pending = this.reading.get(at);
     if (pending === undefined) {
-      pending = this.tier.load(key).finally(() => this.reading.delete(key.hash));
-      this.reading.set(key.hash, pending);
+      pending = this.tier.load(key).finally(() => this.reading.delete(at));
+      this.reading.set(at, pending);
     }
     return pending;
   }
@@ -139,9 +154,9 @@ export class SecondTierLink implements CachedBlockListener {
   }
 
   private save(blockId: number, key: KVBlockKey): void {
-    if (this.tier.contains(key.hash)) return;
-    const bytes = new Uint8Array(this.tier.blockBytes);
-    const copied = this.io.readBlock(blockId, bytes);
+    if (this.tier.contains(key.hash, key.group)) return;
+    const bytes = new Uint8Array(this.tier.blockBytes(key.group));
+    const copied = this.io.readBlock(blockId, key.group, bytes);
     if (copied === undefined) {
       this.tier.store(key, bytes);
       return;
@@ -149,4 +164,9 @@ export class SecondTierLink implements CachedBlockListener {
     const job: Promise<void> = copied.then(() => this.tier.store(key, bytes)).finally(() => this.copying.delete(job));
     this.copying.add(job);
   }
+}
+
+/** A block's identity in the tier: its hash, and its group (each group stores the block apart). */
+function readKey(hash: BlockHash, group: number): string {
+  return `${hash}/${group}`;
 }

@@ -28,7 +28,7 @@ const keys: KVBlockKey[] = [];
 for (let i = 0; i < BLOCKS; i++) {
   const tokens = Uint32Array.from({ length: BLOCK_SIZE }, (_, t) => i * BLOCK_SIZE + t);
   const parentHash = i === 0 ? ROOT_PARENT_HASH.sha256 : keys[i - 1]!.hash;
-  keys.push({ hash: hashBlockTokens(i === 0 ? null : parentHash, tokens, null), parentHash, tokens, extraKeys: new Uint8Array(0) });
+  keys.push({ hash: hashBlockTokens(i === 0 ? null : parentHash, tokens, null), parentHash, tokens, extraKeys: new Uint8Array(0), group: 0 });
 }
 /** The one right content of block i. */
 function kvOf(i: number): Uint8Array {

@@ -30,8 +30,9 @@ export function chainHashes(ids: readonly number[], blockSize: number, salt?: st
   return hashes;
 }
 
-export function blockPath(folder: string, hash: string): string {
-  return join(folder, `${hash}.kvb`);
+/** The file of block `hash` of KV cache group `group` (a model with sliding-window layers stores each group apart). */
+export function blockPath(folder: string, hash: string, group = 0): string {
+  return join(folder, group === 0 ? `${hash}.kvb` : `${hash}-g${group}.kvb`);
 }
 
 export interface TierRun {

@@ -294,34 +294,46 @@ export class GpuLlamaModel {
   }
 
   /**
-   * Block `blockId` of every layer as the disk tier stores it ([layer][K, V][kvHead][slot][headDim]),
-   * read back from the GPU arena. The copies are recorded at the call, so a later step that reuses
-   * the block cannot change what is read.
+   * Block `blockId` of KV cache group `group` as the disk tier stores it ([j][K, V][kvHead][row][headDim]
+   * for the group's layers in slot order), read back from the GPU arena. The copies are recorded at
+   * the call, so a later step that reuses the block cannot change what is read.
    */
-  readKVBlock(blockId: number): Promise<ArrayBuffer> {
-    return this.gpu.runner.readRegions([...this.kvBlockRegions(blockId)]);
+  readKVBlock(blockId: number, group: number): Promise<ArrayBuffer> {
+    return this.gpu.runner.readRegions([...this.kvBlockRegions(blockId, group)]);
   }
 
-  /** Writes `data` (readKVBlock's layout) into block `blockId` of every layer, before any later step runs. */
-  writeKVBlock(blockId: number, data: Uint8Array): void {
+  /** Writes `data` (readKVBlock's layout) into block `blockId` of `group`'s layers, before any later step runs. */
+  writeKVBlock(blockId: number, group: number, data: Uint8Array): void {
     let at = 0;
-    for (const r of this.kvBlockRegions(blockId)) {
+    for (const r of this.kvBlockRegions(blockId, group)) {
       this.gpu.runner.upload(r.buf, data.subarray(at, at + r.bytes), r.offset);
       at += r.bytes;
     }
   }
 
+  /** Bytes of one block of `group`: its layers' K and V. */
+  groupBlockBytes(group: number): number {
+    return 2 * this.groupSlots(group) * this.kv.layerBlockBytes;
+  }
+
   /**
-   * Where block `blockId`'s rows are: per slot (a layer's, with one KV cache group: the disk tier's
-   * only case), K then V, each kv head's rows (heads are numBlocks blocks apart).
+   * Where block `blockId`'s rows are for `group`: per slot its layers occupy (layer layers[j] in slot
+   * j), K then V, each kv head's rows (heads are numBlocks blocks apart).
    */
-  private *kvBlockRegions(blockId: number): Generator<{ buf: GPUBuffer; offset: number; bytes: number }> {
+  private *kvBlockRegions(blockId: number, group: number): Generator<{ buf: GPUBuffer; offset: number; bytes: number }> {
     const headBlockBytes = this.headBlockBytes;
-    for (const slot of this.slotArenas) {
+    for (const slot of this.slotArenas.slice(0, this.groupSlots(group))) {
       for (const buf of [slot.k, slot.v]) {
         for (let h = 0; h < this.config.nKvHeads; h++) yield { buf, offset: (h * this.numBlocks + blockId) * headBlockBytes, bytes: headBlockBytes };
       }
     }
+  }
+
+  /** Slots a block of `group` uses: its layer count. */
+  private groupSlots(group: number): number {
+    const layers = KVCacheGroups.of(this.config).groups[group]?.layers;
+    if (layers === undefined) throw new RangeError(`no KV cache group ${group}`);
+    return layers.length;
   }
 
   /** Bytes of one kv head's rows of one block in a layer's K or V buffer: the unit blocks are copied in. */

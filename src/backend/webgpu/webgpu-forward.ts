@@ -75,21 +75,21 @@ export class WebGpuForward implements ModelForward, KVBlockIO {
     return this;
   }
 
-  async readBlock(blockId: number, out: Uint8Array): Promise<void> {
-    this.checkBlock(blockId, out);
-    const pending = this.model.readKVBlock(blockId); // recorded now: the bytes of this moment
+  async readBlock(blockId: number, group: number, out: Uint8Array): Promise<void> {
+    this.checkBlock(blockId, group, out);
+    const pending = this.model.readKVBlock(blockId, group); // recorded now: the bytes of this moment
     out.set(new Uint8Array(await pending));
   }
 
-  writeBlock(blockId: number, data: Uint8Array): void {
-    this.checkBlock(blockId, data);
-    this.model.writeKVBlock(blockId, data);
+  writeBlock(blockId: number, group: number, data: Uint8Array): void {
+    this.checkBlock(blockId, group, data);
+    this.model.writeKVBlock(blockId, group, data);
   }
 
-  private checkBlock(blockId: number, bytes: Uint8Array): void {
+  private checkBlock(blockId: number, group: number, bytes: Uint8Array): void {
     if (!Number.isInteger(blockId) || blockId < 0 || blockId >= this.model.numBlocks) throw new RangeError(`no block ${blockId} in an arena of ${this.model.numBlocks}`);
-    const want = this.model.kv.blockBytes;
-    if (bytes.length !== want) throw new RangeError(`a KV block is ${want} bytes, got ${bytes.length}`);
+    const want = this.model.groupBlockBytes(group);
+    if (bytes.length !== want) throw new RangeError(`a KV block of group ${group} is ${want} bytes, got ${bytes.length}`);
   }
 
   /** Free the model's buffers; the device is its owner's (it may run other models). */
