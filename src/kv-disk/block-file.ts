@@ -8,7 +8,7 @@
  *   0       8     magic "PLKVBLK1"
  *   8       4     format version (1)
  *   12      4     header size H (bytes before the KV)
- *   16      32    KV fingerprint (fingerprint.ts: model and KV layout)
+ *   16      32    KV fingerprint (fingerprint.ts: model and KV layout, and the group's for group N > 0)
  *   48      32    block hash (raw sha256)
  *   80      32    parent block hash (raw sha256)
  *   112     4     tokens in the block N
@@ -16,7 +16,7 @@
  *   120     8     KV length K
  *   128     4N    token ids
  *   128+4N  E     extra keys, framed as block-hash.ts encodes them
- *   H       K     the KV (KVBlockIO layout: [layer][K, V][kvHead][slot][headDim])
+ *   H       K     the KV of the block's KV cache group (KVBlockIO layout: [j][K, V][kvHead][row][headDim], layers[j])
  *   H+K     8     xxHash64 of every byte before it
  *
  * A file passes only when its size is exactly H + K + 8, every header field equals what the
