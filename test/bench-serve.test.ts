@@ -14,7 +14,7 @@ import { runRequests } from "../src/bench/serve/run.ts";
 import { SseParser } from "../src/bench/serve/sse.ts";
 import { ChatSource, FIRST_TOKEN_ID, prefixWorkload, randomWorkload } from "../src/bench/serve/workloads.ts";
 import { targetChecks, type ServeBenchResult, type TargetResult } from "../src/bench/serve/bench.ts";
-import { worstTurn, type TurnRow } from "../src/bench/serve/turn-probe.ts";
+import { llamaServerCold, TurnProber, worstTurn, type TurnRow } from "../src/bench/serve/turn-probe.ts";
 import { startStub, type Stub, type StubOptions } from "./helpers/openai-stub.ts";
 import { runPagellmAsync } from "./helpers/cli.ts";
 import { describeShared } from "./helpers/shared.ts";
@@ -208,6 +208,23 @@ describe("runs against an OpenAI-compatible stub", () => {
       for (let c = 0; c < 3; c++) expect(source.history(c).length).toBe(1 + 2 * 3);
       // Later turns find their history in the stub's cache.
       expect(serveMetrics(r).cachedShare!).toBeGreaterThan(0.3);
+    });
+  }, 60_000);
+
+  test("llama-server's cold requests: cache_prompt false on the slot past the workload's; each conversation's turns pinned to its slot", async () => {
+    await withStub({}, async (stub) => {
+      const chat = new ChatSource({ conversations: 3, turns: 2, systemWords: 20, userWords: 10, outputTokens: 3 }, 1);
+      const prober = new TurnProber(target(stub), chat, llamaServerCold(2), true);
+      const r = await runRequests(target(stub), prober.warmSource(), { ...run, concurrency: 1, afterEach: prober.after.bind(prober) });
+      expect(serveMetrics(r).completed).toBe(6);
+      const warm = stub.bodies.filter((b) => b.cache_prompt === undefined);
+      const cold = stub.bodies.filter((b) => b.cache_prompt === false);
+      expect(warm.map((b) => b.id_slot)).toEqual([0, 1, 0, 0, 1, 0]);
+      expect(cold.map((b) => b.id_slot)).toEqual([2, 2, 2, 2, 2, 2]);
+      const t = prober.result();
+      expect(t.rows.map((row) => [row.conversation, row.turn, row.coldCachedTokens])).toEqual([[0, 1, 0], [1, 1, 0], [2, 1, 0], [0, 2, 0], [1, 2, 0], [2, 2, 0]]);
+      expect([t.errors, t.cold]).toEqual([[], "cache_prompt false on slot 2 of its own"]);
+      expect(t.worst!.turn).toBe(2);
     });
   }, 60_000);
 

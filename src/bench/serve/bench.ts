@@ -150,8 +150,10 @@ async function measureTarget(name: string, command: string | null, target: Serve
   const source = makeSource(o);
   progress(`${name}: ${source.description}, concurrency ${o.concurrency}${o.coldProbe ? `, each turn again cold (${cold.description})` : ""}`);
   const prober = o.coldProbe && source instanceof ChatSource ? new TurnProber(target, source, cold, o.ignoreEos) : null;
-  const afterEach = prober === null ? undefined : prober.after.bind(prober);
-  const metrics = serveMetrics(await runRequests(target, source, { ...o, afterEach }));
+  const run = prober === null
+    ? await runRequests(target, source, o)
+    : await runRequests(target, prober.warmSource(), { ...o, afterEach: prober.after.bind(prober) });
+  const metrics = serveMetrics(run);
   progress(`${name}: ${metrics.completed} requests in ${metrics.durationS.toFixed(1)} s, ${metrics.outputTokensPerSecond.toFixed(1)} output tokens/s`);
   let probe: TtftProbe | null = null;
   if (o.probe.reps > 0) {
@@ -208,7 +210,7 @@ export async function runServeBench(o: ServeBenchOptions): Promise<ServeBenchRes
     const slots = s.llamaSlots + (o.coldProbe ? 1 : 0);
     try {
       const argv = (port: number) => llamaServerArgv(bin, s.model.path, s.threads, slots, ctx, port, s.llamaArgs);
-      targets.push(await withChild("llama-server", argv, o, s, llamaServerCold(slots - 1)));
+      targets.push(await withChild("llama-server", argv, o, s, llamaServerCold(s.llamaSlots)));
     } catch (e) {
       // pagellm's figures are measured: report them, then this.
       if (!(e instanceof PagellmError)) throw e;

@@ -13,8 +13,9 @@
  * - pagellm serve, vLLM (and a --url server): a fresh `cache_salt`, which every block hash of the
  *   request includes, so no block of any earlier request can match.
  * - llama-server: `cache_prompt: false` (its slot's tokens are not reused) on a slot of its own
- *   (`id_slot`), started beside the workload's slots, so the probe never overwrites the slot that
- *   holds the conversation.
+ *   (`id_slot`), started beside the workload's slots; each conversation's turns are pinned to a
+ *   workload slot (conversation c to slot c mod slots), since llama-server's own choice could pick
+ *   the probe's slot (an empty slot is the least recently used), whose tokens the probe overwrites.
  *
  * Invariants: one request at a time (the run's concurrency is 1), so nothing else runs while
  * either is timed; a cold probe whose usage reports cached tokens was not cold, and the report says
@@ -22,24 +23,29 @@
  */
 import { randomUUID } from "node:crypto";
 import { sendRequest, type BenchRequest, type ExtraFields, type RequestOutcome, type ServerTarget } from "./openai-client.ts";
-import type { ChatSource } from "./workloads.ts";
+import type { ChatSource, ChatTurn, RequestSource } from "./workloads.ts";
 
-/** How a server is asked to compute a request cold: the body fields of the n-th cold request. */
+/** How a server is asked to compute a request cold: the body fields of the n-th cold request, and those of a warm turn. */
 export interface ColdMethod {
   /** In words, for the report ("a fresh cache_salt"). */
   description: string;
   fields(n: number): ExtraFields;
+  warmFields(t: ChatTurn): ExtraFields;
 }
 
 /** pagellm serve and vLLM: a salt no other request has. */
 export function saltedCold(): ColdMethod {
   const run = randomUUID();
-  return { description: "a fresh cache_salt", fields: (n) => ({ cache_salt: `cold-probe-${run}-${n}` }) };
+  return { description: "a fresh cache_salt", fields: (n) => ({ cache_salt: `cold-probe-${run}-${n}` }), warmFields: () => ({}) };
 }
 
-/** llama-server: no reuse of the slot's tokens, on slot `slot` (one the workload does not use). */
-export function llamaServerCold(slot: number): ColdMethod {
-  return { description: `cache_prompt false on slot ${slot} of its own`, fields: () => ({ cache_prompt: false, id_slot: slot }) };
+/** llama-server with `slots` slots for the workload and one more (the last) for the cold requests. */
+export function llamaServerCold(slots: number): ColdMethod {
+  return {
+    description: `cache_prompt false on slot ${slots} of its own`,
+    fields: () => ({ cache_prompt: false, id_slot: slots }),
+    warmFields: (t) => ({ id_slot: t.conversation % slots }),
+  };
 }
 
 /** One turn, warm and cold. */
@@ -96,11 +102,27 @@ export class TurnProber {
     private readonly ignoreEos: boolean,
   ) {}
 
-  /** After a turn: the same messages cold. A failed turn has nothing to compare. */
+  /** The chat's requests with the method's warm fields added. */
+  warmSource(): RequestSource {
+    const { chat, method } = this;
+    return {
+      description: chat.description,
+      get total() {
+        return chat.total;
+      },
+      next: () => {
+        const req = chat.next();
+        return req === null ? null : { ...req, extra: { ...req.extra, ...method.warmFields(chat.turnOf(req.id)) } };
+      },
+      finished: (req, outcome) => chat.finished(req, outcome),
+    };
+  }
+
+  /** After a turn: the same request cold (the cold fields in place of the warm ones). A failed turn has nothing to compare. */
   async after(req: BenchRequest, outcome: RequestOutcome, signal: AbortSignal): Promise<void> {
     if (!outcome.ok) return;
     const { conversation, turn } = this.chat.turnOf(req.id);
-    const cold: BenchRequest = { ...req, id: `${req.id}-cold`, extra: { ...req.extra, ...this.method.fields(this.sent++) } };
+    const cold: BenchRequest = { ...req, id: `${req.id}-cold`, extra: this.method.fields(this.sent++) };
     const c = await sendRequest(this.target, cold, { ignoreEos: this.ignoreEos, signal, runStartMs: performance.now() });
     const warm = outcome.timing;
     const row: TurnRow = {
