@@ -14,6 +14,7 @@
 import { Environment, Template } from "@huggingface/jinja";
 import { PagellmError } from "../errors.ts";
 import { quoteFileText, showFileText } from "../util/file-text.ts";
+import { jsonObjectOf } from "../util/json-object.ts";
 import { BoundedInterpreter, boundedRange, DEFAULT_RENDER_LIMITS, TemplateLimitError, type RenderLimits } from "./jinja-limits.ts";
 
 /** One message of a conversation, in OpenAI's shape (a missing content is ""). */
@@ -115,13 +116,7 @@ function templateMessage(m: ChatMessage): Record<string, unknown> {
 
 /** A call's arguments: the object their JSON text holds, or the text itself when it holds none. */
 function argumentsValue(text: string): unknown {
-  try {
-    const value: unknown = JSON.parse(text);
-    if (typeof value === "object" && value !== null && !Array.isArray(value)) return value;
-  } catch {
-    // Not JSON: the template gets the text.
-  }
-  return text;
+  return jsonObjectOf(text) ?? text;
 }
 
 /** `raise_exception(...)` in a template: its message is the template's own. */

@@ -15,6 +15,7 @@ import type { EngineOutput } from "../engine/engine-output.ts";
 import type { PreparedRequest } from "../engine/engine-client.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import type { ReplyDelta } from "../tools/reply-reader.ts";
+import { jsonObjectOf } from "../util/json-object.ts";
 import { ApiError, type ApiErrorType } from "./api-error.ts";
 import { readAnthropicRequest, type AnthropicRequest } from "./anthropic-request.ts";
 import type { BodyFields } from "./body-fields.ts";
@@ -99,13 +100,7 @@ function contentBlocks(choice: Choice): Record<string, unknown>[] {
 
 /** A call's arguments as the object `input` holds; arguments that are no JSON object (a model's broken JSON) are kept as text. */
 function callInput(args: string): unknown {
-  try {
-    const value: unknown = JSON.parse(args);
-    if (typeof value === "object" && value !== null && !Array.isArray(value)) return value;
-  } catch {
-    // Below.
-  }
-  return { arguments: args };
+  return jsonObjectOf(args) ?? { arguments: args };
 }
 
 /** Anthropic's tool-use ids begin with toolu_. */
