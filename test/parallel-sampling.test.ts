@@ -145,6 +145,18 @@ describeShared("parallel sampling on WebAssembly", [MODELS.stories260K, TOKENIZE
     expect(tokens("other")).toBe(5);
   }, LIMIT_MS);
 
+  test("a prompt that fills the whole pool with n = 2 is admitted into the idle pool; its fork finds no block and recomputes", async () => {
+    // 39 tokens in blocks of 4: the pool's 10 blocks. The admission used to keep a block for the
+    // fork even with nothing running, so the request never ran and the engine threw.
+    const llm = load({ numBlocks: 10, blockSize: 4 });
+    const prompt = llm.encode(TEXTS.join(" ")).slice(0, 39);
+    const forked = bySample(await allOutputs(llm, [samples("full", prompt, 2, 3, 1)]));
+    expect(llm.stats().samplesRecomputed).toBe(1);
+    const separate: string[] = [];
+    for (let i = 0; i < 2; i++) separate.push(...bySample(await allOutputs(llm, [samples(`s${i}`, prompt, 1, 3 + i, 1)])));
+    expect(forked).toEqual(separate);
+  }, LIMIT_MS);
+
   test("a request aborted before its prefill ends with all its samples, every block free", async () => {
     const llm = load({});
     const prompt = llm.encode(TEXTS[3]!);

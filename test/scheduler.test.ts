@@ -8,6 +8,7 @@ import { describe, expect, test } from "bun:test";
 import { Request } from "../src/kv/request.ts";
 import { Scheduler, type SchedulePolicy, type SchedulerOutput } from "../src/engine/scheduler.ts";
 import { KVCacheManager } from "../src/kv/kv-cache-manager.ts";
+import { KVCacheGroups } from "../src/kv/kv-groups.ts";
 
 const range = (start: number, count: number): number[] => Array.from({ length: count }, (_, i) => start + i);
 
@@ -19,6 +20,8 @@ interface HarnessOptions {
   policy?: SchedulePolicy;
   enableCaching?: boolean;
   maxPrefillWhileDecoding?: number;
+  /** The model's KV cache groups; default one (every layer in every block). */
+  groups?: KVCacheGroups;
 }
 
 /** What one step scheduled, read before update(): where each request's tokens start and how many. */
@@ -36,7 +39,9 @@ class Harness {
   private readonly maxTokens = new Map<Request, number>();
 
   constructor(readonly opts: HarnessOptions) {
-    this.kv = new KVCacheManager({ numBlocks: opts.numBlocks, blockSize: opts.blockSize, enableCaching: opts.enableCaching ?? true });
+    this.kv = new KVCacheManager({
+      numBlocks: opts.numBlocks, blockSize: opts.blockSize, enableCaching: opts.enableCaching ?? true, ...(opts.groups === undefined ? {} : { groups: opts.groups }),
+    });
     this.scheduler = new Scheduler<Request>(this.kv, {
       maxNumBatchedTokens: opts.maxNumBatchedTokens,
       maxNumSeqs: opts.maxNumSeqs,
@@ -45,10 +50,11 @@ class Harness {
     });
   }
 
-  add(id: string, prompt: number[], maxTokens: number): Request {
+  /** Queues a request; `extraSeats` samples to fork from it keep their seats (the harness never forks them). */
+  add(id: string, prompt: number[], maxTokens: number, extraSeats = 0): Request {
     const req = new Request({ id, promptTokenIds: prompt });
     this.maxTokens.set(req, maxTokens);
-    this.scheduler.add(req);
+    this.scheduler.add(req, extraSeats);
     return req;
   }
 
@@ -107,9 +113,13 @@ class Harness {
       expect(req.numComputedTokens).toBe(0);
       expect(this.kv.getBlockIds(req)).toEqual([]);
     }
-    // a block is held by every request whose table lists it, and by no one else
+    // a block is held by every request whose table (of any group) lists it, and by no one else
     const holders = new Map<number, number>();
-    for (const req of this.scheduler.running) for (const id of this.kv.getBlockIds(req)) holders.set(id, (holders.get(id) ?? 0) + 1);
+    for (const req of this.scheduler.running) {
+      for (let g = 0; g < this.kv.groups.groups.length; g++) {
+        for (const block of this.kv.getBlocks(req, g)) if (block !== null) holders.set(block.blockId, (holders.get(block.blockId) ?? 0) + 1);
+      }
+    }
     for (let id = 0; id < this.kv.numBlocks; id++) expect(this.kv.block(id).refCnt).toBe(holders.get(id) ?? 0);
     expect(this.kv.numFreeBlocks).toBe(this.kv.numBlocks - holders.size);
   }
@@ -356,6 +366,32 @@ describe("preemption", () => {
     h.runToEnd();
     expect(h.finished.map((r) => r.id).sort()).toEqual(["A", "B", "C", "D", "E"]);
     for (const r of reqs) expect(r.outputTokenIds.length).toBe(3);
+  });
+
+  test("with several KV cache groups a free block of each group is kept per running request: no admission the next step would undo", () => {
+    // rnd-gemma3's groups (one full, three windowed) with a window of 8 and blocks of 2: a 4-token
+    // prompt takes 2 blocks in each group (8), its first decode a third in each (4 more).
+    const groups = KVCacheGroups.fromLayers(4, (l) => (l === 2 ? { kind: "full" } : { kind: "sliding", window: 8 }));
+    const h = new Harness({ numBlocks: 18, blockSize: 2, maxNumBatchedTokens: 64, maxNumSeqs: 8, groups });
+    h.add("A", prompt(0, 4), 3);
+    h.add("B", prompt(1, 4), 3);
+    // A leaves 10 free; B would leave 2, fewer than A's next block in each of 4 groups (one per
+    // group was kept before: B ran its prompt, and A's first decode preempted it).
+    expect(h.step().scheduled.map((s) => s.id)).toEqual(["A"]);
+    expect(h.kv.numFreeBlocks).toBe(10);
+    expect(h.step().scheduled.map((s) => s.id)).toEqual(["A"]);
+    expect(h.kv.numFreeBlocks).toBe(6);
+    h.runToEnd();
+    expect(h.steps.flatMap((s) => s.preempted)).toEqual([]);
+    expect(h.finished.map((r) => r.id)).toEqual(["A", "B"]);
+  });
+
+  test("with nothing running a request that fits is admitted, though the samples to fork from it find no block", () => {
+    // 4 blocks of 2 tokens, a 7-token prompt: the pool. Keeping a block for its fork kept it waiting for ever.
+    const h = new Harness({ numBlocks: 4, blockSize: 2, maxNumBatchedTokens: 64, maxNumSeqs: 8 });
+    h.add("A", prompt(0, 7), 2, 1);
+    expect(h.step().scheduled.map((s) => s.id)).toEqual(["A"]);
+    expect(h.kv.numFreeBlocks).toBe(0);
   });
 
   test("a long mixed workload on a small pool completes with every token computed in order", () => {

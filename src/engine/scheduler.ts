@@ -18,10 +18,14 @@
  * preempted, waiting requests are admitted with their prefix-cache hits while budget, sequences
  * and blocks last, their prompts chunked to fit the budget.
  *
- * Admission keeps one free block per running request (each may cross into a new block within
- * the next blockSize steps), like vLLM v0's watermark: without it, on a tight pool a newly
- * admitted request computed a prefill chunk, was preempted by the next step's decodes, was
- * admitted again, and so on, recomputing its chunk every other step.
+ * Admission keeps one free block per KV cache group for each seat, running request or sample
+ * still to fork (each may cross into a new block of every group within the next blockSize steps;
+ * a sliding-window group frees a block as it advances too, but not in the step it crosses), like
+ * vLLM v0's watermark: without it, on a tight pool a newly admitted request computed a prefill
+ * chunk, was preempted by the next step's decodes, was admitted again, and so on, recomputing its
+ * chunk every other step. With no seat taken nothing is kept: a request that fits the pool is
+ * admitted into an idle one (samples forked from it that then find no block recompute their
+ * prompt), so an idle pool never refuses a request it can hold.
  *
  * Parallel sampling (`n` > 1): a request added with extra seats is admitted only when the batch
  * has room for it and for the samples that will be forked from it once its prompt is computed
@@ -286,8 +290,7 @@ export class Scheduler<R extends Request = Request> {
       if (this.numSeats + 1 + extra > this.opts.maxNumSeqs) break;
       const hit = this.kv.getComputedBlocks(req);
       const numNew = Math.min(req.numTokens - hit.numComputedTokens, budget);
-      // A fork may need a block of its own for the prompt's partly filled last block.
-      if (this.kv.freeBlocksAfter(req, numNew, hit.numComputedTokens, hit.groups) < this.numSeats + extra) break;
+      if (this.kv.freeBlocksAfter(req, numNew, hit.numComputedTokens, hit.groups) < this.reserveFor(extra)) break;
       this.kv.allocateSlots(req, numNew, hit.numComputedTokens, hit.groups);
       this.waiting.splice(w, 1);
       this.numReserved += extra;
@@ -296,6 +299,16 @@ export class Scheduler<R extends Request = Request> {
       out.scheduled.push({ req, numNewTokens: numNew });
       budget -= numNew;
     }
+  }
+
+  /**
+   * Free blocks an admission must leave: one per KV cache group for every seat taken and each of
+   * the `extra` samples to fork from the request (a fork takes a block of each group for the
+   * prompt's partly filled last block); none while no seat is taken (see the class).
+   */
+  private reserveFor(extra: number): number {
+    if (this.numSeats === 0) return 0;
+    return (this.numSeats + extra) * this.kv.groups.groups.length;
   }
 
   /** Whether `req` waits for tier reads still in flight. */
