@@ -6,7 +6,9 @@
  */
 import { afterAll, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
+import { expertTypes } from "../src/backend/device-choice.ts";
 import { LLM, type GenerateRequest, type LoadOptions } from "../src/engine/llm.ts";
+import { openCheckpoint } from "../src/model/load.ts";
 import { describeGpu } from "./helpers/webgpu.ts";
 import { sharedPath } from "./helpers/shared.ts";
 import { TEXTS } from "./helpers/prefix.ts";
@@ -49,5 +51,41 @@ await describeGpu("disk KV cache on WebGPU", (backend) => {
     expect(restart.results[0]!.cached_tokens_disk).toBe(full);
     expect(outputsOf(restart.results)).toEqual(expected);
     expect(restart.tier.blocksRejected).toBe(0);
+  }, LIMIT_MS);
+});
+
+const gptoss = sharedPath("models/gguf/rnd-gptoss-MXFP4_MOE.gguf");
+
+await describeGpu("disk KV cache on WebGPU, a model with sliding-window layers", (backend) => {
+  // rnd-gptoss: layers 1 and 3 global, 0 and 2 windowed (32 positions): two KV cache groups of two
+  // layers, each group's blocks read out of and written into its slots of the GPU arena.
+  test.skipIf(gptoss === null)("rnd-gptoss: a restart on WebGPU reads the global blocks and the window's local ones; outputs are the cold run's", async () => {
+    const root = scratchDir("webgpu-swa");
+    try {
+      const opts = (kvCacheDir?: string): LoadOptions => ({
+        model: gptoss!, tokenizer: gptoss!, engine: { threads: 1, blockSize: 4, maxNumBatchedTokens: 64 }, gpu: backend, kvCacheDir,
+      });
+      await backend.prepareExperts(expertTypes(openCheckpoint(gptoss!)));
+      const wasm = LLM.load({ model: gptoss!, tokenizer: gptoss!, engine: { threads: 1 } });
+      const ids = (() => {
+        try {
+          return wasm.encode(`${TEXTS[0]} ${TEXTS[1]}`).slice(0, 50);
+        } finally {
+          wasm.close();
+        }
+      })();
+      const requests: GenerateRequest[] = [{ id: "w", promptTokenIds: ids, maxTokens: 2, temperature: 0.8, seed: 5, logprobs: 2 }];
+      // The first run finds an empty folder: it is the cold run, and writes every group's 12 full blocks.
+      const first = await runWithTier(opts(root), requests);
+      expect(first.results[0]!.cached_tokens).toBe(0);
+      expect(first.tier.blocksWritten).toBe(2 * 12);
+      const restart = await runWithTier(opts(root), requests);
+      expect(outputsOf(restart.results)).toEqual(outputsOf(first.results));
+      expect(restart.results[0]!.cached_tokens_disk).toBe(48);
+      // 12 global blocks and the local group's last 8 (a window of 32 in blocks of 4).
+      expect([restart.tier.blocksRead, restart.tier.blocksRejected]).toEqual([12 + 8, 0]);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
   }, LIMIT_MS);
 });
