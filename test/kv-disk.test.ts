@@ -457,6 +457,16 @@ describeShared("disk KV cache, sliding-window models", ["models/gguf/rnd-gemma3-
     }
   }, TIMEOUT_MS);
 
+  test("gemma3 split over one WebAssembly memory per layer reads each group's blocks that one memory wrote", async () => {
+    const { prompt, expected, root: written } = runs.get("gemma3")!;
+    const root = newDir("swa-memories");
+    cpSync(written, root, { recursive: true });
+    const split = load(gemma3!, { kvCacheDir: root });
+    const run = await runWithTier({ ...split, engine: { ...split.engine, wasmMemoryMb: 1 } }, requestsOf(prompt));
+    expect(outputsOf(run.results)).toEqual(expected);
+    expect(run.results[0]!.cached_tokens_disk).toBe(48);
+  }, TIMEOUT_MS);
+
   test('gemma3, "evict": every group\'s blocks written at flush; a restart reads them', async () => {
     const { prompt, expected } = runs.get("gemma3")!;
     const root = newDir("swa-evict");
