@@ -124,16 +124,27 @@ describeShared("smollm3 against llama.cpp", SHARED, (paths) => {
   });
 });
 
+/**
+ * On WebGPU (a software adapter in CI, where a position of the 49,152-row classifier costs about a
+ * tenth of a second): the first WEBGPU_GREEDY_TOKENS of llama.cpp's greedy ids (all of them on
+ * WebAssembly above) and the rule over the story's first WEBGPU_SCORED_TOKENS positions. Each step
+ * and position runs the same kernels, the NoPE layer's among them; the rule holds there with the
+ * margin it has over 128 positions (0.83 of the bound on llvmpipe at both).
+ */
+const WEBGPU_GREEDY_TOKENS = 16;
+const WEBGPU_SCORED_TOKENS = 24;
+
 await describeGpu("smollm3 against llama.cpp on WebGPU", (gpu) => {
   describeShared("llref's answers for models written here", SHARED, (paths) => {
     describeWithLlref("the F32 and Q4_K_M files", (llref) => {
-      test("F32: greedy ids equal llama.cpp's; Q4_K_M: the quantized rule over the story's first 128 positions", async () => {
+      test(`F32: the first ${WEBGPU_GREEDY_TOKENS} greedy ids equal llama.cpp's; Q4_K_M: the quantized rule over the story's first ${WEBGPU_SCORED_TOKENS} positions`, async () => {
         const refs = refsFor(llref, paths);
         const f32 = refs.get("F32")!;
         const llm = LLM.load({ model: f32.model, engine: { threads: 1 }, gpu });
         try {
-          const [r] = await llm.generate([{ promptTokenIds: f32.greedy.tokens, maxTokens: f32.greedy.generated.length, temperature: 0 }]);
-          const eog = r!.finish_reason === "stop" ? f32.greedy.generated.slice(0, -1) : f32.greedy.generated;
+          const wanted = f32.greedy.generated.slice(0, WEBGPU_GREEDY_TOKENS);
+          const [r] = await llm.generate([{ promptTokenIds: f32.greedy.tokens, maxTokens: wanted.length, temperature: 0 }]);
+          const eog = r!.finish_reason === "stop" ? wanted.slice(0, -1) : wanted;
           expect(r!.token_ids).toEqual(eog);
         } finally {
           llm.close();
@@ -141,9 +152,9 @@ await describeGpu("smollm3 against llama.cpp on WebGPU", (gpu) => {
         const q = refs.get("Q4_K_M")!;
         const quantized = LLM.load({ model: q.model, engine: { threads: 1 }, gpu });
         try {
-          const tokens = q.scores[0]!.tokens.slice(0, 129);
+          const tokens = q.scores[0]!.tokens.slice(0, WEBGPU_SCORED_TOKENS + 1);
           const logits = (await quantized.client.score({ tokens, logits: true })).logits!;
-          const cut = (s: ScoreRef): ScoreRef => ({ tokens, logprobs: s.logprobs.slice(0, 128) });
+          const cut = (s: ScoreRef): ScoreRef => ({ tokens, logprobs: s.logprobs.slice(0, WEBGPU_SCORED_TOKENS) });
           expectRule("quantized", ruleFigures(logits, cut(q.scores[0]!), cut(f32.scores[0]!)));
         } finally {
           quantized.close();
