@@ -14,6 +14,7 @@
  */
 import { beforeAll, expect, test } from "bun:test";
 import type { LLM, CompletionResult, GenerateRequest } from "../src/engine/llm.ts";
+import type { StepReport } from "../src/engine/engine-client.ts";
 import type { EngineOptions } from "../src/engine/engine-options.ts";
 import type { KVType } from "../src/kv/kv-layout.ts";
 import { openedLLMs } from "./helpers/llm.ts";
@@ -239,13 +240,22 @@ describeShared("a prompt computed while another request decodes", [MODELS.storie
     const long: GenerateRequest = { id: "long", promptTokenIds: llm.encode(`${TEXTS[1]} ${TEXTS[2]}`).slice(0, 61), maxTokens: 6, temperature: 0 };
     const [alone] = await llm.generate([long]);
     const before = llm.stats().partialPrefills;
+    const steps: StepReport[] = [];
+    const stopListening = llm.client.onStep((r) => steps.push(r));
     // A request decoding for longer than the prompt's 13 chunks take; the prompt is sent after its first token.
     const decoding = llm.client.submit({ id: "decoding", prompt: TEXTS[0], maxTokens: 60, temperature: 0 });
     let beside: Promise<CompletionResult[]> | null = null;
     for await (const o of decoding) if (beside === null && o.tokenIds.length > 0) beside = llm.generate([long]);
     const [together] = await beside!;
+    stopListening();
     expect(together!.token_ids).toEqual(alone!.token_ids);
     // 61 prompt tokens in chunks of 5: 12 steps leave it partly computed, the 13th ends it.
     expect(llm.stats().partialPrefills - before).toBe(Math.ceil(61 / bound) - 1);
+    // The steps that computed prompt tokens: the decoding request's whole prompt alone, then the
+    // long prompt's chunks, each beside the one decode token (as the step reports tell them).
+    const withPrompt = steps.filter((r) => r.promptTokens > 0).map((r) => [r.decodeTokens, r.promptTokens]);
+    expect(withPrompt[0]![0]).toBe(0);
+    expect(withPrompt.slice(1)).toEqual([...Array.from({ length: 12 }, () => [1, 5]), [1, 1]]);
+    expect(steps.every((r) => r.endMs >= r.startMs)).toBe(true);
   }, TIMEOUT_MS);
 });

@@ -16,6 +16,7 @@ import { kvCacheSummary } from "../engine/engine-builder.ts";
 import type { ServerRequestDefaults } from "../server/generation-fields.ts";
 import { checkKnownOptions, checkOptions, engineArgs, modelArgs, numberOption, repeated, speculativeArgs, type ParsedValues } from "./options.ts";
 import { info } from "./output.ts";
+import { stepTraceAsked, traceSteps } from "./step-trace.ts";
 
 export const serveArgs = {
   ...modelArgs,
@@ -99,6 +100,7 @@ async function runServe(values: ParsedValues, rawArgs: readonly string[]): Promi
     const llm = await loadLLM({ ...values, template: values["chat-template"] }, "--chat-template");
     noteChatFormat(llm, "--chat-template");
     server.ready(llm);
+    if (stepTraceAsked()) traceSteps(llm.client, (line) => process.stderr.write(`pagellm serve: ${line}\n`));
     const i = llm.info;
     process.stdout.write(`pagellm serve: ${server.urls.join(", ")} serving ${name} (${i.description}, ${i.maxPositions}-token context, ${kvCacheSummary(i.kvLayout, i.numBlocks)})\n`);
     await shutdown.requested;

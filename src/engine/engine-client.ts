@@ -152,8 +152,14 @@ export interface StepReport {
   readonly outputs: number;
   /** Tokens sampled in the step, stop tokens and accepted draft tokens included. */
   readonly sampled: number;
+  /** When the step began (performance.now()). */
+  readonly startMs: number;
   /** When the step's outputs were handed over (performance.now()). */
   readonly endMs: number;
+  /** Tokens the step computed for requests past their prompt (sampled and draft tokens). */
+  readonly decodeTokens: number;
+  /** Prompt tokens the step computed (prefill chunks, recomputation after a preemption). */
+  readonly promptTokens: number;
 }
 
 /** A scoring task: the log-probabilities of `tokens`, in windows of `window` tokens each starting with an empty KV cache. */
@@ -464,6 +470,7 @@ export class EngineClient {
         continue;
       }
       this.stepping = true;
+      const startMs = performance.now();
       let outputs: EngineOutput[];
       try {
         outputs = await this.engine.step();
@@ -474,7 +481,7 @@ export class EngineClient {
       }
       this.progressMs = performance.now();
       this.dispatch(outputs);
-      this.report(outputs);
+      this.report(startMs, outputs);
       this.applyAborts();
       // Let I/O, timers and signals run between steps (a one-thread step never yields by itself).
       await new Promise((resolve) => setImmediate(resolve));
@@ -501,10 +508,13 @@ export class EngineClient {
     }
   }
 
-  private report(outputs: readonly EngineOutput[]): void {
-    if (this.stepListeners.size === 0 || outputs.length === 0) return;
+  /** Tells the listeners about a step that computed tokens or ended requests. */
+  private report(startMs: number, outputs: readonly EngineOutput[]): void {
+    const tokens = this.engine.lastStepTokens;
+    if (this.stepListeners.size === 0 || (outputs.length === 0 && tokens.decode + tokens.prompt === 0)) return;
     const report: StepReport = {
-      step: this.engine.stats.steps, outputs: outputs.length, sampled: outputs.reduce((n, o) => n + o.numSampled, 0), endMs: performance.now(),
+      step: this.engine.stats.steps, outputs: outputs.length, sampled: outputs.reduce((n, o) => n + o.numSampled, 0),
+      startMs, endMs: performance.now(), decodeTokens: tokens.decode, promptTokens: tokens.prompt,
     };
     for (const listener of this.stepListeners) listener(report);
   }

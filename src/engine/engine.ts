@@ -153,6 +153,11 @@ export class LLMEngine {
   /** A constraint's token mask, filled for one sequence at a time (one bit per token of the larger of model and tokenizer). */
   private readonly mask: Uint32Array;
   private readonly counts = { steps: 0, maxStepTokens: 0, partialPrefills: 0, mixedSteps: 0, scored: 0 };
+  /**
+   * Tokens the last step computed: of requests past their prompt (sampled and draft tokens), and of
+   * prompts (chunks, an admission's first, a preempted request's recomputation); zeros when it ran nothing.
+   */
+  lastStepTokens: { decode: number; prompt: number } = { decode: 0, prompt: 0 };
 
   constructor(parts: EngineParts) {
     this.config = parts.config;
@@ -246,6 +251,7 @@ export class LLMEngine {
     this.speculation.propose(this.scheduler.running, (seq) => this.forks.has(seq));
     const plan = this.scheduler.schedule();
     if (plan.scheduled.length === 0) {
+      this.lastStepTokens = { decode: 0, prompt: 0 };
       this.checkIdle();
       return [];
     }
@@ -528,11 +534,15 @@ export class LLMEngine {
   private count(plan: SchedulerOutput<Sequence>): void {
     let decodes = 0;
     let partial = 0;
+    const tokens = { decode: 0, prompt: 0 };
     for (const { req, numNewTokens } of plan.scheduled) {
       const before = req.numComputedTokens - numNewTokens;
       if (before >= req.numPromptTokens) decodes++;
       else if (req.numComputedTokens < req.numPromptTokens) partial++;
+      if (before >= req.numPromptTokens) tokens.decode += numNewTokens;
+      else tokens.prompt += numNewTokens;
     }
+    this.lastStepTokens = tokens;
     const c = this.counts;
     c.steps++;
     c.maxStepTokens = Math.max(c.maxStepTokens, plan.numScheduledTokens);
