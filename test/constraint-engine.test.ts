@@ -58,12 +58,30 @@ class Sequence123 implements TokenConstraint {
 
 const bits = (mask: Uint32Array) => Array.from({ length: 16 }, (_, t) => ((mask[0]! >>> t) & 1) === 1).flatMap((on, t) => (on ? [t] : []));
 
+/**
+ * Markers over a made-up vocabulary: token 5 is `<think>`, 6 `</think>`, 10-14 spell them as text
+ * (`<`, `think`, `>`, `</`, `think>\n`), and every other token one letter of its own.
+ */
+function testMarkers(): ReasoningMarkers {
+  const utf8 = new TextEncoder();
+  const text: Record<number, string> = { 5: "<think>", 6: "</think>", 10: "<", 11: "think", 12: ">", 13: "</", 14: "think>\n" };
+  return {
+    start: utf8.encode("<think>"),
+    end: utf8.encode("</think>"),
+    tokenBytes: (id) => utf8.encode(text[id] ?? String.fromCharCode(0x61 + id)),
+    startTokens: (at) => (at === 0 ? [5] : at === 1 ? [11, 12] : [12]),
+    endTokens: (at) => (at === 0 ? [6] : at === 2 ? [14] : [12]),
+  };
+}
+
 describe("the reasoning gate", () => {
-  const markers: ReasoningMarkers = { start: 5, end: 6 };
+  const markers = testMarkers();
   const eog = new Set([9]);
 
-  test("initial state: reasoning when the prompt leaves <think> open, else the first token may open it", () => {
-    expect(ReasoningGate.initialState([1, 2, 5, 7], markers)).toBe("reasoning");
+  test("initial state: reasoning when the prompt ends with <think> (and whitespace), as a token or as text; else the first token may open it", () => {
+    expect(ReasoningGate.initialState([1, 2, 5, 7], markers)).toBe("open");
+    expect(ReasoningGate.initialState([1, 2, 5], markers)).toBe("reasoning");
+    expect(ReasoningGate.initialState([1, 10, 11, 12], markers)).toBe("reasoning");
     expect(ReasoningGate.initialState([1, 5, 7, 6, 2], markers)).toBe("open");
     expect(ReasoningGate.initialState([1, 2], markers)).toBe("open");
   });
@@ -93,6 +111,71 @@ describe("the reasoning gate", () => {
     expect(bits(mask)).toContain(6);
     expect(gate.acceptToken(6)).toBe(true);
     expect(gate.acceptToken(1)).toBe(true);
+  });
+
+  test("a budget: after that many reasoning tokens only the end is allowed, and forced; rollback restores the count; no inner constraint: free but for the budget, the end of generation allowed", () => {
+    const mask = new Uint32Array(1);
+    for (const inner of [new Sequence123(), null]) {
+      const gate = new ReasoningGate(inner, markers, inner === null ? new Set() : eog, "open", 2);
+      expect(gate.acceptToken(5)).toBe(true);
+      for (const t of [7, 8]) {
+        expect(gate.forcedTokens()).toEqual([]);
+        expect(gate.acceptToken(t)).toBe(true);
+      }
+      gate.fillNextTokenBitmask(mask);
+      expect(bits(mask)).toEqual([6]);
+      expect(gate.forcedTokens()).toEqual([6]);
+      expect(gate.acceptToken(7)).toBe(false);
+      expect(gate.acceptToken(9)).toBe(false);
+      gate.rollback(1);
+      expect(gate.forcedTokens()).toEqual([]);
+      gate.fillNextTokenBitmask(mask);
+      expect(bits(mask)).toContain(8);
+      expect(bits(mask).includes(9)).toBe(inner === null);
+      expect(gate.acceptToken(8)).toBe(true);
+      expect(gate.acceptToken(6)).toBe(true);
+      expect(gate.constraining).toBe(true);
+      gate.fillNextTokenBitmask(mask);
+      expect(bits(mask)).toEqual(inner === null ? Array.from({ length: 16 }, (_, t) => t) : [1]);
+      expect(gate.forcedTokens()).toEqual([]);
+    }
+    // Budget 0, the prompt having opened the reasoning: the end at once.
+    const closed = new ReasoningGate(null, markers, new Set(), "reasoning", 0);
+    expect(closed.forcedTokens()).toEqual([6]);
+    expect(closed.acceptToken(6)).toBe(true);
+    expect(closed.isTerminated()).toBe(false);
+  });
+
+  test("the tags written as text, in any pieces: an answer that starts like <think> goes to the grammar; </think> found across tokens; a budget forces the tag's rest", () => {
+    const mask = new Uint32Array(1);
+    // `<` then `b` (token 1, the grammar's first): the answer after all, both tokens given to the grammar.
+    const answer = new ReasoningGate(new Sequence123(), { ...markers, tokenBytes: (id) => (id === 1 ? new Uint8Array([0x3c]) : markers.tokenBytes(id)) }, eog, "open");
+    expect(answer.acceptToken(1)).toBe(true);
+    expect(answer.constraining).toBe(false);
+    answer.fillNextTokenBitmask(mask);
+    expect(bits(mask)).toEqual([2, 11]);
+    expect(answer.acceptToken(2)).toBe(true);
+    expect(answer.constraining).toBe(true);
+    for (const t of [3, 9]) expect(answer.acceptToken(t)).toBe(true);
+    expect(answer.isTerminated()).toBe(true);
+    answer.rollback(3);
+    expect(answer.acceptToken(11)).toBe(true);
+    expect(answer.acceptToken(12)).toBe(true);
+    expect(answer.constraining).toBe(false);
+    // `</` `think>\n`: closed; an answer's token follows.
+    for (const t of [7, 13, 8, 13]) expect(answer.acceptToken(t)).toBe(true);
+    expect(answer.constraining).toBe(false);
+    expect(answer.acceptToken(14)).toBe(true);
+    expect(answer.constraining).toBe(true);
+    expect(answer.acceptToken(2)).toBe(false);
+    expect(answer.acceptToken(1)).toBe(true);
+    // A budget of 2 with `</` written: the rest (`think>\n`) is forced.
+    const bounded = new ReasoningGate(null, markers, new Set(), "open", 2);
+    for (const t of [10, 11, 12, 7, 13]) expect(bounded.acceptToken(t)).toBe(true);
+    expect(bounded.forcedTokens()).toEqual([14]);
+    expect(bounded.acceptToken(7)).toBe(false);
+    expect(bounded.acceptToken(14)).toBe(true);
+    expect(bounded.constraining).toBe(true);
   });
 
   test("open, answering at once: the first token goes to the grammar and reasoning can no longer open", () => {

@@ -250,6 +250,39 @@ describe.skipIf(!available)("reasoning through the openai client", () => {
     expect(message.content).toBe("Paris is in France.");
   }, LIMIT_MS);
 
+  test("reasoning_budget: the reasoning ends after that many tokens, </think> forced; 0 closes it at once", async () => {
+    // After the forced tag the scripted model is off its script (its tags are its own tokens, not
+    // the tokenizer's): what it writes then is content, bounded by max_tokens.
+    const reasoned = async (budget: number): Promise<Reasoned & { finish: string }> => {
+      const body = { model: "test-model", messages: ASK, temperature: 0, max_tokens: 16, reasoning_budget: budget };
+      const choice = (await s.get().client.chat.completions.create(body as OpenAI.ChatCompletionCreateParamsNonStreaming)).choices[0]!;
+      return { ...(choice.message as Reasoned), finish: choice.finish_reason };
+    };
+    const [two, three, none] = [await reasoned(2), await reasoned(3), await reasoned(0)];
+    for (const m of [two, three]) {
+      expect(REASONING.startsWith(m.reasoning_content!)).toBe(true);
+      expect(m.content!.length).toBeGreaterThan(0);
+      expect(m.content).not.toContain("think>");
+    }
+    expect(two.reasoning_content!.length).toBeGreaterThan(1);
+    expect(three.reasoning_content!.length).toBeGreaterThan(two.reasoning_content!.length);
+    expect(REASONING.length).toBeGreaterThan(three.reasoning_content!.length);
+    expect(none.reasoning_content ?? "").toBe("\n");
+    expect(none.content!.length).toBeGreaterThan(0);
+  }, LIMIT_MS);
+
+  test("Anthropic thinking.budget_tokens: at least 1024 and below max_tokens (else a 400 naming it), enforced as the reasoning budget", async () => {
+    const client = new Anthropic({ baseURL: s.get().url, apiKey: "none", maxRetries: 0 });
+    const messages: Anthropic.MessageParam[] = [{ role: "user", content: "Where is Paris?" }];
+    const r = await client.messages.create({ model: "test-model", max_tokens: 2048, messages, thinking: { type: "enabled", budget_tokens: 1024 } });
+    expect(r.content as unknown[]).toEqual([{ type: "thinking", thinking: REASONING, signature: "" }, { type: "text", text: CONTENT }]);
+    for (const [max_tokens, budget_tokens] of [[2048, 1023], [1024, 1024], [2048, 1024.5]]) {
+      const bad = await fetch(`${s.get().url}/v1/messages`, { method: "POST", body: JSON.stringify({ max_tokens, messages, thinking: { type: "enabled", budget_tokens } }) });
+      expect(bad.status).toBe(400);
+      expect(((await bad.json()) as { error: { message: string } }).error.message).toContain("thinking.budget_tokens");
+    }
+  }, LIMIT_MS);
+
   test("Anthropic: a thinking block, then the text; streamed as a thinking block then a text block; thinking disabled turns it off", async () => {
     const client = new Anthropic({ baseURL: s.get().url, apiKey: "none", maxRetries: 0 });
     const messages: Anthropic.MessageParam[] = [{ role: "user", content: "Where is Paris?" }];

@@ -2,7 +2,8 @@
  * The same tools through the library and `generate`'s JSONL as through the server: a request's
  * `tools` (OpenAI's shape) rendered by the template, the reply's calls in the result's
  * `tool_calls` with finish_reason "tool_calls", a tool result answered, reasoning in
- * `reasoning_content` apart from `text`; the library's stream gives content and reasoning apart.
+ * `reasoning_content` apart from `text`; the library's stream gives content and reasoning apart;
+ * a reasoning budget (the library's reasoningBudget, a JSONL line's reasoning_budget).
  * Scripted models (test/helpers/scripted-model.ts) make the replies known. Also the control tokens
  * a format needs shown (llama.cpp's preserved tokens): the engine writes their text in the reply.
  */
@@ -63,6 +64,11 @@ describeShared("tools and reasoning through the library and generate", ["vocab/g
       }
     }
     expect([reasoning, content]).toEqual(["\nThe user asks about Paris.\n", "\n\nParis is in France."]);
+    // A reasoning budget of 2 tokens: </think> forced after "\nThe user" (the scripted model is off
+    // its script after it: max_tokens bounds the rest).
+    const [bounded] = await llm.generate([{ messages: ASK, temperature: 0, maxTokens: 12, reasoningBudget: 2 }]);
+    expect(bounded!.reasoning_content).toBe("\nThe user");
+    expect(() => llm.client.prepare({ messages: ASK, reasoningBudget: -1 })).toThrow("reasoningBudget");
   }, LONG_PROCESS_TEST_MS);
 
   test("a JSONL line with tools: the result line has tool_calls and finish_reason tool_calls; a bad tool is rejected naming its JSON field", () => {
@@ -71,6 +77,7 @@ describeShared("tools and reasoning through the library and generate", ["vocab/g
     writeFileSync(file, [
       JSON.stringify({ id: "call", messages: ASK, tools: TOOLS, tool_choice: "auto", temperature: 0 }),
       JSON.stringify({ id: "bad", messages: ASK, tools: [{ type: "function", function: { name: "no spaces allowed" } }] }),
+      JSON.stringify({ id: "budget", messages: ASK, reasoning_budget: 1.5 }),
     ].join("\n") + "\n");
     const r = runPagellm(["generate", "--model", model, "--prompts", file, "--json", "--threads", "1"]);
     expect(r.exitCode).not.toBe(0); // one request was rejected
@@ -79,6 +86,7 @@ describeShared("tools and reasoning through the library and generate", ["vocab/g
     expect(call.finish_reason).toBe("tool_calls");
     expect(call.tool_calls!.map((c) => c.function)).toEqual([{ name: "get_weather", arguments: '{"city":"Paris"}' }]);
     expect(lines.find((l) => l.id === "bad")!.error).toContain('"tools"[0].function.name');
+    expect(lines.find((l) => l.id === "budget")!.error).toContain("reasoning_budget");
   }, LONG_PROCESS_TEST_MS);
 });
 

@@ -149,7 +149,7 @@ function replayMsPerToken(llm: LLM, request: GenerateRequest, tokens: readonly n
     before = text;
   }
   const replay = (): void => {
-    const c = constraint?.create() ?? null;
+    const c = constraint?.create?.() ?? null;
     const reader = setup === null ? null : new ReplyReader(setup);
     for (let i = 0; i < tokens.length; i++) {
       if (c !== null) {

@@ -31,7 +31,7 @@ export const generateArgs = {
     type: "string",
     description:
       'JSONL file, one request per line: {"id","prompt"|"prompt_file"|"messages","max_tokens","temperature","top_p","top_k","min_p","repetition_penalty",' +
-      '"repeat_last_n","frequency_penalty","presence_penalty","logit_bias","seed","stop","cache_salt","logprobs","ignore_eos","chat_template_kwargs",' +
+      '"repeat_last_n","frequency_penalty","presence_penalty","logit_bias","seed","stop","cache_salt","logprobs","ignore_eos","chat_template_kwargs","reasoning_budget",' +
       '"response_format"|"json_schema"|"grammar"|"structured_outputs"|"guided_json"|"guided_regex"|"guided_choice"|"guided_grammar"}',
     valueHint: "path",
   },

@@ -81,7 +81,7 @@ export function promptsDirRequests(dir: string, defaults: RequestDefaults): Inpu
  * One request per line: {"id", "prompt" | "prompt_file" | "messages", "max_tokens", "temperature",
  * "top_p", "top_k", "min_p", "repetition_penalty", "repeat_last_n", "frequency_penalty",
  * "presence_penalty", "logit_bias", "seed", "stop", "cache_salt", "logprobs", "ignore_eos",
- * "chat_template_kwargs", "tools", "tool_choice", "parallel_tool_calls", and structured output as
+ * "chat_template_kwargs", "tools", "tool_choice", "parallel_tool_calls", "reasoning_budget", and structured output as
  * the server takes it: "response_format", "json_schema", "grammar", "structured_outputs",
  * "guided_json" / "guided_regex" / "guided_choice" / "guided_grammar", or the engine's own
  * "constraint"}; absent fields take the command-line defaults; a prompt_file is relative
@@ -123,7 +123,7 @@ export function jsonlRequests(path: string, defaults: RequestDefaults): InputReq
 /** JSONL fields that map to a request field of the same meaning, by their JSON name. */
 const JSONL_FIELDS = [
   "maxTokens", "temperature", "topP", "topK", "minP", "repetitionPenalty", "repeatLastN", "frequencyPenalty", "presencePenalty", "logitBias", "seed",
-  "stop", "cacheSalt", "logprobs", "ignoreEos", "chatTemplateKwargs", "tools", "toolChoice", "parallelToolCalls",
+  "stop", "cacheSalt", "logprobs", "ignoreEos", "chatTemplateKwargs", "tools", "toolChoice", "parallelToolCalls", "reasoningBudget",
 ] as const;
 
 /**

@@ -64,6 +64,11 @@ export const samplingArgs = {
     description: `Add each generated token's log-probability and its k most likely alternatives to the results (0-${MAX_LOGPROBS})`,
     valueHint: "k",
   },
+  "reasoning-budget": {
+    type: "string",
+    description: "For a model that thinks (<think>...</think>): most tokens of reasoning before </think> is forced; 0 closes it at once; -1 = no bound (default)",
+    valueHint: "n",
+  },
 } as const satisfies ArgsDef;
 
 export const deviceArg = {
@@ -334,6 +339,7 @@ const REQUEST_OPTIONS: Readonly<Record<string, string>> = {
   logprobs: "--logprobs",
   prompt: "--prompt",
   chatTemplateKwargs: "--chat-template-kwargs",
+  reasoningBudget: "--reasoning-budget",
 };
 
 /** A request field error as the option that set the field says it ("--logit-bias 512 must be ..."). */
@@ -368,6 +374,8 @@ export function requestDefaults(values: ParsedValues, rawArgs: readonly string[]
     stop: repeated(rawArgs, "stop"),
     cacheSalt: str(values["cache-salt"]),
     logprobs: num("logprobs"),
+    // llama.cpp's -1: no bound.
+    reasoningBudget: num("reasoning-budget") === -1 ? undefined : num("reasoning-budget"),
   };
   for (const key of Object.keys(defaults) as (keyof RequestDefaults)[]) if (defaults[key] === undefined) delete defaults[key];
   checkOptions(defaults);

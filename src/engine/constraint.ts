@@ -55,11 +55,18 @@ export interface ConstraintCompiler {
 
 /**
  * A model that reasons before it answers (Qwen3's `<think>`, DeepSeek-R1's): the constraint holds
- * from where the reasoning ends. `start` and `end` are the token ids that open and close it.
+ * from where the reasoning ends. The tags are found in the tokens' text, whether the vocabulary
+ * has them as tokens (Qwen3's, DeepSeek-R1's) or a reply writes them as text.
  */
 export interface ReasoningMarkers {
-  readonly start: number;
-  readonly end: number;
+  /** `<think>` and `</think>`, as bytes. */
+  readonly start: Uint8Array;
+  readonly end: Uint8Array;
+  /** The bytes token `id` writes (a tag token: its tag). */
+  tokenBytes(id: number): Uint8Array;
+  /** The tokens that write `start` (or `end`) from its byte `at` on: the tag's own token where the vocabulary has one. */
+  startTokens(at: number): readonly number[];
+  endTokens(at: number): readonly number[];
 }
 
 /** The tokens `mask` allows (bit t of word t >> 5). */

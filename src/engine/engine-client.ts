@@ -63,8 +63,10 @@ export interface ClientParts {
   prompts: PromptEncoder;
   /** Compiles a request's constraint; null: the model's vocabulary cannot be constrained (a request asking is refused). */
   constraints: ConstraintCompiler | null;
-  /** The model's reasoning markers (`<think>`, `</think>`), when it reasons before it answers; a constraint starts after them. */
+  /** The model's reasoning markers (`<think>`, `</think>` as tokens), when it reasons before it answers; a constraint starts after them. */
   reasoning: ReasoningMarkers | null;
+  /** The tags' text as tokens: the markers of a template that thinks where `reasoning` is null. */
+  reasoningText?: ReasoningMarkers | null;
   /** Why `constraints` is null, for the refusal. */
   constraintsUnavailable?: string;
 }
@@ -242,8 +244,22 @@ export class EngineClient {
     const shown = shownTokenIds.length === 0 ? undefined : new Set(shownTokenIds);
     const samples = Array.from({ length: checked.n }, (_, i) => generationParams(checked, i, shown));
     const spec = this.constraintOf(checked, reply);
-    const constraint = spec === null ? null : { create: this.compile(spec), reasoning: this.parts.reasoning };
+    const reasoning = this.reasoningMarkers(reply);
+    // A reasoning budget needs markers; without them there is no reasoning to bound.
+    const budget = reasoning === null ? null : checked.reasoningBudget;
+    const constraint = spec === null && budget === null ? null
+      : { create: spec === null ? null : this.compile(spec), reasoning, reasoningBudget: budget };
     return new PreparedRequest({ id, promptTokenIds, samples, cacheSalt: checked.cacheSalt, constraint }, checked, reply);
+  }
+
+  /**
+   * The reasoning markers of a request's replies: the vocabulary's tag tokens, else (a template
+   * that thinks, its tags written as text) the tags' text tokens; null: the replies do not reason.
+   */
+  private reasoningMarkers(reply: ReplySetup | null): ReasoningMarkers | null {
+    if (this.parts.reasoning !== null) return this.parts.reasoning;
+    const thinks = reply !== null && (reply.reasoning === "tags" || reply.reasoning === "open");
+    return thinks ? this.parts.reasoningText ?? null : null;
   }
 
   /**

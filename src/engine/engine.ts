@@ -49,10 +49,15 @@ export interface EngineRequest {
   readonly constraint: RequestConstraint | null;
 }
 
-/** A compiled constraint: a fresh matcher per sample, and the model's reasoning markers when it reasons first. */
+/**
+ * What a sample's tokens are held to: a compiled constraint (a fresh matcher per sample; null:
+ * none), and for a model that reasons first its reasoning markers (the constraint starts after
+ * them) and the most tokens its reasoning may take before `</think>` is forced (null: no bound).
+ */
 export interface RequestConstraint {
-  readonly create: () => TokenConstraint;
+  readonly create: (() => TokenConstraint) | null;
   readonly reasoning: ReasoningMarkers | null;
+  readonly reasoningBudget: number | null;
 }
 
 export interface EngineStats {
@@ -489,11 +494,17 @@ export class LLMEngine {
     );
   }
 
-  /** A sample's constraint: a fresh one, gated by the model's reasoning when it reasons first. */
-  private constraintFor(c: RequestConstraint, prompt: readonly number[]): TokenConstraint {
-    const inner = c.create();
+  /**
+   * A sample's constraint: a fresh one, gated by the model's reasoning when it reasons first (and
+   * its budget); null when there is neither. Without a constraint of its own, the reply may end
+   * inside its reasoning, as it would unconstrained.
+   */
+  private constraintFor(c: RequestConstraint, prompt: readonly number[]): TokenConstraint | null {
+    const inner = c.create === null ? null : c.create();
     if (c.reasoning === null) return inner;
-    return new ReasoningGate(inner, c.reasoning, this.stopTokenIds, ReasoningGate.initialState(prompt, c.reasoning));
+    if (inner === null && c.reasoningBudget === null) return null;
+    const eog = inner === null ? new Set<number>() : this.stopTokenIds;
+    return new ReasoningGate(inner, c.reasoning, eog, ReasoningGate.initialState(prompt, c.reasoning), c.reasoningBudget);
   }
 
   /** Input ids index the embedding: one past its rows would read outside it. */

@@ -65,6 +65,13 @@ export interface GenerateRequest {
    * a GBNF grammar, token by token (after the reasoning of a model that reasons first).
    */
   constraint?: ConstraintSpec;
+  /**
+   * For a model that reasons first (`<think>`, `</think>`): the most tokens a reply may reason
+   * for; once they are written, `</think>` is forced and the answer follows (llama.cpp's
+   * --reasoning-budget, Anthropic's thinking.budget_tokens). 0: the reasoning closes at once.
+   * Absent: no bound. A model without reasoning markers ignores it.
+   */
+  reasoningBudget?: number;
 }
 
 /**
@@ -112,6 +119,8 @@ export interface CheckedRequest {
   /** The tools offered, the choice and the parallel switch; null without tools. */
   tools: CheckedTools | null;
   constraint: ConstraintSpec | null;
+  /** Most tokens of reasoning; null: no bound. */
+  reasoningBudget: number | null;
 }
 
 /**
@@ -147,6 +156,7 @@ export function checkRequest(r: RequestInput, limits: RequestLimits): CheckedReq
     ignoreEos: f.boolean("ignoreEos") ?? false,
     tools: checkRequestTools(f, r),
     constraint: checkConstraint(f),
+    reasoningBudget: f.number("reasoningBudget", { integer: true, min: 0 }) ?? null,
   };
 }
 
@@ -406,6 +416,7 @@ export const JSON_FIELD_NAMES: Readonly<Record<keyof GenerateRequest, string>> =
   toolChoice: "tool_choice",
   parallelToolCalls: "parallel_tool_calls",
   constraint: "constraint",
+  reasoningBudget: "reasoning_budget",
 };
 
 /** The JSON name of a request property (the property itself when it has none). */

@@ -24,7 +24,7 @@ import type { KVWriteMode } from "../kv/second-tier.ts";
 import type { KVLayout } from "../kv/kv-layout.ts";
 import { openDiskTier } from "../kv-disk/open.ts";
 import { GrammarConstraints } from "../grammar/constraints.ts";
-import { reasoningMarkers } from "../chat/reasoning-markers.ts";
+import { reasoningMarkers, textReasoningMarkers } from "../chat/reasoning-markers.ts";
 import type { BlockFileOps } from "../kv-disk/file-ops.ts";
 import type { LLMEngine } from "./engine.ts";
 import { buildEngine } from "./engine-builder.ts";
@@ -178,7 +178,9 @@ export class LLM {
       messages: (messages: readonly ChatMessage[], kwargs: Readonly<Record<string, unknown>> | null, tools: CheckedTools | null) =>
         chatPrompt(format, tokenizer, addBos, messages, kwargs, tools),
     };
-    const client = new EngineClient(engine, { prompts, constraints: new GrammarConstraints(tokenizer, checkpoint.config.vocabSize), reasoning: reasoningMarkers(tokenizer) });
+    const client = new EngineClient(engine, {
+      prompts, constraints: new GrammarConstraints(tokenizer, checkpoint.config.vocabSize), reasoning: reasoningMarkers(tokenizer), reasoningText: textReasoningMarkers(tokenizer),
+    });
     const device = reason ?? `device: ${engine.model.description}`;
     const note = untemplatedNote(opts.chatTemplate, template, untemplated);
     return new LLM(checkpoint, tokenizer, addBos, engine, client, performance.now() - t0, format, ownedGpu, device, tokenizerPath, note);

@@ -7,7 +7,9 @@
  * server's defaults, else 1, 1 and none), `stream`; `tools`
  * (`{name, description, input_schema}`) and `tool_choice` (`auto`, `any`, `tool` with a name,
  * `none`; `disable_parallel_tool_use`); `thinking` (`{"type": "disabled"}` sets enable_thinking
- * false; a budget is not enforced). `metadata` and `service_tier` are accepted and change nothing;
+ * false; `{"type": "enabled", "budget_tokens": N}` bounds the reasoning to N tokens, the engine's
+ * reasoningBudget, N an integer from 1024 to max_tokens - 1 as Anthropic requires, else a 400
+ * naming `thinking.budget_tokens`; `adaptive` leaves thinking on, unbounded). `metadata` and `service_tier` are accepted and change nothing;
  * images, documents, server tools and any other field are a 400 naming it.
  */
 import type { ChatMessage, ChatToolCall } from "../chat/jinja-template.ts";
@@ -43,7 +45,7 @@ export function readAnthropicRequest(f: BodyFields, defaults: ServerRequestDefau
     n: 1, logprobs: null, stream, includeUsage: false, aliases: { stop: "stop_sequences" },
   };
   readTools(f, spec);
-  const kwargs = readThinking(f.raw("thinking"));
+  const kwargs = readThinking(f.raw("thinking"), maxTokens, spec);
   // Accepted with Anthropic's types, changing nothing here.
   f.object("metadata");
   f.string("service_tier");
@@ -153,11 +155,30 @@ function readTools(f: BodyFields, spec: GenerationSpec): void {
   if (choice.disable_parallel_tool_use === true) spec.fields.parallelToolCalls = false;
 }
 
-/** `thinking`: disabled turns the template's thinking off; enabled (with any budget) leaves it on. */
-function readThinking(v: Json | undefined): Record<string, Json> | null {
+/** Anthropic's least thinking budget. */
+export const MIN_THINKING_BUDGET = 1024;
+
+/**
+ * `thinking`: disabled turns the template's thinking off; enabled and adaptive turn it on, enabled
+ * bounded to `budget_tokens` (spec's reasoningBudget), which Anthropic requires to be at least 1024
+ * and below max_tokens.
+ */
+function readThinking(v: Json | undefined, maxTokens: Json | undefined, spec: GenerationSpec): Record<string, Json> | null {
   if (v === undefined) return null;
   if (!isObject(v) || (v.type !== "enabled" && v.type !== "disabled" && v.type !== "adaptive")) {
     throw ApiError.badField("thinking", "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}");
   }
-  return v.type === "disabled" ? { enable_thinking: false } : null;
+  if (v.type === "disabled") return { enable_thinking: false };
+  if (v.type === "enabled") {
+    const budget = v.budget_tokens;
+    const at = "thinking.budget_tokens";
+    if (typeof budget !== "number" || !Number.isInteger(budget) || budget < MIN_THINKING_BUDGET) {
+      throw ApiError.badField(at, `'${at}' must be an integer of at least ${MIN_THINKING_BUDGET}`);
+    }
+    if (typeof maxTokens === "number" && budget >= maxTokens) throw ApiError.badField(at, `'${at}' must be less than 'max_tokens' (${maxTokens})`);
+    spec.fields.reasoningBudget = budget;
+    spec.aliases.reasoningBudget = at;
+  }
+  // Asked for: on, even where the server's --chat-template-kwargs turned it off.
+  return { enable_thinking: true };
 }

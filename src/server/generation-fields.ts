@@ -1,7 +1,7 @@
 /**
  * The generation fields chat and text completions share, mapped from a JSON body onto the engine's
  * one request type (GenerateRequest): sampling, penalties, logit_bias, stops, `n`, `seed`,
- * `cache_salt`, `ignore_eos`, structured output (`response_format` and its llama-server and vLLM
+ * `cache_salt`, `ignore_eos`, `reasoning_budget`, structured output (`response_format` and its llama-server and vLLM
  * spellings: structured-output.ts), plus the transport fields the engine does not see (`stream`,
  * `stream_options`). Values go over as given: the engine's request checks (checkRequest, through
  * EngineClient.prepare) check their types and ranges, and requestError names the field as the
@@ -42,7 +42,7 @@ export type ServerRequestDefaults = Partial<Pick<GenerateRequest,
   "maxTokens" | "temperature" | "topK" | "topP" | "minP" | "seed" | "repetitionPenalty" | "repeatLastN" | "frequencyPenalty" | "presencePenalty">>;
 
 /** Request fields taken from the body as they are, under their JSON names. */
-const PASSED_FIELDS = ["temperature", "topP", "minP", "frequencyPenalty", "presencePenalty", "logitBias", "seed", "cacheSalt", "ignoreEos"] as const;
+const PASSED_FIELDS = ["temperature", "topP", "minP", "frequencyPenalty", "presencePenalty", "logitBias", "seed", "cacheSalt", "ignoreEos", "reasoningBudget"] as const;
 
 /**
  * Read the shared fields. `maxTokensDefault` differs between chat (until a stop) and text
