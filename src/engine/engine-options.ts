@@ -69,7 +69,7 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   evictionPolicy: "lru-keep-cached",
   prefixHash: "sha256",
   maxNumBatchedTokens: 512,
-  maxPrefillWhileDecoding: 32,
+  maxPrefillWhileDecoding: 16,
   maxNumSeqs: 64,
   schedule: "fcfs",
   threads: availableParallelism(),
