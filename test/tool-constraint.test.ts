@@ -15,7 +15,7 @@
 import { beforeAll, expect, test } from "bun:test";
 import Ajv from "ajv";
 import { RequestFieldError } from "../src/errors.ts";
-import { isAllowed, type TokenConstraint } from "../src/engine/constraint.ts";
+import { isAllowed } from "../src/engine/constraint.ts";
 import type { GenerateRequest } from "../src/engine/generate-request.ts";
 import type { LLM } from "../src/engine/llm.ts";
 import { DEFAULT_SPECULATIVE } from "../src/engine/speculative.ts";
@@ -26,6 +26,7 @@ import { ReplyReader, replySetup } from "../src/tools/reply-reader.ts";
 import { toolCallFormat } from "../src/tools/tool-format.ts";
 import type { CheckedTools, ToolChoice, ToolDefinition } from "../src/tools/tool-types.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
+import { walkConstraint, type Lean, validCalls } from "./helpers/constraint-walk.ts";
 import { comparable, openedLLMs } from "./helpers/llm.ts";
 import { bytesCompiler, matches } from "./helpers/grammar.ts";
 import { describeShared } from "./helpers/shared.ts";
@@ -52,19 +53,10 @@ const TOOLS: ToolDefinition[] = [
   { type: "function", function: { name: "now", parameters: { type: "object", properties: {}, additionalProperties: false } } },
 ];
 const ajv = new Ajv();
-const validators = new Map(TOOLS.map((t) => [t.function.name, ajv.compile(t.function.parameters!)]));
 const NAMED: ToolChoice = { type: "function", function: { name: "get_weather" } };
 
 /** Every call read has a tool's name and arguments valid for its schema; returns how many there were. */
-function expectValidCalls(calls: readonly { function: { name: string; arguments: string } }[]): number {
-  for (const call of calls) {
-    const validate = validators.get(call.function.name);
-    expect(validate).toBeDefined();
-    const args: unknown = JSON.parse(call.function.arguments);
-    expect(validate!(args)).toBe(true);
-  }
-  return calls.length;
-}
+const expectValidCalls = validCalls(TOOLS);
 
 const TRIGGER = "<tool_call>";
 /** Qwen3-Coder's format is chosen by a template that writes both of these. */
@@ -102,7 +94,7 @@ test("Qwen3-Coder's XML calls: declared parameters in order, required ones prese
   const validate = ajv.compile(tool.function.parameters!);
   const syntax = toolCallFormat(CODER_TEMPLATE).syntax([tool], "forced", false);
   const compiler = bytesCompiler();
-  const source = { kind: "tool_calls", calls: syntax.calls, prefix: syntax.prefix, separator: syntax.separator, suffix: syntax.suffix, repeat: false } as const;
+  const source = { kind: "tool_calls", calls: syntax.calls, prefix: syntax.prefix, separator: syntax.separator, suffix: syntax.suffix, repeat: false, controlTokens: syntax.controlTokens } as const;
   const call = (params: string): string => `<tool_call>\n<function=write_file>\n${params}</function>\n</tool_call>`;
   const p = (name: string, value: string): string => `<parameter=${name}>\n${value}\n</parameter>\n`;
   const setup = replySetup(CODER_TEMPLATE, "", { tools: [tool], choice: "required", parallel: false })!;
@@ -137,50 +129,12 @@ test("Qwen3-Coder's XML calls: declared parameters in order, required ones prese
   }
 });
 
-/**
- * A walk of `steps` tokens through `c`, each drawn at random among the allowed ones, except that
- * the next character of TRIGGER is taken where allowed, now and then to start it and mostly to go
- * on with it (so that free text opens calls).
- * Along the way: a refused token changes nothing, and rolling back restores the earlier masks.
- */
-function walk(c: TokenConstraint, rng: Xoshiro128, vocab: number, decode: (ids: number[]) => string, encodeChar: (ch: string) => number | undefined, steps: number): { ids: number[]; ended: boolean } {
-  const words = Math.ceil(vocab / 32);
-  const ids: number[] = [];
-  const masks: Uint32Array[] = [];
-  let text = "";
-  for (let step = 0; step < steps && !c.isTerminated(); step++) {
-    const mask = new Uint32Array(words);
-    c.fillNextTokenBitmask(mask);
-    masks.push(mask);
-    const allowed: number[] = [];
-    for (let t = 0; t < vocab; t++) if (isAllowed(mask, t)) allowed.push(t);
-    expect(allowed.length).toBeGreaterThan(0);
-    // A refused token is refused by acceptToken too, and leaves the mask as it was.
-    const refused = Array.from({ length: vocab }, (_, t) => t).find((t) => !isAllowed(mask, t) && ((t * 7919 + step) % 5 === 0));
-    if (refused !== undefined) {
-      expect(c.acceptToken(refused)).toBe(false);
-      const again = new Uint32Array(words);
-      c.fillNextTokenBitmask(again);
-      expect([...again]).toEqual([...mask]);
-    }
+/** Leans into TRIGGER a character at a time: now and then to start it, mostly to go on with it. */
+function leanIntoTrigger(encodeChar: (ch: string) => number | undefined): Lean {
+  return (_ids, text) => {
     const matched = [...Array(TRIGGER.length).keys()].reverse().find((k) => text.endsWith(TRIGGER.slice(0, k))) ?? 0;
-    const lean = matched < TRIGGER.length ? encodeChar(TRIGGER[matched]!) : undefined;
-    const leaning = rng.nextFloat() < (matched === 0 ? 0.1 : 0.9);
-    const token = lean !== undefined && isAllowed(mask, lean) && leaning ? lean : allowed[Math.floor(rng.nextFloat() * allowed.length)]!;
-    expect(c.acceptToken(token)).toBe(true);
-    ids.push(token);
-    text = decode(ids);
-    // Now and then: back a few tokens, the masks there as they were, then forward again.
-    if (step % 17 === 16) {
-      const back = 1 + Math.floor(rng.nextFloat() * Math.min(5, ids.length - 1));
-      c.rollback(back);
-      const at = new Uint32Array(words);
-      c.fillNextTokenBitmask(at);
-      expect([...at]).toEqual([...masks[masks.length - back]!]);
-      for (const t of ids.slice(ids.length - back)) expect(c.acceptToken(t)).toBe(true);
-    }
-  }
-  return { ids, ended: c.isTerminated() };
+    return { token: matched < TRIGGER.length ? encodeChar(TRIGGER[matched]!) : undefined, chance: matched === 0 ? 0.1 : 0.9 };
+  };
 }
 
 describeShared("the tool-call constraint", [MODEL], ([model]) => {
@@ -209,7 +163,7 @@ describeShared("the tool-call constraint", [MODEL], ([model]) => {
         const make = constraints.compile({ kind: "tool_calls", syntax: format.syntax(choice === NAMED ? [TOOLS[0]!] : TOOLS, choice === "auto" ? "lazy" : "forced", parallel) });
         for (let seed = 1; seed <= 3; seed++) {
           const c = make();
-          const { ids } = walk(c, new Xoshiro128(seed), tok.vocabSize, (x) => tok.decode(x), encodeChar, 300);
+          const { ids } = walkConstraint(c, new Xoshiro128(seed), tok.vocabSize, (x) => tok.decode(x), leanIntoTrigger(encodeChar), 300);
           const mask = new Uint32Array(Math.ceil(tok.vocabSize / 32));
           c.fillNextTokenBitmask(mask);
           const complete = c.isTerminated() || isAllowed(mask, eos);

@@ -313,6 +313,16 @@ describe("the grammar hook: each format's call syntax writes what its parser rea
       const expectedCalls = (syntax.parallel ? items : items.slice(0, 1)).map((item, i) => ({ name: item.name, args: args[i] }));
       expect(m.toolCalls.map((c) => ({ name: c.name, args: JSON.parse(c.arguments) }))).toEqual(expectedCalls);
       expect(m.content).toBe("");
+      // The call's other beginnings, and a preamble before it (gpt-oss's analysis message), read the same.
+      const preamble = syntax.preamble === undefined ? [""] : ["", `${syntax.preamble.open}Think first.${syntax.preamble.close}`];
+      for (const begin of items[0]!.alternativeBegins ?? []) {
+        for (const before of preamble) {
+          const alt = readEveryWay(setup, before + syntax.prefix + begin + jsonText(args[0]!) + items[0]!.end + syntax.suffix);
+          expect(alt.toolCalls.map((c) => ({ name: c.name, args: JSON.parse(c.arguments) }))).toEqual(expectedCalls.slice(0, 1));
+          expect(alt.content).toBe("");
+          expect(alt.reasoning).toBe(before === "" ? "" : "Think first.");
+        }
+      }
     });
   }
 

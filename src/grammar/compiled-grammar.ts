@@ -22,6 +22,12 @@ export class CompiledGrammar {
     readonly vocab: TokenVocabulary,
     /** What it was compiled from, for messages: "json_schema", "regex", "gbnf", "choice", "json_object". */
     readonly kind: string,
+    /**
+     * Special tokens the grammar names (tool calls' control tokens, vocabulary.ts): they match
+     * only as themselves (their spelling), never as their text, anywhere in this grammar, so a
+     * free-text part (gpt-oss's analysis message) cannot swallow the token that ends it.
+     */
+    readonly namedTokens: readonly number[] = [],
   ) {
     this.tables = new ParserTables(cfg);
     cfg.terminals.forEach((expr, t) => this.terminalOf.set(expr, t));

@@ -92,7 +92,8 @@ export class GrammarCompiler {
     }
     const budget = compileBudget(this.pool.size, this.compileMs);
     const cfg = this.toCfg(source, budget);
-    return new CompiledGrammar(cfg, this.space, this.walker, this.vocab, source.kind);
+    const named = source.kind === "tool_calls" ? source.controlTokens.map((t) => this.vocab.specialToken(t)).filter((id) => id !== undefined) : [];
+    return new CompiledGrammar(cfg, this.space, this.walker, this.vocab, source.kind, [...new Set(named)]);
   }
 
   private toCfg(source: GrammarSource, budget: CompileBudget): Cfg {
@@ -121,7 +122,7 @@ export class GrammarCompiler {
       case "gbnf":
         return gbnfToCfg(pool, source.grammar, budget);
       case "tool_calls":
-        return toolCallsToCfg(pool, source, budget);
+        return toolCallsToCfg(pool, source, this.vocab, budget);
     }
   }
 }
@@ -143,6 +144,9 @@ function contentKey(source: GrammarSource): string {
       return `gbnf\u0000${source.grammar}`;
     case "tool_calls":
       // Schemas as given (key order kept), with everything else that shapes the grammar.
-      return `tool_calls\u0000${JSON.stringify({ calls: source.calls, prefix: source.prefix, separator: source.separator, suffix: source.suffix, repeat: source.repeat })}`;
+      return `tool_calls\u0000${JSON.stringify({
+        calls: source.calls, prefix: source.prefix, separator: source.separator, suffix: source.suffix, repeat: source.repeat,
+        controlTokens: source.controlTokens, preamble: source.preamble ?? null,
+      })}`;
   }
 }

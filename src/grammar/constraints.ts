@@ -14,8 +14,11 @@ import type { CallSyntax } from "../tools/call-syntax.ts";
 import type { CompiledGrammar } from "./compiled-grammar.ts";
 import { GrammarMatcher } from "./matcher.ts";
 import { LazyGrammar, TriggeredMatcher } from "./triggered.ts";
-import { triggerScan } from "./triggers.ts";
+import { spelledText } from "./tool-calls.ts";
+import { triggerScan, triggersKey } from "./triggers.ts";
 import { TokenVocabulary } from "./vocabulary.ts";
+
+const utf8 = new TextEncoder();
 
 export class GrammarConstraints implements ConstraintCompiler {
   private compiler: GrammarCompiler | null = null;
@@ -41,27 +44,42 @@ export class GrammarConstraints implements ConstraintCompiler {
 
   /**
    * Tool calls: "forced" (tool_choice required or a named function), the reply is a block of
-   * calls; "lazy" (auto), free text until a trigger opens a block (triggered.ts). A lazy block
-   * holds one call where the format has no closing text after its calls (Hermes: each call its
-   * own tagged block, free text may come between), all of them where it has one (Mistral's `]`).
+   * calls (after a preamble, where the format has one); "lazy" (auto), free text until a trigger
+   * opens a block (triggered.ts). A lazy block holds one call where the format has no closing text
+   * after its calls (Hermes: each call its own tagged block, free text may come between), all of
+   * them where it has one (Mistral's `]`). A trigger that holds a control token the vocabulary has
+   * (`[TOOL_CALLS]`) is that token; its text written in pieces stays a trigger the block refuses,
+   * so no call opens without the token.
    */
   private toolCalls(syntax: CallSyntax): () => TokenConstraint {
-    const source = { kind: "tool_calls", calls: syntax.calls, prefix: syntax.prefix, separator: syntax.separator, suffix: syntax.suffix } as const;
+    const source = {
+      kind: "tool_calls", calls: syntax.calls, prefix: syntax.prefix, separator: syntax.separator, suffix: syntax.suffix, controlTokens: syntax.controlTokens,
+    } as const;
     if (syntax.mode === "forced") {
-      const grammar = this.grammars().compile({ ...source, repeat: syntax.parallel });
+      const grammar = this.grammars().compile({ ...source, preamble: syntax.preamble, repeat: syntax.parallel });
       return () => new GrammarMatcher(grammar);
     }
     const block = this.grammars().compile({ ...source, repeat: syntax.parallel && syntax.suffix.trim() !== "" });
     const afterBlock = syntax.parallel ? "free" : "end";
+    const vocab = block.vocab;
+    const spell = (text: string): Uint8Array => spelledText(text, syntax.controlTokens, vocab);
     // Only triggers that start a block's text can open one (Llama 3's <|python_tag|> does not).
     const probe = new GrammarMatcher(block);
-    const triggers = syntax.triggers.filter((t) => probe.allowsText(t));
+    const triggers: Uint8Array[] = [];
+    for (const t of syntax.triggers) {
+      const spelled = spell(t);
+      if (!probe.allowsBytes(spelled)) continue;
+      triggers.push(spelled);
+      const text = utf8.encode(t);
+      if (triggersKey([text]) !== triggersKey([spelled])) triggers.push(text);
+    }
     if (triggers.length === 0) throw new GrammarError("tool calls: no trigger of this format starts a call");
-    const key = `${afterBlock}\u0000${JSON.stringify(triggers)}`;
+    const lead = spell(syntax.lead ?? "");
+    const key = `${afterBlock}\u0000${triggersKey(triggers)}\u0000${lead.join(",")}`;
     let byKey = this.lazy.get(block);
     if (byKey === undefined) this.lazy.set(block, (byKey = new Map()));
     let lazy = byKey.get(key);
-    if (lazy === undefined) byKey.set(key, (lazy = new LazyGrammar(block, triggerScan(block.vocab, triggers), afterBlock)));
+    if (lazy === undefined) byKey.set(key, (lazy = new LazyGrammar(block, triggerScan(vocab, triggers), afterBlock, lead)));
     const grammar = lazy;
     return () => new TriggeredMatcher(grammar);
   }

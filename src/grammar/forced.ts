@@ -11,11 +11,14 @@
  *    token decides the split, as it would without a constraint);
  *  - the last forced token is dropped unless the grammar must end right after the forced text,
  *    because what the model writes next could merge with it into another token;
- *  - each token is checked against the grammar (a token the matcher would refuse ends the list).
+ *  - each token is checked against the grammar (a token the matcher would refuse ends the list);
+ *  - a special token the grammar names (its spelling, vocabulary.ts) is forced as itself, and the
+ *    text before it is tokenized alone and kept whole (nothing merges across a special token).
  * So a forced token is always one the canonical tokenization of the whole output would produce at
  * that place, given the text so far.
  */
 import type { GrammarMatcher } from "./matcher.ts";
+import { SPELLING_CLOSE, SPELLING_OPEN, type TokenVocabulary } from "./vocabulary.ts";
 
 const MAX_FORCED_BYTES = 256;
 const utf8 = new TextDecoder("utf-8", { fatal: true });
@@ -35,30 +38,64 @@ function wholeCharacters(bytes: Uint8Array): string {
 export function forcedTokensOf(matcher: GrammarMatcher): number[] {
   const forced = matcher.forcedBytes(MAX_FORCED_BYTES);
   if (forced.length === 0) return [];
-  const text = wholeCharacters(forced);
-  if (text === "") return [];
   const vocab = matcher.grammar.vocab;
-  const ends = matcher.mustEndAfter(new TextEncoder().encode(text));
-  let ids: number[];
-  const last = matcher.lastToken;
-  const lastBytes = last === undefined ? undefined : vocab.bytes[last];
-  if (last !== undefined && lastBytes !== undefined && lastBytes.length > 0) {
-    let lastText: string;
-    try {
-      lastText = utf8.decode(lastBytes);
-    } catch {
-      return []; // the last token ends inside a character: leave the split to the model
-    }
-    const together = vocab.encode(lastText + text);
-    if (together[0] !== last) return [];
-    ids = together.slice(1);
-  } else ids = vocab.encode(text);
-  if (!ends) ids.pop();
   const probe = matcher.fork();
   const out: number[] = [];
-  for (const id of ids) {
-    if (!probe.acceptToken(id)) break;
-    out.push(id);
+  let last = matcher.lastToken;
+  for (let at = 0; at < forced.length; ) {
+    if (forced[at] === SPELLING_OPEN) {
+      // A special token the grammar names: that token (whole, nothing merges with it).
+      const close = forced.indexOf(SPELLING_CLOSE, at);
+      const id = close < 0 ? undefined : vocab.spelledToken(forced.subarray(at, close + 1));
+      if (id === undefined || !probe.acceptToken(id)) break;
+      out.push(id);
+      last = id;
+      at = close + 1;
+      continue;
+    }
+    const next = forced.indexOf(SPELLING_OPEN, at);
+    const end = next < 0 ? forced.length : next;
+    const text = wholeCharacters(forced.subarray(at, end));
+    if (text === "") break;
+    // Text before a special token is tokenized alone and whole; at the end of the forced bytes, its
+    // last token could still merge with what comes next, unless the grammar must end there.
+    const whole = next >= 0 || matcher.mustEndAfter(forced.subarray(0, at + utf8Length(text)));
+    const ids = textTokens(vocab, text, last);
+    if (ids === null) break;
+    if (!whole) ids.pop();
+    let taken = 0;
+    for (const id of ids) {
+      if (!probe.acceptToken(id)) break;
+      out.push(id);
+      taken++;
+    }
+    if (taken < ids.length || !whole || next < 0) break;
+    last = ids.at(-1) ?? last;
+    at = end;
   }
   return out;
+}
+
+const utf8Encoder = new TextEncoder();
+
+function utf8Length(text: string): number {
+  return utf8Encoder.encode(text).length;
+}
+
+/**
+ * The tokens of `text` written right after token `last`, as the tokenizer would split them; null
+ * where it would merge `last` with the start of the text (the model's next token decides the split).
+ */
+function textTokens(vocab: TokenVocabulary, text: string, last: number | undefined): number[] | null {
+  const lastBytes = last === undefined ? undefined : vocab.bytes[last];
+  // After a special token (or none) text starts afresh: tokenizers split special tokens out first.
+  if (last === undefined || lastBytes === undefined || lastBytes.length === 0 || vocab.spelling(last) !== undefined) return vocab.encode(text);
+  let lastText: string;
+  try {
+    lastText = utf8.decode(lastBytes);
+  } catch {
+    return null; // the last token ends inside a character: leave the split to the model
+  }
+  const together = vocab.encode(lastText + text);
+  return together[0] === last ? together.slice(1) : null;
 }

@@ -7,7 +7,8 @@
  *  - the state after each accepted token is kept, so rollback(n) restores exactly the state before
  *    the last n tokens, and a fork shares everything already computed (the states are immutable);
  *  - a mask allows a token iff acceptToken would take it; an end-of-generation token is allowed
- *    iff canTerminate(); a token with no bytes (control tokens) never is;
+ *    iff canTerminate(); a token with no bytes (control tokens) never is, unless the grammar names
+ *    it (a special token's spelling, vocabulary.ts);
  *  - after an end-of-generation token is accepted the matcher is terminated: nothing else is.
  */
 import type { CompiledGrammar } from "./compiled-grammar.ts";
@@ -85,6 +86,12 @@ export class GrammarMatcher {
       for (const { set, lex } of this.top.configs) if (lex >= 0) this.fillConfig(mask, set, lex);
     }
     if (this.top.terminated || this.configsCanEnd(this.top.configs)) for (const t of vocab.eog) mask[t >>> 5]! |= 1 << (t & 31);
+    // A token the grammar names matches by its spelling only (the walk let its text through too).
+    for (const t of this.grammar.namedTokens) {
+      const ok = !this.top.terminated && this.advanceToken(this.top.configs, t).length > 0;
+      if (ok) mask[t >>> 5]! |= 1 << (t & 31);
+      else mask[t >>> 5]! &= ~(1 << (t & 31));
+    }
   }
 
   private fillConfig(mask: Uint32Array, set: EarleySet, lex: number): void {
@@ -147,12 +154,27 @@ export class GrammarMatcher {
       this.history.push({ configs: top.configs, token: id, terminated: true });
       return true;
     }
-    const bytes = vocab.bytes[id];
-    if (bytes === undefined || bytes.length === 0) return false;
-    const configs = this.advance(top.configs, bytes);
+    const configs = this.advanceToken(top.configs, id);
     if (configs.length === 0) return false;
     this.history.push({ configs, token: id, terminated: false });
     return true;
+  }
+
+  /**
+   * The configurations after token `id`: by its text, and by its spelling where it is a special
+   * token (vocabulary.ts; a grammar that names the token matches the spelling, text the text).
+   */
+  private advanceToken(configs: readonly Config[], id: number): Config[] {
+    const vocab = this.grammar.vocab;
+    const bytes = vocab.bytes[id];
+    const spelled = vocab.spelling(id);
+    if (spelled !== undefined && this.grammar.namedTokens.includes(id)) return this.advance(configs, spelled);
+    const byText = bytes === undefined || bytes.length === 0 ? [] : this.advance(configs, bytes);
+    if (spelled === undefined) return byText;
+    const bySpelling = this.advance(configs, spelled);
+    if (byText.length === 0) return bySpelling;
+    for (const c of bySpelling) if (!byText.some((k) => k.set === c.set && k.lex === c.lex)) byText.push(c);
+    return byText;
   }
 
   /**

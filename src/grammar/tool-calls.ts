@@ -17,14 +17,24 @@
  * a model that has lost its way (a small or random one) cannot pad a call with blank lines until
  * max_tokens (llama.cpp bounds it too: a space, or two newlines and 20 of indent). A schema that
  * cannot be compiled is a GrammarError naming its function.
+ *
+ * Control tokens (llama.cpp's preserved tokens, llguidance's special tokens): where a literal text
+ * holds one of `controlTokens` (Mistral's `[TOOL_CALLS]`, gpt-oss's `<|channel|>`) and the
+ * vocabulary has it as a special token, the grammar matches that token there (its spelling,
+ * vocabulary.ts), never the same text written in pieces; a vocabulary without it gets the text.
+ * A call may have other beginnings besides its own (gpt-oss's recipient in the role or in the
+ * channel); a `preamble` (gpt-oss's analysis message: its open text, free text, its close) may
+ * come before the block.
  */
 import { GrammarError } from "../errors.ts";
 import { CfgBuilder, type Cfg } from "./cfg.ts";
-import type { ExprPool } from "./expr.ts";
+import { ANY_CHAR, utf8Expr } from "./code-set.ts";
+import { INFINITE, type ExprPool } from "./expr.ts";
 import { jsonSchemaSymbols } from "./json-schema.ts";
 import { fromJavaScript } from "./json-value.ts";
 import type { CompileBudget } from "./limits.ts";
 import { xmlParameterSymbols, type XmlParameterShape } from "./xml-parameters.ts";
+import type { TokenVocabulary } from "./vocabulary.ts";
 
 /** Most whitespace bytes in a row inside a block of calls. */
 export const TOOL_CALL_WHITESPACE = 2;
@@ -33,6 +43,8 @@ export const TOOL_CALL_WHITESPACE = 2;
 export interface ToolCallShape {
   readonly name: string;
   readonly begin: string;
+  /** Other texts the call may begin with (the same arguments and end follow). */
+  readonly alternativeBegins?: readonly string[];
   /** The arguments' JSON Schema, as a JavaScript value (key order kept). */
   readonly schema: object;
   readonly end: string;
@@ -48,11 +60,43 @@ export interface ToolCallsSource {
   readonly suffix: string;
   /** Whether a block may hold more than one call. */
   readonly repeat: boolean;
+  /** Texts matched as the vocabulary's special token of that text, where it has one. */
+  readonly controlTokens: readonly string[];
+  /** A message of free text that may come before the block: `open`, any text, `close`. */
+  readonly preamble?: { readonly open: string; readonly close: string };
 }
 
 const utf8 = new TextEncoder();
 
-export function toolCallsToCfg(pool: ExprPool, source: ToolCallsSource, budget: CompileBudget): Cfg {
+/**
+ * `text` as the grammar's bytes: each of `controlTokens` in it that `vocab` has as a special token
+ * becomes that token's spelling (longest first where two start at one place), the rest UTF-8.
+ */
+export function spelledText(text: string, controlTokens: readonly string[], vocab: TokenVocabulary): Uint8Array {
+  const known = controlTokens.filter((t) => t !== "" && vocab.specialToken(t) !== undefined).sort((a, b) => b.length - a.length);
+  const parts: Uint8Array[] = [];
+  let from = 0;
+  for (let at = 0; at < text.length; ) {
+    const token = known.find((t) => text.startsWith(t, at));
+    if (token === undefined) {
+      at++;
+      continue;
+    }
+    parts.push(utf8.encode(text.slice(from, at)), vocab.spelling(vocab.specialToken(token)!)!);
+    at += token.length;
+    from = at;
+  }
+  parts.push(utf8.encode(text.slice(from)));
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  let k = 0;
+  for (const p of parts) {
+    out.set(p, k);
+    k += p.length;
+  }
+  return out;
+}
+
+export function toolCallsToCfg(pool: ExprPool, source: ToolCallsSource, vocab: TokenVocabulary, budget: CompileBudget): Cfg {
   if (source.calls.length === 0) throw new GrammarError("tool calls: no function to call");
   const b = new CfgBuilder(pool, budget);
   const wsChar = pool.or([pool.byteRange(0x20, 0x20), pool.byteRange(0x09, 0x0a), pool.byteRange(0x0d, 0x0d)]);
@@ -64,12 +108,12 @@ export function toolCallsToCfg(pool: ExprPool, source: ToolCallsSource, budget: 
       if (piece === "") continue;
       if (/^\s+$/.test(piece)) {
         if (out.at(-1) !== ws) out.push(ws);
-      } else out.push(b.terminal(pool.literal(utf8.encode(piece))));
+      } else out.push(b.terminal(pool.literal(spelledText(piece, source.controlTokens, vocab))));
     }
     return out;
   };
   const lit = (s: string): number => b.terminal(pool.literal(utf8.encode(s)));
-  const call = b.rule("call", source.calls.map((c) => {
+  const call = b.rule("call", source.calls.flatMap((c) => {
     let args: number[];
     try {
       const schema = fromJavaScript(c.schema, `${c.name}'s parameters`);
@@ -81,16 +125,21 @@ export function toolCallsToCfg(pool: ExprPool, source: ToolCallsSource, budget: 
       throw e;
     }
     const o = c.object;
-    if (o === undefined) return [...text(c.begin), ...args, ...text(c.end)];
-    return [
+    if (o === undefined) return [c.begin, ...(c.alternativeBegins ?? [])].map((begin) => [...text(begin), ...args, ...text(c.end)]);
+    return [[
       ...text(o.open), lit("{"), ws, lit('"name"'), ws, lit(":"), ws, lit(JSON.stringify(c.name)), ws, lit(","), ws,
       lit(JSON.stringify(o.argumentsKey)), ws, lit(":"), ws, ...args, ws, lit("}"), ...text(o.close),
-    ];
+    ]];
   }));
   let calls = call;
   if (source.repeat) {
     calls = b.rule("calls", [[call]]);
     b.define(calls, [[calls, ...text(source.separator), call]]);
   }
-  return b.build(b.rule("root", [[...text(source.prefix), calls, ...text(source.suffix)]]), "the tool calls");
+  const block = [...text(source.prefix), calls, ...text(source.suffix)];
+  const p = source.preamble;
+  if (p === undefined) return b.build(b.rule("root", [block]), "the tool calls");
+  const free = b.regular(pool.repeat(utf8Expr(pool, ANY_CHAR), 0, INFINITE), "preamble text");
+  const preamble = b.rule("preamble", [[], [...text(p.open), ...free, ...text(p.close)]]);
+  return b.build(b.rule("root", [[preamble, ...block]]), "the tool calls");
 }

@@ -8,6 +8,8 @@
  * a way the block grammar accepts (the trigger's text and the rest of that token are the block's
  * first bytes), so a token like `>{"x` after `<tool_call` is refused while `>` is allowed. Those
  * tokens are few per trigger state, so the free mask of each state is computed once and copied.
+ * A trigger may be or hold a special token (Mistral's `[TOOL_CALLS]`, triggers.ts): the token opens
+ * the block; its text written in pieces is a trigger the block refuses, so free text never has it.
  *
  * Invariants (as GrammarMatcher's): a mask allows a token iff acceptToken takes it; the state
  * before each accepted token is kept, so rollback(n) restores exactly; every decision depends
@@ -24,12 +26,19 @@ export class LazyGrammar {
   private readonly eogMask: Uint32Array;
   private readonly triggerBytes: readonly Uint8Array[];
 
+  /** The automaton's state where a reply starts (after the lead the prompt ends with). */
+  readonly startState: number;
+
   constructor(
     readonly block: CompiledGrammar,
     readonly scan: TriggerScan,
     /** After a block: "free" text (and more blocks), or only the "end". */
     readonly afterBlock: "free" | "end",
+    /** What the prompt ends with, that a trigger may begin with (gpt-oss's `<|start|>assistant`): the automaton starts after it. */
+    lead: Uint8Array = new Uint8Array(0),
   ) {
+    const run = scan.automaton.run(0, lead);
+    this.startState = "state" in run ? run.state : 0;
     const vocab = block.vocab;
     this.eogMask = new Uint32Array(vocab.words);
     for (const t of vocab.eog) this.eogMask[t >>> 5]! |= 1 << (t & 31);
@@ -81,11 +90,13 @@ interface Snapshot {
 export class TriggeredMatcher implements TokenConstraint {
   private mode: Mode = "free";
   /** The trigger automaton's state in free text. */
-  private state = 0;
+  private state: number;
   private block: GrammarMatcher | null = null;
   private readonly history: Snapshot[] = [];
 
-  constructor(private readonly grammar: LazyGrammar) {}
+  constructor(private readonly grammar: LazyGrammar) {
+    this.state = grammar.startState;
+  }
 
   fillNextTokenBitmask(mask: Uint32Array): void {
     switch (this.mode) {
@@ -131,8 +142,8 @@ export class TriggeredMatcher implements TokenConstraint {
           return true;
         }
         if (token < 0 || token >= vocab.bytes.length) return false;
-        const bytes = vocab.bytes[token]!;
-        // A token with no text (a control token) breaks any trigger under way.
+        const bytes = g.scan.freeBytes(token);
+        // A token with no text (a control token no trigger names) breaks any trigger under way.
         if (bytes.length === 0) {
           this.state = 0;
           return true;

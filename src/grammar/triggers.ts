@@ -7,8 +7,12 @@
  * For the mask of free text the tokens that complete a trigger from a state are what matters
  * (only those can start the grammar); they are found once per vocabulary, triggers and state by
  * running every token through the automaton, and kept (TriggerScan).
+ *
+ * A trigger may hold special tokens' spellings (vocabulary.ts: Mistral's `[TOOL_CALLS]`, gpt-oss's
+ * `<|channel|>commentary to=functions.`): a special token a trigger names writes its spelling into
+ * the automaton, so only the token itself completes that part; every other token writes its text.
  */
-import type { TokenVocabulary } from "./vocabulary.ts";
+import { SPELLING_CLOSE, SPELLING_OPEN, type TokenVocabulary } from "./vocabulary.ts";
 
 /** A token that completes trigger `trigger` from some state; the grammar's text is the trigger, then `rest`. */
 export interface TriggerCompletion {
@@ -84,16 +88,30 @@ export class TriggerAutomaton {
 /** The tokens of one vocabulary that complete a trigger, per state (computed on first use). */
 export class TriggerScan {
   private readonly completions = new Map<number, readonly TriggerCompletion[]>();
+  /** The special tokens whose spellings the triggers hold. */
+  private readonly named = new Set<number>();
 
-  constructor(readonly automaton: TriggerAutomaton, readonly vocab: TokenVocabulary) {}
+  constructor(readonly automaton: TriggerAutomaton, readonly vocab: TokenVocabulary) {
+    for (const t of automaton.triggers) {
+      for (let at = t.indexOf(SPELLING_OPEN); at >= 0; at = t.indexOf(SPELLING_OPEN, at + 1)) {
+        const close = t.indexOf(SPELLING_CLOSE, at);
+        const id = close < 0 ? undefined : vocab.spelledToken(t.subarray(at, close + 1));
+        if (id !== undefined) this.named.add(id);
+      }
+    }
+  }
+
+  /** What token `token` writes into free text as the automaton reads it: its spelling where a trigger names it, else its text. */
+  freeBytes(token: number): Uint8Array {
+    return this.named.has(token) ? this.vocab.spelling(token)! : this.vocab.bytes[token]!;
+  }
 
   completing(state: number): readonly TriggerCompletion[] {
     let list = this.completions.get(state);
     if (list === undefined) {
       const found: TriggerCompletion[] = [];
-      const bytes = this.vocab.bytes;
-      for (let token = 0; token < bytes.length; token++) {
-        const b = bytes[token]!;
+      for (let token = 0; token < this.vocab.bytes.length; token++) {
+        const b = this.freeBytes(token);
         if (b.length === 0) continue;
         const r = this.automaton.run(state, b);
         if ("trigger" in r) found.push({ token, trigger: r.trigger, rest: r.rest });
@@ -107,16 +125,20 @@ export class TriggerScan {
 
 const scans = new WeakMap<TokenVocabulary, Map<string, TriggerScan>>();
 
-/** The scan of `vocab` for these triggers, shared by every grammar that uses them. */
-export function triggerScan(vocab: TokenVocabulary, triggers: readonly string[]): TriggerScan {
+/** The scan of `vocab` for these triggers (their bytes, spellings included), shared by every grammar that uses them. */
+export function triggerScan(vocab: TokenVocabulary, triggers: readonly Uint8Array[]): TriggerScan {
   let byKey = scans.get(vocab);
   if (byKey === undefined) scans.set(vocab, (byKey = new Map()));
-  const key = JSON.stringify(triggers);
+  const key = triggersKey(triggers);
   let scan = byKey.get(key);
   if (scan === undefined) {
-    const utf8 = new TextEncoder();
-    scan = new TriggerScan(new TriggerAutomaton(triggers.map((t) => utf8.encode(t))), vocab);
+    scan = new TriggerScan(new TriggerAutomaton(triggers), vocab);
     byKey.set(key, scan);
   }
   return scan;
+}
+
+/** A cache key of trigger byte strings. */
+export function triggersKey(triggers: readonly Uint8Array[]): string {
+  return triggers.map((t) => t.join(",")).join(";");
 }

@@ -169,6 +169,10 @@ export class BpeTokenizer implements ByteTokenizer {
     return type === TokenType.control || type === TokenType.userDefined ? this.vocab.tokens[id]! : new TextDecoder().decode(this.textBytes[id]!);
   }
 
+  specialTokens(): readonly { readonly id: number; readonly text: string }[] {
+    return this.specials.map(({ id, text }) => ({ id, text }));
+  }
+
   tokenBytes(id: number): Uint8Array {
     return this.bytesOf(id);
   }

@@ -460,6 +460,10 @@ export class SpmTokenizer implements ByteTokenizer {
     return this.vocab.types[id] === TokenType.control ? this.tokenPiece(id) : utf8Decoder.decode(this.textBytes.bytes(id));
   }
 
+  specialTokens(): readonly { readonly id: number; readonly text: string }[] {
+    return this.specials.map(({ id, text }) => ({ id, text }));
+  }
+
   tokenBytes(id: number): Uint8Array {
     this.checkId(id);
     return this.textBytes.bytes(id);

@@ -62,6 +62,12 @@ export interface ByteTokenizer extends Tokenizer {
    * its leading space); empty for control, unknown and unused tokens.
    */
   tokenBytes(id: number): Uint8Array;
+  /**
+   * The tokens it writes whole, never by merging text (control and user-defined added tokens:
+   * `[TOOL_CALLS]`, `<|channel|>`, `<|im_start|>`), with their texts as templates write them: the
+   * tokens a grammar may ask for by name (src/grammar/vocabulary.ts).
+   */
+  specialTokens(): readonly { readonly id: number; readonly text: string }[];
 }
 
 export function isByteTokenizer(tokenizer: Tokenizer): tokenizer is ByteTokenizer {

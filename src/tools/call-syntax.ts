@@ -13,6 +13,9 @@
  *   (xgrammar's structural-tag triggers, llama.cpp's grammar trigger words); from the trigger on,
  *   the grammar of a block applies, its text starting with that trigger.
  *
+ * Formats written with control tokens (Mistral's `[TOOL_CALLS]`, gpt-oss's harmony headers) name
+ * them in `controlTokens`: the grammar then asks for the tokens themselves, as the model writes them.
+ *
  * ARGUMENTS is the JSON object the schema describes (`argumentsAs: "json"`), except in
  * Qwen3-Coder's XML format (`"xml-parameters"`: one `<parameter=NAME>\nVALUE\n</parameter>` per
  * property, each value by its property's schema). Nothing here compiles a grammar: the format
@@ -26,6 +29,8 @@ export interface CallSyntaxItem {
   name: string;
   /** Text before the arguments. */
   begin: string;
+  /** Other texts the same call may begin with (gpt-oss's recipient in the role, or without `<|constrain|>`). */
+  alternativeBegins?: readonly string[];
   /** The arguments' JSON Schema ({"type": "object"} where the tool gives none). */
   schema: { readonly [key: string]: JsonValue };
   /** Text after the arguments. */
@@ -77,6 +82,17 @@ export interface CallSyntax {
   parallel: boolean;
   /** How the arguments are written. */
   argumentsAs: "json" | "xml-parameters";
+  /**
+   * Texts the model writes as one control token (llama.cpp's preserved tokens that its grammars
+   * match as tokens: Mistral's `[TOOL_CALLS]`, gpt-oss's `<|channel|>`): wherever the texts above
+   * hold one and the model's vocabulary has it as a special token, the grammar asks for that token,
+   * and a trigger is that token (the text written in pieces opens nothing).
+   */
+  controlTokens: readonly string[];
+  /** A message of free text that may come before a forced block: `open`, any text, `close` (gpt-oss's analysis channel). */
+  preamble?: { open: string; close: string };
+  /** What the prompt ends with, that a trigger may begin with (gpt-oss's `<|start|>assistant`). */
+  lead?: string;
 }
 
 /** A function's arguments schema: its own, or any object. */

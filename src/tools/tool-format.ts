@@ -72,7 +72,7 @@ const hermesLike = (name: "hermes" | "generic", rendersTools: boolean): ToolCall
   templateRendersTools: rendersTools,
   parser: (_tools, accept) => new HermesParser(accept),
   syntax: (tools, mode, parallel) => syntax({
-    triggers: [HERMES_OPEN], prefix: "", calls: jsonItems(tools, `${HERMES_OPEN}\n`, "arguments", `\n${HERMES_CLOSE}`), separator: "\n", suffix: "", argumentsAs: "json",
+    triggers: [HERMES_OPEN], prefix: "", calls: jsonItems(tools, `${HERMES_OPEN}\n`, "arguments", `\n${HERMES_CLOSE}`), separator: "\n", suffix: "", argumentsAs: "json", controlTokens: [],
   }, mode, parallel),
   newCallId: openAiCallId,
 });
@@ -83,7 +83,7 @@ const llama3: ToolCallFormat = {
   templateRendersTools: true,
   parser: (tools, accept) => new Llama3Parser(accept, tools.map((t) => t.function.name)),
   syntax: (tools, mode, parallel) => syntax({
-    triggers: ['{"name": ', PYTHON_TAG], prefix: "", calls: jsonItems(tools, "", "parameters", ""), separator: "; ", suffix: "", argumentsAs: "json",
+    triggers: ['{"name": ', PYTHON_TAG], prefix: "", calls: jsonItems(tools, "", "parameters", ""), separator: "; ", suffix: "", argumentsAs: "json", controlTokens: [],
   }, mode, parallel),
   newCallId: openAiCallId,
 };
@@ -94,7 +94,7 @@ const mistral: ToolCallFormat = {
   templateRendersTools: true,
   parser: (_tools, accept) => new MistralParser(accept),
   syntax: (tools, mode, parallel) => syntax({
-    triggers: [MISTRAL_CALLS], prefix: `${MISTRAL_CALLS}[`, calls: jsonItems(tools, "", "arguments", ""), separator: ", ", suffix: "]", argumentsAs: "json",
+    triggers: [MISTRAL_CALLS], prefix: `${MISTRAL_CALLS}[`, calls: jsonItems(tools, "", "arguments", ""), separator: ", ", suffix: "]", argumentsAs: "json", controlTokens: [MISTRAL_CALLS],
   }, mode, parallel),
   newCallId: () => randomAlnum(9),
 };
@@ -109,10 +109,13 @@ const qwen3Coder: ToolCallFormat = {
     calls: tools.map((t) => ({
       name: t.function.name, begin: `${HERMES_OPEN}\n<function=${t.function.name}>\n`, schema: argumentsSchema(t), end: `</function>\n${HERMES_CLOSE}`, parameters: xmlCallParameters(t),
     })),
-    separator: "\n", suffix: "", argumentsAs: "xml-parameters",
+    separator: "\n", suffix: "", argumentsAs: "xml-parameters", controlTokens: [],
   }, mode, parallel),
   newCallId: openAiCallId,
 };
+
+/** The harmony tokens a call's header is written with (control tokens of gpt-oss's vocabulary). */
+const HARMONY = { channel: "<|channel|>", constrain: "<|constrain|>", message: "<|message|>", start: "<|start|>", end: "<|end|>" } as const;
 
 const harmony: ToolCallFormat = {
   name: "harmony",
@@ -120,13 +123,33 @@ const harmony: ToolCallFormat = {
   templateRendersTools: true,
   parser: (_tools, accept) => new HarmonyParser(accept),
   syntax: (tools, mode) => syntax({
-    triggers: ["<|channel|>commentary to=functions.", " to=functions."], prefix: "",
-    calls: tools.map((t) => ({ name: t.function.name, begin: `<|channel|>commentary to=functions.${t.function.name} <|constrain|>json<|message|>`, schema: argumentsSchema(t), end: "" })),
+    triggers: [`${HARMONY.channel}commentary to=functions.`, `${HARMONY.start}assistant to=functions.`],
+    prefix: "", calls: tools.map(harmonyCall),
     // A harmony reply makes one call: <|call|> ends it.
     separator: "", suffix: "", argumentsAs: "json",
+    controlTokens: Object.values(HARMONY),
+    preamble: { open: `${HARMONY.channel}analysis${HARMONY.message}`, close: `${HARMONY.end}${HARMONY.start}assistant` },
+    lead: `${HARMONY.start}assistant`,
   }, mode, false),
   newCallId: openAiCallId,
 };
+
+/**
+ * A harmony call: the recipient in the channel (`<|channel|>commentary to=functions.NAME
+ * <|constrain|>json<|message|>`, as the harmony guide writes it), or in the role (` to=functions.NAME
+ * <|channel|>commentary json<|message|>`, as gpt-oss's template renders past calls: right after the
+ * prompt's `<|start|>assistant`, or after a new one), `<|constrain|>` optional where the next token
+ * is not the name's end.
+ */
+function harmonyCall(tool: ToolDefinition): CallSyntaxItem {
+  const { channel, constrain, message, start } = HARMONY;
+  const name = tool.function.name;
+  const inRole = (c: string) => ` to=functions.${name}${channel}commentary ${c}json${message}`;
+  return {
+    name, begin: `${channel}commentary to=functions.${name} ${constrain}json${message}`, schema: argumentsSchema(tool), end: "",
+    alternativeBegins: [inRole(constrain), inRole(""), `${start}assistant${inRole(constrain)}`, `${start}assistant${inRole("")}`],
+  };
+}
 
 /** The format a template's calls are written in; null (no template: a built-in format) gets the generic one. */
 export function toolCallFormat(templateText: string | null): ToolCallFormat {
