@@ -215,11 +215,12 @@ describe("runs against an OpenAI-compatible stub", () => {
     await withStub({}, async (stub) => {
       const chat = new ChatSource({ conversations: 3, turns: 2, systemWords: 20, userWords: 10, outputTokens: 3 }, 1);
       const prober = new TurnProber(target(stub), chat, llamaServerCold(2), true);
-      const r = await runRequests(target(stub), prober.warmSource(), { ...run, concurrency: 1, afterEach: prober.after.bind(prober) });
+      const r = await runRequests(target(stub), prober.warmSource(), { ...run, concurrency: 1, beforeEach: prober.before.bind(prober) });
       expect(serveMetrics(r).completed).toBe(6);
       const warm = stub.bodies.filter((b) => b.cache_prompt === undefined);
       const cold = stub.bodies.filter((b) => b.cache_prompt === false);
-      expect(warm.map((b) => b.id_slot)).toEqual([0, 1, 0, 0, 1, 0]);
+      // Each turn's one-token warm request on the turn's own slot, then the turn.
+      expect(warm.map((b) => b.id_slot)).toEqual([0, 0, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0]);
       expect(cold.map((b) => b.id_slot)).toEqual([2, 2, 2, 2, 2, 2]);
       const t = prober.result();
       expect(t.rows.map((row) => [row.conversation, row.turn, row.coldCachedTokens])).toEqual([[0, 1, 0], [1, 1, 0], [2, 1, 0], [0, 2, 0], [1, 2, 0], [2, 2, 0]]);
@@ -329,7 +330,7 @@ describe("pagellm bench serve --url (the CLI against the stub)", () => {
     }
   }, CLI_TIMEOUT_MS);
 
-  test("--cold-probe: each chat turn sent again with a fresh cache_salt; the conversation goes on with its own replies", async () => {
+  test("--cold-probe: one token of each chat turn warm, then with a fresh cache_salt; the conversation goes on with its own replies", async () => {
     const chat = ["--workload", "chat", "--conversations", "1", "--turns", "3", "--system-words", "40", "--user-words", "10", "--output-tokens", "4", "--concurrency", "1"];
     const dir = mkdtempSync(join(tmpdir(), "pagellm-bench-serve-"));
     const file = join(dir, "chat.json");
@@ -348,14 +349,14 @@ describe("pagellm bench serve --url (the CLI against the stub)", () => {
         expect(rows.every((t) => t.ratio === t.warmTtftMs / t.coldTtftMs!)).toBe(true);
         // The stub's replies differ per request.
         expect(rows.map((t) => t.sameReply)).toEqual([false, false, false]);
-        // After the warm-up: a turn, its cold copy (the same request with a salt of its own), the next turn, ...
+        // After the warm-up, per turn: one token of it warm, one cold (a salt of its own), then the turn itself.
         const [, ...bodies] = stub.bodies;
-        expect(bodies.map((b) => b.max_tokens)).toEqual([4, 4, 4, 4, 4, 4]);
-        expect(new Set(bodies.filter((_, i) => i % 2 === 1).map((b) => b.cache_salt)).size).toBe(3);
-        expect(bodies.filter((_, i) => i % 2 === 0).every((b) => b.cache_salt === undefined)).toBe(true);
-        for (let t = 0; t < 3; t++) expect(bodies[2 * t + 1]!.messages).toEqual(bodies[2 * t]!.messages!);
-        // The last turn's history holds the warm replies, never a cold one.
-        expect(bodies[4]!.messages!.filter((m) => m.role === "assistant").map((m) => m.content)).toEqual([stub.replies[1], stub.replies[3]]);
+        expect(bodies.map((b) => b.max_tokens)).toEqual([1, 1, 4, 1, 1, 4, 1, 1, 4]);
+        expect(new Set(bodies.filter((_, i) => i % 3 === 1).map((b) => b.cache_salt)).size).toBe(3);
+        expect(bodies.filter((_, i) => i % 3 !== 1).every((b) => b.cache_salt === undefined)).toBe(true);
+        for (let t = 0; t < 3; t++) for (const k of [1, 2]) expect(bodies[3 * t + k]!.messages).toEqual(bodies[3 * t]!.messages!);
+        // The last turn's history holds the turns' own replies, never a probe's.
+        expect(bodies[8]!.messages!.filter((m) => m.role === "assistant").map((m) => m.content)).toEqual([stub.replies[3], stub.replies[6]]);
       });
     } finally {
       rmSync(dir, { recursive: true, force: true });

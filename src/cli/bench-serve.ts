@@ -59,9 +59,9 @@ export const benchServeArgs = {
   "cold-probe": {
     type: "boolean",
     description:
-      "chat: after each turn send the same request again cold (pagellm serve and --url: a fresh cache_salt; llama-server: cache_prompt false on a slot " +
-      "of its own, added to --llama-slots) and report per turn the prompt and cached tokens, TTFT warm and cold, their ratio and whether the replies " +
-      "match; needs --concurrency 1",
+      "chat: before each turn send it with max_tokens 1 warm, then cold (pagellm serve and --url: a fresh cache_salt; llama-server: cache_prompt false " +
+      "on a slot of its own, added to --llama-slots) and report per turn the prompt and cached tokens, time to the first token warm and cold, their " +
+      "ratio and whether the tokens match; needs --concurrency 1",
   },
   "probe-reps": { type: "string", description: "Repetitions of the cold vs fully cached TTFT measurement (default 3; 0: skip it)", valueHint: "n" },
   shape: { type: "string", description: `Without --url or --model: shape of the random GGUF model: ${SHAPE_HELP} (default ${DEFAULT_SHAPE})`, valueHint: "shape" },

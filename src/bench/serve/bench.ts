@@ -152,7 +152,7 @@ async function measureTarget(name: string, command: string | null, target: Serve
   const prober = o.coldProbe && source instanceof ChatSource ? new TurnProber(target, source, cold, o.ignoreEos) : null;
   const run = prober === null
     ? await runRequests(target, source, o)
-    : await runRequests(target, prober.warmSource(), { ...o, afterEach: prober.after.bind(prober) });
+    : await runRequests(target, prober.warmSource(), { ...o, beforeEach: prober.before.bind(prober) });
   const metrics = serveMetrics(run);
   progress(`${name}: ${metrics.completed} requests in ${metrics.durationS.toFixed(1)} s, ${metrics.outputTokensPerSecond.toFixed(1)} output tokens/s`);
   let probe: TtftProbe | null = null;

@@ -5,9 +5,9 @@
  * streaming are cut. A 4xx answer stops new requests too: the server rejects the requests' shape,
  * and every other request would fail the same way.
  *
- * `afterEach` (the chat's cold probe) runs after a request ends and before its source hears of it,
- * so a conversation's next turn waits for it; its time is taken out of the run's duration (it runs
- * one request at a time, so nothing of the workload runs meanwhile).
+ * `beforeEach` (the chat's cold probe) runs before a request is sent, so the request waits for it;
+ * its time is taken out of the run's duration (it runs one request at a time, so nothing of the
+ * workload runs meanwhile).
  */
 import { sendRequest, type BenchRequest, type RequestOutcome, type ServerTarget } from "./openai-client.ts";
 import type { RequestSource } from "./workloads.ts";
@@ -17,14 +17,14 @@ export interface RunOptions {
   /** Seconds after which nothing new is sent and streaming requests are cut. */
   timeLimitS: number;
   ignoreEos: boolean;
-  /** Awaited after each request ends, before the source is told; `signal` is the run's time limit. */
-  afterEach?: (req: BenchRequest, outcome: RequestOutcome, signal: AbortSignal) => Promise<void>;
+  /** Awaited before each request is sent; `signal` is the run's time limit. */
+  beforeEach?: (req: BenchRequest, signal: AbortSignal) => Promise<void>;
 }
 
 export interface ServeRun {
   /** Every request sent, in the order they ended. */
   outcomes: RequestOutcome[];
-  /** From the first request sent to the last one ended, less the time `afterEach` took before it, seconds. */
+  /** From the first request sent to the last one ended, less the time `beforeEach` took, seconds. */
   durationS: number;
   /** Requests the source held that were never sent (time limit, a 4xx, conversations ended by a failure). */
   unsent: number;
@@ -43,21 +43,14 @@ export async function runRequests(target: ServerTarget, source: RequestSource, o
   const inFlight = new Set<Promise<void>>();
   const start = performance.now();
   let end = start;
-  /** Time spent in afterEach, and that part of it which ended before the last request did. */
+  /** Time spent in beforeEach. */
   let hooked = 0;
-  let hookedBeforeEnd = 0;
   let sent = 0;
   const launch = (req: BenchRequest): void => {
     sent++;
     const p: Promise<void> = sendRequest(target, req, { ignoreEos: o.ignoreEos, signal: controller.signal, runStartMs: start }).then(async (outcome) => {
       outcomes.push(outcome);
       end = performance.now();
-      hookedBeforeEnd = hooked;
-      if (o.afterEach !== undefined) {
-        const t = performance.now();
-        await o.afterEach(req, outcome, controller.signal);
-        hooked += performance.now() - t;
-      }
       source.finished(req, outcome);
       const status = outcome.ok ? null : outcome.failure.status;
       if (status !== null && status >= 400 && status < 500 && stoppedBy === null) stoppedBy = `HTTP ${status} on ${req.id}`;
@@ -70,6 +63,11 @@ export async function runRequests(target: ServerTarget, source: RequestSource, o
       while (stoppedBy === null && inFlight.size < o.concurrency) {
         const req = source.next();
         if (req === null) break;
+        if (o.beforeEach !== undefined) {
+          const t = performance.now();
+          await o.beforeEach(req, controller.signal);
+          hooked += performance.now() - t;
+        }
         launch(req);
       }
       if (inFlight.size === 0) break;
@@ -78,5 +76,5 @@ export async function runRequests(target: ServerTarget, source: RequestSource, o
   } finally {
     clearTimeout(timer);
   }
-  return { outcomes, durationS: (end - start - hookedBeforeEnd) / 1000, unsent: Math.max(0, source.total - sent), stoppedBy };
+  return { outcomes, durationS: (end - start - hooked) / 1000, unsent: Math.max(0, source.total - sent), stoppedBy };
 }

@@ -1,13 +1,13 @@
 /**
- * The chat workload's turns, warm against cold (`bench serve --cold-probe`): after each turn of a
- * conversation, the same messages are sent again in a way no cached block can serve, and the two
- * times to first token are kept side by side. The warm turn is the conversation's own request
- * (its history cached by the turns before it); the cold one's reply is thrown away, so the
- * conversation goes on exactly as without the probe. The cold request is the warm one with the
- * cold fields added (greedy, the same max_tokens), so both time the same thing: the first text of
- * the same reply, even when a first token makes no text of its own. On pagellm serve the two
- * replies are the same text (its output is bitwise the same with the cache on or off); the rows say
- * whether they were.
+ * The chat workload's turns, warm against cold (`bench serve --cold-probe`): before each turn of a
+ * conversation is sent, the turn's messages go out twice with max_tokens 1, first as the turn
+ * would (its history cached by the turns before it), then in a way no cached block can serve, and
+ * the two times are kept side by side. A one-token request's whole time is its time to first
+ * token, whether or not that token makes text (a random-weight model's first token often makes
+ * none, and a stream's first text can then come with its last token). The turn itself is sent
+ * after them, as without the probe (its prompt now fully cached, which the workload's own
+ * figures say). On pagellm serve the two one-token replies are the same text (its output is
+ * bitwise the same with the cache on or off); the rows say whether they were.
  *
  * How a request is made cold depends on the server:
  * - pagellm serve, vLLM (and a --url server): a fresh `cache_salt`, which every block hash of the
@@ -22,7 +22,7 @@
  * so rather than keep its ratio.
  */
 import { randomUUID } from "node:crypto";
-import { sendRequest, type BenchRequest, type ExtraFields, type RequestOutcome, type ServerTarget } from "./openai-client.ts";
+import { sendRequest, type BenchRequest, type ExtraFields, type ServerTarget } from "./openai-client.ts";
 import type { ChatSource, ChatTurn, RequestSource } from "./workloads.ts";
 
 /** How a server is asked to compute a request cold: the body fields of the n-th cold request, and those of a warm turn. */
@@ -54,12 +54,13 @@ export interface TurnRow {
   conversation: number;
   /** From 1. */
   turn: number;
-  /** usage.prompt_tokens of the warm turn; null when the server sent no usage. */
+  /** usage.prompt_tokens of the warm request; null when the server sent no usage. */
   promptTokens: number | null;
-  /** Prompt tokens the warm turn found cached; null when the server does not say. */
+  /** Prompt tokens the warm request found cached; null when the server does not say. */
   cachedTokens: number | null;
+  /** The warm one-token request's whole time, ms. */
   warmTtftMs: number;
-  /** null when the cold request failed. */
+  /** The cold one-token request's whole time, ms; null when it failed. */
   coldTtftMs: number | null;
   /** Prompt tokens the server said the cold request found cached: 0 when it was cold. */
   coldCachedTokens: number | null;
@@ -89,7 +90,7 @@ export function worstTurn(rows: readonly TurnRow[]): TurnProbe["worst"] {
   return worst;
 }
 
-/** Sends each finished turn again cold (RunOptions.afterEach) and keeps the rows. */
+/** Sends each turn warm and cold, one token each, before the turn itself (RunOptions.beforeEach), and keeps the rows. */
 export class TurnProber {
   private readonly rows: TurnRow[] = [];
   private readonly errors: string[] = [];
@@ -118,16 +119,20 @@ export class TurnProber {
     };
   }
 
-  /** After a turn: the same request cold (the cold fields in place of the warm ones). A failed turn has nothing to compare. */
-  async after(req: BenchRequest, outcome: RequestOutcome, signal: AbortSignal): Promise<void> {
-    if (!outcome.ok) return;
+  /** Before a turn (its warm fields already added): one token of it warm, then one cold. A failed warm request has nothing to compare. */
+  async before(req: BenchRequest, signal: AbortSignal): Promise<void> {
     const { conversation, turn } = this.chat.turnOf(req.id);
-    const cold: BenchRequest = { ...req, id: `${req.id}-cold`, extra: this.method.fields(this.sent++) };
-    const c = await sendRequest(this.target, cold, { ignoreEos: this.ignoreEos, signal, runStartMs: performance.now() });
-    const warm = outcome.timing;
+    const send = (r: BenchRequest) => sendRequest(this.target, r, { ignoreEos: this.ignoreEos, signal, runStartMs: performance.now() });
+    const w = await send({ ...req, id: `${req.id}-warm1`, maxTokens: 1 });
+    if (!w.ok) {
+      if (!w.failure.cut) this.errors.push(`warm one-token request of turn ${turn}: ${w.failure.error}`);
+      return;
+    }
+    const c = await send({ ...req, id: `${req.id}-cold1`, maxTokens: 1, extra: this.method.fields(this.sent++) });
+    const warm = w.timing;
     const row: TurnRow = {
-      conversation, turn, promptTokens: warm.promptTokens, cachedTokens: warm.cachedTokens, warmTtftMs: warm.ttftMs,
-      coldTtftMs: c.ok ? c.timing.ttftMs : null, coldCachedTokens: c.ok ? c.timing.cachedTokens : null, ratio: null,
+      conversation, turn, promptTokens: warm.promptTokens, cachedTokens: warm.cachedTokens, warmTtftMs: warm.e2eMs,
+      coldTtftMs: c.ok ? c.timing.e2eMs : null, coldCachedTokens: c.ok ? c.timing.cachedTokens : null, ratio: null,
       sameReply: c.ok ? c.timing.text === warm.text : null,
     };
     // One cut by the run's time limit is no fault of the server's.
@@ -135,7 +140,7 @@ export class TurnProber {
       if (!c.failure.cut) this.errors.push(`cold request of turn ${turn}: ${c.failure.error}`);
     } else if (row.coldCachedTokens !== null && row.coldCachedTokens > 0) {
       this.errors.push(`cold request of turn ${turn}: the server served ${row.coldCachedTokens} of its tokens from a cache (it ignores ${this.method.description}?)`);
-    } else row.ratio = warm.ttftMs / c.timing.ttftMs;
+    } else row.ratio = warm.e2eMs / c.timing.e2eMs;
     this.rows.push(row);
   }
 
