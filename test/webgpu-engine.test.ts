@@ -141,13 +141,15 @@ function invarianceTests(gpu: WebGpuBackend, model: string, tok: string | undefi
 
     // A request reaches at most 72 positions: 20 blocks of 4 hold one, not all 10 at once. A model with
     // sliding-window layers has several KV cache groups, a block holding one group's layers
-    // (kv-groups.ts): as many blocks per group keep the bytes.
-    const numGroups = KVCacheGroups.of(openCheckpoint(model).config).groups.length;
+    // (kv-groups.ts), and a local group holds only its window and a step's tokens: the pool is what
+    // one sequence of 80 positions holds in every group, so that here too requests preempt one another
+    // (admission keeps a block per group for each seat, scheduler.ts).
+    const numBlocks = KVCacheGroups.of(openCheckpoint(model).config).blocksPerSequence(80, 4, 12);
     const configs: { label: string; engine: Partial<EngineOptions>; preempts?: boolean }[] = [
       { label: "together, cache on", engine: { enablePrefixCaching: true } },
       {
-        label: `${20 * numGroups} blocks of 4 tokens and 12-token steps, cache on`,
-        engine: { enablePrefixCaching: true, blockSize: 4, numBlocks: 20 * numGroups, maxNumBatchedTokens: 12 }, preempts: true,
+        label: `${numBlocks} blocks of 4 tokens and 12-token steps, cache on`,
+        engine: { enablePrefixCaching: true, blockSize: 4, numBlocks, maxNumBatchedTokens: 12 }, preempts: true,
       },
     ];
     for (const { label, engine, preempts } of configs) {
