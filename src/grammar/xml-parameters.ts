@@ -27,7 +27,7 @@ export interface XmlParameterShape {
   readonly end: string;
   readonly required: boolean;
   readonly value: "text" | "json";
-  /** The parameter's schema in the arguments schema (a JSON pointer); null: any text. */
+  /** The parameter's schema in the arguments schema (a JSON pointer); null: free text. */
   readonly schemaAt: string | null;
 }
 

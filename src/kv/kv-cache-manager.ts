@@ -599,7 +599,7 @@ export class KVCacheManager {
         held.push(block);
         content = block.contentId;
       }
-      // No group took block i: any group's cached copy still names its content for the next block.
+      // No group took block i: a cached copy in whichever group holds one still names its content for the next block.
       if (content === null) content = this.groups.groups.map((_, g) => find(g)).find((b) => b !== null)?.contentId ?? null;
       parent = content === null ? null : { contentId: content };
     }
