@@ -28,7 +28,7 @@ import type { CheckedTools, ToolChoice, ToolDefinition } from "../src/tools/tool
 import { Xoshiro128 } from "../src/util/random.ts";
 import { leanIntoSequences, walkConstraint, validCalls } from "./helpers/constraint-walk.ts";
 import { controlTokenModel, type ControlTokenFamily } from "./helpers/control-token-model.ts";
-import { comparable, openedLLMs } from "./helpers/llm.ts";
+import { eachAlone, openedLLMs, sameOutputView } from "./helpers/llm.ts";
 import { describeShared } from "./helpers/shared.ts";
 
 const LIMIT_MS = 120_000;
@@ -214,19 +214,13 @@ describeShared("tool calls written with control tokens", SHARED, () => {
   for (const family of ["mistral", "harmony"] as const) {
     test(`${family}: random weights: required and named calls validate, the same bits alone and batched`, async () => {
       const llm = models[family];
-      const together = (await llm.generate(requests)).map(comparable);
+      const together = await llm.generate(requests);
       const named = together.find((r) => r.id === "named")!;
       expect(named.finish_reason).toBe("tool_calls");
       for (const r of together.filter((x) => x.id !== "auto")) expectValidCalls(r.tool_calls ?? []);
       expect(expectValidCalls(named.tool_calls!)).toBe(1);
       if (family === "mistral") expect(named.token_ids[0]).toBe(tokenOf(llm.tokenizer, "[TOOL_CALLS]"));
-      const zeroCached = (rs: ReturnType<typeof comparable>[]) => rs.map((r) => ({ ...r, cached_tokens: 0, cached_tokens_memory: 0, tool_calls: r.tool_calls?.map((c) => c.function) }));
-      const alone: ReturnType<typeof comparable>[] = [];
-      for (const r of requests) {
-        expect(await llm.client.resetPrefixCache()).toBe(true);
-        alone.push(...(await llm.generate([r])).map(comparable));
-      }
-      expect(zeroCached(alone)).toEqual(zeroCached(together));
+      expect(await eachAlone(llm, requests)).toEqual(together.map(sameOutputView));
     }, LIMIT_MS);
   }
 });

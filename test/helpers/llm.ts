@@ -8,7 +8,7 @@ import type { EngineOptions } from "../../src/engine/engine-options.ts";
 import { LLM, type LoadOptions } from "../../src/engine/llm.ts";
 import type { CompletionResult } from "../../src/engine/completion.ts";
 import type { EngineOutput } from "../../src/engine/engine-output.ts";
-import type { RequestInput } from "../../src/engine/generate-request.ts";
+import type { GenerateRequest, RequestInput } from "../../src/engine/generate-request.ts";
 import { testThreads } from "./threads.ts";
 
 export interface OpenedLLMs {
@@ -54,4 +54,19 @@ export async function allOutputs(llm: LLM, requests: readonly RequestInput[]): P
 export function comparable(r: CompletionResult): Omit<CompletionResult, "ttft_ms" | "latency_ms" | "speculative"> {
   const { ttft_ms: _t, latency_ms: _l, speculative: _s, ...rest } = r;
   return rest;
+}
+
+/** A result as two runs of one request must agree on it: no timings, no cache counts, each tool call as its function (call ids are random). */
+export function sameOutputView(r: CompletionResult) {
+  return { ...comparable(r), cached_tokens: 0, cached_tokens_memory: 0, tool_calls: r.tool_calls?.map((c) => c.function) };
+}
+
+/** Each request run alone, the prefix cache emptied before each: what a batch of them must equal. */
+export async function eachAlone(llm: LLM, requests: readonly GenerateRequest[]): Promise<ReturnType<typeof sameOutputView>[]> {
+  const alone: ReturnType<typeof sameOutputView>[] = [];
+  for (const r of requests) {
+    if (!(await llm.client.resetPrefixCache())) throw new Error("the prefix cache could not be emptied: a request still holds blocks");
+    alone.push(...(await llm.generate([r])).map(sameOutputView));
+  }
+  return alone;
 }
