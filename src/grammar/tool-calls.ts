@@ -35,6 +35,7 @@ import { fromJavaScript } from "./json-value.ts";
 import type { CompileBudget } from "./limits.ts";
 import { xmlParameterSymbols, type XmlParameterShape } from "./xml-parameters.ts";
 import type { TokenVocabulary } from "./vocabulary.ts";
+import { concatArrays } from "../util/typed-arrays.ts";
 
 /** Most whitespace bytes in a row inside a block of calls. */
 export const TOOL_CALL_WHITESPACE = 2;
@@ -87,13 +88,7 @@ export function spelledText(text: string, controlTokens: readonly string[], voca
     from = at;
   }
   parts.push(utf8.encode(text.slice(from)));
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  let k = 0;
-  for (const p of parts) {
-    out.set(p, k);
-    k += p.length;
-  }
-  return out;
+  return concatArrays(parts);
 }
 
 export function toolCallsToCfg(pool: ExprPool, source: ToolCallsSource, vocab: TokenVocabulary, budget: CompileBudget): Cfg {

@@ -24,6 +24,7 @@ import type { FileWeights, HostMatrix } from "./file-weights.ts";
 import type { KVLayout } from "../../kv/kv-layout.ts";
 import type { StepShape } from "./webgpu-forward.ts";
 import { GpuExperts, type GpuExpertLayer } from "./experts-gpu.ts";
+import { concatArrays } from "../../util/typed-arrays.ts";
 
 interface GpuLayer {
   attnNorm: GPUBuffer; // [dim]
@@ -404,13 +405,13 @@ function uploadStacks(gpu: WebGpuBackend, host: HostMatrix[], label: string, bia
     const stack = members.map((m) => m.rows);
     const rows = stack.reduce((a, b) => a + b, 0);
     const name = members.length === 1 ? label : `${label}[${first}..${end})`;
-    const bias = biases && concat(biases.slice(first, end));
+    const bias = biases && concatArrays(biases.slice(first, end));
     const extras = { stack, ...(bias !== null ? { bias } : {}) };
     const h = members[0]!;
     if (h.kind === "f32") {
-      out.push(gpu.uploadF32Matrix(concat(members.map((m) => (m as { values: Float32Array }).values)), rows, h.cols, name, extras));
+      out.push(gpu.uploadF32Matrix(concatArrays(members.map((m) => (m as { values: Float32Array }).values)), rows, h.cols, name, extras));
     } else {
-      const bytes = concat(members.map((m) => (m as { bytes: Uint8Array }).bytes));
+      const bytes = concatArrays(members.map((m) => (m as { bytes: Uint8Array }).bytes));
       out.push(gpu.uploadGgmlMatrix(bytes, h.type, rows, h.cols, name, extras));
     }
     first = end;
@@ -425,14 +426,3 @@ function uploadFused(gpu: WebGpuBackend, host: HostMatrix, label: string, rows: 
     : gpu.uploadGgmlMatrix(host.bytes, host.type, host.rows, host.cols, label, { stack: rows });
 }
 
-/** The arrays end to end (the one array itself when there is one). */
-function concat<A extends Float32Array | Uint8Array>(arrays: A[]): A {
-  if (arrays.length === 1) return arrays[0]!;
-  const out = new (arrays[0]!.constructor as new (n: number) => A)(arrays.reduce((n, a) => n + a.length, 0));
-  let at = 0;
-  for (const a of arrays) {
-    out.set(a, at);
-    at += a.length;
-  }
-  return out;
-}
