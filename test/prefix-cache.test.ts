@@ -13,6 +13,7 @@ import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/
 import { MODELS, TEXTS, TOKENIZER, computedTokens, expectedCachedTokens, lcp, withoutTimings } from "./helpers/prefix.ts";
 import { describeShared } from "./helpers/shared.ts";
 import type { KVType } from "../src/kv/kv-layout.ts";
+import type { ChatMessage } from "../src/chat/jinja-template.ts";
 import type { EngineOptions } from "../src/engine/engine-options.ts";
 import { testThreads } from "./helpers/threads.ts";
 import { openedLLMs } from "./helpers/llm.ts";
@@ -214,6 +215,31 @@ describeShared("cache_salt isolates cached blocks", [MODELS.stories260K, TOKENIZ
     expect(batch.map((r) => r.cached_tokens)).toEqual([0, 32, 0]);
     // the salt changes what is shared, never the output
     for (const r of [b, none, a2, none2, ...batch]) expect(r!.token_ids).toEqual(a!.token_ids);
+  }, TIMEOUT_MS);
+});
+
+describeShared("a chat's replies sent back as messages", [MODELS.stories260K, TOKENIZER], ([modelPath, tokPath]) => {
+  // What a chat client does (bench serve's chat workload): each turn sends the whole history, the
+  // earlier replies as their text. A trained model's reply tokenizes back to the ids it was
+  // generated as, so each turn's prompt extends the last turn's prompt and reply, and the cache
+  // serves every full block of them (issue 32's chat floor rests on this).
+  test("each turn's prompt extends the last prompt and its generated ids; cached_tokens is all their full blocks", async () => {
+    const llm = load(modelPath!, tokPath!, { enablePrefixCaching: true, blockSize: 16 });
+    const messages: ChatMessage[] = [{ role: "system", content: TEXTS[0]! }];
+    let computed: number[] | null = null;
+    for (const [turn, user] of [TEXTS[1]!, TEXTS[2]!, TEXTS[3]!].entries()) {
+      messages.push({ role: "user", content: user });
+      const prompt = llm.messagesPromptIds(messages);
+      const [r] = await llm.generate([{ id: `turn-${turn + 1}`, messages, maxTokens: 24, temperature: 0, ignoreEos: true }]);
+      expect(r!.prompt_tokens).toBe(prompt.length);
+      expect(r!.text).not.toBe("");
+      if (computed !== null) {
+        expect(lcp(prompt, computed)).toBe(computed.length);
+        expect(r!.cached_tokens).toBe(expectedCachedTokens(prompt, [computed], 16));
+      }
+      computed = computedTokens(prompt, r!);
+      messages.push({ role: "assistant", content: r!.text });
+    }
   }, TIMEOUT_MS);
 });
 
