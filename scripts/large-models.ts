@@ -16,14 +16,21 @@
  * quantizing billions of values with the reference quantizer takes hours, and a benchmark only
  * needs the shape and the types. The Llama shapes use Llama 2's SentencePiece vocabulary (Llama
  * 3's is not in the shared folder), padded to the shape's vocabulary size with unused tokens.
+ * The Gemma shape is a chat model: its file carries Gemma 3's chat template with `<start_of_turn>`
+ * and `<end_of_turn>` as control tokens (one id each, as in Gemma's vocabulary), and its padding
+ * tokens' embedding rows are zero, so with the tied output their logit is 0 and greedy decoding
+ * picks text tokens, as a trained model never picks an unused token. Without both, a chat's turns
+ * measured nothing real: its greedy replies were padding that decodes to no text, and the ChatML
+ * fallback spelled each marker in about 7 text tokens (docs/models.md).
  */
 import { existsSync, mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { GGUF_SHAPES } from "../src/bench/gguf-models.ts";
 import { makeConfig, type ModelConfig } from "../src/model/config.ts";
 import { modelTensors, writeModelGGUF, type ModelToWrite } from "../src/model/gguf-model-writer.ts";
+import { gguf, tensorBytes, type TensorData, type TensorToWrite } from "../src/model/gguf-writer.ts";
 import { withRandomBlocks } from "../src/model/gguf-random-blocks.ts";
-import { padVocabulary, tokenizerMetadata } from "../src/model/gguf-tokenizer-metadata.ts";
+import { appendControlTokens, padVocabulary, tokenizerMetadata, vocabularySize } from "../src/model/gguf-tokenizer-metadata.ts";
 
 const VOCAB_DIR = resolve(import.meta.dir, "..", "..", "shared", "vocab");
 
@@ -43,7 +50,56 @@ function llama31RopeFactors(headDim: number, theta: number): number[] {
   return factors;
 }
 
-const MODELS: Record<string, { file: string; model: Omit<ModelToWrite, "tokenizer">; randomBlocks: boolean; vocab?: string }> = {
+// Gemma 3's chat template (google/gemma-3-1b-it, tokenizer_config.json): a system message prefixes the first user turn.
+const GEMMA3_CHAT_TEMPLATE = `{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+`;
+
+/** A chat model's file: its template and the control tokens it names, appended to the vocabulary before the padding. */
+interface ChatSpec {
+  template: string;
+  controlTokens: readonly string[];
+}
+
+const MODELS: Record<string, { file: string; model: Omit<ModelToWrite, "tokenizer">; randomBlocks: boolean; vocab?: string; chat?: ChatSpec }> = {
   // meta-llama/Llama-2-7b: hidden 4096, intermediate 11008, 32 heads, vocab 32000, context 4096 (5 of its 32 layers).
   "llama2-7b-5l-f32": {
     file: "llama2-7b-5l-F32.gguf",
@@ -104,10 +160,32 @@ const MODELS: Record<string, { file: string; model: Omit<ModelToWrite, "tokenize
       }),
     },
     randomBlocks: true,
+    chat: { template: GEMMA3_CHAT_TEMPLATE, controlTokens: ["<start_of_turn>", "<end_of_turn>"] },
   },
 };
 
 // ----------------------------------------------------------------------------
+
+/** `t` with every row from `fromRow` on made of zero bytes: a zero block is 0 in every type written here. */
+function zeroRowsFrom(t: TensorToWrite, fromRow: number): TensorToWrite {
+  const keep = tensorBytes(t.type, [t.dims[0]!, fromRow], t.name);
+  const chunks = (data: TensorData): Iterable<Uint8Array> => {
+    if (data instanceof Uint8Array) return [data];
+    const made = data();
+    return made instanceof Uint8Array ? [made] : made;
+  };
+  return {
+    ...t,
+    data: function* () {
+      let at = 0;
+      for (const chunk of chunks(t.data)) {
+        if (at + chunk.length > keep) chunk.fill(0, Math.max(0, keep - at));
+        at += chunk.length;
+        yield chunk;
+      }
+    },
+  };
+}
 
 function main(): void {
   const [dir, which, layersArg] = process.argv.slice(2);
@@ -130,9 +208,18 @@ function main(): void {
     return;
   }
   const config: ModelConfig = spec.model.config;
-  const model: ModelToWrite = { ...spec.model, tokenizer: padVocabulary(tokenizerMetadata(join(VOCAB_DIR, spec.vocab ?? "ggml-vocab-llama-spm.gguf")), config.vocabSize) };
+  let vocab = tokenizerMetadata(join(VOCAB_DIR, spec.vocab ?? "ggml-vocab-llama-spm.gguf"));
+  if (spec.chat !== undefined) {
+    vocab = appendControlTokens(vocab, spec.chat.controlTokens);
+    vocab.set("tokenizer.chat_template", gguf.str(spec.chat.template));
+  }
+  const model: ModelToWrite = { ...spec.model, tokenizer: padVocabulary(vocab, config.vocabSize) };
+  const tensors = spec.randomBlocks ? withRandomBlocks(model) : modelTensors(model);
+  // A chat model's padding never wins a greedy choice: zero embedding rows (the tied output) give it logit 0.
+  const used = vocabularySize(vocab);
+  const written = spec.chat === undefined ? tensors : tensors.map((t) => (t.name === "token_embd.weight" ? zeroRowsFrom(t, used) : t));
   const t0 = performance.now();
-  writeModelGGUF(path, model, spec.randomBlocks ? withRandomBlocks(model) : modelTensors(model));
+  writeModelGGUF(path, model, written);
   console.error(`wrote ${path} in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
   console.log(path);
 }

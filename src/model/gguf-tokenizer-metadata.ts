@@ -8,6 +8,8 @@ import { InputError } from "../errors.ts";
 import { readGGUF, type GGUFValue } from "./gguf.ts";
 import { gguf } from "./gguf-writer.ts";
 
+/** llama_token_type CONTROL: a special token (a turn marker, a call token) that text names only as a special. */
+const TOKEN_TYPE_CONTROL = 3;
 /** llama_token_type UNUSED: a token no text encodes to. */
 const TOKEN_TYPE_UNUSED = 5;
 /** The score SentencePiece vocabularies give such tokens. */
@@ -23,6 +25,26 @@ export function tokenizerMetadata(path: string): Map<string, GGUFValue> {
 export function vocabularySize(meta: ReadonlyMap<string, GGUFValue>): number {
   const tokens = meta.get("tokenizer.ggml.tokens");
   return tokens?.type === "array" && tokens.value.itemType === "string" ? tokens.value.items.length : 0;
+}
+
+/**
+ * `meta` with `pieces` appended to its vocabulary as CONTROL tokens of score 0, as a chat family's
+ * own vocabulary types its turn markers and call tokens (Gemma's `<start_of_turn>`, Mistral's
+ * `[TOOL_CALLS]`): a rendered template then tokenizes each to one id.
+ */
+export function appendControlTokens(meta: ReadonlyMap<string, GGUFValue>, pieces: readonly string[]): Map<string, GGUFValue> {
+  const tokens = meta.get("tokenizer.ggml.tokens");
+  const scores = meta.get("tokenizer.ggml.scores");
+  const types = meta.get("tokenizer.ggml.token_type");
+  if (tokens?.type !== "array" || tokens.value.itemType !== "string") throw new InputError("tokenizer metadata has no tokenizer.ggml.tokens");
+  if (scores?.type !== "array" || scores.value.itemType !== "f32") throw new InputError("tokenizer metadata has no tokenizer.ggml.scores");
+  if (types?.type !== "array" || types.value.itemType !== "i32") throw new InputError("tokenizer metadata has no tokenizer.ggml.token_type");
+  const have = tokens.value.items;
+  const out = new Map(meta);
+  out.set("tokenizer.ggml.tokens", gguf.strings([...Array.from({ length: have.length }, (_, i) => have.bytes(i)), ...pieces]));
+  out.set("tokenizer.ggml.scores", gguf.f32s([...scores.value.items, ...pieces.map(() => 0)]));
+  out.set("tokenizer.ggml.token_type", gguf.i32s([...types.value.items, ...pieces.map(() => TOKEN_TYPE_CONTROL)]));
+  return out;
 }
 
 /**

@@ -11,7 +11,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { makeConfig } from "../../src/model/config.ts";
 import { writeModelGGUF } from "../../src/model/gguf-model-writer.ts";
-import { tokenizerMetadata } from "../../src/model/gguf-tokenizer-metadata.ts";
+import { appendControlTokens, tokenizerMetadata, vocabularySize } from "../../src/model/gguf-tokenizer-metadata.ts";
 import { gguf } from "../../src/model/gguf-writer.ts";
 import { sharedPath } from "./shared.ts";
 
@@ -28,9 +28,6 @@ const FAMILIES: Record<ControlTokenFamily, { template: string; tokens: readonly 
   },
 };
 
-/** llama_token_type CONTROL. */
-const TOKEN_TYPE_CONTROL = 3;
-
 /** The model of `family`, written into `dir` once; null without ../shared's vocabulary and templates. */
 export function controlTokenModel(dir: string, family: ControlTokenFamily): string | null {
   const { template, tokens } = FAMILIES[family];
@@ -39,19 +36,9 @@ export function controlTokenModel(dir: string, family: ControlTokenFamily): stri
   if (vocabPath === null || templatePath === null) return null;
   const path = join(dir, `control-${family}.gguf`);
   if (existsSync(path)) return path;
-  const meta = new Map(tokenizerMetadata(vocabPath));
-  const items = (key: string) => {
-    const v = meta.get(key);
-    if (v?.type !== "array") throw new Error(`stories260K has no ${key}`);
-    return v.value.items;
-  };
-  const pieces = items("tokenizer.ggml.tokens") as { length: number; bytes(i: number): Uint8Array };
-  const all: (string | Uint8Array)[] = [...Array.from({ length: pieces.length }, (_, i) => pieces.bytes(i)), ...tokens];
-  meta.set("tokenizer.ggml.tokens", gguf.strings(all));
-  meta.set("tokenizer.ggml.scores", gguf.f32s([...(items("tokenizer.ggml.scores") as Float32Array), ...tokens.map(() => 0)]));
-  meta.set("tokenizer.ggml.token_type", gguf.i32s([...(items("tokenizer.ggml.token_type") as Int32Array), ...tokens.map(() => TOKEN_TYPE_CONTROL)]));
+  const meta = appendControlTokens(tokenizerMetadata(vocabPath), tokens);
   meta.set("tokenizer.chat_template", gguf.str(readFileSync(templatePath, "utf8")));
-  const config = makeConfig({ dim: 64, hiddenDim: 96, nLayers: 2, nHeads: 4, nKvHeads: 2, headDim: 16, vocabSize: all.length, seqLen: 2048, normEps: 1e-5, sharedClassifier: false });
+  const config = makeConfig({ dim: 64, hiddenDim: 96, nLayers: 2, nHeads: 4, nKvHeads: 2, headDim: 16, vocabSize: vocabularySize(meta), seqLen: 2048, normEps: 1e-5, sharedClassifier: false });
   writeModelGGUF(path, { arch: "llama", name: `test-control-${family}`, config, mix: "F32", tokenizer: meta, seed: 3 });
   return path;
 }
