@@ -28,7 +28,7 @@ import { join, resolve } from "node:path";
 import { GGUF_SHAPES } from "../src/bench/gguf-models.ts";
 import { makeConfig, type ModelConfig } from "../src/model/config.ts";
 import { modelTensors, writeModelGGUF, type ModelToWrite } from "../src/model/gguf-model-writer.ts";
-import { gguf, tensorBytes, type TensorData, type TensorToWrite } from "../src/model/gguf-writer.ts";
+import { chunksOf, gguf, tensorBytes, type TensorToWrite } from "../src/model/gguf-writer.ts";
 import { withRandomBlocks } from "../src/model/gguf-random-blocks.ts";
 import { appendControlTokens, padVocabulary, tokenizerMetadata, vocabularySize } from "../src/model/gguf-tokenizer-metadata.ts";
 
@@ -169,16 +169,11 @@ const MODELS: Record<string, { file: string; model: Omit<ModelToWrite, "tokenize
 /** `t` with every row from `fromRow` on made of zero bytes: a zero block is 0 in every type written here. */
 function zeroRowsFrom(t: TensorToWrite, fromRow: number): TensorToWrite {
   const keep = tensorBytes(t.type, [t.dims[0]!, fromRow], t.name);
-  const chunks = (data: TensorData): Iterable<Uint8Array> => {
-    if (data instanceof Uint8Array) return [data];
-    const made = data();
-    return made instanceof Uint8Array ? [made] : made;
-  };
   return {
     ...t,
     data: function* () {
       let at = 0;
-      for (const chunk of chunks(t.data)) {
+      for (const chunk of chunksOf(t.data)) {
         if (at + chunk.length > keep) chunk.fill(0, Math.max(0, keep - at));
         at += chunk.length;
         yield chunk;

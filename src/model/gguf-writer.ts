@@ -175,7 +175,7 @@ export function metadataAlignment(metadata: ReadonlyMap<string, GGUFValue>): num
 // The file
 
 /** The chunks of a tensor's data, made now. */
-function chunksOf(data: TensorData): Iterable<Uint8Array> {
+export function chunksOf(data: TensorData): Iterable<Uint8Array> {
   if (data instanceof Uint8Array) return [data];
   const made = data();
   return made instanceof Uint8Array ? [made] : made;
