@@ -13,6 +13,7 @@
  * after / before wall-time ratio of each round, their geometric mean with a 95% interval, and the
  * median. Greedy, prefix cache off, WebAssembly.
  */
+import { percentile } from "../src/bench/measure.ts";
 
 export interface GenerateCall { prompt: string; maxTokens: number; temperature: number; ignoreEos: boolean }
 interface Library { generate(requests: GenerateCall[]): Promise<unknown>; close(): void }
@@ -61,9 +62,9 @@ function summary(ratios: number[]): { geomean: number; ci95: [number, number]; m
   const mean = logs.reduce((s, x) => s + x, 0) / logs.length;
   const sd = Math.sqrt(logs.reduce((s, x) => s + (x - mean) ** 2, 0) / Math.max(1, logs.length - 1));
   const half = (2 * sd) / Math.sqrt(logs.length);
-  const sorted = [...ratios].sort((x, y) => x - y);
   const round4 = (x: number) => Math.round(x * 1e4) / 1e4;
-  return { geomean: round4(Math.exp(mean)), ci95: [round4(Math.exp(mean - half)), round4(Math.exp(mean + half))], median: round4(sorted[sorted.length >> 1]!) };
+  const median = percentile([...ratios].sort((x, y) => x - y), 50);
+  return { geomean: round4(Math.exp(mean)), ci95: [round4(Math.exp(mean - half)), round4(Math.exp(mean + half))], median: round4(median) };
 }
 
 async function main(): Promise<void> {
