@@ -13,6 +13,7 @@
  * after / before wall-time ratio of each round, their geometric mean with a 95% interval, and the
  * median. Greedy, prefix cache off, WebAssembly.
  */
+import { resolve } from "node:path";
 import { percentile } from "../src/bench/measure.ts";
 
 export interface GenerateCall { prompt: string; maxTokens: number; temperature: number; ignoreEos: boolean }
@@ -29,7 +30,8 @@ const WORKLOADS: Record<string, GenerateCall[]> = {
 };
 
 async function open(dir: string, model: string, threads: number): Promise<Library> {
-  const lib = (await import(`${dir}/src/index.ts`)) as LibraryModule;
+  // Absolute: an import path is read from this file's folder, the checkout's from the shell's.
+  const lib = (await import(resolve(dir, "src", "index.ts"))) as LibraryModule;
   return lib.LLM.open({ model, device: "wasm", engine: { threads, enablePrefixCaching: false } });
 }
 
