@@ -8,8 +8,8 @@
  *   bun scripts/ab-commits.ts BEFORE_DIR AFTER_DIR MODEL.gguf [THREADS] [ROUNDS] [WORKLOAD]
  *
  * BEFORE_DIR and AFTER_DIR are checkouts with `bun install` done (git worktree add DIR COMMIT).
- * WORKLOAD: decode (one sequence, 128 tokens), prefill (a 220-word prompt, one token) or batch16
- * (16 sequences of 32 tokens); all three when left out. Prints one JSON line per workload: the
+ * WORKLOAD: decode (one sequence, 128 tokens), prefill (a 220-word prompt, one token), batch16
+ * (16 sequences of 32 tokens) or batch3 (3 sequences of 64: steps of 3 tokens); all four when left out. Prints one JSON line per workload: the
  * after / before wall-time ratio of each round, their geometric mean with a 95% interval, and the
  * median. Greedy, prefix cache off, WebAssembly.
  */
@@ -27,6 +27,7 @@ const WORKLOADS: Record<string, GenerateCall[]> = {
   decode: [{ prompt: "once upon a time", maxTokens: 128, temperature: 0, ignoreEos: true }],
   prefill: [{ prompt: words(220, 1), maxTokens: 1, temperature: 0, ignoreEos: true }],
   batch16: Array.from({ length: 16 }, (_, i) => ({ prompt: words(8, i), maxTokens: 32, temperature: 0, ignoreEos: true })),
+  batch3: Array.from({ length: 3 }, (_, i) => ({ prompt: words(8, i), maxTokens: 64, temperature: 0, ignoreEos: true })),
 };
 
 async function open(dir: string, model: string, threads: number): Promise<Library> {

@@ -108,7 +108,7 @@ const MXFP4_PLUS_12 = i8x16(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6,
   return sumLanes(acc) + mins;
 }
 
-/** One token's share of a block in rowDot4: acc + its block dot, scaled (token k's activations at x + k*cols, its scale and sum at scale/sum + k*nb*4). */
+/** One token's share of a block in rowDotGroup: acc + its block dot, scaled (token k's activations at x + k*cols, its scale and sum at scale/sum + k*nb*4). */
 @inline function tokenBlock(kind: i32, blk: usize, w0: v128, w1: v128, m0: v128, m1: v128, x: usize, scale: usize, sum: usize, wd: f32, acc: v128): v128 {
   const x0 = v128.load(x), x1 = v128.load(x, 16);
   let isum: v128;
@@ -121,11 +121,13 @@ const MXFP4_PLUS_12 = i8x16(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6,
 }
 
 /**
- * rowDot for four tokens at once (their activations cols, scales and sums nb apart): each weight
- * block is loaded and unpacked once for the four, and every token goes through rowDot's own
- * operations in its order, so each result is the same bits as rowDot's.
+ * rowDot for n tokens at once, n = 2, 3 or 4 a constant at each call (their activations cols,
+ * scales and sums nb apart): each weight block is loaded and unpacked once for the n, and every
+ * token goes through rowDot's own operations in its order, so each result is the same bits as
+ * rowDot's. Groups of 2 and 3 take a batch's last tokens: one at a time they cost about what four
+ * together do (a 3-stream decode step took as long as a 4-stream one).
  */
-@inline function rowDot4(kind: i32, row: usize, xq: usize, xd: usize, xs: usize, cols: i32, out: usize, outStride: usize): void {
+@inline function rowDotGroup(kind: i32, n: i32, row: usize, xq: usize, xd: usize, xs: usize, cols: i32, out: usize, outStride: usize): void {
   const bs = <usize>blockBytes(kind);
   const c = <usize>cols, nb4 = <usize>(cols >> 5) << 2;
   let acc0 = f32x4.splat(0), acc1 = f32x4.splat(0), acc2 = f32x4.splat(0), acc3 = f32x4.splat(0);
@@ -157,20 +159,20 @@ const MXFP4_PLUS_12 = i8x16(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6,
     }
     acc0 = tokenBlock(kind, blk, w0, w1, m0, m1, x, scale, sum, wd, acc0);
     acc1 = tokenBlock(kind, blk, w0, w1, m0, m1, x + c, scale + nb4, sum + nb4, wd, acc1);
-    acc2 = tokenBlock(kind, blk, w0, w1, m0, m1, x + 2 * c, scale + 2 * nb4, sum + 2 * nb4, wd, acc2);
-    acc3 = tokenBlock(kind, blk, w0, w1, m0, m1, x + 3 * c, scale + 3 * nb4, sum + 3 * nb4, wd, acc3);
+    if (n > 2) acc2 = tokenBlock(kind, blk, w0, w1, m0, m1, x + 2 * c, scale + 2 * nb4, sum + 2 * nb4, wd, acc2);
+    if (n > 3) acc3 = tokenBlock(kind, blk, w0, w1, m0, m1, x + 3 * c, scale + 3 * nb4, sum + 3 * nb4, wd, acc3);
     if (kind == Q4_1 || kind == Q5_1) {
       const wm = loadHalf(blk + 2);
       mins0 += wm * (load<f32>(scale) * <f32>load<i32>(sum));
       mins1 += wm * (load<f32>(scale + nb4) * <f32>load<i32>(sum + nb4));
-      mins2 += wm * (load<f32>(scale + 2 * nb4) * <f32>load<i32>(sum + 2 * nb4));
-      mins3 += wm * (load<f32>(scale + 3 * nb4) * <f32>load<i32>(sum + 3 * nb4));
+      if (n > 2) mins2 += wm * (load<f32>(scale + 2 * nb4) * <f32>load<i32>(sum + 2 * nb4));
+      if (n > 3) mins3 += wm * (load<f32>(scale + 3 * nb4) * <f32>load<i32>(sum + 3 * nb4));
     }
   }
   store<f32>(out, sumLanes(acc0) + mins0);
   store<f32>(out + outStride, sumLanes(acc1) + mins1);
-  store<f32>(out + 2 * outStride, sumLanes(acc2) + mins2);
-  store<f32>(out + 3 * outStride, sumLanes(acc3) + mins3);
+  if (n > 2) store<f32>(out + 2 * outStride, sumLanes(acc2) + mins2);
+  if (n > 3) store<f32>(out + 3 * outStride, sumLanes(acc3) + mins3);
 }
 
 @inline function matmulLegacy(
@@ -182,16 +184,19 @@ const MXFP4_PLUS_12 = i8x16(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6,
   // 185 -> 131, Q5_1 164 -> 146, Q4_0 79 -> 92, Q4_1 99 -> 112; 768x2048 Q4_0 158 -> 89, Q4_1
   // 145 -> 110).
   const T4 = T & ~3;
+  const tail = T - T4;
   for (let r = rowStart; r < rowEnd; r++) {
     const row = w + <usize>(r * rowBytes);
     for (let t = 0; t < T4; t += 4) {
       const x = xq + <usize>(t * cols), scales = xd + (<usize>(t * (cols >> 5)) << 2), sums = xs + (<usize>(t * (cols >> 5)) << 2);
-      rowDot4(kind, row, x, scales, sums, cols, out + (<usize>(t * outStride + r) << 2), <usize>outStride << 2);
+      rowDotGroup(kind, 4, row, x, scales, sums, cols, out + (<usize>(t * outStride + r) << 2), <usize>outStride << 2);
     }
-    for (let t = T4; t < T; t++) {
-      const x = xq + <usize>(t * cols), scales = xd + (<usize>(t * (cols >> 5)) << 2), sums = xs + (<usize>(t * (cols >> 5)) << 2);
-      store<f32>(out + (<usize>(t * outStride + r) << 2), rowDot(kind, row, x, scales, sums, cols));
-    }
+    if (tail == 0) continue;
+    const x = xq + <usize>(T4 * cols), scales = xd + (<usize>(T4 * (cols >> 5)) << 2), sums = xs + (<usize>(T4 * (cols >> 5)) << 2);
+    const o = out + (<usize>(T4 * outStride + r) << 2);
+    if (tail == 3) rowDotGroup(kind, 3, row, x, scales, sums, cols, o, <usize>outStride << 2);
+    else if (tail == 2) rowDotGroup(kind, 2, row, x, scales, sums, cols, o, <usize>outStride << 2);
+    else store<f32>(o, rowDot(kind, row, x, scales, sums, cols));
   }
 }
 
