@@ -388,53 +388,99 @@ export function unpackedRowBytes(cols: i32): i32 {
   }
 }
 
+/** isum + one 16-value piece of a token's dot over an unpacked row: weights u (0..63), their scale splat sc. */
+@inline function pieceDot(x: v128, u: v128, sc: v128, isum: v128): v128 {
+  return i32x4.add(isum, i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(x, u), sc));
+}
+
+/** The 16 numbers after a super-block's scales (Q2_K's minimums, Q3_K's scales) times the token's 16-value sums at s, summed. */
+@inline function storedTimesSums(ub: usize, s: usize): i32 {
+  const p = i32x4.add(
+    i32x4.add(i32x4.mul(v128.load(ub + 512), v128.load(s)), i32x4.mul(v128.load(ub + 512, 16), v128.load(s, 16))),
+    i32x4.add(i32x4.mul(v128.load(ub + 512, 32), v128.load(s, 32)), i32x4.mul(v128.load(ub + 512, 48), v128.load(s, 48))),
+  );
+  return i32x4.extract_lane(p, 0) + i32x4.extract_lane(p, 1) + i32x4.extract_lane(p, 2) + i32x4.extract_lane(p, 3);
+}
+
 /**
- * rowDot over an unpacked row (u as unpackRow wrote it): the same integer sums as superBlockDot,
- * each 16 weights a load instead of an unpacking, then rowDot's float part in rowDot's order, so
- * the result is the same bits.
+ * acc + a token's integer sum over super-block blk (unpacked at ub), the type's offset taken out
+ * (Q3_K's 4, Q6_K's 32, with the token's 16-value sums at s), scaled by d * the token's scale xdb.
  */
-@inline function rowDotUnpacked(kind: i32, row: usize, u: usize, xq: usize, xd: usize, xs: usize, cols: i32): f32 {
+@inline function superAccumulate(kind: i32, acc: v128, isum: v128, blk: usize, ub: usize, s: usize, xdb: f32): v128 {
+  if (kind == Q3_K) {
+    isum = i32x4.sub(isum, i32x4.splat(storedTimesSums(ub, s)));
+  } else if (kind == Q6_K) {
+    // Values are u - 32: 32 x the scaled 16-value sums out, as superBlockDot.
+    const raw = v128.load(blk, 192);
+    const sums0 = i16x8.narrow_i32x4_s(v128.load(s), v128.load(s, 16));
+    const sums1 = i16x8.narrow_i32x4_s(v128.load(s, 32), v128.load(s, 48));
+    const o = i32x4.add(i32x4.dot_i16x8_s(sums0, i16x8.extend_low_i8x16_s(raw)), i32x4.dot_i16x8_s(sums1, i16x8.extend_high_i8x16_s(raw)));
+    const offset = i32x4.extract_lane(o, 0) + i32x4.extract_lane(o, 1) + i32x4.extract_lane(o, 2) + i32x4.extract_lane(o, 3);
+    isum = i32x4.sub(isum, i32x4.splat(offset << 3));
+  }
+  return accumulate(acc, isum, superScale(kind, blk) * xdb);
+}
+
+/** The minimum term a token's result loses for super-block blk (Q2_K, Q4_K, Q5_K; 0 for the others): dmin * (xdb * its integer sum). */
+@inline function superMinTerm(kind: i32, blk: usize, ub: usize, s: usize, xdb: f32): f32 {
+  if (kind == Q2_K) return superMinScale(kind, blk) * (xdb * <f32>storedTimesSums(ub, s));
+  if (kind == Q4_K || kind == Q5_K) {
+    const m = i32x4.add(i32x4.mul(v128.load(ub + 512), pairSums(s, 0)), i32x4.mul(v128.load(ub + 512, 16), pairSums(s, 32)));
+    const minSum = i32x4.extract_lane(m, 0) + i32x4.extract_lane(m, 1) + i32x4.extract_lane(m, 2) + i32x4.extract_lane(m, 3);
+    return superMinScale(kind, blk) * (xdb * <f32>minSum);
+  }
+  return 0;
+}
+
+/**
+ * rowDot over an unpacked row (u as unpackRow wrote it) for n tokens at once, n = 1..4 a constant
+ * at each call (token k's activations at xq + k*cols, its scales and sums one token's length
+ * apart): the same integer sums as superBlockDot, each 16 weights and their scale a load shared by
+ * the n tokens instead of an unpacking, then rowDot's float part in rowDot's order for each token,
+ * so every result is the same bits as rowDot's. Results go to out + k*outStride.
+ */
+@inline function rowDotUnpacked(
+  kind: i32, n: i32, row: usize, u: usize, xq: usize, xd: usize, xs: usize, cols: i32, out: usize, outStride: usize,
+): void {
   const nb = cols >> 8;
   const bs = <usize>blockBytes(kind);
-  let acc = f32x4.splat(0);
-  let mins: f32 = 0;
+  const c = <usize>cols, dk = <usize>nb << 2, sk = <usize>(cols >> 4) << 2;
+  const hasMins = kind == Q2_K || kind == Q4_K || kind == Q5_K;
+  let acc0 = f32x4.splat(0), acc1 = f32x4.splat(0), acc2 = f32x4.splat(0), acc3 = f32x4.splat(0);
+  let mins0: f32 = 0, mins1: f32 = 0, mins2: f32 = 0, mins3: f32 = 0;
   let blk = row, ub = u, x = xq, s = xs, d = xd;
   for (let b = 0; b < nb; b++, blk += bs, ub += UNPACKED_BYTES, x += 256, s += 64, d += 4) {
-    let isum = i32x4.splat(0);
-    for (let g: usize = 0; g < 256; g += 64) {
-      isum = i32x4.add(isum, i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(x + g), v128.load(ub + g)), v128.load(ub + 256 + g)));
-      isum = i32x4.add(isum, i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(x + g, 16), v128.load(ub + g, 16)), v128.load(ub + 256 + g, 16)));
-      isum = i32x4.add(isum, i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(x + g, 32), v128.load(ub + g, 32)), v128.load(ub + 256 + g, 32)));
-      isum = i32x4.add(isum, i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(x + g, 48), v128.load(ub + g, 48)), v128.load(ub + 256 + g, 48)));
+    let i0 = i32x4.splat(0), i1 = i32x4.splat(0), i2 = i32x4.splat(0), i3 = i32x4.splat(0);
+    for (let g: usize = 0; g < 256; g += 16) {
+      const w = v128.load(ub + g), sc = v128.load(ub + 256 + g);
+      i0 = pieceDot(v128.load(x + g), w, sc, i0);
+      if (n > 1) i1 = pieceDot(v128.load(x + c + g), w, sc, i1);
+      if (n > 2) i2 = pieceDot(v128.load(x + 2 * c + g), w, sc, i2);
+      if (n > 3) i3 = pieceDot(v128.load(x + 3 * c + g), w, sc, i3);
     }
-    const xdb = load<f32>(d);
-    if (kind == Q2_K || kind == Q3_K) {
-      // The 16 stored numbers times the 16-value activation sums: Q2_K's minimum sum, Q3_K's offset (4 x, one per lane).
-      const p = i32x4.add(
-        i32x4.add(i32x4.mul(v128.load(ub + 512), v128.load(s)), i32x4.mul(v128.load(ub + 512, 16), v128.load(s, 16))),
-        i32x4.add(i32x4.mul(v128.load(ub + 512, 32), v128.load(s, 32)), i32x4.mul(v128.load(ub + 512, 48), v128.load(s, 48))),
-      );
-      const total = i32x4.extract_lane(p, 0) + i32x4.extract_lane(p, 1) + i32x4.extract_lane(p, 2) + i32x4.extract_lane(p, 3);
-      if (kind == Q3_K) isum = i32x4.sub(isum, i32x4.splat(total));
-      acc = accumulate(acc, isum, superScale(kind, blk) * xdb);
-      if (kind == Q2_K) mins -= superMinScale(kind, blk) * (xdb * <f32>total);
-    } else if (kind == Q6_K) {
-      // Values are u - 32: 32 x the scaled 16-value sums out, as superBlockDot.
-      const raw = v128.load(blk, 192);
-      const sums0 = i16x8.narrow_i32x4_s(v128.load(s), v128.load(s, 16));
-      const sums1 = i16x8.narrow_i32x4_s(v128.load(s, 32), v128.load(s, 48));
-      const o = i32x4.add(i32x4.dot_i16x8_s(sums0, i16x8.extend_low_i8x16_s(raw)), i32x4.dot_i16x8_s(sums1, i16x8.extend_high_i8x16_s(raw)));
-      const offset = i32x4.extract_lane(o, 0) + i32x4.extract_lane(o, 1) + i32x4.extract_lane(o, 2) + i32x4.extract_lane(o, 3);
-      isum = i32x4.sub(isum, i32x4.splat(offset << 3));
-      acc = accumulate(acc, isum, superScale(kind, blk) * xdb);
-    } else {
-      acc = accumulate(acc, isum, superScale(kind, blk) * xdb);
-      const m = i32x4.add(i32x4.mul(v128.load(ub + 512), pairSums(s, 0)), i32x4.mul(v128.load(ub + 512, 16), pairSums(s, 32)));
-      const minSum = i32x4.extract_lane(m, 0) + i32x4.extract_lane(m, 1) + i32x4.extract_lane(m, 2) + i32x4.extract_lane(m, 3);
-      mins -= superMinScale(kind, blk) * (xdb * <f32>minSum);
+    const x0 = load<f32>(d);
+    acc0 = superAccumulate(kind, acc0, i0, blk, ub, s, x0);
+    if (hasMins) mins0 -= superMinTerm(kind, blk, ub, s, x0);
+    if (n > 1) {
+      const x1 = load<f32>(d + dk);
+      acc1 = superAccumulate(kind, acc1, i1, blk, ub, s + sk, x1);
+      if (hasMins) mins1 -= superMinTerm(kind, blk, ub, s + sk, x1);
+    }
+    if (n > 2) {
+      const x2 = load<f32>(d + 2 * dk);
+      acc2 = superAccumulate(kind, acc2, i2, blk, ub, s + 2 * sk, x2);
+      if (hasMins) mins2 -= superMinTerm(kind, blk, ub, s + 2 * sk, x2);
+    }
+    if (n > 3) {
+      const x3 = load<f32>(d + 3 * dk);
+      acc3 = superAccumulate(kind, acc3, i3, blk, ub, s + 3 * sk, x3);
+      if (hasMins) mins3 -= superMinTerm(kind, blk, ub, s + 3 * sk, x3);
     }
   }
-  return sumLanes(acc) + mins;
+  store<f32>(out, sumLanes(acc0) + mins0);
+  if (n > 1) store<f32>(out + outStride, sumLanes(acc1) + mins1);
+  if (n > 2) store<f32>(out + 2 * outStride, sumLanes(acc2) + mins2);
+  if (n > 3) store<f32>(out + 3 * outStride, sumLanes(acc3) + mins3);
 }
 
 /**
@@ -452,10 +498,16 @@ export function unpackedRowBytes(cols: i32): i32 {
   for (let r = rowStart; r < rowEnd; r++) {
     const row = w + <usize>(r * rowBytes);
     if (unpacked) {
+      // Four tokens at a time, then the last 3, 2 or 1 together.
       unpackRow(kind, row, cols >> 8, u);
-      for (let t = 0; t < T; t++) {
-        const v = rowDotUnpacked(kind, row, u, xq + <usize>(t * cols), xd + (<usize>(t * (cols >> 8)) << 2), xs + (<usize>(t * (cols >> 4)) << 2), cols);
-        store<f32>(out + (<usize>(t * outStride + r) << 2), v);
+      for (let t = 0; t < T; t += 4) {
+        const x = xq + <usize>(t * cols), d = xd + (<usize>(t * (cols >> 8)) << 2), s = xs + (<usize>(t * (cols >> 4)) << 2);
+        const o = out + (<usize>(t * outStride + r) << 2), os = <usize>outStride << 2;
+        const left = T - t;
+        if (left >= 4) rowDotUnpacked(kind, 4, row, u, x, d, s, cols, o, os);
+        else if (left == 3) rowDotUnpacked(kind, 3, row, u, x, d, s, cols, o, os);
+        else if (left == 2) rowDotUnpacked(kind, 2, row, u, x, d, s, cols, o, os);
+        else rowDotUnpacked(kind, 1, row, u, x, d, s, cols, o, os);
       }
       continue;
     }
