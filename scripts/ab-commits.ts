@@ -9,9 +9,9 @@
  *
  * BEFORE_DIR and AFTER_DIR are checkouts with `bun install` done (git worktree add DIR COMMIT).
  * WORKLOAD: decode (one sequence, 128 tokens), prefill (a 220-word prompt, one token), batch16
- * (16 sequences of 32 tokens) or batch3 (3 sequences of 64: steps of 3 tokens); all four when left out. Prints one JSON line per workload: the
- * after / before wall-time ratio of each round, their geometric mean with a 95% interval, and the
- * median. Greedy, prefix cache off, WebAssembly.
+ * (16 sequences of 32 tokens) or batch3 (3 sequences of 64: steps of 3 tokens); all four when
+ * left out. Prints one JSON line per workload: the after / before wall-time ratio of each round,
+ * their geometric mean with a 95% interval, and the median. Greedy, prefix cache off, WebAssembly.
  */
 import { resolve } from "node:path";
 import { percentile } from "../src/bench/measure.ts";

@@ -183,20 +183,18 @@ const MXFP4_PLUS_12 = i8x16(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6,
   // from register pressure (one thread, us, pairs -> single: 2048x768 Q8_0 206 -> 100, Q5_0
   // 185 -> 131, Q5_1 164 -> 146, Q4_0 79 -> 92, Q4_1 99 -> 112; 768x2048 Q4_0 158 -> 89, Q4_1
   // 145 -> 110).
-  const T4 = T & ~3;
-  const tail = T - T4;
   for (let r = rowStart; r < rowEnd; r++) {
     const row = w + <usize>(r * rowBytes);
-    for (let t = 0; t < T4; t += 4) {
+    // Four tokens at a time, then the last 3 or 2 together, or the last one alone.
+    for (let t = 0; t < T; t += 4) {
       const x = xq + <usize>(t * cols), scales = xd + (<usize>(t * (cols >> 5)) << 2), sums = xs + (<usize>(t * (cols >> 5)) << 2);
-      rowDotGroup(kind, 4, row, x, scales, sums, cols, out + (<usize>(t * outStride + r) << 2), <usize>outStride << 2);
+      const o = out + (<usize>(t * outStride + r) << 2), os = <usize>outStride << 2;
+      const left = T - t;
+      if (left >= 4) rowDotGroup(kind, 4, row, x, scales, sums, cols, o, os);
+      else if (left == 3) rowDotGroup(kind, 3, row, x, scales, sums, cols, o, os);
+      else if (left == 2) rowDotGroup(kind, 2, row, x, scales, sums, cols, o, os);
+      else store<f32>(o, rowDot(kind, row, x, scales, sums, cols));
     }
-    if (tail == 0) continue;
-    const x = xq + <usize>(T4 * cols), scales = xd + (<usize>(T4 * (cols >> 5)) << 2), sums = xs + (<usize>(T4 * (cols >> 5)) << 2);
-    const o = out + (<usize>(T4 * outStride + r) << 2);
-    if (tail == 3) rowDotGroup(kind, 3, row, x, scales, sums, cols, o, <usize>outStride << 2);
-    else if (tail == 2) rowDotGroup(kind, 2, row, x, scales, sums, cols, o, <usize>outStride << 2);
-    else store<f32>(o, rowDot(kind, row, x, scales, sums, cols));
   }
 }
 
