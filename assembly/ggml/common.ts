@@ -84,10 +84,14 @@ export function buildHalfTable(): void {
   return (f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1)) + (f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3));
 }
 
+/** The sum of the four i32 lanes (exact in any order: integers). */
+@inline export function laneTotal(v: v128): i32 {
+  return i32x4.extract_lane(v, 0) + i32x4.extract_lane(v, 1) + i32x4.extract_lane(v, 2) + i32x4.extract_lane(v, 3);
+}
+
 /** Sum of all 16 int8 lanes as i32 (exact). */
 @inline function sumI8(v: v128): i32 {
-  const s = i32x4.extadd_pairwise_i16x8_s(i16x8.extadd_pairwise_i8x16_s(v));
-  return i32x4.extract_lane(s, 0) + i32x4.extract_lane(s, 1) + i32x4.extract_lane(s, 2) + i32x4.extract_lane(s, 3);
+  return laneTotal(i32x4.extadd_pairwise_i16x8_s(i16x8.extadd_pairwise_i8x16_s(v)));
 }
 
 /** Bytes of activation scratch one token of `cols` values needs (xq, xd and xs together, 32-value blocks). */

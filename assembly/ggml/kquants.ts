@@ -14,7 +14,7 @@
 // matmulX(out, xq, xd, xs, w, T, cols, outStride, scratch, rowStart, rowEnd), as the 32-value
 // types, with 4 bytes of per-thread scratch.
 
-import { accumulate, dotAdd, loadHalf, sumLanes } from "./common";
+import { accumulate, dotAdd, laneTotal, loadHalf, sumLanes } from "./common";
 
 const QK_K: i32 = 256;
 /** Tokens from which a product unpacks each row once (below, unpacking inside each dot costs less). */
@@ -157,6 +157,17 @@ const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
 }
 
 /**
+ * A Q6_K super-block's 16 sub-block scales (lo: 0-7, hi: 8-15, as i16) times the token's 16-value
+ * activation sums at xs, summed. The sums fit i16 (at most 16 x 127), so one multiply-add of pairs
+ * does it.
+ */
+@inline function scaledSumsQ6K(xs: usize, lo: v128, hi: v128): i32 {
+  const sums0 = i16x8.narrow_i32x4_s(v128.load(xs), v128.load(xs, 16));
+  const sums1 = i16x8.narrow_i32x4_s(v128.load(xs, 32), v128.load(xs, 48));
+  return laneTotal(i32x4.add(i32x4.dot_i16x8_s(sums0, lo), i32x4.dot_i16x8_s(sums1, hi)));
+}
+
+/**
  * One super-block of `kind` dotted with its 256 activations (xq, xs at the block): the integer
  * sum of every sub-block's dot times its sub-scale, spread over four lanes, and (stored at `mins`)
  * the integer sum of the sub-minimums times the activations' sums. Exact. Weights enter the dot
@@ -181,7 +192,7 @@ const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
       i32x4.mul(i32x4.extend_low_i16x8_u(mins8), pairSums(xs, 0)),
       i32x4.mul(i32x4.extend_high_i16x8_u(mins8), pairSums(xs, 32)),
     );
-    minSum = i32x4.extract_lane(m, 0) + i32x4.extract_lane(m, 1) + i32x4.extract_lane(m, 2) + i32x4.extract_lane(m, 3);
+    minSum = laneTotal(m);
   } else if (kind == Q6_K) {
     const scales = v128.load(blk, 192);
     const lo = i16x8.extend_low_i8x16_s(scales), hi = i16x8.extend_high_i8x16_s(scales);
@@ -189,13 +200,8 @@ const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
     isum = quarterQ6K(isum, blk, xq, 0, 1, lo);
     isum = quarterQ6K(isum, blk, xq, 1, 0, hi);
     isum = quarterQ6K(isum, blk, xq, 1, 1, hi);
-    // Values are u - 32: take out 32 x the scaled sums, 8 per lane. The 16-value sums fit i16
-    // (at most 16 x 127), so one multiply-add of pairs does it.
-    const sums0 = i16x8.narrow_i32x4_s(v128.load(xs), v128.load(xs, 16));
-    const sums1 = i16x8.narrow_i32x4_s(v128.load(xs, 32), v128.load(xs, 48));
-    const o = i32x4.add(i32x4.dot_i16x8_s(sums0, lo), i32x4.dot_i16x8_s(sums1, hi));
-    const offset = i32x4.extract_lane(o, 0) + i32x4.extract_lane(o, 1) + i32x4.extract_lane(o, 2) + i32x4.extract_lane(o, 3);
-    isum = i32x4.sub(isum, i32x4.splat(offset << 3));
+    // Values are u - 32: take out 32 x the scaled sums, 8 per lane.
+    isum = i32x4.sub(isum, i32x4.splat(scaledSumsQ6K(xs, lo, hi) << 3));
   } else {
     // Q2_K and Q3_K: 2-bit values (plus Q3_K's high bit), 16-value sub-blocks, whose 16 scales
     // (Q2_K: and minimums) are unpacked at once; their products with the 16-value activation sums
@@ -209,11 +215,11 @@ const Q2_K: i32 = 2, Q3_K: i32 = 3, Q4_K: i32 = 4, Q5_K: i32 = 5, Q6_K: i32 = 6;
     let offset = 0;
     if (kind == Q3_K) {
       const o = i32x4.add(i32x4.dot_i16x8_s(sums0, scLo), i32x4.dot_i16x8_s(sums1, scHi));
-      offset = i32x4.extract_lane(o, 0) + i32x4.extract_lane(o, 1) + i32x4.extract_lane(o, 2) + i32x4.extract_lane(o, 3);
+      offset = laneTotal(o);
     } else {
       const mn = v128.and(i16x8.shr_u(packed, 4), LOW_NIBBLES);
       const m = i32x4.add(i32x4.dot_i16x8_s(sums0, i16x8.extend_low_i8x16_u(mn)), i32x4.dot_i16x8_s(sums1, i16x8.extend_high_i8x16_u(mn)));
-      minSum = i32x4.extract_lane(m, 0) + i32x4.extract_lane(m, 1) + i32x4.extract_lane(m, 2) + i32x4.extract_lane(m, 3);
+      minSum = laneTotal(m);
     }
     const hm0 = kind == Q3_K ? v128.load(blk) : ZERO;
     const hm1 = kind == Q3_K ? v128.load(blk, 16) : ZERO;
@@ -399,7 +405,7 @@ export function unpackedRowBytes(cols: i32): i32 {
     i32x4.add(i32x4.mul(v128.load(ub + 512), v128.load(s)), i32x4.mul(v128.load(ub + 512, 16), v128.load(s, 16))),
     i32x4.add(i32x4.mul(v128.load(ub + 512, 32), v128.load(s, 32)), i32x4.mul(v128.load(ub + 512, 48), v128.load(s, 48))),
   );
-  return i32x4.extract_lane(p, 0) + i32x4.extract_lane(p, 1) + i32x4.extract_lane(p, 2) + i32x4.extract_lane(p, 3);
+  return laneTotal(p);
 }
 
 /**
@@ -412,11 +418,7 @@ export function unpackedRowBytes(cols: i32): i32 {
   } else if (kind == Q6_K) {
     // Values are u - 32: 32 x the scaled 16-value sums out, as superBlockDot.
     const raw = v128.load(blk, 192);
-    const sums0 = i16x8.narrow_i32x4_s(v128.load(s), v128.load(s, 16));
-    const sums1 = i16x8.narrow_i32x4_s(v128.load(s, 32), v128.load(s, 48));
-    const o = i32x4.add(i32x4.dot_i16x8_s(sums0, i16x8.extend_low_i8x16_s(raw)), i32x4.dot_i16x8_s(sums1, i16x8.extend_high_i8x16_s(raw)));
-    const offset = i32x4.extract_lane(o, 0) + i32x4.extract_lane(o, 1) + i32x4.extract_lane(o, 2) + i32x4.extract_lane(o, 3);
-    isum = i32x4.sub(isum, i32x4.splat(offset << 3));
+    isum = i32x4.sub(isum, i32x4.splat(scaledSumsQ6K(s, i16x8.extend_low_i8x16_s(raw), i16x8.extend_high_i8x16_s(raw)) << 3));
   }
   return accumulate(acc, isum, superScale(kind, blk) * xdb);
 }
@@ -426,7 +428,7 @@ export function unpackedRowBytes(cols: i32): i32 {
   if (kind == Q2_K) return superMinScale(kind, blk) * (xdb * <f32>storedTimesSums(ub, s));
   if (kind == Q4_K || kind == Q5_K) {
     const m = i32x4.add(i32x4.mul(v128.load(ub + 512), pairSums(s, 0)), i32x4.mul(v128.load(ub + 512, 16), pairSums(s, 32)));
-    const minSum = i32x4.extract_lane(m, 0) + i32x4.extract_lane(m, 1) + i32x4.extract_lane(m, 2) + i32x4.extract_lane(m, 3);
+    const minSum = laneTotal(m);
     return superMinScale(kind, blk) * (xdb * <f32>minSum);
   }
   return 0;
