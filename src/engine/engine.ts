@@ -291,16 +291,20 @@ export class LLMEngine {
     let text = "";
     let forced: number[] = [];
     const draw = (row: Float32Array): number | null => {
-      const token = this.draw(seq, row);
+      // A forced token a logprobs request still owes is taken as it is: no draw, as appendForced takes it.
+      const queued = seq.forcedTokenIds.shift();
+      const token = queued ?? this.draw(seq, row);
       if (token === null) return null;
+      if (queued !== undefined && !seq.constraint!.acceptToken(token)) throw new Error(`the constraint refused token ${token}, which it had forced`);
       if (seq.params.logprobs !== undefined && !this.isStopToken(seq, token)) seq.logprobs.push(sampledLogprob(row, token, seq.params.logprobs));
       text += this.postprocess(seq, token);
-      forced = this.forcedAfter(seq);
+      forced = queued === undefined ? this.forcedAfter(seq) : [];
       return token;
     };
     // Tokens forced after a drawn token come next, as decoding one at a time would have them.
     const numSampled = this.speculation.verify(seq, rows, draw, () => forced.length > 0);
-    text += this.appendForced(seq, forced);
+    if (seq.params.logprobs === undefined) text += this.appendForced(seq, forced);
+    else if (forced.length > 0) seq.forcedTokenIds = forced;
     return this.output(seq, text, numSampled);
   }
 
@@ -327,12 +331,14 @@ export class LLMEngine {
 
   /**
    * Jump-forward: where seq's constraint allows exactly one continuation (`{"name": "` after an
-   * object opens), its tokens; [] when there is a choice, and for a request that asked for logprobs
-   * (a forced token has no row of its own).
+   * object opens), its tokens; [] when there is a choice. A request without logprobs appends them
+   * at once (appendForced: the next step computes them as a chunk); one with logprobs needs each
+   * one's row, so it takes them one a step (Sequence.forcedTokenIds), never drawing for them
+   * either: the same tokens, the same random draws, the same bits.
    */
   private forcedAfter(seq: Sequence): number[] {
     const constraint = seq.constraint;
-    if (constraint === null || seq.isFinished || seq.params.logprobs !== undefined) return [];
+    if (constraint === null || seq.isFinished) return [];
     return constraint.forcedTokens();
   }
 

@@ -56,6 +56,11 @@ export class Sequence extends Request {
   finishMs: number | null = null;
   /** One entry per generated token when params.logprobs is set. */
   readonly logprobs: SampledLogprob[] = [];
+  /**
+   * Tokens its constraint forced that a logprobs request takes next, one a step from its own row
+   * (engine.ts, forcedAfter), in place of sampling; empty otherwise.
+   */
+  forcedTokenIds: number[] = [];
   private readonly stops: StopStringMatcher;
 
   constructor(
