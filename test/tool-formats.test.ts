@@ -19,9 +19,10 @@ import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { jsonText } from "../src/tools/qwen3-coder.ts";
-import { ReplyReader, replyCallSyntax, replySetup, type ReplyDelta, type ReplyMessage, type ReplySetup } from "../src/tools/reply-reader.ts";
+import { replyCallSyntax, replySetup, type ReplySetup } from "../src/tools/reply-reader.ts";
 import { toolCallFormat } from "../src/tools/tool-format.ts";
 import { checkTools, type CheckedTools, type ToolChoice, type ToolDefinition } from "../src/tools/tool-types.ts";
+import { joined, read } from "./helpers/reply-read.ts";
 import { SHARED_DIR } from "./helpers/shared.ts";
 import { describeShared } from "./helpers/shared.ts";
 
@@ -46,34 +47,6 @@ const MISTRAL = "[TOOL_CALLS]";
 const CODER = "<function=x><parameter=y>";
 const HARMONY = "<|channel|>";
 const QWEN3 = "<tool_call> <think>";
-
-/** The reply read in the given pieces: the message (ids dropped) and every delta. */
-function read(setup: ReplySetup, pieces: readonly string[]): { message: Omit<ReplyMessage, "toolCalls"> & { toolCalls: { name: string; arguments: string }[] }; deltas: ReplyDelta[]; ids: string[] } {
-  const reader = new ReplyReader(setup);
-  const deltas = pieces.map((p) => reader.push(p));
-  deltas.push(reader.end());
-  const m = reader.message;
-  return { message: { content: m.content, reasoning: m.reasoning, toolCalls: m.toolCalls.map((c) => ({ name: c.function.name, arguments: c.function.arguments })) }, deltas, ids: m.toolCalls.map((c) => c.id) };
-}
-
-/** Joins deltas into a message the way a client does (content, reasoning, calls by index). */
-function joined(deltas: readonly ReplyDelta[]) {
-  const calls: { name: string; arguments: string }[] = [];
-  let content = "";
-  let reasoning = "";
-  for (const d of deltas) {
-    content += d.content;
-    reasoning += d.reasoning;
-    for (const c of d.toolCalls) {
-      if (c.name !== undefined) {
-        expect(c.index).toBe(calls.length);
-        calls.push({ name: c.name, arguments: "" });
-      }
-      calls[c.index]!.arguments += c.arguments;
-    }
-  }
-  return { content, reasoning, toolCalls: calls };
-}
 
 /**
  * Reads `text` whole, split at every boundary into two pieces, and a character at a time: the
@@ -133,9 +106,9 @@ describe("Hermes <tool_call> (Qwen2.5, Qwen3, Hermes 3)", () => {
     expect(after).toEqual({ content: "Done.", reasoning: "", toolCalls: [call("get_weather", "{}")] });
   });
 
-  test("a reply cut off inside a call (max_tokens) keeps the call with the arguments so far; one cut before the name is text", () => {
+  test("a reply cut off inside a call (max_tokens) keeps the call with the arguments so far; one cut before the name is dropped", () => {
     expect(readEveryWay(setup, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa').toolCalls).toEqual([call("get_weather", '{"city": "Pa')]);
-    expect(readEveryWay(setup, '<tool_call>\n{"name": "get_w')).toEqual({ content: '<tool_call>\n{"name": "get_w', reasoning: "", toolCalls: [] });
+    expect(readEveryWay(setup, '<tool_call>\n{"name": "get_w')).toEqual({ content: "", reasoning: "", toolCalls: [] });
   });
 
   test("parallel_tool_calls false keeps the first call only", () => {

@@ -18,6 +18,12 @@ const END = "<|end|>";
 const ENDINGS = [END, "<|call|>", "<|return|>"];
 const START = "<|start|>";
 const CHANNEL = "<|channel|>";
+/** Text a header holds and plain text does not: a harmony token, or a recipient. */
+const HEADER_SYNTAX = /<\||(?:^|\s)to=/;
+/** How a recipient in the role begins (the reply's first header, after the prompt's `<|start|>assistant`). */
+const RECIPIENT = " to=functions.";
+/** A recipient whose name is whole: something that is not part of a name follows it. */
+const WHOLE_RECIPIENT = /to=functions\.([A-Za-z0-9_.-]+)[^A-Za-z0-9_.-]/;
 /** Characters a header may take before text without a channel counts as plain content. */
 const MAX_HEADER = 256;
 
@@ -28,6 +34,8 @@ export class HarmonyParser implements ReplyParser {
   private state: State = "header";
   private buffer = "";
   private route: Route = "content";
+  /** Whether a message has begun: any header after it is harmony's, never plain text. */
+  private readMessage = false;
 
   constructor(private readonly accept: (name: string) => boolean) {}
 
@@ -46,13 +54,31 @@ export class HarmonyParser implements ReplyParser {
     const rest = this.buffer;
     this.buffer = "";
     if (this.state === "header") {
-      // A reply that never opened a message (a model that writes plain text): its text is content.
-      if (rest !== "") sink.content(rest);
+      this.endInHeader(rest, sink);
     } else if (this.state === "body") {
       if (rest !== "") this.emit(rest, sink);
       if (this.route === "call") sink.callEnd();
     }
     this.state = "header";
+  }
+
+  /**
+   * The reply ended before a header's `<|message|>`: a reply that never wrote a header (a model
+   * that writes plain text) is content; a header cut by max_tokens is syntax, never content: a call
+   * whose name is whole is kept with no arguments (as a call cut after its name in the other
+   * formats), anything else dropped.
+   */
+  private endInHeader(rest: string, sink: ReplySink): void {
+    const plain = !this.readMessage && !HEADER_SYNTAX.test(rest) && !(rest !== "" && RECIPIENT.startsWith(rest));
+    if (plain) {
+      if (rest !== "") sink.content(rest);
+      return;
+    }
+    const name = WHOLE_RECIPIENT.exec(rest)?.[1];
+    if (name !== undefined && this.accept(name)) {
+      sink.callStart(name);
+      sink.callEnd();
+    }
   }
 
   private header(sink: ReplySink): void {
@@ -67,6 +93,7 @@ export class HarmonyParser implements ReplyParser {
     }
     const header = this.buffer.slice(0, at);
     this.buffer = this.buffer.slice(at + MESSAGE.length);
+    this.readMessage = true;
     this.route = this.routeOf(header);
     if (this.route === "call") sink.callStart(recipient(header)!);
     this.state = "body";

@@ -9,7 +9,9 @@
  * Text outside the tags is the reply's content. A tag whose body is no call object (a model that
  * writes `<tool_call>` in prose) stays text, as vLLM's hermes parser leaves it. A call whose
  * object breaks off after its name ends there, with the arguments it has (the closing tag, if it
- * comes, is skipped); the grammar constraint (call-syntax.ts) makes that impossible later.
+ * comes, is skipped); the grammar constraint (call-syntax.ts) makes that impossible later. A reply
+ * that ends inside a call before its name is whole (max_tokens) drops that call: its text is
+ * syntax, never content.
  */
 import { CallBody } from "./call-body.ts";
 import { isJsonWhitespace } from "./json-stream.ts";
@@ -36,11 +38,10 @@ export class HermesParser extends SteppedParser {
         if (rest !== "") sink.content(rest);
         break;
       case "open":
-        sink.content(this.opening + rest);
+        // A call cut before its name (max_tokens): dropped, its syntax is no content (docs/tools.md).
         break;
       case "body":
         if (this.body!.started) sink.callEnd();
-        else sink.content(this.opening + this.body!.raw + rest);
         break;
       case "close":
       case "skip":

@@ -41,8 +41,9 @@ export class Llama3Parser extends SteppedParser {
         if (rest !== "") sink.content(rest);
         break;
       case "body":
+        // An object cut while it can still be a call (max_tokens): a call cut before its name is
+        // whole, dropped, since its syntax is no content (docs/tools.md).
         if (this.body!.started) sink.callEnd();
-        else sink.content(this.body!.raw + rest);
         break;
       case "tagged":
         if (this.codeTool !== null) {

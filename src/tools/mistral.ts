@@ -34,9 +34,8 @@ export class MistralParser extends SteppedParser {
       if (rest !== "") sink.content(rest);
     } else if (this.state === "body" && this.body!.started) {
       sink.callEnd();
-    } else if (this.calls === 0) {
-      sink.content(this.block + (this.body?.raw ?? "") + rest);
     }
+    // Else a block cut before a call's name (max_tokens): dropped, its syntax is no content.
     this.state = "text";
   }
 

@@ -71,7 +71,7 @@ export class Qwen3CoderParser extends SteppedParser {
     if (this.state === "text") {
       if (rest !== "") sink.content(rest);
     } else if (this.state === "open" || this.state === "name") {
-      sink.content(this.block + rest);
+      // A call cut before its name is whole (max_tokens): dropped, its syntax is no content.
     } else if (this.state !== "close") {
       sink.callArguments(this.params === 0 ? "{}" : "}");
       sink.callEnd();
