@@ -139,6 +139,21 @@ describe("a reply cut inside a call: kept once its name is whole, dropped before
   }
 });
 
+describe("tool_choice required: the reply is all calls, so no cut leaves content", () => {
+  for (const [name, c] of Object.entries(CASES)) {
+    test(name, () => {
+      const setup: ReplySetup = replySetup(c.template, "", checkTools(TOOLS, "required", true))!;
+      // Every cut, inside a tag written as text too (a random model writes `<tool_call>` a letter at a time).
+      const reply = c.reply.slice(c.reply.indexOf(c.content) + c.content.length);
+      for (let cut = 0; cut <= reply.length; cut++) {
+        const chars = read(setup, [...reply.slice(0, cut)]);
+        expect(chars.message.content, `cut at ${cut}`).toBe("");
+        expect(chars.deltas.every((d) => d.content === "")).toBe(true);
+      }
+    });
+  }
+});
+
 const WEATHER_TOOL = {
   name: "get_weather", description: "w",
   parameters: { type: "object", properties: { city: { type: "string", maxLength: 20 }, unit: { type: "string", enum: ["c", "f"] } }, required: ["city", "unit"], additionalProperties: false },

@@ -97,9 +97,16 @@ export class ReplyReader implements ReplySink {
   private heldSpace = "";
   /** The current call's index, or null; -1 while a call that is not kept (parallel calls off) runs. */
   private current: number | null = null;
+  /**
+   * tool_choice "required" or a named function: the constraint makes the reply (after its
+   * reasoning) a block of calls, so what a parser gives as content is a piece of their syntax
+   * (a tag's start that a cut left, call-syntax.ts), never text for the user.
+   */
+  private readonly forced: boolean;
 
   constructor(private readonly setup: ReplySetup) {
     this.names = new Set(setup.tools?.tools.map((t) => t.function.name) ?? []);
+    this.forced = setup.tools !== null && setup.tools.choice !== "auto";
     const accept = (name: string) => this.names.has(name) || setup.format.name !== "llama3";
     const calls = setup.tools === null ? null : setup.format.parser(setup.tools.tools, accept);
     if (setup.reasoning === "harmony") this.parser = new HarmonyParser(setup.tools === null ? () => false : accept);
@@ -135,7 +142,7 @@ export class ReplyReader implements ReplySink {
   }
 
   content(text: string): void {
-    if (text === "") return;
+    if (text === "" || this.forced) return;
     // Trailing whitespace waits for what follows it: more content takes it along, a call drops it.
     const all = this.heldSpace + text;
     const kept = all.trimEnd().length;
