@@ -69,6 +69,30 @@ export interface ReasoningMarkers {
   endTokens(at: number): readonly number[];
 }
 
+/**
+ * Whether a constrained output may end after the first tokens of what its constraint accepted (a
+ * stop string ends it only where it may: docs/structured-output.md): the constraint is taken back
+ * to there, asked whether it allows an end-of-generation token, and given the tokens again.
+ */
+export class EndCheck {
+  constructor(
+    /** A mask buffer to fill (the engine's: sampling does not need it once a token is drawn). */
+    private readonly mask: Uint32Array,
+    private readonly endTokens: ReadonlySet<number>,
+  ) {}
+
+  /** Whether the output may end after the first `kept` of `tokens`, all of which `constraint` has accepted; it is left as it was. */
+  mayEndAfter(constraint: TokenConstraint, tokens: readonly number[], kept: number): boolean {
+    const undone = tokens.slice(kept);
+    constraint.rollback(undone.length);
+    constraint.fillNextTokenBitmask(this.mask);
+    let may = false;
+    for (const t of this.endTokens) may ||= t >>> 5 < this.mask.length && isAllowed(this.mask, t);
+    for (const t of undone) if (!constraint.acceptToken(t)) throw new Error(`the constraint refused token ${t}, which it had accepted`);
+    return may;
+  }
+}
+
 /** The tokens `mask` allows (bit t of word t >> 5). */
 export function isAllowed(mask: Uint32Array, t: number): boolean {
   return ((mask[t >>> 5]! >>> (t & 31)) & 1) === 1;

@@ -24,7 +24,7 @@ import type { MemoryPlan } from "./memory-plan.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import { PendingForks } from "./parallel-sampling.ts";
 import { SamplerWork } from "./sampler.ts";
-import type { ReasoningMarkers, TokenConstraint } from "./constraint.ts";
+import { EndCheck, type ReasoningMarkers, type TokenConstraint } from "./constraint.ts";
 import { ReasoningGate } from "./reasoning-gate.ts";
 import { Scheduler, type SchedulerOutput, type TierLoader } from "./scheduler.ts";
 import { replyDecoder, Sequence, type GenerationParams } from "./sequence.ts";
@@ -157,6 +157,8 @@ export class LLMEngine {
   private readonly samplerWork = new SamplerWork();
   /** A constraint's token mask, filled for one sequence at a time (one bit per token of the larger of model and tokenizer). */
   private readonly mask: Uint32Array;
+  /** Where constrained outputs may end, for their stop strings (on the mask buffer). */
+  private readonly ends: EndCheck;
   private readonly counts = { steps: 0, maxStepTokens: 0, partialPrefills: 0, mixedSteps: 0, scored: 0 };
   /**
    * Tokens the last step computed: of requests past their prompt (sampled and draft tokens), and of
@@ -189,6 +191,7 @@ export class LLMEngine {
     this.stopTokenIds = stops;
     this.sampledIds = Math.min(parts.tokenizer.vocabSize, parts.config.vocabSize);
     this.mask = new Uint32Array(Math.ceil(Math.max(parts.tokenizer.vocabSize, parts.config.vocabSize) / 32));
+    this.ends = new EndCheck(this.mask, this.stopTokenIds);
     this.nonFinite = new NonFiniteDiagnosis(parts.checkpoint);
     this.modelContext = { file: parts.checkpoint.file, positions: parts.checkpoint.config.seqLen };
   }
@@ -490,13 +493,15 @@ export class LLMEngine {
 
   private newSequence(request: EngineRequest, params: GenerationParams, index: number, n: number): Sequence {
     const ids = request.promptTokenIds;
+    const constraint = request.constraint === null ? null : this.constraintFor(request.constraint, ids);
     return new Sequence(
       { id: n === 1 ? request.id : `${request.id}#${index}`, promptTokenIds: ids, cacheSalt: request.cacheSalt ?? undefined },
       params,
       replyDecoder(this.tokenizer, ids[ids.length - 1], params.shownTokenIds),
       this.options.speculative === null ? null : new Drafter(this.options.speculative),
       { requestId: request.id, index },
-      request.constraint === null ? null : this.constraintFor(request.constraint, ids),
+      constraint,
+      constraint === null ? null : this.ends,
     );
   }
 

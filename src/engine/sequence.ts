@@ -5,7 +5,7 @@
  * snapshot (engine-output.ts).
  */
 import type { StreamDecoder, Tokenizer } from "../tokenizer/tokenizer.ts";
-import type { TokenConstraint } from "./constraint.ts";
+import type { EndCheck, TokenConstraint } from "./constraint.ts";
 import type { FinishReason } from "./engine-output.ts";
 import type { SampledLogprob } from "./logprobs.ts";
 import { Request, type RequestOptions } from "../kv/request.ts";
@@ -62,6 +62,8 @@ export class Sequence extends Request {
    */
   forcedTokenIds: number[] = [];
   private readonly stops: StopStringMatcher;
+  /** The length of the output's text after each output token (before a stop string cut it). */
+  private readonly textEnds: number[] = [];
 
   constructor(
     opts: RequestOptions,
@@ -72,12 +74,14 @@ export class Sequence extends Request {
     sample: SampleOf = { requestId: opts.id, index: 0 },
     /** What its output is held to (a grammar matcher), or null. */
     readonly constraint: TokenConstraint | null = null,
+    /** Where a constrained output may end (for its stop strings); null: anywhere. */
+    private readonly ends: EndCheck | null = null,
   ) {
     super(opts);
     this.requestId = sample.requestId;
     this.sampleIndex = sample.index;
     this.sampler = new Sampler(params.sampling);
-    this.stops = new StopStringMatcher(params.stop);
+    this.stops = new StopStringMatcher(params.stop, (at) => this.mayEndAt(at));
   }
 
   get isFinished(): boolean {
@@ -99,8 +103,24 @@ export class Sequence extends Request {
     this.firstTokenMs ??= performance.now();
     this.appendOutputTokenIds([id]);
     const delta = this.stops.push(this.decoder.push(id));
+    this.textEnds.push(this.stops.fullText.length);
     if (this.stops.stopped) this.finish("stop");
     return delta;
+  }
+
+  /**
+   * Whether the output may end where a stop string starts, at `at` of its text: anywhere without a
+   * constraint; with one, only after a token where the constraint allows the end (a stop string
+   * that starts inside a token's text does not end constrained output: the constraint is not asked
+   * about part of a token). The token being appended is not among those before it.
+   */
+  private mayEndAt(at: number): boolean {
+    const constraint = this.constraint;
+    if (constraint === null || this.ends === null) return true;
+    let kept = this.textEnds.length;
+    while (kept > 0 && this.textEnds[kept - 1]! > at) kept--;
+    if ((kept === 0 ? 0 : this.textEnds[kept - 1]!) !== at) return false;
+    return this.ends.mayEndAfter(constraint, this.outputTokenIds, kept);
   }
 
   /** End the generation; returns any text still held back (an unfinished stop-string prefix, a partial character). */

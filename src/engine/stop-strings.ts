@@ -1,7 +1,9 @@
 /**
  * Stop strings over streamed text. Text is released only once it can no longer turn out to be the
  * start of a stop string, so a stream never shows a stop string (or half of one) that the final
- * text will not contain.
+ * text will not contain. A stop string matches only where `mayEndAt` lets the text end before it
+ * (constrained output: where the constraint may end, docs/structured-output.md); elsewhere it is
+ * text like any other.
  */
 export class StopStringMatcher {
   private text = "";
@@ -9,20 +11,21 @@ export class StopStringMatcher {
   /** Set once a stop string appears; the text is cut before it. */
   stopped = false;
 
-  constructor(private readonly stops: readonly string[]) {}
+  constructor(
+    private readonly stops: readonly string[],
+    /** Whether the text may end at this index (asked once for each occurrence of a stop string). */
+    private readonly mayEndAt: (at: number) => boolean = () => true,
+  ) {}
 
   /** Add decoded text; returns the text that can be shown now. */
   push(piece: string): string {
     if (this.stopped || piece.length === 0) return "";
-    const from = Math.max(0, this.text.length - this.longestStop() + 1);
+    const before = this.text.length;
     this.text += piece;
-    // Each match cuts the text, so a later stop string can only match earlier: the first one wins.
-    for (const stop of this.stops) {
-      const at = stop.length === 0 ? -1 : this.text.indexOf(stop, from);
-      if (at >= 0) {
-        this.text = this.text.slice(0, at);
-        this.stopped = true;
-      }
+    const cut = this.firstStop(before);
+    if (cut >= 0) {
+      this.text = this.text.slice(0, cut);
+      this.stopped = true;
     }
     const safe = this.stopped ? this.text.length : this.text.length - this.heldSuffix();
     return this.release(safe);
@@ -45,8 +48,19 @@ export class StopStringMatcher {
     return out;
   }
 
-  private longestStop(): number {
-    return this.stops.reduce((m, s) => Math.max(m, s.length), 0);
+  /** Where the earliest stop string that ends after `before` (in the new text) and may end the text starts; -1 if none. */
+  private firstStop(before: number): number {
+    let cut = -1;
+    for (const stop of this.stops) {
+      if (stop.length === 0) continue;
+      for (let at = this.text.indexOf(stop, Math.max(0, before - stop.length + 1)); at >= 0 && (cut < 0 || at < cut); at = this.text.indexOf(stop, at + 1)) {
+        if (this.mayEndAt(at)) {
+          cut = at;
+          break;
+        }
+      }
+    }
+    return cut;
   }
 
   /** Length of the longest suffix of the text that is a proper prefix of some stop string. */
