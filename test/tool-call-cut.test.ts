@@ -4,9 +4,10 @@
  * cut, the call's syntax never reaches `content` (neither the message nor any delta): content is a
  * start of the text before the calls; the calls before the cut come back whole; the cut call is
  * kept, with the arguments so far, once its name is whole, and dropped before (docs/tools.md).
- * Then over HTTP on a random-weight model (rnd-qwen2, Qwen2.5's template; rnd-gptoss, harmony):
- * issue 38's request, whose max_tokens cuts a second call, streamed and not, on the Chat
- * Completions, Anthropic Messages and Responses APIs.
+ * Then over HTTP on random-weight models: issue 38's request (rnd-qwen2, Qwen2.5's template), whose
+ * max_tokens cuts a second call, streamed and not, on the Chat Completions, Anthropic Messages and
+ * Responses APIs; and calls cut at several lengths in harmony (rnd-gptoss, gpt-oss's template) and
+ * Qwen3-Coder's XML (rnd-qwen2, Qwen3-Coder's template), tool_choice required and auto.
  */
 import { describe, expect, test } from "bun:test";
 import { replySetup, type ReplySetup } from "../src/tools/reply-reader.ts";
@@ -210,4 +211,36 @@ describeShared("a call cut by max_tokens over HTTP (rnd-qwen2, Qwen2.5's templat
       await server.close();
     }
   }, LIMIT_MS);
+});
+
+/** Requests cut at several lengths, whole and streamed: no content or delta holds call syntax. */
+async function sweepCuts(server: TestServer, toolChoice: string): Promise<number> {
+  const tool = { type: "function", function: { name: "get_time", description: "t", parameters: { type: "object", properties: { zone: { type: "string", maxLength: 12 } }, required: ["zone"] } } };
+  let calls = 0;
+  for (const maxTokens of [2, 6, 10, 14, 17, 20, 26, 40]) {
+    const body = { messages: [{ role: "user", content: "time?" }], max_tokens: maxTokens, seed: 1, tool_choice: toolChoice, tools: [tool] };
+    const whole = (await (await post(server, "/v1/chat/completions", body)).json()) as { choices: { message: { content: string | null; tool_calls?: unknown[] } }[] };
+    const message = whole.choices[0]!.message;
+    calls += message.tool_calls?.length ?? 0;
+    expect([maxTokens, message.content ?? ""]).not.toEqual([maxTokens, expect.stringMatching(SYNTAX)]);
+    const events = sseEvents(await (await post(server, "/v1/chat/completions", { ...body, stream: true })).text());
+    for (const e of events) for (const c of (e as { choices?: { delta?: { content?: string } }[] }).choices ?? []) expect(c.delta?.content ?? "").not.toMatch(SYNTAX);
+  }
+  return calls;
+}
+
+describeShared("calls cut by max_tokens over HTTP: harmony (rnd-gptoss) and Qwen3-Coder (rnd-qwen2)", [
+  "models/gguf/rnd-gptoss-MXFP4_MOE.gguf", "templates/openai-gpt-oss-120b.jinja", "models/gguf/rnd-qwen2-Q5_K_M.gguf", "templates/Qwen3-Coder.jinja",
+], ([gptoss, harmonyTemplate, qwen2, coderTemplate]) => {
+  for (const [name, model, template] of [["harmony", gptoss!, harmonyTemplate!], ["qwen3-coder", qwen2!, coderTemplate!]] as const) {
+    test(`${name}: required and auto, every cut: the call's syntax in no content or delta`, async () => {
+      const server = await startServer(model, {}, {}, template);
+      try {
+        expect(await sweepCuts(server, "required")).toBeGreaterThan(0);
+        await sweepCuts(server, "auto");
+      } finally {
+        await server.close();
+      }
+    }, LIMIT_MS);
+  }
 });
