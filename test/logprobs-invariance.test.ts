@@ -3,7 +3,7 @@
  * requests with and without `logprobs` (0 and some top alternatives) give the same token ids, text,
  * tool calls and finish reasons, over several seeds, constrained (a tool call whose constraint
  * forces tokens, a JSON Schema, a regular expression) and not, with n > 1, streamed, and with
- * speculative decoding on. A constraint that forces tokens (jump-forward: `{"name": "` after a
+ * speculative decoding on, and through a reasoning budget that forces `</think>`. A constraint that forces tokens (jump-forward: `{"name": "` after a
  * call opens) appends them without sampling; a logprobs request must take the same tokens without
  * a draw too, and still report one entry per token.
  */
@@ -13,7 +13,7 @@ import type { GenerateRequest } from "../src/engine/generate-request.ts";
 import type { CompletionResult } from "../src/engine/completion.ts";
 import type { LLM } from "../src/engine/llm.ts";
 import { openedLLMs } from "./helpers/llm.ts";
-import { describeShared } from "./helpers/shared.ts";
+import { describeShared, sharedPath } from "./helpers/shared.ts";
 
 const LIMIT_MS = 180_000;
 const llms = openedLLMs({ afterEach: false });
@@ -76,6 +76,19 @@ describeShared("logprobs never change the output", ["models/gguf/rnd-qwen2-Q5_K_
     expect(await run(0, false)).toEqual(without);
     expect(await run(5, true)).toEqual(without);
     expect(await run(undefined, true)).toEqual(without);
+  }, LIMIT_MS);
+
+  test("a template that thinks, its reasoning budget forcing `</think>` before a schema: the same tokens with and without logprobs", async () => {
+    const template = sharedPath("templates/Qwen-Qwen3-0.6B.jinja");
+    if (template === null) return;
+    const llm = llms.load({ model: model!, chatTemplate: template });
+    const schema = { type: "object", properties: { ok: { type: "boolean" } }, required: ["ok"] };
+    const batch = (logprobs: number | undefined) => SEEDS.map((seed) => ({
+      id: `t${seed}`, messages: ASK, maxTokens: 48, seed, reasoningBudget: 6, constraint: { kind: "json_schema" as const, schema }, ...(logprobs === undefined ? {} : { logprobs }),
+    }));
+    const without = (await llm.generate(batch(undefined))).map(outputOf);
+    expect(without.some((o) => o.tokens.length > 6)).toBe(true);
+    expect((await llm.generate(batch(2))).map(outputOf)).toEqual(without);
   }, LIMIT_MS);
 
   test("with speculative decoding: the same tokens with and without logprobs", async () => {
