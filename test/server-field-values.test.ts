@@ -75,7 +75,7 @@ describeShared("serve with Hermes-3's tool_use template: the field at fault, no 
     const tools: Tool[] = [{ type: "function", function: { name: "get_weather", description: "w", parameters: { type: "object", properties: {} } } }, NO_DESCRIPTION];
     const chat = await post("/v1/chat/completions", { messages: HI, max_tokens: 1, tools });
     expect(paramOf(chat)).toBe("tools[1].function.description");
-    expect(errorOf(chat)!.message).toStartWith("'tools[1].function.description' is needed by the chat template: ");
+    expect(errorOf(chat)!.message).toStartWith("'tools[1].function.description' is needed by m's chat template: ");
     noPaths(chat);
     const responses = await post("/v1/responses", { input: "Hi", max_output_tokens: 1, tools: tools.map((t) => ({ type: "function", ...t.function })) });
     expect(paramOf(responses)).toBe("tools[1].description");
@@ -83,7 +83,7 @@ describeShared("serve with Hermes-3's tool_use template: the field at fault, no 
     const anthropic = await post("/v1/messages", {
       messages: HI, max_tokens: 1, tools: tools.map((t) => ({ name: t.function.name, description: t.function.description, input_schema: t.function.parameters })),
     });
-    expect(anthropicMessage(anthropic)).toStartWith("'tools[1].description' is needed by the chat template");
+    expect(anthropicMessage(anthropic)).toStartWith("'tools[1].description' is needed by m's chat template");
     noPaths(anthropic);
   }, LIMIT_MS);
 

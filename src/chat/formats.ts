@@ -132,8 +132,9 @@ export function messagesPromptIds(
     } catch (e) {
       if (!(e instanceof ChatTemplateError)) throw e;
       const field = e.stopped ? "messages" : renderingFault(template, messages, !prefill, kwargs, tools);
-      const problem = field.endsWith(".description") ? "is needed by the chat template" : "cannot be rendered by the chat template";
-      throw new RequestFieldError(field, `${problem}: ${e.problem}`);
+      if (field === "messages") throw e;
+      const what = field.endsWith(".description") ? "is needed by" : "cannot be rendered by";
+      throw new RequestFieldError(field, `${what} ${e.source}'s chat template: ${e.problem}`);
     }
     const ids = encodeRendered(tok, rendered.text, rendered.spans);
     const bos = tok.bosId;
@@ -142,8 +143,7 @@ export function messagesPromptIds(
     return ids;
   } catch (e) {
     if (e instanceof RequestFieldError || !(e instanceof InputError || e instanceof ChatTemplateError)) throw e;
-    // The template's own words, without the name of the file it came from (a server's clients must not see its paths).
-    throw new RequestFieldError("messages", `cannot be rendered: ${e instanceof ChatTemplateError ? `chat template: ${e.problem}` : e.message}`);
+    throw new RequestFieldError("messages", `cannot be rendered: ${e.message}`);
   }
 }
 

@@ -39,13 +39,12 @@ export interface ChatToolCall {
 }
 
 /**
- * A template that does not parse or does not render: names the model and carries the template's
- * own message (`problem`, without the name: what a server tells its clients, which must not see
- * the paths of its files). `stopped`: a render limit stopped it (jinja-limits.ts).
+ * A template that does not parse or does not render: names the model (`source`) and carries the
+ * template's own message (`problem`). `stopped`: a render limit stopped it (jinja-limits.ts).
  */
 export class ChatTemplateError extends PagellmError {
   override readonly exitCode = 2;
-  constructor(source: string, readonly problem: string, readonly stopped = false) {
+  constructor(readonly source: string, readonly problem: string, readonly stopped = false) {
     super(`${source}: chat template: ${problem}`);
   }
 }
