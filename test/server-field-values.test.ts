@@ -110,6 +110,26 @@ describeShared("serve with Hermes-3's tool_use template: the field at fault, no 
   }, LIMIT_MS);
 });
 
+describeShared("serve: a template that fails on a request's template variables names the field that set them", [STORIES], ([model]) => {
+  const dir = mkdtempSync(join(tmpdir(), "pagellm-kwargs-fault-"));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  const template = join(dir, "thinks.jinja");
+  writeFileSync(template, "{% if not enable_thinking %}{{ raise_exception('this model always thinks') }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}");
+  const post = servePoster(() => LLM.load({ model: model!, chatTemplate: template, engine: { threads: testThreads() } }), LIMIT_MS);
+
+  test("chat_template_kwargs, Anthropic's thinking, the Responses API's reasoning.effort; no template path", async () => {
+    const chat = await post("/v1/chat/completions", { messages: HI, max_tokens: 1, chat_template_kwargs: { enable_thinking: false } });
+    expect(paramOf(chat)).toBe("chat_template_kwargs");
+    expect(errorOf(chat)!.message).toBe(`'chat_template_kwargs' cannot be rendered by m's chat template: "this model always thinks"`);
+    const responses = await post("/v1/responses", { input: "Hi", max_output_tokens: 1, reasoning: { effort: "none" } });
+    expect(paramOf(responses)).toBe("reasoning.effort");
+    const anthropic = await post("/v1/messages", { messages: HI, max_tokens: 1, thinking: { type: "disabled" } });
+    expect(anthropicMessage(anthropic)).toStartWith("'thinking' cannot be rendered by m's chat template");
+    for (const a of [chat, responses, anthropic]) expect(a.text).not.toContain(dir);
+    expect((await post("/v1/chat/completions", { messages: HI, max_tokens: 1 })).status).toBe(200);
+  }, LIMIT_MS);
+});
+
 describeShared("serve: values of the wrong type or range are a 400 naming the field", [STORIES], ([model]) => {
   const post = servePoster(() => LLM.load({ model: model!, engine: { threads: testThreads() } }), LIMIT_MS);
   const completion = (extra: string) => post("/v1/completions", `{"prompt": "Once", "max_tokens": 1, ${extra}}`);

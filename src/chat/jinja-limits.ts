@@ -134,10 +134,11 @@ export class BoundedInterpreter extends Interpreter {
     const binary = self.evaluateBinaryExpression.bind(this);
     // Filters are checked before they run, and take an undefined operand as Jinja2 does (jinja-undefined.ts).
     self.applyFilter = (operand, filter, environment) => {
-      const name = filterName(filter);
-      if ((name === "default" || name === "d") && filter.type === "Identifier") return bareDefault(operand);
+      const given = filterName(filter);
+      const name = given === undefined ? undefined : (FILTER_ALIASES[given] ?? given);
+      if (name === "default" && filter.type === "Identifier") return bareDefault(operand);
       const seen = filterOperand(name, operand);
-      const node = name === "d" ? { ...filter, callee: { ...filter.callee!, value: "default" } } : filter;
+      const node = name === given ? filter : renamedFilter(filter, name!);
       this.checkFilter(seen, name, node, environment, evaluateArguments);
       return filterResult(apply(seen, node, environment) as Value | undefined);
     };
@@ -271,6 +272,14 @@ export class BoundedInterpreter extends Interpreter {
     const found = occurrences(text, first.value, Math.floor(room / grows) + 1);
     if (found * grows > room) throw this.tooLarge("replace's result", text.length + found * grows);
   }
+}
+
+/** Jinja2's other names of filters the library has under one name only. */
+const FILTER_ALIASES: Readonly<Record<string, string>> = { d: "default", count: "length" };
+
+/** The filter node under another name (an alias's). */
+function renamedFilter(filter: Node, name: string): Node {
+  return filter.type === "CallExpression" ? { ...filter, callee: { ...filter.callee!, value: name } } : { ...filter, value: name };
 }
 
 /** A filter's name (`trim`, or `indent` of `indent(2)`). */

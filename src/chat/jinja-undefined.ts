@@ -11,7 +11,8 @@
  * - the filters that read their operand as text (`soft_str`: trim, upper, lower, replace, ...)
  *   see "", those that iterate it (list, join, length, first, sort, map, selectattr, ...) see an
  *   empty list, and `items` an empty mapping: the library's own filter then runs on that;
- * - `default` (and its alias `d`) gives its argument, or "" without one;
+ * - `default` (and its alias `d`) gives its argument, or "" without one (`d` and `count`, Jinja2's
+ *   other names of default and length, are taken for every value: jinja-limits.ts);
  * - `first`, `last`, `min` and `max` of nothing are undefined (the library's `first` of an empty
  *   list gave no value at all, which failed further on);
  * - the filters Jinja2 refuses on it (int, float, abs, round, indent, attr, dictsort) stay refused;

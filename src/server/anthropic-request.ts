@@ -46,6 +46,7 @@ export function readAnthropicRequest(f: BodyFields, defaults: ServerRequestDefau
   };
   readTools(f, spec);
   const kwargs = readThinking(f.raw("thinking"), maxTokens, spec);
+  if (kwargs !== null) spec.aliases.chatTemplateKwargs = "thinking";
   // Accepted with Anthropic's types, changing nothing here.
   readMetadata(f.object("metadata"));
   f.string("service_tier");

@@ -52,6 +52,8 @@ export function readResponsesRequest(f: BodyFields, defaults: ServerRequestDefau
   const parallel = f.boolean("parallel_tool_calls");
   readTools(tools, toolChoice, parallel, spec);
   const kwargs = readReasoning(f.object("reasoning"));
+  // A template that fails on the variables reasoning.effort sets is that field's fault.
+  if (kwargs !== null) spec.aliases.chatTemplateKwargs = "reasoning.effort";
   const text = f.object("text");
   const format = readText(text, spec);
   f.boolean("store");
