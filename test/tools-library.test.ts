@@ -68,7 +68,7 @@ describeShared("tools and reasoning through the library and generate", ["vocab/g
     // its script after it: max_tokens bounds the rest).
     const [bounded] = await llm.generate([{ messages: ASK, temperature: 0, maxTokens: 12, reasoningBudget: 2 }]);
     expect(bounded!.reasoning_content).toBe("\nThe user");
-    expect(() => llm.client.prepare({ messages: ASK, reasoningBudget: -1 })).toThrow("reasoningBudget");
+    expect(() => llm.client.prepare({ messages: ASK, reasoningBudget: -2 })).toThrow("reasoningBudget");
   }, LONG_PROCESS_TEST_MS);
 
   test("a JSONL line with tools: the result line has tool_calls and finish_reason tool_calls; a bad tool is rejected naming its JSON field", () => {

@@ -125,8 +125,17 @@ export function messagesPromptIds(
       return prefill ? conversation.prefillIds(user.content, last.content) : conversation.promptIds(user.content);
     }
     const template = format.template;
-    const extra: Record<string, unknown> = { ...kwargs, ...(tools === null ? {} : { tools }) };
-    const rendered = prefill ? continuedRendering(template, messages, extra) : wholeRendering(template, tok, messages, extra);
+    let rendered: { text: string; spans: ContentSpan[] };
+    try {
+      const extra = templateExtra(kwargs, tools);
+      rendered = prefill ? continuedRendering(template, messages, extra) : wholeRendering(template, tok, messages, extra);
+    } catch (e) {
+      if (!(e instanceof ChatTemplateError)) throw e;
+      const field = e.stopped ? "messages" : renderingFault(template, messages, !prefill, kwargs, tools);
+      if (field === "messages") throw e;
+      const what = field.endsWith(".description") ? "is needed by" : "cannot be rendered by";
+      throw new RequestFieldError(field, `${what} ${e.source}'s chat template: ${e.problem}`);
+    }
     const ids = encodeRendered(tok, rendered.text, rendered.spans);
     const bos = tok.bosId;
     if (addBos && bos !== null && ids[0] !== bos) ids.unshift(bos);
@@ -136,6 +145,49 @@ export function messagesPromptIds(
     if (e instanceof RequestFieldError || !(e instanceof InputError || e instanceof ChatTemplateError)) throw e;
     throw new RequestFieldError("messages", `cannot be rendered: ${e.message}`);
   }
+}
+
+/** The variables a request adds to a rendering: its template kwargs and its tools. */
+function templateExtra(kwargs: Readonly<Record<string, unknown>> | null, tools: readonly unknown[] | null): Record<string, unknown> {
+  return { ...kwargs, ...(tools === null ? {} : { tools }) };
+}
+
+/**
+ * The request field a failed rendering is the fault of, found by rendering again without it: a
+ * tool's description when the rendering works once every tool has one (Hermes' tool_use
+ * template writes `tool.description` as it is), the tools when it works without them, the
+ * template variables when it works without those, else the messages (also when it works as it
+ * is: then the contents could not be read back from it). Only after a failure, and never after a
+ * render limit stopped it: at most four more renderings, each within the limits.
+ */
+function renderingFault(
+  template: ChatTemplate, messages: readonly ChatMessage[], addGenerationPrompt: boolean, kwargs: Readonly<Record<string, unknown>> | null, tools: readonly unknown[] | null,
+): string {
+  const renders = (k: typeof kwargs, t: typeof tools): boolean => {
+    try {
+      template.render(messages, addGenerationPrompt, templateExtra(k, t));
+      return true;
+    } catch (e) {
+      if (e instanceof ChatTemplateError) return false;
+      throw e;
+    }
+  };
+  // Nothing else to blame; or it renders, and what failed was reading the contents back from the rendering (control text in them).
+  if ((tools === null && kwargs === null) || renders(kwargs, tools)) return "messages";
+  if (tools !== null) {
+    const missing = tools.findIndex((t) => functionOf(t)?.description === undefined);
+    const described = tools.map((t) => (functionOf(t)?.description === undefined ? { ...(t as object), function: { ...functionOf(t), description: "" } } : t));
+    if (missing >= 0 && renders(kwargs, described)) return `tools[${missing}].function.description`;
+    if (renders(kwargs, null)) return "tools";
+  }
+  if (kwargs !== null && renders(null, tools)) return "chatTemplateKwargs";
+  return "messages";
+}
+
+/** A tool's `function` object (OpenAI's shape), if it has one. */
+function functionOf(tool: unknown): Record<string, unknown> | undefined {
+  const f = typeof tool === "object" && tool !== null ? (tool as Record<string, unknown>).function : undefined;
+  return typeof f === "object" && f !== null ? (f as Record<string, unknown>) : undefined;
 }
 
 /** The rendering of `messages` with the generation prompt, and its content spans. */

@@ -21,6 +21,10 @@
  * template (jinja-template.ts).
  */
 import { Environment, Interpreter } from "@huggingface/jinja";
+import {
+  bareDefault, booleanValue, emptyList, filterOperand, filterResult, isUndefined, undefinedOperation, undefinedTest, UNDEFINED_OPERATORS,
+  type RuntimeValue,
+} from "./jinja-undefined.ts";
 
 export interface RenderLimits {
   /** Node evaluations per rendering. */
@@ -53,10 +57,7 @@ const MAX_INDENT = 256;
 export class TemplateLimitError extends Error {}
 
 // The parts of the library's runtime values and AST nodes these checks read.
-interface Value {
-  type: string;
-  value: unknown;
-}
+type Value = RuntimeValue;
 interface Node {
   type: string;
   value?: unknown;
@@ -68,9 +69,22 @@ interface Node {
   property?: Node;
   iterable?: Node;
   lhs?: Node;
+  left?: Node;
+  right?: Node;
+  operator?: Node;
+  test?: Node;
+  negate?: boolean;
 }
 type ApplyFilter = (operand: Value, filter: Node, environment: Environment) => Value;
 type EvaluateArguments = (args: Node[], environment: Environment) => [Value[], Map<string, Value>];
+type EvaluateNode = (node: Node, environment: Environment) => Value;
+/** The library's private methods hooked here: methods like any other, only private in its types. */
+interface Hooked {
+  applyFilter: ApplyFilter;
+  evaluateArguments: EvaluateArguments;
+  evaluateTestExpression: EvaluateNode;
+  evaluateBinaryExpression: EvaluateNode;
+}
 
 /** Characters printing `value` writes, at most (lists and dicts as the library prints them). Cached per value. */
 class SizeOf {
@@ -107,20 +121,54 @@ export class BoundedInterpreter extends Interpreter {
   private readonly loopIterables = new WeakSet<Node>();
   private readonly deadline: number;
   private readonly size = new SizeOf();
+  /** Operands a hook has evaluated already: the library's own evaluation of the node takes them instead of evaluating it again. */
+  private readonly preset = new Map<Node, Value>();
 
   constructor(environment: Environment, private readonly limits: RenderLimits = DEFAULT_RENDER_LIMITS) {
     super(environment);
     this.deadline = performance.now() + limits.maxMs;
-    // applyFilter is private in the library's types but a method like any other: checked before it runs.
-    const self = this as unknown as { applyFilter: ApplyFilter; evaluateArguments: EvaluateArguments };
+    const self = this as unknown as Hooked;
+    const evaluateArguments = self.evaluateArguments.bind(this);
     const apply = self.applyFilter.bind(this);
+    const test = self.evaluateTestExpression.bind(this);
+    const binary = self.evaluateBinaryExpression.bind(this);
+    // Filters are checked before they run, and take an undefined operand as Jinja2 does (jinja-undefined.ts).
     self.applyFilter = (operand, filter, environment) => {
-      this.checkFilter(operand, filter, environment, self.evaluateArguments.bind(this));
-      return apply(operand, filter, environment);
+      const given = filterName(filter);
+      const name = given === undefined ? undefined : (FILTER_ALIASES[given] ?? given);
+      if (name === "default" && filter.type === "Identifier") return bareDefault(operand);
+      const seen = filterOperand(name, operand);
+      const node = name === given ? filter : renamedFilter(filter, name!);
+      this.checkFilter(seen, name, node, environment, evaluateArguments);
+      return filterResult(apply(seen, node, environment) as Value | undefined);
+    };
+    self.evaluateTestExpression = (node, environment) => {
+      const operand = this.evaluate(node.operand as never, environment) as Value;
+      const jinja2 = undefinedTest(String(node.test?.value), operand);
+      if (jinja2 !== null) return booleanValue(node.negate === true ? !jinja2 : jinja2);
+      this.preset.set(node.operand!, operand);
+      return test(node, environment);
+    };
+    self.evaluateBinaryExpression = (node, environment) => {
+      const op = String(node.operator?.value);
+      if (!UNDEFINED_OPERATORS.has(op)) return binary(node, environment);
+      const left = this.evaluate(node.left as never, environment) as Value;
+      const right = this.evaluate(node.right as never, environment) as Value;
+      const jinja2 = undefinedOperation(op, left, right);
+      if (jinja2 !== null && !Array.isArray(jinja2)) return jinja2 as Value;
+      const [l, r] = jinja2 ?? [left, right];
+      this.preset.set(node.left!, l);
+      this.preset.set(node.right!, r);
+      return binary(node, environment);
     };
   }
 
   override evaluate(statement: Parameters<Interpreter["evaluate"]>[0], environment: Environment): ReturnType<Interpreter["evaluate"]> {
+    const given = this.preset.get(statement as unknown as Node);
+    if (given !== undefined) {
+      this.preset.delete(statement as unknown as Node);
+      return given as unknown as ReturnType<Interpreter["evaluate"]>;
+    }
     const limits = this.limits;
     this.charge(1);
     if (++this.depth > limits.maxDepth) throw new TemplateLimitError(`rendering nested more than ${limits.maxDepth} deep (a macro that calls itself?)`);
@@ -130,7 +178,9 @@ export class BoundedInterpreter extends Interpreter {
         this.checkCall(node, environment);
         if (node.type === "For") this.loopIterables.add(node.iterable?.type === "SelectExpression" ? node.iterable.lhs! : node.iterable!);
       }
-      const value = super.evaluate(statement, environment) as unknown as Value;
+      let value = super.evaluate(statement, environment) as Value;
+      // A loop over an undefined value runs no iteration, as in Jinja2.
+      if (node !== undefined && this.loopIterables.has(node) && isUndefined(value)) value = emptyList();
       this.checkValue(value);
       // A loop is charged per item: the library's own work per iteration (a new scope, ~5 µs) is
       // the same whether its body evaluates anything or not.
@@ -181,14 +231,13 @@ export class BoundedInterpreter extends Interpreter {
     if (node.type !== "CallExpression" || node.callee?.type !== "MemberExpression") return;
     const method = node.callee.property;
     if (method?.type !== "Identifier" || (method.value !== "replace" && method.value !== "split")) return;
-    const object = super.evaluate(node.callee.object as never, environment) as unknown as Value;
+    const object = super.evaluate(node.callee.object as never, environment) as Value;
     if (object.type !== "StringValue") return;
-    const args = (node.args ?? []).map((a) => super.evaluate(a as never, environment) as unknown as Value);
+    const args = (node.args ?? []).map((a) => super.evaluate(a as never, environment) as Value);
     this.checkStringOp(method.value, object.value as string, args);
   }
 
-  private checkFilter(operand: Value, filter: Node, environment: Environment, evaluateArguments: EvaluateArguments): void {
-    const name = filter.type === "Identifier" ? filter.value : filter.type === "CallExpression" ? filter.callee?.value : undefined;
+  private checkFilter(operand: Value, name: string | undefined, filter: Node, environment: Environment, evaluateArguments: EvaluateArguments): void {
     const [args, kwargs] = filter.type === "CallExpression" ? evaluateArguments(filter.args ?? [], environment) : [[], new Map<string, Value>()];
     if (name === "join" && Array.isArray(operand.value)) {
       // The list itself is bounded; a separator is repeated between every two items.
@@ -223,6 +272,20 @@ export class BoundedInterpreter extends Interpreter {
     const found = occurrences(text, first.value, Math.floor(room / grows) + 1);
     if (found * grows > room) throw this.tooLarge("replace's result", text.length + found * grows);
   }
+}
+
+/** Jinja2's other names of filters the library has under one name only. */
+const FILTER_ALIASES: Readonly<Record<string, string>> = { d: "default", count: "length" };
+
+/** The filter node under another name (an alias's). */
+function renamedFilter(filter: Node, name: string): Node {
+  return filter.type === "CallExpression" ? { ...filter, callee: { ...filter.callee!, value: name } } : { ...filter, value: name };
+}
+
+/** A filter's name (`trim`, or `indent` of `indent(2)`). */
+function filterName(filter: Node): string | undefined {
+  const name = filter.type === "Identifier" ? filter.value : filter.type === "CallExpression" ? filter.callee?.value : undefined;
+  return typeof name === "string" ? name : undefined;
 }
 
 /** Entries of a list or dict; 0 for anything else. */

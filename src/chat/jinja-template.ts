@@ -38,12 +38,33 @@ export interface ChatToolCall {
   function: { name: string; arguments: string };
 }
 
-/** A template that does not parse or does not render: names the model and carries the template's own message. */
+/**
+ * A template that does not parse or does not render: names the model (`source`) and carries the
+ * template's own message (`problem`). `stopped`: a render limit stopped it (jinja-limits.ts).
+ */
 export class ChatTemplateError extends PagellmError {
   override readonly exitCode = 2;
-  constructor(source: string, problem: string) {
+  constructor(readonly source: string, readonly problem: string, readonly stopped = false) {
     super(`${source}: chat template: ${problem}`);
   }
+}
+
+/**
+ * The variables a rendering gives the template itself (the conversation, its tools, the
+ * model's specials, the functions and constants of transformers' environment): more template
+ * variables (a request's chat_template_kwargs, --chat-template-kwargs) may not set them.
+ */
+export const RESERVED_TEMPLATE_VARIABLES: ReadonlySet<string> = new Set([
+  "messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception", "range", "strftime_now", "namespace",
+  "true", "false", "none", "True", "False", "None",
+]);
+
+/** The first of `variables` that RESERVED_TEMPLATE_VARIABLES holds, and why it may not be set; null when none. */
+export function reservedVariable(variables: Readonly<Record<string, unknown>>): { name: string; problem: string } | null {
+  const name = Object.keys(variables).find((k) => RESERVED_TEMPLATE_VARIABLES.has(k));
+  if (name === undefined) return null;
+  const from = name === "tools" ? "from the request's own tools" : name === "messages" ? "from the request's messages" : "by the rendering itself";
+  return { name, problem: `cannot be set: the template is given '${name}' ${from}` };
 }
 
 export class ChatTemplate {
@@ -85,7 +106,7 @@ export class ChatTemplate {
       interpreter.checkOutput(text);
       return text;
     } catch (e) {
-      throw new ChatTemplateError(this.source, renderProblem(e));
+      throw new ChatTemplateError(this.source, renderProblem(e), e instanceof TemplateLimitError || e instanceof RangeError);
     }
   }
 

@@ -6,7 +6,8 @@
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { InputError, RequestFieldError, RequestTooLongError } from "../errors.ts";
-import { checkRequest, jsonFieldName, type GenerateRequest } from "../engine/generate-request.ts";
+import { checkRequest, jsonFieldName, seedDigitsProblem, type GenerateRequest } from "../engine/generate-request.ts";
+import { topLevelNumberText } from "../util/json-number-text.ts";
 import type { ChatMessage } from "../chat/jinja-template.ts";
 import { optionErrorText, type RequestDefaults } from "./options.ts";
 import { readStructuredOutput } from "../grammar/request-fields.ts";
@@ -107,6 +108,8 @@ export function jsonlRequests(path: string, defaults: RequestDefaults): InputReq
     if (ids.has(id)) throw new InputError(`${where}: duplicate request id "${id}"`);
     ids.add(id);
     try {
+      const seedProblem = seedDigitsProblem(fields.seed, () => topLevelNumberText(line, "seed"));
+      if (seedProblem !== null) throw new RequestFieldError("seed", seedProblem);
       const { request, constraintField } = jsonRequest(fields, id, defaults, dirname(resolve(path)), where);
       // The checks that need no model now (token ids are checked once it is loaded).
       checkRequest(request, { vocabSize: Number.MAX_SAFE_INTEGER, maxSamples: Number.MAX_SAFE_INTEGER });

@@ -6,6 +6,7 @@ import { existsSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { InputError } from "../errors.ts";
 import { checkFormatChoice, type UntemplatedFormat } from "../chat/formats.ts";
+import { reservedVariable } from "../chat/jinja-template.ts";
 import { LLM } from "../engine/llm.ts";
 import { hubOptionsFromEnv, resolveModel } from "../hub/resolve.ts";
 import { modelFileKind } from "../model/load.ts";
@@ -65,6 +66,8 @@ export function templateKwargs(given: ParsedValues[string]): Record<string, unkn
     throw new InputError(`--chat-template-kwargs must be a JSON object: ${(e as Error).message}`);
   }
   if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new InputError(`--chat-template-kwargs must be a JSON object, got ${given}`);
+  const reserved = reservedVariable(parsed as Record<string, unknown>);
+  if (reserved !== null) throw new InputError(`--chat-template-kwargs: "${reserved.name}" ${reserved.problem}`);
   return parsed as Record<string, unknown>;
 }
 

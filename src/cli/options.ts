@@ -5,7 +5,7 @@
 import type { ArgsDef } from "citty";
 import { InputError, RequestFieldError } from "../errors.ts";
 import { DEFAULT_CONTEXT, DEFAULT_ENGINE_OPTIONS, type EngineOptions } from "../engine/engine-options.ts";
-import { checkRequest, MAX_LOGIT_BIAS, MAX_LOGPROBS, MAX_PENALTY, type GenerateRequest } from "../engine/generate-request.ts";
+import { checkRequest, MAX_LOGIT_BIAS, MAX_LOGPROBS, MAX_PENALTY, seedDigitsProblem, type GenerateRequest } from "../engine/generate-request.ts";
 import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
 import { EVICTION_POLICIES } from "../kv/eviction.ts";
 import { HASH_ALGORITHMS } from "../kv/block-hash.ts";
@@ -370,16 +370,24 @@ export function requestDefaults(values: ParsedValues, rawArgs: readonly string[]
     frequencyPenalty: num("frequency-penalty"),
     presencePenalty: num("presence-penalty"),
     logitBias: logitBiasOption(repeated(rawArgs, "logit-bias")),
-    seed: num("seed"),
+    seed: seedOption(values),
     stop: repeated(rawArgs, "stop"),
     cacheSalt: str(values["cache-salt"]),
     logprobs: num("logprobs"),
-    // llama.cpp's -1: no bound.
-    reasoningBudget: num("reasoning-budget") === -1 ? undefined : num("reasoning-budget"),
+    // llama.cpp's -1 (no bound) and 0 (no reasoning) are the request's own (checkRequest).
+    reasoningBudget: num("reasoning-budget"),
   };
   for (const key of Object.keys(defaults) as (keyof RequestDefaults)[]) if (defaults[key] === undefined) delete defaults[key];
   checkOptions(defaults);
   return defaults;
+}
+
+/** --seed, its digits checked exactly (a 64-bit signed integer: seedDigitsProblem). */
+export function seedOption(values: ParsedValues): number | undefined {
+  const seed = numberOption(values, "seed", "number");
+  const problem = seedDigitsProblem(seed, () => str(values.seed) ?? null);
+  if (problem !== null) throw new InputError(`--seed ${problem}`);
+  return seed;
 }
 
 /** The request checks on the options alone (any token id allowed until the model is known): InputError naming the option. */

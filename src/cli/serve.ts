@@ -14,7 +14,7 @@ import { PagellmServer, SERVER_DEFAULTS } from "../server/server.ts";
 import { loadLLM, noteChatFormat } from "./load.ts";
 import { kvCacheSummary } from "../engine/engine-builder.ts";
 import type { ServerRequestDefaults } from "../server/generation-fields.ts";
-import { checkKnownOptions, checkOptions, engineArgs, modelArgs, numberOption, repeated, speculativeArgs, type ParsedValues } from "./options.ts";
+import { checkKnownOptions, checkOptions, engineArgs, modelArgs, numberOption, repeated, seedOption, speculativeArgs, type ParsedValues } from "./options.ts";
 import { info } from "./output.ts";
 import { stepTraceAsked, traceSteps } from "./step-trace.ts";
 
@@ -151,7 +151,7 @@ function requestDefaultArgs() {
 function serveRequestDefaults(values: ParsedValues): ServerRequestDefaults {
   const num = (name: string) => numberOption(values, name, "number");
   const defaults: ServerRequestDefaults = {
-    maxTokens: num("max-tokens"), temperature: num("temperature"), topK: num("top-k"), topP: num("top-p"), minP: num("min-p"), seed: num("seed"),
+    maxTokens: num("max-tokens"), temperature: num("temperature"), topK: num("top-k"), topP: num("top-p"), minP: num("min-p"), seed: seedOption(values),
     repetitionPenalty: num("repeat-penalty"), repeatLastN: num("repeat-last-n"), frequencyPenalty: num("frequency-penalty"), presencePenalty: num("presence-penalty"),
   };
   for (const key of Object.keys(defaults) as (keyof ServerRequestDefaults)[]) if (defaults[key] === undefined) delete defaults[key];

@@ -7,8 +7,9 @@
  * samples per step) come in RequestLimits.
  */
 import { RequestFieldError } from "../errors.ts";
-import type { ChatMessage, ChatToolCall } from "../chat/jinja-template.ts";
+import { reservedVariable, type ChatMessage, type ChatToolCall } from "../chat/jinja-template.ts";
 import { checkTools, type CheckedTools, type ToolChoice, type ToolDefinition } from "../tools/tool-types.ts";
+import { integerOfNumberText } from "../util/json-number-text.ts";
 import type { ConstraintSpec } from "./constraint.ts";
 import { DEFAULT_SAMPLING, type SamplingParams } from "./sampler.ts";
 
@@ -148,16 +149,55 @@ export function checkRequest(r: RequestInput, limits: RequestLimits): CheckedReq
       presencePenalty: f.number("presencePenalty", { min: -MAX_PENALTY, max: MAX_PENALTY }) ?? d.presencePenalty,
       logitBias: checkLogitBias(f, limits.vocabSize),
     },
-    // Any 64-bit integer, as OpenAI and vLLM take it; only its low 32 bits seed the stream.
-    seed: f.number("seed", { integer: true, min: -(2 ** 63), max: 2 ** 64, maxOpen: true }) ?? null,
+    seed: checkSeed(f),
     n: f.number("n", { integer: true, min: 1, max: limits.maxSamples }) ?? 1,
     cacheSalt: checkCacheSalt(f),
     logprobs: f.number("logprobs", { integer: true, min: 0, max: MAX_LOGPROBS }) ?? null,
     ignoreEos: f.boolean("ignoreEos") ?? false,
     tools: checkRequestTools(f, r),
     constraint: checkConstraint(f),
-    reasoningBudget: f.number("reasoningBudget", { integer: true, min: 0 }) ?? null,
+    reasoningBudget: checkReasoningBudget(f),
   };
+}
+
+/** Largest reasoning budget (llama.cpp's is an int). */
+export const MAX_REASONING_BUDGET = 2 ** 31 - 1;
+
+/** The reasoning budget, llama.cpp's way: -1 no bound (null), 0 the reasoning closes at once, else at most that many tokens. */
+function checkReasoningBudget(f: FieldReader): number | null {
+  const budget = f.number("reasoningBudget", { integer: true, min: -1, max: MAX_REASONING_BUDGET });
+  return budget === undefined || budget === -1 ? null : budget;
+}
+
+/** The seeds a request may give: 64-bit signed integers, as vLLM takes them (torch.long). */
+const SEED_MIN = -(2n ** 63n);
+const SEED_MAX = 2n ** 63n - 1n;
+/** What a seed must be, in an error message. */
+const SEED_RANGE = `an integer from ${SEED_MIN} to ${SEED_MAX}`;
+
+/**
+ * The seed (only its low 32 bits seed the stream), or null. Checked on the double it was parsed
+ * to, which cannot tell 2^63 - 1 from 2^63 (both are 2^63): 2^63 passes here, and a front end
+ * that has the JSON text checks it exactly (seedDigitsProblem).
+ */
+function checkSeed(f: FieldReader): number | null {
+  const seed = f.number("seed", { integer: true });
+  if (seed !== undefined && !(seed >= -(2 ** 63) && seed <= 2 ** 63)) throw new RequestFieldError("seed", `must be ${SEED_RANGE}, got ${excerpt(seed)}`);
+  return seed ?? null;
+}
+
+/**
+ * Why a seed parsed to `seed` is out of range, checked exactly on its digits (`text()`: the
+ * number as the JSON or the command line wrote it) where the double has lost them: past 2^53,
+ * -2^63 - 1 parses to -2^63 and 2^63 - 1 to 2^63, so checkRequest's check cannot tell them apart.
+ * Null when it is in range, or not a number checkRequest would take anyway.
+ */
+export function seedDigitsProblem(seed: unknown, text: () => string | null): string | null {
+  if (typeof seed !== "number" || Number.isSafeInteger(seed) || !Number.isInteger(seed)) return null;
+  const written = text();
+  const value = written === null ? null : integerOfNumberText(written);
+  if (value === null || (value >= SEED_MIN && value <= SEED_MAX)) return null;
+  return `must be ${SEED_RANGE}, got ${written!.length > 40 ? `${written!.slice(0, 40)}...` : written}`;
 }
 
 /** The seed of sample `index` of a request seeded with `seed` (vLLM's parallel sampling: seed + i), or a random one. */
@@ -172,6 +212,8 @@ function checkPrompt(f: FieldReader, limits: RequestLimits): CheckedPrompt {
   if (given.length > 1) throw new RequestFieldError(given[1]!, `cannot be given with ${given[0]}`);
   const kwargs = f.record("chatTemplateKwargs");
   if (kwargs !== undefined && given[0] !== "messages") throw new RequestFieldError("chatTemplateKwargs", "applies only to messages");
+  const reserved = kwargs === undefined ? null : reservedVariable(kwargs);
+  if (reserved !== null) throw new RequestFieldError(`chatTemplateKwargs.${reserved.name}`, reserved.problem);
   switch (given[0]!) {
     case "prompt":
       return { kind: "text", text: f.string("prompt")! };

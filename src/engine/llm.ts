@@ -123,6 +123,8 @@ export class LLM {
     readonly tokenizerFile: string,
     /** A line saying which format stands in for a model without a chat template (none named), or null. */
     readonly chatFormatNote: string | null,
+    /** The paths of the files it was loaded from (the model, its vocabulary, a chat template file): what a server keeps from its clients. */
+    readonly files: readonly string[],
   ) {}
 
   /**
@@ -183,7 +185,10 @@ export class LLM {
     });
     const device = reason ?? `device: ${engine.model.description}`;
     const note = untemplatedNote(opts.chatTemplate, template, untemplated);
-    return new LLM(checkpoint, tokenizer, addBos, engine, client, performance.now() - t0, format, ownedGpu, device, tokenizerPath, note);
+    // A named format other than ChatML and the built-in ones is a Jinja file (chatFormat).
+    const templateFile = format.kind === "jinja" && opts.chatTemplate !== undefined && opts.chatTemplate !== "chatml" ? [opts.chatTemplate] : [];
+    const files = [...new Set([opts.model, tokenizerPath, ...templateFile])];
+    return new LLM(checkpoint, tokenizer, addBos, engine, client, performance.now() - t0, format, ownedGpu, device, tokenizerPath, note, files);
   }
 
   /** The model's shape at the context it runs at. */

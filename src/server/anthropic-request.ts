@@ -13,7 +13,7 @@
  * images, documents, server tools and any other field are a 400 naming it.
  */
 import type { ChatMessage, ChatToolCall } from "../chat/jinja-template.ts";
-import { ApiError } from "./api-error.ts";
+import { ApiError, excerpt } from "./api-error.ts";
 import { isObject, type BodyFields, type Json } from "./body-fields.ts";
 import { fieldsOverDefaults, type GenerationSpec, type ServerRequestDefaults } from "./generation-fields.ts";
 
@@ -46,8 +46,9 @@ export function readAnthropicRequest(f: BodyFields, defaults: ServerRequestDefau
   };
   readTools(f, spec);
   const kwargs = readThinking(f.raw("thinking"), maxTokens, spec);
+  if (kwargs !== null) spec.aliases.chatTemplateKwargs = "thinking";
   // Accepted with Anthropic's types, changing nothing here.
-  f.object("metadata");
+  readMetadata(f.object("metadata"));
   f.string("service_tier");
   f.rejectUnknown();
   return { model, messages, spec, templateKwargs: kwargs, stopSequences: (stops as string[] | undefined) ?? [] };
@@ -66,6 +67,7 @@ function textOfBlocks(v: Json, at: string): string {
     if (!isObject(b) || b.type !== "text" || typeof b.text !== "string") {
       throw ApiError.unsupported(`${at}[${i}].type`, `'${at}[${i}]' other than a text block`);
     }
+    refuseCitations(b, `${at}[${i}]`);
     return b.text;
   }).join("");
 }
@@ -96,6 +98,7 @@ function readMessage(m: Json, at: string): ChatMessage[] {
     if (!allowed.includes(block.type)) throw ApiError.unsupported(`${where}.type`, `content blocks of type '${block.type}' in ${role} messages`);
     switch (block.type) {
       case "text":
+        refuseCitations(block, where);
         text += stringField(block, "text", where);
         break;
       case "thinking":
@@ -109,7 +112,9 @@ function readMessage(m: Json, at: string): ChatMessage[] {
       case "tool_result": {
         const result = block.content;
         const resultText = result === undefined || result === null ? "" : typeof result === "string" ? result : textOfBlocks(result, `${where}.content`);
-        results.push({ role: "tool", tool_call_id: stringField(block, "tool_use_id", where), content: block.is_error === true ? `Error: ${resultText}` : resultText });
+        const isError = block.is_error ?? false;
+        if (typeof isError !== "boolean") throw ApiError.badField(`${where}.is_error`, `'${where}.is_error' must be a boolean`);
+        results.push({ role: "tool", tool_call_id: stringField(block, "tool_use_id", where), content: isError ? `Error: ${resultText}` : resultText });
         break;
       }
     }
@@ -119,6 +124,21 @@ function readMessage(m: Json, at: string): ChatMessage[] {
   if (calls.length > 0) message.tool_calls = calls;
   if (reasoning !== "") message.reasoning_content = reasoning;
   return [message];
+}
+
+/** A text block's citations are not implemented: a 400 naming them (null or none, as a reply's blocks echo them, is fine). */
+function refuseCitations(block: { [key: string]: Json }, where: string): void {
+  const citations = block.citations;
+  if (citations !== undefined && citations !== null && !(Array.isArray(citations) && citations.length === 0)) throw ApiError.unsupported(`${where}.citations`, "citations");
+}
+
+/** `metadata`: Anthropic's only field in it is `user_id`, a string. */
+function readMetadata(v: { [key: string]: Json } | undefined): void {
+  if (v === undefined) return;
+  for (const [key, value] of Object.entries(v)) {
+    if (key !== "user_id") throw ApiError.unsupported(`metadata.${excerpt(key)}`, `'metadata.${excerpt(key)}'`);
+    if (value !== null && typeof value !== "string") throw ApiError.badField("metadata.user_id", "'metadata.user_id' must be a string");
+  }
 }
 
 function stringField(block: { [key: string]: Json }, key: string, where: string): string {

@@ -3,6 +3,7 @@
  * "code"}}`. Handlers throw ApiError; the server turns it (and the engine's typed errors) into
  * that response, so a bad request gets a 4xx JSON error and never disturbs the others.
  */
+import { resolve } from "node:path";
 import { InputError, PagellmError, RequestTooLongError } from "../errors.ts";
 import { ChatTemplateError } from "../chat/jinja-template.ts";
 
@@ -73,4 +74,17 @@ export function asApiError(e: unknown, param: string | null = null): ApiError {
   const message = e instanceof Error ? e.message.split("\n")[0]! : String(e);
   const kind = e instanceof PagellmError ? e.name : "internal error";
   return new ApiError(500, `${kind}: ${message}`, "server_error");
+}
+
+/**
+ * `e` as a client may see it: every path of `files` (the model's, its vocabulary's, a template
+ * file's; as given and made absolute) in its message replaced by `name`, the served model's name.
+ * A name without a folder tells nothing of the server's disk and is left as it is (replacing a
+ * short one would mangle words).
+ */
+export function withoutPaths(e: ApiError, files: readonly string[], name: string): ApiError {
+  const paths = [...new Set(files.flatMap((f) => [resolve(f), f]))].filter((p) => p.includes("/")).sort((a, b) => b.length - a.length);
+  let message = e.message;
+  for (const path of paths) message = message.replaceAll(path, name);
+  return message === e.message ? e : new ApiError(e.status, message, e.type, e.param, e.code, e.headers);
 }

@@ -7,6 +7,7 @@
  * recurse: nothing that later walks the value (a check, an error message that quotes it) can run
  * out of stack.
  */
+import { topLevelNumberText } from "../util/json-number-text.ts";
 import { ApiError, excerpt } from "./api-error.ts";
 
 /** Deepest nesting of arrays and objects a body may have (a request of any real shape is far below it). */
@@ -25,7 +26,8 @@ export interface NumberRange {
 export class BodyFields {
   private readonly read = new Set<string>();
 
-  constructor(readonly body: Record<string, Json>) {}
+  /** `text`: the JSON the body was parsed from, for the numbers whose digits a double loses (numberText). */
+  constructor(readonly body: Record<string, Json>, private readonly text: string | null = null) {}
 
   /** Parse a request's text as a JSON object: 400 for malformed JSON or anything else at the top. */
   static parse(text: string): BodyFields {
@@ -41,7 +43,12 @@ export class BodyFields {
     if (typeof value !== "object" || value === null || Array.isArray(value)) {
       throw new ApiError(400, "request body must be a JSON object", "invalid_request_error", null, "invalid_json");
     }
-    return new BodyFields(value as Record<string, Json>);
+    return new BodyFields(value as Record<string, Json>, text);
+  }
+
+  /** The JSON text of the number field `name` as the body wrote it (for a check the parsed double cannot make), or null. */
+  numberText(name: string): string | null {
+    return this.text === null || typeof this.body[name] !== "number" ? null : topLevelNumberText(this.text, name);
   }
 
   /** The raw value of `name` (undefined when absent or null), marking it read. */

@@ -117,7 +117,8 @@ function readMessage(m: Json, at: string): ChatMessage {
   if (role !== "assistant") return message;
   const calls = readToolCalls(m, at);
   if (calls !== null) message.tool_calls = calls;
-  if (typeof m.reasoning_content === "string") message.reasoning_content = m.reasoning_content;
+  const reasoning = optionalString(m.reasoning_content, `${at}.reasoning_content`);
+  if (reasoning !== undefined) message.reasoning_content = reasoning;
   return message;
 }
 

@@ -10,7 +10,7 @@
  * top-k, min-p or penalty), as OpenAI clients expect, not the command line's.
  */
 import { RequestFieldError, RequestTooLongError } from "../errors.ts";
-import { jsonFieldName, type GenerateRequest } from "../engine/generate-request.ts";
+import { jsonFieldName, seedDigitsProblem, type GenerateRequest } from "../engine/generate-request.ts";
 import { ApiError } from "./api-error.ts";
 import type { BodyFields, Json } from "./body-fields.ts";
 import { readStructuredOutput } from "./structured-output.ts";
@@ -60,6 +60,7 @@ export function readGenerationFields(f: BodyFields, maxTokensDefault: number | n
     repeatLastN: readRepeatLastN(f),
   };
   for (const key of PASSED_FIELDS) given[key] = f.raw(jsonFieldName(key));
+  checkSeedDigits(f);
   const fields = fieldsOverDefaults(given, maxTokensDefault, defaults);
   const structured = readStructuredOutput(f);
   if (structured !== null) {
@@ -91,6 +92,12 @@ export function requestError(e: unknown, spec: GenerationSpec, promptField: stri
     return new ApiError(400, e.message, "invalid_request_error", e.field === null ? null : name(e.field), code);
   }
   return e;
+}
+
+/** A seed past 2^53 checked on its digits, which the parsed double has lost (-2^63 - 1 parses to -2^63): a 400 naming it. */
+function checkSeedDigits(f: BodyFields): void {
+  const problem = seedDigitsProblem(f.raw("seed"), () => f.numberText("seed"));
+  if (problem !== null) throw ApiError.badField("seed", `'seed' ${problem}`);
 }
 
 /**

@@ -43,7 +43,8 @@ export function readResponsesRequest(f: BodyFields, defaults: ServerRequestDefau
   const messages = instructions === undefined || instructions === "" ? input : [{ role: "system", content: instructions }, ...input];
   const stream = f.boolean("stream") ?? false;
   const maxOutputTokens = f.raw("max_output_tokens");
-  const fields = fieldsOverDefaults({ maxTokens: maxOutputTokens, temperature: f.raw("temperature"), topP: f.raw("top_p") }, null, defaults);
+  // OpenAI's range for the Responses API (the engine takes any temperature from 0).
+  const fields = fieldsOverDefaults({ maxTokens: maxOutputTokens, temperature: f.number("temperature", { min: 0, max: MAX_TEMPERATURE }), topP: f.raw("top_p") }, null, defaults);
   const spec: GenerationSpec = { fields, n: 1, logprobs: null, stream, includeUsage: false, aliases: { maxTokens: "max_output_tokens" } };
   const { temperature, topP } = fields;
   const tools = f.raw("tools");
@@ -51,6 +52,8 @@ export function readResponsesRequest(f: BodyFields, defaults: ServerRequestDefau
   const parallel = f.boolean("parallel_tool_calls");
   readTools(tools, toolChoice, parallel, spec);
   const kwargs = readReasoning(f.object("reasoning"));
+  // A template that fails on the variables reasoning.effort sets is that field's fault.
+  if (kwargs !== null) spec.aliases.chatTemplateKwargs = "reasoning.effort";
   const text = f.object("text");
   const format = readText(text, spec);
   f.boolean("store");
@@ -183,11 +186,19 @@ function readReasoning(v: { [key: string]: Json } | undefined): Record<string, J
   throw ApiError.badField("reasoning.effort", "'reasoning.effort' must be none, minimal, low, medium or high");
 }
 
+/** OpenAI's `text.verbosity` values. */
+const VERBOSITIES: readonly Json[] = ["low", "medium", "high"];
+
+/** OpenAI's highest temperature. */
+const MAX_TEMPERATURE = 2;
+
 /** `text`: its `format` as the request's constraint (json_object, json_schema); the format, to echo. `verbosity` changes nothing. */
 function readText(v: { [key: string]: Json } | undefined, spec: GenerationSpec): Json {
   const plain = { type: "text" };
   if (v === undefined) return plain;
   for (const key of Object.keys(v)) if (key !== "format" && key !== "verbosity") throw ApiError.unsupported(`text.${key}`, `'text.${key}'`);
+  const verbosity = v.verbosity;
+  if (verbosity !== undefined && verbosity !== null && !VERBOSITIES.includes(verbosity)) throw ApiError.badField("text.verbosity", "'text.verbosity' must be low, medium or high");
   const format = v.format;
   if (format === undefined || format === null) return plain;
   const constraint = readResponsesTextFormat(format);

@@ -14,7 +14,7 @@
 import type { Server } from "bun";
 import type { LLM } from "../engine/llm.ts";
 import { InputError } from "../errors.ts";
-import { ApiError, asApiError, errorResponse } from "./api-error.ts";
+import { ApiError, asApiError, errorResponse, withoutPaths } from "./api-error.ts";
 import { ApiKeyCheck } from "./auth.ts";
 import { BodyFields } from "./body-fields.ts";
 import { BodyReader } from "./body-reader.ts";
@@ -140,7 +140,7 @@ export class PagellmServer {
         // Idle connections close after a minute; a generation's own connection waits as long as it runs (see route).
         idleTimeout: IDLE_TIMEOUT_S,
         fetch: (req, server) => this.respond(req, server),
-        error: (e) => errorResponse(asApiError(e)),
+        error: (e) => errorResponse(this.publicError(asApiError(e))),
       });
     } catch (e) {
       throw new InputError(`cannot listen on ${hostPort(host, port)}: ${listenProblem(e)}`);
@@ -155,6 +155,11 @@ export class PagellmServer {
   /** http://host:port of every listening socket, in the order of the addresses given. */
   get urls(): string[] {
     return this.listeners.map((l) => l.url.href.replace(/\/$/, ""));
+  }
+
+  /** An error as a client may see it: no path of the model's files (withoutPaths). */
+  private publicError(e: ApiError): ApiError {
+    return this.llm === null ? e : withoutPaths(e, this.llm.files, this.opts.modelName);
   }
 
   /** The model is loaded: serve it. */
@@ -260,7 +265,7 @@ export class PagellmServer {
         if (streaming) log(usage);
       });
     } catch (e) {
-      const error = asApiError(e);
+      const error = this.publicError(asApiError(e));
       // The server's own failure: the operator hears of it whatever the flags (a 503 while
       // loading or shutting down is the server's state, not a failure).
       if (error.type === "server_error") process.stderr.write(`pagellm serve: ${req.method} ${path}: ${error.message}\n`);
