@@ -79,6 +79,16 @@ describe("cost proportional to size (item 2)", () => {
     expect(performance.now() - started).toBeLessThan(20_000);
   }, 60_000);
 
+  test("regular rules that double (a1 ::= a0 a0, ... 40 times) are stopped at the node limit, rule by rule", () => {
+    const c = patient();
+    const grammar = ['a0 ::= "x"', ...Array.from({ length: 40 }, (_, i) => `a${i + 1} ::= a${i} a${i}`), "root ::= a40"].join("\n");
+    const started = performance.now();
+    const e = refusal(c, { kind: "gbnf", grammar });
+    expect(e).toBeInstanceOf(GrammarLimitError);
+    expect((e as GrammarLimitError).limit).toBe("exprs");
+    expect(performance.now() - started).toBeLessThan(20_000);
+  }, 60_000);
+
   test("a refusal is cached: the second request costs a lookup", () => {
     const c = patient();
     const deep: GrammarSource = { kind: "gbnf", grammar: `root ::= ${"(".repeat(10_000)}"a"${")".repeat(10_000)}` };

@@ -14,7 +14,7 @@ import { GrammarError } from "../errors.ts";
 import { CfgBuilder, type Cfg } from "./cfg.ts";
 import { ANY_CHAR, codeSet, complement, MAX_CODE_POINT, SURROGATES, union, utf8Bytes, utf8Expr, type CodeSet } from "./code-set.ts";
 import { INFINITE, type ExprPool } from "./expr.ts";
-import { GRAMMAR_LIMITS, nestingError, type CompileBudget } from "./limits.ts";
+import { checkBudget, GRAMMAR_LIMITS, nestingError, type CompileBudget } from "./limits.ts";
 
 type Item =
   | { readonly t: "lit"; readonly cps: readonly number[] }
@@ -304,7 +304,11 @@ export function gbnfToCfg(pool: ExprPool, text: string, budget: CompileBudget): 
     }
   };
   const altsExpr = (alts: readonly (readonly Item[])[]): number => pool.or(alts.map((alt) => pool.seq(alt.map(itemExpr))));
-  for (const name of regularOrder(rules)) ruleExprs.set(name, altsExpr(rules.get(name)!.alts));
+  for (const name of regularOrder(rules)) {
+    ruleExprs.set(name, altsExpr(rules.get(name)!.alts));
+    // Checked per rule: one rule can at most double what the rules before it made (a ::= b b).
+    checkBudget(budget, 0, pool.size);
+  }
 
   const isRegular = (item: Item): boolean => {
     switch (item.t) {
