@@ -147,12 +147,16 @@ describe("a language with nothing in it is refused at compile time (item 8)", ()
     ["regex", { kind: "regex", pattern: "[^\\s\\S]" }],
     ["regex", { kind: "regex", pattern: "a[]b" }],
     ["regex", { kind: "regex", pattern: "^(?=b)a$" }],
+    ["json_schema", { kind: "json_schema", schema: { type: "object", properties: { a: { type: "string", pattern: "^a$", minLength: 3 } }, required: ["a"] } }],
+    ["json_schema", { kind: "json_schema", schema: { type: "integer", minimum: 1, maximum: 9, multipleOf: 10 } }],
   ] as [string, GrammarSource][])("%s %j", (_, source) => {
     expect(refusal(patient(), source).message).toContain("matches nothing");
   });
 
   test("an empty alternative beside a real one is fine", () => {
     expect(matches(patient(), { kind: "gbnf", grammar: 'root ::= [] | "a"' }, "a")).toBe(true);
+    const schema = { anyOf: [{ type: "string", pattern: "^a$", minLength: 3 }, { type: "integer", minimum: 1, maximum: 9, multipleOf: 10 }, { type: "null" }] };
+    expect(matches(patient(), { kind: "json_schema", schema }, "null")).toBe(true);
   });
 });
 

@@ -41,6 +41,7 @@ describeShared("serve: grammar input refused with a 400 naming the field", [MODE
     ["regex 100,000 nested parentheses", { guided_regex: `${"(".repeat(100_000)}a${")".repeat(100_000)}` }, "guided_regex", "(limit: nesting)"],
     ["an empty GBNF class", { grammar: "root ::= []" }, "grammar", "matches nothing"],
     ["a regex class of nothing", { guided_regex: "[^\\s\\S]" }, "guided_regex", "matches nothing"],
+    ["a pattern and a length that leave nothing", { response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", pattern: "^a$", minLength: 3 } } } }, "response_format.json_schema.schema", "matches nothing"],
     ["a regex lone surrogate escape", { guided_regex: "\\uD800" }, "guided_regex", "lone surrogate"],
     ["a lone surrogate const", { json_schema: { const: "a\ud800" } }, "json_schema", "lone surrogate"],
     ["a lone surrogate choice", { guided_choice: ["yes", "\udc00"] }, "guided_choice", "lone surrogate"],

@@ -231,11 +231,13 @@ class JsonGrammarBuilder {
     if (s.types & T_BOOLEAN) out.push(this.lex(this.pool.or([this.text("true"), this.text("false")])));
     if (s.types & (T_INTEGER | T_FRACTION)) {
       const n = this.numberExpr(s);
-      if (n !== 0) out.push(this.lex(n));
+      if (!this.pool.isEmpty(n)) out.push(this.lex(n));
     }
     if (s.types & T_STRING) {
       const str = this.stringExpr(s);
-      if (str !== 0) out.push(this.lex(str));
+      // isEmpty, not only EMPTY: a pattern and a length can leave nothing (an And), and a schema
+      // that matches nothing is refused at compile time, never a dead end while decoding.
+      if (!this.pool.isEmpty(str)) out.push(this.lex(str));
     }
     if (s.types & T_ARRAY) out.push(...this.arrayAlternatives(s));
     if (s.types & T_OBJECT) out.push(...this.objectAlternatives(s));
