@@ -79,6 +79,15 @@ describe("cost proportional to size (item 2)", () => {
     expect(performance.now() - started).toBeLessThan(20_000);
   }, 60_000);
 
+  test("GBNF alternatives of 60,000 literals, in a recursive rule and in a regular one: one trie lexeme", () => {
+    // As an Or of 60,000 literals (a terminal each in the recursive rule) they made 61,000 nodes; as a trie, about 50.
+    const c = patient();
+    const literals = Array.from({ length: 60_000 }, (_, i) => `"${i}"`).join(" | ");
+    expect(nodesAfter(c, { kind: "gbnf", grammar: `root ::= "(" root ")" | ${literals}` }, "((59999))")).toBeLessThan(5_000);
+    expect(nodesAfter(patient(), { kind: "gbnf", grammar: `root ::= ${literals}` }, "31337")).toBeLessThan(5_000);
+    expect(matches(c, { kind: "gbnf", grammar: `root ::= "(" root ")" | ${literals}` }, "(60000)")).toBe(false);
+  }, 60_000);
+
   test("regular rules that double (a1 ::= a0 a0, ... 40 times) are stopped at the node limit, rule by rule", () => {
     const c = patient();
     const grammar = ['a0 ::= "x"', ...Array.from({ length: 40 }, (_, i) => `a${i + 1} ::= a${i} a${i}`), "root ::= a40"].join("\n");

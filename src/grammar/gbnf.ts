@@ -14,6 +14,7 @@ import { GrammarError } from "../errors.ts";
 import { CfgBuilder, type Cfg } from "./cfg.ts";
 import { ANY_CHAR, codeSet, complement, MAX_CODE_POINT, SURROGATES, union, utf8Bytes, utf8Expr, type CodeSet } from "./code-set.ts";
 import { INFINITE, type ExprPool } from "./expr.ts";
+import { literalSet } from "./literal-set.ts";
 import { checkBudget, GRAMMAR_LIMITS, nestingError, type CompileBudget } from "./limits.ts";
 
 type Item =
@@ -132,7 +133,7 @@ class GbnfParser {
     this.space(true);
     const known = this.rules.get(name);
     // llama.cpp appends a redefinition's alternatives to the rule.
-    if (known !== undefined) known.alts.push(...alts);
+    if (known !== undefined) for (const alt of alts) known.alts.push(alt);
     else this.rules.set(name, { name, alts, line: this.line(at) });
   }
 
@@ -303,7 +304,16 @@ export function gbnfToCfg(pool: ExprPool, text: string, budget: CompileBudget): 
         return pool.repeat(itemExpr(item.item), item.min, item.max === Infinity ? INFINITE : item.max);
     }
   };
-  const altsExpr = (alts: readonly (readonly Item[])[]): number => pool.or(alts.map((alt) => pool.seq(alt.map(itemExpr))));
+  // Alternatives that are only literals ("a" | "b" | ... 90,000 of them) are one trie (literal-set.ts), not an n-way Or.
+  const altsExpr = (alts: readonly (readonly Item[])[]): number => {
+    const literals: Uint8Array[] = [];
+    const parts: number[] = [];
+    for (const alt of alts) {
+      if (alt.every((item) => item.t === "lit")) literals.push(Uint8Array.from(alt.flatMap((item) => (item as { cps: readonly number[] }).cps.flatMap(utf8Bytes))));
+      else parts.push(pool.seq(alt.map(itemExpr)));
+    }
+    return pool.or([literalSet(pool, literals), ...parts]);
+  };
   for (const name of regularOrder(rules)) {
     ruleExprs.set(name, altsExpr(rules.get(name)!.alts));
     // Checked per rule: one rule can at most double what the rules before it made (a ::= b b).
@@ -384,7 +394,12 @@ export function gbnfToCfg(pool: ExprPool, text: string, budget: CompileBudget): 
   };
   const root = ruleExprs.has("root") ? b.rule("root", [b.regular(ruleExprs.get("root")!, "root")]) : ruleOf("root");
   for (let name = undefinedRules.pop(); name !== undefined; name = undefinedRules.pop()) {
-    b.define(ruleIds.get(name)!, rules.get(name)!.alts.map((alt) => sequence(alt, name)));
+    // The alternatives without a recursive part are one lexeme together: the same language, one
+    // terminal instead of one per alternative (a lexer state of 90,000 literals otherwise).
+    const alts = rules.get(name)!.alts;
+    const plain = alts.filter((alt) => alt.every(isRegular));
+    const others = alts.filter((alt) => !alt.every(isRegular)).map((alt) => sequence(alt, name));
+    b.define(ruleIds.get(name)!, plain.length === 0 ? others : [b.regular(altsExpr(plain), name), ...others]);
   }
   return b.build(root);
 }
