@@ -17,7 +17,7 @@ import { ANY_CHAR, codePoints, single, utf8Expr, type CodeSet } from "./code-set
 import { CfgBuilder, type Cfg } from "./cfg.ts";
 import { INFINITE, type ExprPool } from "./expr.ts";
 import { formatRegex } from "./json-formats.ts";
-import { boundedNumberExpr, ceilDecimal, floorDecimal, fractionDigitsExpr, integerExpr, isInteger, parseDecimal } from "./json-numbers.ts";
+import { boundedNumberExpr, ceilDecimal, floorDecimal, fractionDigitsExpr, integerExpr, isInteger } from "./json-numbers.ts";
 import { SchemaDocument } from "./json-schema-refs.ts";
 import {
   canonical, isAssertion, isFalse, pureRef, ShapeBuilder, T_ARRAY, T_BOOLEAN, T_FRACTION, T_INTEGER, T_NULL, T_OBJECT, T_STRING, type Conj, type Shape,
@@ -127,7 +127,7 @@ class JsonGrammarBuilder {
       if (s.enumValues === null) parts.push(this.stringContent(s, false));
       else {
         const fits = this.valueFits(s);
-        for (const v of s.enumValues.values()) if (typeof v === "string" && fits(v)) parts.push(this.pool.literal(scalarText(v, `${s.path} (enum/const)`)));
+        for (const [text, v] of s.enumValues) if (typeof v === "string" && fits(v, text)) parts.push(this.pool.literal(scalarText(v, `${s.path} (enum/const)`)));
       }
     }
     return this.pool.or(parts);
@@ -253,10 +253,11 @@ class JsonGrammarBuilder {
     const scalars: Uint8Array[] = [];
     const out: number[][] = [];
     const fits = this.valueFits(s);
-    for (const v of s.enumValues!.values()) {
-      if (!fits(v)) continue;
+    // Keys are the values' canonical texts (Shape.enumValues): a number's is parsed once, there.
+    for (const [text, v] of s.enumValues!) {
+      if (!fits(v, text)) continue;
       if (Array.isArray(v) || isObject(v)) out.push(this.valueSymbols(v, `${s.path} (enum/const)`));
-      else scalars.push(...this.scalarTexts(v, `${s.path} (enum/const)`));
+      else scalars.push(...this.scalarTexts(v, text, `${s.path} (enum/const)`));
     }
     if (scalars.length > 0) out.unshift(this.lex(literalSet(this.pool, scalars)));
     return out;
@@ -266,36 +267,36 @@ class JsonGrammarBuilder {
    * Whether an enum value also meets the shape's other keywords (type, and those of its type); the
    * expressions it checks against are made once for all the values.
    */
-  private valueFits(s: Shape): (v: JsonValue) => boolean {
+  private valueFits(s: Shape): (v: JsonValue, canonicalText: string) => boolean {
     let strings: number | undefined;
     const numbers = new Map<boolean, number>();
-    return (v) => {
+    return (v, canonicalText) => {
       if (v === null) return (s.types & T_NULL) !== 0;
       if (typeof v === "boolean") return (s.types & T_BOOLEAN) !== 0;
       if (typeof v === "string") return (s.types & T_STRING) !== 0 && this.pool.matches((strings ??= this.stringExpr(s)), utf8.encode(pythonJsonQuote(v)));
       if (v instanceof JsonNumber) {
-        const integral = isInteger(parseDecimal(v.text));
+        const integral = !canonicalText.includes(".");
         if (!(s.types & T_FRACTION) && !(integral && s.types & T_INTEGER)) return false;
         let expr = numbers.get(integral);
         if (expr === undefined) numbers.set(integral, (expr = this.numberExpr({ ...s, types: s.types | (integral ? T_INTEGER : T_FRACTION) })));
-        return this.pool.matches(expr, utf8.encode(canonical(v)));
+        return this.pool.matches(expr, utf8.encode(canonicalText));
       }
       return (s.types & (Array.isArray(v) ? T_ARRAY : T_OBJECT)) !== 0;
     };
   }
 
-  /** A scalar's spellings: numbers as written canonically, integral ones also as N.0; strings in their canonical JSON form. */
-  private scalarTexts(v: JsonValue, where: string): Uint8Array[] {
+  /**
+   * A scalar's spellings: numbers as written canonically (`canonicalText`, Shape.enumValues' key),
+   * integral ones also as N.0; strings in their canonical JSON form.
+   */
+  private scalarTexts(v: JsonValue, canonicalText: string, where: string): Uint8Array[] {
     if (v === null) return [utf8.encode("null")];
     if (typeof v === "boolean") return [utf8.encode(String(v))];
     if (typeof v === "string") return [scalarText(pythonJsonQuote(v), where)];
-    const n = v as JsonNumber;
-    const d = parseDecimal(n.text);
-    const text = canonical(n);
-    const forms = new Set([pythonNumberText(n), text]);
-    if (isInteger(d)) {
-      forms.add(`${text}.0`);
-      if (d.int === "0") forms.add("-0");
+    const forms = new Set([pythonNumberText(v as JsonNumber), canonicalText]);
+    if (!canonicalText.includes(".")) {
+      forms.add(`${canonicalText}.0`);
+      if (canonicalText === "0") forms.add("-0");
     }
     return [...forms].map((f) => utf8.encode(f));
   }
@@ -322,7 +323,7 @@ class JsonGrammarBuilder {
       out.push(...this.punct("}"));
       return out;
     }
-    return this.lex(literalSet(this.pool, this.scalarTexts(v, where)));
+    return this.lex(literalSet(this.pool, this.scalarTexts(v, canonical(v), where)));
   }
 
   private numberExpr(s: Shape): number {

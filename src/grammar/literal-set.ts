@@ -46,7 +46,8 @@ export function literalSet(pool: ExprPool, texts: readonly Uint8Array[]): number
   const stack: OpenNode[] = [{ byte: -1, parts: [] }];
   const close = (): void => {
     const node = stack.pop()!;
-    stack[stack.length - 1]!.parts.push(pool.concat(pool.byteRange(node.byte, node.byte), pool.or(node.parts)));
+    const rest = node.parts.length === 1 ? node.parts[0]! : pool.or(node.parts);
+    stack[stack.length - 1]!.parts.push(pool.concat(pool.byteRange(node.byte, node.byte), rest));
   };
   let previous: Uint8Array | null = null;
   for (const text of sorted) {
