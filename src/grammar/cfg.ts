@@ -8,7 +8,7 @@
  * by its expression id, so equal lexemes are one terminal however often they are written.
  */
 import { GrammarError } from "../errors.ts";
-import type { ExprPool } from "./expr.ts";
+import { EMPTY, type ExprPool } from "./expr.ts";
 import { checkBudget, type CompileBudget } from "./limits.ts";
 
 export interface CfgRule {
@@ -28,11 +28,21 @@ export class CfgBuilder {
   readonly rules: CfgRule[] = [];
   readonly terminals: number[] = [];
   private readonly terminalIndex = new Map<number, number>();
+  /** The rule without alternatives that EMPTY lexemes become (-1 until one is needed). */
+  private nothingRule = -1;
 
   constructor(readonly pool: ExprPool, private readonly budget: CompileBudget) {}
 
-  /** The terminal of a non-nullable lexeme. */
+  /**
+   * The terminal of a non-nullable lexeme; for EMPTY (`[]` in GBNF, a class of nothing) a rule that
+   * matches nothing, so that the grammar's emptiness shows in `build` instead of a terminal no text
+   * can ever match.
+   */
   terminal(expr: number): number {
+    if (expr === EMPTY) {
+      if (this.nothingRule < 0) this.nothingRule = this.rule("nothing");
+      return this.nothingRule;
+    }
     if (this.pool.nullable(expr)) throw new Error("a lexeme must not match the empty string");
     let t = this.terminalIndex.get(expr);
     if (t === undefined) {

@@ -17,6 +17,7 @@ import { gbnfToCfg } from "./gbnf.ts";
 import { cachedRegex, jsonSchemaToCfg, type JsonSchemaOptions } from "./json-schema.ts";
 import { fromJavaScript, JsonObject, parseJsonText, pythonJsonDumps, type JsonValue } from "./json-value.ts";
 import { LexerSpace } from "./lexer.ts";
+import { literalSet, scalarText } from "./literal-set.ts";
 import { compileBudget, GRAMMAR_LIMITS, type CompileBudget } from "./limits.ts";
 import { GrammarMatcher } from "./matcher.ts";
 import { MaskWalker } from "./mask-walk.ts";
@@ -40,7 +41,6 @@ export type GrammarSource =
 
 const POOL_ROTATE_SIZE = 4_000_000;
 const CACHE_ENTRIES = 256;
-const utf8 = new TextEncoder();
 
 export class GrammarCompiler {
   private pool = new ExprPool();
@@ -67,8 +67,12 @@ export class GrammarCompiler {
     try {
       result = this.compileFresh(source, key.length);
     } catch (e) {
-      if (!(e instanceof GrammarError)) throw e;
-      result = e;
+      if (isStackOverflow(e)) {
+        // The front ends bound nesting before they descend (limit: nesting); this is the backstop
+        // for any deep shape they do not count, so that it is a refusal (cached), never a crash.
+        result = new GrammarLimitError("nesting", `the ${source.kind} nests too deeply to compile (limit: nesting)`);
+      } else if (e instanceof GrammarError) result = e;
+      else throw e;
     }
     this.cache.set(key, result);
     if (this.cache.size > CACHE_ENTRIES) this.cache.delete(this.cache.keys().next().value!);
@@ -111,12 +115,14 @@ export class GrammarCompiler {
       case "regex": {
         const b = new CfgBuilder(pool, budget);
         const expr = cachedRegex(pool, source.pattern, "full", false, "regex");
+        // Look-aheads make an And whose emptiness is not the EMPTY id: searched (bounded).
+        if (pool.isEmpty(expr)) throw new GrammarError("regex: the pattern matches nothing: no output could ever satisfy it");
         return b.build(b.rule("root", [b.regular(expr, "regex")]));
       }
       case "choice": {
         if (source.choices.length === 0) throw new GrammarError("choice: the list of choices is empty");
         const b = new CfgBuilder(pool, budget);
-        const expr = pool.or(source.choices.map((c) => pool.literal(utf8.encode(c))));
+        const expr = literalSet(pool, source.choices.map((c, i) => scalarText(c, `choice ${i}`)));
         return b.build(b.rule("root", [b.regular(expr, "choice")]));
       }
       case "gbnf":
@@ -125,6 +131,11 @@ export class GrammarCompiler {
         return toolCallsToCfg(pool, source, this.vocab, budget);
     }
   }
+}
+
+/** Whether `e` is the engine's own stack running out (JavaScriptCore's RangeError, V8's too). */
+function isStackOverflow(e: unknown): boolean {
+  return e instanceof RangeError && /call stack|stack size|recursion/i.test(e.message);
 }
 
 /** The cache key of a source: its kind, options and content, exactly as given. */

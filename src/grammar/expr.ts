@@ -115,8 +115,20 @@ export class ExprPool {
     if (a === EMPTY || b === EMPTY) return EMPTY;
     if (a === EPSILON) return b;
     if (b === EPSILON) return a;
+    if (this.nodes[a]!.kind === Kind.concat) {
+      // Re-associated to the right: a's heads onto b from the last, in a loop (a long literal
+      // followed by something would otherwise recurse once per byte).
+      const heads: number[] = [];
+      let x = a;
+      for (let n = this.nodes[x]!; n.kind === Kind.concat; n = this.nodes[x]!) {
+        heads.push(n.a);
+        x = n.b;
+      }
+      let e = this.concat(x, b);
+      for (let i = heads.length - 1; i >= 0; i--) e = this.concat(heads[i]!, e);
+      return e;
+    }
     const na = this.nodes[a]!;
-    if (na.kind === Kind.concat) return this.concat(na.a, this.concat(na.b, b));
     const key = a * 16777216 + b;
     const found = this.concats.get(key);
     if (found !== undefined) return found;

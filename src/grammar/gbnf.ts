@@ -12,9 +12,10 @@
  */
 import { GrammarError } from "../errors.ts";
 import { CfgBuilder, type Cfg } from "./cfg.ts";
-import { ANY_CHAR, codeSet, complement, union, utf8Bytes, utf8Expr, type CodeSet } from "./code-set.ts";
-import { EPSILON, INFINITE, type ExprPool } from "./expr.ts";
-import type { CompileBudget } from "./limits.ts";
+import { ANY_CHAR, codeSet, complement, MAX_CODE_POINT, SURROGATES, union, utf8Bytes, utf8Expr, type CodeSet } from "./code-set.ts";
+import { INFINITE, type ExprPool } from "./expr.ts";
+import { literalSet } from "./literal-set.ts";
+import { checkBudget, GRAMMAR_LIMITS, nestingError, type CompileBudget } from "./limits.ts";
 
 type Item =
   | { readonly t: "lit"; readonly cps: readonly number[] }
@@ -25,7 +26,8 @@ type Item =
 
 interface GRule {
   readonly name: string;
-  readonly alts: readonly (readonly Item[])[];
+  /** Appended to by a redefinition (llama.cpp's behaviour), in place: many of them cost linear time. */
+  readonly alts: Item[][];
   readonly line: number;
 }
 
@@ -40,19 +42,35 @@ class GbnfParser {
   private readonly cps: number[];
   private pos = 0;
   private readonly rules = new Map<string, GRule>();
+  /** Offsets of the newlines, ascending: a line number is a binary search, not a scan from the start. */
+  private readonly newlines: number[] = [];
+  /** Groups open around the position. */
+  private depth = 0;
 
   constructor(text: string) {
     this.cps = Array.from(text, (c) => c.codePointAt(0)!);
+    this.cps.forEach((c, i) => c === 0x0a && this.newlines.push(i));
   }
 
   private line(at = this.pos): number {
-    let n = 1;
-    for (let i = 0; i < at && i < this.cps.length; i++) if (this.cps[i] === 0x0a) n++;
-    return n;
+    let lo = 0;
+    let hi = this.newlines.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (this.newlines[mid]! < at) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo + 1;
+  }
+
+  private text(start: number, end: number): string {
+    let out = "";
+    for (let i = start; i < end; i++) out += String.fromCodePoint(this.cps[i]!);
+    return out;
   }
 
   private fail(what: string, at = this.pos): never {
-    const rest = String.fromCodePoint(...this.cps.slice(at, at + 20)).split("\n")[0];
+    const rest = this.text(at, Math.min(at + 20, this.cps.length)).split("\n")[0];
     throw new GrammarError(`gbnf line ${this.line(at)}: ${what}${rest ? ` at "${rest}"` : ""}`);
   }
 
@@ -81,7 +99,7 @@ class GbnfParser {
     const start = this.pos;
     while (this.isWord(this.ch())) this.pos++;
     if (this.pos === start) this.fail("expecting name");
-    return String.fromCodePoint(...this.cps.slice(start, this.pos));
+    return this.text(start, this.pos);
   }
 
   parse(): Map<string, GRule> {
@@ -113,11 +131,10 @@ class GbnfParser {
     else if (this.is("\n")) this.pos++;
     else if (this.ch() !== undefined) this.fail("expecting newline or end");
     this.space(true);
-    if (this.rules.has(name)) {
-      // llama.cpp appends a redefinition's alternatives to the rule.
-      const prev = this.rules.get(name)!;
-      this.rules.set(name, { name, alts: [...prev.alts, ...alts], line: prev.line });
-    } else this.rules.set(name, { name, alts, line: this.line(at) });
+    const known = this.rules.get(name);
+    // llama.cpp appends a redefinition's alternatives to the rule.
+    if (known !== undefined) for (const alt of alts) known.alts.push(alt);
+    else this.rules.set(name, { name, alts, line: this.line(at) });
   }
 
   private alternates(nested: boolean): Item[][] {
@@ -152,11 +169,13 @@ class GbnfParser {
         const line = this.line();
         items.push({ t: "ref", name: this.name(), line });
       } else if (this.is("(")) {
+        if (++this.depth > GRAMMAR_LIMITS.nesting) throw nestingError(`gbnf line ${this.line()}: parentheses`);
         this.pos++;
         this.space(true);
         const alts = this.alternates(true);
         if (!this.is(")")) this.fail("expecting ')'");
         this.pos++;
+        this.depth--;
         items.push({ t: "group", alts });
       } else if (this.is(".")) {
         this.pos++;
@@ -217,7 +236,17 @@ class GbnfParser {
     return v;
   }
 
+  /** One character of a literal or class: a Unicode scalar value (a lone surrogate or one above U+10FFFF has no UTF-8). */
   private char(): number {
+    const at = this.pos;
+    const cp = this.charValue();
+    if ((cp >= SURROGATES[0] && cp <= SURROGATES[1]) || cp > MAX_CODE_POINT) {
+      this.fail(`U+${cp.toString(16).toUpperCase()} is not a character (${cp > MAX_CODE_POINT ? "above U+10FFFF" : "a lone surrogate"})`, at);
+    }
+    return cp;
+  }
+
+  private charValue(): number {
     if (!this.is("\\")) return this.cps[this.pos++]!;
     const esc = this.ch(1);
     this.pos += 2;
@@ -258,63 +287,74 @@ class GbnfParser {
 /** The grammar of a GBNF text, regular parts folded into lexemes. */
 export function gbnfToCfg(pool: ExprPool, text: string, budget: CompileBudget): Cfg {
   const rules = parseGbnf(text);
-  const regular = regularRules(rules);
   const b = new CfgBuilder(pool, budget);
-  const exprMemo = new Map<string, number>();
-  const ruleIds = new Map<string, number>();
-
+  // Each regular rule's expression, made after those it refers to: no recursion along a chain of rules.
+  const ruleExprs = new Map<string, number>();
   const itemExpr = (item: Item): number => {
     switch (item.t) {
       case "lit":
         return pool.literal(item.cps.flatMap(utf8Bytes));
       case "class":
         return utf8Expr(pool, item.set);
-      case "ref": {
-        let e = exprMemo.get(item.name);
-        if (e === undefined) {
-          e = pool.or(rules.get(item.name)!.alts.map((alt) => pool.seq(alt.map(itemExpr))));
-          exprMemo.set(item.name, e);
-        }
-        return e;
-      }
+      case "ref":
+        return ruleExprs.get(item.name)!;
       case "group":
-        return pool.or(item.alts.map((alt) => pool.seq(alt.map(itemExpr))));
+        return altsExpr(item.alts);
       case "rep":
         return pool.repeat(itemExpr(item.item), item.min, item.max === Infinity ? INFINITE : item.max);
     }
   };
+  // Alternatives that are only literals ("a" | "b" | ... 90,000 of them) are one trie (literal-set.ts), not an n-way Or.
+  const altsExpr = (alts: readonly (readonly Item[])[]): number => {
+    const literals: Uint8Array[] = [];
+    const parts: number[] = [];
+    for (const alt of alts) {
+      if (alt.every((item) => item.t === "lit")) literals.push(Uint8Array.from(alt.flatMap((item) => (item as { cps: readonly number[] }).cps.flatMap(utf8Bytes))));
+      else parts.push(pool.seq(alt.map(itemExpr)));
+    }
+    return pool.or([literalSet(pool, literals), ...parts]);
+  };
+  for (const name of regularOrder(rules)) {
+    ruleExprs.set(name, altsExpr(rules.get(name)!.alts));
+    // Checked per rule: one rule can at most double what the rules before it made (a ::= b b).
+    checkBudget(budget, 0, pool.size);
+  }
+
   const isRegular = (item: Item): boolean => {
     switch (item.t) {
       case "lit":
       case "class":
         return true;
       case "ref":
-        return regular.has(item.name);
+        return ruleExprs.has(item.name);
       case "group":
         return item.alts.every((alt) => alt.every(isRegular));
       case "rep":
         return isRegular(item.item);
     }
   };
+  // Rules are made when first referred to and defined from a worklist, so a chain of rules costs no stack.
+  const ruleIds = new Map<string, number>();
+  const undefinedRules: string[] = [];
   const ruleOf = (name: string): number => {
     let id = ruleIds.get(name);
     if (id === undefined) {
       id = b.rule(name);
       ruleIds.set(name, id);
-      b.define(id, rules.get(name)!.alts.map((alt) => sequence(alt, name)));
+      undefinedRules.push(name);
     }
     return id;
   };
   const sequence = (items: readonly Item[], name: string): number[] => {
     const out: number[] = [];
-    let pending = EPSILON;
+    let pending: number[] = [];
     const flush = (): void => {
-      out.push(...b.regular(pending, name));
-      pending = EPSILON;
+      out.push(...b.regular(pool.seq(pending), name));
+      pending = [];
     };
     for (const item of items) {
       if (isRegular(item)) {
-        pending = pool.concat(pending, itemExpr(item));
+        pending.push(itemExpr(item));
         continue;
       }
       flush();
@@ -352,37 +392,51 @@ export function gbnfToCfg(pool: ExprPool, text: string, budget: CompileBudget): 
         return sequence([item], name);
     }
   };
-  return b.build(regular.has("root") ? b.rule("root", [b.regular(itemExpr({ t: "ref", name: "root", line: 0 }), "root")]) : ruleOf("root"));
+  const root = ruleExprs.has("root") ? b.rule("root", [b.regular(ruleExprs.get("root")!, "root")]) : ruleOf("root");
+  for (let name = undefinedRules.pop(); name !== undefined; name = undefinedRules.pop()) {
+    // The alternatives without a recursive part are one lexeme together: the same language, one
+    // terminal instead of one per alternative (a lexer state of 90,000 literals otherwise).
+    const alts = rules.get(name)!.alts;
+    const plain = alts.filter((alt) => alt.every(isRegular));
+    const others = alts.filter((alt) => !alt.every(isRegular)).map((alt) => sequence(alt, name));
+    b.define(ruleIds.get(name)!, plain.length === 0 ? others : [b.regular(altsExpr(plain), name), ...others]);
+  }
+  return b.build(root);
 }
 
-/** Rules that reach no recursion: their language is regular. */
-function regularRules(rules: Map<string, GRule>): Set<string> {
-  const state = new Map<string, "visiting" | "regular" | "recursive">();
-  const refsOf = (alts: readonly (readonly Item[])[]): string[] => {
-    const out: string[] = [];
+/**
+ * The rules that reach no recursion (their language is regular), each after every rule it refers
+ * to: Kahn's algorithm over the references, so linear and without recursion however long a chain
+ * of rules is; what is on or reaches a cycle is never ready.
+ */
+function regularOrder(rules: Map<string, GRule>): string[] {
+  const waiting = new Map<string, number>();
+  const users = new Map<string, string[]>();
+  const ready: string[] = [];
+  for (const [name, rule] of rules) {
+    const refs = new Set<string>();
     const visit = (item: Item): void => {
-      if (item.t === "ref") out.push(item.name);
+      if (item.t === "ref") refs.add(item.name);
       else if (item.t === "group") item.alts.forEach((a) => a.forEach(visit));
       else if (item.t === "rep") visit(item.item);
     };
-    alts.forEach((a) => a.forEach(visit));
-    return out;
-  };
-  const visit = (name: string): boolean => {
-    const s = state.get(name);
-    if (s === "regular") return true;
-    if (s === "recursive" || s === "visiting") {
-      state.set(name, "recursive");
-      return false;
+    rule.alts.forEach((a) => a.forEach(visit));
+    waiting.set(name, refs.size);
+    for (const ref of refs) {
+      let list = users.get(ref);
+      if (list === undefined) users.set(ref, (list = []));
+      list.push(name);
     }
-    state.set(name, "visiting");
-    let ok = true;
-    for (const ref of refsOf(rules.get(name)!.alts)) if (!visit(ref)) ok = false;
-    // A rule on a cycle was marked recursive by a deeper visit.
-    if (state.get(name) === "recursive") ok = false;
-    state.set(name, ok ? "regular" : "recursive");
-    return ok;
-  };
-  for (const name of rules.keys()) visit(name);
-  return new Set([...state].filter(([, s]) => s === "regular").map(([n]) => n));
+    if (refs.size === 0) ready.push(name);
+  }
+  const order: string[] = [];
+  for (let name = ready.pop(); name !== undefined; name = ready.pop()) {
+    order.push(name);
+    for (const user of users.get(name) ?? []) {
+      const left = waiting.get(user)! - 1;
+      waiting.set(user, left);
+      if (left === 0) ready.push(user);
+    }
+  }
+  return order;
 }

@@ -334,9 +334,9 @@ function arrayOf(raw: JsonObject, key: string, path: string): JsonValue[] | unde
 function count(raw: JsonObject, key: string, path: string): number | undefined {
   const v = raw.get(key);
   if (v === undefined) return undefined;
-  if (!(v instanceof JsonNumber) || v.value < 0) throw new GrammarError(`${path}/${key}: must be a non-negative number`);
-  // 2.0 counts as 2; a fractional count bounds at its floor/ceil as the comparison reads.
-  return key.startsWith("min") ? Math.ceil(v.value) : Math.floor(v.value);
+  // A non-negative integer (JSON Schema's own meta-schema); 2.0 is 2, 1.5 is refused.
+  if (!(v instanceof JsonNumber) || v.value < 0 || !Number.isInteger(v.value)) throw new GrammarError(`${path}/${key}: must be a non-negative integer`);
+  return v.value;
 }
 
 /** The text a value is compared by (JSON Schema equality: 1 and 1.0 are one number). */

@@ -17,14 +17,15 @@ import { ANY_CHAR, codePoints, single, utf8Expr, type CodeSet } from "./code-set
 import { CfgBuilder, type Cfg } from "./cfg.ts";
 import { INFINITE, type ExprPool } from "./expr.ts";
 import { formatRegex } from "./json-formats.ts";
-import { boundedNumberExpr, ceilDecimal, floorDecimal, fractionDigitsExpr, integerExpr, isInteger, parseDecimal } from "./json-numbers.ts";
+import { boundedNumberExpr, ceilDecimal, floorDecimal, fractionDigitsExpr, integerExpr, isInteger } from "./json-numbers.ts";
 import { SchemaDocument } from "./json-schema-refs.ts";
 import {
   canonical, isAssertion, isFalse, pureRef, ShapeBuilder, T_ARRAY, T_BOOLEAN, T_FRACTION, T_INTEGER, T_NULL, T_OBJECT, T_STRING, type Conj, type Shape,
 } from "./json-schema-shape.ts";
 import { anyContent, contentExcept, jsonCharExpr, jsonLiteralExpr, pythonJsonQuote, quoted } from "./json-strings.ts";
 import { isObject, JsonNumber, pythonNumberText, type JsonValue } from "./json-value.ts";
-import { GRAMMAR_LIMITS, type CompileBudget } from "./limits.ts";
+import { GRAMMAR_LIMITS, nestingError, type CompileBudget } from "./limits.ts";
+import { literalSet, scalarText } from "./literal-set.ts";
 import { regexToExpr } from "./regex-expr.ts";
 import { anchoredLiterals, parseRegex, RegexSyntaxError } from "./regex-syntax.ts";
 
@@ -54,7 +55,10 @@ export function cachedRegex(pool: ExprPool, source: string, mode: "search" | "fu
     const encode = json ? (set: CodeSet) => jsonCharExpr(pool, set) : (set: CodeSet) => utf8Expr(pool, set);
     expr = regexToExpr(pool, parseRegex(source), encode, mode);
   } catch (e) {
-    if (e instanceof RegexSyntaxError) throw new GrammarError(`${where}: ${JSON.stringify(source)}: ${e.message}`);
+    if (e instanceof RegexSyntaxError) {
+      const message = `${where}: ${source.length > 80 ? `${JSON.stringify(source.slice(0, 80))}...` : JSON.stringify(source)}: ${e.message}`;
+      throw e.limit === null ? new GrammarError(message) : new GrammarLimitError(e.limit, message);
+    }
     throw e;
   }
   cache.set(key, expr);
@@ -121,7 +125,10 @@ class JsonGrammarBuilder {
     for (const s of this.shapes.shapes([target], target.path)) {
       if (!(s.types & T_STRING)) continue;
       if (s.enumValues === null) parts.push(this.stringContent(s, false));
-      else for (const v of s.enumValues.values()) if (typeof v === "string" && this.valueFits(v, s)) parts.push(this.text(v));
+      else {
+        const fits = this.valueFits(s);
+        for (const [text, v] of s.enumValues) if (typeof v === "string" && fits(v, text)) parts.push(this.pool.literal(scalarText(v, `${s.path} (enum/const)`)));
+      }
     }
     return this.pool.or(parts);
   }
@@ -168,8 +175,21 @@ class JsonGrammarBuilder {
     return `#${id}`;
   }
 
+  /** Schemas being built around the current one (`$ref` hops included), for the nesting limit. */
+  private depth = 0;
+
   /** Symbols matching one JSON value valid against every schema of `conj`. */
   private conj(conj: Conj, path: string): number[] {
+    if (this.depth >= GRAMMAR_LIMITS.nesting) throw nestingError(`${path}: schemas and $ref hops`);
+    this.depth++;
+    try {
+      return this.conjSymbols(conj, path);
+    } finally {
+      this.depth--;
+    }
+  }
+
+  private conjSymbols(conj: Conj, path: string): number[] {
     if (conj.length === 1) {
       const ref = pureRef(conj[0]!.raw);
       if (ref !== null) return [this.refRule(ref, conj[0]!.path)];
@@ -211,75 +231,99 @@ class JsonGrammarBuilder {
     if (s.types & T_BOOLEAN) out.push(this.lex(this.pool.or([this.text("true"), this.text("false")])));
     if (s.types & (T_INTEGER | T_FRACTION)) {
       const n = this.numberExpr(s);
-      if (n !== 0) out.push(this.lex(n));
+      if (!this.pool.isEmpty(n)) out.push(this.lex(n));
     }
     if (s.types & T_STRING) {
       const str = this.stringExpr(s);
-      if (str !== 0) out.push(this.lex(str));
+      // isEmpty, not only EMPTY: a pattern and a length can leave nothing (an And), and a schema
+      // that matches nothing is refused at compile time, never a dead end while decoding.
+      if (!this.pool.isEmpty(str)) out.push(this.lex(str));
     }
     if (s.types & T_ARRAY) out.push(...this.arrayAlternatives(s));
     if (s.types & T_OBJECT) out.push(...this.objectAlternatives(s));
     return out;
   }
 
+  /**
+   * The enum's (or const's) values that meet the shape's other keywords: its scalars as one lexeme
+   * shaped as their trie (literal-set.ts: linear in their bytes, however many), then each object
+   * or array value.
+   */
   private enumAlternatives(s: Shape): number[][] {
-    const scalars: number[] = [];
+    const scalars: Uint8Array[] = [];
     const out: number[][] = [];
-    for (const v of s.enumValues!.values()) {
-      if (!this.valueFits(v, s)) continue;
-      if (Array.isArray(v) || isObject(v)) out.push(this.valueSymbols(v));
-      else scalars.push(this.scalarExpr(v));
+    const fits = this.valueFits(s);
+    // Keys are the values' canonical texts (Shape.enumValues): a number's is parsed once, there.
+    for (const [text, v] of s.enumValues!) {
+      if (!fits(v, text)) continue;
+      if (Array.isArray(v) || isObject(v)) out.push(this.valueSymbols(v, `${s.path} (enum/const)`));
+      else scalars.push(...this.scalarTexts(v, text, `${s.path} (enum/const)`));
     }
-    if (scalars.length > 0) out.unshift(this.lex(this.pool.or(scalars)));
+    if (scalars.length > 0) out.unshift(this.lex(literalSet(this.pool, scalars)));
     return out;
   }
 
-  /** Whether an enum value also meets the shape's other keywords (type, and those of its type). */
-  private valueFits(v: JsonValue, s: Shape): boolean {
-    if (v === null) return (s.types & T_NULL) !== 0;
-    if (typeof v === "boolean") return (s.types & T_BOOLEAN) !== 0;
-    if (typeof v === "string") return (s.types & T_STRING) !== 0 && this.pool.matches(this.stringExpr(s), utf8.encode(pythonJsonQuote(v)));
-    if (v instanceof JsonNumber) {
-      const integral = isInteger(parseDecimal(v.text));
-      if (!(s.types & T_FRACTION) && !(integral && s.types & T_INTEGER)) return false;
-      return this.pool.matches(this.numberExpr({ ...s, types: s.types | (integral ? T_INTEGER : T_FRACTION) }), utf8.encode(canonical(v)));
-    }
-    return (s.types & (Array.isArray(v) ? T_ARRAY : T_OBJECT)) !== 0;
+  /**
+   * Whether an enum value also meets the shape's other keywords (type, and those of its type); the
+   * expressions it checks against are made once for all the values.
+   */
+  private valueFits(s: Shape): (v: JsonValue, canonicalText: string) => boolean {
+    let strings: number | undefined;
+    const numbers = new Map<boolean, number>();
+    return (v, canonicalText) => {
+      if (v === null) return (s.types & T_NULL) !== 0;
+      if (typeof v === "boolean") return (s.types & T_BOOLEAN) !== 0;
+      if (typeof v === "string") return (s.types & T_STRING) !== 0 && this.pool.matches((strings ??= this.stringExpr(s)), utf8.encode(pythonJsonQuote(v)));
+      if (v instanceof JsonNumber) {
+        const integral = !canonicalText.includes(".");
+        if (!(s.types & T_FRACTION) && !(integral && s.types & T_INTEGER)) return false;
+        let expr = numbers.get(integral);
+        if (expr === undefined) numbers.set(integral, (expr = this.numberExpr({ ...s, types: s.types | (integral ? T_INTEGER : T_FRACTION) })));
+        return this.pool.matches(expr, utf8.encode(canonicalText));
+      }
+      return (s.types & (Array.isArray(v) ? T_ARRAY : T_OBJECT)) !== 0;
+    };
   }
 
-  /** A scalar's spellings: numbers as written canonically, integral ones also as N.0. */
-  private scalarExpr(v: JsonValue): number {
-    if (v === null) return this.text("null");
-    if (typeof v === "boolean") return this.text(String(v));
-    if (typeof v === "string") return jsonLiteralExpr(this.pool, v);
-    const n = v as JsonNumber;
-    const d = parseDecimal(n.text);
-    const forms = new Set([pythonNumberText(n), canonical(n)]);
-    if (isInteger(d)) {
-      forms.add(`${canonical(n)}.0`);
-      if (d.int === "0") forms.add("-0");
+  /**
+   * A scalar's spellings: numbers as written canonically (`canonicalText`, Shape.enumValues' key),
+   * integral ones also as N.0; strings in their canonical JSON form.
+   */
+  private scalarTexts(v: JsonValue, canonicalText: string, where: string): Uint8Array[] {
+    if (v === null) return [utf8.encode("null")];
+    if (typeof v === "boolean") return [utf8.encode(String(v))];
+    if (typeof v === "string") return [scalarText(pythonJsonQuote(v), where)];
+    const forms = new Set([pythonNumberText(v as JsonNumber), canonicalText]);
+    if (!canonicalText.includes(".")) {
+      forms.add(`${canonicalText}.0`);
+      if (canonicalText === "0") forms.add("-0");
     }
-    return this.pool.or([...forms].map((f) => this.text(f)));
+    return [...forms].map((f) => utf8.encode(f));
+  }
+
+  /** A fixed text in its one canonical JSON spelling; GrammarError naming `where` for a lone surrogate. */
+  private quotedText(text: string, where: string): number {
+    return this.pool.literal(scalarText(pythonJsonQuote(text), where));
   }
 
   /** Symbols matching exactly one JSON value (enum/const members that are objects or arrays). */
-  private valueSymbols(v: JsonValue): number[] {
+  private valueSymbols(v: JsonValue, where: string): number[] {
     if (Array.isArray(v)) {
       const out = this.punct("[");
       v.forEach((x, i) => {
         if (i > 0) out.push(...this.comma());
-        out.push(...this.valueSymbols(x));
+        out.push(...this.valueSymbols(x, where));
       });
       out.push(...this.punct("]"));
       return out;
     }
     if (isObject(v)) {
       const out = this.punct("{");
-      v.entries.forEach(([k, x], i) => out.push(...this.key(i === 0, jsonLiteralExpr(this.pool, k)), ...this.valueSymbols(x)));
+      v.entries.forEach(([k, x], i) => out.push(...this.key(i === 0, this.quotedText(k, where)), ...this.valueSymbols(x, where)));
       out.push(...this.punct("}"));
       return out;
     }
-    return this.lex(this.scalarExpr(v));
+    return this.lex(literalSet(this.pool, this.scalarTexts(v, canonical(v), where)));
   }
 
   private numberExpr(s: Shape): number {
@@ -424,6 +468,7 @@ class JsonGrammarBuilder {
     const rest = Array.from({ length: declared.length + 1 }, (_, i) =>
       Array.from({ length: top + 1 }, () => this.b.rule(i < declared.length ? `${s.path} from ${declared[i]![0]}` : `${s.path} additional properties`)));
     const values = declared.map(([name, schema]) => this.conj(schema, `${s.path}/properties/${name}`));
+    const keys = declared.map(([name]) => this.quotedText(name, `${s.path}/properties`));
     for (let i = declared.length; i >= 0; i--) {
       for (let k = 0; k <= top; k++) {
         const alts: number[][] = [];
@@ -432,7 +477,7 @@ class JsonGrammarBuilder {
           if (extras.length > 0 && canAdd(k)) alts.push([extraItem(k === 0), rest[i]![after(k)]!]);
         } else {
           const [name] = declared[i]!;
-          if (canAdd(k)) alts.push([...this.key(k === 0, jsonLiteralExpr(pool, name)), ...values[i]!, rest[i + 1]![after(k)]!]);
+          if (canAdd(k)) alts.push([...this.key(k === 0, keys[i]!), ...values[i]!, rest[i + 1]![after(k)]!]);
           if (!s.required.has(name)) alts.push([rest[i + 1]![k]!]);
         }
         this.b.define(rest[i]![k]!, alts);

@@ -20,7 +20,17 @@ export const GRAMMAR_LIMITS = {
   allOfBranches: 256,
   /** Whitespace bytes allowed in a row between JSON tokens (see maxWhitespace). */
   jsonWhitespace: 64,
+  /**
+   * Depth of nesting: parentheses of a regex or GBNF grammar, schemas inside schemas (a `$ref`
+   * hop counts as one). Checked as the parsers descend, so deep input never overflows the stack.
+   */
+  nesting: 1_000,
 } as const;
+
+/** The refusal of `what` (a subject: "the schema", "gbnf line 3: parentheses") nesting past GRAMMAR_LIMITS.nesting. */
+export function nestingError(what: string): GrammarLimitError {
+  return new GrammarLimitError("nesting", `${what} nest deeper than ${GRAMMAR_LIMITS.nesting} levels (limit: nesting)`);
+}
 
 /** What one compile may spend: a deadline and counts. */
 export interface CompileBudget {

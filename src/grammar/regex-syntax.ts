@@ -4,7 +4,8 @@
  * language (back-references, look-behind, word boundaries) or is not handled (Unicode property
  * classes, inline flags) is refused with a RegexSyntaxError naming it and its offset.
  */
-import { ANY_CHAR, codeSet, complement, single, union, type CodeSet } from "./code-set.ts";
+import { ANY_CHAR, codeSet, complement, MAX_CODE_POINT, single, SURROGATES, union, type CodeSet } from "./code-set.ts";
+import { GRAMMAR_LIMITS } from "./limits.ts";
 
 export type RegexNode =
   | { readonly t: "set"; readonly set: CodeSet }
@@ -15,7 +16,12 @@ export type RegexNode =
   | { readonly t: "eol" }
   | { readonly t: "look"; readonly negative: boolean; readonly item: RegexNode };
 
-export class RegexSyntaxError extends Error {}
+export class RegexSyntaxError extends Error {
+  /** The GRAMMAR_LIMITS bound the pattern went over, where that is what is wrong with it. */
+  constructor(message: string, readonly limit: string | null = null) {
+    super(message);
+  }
+}
 
 /** Largest count a {n,m} may name (a bigger one is refused, not truncated). */
 export const MAX_REGEX_REPEAT = 100_000;
@@ -37,6 +43,8 @@ export function parseRegex(source: string): RegexNode {
 class RegexParser {
   private readonly chars: number[];
   private pos = 0;
+  /** Groups open around the position (bounded by GRAMMAR_LIMITS.nesting before each descent). */
+  private depth = 0;
 
   constructor(source: string) {
     this.chars = Array.from(source, (c) => c.codePointAt(0)!);
@@ -50,6 +58,12 @@ class RegexParser {
 
   private fail(what: string): never {
     throw new RegexSyntaxError(`${what} at offset ${this.pos}`);
+  }
+
+  /** `cp` itself, or a failure where it is a lone surrogate: UTF-8 output can never hold one. */
+  private scalar(cp: number): number {
+    if (cp >= SURROGATES[0] && cp <= SURROGATES[1]) this.fail(`a lone surrogate U+${cp.toString(16).toUpperCase()} (not a character)`);
+    return cp;
   }
 
   private peek(offset = 0): number | undefined {
@@ -81,27 +95,30 @@ class RegexParser {
     return items.length === 1 ? items[0]! : { t: "seq", items };
   }
 
+  /** The atom with its quantifier, if one follows; a second one (`a**`, `a{2}{3}`) is refused, as ECMA-262 and Python do. */
   private quantified(atom: RegexNode): RegexNode {
-    for (;;) {
-      let min: number;
-      let max: number;
-      const c = this.peek();
-      if (c === 0x2a /* * */) [min, max] = [0, Infinity];
-      else if (c === 0x2b /* + */) [min, max] = [1, Infinity];
-      else if (c === 0x3f /* ? */) [min, max] = [0, 1];
-      else if (c === 0x7b /* { */) {
-        const counted = this.counts();
-        if (counted === null) return atom;
-        [min, max] = counted;
-        this.pos--; // counts() consumed through "}"; the shared step below consumes one char
-      } else return atom;
-      this.pos++;
-      this.eat("?"); // lazy: the same language
-      if (atom.t === "bol" || atom.t === "eol" || atom.t === "look") this.fail("a quantifier on an assertion");
-      if (min > MAX_REGEX_REPEAT || (max !== Infinity && max > MAX_REGEX_REPEAT)) this.fail(`a repeat count over ${MAX_REGEX_REPEAT}`);
-      if (max < min) this.fail("a repeat {n,m} with m < n");
-      atom = { t: "rep", item: atom, min, max };
+    const counts = this.quantifier();
+    if (counts === null) return atom;
+    this.eat("?"); // lazy: the same language
+    if (atom.t === "bol" || atom.t === "eol" || atom.t === "look") this.fail("a quantifier on an assertion");
+    const [min, max] = counts;
+    if (min > MAX_REGEX_REPEAT || (max !== Infinity && max > MAX_REGEX_REPEAT)) this.fail(`a repeat count over ${MAX_REGEX_REPEAT}`);
+    if (max < min) this.fail("a repeat {n,m} with m < n");
+    const at = this.pos;
+    if (this.quantifier() !== null) {
+      this.pos = at;
+      this.fail("a quantifier after a quantifier (nothing to repeat)");
     }
+    return { t: "rep", item: atom, min, max };
+  }
+
+  /** The counts of a quantifier at the position (consumed), or null where none is. */
+  private quantifier(): [number, number] | null {
+    const c = this.peek();
+    if (c === 0x7b /* { */) return this.counts();
+    const counts: [number, number] | null = c === 0x2a /* * */ ? [0, Infinity] : c === 0x2b /* + */ ? [1, Infinity] : c === 0x3f /* ? */ ? [0, 1] : null;
+    if (counts !== null) this.pos++;
+    return counts;
   }
 
   /** `{n}`, `{n,}`, `{n,m}` (the position after "}"), or null where "{" is a literal (Annex B). */
@@ -149,11 +166,20 @@ class RegexParser {
         this.pos--;
         return this.fail("nothing to repeat");
       default:
-        return { t: "set", set: single(c) };
+        return { t: "set", set: single(this.scalar(c)) };
     }
   }
 
   private group(): RegexNode {
+    if (++this.depth > GRAMMAR_LIMITS.nesting) {
+      throw new RegexSyntaxError(`parentheses nest deeper than ${GRAMMAR_LIMITS.nesting} at offset ${this.pos - 1} (limit: nesting)`, "nesting");
+    }
+    const node = this.groupBody();
+    this.depth--;
+    return node;
+  }
+
+  private groupBody(): RegexNode {
     let look: { negative: boolean } | null = null;
     if (this.eat("?")) {
       if (this.eat(":")) {
@@ -217,10 +243,10 @@ class RegexParser {
             v = v * 16 + this.hexDigit(this.chars[this.pos++]!);
             n++;
           }
-          if (!this.eat("}") || n === 0 || v > 0x10ffff) this.fail("a bad \\u{...} escape");
-          return single(v);
+          if (!this.eat("}") || n === 0 || v > MAX_CODE_POINT) this.fail("a bad \\u{...} escape");
+          return single(this.scalar(v));
         }
-        return single(this.hex(4));
+        return single(this.utf16Escape(this.hex(4)));
       }
       case 0x55: return single(this.hex(8)); // U (Python)
       case 0x63: { // cX
@@ -240,6 +266,21 @@ class RegexParser {
     return single(c);
   }
 
+  /**
+   * The character of a `\uXXXX` escape whose value is `unit`: a high surrogate followed by a
+   * `\uXXXX` low one is the pair's one character (as ECMA-262 reads it with the u flag).
+   */
+  private utf16Escape(unit: number): number {
+    if (unit >= 0xd800 && unit <= 0xdbff && this.peek() === 0x5c && this.peek(1) === 0x75 && this.peek(2) !== 0x7b) {
+      const at = this.pos;
+      this.pos += 2;
+      const low = this.hex(4);
+      if (low >= 0xdc00 && low <= 0xdfff) return 0x10000 + ((unit - 0xd800) << 10) + (low - 0xdc00);
+      this.pos = at;
+    }
+    return this.scalar(unit);
+  }
+
   private hexDigit(c: number): number {
     if (c >= 0x30 && c <= 0x39) return c - 0x30;
     if (c >= 0x61 && c <= 0x66) return c - 0x61 + 10;
@@ -254,8 +295,8 @@ class RegexParser {
       if (c === undefined) this.fail("a short hex escape");
       v = v * 16 + this.hexDigit(c);
     }
-    if (v > 0x10ffff) this.fail("an escape beyond U+10FFFF");
-    return v;
+    if (v > MAX_CODE_POINT) this.fail("an escape beyond U+10FFFF");
+    return n === 4 ? v : this.scalar(v);
   }
 
   private charClass(): CodeSet {
@@ -299,7 +340,7 @@ class RegexParser {
       return this.escape(true);
     }
     if (c === 0x5b && this.peek() === 0x3a) this.fail("POSIX classes ([:alpha:]) are not supported");
-    return single(c);
+    return single(this.scalar(c));
   }
 }
 
