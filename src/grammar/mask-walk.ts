@@ -128,6 +128,7 @@ export class MaskWalker {
       }
     }
     this.nodesVisited += visited;
+    space.pool.meter?.spend(visited >> 4);
     const groups = [...exits].map(([lexeme, nodes]) => new ExitGroup(lexeme, trie, Int32Array.from(nodes)));
     const groupBytes = groups.reduce((n, g) => n + 4 * g.roots.length + 64, 0);
     const words = Math.ceil(this.vocabSize / 32);
