@@ -6,7 +6,7 @@
 import type { Cfg } from "./cfg.ts";
 import { EarleySet, ParserTables } from "./earley.ts";
 import { DEAD, type LexerSpace } from "./lexer.ts";
-import { GRAMMAR_LIMITS, maskMeter, type WorkMeter } from "./limits.ts";
+import { GRAMMAR_LIMITS, maskMeter, type MaskLimits, type WorkMeter } from "./limits.ts";
 import type { MaskWalker } from "./mask-walk.ts";
 import type { TokenVocabulary } from "./vocabulary.ts";
 
@@ -20,8 +20,8 @@ export class CompiledGrammar {
    * hostile grammar is stopped at a bound instead of growing them without end; once stopped it
    * stays refused (its compiler answers the error on a resend).
    */
-  readonly maskMeter: WorkMeter = maskMeter();
-  private charged: WorkMeter = this.maskMeter;
+  readonly maskMeter: WorkMeter;
+  private charged: WorkMeter;
 
   constructor(
     cfg: Cfg,
@@ -36,7 +36,10 @@ export class CompiledGrammar {
      * free-text part (gpt-oss's analysis message) cannot swallow the token that ends it.
      */
     readonly namedTokens: readonly number[] = [],
+    private readonly limits: MaskLimits = GRAMMAR_LIMITS,
   ) {
+    this.maskMeter = maskMeter(limits);
+    this.charged = this.maskMeter;
     this.tables = new ParserTables(cfg);
     cfg.terminals.forEach((expr, t) => this.terminalOf.set(expr, t));
     this.initial = EarleySet.initial(this.tables);
@@ -53,7 +56,7 @@ export class CompiledGrammar {
 
   /** A matcher took a token: the masks' bounds grow by a token's worth (limits.ts, mask*PerToken). */
   tokenAccepted(): void {
-    this.maskMeter.grant(GRAMMAR_LIMITS.maskExprsPerToken, GRAMMAR_LIMITS.maskLexerStatesPerToken, GRAMMAR_LIMITS.maskWorkPerToken);
+    this.maskMeter.grant(this.limits.maskExprsPerToken, this.limits.maskLexerStatesPerToken, this.limits.maskWorkPerToken);
   }
 
   /** Run `work` with its lexer work charged to `meter` (the compile's budget, for the first mask). */

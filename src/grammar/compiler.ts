@@ -24,7 +24,7 @@ import { gbnfToCfg } from "./gbnf.ts";
 import { cachedRegex, jsonSchemaToCfg, type JsonSchemaOptions } from "./json-schema.ts";
 import { fromJavaScript, JsonObject, parseJsonText, pythonJsonDumps, type JsonValue } from "./json-value.ts";
 import { LexerSpace } from "./lexer.ts";
-import { compileBudget, GRAMMAR_LIMITS, type CompileBudget } from "./limits.ts";
+import { compileBudget, GRAMMAR_LIMITS, type CompileBudget, type MaskLimits } from "./limits.ts";
 import { GrammarMatcher } from "./matcher.ts";
 import { MaskWalker } from "./mask-walk.ts";
 import { toolCallsToCfg, type ToolCallsSource } from "./tool-calls.ts";
@@ -58,7 +58,12 @@ export class GrammarCompiler {
   private readonly cache = new Map<string, CompiledGrammar | GrammarError>();
   private readonly scratch: Uint32Array;
 
-  constructor(readonly vocab: TokenVocabulary, private readonly compileMs: number = GRAMMAR_LIMITS.compileMs) {
+  constructor(
+    readonly vocab: TokenVocabulary,
+    private readonly compileMs: number = GRAMMAR_LIMITS.compileMs,
+    /** The bounds of each grammar's masks (smaller ones in tests). */
+    private readonly maskLimits: MaskLimits = GRAMMAR_LIMITS,
+  ) {
     this.walker = new MaskWalker(this.space, vocab.size);
     this.scratch = new Uint32Array(vocab.words);
   }
@@ -103,7 +108,7 @@ export class GrammarCompiler {
     try {
       const cfg = this.toCfg(source, budget);
       const named = source.kind === "tool_calls" ? source.controlTokens.map((t) => this.vocab.specialToken(t)).filter((id) => id !== undefined) : [];
-      const grammar = new CompiledGrammar(cfg, this.space, this.walker, this.vocab, source.kind, [...new Set(named)]);
+      const grammar = new CompiledGrammar(cfg, this.space, this.walker, this.vocab, source.kind, [...new Set(named)], this.maskLimits);
       this.firstMask(grammar, budget);
       return grammar;
     } finally {

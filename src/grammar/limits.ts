@@ -135,9 +135,11 @@ export function compileBudget(exprBase: number, ms: number = GRAMMAR_LIMITS.comp
   return new CompileBudget(exprBase, ms);
 }
 
+/** The bounds of one grammar's masks (GRAMMAR_LIMITS' mask* entries; tests may give smaller ones). */
+export type MaskLimits = { readonly [K in "maskExprs" | "maskLexerStates" | "maskWork" | "maskExprsPerToken" | "maskLexerStatesPerToken" | "maskWorkPerToken"]: number };
+
 /** The meter of one grammar's masks (CompiledGrammar.maskMeter): counts only, no clock. */
-export function maskMeter(): WorkMeter {
-  const l = GRAMMAR_LIMITS;
+export function maskMeter(l: MaskLimits = GRAMMAR_LIMITS): WorkMeter {
   return new WorkMeter(l.maskExprs, l.maskLexerStates, l.maskWork, Infinity, 0, "computing the grammar's masks", { exprs: "maskExprs", states: "maskLexerStates", work: "maskWork" });
 }
 
