@@ -10,7 +10,8 @@ import { describe, expect, test } from "bun:test";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { GrammarLimitError } from "../src/errors.ts";
+import { GrammarLimitError, RequestFieldError } from "../src/errors.ts";
+import { GrammarConstraints } from "../src/grammar/constraints.ts";
 import { pagellmEngine, readMaskBenchFiles, runMaskBench } from "../src/bench/grammar.ts";
 import { GrammarCompiler, type GrammarSource } from "../src/grammar/compiler.ts";
 import { GRAMMAR_LIMITS } from "../src/grammar/limits.ts";
@@ -75,7 +76,7 @@ describe("item 1's shapes over single bytes", () => {
   test("a grammar whose masks go over their bounds is refused there and from then on, compile included", () => {
     // [ab]*a[ab]{12}: each byte a new lexer state (the positions of the last a), with bounds of 60 states and none per token.
     const limits = { ...GRAMMAR_LIMITS, maskLexerStates: 60, maskLexerStatesPerToken: 0 };
-    const compiler = new GrammarCompiler(byteVocabulary(), GRAMMAR_LIMITS.compileMs, limits);
+    const compiler = new GrammarCompiler(byteVocabulary(), GRAMMAR_LIMITS.compileMs, { maskLimits: limits });
     const source: GrammarSource = { kind: "regex", pattern: "[ab]*a[ab]{12}" };
     const m = compiler.matcher(source);
     const mask = new Uint32Array(byteVocabulary().words);
@@ -103,7 +104,7 @@ describe("item 1's shapes over single bytes", () => {
 
   test("a long output is not refused: the mask bounds grow with the tokens accepted", () => {
     const limits = { ...GRAMMAR_LIMITS, maskLexerStates: 100 };
-    const compiler = new GrammarCompiler(byteVocabulary(), GRAMMAR_LIMITS.compileMs, limits);
+    const compiler = new GrammarCompiler(byteVocabulary(), GRAMMAR_LIMITS.compileMs, { maskLimits: limits });
     const m = compiler.matcher({ kind: "json_schema", schema: { type: "string", maxLength: 5000 } });
     const mask = new Uint32Array(byteVocabulary().words);
     const text = JSON.stringify("lorem ipsum ".repeat(300));
@@ -137,6 +138,30 @@ describeShared("item 1's shapes over Llama 3's vocabulary", ["vocab/ggml-vocab-l
     expect(performance.now() - t0).toBeLessThan(30_000);
     expect(process.memoryUsage().rss - rss0).toBeLessThan(800 * MB);
   }, 90_000);
+});
+
+describeShared("the request's front door", ["vocab/ggml-vocab-llama-bpe.gguf"], ([vocabPath]) => {
+  test("the hostile schema is a RequestFieldError naming constraint and the limit (a 400), soon, and at once on a resend", () => {
+    const { tokenizer } = loadGGUFTokenizer(vocabPath!);
+    const constraints = new GrammarConstraints(tokenizer, tokenizer.vocabSize);
+    const refusal = (): RequestFieldError => {
+      try {
+        constraints.compile({ kind: "json_schema", schema: hostile });
+      } catch (e) {
+        if (e instanceof RequestFieldError) return e;
+        throw e;
+      }
+      throw new Error("compiled");
+    };
+    const t0 = performance.now();
+    const first = refusal();
+    expect(performance.now() - t0).toBeLessThan(GRAMMAR_LIMITS.compileMs + 8_000);
+    expect(first.field).toBe("constraint");
+    expect(first.message).toMatch(/\(limit: (compileMs|exprs)\)/);
+    const t1 = performance.now();
+    expect(refusal().message).toBe(first.message);
+    expect(performance.now() - t1).toBeLessThan(50);
+  }, 60_000);
 });
 
 describeShared("walks are cached per lexer space", ["vocab/ggml-vocab-llama-bpe.gguf"], ([vocabPath]) => {

@@ -16,6 +16,7 @@ import { loadavg } from "node:os";
 import { join } from "node:path";
 import { GrammarError, InputError } from "../errors.ts";
 import { GrammarCompiler } from "../grammar/compiler.ts";
+import { GRAMMAR_LIMITS } from "../grammar/limits.ts";
 import { isObject, parseJsonText, pythonJsonDumps, type JsonValue } from "../grammar/json-value.ts";
 import { GrammarMatcher } from "../grammar/matcher.ts";
 import type { TokenVocabulary } from "../grammar/vocabulary.ts";
@@ -99,9 +100,13 @@ export function readMaskBenchFiles(dir: string): MaskBenchFile[] {
   });
 }
 
-/** pagellm's engine, one compiler (and so one shared mask cache) for the whole run. */
+/**
+ * pagellm's engine, one compiler (and so one shared mask cache) for the whole run. Each schema is
+ * compiled once, so the compiler keeps only a few grammars: the server's 256 would hold the parser
+ * tables of 256 schemas for nothing.
+ */
 export function pagellmEngine(vocab: TokenVocabulary): MaskBenchEngine {
-  const compiler = new GrammarCompiler(vocab);
+  const compiler = new GrammarCompiler(vocab, GRAMMAR_LIMITS.compileMs, { cacheEntries: 4 });
   const mask = new Uint32Array(vocab.words);
   return {
     name: "pagellm",

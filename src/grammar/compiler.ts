@@ -11,10 +11,11 @@
  * refused here, not at its first step. Later masks are charged to each grammar's own meter
  * (CompiledGrammar.maskMeter); a grammar that goes over is refused from then on, here too.
  *
- * When the shared expression pool or lexer grows past POOL_ROTATE_SIZE / STATE_ROTATE_COUNT, new
- * compiles start a fresh pool and lexer, and the cache forgets the grammars of the old one (their
- * running matchers keep it until they end), so a long-running server or benchmark holds at most
- * about one pool's worth of memory more than the one in use.
+ * When the shared expression pool (nodes and memoized derivatives) or lexer grows past
+ * POOL_ROTATE_SIZE / STATE_ROTATE_COUNT, new compiles start a fresh pool and lexer, and the cache
+ * forgets the grammars of the old one (their running matchers keep it until they end), so a
+ * long-running server or benchmark holds at most about one pool's worth of memory more than the
+ * one in use.
  */
 import { GrammarError, GrammarLimitError } from "../errors.ts";
 import { CfgBuilder, type Cfg } from "./cfg.ts";
@@ -45,7 +46,15 @@ export type GrammarSource =
   /** A block of tool calls in a chat format's syntax, arguments by their schemas (tool-calls.ts). */
   | ({ readonly kind: "tool_calls" } & ToolCallsSource);
 
-const POOL_ROTATE_SIZE = 2_000_000;
+export interface CompilerOptions {
+  /** The bounds of each grammar's masks (smaller ones in tests). */
+  readonly maskLimits?: MaskLimits;
+  /** Grammars (and refusals) kept by content; a benchmark that compiles each schema once needs few. */
+  readonly cacheEntries?: number;
+}
+
+/** About 250 MB of nodes and derivatives (ExprPool.footprint). */
+const POOL_ROTATE_SIZE = 1_000_000;
 const STATE_ROTATE_COUNT = 100_000;
 const CACHE_ENTRIES = 256;
 const utf8 = new TextEncoder();
@@ -57,13 +66,16 @@ export class GrammarCompiler {
   /** Content key -> the compiled grammar or the error it gave (least recently used first). */
   private readonly cache = new Map<string, CompiledGrammar | GrammarError>();
   private readonly scratch: Uint32Array;
+  private readonly maskLimits: MaskLimits;
+  private readonly cacheEntries: number;
 
   constructor(
     readonly vocab: TokenVocabulary,
     private readonly compileMs: number = GRAMMAR_LIMITS.compileMs,
-    /** The bounds of each grammar's masks (smaller ones in tests). */
-    private readonly maskLimits: MaskLimits = GRAMMAR_LIMITS,
+    options: CompilerOptions = {},
   ) {
+    this.maskLimits = options.maskLimits ?? GRAMMAR_LIMITS;
+    this.cacheEntries = options.cacheEntries ?? CACHE_ENTRIES;
     this.walker = new MaskWalker(this.space, vocab.size);
     this.scratch = new Uint32Array(vocab.words);
   }
@@ -88,7 +100,7 @@ export class GrammarCompiler {
       result = e;
     }
     this.cache.set(key, result);
-    if (this.cache.size > CACHE_ENTRIES) this.cache.delete(this.cache.keys().next().value!);
+    if (this.cache.size > this.cacheEntries) this.cache.delete(this.cache.keys().next().value!);
     if (result instanceof GrammarError) throw result;
     return result;
   }
@@ -102,7 +114,7 @@ export class GrammarCompiler {
     if (size > GRAMMAR_LIMITS.sourceBytes) {
       throw new GrammarLimitError("sourceBytes", `the ${source.kind} is ${size} bytes, over ${GRAMMAR_LIMITS.sourceBytes} (limit: sourceBytes)`);
     }
-    if (this.pool.size > POOL_ROTATE_SIZE || this.space.stateCount > STATE_ROTATE_COUNT) this.rotate();
+    if (this.pool.footprint > POOL_ROTATE_SIZE || this.space.stateCount > STATE_ROTATE_COUNT) this.rotate();
     const budget = compileBudget(this.pool.size, this.compileMs);
     this.pool.meter = budget;
     try {
