@@ -38,7 +38,7 @@ export const GRAMMAR_LIMITS = {
   maskWorkPerToken: 4096,
 } as const;
 
-/** Work units between two looks at the clock (a look costs about as much as 100 units). */
+/** Work units between two looks at the clock. */
 const CLOCK_EVERY = 4096;
 
 /**
