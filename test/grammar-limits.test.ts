@@ -4,23 +4,14 @@
  * recursive schemas that are fine compile and match.
  */
 import { describe, expect, test } from "bun:test";
-import { GrammarError, GrammarLimitError } from "../src/errors.ts";
+import { GrammarError } from "../src/errors.ts";
 import { GrammarCompiler } from "../src/grammar/compiler.ts";
 import { GRAMMAR_LIMITS } from "../src/grammar/limits.ts";
-import { byteVocabulary, bytesCompiler, matches } from "./helpers/grammar.ts";
+import { byteVocabulary, bytesCompiler, limitOf, matches } from "./helpers/grammar.ts";
 
 const compiler = bytesCompiler();
 // The count limits are tested with time to spare, so that on a busy machine the clock never trips first.
 const patient = new GrammarCompiler(byteVocabulary(), 600_000);
-const limitOf = (f: () => unknown): string => {
-  try {
-    f();
-  } catch (e) {
-    if (e instanceof GrammarLimitError) return e.limit;
-    throw e;
-  }
-  throw new Error("no limit error");
-};
 
 describe("compile bounds", () => {
   test("too many rules: a huge object, a huge counted array", () => {

@@ -5,7 +5,7 @@
  * checks its stops. Built by engine-builder.ts; driven only by the front door (engine-client.ts),
  * which owns the one loop that steps it. Nothing leaves it but EngineOutput snapshots.
  */
-import { InputError, RequestFieldError, RequestTooLongError } from "../errors.ts";
+import { GrammarLimitError, InputError, RequestFieldError, RequestTooLongError } from "../errors.ts";
 import type { KVCacheManager } from "../kv/kv-cache-manager.ts";
 import type { KVLayout } from "../kv/kv-layout.ts";
 import type { SecondTierStats } from "../kv/second-tier.ts";
@@ -322,14 +322,25 @@ export class LLMEngine {
     }
     const constraint = seq.constraint;
     if (constraint === null) return seq.sample(row, this.samplerWork);
-    constraint.fillNextTokenBitmask(this.mask);
-    if (!allowsAny(this.mask, row.length)) {
-      seq.finish("error", "the constraint allows no token here (a grammar that cannot continue)");
-      return null;
+    try {
+      constraint.fillNextTokenBitmask(this.mask);
+      if (!allowsAny(this.mask, row.length)) {
+        seq.finish("error", "the constraint allows no token here (a grammar that cannot continue)");
+        return null;
+      }
+      const token = seq.sample(row, this.samplerWork, this.mask);
+      if (!constraint.acceptToken(token)) throw new Error(`the constraint refused token ${token}, which its own mask allowed`);
+      return token;
+    } catch (e) {
+      return this.constraintOverLimit(seq, e);
     }
-    const token = seq.sample(row, this.samplerWork, this.mask);
-    if (!constraint.acceptToken(token)) throw new Error(`the constraint refused token ${token}, which its own mask allowed`);
-    return token;
+  }
+
+  /** A grammar whose masks went over their bounds (grammar/limits.ts) ends its sequence on the error; anything else is a bug. */
+  private constraintOverLimit(seq: Sequence, e: unknown): null {
+    if (!(e instanceof GrammarLimitError)) throw e;
+    seq.finish("error", `the constraint went over a bound: ${e.message}`);
+    return null;
   }
 
   /**
@@ -342,7 +353,11 @@ export class LLMEngine {
   private forcedAfter(seq: Sequence): number[] {
     const constraint = seq.constraint;
     if (constraint === null || seq.isFinished) return [];
-    return constraint.forcedTokens();
+    try {
+      return constraint.forcedTokens();
+    } catch (e) {
+      return this.constraintOverLimit(seq, e) ?? [];
+    }
   }
 
   /** Appends `forced` to seq without sampling (the next step computes them as a chunk); the text they make showable. */

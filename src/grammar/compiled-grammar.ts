@@ -6,6 +6,7 @@
 import type { Cfg } from "./cfg.ts";
 import { EarleySet, ParserTables } from "./earley.ts";
 import { DEAD, type LexerSpace } from "./lexer.ts";
+import { GRAMMAR_LIMITS, maskMeter, type MaskLimits, type WorkMeter } from "./limits.ts";
 import type { MaskWalker } from "./mask-walk.ts";
 import type { TokenVocabulary } from "./vocabulary.ts";
 
@@ -14,6 +15,13 @@ export class CompiledGrammar {
   readonly initial: EarleySet;
   private readonly terminalOf = new Map<number, number>();
   private readonly starts = new WeakMap<EarleySet, number>();
+  /**
+   * What this grammar's masks have added to the shared lexer and pool (limits.ts, mask*): a
+   * hostile grammar is stopped at a bound instead of growing them without end; once stopped it
+   * stays refused (its compiler answers the error on a resend).
+   */
+  readonly maskMeter: WorkMeter;
+  private charged: WorkMeter;
 
   constructor(
     cfg: Cfg,
@@ -28,10 +36,37 @@ export class CompiledGrammar {
      * free-text part (gpt-oss's analysis message) cannot swallow the token that ends it.
      */
     readonly namedTokens: readonly number[] = [],
+    private readonly limits: MaskLimits = GRAMMAR_LIMITS,
   ) {
+    this.maskMeter = maskMeter(limits);
+    this.charged = this.maskMeter;
     this.tables = new ParserTables(cfg);
     cfg.terminals.forEach((expr, t) => this.terminalOf.set(expr, t));
     this.initial = EarleySet.initial(this.tables);
+  }
+
+  /**
+   * Charge the lexer and pool work from here on to this grammar's masks; throws the limit error
+   * where they went over before. Every matcher operation that may compute calls it first.
+   */
+  enter(): void {
+    if (this.maskMeter.failure !== null) throw this.maskMeter.failure;
+    this.space.pool.meter = this.charged;
+  }
+
+  /** A matcher took a token: the masks' bounds grow by a token's worth (limits.ts, mask*PerToken). */
+  tokenAccepted(): void {
+    this.maskMeter.grant(this.limits.maskExprsPerToken, this.limits.maskLexerStatesPerToken, this.limits.maskWorkPerToken);
+  }
+
+  /** Run `work` with its lexer work charged to `meter` (the compile's budget, for the first mask). */
+  chargedTo<T>(meter: WorkMeter, work: () => T): T {
+    this.charged = meter;
+    try {
+      return work();
+    } finally {
+      this.charged = this.maskMeter;
+    }
   }
 
   /** The terminal index of a lexeme (an expression id) of this grammar. */

@@ -5,9 +5,17 @@
  * (inside a JSON string, after a comma) are computed once for all of them.
  *
  * Bounds (limits.ts): source size, compile time, rules and expression nodes; a grammar over one is
- * refused with a GrammarLimitError. When the shared expression pool grows past POOL_ROTATE_SIZE,
- * new compiles start a fresh pool (grammars compiled before keep theirs), so a long-running server
- * does not grow without end.
+ * refused with a GrammarLimitError. The limits act inside the work: the compile's budget is the
+ * pool's meter while it runs (derivatives, emptiness searches and lexer states included), and a
+ * compile ends with the grammar's first mask, so a grammar whose lexer blows up at its start is
+ * refused here, not at its first step. Later masks are charged to each grammar's own meter
+ * (CompiledGrammar.maskMeter); a grammar that goes over is refused from then on, here too.
+ *
+ * When the shared expression pool (nodes and memoized derivatives) or lexer grows past
+ * POOL_ROTATE_SIZE / STATE_ROTATE_COUNT, new compiles start a fresh pool and lexer, and the cache
+ * forgets the grammars of the old one (their running matchers keep it until they end), so a
+ * long-running server or benchmark holds at most about one pool's worth of memory more than the
+ * one in use.
  */
 import { GrammarError, GrammarLimitError } from "../errors.ts";
 import { CfgBuilder, type Cfg } from "./cfg.ts";
@@ -18,7 +26,7 @@ import { cachedRegex, jsonSchemaToCfg, type JsonSchemaOptions } from "./json-sch
 import { fromJavaScript, JsonObject, parseJsonText, pythonJsonDumps, type JsonValue } from "./json-value.ts";
 import { LexerSpace } from "./lexer.ts";
 import { literalSet, scalarText } from "./literal-set.ts";
-import { compileBudget, GRAMMAR_LIMITS, type CompileBudget } from "./limits.ts";
+import { compileBudget, GRAMMAR_LIMITS, type CompileBudget, type MaskLimits } from "./limits.ts";
 import { GrammarMatcher } from "./matcher.ts";
 import { MaskWalker } from "./mask-walk.ts";
 import { toolCallsToCfg, type ToolCallsSource } from "./tool-calls.ts";
@@ -39,7 +47,16 @@ export type GrammarSource =
   /** A block of tool calls in a chat format's syntax, arguments by their schemas (tool-calls.ts). */
   | ({ readonly kind: "tool_calls" } & ToolCallsSource);
 
-const POOL_ROTATE_SIZE = 4_000_000;
+export interface CompilerOptions {
+  /** The bounds of each grammar's masks (smaller ones in tests). */
+  readonly maskLimits?: MaskLimits;
+  /** Grammars (and refusals) kept by content; a benchmark that compiles each schema once needs few. */
+  readonly cacheEntries?: number;
+}
+
+/** About 250 MB of nodes and derivatives (ExprPool.footprint). */
+const POOL_ROTATE_SIZE = 1_000_000;
+const STATE_ROTATE_COUNT = 100_000;
 const CACHE_ENTRIES = 256;
 
 export class GrammarCompiler {
@@ -48,9 +65,19 @@ export class GrammarCompiler {
   private walker: MaskWalker;
   /** Content key -> the compiled grammar or the error it gave (least recently used first). */
   private readonly cache = new Map<string, CompiledGrammar | GrammarError>();
+  private readonly scratch: Uint32Array;
+  private readonly maskLimits: MaskLimits;
+  private readonly cacheEntries: number;
 
-  constructor(readonly vocab: TokenVocabulary, private readonly compileMs: number = GRAMMAR_LIMITS.compileMs) {
+  constructor(
+    readonly vocab: TokenVocabulary,
+    private readonly compileMs: number = GRAMMAR_LIMITS.compileMs,
+    options: CompilerOptions = {},
+  ) {
+    this.maskLimits = options.maskLimits ?? GRAMMAR_LIMITS;
+    this.cacheEntries = options.cacheEntries ?? CACHE_ENTRIES;
     this.walker = new MaskWalker(this.space, vocab.size);
+    this.scratch = new Uint32Array(vocab.words);
   }
 
   /** The grammar for `source`, compiled once per content. Throws GrammarError where it cannot be. */
@@ -58,10 +85,12 @@ export class GrammarCompiler {
     const key = contentKey(source);
     const hit = this.cache.get(key);
     if (hit !== undefined) {
+      // A grammar whose masks went over their bounds is refused as a compile error would be.
+      const known = hit instanceof CompiledGrammar && hit.maskMeter.failure !== null ? hit.maskMeter.failure : hit;
       this.cache.delete(key);
-      this.cache.set(key, hit);
-      if (hit instanceof GrammarError) throw hit;
-      return hit;
+      this.cache.set(key, known);
+      if (known instanceof GrammarError) throw known;
+      return known;
     }
     let result: CompiledGrammar | GrammarError;
     try {
@@ -75,7 +104,7 @@ export class GrammarCompiler {
       else throw e;
     }
     this.cache.set(key, result);
-    if (this.cache.size > CACHE_ENTRIES) this.cache.delete(this.cache.keys().next().value!);
+    if (this.cache.size > this.cacheEntries) this.cache.delete(this.cache.keys().next().value!);
     if (result instanceof GrammarError) throw result;
     return result;
   }
@@ -89,15 +118,31 @@ export class GrammarCompiler {
     if (size > GRAMMAR_LIMITS.sourceBytes) {
       throw new GrammarLimitError("sourceBytes", `the ${source.kind} is ${size} bytes, over ${GRAMMAR_LIMITS.sourceBytes} (limit: sourceBytes)`);
     }
-    if (this.pool.size > POOL_ROTATE_SIZE) {
-      this.pool = new ExprPool();
-      this.space = new LexerSpace(this.pool);
-      this.walker = new MaskWalker(this.space, this.vocab.size);
-    }
+    if (this.pool.footprint > POOL_ROTATE_SIZE || this.space.stateCount > STATE_ROTATE_COUNT) this.rotate();
     const budget = compileBudget(this.pool.size, this.compileMs);
-    const cfg = this.toCfg(source, budget);
-    const named = source.kind === "tool_calls" ? source.controlTokens.map((t) => this.vocab.specialToken(t)).filter((id) => id !== undefined) : [];
-    return new CompiledGrammar(cfg, this.space, this.walker, this.vocab, source.kind, [...new Set(named)]);
+    this.pool.meter = budget;
+    try {
+      const cfg = this.toCfg(source, budget);
+      const named = source.kind === "tool_calls" ? source.controlTokens.map((t) => this.vocab.specialToken(t)).filter((id) => id !== undefined) : [];
+      const grammar = new CompiledGrammar(cfg, this.space, this.walker, this.vocab, source.kind, [...new Set(named)], this.maskLimits);
+      this.firstMask(grammar, budget);
+      return grammar;
+    } finally {
+      this.pool.meter = null;
+    }
+  }
+
+  /** The grammar's first mask, charged to the compile (its walks are cached for the first step). */
+  private firstMask(grammar: CompiledGrammar, budget: CompileBudget): void {
+    grammar.chargedTo(budget, () => new GrammarMatcher(grammar).fillNextTokenBitmask(this.scratch));
+  }
+
+  /** A fresh pool, lexer and mask cache; the cache drops the grammars of the old ones. */
+  private rotate(): void {
+    for (const [key, entry] of this.cache) if (entry instanceof CompiledGrammar && entry.space === this.space) this.cache.delete(key);
+    this.pool = new ExprPool();
+    this.space = new LexerSpace(this.pool);
+    this.walker = new MaskWalker(this.space, this.vocab.size);
   }
 
   private toCfg(source: GrammarSource, budget: CompileBudget): Cfg {

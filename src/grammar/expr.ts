@@ -12,6 +12,8 @@
  *    and hi >= 1, so each repetition a derivative steps through consumes at least one byte.
  */
 
+import type { WorkMeter } from "./limits.ts";
+
 export const EMPTY = 0;
 export const EPSILON = 1;
 export const INFINITE = Number.POSITIVE_INFINITY;
@@ -53,9 +55,23 @@ export class ExprPool {
   private readonly emptiness = new Map<number, boolean>();
   private readonly minLengths = new Map<number, number>();
   private readonly partitions = new Map<number, { readonly classOf: Uint8Array; readonly reps: readonly number[] }>();
+  /**
+   * What the work is charged to, or null: a compile's budget while it runs, then the masks' meter
+   * of the grammar being matched (CompiledGrammar.enter). Charged before each node is made and
+   * each derivative or search step is done, so a limit stops the work, not a check after it.
+   */
+  meter: WorkMeter | null = null;
   /** Counts expressions built, for the compile limits. */
   get size(): number {
     return this.nodes.length;
+  }
+
+  /**
+   * What the pool holds, in nodes: each node, and a quarter for each memoized derivative (about
+   * 40 bytes against a node's 150; a pool that masks many patterns holds 20 of them a node).
+   */
+  get footprint(): number {
+    return this.nodes.length + (this.derivatives.size >> 2);
   }
 
   constructor() {
@@ -75,6 +91,7 @@ export class ExprPool {
     const children = fields.kind === Kind.concat ? [fields.a, fields.b] : fields.kind === Kind.not || fields.kind === Kind.repeat ? [fields.a] : fields.list;
     let maxCount = fields.kind === Kind.repeat ? Math.max(fields.lo, fields.hi === INFINITE ? 0 : fields.hi) : 0;
     for (const c of children) maxCount = Math.max(maxCount, this.nodes[c]!.maxCount);
+    this.meter?.expr(1 + (fields.list.length >> 3));
     this.nodes.push({ ...fields, maxCount });
     return this.nodes.length - 1;
   }
@@ -190,14 +207,30 @@ export class ExprPool {
     });
   }
 
+  /**
+   * The intersection. Its complemented parts are one: `a & ~b & ~c` is `a & ~(b|c)`, so an
+   * intersection with n exclusions derives as two parts, not n + 1 (the keys of n patterns and
+   * the additional ones, json-schema.ts). And `a & ~(a|...)` is EMPTY: what a key excluded by a
+   * pattern it already matched leaves (the search would otherwise run to its limit to show it).
+   */
   and(parts: readonly number[]): number {
     const flat = new Set<number>();
+    const excluded: number[] = [];
     const visit = (p: number): void => {
       const n = this.nodes[p]!;
       if (n.kind === Kind.and) n.list.forEach(visit);
+      else if (n.kind === Kind.not && n.a !== EMPTY) excluded.push(n.a);
       else if (!this.isAnything(p)) flat.add(p);
     };
     parts.forEach(visit);
+    if (excluded.length > 0) {
+      const union = excluded.length === 1 ? excluded[0]! : this.or(excluded);
+      if (flat.has(union)) return EMPTY;
+      const un = this.nodes[union]!;
+      if (un.kind === Kind.or) for (const c of un.list) if (flat.has(c)) return EMPTY;
+      if (this.isAnything(union)) return EMPTY;
+      flat.add(this.not(union));
+    }
     if (flat.has(EMPTY)) return EMPTY;
     if (flat.size === 0) return this.anything();
     if (flat.has(EPSILON)) return [...flat].every((c) => this.nodes[c]!.nullable) ? EPSILON : EMPTY;
@@ -262,6 +295,9 @@ export class ExprPool {
     const key = e * 256 + byte;
     const cached = this.derivatives.get(key);
     if (cached !== undefined) return cached;
+    // A memo entry weighs about a quarter of a node; the work grows with the parts to derive.
+    this.meter?.expr(0.25);
+    this.meter?.spend(this.nodes[e]!.list.length >> 2);
     const result = this.computeDerivative(e, byte);
     this.derivatives.set(key, result);
     // What is left of open text after a plain byte is open text still.
@@ -354,6 +390,7 @@ export class ExprPool {
     while (heap.size > 0) {
       const { state, depth } = heap.pop();
       if (this.nodes[state]!.nullable || seen.size > limit) return false;
+      this.meter?.spend(reps.length);
       for (const b of reps) {
         const d = this.derive(state, b);
         if (d === EMPTY || seen.has(d)) continue;
@@ -421,6 +458,7 @@ export class ExprPool {
       if (seen.has(x)) continue;
       seen.add(x);
       const n = this.nodes[x]!;
+      this.meter?.spend(1 + (n.list.length >> 2));
       if (n.kind === Kind.bytes) leaves.add(x);
       else if (n.kind === Kind.concat) stack.push(n.a, n.b);
       else if (n.kind === Kind.not || n.kind === Kind.repeat) stack.push(n.a);

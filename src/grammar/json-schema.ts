@@ -23,7 +23,7 @@ import {
   canonical, isAssertion, isFalse, pureRef, ShapeBuilder, T_ARRAY, T_BOOLEAN, T_FRACTION, T_INTEGER, T_NULL, T_OBJECT, T_STRING, type Conj, type Shape,
 } from "./json-schema-shape.ts";
 import { anyContent, contentExcept, jsonCharExpr, jsonLiteralExpr, pythonJsonQuote, quoted } from "./json-strings.ts";
-import { isObject, JsonNumber, pythonNumberText, type JsonValue } from "./json-value.ts";
+import { isObject, JsonNumber, pythonJsonDumps, pythonNumberText, type JsonValue } from "./json-value.ts";
 import { GRAMMAR_LIMITS, nestingError, type CompileBudget } from "./limits.ts";
 import { literalSet, scalarText } from "./literal-set.ts";
 import { regexToExpr } from "./regex-expr.ts";
@@ -509,7 +509,9 @@ class JsonGrammarBuilder {
     const content = (name: string): Uint8Array => utf8.encode(pythonJsonQuote(name).slice(1, -1));
     const kinds: { key: number; schema: Conj }[] = [];
     const named: string[] = [];
-    const general: { expr: number; schema: Conj }[] = [];
+    // Patterns with the same schema are one kind, their union: n such patterns make one key
+    // lexeme, not n that exclude each other (each an intersection with n complements to derive).
+    const bySchema = new Map<string, { exprs: number[]; schema: Conj }>();
     for (const [pattern, schema] of s.patternProperties) {
       let names: string[] | null;
       try {
@@ -518,7 +520,11 @@ class JsonGrammarBuilder {
         names = null; // cachedRegex below reports the error
       }
       if (names === null) {
-        general.push({ expr: cachedRegex(pool, pattern, "search", true, where), schema });
+        const same = schema.map((at) => pythonJsonDumps(at.raw)).join("\u0000");
+        const group = bySchema.get(same);
+        const expr = cachedRegex(pool, pattern, "search", true, where);
+        if (group === undefined) bySchema.set(same, { exprs: [expr], schema });
+        else group.exprs.push(expr);
         continue;
       }
       for (const name of names) {
@@ -527,6 +533,7 @@ class JsonGrammarBuilder {
         if (!isFalse(schema) && (nameOk === null || pool.matches(nameOk, content(name)))) kinds.push({ key: jsonLiteralExpr(pool, name), schema });
       }
     }
+    const general = [...bySchema.values()].map(({ exprs, schema }) => ({ expr: pool.or(exprs), schema }));
     const excluded = [...declared, ...named];
     general.forEach((g, i) => {
       if (isFalse(g.schema)) return;

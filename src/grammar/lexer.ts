@@ -54,11 +54,14 @@ export class LexerSpace {
     const key = pairs.join(",");
     const found = this.byKey.get(key);
     if (found !== undefined) return found;
+    // Charged before anything is added, so a limit that trips leaves the space as it was.
+    this.pool.meter?.state();
+    const classes = this.jointClasses(pairs);
     const s = this.pairs.length;
     this.pairs.push(pairs);
     this.byKey.set(key, s);
     this.rows.push(new Int32Array(256).fill(UNKNOWN));
-    this.classes.push(this.jointClasses(pairs));
+    this.classes.push(classes);
     const accepts: number[] = [];
     for (let i = 0; i < pairs.length; i += 2) if (this.pool.nullable(pairs[i + 1]!)) accepts.push(pairs[i]!);
     this.acceptList.push(Int32Array.from(accepts));
@@ -105,6 +108,7 @@ export class LexerSpace {
     const joint = new Uint8Array(256);
     const renumber = this.renumber;
     const keys = new Int32Array(256);
+    this.pool.meter?.spend(pairs.length * 8);
     for (let i = 0; i < pairs.length; i += 2) {
       const { classOf } = this.pool.classPartition(pairs[i]!);
       let next = 0;
@@ -121,6 +125,7 @@ export class LexerSpace {
 
   private computeNext(s: number, byte: number): number {
     const pairs = this.pairs[s]!;
+    this.pool.meter?.spend(pairs.length >> 1);
     const out: number[] = [];
     for (let i = 0; i < pairs.length; i += 2) {
       // The byte's class representative under the lexeme's partition: the same derivative, and

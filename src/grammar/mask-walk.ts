@@ -21,16 +21,14 @@ import type { TokenTrie } from "./token-trie.ts";
 
 const UNKNOWN = -2;
 
-/** What a walk covers: the subtrees below `roots` (the roots' own tokens excluded), with its cache. */
+/** What a walk covers: the subtrees below `roots` (the roots' own tokens excluded). */
 export interface Walkable {
   readonly trie: TokenTrie;
   readonly roots: Int32Array;
-  readonly walks: Map<number, WalkResult>;
 }
 
 /** Where lexeme `lexeme` may end within a walk: the subtrees below these nodes follow it. */
 export class ExitGroup implements Walkable {
-  readonly walks = new Map<number, WalkResult>();
   constructor(readonly lexeme: number, readonly trie: TokenTrie, readonly roots: Int32Array) {}
 }
 
@@ -46,7 +44,13 @@ export interface WalkResult {
 export class MaskWalker {
   private stack = new Int32Array(64);
   private readonly scratch: Int32Array;
-  private readonly cached = new Set<Walkable>();
+  /**
+   * Walk results by walkable and lexer-state key. The walker's own: state keys mean something only
+   * in its lexer space, while the vocabulary's tries are shared by every compiler of the tokenizer
+   * (and by a compiler's pools after a rotation), so a cache on the trie would answer one space's
+   * key with another space's walk.
+   */
+  private walks = new WeakMap<Walkable, Map<number, WalkResult>>();
   private cachedBytes = 0;
   /** Walks run (cache misses) and trie nodes they visited, for the benchmark's and the tests' counts. */
   walksRun = 0;
@@ -65,20 +69,19 @@ export class MaskWalker {
   /** The walk of `w` from lexer state `s`, cached. */
   walk(w: Walkable, s: number): WalkResult {
     const key = this.space.clampKey(s, w.trie.maxDepth + 1);
-    const hit = w.walks.get(key);
+    let byKey = this.walks.get(w);
+    const hit = byKey?.get(key);
     if (hit !== undefined) return hit;
     const result = this.run(w, s);
-    if (this.cachedBytes + result.bytes > this.budgetBytes) this.dropAll();
-    w.walks.set(key, result);
-    this.cached.add(w);
+    if (this.cachedBytes + result.bytes > this.budgetBytes) {
+      this.walks = new WeakMap();
+      this.cachedBytes = 0;
+      byKey = undefined;
+    }
+    if (byKey === undefined) this.walks.set(w, (byKey = new Map()));
+    byKey.set(key, result);
     this.cachedBytes += result.bytes;
     return result;
-  }
-
-  private dropAll(): void {
-    for (const w of this.cached) w.walks.clear();
-    this.cached.clear();
-    this.cachedBytes = 0;
   }
 
   private run(w: Walkable, s: number): WalkResult {
@@ -128,6 +131,7 @@ export class MaskWalker {
       }
     }
     this.nodesVisited += visited;
+    space.pool.meter?.spend(visited >> 4);
     const groups = [...exits].map(([lexeme, nodes]) => new ExitGroup(lexeme, trie, Int32Array.from(nodes)));
     const groupBytes = groups.reduce((n, g) => n + 4 * g.roots.length + 64, 0);
     const words = Math.ceil(this.vocabSize / 32);

@@ -10,6 +10,8 @@
  *    iff canTerminate(); a token with no bytes (control tokens) never is, unless the grammar names
  *    it (a special token's spelling, vocabulary.ts);
  *  - after an end-of-generation token is accepted the matcher is terminated: nothing else is.
+ * Work on the shared lexer is charged to the grammar's masks (CompiledGrammar.enter): a grammar
+ * over its bounds throws GrammarLimitError from any of these, changing nothing.
  */
 import type { CompiledGrammar } from "./compiled-grammar.ts";
 import type { EarleySet } from "./earley.ts";
@@ -67,6 +69,7 @@ export class GrammarMatcher {
 
   private configsCanEnd(configs: readonly Config[]): boolean {
     const g = this.grammar;
+    g.enter();
     for (const { set, lex } of configs) {
       if (set.accepting && lex === g.lexerStart(set)) return true;
       if (lex < 0) continue;
@@ -81,6 +84,7 @@ export class GrammarMatcher {
    */
   fillNextTokenBitmask(mask: Uint32Array): void {
     mask.fill(0);
+    this.grammar.enter();
     const vocab = this.grammar.vocab;
     if (!this.top.terminated) {
       for (const { set, lex } of this.top.configs) if (lex >= 0) this.fillConfig(mask, set, lex);
@@ -157,6 +161,7 @@ export class GrammarMatcher {
     const configs = this.advanceToken(top.configs, id);
     if (configs.length === 0) return false;
     this.history.push({ configs, token: id, terminated: false });
+    this.grammar.tokenAccepted();
     return true;
   }
 
@@ -188,6 +193,7 @@ export class GrammarMatcher {
     const configs = this.advance(top.configs, bytes);
     if (configs.length === 0) return false;
     this.history.push({ configs, token, terminated: false });
+    this.grammar.tokenAccepted();
     return true;
   }
 
@@ -204,6 +210,7 @@ export class GrammarMatcher {
   /** The configurations after `bytes`, empty where they are not allowed. */
   advance(configs: readonly Config[], bytes: Uint8Array): Config[] {
     const g = this.grammar;
+    g.enter();
     const space = g.space;
     let current = configs;
     for (let i = 0; i < bytes.length; i++) {
@@ -280,6 +287,7 @@ export class GrammarMatcher {
   /** The one byte allowed next, or -1 where none or several are. */
   private onlyNextByte(configs: readonly Config[]): number {
     const g = this.grammar;
+    g.enter();
     const union = new Uint32Array(8);
     const add = (lex: number): void => {
       if (lex < 0) return;
@@ -312,6 +320,7 @@ export class GrammarMatcher {
 
   private noNextByte(configs: readonly Config[]): boolean {
     const g = this.grammar;
+    g.enter();
     const open = (lex: number): boolean => lex >= 0 && g.space.allowedBytes(lex).some((w) => w !== 0);
     for (const { set, lex } of configs) {
       if (open(lex)) return false;
@@ -339,7 +348,10 @@ export class GrammarMatcher {
 
   /** Whether `text` followed by the end is a complete match from here (tests and checks). */
   matchesText(text: string): boolean {
-    const configs = this.advance(this.top.configs, new TextEncoder().encode(text));
+    const bytes = new TextEncoder().encode(text);
+    // The masks' bounds as if each byte were a token taken (over a byte vocabulary, it would be).
+    for (let i = 0; i < bytes.length; i++) this.grammar.tokenAccepted();
+    const configs = this.advance(this.top.configs, bytes);
     return configs.length > 0 && this.configsCanEnd(configs);
   }
 }

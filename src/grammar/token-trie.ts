@@ -4,7 +4,7 @@
  * root (the empty string); node i was entered by `byte[i]` at depth `depth[i]`, and the tokens
  * whose bytes end exactly there are tokenIds[tokenStart[i] .. tokenStart[i + 1]).
  */
-import type { Walkable, WalkResult } from "./mask-walk.ts";
+import type { Walkable } from "./mask-walk.ts";
 
 let nextTrieId = 0;
 
@@ -15,8 +15,6 @@ export interface TrieEntry {
 
 export class TokenTrie implements Walkable {
   readonly id = nextTrieId++;
-  /** Walk results by lexer-state key. */
-  readonly walks = new Map<number, WalkResult>();
   readonly roots = Int32Array.of(0);
 
   private constructor(

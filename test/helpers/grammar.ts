@@ -2,6 +2,7 @@
  * Small vocabularies for the grammar tests, where every mask can be checked exactly: a list of
  * token strings (plus an end-of-generation token) and a greedy longest-match tokenizer over them.
  */
+import { GrammarLimitError } from "../../src/errors.ts";
 import { GrammarCompiler, type GrammarSource } from "../../src/grammar/compiler.ts";
 import { GrammarMatcher } from "../../src/grammar/matcher.ts";
 import { allowedTokens, allocateTokenBitmask } from "../../src/grammar/token-bitmask.ts";
@@ -50,3 +51,14 @@ export function matches(compiler: GrammarCompiler, source: GrammarSource, text: 
 }
 
 export const bytesCompiler = (): GrammarCompiler => new GrammarCompiler(byteVocabulary());
+
+/** The limit named by the GrammarLimitError `f` throws (anything else it throws, or no error, fails). */
+export function limitOf(f: () => unknown): string {
+  try {
+    f();
+  } catch (e) {
+    if (e instanceof GrammarLimitError) return e.limit;
+    throw e;
+  }
+  throw new Error("no limit error");
+}
