@@ -1,0 +1,41 @@
+/**
+ * A tokenizer that refuses, before tokenizing, any text that must give more than `limit` tokens
+ * (Tokenizer.minTokens): a prompt of megabytes over the context costs its bytes' count, not its
+ * tokenization (issue 38: a megabyte tool description took a gigabyte to find it too long). Each
+ * encode call is checked on its own: every piece of a prompt is tokenized into it, so a piece
+ * over the limit is a prompt over it. Its limit is also there for encodeRendered (tokenLimitOf),
+ * which stops tokenizing a prompt's pieces once they pass it (EncodeOptions.stopAfter).
+ */
+import { RequestTooLongError } from "../errors.ts";
+import type { EncodeOptions, Tokenizer } from "./tokenizer.ts";
+
+/** The property of a limited tokenizer that holds its limit (tokenLimitOf). */
+const LIMIT = Symbol("token limit");
+
+export function withTokenLimit<T extends Tokenizer>(tok: T, limit: number): T {
+  const minTokens = tok.minTokens?.bind(tok) ?? (() => 0);
+  const encode = (text: string, opts?: EncodeOptions): number[] => {
+    const least = minTokens(text);
+    if (least > limit) throw tooLong(`at least ${least}`, limit);
+    return tok.encode(text, opts);
+  };
+  return new Proxy(tok, {
+    get(target, key) {
+      if (key === "encode") return encode;
+      if (key === LIMIT) return limit;
+      const v: unknown = Reflect.get(target, key, target);
+      return typeof v === "function" ? (v as (...args: unknown[]) => unknown).bind(target) : v;
+    },
+  });
+}
+
+/** The most tokens a prompt tokenized with `tok` may have (withTokenLimit's), or undefined. */
+export function tokenLimitOf(tok: Tokenizer): number | undefined {
+  const limit: unknown = Reflect.get(tok, LIMIT);
+  return typeof limit === "number" ? limit : undefined;
+}
+
+/** A prompt of `count` tokens ("at least 6477", "more than 4096") over a context of `limit`. */
+export function tooLong(count: string, limit: number): RequestTooLongError {
+  return new RequestTooLongError(`prompt of ${count} tokens is longer than the context of ${limit} (a shorter prompt)`, "prompt");
+}
