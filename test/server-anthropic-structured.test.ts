@@ -3,7 +3,9 @@
  * `{"type": "json_schema", "schema"}` (what the Anthropic SDK's `messages.parse` and LangChain's
  * `ChatAnthropic.withStructuredOutput` send) and the older beta's `output_format` hold the reply's
  * text to the schema, whole and streamed; a bad shape or schema is a 400 naming the field; with
- * thinking, the reasoning is written first and the schema holds from its end.
+ * thinking, the reasoning is written first and the schema holds from its end. LangChain's
+ * withStructuredOutput and the SDK's parse helpers (test/fixtures/tool-clients/anthropic-structured.mjs)
+ * get objects that follow the schema, under Bun and under Node.
  *
  * On the random qwen2 model (the text is what the mask lets through; checked by ajv, never by its
  * text) and on the scripted thinking model (test/helpers/scripted-model.ts), its reasoning bounded
@@ -12,7 +14,8 @@
 import { describe, expect, test } from "bun:test";
 import Ajv from "ajv";
 import Anthropic from "@anthropic-ai/sdk";
-import { jsonSchemaOutputFormat } from "@anthropic-ai/sdk/helpers/json-schema";
+import { ANTHROPIC_STRUCTURED, SCHEMAS, VERDICT } from "./fixtures/tool-clients/anthropic-structured.mjs";
+import { resultsUnderNode } from "./helpers/node-clients.ts";
 import { describeShared, sharedPath } from "./helpers/shared.ts";
 import { THINKING_SCRIPT } from "./helpers/scripted-model.ts";
 import { serveForSuite, serveScripted, type TestServer } from "./helpers/serve.ts";
@@ -20,17 +23,9 @@ import { serveForSuite, serveScripted, type TestServer } from "./helpers/serve.t
 const CHAT_MODEL = "models/gguf/rnd-qwen2-Q5_K_M.gguf";
 const LIMIT_MS = 180_000;
 
-/**
- * A small schema a random model finishes within max_tokens, bounded still after the SDK's
- * transform (which moves keywords such as maxLength into the description).
- */
-const VERDICT = {
-  type: "object",
-  properties: { answer: { type: "string", enum: ["yes", "no"] }, sure: { type: "boolean" }, count: { type: "integer", enum: [1, 2, 3] } },
-  required: ["answer", "sure", "count"],
-  additionalProperties: false,
-} as const;
 const validVerdict = new Ajv().compile(VERDICT);
+/** Whether `parsed` follows the schema the client `name` was given. */
+const followsSchema = (name: keyof typeof SCHEMAS, parsed: unknown) => new Ajv().validate(SCHEMAS[name], parsed);
 
 const MESSAGES: Anthropic.MessageParam[] = [{ role: "user", content: "Who is it?" }];
 
@@ -77,11 +72,21 @@ describeShared("Anthropic structured output (output_config.format, output_format
     expect(validVerdict(JSON.parse(textOf(reply)))).toBe(true);
   }, LIMIT_MS);
 
-  test("the SDK's messages.parse with jsonSchemaOutputFormat (its transformed schema) gets its parsed_output", async () => {
-    const parsed = await client().messages.parse({ model: "test-model", max_tokens: 300, messages: MESSAGES, output_config: { format: jsonSchemaOutputFormat(VERDICT) } });
-    expect(validVerdict(parsed.parsed_output)).toBe(true);
-    const beta = await client().beta.messages.parse({ model: "test-model", max_tokens: 300, messages: MESSAGES, output_format: jsonSchemaOutputFormat(VERDICT) });
-    expect(validVerdict(beta.parsed_output)).toBe(true);
+  for (const name of Object.keys(ANTHROPIC_STRUCTURED) as (keyof typeof ANTHROPIC_STRUCTURED)[]) {
+    test(`${name} (test/fixtures/tool-clients/anthropic-structured.mjs), under Bun: every object it parsed follows the schema`, async () => {
+      const parsed = await ANTHROPIC_STRUCTURED[name](s.url);
+      expect(parsed.length).toBe(2);
+      for (const p of parsed) expect({ p, valid: followsSchema(name, p) }).toEqual({ p, valid: true });
+    }, LIMIT_MS);
+  }
+
+  test("the same clients under Node (node anthropic-structured.mjs URL)", async () => {
+    const results = await resultsUnderNode("anthropic-structured.mjs", s.url, LIMIT_MS);
+    for (const name of Object.keys(ANTHROPIC_STRUCTURED) as (keyof typeof SCHEMAS)[]) {
+      const parsed = results[name] as unknown[];
+      expect(parsed.length).toBe(2);
+      for (const p of parsed) expect({ p, valid: followsSchema(name, p) }).toEqual({ p, valid: true });
+    }
   }, LIMIT_MS);
 
   test("bad shapes and schemas are 400s naming the field", async () => {
