@@ -46,6 +46,22 @@ interface Measured {
   addedBytes: number;
 }
 
+/** A value of /proc/PID/status in bytes (VmRSS, VmHWM). */
+function statusBytes(s: ServeProcess, key: string): number {
+  return Number(new RegExp(`^${key}:\\s+(\\d+) kB$`, "m").exec(readFileSync(`/proc/${s.proc.pid}/status`, "utf8"))?.[1]) * 1024;
+}
+
+/** Posts `body` to /v1/`path` and measures the peak resident memory it added. */
+async function measured(s: ServeProcess, path: string, body: unknown): Promise<Measured> {
+  const text = JSON.stringify(body);
+  // Resets VmHWM to the resident memory now (Linux clear_refs 5).
+  writeFileSync(`/proc/${s.proc.pid}/clear_refs`, "5");
+  const before = statusBytes(s, "VmRSS");
+  const r = await fetch(`${s.url}/v1/${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: text });
+  const json = (await r.json()) as { error: Measured["error"] };
+  return { status: r.status, error: json.error, bodyBytes: text.length, addedBytes: statusBytes(s, "VmHWM") - before };
+}
+
 describeShared("serve: the memory and the answer of large requests", [CHAT_MODEL, TEMPLATE], ([model, template]) => {
   let s!: ServeProcess;
   beforeAll(async () => {
@@ -55,16 +71,7 @@ describeShared("serve: the memory and the answer of large requests", [CHAT_MODEL
     await s?.stop();
   });
 
-  const statusKb = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+) kB$`, "m").exec(readFileSync(`/proc/${s.proc.pid}/status`, "utf8"))?.[1]) * 1024;
-  const measure = async (path: string, body: unknown): Promise<Measured> => {
-    const text = JSON.stringify(body);
-    // Resets VmHWM to the resident memory now (Linux clear_refs 5).
-    writeFileSync(`/proc/${s.proc.pid}/clear_refs`, "5");
-    const before = statusKb("VmRSS");
-    const r = await fetch(`${s.url}/v1/${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: text });
-    const json = (await r.json()) as { error: Measured["error"] };
-    return { status: r.status, error: json.error, bodyBytes: text.length, addedBytes: statusKb("VmHWM") - before };
-  };
+  const measure = (path: string, body: unknown) => measured(s, path, body);
   const hi = [{ role: "user", content: "hi" }];
   const within = (m: Measured, times: number) => {
     if (process.env.PAGELLM_TEST_VERBOSE) console.log(`body ${(m.bodyBytes / MB).toFixed(2)} MB: +${(m.addedBytes / MB).toFixed(1)} MB`);
@@ -115,5 +122,23 @@ describeShared("serve: the memory and the answer of large requests", [CHAT_MODEL
     expect(bias.error.param).toBe("logit_bias");
     expect(bias.error.message).toBe("'logit_bias' may hold at most 49152 entries (one per token of the vocabulary)");
     within(bias, 8);
+  }, LIMIT_MS);
+});
+
+describeShared("serve: a megabyte prompt on a SentencePiece vocabulary", ["models/gguf/rnd-llama-Q4_K_M.gguf"], ([model]) => {
+  let s!: ServeProcess;
+  beforeAll(async () => {
+    s = await spawnServe(model!, ["--ctx-size", "2048"]);
+  }, LIMIT_MS);
+  afterAll(async () => {
+    await s?.stop();
+  });
+
+  test("is refused from its size too (its longest piece is 48 bytes): a 400, at most 8 x the body + 32 MB", async () => {
+    const m = await measured(s, "chat/completions", { messages: [{ role: "user", content: word(2 * MB) }], max_tokens: 1 });
+    expect(m.status).toBe(400);
+    expect(m.error.param).toBe("messages");
+    expect(m.error.message).toMatch(/^prompt of at least \d+ tokens is longer than the context of 2048/);
+    expect(m.addedBytes).toBeLessThanOrEqual(8 * m.bodyBytes + 32 * MB);
   }, LIMIT_MS);
 });

@@ -2,7 +2,8 @@
  * Byte-level BPE on request-sized input (issue 38 item 2): a long word is merged on token ids in
  * typed arrays (the same ids as the merge by text, on every BPE vocabulary in ../shared), a text
  * of a million ids is returned without spreading them into a call, minTokens is a lower bound of
- * the tokens (with and without specials), and stopAfter stops at a prefix just past it.
+ * the tokens (with and without specials; SentencePiece's too), and stopAfter stops at a prefix
+ * just past it.
  */
 import { describe, expect, test } from "bun:test";
 import { readdirSync } from "node:fs";
@@ -13,10 +14,12 @@ import type { Tokenizer } from "../src/tokenizer/tokenizer.ts";
 import { sharedPath } from "./helpers/shared.ts";
 
 const vocabDir = sharedPath("vocab");
-const bpeVocabs: [string, Tokenizer][] = vocabDir === null ? [] : readdirSync(vocabDir)
+const vocabs: [string, Tokenizer][] = vocabDir === null ? [] : readdirSync(vocabDir)
   .filter((f) => f.endsWith(".gguf"))
-  .map((f): [string, Tokenizer] => [f, loadTokenizer(join(vocabDir, f)).tokenizer])
-  .filter(([, tok]) => tok.constructor.name === "BpeTokenizer");
+  .map((f): [string, Tokenizer] => [f, loadTokenizer(join(vocabDir, f)).tokenizer]);
+const bpeVocabs = vocabs.filter(([, tok]) => tok.constructor.name === "BpeTokenizer");
+/** The vocabularies whose tokenizer gives a lower bound (byte-level BPE, SentencePiece). */
+const boundedVocabs = vocabs.filter(([, tok]) => ["BpeTokenizer", "SpmTokenizer"].includes(tok.constructor.name));
 
 /** A seeded text of `n` characters from a mixed alphabet (letters, digits, punctuation, CJK, emoji, specials' text). */
 function text(n: number, seed: number, alphabet = "aaabbcdeeefghiijklmnoopqrstuvwxyz0123456789    ..,,__--//\n\tÀñÄéß中文字😀ÿ<|im_start|><|endoftext|>"): string {
@@ -54,8 +57,9 @@ describe.skipIf(bpeVocabs.length === 0)("byte-level BPE on long input", () => {
     expect(tok.decode(ids)).toBe(word);
   });
 
-  test("minTokens is at most the tokens of any text, with or without specials, and grows with it", () => {
-    for (const [name, tok] of bpeVocabs) {
+  test("minTokens (BPE and SentencePiece) is at most the tokens of any text, with or without specials, and grows with it", () => {
+    expect(boundedVocabs.length).toBeGreaterThan(bpeVocabs.length);
+    for (const [name, tok] of boundedVocabs) {
       expect(tok.minTokens).toBeDefined();
       for (let k = 0; k < 40; k++) {
         const t = text(1 + k * 97, k + 7);
@@ -66,8 +70,8 @@ describe.skipIf(bpeVocabs.length === 0)("byte-level BPE on long input", () => {
     expect(tok.minTokens!("a".repeat(1 << 20))).toBeGreaterThan(1000);
   });
 
-  test("stopAfter returns a start of the ids, just past the bound; under it, all of them", () => {
-    for (const [name, tok] of bpeVocabs) {
+  test("stopAfter (BPE, SentencePiece) returns a start of the ids, just past the bound; under it, all of them", () => {
+    for (const [name, tok] of boundedVocabs) {
       const t = text(5000, 11);
       const all = tok.encode(t);
       const stopped = tok.encode(t, { stopAfter: 100 });

@@ -203,7 +203,7 @@ export function encodeRendered(tok: Tokenizer, text: string, spans: readonly Con
   let at = from;
   let afterControl = from === 0; // the start of the text, or right after a control token: SentencePiece's dummy prefix
   // A limited tokenizer's prompt is tokenized only until it is known to be over its limit.
-  const limit = tokenLimitOf(tok);
+  const limit = tokenLimitOf(tok, text);
   const checkLimit = (): void => {
     if (limit !== undefined && ids.length > limit) throw tooLong(`more than ${limit}`, limit);
   };

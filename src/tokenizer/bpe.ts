@@ -10,6 +10,7 @@ import { InputError, ModelFormatError } from "../errors.ts";
 import { byteLevelChar, fromByteLevel, toByteLevel } from "./byte-level.ts";
 import { PreTokenizer } from "./pretokenizers.ts";
 import { appendAll } from "../util/append-all.ts";
+import { keptUtf8Bytes } from "./utf8-count.ts";
 import { partitionSpecials, sortSpecials, type SpecialToken, type StripFlags } from "./special-tokens.ts";
 import { TokenType } from "./spm.ts";
 import type { ByteTokenizer, EncodeOptions, StreamDecoder } from "./tokenizer.ts";
@@ -246,38 +247,6 @@ export class BpeTokenizer implements ByteTokenizer {
     if (vocab.tokens.length === 0) throw new ModelFormatError(vocab.file, "vocabulary is empty");
     if (vocab.types.length !== vocab.tokens.length) throw new ModelFormatError(vocab.file, `has ${vocab.types.length} token types for ${vocab.tokens.length} tokens`);
   }
-}
-
-/**
- * How many of text's UTF-8 bytes have kept[byte] set (a lone surrogate counted as TextEncoder
- * writes it, U+FFFD), without encoding it.
- */
-function keptUtf8Bytes(text: string, kept: Uint8Array): number {
-  let n = 0;
-  const add = (b: number) => {
-    n += kept[b]!;
-  };
-  for (let i = 0; i < text.length; i++) {
-    let c = text.charCodeAt(i);
-    if (c >= 0xd800 && c < 0xdc00 && i + 1 < text.length && (text.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
-      c = 0x10000 + ((c - 0xd800) << 10) + (text.charCodeAt(++i) - 0xdc00);
-    } else if (c >= 0xd800 && c < 0xe000) c = 0xfffd;
-    if (c < 0x80) add(c);
-    else if (c < 0x800) {
-      add(0xc0 | (c >> 6));
-      add(0x80 | (c & 0x3f));
-    } else if (c < 0x10000) {
-      add(0xe0 | (c >> 12));
-      add(0x80 | ((c >> 6) & 0x3f));
-      add(0x80 | (c & 0x3f));
-    } else {
-      add(0xf0 | (c >> 18));
-      add(0x80 | ((c >> 12) & 0x3f));
-      add(0x80 | ((c >> 6) & 0x3f));
-      add(0x80 | (c & 0x3f));
-    }
-  }
-  return n;
 }
 
 /**

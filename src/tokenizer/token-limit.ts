@@ -3,11 +3,17 @@
  * (Tokenizer.minTokens): a prompt of megabytes over the context costs its bytes' count, not its
  * tokenization (issue 38: a megabyte tool description took a gigabyte to find it too long). Each
  * encode call is checked on its own: every piece of a prompt is tokenized into it, so a piece
- * over the limit is a prompt over it. Its limit is also there for encodeRendered (tokenLimitOf),
+ * over the limit is a prompt over it. Only large texts (LARGE_TEXT) are checked so. Its limit is also there for encodeRendered (tokenLimitOf),
  * which stops tokenizing a prompt's pieces once they pass it (EncodeOptions.stopAfter).
  */
 import { RequestTooLongError } from "../errors.ts";
 import type { EncodeOptions, Tokenizer } from "./tokenizer.ts";
+
+/**
+ * Texts shorter than this (UTF-16 units) are tokenized whole, as before: they cost little, and
+ * the context's own check then gives the exact count and names what sets the context.
+ */
+export const LARGE_TEXT = 1 << 16;
 
 /** The property of a limited tokenizer that holds its limit (tokenLimitOf). */
 const LIMIT = Symbol("token limit");
@@ -15,7 +21,7 @@ const LIMIT = Symbol("token limit");
 export function withTokenLimit<T extends Tokenizer>(tok: T, limit: number): T {
   const minTokens = tok.minTokens?.bind(tok) ?? (() => 0);
   const encode = (text: string, opts?: EncodeOptions): number[] => {
-    const least = minTokens(text);
+    const least = text.length < LARGE_TEXT ? 0 : minTokens(text);
     if (least > limit) throw tooLong(`at least ${least}`, limit);
     return tok.encode(text, opts);
   };
@@ -29,8 +35,12 @@ export function withTokenLimit<T extends Tokenizer>(tok: T, limit: number): T {
   });
 }
 
-/** The most tokens a prompt tokenized with `tok` may have (withTokenLimit's), or undefined. */
-export function tokenLimitOf(tok: Tokenizer): number | undefined {
+/**
+ * The most tokens a prompt tokenized with `tok` may have (withTokenLimit's), or undefined; for a
+ * large text only (LARGE_TEXT: a short one is tokenized whole).
+ */
+export function tokenLimitOf(tok: Tokenizer, text: string): number | undefined {
+  if (text.length < LARGE_TEXT) return undefined;
   const limit: unknown = Reflect.get(tok, LIMIT);
   return typeof limit === "number" ? limit : undefined;
 }

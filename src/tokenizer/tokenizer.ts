@@ -20,7 +20,7 @@ export interface EncodeOptions {
   /**
    * Stop once more than this many ids are found (a prompt over a context need not be tokenized
    * to its end): the ids returned are then a start of the text's, more than this many. Honoured
-   * where a tokenizer can (byte-level BPE); others tokenize the whole text.
+   * where a tokenizer can (byte-level BPE; SentencePiece between words); others tokenize the whole text.
    */
   stopAfter?: number;
 }
