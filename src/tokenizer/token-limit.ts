@@ -25,12 +25,17 @@ export function withTokenLimit<T extends Tokenizer>(tok: T, limit: number): T {
     if (least > limit) throw tooLong(`at least ${least}`, limit);
     return tok.encode(text, opts);
   };
+  // Every other method runs on the tokenizer itself (bound once each); fields read through.
+  const bound = new Map<PropertyKey, unknown>();
   return new Proxy(tok, {
     get(target, key) {
       if (key === "encode") return encode;
       if (key === LIMIT) return limit;
       const v: unknown = Reflect.get(target, key, target);
-      return typeof v === "function" ? (v as (...args: unknown[]) => unknown).bind(target) : v;
+      if (typeof v !== "function" || key === "constructor") return v;
+      let method = bound.get(key);
+      if (method === undefined) bound.set(key, (method = (v as (...args: unknown[]) => unknown).bind(target)));
+      return method;
     },
   });
 }
