@@ -24,6 +24,8 @@
  */
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { ChatTemplateError, type ChatMessage, type ChatTemplate } from "./jinja-template.ts";
+import { appendAll } from "../util/append-all.ts";
+import { tokenLimitOf, tooLong } from "../tokenizer/token-limit.ts";
 
 /** A stretch [start, end) of rendered text that holds a message's content. */
 export interface ContentSpan {
@@ -192,20 +194,27 @@ export function encodeRendered(tok: Tokenizer, text: string, spans: readonly Con
   let cursor = from;
   for (const span of spans) {
     if (span.end <= cursor) continue;
-    if (span.start > cursor) controls.push(...controlTokens(tok, text, cursor, span.start, isControl));
+    if (span.start > cursor) appendAll(controls, controlTokens(tok, text, cursor, span.start, isControl));
     cursor = Math.max(cursor, span.end);
   }
-  if (cursor < text.length) controls.push(...controlTokens(tok, text, cursor, text.length, isControl));
+  if (cursor < text.length) appendAll(controls, controlTokens(tok, text, cursor, text.length, isControl));
 
   const ids: number[] = [];
   let at = from;
   let afterControl = from === 0; // the start of the text, or right after a control token: SentencePiece's dummy prefix
+  // A limited tokenizer's prompt is tokenized only until it is known to be over its limit.
+  const limit = tokenLimitOf(tok, text);
+  const checkLimit = (): void => {
+    if (limit !== undefined && ids.length > limit) throw tooLong(`more than ${limit}`, limit);
+  };
   const piece = (end: number): void => {
-    if (end > at) ids.push(...tok.encode(text.slice(at, end), { continuation: !afterControl }));
+    if (end > at) appendAll(ids, tok.encode(text.slice(at, end), { continuation: !afterControl, stopAfter: limit === undefined ? undefined : Math.max(0, limit - ids.length) }));
+    checkLimit();
   };
   for (const c of controls) {
     piece(c.start);
     ids.push(c.id);
+    checkLimit();
     at = c.end;
     afterControl = true;
   }

@@ -40,8 +40,11 @@ import type { GenerationParams } from "./sequence.ts";
 
 /** How prompts become token ids: the model's tokenizer and chat format (LLM provides them). */
 export interface PromptEncoder {
-  /** Prompt ids of a text, BOS first when the model expects it. */
-  encode(text: string): number[];
+  /**
+   * Prompt ids of a text, BOS first when the model expects it; `maxTokens`: a text that must give
+   * more is refused (RequestTooLongError) before it is tokenized.
+   */
+  encode(text: string, maxTokens?: number): number[];
   /**
    * Ids of a text as written (llama-server's /tokenize): BOS only with `addSpecial` and where the
    * model adds one; control tokens written in the text matched only with `parseSpecial`.
@@ -54,8 +57,9 @@ export interface PromptEncoder {
   /**
    * A conversation in the chat format, with more template variables and the request's tools:
    * its prompt ids, and how its replies are read; RequestFieldError naming the message at fault.
+   * `maxTokens` as encode's.
    */
-  messages(messages: readonly ChatMessage[], kwargs: Readonly<Record<string, unknown>> | null, tools: CheckedTools | null): ChatPrompt;
+  messages(messages: readonly ChatMessage[], kwargs: Readonly<Record<string, unknown>> | null, tools: CheckedTools | null, maxTokens?: number): ChatPrompt;
 }
 
 /** What the front door needs besides the engine: how prompts become ids, and how constraints compile. */
@@ -233,7 +237,8 @@ export class EngineClient {
   prepare(request: RequestInput, opts: PrepareOptions = {}): PreparedRequest {
     // More samples than a step holds can never run: checkFits says so (RequestTooLongError).
     const checked = checkRequest(request, { vocabSize: this.engine.config.vocabSize, maxSamples: opts.maxSamples ?? Infinity });
-    const { ids: promptTokenIds, reply, shownTokenIds } = this.prompt(checked);
+    // A prompt over the context is refused before its text is tokenized where its bytes show it.
+    const { ids: promptTokenIds, reply, shownTokenIds } = this.prompt(checked, this.engine.config.seqLen);
     // An empty text on a model that adds no BOS is no tokens at all: nothing to run from.
     if (promptTokenIds.length === 0) {
       if (checked.prompt.kind === "messages") throw new RequestFieldError("messages", "render to an empty prompt");
@@ -451,12 +456,12 @@ export class EngineClient {
     return compiler.compile(spec);
   }
 
-  private prompt(checked: CheckedRequest): ChatPrompt {
+  private prompt(checked: CheckedRequest, maxTokens?: number): ChatPrompt {
     const p = checked.prompt;
     if (p.kind === "tokens") return { ids: [...p.ids], reply: null, shownTokenIds: [] };
-    if (p.kind === "messages") return this.prompts.messages(p.messages, p.kwargs, checked.tools);
+    if (p.kind === "messages") return this.prompts.messages(p.messages, p.kwargs, checked.tools, maxTokens);
     try {
-      return { ids: this.prompts.encode(p.text), reply: null, shownTokenIds: [] };
+      return { ids: this.prompts.encode(p.text, maxTokens), reply: null, shownTokenIds: [] };
     } catch (e) {
       // A vocabulary that spells none of the text is the file's fault, not the request's.
       if (e instanceof ModelFormatError) throw e;

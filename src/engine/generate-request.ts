@@ -294,7 +294,13 @@ function checkLogitBias(f: FieldReader, vocabSize: number): ReadonlyMap<number, 
   const bias = f.record("logitBias");
   const out = new Map<number, number>();
   if (bias === undefined) return out;
-  for (const [key, value] of Object.entries(bias)) {
+  // Counted first, before any entry is read or kept: a bias can name each token once at most.
+  let entries = 0;
+  for (const _ in bias) {
+    if (++entries > vocabSize) throw new RequestFieldError("logitBias", `may hold at most ${vocabSize} entries (one per token of the vocabulary)`);
+  }
+  for (const key in bias) {
+    const value = bias[key];
     const id = Number(key);
     const name = key.length > 24 ? `${key.slice(0, 24)}...` : key;
     if (!(/^\d+$/.test(key) && id < vocabSize)) throw new RequestFieldError(`logitBias.${name}`, `must be keyed by token ids from 0 to ${vocabSize - 1}`);

@@ -34,6 +34,7 @@ import { CompletionBuilder, rejectedResult, type CompletionResult } from "./comp
 import type { GenerateRequest } from "./generate-request.ts";
 import { DEFAULT_SPECULATIVE, type SpeculativeMethod } from "./speculative.ts";
 import type { NgramRange } from "./ngram-proposer.ts";
+import { withTokenLimit } from "../tokenizer/token-limit.ts";
 
 export interface LoadOptions {
   /** Path of the model file (GGUF, or a llama2.c checkpoint). */
@@ -173,12 +174,12 @@ export class LLM {
     });
     const engine = buildEngine(checkpoint, tokenizer, engineOptions, { onLoadProgress: opts.onLoadProgress, gpu: opts.gpu, secondTier });
     const prompts = {
-      encode: (text: string) => encodeText(tokenizer, addBos, tokenizerPath, text),
+      encode: (text: string, maxTokens?: number) => encodeText(limited(tokenizer, maxTokens), addBos, tokenizerPath, text),
       encodeWritten: (text: string, o: { addSpecial: boolean; parseSpecial: boolean }) => tokenizer.encode(text, { addBos: o.addSpecial && addBos, parseSpecial: o.parseSpecial }),
       decodeWritten: (ids: readonly number[]) => decodeWritten(tokenizer, ids),
       piece: (id: number) => tokenPieceText(tokenizer, id),
-      messages: (messages: readonly ChatMessage[], kwargs: Readonly<Record<string, unknown>> | null, tools: CheckedTools | null) =>
-        chatPrompt(format, tokenizer, addBos, messages, kwargs, tools),
+      messages: (messages: readonly ChatMessage[], kwargs: Readonly<Record<string, unknown>> | null, tools: CheckedTools | null, maxTokens?: number) =>
+        chatPrompt(format, limited(tokenizer, maxTokens), addBos, messages, kwargs, tools),
     };
     const client = new EngineClient(engine, {
       prompts, constraints: new GrammarConstraints(tokenizer, checkpoint.config.vocabSize), reasoning: reasoningMarkers(tokenizer), reasoningText: textReasoningMarkers(tokenizer),
@@ -324,6 +325,11 @@ export class LLM {
 }
 
 /** Prompt ids of `text`, BOS first when the model expects it. */
+/** The tokenizer, refusing texts over `maxTokens` before tokenizing them (none: as it is). */
+function limited(tokenizer: Tokenizer, maxTokens: number | undefined): Tokenizer {
+  return maxTokens === undefined ? tokenizer : withTokenLimit(tokenizer, maxTokens);
+}
+
 function encodeText(tokenizer: Tokenizer, addBos: boolean, tokenizerFile: string, text: string): number[] {
   const ids = tokenizer.encode(text, { addBos });
   // A vocabulary that spells none of a text (a crafted 3-token one; byte-level BPE drops bytes it

@@ -8,7 +8,8 @@
  *     "schema": {...}}` too);
  *   - llama-server: `json_schema` (a schema) and `grammar` (GBNF; an empty one is none, as there);
  *   - vLLM: `structured_outputs` `{json | json_object | regex | choice | grammar}` and the older
- *     `guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`.
+ *     `guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`;
+ *   - Anthropic (its own route): `output_config.format` and the beta's `output_format`.
  * At most one of them constrains a request: two are a RequestFieldError naming both. Shapes are
  * checked here (the engine checks the content when it compiles it); a request never runs
  * unconstrained after asking for a constraint. Errors name the field by its path in the body.
@@ -118,6 +119,43 @@ export function readTextFormat(v: unknown, at: string): RequestedConstraint | nu
     default:
       throw new RequestFieldError(`${at}.type`, `must be "text", "json_object" or "json_schema"`);
   }
+}
+
+/**
+ * Anthropic's structured output: `output_config.format` (or the older beta's `output_format`), each
+ * `{"type": "json_schema", "schema": {...}}` (null or absent: none). `output_config` may also hold
+ * `effort`, a hint for Anthropic's models that changes nothing here (checked for its values);
+ * other keys are refused. Both spellings at once are a RequestFieldError naming `output_format`.
+ */
+export function readAnthropicOutputFormat(outputFormat: unknown, outputConfig: unknown): RequestedConstraint | null {
+  let fromConfig: RequestedConstraint | null = null;
+  if (outputConfig !== undefined && outputConfig !== null) {
+    if (!isObject(outputConfig)) throw new RequestFieldError("output_config", "must be an object: {\"format\", \"effort\"}");
+    rejectOtherKeys(outputConfig, "output_config", ["format", "effort"]);
+    const effort = outputConfig.effort;
+    if (effort !== undefined && effort !== null && !(typeof effort === "string" && ANTHROPIC_EFFORTS.includes(effort))) {
+      throw new RequestFieldError("output_config.effort", `must be one of ${ANTHROPIC_EFFORTS.join(", ")}`);
+    }
+    fromConfig = anthropicFormat(outputConfig.format, "output_config.format");
+  }
+  const fromBeta = anthropicFormat(outputFormat, "output_format");
+  if (fromBeta !== null && fromConfig !== null) {
+    throw new RequestFieldError("output_format", "is the older spelling of 'output_config.format': give one, not both");
+  }
+  return fromConfig ?? fromBeta;
+}
+
+/** Anthropic's effort levels (output_config.effort). */
+const ANTHROPIC_EFFORTS: readonly string[] = ["low", "medium", "high", "xhigh", "max"];
+
+/** One Anthropic format object at `at`: `{"type": "json_schema", "schema": {...}}`. */
+function anthropicFormat(v: unknown, at: string): RequestedConstraint | null {
+  if (v === undefined || v === null) return null;
+  if (!isObject(v)) throw new RequestFieldError(at, 'must be an object: {"type": "json_schema", "schema": {...}}');
+  if (v.type !== "json_schema") throw new RequestFieldError(`${at}.type`, 'must be "json_schema"');
+  rejectOtherKeys(v, at, ["type", "schema"]);
+  if (!isObject(v.schema)) throw new RequestFieldError(`${at}.schema`, "must be a JSON Schema object: the schema the output must follow");
+  return { spec: { kind: "json_schema", schema: v.schema }, path: `${at}.schema` };
 }
 
 /** A named JSON Schema (`name`, `description`, `schema`, `strict`; `keys` are all it may hold) at `where`. */

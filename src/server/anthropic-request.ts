@@ -9,13 +9,16 @@
  * `none`; `disable_parallel_tool_use`); `thinking` (`{"type": "disabled"}` sets enable_thinking
  * false; `{"type": "enabled", "budget_tokens": N}` bounds the reasoning to N tokens, the engine's
  * reasoningBudget, N an integer from 1024 to max_tokens - 1 as Anthropic requires, else a 400
- * naming `thinking.budget_tokens`; `adaptive` leaves thinking on, unbounded). `metadata` and `service_tier` are accepted and change nothing;
+ * naming `thinking.budget_tokens`; `adaptive` leaves thinking on, unbounded); `output_config.format`
+ * (or the beta's `output_format`) `{"type": "json_schema", "schema"}` as the request's constraint,
+ * held after any reasoning (structured-output.ts). `metadata` and `service_tier` are accepted and change nothing;
  * images, documents, server tools and any other field are a 400 naming it.
  */
 import type { ChatMessage, ChatToolCall } from "../chat/jinja-template.ts";
 import { ApiError, excerpt } from "./api-error.ts";
 import { isObject, type BodyFields, type Json } from "./body-fields.ts";
 import { fieldsOverDefaults, type GenerationSpec, type ServerRequestDefaults } from "./generation-fields.ts";
+import { readAnthropicStructuredOutput } from "./structured-output.ts";
 
 export interface AnthropicRequest {
   model: string | undefined;
@@ -45,6 +48,11 @@ export function readAnthropicRequest(f: BodyFields, defaults: ServerRequestDefau
     n: 1, logprobs: null, stream, includeUsage: false, aliases: { stop: "stop_sequences" },
   };
   readTools(f, spec);
+  const structured = readAnthropicStructuredOutput(f);
+  if (structured !== null) {
+    spec.fields.constraint = structured.spec;
+    spec.aliases.constraint = structured.path;
+  }
   const kwargs = readThinking(f.raw("thinking"), maxTokens, spec);
   if (kwargs !== null) spec.aliases.chatTemplateKwargs = "thinking";
   // Accepted with Anthropic's types, changing nothing here.

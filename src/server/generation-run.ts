@@ -17,6 +17,7 @@ import type { LogprobEntry } from "./logprobs-format.ts";
 import type { ServeMetrics } from "./metrics.ts";
 import type { PromptLogprobs } from "./prompt-logprobs.ts";
 import { SseStream } from "./sse.ts";
+import { appendAll } from "../util/append-all.ts";
 
 /** One choice of the response as it stands: sample `index` of its prompt (prompt p, sample i: p × n + i). */
 export interface Choice {
@@ -248,8 +249,8 @@ export class Choices {
     const choice = this.byOutput.get(`${output.requestId}#${output.index}`)!;
     const logprobs = (output.logprobs ?? []).map((logprob, k) => ({ logprob, prev: k > 0 ? output.tokenIds[k - 1] : (choice.tokenIds.at(-1) ?? choice.promptLast) }));
     choice.text += output.text;
-    choice.tokenIds.push(...output.tokenIds);
-    choice.logprobs.push(...logprobs);
+    appendAll(choice.tokenIds, output.tokenIds);
+    appendAll(choice.logprobs, logprobs);
     if (output.finishReason !== null) choice.finishReason = output.finishReason;
     if (output.index === 0) this.prompts[this.promptOf.get(output.requestId)!]!.cached = output.usage.cachedTokens;
     return { choice, logprobs, delta: { text: output.text, reply: readReply(choice, output) } };

@@ -5,7 +5,7 @@
  * field as the body spells it.
  */
 import { RequestFieldError } from "../errors.ts";
-import { readStructuredOutput as readFields, readTextFormat, UnsupportedFieldError, type RequestedConstraint } from "../grammar/request-fields.ts";
+import { readAnthropicOutputFormat, readStructuredOutput as readFields, readTextFormat, UnsupportedFieldError, type RequestedConstraint } from "../grammar/request-fields.ts";
 import { ApiError } from "./api-error.ts";
 import type { BodyFields, Json } from "./body-fields.ts";
 
@@ -16,6 +16,11 @@ export function readStructuredOutput(f: BodyFields): RequestedConstraint | null 
 /** The Responses API's `text.format` as the request's constraint (null: plain text). */
 export function readResponsesTextFormat(v: Json): RequestedConstraint | null {
   return asApiErrors(() => readTextFormat(v, "text.format"));
+}
+
+/** Anthropic's `output_config.format` / `output_format` as the request's constraint (null: plain text). */
+export function readAnthropicStructuredOutput(f: BodyFields): RequestedConstraint | null {
+  return asApiErrors(() => readAnthropicOutputFormat(f.raw("output_format"), f.raw("output_config")));
 }
 
 function asApiErrors<T>(read: () => T): T {

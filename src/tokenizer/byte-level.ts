@@ -17,13 +17,30 @@ const CHAR_TO_BYTE = new Map<string, number>();
 }
 
 const utf8 = new TextEncoder();
+const BYTE_TO_CODE = Uint16Array.from(BYTE_TO_CHAR, (ch) => ch.charCodeAt(0));
+
+/** The character that spells byte `b` (0..255). */
+export function byteLevelChar(b: number): string {
+  return BYTE_TO_CHAR[b]!;
+}
 
 /** The byte-level spelling of text's UTF-8 bytes. */
 export function toByteLevel(text: string): string {
+  const bytes = utf8.encode(text);
+  // Written in chunks of char codes: a string built a character at a time is a rope of one node
+  // per character (tens of bytes each) for a long word.
+  const codes = new Uint16Array(Math.min(bytes.length, CHUNK));
   let out = "";
-  for (const b of utf8.encode(text)) out += BYTE_TO_CHAR[b];
+  for (let at = 0; at < bytes.length; at += CHUNK) {
+    const n = Math.min(CHUNK, bytes.length - at);
+    for (let i = 0; i < n; i++) codes[i] = BYTE_TO_CODE[bytes[at + i]!]!;
+    out += String.fromCharCode.apply(null, codes.subarray(0, n) as unknown as number[]);
+  }
   return out;
 }
+
+/** Characters per String.fromCharCode call: well under the engines' argument limits. */
+const CHUNK = 4096;
 
 /** The bytes a byte-level string spells; a character outside the alphabet contributes its own UTF-8. */
 export function fromByteLevel(text: string): Uint8Array {

@@ -109,32 +109,52 @@ export class PreTokenizer {
    * character is one UTF-16 unit, so offsets into the shown text are offsets into `text`.
    */
   split(text: string): string[] {
+    const words: string[] = [];
+    this.forEachWord(text, (w) => {
+      words.push(w);
+    });
+    return words;
+  }
+
+  /**
+   * split()'s words, given to `each` in order, until it returns false. The pieces are kept as flat
+   * [start, end) offsets, not a pair array per word, and the last expression's words go to `each`
+   * as they are found: a text of a million one-character words (digits) stays small, and a
+   * caller that has seen enough stops the search.
+   */
+  forEachWord(text: string, each: (word: string) => boolean | void): void {
     const shown = text.replace(NON_ASCII_WHITESPACE, "\v");
-    // Pieces as [start, end) offsets into text.
-    let pieces: [number, number][] = [[0, text.length]];
-    for (const re of this.regexes) {
-      const next: [number, number][] = [];
-      for (const [start, end] of pieces) {
+    let pieces: number[] = [0, text.length];
+    this.regexes.forEach((re, r) => {
+      const last = r === this.regexes.length - 1;
+      const next: number[] = [];
+      let going = true;
+      const emit = (start: number, end: number): void => {
+        if (!last) next.push(start, end);
+        else if (going) going = each(text.slice(start, end)) !== false;
+      };
+      for (let p = 0; p < pieces.length && going; p += 2) {
+        const start = pieces[p]!, end = pieces[p + 1]!;
         const piece = shown.slice(start, end);
         let at = 0;
         re.lastIndex = 0;
-        for (let m = re.exec(piece); m !== null; m = re.exec(piece)) {
+        for (let m = re.exec(piece); m !== null && going; m = re.exec(piece)) {
           if (m[0].length === 0) {
             // An empty match (superbpe's lookahead) cuts the piece there, as llama.cpp's split does;
             // step over a whole code point so the next search never starts inside a surrogate pair.
-            if (m.index > at) next.push([start + at, start + m.index]);
+            if (m.index > at) emit(start + at, start + m.index);
             at = m.index;
             re.lastIndex = m.index + ((piece.codePointAt(m.index) ?? 0) > 0xffff ? 2 : 1);
             continue;
           }
-          if (m.index > at) next.push([start + at, start + m.index]);
-          next.push([start + m.index, start + m.index + m[0].length]);
+          if (m.index > at) emit(start + at, start + m.index);
+          emit(start + m.index, start + m.index + m[0].length);
           at = m.index + m[0].length;
         }
-        if (at < piece.length) next.push([start + at, end]);
+        if (at < piece.length) emit(start + at, end);
       }
       pieces = next;
-    }
-    return pieces.map(([start, end]) => text.slice(start, end));
+    });
+    if (this.regexes.length === 0) each(text);
   }
 }

@@ -12,6 +12,7 @@
 import { InputError, ModelFormatError } from "../errors.ts";
 import { partitionSpecials, sortSpecials, type SpecialToken, type StripFlags } from "./special-tokens.ts";
 import { EOG_TEXTS, type ByteTokenizer, type EncodeOptions, type StreamDecoder } from "./tokenizer.ts";
+import { ALL_BYTES, keptUtf8Bytes } from "./utf8-count.ts";
 
 /** Token types as GGUF stores them in `tokenizer.ggml.token_type` (llama.cpp's llama_token_type). */
 export const TokenType = {
@@ -251,6 +252,11 @@ export class SpmTokenizer implements ByteTokenizer {
   private readonly wordsAreIndependent: boolean;
   private readonly chunkCache = new Map<string, number[]>();
   private lookups = 0;
+  /**
+   * The most UTF-8 bytes of (normalized) text one token stands for: a piece's, a special's text,
+   * or 4 (one unknown token per code point); 0 when a special strips the spaces beside it.
+   */
+  private readonly maxTokenBytes: number;
 
   constructor(vocab: SpmVocab) {
     validateVocab(vocab);
@@ -293,6 +299,24 @@ export class SpmTokenizer implements ByteTokenizer {
     }
     this.specials = sortSpecials(controls, vocab.stripFlags);
     this.eogIds = eog;
+    this.maxTokenBytes = this.mostBytesPerToken();
+  }
+
+  /**
+   * A lower bound on the tokens of `text` (encode's, with or without specials): every byte of the
+   * normalized text, at least as many as the text's, is in a piece, a byte token or an unknown
+   * token's code point, none longer than maxTokenBytes. 0 where no bound holds.
+   */
+  minTokens(text: string): number {
+    return this.maxTokenBytes === 0 ? 0 : Math.ceil(keptUtf8Bytes(text, ALL_BYTES) / this.maxTokenBytes);
+  }
+
+  private mostBytesPerToken(): number {
+    const strip = this.vocab.stripFlags;
+    if (strip !== undefined && [...strip.values()].some((f) => f.lstrip || f.rstrip)) return 0;
+    let most = 4;
+    for (let id = 0; id < this.vocabSize; id++) most = Math.max(most, this.vocab.pieces.bytes(id).length);
+    return most;
   }
 
   /**
@@ -325,16 +349,20 @@ export class SpmTokenizer implements ByteTokenizer {
     if (opts.addBos === true && this.bosId !== null) ids.push(this.bosId);
     // As llama.cpp: the dummy prefix goes before the text at the start and after each special token.
     let afterSpecial = opts.continuation !== true;
+    const stopAfter = opts.stopAfter ?? Infinity;
     for (const f of partitionSpecials(text, this.specials, opts.parseSpecial === true)) {
+      if (ids.length > stopAfter) return ids;
       if ("id" in f) ids.push(f.id);
-      else this.encodeText(f.text, ids, afterSpecial);
+      else this.encodeText(f.text, ids, afterSpecial, stopAfter);
       afterSpecial = "id" in f;
     }
+    if (ids.length > stopAfter) return ids;
     if (opts.addEos === true && this.eosId !== null) ids.push(this.eosId);
     return ids;
   }
 
-  private encodeText(text: string, out: number[], prefix: boolean): void {
+  /** `out` gets text's ids; once it holds more than `stopAfter`, the rest of the words are left (EncodeOptions.stopAfter). */
+  private encodeText(text: string, out: number[], prefix: boolean, stopAfter: number): void {
     let normalized = this.addSpacePrefix && prefix ? " " + text : text;
     if (this.vocab.spacesAsMetaspace) normalized = normalized.replaceAll(" ", METASPACE);
     if (!this.wordsAreIndependent) {
@@ -347,6 +375,7 @@ export class SpmTokenizer implements ByteTokenizer {
     for (let i = 1; i < normalized.length; i++) {
       if (normalized[i] === space && normalized[i - 1] !== space) {
         this.encodeCachedChunk(normalized.slice(start, i), out);
+        if (out.length > stopAfter) return;
         start = i;
       }
     }

@@ -17,6 +17,12 @@ export interface EncodeOptions {
    * SentencePiece dummy-prefix space at its start. Default false.
    */
   continuation?: boolean;
+  /**
+   * Stop once more than this many ids are found (a prompt over a context need not be tokenized
+   * to its end): the ids returned are then a start of the text's, more than this many. Honoured
+   * where a tokenizer can (byte-level BPE; SentencePiece between words); others tokenize the whole text.
+   */
+  stopAfter?: number;
 }
 
 /**
@@ -49,6 +55,12 @@ export interface Tokenizer {
   tokenPiece(id: number): string;
   /** The text a special token is written as in templates (`<s>`, `<|im_end|>`); decoded text for others. */
   tokenText(id: number): string;
+  /**
+   * A lower bound on encode(text)'s length, found without tokenizing (from the text's bytes), so
+   * that a prompt far over a context is refused before its megabytes are tokenized; 0 or absent
+   * where the tokenizer gives none.
+   */
+  minTokens?(text: string): number;
 }
 
 /**

@@ -10,6 +10,7 @@ import { InputError, ModelFormatError } from "../errors.ts";
 import { partitionSpecials, sortSpecials, type SpecialToken } from "./special-tokens.ts";
 import { TokenType } from "./spm.ts";
 import type { EncodeOptions, StreamDecoder, Tokenizer } from "./tokenizer.ts";
+import { appendAll } from "../util/append-all.ts";
 
 export interface WordPieceVocab {
   readonly file: string;
@@ -82,7 +83,7 @@ export class WordPieceTokenizer implements Tokenizer {
     if (opts.addBos === true && this.bosId !== null) ids.push(this.bosId);
     for (const f of partitionSpecials(text, this.specials, opts.parseSpecial === true)) {
       if ("id" in f) ids.push(f.id);
-      else for (const word of this.words(f.text)) ids.push(...this.cut(word));
+      else for (const word of this.words(f.text)) appendAll(ids, this.cut(word));
     }
     if (opts.addEos === true && this.eosId !== null) ids.push(this.eosId);
     return ids;
