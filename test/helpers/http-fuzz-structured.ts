@@ -356,7 +356,7 @@ export function structuredSeeds(full: boolean): StructuredCase[] {
     seed("2 MB of tool_calls arguments (item 2)", "/v1/chat/completions", {
       messages: [{ role: "user", content: "weather?" }, { role: "assistant", content: null, tool_calls: [{ id: "c1", type: "function", function: { name: "get_weather", arguments: JSON.stringify({ city: "x".repeat(2 << 20) }) } }] }, { role: "tool", tool_call_id: "c1", content: "sunny" }],
       max_tokens: 2, ...tool(WEATHER_PARAMS),
-    }, { status: 400 }),
+    }, null), // a 400 where the template renders the arguments (past the context), a 2xx where it does not
     seed("a logit_bias of 100,000 entries (item 2)", "/v1/completions", completion({ logit_bias: Object.fromEntries(Array.from({ length: 100_000 }, (_, i) => [String(i), 1])) }), { status: 400, param: "logit_bias" }),
     seed("a $ref chain of 20,000 $defs (item 4)", "/v1/completions", completion({ json_schema: refChain(20_000) }), null),
     seed("a regex with 100,000 nested parentheses (item 4)", "/v1/completions", completion({ guided_regex: `${"(".repeat(100_000)}a${")".repeat(100_000)}` }), null),
