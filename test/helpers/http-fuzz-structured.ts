@@ -213,7 +213,11 @@ function mutant(r: FuzzRandom, old: Json): { value: Json | undefined; what: stri
       const n = r.pick([1000, 20_000]);
       return { value: Array.from({ length: n }, (_, i) => (r.int(2) === 0 ? i : `s${i}`)), what: `an array of ${n}` };
     }
-    case 6: return { value: typeof old === "string" ? old.repeat(1 + r.int(2000)) : "y".repeat(r.pick([10_000, 200_000])), what: "a huge string" };
+    case 6: {
+      // Past the server's body bound at most a little: a string of up to 2 MB.
+      const times = typeof old === "string" && old.length > 0 ? Math.min(1 + r.int(2000), Math.floor(2_000_000 / old.length)) : 0;
+      return { value: times > 1 ? (old as string).repeat(times) : "y".repeat(r.pick([10_000, 200_000, 2_000_000])), what: "a huge string" };
+    }
     case 7: return { value: r.pick(["", " ", "root ::=", "root ::= []", "x ::= \"a\"", "root ::= root", "(", "[", "\\", "a**", "(?<n>a)\\k<n>"]), what: "an empty or broken grammar or pattern" };
     case 8: return { value: r.pick(ODD_TEXT), what: "an odd string" };
     default: return { value: randomSchema(r), what: "another schema" };
@@ -258,8 +262,9 @@ export function structuredCases(r: FuzzRandom, count: number): StructuredCase[] 
     ["/v1/messages", () => anthropicBody(r)],
     ["/v1/responses", () => responsesBody(r)],
   ];
-  return Array.from({ length: count }, () => {
-    const [route, make] = r.pick(makers);
+  // The routes in turn, so that even a short pass reaches each.
+  return Array.from({ length: count }, (_, i) => {
+    const [route, make] = makers[i % makers.length]!;
     const body = make();
     const mutations = mutate(r, body);
     if (r.int(5) === 0 && route !== "/v1/messages" && route !== "/v1/responses") body.stream = true;
@@ -370,9 +375,19 @@ export function structuredSeeds(full: boolean): StructuredCase[] {
 /** Roots of the server's disk that no answer may show: the checkout, the shared data, the temporary folder. */
 const SERVER_PATHS = [REPO_ROOT, SHARED_DIR, tmpdir()].filter((p) => p.length > 1);
 
+/** A 2xx event stream ends as its API ends one: [DONE], Anthropic's message_stop, a finished or cut response; never an error event. */
+function checkStreamEnd(c: StructuredCase, answer: RawResponse, fail: (why: string) => never): void {
+  if (!answer.headers["content-type"]?.startsWith("text/event-stream")) return;
+  if (/^event: (error|response\.failed)$/m.test(answer.body)) fail("an error event in a stream");
+  const ended = c.route === "/v1/messages" ? /^event: message_stop$/m.test(answer.body)
+    : c.route === "/v1/responses" ? /^event: response\.(completed|incomplete)$/m.test(answer.body)
+    : answer.body.endsWith("data: [DONE]\n\n");
+  if (!ended) fail("a stream that did not end as its API ends one");
+}
+
 /** Throws unless `answer` keeps the property (see the file's comment); `expected` adds a seed's own answer. */
 export function checkStructuredAnswer(c: StructuredCase, answer: RawResponse): void {
-  const fail = (why: string) => {
+  const fail = (why: string): never => {
     throw new Error(`${c.what}: ${why} (${answer.status} ${answer.body.slice(0, 300)})`);
   };
   if (!(answer.status >= 200 && answer.status < 300) && !(answer.status >= 400 && answer.status < 500)) fail("neither a 2xx nor a 4xx");
@@ -380,7 +395,7 @@ export function checkStructuredAnswer(c: StructuredCase, answer: RawResponse): v
   for (const root of SERVER_PATHS) if (answer.body.includes(root)) fail(`a server path (${root}) in the body`);
   if (/"finish_reason":\s*"error"|"stop_reason":\s*"error"/.test(answer.body)) fail('finish_reason "error" (not a documented value)');
   if (c.expected !== null && (c.expected.status === 200) !== (answer.status < 300)) fail(`expected a ${c.expected.status}`);
-  if (answer.status < 400) return;
+  if (answer.status < 400) return checkStreamEnd(c, answer, fail);
   let parsed: unknown;
   try {
     parsed = JSON.parse(answer.body);
