@@ -34,6 +34,7 @@ import { join } from "node:path";
 import { FuzzRandom } from "./helpers/gguf-fuzz.ts";
 import { checkAnswer, damageCacheFolder, FUZZ_CORS_ORIGIN, fuzzCases } from "./helpers/http-fuzz.ts";
 import { checkStructuredAnswer, STRUCTURED_REQUEST_LIMIT_MS, structuredCases, structuredSeeds, type StructuredCase } from "./helpers/http-fuzz-structured.ts";
+import type { RawResponse } from "./helpers/raw-http.ts";
 import { waitIdle } from "./helpers/serve.ts";
 import { spawnServe, type ServeProcess } from "./helpers/serve-process.ts";
 import { describeShared } from "./helpers/shared.ts";
@@ -158,7 +159,11 @@ describeShared("fuzzing pagellm serve over HTTP", [STORIES], ([model]) => {
 const QWEN = "models/gguf/rnd-qwen2-Q5_K_M.gguf";
 /** The body bound of the structured pass: the issue's largest inputs (7.2 MB) get through to the checks. */
 const STRUCTURED_BODY_MB = 8;
-const STRUCTURED_ARGS = ["--max-body-mb", String(STRUCTURED_BODY_MB), "--max-num-seqs", "8", "--body-timeout", "5"];
+/**
+ * A pool of one context (256 blocks of 16): the KV pool's pages are touched as blocks are first used,
+ * so a default pool (384 MiB here) would grow the resident memory over the pass whatever the requests.
+ */
+const STRUCTURED_ARGS = ["--max-body-mb", String(STRUCTURED_BODY_MB), "--max-num-seqs", "8", "--num-blocks", "256", "--body-timeout", "5"];
 /** The memory bound: the warmed server's resident memory times this, plus RSS_PER_BODY_BYTE per byte of the bodies in flight. */
 const RSS_BASE_FACTOR = 2;
 const RSS_PER_BODY_BYTE = 32;
@@ -195,14 +200,14 @@ class StructuredServer {
   }
 
   /** Runs `cases` at once, the memory watched; each case's answer, or the Error that stands for one. */
-  async run(cases: readonly StructuredCase[]): Promise<(RawResponseLike | Error)[]> {
+  async run(cases: readonly StructuredCase[]): Promise<(RawResponse | Error)[]> {
     const server = await this.current();
     const bound = RSS_BASE_FACTOR * this.baseline + RSS_PER_BODY_BYTE * cases.reduce((n, c) => n + Buffer.byteLength(c.body), 0);
     let killedFor: string | null = null;
     const watch = setInterval(() => {
       const rss = residentBytes(server);
       if (rss <= bound || killedFor !== null) return;
-      killedFor = `resident memory ${mib(rss)} MiB, over the bound ${mib(bound)} MiB (${RSS_BASE_FACTOR} x ${mib(this.baseline)} MiB + ${RSS_PER_BODY_BYTE} x the bodies)`;
+      killedFor = `resident memory ${mib(rss)} MiB, over the bound ${mib(bound)} MiB (${RSS_BASE_FACTOR} x ${mib(this.baseline)} MiB + ${RSS_PER_BODY_BYTE} x the bodies; ${cases.length === 1 ? "this case alone" : `one of ${cases.length} cases in flight`})`;
       this.retire(server);
     }, 20);
     try {
@@ -245,14 +250,12 @@ class StructuredServer {
 
 class HangError extends Error {}
 
-type RawResponseLike = { status: number; headers: Record<string, string>; body: string };
-
 function mib(bytes: number): string {
   return (bytes / 2 ** 20).toFixed(0);
 }
 
 /** One case's answer, read whole (a stream to its end) within the per-request limit. */
-async function answerOf(server: ServeProcess, c: StructuredCase): Promise<RawResponseLike> {
+async function answerOf(server: ServeProcess, c: StructuredCase): Promise<RawResponse> {
   const signal = AbortSignal.timeout(STRUCTURED_REQUEST_LIMIT_MS);
   try {
     const response = await fetch(`${server.url}${c.route}`, { method: "POST", headers: { "content-type": "application/json" }, body: c.body, signal });
@@ -269,7 +272,7 @@ describeShared("fuzzing structured output, tools and the agent APIs over HTTP", 
     const failures: string[] = [];
     /** Answers of the random cases by class (2xx, 4xx): the cases reach generation and refusals both. */
     const classes = new Map<number, number>();
-    const record = (c: StructuredCase, answer: RawResponseLike | Error) => {
+    const record = (c: StructuredCase, answer: RawResponse | Error) => {
       if (answer instanceof Error) return void failures.push(`${c.what}: ${answer.message}`);
       if (!c.what.startsWith("seed:")) classes.set(Math.floor(answer.status / 100), (classes.get(Math.floor(answer.status / 100)) ?? 0) + 1);
       try {
