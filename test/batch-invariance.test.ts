@@ -75,11 +75,13 @@ interface Config {
 
 const TOGETHER_OFF: Config = { label: "all together, prefix cache off", engine: { enablePrefixCaching: false } };
 const TOGETHER_ON: Config = { label: "all together, prefix cache on", engine: { enablePrefixCaching: true } };
+// The preempting pools admit with the watermark alone (vLLM's): with room to finish (the default)
+// admitted requests are not preempted.
 const PREEMPT_OFF: Config = {
-  label: "a pool of 20 blocks (preemption), prefix cache off", engine: { enablePrefixCaching: false, numBlocks: 20 }, preempts: true,
+  label: "a pool of 20 blocks (preemption), prefix cache off", engine: { enablePrefixCaching: false, numBlocks: 20, admission: "watermark" }, preempts: true,
 };
 const PREEMPT_ON: Config = {
-  label: "a pool of 20 blocks (preemption), prefix cache on", engine: { enablePrefixCaching: true, numBlocks: 20 }, preempts: true,
+  label: "a pool of 20 blocks (preemption), prefix cache on", engine: { enablePrefixCaching: true, numBlocks: 20, admission: "watermark" }, preempts: true,
 };
 const CHUNKED_OFF: Config = {
   label: "32-token steps (chunked prefill), prefix cache off", engine: { enablePrefixCaching: false, maxNumBatchedTokens: 32 }, chunks: true,
@@ -91,7 +93,7 @@ const CHUNKED_ON: Config = {
 };
 const PREEMPT_CHUNKED_ON: Config = {
   label: "a pool of 64 blocks and 24-token steps (preemption and chunks), prefix cache on",
-  engine: { enablePrefixCaching: true, numBlocks: 64, maxNumBatchedTokens: 24 },
+  engine: { enablePrefixCaching: true, numBlocks: 64, maxNumBatchedTokens: 24, admission: "watermark" },
   preempts: true,
   chunks: true,
 };

@@ -83,9 +83,10 @@ function checkSplitAgainstWhole(name: string, model: string, tokenizer?: string,
   }, TIMEOUT_MS);
 
   test(`${name}: preempted and recomputed over several memories, the same results as in one`, async () => {
-    // 16 blocks of 8 tokens for 12 requests of up to ~97 tokens: requests are preempted.
-    const whole = load(model, tokenizer, { ...kv, wasmMemoryMb: null, numBlocks: 16, blockSize: 8 });
-    const split = load(model, tokenizer, { ...kv, wasmMemoryMb: 1, numBlocks: 16, blockSize: 8 });
+    // 16 blocks of 8 tokens for 12 requests of up to ~97 tokens: admitted with the watermark alone, requests are preempted.
+    const small = { numBlocks: 16, blockSize: 8, admission: "watermark" } as const;
+    const whole = load(model, tokenizer, { ...kv, wasmMemoryMb: null, ...small });
+    const split = load(model, tokenizer, { ...kv, wasmMemoryMb: 1, ...small });
     const expected = await generated(whole);
     expect(whole.stats().preemptions).toBeGreaterThan(0);
     expect(await generated(split)).toEqual(expected);

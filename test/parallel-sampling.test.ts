@@ -117,7 +117,8 @@ function forkMatchesSeparate(name: string, load: (engine: Partial<EngineOptions>
 describeShared("parallel sampling on WebAssembly", [MODELS.stories260K, TOKENIZER], ([model, tokenizer]) => {
   const load = (engine: Partial<EngineOptions>) => llms.load({ model: model!, tokenizer, engine });
   forkMatchesSeparate("each forked sample gives the tokens and logprobs of a separate request with its seed", load, {});
-  forkMatchesSeparate("the same in a pool so small that forks recompute and samples are preempted", load, { numBlocks: 14, blockSize: 8, maxNumBatchedTokens: 24 });
+  // The watermark admission (vLLM's), under which running samples are preempted as the pool runs out.
+  forkMatchesSeparate("the same in a pool so small that forks recompute and samples are preempted", load, { numBlocks: 14, blockSize: 8, maxNumBatchedTokens: 24, admission: "watermark" });
   forkMatchesSeparate("the same with speculative decoding (forked samples draft on their own)", load, {
     speculative: { ...DEFAULT_SPECULATIVE, adaptive: false },
   });

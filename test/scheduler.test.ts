@@ -22,6 +22,8 @@ interface HarnessOptions {
   maxPrefillWhileDecoding?: number;
   /** The model's KV cache groups; default one (every layer in every block). */
   groups?: KVCacheGroups;
+  /** Give the scheduler each request's final positions (prompt + max tokens - 1), as the engine does. */
+  roomToFinish?: boolean;
 }
 
 /** What one step scheduled, read before update(): where each request's tokens start and how many. */
@@ -47,6 +49,7 @@ class Harness {
       maxNumSeqs: opts.maxNumSeqs,
       policy: opts.policy ?? "fcfs",
       ...(opts.maxPrefillWhileDecoding === undefined ? {} : { maxPrefillWhileDecoding: opts.maxPrefillWhileDecoding }),
+      ...(opts.roomToFinish === true ? { finalPositions: (req: Request) => req.numPromptTokens + this.maxTokens.get(req)! - 1 } : {}),
     });
   }
 
@@ -608,5 +611,49 @@ describe("prefill while others decode (maxPrefillWhileDecoding)", () => {
     expect(h.step().scheduled).toEqual([{ id: "A", start: 5, n: 1 }, { id: "B", start: 18, n: 2 }, { id: "C", start: 16, n: 4 }]);
     expect(c.numCachedTokens).toBe(16);
     expect(h.kv.getBlockIds(c).slice(0, 4)).toEqual(h.kv.getBlockIds(b).slice(0, 4));
+  });
+});
+
+describe("room to finish: no stream starves on a pool too small for every request (issue 38, item 14)", () => {
+  /**
+   * 32 streams (16-token prompts, 128 tokens each) arriving together on a pool that holds about half
+   * of them whole, prompts bounded while others decode as the server runs them. A stream's gap is
+   * the steps from one of its sampled tokens to the next.
+   */
+  function run(roomToFinish: boolean): { worstGap: number; h: Harness; firstTokens: number[] } {
+    const h = new Harness({ numBlocks: 150, blockSize: 16, maxNumBatchedTokens: 512, maxNumSeqs: 64, maxPrefillWhileDecoding: 16, roomToFinish });
+    const streams = Array.from({ length: 32 }, (_, i) => h.add(`S${i}`, prompt(i, 16), 128));
+    const last = new Map<Request, number>();
+    const firstTokens: number[] = [];
+    let worstGap = 0;
+    for (let step = 1; h.scheduler.hasUnfinished; step++) {
+      if (step > 10_000) throw new Error("not done after 10000 steps");
+      const before = streams.map((r) => r.outputTokenIds.length);
+      h.step();
+      streams.forEach((r, i) => {
+        if (r.outputTokenIds.length === before[i]) return;
+        if (last.has(r)) worstGap = Math.max(worstGap, step - last.get(r)!);
+        else firstTokens.push(step);
+        last.set(r, step);
+      });
+    }
+    expect(h.finished.length).toBe(32);
+    for (const r of h.finished) expect(r.outputTokenIds.length).toBe(128);
+    return { worstGap, h, firstTokens };
+  }
+
+  test("admitted with room to finish, a stream is never preempted and gets a token every step; the others wait for their first", () => {
+    const { worstGap, h, firstTokens } = run(true);
+    expect(h.scheduler.numPreemptions).toBe(0);
+    expect(worstGap).toBe(1);
+    // about half start at once; the rest start as those finish, in arrival order
+    expect(firstTokens.filter((step) => step <= 2).length).toBeGreaterThan(8);
+    expect(Math.max(...firstTokens)).toBeGreaterThan(128);
+  });
+
+  test("with the watermark alone (no final positions) streams are preempted part way and wait for the others to finish", () => {
+    const { worstGap, h } = run(false);
+    expect(h.scheduler.numPreemptions).toBeGreaterThan(0);
+    expect(worstGap).toBeGreaterThan(64);
   });
 });

@@ -16,6 +16,16 @@
  * Bounded by work (cases and rounds), never by a clock. The quick pass runs with `bun test`;
  * PAGELLM_FUZZ_SLOW=1 adds the slower pass that CI runs (.ci/run): more seeds and rounds, and a
  * restart over the damaged cache folder.
+ *
+ * Structured output, tools and the agent APIs (issue 38), on rnd-qwen2 (a chat template with
+ * tools): the issue's concrete inputs one at a time, then seeded random requests that ask for a
+ * constraint in every spelling, offer tools, or go to /v1/messages and /v1/responses, mutated
+ * (helpers/http-fuzz-structured.ts). Each answer: a 2xx, or a 4xx JSON error naming the field,
+ * never a 5xx, a stack trace or a server path, within a time limit per request; and while the
+ * requests run, the server's resident memory stays under RSS_BASE_FACTOR times the warmed server's
+ * plus the mask cache's budget plus RSS_PER_BODY_BYTE times the bytes of the bodies in flight (past it the server is killed at
+ * once and the case fails; a new server takes the next cases). Every case runs; the failures are
+ * reported together.
  */
 import { afterAll, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -23,6 +33,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { FuzzRandom } from "./helpers/gguf-fuzz.ts";
 import { checkAnswer, damageCacheFolder, FUZZ_CORS_ORIGIN, fuzzCases } from "./helpers/http-fuzz.ts";
+import { checkStructuredAnswer, STRUCTURED_REQUEST_LIMIT_MS, structuredCases, structuredSeeds, type StructuredCase } from "./helpers/http-fuzz-structured.ts";
+import type { RawResponse } from "./helpers/raw-http.ts";
 import { waitIdle } from "./helpers/serve.ts";
 import { spawnServe, type ServeProcess } from "./helpers/serve-process.ts";
 import { describeShared } from "./helpers/shared.ts";
@@ -139,6 +151,161 @@ describeShared("fuzzing pagellm serve over HTTP", [STORIES], ([model]) => {
 
   test("the cases are reproducible from the seed, and differ between seeds", () => {
     const whats = (seed: number) => fuzzCases(new FuzzRandom(seed), 50, LIMITS).map((c) => c.what);
+    expect(whats(5)).toEqual(whats(5));
+    expect(whats(5)).not.toEqual(whats(6));
+  });
+});
+
+const QWEN = "models/gguf/rnd-qwen2-Q5_K_M.gguf";
+/** The body bound of the structured pass: the issue's largest inputs (7.2 MB) get through to the checks. */
+const STRUCTURED_BODY_MB = 8;
+/**
+ * A pool of one context (256 blocks of 16): the KV pool's pages are touched as blocks are first used,
+ * so a default pool (384 MiB here) would grow the resident memory over the pass whatever the requests.
+ */
+const STRUCTURED_ARGS = ["--max-body-mb", String(STRUCTURED_BODY_MB), "--max-num-seqs", "8", "--num-blocks", "256", "--body-timeout", "5"];
+/**
+ * The memory bound: the warmed server's resident memory times RSS_BASE_FACTOR, plus what the
+ * documented caches may hold (masks within 256 MiB: docs/structured-output.md), plus
+ * RSS_PER_BODY_BYTE per byte of the bodies in flight.
+ */
+const RSS_BASE_FACTOR = 2;
+const MASK_CACHE_BYTES = 256 << 20;
+const RSS_PER_BODY_BYTE = 32;
+/** Random structured cases in flight at once. */
+const STRUCTURED_BATCH = 4;
+const STRUCTURED_PLAN = SLOW ? { seed: 201, cases: 240, fullSeeds: true } : { seed: 21, cases: 30, fullSeeds: false };
+
+/** The server's resident memory, 0 once it has exited. */
+function residentBytes(server: ServeProcess): number {
+  try {
+    return server.rssBytes();
+  } catch {
+    return 0;
+  }
+}
+
+/** A server for the structured cases, killed past its memory bound or after a hang, replaced for the next cases. */
+class StructuredServer {
+  private server: ServeProcess | null = null;
+  private baseline = 0;
+  /** Internal errors the servers wrote (a line each). */
+  readonly failureLines: string[] = [];
+
+  constructor(private readonly model: string) {}
+
+  private async current(): Promise<ServeProcess> {
+    if (this.server !== null) return this.server;
+    const server = await spawnServe(this.model, STRUCTURED_ARGS);
+    this.server = server;
+    // Warm: a few requests, so the heap has its working size.
+    for (const c of structuredCases(new FuzzRandom(1), 3)) await answerOf(server, c).catch(() => null);
+    this.baseline = Math.max(this.baseline, server.rssBytes());
+    return server;
+  }
+
+  /** Runs `cases` at once, the memory watched; each case's answer, or the Error that stands for one. */
+  async run(cases: readonly StructuredCase[]): Promise<(RawResponse | Error)[]> {
+    const server = await this.current();
+    const bound = RSS_BASE_FACTOR * this.baseline + MASK_CACHE_BYTES + RSS_PER_BODY_BYTE * cases.reduce((n, c) => n + Buffer.byteLength(c.body), 0);
+    let killedFor: string | null = null;
+    const watch = setInterval(() => {
+      const rss = residentBytes(server);
+      if (rss <= bound || killedFor !== null) return;
+      killedFor = `resident memory ${mib(rss)} MiB, over the bound ${mib(bound)} MiB (${RSS_BASE_FACTOR} x ${mib(this.baseline)} MiB + ${mib(MASK_CACHE_BYTES)} MiB of mask cache + ${RSS_PER_BODY_BYTE} x the bodies; ${cases.length === 1 ? "this case alone" : `one of ${cases.length} cases in flight`})`;
+      this.retire(server);
+    }, 20);
+    try {
+      const answers = await Promise.all(cases.map((c) => answerOf(server, c).catch((e: Error) => (killedFor === null ? e : new Error(killedFor)))));
+      // A server still busy with a hung request would slow the next cases: a new one takes them.
+      if (answers.some((a) => a instanceof HangError)) this.retire(server);
+      return answers;
+    } finally {
+      clearInterval(watch);
+    }
+  }
+
+  /** Kills `server` (once), keeping the first internal error it wrote. */
+  private retire(server: ServeProcess): void {
+    if (this.server !== server) return;
+    this.noteFailure();
+    server.proc.kill("SIGKILL");
+    this.server = null;
+  }
+
+  /** Keeps the first internal error the current server wrote, if any. */
+  noteFailure(): void {
+    const line = this.server === null ? undefined : FAILURE_LINES.exec(this.server.stderr())?.[0];
+    if (line !== undefined) this.failureLines.push(line);
+  }
+
+  /** Stops the current server, once it is idle. */
+  async stop(): Promise<void> {
+    const server = this.server;
+    if (server === null) return;
+    this.server = null;
+    try {
+      await waitIdle(server.url);
+      expect(await server.stop()).toBe(0);
+    } finally {
+      server.proc.kill("SIGKILL");
+    }
+  }
+}
+
+class HangError extends Error {}
+
+function mib(bytes: number): string {
+  return (bytes / 2 ** 20).toFixed(0);
+}
+
+/** One case's answer, read whole (a stream to its end) within the per-request limit. */
+async function answerOf(server: ServeProcess, c: StructuredCase): Promise<RawResponse> {
+  const signal = AbortSignal.timeout(STRUCTURED_REQUEST_LIMIT_MS);
+  try {
+    const response = await fetch(`${server.url}${c.route}`, { method: "POST", headers: { "content-type": "application/json" }, body: c.body, signal });
+    return { status: response.status, headers: Object.fromEntries(response.headers.entries()), body: await response.text() };
+  } catch (e) {
+    if (signal.aborted) throw new HangError(`no whole answer within ${STRUCTURED_REQUEST_LIMIT_MS / 1000} s (a hang)`);
+    throw e;
+  }
+}
+
+describeShared("fuzzing structured output, tools and the agent APIs over HTTP", [QWEN], ([model]) => {
+  test(`the issue's inputs, then ${STRUCTURED_PLAN.cases} seeded mutated structured, tool, Anthropic and Responses requests: 2xx or a 4xx naming the field, within time and ${RSS_BASE_FACTOR} x warm RSS + the mask cache + ${RSS_PER_BODY_BYTE} x body bytes`, async () => {
+    const servers = new StructuredServer(model!);
+    const failures: string[] = [];
+    /** Answers of the random cases by class (2xx, 4xx): the cases reach generation and refusals both. */
+    const classes = new Map<number, number>();
+    const record = (c: StructuredCase, answer: RawResponse | Error) => {
+      if (answer instanceof Error) return void failures.push(`${c.what}: ${answer.message}`);
+      if (!c.what.startsWith("seed:")) classes.set(Math.floor(answer.status / 100), (classes.get(Math.floor(answer.status / 100)) ?? 0) + 1);
+      try {
+        checkStructuredAnswer(c, answer);
+      } catch (e) {
+        failures.push((e as Error).message);
+      }
+    };
+    try {
+      // The issue's inputs one at a time, so that a bound passed names its input.
+      for (const c of structuredSeeds(STRUCTURED_PLAN.fullSeeds)) record(c, (await servers.run([c]))[0]!);
+      const cases = structuredCases(new FuzzRandom(STRUCTURED_PLAN.seed), STRUCTURED_PLAN.cases);
+      for (let i = 0; i < cases.length; i += STRUCTURED_BATCH) {
+        const batch = cases.slice(i, i + STRUCTURED_BATCH);
+        (await servers.run(batch)).forEach((answer, k) => record(batch[k]!, answer));
+      }
+      servers.noteFailure();
+      failures.push(...servers.failureLines.map((line) => `a server wrote "${line}"`));
+    } finally {
+      await servers.stop();
+    }
+    expect(failures).toEqual([]);
+    expect(classes.get(2) ?? 0).toBeGreaterThan(0);
+    expect(classes.get(4) ?? 0).toBeGreaterThan(0);
+  }, SLOW ? 900_000 : 300_000);
+
+  test("the structured cases are reproducible from the seed, and differ between seeds", () => {
+    const whats = (seed: number) => structuredCases(new FuzzRandom(seed), 40).map((c) => c.what);
     expect(whats(5)).toEqual(whats(5));
     expect(whats(5)).not.toEqual(whats(6));
   });

@@ -235,7 +235,8 @@ for (const name of GGUF_MODELS) {
 
 describeShared(`speculative decoding in the engine (stories260K, ${THREADS} thread(s))`, [MODELS.stories260K, TOKENIZER], ([model, tokenizer]) => {
   test("with prefix hits, a pool so small that speculating requests are preempted, and drafts cut by a 24-token budget", async () => {
-    const engine: Partial<EngineOptions> = { numBlocks: 24, blockSize: 8, maxNumBatchedTokens: 24, maxNumSeqs: 8 };
+    // The watermark admission (vLLM's), so that running requests are preempted.
+    const engine: Partial<EngineOptions> = { numBlocks: 24, blockSize: 8, maxNumBatchedTokens: 24, maxNumSeqs: 8, admission: "watermark" };
     let preemptions = 0;
     const build = (llm: LLM) => requests(llm, 12, 60);
     await expectSameOutput(model!, tokenizer!, engine, build, { compareCached: false, speculative: EAGER });
@@ -286,7 +287,7 @@ describeShared(`stop strings inside drafts (rnd-qwen2-Q5_K_M, ${THREADS} thread(
 
 describeShared(`speculative decoding with parallel sampling (stories260K, ${THREADS} thread(s))`, [MODELS.stories260K, TOKENIZER], ([model, tokenizer]) => {
   test("n samples forked from one prompt give the same tokens and logprobs with and without, in a pool small enough to preempt", async () => {
-    const engine: Partial<EngineOptions> = { numBlocks: 40, blockSize: 8, maxNumBatchedTokens: 32 };
+    const engine: Partial<EngineOptions> = { numBlocks: 40, blockSize: 8, maxNumBatchedTokens: 32, admission: "watermark" };
     const run = async (speculative: SpeculativeOptions | null) => {
       const llm = load(model!, tokenizer!, { ...engine, speculative });
       const outputs = await allOutputs(llm, TEXTS.slice(0, 3).map((text, k) => ({

@@ -143,13 +143,13 @@ function invarianceTests(gpu: WebGpuBackend, model: string, tok: string | undefi
     // sliding-window layers has several KV cache groups, a block holding one group's layers
     // (kv-groups.ts), and a local group holds only its window and a step's tokens: the pool is what
     // one sequence of 80 positions holds in every group, so that here too requests preempt one another
-    // (admission keeps a block per group for each seat, scheduler.ts).
+    // (the watermark admission keeps a block per group for each seat, scheduler.ts).
     const numBlocks = KVCacheGroups.of(openCheckpoint(model).config).blocksPerSequence(80, 4, 12);
     const configs: { label: string; engine: Partial<EngineOptions>; preempts?: boolean }[] = [
       { label: "together, cache on", engine: { enablePrefixCaching: true } },
       {
         label: `${numBlocks} blocks of 4 tokens and 12-token steps, cache on`,
-        engine: { enablePrefixCaching: true, blockSize: 4, numBlocks, maxNumBatchedTokens: 12 }, preempts: true,
+        engine: { enablePrefixCaching: true, blockSize: 4, numBlocks, maxNumBatchedTokens: 12, admission: "watermark" }, preempts: true,
       },
     ];
     for (const { label, engine, preempts } of configs) {

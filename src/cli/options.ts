@@ -134,6 +134,11 @@ export const engineArgs = {
   },
   "max-num-seqs": { type: "string", description: `Sequences one step may hold (default ${DEFAULT_ENGINE_OPTIONS.maxNumSeqs})`, valueHint: "n" },
   schedule: { type: "string", description: "Admission order: fcfs | lpm (longest cached prefix first) (default fcfs)", valueHint: "policy" },
+  admission: {
+    type: "string",
+    description: "What admission keeps free: finish (room for every admitted request to reach its max tokens: a stream is never preempted part way) | watermark (a block per running request: more at once, preempted and recomputed when the pool runs out) (default finish)",
+    valueHint: "policy",
+  },
   threads: {
     type: "string",
     description: "Threads the kernels run on; 1 = the main thread only (default: the cores this process may use)",
@@ -310,6 +315,7 @@ export function engineOptions(values: ParsedValues): EngineOptions {
     maxPrefillWhileDecoding: numberOption(values, "max-prefill-while-decoding", "posint") ?? d.maxPrefillWhileDecoding,
     maxNumSeqs: numberOption(values, "max-num-seqs", "posint") ?? d.maxNumSeqs,
     schedule: choice(values, "schedule", ["fcfs", "lpm"] as const, d.schedule),
+    admission: choice(values, "admission", ["finish", "watermark"] as const, d.admission),
     threads: numberOption(values, "threads", "posint") ?? d.threads,
     speculative: speculativeOption(values),
     kvType: kvTypeOption(values),

@@ -10,7 +10,7 @@ import type { HashAlgorithm } from "../kv/block-hash.ts";
 import { KVCacheGroups } from "../kv/kv-groups.ts";
 import type { KVLayout, KVType } from "../kv/kv-layout.ts";
 import type { ModelConfig } from "../model/config.ts";
-import type { SchedulePolicy } from "./scheduler.ts";
+import type { AdmissionPolicy, SchedulePolicy } from "./scheduler.ts";
 import type { SpeculativeOptions } from "./speculative.ts";
 
 export interface EngineOptions {
@@ -38,6 +38,12 @@ export interface EngineOptions {
   /** Sequences one step may hold. */
   maxNumSeqs: number;
   schedule: SchedulePolicy;
+  /**
+   * What admission keeps free (scheduler.ts): "finish", room for every admitted request to reach
+   * its max_tokens (a stream is never preempted part way); "watermark", a block per running
+   * request only (vLLM's: more requests at once, preempted and recomputed when the pool runs out).
+   */
+  admission: AdmissionPolicy;
   /** Threads the kernels run on (1 = the calling thread only). */
   threads: number;
   /**
@@ -72,6 +78,7 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   maxPrefillWhileDecoding: 16,
   maxNumSeqs: 64,
   schedule: "fcfs",
+  admission: "finish",
   threads: availableParallelism(),
   speculative: null,
   wasmMemoryMb: null,

@@ -183,6 +183,7 @@ export class LLMEngine {
     this.maxPositions = parts.kv.groups.maxPositions(parts.numBlocks, o.blockSize, o.maxNumBatchedTokens, parts.config.seqLen);
     this.scheduler = new Scheduler<Sequence>(this.kv, {
       maxNumBatchedTokens: o.maxNumBatchedTokens, maxNumSeqs: o.maxNumSeqs, policy: o.schedule, maxPrefillWhileDecoding: o.maxPrefillWhileDecoding,
+      ...(o.admission === "finish" ? { finalPositions: (seq: Sequence) => this.finalPositions(seq) } : {}),
     }, this.tierLoader());
     this.forks = new PendingForks(this.kv, this.scheduler, this.model);
     this.speculation = new Speculation(this.kv, this.maxPositions);
@@ -251,6 +252,15 @@ export class LLMEngine {
 
   get hasUnfinished(): boolean {
     return this.scheduler.hasUnfinished;
+  }
+
+  /**
+   * Positions `seq` holds when it ends: its prompt and max_tokens, less the last sampled token (its
+   * KV is never computed), at most maxPositions (where a request without max_tokens stops).
+   */
+  private finalPositions(seq: Sequence): number {
+    const maxTokens = seq.params.maxTokens;
+    return maxTokens === null ? this.maxPositions : Math.min(this.maxPositions, seq.numPromptTokens + maxTokens - 1);
   }
 
   /** One step: draft, schedule, run the batch, sample (verifying drafts) and check stops. */

@@ -27,6 +27,17 @@
  * admitted into an idle one (samples forked from it that then find no block recompute their
  * prompt), so an idle pool never refuses a request it can hold.
  *
+ * Room to finish (issue 38, item 14: no stream starves): given each request's final positions
+ * (SchedulerOptions.finalPositions: its prompt and max_tokens, at most the context), admission also
+ * keeps free blocks for every admitted request, and every sample still to fork, to reach its end.
+ * Without it (vLLM's way) a pool that held the prompts but not the replies preempted streams part
+ * way, and a preempted stream waited for the requests before it to finish: under 32 constrained
+ * streams on a tight pool, gaps of hundreds of steps between one stream's tokens while the others
+ * decoded, and the same stream preempted three or four times, as it came back as the latest
+ * admitted. With it a request waits before its first token, in arrival order, and once admitted is
+ * not preempted (as llama.cpp's slots and TGI's token budget): only drafts, which use spare blocks,
+ * can still take a block an admitted request was to grow into, and preemption remains for that.
+ *
  * Parallel sampling (`n` > 1): a request added with extra seats is admitted only when the batch
  * has room for it and for the samples that will be forked from it once its prompt is computed
  * (they share its prompt's KV, see KVCacheManager.fork); until then those seats stay reserved.
@@ -60,7 +71,10 @@ import type { TierLoad } from "../kv/tier-link.ts";
 
 export type SchedulePolicy = "fcfs" | "lpm";
 
-export interface SchedulerOptions {
+/** What admission keeps free: room for every admitted request to finish, or the watermark alone (see the class). */
+export type AdmissionPolicy = "finish" | "watermark";
+
+export interface SchedulerOptions<R extends Request = Request> {
   /** Tokens one step may compute, prefill and decode together. */
   maxNumBatchedTokens: number;
   /** Sequences one step may hold. */
@@ -71,6 +85,12 @@ export interface SchedulerOptions {
    * request decodes; absent: no bound but the token budget.
    */
   maxPrefillWhileDecoding?: number;
+  /**
+   * Positions a request holds when it ends (prompt plus max_tokens less the last sampled token, at
+   * most the context); with it admission keeps room for every admitted request to get there (see
+   * the class), without it only the watermark.
+   */
+  finalPositions?: (req: R) => number;
 }
 
 /** Reads a waiting request's blocks from a second tier before it is admitted. */
@@ -117,7 +137,7 @@ export class Scheduler<R extends Request = Request> {
 
   constructor(
     private readonly kv: KVCacheManager,
-    private readonly opts: SchedulerOptions,
+    private readonly opts: SchedulerOptions<R>,
     /** The second tier's reads; null without one. */
     private readonly tier: TierLoader<R> | null = null,
   ) {}
@@ -290,7 +310,8 @@ export class Scheduler<R extends Request = Request> {
       if (this.numSeats + 1 + extra > this.opts.maxNumSeqs) break;
       const hit = this.kv.getComputedBlocks(req);
       const numNew = Math.min(req.numTokens - hit.numComputedTokens, budget);
-      if (this.kv.freeBlocksAfter(req, numNew, hit.numComputedTokens, hit.groups) < this.reserveFor(extra)) break;
+      const free = this.kv.freeBlocksAfter(req, numNew, hit.numComputedTokens, hit.groups);
+      if (free < this.reserveFor(extra) || free < this.roomToFinish(req, hit.numComputedTokens + numNew, extra)) break;
       this.kv.allocateSlots(req, numNew, hit.numComputedTokens, hit.groups);
       this.waiting.splice(w, 1);
       this.numReserved += extra;
@@ -309,6 +330,44 @@ export class Scheduler<R extends Request = Request> {
   private reserveFor(extra: number): number {
     if (this.numSeats === 0) return 0;
     return (this.numSeats + extra) * this.kv.groups.groups.length;
+  }
+
+  /**
+   * Free blocks that must stay after admitting `req` (holding `positions` then, with `extra` samples
+   * to fork) for it and every admitted request to reach its final positions; 0 without
+   * finalPositions, or while no seat is taken (a lone request always fits: checkFits).
+   */
+  private roomToFinish(req: R, positions: number, extra: number): number {
+    const final = this.opts.finalPositions;
+    if (final === undefined || this.numSeats === 0) return 0;
+    let blocks = this.growth(final(req), positions) + extra * this.forkGrowth(req, final(req));
+    for (const r of this.running) {
+      blocks += Math.max(0, this.blocksFor(final(r)) - this.heldBlocks(r));
+      blocks += (this.extraSeats.get(r) ?? 0) * this.forkGrowth(r, final(r));
+    }
+    return blocks;
+  }
+
+  /** Blocks (every KV cache group) a sequence at `positions` needs to reach `final`. */
+  private growth(final: number, positions: number): number {
+    return Math.max(0, this.blocksFor(final) - this.blocksFor(positions));
+  }
+
+  /** Blocks a sample forked from `req` takes to reach `final`: all but the prompt's full blocks, which it shares. */
+  private forkGrowth(req: R, final: number): number {
+    const shared = Math.floor(req.numPromptTokens / this.kv.blockSize) * this.kv.blockSize;
+    return this.growth(final, shared);
+  }
+
+  private blocksFor(positions: number): number {
+    return this.kv.groups.blocksPerSequence(positions, this.kv.blockSize, this.opts.maxNumBatchedTokens);
+  }
+
+  /** Blocks `req` holds now, over every KV cache group. */
+  private heldBlocks(req: R): number {
+    let held = 0;
+    for (let g = 0; g < this.kv.groups.groups.length; g++) for (const block of this.kv.getBlocks(req, g)) if (block !== null) held++;
+    return held;
   }
 
   /** Whether `req` waits for tier reads still in flight. */
