@@ -255,11 +255,13 @@ export class ShapeBuilder {
     const constrainsKeys = props !== undefined || patternProps !== undefined || additional !== undefined;
     if (constrainsKeys) {
       // A key one side declares is, on the other side, a pattern property or an additional one.
+      // A declared key also takes the schema of every pattern it matches; additionalProperties
+      // applies only to keys neither declared nor matched.
       const ownFor = (key: string): Conj => {
         const own = ownProps.find(([k]) => k === key);
-        if (own !== undefined) return [{ raw: own[1], path: `${path}/properties/${key}` }];
+        const declared: Conj = own === undefined ? [] : [{ raw: own[1], path: `${path}/properties/${key}` }];
         const matched = ownPatterns.filter(([p]) => this.matchesPattern(p, key, `${path}/patternProperties`)).flatMap(([, c]) => c);
-        return matched.length > 0 ? matched : ownAdditional;
+        return own !== undefined || matched.length > 0 ? [...declared, ...matched] : ownAdditional;
       };
       const baseFor = (key: string): Conj => {
         const declared = base.properties.get(key);

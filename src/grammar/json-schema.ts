@@ -17,7 +17,7 @@ import { ANY_CHAR, codePoints, single, utf8Expr, type CodeSet } from "./code-set
 import { CfgBuilder, type Cfg } from "./cfg.ts";
 import { INFINITE, type ExprPool } from "./expr.ts";
 import { formatRegex } from "./json-formats.ts";
-import { boundedNumberExpr, ceilDecimal, floorDecimal, fractionDigitsExpr, integerExpr, isInteger, parseDecimal } from "./json-numbers.ts";
+import { boundedNumberExpr, ceilDecimal, floorDecimal, fractionDigitsExpr, integerExpr, isInteger, nonIntegerExpr, parseDecimal } from "./json-numbers.ts";
 import { SchemaDocument } from "./json-schema-refs.ts";
 import {
   canonical, isAssertion, isFalse, pureRef, ShapeBuilder, T_ARRAY, T_BOOLEAN, T_FRACTION, T_INTEGER, T_NULL, T_OBJECT, T_STRING, type Conj, type Shape,
@@ -240,9 +240,9 @@ class JsonGrammarBuilder {
     if (typeof v === "boolean") return (s.types & T_BOOLEAN) !== 0;
     if (typeof v === "string") return (s.types & T_STRING) !== 0 && this.pool.matches(this.stringExpr(s), utf8.encode(pythonJsonQuote(v)));
     if (v instanceof JsonNumber) {
-      const integral = isInteger(parseDecimal(v.text));
-      if (!(s.types & T_FRACTION) && !(integral && s.types & T_INTEGER)) return false;
-      return this.pool.matches(this.numberExpr({ ...s, types: s.types | (integral ? T_INTEGER : T_FRACTION) }), utf8.encode(canonical(v)));
+      const kind = isInteger(parseDecimal(v.text)) ? T_INTEGER : T_FRACTION;
+      if (!(s.types & kind)) return false;
+      return this.pool.matches(this.numberExpr({ ...s, types: s.types | kind }), utf8.encode(canonical(v)));
     }
     return (s.types & (Array.isArray(v) ? T_ARRAY : T_OBJECT)) !== 0;
   }
@@ -301,6 +301,8 @@ class JsonGrammarBuilder {
       return expr;
     }
     let expr = boundedNumberExpr(pool, { min: s.min, minExclusive: s.minExclusive, max: s.max, maxExclusive: s.maxExclusive });
+    // T_FRACTION without T_INTEGER: the numbers that are not integers (1.0 is an integer).
+    if (!(s.types & T_INTEGER)) expr = pool.and([expr, nonIntegerExpr(pool)]);
     for (const m of s.multipleOf) {
       const digits = m.int === "0" && /^0*1$/.test(m.frac) ? m.frac.length : m.int === "1" && m.frac === "" ? 0 : -1;
       if (digits < 0) throw new GrammarError(`${where}: "multipleOf" on numbers is supported only for 1, 0.1, 0.01, ...`);
@@ -397,7 +399,8 @@ class JsonGrammarBuilder {
       if (isFalse(schema)) return [];
       declared.push([name, schema]);
     }
-    const extras = this.extraKinds(s, declared.map(([n]) => n), nameOk);
+    // Declared names never come back as additional or pattern properties, `false` ones included.
+    const extras = this.extraKinds(s, [...new Set([...s.properties.keys(), ...declared.map(([n]) => n)])], nameOk);
     const maxCount = extras.length > 0 ? Infinity : declared.length;
     // Members are counted only as far as min/maxProperties need: k is the count so far, exact up to
     // maxProperties where that bounds anything, else capped at max(minProperties, 1) (k > 0 also
@@ -441,6 +444,39 @@ class JsonGrammarBuilder {
     return [[...this.punct("{"), rest[0]![0]!, ...this.punct("}")]];
   }
 
+  /**
+   * The keys of general patterns split where they overlap: a key matching several patterns takes
+   * all their schemas (JSON Schema applies each), so overlapping patterns give one region per
+   * combination that occurs (at most GRAMMAR_LIMITS.allOfBranches more); patterns that overlap none
+   * stay as they are.
+   */
+  private patternRegions(general: readonly { expr: number; schema: Conj }[], where: string): { expr: number; schema: Conj }[] {
+    const pool = this.pool;
+    let regions: { expr: number; schema: Conj }[] = [];
+    for (const g of general) {
+      const next: { expr: number; schema: Conj }[] = [];
+      const earlier: number[] = [];
+      for (const r of regions) {
+        const both = pool.and([r.expr, g.expr]);
+        if (pool.isEmpty(both)) {
+          next.push(r);
+          continue;
+        }
+        earlier.push(r.expr);
+        next.push({ expr: both, schema: [...r.schema, ...g.schema] });
+        const only = pool.and([r.expr, pool.not(g.expr)]);
+        if (!pool.isEmpty(only)) next.push({ expr: only, schema: r.schema });
+      }
+      const own = earlier.length === 0 ? g.expr : pool.and([g.expr, ...earlier.map((e) => pool.not(e))]);
+      if (!pool.isEmpty(own)) next.push({ expr: own, schema: g.schema });
+      if (next.length > general.length + GRAMMAR_LIMITS.allOfBranches) {
+        throw new GrammarLimitError("allOfBranches", `${where}: overlapping patterns give more than ${GRAMMAR_LIMITS.allOfBranches} combinations of their schemas (limit: allOfBranches)`);
+      }
+      regions = next;
+    }
+    return regions;
+  }
+
   /** The content a property name must match under propertyNames, or null when unconstrained. */
   private propertyNameContent(s: Shape): number | null {
     if (s.propertyNames.length === 0) return null;
@@ -479,17 +515,18 @@ class JsonGrammarBuilder {
       for (const name of names) {
         if (declared.includes(name) || named.includes(name)) continue;
         named.push(name);
-        if (!isFalse(schema) && (nameOk === null || pool.matches(nameOk, content(name)))) kinds.push({ key: jsonLiteralExpr(pool, name), schema });
+        // The name takes every pattern it matches (another list of names, or a general pattern).
+        const all = s.patternProperties.filter(([p]) => pool.matches(cachedRegex(pool, p, "search", false, where), utf8.encode(name))).flatMap(([, c]) => c);
+        if (!isFalse(all) && (nameOk === null || pool.matches(nameOk, content(name)))) kinds.push({ key: jsonLiteralExpr(pool, name), schema: all });
       }
     }
     const excluded = [...declared, ...named];
-    general.forEach((g, i) => {
-      if (isFalse(g.schema)) return;
-      const clash = excluded.filter((name) => pool.matches(g.expr, content(name)));
-      const overlapping = general.slice(0, i).filter((h) => !pool.isEmpty(pool.and([g.expr, h.expr])));
-      const parts = [g.expr, ...(clash.length > 0 ? [contentExcept(pool, clash)] : []), ...overlapping.map((h) => pool.not(h.expr)), ...(nameOk === null ? [] : [nameOk])];
-      kinds.push({ key: quoted(pool, pool.and(parts)), schema: g.schema });
-    });
+    for (const r of this.patternRegions(general, `${where}`)) {
+      if (isFalse(r.schema)) continue;
+      const clash = excluded.filter((name) => pool.matches(r.expr, content(name)));
+      const parts = [r.expr, ...(clash.length > 0 ? [contentExcept(pool, clash)] : []), ...(nameOk === null ? [] : [nameOk])];
+      kinds.push({ key: quoted(pool, pool.and(parts)), schema: r.schema });
+    }
     if (!isFalse(s.additional)) {
       const rest = excluded.length > 0 ? contentExcept(pool, excluded) : anyContent(pool);
       const parts = [rest, ...general.map((g) => pool.not(g.expr)), ...(nameOk === null ? [] : [nameOk])];
