@@ -83,6 +83,20 @@ export function jsonSchemaStringText(b: CfgBuilder, schema: JsonValue, at: strin
   return new JsonGrammarBuilder(b.pool, schema, {}, b).stringText(at);
 }
 
+/** The names a pattern is an anchored list of (`^(a|b)$`), or null. */
+function literalNames(pattern: string): string[] | null {
+  try {
+    return anchoredLiterals(parseRegex(pattern));
+  } catch {
+    return null; // compiling the pattern reports the error
+  }
+}
+
+/** Whether a shape's string keywords allow every string. */
+function plainStrings(s: Shape): boolean {
+  return s.minLength === 0 && s.maxLength === Infinity && s.patterns.length === 0 && s.notStrings.length === 0 && s.notShapes.length === 0 && s.formats.every((f) => formatRegex(f) === undefined);
+}
+
 class JsonGrammarBuilder {
   private readonly b: CfgBuilder;
   private readonly doc: SchemaDocument;
@@ -98,7 +112,12 @@ class JsonGrammarBuilder {
   constructor(private readonly pool: ExprPool, private readonly schema: JsonValue, private readonly options: JsonSchemaOptions, b: CfgBuilder) {
     this.b = b;
     this.doc = new SchemaDocument(schema);
-    this.shapes = new ShapeBuilder(this.doc, (p, key, where) => pool.matches(cachedRegex(pool, p, "search", false, where), utf8.encode(key)));
+    this.shapes = new ShapeBuilder(this.doc, (p, key, where) => pool.matches(cachedRegex(pool, p, "search", false, where), utf8.encode(key)), {
+      stringsMeet: (a, b) => plainStrings(a) || plainStrings(b) || this.stringsMeet(a, b),
+      stringsOutside: (a, b) => !plainStrings(b) && !pool.isEmpty(pool.and([this.stringContent(a), pool.not(this.stringContent(b))])),
+      valueFits: (v, s) => this.valueFits(v, s),
+      patternsMeet: (p, q) => !pool.isEmpty(pool.and([cachedRegex(pool, p, "search", false, "patternProperties"), cachedRegex(pool, q, "search", false, "patternProperties")])),
+    });
     this.flexible = options.whitespaceFlexible ?? true;
     const wsChar = pool.or([pool.byteRange(0x20, 0x20), pool.byteRange(0x09, 0x0a), pool.byteRange(0x0d, 0x0d)]);
     this.ws = pool.repeat(wsChar, 0, options.maxWhitespace ?? GRAMMAR_LIMITS.jsonWhitespace);
@@ -112,6 +131,23 @@ class JsonGrammarBuilder {
   value(at = "#"): number[] {
     const target = at === "#" ? { raw: this.schema, path: "#" } : this.doc.resolve(at, "#");
     return this.conj([target], target.path);
+  }
+
+  /**
+   * Whether some string meets both shapes' string keywords. A pattern that is a list of names
+   * (`^Displace$`, a discriminator) is decided by matching the names, without a search.
+   */
+  private stringsMeet(a: Shape, b: Shape): boolean {
+    const pool = this.pool;
+    const contentOf = (name: string): Uint8Array => utf8.encode(pythonJsonQuote(name).slice(1, -1));
+    for (const [s, other] of [[a, b], [b, a]] as const) {
+      const names = s.patterns.map((p) => literalNames(p)).find((n) => n !== null);
+      if (names === undefined || names === null) continue;
+      const mine = this.stringContent(s);
+      const theirs = this.stringContent(other);
+      return names.some((n) => pool.matches(mine, contentOf(n)) && pool.matches(theirs, contentOf(n)));
+    }
+    return !pool.isEmpty(pool.and([this.stringContent(a), this.stringContent(b)]));
   }
 
   /** The texts of the strings the schema at `at` allows (jsonSchemaStringText). */
@@ -329,12 +365,14 @@ class JsonGrammarBuilder {
       if (rx !== undefined) parts.push(cachedRegex(pool, rx, "full", json, `${s.path}/format`));
     }
     if (s.notStrings.length > 0) parts.push(json ? contentExcept(pool, s.notStrings) : pool.not(pool.or(s.notStrings.map((t) => this.text(t)))));
+    for (const other of s.notShapes) parts.push(pool.not(this.stringContent(other, json)));
     return pool.and(parts);
   }
 
   private stringExpr(s: Shape): number {
     const content = this.stringContent(s);
-    return content === 0 ? 0 : quoted(this.pool, content);
+    // Strings excluded by others (oneOf, not) may leave none: then no lexeme, as for any empty one.
+    return content === 0 || (s.notShapes.length > 0 && this.pool.isEmpty(content)) ? 0 : quoted(this.pool, content);
   }
 
   /** Every JSON spelling of the text's characters (escapes included). */
@@ -502,12 +540,7 @@ class JsonGrammarBuilder {
     const named: string[] = [];
     const general: { expr: number; schema: Conj }[] = [];
     for (const [pattern, schema] of s.patternProperties) {
-      let names: string[] | null;
-      try {
-        names = anchoredLiterals(parseRegex(pattern));
-      } catch {
-        names = null; // cachedRegex below reports the error
-      }
+      const names = literalNames(pattern);
       if (names === null) {
         general.push({ expr: cachedRegex(pool, pattern, "search", true, where), schema });
         continue;
