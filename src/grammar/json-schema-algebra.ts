@@ -10,6 +10,7 @@
  * discriminator's const), or one requires and the other forbids.
  */
 import { GrammarError } from "../errors.ts";
+import { formatRegex } from "./json-formats.ts";
 import { ceilDecimal, floorDecimal, type Decimal } from "./json-numbers.ts";
 import {
   canonical, compareDecimal, FALSE_AT, isAssertion, isFalse, T_ARRAY, T_BOOLEAN, T_INTEGER, T_NULL, T_NUMBER, T_OBJECT, T_STRING, withLower, withUpper,
@@ -33,6 +34,8 @@ export interface ShapeOracle {
   matchesPattern(pattern: string, key: string): boolean;
   /** Whether some property name matches both patterns (true where unsure). */
   patternsMeet(p: string, q: string): boolean;
+  /** Throws when the compile's budget is spent (differences can multiply: they are bounded by it). */
+  checkBudget(): void;
   /** Shapes allowing at least what a conjunction of schemas allows (property and item schemas). */
   shapes(c: Conj, path: string): Shape[];
   /** A schema allowing what the conjunction does not (stricter where that cannot be exact). */
@@ -70,19 +73,21 @@ export class ShapeAlgebra {
 
   /** Pieces of a outside b (see the file comment). */
   subtract(a: Shape, b: Shape): Difference {
+    this.oracle.checkBudget();
     if (this.disjoint(a, b)) return { pieces: [a], exact: true };
     const pieces: Shape[] = [];
     const outsideTypes = a.types & ~b.types;
     if (outsideTypes !== 0) pieces.push({ ...a, types: outsideTypes });
     const common = a.types & b.types;
     if (a.enumValues !== null) {
-      // The values b does not allow; an object or array value b might allow is dropped (inexact).
+      // The values b does not allow; an object or array value b might allow is dropped (inexact:
+      // valueFits does not look into them).
       const kept = new Map<string, JsonValue>();
       let exact = true;
       for (const [key, v] of a.enumValues) {
         if (!this.valueIn(v, a)) continue;
         if (!this.valueIn(v, b)) kept.set(key, v);
-        else if (Array.isArray(v) || isObject(v)) exact = b.enumValues !== null;
+        else if (Array.isArray(v) || isObject(v)) exact = false;
       }
       return { pieces: kept.size > 0 ? prune({ ...a, enumValues: kept }, this.oracle) : [], exact };
     }
@@ -107,7 +112,10 @@ export class ShapeAlgebra {
       }
       return { pieces: pieces.flatMap((p) => prune(p, this.oracle)), exact };
     }
-    if (common & T_STRING && this.oracle.stringsOutside(a, b)) pieces.push({ ...a, types: T_STRING, notShapes: [...a.notShapes, b] });
+    // A format's regex may be stricter than the format: excluding it would let through a string
+    // the format allows; such strings are dropped instead (inexact).
+    if (common & T_STRING && b.formats.some((f) => formatRegex(f) !== undefined)) exact = false;
+    else if (common & T_STRING && this.oracle.stringsOutside(a, b)) pieces.push({ ...a, types: T_STRING, notShapes: [...a.notShapes, b] });
     if (common & T_NUMBER) exact = this.numbersOutside(a, b, common & T_NUMBER, pieces) && exact;
     if (common & T_ARRAY) exact = this.arraysOutside(a, b, pieces) && exact;
     if (common & T_OBJECT) exact = this.objectsOutside(a, b, pieces) && exact;
@@ -116,6 +124,7 @@ export class ShapeAlgebra {
 
   /** Whether no value meets both shapes (false where unsure). */
   disjoint(a: Shape, b: Shape): boolean {
+    this.oracle.checkBudget();
     const common = a.types & b.types;
     if (common === 0) return true;
     for (const [s, other] of [[a, b], [b, a]] as const) {
@@ -129,8 +138,11 @@ export class ShapeAlgebra {
     return true;
   }
 
+  /** Whether v may be one of s's values (true where unsure: objects, arrays, strings under a format's regex). */
   private valueIn(v: JsonValue, s: Shape): boolean {
-    return (s.enumValues === null || s.enumValues.has(canonical(v))) && this.oracle.valueFits(v, s);
+    if (s.enumValues !== null && !s.enumValues.has(canonical(v))) return false;
+    if (typeof v === "string" && s.types & T_STRING && s.formats.some((f) => formatRegex(f) !== undefined)) return true;
+    return this.oracle.valueFits(v, s);
   }
 
   /** Numbers of a below b's minimum or above its maximum; exact without b's multipleOf. */

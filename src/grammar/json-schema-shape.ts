@@ -105,12 +105,14 @@ export function isAssertion(k: string): boolean {
 }
 
 /** What the shapes need from the compiler to tell oneOf's branches apart (ShapeOracle's scalar part). */
-export type ValueOracle = Pick<ShapeOracle, "stringsMeet" | "stringsOutside" | "valueFits" | "patternsMeet">;
+export type ValueOracle = Pick<ShapeOracle, "stringsMeet" | "stringsOutside" | "valueFits" | "patternsMeet" | "checkBudget">;
 
 export class ShapeBuilder {
   private inlining: string[] = [];
   private inlines = 0;
   private loose = false;
+  /** Differences that were not exact (their pieces stricter than the schema), counted as they happen. */
+  private approximations = 0;
   private readonly negations = new Map<string, At>();
   private readonly stricterNots = new WeakSet<JsonObject>();
   private readonly algebra: ShapeAlgebra;
@@ -214,15 +216,16 @@ export class ShapeBuilder {
    * stricter; a branch left with nothing for that reason is refused, naming the two branches.
    */
   private andOneOf(current: Shape[], branches: JsonValue[], path: string): Shape[] {
-    const each = branches.map((branch, i) => this.andSchema(current, { raw: branch, path: `${path}/oneOf/${i}` }));
+    const each = branches.map((branch, i) => this.subtrahend(() => this.andSchema(current, { raw: branch, path: `${path}/oneOf/${i}` }), [{ raw: branch, path: `${path}/oneOf/${i}` }]));
     const out: Shape[] = [];
-    each.forEach((shapes, i) => {
+    let exact = true;
+    each.forEach(({ shapes }, i) => {
       let pieces = shapes;
       let inexact = -1;
-      each.forEach((others, j) => {
+      each.forEach(({ others, exact: othersExact }, j) => {
         if (j === i || pieces.length === 0) return;
         const d = this.algebra.subtractAll(pieces, others);
-        if (!d.exact && inexact < 0) inexact = j;
+        if ((!d.exact || !othersExact) && inexact < 0) inexact = j;
         pieces = branchLimit(d.pieces, path, "oneOf");
       });
       if (shapes.length > 0 && pieces.length === 0 && inexact >= 0) {
@@ -231,9 +234,24 @@ export class ShapeBuilder {
             `(oneOf branches must exclude each other: other types, const/enum values, number ranges, string patterns, or a required property whose values differ)`,
         );
       }
+      exact &&= inexact < 0;
       out.push(...pieces);
     });
+    if (!exact) this.approximations++;
     return branchLimit(out, path, "oneOf");
+  }
+
+  /**
+   * Shapes computed by `compute`, and the shapes to subtract for them (`others`): a difference is
+   * never looser only if what it takes away allows at least what the schema allows, so where the
+   * computed shapes are stricter than the schema (a difference inside them was not exact) the
+   * loose shapes of `conj` are taken away instead, and the difference is then stricter (exact: false).
+   */
+  private subtrahend(compute: () => Shape[], conj: Conj): { shapes: Shape[]; others: Shape[]; exact: boolean } {
+    const before = this.approximations;
+    const shapes = compute();
+    const exact = this.approximations === before;
+    return { shapes, others: exact ? shapes : this.looseShapes(conj, conj[0]!.path), exact };
   }
 
   /**
@@ -242,8 +260,11 @@ export class ShapeBuilder {
    */
   private andNot(s: Shape, not: JsonValue, path: string, stricter: boolean): Shape[] {
     if (!isObject(not) && typeof not !== "boolean") throw new GrammarError(`${path}: must be a schema`);
-    const d = this.algebra.subtractAll([s], this.shapes([{ raw: not, path }], path));
-    if (!d.exact && !stricter) {
+    const conj = [{ raw: not, path }];
+    const excluded = this.subtrahend(() => this.shapes(conj, path), conj);
+    const d = this.algebra.subtractAll([s], excluded.others);
+    if (!d.exact || !excluded.exact) this.approximations++;
+    if ((!d.exact || !excluded.exact) && !stricter) {
       throw new GrammarError(`${path}: "not" is supported only where its complement can be enforced exactly (types, enum/const values, string keywords, number ranges without multipleOf, array lengths, required properties)`);
     }
     return d.pieces;
@@ -420,7 +441,7 @@ export function typeBits(type: JsonValue, path: string): number {
 
 function branchLimit(shapes: Shape[], path: string, key: string): Shape[] {
   if (shapes.length > GRAMMAR_LIMITS.allOfBranches) {
-    throw new GrammarLimitError("allOfBranches", `${path}: "${key}" combined with allOf gives more than ${GRAMMAR_LIMITS.allOfBranches} alternatives (limit: allOfBranches)`);
+    throw new GrammarLimitError("allOfBranches", `${path}: "${key}" (with the allOf/anyOf/oneOf around it) gives more than ${GRAMMAR_LIMITS.allOfBranches} alternatives (limit: allOfBranches)`);
   }
   return shapes;
 }

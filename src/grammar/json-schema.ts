@@ -116,6 +116,7 @@ class JsonGrammarBuilder {
       stringsMeet: (a, b) => plainStrings(a) || plainStrings(b) || this.stringsMeet(a, b),
       stringsOutside: (a, b) => !plainStrings(b) && !pool.isEmpty(pool.and([this.stringContent(a), pool.not(this.stringContent(b))])),
       valueFits: (v, s) => this.valueFits(v, s),
+      checkBudget: () => this.b.check(),
       patternsMeet: (p, q) => !pool.isEmpty(pool.and([cachedRegex(pool, p, "search", false, "patternProperties"), cachedRegex(pool, q, "search", false, "patternProperties")])),
     });
     this.flexible = options.whitespaceFlexible ?? true;
