@@ -5,8 +5,9 @@
  * GRAMMAR_LIMITS.allOfBranches), each the merge of its parts keyword by keyword.
  *
  * Sub-schemas (a property's, the items') stay as lists of written schemas (their conjunction) and
- * are normalized only when compiled, so recursive schemas never expand here. `oneOf` is read as
- * `anyOf`: an instance matching two branches is accepted (JSON Schema would reject it).
+ * are normalized only when compiled, so recursive schemas never expand here. `oneOf` is each
+ * branch minus the others and `not` the shape minus its schema (json-schema-algebra.ts): exact, or
+ * stricter, never looser.
  *
  * Every keyword that asserts something is either honoured or refused with a GrammarError naming it
  * and its place; annotations (title, description, examples, ...) are ignored.
