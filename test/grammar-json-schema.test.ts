@@ -137,7 +137,7 @@ describe("JSON Schema: sources and options", () => {
       [{ type: "array", uniqueItems: true }, 'uniqueItems'],
       [{ properties: { a: { if: { type: "string" }, then: {} } } }, "#/properties/a: \"if\""],
       [{ type: "string", pattern: "(a)\\1" }, "#/pattern"],
-      [{ not: { required: ["a"] } }, "\"not\""],
+      [{ not: { multipleOf: 2 } }, "\"not\""],
       [{ type: "integer", multipleOf: 3 }, "multipleOf"],
       [{ $ref: "https://example.com/schema.json" }, "points outside the schema"],
       [{ $ref: "#/$defs/missing" }, "points to nothing"],

@@ -65,6 +65,11 @@ export class CfgBuilder {
     return [this.rule(name, rest === 0 ? [[]] : [[], [this.terminal(rest)]])];
   }
 
+  /** Throws when the compile's budget (time, rules, expressions) is spent: for work that makes no rule. */
+  check(): void {
+    checkBudget(this.budget, this.rules.length, this.pool.size);
+  }
+
   /** A new rule (alternatives may be filled in later with `define`). */
   rule(name: string, alternatives: (readonly number[])[] = []): number {
     checkBudget(this.budget, this.rules.length, this.pool.size);

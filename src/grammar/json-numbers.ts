@@ -210,13 +210,21 @@ export function boundedNumberExpr(pool: ExprPool, b: NumberBounds): number {
       const mag = { negative: false, int: b.max.int, frac: b.max.frac };
       return pool.concat(minus, plainGe(pool, mag, b.maxExclusive));
     }
-    // Non-negative bound: every negative number, and non-negatives up to it.
+    // Non-negative bound: every negative number, and non-negatives up to it; below zero itself
+    // (exclusive), "-0" and "-0.0" are zero and so not below it.
     const nonNeg = plainLe(pool, b.max, b.maxExclusive);
-    const negatives = pool.concat(minus, plainGe(pool, { negative: false, int: "0", frac: "" }, false));
+    const negatives = pool.concat(minus, plainGe(pool, { negative: false, int: "0", frac: "" }, zero(b.max) && b.maxExclusive));
     return pool.or([nonNeg, negatives]);
   };
   parts.push(lower(), upper());
   return pool.and(parts);
+}
+
+/** Numbers that are not integers, in plain notation (a fraction with a non-zero digit): `not: {type: "integer"}`. */
+export function nonIntegerExpr(pool: ExprPool): number {
+  const g = new Digits(pool);
+  const int = pool.or([g.lit("0"), pool.concat(g.range(1, 9), g.digits(0, INFINITE))]);
+  return pool.seq([pool.repeat(g.lit("-"), 0, 1), int, pool.byteRange(0x2e, 0x2e), g.digits(0, INFINITE), g.range(1, 9), g.digits(0, INFINITE)]);
 }
 
 /** Plain-notation numbers with at most `digits` significant fraction digits (multipleOf 10^-digits). */

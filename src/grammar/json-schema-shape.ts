@@ -5,8 +5,9 @@
  * GRAMMAR_LIMITS.allOfBranches), each the merge of its parts keyword by keyword.
  *
  * Sub-schemas (a property's, the items') stay as lists of written schemas (their conjunction) and
- * are normalized only when compiled, so recursive schemas never expand here. `oneOf` is read as
- * `anyOf`: an instance matching two branches is accepted (JSON Schema would reject it).
+ * are normalized only when compiled, so recursive schemas never expand here. `oneOf` is each
+ * branch minus the others and `not` the shape minus its schema (json-schema-algebra.ts): exact, or
+ * stricter, never looser.
  *
  * Every keyword that asserts something is either honoured or refused with a GrammarError naming it
  * and its place; annotations (title, description, examples, ...) are ignored.
@@ -15,10 +16,12 @@ import { GrammarError, GrammarLimitError } from "../errors.ts";
 import { GRAMMAR_LIMITS } from "./limits.ts";
 import { parseDecimal, type Decimal } from "./json-numbers.ts";
 import type { At, SchemaDocument } from "./json-schema-refs.ts";
-import { isObject, JsonNumber, pythonJsonDumps, type JsonObject, type JsonValue } from "./json-value.ts";
+import { isObject, JsonNumber, JsonObject, pythonJsonDumps, type JsonValue } from "./json-value.ts";
+import { places, ShapeAlgebra, type ShapeOracle } from "./json-schema-algebra.ts";
 
 export const T_NULL = 1, T_BOOLEAN = 2, T_OBJECT = 4, T_ARRAY = 8, T_STRING = 16, T_INTEGER = 32, T_FRACTION = 64;
 export const T_ALL = 127;
+export const T_NUMBER = T_INTEGER | T_FRACTION;
 const TYPE_BITS: Readonly<Record<string, number>> = {
   null: T_NULL, boolean: T_BOOLEAN, object: T_OBJECT, array: T_ARRAY, string: T_STRING, integer: T_INTEGER, number: T_INTEGER | T_FRACTION,
 };
@@ -37,6 +40,8 @@ export interface Shape {
   formats: string[];
   /** String values excluded by `not: {enum/const}`. */
   notStrings: string[];
+  /** Strings excluded: those meeting the string keywords of any of these (oneOf's other branches, `not`). */
+  notShapes: Shape[];
   min: Decimal | null;
   minExclusive: boolean;
   max: Decimal | null;
@@ -65,7 +70,7 @@ const REFUSED = ["if", "then", "else", "dependencies", "dependentRequired", "dep
 
 export function neutralShape(path: string): Shape {
   return {
-    path, types: T_ALL, enumValues: null, minLength: 0, maxLength: Infinity, patterns: [], formats: [], notStrings: [],
+    path, types: T_ALL, enumValues: null, minLength: 0, maxLength: Infinity, patterns: [], formats: [], notStrings: [], notShapes: [],
     min: null, minExclusive: false, max: null, maxExclusive: false, multipleOf: [],
     properties: new Map(), required: new Set(), additional: [], patternProperties: [], propertyNames: [], minProperties: 0, maxProperties: Infinity,
     prefixItems: [], items: [], minItems: 0, maxItems: Infinity,
@@ -100,11 +105,63 @@ export function isAssertion(k: string): boolean {
   return KNOWN.has(k) && !ANNOTATIONS.has(k);
 }
 
+/** What the shapes need from the compiler to tell oneOf's branches apart (ShapeOracle's scalar part). */
+export type ValueOracle = Pick<ShapeOracle, "stringsMeet" | "stringsOutside" | "valueFits" | "patternsMeet" | "checkBudget">;
+
 export class ShapeBuilder {
   private inlining: string[] = [];
   private inlines = 0;
+  private loose = false;
+  /** Differences that were not exact (their pieces stricter than the schema), counted as they happen. */
+  private approximations = 0;
+  private readonly negations = new Map<string, At>();
+  private readonly stricterNots = new WeakSet<JsonObject>();
+  private readonly algebra: ShapeAlgebra;
 
-  constructor(private readonly doc: SchemaDocument, private readonly matchesPattern: (pattern: string, key: string, where: string) => boolean) {}
+  constructor(private readonly doc: SchemaDocument, private readonly matchesPattern: (pattern: string, key: string, where: string) => boolean, values: ValueOracle) {
+    this.algebra = new ShapeAlgebra({
+      ...values,
+      matchesPattern: (pattern, key) => matchesPattern(pattern, key, "patternProperties"),
+      shapes: (c, path) => this.looseShapes(c, path),
+      negation: (c) => this.negation(c),
+    });
+  }
+
+  /**
+   * `{"not": ...}` of a conjunction, one per conjunction (so that a recursive schema's rules stay
+   * finite), enforced stricter where its complement is not exact (andNot's `stricter`).
+   */
+  private negation(c: Conj): At {
+    const path = `not(${places(c)})`;
+    let at = this.negations.get(path);
+    if (at === undefined) {
+      const raw = new JsonObject();
+      if (c.length === 1) raw.set("not", c[0]!.raw);
+      else {
+        const all = new JsonObject();
+        all.set("allOf", c.map((x) => x.raw));
+        raw.set("not", all);
+      }
+      this.stricterNots.add(raw);
+      this.negations.set(path, (at = { raw, path }));
+    }
+    return at;
+  }
+
+  /**
+   * Shapes that allow at least what the conjunction allows: oneOf read as anyOf, `not` left out
+   * (enough to show two schemas disjoint, and no subtraction within one). Its own $ref stack: a
+   * schema being inlined may be looked at from inside itself.
+   */
+  private looseShapes(conj: Conj, path: string): Shape[] {
+    const [inlining, loose] = [this.inlining, this.loose];
+    [this.inlining, this.loose] = [[], true];
+    try {
+      return this.shapes(conj, path);
+    } finally {
+      [this.inlining, this.loose] = [inlining, loose];
+    }
+  }
 
   /** The alternatives a conjunction of schemas allows ([] when none: it is unsatisfiable). */
   shapes(conj: Conj, path: string): Shape[] {
@@ -129,20 +186,12 @@ export class ShapeBuilder {
     allOf?.forEach((branch, i) => {
       results = this.andSchema(results, { raw: branch, path: `${at.path}/allOf/${i}` });
     });
-    for (const key of ["anyOf", "oneOf"]) {
-      const branches = arrayOf(raw, key, at.path);
-      if (branches === undefined) continue;
-      const next: Shape[] = [];
-      branches.forEach((branch, i) => {
-        for (const alt of this.andSchema(results, { raw: branch, path: `${at.path}/${key}/${i}` })) next.push(alt);
-      });
-      if (next.length > GRAMMAR_LIMITS.allOfBranches) {
-        throw new GrammarLimitError("allOfBranches", `${at.path}: "${key}" combined with allOf gives more than ${GRAMMAR_LIMITS.allOfBranches} alternatives (limit: allOfBranches)`);
-      }
-      results = next;
-    }
+    const anyOf = arrayOf(raw, "anyOf", at.path);
+    if (anyOf !== undefined) results = this.andAnyOf(results, anyOf, at.path, "anyOf");
+    const oneOf = arrayOf(raw, "oneOf", at.path);
+    if (oneOf !== undefined) results = this.loose ? this.andAnyOf(results, oneOf, at.path, "oneOf") : this.andOneOf(results, oneOf, at.path);
     const not = raw.get("not");
-    if (not !== undefined) results = results.flatMap((s) => this.andNot(s, not, `${at.path}/not`));
+    if (not !== undefined && !this.loose) results = results.flatMap((s) => this.andNot(s, not, `${at.path}/not`, this.stricterNots.has(raw)));
     return results;
   }
 
@@ -158,22 +207,68 @@ export class ShapeBuilder {
     }
   }
 
-  /** `not`, in the forms that can be enforced: no schema, types, enum/const values of strings. */
-  private andNot(s: Shape, not: JsonValue, path: string): Shape[] {
-    if (not === true) return [];
-    if (not === false) return [s];
-    if (!isObject(not)) throw new GrammarError(`${path}: must be a schema`);
-    const keys = not.keys.filter((k) => !ANNOTATIONS.has(k) && isKnownKeyword(k));
-    if (keys.length === 0) return [];
-    if (keys.length === 1 && keys[0] === "type") {
-      const t = typeBits(not.get("type")!, path);
-      return [{ ...s, types: s.types & ~t }];
+  private andAnyOf(current: Shape[], branches: JsonValue[], path: string, key: string): Shape[] {
+    return branchLimit(branches.flatMap((branch, i) => this.andSchema(current, { raw: branch, path: `${path}/${key}/${i}` })), path, key);
+  }
+
+  /**
+   * An instance valid against exactly one branch: each branch's shapes minus every other
+   * branch's (ShapeAlgebra). Where a difference cannot be computed exactly the pieces are
+   * stricter; a branch left with nothing for that reason is refused, naming the two branches.
+   */
+  private andOneOf(current: Shape[], branches: JsonValue[], path: string): Shape[] {
+    const each = branches.map((branch, i) => this.subtrahend(() => this.andSchema(current, { raw: branch, path: `${path}/oneOf/${i}` }), [{ raw: branch, path: `${path}/oneOf/${i}` }]));
+    const out: Shape[] = [];
+    let exact = true;
+    each.forEach(({ shapes }, i) => {
+      let pieces = shapes;
+      let inexact = -1;
+      each.forEach(({ others, exact: othersExact }, j) => {
+        if (j === i || pieces.length === 0) return;
+        const d = this.algebra.subtractAll(pieces, others);
+        if ((!d.exact || !othersExact) && inexact < 0) inexact = j;
+        pieces = branchLimit(d.pieces, path, "oneOf");
+      });
+      if (shapes.length > 0 && pieces.length === 0 && inexact >= 0) {
+        throw new GrammarError(
+          `${path}/oneOf: branches ${i} and ${inexact} may both match one value, and which one it matches cannot be enforced exactly ` +
+            `(oneOf branches must exclude each other: other types, const/enum values, number ranges, string patterns, or a required property whose values differ)`,
+        );
+      }
+      exact &&= inexact < 0;
+      out.push(...pieces);
+    });
+    if (!exact) this.approximations++;
+    return branchLimit(out, path, "oneOf");
+  }
+
+  /**
+   * Shapes computed by `compute`, and the shapes to subtract for them (`others`): a difference is
+   * never looser only if what it takes away allows at least what the schema allows, so where the
+   * computed shapes are stricter than the schema (a difference inside them was not exact) the
+   * loose shapes of `conj` are taken away instead, and the difference is then stricter (exact: false).
+   */
+  private subtrahend(compute: () => Shape[], conj: Conj): { shapes: Shape[]; others: Shape[]; exact: boolean } {
+    const before = this.approximations;
+    const shapes = compute();
+    const exact = this.approximations === before;
+    return { shapes, others: exact ? shapes : this.looseShapes(conj, conj[0]!.path), exact };
+  }
+
+  /**
+   * `not`: the shape minus the schema's shapes (ShapeAlgebra), where that can be computed exactly;
+   * `stricter` (oneOf's own negations): the pieces that can, even where they are not all.
+   */
+  private andNot(s: Shape, not: JsonValue, path: string, stricter: boolean): Shape[] {
+    if (!isObject(not) && typeof not !== "boolean") throw new GrammarError(`${path}: must be a schema`);
+    const conj = [{ raw: not, path }];
+    const excluded = this.subtrahend(() => this.shapes(conj, path), conj);
+    const d = this.algebra.subtractAll([s], excluded.others);
+    if (!d.exact || !excluded.exact) this.approximations++;
+    if ((!d.exact || !excluded.exact) && !stricter) {
+      throw new GrammarError(`${path}: "not" is supported only where its complement can be enforced exactly (types, enum/const values, string keywords, number ranges without multipleOf, array lengths, required properties)`);
     }
-    if (keys.length === 1 && (keys[0] === "enum" || keys[0] === "const")) {
-      const values = keys[0] === "enum" ? arrayOf(not, "enum", path) ?? [] : [not.get("const")!];
-      if (values.every((v) => typeof v === "string")) return [{ ...s, notStrings: [...s.notStrings, ...(values as string[])] }];
-    }
-    throw new GrammarError(`${path}: "not" is supported only with "type" or string "enum"/"const"`);
+    return d.pieces;
   }
 
   /** s with the plain keywords of one schema object added. */
@@ -224,10 +319,10 @@ export class ShapeBuilder {
       return parseDecimal(v.text);
     };
     const lower = (d: Decimal, exclusive: boolean): void => {
-      if (s.min === null || compareDecimal(d, s.min) > 0 || (compareDecimal(d, s.min) === 0 && exclusive)) [s.min, s.minExclusive] = [d, exclusive];
+      [s.min, s.minExclusive] = tighterLower(s, d, exclusive);
     };
     const upper = (d: Decimal, exclusive: boolean): void => {
-      if (s.max === null || compareDecimal(d, s.max) < 0 || (compareDecimal(d, s.max) === 0 && exclusive)) [s.max, s.maxExclusive] = [d, exclusive];
+      [s.max, s.maxExclusive] = tighterUpper(s, d, exclusive);
     };
     const minimum = num("minimum");
     const maximum = num("maximum");
@@ -255,11 +350,13 @@ export class ShapeBuilder {
     const constrainsKeys = props !== undefined || patternProps !== undefined || additional !== undefined;
     if (constrainsKeys) {
       // A key one side declares is, on the other side, a pattern property or an additional one.
+      // A declared key also takes the schema of every pattern it matches; additionalProperties
+      // applies only to keys neither declared nor matched.
       const ownFor = (key: string): Conj => {
         const own = ownProps.find(([k]) => k === key);
-        if (own !== undefined) return [{ raw: own[1], path: `${path}/properties/${key}` }];
+        const declared: Conj = own === undefined ? [] : [{ raw: own[1], path: `${path}/properties/${key}` }];
         const matched = ownPatterns.filter(([p]) => this.matchesPattern(p, key, `${path}/patternProperties`)).flatMap(([, c]) => c);
-        return matched.length > 0 ? matched : ownAdditional;
+        return own !== undefined || matched.length > 0 ? [...declared, ...matched] : ownAdditional;
       };
       const baseFor = (key: string): Conj => {
         const declared = base.properties.get(key);
@@ -314,6 +411,25 @@ export class ShapeBuilder {
   }
 }
 
+/** The tighter of s's lower bound and d (exclusive or not). */
+function tighterLower(s: Shape, d: Decimal, exclusive: boolean): [Decimal, boolean] {
+  const c = s.min === null ? 1 : compareDecimal(d, s.min);
+  return c > 0 || (c === 0 && exclusive) ? [d, exclusive] : [s.min!, s.minExclusive];
+}
+function tighterUpper(s: Shape, d: Decimal, exclusive: boolean): [Decimal, boolean] {
+  const c = s.max === null ? -1 : compareDecimal(d, s.max);
+  return c < 0 || (c === 0 && exclusive) ? [d, exclusive] : [s.max!, s.maxExclusive];
+}
+/** s with a lower (upper) bound added: the values of s at or above d (above when exclusive). */
+export function withLower(s: Shape, d: Decimal, exclusive: boolean): Shape {
+  const [min, minExclusive] = tighterLower(s, d, exclusive);
+  return { ...s, min, minExclusive };
+}
+export function withUpper(s: Shape, d: Decimal, exclusive: boolean): Shape {
+  const [max, maxExclusive] = tighterUpper(s, d, exclusive);
+  return { ...s, max, maxExclusive };
+}
+
 export function typeBits(type: JsonValue, path: string): number {
   const names = Array.isArray(type) ? type : [type];
   let bits = 0;
@@ -322,6 +438,13 @@ export function typeBits(type: JsonValue, path: string): number {
     bits |= TYPE_BITS[n]!;
   }
   return bits;
+}
+
+function branchLimit(shapes: Shape[], path: string, key: string): Shape[] {
+  if (shapes.length > GRAMMAR_LIMITS.allOfBranches) {
+    throw new GrammarLimitError("allOfBranches", `${path}: "${key}" (with the allOf/anyOf/oneOf around it) gives more than ${GRAMMAR_LIMITS.allOfBranches} alternatives (limit: allOfBranches)`);
+  }
+  return shapes;
 }
 
 function arrayOf(raw: JsonObject, key: string, path: string): JsonValue[] | undefined {

@@ -17,7 +17,7 @@ import { ANY_CHAR, codePoints, single, utf8Expr, type CodeSet } from "./code-set
 import { CfgBuilder, type Cfg } from "./cfg.ts";
 import { INFINITE, type ExprPool } from "./expr.ts";
 import { formatRegex } from "./json-formats.ts";
-import { boundedNumberExpr, ceilDecimal, floorDecimal, fractionDigitsExpr, integerExpr, isInteger } from "./json-numbers.ts";
+import { boundedNumberExpr, ceilDecimal, floorDecimal, fractionDigitsExpr, integerExpr, isInteger, nonIntegerExpr, parseDecimal } from "./json-numbers.ts";
 import { SchemaDocument } from "./json-schema-refs.ts";
 import {
   canonical, isAssertion, isFalse, pureRef, ShapeBuilder, T_ARRAY, T_BOOLEAN, T_FRACTION, T_INTEGER, T_NULL, T_OBJECT, T_STRING, type Conj, type Shape,
@@ -87,6 +87,20 @@ export function jsonSchemaStringText(b: CfgBuilder, schema: JsonValue, at: strin
   return new JsonGrammarBuilder(b.pool, schema, {}, b).stringText(at);
 }
 
+/** The names a pattern is an anchored list of (`^(a|b)$`), or null. */
+function literalNames(pattern: string): string[] | null {
+  try {
+    return anchoredLiterals(parseRegex(pattern));
+  } catch {
+    return null; // compiling the pattern reports the error
+  }
+}
+
+/** Whether a shape's string keywords allow every string. */
+function plainStrings(s: Shape): boolean {
+  return s.minLength === 0 && s.maxLength === Infinity && s.patterns.length === 0 && s.notStrings.length === 0 && s.notShapes.length === 0 && s.formats.every((f) => formatRegex(f) === undefined);
+}
+
 class JsonGrammarBuilder {
   private readonly b: CfgBuilder;
   private readonly doc: SchemaDocument;
@@ -102,7 +116,13 @@ class JsonGrammarBuilder {
   constructor(private readonly pool: ExprPool, private readonly schema: JsonValue, private readonly options: JsonSchemaOptions, b: CfgBuilder) {
     this.b = b;
     this.doc = new SchemaDocument(schema);
-    this.shapes = new ShapeBuilder(this.doc, (p, key, where) => pool.matches(cachedRegex(pool, p, "search", false, where), utf8.encode(key)));
+    this.shapes = new ShapeBuilder(this.doc, (p, key, where) => pool.matches(cachedRegex(pool, p, "search", false, where), utf8.encode(key)), {
+      stringsMeet: (a, b) => plainStrings(a) || plainStrings(b) || this.stringsMeet(a, b),
+      stringsOutside: (a, b) => !plainStrings(b) && !pool.isEmpty(pool.and([this.stringContent(a), pool.not(this.stringContent(b))])),
+      valueFits: (v, s) => this.valueFits(s)(v, canonical(v)),
+      checkBudget: () => this.b.check(),
+      patternsMeet: (p, q) => !pool.isEmpty(pool.and([cachedRegex(pool, p, "search", false, "patternProperties"), cachedRegex(pool, q, "search", false, "patternProperties")])),
+    });
     this.flexible = options.whitespaceFlexible ?? true;
     const wsChar = pool.or([pool.byteRange(0x20, 0x20), pool.byteRange(0x09, 0x0a), pool.byteRange(0x0d, 0x0d)]);
     this.ws = pool.repeat(wsChar, 0, options.maxWhitespace ?? GRAMMAR_LIMITS.jsonWhitespace);
@@ -116,6 +136,23 @@ class JsonGrammarBuilder {
   value(at = "#"): number[] {
     const target = at === "#" ? { raw: this.schema, path: "#" } : this.doc.resolve(at, "#");
     return this.conj([target], target.path);
+  }
+
+  /**
+   * Whether some string meets both shapes' string keywords. A pattern that is a list of names
+   * (`^Displace$`, a discriminator) is decided by matching the names, without a search.
+   */
+  private stringsMeet(a: Shape, b: Shape): boolean {
+    const pool = this.pool;
+    const contentOf = (name: string): Uint8Array => utf8.encode(pythonJsonQuote(name).slice(1, -1));
+    for (const [s, other] of [[a, b], [b, a]] as const) {
+      const names = s.patterns.map((p) => literalNames(p)).find((n) => n !== null);
+      if (names === undefined || names === null) continue;
+      const mine = this.stringContent(s);
+      const theirs = this.stringContent(other);
+      return names.some((n) => pool.matches(mine, contentOf(n)) && pool.matches(theirs, contentOf(n)));
+    }
+    return !pool.isEmpty(pool.and([this.stringContent(a), this.stringContent(b)]));
   }
 
   /** The texts of the strings the schema at `at` allows (jsonSchemaStringText). */
@@ -275,7 +312,7 @@ class JsonGrammarBuilder {
       if (typeof v === "boolean") return (s.types & T_BOOLEAN) !== 0;
       if (typeof v === "string") return (s.types & T_STRING) !== 0 && this.pool.matches((strings ??= this.stringExpr(s)), utf8.encode(pythonJsonQuote(v)));
       if (v instanceof JsonNumber) {
-        const integral = !canonicalText.includes(".");
+        const integral = isInteger(parseDecimal(v.text));
         if (!(s.types & T_FRACTION) && !(integral && s.types & T_INTEGER)) return false;
         let expr = numbers.get(integral);
         if (expr === undefined) numbers.set(integral, (expr = this.numberExpr({ ...s, types: s.types | (integral ? T_INTEGER : T_FRACTION) })));
@@ -345,6 +382,8 @@ class JsonGrammarBuilder {
       return expr;
     }
     let expr = boundedNumberExpr(pool, { min: s.min, minExclusive: s.minExclusive, max: s.max, maxExclusive: s.maxExclusive });
+    // T_FRACTION without T_INTEGER: the numbers that are not integers (1.0 is an integer).
+    if (!(s.types & T_INTEGER)) expr = pool.and([expr, nonIntegerExpr(pool)]);
     for (const m of s.multipleOf) {
       const digits = m.int === "0" && /^0*1$/.test(m.frac) ? m.frac.length : m.int === "1" && m.frac === "" ? 0 : -1;
       if (digits < 0) throw new GrammarError(`${where}: "multipleOf" on numbers is supported only for 1, 0.1, 0.01, ...`);
@@ -371,12 +410,14 @@ class JsonGrammarBuilder {
       if (rx !== undefined) parts.push(cachedRegex(pool, rx, "full", json, `${s.path}/format`));
     }
     if (s.notStrings.length > 0) parts.push(json ? contentExcept(pool, s.notStrings) : pool.not(pool.or(s.notStrings.map((t) => this.text(t)))));
+    for (const other of s.notShapes) parts.push(pool.not(this.stringContent(other, json)));
     return pool.and(parts);
   }
 
   private stringExpr(s: Shape): number {
     const content = this.stringContent(s);
-    return content === 0 ? 0 : quoted(this.pool, content);
+    // Strings excluded by others (oneOf, not) may leave none: then no lexeme, as for any empty one.
+    return content === 0 || (s.notShapes.length > 0 && this.pool.isEmpty(content)) ? 0 : quoted(this.pool, content);
   }
 
   /** Every JSON spelling of the text's characters (escapes included). */
@@ -441,7 +482,8 @@ class JsonGrammarBuilder {
       if (isFalse(schema)) return [];
       declared.push([name, schema]);
     }
-    const extras = this.extraKinds(s, declared.map(([n]) => n), nameOk);
+    // Declared names never come back as additional or pattern properties, `false` ones included.
+    const extras = this.extraKinds(s, [...new Set([...s.properties.keys(), ...declared.map(([n]) => n)])], nameOk);
     const maxCount = extras.length > 0 ? Infinity : declared.length;
     // Members are counted only as far as min/maxProperties need: k is the count so far, exact up to
     // maxProperties where that bounds anything, else capped at max(minProperties, 1) (k > 0 also
@@ -486,6 +528,39 @@ class JsonGrammarBuilder {
     return [[...this.punct("{"), rest[0]![0]!, ...this.punct("}")]];
   }
 
+  /**
+   * The keys of general patterns split where they overlap: a key matching several patterns takes
+   * all their schemas (JSON Schema applies each), so overlapping patterns give one region per
+   * combination that occurs (at most GRAMMAR_LIMITS.allOfBranches more); patterns that overlap none
+   * stay as they are.
+   */
+  private patternRegions(general: readonly { expr: number; schema: Conj }[], where: string): { expr: number; schema: Conj }[] {
+    const pool = this.pool;
+    let regions: { expr: number; schema: Conj }[] = [];
+    for (const g of general) {
+      const next: { expr: number; schema: Conj }[] = [];
+      const earlier: number[] = [];
+      for (const r of regions) {
+        const both = pool.and([r.expr, g.expr]);
+        if (pool.isEmpty(both)) {
+          next.push(r);
+          continue;
+        }
+        earlier.push(r.expr);
+        next.push({ expr: both, schema: [...r.schema, ...g.schema] });
+        const only = pool.and([r.expr, pool.not(g.expr)]);
+        if (!pool.isEmpty(only)) next.push({ expr: only, schema: r.schema });
+      }
+      const own = earlier.length === 0 ? g.expr : pool.and([g.expr, ...earlier.map((e) => pool.not(e))]);
+      if (!pool.isEmpty(own)) next.push({ expr: own, schema: g.schema });
+      if (next.length > general.length + GRAMMAR_LIMITS.allOfBranches) {
+        throw new GrammarLimitError("allOfBranches", `${where}: overlapping patterns give more than ${GRAMMAR_LIMITS.allOfBranches} combinations of their schemas (limit: allOfBranches)`);
+      }
+      regions = next;
+    }
+    return regions;
+  }
+
   /** The content a property name must match under propertyNames, or null when unconstrained. */
   private propertyNameContent(s: Shape): number | null {
     if (s.propertyNames.length === 0) return null;
@@ -513,12 +588,7 @@ class JsonGrammarBuilder {
     // lexeme, not n that exclude each other (each an intersection with n complements to derive).
     const bySchema = new Map<string, { exprs: number[]; schema: Conj }>();
     for (const [pattern, schema] of s.patternProperties) {
-      let names: string[] | null;
-      try {
-        names = anchoredLiterals(parseRegex(pattern));
-      } catch {
-        names = null; // cachedRegex below reports the error
-      }
+      const names = literalNames(pattern);
       if (names === null) {
         const same = schema.map((at) => pythonJsonDumps(at.raw)).join("\u0000");
         const group = bySchema.get(same);
@@ -530,18 +600,19 @@ class JsonGrammarBuilder {
       for (const name of names) {
         if (declared.includes(name) || named.includes(name)) continue;
         named.push(name);
-        if (!isFalse(schema) && (nameOk === null || pool.matches(nameOk, content(name)))) kinds.push({ key: jsonLiteralExpr(pool, name), schema });
+        // The name takes every pattern it matches (another list of names, or a general pattern).
+        const all = s.patternProperties.filter(([p]) => pool.matches(cachedRegex(pool, p, "search", false, where), utf8.encode(name))).flatMap(([, c]) => c);
+        if (!isFalse(all) && (nameOk === null || pool.matches(nameOk, content(name)))) kinds.push({ key: jsonLiteralExpr(pool, name), schema: all });
       }
     }
     const general = [...bySchema.values()].map(({ exprs, schema }) => ({ expr: pool.or(exprs), schema }));
     const excluded = [...declared, ...named];
-    general.forEach((g, i) => {
-      if (isFalse(g.schema)) return;
-      const clash = excluded.filter((name) => pool.matches(g.expr, content(name)));
-      const overlapping = general.slice(0, i).filter((h) => !pool.isEmpty(pool.and([g.expr, h.expr])));
-      const parts = [g.expr, ...(clash.length > 0 ? [contentExcept(pool, clash)] : []), ...overlapping.map((h) => pool.not(h.expr)), ...(nameOk === null ? [] : [nameOk])];
-      kinds.push({ key: quoted(pool, pool.and(parts)), schema: g.schema });
-    });
+    for (const r of this.patternRegions(general, `${where}`)) {
+      if (isFalse(r.schema)) continue;
+      const clash = excluded.filter((name) => pool.matches(r.expr, content(name)));
+      const parts = [r.expr, ...(clash.length > 0 ? [contentExcept(pool, clash)] : []), ...(nameOk === null ? [] : [nameOk])];
+      kinds.push({ key: quoted(pool, pool.and(parts)), schema: r.schema });
+    }
     if (!isFalse(s.additional)) {
       const rest = excluded.length > 0 ? contentExcept(pool, excluded) : anyContent(pool);
       const parts = [rest, ...general.map((g) => pool.not(g.expr)), ...(nameOk === null ? [] : [nameOk])];
