@@ -18,7 +18,16 @@
  * ones, pages of 4 layers. At 32,768 tokens with a 512-token window and blocks of 16 a sequence
  * holds 2048 global blocks and 6 x 33 local ones, 2,246 pages of 4 layers: 0.17x of 26 layers x 2,048.
  */
-import type { ModelConfig } from "../model/config.ts";
+
+/**
+ * What grouping needs of a model (a ModelConfig has it; kv/ sits below model/ and names only
+ * these fields): its layers and which of them attend through a sliding window.
+ */
+export interface LayerAttention {
+  readonly nLayers: number;
+  /** `local[l]`: layer l attends to the last `size` positions. */
+  readonly slidingWindow?: { readonly size: number; readonly local: readonly boolean[] };
+}
 
 /** How a group's layers attend: to every position, or to the last `window` positions (their own included). */
 export type GroupAttention = { readonly kind: "full" } | { readonly kind: "sliding"; readonly window: number };
@@ -81,7 +90,7 @@ export class KVCacheGroups {
   }
 
   /** The groups of model `c`: sliding-window layers (config.slidingWindow) apart from the others. */
-  static of(c: ModelConfig): KVCacheGroups {
+  static of(c: LayerAttention): KVCacheGroups {
     const w = c.slidingWindow;
     return KVCacheGroups.fromLayers(c.nLayers, (l) => (w !== undefined && w.local[l] === true ? { kind: "sliding", window: w.size } : { kind: "full" }));
   }
