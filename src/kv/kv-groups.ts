@@ -103,7 +103,7 @@ export class KVCacheGroups {
   /**
    * One sequence's block tables when the caller hands out blocks itself (a benchmark, a test rig):
    * `table` for the first group, the same shifted by `blocksPerGroup` for each next one, so that no
-   * two groups share a block (layers of different groups share a slot's region, kv-arena.ts).
+   * two groups share a block (layers of different groups share a slot's region, backend/wasm/kv-arena.ts).
    */
   disjointTables(table: readonly number[], blocksPerGroup: number): number[][] {
     return this.groups.map((_, g) => table.map((b) => b + g * blocksPerGroup));

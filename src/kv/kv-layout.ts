@@ -1,7 +1,7 @@
 /**
  * How the KV cache stores its values: the element type (llama.cpp's --cache-type-k/-v) and the
  * bytes that follow from it. This is the one place that says how many bytes a K or V row, a block
- * of one layer and a block across the model take: the arena (kv-arena.ts), the attention kernels'
+ * of one layer and a block across the model take: the arena (backend/wasm/kv-arena.ts), the attention kernels'
  * arguments, the memory checks, `info` and anything that copies blocks (a disk tier, an arena
  * split over several memories) all read kvLayout()'s answer.
  *
