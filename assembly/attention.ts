@@ -175,7 +175,7 @@ const SCALED_QUERY_LIMIT: f32 = 32768;
  * more (which would overflow at 2^112), are widened exactly. q is scaled in place and restored
  * exactly, its rows being this item's alone.
  *
- * q and out are [T][qStride] floats. scratch (per thread, src/backend/kernels.ts
+ * q and out are [T][qStride] floats. scratch (per thread, src/backend/wasm/kernels.ts
  * attentionScratchBytes): HEAD_BATCH x ATTN_TILE floats of scores and HEAD_BATCH rescale factors,
  * three arrays of ATTN_TILE i32 row addresses (this tile, the next, the widened tile), the widened K
  * and V tiles (ATTN_TILE x headDim f32 each), then (m, l) pairs for queryCount * (nHeads / nKvHeads)

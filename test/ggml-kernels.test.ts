@@ -5,8 +5,8 @@
  * any thread count.
  */
 import { afterAll, describe, expect, test } from "bun:test";
-import { CpuBackend } from "../src/backend/cpu.ts";
-import type { WeightMatrix } from "../src/model/weights.ts";
+import { CpuBackend } from "../src/backend/wasm/cpu.ts";
+import type { WeightMatrix } from "../src/backend/wasm/weights.ts";
 import { dequantize, GGML_TYPE, quantize, type QuantTypeName } from "../src/quant/index.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 

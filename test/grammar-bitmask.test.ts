@@ -5,7 +5,7 @@
  * included.
  */
 import { describe, expect, test } from "bun:test";
-import { CpuBackend } from "../src/backend/cpu.ts";
+import { CpuBackend } from "../src/backend/wasm/cpu.ts";
 import { allocateTokenBitmask, allowedTokens, applyTokenBitmask, applyTokenBitmaskInMemory, isAllowed } from "../src/grammar/token-bitmask.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { KernelRegion } from "./helpers/wasm-scratch.ts";

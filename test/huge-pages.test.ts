@@ -5,8 +5,8 @@
  */
 import { expect, test } from "bun:test";
 import { existsSync, readFileSync } from "node:fs";
-import { adviseHugePages } from "../src/backend/huge-pages.ts";
-import { LinearMemory } from "../src/backend/wasm.ts";
+import { adviseHugePages } from "../src/backend/wasm/huge-pages.ts";
+import { LinearMemory } from "../src/backend/wasm/wasm.ts";
 
 const THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled";
 const thpAvailable = process.platform === "linux" && existsSync(THP_SETTING) && !readFileSync(THP_SETTING, "utf8").includes("[never]");

@@ -5,8 +5,9 @@
  * bitwise; where it calls exp, it is within a few ulps.
  */
 import { describe, expect, test } from "bun:test";
-import { CpuBackend } from "../src/backend/cpu.ts";
-import { attentionScale, attentionScratchBytes } from "../src/backend/kernels.ts";
+import { CpuBackend } from "../src/backend/wasm/cpu.ts";
+import { attentionScratchBytes } from "../src/backend/wasm/kernels.ts";
+import { attentionScale } from "../src/model/attention.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { KernelRegion } from "./helpers/wasm-scratch.ts";
 import { randInt, randomArray, randomPagedSequences } from "./helpers/random-data.ts";

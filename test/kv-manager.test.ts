@@ -43,7 +43,7 @@ describe("vLLM design doc worked example (block size 4, 10 blocks, lru)", () => 
 
     // Time 1: the cache is empty; request 0 (15 prompt tokens) gets 4 blocks, 3 full and cached.
     const req0 = new Request({ id: "req0", promptTokenIds: prompt0 });
-    expect(manager.getComputedBlocks(req0)).toEqual({ groups: [[]], numComputedTokens: 0 });
+    expect({ ...manager.getComputedBlocks(req0) }).toEqual({ groups: [[]], numComputedTokens: 0 });
     expect(ids(manager.allocateSlots(req0, 15))).toEqual([0, 1, 2, 3]);
     req0.numComputedTokens = 15;
     expect(manager.getBlockIds(req0)).toEqual([0, 1, 2, 3]);
@@ -309,7 +309,7 @@ describe("KVCacheManager", () => {
     manager.free(a);
     expect(manager.freeBlockIds()).toEqual([4, 5, 3, 2, 1, 0]);
     const b = new Request({ id: "b", promptTokenIds: range(0, 5) });
-    expect(manager.getComputedBlocks(b)).toEqual({ groups: [[]], numComputedTokens: 0 });
+    expect({ ...manager.getComputedBlocks(b) }).toEqual({ groups: [[]], numComputedTokens: 0 });
     expect(ids(prefill(manager, b))).toEqual([4, 5, 3]);
     expect(manager.stats).toEqual({ queries: 0, hits: 0, evictions: 0 });
     expect(manager.resetPrefixCache()).toBe(false);

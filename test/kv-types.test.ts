@@ -5,8 +5,9 @@
  * over an f16 or q8_0 cache against f32 attention over the same values, bitwise.
  */
 import { describe, expect, test } from "bun:test";
-import { CpuBackend } from "../src/backend/cpu.ts";
-import { attentionScale, attentionScratchBytes } from "../src/backend/kernels.ts";
+import { CpuBackend } from "../src/backend/wasm/cpu.ts";
+import { attentionScratchBytes } from "../src/backend/wasm/kernels.ts";
+import { attentionScale } from "../src/model/attention.ts";
 import { KV_TYPE_CODE, kvLayout, kvRowBytes, resolveKVType, type KVType } from "../src/kv/kv-layout.ts";
 import { makeConfig } from "../src/model/config.ts";
 import { Xoshiro128 } from "../src/util/random.ts";

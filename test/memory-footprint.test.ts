@@ -18,7 +18,7 @@ import { dequantize, GGML_TYPE, type QuantTypeName } from "../src/quant/index.ts
 import { planMemory } from "../src/engine/memory-plan.ts";
 import { kvLayout } from "../src/kv/kv-layout.ts";
 import { openCheckpoint } from "../src/model/load.ts";
-import { FAST_STORAGE, FILE_STORAGE, weightBytes } from "../src/model/weights.ts";
+import { FAST_STORAGE, FILE_STORAGE, weightBytes } from "../src/backend/wasm/weights.ts";
 import { describeShared } from "./helpers/shared.ts";
 
 const REPO_ROOT = join(import.meta.dir, "..");

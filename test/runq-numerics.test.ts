@@ -13,12 +13,12 @@
  */
 import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
-import { CpuBackend } from "../src/backend/cpu.ts";
-import { KVArena } from "../src/kv/kv-arena.ts";
+import { CpuBackend } from "../src/backend/wasm/cpu.ts";
+import { KVArena } from "../src/backend/wasm/kv-arena.ts";
 import { StepBatch } from "../src/model/batch.ts";
-import { LlamaModel } from "../src/model/llama.ts";
+import { LlamaModel } from "../src/backend/wasm/llama.ts";
 import { readLlama2cCheckpoint } from "../src/model/llama2c.ts";
-import { loadWeights, type WeightMatrix } from "../src/model/weights.ts";
+import { loadWeights, type WeightMatrix } from "../src/backend/wasm/weights.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { sharedPath } from "./helpers/shared.ts";
 import { decodeTokens, readTokenPieces } from "./reference/decode-tokens.ts";

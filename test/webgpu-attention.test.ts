@@ -5,8 +5,10 @@
  * alone or in a batch with others.
  */
 import { expect, test } from "bun:test";
-import { CpuBackend } from "../src/backend/cpu.ts";
-import { attentionScale, attentionScratchBytes, SEQ_INFO_INTS } from "../src/backend/kernels.ts";
+import { CpuBackend } from "../src/backend/wasm/cpu.ts";
+import { attentionScratchBytes } from "../src/backend/wasm/kernels.ts";
+import { attentionScale } from "../src/model/attention.ts";
+import { SEQ_INFO_INTS } from "../src/model/batch.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { KV_TYPE_CODE, kvRowBytes } from "../src/kv/kv-layout.ts";

@@ -7,8 +7,8 @@
  * quantize activations to int8 blocks, so the products themselves are compared with f32 x here.)
  */
 import { describe, expect, test } from "bun:test";
-import { CpuBackend } from "../src/backend/cpu.ts";
-import { ggmlKernels } from "../src/backend/ggml-kernels.ts";
+import { CpuBackend } from "../src/backend/wasm/cpu.ts";
+import { ggmlKernels } from "../src/backend/wasm/ggml-kernels.ts";
 import type { MatrixExtras, ProductInput, WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { randInt, randomArray } from "./helpers/random-data.ts";

@@ -6,7 +6,7 @@
  * tolerance; invariance on the GPU itself is checked bitwise.
  */
 import { expect, test } from "bun:test";
-import { CpuBackend } from "../src/backend/cpu.ts";
+import { CpuBackend } from "../src/backend/wasm/cpu.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { randInt, randomArray } from "./helpers/random-data.ts";

@@ -1,12 +1,12 @@
 /**
- * Q5_0 matrices stored as Q8_0 (src/model/weights.ts, WeightStorage): the loader rewrites them
+ * Q5_0 matrices stored as Q8_0 (src/backend/wasm/weights.ts, WeightStorage): the loader rewrites them
  * block for block, every weight keeps its value, and the sizes the engine checks against the
  * 4 GiB memory count the larger blocks.
  */
 import { afterAll, expect, test } from "bun:test";
-import { CpuBackend } from "../src/backend/cpu.ts";
+import { CpuBackend } from "../src/backend/wasm/cpu.ts";
 import { openCheckpoint } from "../src/model/load.ts";
-import { FAST_STORAGE, FILE_STORAGE, loadWeights, weightBytes, type ModelWeights, type WeightMatrix } from "../src/model/weights.ts";
+import { FAST_STORAGE, FILE_STORAGE, loadWeights, weightBytes, type ModelWeights, type WeightMatrix } from "../src/backend/wasm/weights.ts";
 import { summarizeModel } from "../src/hub/summary.ts";
 import { GGML_TYPE } from "../src/quant/index.ts";
 import { describeShared } from "./helpers/shared.ts";

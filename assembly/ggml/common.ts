@@ -48,7 +48,7 @@ function rareHalfToF32(h: u32): f32 {
 
 /**
  * halfToF32 of every half (65536 f32, 256 KiB) at a fixed address the host reserves for it just
- * above the static data (src/backend/wasm.ts), filled once per memory by buildHalfTable. A block
+ * above the static data (src/backend/wasm/wasm.ts), filled once per memory by buildHalfTable. A block
  * scale then costs one load instead of a dozen scalar instructions (~10% of a Q8_0 or Q4_0 product
  * on one thread). The scales of one matrix span a few binades, a few KiB of the table.
  */

@@ -1,7 +1,7 @@
 /**
  * The one seam between the engine and a compute backend: a model's forward pass over the
  * engine's StepBatch and KV block ids. Both backends implement it:
- *   - WasmForward (src/backend/wasm-forward.ts): LlamaModel, WebAssembly kernels, the KV arena in
+ *   - WasmForward (src/backend/wasm/wasm-forward.ts): LlamaModel, WebAssembly kernels, the KV arena in
  *     linear memory;
  *   - WebGpuForward (src/backend/webgpu/webgpu-forward.ts): GpuLlamaModel, WGSL kernels, the KV
  *     arena and block tables in GPU buffers.

@@ -2,7 +2,7 @@
  * `pagellm bench kernels`: the f32 matrix kernels against a plain scalar loop and against the
  * machine's streaming-read bandwidth, all in the same run, then a whole model's decode speed.
  */
-import { CpuBackend } from "../backend/cpu.ts";
+import { CpuBackend } from "../backend/wasm/cpu.ts";
 import { measureDecode, withLLM } from "./engine-runs.ts";
 import { rateSummary, ratio, type RepeatOptions, type Summary } from "./measure.ts";
 import type { BenchModel } from "./models.ts";

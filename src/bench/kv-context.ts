@@ -12,15 +12,15 @@
  * positions. That is exactly a decode step's work at that context; only the values differ from a
  * real conversation's, and attention's speed does not depend on them.
  */
-import { CpuBackend } from "../backend/cpu.ts";
-import { KVArena } from "../kv/kv-arena.ts";
+import { CpuBackend } from "../backend/wasm/cpu.ts";
+import { KVArena } from "../backend/wasm/kv-arena.ts";
 import { KVCacheGroups } from "../kv/kv-groups.ts";
 import { KV_TYPE_CODE, kvLayout, type KVType } from "../kv/kv-layout.ts";
 import { StepBatch } from "../model/batch.ts";
 import type { ModelConfig } from "../model/config.ts";
-import { LlamaModel } from "../model/llama.ts";
+import { LlamaModel } from "../backend/wasm/llama.ts";
 import { openCheckpoint } from "../model/load.ts";
-import { loadWeights } from "../model/weights.ts";
+import { loadWeights } from "../backend/wasm/weights.ts";
 import { Xoshiro128 } from "../util/random.ts";
 import { InputError } from "../errors.ts";
 import { ratio, summarize, type RepeatOptions, type Summary } from "./measure.ts";

@@ -7,7 +7,7 @@
 import { existsSync, mkdirSync, renameSync, rmSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { InputError } from "../errors.ts";
-import { weightTraffic } from "../model/weights.ts";
+import { weightTraffic } from "../backend/wasm/weights.ts";
 import { makeConfig, type ModelConfig } from "../model/config.ts";
 import { llama2cFileSize, writeLlama2c, type Llama2cFormat } from "../model/llama2c-writer.ts";
 import { isGGUF, openCheckpoint } from "../model/load.ts";

@@ -4,9 +4,9 @@
  * bound by) and the GFLOP/s of the matrix kernels (what a batched step, which reuses each weight
  * for many tokens, is bound by).
  */
-import type { CpuBackend } from "../backend/cpu.ts";
-import { WasmMemories } from "../backend/wasm-memories.ts";
-import type { ParallelCall } from "../backend/thread-pool.ts";
+import type { CpuBackend } from "../backend/wasm/cpu.ts";
+import { WasmMemories } from "../backend/wasm/wasm-memories.ts";
+import type { ParallelCall } from "../backend/wasm/thread-pool.ts";
 import { Xoshiro128 } from "../util/random.ts";
 import { rateSummary, secondsPerCall, type Summary } from "./measure.ts";
 

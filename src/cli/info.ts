@@ -9,7 +9,7 @@ import { estimateMemory, summarizeModel, type MemoryEstimate, type ModelSummary,
 import type { ModelConfig } from "../model/config.ts";
 import { contextLength, DEFAULT_CONTEXT, DEFAULT_ENGINE_OPTIONS, defaultNumBlocks, withContext } from "../engine/engine-options.ts";
 import { planMemory } from "../engine/memory-plan.ts";
-import { describePart, memoryLimitBytes } from "../backend/placement.ts";
+import { describePart, memoryLimitBytes } from "../backend/wasm/placement.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import { readGGUF } from "../model/gguf.ts";
 import { readGGUFCheckpoint } from "../model/gguf-checkpoint.ts";

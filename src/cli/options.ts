@@ -12,7 +12,7 @@ import { HASH_ALGORITHMS } from "../kv/block-hash.ts";
 import { KV_WRITE_MODES, type KVWriteMode } from "../kv/second-tier.ts";
 import { DEFAULT_DISK_MB } from "../kv-disk/open.ts";
 import { KV_TYPES, type KVType } from "../kv/kv-layout.ts";
-import { MAX_BLOCK_SIZE } from "../backend/kernels.ts";
+import { MAX_BLOCK_SIZE } from "../kv/kv-layout.ts";
 import type { DeviceChoice } from "../backend/webgpu/device.ts";
 import type { BackendOptions } from "../backend/webgpu/backend.ts";
 import { GLOBAL_FLAGS } from "./output.ts";

@@ -27,7 +27,7 @@ import type { ReplySetup } from "../tools/reply-reader.ts";
 import type { CheckedTools } from "../tools/tool-types.ts";
 import type { KVLayout } from "../kv/kv-layout.ts";
 import type { DeviceKind } from "../backend/model-forward.ts";
-import type { Placement } from "../backend/placement.ts";
+import type { Placement } from "../backend/wasm/placement.ts";
 import type { SpeculativeOptions } from "./speculative.ts";
 import type { ConstraintCompiler, ConstraintSpec, ReasoningMarkers, TokenConstraint } from "./constraint.ts";
 import type { EngineRequest, EngineStats, LLMEngine } from "./engine.ts";

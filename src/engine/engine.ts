@@ -11,7 +11,7 @@ import type { KVLayout } from "../kv/kv-layout.ts";
 import type { SecondTierStats } from "../kv/second-tier.ts";
 import type { SecondTierLink } from "../kv/tier-link.ts";
 import type { ModelForward } from "../backend/model-forward.ts";
-import type { WasmMemories } from "../backend/wasm-memories.ts";
+import type { WasmMemories } from "../backend/wasm/wasm-memories.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";

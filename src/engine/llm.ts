@@ -6,7 +6,7 @@ import { InputError, ModelFormatError, RequestTooLongError } from "../errors.ts"
 import { quoteFileText } from "../util/file-text.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
-import type { LoadProgress } from "../model/weights.ts";
+import type { LoadProgress } from "../backend/wasm/weights.ts";
 import { isGGUF, openCheckpoint } from "../model/load.ts";
 import { readGGUF } from "../model/gguf.ts";
 import { loadTokenizer } from "../tokenizer/load.ts";

@@ -6,16 +6,16 @@
  */
 import { readFileSync } from "node:fs";
 import { freemem } from "node:os";
-import { RESERVED_BYTES, instantiateKernels, kernelModule, LinearMemory } from "../backend/wasm.ts";
-import { placeModel, type PlacedMemory, type Placement } from "../backend/placement.ts";
-import type { Kernels } from "../backend/kernels.ts";
+import { RESERVED_BYTES, instantiateKernels, kernelModule, LinearMemory } from "../backend/wasm/wasm.ts";
+import { placeModel, type PlacedMemory, type Placement } from "../backend/wasm/placement.ts";
+import type { Kernels } from "../backend/wasm/kernels.ts";
 import { ModelFormatError } from "../errors.ts";
 import { StepBatch } from "../model/batch.ts";
 import { KVCacheGroups } from "../kv/kv-groups.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
-import { LlamaModel, type ModelPart } from "../model/llama.ts";
-import { FAST_STORAGE, FILE_STORAGE, partBytes, weightBytes, type WeightStorage } from "../model/weights.ts";
+import { LlamaModel, type ModelPart } from "../backend/wasm/llama.ts";
+import { FAST_STORAGE, FILE_STORAGE, partBytes, weightBytes, type WeightStorage } from "../backend/wasm/weights.ts";
 
 /** The load's staging buffer (weights.ts), on top of a memory while tensors are read. */
 const STAGING_BYTES = (8 << 20) + 64;

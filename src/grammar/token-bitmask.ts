@@ -6,7 +6,7 @@
  * kernel (assembly/token-mask.ts) works in place on a row in the kernels' memory, where the
  * WebAssembly backend's logits live.
  */
-import type { Kernels } from "../backend/kernels.ts";
+import type { Kernels } from "../backend/wasm/kernels.ts";
 import { isAllowed } from "../engine/constraint.ts";
 
 // The engine samples within a mask with these (src/engine/constraint.ts): one copy of each.

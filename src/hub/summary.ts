@@ -5,7 +5,7 @@
  */
 import { kvRowBytes, type KVType } from "../kv/kv-layout.ts";
 import { readGGUF, type GGUFFile } from "../model/gguf.ts";
-import { storedGGMLBytes } from "../model/weights.ts";
+import { storedGGMLBytes } from "../backend/wasm/weights.ts";
 
 /** llama.cpp's llama_ftype codes (general.file_type) by name; "MOSTLY_" dropped as ollama does. */
 const FILE_TYPES: ReadonlyMap<number, string> = new Map([
@@ -65,7 +65,7 @@ export interface ModelSummary {
   readonly headDim: number | null;
   readonly rope: { readonly freqBase: number | null; readonly dims: number | null; readonly scaling: string | null; readonly scalingFactor: number | null; readonly originalContext: number | null };
   readonly tensorTypes: readonly TensorTypeShare[];
-  /** Bytes of the tensors in memory as the CPU backend stores them (Q5_0 as Q8_0: model/weights.ts). */
+  /** Bytes of the tensors in memory as the CPU backend stores them (Q5_0 as Q8_0: backend/wasm/weights.ts). */
   readonly weightBytes: number;
   readonly vocabulary: { readonly kind: string | null; readonly pre: string | null; readonly size: number | null };
   readonly specialTokens: readonly SpecialToken[];

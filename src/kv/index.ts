@@ -29,6 +29,6 @@ export {
 } from "./eviction.ts";
 export { FreeKVCacheBlockQueue } from "./free-queue.ts";
 export { measureHashCost } from "./hash-cost.ts";
-export { type BlockCopy, type ComputedBlocks, KVCacheManager, type KVCacheManagerOptions } from "./kv-cache-manager.ts";
+export { type BlockCopy, ComputedBlocks, KVCacheManager, type KVCacheManagerOptions, type NewComputedBlocks } from "./kv-cache-manager.ts";
 export { RequestBlockHashes } from "./request-hashes.ts";
 export { type MultimodalItem, Request, type RequestOptions } from "./request.ts";

@@ -61,15 +61,39 @@ export interface KVCacheManagerOptions {
   listener?: CachedBlockListener;
 }
 
-export interface ComputedBlocks {
-  /**
-   * Per KV cache group, the cached blocks holding the request's first tokens, in order (null where
-   * a sliding-window group needs none); pass them to allocateSlots.
-   */
-  groups: GroupBlocks[];
-  /** The hit's blocks (in each group) × blockSize. */
-  numComputedTokens: number;
+/**
+ * A prefix hit (getComputedBlocks), as vLLM's KVCacheBlocks: per KV cache group the cached blocks
+ * holding the request's first tokens. allocateSlots takes it whole, its `groups`, or, for a cache
+ * of one group (every model without sliding-window layers), its `blocks`: the form the manager
+ * had before KV cache groups, which code written against it keeps using.
+ */
+export class ComputedBlocks {
+  constructor(
+    /** Per KV cache group, the hit's blocks in order (null where a sliding-window group needs none). */
+    readonly groups: GroupBlocks[],
+    /** The hit's blocks (in each group) × blockSize. */
+    readonly numComputedTokens: number,
+  ) {}
+
+  /** The hit's blocks in a cache of one KV cache group; a cache of several has them per group (`groups`). */
+  get blocks(): GroupBlocks {
+    if (this.groups.length !== 1) {
+      throw new RangeError(`the cache has ${this.groups.length} KV cache groups: its hit is per group (ComputedBlocks.groups)`);
+    }
+    return this.groups[0]!;
+  }
+
+  /** The hit's block ids per group, SKIPPED_BLOCK_ID where a window needs none (vLLM's get_block_ids()). */
+  getBlockIds(): number[][] {
+    return this.groups.map((blocks) => blocks.map((block) => block?.blockId ?? SKIPPED_BLOCK_ID));
+  }
 }
+
+/**
+ * The hit allocateSlots is given: a ComputedBlocks, its groups, or for a cache of one KV cache
+ * group that group's blocks (a flat list); nothing ([]) when there is none.
+ */
+export type NewComputedBlocks = ComputedBlocks | readonly GroupBlocks[] | GroupBlocks;
 
 /** What the manager holds for a request that has blocks. */
 interface RequestKV {
@@ -183,7 +207,7 @@ export class KVCacheManager {
    */
   private findComputedBlocks(req: Request): ComputedBlocks {
     const groups = this.groups.groups.map((): GroupBlocks => []);
-    if (!this.enableCaching) return { groups, numComputedTokens: 0 };
+    if (!this.enableCaching) return new ComputedBlocks(groups, 0);
     const lookup = this.lookupFor(req);
     let numBlocks = this.maxLookupBlocks(req);
     let chain: number[] = [];
@@ -201,7 +225,7 @@ export class KVCacheManager {
       }
     }
     for (let g = 0; g < groups.length; g++) groups[g] = groups[g]!.slice(0, numBlocks);
-    return { groups, numComputedTokens: numBlocks * this.blockSize };
+    return new ComputedBlocks(groups, numBlocks * this.blockSize);
   }
 
   /** The pool's verified lookups of the request's blocks. */
@@ -218,7 +242,8 @@ export class KVCacheManager {
   /**
    * Makes room for the request to compute `numNewTokens` more tokens, after its
    * req.numComputedTokens computed ones and the `numNewComputedTokens` found in the cache
-   * (`newComputedBlocks`, the groups of getComputedBlocks, only when the request is admitted: it
+   * (`newComputedBlocks`, the hit getComputedBlocks returned (whole, its groups, or in a cache of
+   * one group its blocks), only when the request is admitted: it
    * must hold no blocks and have req.numComputedTokens === 0, with no other allocation in between).
    *
    * First a running request's sliding-window blocks that no query will read again (before the window
@@ -240,7 +265,7 @@ export class KVCacheManager {
     req: Request,
     numNewTokens: number,
     numNewComputedTokens = 0,
-    newComputedBlocks: readonly GroupBlocks[] = [],
+    newComputedBlocks: NewComputedBlocks = [],
   ): KVCacheBlock[] | null {
     checkCount("numNewTokens", numNewTokens);
     checkCount("numNewComputedTokens", numNewComputedTokens);
@@ -310,7 +335,7 @@ export class KVCacheManager {
    * to keep room for running requests to grow.
    */
   freeBlocksAfter(
-    req: Request, numNewTokens: number, numNewComputedTokens = 0, newComputedBlocks: readonly GroupBlocks[] = [],
+    req: Request, numNewTokens: number, numNewComputedTokens = 0, newComputedBlocks: NewComputedBlocks = [],
   ): number {
     const hits = this.hitsOf(newComputedBlocks);
     const kv = this.requests.get(req.id);
@@ -328,10 +353,18 @@ export class KVCacheManager {
   }
 
   /** newComputedBlocks as one list per group (none given: empty lists). */
-  private hitsOf(newComputedBlocks: readonly GroupBlocks[]): readonly GroupBlocks[] {
+  private hitsOf(newComputedBlocks: NewComputedBlocks): readonly GroupBlocks[] {
+    const numGroups = this.groups.groups.length;
+    if (newComputedBlocks instanceof ComputedBlocks) return this.hitsOf(newComputedBlocks.groups);
     if (newComputedBlocks.length === 0) return this.groups.groups.map(() => []);
-    if (newComputedBlocks.length !== this.groups.groups.length) {
-      throw new RangeError(`newComputedBlocks has ${newComputedBlocks.length} groups, the cache ${this.groups.groups.length}`);
+    if (!isGroupList(newComputedBlocks)) {
+      if (numGroups !== 1) {
+        throw new RangeError(`newComputedBlocks is one list of blocks, but the cache has ${numGroups} KV cache groups: pass the hit's groups`);
+      }
+      return [newComputedBlocks];
+    }
+    if (newComputedBlocks.length !== numGroups) {
+      throw new RangeError(`newComputedBlocks has ${newComputedBlocks.length} groups, the cache ${numGroups}`);
     }
     return newComputedBlocks;
   }
@@ -706,6 +739,11 @@ function managersOf(groups: KVCacheGroups, blockSize: number): SingleTypeKVCache
     ...(full.length > 0 ? [new FullAttentionManager(full)] : []),
     ...[...windows].map(([window, ids]) => new SlidingWindowManager(ids, window, blockSize)),
   ];
+}
+
+/** Whether a non-empty hit is a list per group rather than one group's blocks. */
+function isGroupList(hit: readonly GroupBlocks[] | GroupBlocks): hit is readonly GroupBlocks[] {
+  return Array.isArray(hit[0]);
 }
 
 function nonNull(blocks: readonly (KVCacheBlock | null)[]): KVCacheBlock[] {

@@ -18,7 +18,16 @@
  * ones, pages of 4 layers. At 32,768 tokens with a 512-token window and blocks of 16 a sequence
  * holds 2048 global blocks and 6 x 33 local ones, 2,246 pages of 4 layers: 0.17x of 26 layers x 2,048.
  */
-import type { ModelConfig } from "../model/config.ts";
+
+/**
+ * What grouping needs of a model (a ModelConfig has it; kv/ sits below model/ and names only
+ * these fields): its layers and which of them attend through a sliding window.
+ */
+export interface LayerAttention {
+  readonly nLayers: number;
+  /** `local[l]`: layer l attends to the last `size` positions. */
+  readonly slidingWindow?: { readonly size: number; readonly local: readonly boolean[] };
+}
 
 /** How a group's layers attend: to every position, or to the last `window` positions (their own included). */
 export type GroupAttention = { readonly kind: "full" } | { readonly kind: "sliding"; readonly window: number };
@@ -81,7 +90,7 @@ export class KVCacheGroups {
   }
 
   /** The groups of model `c`: sliding-window layers (config.slidingWindow) apart from the others. */
-  static of(c: ModelConfig): KVCacheGroups {
+  static of(c: LayerAttention): KVCacheGroups {
     const w = c.slidingWindow;
     return KVCacheGroups.fromLayers(c.nLayers, (l) => (w !== undefined && w.local[l] === true ? { kind: "sliding", window: w.size } : { kind: "full" }));
   }
@@ -94,7 +103,7 @@ export class KVCacheGroups {
   /**
    * One sequence's block tables when the caller hands out blocks itself (a benchmark, a test rig):
    * `table` for the first group, the same shifted by `blocksPerGroup` for each next one, so that no
-   * two groups share a block (layers of different groups share a slot's region, kv-arena.ts).
+   * two groups share a block (layers of different groups share a slot's region, backend/wasm/kv-arena.ts).
    */
   disjointTables(table: readonly number[], blocksPerGroup: number): number[][] {
     return this.groups.map((_, g) => table.map((b) => b + g * blocksPerGroup));

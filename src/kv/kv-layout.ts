@@ -1,7 +1,7 @@
 /**
  * How the KV cache stores its values: the element type (llama.cpp's --cache-type-k/-v) and the
  * bytes that follow from it. This is the one place that says how many bytes a K or V row, a block
- * of one layer and a block across the model take: the arena (kv-arena.ts), the attention kernels'
+ * of one layer and a block across the model take: the arena (backend/wasm/kv-arena.ts), the attention kernels'
  * arguments, the memory checks, `info` and anything that copies blocks (a disk tier, an arena
  * split over several memories) all read kvLayout()'s answer.
  *
@@ -15,15 +15,25 @@
  * a 32-bit word (the GPU writes rows as u32 words); only q8_0 with an odd number of blocks per head
  * pads (2 bytes).
  */
-import type { ModelConfig } from "../model/config.ts";
 import { InputError } from "../errors.ts";
-import { KVCacheGroups } from "./kv-groups.ts";
+import { KVCacheGroups, type LayerAttention } from "./kv-groups.ts";
+
+/** What the KV cache's layout needs of a model (a ModelConfig has it): its layers, KV heads and their width. */
+export interface KVModelShape extends LayerAttention {
+  readonly nKvHeads: number;
+  readonly headDim: number;
+  /** "runq": llama2.c's int8 arithmetic, whose cache is f32. */
+  readonly numerics?: string;
+}
 
 export const KV_TYPES = ["f32", "f16", "q8_0"] as const;
 export type KVType = (typeof KV_TYPES)[number];
 
 /** The kernels' code of each type (assembly/attention.ts KV_F32, KV_F16, KV_Q8_0). */
 export const KV_TYPE_CODE: Readonly<Record<KVType, number>> = { f32: 0, f16: 1, q8_0: 2 };
+
+/** Largest KV block size accepted (a sanity bound: attention's numerics do not depend on it). */
+export const MAX_BLOCK_SIZE = 256;
 
 /** Values per q8_0 block, and its bytes (f16 scale + 32 int8). */
 export const Q8_0_BLOCK = 32;
@@ -52,7 +62,7 @@ export function kvRowBytes(type: KVType, headDim: number): number {
 }
 
 /** The layout of a KV cache of `type` for this model and block size. */
-export function kvLayout(config: ModelConfig, blockSize: number, type: KVType = "f32"): KVLayout {
+export function kvLayout(config: KVModelShape, blockSize: number, type: KVType = "f32"): KVLayout {
   if (type === "q8_0" && config.headDim % Q8_0_BLOCK !== 0) {
     throw new InputError(`--kv-type q8_0 needs a head dimension that is a multiple of ${Q8_0_BLOCK}; this model's is ${config.headDim}`);
   }
@@ -72,7 +82,7 @@ export function defaultKVType(checkpointFormat: string): KVType {
  * that is not whole blocks falls back to f16 (llama.cpp refuses such a cache outright; falling back
  * keeps one `--kv-type q8_0` usable over a mix of models) and says so in `note`.
  */
-export function resolveKVType(config: ModelConfig, checkpointFormat: string, requested: KVType | null): { type: KVType; note: string | null } {
+export function resolveKVType(config: KVModelShape, checkpointFormat: string, requested: KVType | null): { type: KVType; note: string | null } {
   const type = requested ?? defaultKVType(checkpointFormat);
   if (type !== "f32" && config.numerics === "runq") {
     throw new InputError(`--kv-type ${type}: this llama2.c int8 checkpoint runs run.c's runq arithmetic, whose KV cache is f32`);

@@ -5,8 +5,20 @@
  * one for most models) each token's KV slot, each sequence's block table and the records that
  * point at them: a layer reads its group's (LlamaModel: KVArena.groupOf).
  */
-import { SEQ_INFO_INTS } from "../backend/kernels.ts";
-import type { LinearMemory } from "../backend/wasm.ts";
+
+/** Ints per sequence record read by attention: queryStart, queryCount, contextLen, blockTable. */
+export const SEQ_INFO_INTS = 4;
+
+/**
+ * The memory a batch lives in: the WebAssembly linear memory (LinearMemory), where the scheduler
+ * writes it and both backends read it.
+ */
+export interface BatchMemory {
+  /** Address of `bytes` fresh bytes, 64-byte aligned. */
+  alloc(bytes: number): number;
+  /** The memory as i32s (a view that may be replaced when the memory grows). */
+  readonly i32: Int32Array;
+}
 
 export class StepBatch {
   readonly tokens: number; // i32 [maxTokens]
@@ -23,7 +35,7 @@ export class StepBatch {
   contextTokens = 0;
 
   constructor(
-    private readonly mem: LinearMemory,
+    private readonly mem: BatchMemory,
     readonly maxTokens: number,
     readonly maxSeqs: number,
     readonly maxBlocksPerSeq: number,

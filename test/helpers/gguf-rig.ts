@@ -4,15 +4,15 @@
  * against llama.cpp's references and to check batch invariance on GGUF files.
  */
 import { expect } from "bun:test";
-import { CpuBackend } from "../../src/backend/cpu.ts";
-import { KVArena } from "../../src/kv/kv-arena.ts";
+import { CpuBackend } from "../../src/backend/wasm/cpu.ts";
+import { KVArena } from "../../src/backend/wasm/kv-arena.ts";
 import { KVCacheGroups } from "../../src/kv/kv-groups.ts";
 import type { KVType } from "../../src/kv/kv-layout.ts";
 import { StepBatch } from "../../src/model/batch.ts";
 import type { ModelConfig } from "../../src/model/config.ts";
-import { LlamaModel } from "../../src/model/llama.ts";
+import { LlamaModel } from "../../src/backend/wasm/llama.ts";
 import { openCheckpoint } from "../../src/model/load.ts";
-import { loadWeights } from "../../src/model/weights.ts";
+import { loadWeights } from "../../src/backend/wasm/weights.ts";
 import { sameBits } from "./logit-compare.ts";
 
 export class GGUFRig {

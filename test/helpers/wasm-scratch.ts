@@ -1,7 +1,7 @@
 /**
  * Inputs and outputs of kernel tests, placed in a region of a backend's linear memory.
  */
-import type { LinearMemory } from "../../src/backend/wasm.ts";
+import type { LinearMemory } from "../../src/backend/wasm/wasm.ts";
 
 /**
  * A bump allocator inside `[region, region + bytes)`; make a new one per test iteration. It

@@ -10,7 +10,7 @@
  */
 import { DeviceError } from "../../errors.ts";
 import type { GpuContext } from "./device.ts";
-import { attentionScale, type AttentionScores } from "../kernels.ts";
+import { attentionScale, type AttentionScores } from "../../model/attention.ts";
 import { params, GpuRunner, type GpuKernel } from "./runner.ts";
 import { ATTENTION_HALF_WGSL, ATTENTION_WGSL, attentionGrid, attentionWgsl, MAX_HEAD_DIM } from "./wgsl-attention.ts";
 import {

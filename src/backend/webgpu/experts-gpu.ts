@@ -1,6 +1,6 @@
 /// <reference types="@webgpu/types" />
 /**
- * A mixture-of-experts feed-forward on WebGPU, step for step src/model/experts.ts's: the router's
+ * A mixture-of-experts feed-forward on WebGPU, step for step src/backend/wasm/experts.ts's: the router's
  * product, then routing, grouping by expert, each expert's gate, up and down products over its
  * slots and the mixture in rank order, all as WGSL dispatches (wgsl-experts.ts), without a
  * read-back. A slot's rows are reduced in the same fixed order whichever slots share its expert's

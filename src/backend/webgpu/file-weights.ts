@@ -8,7 +8,7 @@
 import { closeSync, openSync, readSync } from "node:fs";
 import { DeviceError, ModelFormatError } from "../../errors.ts";
 import { TensorName, type Checkpoint, type TensorInfo } from "../../model/checkpoint.ts";
-import { FILE_STORAGE, loadPlacedTensor, type LoadProgress, type WeightMatrix, type WeightTarget } from "../../model/weights.ts";
+import { FILE_STORAGE, loadPlacedTensor, type LoadProgress, type WeightMatrix, type WeightTarget } from "../wasm/weights.ts";
 
 /** A weight matrix as the GPU stores it: f32 rows, or ggml blocks as in the file. */
 export type HostMatrix =

@@ -1,6 +1,6 @@
 /// <reference types="@webgpu/types" />
 /**
- * The llama forward pass on WebGPU, step for step the same as src/model/llama.ts's forward(): the
+ * The llama forward pass on WebGPU, step for step the same as src/backend/wasm/llama.ts's forward(): the
  * same StepBatch (read from linear memory, where the scheduler wrote it), the same block ids into
  * a KV arena of the same shape, here kept in GPU buffers. Weights go from the model file to GPU
  * buffers (FileWeights: f32 rows, ggml blocks as they are) without staying in WebAssembly memory;
@@ -9,22 +9,32 @@
  * and int8 (q8) llama2.c matrices are WebAssembly-only and refused here with a DeviceError.
  */
 import type { BlockCopy } from "../../kv/kv-cache-manager.ts";
-import { SEQ_INFO_INTS } from "../kernels.ts";
+import { SEQ_INFO_INTS, type StepBatch } from "../../model/batch.ts";
 import { KVCacheGroups } from "../../kv/kv-groups.ts";
-import type { CpuBackend } from "../cpu.ts";
+import type { CpuBackend } from "../wasm/cpu.ts";
 import { DeviceError } from "../../errors.ts";
 import { layerWindow, queryDim, type ModelConfig } from "../../model/config.ts";
-import type { StepBatch } from "../../model/batch.ts";
 import { TensorName } from "../../model/checkpoint.ts";
-import type { WeightMatrix } from "../../model/weights.ts";
+import type { WeightMatrix } from "../wasm/weights.ts";
 import { MAX_STACK, type GpuWeightMatrix, type ProductInput, type WebGpuBackend } from "./backend.ts";
-import { attentionScale, type AttentionScores } from "../kernels.ts";
+import { attentionScale, type AttentionScores } from "../../model/attention.ts";
 import { layerRopes, ropeTable } from "../../model/rope.ts";
 import type { FileWeights, HostMatrix } from "./file-weights.ts";
 import type { KVLayout } from "../../kv/kv-layout.ts";
-import type { StepShape } from "./webgpu-forward.ts";
 import { GpuExperts, type GpuExpertLayer } from "./experts-gpu.ts";
 import { concatArrays } from "../../util/typed-arrays.ts";
+
+/** The step's shape: what the GPU buffers are sized for. */
+export interface StepShape {
+  maxTokens: number;
+  maxLogits: number;
+  maxSeqs: number;
+  maxBlocksPerSeq: number;
+  numBlocks: number;
+  blockSize: number;
+  /** The KV cache's element type and bytes (src/kv/kv-layout.ts). */
+  kv: KVLayout;
+}
 
 interface GpuLayer {
   attnNorm: GPUBuffer; // [dim]

@@ -10,24 +10,12 @@ import type { BlockCopy } from "../../kv/kv-cache-manager.ts";
 import type { StepBatch } from "../../model/batch.ts";
 import type { ModelConfig } from "../../model/config.ts";
 import type { KVLayout } from "../../kv/kv-layout.ts";
-import type { CpuBackend } from "../cpu.ts";
+import type { CpuBackend } from "../wasm/cpu.ts";
 import type { WebGpuBackend } from "./backend.ts";
 import { describeAdapter } from "./device.ts";
 import type { FileWeights } from "./file-weights.ts";
-import { GpuLlamaModel } from "./llama-gpu.ts";
+import { GpuLlamaModel, type StepShape } from "./llama-gpu.ts";
 import type { KVBlockIO } from "../../kv/second-tier.ts";
-
-/** The step's shape: what the GPU buffers are sized for. */
-export interface StepShape {
-  maxTokens: number;
-  maxLogits: number;
-  maxSeqs: number;
-  maxBlocksPerSeq: number;
-  numBlocks: number;
-  blockSize: number;
-  /** The KV cache's element type and bytes (src/kv/kv-layout.ts). */
-  kv: KVLayout;
-}
 
 export class WebGpuForward implements ModelForward, KVBlockIO {
   readonly device: DeviceKind = "webgpu";

@@ -23,7 +23,7 @@
  * output in the f16 form of wgsl-half.ts: the head's row goes through workgroup memory, and one
  * invocation per 32-value block converts it. The f32 output is the same bits.
  */
-import { ATTN_TILE } from "../kernels.ts";
+import { ATTN_TILE } from "../wasm/kernels.ts";
 import { WORKGROUP } from "./wgsl-elementwise.ts";
 import { HALF_BLOCK, halfStoreWgsl } from "./wgsl-half.ts";
 import { kvArenaElement, kvReaderWgsl } from "./wgsl-kv-types.ts";

@@ -1,5 +1,5 @@
 /**
- * WGSL kernels of a mixture-of-experts feed-forward, as src/model/experts.ts computes it on the
+ * WGSL kernels of a mixture-of-experts feed-forward, as src/backend/wasm/experts.ts computes it on the
  * CPU, without a read-back: the routing, the grouping of a step's slots by expert and the mixture
  * all run on the GPU.
  *

@@ -11,7 +11,7 @@
  */
 import { ModelFormatError } from "../../errors.ts";
 import type { GGUFFile } from "../gguf.ts";
-import { attentionScale } from "../../backend/kernels.ts";
+import { attentionScale } from "../attention.ts";
 import type { ModelConfig, SlidingWindow } from "../config.ts";
 import type { Architecture } from "./architecture.ts";
 import { readTransformerConfig, slidingWindowLayers } from "./hparams.ts";

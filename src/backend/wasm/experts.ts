@@ -17,9 +17,9 @@
  * token's experts in rank order, so a token's output is the same bits alone, in any batch or
  * chunk, at any thread count.
  */
-import type { CpuBackend, ProductSegment } from "../backend/cpu.ts";
-import { GGML_SEGMENT_INTS } from "../backend/kernels.ts";
-import type { ExpertsConfig, ModelConfig } from "./config.ts";
+import type { CpuBackend, ProductSegment } from "./cpu.ts";
+import { GGML_SEGMENT_INTS } from "./kernels.ts";
+import type { ExpertsConfig, ModelConfig } from "../../model/config.ts";
 import { expertMatrix, type ExpertWeights } from "./weights.ts";
 
 /** Each token's chosen experts, best first, and their weights: [T][used] each. */

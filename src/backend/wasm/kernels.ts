@@ -92,7 +92,7 @@ export interface Kernels {
   runqMath(which: number, x: number): number;
   /** Test probe: f32 fused multiply-add under flush-to-zero. */
   runqFma(a: number, b: number, c: number): number;
-  // ggml/: block types as GGUF files store them (see src/backend/ggml-kernels.ts)
+  // ggml/: block types as GGUF files store them (see src/backend/wasm/ggml-kernels.ts)
   quantizeActQ8(xq: number, xd: number, xs: number, x: number, T: number, cols: number, block: number): void;
   /** Fill the table of every half as f32 the block kernels read their scales from (once per memory). */
   buildHalfTable(): void;
@@ -159,40 +159,16 @@ export type BlockEmbed = (out: number, w: number, tokens: number, T: number, col
 
 export type KernelName = keyof Kernels;
 
-/** Ints per sequence record read by pagedAttention: queryStart, queryCount, contextLen, blockTable. */
-export const SEQ_INFO_INTS = 4;
 /** i32 fields per segment of matmulF32Multi's table: weight, out, rows, out stride, first row. */
 export const MULTI_SEGMENT_INTS = 5;
 /** i32 per product of matmulSegments' table (assembly/ggml/segments.ts): type, w, rows, T, xq, xd, xs, out, first row. */
 export const GGML_SEGMENT_INTS = 9;
 
-/** Largest KV block size accepted (a sanity bound: attention's numerics do not depend on it). */
-export const MAX_BLOCK_SIZE = 256;
 /** Positions per online-softmax step of pagedAttention (assembly/attention.ts ATTN_TILE). */
 export const ATTN_TILE = 16;
 
 /** Query heads pagedAttention computes together over one tile (assembly/attention-tile.ts HEAD_BATCH). */
 export const ATTN_HEAD_BATCH = 4;
-
-/**
- * How a layer's attention scores its keys: q · k times `scale`, over the last `window` positions
- * (the query's own included) of a sliding-window layer, over all of them when `window` is 0.
- * Both backends' attention kernels take it.
- */
-export interface AttentionScores {
-  scale: number;
-  window: number;
-  /** Address of nHeads f32 sink logits (gpt-oss), each head's softmax's extra logit; 0 or absent: none (WebAssembly only). */
-  sinks?: number;
-}
-
-/**
- * The usual attention scale, 1/sqrt(headDim) in f32 steps (as the kernels computed it before it
- * became an argument): what pagedAttention's `scale` is unless the model says otherwise.
- */
-export function attentionScale(headDim: number): number {
-  return Math.fround(1 / Math.fround(Math.sqrt(headDim)));
-}
 
 /**
  * Bytes of pagedAttention scratch one thread needs for `queryRows` (query, head) rows of one item

@@ -5,13 +5,15 @@
  * attention items, every output element computed by exactly one thread in a fixed order, so the
  * results are the same bits at any thread count. Small kernels run on the caller alone.
  */
-import { attentionScale, attentionScratchBytes, GGML_SEGMENT_INTS, MAX_BLOCK_SIZE, MULTI_SEGMENT_INTS, SEQ_INFO_INTS, type AttentionScores, type Kernels } from "./kernels.ts";
+import { attentionScratchBytes, GGML_SEGMENT_INTS, MULTI_SEGMENT_INTS, type Kernels } from "./kernels.ts";
+import { attentionScale, type AttentionScores } from "../../model/attention.ts";
+import { SEQ_INFO_INTS } from "../../model/batch.ts";
 import { ThreadPool, type ParallelCall } from "./thread-pool.ts";
 import { instantiateKernels, kernelModule, LinearMemory } from "./wasm.ts";
-import type { Numerics } from "../model/config.ts";
-import type { WeightMatrix } from "../model/weights.ts";
+import type { Numerics } from "../../model/config.ts";
+import type { WeightMatrix } from "./weights.ts";
 import { activationBlock, ggmlKernels, type ActivationFormat } from "./ggml-kernels.ts";
-import { KV_TYPE_CODE, type KVLayout } from "../kv/kv-layout.ts";
+import { KV_TYPE_CODE, MAX_BLOCK_SIZE, type KVLayout } from "../../kv/kv-layout.ts";
 
 type GGMLMatrix = Extract<WeightMatrix, { kind: "ggml" }>;
 
@@ -410,7 +412,7 @@ export class CpuBackend {
   }
 
   /**
-   * A product on a ggml type (src/backend/ggml-kernels.ts): 16-bit floats read x rounded to
+   * A product on a ggml type (src/backend/wasm/ggml-kernels.ts): 16-bit floats read x rounded to
    * their type, block types read x quantized to int8 blocks; `prepared` says the scratch holds
    * that already (shared inputs).
    */

@@ -19,7 +19,7 @@
  * Several memories (a model larger than one 4 GiB memory, see placement.ts): every thread holds
  * one instance of the kernel module per memory, and a job names the memory it runs on.
  */
-import { WorkerPoolError } from "../errors.ts";
+import { WorkerPoolError } from "../../errors.ts";
 import type { KernelName, Kernels } from "./kernels.ts";
 import { Control, CTRL_BYTES, DEFAULT_MIN_CHUNK, PARALLEL_KERNELS, type ParallelKernel } from "./thread-protocol.ts";
 

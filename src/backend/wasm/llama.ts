@@ -9,17 +9,17 @@
  * A LlamaModel runs the part of the model one memory holds (ModelPart): by default all of it.
  * A model placed over several memories is one LlamaModel per memory, chained by WasmForward.
  */
-import { CpuBackend, type ScratchShape, type SharedInputProducts } from "../backend/cpu.ts";
-import type { Kernels } from "../backend/kernels.ts";
-import { readsRoundedActivations } from "../backend/ggml-kernels.ts";
-import type { KVArena } from "../kv/kv-arena.ts";
-import { KV_TYPE_CODE } from "../kv/kv-layout.ts";
-import { attentionScale, type AttentionScores } from "../backend/kernels.ts";
-import { feedForwardDim, layerWindow, queryDim, type ModelConfig, type Numerics } from "./config.ts";
+import { CpuBackend, type ScratchShape, type SharedInputProducts } from "./cpu.ts";
+import type { Kernels } from "./kernels.ts";
+import { readsRoundedActivations } from "./ggml-kernels.ts";
+import type { KVArena } from "./kv-arena.ts";
+import { KV_TYPE_CODE } from "../../kv/kv-layout.ts";
+import { attentionScale, type AttentionScores } from "../../model/attention.ts";
+import { feedForwardDim, layerWindow, queryDim, type ModelConfig, type Numerics } from "../../model/config.ts";
 import { ExpertFeedForward } from "./experts.ts";
-import { layerRopes, ropeTable } from "./rope.ts";
+import { layerRopes, ropeTable } from "../../model/rope.ts";
 import type { LayerWeights, ModelWeights, WeightMatrix } from "./weights.ts";
-import type { StepBatch } from "./batch.ts";
+import type { StepBatch } from "../../model/batch.ts";
 
 /**
  * Activation buffers for up to maxTokens tokens and maxLogits logit rows. A part without layers

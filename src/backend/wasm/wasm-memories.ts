@@ -8,7 +8,7 @@ import { CpuBackend } from "./cpu.ts";
 import type { Kernels } from "./kernels.ts";
 import { ThreadPool } from "./thread-pool.ts";
 import { instantiateKernels, kernelModule, LinearMemory } from "./wasm.ts";
-import type { WeightTarget } from "../model/weights.ts";
+import type { WeightTarget } from "./weights.ts";
 
 export class WasmMemories {
   /** One backend per memory, in placement order; backends[0] also holds the engine's step batch. */

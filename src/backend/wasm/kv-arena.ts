@@ -11,12 +11,11 @@
  * A model placed over several memories has one arena per memory, for the layers that memory
  * holds (`layers`): it stores the slots those layers occupy; every one is indexed by the same block ids.
  */
-import type { ModelConfig } from "../model/config.ts";
-import type { LinearMemory } from "../backend/wasm.ts";
-import { MAX_BLOCK_SIZE } from "../backend/kernels.ts";
-import { InputError } from "../errors.ts";
-import { KVCacheGroups } from "./kv-groups.ts";
-import { kvLayout, type KVLayout, type KVType } from "./kv-layout.ts";
+import type { ModelConfig } from "../../model/config.ts";
+import type { LinearMemory } from "./wasm.ts";
+import { InputError } from "../../errors.ts";
+import { KVCacheGroups } from "../../kv/kv-groups.ts";
+import { kvLayout, MAX_BLOCK_SIZE, type KVLayout, type KVType } from "../../kv/kv-layout.ts";
 
 export class KVArena {
   /** The element type and bytes of rows and blocks. */

@@ -10,9 +10,9 @@
  * limit, else it starts the next one. A memory exceeds the limit only when a single item is
  * larger than the limit; no memory exceeds 4 GiB (such an item is refused before loading).
  */
-import { InputError, ModelFormatError } from "../errors.ts";
-import type { ModelPart } from "../model/llama.ts";
-import type { PartBytes, WeightPlacement } from "../model/weights.ts";
+import { InputError, ModelFormatError } from "../../errors.ts";
+import type { ModelPart } from "./llama.ts";
+import type { PartBytes, WeightPlacement } from "./weights.ts";
 import { MAX_MEMORY_BYTES } from "./wasm.ts";
 
 /**

@@ -4,8 +4,8 @@
  * block type takes the int8 activations of quantizeActQ8 (assembly/ggml/common.ts) and does
  * integer dots: each as llama.cpp computes it.
  */
-import { ModelFormatError } from "../errors.ts";
-import { GGML_TYPES } from "../model/gguf.ts";
+import { ModelFormatError } from "../../errors.ts";
+import { GGML_TYPES } from "../../model/gguf.ts";
 import type { ParallelKernel } from "./thread-protocol.ts";
 import type { KernelName } from "./kernels.ts";
 

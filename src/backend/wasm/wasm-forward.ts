@@ -10,16 +10,16 @@
  * the memory that holds it. The same kernels run in the same order on the same numbers however
  * the model is split, so the results are the same bits.
  */
-import type { DeviceKind, ModelForward } from "./model-forward.ts";
-import { KVArena } from "../kv/kv-arena.ts";
-import type { BlockCopy } from "../kv/kv-cache-manager.ts";
-import type { KVLayout } from "../kv/kv-layout.ts";
-import { StepBatch } from "../model/batch.ts";
-import type { ModelConfig } from "../model/config.ts";
-import { LlamaModel, type ModelPart } from "../model/llama.ts";
-import type { ModelWeights } from "../model/weights.ts";
+import type { DeviceKind, ModelForward } from "../model-forward.ts";
+import { KVArena } from "./kv-arena.ts";
+import type { BlockCopy } from "../../kv/kv-cache-manager.ts";
+import type { KVLayout } from "../../kv/kv-layout.ts";
+import { StepBatch } from "../../model/batch.ts";
+import type { ModelConfig } from "../../model/config.ts";
+import { LlamaModel, type ModelPart } from "./llama.ts";
+import type { ModelWeights } from "./weights.ts";
 import type { CpuBackend } from "./cpu.ts";
-import type { KVBlockIO } from "../kv/second-tier.ts";
+import type { KVBlockIO } from "../../kv/second-tier.ts";
 
 /** One memory's share of the model. */
 interface MemoryPart {

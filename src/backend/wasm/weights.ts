@@ -5,10 +5,10 @@
  * Q5_0 which may be rewritten as Q8_0 of the same values (WeightStorage).
  */
 import { closeSync, openSync, readSync } from "node:fs";
-import { ModelFormatError } from "../errors.ts";
-import type { Kernels } from "../backend/kernels.ts";
-import type { LinearMemory } from "../backend/wasm.ts";
-import { TensorName, type Checkpoint, type TensorInfo } from "./checkpoint.ts";
+import { ModelFormatError } from "../../errors.ts";
+import type { Kernels } from "./kernels.ts";
+import type { LinearMemory } from "./wasm.ts";
+import { TensorName, type Checkpoint, type TensorInfo } from "../../model/checkpoint.ts";
 
 /** A weight matrix W[rows][cols] in linear memory; a product computes one output per row. */
 export type WeightMatrix =

@@ -5,11 +5,11 @@
  */
 import { readFileSync, existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { PagellmError } from "../errors.ts";
+import { PagellmError } from "../../errors.ts";
 import { adviseHugePages, adviseSmallPages, discardPages } from "./huge-pages.ts";
 import type { Kernels } from "./kernels.ts";
 
-const WASM_PATH = fileURLToPath(new URL("../../build/kernels.wasm", import.meta.url));
+const WASM_PATH = fileURLToPath(new URL("../../../build/kernels.wasm", import.meta.url));
 const PAGE_BYTES = 65536;
 /** The module's own static data (constant tables) lives below this address. */
 const STATIC_RESERVE = 65536;
