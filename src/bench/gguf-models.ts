@@ -61,8 +61,6 @@ export const GGUF_SHAPES: Readonly<Record<string, GGUFShape>> = {
   },
 };
 
-export const GGUF_SHAPE_NAMES = Object.keys(GGUF_SHAPES);
-
 /** Llama 2's vocabulary, the tokenizer of custom shapes' GGUF form. */
 const CUSTOM_SHAPE_VOCAB = "ggml-vocab-llama-spm.gguf";
 const CUSTOM_SHAPE_MIN_VOCAB = 32000;

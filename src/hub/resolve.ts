@@ -116,8 +116,3 @@ export async function pullUrl(opts: HubOptions, url: string): Promise<string> {
   return dest;
 }
 
-/** Throws a ModelSpecError for specs that name nothing resolvable without the network (for rm). */
-export function requireHubSpec(spec: ModelSpec, raw: string): Exclude<ModelSpec, { kind: "path" } | { kind: "url" }> {
-  if (spec.kind === "hf-file" || spec.kind === "hf-quant") return spec;
-  throw new ModelSpecError(`${raw}: expected hf:OWNER/REPO/FILE.gguf or hf:OWNER/REPO:QUANT`);
-}

@@ -49,20 +49,6 @@ function parseHubSpec(spec: string): ModelSpec {
   return { kind: "hf-quant", repo, quant };
 }
 
-/** The spec written back in canonical form (for messages). */
-export function formatModelSpec(spec: ModelSpec): string {
-  switch (spec.kind) {
-    case "path":
-      return spec.path;
-    case "url":
-      return spec.url;
-    case "hf-file":
-      return `hf:${spec.repo}/${spec.file}`;
-    case "hf-quant":
-      return spec.quant === null ? `hf:${spec.repo}` : `hf:${spec.repo}:${spec.quant}`;
-  }
-}
-
 /**
  * The one GGUF among `files` that has quantization `quant` (or the only GGUF when quant is null).
  * The quant matches case-insensitively as a whole word of the filename: "Q4_K" matches "model-Q4_K.gguf"
