@@ -12,8 +12,8 @@ import type { EngineOptions } from "../engine/engine-options.ts";
 import type { GenerateRequest } from "../engine/generate-request.ts";
 import { LLM } from "../engine/llm.ts";
 import { repeat, summarize, type RepeatOptions, type Summary } from "./measure.ts";
-import type { BenchModel } from "./models.ts";
-import { TokenSource } from "./prompts.ts";
+import type { BenchModel } from "./bench-models.ts";
+import { TokenSource } from "./token-source.ts";
 
 /**
  * Load `model` with `engine` options (on `gpu` when given, else WebAssembly), run `fn`, and always

@@ -31,7 +31,7 @@ export interface GGUFShape {
 const RANDOM_GGUF_VERSION = 2;
 const WEIGHTS_SEED = 1234;
 
-/** The GGUF forms of the named shapes (src/bench/models.ts SHAPES). */
+/** The GGUF forms of the named shapes (src/bench/bench-models.ts SHAPES). */
 export const GGUF_SHAPES: Readonly<Record<string, GGUFShape>> = {
   // karpathy/llama2.c stories110M: dim 768, 12 layers, 12 heads, hidden 2048, vocab 32000, context 1024, shared classifier.
   stories110M: {

@@ -7,7 +7,7 @@ import type { ModelMix } from "../model/gguf-model-writer.ts";
 import { decodeTables, type DecodeResult } from "./decode.ts";
 import { ratio, type Summary } from "./measure.ts";
 import { prefillTables, type PrefillResult } from "./prefill.ts";
-import { fmtRatio, fmtSpread, type Table } from "./report.ts";
+import { fmtRatio, fmtSpread, type Table } from "./bench-report.ts";
 import type { BenchResults } from "./schema.ts";
 
 /** One model's figure at each thread count. */

@@ -7,10 +7,10 @@
 import { InputError } from "../../errors.ts";
 import type { GenerateRequest } from "../../engine/llm.ts";
 import { withLLM } from "../engine-runs.ts";
-import type { BenchModel } from "../models.ts";
-import { distribution, type Distribution } from "./metrics.ts";
+import type { BenchModel } from "../bench-models.ts";
+import { distribution, type Distribution } from "./serving-metrics.ts";
 import type { BenchRequest } from "./openai-client.ts";
-import { TokenDraw } from "./workloads.ts";
+import { TokenDraw } from "./serve-workloads.ts";
 
 export interface InProcessResult {
   completed: number;

@@ -7,7 +7,7 @@
 import { ServerError } from "../../errors.ts";
 import { summarize, type Summary } from "../measure.ts";
 import { sendRequest, type BenchRequest, type RequestTiming, type ServerTarget } from "./openai-client.ts";
-import { TokenDraw } from "./workloads.ts";
+import { TokenDraw } from "./serve-workloads.ts";
 
 export interface TtftProbe {
   promptTokens: number;

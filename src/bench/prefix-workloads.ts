@@ -11,7 +11,7 @@
  *   2048-token context).
  */
 import type { GenerateRequest } from "../engine/llm.ts";
-import { TokenSource } from "./prompts.ts";
+import { TokenSource } from "./token-source.ts";
 
 export type WorkloadName = "prefix-repetition" | "generated-shared-prefix";
 export const WORKLOAD_NAMES: readonly WorkloadName[] = ["prefix-repetition", "generated-shared-prefix"];

@@ -15,7 +15,7 @@ import type { ModelMix } from "../model/gguf-model-writer.ts";
 import { randomWeights } from "../model/random-weights.ts";
 import { ensureRandomGGUF, GGUF_SHAPES } from "./gguf-models.ts";
 
-/** The repository root (this file is src/bench/models.ts). */
+/** The repository root (this file is src/bench/bench-models.ts). */
 export const REPO_ROOT = resolve(import.meta.dir, "..", "..");
 /** Where random models are cached unless --models-dir says otherwise (gitignored). */
 export const DEFAULT_MODELS_DIR = join(REPO_ROOT, "models");

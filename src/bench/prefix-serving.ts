@@ -10,8 +10,8 @@ import type { EvictionPolicyName } from "../kv/eviction.ts";
 import { InputError } from "../errors.ts";
 import { withLLM } from "./engine-runs.ts";
 import { summarize, type Summary } from "./measure.ts";
-import type { BenchModel } from "./models.ts";
-import type { Workload } from "./workloads.ts";
+import type { BenchModel } from "./bench-models.ts";
+import type { Workload } from "./prefix-workloads.ts";
 
 export interface ServingConfig {
   cache: boolean;

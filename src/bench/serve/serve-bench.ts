@@ -13,11 +13,11 @@
  */
 import { basename } from "node:path";
 import { PagellmError, ServerError } from "../../errors.ts";
-import type { BenchModel } from "../models.ts";
-import { progress } from "../report.ts";
+import type { BenchModel } from "../bench-models.ts";
+import { progress } from "../bench-report.ts";
 import { llamaServerArgv, pagellmServeArgv, freePort, startChild, type ChildServer } from "./child-server.ts";
 import { runInProcess, type InProcessResult } from "./in-process.ts";
-import { serveMetrics, type ServeMetrics } from "./metrics.ts";
+import { serveMetrics, type ServeMetrics } from "./serving-metrics.ts";
 import { listModels, sendRequest, type BenchRequest, type ServerTarget } from "./openai-client.ts";
 import { runRequests, type RunOptions } from "./run.ts";
 import { probeTtft, type TtftProbe } from "./ttft-probe.ts";
@@ -25,7 +25,7 @@ import { llamaServerCold, saltedCold, TurnProber, type ColdMethod, type TurnProb
 import {
   ChatSource, ListSource, prefixWorkload, randomWorkload, TokenDraw, type ChatShape, type PrefixShape, type RandomShape, type RequestSource,
   type ServeWorkloadName,
-} from "./workloads.ts";
+} from "./serve-workloads.ts";
 
 /** The shape of each workload; the run uses the one named. */
 export interface WorkloadShapes {
