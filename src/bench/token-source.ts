@@ -1,6 +1,7 @@
 /**
- * Benchmark prompts: seeded random token ids passed as promptTokenIds, so no tokenization cost
- * and no dependence on a text corpus, and the same prompts on every run.
+ * The benchmarks' prompts: seeded random token ids (no tokenization cost, no dependence on a text
+ * corpus, the same prompts on every run), and vLLM's prefix-repetition workload drawn from them.
+ * The engine benches pass them as promptTokenIds; `bench serve` sends them as token-id prompts.
  */
 import { Xoshiro128 } from "../util/random.ts";
 
@@ -8,21 +9,23 @@ import { Xoshiro128 } from "../util/random.ts";
 export const BOS = 1;
 const FIRST_CONTENT_ID = 3;
 
-/** Draws content token ids below a vocabulary size. */
+/** Draws token ids in [first, vocabSize): by default llama2.c's content ids. */
 export class TokenSource {
   private readonly rng: Xoshiro128;
 
   constructor(
     seed: number,
     private readonly vocabSize: number,
+    private readonly first: number = FIRST_CONTENT_ID,
   ) {
+    if (first < 1 || first >= vocabSize) throw new RangeError(`a vocabulary of ${vocabSize} tokens is too small to draw prompts from`);
     this.rng = new Xoshiro128(seed);
   }
 
-  /** `n` random content token ids. */
+  /** `n` random token ids. */
   tokens(n: number): number[] {
-    const span = this.vocabSize - FIRST_CONTENT_ID;
-    return Array.from({ length: n }, () => FIRST_CONTENT_ID + (this.rng.nextUint32() % span));
+    const span = this.vocabSize - this.first;
+    return Array.from({ length: n }, () => this.first + (this.rng.nextUint32() % span));
   }
 
   /** A prompt of `n` tokens in all, BOS first. */
@@ -38,4 +41,32 @@ export class TokenSource {
     }
     return items;
   }
+}
+
+export interface PrefixRepetitionShape {
+  prefixes: number;
+  /** Tokens of each shared prefix (BOS included when it has one). */
+  prefixTokens: number;
+  suffixTokens: number;
+  requests: number;
+}
+
+/** One prompt of a prefix-repetition workload: `index` is its place before the shuffle. */
+export interface RepeatedPrefixPrompt {
+  index: number;
+  tokenIds: number[];
+}
+
+/**
+ * vLLM's prefix_repetition: the shared prefixes drawn first, then request i is prefix i mod P plus
+ * its own unique suffix (the same number of requests per prefix), and the list shuffled, as vLLM's
+ * generator does. `bos`: each prefix starts with BOS (the engine benches' llama2.c-style prompts).
+ */
+export function prefixRepetition(source: TokenSource, s: PrefixRepetitionShape, bos: boolean): RepeatedPrefixPrompt[] {
+  const prefixes = Array.from({ length: s.prefixes }, () => (bos ? source.prompt(s.prefixTokens) : source.tokens(s.prefixTokens)));
+  const prompts = Array.from({ length: s.requests }, (_, index): RepeatedPrefixPrompt => ({
+    index,
+    tokenIds: [...prefixes[index % s.prefixes]!, ...source.tokens(s.suffixTokens)],
+  }));
+  return source.shuffle(prompts);
 }

@@ -21,9 +21,10 @@ import { restartNotes, restartTable, runRestartBench } from "../bench/prefix-res
 import { nlcPeer } from "../bench/peer-nlc.ts";
 import { llamaBenchPeer } from "../bench/peer-llama-bench.ts";
 import type { LlamaCppPeer } from "../bench/peer.ts";
-import { progress, reportText, type BenchReport, type Table } from "../bench/bench-report.ts";
+import { progress, reportText, setProgressSink, type BenchReport, type Table } from "../bench/bench-report.ts";
 import { makeReport, type BenchName, type BenchResults } from "../bench/schema.ts";
 import { benchOutputArgs, checkWritable, jsonTarget, startRun, writeOutputs, type StartedRun } from "./bench-output.ts";
+import { info } from "./output.ts";
 import { pagellmEngine, readMaskBenchFiles, runMaskBench, writeGrammarOutputs, type MaskBenchEngine, type MaskBenchResult } from "../bench/grammar.ts";
 import { xgrammarEngine } from "../bench/grammar-xgrammar.ts";
 import { TokenVocabulary } from "../grammar/vocabulary.ts";
@@ -480,6 +481,10 @@ export const benchCommand = defineCommand({
     description: "Benchmarks, each figure a ratio against a baseline measured in the same run (random-weight models of real shapes, cached in models/)",
   },
   subCommands: benchSubCommands,
+  // Runs before the subcommand: the benches' progress lines honour --quiet as every command's do.
+  setup() {
+    setProgressSink(info);
+  },
   async run({ rawArgs }) {
     // citty runs a parent's run after its subcommand too: list the benches only when none was named.
     if (rawArgs.some((a) => Object.hasOwn(benchSubCommands, a))) return;

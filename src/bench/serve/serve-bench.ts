@@ -23,7 +23,7 @@ import { runRequests, type RunOptions } from "./run.ts";
 import { probeTtft, type TtftProbe } from "./ttft-probe.ts";
 import { llamaServerCold, saltedCold, TurnProber, type ColdMethod, type TurnProbe } from "./turn-probe.ts";
 import {
-  ChatSource, ListSource, prefixWorkload, randomWorkload, TokenDraw, type ChatShape, type PrefixShape, type RandomShape, type RequestSource,
+  ChatSource, ListSource, prefixWorkload, randomWorkload, servingTokens, type ChatShape, type PrefixShape, type RandomShape, type RequestSource,
   type ServeWorkloadName,
 } from "./serve-workloads.ts";
 
@@ -136,7 +136,7 @@ export function longestRequest(o: Pick<ServeBenchOptions, "workload" | "shapes">
 async function warmUp(target: ServerTarget, o: ServeBenchOptions): Promise<void> {
   const req: BenchRequest = o.workload === "chat"
     ? { id: "warm-up", prompt: { kind: "chat", messages: [{ role: "user", content: "Hello there." }] }, maxTokens: 4 }
-    : { id: "warm-up", prompt: { kind: "tokens", tokenIds: new TokenDraw(o.seed + 7, o.vocabSize).tokens(16) }, maxTokens: 4 };
+    : { id: "warm-up", prompt: { kind: "tokens", tokenIds: servingTokens(o.seed + 7, o.vocabSize).tokens(16) }, maxTokens: 4 };
   const outcome = await sendRequest(target, req, { ignoreEos: o.ignoreEos, signal: AbortSignal.timeout(300_000), runStartMs: performance.now() });
   if (!outcome.ok) {
     const hint = o.ignoreEos && outcome.failure.status === 400 ? " (a server that rejects ignore_eos: add --no-ignore-eos)" : "";
