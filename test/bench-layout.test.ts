@@ -1,7 +1,8 @@
 /**
  * Where the benchmarks and the scripts sit: src/bench/ imports nothing from src/cli/ (its option
  * parsing lives in cli/bench-options.ts), no file of src/bench/ shares its name with another file
- * of src/, and scripts/ imports nothing from test/.
+ * of src/, the synthetic models' writers and quantizers (src/synth/) serve only the benchmarks,
+ * the tests and the library's exports, and scripts/ imports nothing from test/.
  */
 import { expect, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
@@ -33,4 +34,11 @@ test("no file of src/bench/ has the name of another file in src/", () => {
 test("scripts/ imports nothing from test/", () => {
   const arrows = tsFiles("scripts").flatMap((f) => importsOf(f).filter((to) => to.startsWith("test/")).map((to) => `${f} -> ${to}`));
   expect(arrows).toEqual([]);
+});
+
+test("only the benchmarks and the library's exports import src/synth/", () => {
+  const users = tsFiles("src")
+    .filter((f) => !f.startsWith("src/synth/") && !f.startsWith("src/bench/") && !f.startsWith("src/cli/bench") && f !== "src/index.ts")
+    .flatMap((f) => importsOf(f).filter((to) => to.startsWith("src/synth/")).map((to) => `${f} -> ${to}`));
+  expect(users).toEqual([]);
 });

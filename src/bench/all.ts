@@ -6,7 +6,7 @@
  * token counts and repetitions are chosen so the whole set takes under 15 minutes on 2 cores
  * (about 5 on this project's 2-core VM); `--quick` runs the same set tiny, in seconds, for tests.
  */
-import type { ModelMix } from "../model/gguf-model-writer.ts";
+import type { ModelMix } from "../synth/gguf-model-writer.ts";
 import { batchTables, runBatchBench } from "./batch-decode.ts";
 import { runDecodeBench, type DecodeResult } from "./decode.ts";
 import type { RepeatOptions } from "./measure.ts";

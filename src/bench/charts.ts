@@ -4,7 +4,7 @@
  * type, aggregate throughput against batch size next to the roofline, TTFT against the cached
  * fraction of the prompt, and the kernels against the scalar loop. Drawing is chart-svg.ts's job.
  */
-import type { ModelMix } from "../model/gguf-model-writer.ts";
+import type { ModelMix } from "../synth/gguf-model-writer.ts";
 import type { BatchResult, BatchRun } from "./batch-decode.ts";
 import { chartDocument, type BarChart, type Chart, type LineChart, type LineSeries } from "./chart-svg.ts";
 import type { DecodeResult } from "./decode.ts";

@@ -10,9 +10,9 @@ import { basename, join } from "node:path";
 import { InputError, PagellmError } from "../errors.ts";
 import { makeConfig, type ModelConfig } from "../model/config.ts";
 import { readGGUF } from "../model/gguf.ts";
-import { ARCHS, mixOfFileType, writeModelGGUF, type Arch, type ModelMix } from "../model/gguf-model-writer.ts";
+import { ARCHS, mixOfFileType, writeModelGGUF, type Arch, type ModelMix } from "../synth/gguf-model-writer.ts";
 import { openCheckpoint } from "../model/load.ts";
-import { padVocabulary, tokenizerMetadata } from "../model/gguf-tokenizer-metadata.ts";
+import { padVocabulary, tokenizerMetadata } from "../synth/gguf-tokenizer-metadata.ts";
 
 /** The GGUF form of a shape: its architecture, the real model's hyper-parameters and a real vocabulary. */
 export interface GGUFShape {

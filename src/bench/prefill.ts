@@ -8,7 +8,7 @@ import type { KVType } from "../kv/kv-layout.ts";
 import { measureDecode, measureTtft, withLLM } from "./engine-runs.ts";
 import { ratio, summarize, type RepeatOptions, type Summary } from "./measure.ts";
 import type { BenchModel } from "./bench-models.ts";
-import type { ModelMix } from "../model/gguf-model-writer.ts";
+import type { ModelMix } from "../synth/gguf-model-writer.ts";
 import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./bench-report.ts";
 import { measureMatmulGflops, withScratchBackend } from "./roofline.ts";
 import { peerTable, type LlamaCppPeer, type PeerFigure } from "./peer.ts";

@@ -4,7 +4,7 @@
  */
 import { defineCommand, type ArgsDef } from "citty";
 import { InputError } from "../errors.ts";
-import { isModelMix, MODEL_MIXES, type ModelMix } from "../model/gguf-model-writer.ts";
+import { isModelMix, MODEL_MIXES, type ModelMix } from "../synth/gguf-model-writer.ts";
 import { FULL_PLAN, QUICK_PLAN, runAll, type AllPlan } from "../bench/all.ts";
 import { machineInfo, machineLine } from "../bench/machine.ts";
 import { benchModel, DEFAULT_MODELS_DIR, parseShape, SHAPE_HELP } from "../bench/bench-models.ts";

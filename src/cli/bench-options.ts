@@ -12,7 +12,7 @@ import { benchModel, DEFAULT_MODELS_DIR, parseShape, SHAPE_HELP, WEIGHT_FORMATS,
 import { progress } from "../bench/bench-report.ts";
 import { ensureF32Twin } from "../bench/gguf-models.ts";
 import { isGGUF } from "../model/load.ts";
-import { isModelMix, MODEL_MIXES, type ModelMix } from "../model/gguf-model-writer.ts";
+import { isModelMix, MODEL_MIXES, type ModelMix } from "../synth/gguf-model-writer.ts";
 import { STREAM_BYTES } from "../bench/roofline.ts";
 
 export const commonArgs = {

@@ -8,7 +8,7 @@ import { defineCommand, type ArgsDef } from "citty";
 import { existsSync, statSync } from "node:fs";
 import { InputError, ServerError } from "../errors.ts";
 import { isGGUF } from "../model/load.ts";
-import { isModelMix, MODEL_MIXES, type ModelMix } from "../model/gguf-model-writer.ts";
+import { isModelMix, MODEL_MIXES, type ModelMix } from "../synth/gguf-model-writer.ts";
 import { benchModel, DEFAULT_MODELS_DIR, parseShape, SHAPE_HELP } from "../bench/bench-models.ts";
 import { commonArgs, nonNegInt, posint, str } from "./bench-options.ts";
 import { progress, reportText } from "../bench/bench-report.ts";
