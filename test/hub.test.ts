@@ -8,7 +8,7 @@ import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSyn
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { RepoCache, hubCacheDir } from "../src/hub/cache.ts";
-import { ChecksumError, DownloadError, ModelSpecError } from "../src/hub/errors.ts";
+import { ChecksumError, DownloadError, ModelSpecError } from "../src/hub/hub-errors.ts";
 import type { HubOptions } from "../src/hub/http.ts";
 import { pullUrl, resolveModel } from "../src/hub/resolve.ts";
 import { parseModelSpec, pickQuantFile, quantOfName } from "../src/hub/spec.ts";

@@ -20,7 +20,7 @@ import { writeLlama2c } from "../src/synth/llama2c-writer.ts";
 import { randomWeights } from "../src/synth/random-weights.ts";
 import { nodeBlockFileOps, type BlockFileOps } from "../src/kv-disk/file-ops.ts";
 import { scanRoot } from "../src/kv-disk/folder.ts";
-import { folderRow, folderSummary } from "../src/cli/cache.ts";
+import { folderRow, folderSummary } from "../src/cli/cache-command.ts";
 import { describeShared, SHARED_DIR } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
 import { TEXTS } from "./helpers/prefix.ts";

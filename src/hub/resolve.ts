@@ -10,7 +10,7 @@ import { basename, dirname, join } from "node:path";
 import { InputError } from "../errors.ts";
 import { RepoCache } from "./cache.ts";
 import { downloadFile } from "./download.ts";
-import { ModelSpecError } from "./errors.ts";
+import { ModelSpecError } from "./hub-errors.ts";
 import { fetchFileMetadata, hubOptionsFromEnv, listRepoFiles, normalizeEtag, request, requestHeaders, statusError, type HubOptions } from "./http.ts";
 import { FileLock } from "./lock.ts";
 import { llamaCppCachedFile, llamaCppCachedFiles } from "./llama-cpp-cache.ts";

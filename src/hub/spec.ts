@@ -6,7 +6,7 @@
  *   hf:OWNER/REPO                      the repository's only GGUF file
  *   https://host/path/model.gguf       any http(s) URL
  */
-import { ModelSpecError } from "./errors.ts";
+import { ModelSpecError } from "./hub-errors.ts";
 
 export type ModelSpec =
   | { readonly kind: "path"; readonly path: string }
