@@ -1,6 +1,6 @@
 /**
  * Writes the random-weight models larger than 4 GiB that docs/large-models.md measures, with the
- * project's GGUF writer (src/model/gguf-model-writer.ts), into a scratch folder (never into git):
+ * project's GGUF writer (src/synth/gguf-model-writer.ts), into a scratch folder (never into git):
  *
  *   bun scripts/large-models.ts DIR llama2-7b-5l-f32     Llama-2-7B's width, 5 of its 32 layers, F32 (5.1 GB)
  *   bun scripts/large-models.ts DIR llama3.1-8b-q4km     Llama-3.1-8B's full shape in Q4_K_M (4.6 GiB)
@@ -27,10 +27,10 @@ import { existsSync, mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { GGUF_SHAPES } from "../src/bench/gguf-models.ts";
 import { makeConfig, type ModelConfig } from "../src/model/config.ts";
-import { modelTensors, writeModelGGUF, type ModelToWrite } from "../src/model/gguf-model-writer.ts";
-import { chunksOf, gguf, tensorBytes, type TensorToWrite } from "../src/model/gguf-writer.ts";
-import { withRandomBlocks } from "../src/model/gguf-random-blocks.ts";
-import { appendControlTokens, padVocabulary, tokenizerMetadata, vocabularySize } from "../src/model/gguf-tokenizer-metadata.ts";
+import { modelTensors, writeModelGGUF, type ModelToWrite } from "../src/synth/gguf-model-writer.ts";
+import { chunksOf, gguf, tensorBytes, type TensorToWrite } from "../src/synth/gguf-writer.ts";
+import { withRandomBlocks } from "../src/synth/gguf-random-blocks.ts";
+import { appendControlTokens, padVocabulary, tokenizerMetadata, vocabularySize } from "../src/synth/gguf-tokenizer-metadata.ts";
 
 const VOCAB_DIR = resolve(import.meta.dir, "..", "..", "shared", "vocab");
 

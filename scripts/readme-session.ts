@@ -1,6 +1,6 @@
 /**
  * Reproduces the session that opens the README: pull, info, generate and chat on GGUF models from
- * ../shared, with a local stand-in for the Hugging Face hub (test/helpers/fake-hub.ts: the hub's
+ * ../shared, with a local stand-in for the Hugging Face hub (scripts/fake-hub.ts: the hub's
  * URLs and headers) because the machines this was written on have no internet. Prints the session
  * as it would appear on a terminal: `bun scripts/readme-session.ts`. The model goes into the hub
  * cache where huggingface-cli would put it (HF_HOME, by default ~/.cache/huggingface), and the
@@ -9,7 +9,7 @@
 import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
-import { FakeHub } from "../test/helpers/fake-hub.ts";
+import { FakeHub } from "./fake-hub.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
 const SHARED = resolve(ROOT, "..", "shared");

@@ -62,8 +62,8 @@ export { readLlama2cCheckpoint } from "./model/llama2c.ts";
 export { readGGUF, GGUFFile } from "./model/gguf.ts";
 export { makeConfig, type ModelConfig, type RopeStyle } from "./model/config.ts";
 export type { Checkpoint, TensorInfo } from "./model/checkpoint.ts";
-export { writeLlama2c, quantizeQ80, type Llama2cWeights, type Llama2cFormat } from "./model/llama2c-writer.ts";
-export { randomWeights } from "./model/random-weights.ts";
+export { writeLlama2c, quantizeQ80, type Llama2cWeights, type Llama2cFormat } from "./synth/llama2c-writer.ts";
+export { randomWeights } from "./synth/random-weights.ts";
 
 // ---- the KV cache with automatic prefix caching
 export {

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ChatTemplate, ChatTemplateError } from "../src/chat/jinja-template.ts";
 import { DEFAULT_RENDER_LIMITS } from "../src/chat/jinja-limits.ts";
-import { gguf } from "../src/model/gguf-writer.ts";
+import { gguf } from "../src/synth/gguf-writer.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { rewriteGGUF } from "./helpers/hostile-gguf.ts";
 import { describeShared } from "./helpers/shared.ts";

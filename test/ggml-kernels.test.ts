@@ -1,13 +1,13 @@
 /**
  * The kernels of the ggml tensor types (assembly/ggml/) against plain loops over the reference
- * dequantizers (src/quant/): every type, odd row counts, several blocks, many iterations; the
+ * dequantizers (src/synth/quant/): every type, odd row counts, several blocks, many iterations; the
  * same bits for a token whatever else is in the call, whichever rows a thread computes, and at
  * any thread count.
  */
 import { afterAll, describe, expect, test } from "bun:test";
 import { CpuBackend } from "../src/backend/wasm/cpu.ts";
 import type { WeightMatrix } from "../src/backend/wasm/weights.ts";
-import { dequantize, GGML_TYPE, quantize, type QuantTypeName } from "../src/quant/index.ts";
+import { dequantize, GGML_TYPE, quantize, type QuantTypeName } from "../src/synth/quant/index.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 
 type GGMLType = Exclude<QuantTypeName, "F32">;
@@ -53,7 +53,7 @@ function dotRows(wd: Float32Array, cols: number, xr: Float64Array, r: number): {
 function activationsAsRead(type: GGMLType, x: Float32Array, cols: number): Float64Array {
   const xr = new Float64Array(cols);
   if (type === "F16" || type === "BF16") {
-    // Rounded to the weights' type first, as llama.cpp does (the reference converter of src/quant).
+    // Rounded to the weights' type first, as llama.cpp does (the reference converter of src/synth/quant).
     xr.set(dequantize(type, quantize(type, x.subarray(0, cols)), cols));
     return xr;
   }

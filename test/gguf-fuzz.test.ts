@@ -15,7 +15,7 @@ import { join } from "node:path";
 import { DEFAULT_RENDER_LIMITS } from "../src/chat/jinja-limits.ts";
 import { ChatTemplate, ChatTemplateError } from "../src/chat/jinja-template.ts";
 import { readGGUF } from "../src/model/gguf.ts";
-import { gguf } from "../src/model/gguf-writer.ts";
+import { gguf } from "../src/synth/gguf-writer.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { expectCleanLine, FuzzRandom, mutations, runFile, UNSAFE_CHARS, type Outcome } from "./helpers/gguf-fuzz.ts";
 import { declareHugeTensor, rewriteGGUF } from "./helpers/hostile-gguf.ts";

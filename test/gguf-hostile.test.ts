@@ -12,7 +12,7 @@ import { GGUFStringArray, type GGUFValue } from "../src/model/gguf.ts";
 import { openCheckpoint } from "../src/model/load.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { expectModelFormatError } from "./helpers/errors.ts";
-import { gguf } from "../src/model/gguf-writer.ts";
+import { gguf } from "../src/synth/gguf-writer.ts";
 import { patched, tensorRecord, valueAt, type HeaderMap } from "./helpers/gguf-patch.ts";
 import { declareHugeTensor, rewriteGGUF } from "./helpers/hostile-gguf.ts";
 import { describeShared } from "./helpers/shared.ts";

@@ -15,11 +15,11 @@ import { InputError } from "../src/errors.ts";
 import { makeConfig, type ModelConfig } from "../src/model/config.ts";
 import { GGML_TYPES, GGUFStringArray, readGGUF, type GGUFFile, type GGUFValue } from "../src/model/gguf.ts";
 import { readGGUFCheckpoint } from "../src/model/gguf-checkpoint.ts";
-import { MODEL_MIXES, writeModelGGUF, type Arch, type ModelMix } from "../src/model/gguf-model-writer.ts";
-import { tensorRole, tensorType, useMoreBits } from "../src/model/gguf-quant-mix.ts";
-import { gguf, tensorBytes, writeGGUF, type TensorToWrite } from "../src/model/gguf-writer.ts";
-import { padVocabulary, tokenizerMetadata, vocabularySize } from "../src/model/gguf-tokenizer-metadata.ts";
-import { dequantize, GGML_TYPE, quantize, quantTypeName } from "../src/quant/index.ts";
+import { MODEL_MIXES, writeModelGGUF, type Arch, type ModelMix } from "../src/synth/gguf-model-writer.ts";
+import { tensorRole, tensorType, useMoreBits } from "../src/synth/gguf-quant-mix.ts";
+import { gguf, tensorBytes, writeGGUF, type TensorToWrite } from "../src/synth/gguf-writer.ts";
+import { padVocabulary, tokenizerMetadata, vocabularySize } from "../src/synth/gguf-tokenizer-metadata.ts";
+import { dequantize, GGML_TYPE, quantize, quantTypeName } from "../src/synth/quant/index.ts";
 import { expectModelFormatError } from "./helpers/errors.ts";
 import { describeShared } from "./helpers/shared.ts";
 

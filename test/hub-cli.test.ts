@@ -7,7 +7,7 @@ import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSy
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { REPO_ROOT, runPagellmAsync } from "./helpers/cli.ts";
-import { FakeHub } from "./helpers/fake-hub.ts";
+import { FakeHub } from "../scripts/fake-hub.ts";
 import { hasScript, pagellmInPty } from "./helpers/pty.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { PROCESS_TEST_MS } from "./helpers/limits.ts";

@@ -1,5 +1,5 @@
 /**
- * Model fetching against a local fake hub (test/helpers/fake-hub.ts): the real download code, the
+ * Model fetching against a local fake hub (scripts/fake-hub.ts): the real download code, the
  * huggingface_hub cache layout, resume, verification, errors, locking, and the pull/models/rm/info
  * commands. Nothing here reaches the internet.
  */
@@ -8,13 +8,13 @@ import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSyn
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { RepoCache, hubCacheDir } from "../src/hub/cache.ts";
-import { ChecksumError, DownloadError, ModelSpecError } from "../src/hub/errors.ts";
+import { ChecksumError, DownloadError, ModelSpecError } from "../src/hub/hub-errors.ts";
 import type { HubOptions } from "../src/hub/http.ts";
 import { pullUrl, resolveModel } from "../src/hub/resolve.ts";
 import { parseModelSpec, pickQuantFile, quantOfName } from "../src/hub/spec.ts";
 import { formatBytes, progressLine } from "../src/hub/progress.ts";
 import { runPagellmAsync } from "./helpers/cli.ts";
-import { FakeHub, sha256 } from "./helpers/fake-hub.ts";
+import { FakeHub, sha256 } from "../scripts/fake-hub.ts";
 import { PROCESS_TEST_MS } from "./helpers/limits.ts";
 
 const hub = new FakeHub();

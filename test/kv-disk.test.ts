@@ -16,11 +16,11 @@ import { copyFileSync, cpSync, existsSync, readdirSync, readFileSync, renameSync
 import { join } from "node:path";
 import { LLM, type GenerateRequest, type LoadOptions } from "../src/engine/llm.ts";
 import { makeConfig } from "../src/model/config.ts";
-import { writeLlama2c } from "../src/model/llama2c-writer.ts";
-import { randomWeights } from "../src/model/random-weights.ts";
+import { writeLlama2c } from "../src/synth/llama2c-writer.ts";
+import { randomWeights } from "../src/synth/random-weights.ts";
 import { nodeBlockFileOps, type BlockFileOps } from "../src/kv-disk/file-ops.ts";
 import { scanRoot } from "../src/kv-disk/folder.ts";
-import { folderRow, folderSummary } from "../src/cli/cache.ts";
+import { folderRow, folderSummary } from "../src/cli/cache-command.ts";
 import { describeShared, SHARED_DIR } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
 import { TEXTS } from "./helpers/prefix.ts";

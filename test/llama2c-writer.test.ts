@@ -15,8 +15,8 @@ import {
   quantizeQ80,
   v2GroupSize,
   writeLlama2c,
-} from "../src/model/llama2c-writer.ts";
-import { randomWeights } from "../src/model/random-weights.ts";
+} from "../src/synth/llama2c-writer.ts";
+import { randomWeights } from "../src/synth/random-weights.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { InputError } from "../src/errors.ts";
 import { sharedPath } from "./helpers/shared.ts";

@@ -1,5 +1,5 @@
 /**
- * The reference quantizers (src/quant/): bytes identical with llama.cpp's llama-quantize on the
+ * The reference quantizers (src/synth/quant/): bytes identical with llama.cpp's llama-quantize on the
  * shared GGUF files, and round trips within each type's error bound.
  */
 import { describe, expect, test } from "bun:test";
@@ -7,7 +7,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { readGGUF } from "../src/model/gguf.ts";
-import { dequantize, f32ToHalf, halfToF32, f32ToBF16, bf16ToF32, quantize, quantTypeName, type QuantTypeName } from "../src/quant/index.ts";
+import { dequantize, f32ToHalf, halfToF32, f32ToBF16, bf16ToF32, quantize, quantTypeName, type QuantTypeName } from "../src/synth/quant/index.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { describeShared, SHARED_DIR } from "./helpers/shared.ts";
 import { LONG_PROCESS_TEST_MS } from "./helpers/limits.ts";

@@ -6,8 +6,8 @@
 import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { makeConfig, type ModelConfig } from "../src/model/config.ts";
-import type { Llama2cWeights } from "../src/model/llama2c-writer.ts";
-import { randomWeights } from "../src/model/random-weights.ts";
+import type { Llama2cWeights } from "../src/synth/llama2c-writer.ts";
+import { randomWeights } from "../src/synth/random-weights.ts";
 import { sharedPath } from "./helpers/shared.ts";
 import { decodeTokens, readTokenPieces } from "./reference/decode-tokens.ts";
 import { argmax, ReferenceTransformer, referenceGreedy } from "./reference/forward-f64.ts";

@@ -9,7 +9,7 @@ import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFile
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { readGGUF } from "../src/model/gguf.ts";
-import { gguf, writeGGUF } from "../src/model/gguf-writer.ts";
+import { gguf, writeGGUF } from "../src/synth/gguf-writer.ts";
 import { loadTokenizer } from "../src/tokenizer/load.ts";
 import { Xoshiro128 } from "../src/util/random.ts";
 import { PreTokenizer, PRE_TOKENIZER_NAMES } from "../src/tokenizer/pretokenizers.ts";

@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { readGGUF } from "../src/model/gguf.ts";
-import { gguf, writeGGUF } from "../src/model/gguf-writer.ts";
+import { gguf, writeGGUF } from "../src/synth/gguf-writer.ts";
 import { loadTokenizer } from "../src/tokenizer/load.ts";
 import { PreTokenizer, PRE_TOKENIZER_NAMES } from "../src/tokenizer/pretokenizers.ts";
 import { expectModelFormatError } from "./helpers/errors.ts";

@@ -36,8 +36,8 @@ import { logSoftmaxAt } from "./helpers/gguf-rig.ts";
 import { greedyGoldenCases } from "./helpers/runc-golden.ts";
 import { CHILD_PROCESS_MS, PROCESS_TEST_MS } from "./helpers/limits.ts";
 import { makeConfig } from "../src/model/config.ts";
-import { writeModelGGUF } from "../src/model/gguf-model-writer.ts";
-import { tokenizerMetadata } from "../src/model/gguf-tokenizer-metadata.ts";
+import { writeModelGGUF } from "../src/synth/gguf-model-writer.ts";
+import { tokenizerMetadata } from "../src/synth/gguf-tokenizer-metadata.ts";
 import { writtenModel } from "./helpers/written-models.ts";
 
 /** Positions of the story text the quantized files are scored on. */

@@ -8,7 +8,7 @@ import { CpuBackend } from "../src/backend/wasm/cpu.ts";
 import { openCheckpoint } from "../src/model/load.ts";
 import { FAST_STORAGE, FILE_STORAGE, loadWeights, weightBytes, type ModelWeights, type WeightMatrix } from "../src/backend/wasm/weights.ts";
 import { summarizeModel } from "../src/hub/summary.ts";
-import { GGML_TYPE } from "../src/quant/index.ts";
+import { GGML_TYPE } from "../src/synth/quant/index.ts";
 import { describeShared } from "./helpers/shared.ts";
 
 const backends: CpuBackend[] = [];

@@ -6,17 +6,17 @@
  * token counts and repetitions are chosen so the whole set takes under 15 minutes on 2 cores
  * (about 5 on this project's 2-core VM); `--quick` runs the same set tiny, in seconds, for tests.
  */
-import type { ModelMix } from "../model/gguf-model-writer.ts";
-import { batchTables, runBatchBench } from "./batch.ts";
+import type { ModelMix } from "../synth/gguf-model-writer.ts";
+import { batchTables, runBatchBench } from "./batch-decode.ts";
 import { runDecodeBench, type DecodeResult } from "./decode.ts";
 import type { RepeatOptions } from "./measure.ts";
-import type { BenchModel } from "./models.ts";
+import type { BenchModel } from "./bench-models.ts";
 import { runPrefillBench, type PrefillResult } from "./prefill.ts";
 import { prefixTables, runPrefixBench } from "./prefix.ts";
-import { progress, tablesText, type Table } from "./report.ts";
+import { progress, tablesText, type Table } from "./bench-report.ts";
 import { makeReport, type AnyBenchReport } from "./schema.ts";
 import { decodeSet, prefillSet } from "./type-comparison.ts";
-import { DEFAULT_STORIES_MODEL } from "./speculative.ts";
+import { DEFAULT_STORIES_MODEL } from "./speculative-decode.ts";
 import { DEFAULT_SPECULATIVE } from "../engine/speculative.ts";
 
 /** How much of everything `bench all` measures. */

@@ -4,7 +4,7 @@
  * machine. No fonts, scripts or stylesheets are referenced (text uses the generic sans-serif
  * family), so the file renders the same in a browser, an image viewer and a README.
  */
-import { fmt } from "./report.ts";
+import { fmt } from "./bench-report.ts";
 
 export interface Point {
   x: number;

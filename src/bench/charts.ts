@@ -4,16 +4,16 @@
  * type, aggregate throughput against batch size next to the roofline, TTFT against the cached
  * fraction of the prompt, and the kernels against the scalar loop. Drawing is chart-svg.ts's job.
  */
-import type { ModelMix } from "../model/gguf-model-writer.ts";
-import type { BatchResult, BatchRun } from "./batch.ts";
+import type { ModelMix } from "../synth/gguf-model-writer.ts";
+import type { BatchResult, BatchRun } from "./batch-decode.ts";
 import { chartDocument, type BarChart, type Chart, type LineChart, type LineSeries } from "./chart-svg.ts";
 import type { DecodeResult } from "./decode.ts";
-import type { KernelsResult } from "./kernels.ts";
+import type { KernelsResult } from "./kernel-speed.ts";
 import { machineLine } from "./machine.ts";
 import type { PrefillResult } from "./prefill.ts";
 import type { PrefixResult } from "./prefix.ts";
-import { serveCharts } from "./serve/report.ts";
-import { shortDate, threadsLabel } from "./report.ts";
+import { serveCharts } from "./serve/serve-report.ts";
+import { shortDate, threadsLabel } from "./bench-report.ts";
 import { decodeResultsOf, prefillResultsOf, reportsOf, type AnyBenchReport, type BenchDocument } from "./schema.ts";
 
 /** A model's name on a chart: its tensor type when every model has the same shape, else its label. */

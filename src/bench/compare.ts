@@ -4,7 +4,7 @@
  * different machine or Bun is said, since then the ratios measure the machines as much as pagellm.
  */
 import type { MachineInfo } from "./machine.ts";
-import { fmt, fmtRatio, shortDate, type Figure, type Table } from "./report.ts";
+import { fmt, fmtRatio, shortDate, type Figure, type Table } from "./bench-report.ts";
 import { reportsOf, type AnyBenchReport, type BenchDocument } from "./schema.ts";
 
 export interface ComparedFigure {

@@ -6,18 +6,18 @@
  */
 import { measureDecode, withLLM } from "./engine-runs.ts";
 import { ratio, summarize, type RepeatOptions, type Summary } from "./measure.ts";
-import type { BenchModel } from "./models.ts";
-import type { ModelMix } from "../model/gguf-model-writer.ts";
-import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
+import type { BenchModel } from "./bench-models.ts";
+import type { ModelMix } from "../synth/gguf-model-writer.ts";
+import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./bench-report.ts";
 import { measureStreamBandwidth, withScratchBackend } from "./roofline.ts";
 import { peerTable, type LlamaCppPeer, type PeerFigure } from "./peer.ts";
 import { runcTokensPerSecond } from "./runc.ts";
-import { TokenSource } from "./prompts.ts";
-import { runSpeculativeDecode, speculativeFigures, speculativeTable, type SpeculativeDecode } from "./speculative.ts";
+import { TokenSource } from "./token-source.ts";
+import { runSpeculativeDecode, speculativeFigures, speculativeTable, type SpeculativeDecode } from "./speculative-decode.ts";
 import type { SpeculativeOptions } from "../engine/speculative.ts";
 import { kvContextFigures, kvContextTables, runKVContextBench, type KVContextResult } from "./kv-context.ts";
 import { runStructuredDecode, structuredFigures, structuredTable, type StructuredDecode } from "./structured.ts";
-import { runToolCallDecode, toolCallFigures, toolCallTable, type ToolCallDecode } from "./tool-calls.ts";
+import { runToolCallDecode, toolCallFigures, toolCallTable, type ToolCallDecode } from "./tool-call-cost.ts";
 import { kvLayout, type KVType } from "../kv/kv-layout.ts";
 
 /** Decode steps timed per repetition at a long context (one step is tens of milliseconds there). */

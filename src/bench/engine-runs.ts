@@ -10,10 +10,10 @@ import { openCheckpoint } from "../model/load.ts";
 import type { StepReport } from "../engine/engine-client.ts";
 import type { EngineOptions } from "../engine/engine-options.ts";
 import type { GenerateRequest } from "../engine/generate-request.ts";
-import { LLM } from "../engine/llm.ts";
+import { LLM, type CompletionResult } from "../engine/llm.ts";
 import { repeat, summarize, type RepeatOptions, type Summary } from "./measure.ts";
-import type { BenchModel } from "./models.ts";
-import { TokenSource } from "./prompts.ts";
+import type { BenchModel } from "./bench-models.ts";
+import { TokenSource } from "./token-source.ts";
 
 /**
  * Load `model` with `engine` options (on `gpu` when given, else WebAssembly), run `fn`, and always
@@ -27,6 +27,45 @@ export async function withLLM<T>(model: BenchModel, engine: Partial<EngineOption
   } finally {
     llm.close();
   }
+}
+
+/** A serving run in this process: what came back and what the engine counted. */
+export interface InProcessRun {
+  results: CompletionResult[];
+  /** From submission to the last result. */
+  seconds: number;
+  promptTokens: number;
+  outputTokens: number;
+  /** Prompt tokens served from the prefix cache. */
+  cachedTokens: number;
+  stats: ReturnType<LLM["stats"]>;
+}
+
+/**
+ * The benches' in-process serving core: a freshly loaded engine, an untimed `warmUp` request when
+ * given, then every request submitted at once (LLM.generate, as `pagellm generate --prompts` runs
+ * them) and timed to the last result. A failed request is an InputError naming `label`.
+ */
+export async function serveInProcess(
+  model: BenchModel, engine: Partial<EngineOptions>, requests: readonly GenerateRequest[], o: { label: string; warmUp?: (llm: LLM) => GenerateRequest },
+): Promise<InProcessRun> {
+  return await withLLM(model, engine, async (llm): Promise<InProcessRun> => {
+    if (o.warmUp !== undefined) await llm.generate([o.warmUp(llm)]);
+    const t0 = performance.now();
+    const results = await llm.generate(requests);
+    const seconds = (performance.now() - t0) / 1000;
+    const failed = results.find((r) => r.finish_reason === "error");
+    if (failed) throw new InputError(`${o.label}: request ${failed.id} failed: ${failed.error}`);
+    const total = (count: (r: CompletionResult) => number): number => results.reduce((n, r) => n + count(r), 0);
+    return {
+      results,
+      seconds,
+      promptTokens: total((r) => r.prompt_tokens),
+      outputTokens: total((r) => r.completion_tokens),
+      cachedTokens: total((r) => r.cached_tokens),
+      stats: llm.stats(),
+    };
+  });
 }
 
 /** Greedy, no penalties: every figure is for the same deterministic work. */

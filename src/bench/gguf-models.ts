@@ -10,9 +10,9 @@ import { basename, join } from "node:path";
 import { InputError, PagellmError } from "../errors.ts";
 import { makeConfig, type ModelConfig } from "../model/config.ts";
 import { readGGUF } from "../model/gguf.ts";
-import { ARCHS, mixOfFileType, writeModelGGUF, type Arch, type ModelMix } from "../model/gguf-model-writer.ts";
+import { ARCHS, mixOfFileType, writeModelGGUF, type Arch, type ModelMix } from "../synth/gguf-model-writer.ts";
 import { openCheckpoint } from "../model/load.ts";
-import { padVocabulary, tokenizerMetadata } from "../model/gguf-tokenizer-metadata.ts";
+import { padVocabulary, tokenizerMetadata } from "../synth/gguf-tokenizer-metadata.ts";
 
 /** The GGUF form of a shape: its architecture, the real model's hyper-parameters and a real vocabulary. */
 export interface GGUFShape {
@@ -31,7 +31,7 @@ export interface GGUFShape {
 const RANDOM_GGUF_VERSION = 2;
 const WEIGHTS_SEED = 1234;
 
-/** The GGUF forms of the named shapes (src/bench/models.ts SHAPES). */
+/** The GGUF forms of the named shapes (src/bench/bench-models.ts SHAPES). */
 export const GGUF_SHAPES: Readonly<Record<string, GGUFShape>> = {
   // karpathy/llama2.c stories110M: dim 768, 12 layers, 12 heads, hidden 2048, vocab 32000, context 1024, shared classifier.
   stories110M: {
@@ -60,8 +60,6 @@ export const GGUF_SHAPES: Readonly<Record<string, GGUFShape>> = {
     note: "qwen2.5-0.5b shape; its vocabulary is SmolLM2's byte-level BPE (49152 tokens, Qwen's is not in the shared folder) padded with unused [PAD] tokens to the real 151936",
   },
 };
-
-export const GGUF_SHAPE_NAMES = Object.keys(GGUF_SHAPES);
 
 /** Llama 2's vocabulary, the tokenizer of custom shapes' GGUF form. */
 const CUSTOM_SHAPE_VOCAB = "ggml-vocab-llama-spm.gguf";

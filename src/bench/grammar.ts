@@ -21,7 +21,7 @@ import { isObject, parseJsonText, pythonJsonDumps, type JsonValue } from "../gra
 import { GrammarMatcher } from "../grammar/matcher.ts";
 import type { TokenVocabulary } from "../grammar/vocabulary.ts";
 import { machineInfo } from "./machine.ts";
-import { fmt, fmtPct, progress, reportText, type Table } from "./report.ts";
+import { fmt, fmtPct, progress, reportText, type Table } from "./bench-report.ts";
 
 /** One MaskBench file: its schema and test instances. */
 export interface MaskBenchFile {

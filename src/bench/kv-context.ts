@@ -24,8 +24,8 @@ import { loadWeights } from "../backend/wasm/weights.ts";
 import { Xoshiro128 } from "../util/random.ts";
 import { InputError } from "../errors.ts";
 import { ratio, summarize, type RepeatOptions, type Summary } from "./measure.ts";
-import type { BenchModel } from "./models.ts";
-import { figure, fmt, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
+import type { BenchModel } from "./bench-models.ts";
+import { figure, fmt, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./bench-report.ts";
 
 export interface KVContextOptions extends RepeatOptions {
   model: BenchModel;

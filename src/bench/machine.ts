@@ -5,7 +5,7 @@
 import { availableParallelism, cpus, release, totalmem, type as osType } from "node:os";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { REPO_ROOT } from "./models.ts";
+import { REPO_ROOT } from "./bench-models.ts";
 
 export interface MachineInfo {
   /** CPU model as the OS names it ("unknown" when it does not). */

@@ -7,7 +7,7 @@
  */
 import type { KVType } from "../kv/kv-layout.ts";
 import type { Summary } from "./measure.ts";
-import { fmtRatio, fmtSpread, type Table } from "./report.ts";
+import { fmtRatio, fmtSpread, type Table } from "./bench-report.ts";
 
 /** One peer measurement: the file, the thread count and what to time. */
 export interface PeerRun {

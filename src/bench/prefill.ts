@@ -7,12 +7,12 @@
 import type { KVType } from "../kv/kv-layout.ts";
 import { measureDecode, measureTtft, withLLM } from "./engine-runs.ts";
 import { ratio, summarize, type RepeatOptions, type Summary } from "./measure.ts";
-import type { BenchModel } from "./models.ts";
-import type { ModelMix } from "../model/gguf-model-writer.ts";
-import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
+import type { BenchModel } from "./bench-models.ts";
+import type { ModelMix } from "../synth/gguf-model-writer.ts";
+import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./bench-report.ts";
 import { measureMatmulGflops, withScratchBackend } from "./roofline.ts";
 import { peerTable, type LlamaCppPeer, type PeerFigure } from "./peer.ts";
-import { TokenSource } from "./prompts.ts";
+import { TokenSource } from "./token-source.ts";
 import { gpuRefusal, gpuTable, type BenchGpu, type GpuRow } from "./webgpu.ts";
 
 /** The bar: prefill per token at least this many times faster than decode per token. */

@@ -17,9 +17,9 @@ import type { EngineOptions } from "../engine/engine-options.ts";
 import { InputError } from "../errors.ts";
 import type { SecondTierStats } from "../kv/second-tier.ts";
 import { ratio, repeat, summarize, type RepeatOptions, type Summary } from "./measure.ts";
-import type { BenchModel } from "./models.ts";
-import { TokenSource } from "./prompts.ts";
-import { fmt, fmtRatio, fmtSpread, progress, threadsLabel, figure, type Figure, type Table } from "./report.ts";
+import type { BenchModel } from "./bench-models.ts";
+import { TokenSource } from "./token-source.ts";
+import { fmt, fmtRatio, fmtSpread, progress, threadsLabel, figure, type Figure, type Table } from "./bench-report.ts";
 
 /** The floor and aim for restart TTFT / cold TTFT. */
 export const RESTART_FLOOR = 0.1;

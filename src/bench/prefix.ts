@@ -8,7 +8,7 @@
  *    within 2%). The two engines run alternately, so drift on a shared machine hits both.
  * 4. Time to first token against the fraction of the prompt found in the cache (0% to the whole
  *    prefix), one cache-on engine: what a chat turn or a shared system prompt buys.
- * 5. Serving workloads with shared prefixes (see workloads.ts), FCFS and LPM scheduling, each
+ * 5. Serving workloads with shared prefixes (see prefix-workloads.ts), FCFS and LPM scheduling, each
  *    eviction policy, cache on and off, in a KV pool small enough that eviction matters.
  */
 import type { KVType } from "../kv/kv-layout.ts";
@@ -21,11 +21,11 @@ import { measureHashCost } from "../kv/hash-cost.ts";
 import { InputError } from "../errors.ts";
 import { measureTtft, withLLM } from "./engine-runs.ts";
 import { ratio, repeat, summarize, type RepeatOptions, type Summary } from "./measure.ts";
-import type { BenchModel } from "./models.ts";
-import { TokenSource } from "./prompts.ts";
-import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
-import { configLabel, runServing, type ServingConfig, type ServingResult } from "./serving.ts";
-import { makeWorkload, servingPoolBlocks, type WorkloadName } from "./workloads.ts";
+import type { BenchModel } from "./bench-models.ts";
+import { TokenSource } from "./token-source.ts";
+import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./bench-report.ts";
+import { configLabel, runServing, type ServingConfig, type ServingResult } from "./prefix-serving.ts";
+import { makeWorkload, servingPoolBlocks, type WorkloadName } from "./prefix-workloads.ts";
 
 const BLOCK_SIZE = 16;
 const HASHES: readonly HashAlgorithm[] = ["sha256", "xxh64"];

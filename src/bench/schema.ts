@@ -1,22 +1,22 @@
 /**
  * The JSON documents `pagellm bench ... --json FILE` writes, one schema per sub-benchmark: the
- * common envelope (BenchReport in report.ts: schema, bench, date, machine, settings, notes,
+ * common envelope (BenchReport in bench-report.ts: schema, bench, date, machine, settings, notes,
  * results, figures) around that bench's own typed results (BenchResults below). `bench all`
  * writes one AllDocument holding every sub-benchmark's report. Reading one back checks the
  * envelope, so --compare and `bench chart` fail with one line on a file that is not one.
  */
 import { readFileSync } from "node:fs";
 import { InputError } from "../errors.ts";
-import { batchFigures, type BatchResult } from "./batch.ts";
+import { batchFigures, type BatchResult } from "./batch-decode.ts";
 import { decodeFigures, type DecodeResult } from "./decode.ts";
-import { kernelsFigures, type KernelsResult } from "./kernels.ts";
+import { kernelsFigures, type KernelsResult } from "./kernel-speed.ts";
 import { machineInfo, type MachineInfo } from "./machine.ts";
 import { prefillFigures, type PrefillResult } from "./prefill.ts";
 import { prefixFigures, type PrefixResult } from "./prefix.ts";
-import { BENCH_SCHEMA, type BenchReport, type Figure } from "./report.ts";
+import { BENCH_SCHEMA, type BenchReport, type Figure } from "./bench-report.ts";
 import type { FloorCheck } from "./type-comparison.ts";
-import type { ServeBenchResult } from "./serve/bench.ts";
-import { serveFigures } from "./serve/report.ts";
+import type { ServeBenchResult } from "./serve/serve-bench.ts";
+import { serveFigures } from "./serve/serve-report.ts";
 import { restartFigures, type RestartResult } from "./prefix-restart.ts";
 
 /** `bench decode` with several models (--type, --f32-baseline, several --shape): each model, and the floor checks. */

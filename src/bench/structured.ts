@@ -13,9 +13,9 @@ import type { CompletionResult, GenerateRequest, LLM } from "../engine/llm.ts";
 import { withLLM } from "./engine-runs.ts";
 import { alternatingRates, runAlternating } from "./alternating.ts";
 import type { RepeatOptions, Summary } from "./measure.ts";
-import type { BenchModel } from "./models.ts";
-import { TokenSource } from "./prompts.ts";
-import { figure, fmt, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
+import type { BenchModel } from "./bench-models.ts";
+import { TokenSource } from "./token-source.ts";
+import { figure, fmt, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./bench-report.ts";
 
 /** Prompts decoded both ways per repetition. */
 const PROMPTS = 4;

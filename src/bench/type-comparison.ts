@@ -3,11 +3,11 @@
  * pagellm's own F32 model of the same shape, measured in the same run, and the issue's floor
  * (Q8_0 and Q4_K_M decode at least 1.5x the F32 decode at one thread) checked against it.
  */
-import type { ModelMix } from "../model/gguf-model-writer.ts";
+import type { ModelMix } from "../synth/gguf-model-writer.ts";
 import { decodeTables, type DecodeResult } from "./decode.ts";
 import { ratio, type Summary } from "./measure.ts";
 import { prefillTables, type PrefillResult } from "./prefill.ts";
-import { fmtRatio, fmtSpread, type Table } from "./report.ts";
+import { fmtRatio, fmtSpread, type Table } from "./bench-report.ts";
 import type { BenchResults } from "./schema.ts";
 
 /** One model's figure at each thread count. */

@@ -12,8 +12,8 @@ import type { GpuWorkCounts } from "../backend/webgpu/runner.ts";
 import type { LLM } from "../engine/llm.ts";
 import { openCheckpoint } from "../model/load.ts";
 import type { Summary } from "./measure.ts";
-import type { BenchModel } from "./models.ts";
-import { fmt, fmtRatio, fmtSpread, type Table } from "./report.ts";
+import type { BenchModel } from "./bench-models.ts";
+import { fmt, fmtRatio, fmtSpread, type Table } from "./bench-report.ts";
 
 /** The WebGPU backend a bench runs its GPU rows on, and how to name it. */
 export interface BenchGpu {

@@ -4,12 +4,12 @@
  */
 import { defineCommand, type ArgsDef } from "citty";
 import { InputError } from "../errors.ts";
-import { isModelMix, MODEL_MIXES, type ModelMix } from "../model/gguf-model-writer.ts";
+import { isModelMix, MODEL_MIXES, type ModelMix } from "../synth/gguf-model-writer.ts";
 import { FULL_PLAN, QUICK_PLAN, runAll, type AllPlan } from "../bench/all.ts";
 import { machineInfo, machineLine } from "../bench/machine.ts";
-import { benchModel, DEFAULT_MODELS_DIR, parseShape, SHAPE_HELP } from "../bench/models.ts";
-import { intList, modelNotes, nonNegInt, str } from "../bench/options.ts";
-import { BENCH_SCHEMA, progress, shortDate } from "../bench/report.ts";
+import { benchModel, DEFAULT_MODELS_DIR, parseShape, SHAPE_HELP } from "../bench/bench-models.ts";
+import { intList, modelNotes, nonNegInt, str } from "./bench-options.ts";
+import { BENCH_SCHEMA, progress, shortDate } from "../bench/bench-report.ts";
 import type { AllDocument } from "../bench/schema.ts";
 import { benchOutputArgs, startRun, writeOutputs } from "./bench-output.ts";
 import { checkKnownOptions, type ParsedValues } from "./options.ts";

@@ -5,7 +5,7 @@
 import { defineCommand, type ArgsDef } from "citty";
 import { chartSvg } from "../bench/charts.ts";
 import { compareRuns, comparisonNotes, comparisonTables } from "../bench/compare.ts";
-import { tablesText } from "../bench/report.ts";
+import { tablesText } from "../bench/bench-report.ts";
 import { readBenchDocument, reportsOf } from "../bench/schema.ts";
 import { checkWritable, writeFile } from "./bench-output.ts";
 import { checkKnownOptions } from "./options.ts";

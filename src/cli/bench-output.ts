@@ -10,7 +10,7 @@ import type { ArgsDef } from "citty";
 import { InputError } from "../errors.ts";
 import { chartSvg } from "../bench/charts.ts";
 import { compareRuns, comparisonNotes, comparisonTables } from "../bench/compare.ts";
-import { progress, tablesText } from "../bench/report.ts";
+import { progress, tablesText } from "../bench/bench-report.ts";
 import { readBenchDocument, reportsOf, type BenchDocument } from "../bench/schema.ts";
 import type { ParsedValues } from "./options.ts";
 

@@ -8,22 +8,23 @@
 import { defineCommand, renderUsage, type ArgsDef, type CommandDef } from "citty";
 import { availableParallelism } from "node:os";
 import { EVICTION_POLICIES, type EvictionPolicyName } from "../kv/eviction.ts";
-import { batchTables, BATCH_SIZES, runBatchBench } from "../bench/batch.ts";
+import { batchTables, BATCH_SIZES, runBatchBench } from "../bench/batch-decode.ts";
 import { runDecodeBench } from "../bench/decode.ts";
-import { KERNEL_SHAPES, kernelsNotes, kernelsTables, runKernelsBench } from "../bench/kernels.ts";
+import { KERNEL_SHAPES, kernelsNotes, kernelsTables, runKernelsBench } from "../bench/kernel-speed.ts";
 import {
   benchModelOf, benchModels, commonArgs, kvTypeArg, intList, modelArgs, modelNotes, nameList, nonNegInt, posint, repeatOptions, str, streamArg,
   streamBytes, threadsListArg,
-} from "../bench/options.ts";
+} from "./bench-options.ts";
 import { runPrefillBench } from "../bench/prefill.ts";
 import { prefixNotes, prefixTables, runPrefixBench } from "../bench/prefix.ts";
 import { restartNotes, restartTable, runRestartBench } from "../bench/prefix-restart.ts";
 import { nlcPeer } from "../bench/peer-nlc.ts";
 import { llamaBenchPeer } from "../bench/peer-llama-bench.ts";
 import type { LlamaCppPeer } from "../bench/peer.ts";
-import { progress, reportText, type BenchReport, type Table } from "../bench/report.ts";
+import { progress, reportText, setProgressSink, type BenchReport, type Table } from "../bench/bench-report.ts";
 import { makeReport, type BenchName, type BenchResults } from "../bench/schema.ts";
 import { benchOutputArgs, checkWritable, jsonTarget, startRun, writeOutputs, type StartedRun } from "./bench-output.ts";
+import { info } from "./output.ts";
 import { pagellmEngine, readMaskBenchFiles, runMaskBench, writeGrammarOutputs, type MaskBenchEngine, type MaskBenchResult } from "../bench/grammar.ts";
 import { xgrammarEngine } from "../bench/grammar-xgrammar.ts";
 import { TokenVocabulary } from "../grammar/vocabulary.ts";
@@ -32,13 +33,13 @@ import { allCommand } from "./bench-all.ts";
 import { chartCommand, compareCommand } from "./bench-files.ts";
 import { benchServeCommand } from "./bench-serve.ts";
 import { decodeSet, prefillSet } from "../bench/type-comparison.ts";
-import { DEFAULT_MODELS_DIR, type BenchModel } from "../bench/models.ts";
+import { DEFAULT_MODELS_DIR, type BenchModel } from "../bench/bench-models.ts";
 import { isGGUF } from "../model/load.ts";
 import { InputError } from "../errors.ts";
-import { WORKLOAD_NAMES, type WorkloadName } from "../bench/workloads.ts";
+import { WORKLOAD_NAMES, type WorkloadName } from "../bench/prefix-workloads.ts";
 import { KV_TYPES } from "../kv/kv-layout.ts";
 import { checkKnownOptions, deviceArg, deviceOption, gpuBackendOptions, kvTypeOption, numberOption, speculativeArgs, speculativeOption, type ParsedValues } from "./options.ts";
-import { DEFAULT_STORIES_MODEL } from "../bench/speculative.ts";
+import { DEFAULT_STORIES_MODEL } from "../bench/speculative-decode.ts";
 import type { SpeculativeOptions } from "../engine/speculative.ts";
 import { existsSync, readFileSync } from "node:fs";
 import { basename } from "node:path";
@@ -480,6 +481,10 @@ export const benchCommand = defineCommand({
     description: "Benchmarks, each figure a ratio against a baseline measured in the same run (random-weight models of real shapes, cached in models/)",
   },
   subCommands: benchSubCommands,
+  // Runs before the subcommand: the benches' progress lines honour --quiet as every command's do.
+  setup() {
+    setProgressSink(info);
+  },
   async run({ rawArgs }) {
     // citty runs a parent's run after its subcommand too: list the benches only when none was named.
     if (rawArgs.some((a) => Object.hasOwn(benchSubCommands, a))) return;

@@ -27,7 +27,7 @@ import { dim, info, output } from "./output.ts";
 import { THINK_OPEN, ThinkSplitter } from "../tools/think.ts";
 import type { ReplySink } from "../tools/reply-sink.ts";
 import { quoteFileText, terminalText } from "../util/file-text.ts";
-import { diskTierLine } from "./cache.ts";
+import { diskTierLine } from "./cache-command.ts";
 
 export const chatArgs = {
   ...modelArgs,

@@ -16,11 +16,11 @@ import {
 } from "./options.ts";
 import { loadLLM, noteChatFormat } from "./load.ts";
 import { constraintArgs, constraintOption } from "./constraint-options.ts";
-import { ProgressBar } from "./progress.ts";
+import { ProgressBar } from "./batch-progress.ts";
 import { ResultsFile } from "./results-file.ts";
 import { InterruptedError, onInterrupt } from "./interrupt.ts";
 import { info } from "./output.ts";
-import { diskTierLine } from "./cache.ts";
+import { diskTierLine } from "./cache-command.ts";
 
 export const generateArgs = {
   ...modelArgs,

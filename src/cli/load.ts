@@ -12,7 +12,7 @@ import { hubOptionsFromEnv, resolveModel } from "../hub/resolve.ts";
 import { modelFileKind } from "../model/load.ts";
 import { deviceOption, engineOptions, gpuBackendOptions, kvCacheOptions, type ParsedValues } from "./options.ts";
 import { info, progressWanted } from "./output.ts";
-import { loadProgressBar } from "./progress.ts";
+import { loadProgressBar } from "./batch-progress.ts";
 
 /**
  * The model `values` name, loaded with their options. `templateOption` is the name of the chat

@@ -10,12 +10,12 @@ import { chatCommand } from "./chat.ts";
 import { benchCommand } from "./bench.ts";
 import { generateCommand } from "./generate.ts";
 import { infoCommand } from "./info.ts";
-import { modelsCommand } from "./models.ts";
+import { modelsCommand } from "./models-command.ts";
 import { pullCommand } from "./pull.ts";
 import { rmCommand } from "./rm.ts";
 import { perplexityCommand } from "./perplexity.ts";
 import { serveCommand } from "./serve.ts";
-import { cacheCommand } from "./cache.ts";
+import { cacheCommand } from "./cache-command.ts";
 
 const VERSION = (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
 

@@ -28,11 +28,6 @@ function colorWanted(env: NodeJS.ProcessEnv = process.env): boolean {
   return process.stderr.isTTY === true && !env.NO_COLOR && env.TERM !== "dumb";
 }
 
-/** Whether `arg` is one of the global flags (which every command accepts). */
-export function isGlobalFlag(arg: string): boolean {
-  return GLOBAL_FLAGS.some((f) => f.names.includes(arg));
-}
-
 /** Set the output settings from argv (the words before `--`). */
 export function configureOutput(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): void {
   const end = argv.indexOf("--");

@@ -6,7 +6,7 @@
 import { defineCommand, type ArgsDef } from "citty";
 import { existsSync, rmSync } from "node:fs";
 import { removeCachedFile, RepoCache } from "../hub/cache.ts";
-import { ModelSpecError } from "../hub/errors.ts";
+import { ModelSpecError } from "../hub/hub-errors.ts";
 import { hubOptionsFromEnv } from "../hub/http.ts";
 import { urlDownloadDir } from "../hub/resolve.ts";
 import { parseModelSpec, pickQuantFile } from "../hub/spec.ts";

@@ -9,7 +9,7 @@
  *  - Callers hold a FileLock for the final name, so two processes never write one `.incomplete` file.
  */
 import { closeSync, existsSync, ftruncateSync, openSync, readSync, renameSync, rmSync, statSync, writeSync } from "node:fs";
-import { ChecksumError, DownloadError } from "./errors.ts";
+import { ChecksumError, DownloadError } from "./hub-errors.ts";
 import { errorText, requestHeaders, statusError, type HubOptions } from "./http.ts";
 import type { FileLock } from "./lock.ts";
 import { DownloadProgress } from "./progress.ts";

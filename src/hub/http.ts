@@ -3,7 +3,7 @@
  * URL of a file, the metadata HEAD with redirects disabled, and status codes turned into DownloadErrors
  * that say what to do.
  */
-import { DownloadError } from "./errors.ts";
+import { DownloadError } from "./hub-errors.ts";
 import { hubCacheDir } from "./cache.ts";
 import { llamaCppCacheDir } from "./llama-cpp-cache.ts";
 

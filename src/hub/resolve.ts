@@ -10,7 +10,7 @@ import { basename, dirname, join } from "node:path";
 import { InputError } from "../errors.ts";
 import { RepoCache } from "./cache.ts";
 import { downloadFile } from "./download.ts";
-import { ModelSpecError } from "./errors.ts";
+import { ModelSpecError } from "./hub-errors.ts";
 import { fetchFileMetadata, hubOptionsFromEnv, listRepoFiles, normalizeEtag, request, requestHeaders, statusError, type HubOptions } from "./http.ts";
 import { FileLock } from "./lock.ts";
 import { llamaCppCachedFile, llamaCppCachedFiles } from "./llama-cpp-cache.ts";
@@ -116,8 +116,3 @@ export async function pullUrl(opts: HubOptions, url: string): Promise<string> {
   return dest;
 }
 
-/** Throws a ModelSpecError for specs that name nothing resolvable without the network (for rm). */
-export function requireHubSpec(spec: ModelSpec, raw: string): Exclude<ModelSpec, { kind: "path" } | { kind: "url" }> {
-  if (spec.kind === "hf-file" || spec.kind === "hf-quant") return spec;
-  throw new ModelSpecError(`${raw}: expected hf:OWNER/REPO/FILE.gguf or hf:OWNER/REPO:QUANT`);
-}

@@ -6,7 +6,7 @@
  *   hf:OWNER/REPO                      the repository's only GGUF file
  *   https://host/path/model.gguf       any http(s) URL
  */
-import { ModelSpecError } from "./errors.ts";
+import { ModelSpecError } from "./hub-errors.ts";
 
 export type ModelSpec =
   | { readonly kind: "path"; readonly path: string }
@@ -47,20 +47,6 @@ function parseHubSpec(spec: string): ModelSpec {
   }
   if (quant !== null && !/^[A-Za-z0-9_]+$/.test(quant)) throw new ModelSpecError(`${spec}: "${quant}" is not a quantization name like Q4_K_M`);
   return { kind: "hf-quant", repo, quant };
-}
-
-/** The spec written back in canonical form (for messages). */
-export function formatModelSpec(spec: ModelSpec): string {
-  switch (spec.kind) {
-    case "path":
-      return spec.path;
-    case "url":
-      return spec.url;
-    case "hf-file":
-      return `hf:${spec.repo}/${spec.file}`;
-    case "hf-quant":
-      return spec.quant === null ? `hf:${spec.repo}` : `hf:${spec.repo}:${spec.quant}`;
-  }
 }
 
 /**

@@ -113,14 +113,6 @@ function checkChoice(choice: unknown, tools: readonly ToolDefinition[]): ToolCho
   throw new RequestFieldError("toolChoice", `must be "auto", "none", "required" or {"type": "function", "function": {"name": ...}}`);
 }
 
-/** The tools a reply may call under `checked.choice` (a named choice: that one; none: no tool). */
-export function callableTools(checked: CheckedTools): readonly ToolDefinition[] {
-  const choice = checked.choice;
-  if (choice === "none") return [];
-  if (typeof choice === "object") return checked.tools.filter((t) => t.function.name === choice.function.name);
-  return checked.tools;
-}
-
 export function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }

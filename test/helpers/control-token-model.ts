@@ -10,9 +10,9 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { makeConfig } from "../../src/model/config.ts";
-import { writeModelGGUF } from "../../src/model/gguf-model-writer.ts";
-import { appendControlTokens, tokenizerMetadata, vocabularySize } from "../../src/model/gguf-tokenizer-metadata.ts";
-import { gguf } from "../../src/model/gguf-writer.ts";
+import { writeModelGGUF } from "../../src/synth/gguf-model-writer.ts";
+import { appendControlTokens, tokenizerMetadata, vocabularySize } from "../../src/synth/gguf-tokenizer-metadata.ts";
+import { gguf } from "../../src/synth/gguf-writer.ts";
 import { sharedPath } from "./shared.ts";
 
 export type ControlTokenFamily = "mistral" | "harmony";

@@ -5,7 +5,7 @@
  */
 import { closeSync, ftruncateSync, openSync, readFileSync, writeSync } from "node:fs";
 import { readGGUF, type GGUFValue } from "../../src/model/gguf.ts";
-import { tensorBytes, writeGGUF, type TensorToWrite } from "../../src/model/gguf-writer.ts";
+import { tensorBytes, writeGGUF, type TensorToWrite } from "../../src/synth/gguf-writer.ts";
 import { mapHeader, tensorRecord } from "./gguf-patch.ts";
 
 export interface Craft {

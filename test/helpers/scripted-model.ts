@@ -34,13 +34,13 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { makeConfig } from "../../src/model/config.ts";
-import { modelTensors, writeModelGGUF, type ModelToWrite } from "../../src/model/gguf-model-writer.ts";
-import { tokenizerMetadata } from "../../src/model/gguf-tokenizer-metadata.ts";
-import { gguf } from "../../src/model/gguf-writer.ts";
+import { modelTensors, writeModelGGUF, type ModelToWrite } from "../../src/synth/gguf-model-writer.ts";
+import { tokenizerMetadata } from "../../src/synth/gguf-tokenizer-metadata.ts";
+import { gguf } from "../../src/synth/gguf-writer.ts";
 import { TensorName } from "../../src/model/checkpoint.ts";
 import { loadTokenizer } from "../../src/tokenizer/load.ts";
 import type { Tokenizer } from "../../src/tokenizer/tokenizer.ts";
-import { GGML_TYPE, quantize } from "../../src/quant/index.ts";
+import { GGML_TYPE, quantize } from "../../src/synth/quant/index.ts";
 import { sharedPath } from "./shared.ts";
 
 /** What a scripted model writes: its template, its reply before any tool result and after one. */

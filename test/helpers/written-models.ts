@@ -1,14 +1,14 @@
 /**
  * Small models of the newer dense architectures, written by the project's writer
- * (src/model/gguf-model-writer.ts) with stories260K's vocabulary of 512, for tests that need a
+ * (src/synth/gguf-model-writer.ts) with stories260K's vocabulary of 512, for tests that need a
  * file of a given shape: gemma3 with a sliding window of 4 (so a dozen positions outgrow it),
  * phi3 with LongRoPE (its long factors at the file's context), smollm3 with a NoPE layer.
  */
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { makeConfig, type ModelConfig } from "../../src/model/config.ts";
-import { writeModelGGUF, type Arch, type ModelMix } from "../../src/model/gguf-model-writer.ts";
-import { tokenizerMetadata } from "../../src/model/gguf-tokenizer-metadata.ts";
+import { writeModelGGUF, type Arch, type ModelMix } from "../../src/synth/gguf-model-writer.ts";
+import { tokenizerMetadata } from "../../src/synth/gguf-tokenizer-metadata.ts";
 import { sharedPath } from "./shared.ts";
 
 export type WrittenArch = "gemma3" | "phi3" | "smollm3";

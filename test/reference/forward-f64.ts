@@ -7,7 +7,7 @@
  * Used as ground truth for engine tests; keep it obviously correct rather than fast.
  */
 import type { ModelConfig } from "../../src/model/config.ts";
-import type { Llama2cWeights } from "../../src/model/llama2c-writer.ts";
+import type { Llama2cWeights } from "../../src/synth/llama2c-writer.ts";
 
 // ----------------------------------------------------------------------------
 // Neural net blocks

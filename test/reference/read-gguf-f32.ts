@@ -5,7 +5,7 @@
  */
 import { readFileSync } from "node:fs";
 import { TensorName, type Checkpoint } from "../../src/model/checkpoint.ts";
-import type { Llama2cWeights } from "../../src/model/llama2c-writer.ts";
+import type { Llama2cWeights } from "../../src/synth/llama2c-writer.ts";
 import type { ReferenceExtras } from "./forward-f64.ts";
 
 export function readGGUFF32Weights(ckpt: Checkpoint): { weights: Llama2cWeights; extras: ReferenceExtras } {

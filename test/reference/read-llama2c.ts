@@ -5,7 +5,7 @@
  */
 import { readFileSync } from "node:fs";
 import type { ModelConfig } from "../../src/model/config.ts";
-import type { Llama2cWeights } from "../../src/model/llama2c-writer.ts";
+import type { Llama2cWeights } from "../../src/synth/llama2c-writer.ts";
 
 export interface ReferenceCheckpoint {
   config: ModelConfig;

@@ -7,7 +7,7 @@
  */
 import { join } from "node:path";
 import { ServerError } from "../../errors.ts";
-import { REPO_ROOT } from "../models.ts";
+import { REPO_ROOT } from "../bench-models.ts";
 
 export interface ChildServer {
   /** How reports name it ("pagellm serve", "llama-server"). */

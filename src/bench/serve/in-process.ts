@@ -6,11 +6,11 @@
  */
 import { InputError } from "../../errors.ts";
 import type { GenerateRequest } from "../../engine/llm.ts";
-import { withLLM } from "../engine-runs.ts";
-import type { BenchModel } from "../models.ts";
-import { distribution, type Distribution } from "./metrics.ts";
+import { serveInProcess } from "../engine-runs.ts";
+import type { BenchModel } from "../bench-models.ts";
+import { distribution, type Distribution } from "./serving-metrics.ts";
 import type { BenchRequest } from "./openai-client.ts";
-import { TokenDraw } from "./workloads.ts";
+import { servingTokens } from "./serve-workloads.ts";
 
 export interface InProcessResult {
   completed: number;
@@ -40,25 +40,18 @@ function engineRequest(r: BenchRequest, ignoreEos: boolean): GenerateRequest {
 }
 
 export async function runInProcess(model: BenchModel, requests: readonly BenchRequest[], o: InProcessOptions): Promise<InProcessResult> {
-  const list = requests.map((r) => engineRequest(r, o.ignoreEos));
-  return await withLLM(model, { threads: o.threads, ctxSize: o.ctxSize, maxNumSeqs: o.concurrency }, async (llm) => {
-    await llm.generate([{ id: "warm-up", promptTokenIds: new TokenDraw(o.seed + 7, llm.config.vocabSize).tokens(16), maxTokens: 4, temperature: 0 }]);
-    const t0 = performance.now();
-    const results = await llm.generate(list);
-    const durationS = (performance.now() - t0) / 1000;
-    const failed = results.find((r) => r.finish_reason === "error");
-    if (failed) throw new InputError(`in-process baseline: request ${failed.id} failed: ${failed.error}`);
-    const outputTokens = results.reduce((n, r) => n + r.completion_tokens, 0);
-    const promptTokens = results.reduce((n, r) => n + r.prompt_tokens, 0);
-    return {
-      completed: results.length,
-      durationS,
-      outputTokens,
-      outputTokensPerSecond: outputTokens / durationS,
-      requestsPerSecond: results.length / durationS,
-      ttftMs: distribution(results.map((r) => r.ttft_ms)),
-      e2eMs: distribution(results.map((r) => r.latency_ms)),
-      cachedShare: promptTokens === 0 ? 0 : results.reduce((n, r) => n + r.cached_tokens, 0) / promptTokens,
-    };
+  const run = await serveInProcess(model, { threads: o.threads, ctxSize: o.ctxSize, maxNumSeqs: o.concurrency }, requests.map((r) => engineRequest(r, o.ignoreEos)), {
+    label: "in-process baseline",
+    warmUp: (llm) => ({ id: "warm-up", promptTokenIds: servingTokens(o.seed + 7, llm.config.vocabSize).tokens(16), maxTokens: 4, temperature: 0 }),
   });
+  return {
+    completed: run.results.length,
+    durationS: run.seconds,
+    outputTokens: run.outputTokens,
+    outputTokensPerSecond: run.outputTokens / run.seconds,
+    requestsPerSecond: run.results.length / run.seconds,
+    ttftMs: distribution(run.results.map((r) => r.ttft_ms)),
+    e2eMs: distribution(run.results.map((r) => r.latency_ms)),
+    cachedShare: run.promptTokens === 0 ? 0 : run.cachedTokens / run.promptTokens,
+  };
 }

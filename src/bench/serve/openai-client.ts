@@ -13,7 +13,7 @@
  *   `usage.prompt_tokens_details.cached_tokens`, else llama.cpp's `timings.cache_n`, else unknown.
  */
 import { InputError, ServerError } from "../../errors.ts";
-import { SseParser } from "./sse.ts";
+import { SseParser } from "./sse-parser.ts";
 
 /** Where requests go. */
 export interface ServerTarget {

@@ -10,7 +10,7 @@
  * workload runs meanwhile).
  */
 import { sendRequest, type BenchRequest, type RequestOutcome, type ServerTarget } from "./openai-client.ts";
-import type { RequestSource } from "./workloads.ts";
+import type { RequestSource } from "./serve-workloads.ts";
 
 export interface RunOptions {
   concurrency: number;

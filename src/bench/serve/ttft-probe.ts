@@ -7,7 +7,7 @@
 import { ServerError } from "../../errors.ts";
 import { summarize, type Summary } from "../measure.ts";
 import { sendRequest, type BenchRequest, type RequestTiming, type ServerTarget } from "./openai-client.ts";
-import { TokenDraw } from "./workloads.ts";
+import { servingTokens } from "./serve-workloads.ts";
 
 export interface TtftProbe {
   promptTokens: number;
@@ -39,7 +39,7 @@ async function timeOne(target: ServerTarget, req: BenchRequest, ignoreEos: boole
 }
 
 export async function probeTtft(target: ServerTarget, o: ProbeOptions): Promise<TtftProbe> {
-  const draw = new TokenDraw(o.seed + PROBE_SEED_OFFSET, o.vocabSize);
+  const draw = servingTokens(o.seed + PROBE_SEED_OFFSET, o.vocabSize);
   const cold: number[] = [];
   const cached: number[] = [];
   const cachedTokens: number[] = [];

@@ -23,7 +23,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { sendRequest, type BenchRequest, type ExtraFields, type ServerTarget } from "./openai-client.ts";
-import type { ChatSource, ChatTurn, RequestSource } from "./workloads.ts";
+import type { ChatSource, ChatTurn, RequestSource } from "./serve-workloads.ts";
 
 /** How a server is asked to compute a request cold: the body fields of the n-th cold request, and those of a warm turn. */
 export interface ColdMethod {

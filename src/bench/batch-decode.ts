@@ -9,8 +9,8 @@
 import type { KVType } from "../kv/kv-layout.ts";
 import { batchPositions, measureBatch, withLLM } from "./engine-runs.ts";
 import { ratio, type RepeatOptions, type Summary } from "./measure.ts";
-import type { BenchModel } from "./models.ts";
-import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
+import type { BenchModel } from "./bench-models.ts";
+import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./bench-report.ts";
 import { measureMatmulGflops, measureStreamBandwidth, withScratchBackend } from "./roofline.ts";
 import { gpuRefusal, gpuTable, type BenchGpu, type GpuRow } from "./webgpu.ts";
 import type { EngineOptions } from "../engine/engine-options.ts";

@@ -4,7 +4,6 @@
  * Progress lines go to stderr, so stdout stays a clean table or a clean document.
  */
 import type { Summary } from "./measure.ts";
-import { info } from "../cli/output.ts";
 import { machineLine, type MachineInfo } from "./machine.ts";
 
 export type { MachineInfo } from "./machine.ts";
@@ -54,9 +53,18 @@ export function shortDate(iso: string): string {
   return `${iso.slice(0, 10)} ${iso.slice(11, 16)} UTC`;
 }
 
+/** Where progress lines go: stderr, unless the front end sets its own sink (the CLI's honours --quiet). */
+let progressSink = (line: string): void => {
+  process.stderr.write(`${line}\n`);
+};
+
+export function setProgressSink(sink: (line: string) => void): void {
+  progressSink = sink;
+}
+
 /** Progress on stderr: benches run for minutes and should say what they are doing. */
 export function progress(line: string): void {
-  info(`[bench] ${line}`);
+  progressSink(`[bench] ${line}`);
 }
 
 /** The report as text: a line naming the bench and machine, the tables, the notes. */

@@ -22,7 +22,7 @@
  * Not modelled: Falcon and 70B special cases, the IQ mixes.
  */
 import { InputError } from "../errors.ts";
-import { blockLayout, type QuantTypeName } from "../quant/index.ts";
+import { blockLayout, type QuantTypeName } from "./quant/index.ts";
 
 /** The mixes, and llama.cpp's general.file_type (llama_ftype) for each. */
 export const MODEL_MIXES = {

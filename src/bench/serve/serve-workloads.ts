@@ -16,6 +16,7 @@
  * BOS is added.
  */
 import { Xoshiro128 } from "../../util/random.ts";
+import { prefixRepetition, TokenSource } from "../token-source.ts";
 import type { BenchRequest, ChatMessage, RequestOutcome } from "./openai-client.ts";
 
 export type ServeWorkloadName = "prefix" | "chat" | "random";
@@ -64,30 +65,9 @@ export interface ChatShape {
   outputTokens: number;
 }
 
-/** Seeded token ids in [firstTokenId(vocabSize), vocabSize). */
-export class TokenDraw {
-  private readonly rng: Xoshiro128;
-  private readonly first: number;
-
-  constructor(seed: number, private readonly vocabSize: number) {
-    this.first = firstTokenId(vocabSize);
-    if (this.first < 1) throw new RangeError(`a vocabulary of ${vocabSize} tokens is too small to draw prompts from`);
-    this.rng = new Xoshiro128(seed);
-  }
-
-  tokens(n: number): number[] {
-    const span = this.vocabSize - this.first;
-    return Array.from({ length: n }, () => this.first + (this.rng.nextUint32() % span));
-  }
-
-  /** Fisher-Yates, in place. */
-  shuffle<T>(items: T[]): T[] {
-    for (let i = items.length - 1; i > 0; i--) {
-      const j = this.rng.nextUint32() % (i + 1);
-      [items[i], items[j]] = [items[j]!, items[i]!];
-    }
-    return items;
-  }
+/** Seeded token ids in [firstTokenId(vocabSize), vocabSize), no BOS. */
+export function servingTokens(seed: number, vocabSize: number): TokenSource {
+  return new TokenSource(seed, vocabSize, firstTokenId(vocabSize));
 }
 
 /** A fixed list of requests, sent in order. */
@@ -109,21 +89,16 @@ export class ListSource implements RequestSource {
 
 /** vLLM's prefix repetition: requests spread evenly over the prefixes, then shuffled. */
 export function prefixWorkload(s: PrefixShape, seed: number, vocabSize: number): ListSource {
-  const draw = new TokenDraw(seed, vocabSize);
-  const prefixes = Array.from({ length: s.prefixes }, () => draw.tokens(s.prefixTokens));
-  const requests = Array.from({ length: s.requests }, (_, i): BenchRequest => ({
-    id: `prefix-${i}`,
-    prompt: { kind: "tokens", tokenIds: [...prefixes[i % s.prefixes]!, ...draw.tokens(s.suffixTokens)] },
-    maxTokens: s.outputTokens,
-  }));
+  const prompts = prefixRepetition(servingTokens(seed, vocabSize), s, false);
+  const requests = prompts.map((p): BenchRequest => ({ id: `prefix-${p.index}`, prompt: { kind: "tokens", tokenIds: p.tokenIds }, maxTokens: s.outputTokens }));
   const description =
     `prefix: ${s.prefixes} shared prefixes x ${s.prefixTokens} tokens, ${s.requests} requests with ${s.suffixTokens}-token unique suffixes, ` +
     `${s.outputTokens} output tokens`;
-  return new ListSource(description, draw.shuffle(requests));
+  return new ListSource(description, requests);
 }
 
 export function randomWorkload(s: RandomShape, seed: number, vocabSize: number): ListSource {
-  const draw = new TokenDraw(seed, vocabSize);
+  const draw = servingTokens(seed, vocabSize);
   const requests = Array.from({ length: s.requests }, (_, i): BenchRequest => ({
     id: `random-${i}`, prompt: { kind: "tokens", tokenIds: draw.tokens(s.promptTokens) }, maxTokens: s.outputTokens,
   }));

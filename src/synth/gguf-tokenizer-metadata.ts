@@ -5,7 +5,7 @@
  * than its tokenizer has tokens (Qwen2.5's 151936 rows): `[PAD<id>]` tokens of type UNUSED.
  */
 import { InputError } from "../errors.ts";
-import { readGGUF, type GGUFValue } from "./gguf.ts";
+import { readGGUF, type GGUFValue } from "../model/gguf.ts";
 import { gguf } from "./gguf-writer.ts";
 
 /** llama_token_type CONTROL: a special token (a turn marker, a call token) that text names only as a special. */

@@ -4,6 +4,7 @@
  * X-Repo-Commit, X-Linked-Etag and X-Linked-Size and a 302 to a "CDN" URL; the CDN honours Range
  * (206 + Content-Range). Faults on demand: a connection dropped midway, corrupted bytes, Range ignored,
  * gated repositories (401 without the token), renamed repositories (relative redirect), slow transfers.
+ * Lives in scripts/ because the README session script runs on it as well as the hub tests.
  */
 import type { Server } from "bun";
 

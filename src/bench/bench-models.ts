@@ -9,13 +9,13 @@ import { dirname, join, resolve } from "node:path";
 import { InputError } from "../errors.ts";
 import { weightTraffic } from "../backend/wasm/weights.ts";
 import { makeConfig, type ModelConfig } from "../model/config.ts";
-import { llama2cFileSize, writeLlama2c, type Llama2cFormat } from "../model/llama2c-writer.ts";
+import { llama2cFileSize, writeLlama2c, type Llama2cFormat } from "../synth/llama2c-writer.ts";
 import { isGGUF, openCheckpoint } from "../model/load.ts";
-import type { ModelMix } from "../model/gguf-model-writer.ts";
-import { randomWeights } from "../model/random-weights.ts";
+import type { ModelMix } from "../synth/gguf-model-writer.ts";
+import { randomWeights } from "../synth/random-weights.ts";
 import { ensureRandomGGUF, GGUF_SHAPES } from "./gguf-models.ts";
 
-/** The repository root (this file is src/bench/models.ts). */
+/** The repository root (this file is src/bench/bench-models.ts). */
 export const REPO_ROOT = resolve(import.meta.dir, "..", "..");
 /** Where random models are cached unless --models-dir says otherwise (gitignored). */
 export const DEFAULT_MODELS_DIR = join(REPO_ROOT, "models");

@@ -5,11 +5,11 @@
  * notes; and the charts (output tokens/s and TTFT percentiles per server).
  */
 import type { BarChart } from "../chart-svg.ts";
-import { figure, fmt, fmtPct, fmtRatio, threadsLabel, type Figure, type Table } from "../report.ts";
-import type { ServeBenchResult, TargetCheck } from "./bench.ts";
-import type { Distribution } from "./metrics.ts";
+import { figure, fmt, fmtPct, fmtRatio, threadsLabel, type Figure, type Table } from "../bench-report.ts";
+import type { ServeBenchResult, TargetCheck } from "./serve-bench.ts";
+import type { Distribution } from "./serving-metrics.ts";
 import type { TurnProbe } from "./turn-probe.ts";
-import { firstTokenId } from "./workloads.ts";
+import { firstTokenId } from "./serve-workloads.ts";
 
 /** A cached share as a percentage, or "n/a" for a server that does not report cached tokens. */
 export function fmtShare(share: number | null): string {

@@ -63,7 +63,3 @@ export function bf16ToF32(b: number): number {
   return bitsF32((b & 0xffff) << 16);
 }
 
-/** The f32 nearest an IEEE half: what a value stored as half reads back as. */
-export function roundToHalf(x: number): number {
-  return halfToF32(f32ToHalf(x));
-}

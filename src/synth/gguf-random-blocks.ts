@@ -9,7 +9,7 @@
 import type { ModelToWrite } from "./gguf-model-writer.ts";
 import { modelTensors } from "./gguf-model-writer.ts";
 import type { TensorToWrite } from "./gguf-writer.ts";
-import { f32ToHalf, GGML_TYPE } from "../quant/index.ts";
+import { f32ToHalf, GGML_TYPE } from "./quant/index.ts";
 import { Xoshiro128 } from "../util/random.ts";
 
 /** How a block type is made random: its size, its fixed bytes for a standard deviation, and which bytes are random. */

@@ -13,19 +13,19 @@
  */
 import { basename } from "node:path";
 import { PagellmError, ServerError } from "../../errors.ts";
-import type { BenchModel } from "../models.ts";
-import { progress } from "../report.ts";
+import type { BenchModel } from "../bench-models.ts";
+import { progress } from "../bench-report.ts";
 import { llamaServerArgv, pagellmServeArgv, freePort, startChild, type ChildServer } from "./child-server.ts";
 import { runInProcess, type InProcessResult } from "./in-process.ts";
-import { serveMetrics, type ServeMetrics } from "./metrics.ts";
+import { serveMetrics, type ServeMetrics } from "./serving-metrics.ts";
 import { listModels, sendRequest, type BenchRequest, type ServerTarget } from "./openai-client.ts";
 import { runRequests, type RunOptions } from "./run.ts";
 import { probeTtft, type TtftProbe } from "./ttft-probe.ts";
 import { llamaServerCold, saltedCold, TurnProber, type ColdMethod, type TurnProbe } from "./turn-probe.ts";
 import {
-  ChatSource, ListSource, prefixWorkload, randomWorkload, TokenDraw, type ChatShape, type PrefixShape, type RandomShape, type RequestSource,
+  ChatSource, ListSource, prefixWorkload, randomWorkload, servingTokens, type ChatShape, type PrefixShape, type RandomShape, type RequestSource,
   type ServeWorkloadName,
-} from "./workloads.ts";
+} from "./serve-workloads.ts";
 
 /** The shape of each workload; the run uses the one named. */
 export interface WorkloadShapes {
@@ -136,7 +136,7 @@ export function longestRequest(o: Pick<ServeBenchOptions, "workload" | "shapes">
 async function warmUp(target: ServerTarget, o: ServeBenchOptions): Promise<void> {
   const req: BenchRequest = o.workload === "chat"
     ? { id: "warm-up", prompt: { kind: "chat", messages: [{ role: "user", content: "Hello there." }] }, maxTokens: 4 }
-    : { id: "warm-up", prompt: { kind: "tokens", tokenIds: new TokenDraw(o.seed + 7, o.vocabSize).tokens(16) }, maxTokens: 4 };
+    : { id: "warm-up", prompt: { kind: "tokens", tokenIds: servingTokens(o.seed + 7, o.vocabSize).tokens(16) }, maxTokens: 4 };
   const outcome = await sendRequest(target, req, { ignoreEos: o.ignoreEos, signal: AbortSignal.timeout(300_000), runStartMs: performance.now() });
   if (!outcome.ok) {
     const hint = o.ignoreEos && outcome.failure.status === 400 ? " (a server that rejects ignore_eos: add --no-ignore-eos)" : "";

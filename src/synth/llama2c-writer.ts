@@ -12,7 +12,7 @@
  */
 import { closeSync, openSync, writeSync } from "node:fs";
 import { InputError } from "../errors.ts";
-import type { ModelConfig } from "./config.ts";
+import type { ModelConfig } from "../model/config.ts";
 
 // ----------------------------------------------------------------------------
 // Weights

@@ -11,7 +11,7 @@
  *   2048-token context).
  */
 import type { GenerateRequest } from "../engine/llm.ts";
-import { TokenSource } from "./prompts.ts";
+import { prefixRepetition, TokenSource } from "./token-source.ts";
 
 export type WorkloadName = "prefix-repetition" | "generated-shared-prefix";
 export const WORKLOAD_NAMES: readonly WorkloadName[] = ["prefix-repetition", "generated-shared-prefix"];
@@ -41,23 +41,21 @@ const PR = { prefixTokens: 256, suffixTokens: 256, requestsPerPrefix: 10 };
 const GSP = { systemPromptTokens: 1024, questionTokens: 128, promptsPerGroup: 16 };
 
 export function makeWorkload(name: WorkloadName, o: WorkloadOptions): Workload {
-  return name === "prefix-repetition" ? prefixRepetition(o) : generatedSharedPrefix(o);
+  return name === "prefix-repetition" ? vllmPrefixRepetition(o) : generatedSharedPrefix(o);
 }
 
-function prefixRepetition(o: WorkloadOptions): Workload {
-  const source = new TokenSource(o.seed, o.vocabSize);
+/** Both workloads are prefix repetition with BOS-led prefixes; they differ in shape and names. */
+function repeatedPrefixes(o: WorkloadOptions, idPrefix: string, shape: { prefixes: number; prefixTokens: number; suffixTokens: number }): GenerateRequest[] {
+  const prompts = prefixRepetition(new TokenSource(o.seed, o.vocabSize), { ...shape, requests: o.requests }, true);
+  return prompts.map((p): GenerateRequest => ({ id: `${idPrefix}-${p.index}`, promptTokenIds: p.tokenIds, maxTokens: o.outputTokens, temperature: 0 }));
+}
+
+function vllmPrefixRepetition(o: WorkloadOptions): Workload {
   const numPrefixes = Math.max(1, Math.round(o.requests / PR.requestsPerPrefix));
-  const prefixes = Array.from({ length: numPrefixes }, () => source.prompt(PR.prefixTokens));
-  const requests = Array.from({ length: o.requests }, (_, i): GenerateRequest => ({
-    id: `pr-${i}`,
-    promptTokenIds: [...prefixes[i % numPrefixes]!, ...source.tokens(PR.suffixTokens)],
-    maxTokens: o.outputTokens,
-    temperature: 0,
-  }));
   return {
     name: "prefix-repetition",
     description: `vLLM prefix_repetition: ${numPrefixes} prefix(es) x ${PR.prefixTokens} tokens, ${PR.suffixTokens}-token unique suffixes, ${o.outputTokens} output tokens, ${o.requests} requests`,
-    requests: source.shuffle(requests),
+    requests: repeatedPrefixes(o, "pr", { prefixes: numPrefixes, prefixTokens: PR.prefixTokens, suffixTokens: PR.suffixTokens }),
     numPrefixes,
     prefixTokens: PR.prefixTokens,
     uniqueTokens: PR.suffixTokens + o.outputTokens,
@@ -65,19 +63,11 @@ function prefixRepetition(o: WorkloadOptions): Workload {
 }
 
 function generatedSharedPrefix(o: WorkloadOptions): Workload {
-  const source = new TokenSource(o.seed, o.vocabSize);
   const numGroups = Math.max(1, Math.ceil(o.requests / GSP.promptsPerGroup));
-  const systemPrompts = Array.from({ length: numGroups }, () => source.prompt(GSP.systemPromptTokens));
-  const requests = Array.from({ length: o.requests }, (_, i): GenerateRequest => ({
-    id: `gsp-${i}`,
-    promptTokenIds: [...systemPrompts[i % numGroups]!, ...source.tokens(GSP.questionTokens)],
-    maxTokens: o.outputTokens,
-    temperature: 0,
-  }));
   return {
     name: "generated-shared-prefix",
     description: `SGLang generated-shared-prefix: ${numGroups} group(s) sharing a ${GSP.systemPromptTokens}-token system prompt, ${GSP.questionTokens}-token questions, ${o.outputTokens} output tokens, ${o.requests} requests`,
-    requests: source.shuffle(requests),
+    requests: repeatedPrefixes(o, "gsp", { prefixes: numGroups, prefixTokens: GSP.systemPromptTokens, suffixTokens: GSP.questionTokens }),
     numPrefixes: numGroups,
     prefixTokens: GSP.systemPromptTokens,
     uniqueTokens: GSP.questionTokens + o.outputTokens,

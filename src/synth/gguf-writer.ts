@@ -14,7 +14,7 @@
  */
 import { closeSync, openSync, writeSync } from "node:fs";
 import { InputError } from "../errors.ts";
-import { GGML_TYPES, GGUF_VALUE_TYPE, GGUFStringArray, type GGUFArray, type GGUFValue } from "./gguf.ts";
+import { GGML_TYPES, GGUF_VALUE_TYPE, GGUFStringArray, type GGUFArray, type GGUFValue } from "../model/gguf.ts";
 
 // ----------------------------------------------------------------------------
 // Tensors to write

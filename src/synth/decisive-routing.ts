@@ -19,7 +19,7 @@
  * - each token's embedding keeps a gap of GAP embedding stds between its used-th and next entries
  *   in every block, so the choice holds by a wide margin whatever the residual's scale.
  */
-import type { ModelConfig } from "./config.ts";
+import type { ModelConfig } from "../model/config.ts";
 
 /** The router's logits are about this times the routing entry in embedding stds, over the residual's rms. */
 const ROUTER_SCALE = 2;

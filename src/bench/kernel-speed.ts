@@ -5,8 +5,8 @@
 import { CpuBackend } from "../backend/wasm/cpu.ts";
 import { measureDecode, withLLM } from "./engine-runs.ts";
 import { rateSummary, ratio, type RepeatOptions, type Summary } from "./measure.ts";
-import type { BenchModel } from "./models.ts";
-import { figure, fmt, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
+import type { BenchModel } from "./bench-models.ts";
+import { figure, fmt, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./bench-report.ts";
 import { allocMatrix, matmulGflops, measureStreamBandwidth, timeMatmul, timeScalarMatvec } from "./roofline.ts";
 
 /** Matrix shapes, n x d = rows x cols: the stories15M and stories110M projections. */

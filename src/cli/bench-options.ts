@@ -6,14 +6,14 @@
 import { KV_TYPES } from "../kv/kv-layout.ts";
 import type { ArgsDef } from "citty";
 import { InputError } from "../errors.ts";
-import { numberOption, repeated, type ParsedValues } from "../cli/options.ts";
-import type { RepeatOptions } from "./measure.ts";
-import { benchModel, DEFAULT_MODELS_DIR, parseShape, SHAPE_HELP, WEIGHT_FORMATS, type BenchModel, type WeightFormat } from "./models.ts";
-import { progress } from "./report.ts";
-import { ensureF32Twin } from "./gguf-models.ts";
+import { numberOption, repeated, type ParsedValues } from "./options.ts";
+import type { RepeatOptions } from "../bench/measure.ts";
+import { benchModel, DEFAULT_MODELS_DIR, parseShape, SHAPE_HELP, WEIGHT_FORMATS, type BenchModel, type WeightFormat } from "../bench/bench-models.ts";
+import { progress } from "../bench/bench-report.ts";
+import { ensureF32Twin } from "../bench/gguf-models.ts";
 import { isGGUF } from "../model/load.ts";
-import { isModelMix, MODEL_MIXES, type ModelMix } from "../model/gguf-model-writer.ts";
-import { STREAM_BYTES } from "./roofline.ts";
+import { isModelMix, MODEL_MIXES, type ModelMix } from "../synth/gguf-model-writer.ts";
+import { STREAM_BYTES } from "../bench/roofline.ts";
 
 export const commonArgs = {
   reps: { type: "string", description: "Timed repetitions of each measurement (default: per bench, see its description)", valueHint: "n" },

@@ -8,17 +8,17 @@
  * the largest model costs one chunk of memory, not its size.
  *
  * Weights (reproducible from the seed; each tensor has its own random stream, so one can be made
- * alone): approximately normal, like src/model/random-weights.ts, so activations stay sane at any
+ * alone): approximately normal, like src/synth/random-weights.ts, so activations stay sane at any
  * depth: every matrix std 1/sqrt(its input width), the embedding and classifier std 1/sqrt(dim),
  * norm gains 1 + N(0, 0.05), biases N(0, 0.1). Every mix draws the same f32 values for a tensor,
  * so a quantized file holds exactly what llama-quantize would make of the F32 file of the same seed.
  */
 import { InputError } from "../errors.ts";
-import { GGML_TYPE, quantize, type QuantTypeName } from "../quant/index.ts";
+import { GGML_TYPE, quantize, type QuantTypeName } from "./quant/index.ts";
 import { Xoshiro128 } from "../util/random.ts";
-import { TensorName } from "./checkpoint.ts";
-import { queryDim, type ModelConfig } from "./config.ts";
-import type { GGUFValue } from "./gguf.ts";
+import { TensorName } from "../model/checkpoint.ts";
+import { queryDim, type ModelConfig } from "../model/config.ts";
+import type { GGUFValue } from "../model/gguf.ts";
 import { decisiveRoutingProblem, routerWeights, spreadRoutingEntries, zeroRoutingRows } from "./decisive-routing.ts";
 import { MODEL_MIXES, tensorType, type MixContext, type ModelMix, type TensorRole } from "./gguf-quant-mix.ts";
 import { gguf, writeGGUF, type TensorToWrite } from "./gguf-writer.ts";

@@ -8,7 +8,7 @@
  * embedding and classifier std = scale / sqrt(dim), RMSNorm gains are 1 + small noise.
  */
 import { InputError } from "../errors.ts";
-import type { ModelConfig } from "./config.ts";
+import type { ModelConfig } from "../model/config.ts";
 import { checkLlama2cConfig, llama2cTensorSizes, type Llama2cWeights } from "./llama2c-writer.ts";
 import { Xoshiro128 } from "../util/random.ts";
 

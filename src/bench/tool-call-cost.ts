@@ -25,8 +25,8 @@ import type { ToolDefinition } from "../tools/tool-types.ts";
 import { alternatingRates, runAlternating } from "./alternating.ts";
 import { withLLM } from "./engine-runs.ts";
 import { secondsPerCall, summarize, type RepeatOptions, type Summary } from "./measure.ts";
-import type { BenchModel } from "./models.ts";
-import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
+import type { BenchModel } from "./bench-models.ts";
+import { figure, fmt, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./bench-report.ts";
 
 export interface ToolCallBenchOptions extends RepeatOptions {
   threads: number;

@@ -7,11 +7,10 @@
 import type { EngineOptions } from "../engine/engine-options.ts";
 import type { SchedulePolicy } from "../engine/scheduler.ts";
 import type { EvictionPolicyName } from "../kv/eviction.ts";
-import { InputError } from "../errors.ts";
-import { withLLM } from "./engine-runs.ts";
+import { serveInProcess } from "./engine-runs.ts";
 import { summarize, type Summary } from "./measure.ts";
-import type { BenchModel } from "./models.ts";
-import type { Workload } from "./workloads.ts";
+import type { BenchModel } from "./bench-models.ts";
+import type { Workload } from "./prefix-workloads.ts";
 
 export interface ServingConfig {
   cache: boolean;
@@ -44,28 +43,19 @@ export async function runServing(
   model: BenchModel, workload: Workload, config: ServingConfig, engine: Partial<EngineOptions>,
 ): Promise<ServingResult> {
   const options: Partial<EngineOptions> = { ...engine, enablePrefixCaching: config.cache, schedule: config.schedule, evictionPolicy: config.evictionPolicy };
-  return await withLLM(model, options, async (llm): Promise<ServingResult> => {
-    const t0 = performance.now();
-    const results = await llm.generate(workload.requests);
-    const wallSeconds = (performance.now() - t0) / 1000;
-    const failed = results.find((r) => r.finish_reason === "error");
-    if (failed) throw new InputError(`${workload.name}: request ${failed.id} failed: ${failed.error}`);
-    const outputTokens = results.reduce((n, r) => n + r.completion_tokens, 0);
-    const promptTokens = results.reduce((n, r) => n + r.prompt_tokens, 0);
-    const cachedTokens = results.reduce((n, r) => n + r.cached_tokens, 0);
-    const s = llm.stats();
-    return {
-      ...config,
-      wallSeconds,
-      promptTokens,
-      cachedTokens,
-      outputTokens,
-      outputTokensPerSecond: outputTokens / wallSeconds,
-      totalTokensPerSecond: (outputTokens + promptTokens) / wallSeconds,
-      ttftMs: summarize(results.map((r) => r.ttft_ms)),
-      hitRate: s.prefixQueries === 0 ? 0 : s.prefixHits / s.prefixQueries,
-      evictions: s.evictions,
-      preemptions: s.preemptions,
-    };
-  });
+  const run = await serveInProcess(model, options, workload.requests, { label: workload.name });
+  const s = run.stats;
+  return {
+    ...config,
+    wallSeconds: run.seconds,
+    promptTokens: run.promptTokens,
+    cachedTokens: run.cachedTokens,
+    outputTokens: run.outputTokens,
+    outputTokensPerSecond: run.outputTokens / run.seconds,
+    totalTokensPerSecond: (run.outputTokens + run.promptTokens) / run.seconds,
+    ttftMs: summarize(run.results.map((r) => r.ttft_ms)),
+    hitRate: s.prefixQueries === 0 ? 0 : s.prefixHits / s.prefixQueries,
+    evictions: s.evictions,
+    preemptions: s.preemptions,
+  };
 }

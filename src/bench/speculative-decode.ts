@@ -18,9 +18,9 @@ import type { SpeculativeOptions } from "../engine/speculative.ts";
 import { withLLM } from "./engine-runs.ts";
 import { alternatingRates, runAlternating } from "./alternating.ts";
 import type { RepeatOptions, Summary } from "./measure.ts";
-import { benchModel, DEFAULT_MODELS_DIR, parseShape, SHARED_DIR, type BenchModel } from "./models.ts";
-import { TokenSource } from "./prompts.ts";
-import { figure, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./report.ts";
+import { benchModel, DEFAULT_MODELS_DIR, parseShape, SHARED_DIR, type BenchModel } from "./bench-models.ts";
+import { TokenSource } from "./token-source.ts";
+import { figure, fmtPct, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./bench-report.ts";
 
 export type SpecWorkloadName = "stories" | "repeating" | "no-repetition";
 
