@@ -118,7 +118,7 @@ export class ShapeBuilder {
   private readonly stricterNots = new WeakSet<JsonObject>();
   private readonly algebra: ShapeAlgebra;
 
-  constructor(private readonly doc: SchemaDocument, private readonly matchesPattern: (pattern: string, key: string, where: string) => boolean, values: ValueOracle) {
+  constructor(private readonly doc: SchemaDocument, private readonly matchesPattern: (pattern: string, key: string, where: string) => boolean, private readonly values: ValueOracle) {
     this.algebra = new ShapeAlgebra({
       ...values,
       matchesPattern: (pattern, key) => matchesPattern(pattern, key, "patternProperties"),
@@ -179,6 +179,8 @@ export class ShapeBuilder {
     if (raw === false) return [];
     if (!isObject(raw)) throw new GrammarError(`${at.path}: a schema must be an object or a boolean`);
     for (const k of REFUSED) if (raw.has(k)) throw new GrammarError(`${at.path}: "${k}" is not supported`);
+    // Merging shapes is work the compile budget bounds too (1,000 allOf branches, each copying the shapes so far).
+    this.values.checkBudget();
     let results = current.map((s) => this.applyKeywords(s, raw, at.path));
     const ref = raw.get("$ref");
     if (typeof ref === "string") results = this.andInlined(results, ref, at.path);
@@ -345,7 +347,8 @@ export class ShapeBuilder {
     if (patternProps !== undefined && !isObject(patternProps)) throw new GrammarError(`${path}/patternProperties: must be an object`);
     const ownProps = props?.entries ?? [];
     const ownPatterns: [string, Conj][] = (patternProps?.entries ?? []).map(([p, v]) => [p, [{ raw: v, path: `${path}/patternProperties/${p}` }]]);
-    const ownAdditional: Conj = additional === undefined ? [] : [{ raw: additional, path: `${path}/additionalProperties` }];
+    // `true` constrains nothing, as absent does: kept out, so that n branches with it do not give every key n schemas.
+    const ownAdditional: Conj = additional === undefined || additional === true ? [] : [{ raw: additional, path: `${path}/additionalProperties` }];
     if (ownPatterns.length > 0 && base.patternProperties.length > 0) throw new GrammarError(`${path}/patternProperties: patternProperties in more than one allOf branch is not supported`);
     const constrainsKeys = props !== undefined || patternProps !== undefined || additional !== undefined;
     if (constrainsKeys) {
