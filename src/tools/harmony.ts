@@ -34,7 +34,7 @@ export class HarmonyParser implements ReplyParser {
   private state: State = "header";
   private buffer = "";
   private route: Route = "content";
-  /** Whether a message has begun: any header after it is harmony's, never plain text. */
+  /** Whether a message has begun: every header after it is harmony's, never plain text. */
   private readMessage = false;
 
   constructor(private readonly accept: (name: string) => boolean) {}
