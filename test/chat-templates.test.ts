@@ -215,7 +215,7 @@ describeShared("the ChatML template of the shared qwen2 model", ["models/gguf/rn
 });
 
 /**
- * The published templates of the families issue 32 adds (../shared/templates): Gemma 2's (Gemma 3's
+ * The published templates of the gemma, phi3 and smollm3 families (../shared/templates): Gemma 2's (Gemma 3's
  * is the same turn format), Phi-3.5's and SmolLM3's, each rendered through the Jinja path as
  * documented, and a conversation through JinjaConversation with a vocabulary of that family's
  * control tokens where the shared files have one: every turn's prompt a token prefix of the next.

@@ -1,5 +1,5 @@
 /**
- * Structured output on the command line (issue 28), on stories260K: `generate --json-schema FILE`
+ * Structured output on the command line, on stories260K: `generate --json-schema FILE`
  * with a JSONL file whose lines bring their own constraints in the server's spellings (a line's
  * wins over the option), results valid by ajv or in the language; a schema, grammar or pattern the
  * compiler refuses rejects its request naming the line's field or the option; two options at once

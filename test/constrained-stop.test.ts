@@ -1,11 +1,11 @@
 /**
- * Stop strings under a constraint (issue 38 item 9): `finish_reason: "stop"` means a constrained
+ * Stop strings under a constraint: `finish_reason: "stop"` means a constrained
  * output parses and matches (docs/structured-output.md), so a stop string ends constrained output
  * only where the constraint may end; where it would cut the output short (a "\n" of pretty JSON,
  * the "," between two properties) it is text like any other. On a random-weight model, over
  * several seeds: JSON Schema with stop strings the JSON writes, every "stop" output valid; a
  * regex of words with stop " ", cut at a word's end where the regex may end; a forced tool call
- * with stop "\n", whose call comes whole; issue 38's request over HTTP. Stop strings still cut
+ * with stop "\n", whose call comes whole; a json_schema chat request with stop "\n" over HTTP. Stop strings still cut
  * unconstrained output as before.
  */
 import { expect, test } from "bun:test";
@@ -89,7 +89,7 @@ describeShared("stop strings under a constraint", ["models/gguf/rnd-qwen2-Q5_K_M
     expect(called).toBeGreaterThan(0);
   }, LIMIT_MS);
 
-  test("issue 38's request over HTTP: json_schema with stop \"\\n\" never answers \"stop\" with text that does not parse", async () => {
+  test("over HTTP: json_schema with stop \"\\n\" never answers \"stop\" with text that does not parse", async () => {
     const server = await startServer(model!);
     try {
       for (const seed of SEEDS) {

@@ -1,5 +1,5 @@
 /**
- * Constrained output in the engine (issue 28): the request's `constraint` compiled by the front
+ * Constrained output in the engine: the request's `constraint` compiled by the front
  * door, one matcher per sample, the mask applied before each draw. What must hold:
  *   - the reasoning gate: reasoning first (any token but an end-of-generation one), the answer
  *     constrained from the token after `</think>`, the first token free to open reasoning, every

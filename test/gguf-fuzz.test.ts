@@ -1,5 +1,5 @@
 /**
- * A seeded fuzz test of the GGUF reader and loader (issue 23): mutations of the shared models'
+ * A seeded fuzz test of the GGUF reader and loader: mutations of the shared models'
  * headers (counts, string and array lengths, value types, tensor dims, types, offsets and names,
  * hyper-parameters, token ids, string bytes, truncation) and of their chat templates, each run
  * in-process as info and generate run it. The property (helpers/gguf-fuzz.ts): a normal run, or

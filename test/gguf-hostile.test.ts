@@ -163,7 +163,7 @@ function stringItems(items: unknown): GGUFStringArray {
 }
 
 // ----------------------------------------------------------------------------
-// Issue 23: what fuzzing the loader found, each with the file it describes
+// What fuzzing the loader found, each with the file it describes
 
 /** stderr of a refused run: one line, naming the file, bounded, with no raw control character. */
 function expectOneSafeLine(stderr: string, file: string): void {
@@ -175,7 +175,7 @@ function expectOneSafeLine(stderr: string, file: string): void {
   expect(lines[0]!).not.toMatch(/internal error|^\s+at /);
 }
 
-describeShared("hostile GGUF files (issue 23)", ["models/gguf/stories260K.gguf"], ([good]) => {
+describeShared("hostile GGUF files", ["models/gguf/stories260K.gguf"], ([good]) => {
   const original = new Uint8Array(readFileSync(good!));
   const withRopeFreqs = (path: string) =>
     rewriteGGUF(good!, path, {
@@ -277,7 +277,7 @@ describeShared("hostile GGUF files (issue 23)", ["models/gguf/stories260K.gguf"]
   }, 60_000);
 });
 
-describeShared("hostile vocabularies and hyper-parameters (issue 23)", ["models/gguf/stories260K.gguf"], ([good]) => {
+describeShared("hostile vocabularies and hyper-parameters", ["models/gguf/stories260K.gguf"], ([good]) => {
   /** stories260K with its tokenizer metadata changed by `edit`. */
   const withVocab = (name: string, edit: (m: Map<string, GGUFValue>) => void) => rewriteGGUF(good!, join(dir, name), { metadata: edit });
   const cutVocabulary = (m: Map<string, GGUFValue>, n: number): void => {

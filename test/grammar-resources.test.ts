@@ -1,5 +1,5 @@
 /**
- * Issue 38 items 1 and 3: small schemas that made the lexer and expression pool grow by
+ * Small schemas that made the lexer and expression pool grow by
  * gigabytes (hundreds of patternProperties, overlapping or nested-star patterns, the same as a
  * tool's parameters) compile and mask with bounded work; a schema over the bounds is refused
  * quickly with a GrammarLimitError naming the limit, and the refusal is cached; a grammar whose
@@ -47,7 +47,7 @@ const hostile = {
 };
 
 
-describe("item 1's shapes over single bytes", () => {
+describe("the small growing schemas over single bytes", () => {
   for (const shape of SHAPES) {
     test(`${shape.name}: compiles and matches within small bounds`, () => {
       const compiler = new GrammarCompiler(byteVocabulary());
@@ -116,7 +116,7 @@ describe("item 1's shapes over single bytes", () => {
   });
 });
 
-describeShared("item 1's shapes over Llama 3's vocabulary", ["vocab/ggml-vocab-llama-bpe.gguf"], ([vocabPath]) => {
+describeShared("the small growing schemas over Llama 3's vocabulary", ["vocab/ggml-vocab-llama-bpe.gguf"], ([vocabPath]) => {
   test("each compiles and masks token by token with bounded time and memory; the hostile one is refused", () => {
     const vocab = TokenVocabulary.fromTokenizer(loadGGUFTokenizer(vocabPath!).tokenizer);
     const mask = new Uint32Array(vocab.words);

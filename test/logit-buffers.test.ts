@@ -1,5 +1,5 @@
 /**
- * Per-step buffers sized by what a step can use (issue 23, item 5): a vocabulary of millions of
+ * Per-step buffers sized by what a step can use: a vocabulary of millions of
  * rows would take gigabytes of logits at 64 rows a step (and the sampler's work arrays as much
  * again, per sequence); the engine lowers the sequences a step holds to keep the logits within
  * LOGIT_BUDGET_BYTES, shares one set of sampler arrays, and the memory check counts what it allocates.

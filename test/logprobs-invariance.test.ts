@@ -1,5 +1,5 @@
 /**
- * Asking for log-probabilities never changes a single output token (issue 38 item 6): the same
+ * Asking for log-probabilities never changes a single output token: the same
  * requests with and without `logprobs` (0 and some top alternatives) give the same token ids, text,
  * tool calls and finish reasons, over several seeds, constrained (a tool call whose constraint
  * forces tokens, a JSON Schema, a regular expression) and not, with n > 1, streamed, and with
@@ -31,7 +31,7 @@ const WEATHER = {
 const ASK = [{ role: "user" as const, content: "weather in Paris?" }];
 const SEEDS = [1, 2, 3, 7];
 
-/** The requests each seed runs: a forced tool call (issue 38's), a schema, a regex, a plain one, and n = 2. */
+/** The requests each seed runs: a forced tool call, a schema, a regex, a plain one, and n = 2. */
 function requests(seed: number): GenerateRequest[] {
   return [
     { messages: ASK, maxTokens: 64, seed, tools: [WEATHER], toolChoice: "required" },

@@ -1,6 +1,6 @@
 /**
  * A run's memory is what `pagellm info` says plus little: a Qwen2.5-0.5B-shaped Q4_K_M file (random
- * blocks, ~400 MB, the shape issue 19 measured at 850 MB resident against 560 MiB reported) at a
+ * blocks, ~400 MB, the shape once measured at 850 MB resident against 560 MiB reported) at a
  * 4096-token context, loaded and run in a child process, stays within 1.1x of info's total plus
  * 150 MB resident, after the load and after a generation. Also: the random blocks such files are
  * made of have the writer's standard deviation.

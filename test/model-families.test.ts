@@ -1,5 +1,5 @@
 /**
- * The dense architectures of issue 32 as the readers describe them (src/model/arch/): gemma3's
+ * The dense architectures gemma3, phi3 and smollm3 as the readers describe them (src/model/arch/): gemma3's
  * sliding-window layers (llama.cpp's pattern rule, a per-layer array, no window), its scaled
  * embedding, attention scale and GeGLU; phi3's fused matrices and LongRoPE (long factors past
  * the original context, short ones below, the attn_factor in the tables); smollm3's layers

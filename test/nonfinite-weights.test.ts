@@ -1,5 +1,5 @@
 /**
- * NaN or infinite weights (issue 23, item 7): they gave empty output, silently. Each step's logits
+ * NaN or infinite weights: they gave empty output, silently. Each step's logits
  * are checked (one pass over a row, like the argmax sampling does anyway); a non-finite row ends
  * its request with an error naming the file and the first tensor holding such values (found by
  * reading the file then, not at every load), or saying that every weight is finite.

@@ -222,7 +222,7 @@ describeShared("a chat's replies sent back as messages", [MODELS.stories260K, TO
   // What a chat client does (bench serve's chat workload): each turn sends the whole history, the
   // earlier replies as their text. A trained model's reply tokenizes back to the ids it was
   // generated as, so each turn's prompt extends the last turn's prompt and reply, and the cache
-  // serves every full block of them (issue 32's chat floor rests on this).
+  // serves every full block of them (bench serve's chat floor, cached turns at most 0.15x cold, rests on this).
   test("each turn's prompt extends the last prompt and its generated ids; cached_tokens is all their full blocks", async () => {
     const llm = load(modelPath!, tokPath!, { enablePrefixCaching: true, blockSize: 16 });
     const messages: ChatMessage[] = [{ role: "system", content: TEXTS[0]! }];

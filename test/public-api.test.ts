@@ -1,6 +1,6 @@
 /**
  * The library API as outside code sees it: only names exported from src/index.ts, with the
- * signatures issue 4 specifies for the KV cache.
+ * signatures the KV cache promises (vLLM v1's names, docs/architecture.md).
  */
 import { describe, expect, test } from "bun:test";
 import {

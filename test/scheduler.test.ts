@@ -614,7 +614,7 @@ describe("prefill while others decode (maxPrefillWhileDecoding)", () => {
   });
 });
 
-describe("room to finish: no stream starves on a pool too small for every request (issue 38, item 14)", () => {
+describe("room to finish: no stream starves on a pool too small for every request", () => {
   /**
    * 32 streams (16-token prompts, 128 tokens each) arriving together on a pool that holds about half
    * of them whole, prompts bounded while others decode as the server runs them. A stream's gap is

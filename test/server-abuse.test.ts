@@ -1,5 +1,5 @@
 /**
- * `pagellm serve` as an attacker or a careless client uses it (issue 30): each test keeps one
+ * `pagellm serve` as an attacker or a careless client uses it: each test keeps one
  * defect fixed, over HTTP on 127.0.0.1.
  *
  * - Bodies: one that never finishes, or trickles in, gets a 408 in OpenAI's error shape within

@@ -1,5 +1,5 @@
 /**
- * Anthropic's structured output over `POST /v1/messages` (issue 38 item 13): `output_config.format`
+ * Anthropic's structured output over `POST /v1/messages`: `output_config.format`
  * `{"type": "json_schema", "schema"}` (what the Anthropic SDK's `messages.parse` and LangChain's
  * `ChatAnthropic.withStructuredOutput` send) and the older beta's `output_format` hold the reply's
  * text to the schema, whole and streamed; a bad shape or schema is a 400 naming the field; with

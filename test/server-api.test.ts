@@ -1,5 +1,5 @@
 /**
- * The smaller parts of the API surface clients asked for (issue 29), against a server the test
+ * The smaller parts of the API surface clients asked for, against a server the test
  * starts: `GET /v1/models/{id}` through the openai client's `models.retrieve` (and HEAD, and the
  * 404 for another id in OpenAI's shape); `/tokenize` and `/detokenize` in llama-server's and vLLM's
  * shapes, with fetch, against the tokenizer and the library's prompts; a model without a chat

@@ -1,7 +1,7 @@
 /**
- * The fields `pagellm serve` takes and does not use, and the prompts it cannot run (issue 30,
- * item 10): each has the type OpenAI gives it or is a 400 naming it; a message's `name` is a
- * string and reaches a Jinja template as transformers passes it; a seed past the 64-bit signed range is
+ * The fields `pagellm serve` takes and does not use, and the prompts it cannot run: each has
+ * the type OpenAI gives it or is a 400 naming it; a message's `name` is a string and reaches a
+ * Jinja template as transformers passes it; a seed past the 64-bit signed range is
  * refused; an empty prompt on a model without BOS is a 400 naming the prompt (no internal request
  * id in the message), an empty prompt array says so, and an echoed prompt's log-probabilities have
  * one entry per token.

@@ -1,5 +1,5 @@
 /**
- * Issue 38, items 11 and 12: errors name the field at fault and never show a path of the
+ * Errors name the field at fault and never show a path of the
  * server's disk; values of the wrong type or range are a 400 naming the field, and the values
  * llama.cpp gives a meaning are taken with it.
  *
@@ -87,7 +87,7 @@ describeShared("serve with Hermes-3's tool_use template: the field at fault, no 
     noPaths(anthropic);
   }, LIMIT_MS);
 
-  test("a parameter without a description renders (item 7 over HTTP), and the prompt has the tool", async () => {
+  test("a parameter without a description renders over HTTP, and the prompt has the tool", async () => {
     const tool = { ...NO_DESCRIPTION, function: { ...NO_DESCRIPTION.function, description: "Local time." } };
     const a = await post("/tokenize", { messages: HI, tools: [tool] });
     expect(a.status).toBe(200);

@@ -1,5 +1,5 @@
 /**
- * A seeded fuzz pass of `pagellm serve` over HTTP only (issue 30): the server runs as a process on
+ * A seeded fuzz pass of `pagellm serve` over HTTP only: the server runs as a process on
  * 127.0.0.1 with a disk KV cache, and each round sends it a seeded batch of cases
  * (helpers/http-fuzz.ts): random and mutated requests on every route (types, ranges, lone
  * surrogates, invalid UTF-8, nesting, sizes), bodies that stop, trickle or are cut by a hang-up,
@@ -17,8 +17,8 @@
  * PAGELLM_FUZZ_SLOW=1 adds the slower pass that CI runs (.ci/run): more seeds and rounds, and a
  * restart over the damaged cache folder.
  *
- * Structured output, tools and the agent APIs (issue 38), on rnd-qwen2 (a chat template with
- * tools): the issue's concrete inputs one at a time, then seeded random requests that ask for a
+ * Structured output, tools and the agent APIs, on rnd-qwen2 (a chat template with tools): the
+ * hostile inputs found by attacking the server one at a time, then seeded random requests that ask for a
  * constraint in every spelling, offer tools, or go to /v1/messages and /v1/responses, mutated
  * (helpers/http-fuzz-structured.ts). Each answer: a 2xx, or a 4xx JSON error naming the field,
  * never a 5xx, a stack trace or a server path, within a time limit per request; and while the

@@ -1,5 +1,5 @@
 /**
- * Grammar input refused over HTTP (issue 38 items 4, 8, 10, 12): deep nesting, languages with
+ * Grammar input refused over HTTP: deep nesting, languages with
  * nothing in them, text that is not Unicode scalar values, a quantifier on a quantifier and a
  * fractional count are each a 400 naming the body field (and the limit or keyword), never a 500
  * from the stack or a 200 whose finish_reason is "error". The tiny stories260K model: nothing here

@@ -1,5 +1,5 @@
 /**
- * What large requests cost a `pagellm serve` process (issue 38 items 2 and 4): the peak resident
+ * What large requests cost a `pagellm serve` process: the peak resident
  * memory a request adds (Linux's VmHWM, reset before each through /proc/PID/clear_refs) against a
  * stated multiple of its body, and a 400 naming the field and the limit, never a 500.
  *

@@ -1,5 +1,5 @@
 /**
- * How much one request may ask of `pagellm serve` (issue 30, item 2): a /v1/completions request
+ * How much one request may ask of `pagellm serve`: a /v1/completions request
  * holds at most --max-prompts prompts (a 400 naming `prompt`, before any is tokenized); a request
  * whose sequences (prompts x n) alone are more than --max-queue can never be admitted and is a 400
  * naming `n` (or `prompt`), not a 429 a client would retry; the largest request that fits runs

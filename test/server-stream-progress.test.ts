@@ -1,5 +1,5 @@
 /**
- * Every stream makes progress under load (issue 38, item 14): 32 concurrent streamed constrained
+ * Every stream makes progress under load: 32 concurrent streamed constrained
  * requests (json_schema, json_object, guided_regex, guided_choice on /v1/completions) and tool
  * requests (tool_choice auto, required and named on /v1/chat/completions) against `pagellm serve`
  * on rnd-qwen2, some of them cut by their client at a seeded random event. Each stream that is not

@@ -1,5 +1,5 @@
 /**
- * Structured output over HTTP (issue 28), on one server with the random qwen2 model (Qwen2's real
+ * Structured output over HTTP, on one server with the random qwen2 model (Qwen2's real
  * vocabulary): every spelling clients send (OpenAI's response_format, llama-server's json_schema
  * and grammar, vLLM's structured_outputs and guided_*) holds the output to its constraint on both
  * endpoints, streamed too; `max_tokens` reached first ends with finish_reason length; two

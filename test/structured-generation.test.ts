@@ -1,5 +1,5 @@
 /**
- * Constrained generation on a random-weight model (issue 28's proof): every schema of the shared
+ * Constrained generation on a random-weight model (the proof that the constraint holds): every schema of the shared
  * MaskBench sample that compiles, one seeded sample each, all batched in one submission; a tenth
  * of them again greedy, seeded and with n = 3 samples, and with speculative decoding on (the same
  * bits). Every finished output parses and validates with ajv (an independent validator, with

@@ -1,5 +1,5 @@
 /**
- * Byte-level BPE on request-sized input (issue 38 item 2): a long word is merged on token ids in
+ * Byte-level BPE on request-sized input: a long word is merged on token ids in
  * typed arrays (the same ids as the merge by text, on every BPE vocabulary in ../shared), a text
  * of a million ids is returned without spreading them into a call, minTokens is a lower bound of
  * the tokens (with and without specials; SentencePiece's too), and stopAfter stops at a prefix

@@ -1,10 +1,10 @@
 /**
- * A reply cut inside a tool call (max_tokens, issue 38 item 5): in every format, a reply with text
+ * A reply cut inside a tool call (max_tokens): in every format, a reply with text
  * and two calls is cut at every character and read whole and a character at a time. Whatever the
  * cut, the call's syntax never reaches `content` (neither the message nor any delta): content is a
  * start of the text before the calls; the calls before the cut come back whole; the cut call is
  * kept, with the arguments so far, once its name is whole, and dropped before (docs/tools.md).
- * Then over HTTP on random-weight models: issue 38's request (rnd-qwen2, Qwen2.5's template), whose
+ * Then over HTTP on random-weight models: a forced weather call (rnd-qwen2, Qwen2.5's template) whose
  * max_tokens cuts a second call, streamed and not, on the Chat Completions, Anthropic Messages and
  * Responses APIs; and calls cut at several lengths in harmony (rnd-gptoss, gpt-oss's template) and
  * Qwen3-Coder's XML (rnd-qwen2, Qwen3-Coder's template), tool_choice required and auto.
@@ -159,7 +159,7 @@ const WEATHER_TOOL = {
   name: "get_weather", description: "w",
   parameters: { type: "object", properties: { city: { type: "string", maxLength: 20 }, unit: { type: "string", enum: ["c", "f"] } }, required: ["city", "unit"], additionalProperties: false },
 };
-const ISSUE_REQUEST = {
+const CUT_CALL_REQUEST = {
   messages: [{ role: "user", content: "weather in Paris?" }], max_tokens: 64, seed: 1, tool_choice: "required",
   tools: [{ type: "function", function: WEATHER_TOOL }],
 };
@@ -175,7 +175,7 @@ async function post(server: TestServer, path: string, body: unknown): Promise<Re
 }
 
 /** The content a route returned, whole and streamed, and its calls. */
-async function routeReplies(server: TestServer, request: typeof ISSUE_REQUEST) {
+async function routeReplies(server: TestServer, request: typeof CUT_CALL_REQUEST) {
   const chat = (await (await post(server, "/v1/chat/completions", request)).json()) as { choices: { message: { content: string | null; tool_calls?: unknown[] }; finish_reason: string }[] };
   const chatStream = sseEvents(await (await post(server, "/v1/chat/completions", { ...request, stream: true })).text());
   const streamedContent = chatStream.flatMap((e) => ((e as { choices?: { delta?: { content?: string } }[] }).choices ?? []).map((c) => c.delta?.content ?? ""));
@@ -199,10 +199,10 @@ async function routeReplies(server: TestServer, request: typeof ISSUE_REQUEST) {
 }
 
 describeShared("a call cut by max_tokens over HTTP (rnd-qwen2, Qwen2.5's template)", ["models/gguf/rnd-qwen2-Q5_K_M.gguf"], ([model]) => {
-  test("issue 38's request: the parsed call comes back, the cut one's syntax in no content, whole or streamed, on every API", async () => {
+  test("a forced call cut by max_tokens: the parsed call comes back, the cut one's syntax in no content, whole or streamed, on every API", async () => {
     const server = await startServer(model!);
     try {
-      const { chat, texts } = await routeReplies(server, ISSUE_REQUEST);
+      const { chat, texts } = await routeReplies(server, CUT_CALL_REQUEST);
       expect(chat.choices[0]!.finish_reason).toBe("length");
       expect(chat.choices[0]!.message.tool_calls?.length).toBeGreaterThan(0);
       for (const t of texts) expect(t).not.toMatch(SYNTAX);

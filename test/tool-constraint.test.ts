@@ -1,5 +1,5 @@
 /**
- * The tool-call constraint (issue 29, docs/tools.md): a request's tools compiled with its chat
+ * The tool-call constraint (docs/tools.md): a request's tools compiled with its chat
  * format's call syntax, forced for tool_choice "required" and a named function, lazy for "auto"
  * (free text until the trigger, then the call to its end). What must hold:
  *   - whatever is written under the constraint, every call the format's parser reads has one of

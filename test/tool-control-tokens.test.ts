@@ -1,5 +1,5 @@
 /**
- * Tool calls written with control tokens (issue 29, docs/tools.md): Mistral's `[TOOL_CALLS]` and
+ * Tool calls written with control tokens (docs/tools.md): Mistral's `[TOOL_CALLS]` and
  * gpt-oss's harmony headers (`<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>`)
  * are constrained as the model writes them, as tokens (llama.cpp's preserved tokens and token
  * triggers, llguidance's special tokens). On random-weight models whose vocabularies have those

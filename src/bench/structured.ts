@@ -1,7 +1,7 @@
 /**
  * `pagellm bench decode --json-schema FILE`: single-sequence decode with a JSON Schema constraint
- * against the same decode unconstrained, on one engine in the same run (issue 28's floor:
- * constrained at least 0.9x). Each random prompt is decoded greedily both ways back to back, which
+ * against the same decode unconstrained, on one engine in the same run (the floor it
+ * checks: constrained at least 0.9x). Each random prompt is decoded greedily both ways back to back, which
  * goes first alternating, so both see the same machine; the schema is compiled before the first
  * timed repetition (compiled grammars are cached by content, as a server's are). Tokens/s counts
  * every generated token after the first, forced ones included (a forced run is appended without

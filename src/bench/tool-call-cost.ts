@@ -1,5 +1,5 @@
 /**
- * `pagellm bench decode --tools`: what tool calling costs a request's decode (issue 29's target:
+ * `pagellm bench decode --tools`: what tool calling costs a request's decode (the target:
  * parsing and the constraint add at most 5%), measured in the same run on one engine, each pair of
  * requests back to back with the order alternating, so that both see the same machine. The
  * baseline ("plain") is the same rendered prompt sent as token ids: nothing read, nothing

@@ -87,7 +87,7 @@ export function decodeFloorTables(items: readonly TypedFigure[]): Table[] {
   const checks = decodeFloorChecks(items);
   if (checks.length === 0) return [];
   return [{
-    title: `floor of issue 11: ${DECODE_FLOOR.mixes.join(" and ")} decode at least ${DECODE_FLOOR.ratio}x pagellm's F32 decode of the same shape, ${DECODE_FLOOR.threads} thread`,
+    title: `quantized decode floor: ${DECODE_FLOOR.mixes.join(" and ")} decode at least ${DECODE_FLOOR.ratio}x pagellm's F32 decode of the same shape, ${DECODE_FLOOR.threads} thread`,
     columns: ["model", "vs F32", "floor"],
     rows: checks.map((c) => [c.label, fmtRatio(c.ratio), c.met ? "met" : "MISSED"]),
   }];

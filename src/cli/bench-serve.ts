@@ -1,7 +1,7 @@
 /**
  * `pagellm bench serve`: a seeded serving workload against any OpenAI-compatible server (--url),
  * or, given a model (default: random SmolLM2-135M-shaped Q8_0), against `pagellm serve` started
- * here, with the floors of issue 18 measured in the same run and, with --llama-server, llama.cpp's
+ * here, with the serving floors (throughput, cached TTFT) measured in the same run and, with --llama-server, llama.cpp's
  * server on the same file for the aims. The measuring lives in src/bench/serve/.
  */
 import { defineCommand, type ArgsDef } from "citty";
@@ -151,7 +151,7 @@ export const benchServeCommand = defineCommand({
     name: "serve",
     description:
       "Serving benchmark of an OpenAI-compatible server (--url), streamed: requests/s, output tokens/s, TTFT p50/p90/p99, inter-token latency, " +
-      "end-to-end latency, cached-token share. Without --url: pagellm serve started here, with the issue-18 floors (vs the same requests in-process; " +
+      "end-to-end latency, cached-token share. Without --url: pagellm serve started here, with the serving floors (vs the same requests in-process; " +
       "cached vs cold TTFT) and, with --llama-server, the aims against llama.cpp on the same file",
   },
   args: benchServeArgs,

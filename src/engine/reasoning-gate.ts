@@ -1,7 +1,7 @@
 /**
- * A constraint that starts where a model's reasoning ends (issue 28: grammars that broke when a
- * model thinks first, ollama #18441, are the failure avoided here), and the reasoning budget
- * (issue 29: llama.cpp's --reasoning-budget, vLLM's thinking budget, Anthropic's
+ * A constraint that starts where a model's reasoning ends (grammars that broke when a model
+ * thinks first, ollama #18441, are the failure avoided here), and the reasoning budget (as
+ * llama.cpp's --reasoning-budget, vLLM's thinking budget, Anthropic's
  * `thinking.budget_tokens`). The tags are found in the tokens' bytes, so that a tag written as
  * one token (Qwen3's vocabulary) or as text (in any pieces) is seen alike. Three states:
  *   - open: the reply may open its reasoning (`<think>` at its start) or begin its answer; while

@@ -27,7 +27,7 @@
  * admitted into an idle one (samples forked from it that then find no block recompute their
  * prompt), so an idle pool never refuses a request it can hold.
  *
- * Room to finish (issue 38, item 14: no stream starves): given each request's final positions
+ * Room to finish (no stream starves): given each request's final positions
  * (SchedulerOptions.finalPositions: its prompt and max_tokens, at most the context), admission also
  * keeps free blocks for every admitted request, and every sample still to fork, to reach its end.
  * Without it (vLLM's way) a pool that held the prompts but not the replies preempted streams part

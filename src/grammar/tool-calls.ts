@@ -1,5 +1,5 @@
 /**
- * Tool calls as a grammar (issue 29): a block of calls in a chat format's syntax, each call's
+ * Tool calls as a grammar: a block of calls in a chat format's syntax, each call's
  * arguments held to its function's JSON Schema (what xgrammar's structural tags and llama.cpp's
  * tool-call grammars build):
  *

@@ -1,5 +1,5 @@
 /**
- * Qwen3-Coder's XML arguments as a grammar (issue 29; llama.cpp's grammar for the format): one
+ * Qwen3-Coder's XML arguments as a grammar (after llama.cpp's grammar for the format): one
  *
  *   <parameter=NAME>\nVALUE\n</parameter>
  *

@@ -1,7 +1,7 @@
 /**
  * A tokenizer that refuses, before tokenizing, any text that must give more than `limit` tokens
  * (Tokenizer.minTokens): a prompt of megabytes over the context costs its bytes' count, not its
- * tokenization (issue 38: a megabyte tool description took a gigabyte to find it too long). Each
+ * tokenization (without it a megabyte tool description took a gigabyte to find it too long). Each
  * encode call is checked on its own: every piece of a prompt is tokenized into it, so a piece
  * over the limit is a prompt over it. Only large texts (LARGE_TEXT) are checked so. Its limit is also there for encodeRendered (tokenLimitOf),
  * which stops tokenizing a prompt's pieces once they pass it (EncodeOptions.stopAfter).

@@ -1,6 +1,6 @@
 /**
  * What a tool call looks like in each format, written so that a grammar can be built from it: the
- * hook by which the structured-output engine (src/grammar/, issue 28) will constrain a call's
+ * hook by which the structured-output engine (src/grammar/) will constrain a call's
  * arguments to its function's JSON Schema. It follows xgrammar's structural tags and llama.cpp's
  * lazy grammars:
  *

@@ -1,6 +1,6 @@
 /**
  * Random-weight models whose vocabularies have a chat family's control tokens, for the tool-call
- * constraint's tests (issue 29): stories260K's vocabulary of 512 with the family's tokens appended
+ * constraint's tests: stories260K's vocabulary of 512 with the family's tokens appended
  * as CONTROL tokens (as the family's own vocabulary types them; the tokenizer then adjusts
  * gpt-oss's as llama.cpp does, src/tokenizer/eog.ts) and the family's chat template:
  *   - "mistral": Mistral Nemo's template, `[TOOL_CALLS]` and its other bracketed tokens;

@@ -1,12 +1,12 @@
 /**
- * Seeded HTTP fuzz cases for structured output, tools and the agent APIs (issue 38), for
+ * Seeded HTTP fuzz cases for structured output, tools and the agent APIs, for
  * test/server-fuzz.test.ts: random requests that ask for a constraint in every spelling
  * (response_format json_schema and json_object, json_schema, grammar, guided_json, guided_regex,
  * guided_choice, guided_grammar, structured_outputs), tools with tool_choice auto, required, none
  * and named on /v1/chat/completions, /v1/messages (Anthropic) with tools, thinking and tool_result
  * blocks, and /v1/responses with tools and text.format; then mutated (a value anywhere set to a
- * wrong type, a huge size, a deep nest, a lone surrogate, an empty grammar). The issue's concrete
- * inputs come as seeds (STRUCTURED_SEEDS), with the answer the issue asks for.
+ * wrong type, a huge size, a deep nest, a lone surrogate, an empty grammar). The concrete inputs
+ * found by attacking the server come as seeds (STRUCTURED_SEEDS), each with the answer it must get.
  *
  * The property of every answer (checkStructuredAnswer): a 2xx (never finish_reason "error", not a
  * documented value), or a 4xx JSON error in the route's shape, naming the field at fault on the
@@ -296,8 +296,8 @@ function refChain(n: number): Json {
 }
 
 /**
- * The issue's concrete inputs (items 1, 2, 4, 8, 10, 11, 12), each with the answer it asks for: a 400
- * naming the field, a 2xx, or (null) only the property every answer keeps, within the bounds.
+ * The concrete inputs found by attacking the server, grouped by what they broke, each with the answer
+ * it must get: a 400 naming the field, a 2xx, or (null) only the property every answer keeps, within the bounds.
  * `full`: also the largest (multi-megabyte bodies, 100,000-entry enums), for the slow pass.
  */
 export function structuredSeeds(full: boolean): StructuredCase[] {
@@ -305,36 +305,36 @@ export function structuredSeeds(full: boolean): StructuredCase[] {
   const completion = (extra: { [key: string]: Json }) => ({ prompt: "JSON:", max_tokens: 8, ...extra });
   const tool = (parameters: Json, description = "w") => ({ tools: [{ type: "function", function: { name: "get_weather", description, parameters } }] });
   const seeds: StructuredCase[] = [
-    // item 1: small schemas that took gigabytes
-    seed("300 patternProperties (item 1)", "/v1/completions", completion({ json_schema: patternProperties(Array.from({ length: 300 }, (_, i) => `k${i}`)) }), null),
-    seed("1,000 patterns ^(a+)+N$ (item 1)", "/v1/completions", completion({ json_schema: patternProperties(Array.from({ length: 1000 }, (_, i) => `^(a+)+${i}$`)) }), null),
-    seed("200 overlapping ^.*c.*N$ (item 1)", "/v1/completions", completion({ json_schema: patternProperties(Array.from({ length: 200 }, (_, i) => `^.*c.*${i}$`)) }), null),
-    seed("300 patternProperties as a tool's parameters (item 1)", "/v1/chat/completions", chat({ ...tool(patternProperties(Array.from({ length: 300 }, (_, i) => `k${i}`))), tool_choice: "required" }), null),
-    // item 2: limits checked too late
-    seed("allOf of 1,000 branches (item 2)", "/v1/completions", completion({ json_schema: { allOf: Array.from({ length: 1000 }, () => ({ type: "integer" })) } }), null),
-    // item 4: stack overflows as 500s
-    seed("GBNF with 10,000 nested parentheses (item 4)", "/v1/completions", completion({ grammar: nestedGbnf(10_000) }), null),
-    // item 8: unsatisfiable grammars got a 200 with finish_reason "error"
-    seed("grammar root ::= [] (item 8)", "/v1/completions", completion({ grammar: "root ::= []" }), { status: 400, param: "grammar" }),
-    seed("guided_regex [^\\s\\S] (item 8)", "/v1/completions", completion({ guided_regex: "[^\\s\\S]" }), { status: 400, param: "guided_regex" }),
-    seed("guided_regex \\uD800 (item 8)", "/v1/completions", completion({ guided_regex: "\\uD800" }), { status: 400, param: "guided_regex" }),
-    // item 10: lone surrogates and code points above U+10FFFF
-    seed("a lone surrogate in const (item 10)", "/v1/completions", completion({ json_schema: { const: "a\ud800" } }), { status: 400, param: "json_schema" }),
-    seed("a lone surrogate in enum (item 10)", "/v1/completions", completion({ json_schema: { enum: ["ok", "\udfff"] } }), { status: 400, param: "json_schema" }),
-    seed("a lone surrogate in a GBNF literal (item 10)", "/v1/completions", completion({ grammar: 'root ::= "\ud800"' }), { status: 400, param: "grammar" }),
-    seed("a lone surrogate in guided_choice (item 10)", "/v1/completions", completion({ guided_choice: ["yes", "\ud800"] }), { status: 400, param: "guided_choice" }),
-    seed("a code point above U+10FFFF in a GBNF literal (item 10)", "/v1/completions", completion({ grammar: 'root ::= "\\U00110000"' }), { status: 400, param: "grammar" }),
-    // item 12: wrong values accepted, and right ones refused
-    seed('pattern "a**" (item 12)', "/v1/completions", completion({ json_schema: { type: "string", pattern: "a**" } }), { status: 400, param: "json_schema" }),
-    seed("minLength 1.5 (item 12)", "/v1/completions", completion({ json_schema: { type: "string", minLength: 1.5 } }), { status: 400, param: "json_schema" }),
-    seed("messages[].reasoning_content 5 (item 12)", "/v1/chat/completions", { messages: [{ role: "user", content: "hi" }, { role: "assistant", content: "x", reasoning_content: 5 }, { role: "user", content: "more" }], max_tokens: 2 }, { status: 400 }),
+    // small schemas that took gigabytes
+    seed("300 patternProperties", "/v1/completions", completion({ json_schema: patternProperties(Array.from({ length: 300 }, (_, i) => `k${i}`)) }), null),
+    seed("1,000 patterns ^(a+)+N$", "/v1/completions", completion({ json_schema: patternProperties(Array.from({ length: 1000 }, (_, i) => `^(a+)+${i}$`)) }), null),
+    seed("200 overlapping ^.*c.*N$", "/v1/completions", completion({ json_schema: patternProperties(Array.from({ length: 200 }, (_, i) => `^.*c.*${i}$`)) }), null),
+    seed("300 patternProperties as a tool's parameters", "/v1/chat/completions", chat({ ...tool(patternProperties(Array.from({ length: 300 }, (_, i) => `k${i}`))), tool_choice: "required" }), null),
+    // limits checked too late
+    seed("allOf of 1,000 branches", "/v1/completions", completion({ json_schema: { allOf: Array.from({ length: 1000 }, () => ({ type: "integer" })) } }), null),
+    // stack overflows as 500s
+    seed("GBNF with 10,000 nested parentheses", "/v1/completions", completion({ grammar: nestedGbnf(10_000) }), null),
+    // unsatisfiable grammars got a 200 with finish_reason "error"
+    seed("grammar root ::= []", "/v1/completions", completion({ grammar: "root ::= []" }), { status: 400, param: "grammar" }),
+    seed("guided_regex [^\\s\\S]", "/v1/completions", completion({ guided_regex: "[^\\s\\S]" }), { status: 400, param: "guided_regex" }),
+    seed("guided_regex \\uD800", "/v1/completions", completion({ guided_regex: "\\uD800" }), { status: 400, param: "guided_regex" }),
+    // lone surrogates and code points above U+10FFFF
+    seed("a lone surrogate in const", "/v1/completions", completion({ json_schema: { const: "a\ud800" } }), { status: 400, param: "json_schema" }),
+    seed("a lone surrogate in enum", "/v1/completions", completion({ json_schema: { enum: ["ok", "\udfff"] } }), { status: 400, param: "json_schema" }),
+    seed("a lone surrogate in a GBNF literal", "/v1/completions", completion({ grammar: 'root ::= "\ud800"' }), { status: 400, param: "grammar" }),
+    seed("a lone surrogate in guided_choice", "/v1/completions", completion({ guided_choice: ["yes", "\ud800"] }), { status: 400, param: "guided_choice" }),
+    seed("a code point above U+10FFFF in a GBNF literal", "/v1/completions", completion({ grammar: 'root ::= "\\U00110000"' }), { status: 400, param: "grammar" }),
+    // wrong values accepted, and right ones refused
+    seed('pattern "a**"', "/v1/completions", completion({ json_schema: { type: "string", pattern: "a**" } }), { status: 400, param: "json_schema" }),
+    seed("minLength 1.5", "/v1/completions", completion({ json_schema: { type: "string", minLength: 1.5 } }), { status: 400, param: "json_schema" }),
+    seed("messages[].reasoning_content 5", "/v1/chat/completions", { messages: [{ role: "user", content: "hi" }, { role: "assistant", content: "x", reasoning_content: 5 }, { role: "user", content: "more" }], max_tokens: 2 }, { status: 400 }),
     // Written out: as a double it rounds to -2^63, which is in range.
-    { ...seed("seed -2^63-1 (item 12)", "/v1/completions", completion({ seed: 0 }), { status: 400, param: "seed" }), body: JSON.stringify(completion({ seed: 0 })).replace('"seed":0', '"seed":-9223372036854775809') },
-    seed("reasoning_budget 2^64 (item 12)", "/v1/chat/completions", chat({ reasoning_budget: 2 ** 64 }), { status: 400, param: "reasoning_budget" }),
-    seed("reasoning_budget -1, llama.cpp's unbounded (item 12)", "/v1/chat/completions", chat({ reasoning_budget: -1 }), { status: 200 }),
-    seed("reasoning_budget 0 turns thinking off (item 12)", "/v1/chat/completions", chat({ reasoning_budget: 0 }), { status: 200 }),
-    seed("reasoning_budget 100, under Anthropic's floor (item 12)", "/v1/chat/completions", chat({ reasoning_budget: 100 }), { status: 200 }),
-    seed('Anthropic tool_result.is_error "yes" (item 12)', "/v1/messages", {
+    { ...seed("seed -2^63-1", "/v1/completions", completion({ seed: 0 }), { status: 400, param: "seed" }), body: JSON.stringify(completion({ seed: 0 })).replace('"seed":0', '"seed":-9223372036854775809') },
+    seed("reasoning_budget 2^64", "/v1/chat/completions", chat({ reasoning_budget: 2 ** 64 }), { status: 400, param: "reasoning_budget" }),
+    seed("reasoning_budget -1, llama.cpp's unbounded", "/v1/chat/completions", chat({ reasoning_budget: -1 }), { status: 200 }),
+    seed("reasoning_budget 0 turns thinking off", "/v1/chat/completions", chat({ reasoning_budget: 0 }), { status: 200 }),
+    seed("reasoning_budget 100, under Anthropic's floor", "/v1/chat/completions", chat({ reasoning_budget: 100 }), { status: 200 }),
+    seed('Anthropic tool_result.is_error "yes"', "/v1/messages", {
       max_tokens: 2, tools: [{ name: "get_weather", description: "w", input_schema: WEATHER_PARAMS }],
       messages: [
         { role: "user", content: "weather?" },
@@ -342,31 +342,31 @@ export function structuredSeeds(full: boolean): StructuredCase[] {
         { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "sunny", is_error: "yes" }] },
       ],
     }, { status: 400 }),
-    seed("Anthropic metadata.user_id 5 (item 12)", "/v1/messages", { max_tokens: 2, messages: [{ role: "user", content: "hi" }], metadata: { user_id: 5 } }, { status: 400 }),
-    seed("Anthropic text blocks with citations (item 12)", "/v1/messages", { max_tokens: 2, messages: [{ role: "user", content: [{ type: "text", text: "hi", citations: [{ type: "char_location", cited_text: "h" }] }] }] }, { status: 400 }),
-    seed("Responses text.verbosity 5 (item 12)", "/v1/responses", { input: "hi", max_output_tokens: 2, text: { verbosity: 5 } }, { status: 400, param: "text.verbosity" }),
-    seed("Responses temperature 5 (item 12)", "/v1/responses", { input: "hi", max_output_tokens: 2, temperature: 5 }, { status: 400, param: "temperature" }),
-    // item 11: context_length_exceeded showed the model's path
-    seed("a prompt longer than the context (item 11)", "/v1/completions", { prompt: "word ".repeat(6000), max_tokens: 2 }, { status: 400, param: "prompt" }),
-    // the repro of items 5 and 6, as a request that must work
-    seed("the weather tool with tool_choice required (items 5, 6)", "/v1/chat/completions", { messages: [{ role: "user", content: "weather in Paris?" }], max_tokens: 64, seed: 1, tool_choice: "required", tools: [{ type: "function", function: { name: "get_weather", description: "w", parameters: WEATHER_PARAMS } }] }, { status: 200 }),
+    seed("Anthropic metadata.user_id 5", "/v1/messages", { max_tokens: 2, messages: [{ role: "user", content: "hi" }], metadata: { user_id: 5 } }, { status: 400 }),
+    seed("Anthropic text blocks with citations", "/v1/messages", { max_tokens: 2, messages: [{ role: "user", content: [{ type: "text", text: "hi", citations: [{ type: "char_location", cited_text: "h" }] }] }] }, { status: 400 }),
+    seed("Responses text.verbosity 5", "/v1/responses", { input: "hi", max_output_tokens: 2, text: { verbosity: 5 } }, { status: 400, param: "text.verbosity" }),
+    seed("Responses temperature 5", "/v1/responses", { input: "hi", max_output_tokens: 2, temperature: 5 }, { status: 400, param: "temperature" }),
+    // context_length_exceeded showed the model's path
+    seed("a prompt longer than the context", "/v1/completions", { prompt: "word ".repeat(6000), max_tokens: 2 }, { status: 400, param: "prompt" }),
+    // the forced weather call whose cut reply leaked syntax and whose logprobs changed tokens, as a request that must work
+    seed("the weather tool with tool_choice required", "/v1/chat/completions", { messages: [{ role: "user", content: "weather in Paris?" }], max_tokens: 64, seed: 1, tool_choice: "required", tools: [{ type: "function", function: { name: "get_weather", description: "w", parameters: WEATHER_PARAMS } }] }, { status: 200 }),
   ];
   if (!full) return seeds;
   return [
     ...seeds,
-    seed("enum of 100,000 integers (item 2)", "/v1/completions", completion({ json_schema: { enum: Array.from({ length: 100_000 }, (_, i) => i) } }), null),
-    seed("a GBNF chain of 40,000 rules (item 2)", "/v1/completions", completion({ grammar: Array.from({ length: 40_000 }, (_, i) => `${i === 0 ? "root" : `r${i}`} ::= "a" ${i === 39_999 ? "" : `r${i + 1}`}`).join("\n") }), null),
-    seed("100,000 guided_choice entries (item 2)", "/v1/completions", completion({ guided_choice: Array.from({ length: 100_000 }, (_, i) => `c${i}`) }), null),
-    seed("a 1 MB tool description (item 2)", "/v1/chat/completions", chat({ ...tool(WEATHER_PARAMS, "d".repeat(1 << 20)), tool_choice: "auto" }), null),
-    seed("2 MB of tool_calls arguments (item 2)", "/v1/chat/completions", {
+    seed("enum of 100,000 integers", "/v1/completions", completion({ json_schema: { enum: Array.from({ length: 100_000 }, (_, i) => i) } }), null),
+    seed("a GBNF chain of 40,000 rules", "/v1/completions", completion({ grammar: Array.from({ length: 40_000 }, (_, i) => `${i === 0 ? "root" : `r${i}`} ::= "a" ${i === 39_999 ? "" : `r${i + 1}`}`).join("\n") }), null),
+    seed("100,000 guided_choice entries", "/v1/completions", completion({ guided_choice: Array.from({ length: 100_000 }, (_, i) => `c${i}`) }), null),
+    seed("a 1 MB tool description", "/v1/chat/completions", chat({ ...tool(WEATHER_PARAMS, "d".repeat(1 << 20)), tool_choice: "auto" }), null),
+    seed("2 MB of tool_calls arguments", "/v1/chat/completions", {
       messages: [{ role: "user", content: "weather?" }, { role: "assistant", content: null, tool_calls: [{ id: "c1", type: "function", function: { name: "get_weather", arguments: JSON.stringify({ city: "x".repeat(2 << 20) }) } }] }, { role: "tool", tool_call_id: "c1", content: "sunny" }],
       max_tokens: 2, ...tool(WEATHER_PARAMS),
     }, null), // a 400 where the template renders the arguments (past the context), a 2xx where it does not
-    seed("a logit_bias of 100,000 entries (item 2)", "/v1/completions", completion({ logit_bias: Object.fromEntries(Array.from({ length: 100_000 }, (_, i) => [String(i), 1])) }), { status: 400, param: "logit_bias" }),
-    seed("a $ref chain of 20,000 $defs (item 4)", "/v1/completions", completion({ json_schema: refChain(20_000) }), null),
-    seed("a regex with 100,000 nested parentheses (item 4)", "/v1/completions", completion({ guided_regex: `${"(".repeat(100_000)}a${")".repeat(100_000)}` }), null),
-    seed("a tool enum of 100,000 strings with tool_choice required (item 4)", "/v1/chat/completions", chat({ ...tool({ type: "object", properties: { city: { enum: Array.from({ length: 100_000 }, (_, i) => `c${i}`) } }, required: ["city"] }), tool_choice: "required" }), null),
-    seed("count_tokens of a 7.2 MB text (item 4)", "/v1/messages/count_tokens", { messages: [{ role: "user", content: "word ".repeat(1_440_000) }] }, null),
+    seed("a logit_bias of 100,000 entries", "/v1/completions", completion({ logit_bias: Object.fromEntries(Array.from({ length: 100_000 }, (_, i) => [String(i), 1])) }), { status: 400, param: "logit_bias" }),
+    seed("a $ref chain of 20,000 $defs", "/v1/completions", completion({ json_schema: refChain(20_000) }), null),
+    seed("a regex with 100,000 nested parentheses", "/v1/completions", completion({ guided_regex: `${"(".repeat(100_000)}a${")".repeat(100_000)}` }), null),
+    seed("a tool enum of 100,000 strings with tool_choice required", "/v1/chat/completions", chat({ ...tool({ type: "object", properties: { city: { enum: Array.from({ length: 100_000 }, (_, i) => `c${i}`) } }, required: ["city"] }), tool_choice: "required" }), null),
+    seed("count_tokens of a 7.2 MB text", "/v1/messages/count_tokens", { messages: [{ role: "user", content: "word ".repeat(1_440_000) }] }, null),
   ];
 }
 

@@ -1,6 +1,6 @@
 /**
  * `pagellm bench serve`: a seeded serving workload sent to OpenAI-compatible servers, and the
- * targets of issue 18 measured as ratios in the same run.
+ * serving targets (floors and aims) measured as ratios in the same run.
  *
  * - With a URL: the workload against that server (pagellm serve, llama-server, vLLM, ...).
  * - With a model file (or the default random SmolLM2-135M-shaped Q8_0): `pagellm serve` started
@@ -9,7 +9,7 @@
  *   floor: cached at most 0.1x cold); and with --llama-server, llama.cpp's server on the same file,
  *   threads and slots (the aims). The servers run one after the other, never together.
  * - With --cold-probe (chat, one request at a time): each turn sent again cold (turn-probe.ts), the
- *   floor of issue 32: every turn after the first at most 0.15x of the same prompt cold.
+ *   chat floor: every turn after the first at most 0.15x of the same prompt cold.
  */
 import { basename } from "node:path";
 import { PagellmError, ServerError } from "../../errors.ts";
@@ -110,11 +110,11 @@ export interface ServeBenchResult {
   errors: string[];
 }
 
-/** The floors and aims of issue 18. */
+/** The serving floors (throughput against the same requests in-process, cached TTFT against cold) and the cached-share aim against llama-server. */
 export const SERVE_FLOOR_THROUGHPUT = 0.9;
 export const SERVE_FLOOR_CACHED_TTFT = 0.1;
 export const SERVE_AIM_CACHED_SHARE = 1.2;
-/** Issue 32's floor: a chat turn whose history is cached at most this fraction of its TTFT cold. */
+/** The chat floor: a chat turn whose history is cached at most this fraction of its TTFT cold. */
 export const SERVE_FLOOR_TURN_TTFT = 0.15;
 
 /** A fresh source of the named workload (a chat keeps state, so every target gets its own). */

@@ -81,7 +81,7 @@ export function serveTables(r: ServeBenchResult): Table[] {
   for (const t of r.targets) if (t.turns !== null) tables.push(turnTable(t.name, t.turns));
   if (r.checks.length > 0) {
     tables.push({
-      title: "targets of issues 18 and 32, measured in this run",
+      title: "serving and chat targets, measured in this run",
       columns: ["", "ratio", "target", "verdict"],
       rows: r.checks.map((c) => [`${c.kind}: ${c.label}`, c.ratio === null ? "n/a" : fmtRatio(c.ratio), c.bound, checkVerdict(c)]),
     });
