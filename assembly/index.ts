@@ -12,7 +12,6 @@ export {
   rmsnormRunq, quantizeQ8Runq, matmulQ8Runq, swigluRunq, ropeTablesRunq, pagedAttentionRunq, runqMath, runqFma,
 } from "./runq";
 export { expF32 } from "./math";
-export { applyTokenBitmask } from "./token-mask";
 export { quantizeActQ8, actBytesPerToken, buildHalfTable, halfTableAddress } from "./ggml/common";
 export { matmulF16, matmulBF16, embedF16, embedBF16, roundActivations } from "./ggml/float";
 export {

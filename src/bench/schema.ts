@@ -14,22 +14,10 @@ import { machineInfo, type MachineInfo } from "./machine.ts";
 import { prefillFigures, type PrefillResult } from "./prefill.ts";
 import { prefixFigures, type PrefixResult } from "./prefix.ts";
 import { BENCH_SCHEMA, type BenchReport, type Figure } from "./bench-report.ts";
-import type { FloorCheck } from "./type-comparison.ts";
+import type { DecodeSet, PrefillSet } from "./type-comparison.ts";
 import type { ServeBenchResult } from "./serve/serve-bench.ts";
 import { serveFigures } from "./serve/serve-report.ts";
 import { restartFigures, type RestartResult } from "./prefix-restart.ts";
-
-/** `bench decode` with several models (--type, --f32-baseline, several --shape): each model, and the floor checks. */
-export interface DecodeSet {
-  models: DecodeResult[];
-  /** Q8_0 / Q4_K_M decode against F32 of the same shape at one thread (type-comparison.ts). */
-  floor: FloorCheck[];
-}
-
-/** `bench prefill` with several models. */
-export interface PrefillSet {
-  models: PrefillResult[];
-}
 
 /** Each sub-benchmark's `results`. */
 export interface BenchResults {

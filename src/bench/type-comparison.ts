@@ -8,7 +8,6 @@ import { decodeTables, type DecodeResult } from "./decode.ts";
 import { ratio, type Summary } from "./measure.ts";
 import { prefillTables, type PrefillResult } from "./prefill.ts";
 import { fmtRatio, fmtSpread, type Table } from "./bench-report.ts";
-import type { BenchResults } from "./schema.ts";
 
 /** One model's figure at each thread count. */
 export interface TypedFigure {
@@ -66,6 +65,18 @@ export interface FloorCheck {
   met: boolean;
 }
 
+/** `bench decode` with several models (--type, --f32-baseline, several --shape): each model, and the floor checks. */
+export interface DecodeSet {
+  models: DecodeResult[];
+  /** Q8_0 / Q4_K_M decode against F32 of the same shape at one thread. */
+  floor: FloorCheck[];
+}
+
+/** `bench prefill` with several models. */
+export interface PrefillSet {
+  models: PrefillResult[];
+}
+
 export function decodeFloorChecks(items: readonly TypedFigure[]): FloorCheck[] {
   const out: FloorCheck[] = [];
   for (const group of byShape(items)) {
@@ -102,7 +113,7 @@ function decodeFigure(r: DecodeResult): TypedFigure {
  * `bench decode`'s results and tables for its models: one model's result as it is, several as a
  * set with the floor checks; the tables of each, then the type comparison and the floor.
  */
-export function decodeSet(results: DecodeResult[]): { results: BenchResults["decode"]; tables: Table[] } {
+export function decodeSet(results: DecodeResult[]): { results: DecodeResult | DecodeSet; tables: Table[] } {
   const figures = results.map(decodeFigure);
   const floor = decodeFloorChecks(figures);
   return {
@@ -112,7 +123,7 @@ export function decodeSet(results: DecodeResult[]): { results: BenchResults["dec
 }
 
 /** `bench prefill`'s results and tables for its models (several: a set), with the type comparison. */
-export function prefillSet(results: PrefillResult[]): { results: BenchResults["prefill"]; tables: Table[] } {
+export function prefillSet(results: PrefillResult[]): { results: PrefillResult | PrefillSet; tables: Table[] } {
   const figures = results.map((r): TypedFigure => ({ label: r.model, gguf: r.gguf, rows: r.rows.map((x) => ({ threads: x.threads, value: x.prefillTokensPerSecond })) }));
   return {
     results: results.length === 1 ? results[0]! : { models: results },

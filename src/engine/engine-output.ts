@@ -4,19 +4,11 @@
  * to the request's stream. A consumer that wants the whole result folds them (collect.ts).
  */
 import type { SampledLogprob } from "./logprobs.ts";
-import type { Sequence } from "./sequence.ts";
+import type { FinishReason, Sequence } from "./sequence.ts";
 import type { SpeculationCounts } from "./speculative.ts";
 
-/** Why a sample ended. */
-export type FinishReason =
-  /** EOS (or another stop token) or a stop string. */
-  | "stop"
-  /** max_tokens, or the model's context is full. */
-  | "length"
-  /** Cancelled (Ctrl-C, or the caller aborted). */
-  | "abort"
-  /** Rejected before running, or failed; `error` says why. */
-  | "error";
+// A sample's finish reason is the sequence's state; outputs carry it, so it is exported with them.
+export type { FinishReason };
 
 /** Token counts of one sample so far. */
 export interface OutputUsage {

@@ -28,7 +28,8 @@ import { EndCheck, type ReasoningMarkers, type TokenConstraint } from "./constra
 import { ReasoningGate } from "./reasoning-gate.ts";
 import { Scheduler, type SchedulerOutput, type TierLoader } from "./scheduler.ts";
 import { replyDecoder, Sequence, type GenerationParams } from "./sequence.ts";
-import { Drafter, Speculation } from "./speculative.ts";
+import { Speculation } from "./speculation.ts";
+import { Drafter } from "./speculative.ts";
 
 /** Whether `mask` allows any of the first `n` tokens. */
 function allowsAny(mask: Uint32Array, n: number): boolean {

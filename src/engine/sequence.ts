@@ -6,14 +6,22 @@
  */
 import type { StreamDecoder, Tokenizer } from "../tokenizer/tokenizer.ts";
 import type { EndCheck, TokenConstraint } from "./constraint.ts";
-import type { FinishReason } from "./engine-output.ts";
 import type { SampledLogprob } from "./logprobs.ts";
 import { Request, type RequestOptions } from "../kv/request.ts";
 import { Sampler, type SamplerWork, type SamplingParams } from "./sampler.ts";
 import { StopStringMatcher } from "./stop-strings.ts";
 import type { Drafter } from "./speculative.ts";
 
-export type { FinishReason };
+/** Why a sample ended. */
+export type FinishReason =
+  /** EOS (or another stop token) or a stop string. */
+  | "stop"
+  /** max_tokens, or the model's context is full. */
+  | "length"
+  /** Cancelled (Ctrl-C, or the caller aborted). */
+  | "abort"
+  /** Rejected before running, or failed; `error` says why. */
+  | "error";
 
 export interface GenerationParams {
   /** Most tokens to generate; null = until a stop or the context is full. */

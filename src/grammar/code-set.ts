@@ -53,10 +53,6 @@ export function contains(set: CodeSet, cp: number): boolean {
   return set.some(([lo, hi]) => cp >= lo && cp <= hi);
 }
 
-export function isEmptySet(set: CodeSet): boolean {
-  return set.length === 0;
-}
-
 /** Every code point. */
 export const ANY_CHAR: CodeSet = [[0, MAX_CODE_POINT]];
 

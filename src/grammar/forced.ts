@@ -17,8 +17,19 @@
  * So a forced token is always one the canonical tokenization of the whole output would produce at
  * that place, given the text so far.
  */
-import type { GrammarMatcher } from "./matcher.ts";
 import { SPELLING_CLOSE, SPELLING_OPEN, type TokenVocabulary } from "./vocabulary.ts";
+
+/** What forcing reads of a matcher (GrammarMatcher is one; declared here so that it can call forcedTokensOf(this)). */
+export interface ForcingMatcher {
+  readonly grammar: { readonly vocab: TokenVocabulary };
+  readonly lastToken: number | undefined;
+  /** The bytes every continuation starts with, at most `max`. */
+  forcedBytes(max: number): Uint8Array;
+  /** Whether the grammar must end right after `bytes`. */
+  mustEndAfter(bytes: Uint8Array): boolean;
+  /** A copy to try tokens on, leaving this matcher as it was. */
+  fork(): { acceptToken(id: number): boolean };
+}
 
 const MAX_FORCED_BYTES = 256;
 const utf8 = new TextDecoder("utf-8", { fatal: true });
@@ -35,7 +46,7 @@ function wholeCharacters(bytes: Uint8Array): string {
   return "";
 }
 
-export function forcedTokensOf(matcher: GrammarMatcher): number[] {
+export function forcedTokensOf(matcher: ForcingMatcher): number[] {
   const forced = matcher.forcedBytes(MAX_FORCED_BYTES);
   if (forced.length === 0) return [];
   const vocab = matcher.grammar.vocab;

@@ -73,11 +73,6 @@ export function quoted(pool: ExprPool, content: number): number {
   return pool.seq([quote, content, quote]);
 }
 
-/** Any JSON string with minLength..maxLength characters (code points). */
-export function jsonStringExpr(pool: ExprPool, minLength = 0, maxLength = INFINITE): number {
-  return quoted(pool, minLength === 0 && maxLength === INFINITE ? anyContent(pool) : pool.repeat(jsonCharExpr(pool, ANY_CHAR), minLength, maxLength));
-}
-
 /** Any string content (every spelling), marked open text (ExprPool.markOpenText). */
 export function anyContent(pool: ExprPool): number {
   const e = pool.repeat(jsonCharExpr(pool, ANY_CHAR), 0, INFINITE);
@@ -102,11 +97,6 @@ export function pythonJsonQuote(text: string): string {
 /** The bytes of a fixed string in its one canonical JSON spelling. */
 export function jsonLiteralExpr(pool: ExprPool, text: string): number {
   return pool.literal(utf8.encode(pythonJsonQuote(text)));
-}
-
-/** Code points of text (re-exported for the schema compiler's length checks). */
-export function textLength(text: string): number {
-  return codePoints(text).length;
 }
 
 interface CharTrie {

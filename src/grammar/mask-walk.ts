@@ -17,15 +17,9 @@
  * few parser scans; a walk of the whole vocabulary happens once per new lexer state key.
  */
 import type { LexerSpace } from "./lexer.ts";
-import type { TokenTrie } from "./token-trie.ts";
+import type { TokenTrie, Walkable } from "./token-trie.ts";
 
 const UNKNOWN = -2;
-
-/** What a walk covers: the subtrees below `roots` (the roots' own tokens excluded). */
-export interface Walkable {
-  readonly trie: TokenTrie;
-  readonly roots: Int32Array;
-}
 
 /** Where lexeme `lexeme` may end within a walk: the subtrees below these nodes follow it. */
 export class ExitGroup implements Walkable {

@@ -16,7 +16,8 @@
 import type { CompiledGrammar } from "./compiled-grammar.ts";
 import type { EarleySet } from "./earley.ts";
 import { forcedTokensOf } from "./forced.ts";
-import { MaskWalker, type Walkable } from "./mask-walk.ts";
+import { MaskWalker } from "./mask-walk.ts";
+import type { Walkable } from "./token-trie.ts";
 
 function orBits(mask: Uint32Array, bits: Uint32Array): void {
   for (let w = 0; w < bits.length; w++) mask[w]! |= bits[w]!;

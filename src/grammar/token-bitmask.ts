@@ -1,12 +1,10 @@
 /**
  * Token bitmasks (bit t & 31 of word t >> 5 set: token t allowed, xgrammar's layout) and applying
  * one to a row of logits: a disallowed token's logit becomes -Infinity, an allowed one keeps its
- * bits, so sampling and greedy choice never pick a disallowed token. Two paths: `applyTokenBitmask`
- * works on any Float32Array (the reference, and the WebGPU path's read-back row); the WebAssembly
- * kernel (assembly/token-mask.ts) works in place on a row in the kernels' memory, where the
- * WebAssembly backend's logits live.
+ * bits, so sampling and greedy choice never pick a disallowed token. `applyTokenBitmask` works on
+ * any Float32Array: the sampler (engine/sampler.ts) applies it to its working copy of the row it
+ * samples, on every backend.
  */
-import type { Kernels } from "../backend/wasm/kernels.ts";
 import { isAllowed } from "../engine/constraint.ts";
 
 // The engine samples within a mask with these (src/engine/constraint.ts): one copy of each.
@@ -22,12 +20,4 @@ export function allowedTokens(mask: Uint32Array, vocabSize: number): number[] {
   const out: number[] = [];
   for (let t = 0; t < vocabSize; t++) if (isAllowed(mask, t)) out.push(t);
   return out;
-}
-
-/**
- * The same on a logits row and a mask both in the kernels' memory (byte addresses), by the SIMD
- * kernel: the engine's way on the WebAssembly backend.
- */
-export function applyTokenBitmaskInMemory(kernels: Pick<Kernels, "applyTokenBitmask">, logitsAddr: number, maskAddr: number, vocabSize: number): void {
-  kernels.applyTokenBitmask(logitsAddr, maskAddr, vocabSize);
 }

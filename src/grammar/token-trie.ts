@@ -4,9 +4,13 @@
  * root (the empty string); node i was entered by `byte[i]` at depth `depth[i]`, and the tokens
  * whose bytes end exactly there are tokenIds[tokenStart[i] .. tokenStart[i + 1]).
  */
-import type { Walkable } from "./mask-walk.ts";
-
 let nextTrieId = 0;
+
+/** What a mask walk (mask-walk.ts) covers: the subtrees below `roots` (the roots' own tokens excluded); a whole trie is one. */
+export interface Walkable {
+  readonly trie: TokenTrie;
+  readonly roots: Int32Array;
+}
 
 export interface TrieEntry {
   readonly bytes: Uint8Array;

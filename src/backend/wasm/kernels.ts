@@ -43,9 +43,6 @@ export interface Kernels {
   addInPlace(x: number, y: number, n: number): void;
   addRows(x: number, bias: number, T: number, n: number): void;
   softmax(x: number, n: number): void;
-  // token-mask.ts
-  /** logits[t] = -Infinity where bit t of the mask words is clear, t < n. */
-  applyTokenBitmask(logits: number, mask: number, n: number): void;
   gatherRows(out: number, src: number, rows: number, R: number, n: number): void;
   /** out[t] = sum over r < k, in order, of weights[t*k+r] * src[rows[t*k+r]]: rows of n floats (experts' outputs mixed). */
   weightedRowSum(out: number, src: number, rows: number, weights: number, T: number, k: number, n: number): void;
