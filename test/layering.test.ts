@@ -1,7 +1,7 @@
 /**
  * The folders of src/ are layers: a file imports (type-only imports included) only from its own
- * folder or a lower one, and no files import each other in a circle. The order is the issue's,
- * lowest first; `kv-disk` (the disk tier: block files under kv/ and model/) and `hub` (downloads,
+ * folder or a lower one, and no files import each other in a circle. LAYERS lists them lowest
+ * first; `kv-disk` (the disk tier: block files under kv/ and model/) and `hub` (downloads,
  * summaries of what the backend stores) sit where their imports put them, and the engine core and
  * the front door share `engine` until the front door has a folder of its own.
  *

@@ -157,7 +157,7 @@ describeShared("fuzzing pagellm serve over HTTP", [STORIES], ([model]) => {
 });
 
 const QWEN = "models/gguf/rnd-qwen2-Q5_K_M.gguf";
-/** The body bound of the structured pass: the issue's largest inputs (7.2 MB) get through to the checks. */
+/** The body bound of the structured pass: the largest seed inputs (7.2 MB) get through to the checks. */
 const STRUCTURED_BODY_MB = 8;
 /**
  * A pool of one context (256 blocks of 16): the KV pool's pages are touched as blocks are first used,
@@ -272,7 +272,7 @@ async function answerOf(server: ServeProcess, c: StructuredCase): Promise<RawRes
 }
 
 describeShared("fuzzing structured output, tools and the agent APIs over HTTP", [QWEN], ([model]) => {
-  test(`the issue's inputs, then ${STRUCTURED_PLAN.cases} seeded mutated structured, tool, Anthropic and Responses requests: 2xx or a 4xx naming the field, within time and ${RSS_BASE_FACTOR} x warm RSS + the mask cache + ${RSS_PER_BODY_BYTE} x body bytes`, async () => {
+  test(`the seed inputs (requests found by attacking the server), then ${STRUCTURED_PLAN.cases} seeded mutated structured, tool, Anthropic and Responses requests: 2xx or a 4xx naming the field, within time and ${RSS_BASE_FACTOR} x warm RSS + the mask cache + ${RSS_PER_BODY_BYTE} x body bytes`, async () => {
     const servers = new StructuredServer(model!);
     const failures: string[] = [];
     /** Answers of the random cases by class (2xx, 4xx): the cases reach generation and refusals both. */
@@ -287,7 +287,7 @@ describeShared("fuzzing structured output, tools and the agent APIs over HTTP", 
       }
     };
     try {
-      // The issue's inputs one at a time, so that a bound passed names its input.
+      // The seed inputs one at a time, so that a bound passed names its input.
       for (const c of structuredSeeds(STRUCTURED_PLAN.fullSeeds)) record(c, (await servers.run([c]))[0]!);
       const cases = structuredCases(new FuzzRandom(STRUCTURED_PLAN.seed), STRUCTURED_PLAN.cases);
       for (let i = 0; i < cases.length; i += STRUCTURED_BATCH) {

@@ -3,7 +3,7 @@
  * holds at most --max-prompts prompts (a 400 naming `prompt`, before any is tokenized); a request
  * whose sequences (prompts x n) alone are more than --max-queue can never be admitted and is a 400
  * naming `n` (or `prompt`), not a 429 a client would retry; the largest request that fits runs
- * whole. The issue's request (25,000 prompts, n 8) leaves the server's resident memory where it
+ * whole. A request far past both (25,000 prompts, n 8) leaves the server's resident memory where it
  * was, measured on the server as a process.
  */
 import { afterAll, beforeAll, expect, test } from "bun:test";
@@ -97,7 +97,7 @@ describeShared("serve: the size of one request", [STORIES], ([model]) => {
     });
   }, LIMIT_MS);
 
-  test("the issue's request (25,000 prompts, n 8, --max-queue 16) is a 400 at once, and the server's resident memory stays where it was", async () => {
+  test("a request far past both limits (25,000 prompts, n 8, --max-queue 16) is a 400 at once, and the server's resident memory stays where it was", async () => {
     const server = await spawnServe(model!, ["--max-queue", "16"]);
     try {
       const big = { prompt: prompts(25_000), n: 8, max_tokens: 16 };

@@ -87,7 +87,7 @@ export async function runAll(plan: AllPlan, models: readonly BenchModel[], seed:
   progress("bench all: decode");
   const decode: DecodeResult[] = [];
   for (const model of models) {
-    // Speculation is measured on Q8_0 (the aim: SmolLM2-135M-shaped Q8_0 at one thread).
+    // Speculation is measured on Q8_0 (the speculation aim, 2x at 80% acceptance, is set for SmolLM2-135M-shaped Q8_0 at one thread).
     const speculate = model.gguf?.mix === "Q8_0" ? { options: DEFAULT_SPECULATIVE, storiesModel: DEFAULT_STORIES_MODEL } : null;
     decode.push(await runDecodeBench({ ...common, model, ...plan.decode, streamBytes: plan.streamBytes, runc: null, peer: null, gpu: null, speculate, jsonSchema: null, kvType: null, kvContext: null, tools: false }));
   }

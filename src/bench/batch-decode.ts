@@ -15,7 +15,7 @@ import { measureMatmulGflops, measureStreamBandwidth, withScratchBackend } from 
 import { gpuRefusal, gpuTable, type BenchGpu, type GpuRow } from "./webgpu.ts";
 import type { EngineOptions } from "../engine/engine-options.ts";
 
-/** Sequences per step the issue asks about. */
+/** Sequences per step measured: one, then batches up to 64. */
 export const BATCH_SIZES: readonly number[] = [1, 4, 16, 64];
 /** The batch size the headline figures are given for. */
 export const HEADLINE_BATCH = 16;

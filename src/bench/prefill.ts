@@ -1,7 +1,7 @@
 /**
  * `pagellm bench prefill`: how fast a long prompt is read. Prefill multiplies every weight by
  * many tokens at once, so per token it should beat decode (one token per weight read) by a wide
- * margin; the issue's bar is 3.5x for a 512-token prompt. Measured as the time to first token of
+ * margin; the bar is 3.5x for a 512-token prompt. Measured as the time to first token of
  * a single request with the prefix cache off and a step budget that holds the whole prompt.
  */
 import type { KVType } from "../kv/kv-layout.ts";
@@ -15,7 +15,7 @@ import { peerTable, type LlamaCppPeer, type PeerFigure } from "./peer.ts";
 import { TokenSource } from "./token-source.ts";
 import { gpuRefusal, gpuTable, type BenchGpu, type GpuRow } from "./webgpu.ts";
 
-/** The issue's bar: prefill per token at least this many times faster than decode per token. */
+/** The bar this bench checks: prefill per token at least this many times faster than decode per token. */
 export const PREFILL_VS_DECODE_TARGET = 3.5;
 /** Tokens of the matrix-matrix kernel measurement that bounds prefill: a prefill chunk. */
 export const PREFILL_ROOFLINE_TOKENS = 64;

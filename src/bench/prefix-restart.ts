@@ -21,7 +21,7 @@ import type { BenchModel } from "./bench-models.ts";
 import { TokenSource } from "./token-source.ts";
 import { fmt, fmtRatio, fmtSpread, progress, threadsLabel, figure, type Figure, type Table } from "./bench-report.ts";
 
-/** The floor and aim for restart TTFT / cold TTFT. */
+/** Restart TTFT / cold TTFT: the floor (must be at most 0.1x) and the aim (0.03x). */
 export const RESTART_FLOOR = 0.1;
 export const RESTART_AIM = 0.03;
 const CHILD_TIMEOUT_MS = 600_000;

@@ -3,7 +3,7 @@
  * token ids, all requests submitted at once, then shuffled as both generators do):
  *
  * - vLLM's `prefix_repetition` dataset: P shared prefixes, each followed by a unique suffix, the
- *   same number of requests per prefix (the issue: 10 prefixes of 256 tokens, 256-token suffixes,
+ *   same number of requests per prefix (at full size: 10 prefixes of 256 tokens, 256-token suffixes,
  *   128 output tokens, 100 requests). Scaled down, it keeps 10 requests per prefix.
  * - SGLang's `generated-shared-prefix` dataset: groups of prompts that share a long system prompt,
  *   each with its own question (SGLang's defaults: 16 prompts per group, a 2048-token system
@@ -35,7 +35,7 @@ export interface WorkloadOptions {
   vocabSize: number;
 }
 
-/** vLLM prefix_repetition defaults from the issue. */
+/** The full-size vLLM prefix_repetition workload's prefix and suffix lengths and requests per prefix. */
 const PR = { prefixTokens: 256, suffixTokens: 256, requestsPerPrefix: 10 };
 /** SGLang generated-shared-prefix, fitted to a 2048-token context. */
 const GSP = { systemPromptTokens: 1024, questionTokens: 128, promptsPerGroup: 16 };

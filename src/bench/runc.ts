@@ -1,6 +1,6 @@
 /**
- * llama2.c's `run` as a baseline, run in the same bench as pagellm: the issues compare decode
- * speed with it on the same model file. The binary is whatever the user points --runc at (nothing
+ * llama2.c's `run` as a baseline, run in the same bench as pagellm: decode speed is compared
+ * with it on the same model file. The binary is whatever the user points --runc at (nothing
  * of llama2.c is part of this project); with an OpenMP build, OMP_NUM_THREADS sets its threads.
  */
 import { existsSync } from "node:fs";

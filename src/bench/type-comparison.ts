@@ -1,6 +1,6 @@
 /**
  * Tensor types of one shape side by side (`--type F32,Q8_0,Q4_K_M`): each figure as a ratio to
- * pagellm's own F32 model of the same shape, measured in the same run, and the issue's floor
+ * pagellm's own F32 model of the same shape, measured in the same run, and the decode floor
  * (Q8_0 and Q4_K_M decode at least 1.5x the F32 decode at one thread) checked against it.
  */
 import type { ModelMix } from "../synth/gguf-model-writer.ts";
@@ -17,7 +17,7 @@ export interface TypedFigure {
   rows: { threads: number; value: Summary }[];
 }
 
-/** The issue's decode floor: these mixes at least `ratio` times F32 decode of the same shape, at `threads` thread(s). */
+/** The decode floor this bench must reach: these mixes at least `ratio` times F32 decode of the same shape, at `threads` thread(s). */
 export const DECODE_FLOOR = { mixes: ["Q8_0", "Q4_K_M"] as readonly ModelMix[], ratio: 1.5, threads: 1 };
 
 /** Models grouped by shape, the F32 model (else the first) of each group first. */

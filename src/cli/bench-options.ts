@@ -143,7 +143,8 @@ export function benchModels(values: ParsedValues, rawArgs: readonly string[], de
 
 /**
  * The mixes to bench: a quantized mix is always measured next to pagellm's own F32 decode of the
- * same shape in the same run (the issue's floors are ratios to it), so F32 goes first when absent.
+ * same shape in the same run (the decode floor, Q8_0 and Q4_K_M at least 1.5x F32, is a ratio to it),
+ * so F32 goes first when absent.
  */
 export function withF32Baseline(mixes: readonly ModelMix[]): ModelMix[] {
   const quantized = mixes.some((m) => m !== "F32" && m !== "F16" && m !== "BF16");

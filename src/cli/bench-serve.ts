@@ -20,7 +20,7 @@ import { SERVE_WORKLOADS, type ServeWorkloadName } from "../bench/serve/serve-wo
 import { benchOutputArgs, startRun, writeOutputs } from "./bench-output.ts";
 import { checkKnownOptions, type ParsedValues } from "./options.ts";
 
-/** The issue's targets: SmolLM2-135M's shape in Q8_0 at 2 threads. */
+/** The model the serving floors and aims are set for: SmolLM2-135M's shape in Q8_0 at 2 threads. */
 const DEFAULT_SHAPE = "smollm2-135m";
 const DEFAULT_MIX: ModelMix = "Q8_0";
 const DEFAULT_THREADS = 2;

@@ -352,7 +352,7 @@ const prefixArgs = {
   "distinct-prompt-tokens": { type: "string", description: "Prompt length of each of them (default 256)", valueHint: "n" },
   "distinct-output-tokens": { type: "string", description: "Output tokens of each of them (default 16)", valueHint: "n" },
   workloads: { type: "string", description: `Serving workloads to run, comma-separated: ${WORKLOAD_NAMES.join(", ")}, or none (default both)`, valueHint: "names" },
-  requests: { type: "string", description: "Requests per serving workload (default 20; the issue's vLLM workload has 100)", valueHint: "n" },
+  requests: { type: "string", description: "Requests per serving workload (default 20; the full-size vLLM workload has 100)", valueHint: "n" },
   "output-tokens": { type: "string", description: "Output tokens per serving request (default 128)", valueHint: "n" },
   "max-num-seqs": { type: "string", description: "Requests running at once in the serving workloads (default 4)", valueHint: "n" },
   "num-blocks": {

@@ -25,7 +25,7 @@ export const STRUCTURED_REQUEST_LIMIT_MS = 30_000;
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 type Route = "/v1/completions" | "/v1/chat/completions" | "/v1/messages" | "/v1/messages/count_tokens" | "/v1/responses";
 
-/** What the issue asks of a seed's answer: a 400 naming `param` (OpenAI routes), or a 2xx. */
+/** What a seed's answer must be: a 400 naming `param` (OpenAI routes), or a 2xx. */
 type Expected = { status: 400; param?: string } | { status: 200 } | null;
 
 export interface StructuredCase {
@@ -273,7 +273,7 @@ export function structuredCases(r: FuzzRandom, count: number): StructuredCase[] 
   });
 }
 
-// ---- the issue's inputs
+// ---- the seed inputs: concrete requests found by attacking the server
 
 const WEATHER_PARAMS = { type: "object", properties: { city: { type: "string", maxLength: 20 }, unit: { type: "string", enum: ["c", "f"] } }, required: ["city", "unit"], additionalProperties: false };
 

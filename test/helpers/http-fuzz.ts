@@ -274,8 +274,8 @@ function oversizeCase(r: FuzzRandom, maxBodyBytes: number): FuzzCase {
 }
 
 /**
- * Many prompts in one /v1/completions request, with n: around --max-prompts, past it by far (the
- * issue's 25,000), and around --max-queue in sequences (prompts x n). Each answer must be the one
+ * Many prompts in one /v1/completions request, with n: around --max-prompts, past it by far (25,000,
+ * as one hostile request sent), and around --max-queue in sequences (prompts x n). Each answer must be the one
  * its size calls for: a 400 naming `prompt` past --max-prompts, a 400 naming `n` (or `prompt`) past
  * --max-queue, else every choice (p x n + i, in order) or a 429 while others wait.
  */

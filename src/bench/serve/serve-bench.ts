@@ -84,7 +84,7 @@ export interface TargetResult {
   turns: TurnProbe | null;
 }
 
-/** A floor (must be met) or an aim (pursued) of the issue, as a ratio measured in this run. */
+/** A serving floor (must be met) or aim (pursued), as a ratio measured in this run. */
 export interface TargetCheck {
   label: string;
   kind: "floor" | "aim";
@@ -228,7 +228,7 @@ function check(label: string, kind: TargetCheck["kind"], ratio: number | null, b
   return { label, kind, ratio: finite, bound, met: finite === null ? null : met(finite) };
 }
 
-/** The issue's floors and aims that this run's measurements allow. */
+/** The serving floors (throughput, cached and chat-turn TTFT) and aims (against llama-server) that this run's measurements allow. */
 export function targetChecks(workload: ServeWorkloadName, targets: readonly TargetResult[], inProcess: InProcessResult | null): TargetCheck[] {
   const pagellm = targets.find((t) => t.name === "pagellm serve");
   const llama = targets.find((t) => t.name === "llama-server");
