@@ -23,7 +23,7 @@ import { join } from "node:path";
 import { afterAll } from "bun:test";
 import { readMaskBenchFiles } from "../src/bench/grammar.ts";
 import { DEFAULT_SPECULATIVE } from "../src/engine/speculative.ts";
-import type { ConstraintSpec } from "../src/engine/constraint.ts";
+import type { ConstraintSpec } from "../src/grammar/constraint-spec.ts";
 import type { GenerateRequest } from "../src/engine/generate-request.ts";
 import type { CompletionResult } from "../src/engine/completion.ts";
 import type { LLM } from "../src/engine/llm.ts";

@@ -17,7 +17,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { isAllowed, type TokenConstraint } from "../src/engine/constraint.ts";
+import { isAllowed, type TokenConstraint } from "../src/constraint/token-constraint.ts";
 import type { GenerateRequest } from "../src/engine/generate-request.ts";
 import type { LLM } from "../src/engine/llm.ts";
 import { GrammarConstraints } from "../src/grammar/constraints.ts";

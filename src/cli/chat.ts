@@ -15,7 +15,7 @@ import { FORMAT_NAMES } from "../chat/formats.ts";
 import { speculationResult, type CompletionResult, type SpeculationResult } from "../engine/completion.ts";
 import { checkRequest, type GenerateRequest } from "../engine/generate-request.ts";
 import type { LLM } from "../engine/llm.ts";
-import type { ConstraintSpec } from "../engine/constraint.ts";
+import type { ConstraintSpec } from "../grammar/constraint-spec.ts";
 import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
 import { InterruptedError } from "./interrupt.ts";
 import { chatMessages } from "./inputs.ts";

@@ -22,14 +22,15 @@
 import { EngineClosedError, InputError, ModelFormatError, QueueFullError, RequestFieldError } from "../errors.ts";
 import type { ChatMessage } from "../chat/jinja-template.ts";
 import type { ChatPrompt } from "../tools/chat-prompt.ts";
-import { toolCallConstraint } from "../tools/call-constraint.ts";
+import { toolCallConstraint } from "../llm/call-constraint.ts";
 import type { ReplySetup } from "../tools/reply-reader.ts";
 import type { CheckedTools } from "../tools/tool-types.ts";
 import type { KVLayout } from "../kv/kv-layout.ts";
 import type { DeviceKind } from "../backend/model-forward.ts";
 import type { Placement } from "../backend/wasm/placement.ts";
 import type { SpeculativeOptions } from "./speculative.ts";
-import type { ConstraintCompiler, ConstraintSpec, ReasoningMarkers, TokenConstraint } from "./constraint.ts";
+import type { ReasoningMarkers, TokenConstraint } from "../constraint/token-constraint.ts";
+import type { ConstraintCompiler, ConstraintSpec } from "../grammar/constraint-spec.ts";
 import type { EngineRequest, EngineStats, LLMEngine } from "./engine.ts";
 import type { EngineOutput } from "./engine-output.ts";
 import { checkRequest, checkTokenIds, sampleSeed, type CheckedRequest, type RequestInput } from "./generate-request.ts";

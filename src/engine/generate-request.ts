@@ -10,7 +10,7 @@ import { RequestFieldError } from "../errors.ts";
 import { reservedVariable, type ChatMessage, type ChatToolCall } from "../chat/jinja-template.ts";
 import { checkTools, type CheckedTools, type ToolChoice, type ToolDefinition } from "../tools/tool-types.ts";
 import { integerOfNumberText } from "../util/json-number-text.ts";
-import type { ConstraintSpec } from "./constraint.ts";
+import type { ConstraintSpec } from "../grammar/constraint-spec.ts";
 import { DEFAULT_SAMPLING, type SamplingParams } from "./sampler.ts";
 
 /** One generation request; every field but the prompt (`prompt`, `promptTokenIds` or `messages`) falls back to a default. */

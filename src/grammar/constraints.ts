@@ -7,7 +7,8 @@
  * it went over: never unconstrained output.
  */
 import { GrammarError, RequestFieldError } from "../errors.ts";
-import type { ConstraintCompiler, ConstraintSpec, TokenConstraint } from "../engine/constraint.ts";
+import type { TokenConstraint } from "../constraint/token-constraint.ts";
+import type { ConstraintCompiler, ConstraintSpec } from "./constraint-spec.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { GrammarCompiler, type GrammarSource } from "./compiler.ts";
 import type { CallSyntax } from "../tools/call-syntax.ts";

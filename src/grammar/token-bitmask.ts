@@ -7,10 +7,10 @@
  * WebAssembly backend's logits live.
  */
 import type { Kernels } from "../backend/wasm/kernels.ts";
-import { isAllowed } from "../engine/constraint.ts";
+import { isAllowed } from "../constraint/token-constraint.ts";
 
 // The engine samples within a mask with these (src/engine/constraint.ts): one copy of each.
-export { applyTokenBitmask, isAllowed } from "../engine/constraint.ts";
+export { applyTokenBitmask, isAllowed } from "../constraint/token-constraint.ts";
 
 /** A zeroed bitmask for `vocabSize` tokens. */
 export function allocateTokenBitmask(vocabSize: number): Uint32Array {

@@ -12,8 +12,8 @@
  * Control tokens in a format's syntax (Mistral's `[TOOL_CALLS]`, gpt-oss's harmony headers) are
  * asked for as the tokens themselves.
  */
-import type { ConstraintSpec } from "../engine/constraint.ts";
-import { replyCallSyntax, type ReplySetup } from "./reply-reader.ts";
+import type { ConstraintSpec } from "../grammar/constraint-spec.ts";
+import { replyCallSyntax, type ReplySetup } from "../tools/reply-reader.ts";
 
 export function toolCallConstraint(reply: ReplySetup): ConstraintSpec | null {
   const syntax = replyCallSyntax(reply);
