@@ -19,7 +19,7 @@
  */
 import { InputError } from "../errors.ts";
 import { applyTokenBitmask } from "../constraint/token-constraint.ts";
-import type { CompletionResult, GenerateRequest, LLM } from "../engine/llm.ts";
+import type { CompletionResult, GenerateRequest, LLM } from "../llm/llm.ts";
 import { ReplyReader } from "../tools/reply-reader.ts";
 import type { ToolDefinition } from "../tools/tool-types.ts";
 import { alternatingRates, runAlternating } from "./alternating.ts";

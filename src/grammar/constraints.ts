@@ -1,5 +1,5 @@
 /**
- * The grammar engine as the engine's ConstraintCompiler (src/engine/constraint.ts): a request's
+ * The grammar engine as the engine's ConstraintCompiler (src/grammar/constraint-spec.ts): a request's
  * constraint compiled into a GrammarMatcher per sample, over the model's vocabulary. The
  * vocabulary's token tries are built on the first constrained request, not at load (a 150k-token
  * vocabulary takes a moment). A schema or grammar that cannot be compiled is a RequestFieldError

@@ -9,7 +9,7 @@
 import type { Kernels } from "../backend/wasm/kernels.ts";
 import { isAllowed } from "../constraint/token-constraint.ts";
 
-// The engine samples within a mask with these (src/engine/constraint.ts): one copy of each.
+// The engine samples within a mask with these (src/constraint/token-constraint.ts): one copy of each.
 export { applyTokenBitmask, isAllowed } from "../constraint/token-constraint.ts";
 
 /** A zeroed bitmask for `vocabSize` tokens. */

@@ -5,7 +5,7 @@
  * their log-probabilities (the first has none), and `max_tokens: 0` scores the prompt without
  * generating, as lm-evaluation-harness asks for loglikelihoods.
  */
-import type { RequestInput } from "../engine/generate-request.ts";
+import type { RequestInput } from "../llm/generate-request.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import type { BodyFields } from "./body-fields.ts";
 import { readCompletionRequest, type PromptInput } from "./completion-request.ts";

@@ -6,9 +6,9 @@
  * or the stream cancelled) aborts the submission: its blocks are free one step later.
  */
 import { EngineClosedError, QueueFullError } from "../errors.ts";
-import type { EngineClient, PreparedRequest } from "../engine/engine-client.ts";
+import type { EngineClient, PreparedRequest } from "../llm/engine-client.ts";
 import type { EngineOutput } from "../engine/engine-output.ts";
-import type { OutputStream } from "../engine/output-stream.ts";
+import type { OutputStream } from "../llm/output-stream.ts";
 import type { FinishReason } from "../engine/engine-output.ts";
 import { ReplyReader, type ReplyDelta } from "../tools/reply-reader.ts";
 import { ApiError } from "./api-error.ts";

@@ -3,7 +3,7 @@
  * `logprobs.content` (token, logprob, UTF-8 bytes, top_logprobs) and text completions'
  * parallel arrays (tokens, token_logprobs, top_logprobs as {token: logprob}, text_offset).
  */
-import { tokenText } from "../engine/completion.ts";
+import { tokenText } from "../llm/completion.ts";
 import type { SampledLogprob } from "../engine/logprobs.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 

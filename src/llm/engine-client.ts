@@ -22,22 +22,22 @@
 import { EngineClosedError, InputError, ModelFormatError, QueueFullError, RequestFieldError } from "../errors.ts";
 import type { ChatMessage } from "../chat/jinja-template.ts";
 import type { ChatPrompt } from "../tools/chat-prompt.ts";
-import { toolCallConstraint } from "../llm/call-constraint.ts";
+import { toolCallConstraint } from "./call-constraint.ts";
 import type { ReplySetup } from "../tools/reply-reader.ts";
 import type { CheckedTools } from "../tools/tool-types.ts";
 import type { KVLayout } from "../kv/kv-layout.ts";
 import type { DeviceKind } from "../backend/model-forward.ts";
 import type { Placement } from "../backend/wasm/placement.ts";
-import type { SpeculativeOptions } from "./speculative.ts";
+import type { SpeculativeOptions } from "../engine/speculative.ts";
 import type { ReasoningMarkers, TokenConstraint } from "../constraint/token-constraint.ts";
 import type { ConstraintCompiler, ConstraintSpec } from "../grammar/constraint-spec.ts";
-import type { EngineRequest, EngineStats, LLMEngine } from "./engine.ts";
-import type { EngineOutput } from "./engine-output.ts";
+import type { EngineRequest, EngineStats, LLMEngine } from "../engine/engine.ts";
+import type { EngineOutput } from "../engine/engine-output.ts";
 import { checkRequest, checkTokenIds, sampleSeed, type CheckedRequest, type RequestInput } from "./generate-request.ts";
-import { logSumExp, sampledLogprob, type SampledLogprob } from "./logprobs.ts";
+import { logSumExp, sampledLogprob, type SampledLogprob } from "../engine/logprobs.ts";
 import { OutputStream, type SubmittedRequest } from "./output-stream.ts";
-import { argmax } from "./sampler.ts";
-import type { GenerationParams } from "./sequence.ts";
+import { argmax } from "../engine/sampler.ts";
+import type { GenerationParams } from "../engine/sequence.ts";
 
 /** How prompts become token ids: the model's tokenizer and chat format (LLM provides them). */
 export interface PromptEncoder {

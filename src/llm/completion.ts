@@ -6,8 +6,8 @@ import type { PagellmError } from "../errors.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { ReplyReader, type ReplySetup } from "../tools/reply-reader.ts";
 import type { ToolCall } from "../tools/tool-types.ts";
-import type { EngineOutput, FinishReason } from "./engine-output.ts";
-import type { SpeculationCounts } from "./speculative.ts";
+import type { EngineOutput, FinishReason } from "../engine/engine-output.ts";
+import type { SpeculationCounts } from "../engine/speculative.ts";
 
 /** The result of one request (one sample of it, when it asked for several): one object per line of `--json`. */
 export interface CompletionResult {
