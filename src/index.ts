@@ -27,15 +27,14 @@ export { DEFAULT_ENGINE_OPTIONS, DEFAULT_CONTEXT, type EngineOptions } from "./e
 //   for await (const out of stream) process.stdout.write(out.text); // immutable snapshots, step by step
 export {
   EngineClient,
-  PreparedRequest,
   type ClientStats,
   type EngineInfo,
-  type PrepareOptions,
   type ScoreRequest,
   type ScoreResult,
   type StepReport,
   type SubmitOptions,
 } from "./llm/engine-client.ts";
+export { PreparedRequest, type PrepareOptions } from "./llm/input-processor.ts";
 export type { EngineStats } from "./engine/engine.ts";
 export type { EngineOutput, FinishReason, OutputTiming, OutputUsage } from "./engine/engine-output.ts";
 export { OutputStream, type SubmittedRequest } from "./llm/output-stream.ts";

@@ -28,7 +28,8 @@ import { reasoningMarkers, textReasoningMarkers } from "../chat/reasoning-marker
 import type { BlockFileOps } from "../kv-disk/file-ops.ts";
 import type { LLMEngine } from "../engine/engine.ts";
 import { buildEngine } from "../engine/engine-builder.ts";
-import { EngineClient, PreparedRequest, type ClientStats, type EngineInfo, type ScoreResult } from "./engine-client.ts";
+import { EngineClient, type ClientStats, type EngineInfo, type ScoreResult } from "./engine-client.ts";
+import { PreparedRequest } from "./input-processor.ts";
 import { DEFAULT_ENGINE_OPTIONS, type EngineOptions } from "../engine/engine-options.ts";
 import { CompletionBuilder, rejectedResult, type CompletionResult } from "./completion.ts";
 import type { GenerateRequest } from "./generate-request.ts";

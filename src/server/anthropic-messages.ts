@@ -12,7 +12,7 @@
  */
 import { RequestFieldError } from "../errors.ts";
 import type { EngineOutput } from "../engine/engine-output.ts";
-import type { PreparedRequest } from "../llm/engine-client.ts";
+import type { PreparedRequest } from "../llm/input-processor.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import type { ReplyDelta } from "../tools/reply-reader.ts";
 import { jsonObjectOf } from "../util/json-object.ts";

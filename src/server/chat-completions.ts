@@ -10,7 +10,7 @@
  * then its arguments in pieces under the same index). A request with the legacy `functions` gets
  * its call as `function_call` (finish_reason "function_call").
  */
-import type { PreparedRequest } from "../llm/engine-client.ts";
+import type { PreparedRequest } from "../llm/input-processor.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import type { ReplyDelta } from "../tools/reply-reader.ts";
 import { MAX_N, requestError } from "./generation-fields.ts";

@@ -6,7 +6,8 @@
  * or the stream cancelled) aborts the submission: its blocks are free one step later.
  */
 import { EngineClosedError, QueueFullError } from "../errors.ts";
-import type { EngineClient, PreparedRequest } from "../llm/engine-client.ts";
+import type { EngineClient } from "../llm/engine-client.ts";
+import type { PreparedRequest } from "../llm/input-processor.ts";
 import type { EngineOutput } from "../engine/engine-output.ts";
 import type { OutputStream } from "../llm/output-stream.ts";
 import type { FinishReason } from "../engine/engine-output.ts";
