@@ -27,7 +27,7 @@ export class InputError extends PagellmError {
 }
 
 /**
- * A field of a generation request (src/engine/generate-request.ts) of the wrong type or out of
+ * A field of a generation request (src/llm/generate-request.ts) of the wrong type or out of
  * range. `field` is its path as the request type spells it ("topP", "logitBias.50256",
  * "messages[2].role"); `problem` says what is wrong without naming it ("must be at most 1, got 5"),
  * so that each front end names the field its own way: the server as the JSON field (a 400 with

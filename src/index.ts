@@ -18,8 +18,8 @@ export {
   type OpenOptions,
   type SpeculationResult,
   type StreamOptions,
-} from "./engine/llm.ts";
-export { MAX_LOGPROBS, MAX_STOPS, MAX_LOGIT_BIAS, MAX_PENALTY, type RequestInput } from "./engine/generate-request.ts";
+} from "./llm/llm.ts";
+export { MAX_LOGPROBS, MAX_STOPS, MAX_LOGIT_BIAS, MAX_PENALTY, type RequestInput } from "./llm/generate-request.ts";
 export { DEFAULT_ENGINE_OPTIONS, DEFAULT_CONTEXT, type EngineOptions } from "./engine/engine-options.ts";
 
 // ---- the front door: every request, score and statistic goes through it (llm.client)
@@ -27,18 +27,17 @@ export { DEFAULT_ENGINE_OPTIONS, DEFAULT_CONTEXT, type EngineOptions } from "./e
 //   for await (const out of stream) process.stdout.write(out.text); // immutable snapshots, step by step
 export {
   EngineClient,
-  PreparedRequest,
   type ClientStats,
   type EngineInfo,
-  type PrepareOptions,
   type ScoreRequest,
   type ScoreResult,
   type StepReport,
   type SubmitOptions,
-} from "./engine/engine-client.ts";
+} from "./llm/engine-client.ts";
+export { PreparedRequest, type PrepareOptions } from "./llm/input-processor.ts";
 export type { EngineStats } from "./engine/engine.ts";
 export type { EngineOutput, FinishReason, OutputTiming, OutputUsage } from "./engine/engine-output.ts";
-export { OutputStream, type SubmittedRequest } from "./engine/output-stream.ts";
+export { OutputStream, type SubmittedRequest } from "./llm/output-stream.ts";
 export { Sampler, DEFAULT_SAMPLING, argmax, type SamplingParams } from "./engine/sampler.ts";
 export {
   DEFAULT_SPECULATIVE, Drafter, type SpeculationCounts, type SpeculativeMethod, type SpeculativeOptions,

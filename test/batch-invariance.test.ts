@@ -13,8 +13,8 @@
  * KV blocks (docs/architecture.md), so the block size changes no bit either.
  */
 import { beforeAll, expect, test } from "bun:test";
-import type { LLM, CompletionResult, GenerateRequest } from "../src/engine/llm.ts";
-import type { StepReport } from "../src/engine/engine-client.ts";
+import type { LLM, CompletionResult, GenerateRequest } from "../src/llm/llm.ts";
+import type { StepReport } from "../src/llm/engine-client.ts";
 import type { EngineOptions } from "../src/engine/engine-options.ts";
 import type { KVType } from "../src/kv/kv-layout.ts";
 import { openedLLMs } from "./helpers/llm.ts";

@@ -7,7 +7,7 @@ import { afterAll, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { LLM } from "../src/engine/llm.ts";
+import { LLM } from "../src/llm/llm.ts";
 import { gguf, writeGGUF, type TensorToWrite } from "../src/synth/gguf-writer.ts";
 import { tokenizerMetadata } from "../src/synth/gguf-tokenizer-metadata.ts";
 import { describeShared } from "./helpers/shared.ts";

@@ -10,8 +10,8 @@
  */
 import { expect, test } from "bun:test";
 import Ajv from "ajv";
-import type { CompletionResult } from "../src/engine/completion.ts";
-import type { GenerateRequest } from "../src/engine/generate-request.ts";
+import type { CompletionResult } from "../src/llm/completion.ts";
+import type { GenerateRequest } from "../src/llm/generate-request.ts";
 import { openedLLMs } from "./helpers/llm.ts";
 import { startServer } from "./helpers/serve.ts";
 import { describeShared } from "./helpers/shared.ts";

@@ -15,10 +15,10 @@
  */
 import { beforeAll, describe, expect, test } from "bun:test";
 import { RequestFieldError } from "../src/errors.ts";
-import type { ReasoningMarkers, TokenConstraint } from "../src/engine/constraint.ts";
-import type { ConstraintSpec } from "../src/engine/constraint.ts";
-import type { GenerateRequest } from "../src/engine/generate-request.ts";
-import type { LLM } from "../src/engine/llm.ts";
+import type { ReasoningMarkers, TokenConstraint } from "../src/constraint/token-constraint.ts";
+import type { ConstraintSpec } from "../src/grammar/constraint-spec.ts";
+import type { GenerateRequest } from "../src/llm/generate-request.ts";
+import type { LLM } from "../src/llm/llm.ts";
 import { ReasoningGate } from "../src/engine/reasoning-gate.ts";
 import { DEFAULT_SPECULATIVE } from "../src/engine/speculative.ts";
 import { allOutputs, comparable, openedLLMs } from "./helpers/llm.ts";

@@ -5,7 +5,7 @@
  */
 import { expect, test } from "bun:test";
 import { DEFAULT_CONTEXT, withContext } from "../src/engine/engine-options.ts";
-import { LLM } from "../src/engine/llm.ts";
+import { LLM } from "../src/llm/llm.ts";
 import { makeConfig } from "../src/model/config.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { describeShared } from "./helpers/shared.ts";

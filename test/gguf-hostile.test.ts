@@ -7,7 +7,7 @@ import { afterAll, expect, test } from "bun:test";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { LLM } from "../src/engine/llm.ts";
+import { LLM } from "../src/llm/llm.ts";
 import { GGUFStringArray, type GGUFValue } from "../src/model/gguf.ts";
 import { openCheckpoint } from "../src/model/load.ts";
 import { runPagellm } from "./helpers/cli.ts";

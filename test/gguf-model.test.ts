@@ -8,7 +8,7 @@ import { afterAll, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { LLM } from "../src/engine/llm.ts";
+import { LLM } from "../src/llm/llm.ts";
 import { makeConfig, type ModelConfig } from "../src/model/config.ts";
 import { readGGUF } from "../src/model/gguf.ts";
 import { writeModelGGUF, type Arch, type ModelMix } from "../src/synth/gguf-model-writer.ts";

@@ -10,7 +10,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { LLM } from "../src/engine/llm.ts";
+import { LLM } from "../src/llm/llm.ts";
 import { InputError } from "../src/errors.ts";
 import { makeConfig, type ModelConfig } from "../src/model/config.ts";
 import { GGML_TYPES, GGUFStringArray, readGGUF, type GGUFFile, type GGUFValue } from "../src/model/gguf.ts";

@@ -10,7 +10,7 @@
  * TinyStories checkpoints use to end a story: pagellm must stop there too (finish_reason "stop").
  */
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { LLM } from "../src/engine/llm.ts";
+import { LLM } from "../src/llm/llm.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";

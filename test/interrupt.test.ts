@@ -13,7 +13,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import type { CompletionResult } from "../src/engine/llm.ts";
+import type { CompletionResult } from "../src/llm/llm.ts";
 import { MODELS, TOKENIZER, withoutTimings } from "./helpers/prefix.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";

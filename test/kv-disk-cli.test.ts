@@ -7,7 +7,7 @@ import { afterAll, expect, test } from "bun:test";
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { resolveCacheDir } from "../src/kv-disk/folder.ts";
-import type { CompletionResult } from "../src/engine/llm.ts";
+import type { CompletionResult } from "../src/llm/llm.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { scratchDir } from "./helpers/kv-disk.ts";

@@ -11,7 +11,7 @@
 import { afterAll, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
-import type { CompletionResult, GenerateRequest } from "../src/engine/llm.ts";
+import type { CompletionResult, GenerateRequest } from "../src/llm/llm.ts";
 import type { SecondTierStats } from "../src/kv/second-tier.ts";
 import { makeConfig } from "../src/model/config.ts";
 import { writeLlama2c } from "../src/synth/llama2c-writer.ts";

@@ -5,7 +5,7 @@
  */
 import { afterAll, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
-import { LLM } from "../src/engine/llm.ts";
+import { LLM } from "../src/llm/llm.ts";
 import { PagellmServer } from "../src/server/server.ts";
 import { metric } from "./helpers/serve.ts";
 import { describeShared } from "./helpers/shared.ts";

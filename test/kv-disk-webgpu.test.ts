@@ -7,7 +7,7 @@
 import { afterAll, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
 import { expertTypes } from "../src/backend/device-choice.ts";
-import { LLM, type GenerateRequest, type LoadOptions } from "../src/engine/llm.ts";
+import { LLM, type GenerateRequest, type LoadOptions } from "../src/llm/llm.ts";
 import { openCheckpoint } from "../src/model/load.ts";
 import { describeGpu } from "./helpers/webgpu.ts";
 import { sharedPath } from "./helpers/shared.ts";

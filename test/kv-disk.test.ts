@@ -14,7 +14,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { copyFileSync, cpSync, existsSync, readdirSync, readFileSync, renameSync, rmSync, statSync, truncateSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { LLM, type GenerateRequest, type LoadOptions } from "../src/engine/llm.ts";
+import { LLM, type GenerateRequest, type LoadOptions } from "../src/llm/llm.ts";
 import { makeConfig } from "../src/model/config.ts";
 import { writeLlama2c } from "../src/synth/llama2c-writer.ts";
 import { randomWeights } from "../src/synth/random-weights.ts";

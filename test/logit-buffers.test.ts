@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { DEFAULT_ENGINE_OPTIONS, fitToVocabulary, LOGIT_BUDGET_BYTES } from "../src/engine/engine-options.ts";
 import { planMemory } from "../src/engine/memory-plan.ts";
 import { kvLayout } from "../src/kv/kv-layout.ts";
-import { LLM } from "../src/engine/llm.ts";
+import { LLM } from "../src/llm/llm.ts";
 import { DEFAULT_SPECULATIVE } from "../src/engine/speculative.ts";
 import { makeConfig, type ModelConfig } from "../src/model/config.ts";
 import { writeModelGGUF } from "../src/synth/gguf-model-writer.ts";

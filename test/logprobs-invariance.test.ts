@@ -9,9 +9,9 @@
  */
 import { expect, test } from "bun:test";
 import { DEFAULT_SPECULATIVE } from "../src/engine/speculative.ts";
-import type { GenerateRequest } from "../src/engine/generate-request.ts";
-import type { CompletionResult } from "../src/engine/completion.ts";
-import type { LLM } from "../src/engine/llm.ts";
+import type { GenerateRequest } from "../src/llm/generate-request.ts";
+import type { CompletionResult } from "../src/llm/completion.ts";
+import type { LLM } from "../src/llm/llm.ts";
 import { openedLLMs } from "./helpers/llm.ts";
 import { describeShared, sharedPath } from "./helpers/shared.ts";
 

@@ -8,7 +8,7 @@
  */
 import { kvLayout } from "../src/kv/kv-layout.ts";
 import { describe, expect, test } from "bun:test";
-import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
+import { LLM, type CompletionResult, type GenerateRequest } from "../src/llm/llm.ts";
 import type { EngineOptions } from "../src/engine/engine-options.ts";
 import { describePart, memoryLimitBytes, placeModel } from "../src/backend/wasm/placement.ts";
 import { CpuBackend } from "../src/backend/wasm/cpu.ts";

@@ -8,7 +8,7 @@ import { afterAll, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { LLM } from "../src/engine/llm.ts";
+import { LLM } from "../src/llm/llm.ts";
 import { readGGUF } from "../src/model/gguf.ts";
 import { openCheckpoint } from "../src/model/load.ts";
 import { firstNonFiniteTensor } from "../src/model/weight-scan.ts";

@@ -14,8 +14,8 @@
 import { expect, test } from "bun:test";
 import type { EngineOptions } from "../src/engine/engine-options.ts";
 import type { EngineOutput } from "../src/engine/engine-output.ts";
-import type { GenerateRequest } from "../src/engine/generate-request.ts";
-import type { LLM } from "../src/engine/llm.ts";
+import type { GenerateRequest } from "../src/llm/generate-request.ts";
+import type { LLM } from "../src/llm/llm.ts";
 import { DEFAULT_SPECULATIVE } from "../src/engine/speculative.ts";
 import { RequestTooLongError } from "../src/errors.ts";
 import { KVCacheManager, Request } from "../src/kv/index.ts";

@@ -17,7 +17,7 @@ import { join } from "node:path";
 import { BadRequestError } from "openai";
 import { RequestFieldError } from "../src/errors.ts";
 import { argmax, DEFAULT_SAMPLING, Sampler, type SamplingParams } from "../src/engine/sampler.ts";
-import type { LLM } from "../src/engine/llm.ts";
+import type { LLM } from "../src/llm/llm.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { PROCESS_TEST_MS } from "./helpers/limits.ts";
 import { openedLLMs } from "./helpers/llm.ts";

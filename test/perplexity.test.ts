@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { LLM } from "../src/engine/llm.ts";
+import { LLM } from "../src/llm/llm.ts";
 import { logSumExp, sampledLogprob, topKIds } from "../src/engine/logprobs.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { Xoshiro128 } from "../src/util/random.ts";

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
+import { LLM, type CompletionResult, type GenerateRequest } from "../src/llm/llm.ts";
 import { MODELS, TEXTS, TOKENIZER, computedTokens, expectedCachedTokens, lcp, withoutTimings } from "./helpers/prefix.ts";
 import { describeShared } from "./helpers/shared.ts";
 import type { KVType } from "../src/kv/kv-layout.ts";

@@ -5,7 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import { argmax, DEFAULT_SAMPLING, Sampler, type SamplingParams } from "../src/engine/sampler.ts";
 import { StopStringMatcher } from "../src/engine/stop-strings.ts";
-import { LLM } from "../src/engine/llm.ts";
+import { LLM } from "../src/llm/llm.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { testThreads } from "./helpers/threads.ts";
 

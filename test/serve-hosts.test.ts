@@ -5,7 +5,7 @@
  * Linux), and ::1 too where the machine has IPv6.
  */
 import { expect, test } from "bun:test";
-import { LLM } from "../src/engine/llm.ts";
+import { LLM } from "../src/llm/llm.ts";
 import { PagellmServer } from "../src/server/server.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { PROCESS_TEST_MS } from "./helpers/limits.ts";

@@ -15,7 +15,7 @@
  */
 import { afterAll, beforeAll, expect, spyOn, test } from "bun:test";
 import { rmSync } from "node:fs";
-import { LLM } from "../src/engine/llm.ts";
+import { LLM } from "../src/llm/llm.ts";
 import { nodeBlockFileOps, type BlockFileOps } from "../src/kv-disk/file-ops.ts";
 import { PagellmServer, type ServerOptions } from "../src/server/server.ts";
 import { MAX_JSON_DEPTH } from "../src/server/body-fields.ts";

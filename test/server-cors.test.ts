@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { LLM } from "../src/engine/llm.ts";
+import { LLM } from "../src/llm/llm.ts";
 import { CorsPolicy, corsOriginProblem } from "../src/server/cors.ts";
 import { PagellmServer, type ServerOptions } from "../src/server/server.ts";
 import { LONG_PROCESS_TEST_MS, PROCESS_TEST_MS } from "./helpers/limits.ts";

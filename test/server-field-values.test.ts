@@ -20,7 +20,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { LLM } from "../src/engine/llm.ts";
+import { LLM } from "../src/llm/llm.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { THINKING_SCRIPT } from "./helpers/scripted-model.ts";
 import { serveScripted } from "./helpers/serve.ts";

@@ -7,7 +7,7 @@
  * was, measured on the server as a process.
  */
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { LLM } from "../src/engine/llm.ts";
+import { LLM } from "../src/llm/llm.ts";
 import { PagellmServer, SERVER_DEFAULTS, type ServerOptions } from "../src/server/server.ts";
 import { waitIdle } from "./helpers/serve.ts";
 import { spawnServe } from "./helpers/serve-process.ts";

@@ -13,7 +13,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { KVType } from "../src/kv/kv-layout.ts";
-import { LLM } from "../src/engine/llm.ts";
+import { LLM } from "../src/llm/llm.ts";
 import { makeConfig } from "../src/model/config.ts";
 import { writeModelGGUF, type ModelMix } from "../src/synth/gguf-model-writer.ts";
 import { tokenizerMetadata } from "../src/synth/gguf-tokenizer-metadata.ts";

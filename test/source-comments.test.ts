@@ -4,11 +4,6 @@
  * so a reader cannot follow the citation. A comment, a doc or a test name says what it means and
  * why instead (the floor's figure, the inputs themselves). Checked in every file under src/,
  * test/, scripts/, assembly/ and docs/, and in README.md and .ci/run.
- *
- * KNOWN_CITING is the files that still cite an issue number when this test was written: later work
- * rewords them (and deletes their entries here). A new citation fails the test, and so does an
- * entry that no longer cites, so that the list only shrinks. No file is left that names an issue
- * without its number, so that check has no such list.
  */
 import { expect, test } from "bun:test";
 import { readdirSync, readFileSync, statSync } from "node:fs";
@@ -17,12 +12,6 @@ import { join, relative, resolve } from "node:path";
 const ROOT = resolve(import.meta.dir, "..");
 const FOLDERS = ["src", "test", "scripts", "assembly", "docs"];
 const FILES = ["README.md", ".ci/run"];
-
-/** Files (paths from the repository root) that still cite an issue number, left for a later rewording. */
-const KNOWN_CITING = new Set([
-  "src/engine/constraint.ts",
-  "src/tools/call-constraint.ts",
-]);
 
 // "issue" or "issues", then a number (after a space, a hyphen or a "#"), any case. Built from
 // pieces so that this file's own source holds no citation.
@@ -50,15 +39,8 @@ function linesMatching(pattern: RegExp): string[] {
   });
 }
 
-const found = linesMatching(CITATION);
-const citingFiles = new Set(found.map((hit) => hit.slice(0, hit.indexOf(":"))));
-
-test("no file cites an issue number (but the known ones)", () => {
-  expect(found.filter((hit) => !KNOWN_CITING.has(hit.slice(0, hit.indexOf(":"))))).toEqual([]);
-});
-
-test("the known citing files all still cite one (delete the entries of those reworded)", () => {
-  expect([...KNOWN_CITING].filter((file) => !citingFiles.has(file))).toEqual([]);
+test("no file cites an issue number", () => {
+  expect(linesMatching(CITATION)).toEqual([]);
 });
 
 test("the pattern finds a citation in each spelling, and not a bare word or number", () => {

@@ -16,7 +16,7 @@ import { describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
+import { LLM, type CompletionResult, type GenerateRequest } from "../src/llm/llm.ts";
 import type { EngineOptions } from "../src/engine/engine-options.ts";
 import { proposeNgram } from "../src/engine/ngram-proposer.ts";
 import { DEFAULT_SPECULATIVE, DRAFT_THRESHOLD, Drafter, PRIOR_RATE, type SpeculativeOptions } from "../src/engine/speculative.ts";

@@ -15,9 +15,9 @@
 import { beforeAll, expect, test } from "bun:test";
 import Ajv from "ajv";
 import { RequestFieldError } from "../src/errors.ts";
-import { isAllowed } from "../src/engine/constraint.ts";
-import type { GenerateRequest } from "../src/engine/generate-request.ts";
-import type { LLM } from "../src/engine/llm.ts";
+import { isAllowed } from "../src/constraint/token-constraint.ts";
+import type { GenerateRequest } from "../src/llm/generate-request.ts";
+import type { LLM } from "../src/llm/llm.ts";
 import { DEFAULT_SPECULATIVE } from "../src/engine/speculative.ts";
 import { GrammarConstraints } from "../src/grammar/constraints.ts";
 import { ExprPool } from "../src/grammar/expr.ts";

@@ -20,7 +20,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { LLM, type CompletionResult, type GenerateRequest } from "../src/engine/llm.ts";
+import { LLM, type CompletionResult, type GenerateRequest } from "../src/llm/llm.ts";
 import type { EngineOptions } from "../src/engine/engine-options.ts";
 import { KVCacheGroups } from "../src/kv/kv-groups.ts";
 import type { KVType } from "../src/kv/kv-layout.ts";

@@ -4,7 +4,7 @@
  * machine (on a busy machine the load changes from second to second). The CPU time each way takes
  * (this process, user + system) is measured too: on a shared machine it is the steadier figure.
  */
-import type { CompletionResult, GenerateRequest } from "../engine/llm.ts";
+import type { CompletionResult, GenerateRequest } from "../llm/llm.ts";
 import { summarize, type RepeatOptions, type Summary } from "./measure.ts";
 
 /** One repetition: each way's results (in request order) and CPU microseconds. */

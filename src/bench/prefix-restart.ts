@@ -12,7 +12,7 @@
  */
 import { closeSync, mkdtempSync, openSync, readdirSync, readSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import type { CompletionResult } from "../engine/llm.ts";
+import type { CompletionResult } from "../llm/llm.ts";
 import type { EngineOptions } from "../engine/engine-options.ts";
 import { InputError } from "../errors.ts";
 import type { SecondTierStats } from "../kv/second-tier.ts";

@@ -10,7 +10,7 @@
  *   prompt, 128-token questions; here the system prompt is 1024 tokens so prompt and output fit a
  *   2048-token context).
  */
-import type { GenerateRequest } from "../engine/llm.ts";
+import type { GenerateRequest } from "../llm/llm.ts";
 import { prefixRepetition, TokenSource } from "./token-source.ts";
 
 export type WorkloadName = "prefix-repetition" | "generated-shared-prefix";

@@ -13,7 +13,7 @@
  */
 import type { KVType } from "../kv/kv-layout.ts";
 import type { EngineOptions } from "../engine/engine-options.ts";
-import type { LLM } from "../engine/llm.ts";
+import type { LLM } from "../llm/llm.ts";
 import type { SchedulePolicy } from "../engine/scheduler.ts";
 import type { EvictionPolicyName } from "../kv/eviction.ts";
 import type { HashAlgorithm } from "../kv/block-hash.ts";

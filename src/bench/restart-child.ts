@@ -4,7 +4,7 @@
  * as one JSON line. Run by prefix-restart.ts as `bun restart-child.ts JOB_JSON`, so each request
  * meets a fresh process: an empty memory pool, the disk as the only cache.
  */
-import { LLM } from "../engine/llm.ts";
+import { LLM } from "../llm/llm.ts";
 import type { RestartJob, RestartChildResult } from "./prefix-restart.ts";
 
 const job = JSON.parse(process.argv[2] ?? "{}") as RestartJob;

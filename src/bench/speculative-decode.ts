@@ -13,7 +13,7 @@
 import { existsSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { InputError } from "../errors.ts";
-import type { CompletionResult, GenerateRequest, LLM } from "../engine/llm.ts";
+import type { CompletionResult, GenerateRequest, LLM } from "../llm/llm.ts";
 import type { SpeculativeOptions } from "../engine/speculative.ts";
 import { withLLM } from "./engine-runs.ts";
 import { alternatingRates, runAlternating } from "./alternating.ts";

@@ -9,7 +9,7 @@
  * (this process, user + system) is the steadier figure on a shared machine.
  */
 import { InputError } from "../errors.ts";
-import type { CompletionResult, GenerateRequest, LLM } from "../engine/llm.ts";
+import type { CompletionResult, GenerateRequest, LLM } from "../llm/llm.ts";
 import { withLLM } from "./engine-runs.ts";
 import { alternatingRates, runAlternating } from "./alternating.ts";
 import type { RepeatOptions, Summary } from "./measure.ts";

@@ -18,8 +18,8 @@
  * the front end do per token), timed in rounds, against the plain decode's time per token.
  */
 import { InputError } from "../errors.ts";
-import { applyTokenBitmask } from "../engine/constraint.ts";
-import type { CompletionResult, GenerateRequest, LLM } from "../engine/llm.ts";
+import { applyTokenBitmask } from "../constraint/token-constraint.ts";
+import type { CompletionResult, GenerateRequest, LLM } from "../llm/llm.ts";
 import { ReplyReader } from "../tools/reply-reader.ts";
 import type { ToolDefinition } from "../tools/tool-types.ts";
 import { alternatingRates, runAlternating } from "./alternating.ts";

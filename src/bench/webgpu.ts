@@ -9,7 +9,7 @@ import { webgpuRefusal } from "../backend/device-choice.ts";
 import { WebGpuBackend, type BackendOptions } from "../backend/webgpu/backend.ts";
 import { describeAdapter, selectDevice, type DeviceChoice } from "../backend/webgpu/device.ts";
 import type { GpuWorkCounts } from "../backend/webgpu/runner.ts";
-import type { LLM } from "../engine/llm.ts";
+import type { LLM } from "../llm/llm.ts";
 import { openCheckpoint } from "../model/load.ts";
 import type { Summary } from "./measure.ts";
 import type { BenchModel } from "./bench-models.ts";

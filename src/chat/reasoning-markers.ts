@@ -5,7 +5,7 @@
  * text. The constraint on the answer starts after the closing one, and a reasoning budget forces it
  * (src/engine/reasoning-gate.ts).
  */
-import type { ReasoningMarkers } from "../engine/constraint.ts";
+import type { ReasoningMarkers } from "../constraint/token-constraint.ts";
 import { isByteTokenizer, type Tokenizer } from "../tokenizer/tokenizer.ts";
 
 const START = "<think>";

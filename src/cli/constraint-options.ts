@@ -7,8 +7,8 @@
  */
 import type { ArgsDef } from "citty";
 import { InputError, RequestFieldError } from "../errors.ts";
-import type { ConstraintSpec } from "../engine/constraint.ts";
-import type { LLM } from "../engine/llm.ts";
+import type { ConstraintSpec } from "../grammar/constraint-spec.ts";
+import type { LLM } from "../llm/llm.ts";
 import { readPromptFile } from "./inputs.ts";
 import { repeated, type ParsedValues } from "./options.ts";
 

@@ -6,10 +6,10 @@
 import { defineCommand, type ArgsDef } from "citty";
 import { InputError, RequestTooLongError } from "../errors.ts";
 import { kvCacheSummary } from "../engine/engine-builder.ts";
-import type { CompletionResult } from "../engine/completion.ts";
-import type { PreparedRequest } from "../engine/engine-client.ts";
-import type { GenerateRequest } from "../engine/generate-request.ts";
-import type { LLM } from "../engine/llm.ts";
+import type { CompletionResult } from "../llm/completion.ts";
+import type { PreparedRequest } from "../llm/input-processor.ts";
+import type { GenerateRequest } from "../llm/generate-request.ts";
+import type { LLM } from "../llm/llm.ts";
 import { jsonlRequests, promptFileRequests, promptRequest, promptsDirRequests, requestErrorText, type InputRequest } from "./inputs.ts";
 import {
   checkKnownOptions, engineArgs, modelArgs, speculativeArgs, repeated, requestDefaults, samplingArgs, type ParsedValues, type RequestDefaults,

@@ -6,7 +6,7 @@
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { InputError, RequestFieldError, RequestTooLongError } from "../errors.ts";
-import { checkRequest, jsonFieldName, seedDigitsProblem, type GenerateRequest } from "../engine/generate-request.ts";
+import { checkRequest, jsonFieldName, seedDigitsProblem, type GenerateRequest } from "../llm/generate-request.ts";
 import { topLevelNumberText } from "../util/json-number-text.ts";
 import type { ChatMessage } from "../chat/jinja-template.ts";
 import { optionErrorText, type RequestDefaults } from "./options.ts";

@@ -7,7 +7,7 @@ import { basename, dirname, join } from "node:path";
 import { InputError } from "../errors.ts";
 import { checkFormatChoice, type UntemplatedFormat } from "../chat/formats.ts";
 import { reservedVariable } from "../chat/jinja-template.ts";
-import { LLM } from "../engine/llm.ts";
+import { LLM } from "../llm/llm.ts";
 import { hubOptionsFromEnv, resolveModel } from "../hub/resolve.ts";
 import { modelFileKind } from "../model/load.ts";
 import { deviceOption, engineOptions, gpuBackendOptions, kvCacheOptions, type ParsedValues } from "./options.ts";

@@ -5,7 +5,7 @@
 import type { ArgsDef } from "citty";
 import { InputError, RequestFieldError } from "../errors.ts";
 import { DEFAULT_CONTEXT, DEFAULT_ENGINE_OPTIONS, type EngineOptions } from "../engine/engine-options.ts";
-import { checkRequest, MAX_LOGIT_BIAS, MAX_LOGPROBS, MAX_PENALTY, seedDigitsProblem, type GenerateRequest } from "../engine/generate-request.ts";
+import { checkRequest, MAX_LOGIT_BIAS, MAX_LOGPROBS, MAX_PENALTY, seedDigitsProblem, type GenerateRequest } from "../llm/generate-request.ts";
 import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
 import { EVICTION_POLICIES } from "../kv/eviction.ts";
 import { HASH_ALGORITHMS } from "../kv/block-hash.ts";

@@ -6,7 +6,7 @@
 import { defineCommand, type ArgsDef } from "citty";
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { InputError } from "../errors.ts";
-import type { ScoreResult } from "../engine/llm.ts";
+import type { ScoreResult } from "../llm/llm.ts";
 import { loadLLM } from "./load.ts";
 import { checkKnownOptions, engineArgs, modelArgs, type ParsedValues } from "./options.ts";
 import { info } from "./output.ts";

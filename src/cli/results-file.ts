@@ -6,7 +6,7 @@
  */
 import { closeSync, existsSync, ftruncateSync, openSync, readFileSync, writeSync } from "node:fs";
 import { InputError } from "../errors.ts";
-import type { CompletionResult } from "../engine/llm.ts";
+import type { CompletionResult } from "../llm/llm.ts";
 
 export class ResultsFile {
   private constructor(

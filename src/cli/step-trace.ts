@@ -4,7 +4,7 @@
  * and tokenizing prompts, writing streams, GC). A long gap between a stream's tokens is then either
  * a long step (and which tokens made it long) or a long time between steps.
  */
-import type { EngineClient, StepReport } from "../engine/engine-client.ts";
+import type { EngineClient, StepReport } from "../llm/engine-client.ts";
 
 /** Whether PAGELLM_DEBUG (a comma-separated list) asks for the step trace. */
 export function stepTraceAsked(env: Record<string, string | undefined> = process.env): boolean {

@@ -24,7 +24,7 @@ import type { MemoryPlan } from "./memory-plan.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import { PendingForks } from "./parallel-sampling.ts";
 import { SamplerWork } from "./sampler.ts";
-import { EndCheck, type ReasoningMarkers, type TokenConstraint } from "./constraint.ts";
+import { EndCheck, type ReasoningMarkers, type TokenConstraint } from "../constraint/token-constraint.ts";
 import { ReasoningGate } from "./reasoning-gate.ts";
 import { Scheduler, type SchedulerOutput, type TierLoader } from "./scheduler.ts";
 import { replyDecoder, Sequence, type GenerationParams } from "./sequence.ts";

@@ -15,7 +15,7 @@
  * `<think>\n`) starts in "reasoning"; any other starts "open". Every state is kept per accepted
  * token, so rollback restores it exactly.
  */
-import type { ReasoningMarkers, TokenConstraint } from "./constraint.ts";
+import type { ReasoningMarkers, TokenConstraint } from "../constraint/token-constraint.ts";
 
 type GateState = "open" | "reasoning" | "constrained";
 

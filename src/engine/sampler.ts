@@ -8,7 +8,7 @@
  * largest (biased and penalised) logit, as run.c.
  */
 import { Xoshiro128 } from "../util/random.ts";
-import { applyTokenBitmask } from "./constraint.ts";
+import { applyTokenBitmask } from "../constraint/token-constraint.ts";
 
 export interface SamplingParams {
   /** 0 = greedy. */

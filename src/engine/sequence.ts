@@ -5,7 +5,7 @@
  * snapshot (engine-output.ts).
  */
 import type { StreamDecoder, Tokenizer } from "../tokenizer/tokenizer.ts";
-import type { EndCheck, TokenConstraint } from "./constraint.ts";
+import type { EndCheck, TokenConstraint } from "../constraint/token-constraint.ts";
 import type { SampledLogprob } from "./logprobs.ts";
 import { Request, type RequestOptions } from "../kv/request.ts";
 import { Sampler, type SamplerWork, type SamplingParams } from "./sampler.ts";

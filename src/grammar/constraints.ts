@@ -1,5 +1,5 @@
 /**
- * The grammar engine as the engine's ConstraintCompiler (src/engine/constraint.ts): a request's
+ * The grammar engine as the engine's ConstraintCompiler (src/grammar/constraint-spec.ts): a request's
  * constraint compiled into a GrammarMatcher per sample, over the model's vocabulary. The
  * vocabulary's token tries are built on the first constrained request, not at load (a 150k-token
  * vocabulary takes a moment). A schema or grammar that cannot be compiled is a RequestFieldError
@@ -7,7 +7,8 @@
  * it went over: never unconstrained output.
  */
 import { GrammarError, RequestFieldError } from "../errors.ts";
-import type { ConstraintCompiler, ConstraintSpec, TokenConstraint } from "../engine/constraint.ts";
+import type { TokenConstraint } from "../constraint/token-constraint.ts";
+import type { ConstraintCompiler, ConstraintSpec } from "./constraint-spec.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { GrammarCompiler, type GrammarSource } from "./compiler.ts";
 import type { CallSyntax } from "../tools/call-syntax.ts";

@@ -15,7 +15,7 @@
  * unconstrained after asking for a constraint. Errors name the field by its path in the body.
  */
 import { RequestFieldError } from "../errors.ts";
-import type { ConstraintSpec } from "../engine/constraint.ts";
+import type { ConstraintSpec } from "./constraint-spec.ts";
 
 /** A key this reader does not implement (vLLM's `whitespace_pattern`, ...): refused, never ignored. */
 export class UnsupportedFieldError extends RequestFieldError {

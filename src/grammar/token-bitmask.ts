@@ -5,10 +5,10 @@
  * any Float32Array: the sampler (engine/sampler.ts) applies it to its working copy of the row it
  * samples, on every backend.
  */
-import { isAllowed } from "../engine/constraint.ts";
+import { isAllowed } from "../constraint/token-constraint.ts";
 
-// The engine samples within a mask with these (src/engine/constraint.ts): one copy of each.
-export { applyTokenBitmask, isAllowed } from "../engine/constraint.ts";
+// The engine samples within a mask with these (src/constraint/token-constraint.ts): one copy of each.
+export { applyTokenBitmask, isAllowed } from "../constraint/token-constraint.ts";
 
 /** A zeroed bitmask for `vocabSize` tokens. */
 export function allocateTokenBitmask(vocabSize: number): Uint32Array {

@@ -15,7 +15,7 @@
  * before each accepted token is kept, so rollback(n) restores exactly; every decision depends
  * only on this sequence's tokens.
  */
-import type { TokenConstraint } from "../engine/constraint.ts";
+import type { TokenConstraint } from "../constraint/token-constraint.ts";
 import type { CompiledGrammar } from "./compiled-grammar.ts";
 import { GrammarMatcher } from "./matcher.ts";
 import type { TriggerScan } from "./triggers.ts";

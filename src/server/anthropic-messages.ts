@@ -12,7 +12,7 @@
  */
 import { RequestFieldError } from "../errors.ts";
 import type { EngineOutput } from "../engine/engine-output.ts";
-import type { PreparedRequest } from "../engine/engine-client.ts";
+import type { PreparedRequest } from "../llm/input-processor.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import type { ReplyDelta } from "../tools/reply-reader.ts";
 import { jsonObjectOf } from "../util/json-object.ts";
@@ -171,7 +171,7 @@ class Ending {
 
   of(choice: Choice): { reason: string; sequence: string | null } {
     if (choice.finishReason === "length") return { reason: "max_tokens", sequence: null };
-    if ((choice.reply?.message.toolCalls.length ?? 0) > 0) return { reason: "tool_use", sequence: null };
+    if (choice.madeCalls) return { reason: "tool_use", sequence: null };
     if (choice.finishReason === "stop" && !this.byToken && this.stops.length > 0) {
       const full = this.tokenizer.decode(choice.tokenIds);
       let found: { at: number; stop: string } | null = null;

@@ -10,14 +10,15 @@
  * then its arguments in pieces under the same index). A request with the legacy `functions` gets
  * its call as `function_call` (finish_reason "function_call").
  */
-import type { PreparedRequest } from "../engine/engine-client.ts";
+import type { PreparedRequest } from "../llm/input-processor.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import type { ReplyDelta } from "../tools/reply-reader.ts";
 import { MAX_N, requestError } from "./generation-fields.ts";
 import type { BodyFields } from "./body-fields.ts";
 import { readChatRequest } from "./chat-request.ts";
 import { NO_ECHO, runGeneration, type Choice, type ChoiceDelta, type GenerationContext, type ResponseShape } from "./generation-run.ts";
-import { chatLogprobs, type LogprobEntry } from "./logprobs-format.ts";
+import type { LogprobEntry } from "../llm/sample-fold.ts";
+import { chatLogprobs } from "./logprobs-format.ts";
 import { checkModel } from "./models.ts";
 
 export async function chatCompletions(tokenizer: Tokenizer, ctx: GenerationContext, fields: BodyFields): Promise<Response> {
@@ -90,6 +91,6 @@ function replyDelta(d: ReplyDelta, legacy: boolean): Record<string, unknown> {
 
 /** A choice that ended with calls ends "tool_calls" ("function_call" for the legacy fields). */
 function callFinish(c: Choice, reason: string | null, legacy: boolean): string | null {
-  if (reason !== "stop" || c.reply === null || c.reply.message.toolCalls.length === 0) return reason;
+  if (!c.endedWithCalls(reason)) return reason;
   return legacy ? "function_call" : "tool_calls";
 }

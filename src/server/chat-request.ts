@@ -8,7 +8,7 @@
 import type { ChatMessage, ChatToolCall } from "../chat/jinja-template.ts";
 import { ApiError } from "./api-error.ts";
 import { isObject, type BodyFields, type Json } from "./body-fields.ts";
-import { MAX_LOGPROBS } from "../engine/generate-request.ts";
+import { MAX_LOGPROBS } from "../llm/generate-request.ts";
 import { readGenerationFields, type GenerationSpec, type ServerRequestDefaults } from "./generation-fields.ts";
 
 export interface ChatRequest {

@@ -6,7 +6,7 @@
  */
 import { ApiError } from "./api-error.ts";
 import type { BodyFields, Json } from "./body-fields.ts";
-import { MAX_LOGPROBS } from "../engine/generate-request.ts";
+import { MAX_LOGPROBS } from "../llm/generate-request.ts";
 import { readGenerationFields, type GenerationSpec, type ServerRequestDefaults } from "./generation-fields.ts";
 
 /** One prompt as given: text to tokenize, or token ids to take as they are. */

@@ -5,13 +5,14 @@
  * their log-probabilities (the first has none), and `max_tokens: 0` scores the prompt without
  * generating, as lm-evaluation-harness asks for loglikelihoods.
  */
-import type { RequestInput } from "../engine/generate-request.ts";
+import type { RequestInput } from "../llm/generate-request.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import type { BodyFields } from "./body-fields.ts";
 import { readCompletionRequest, type PromptInput } from "./completion-request.ts";
 import { MAX_N, requestError, type GenerationSpec } from "./generation-fields.ts";
 import { responseId, runGeneration, type Choice, type ChoiceDelta, type Echo, type GenerationContext, type ResponseShape, type Usage } from "./generation-run.ts";
-import { completionLogprobs, type CompletionLogprobs, type LogprobEntry } from "./logprobs-format.ts";
+import type { LogprobEntry } from "../llm/sample-fold.ts";
+import { completionLogprobs, type CompletionLogprobs } from "./logprobs-format.ts";
 import { checkModel } from "./models.ts";
 import { promptLogprobs, type PromptLogprobs } from "./prompt-logprobs.ts";
 import { SseStream } from "./sse.ts";

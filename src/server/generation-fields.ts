@@ -10,7 +10,7 @@
  * top-k, min-p or penalty), as OpenAI clients expect, not the command line's.
  */
 import { RequestFieldError, RequestTooLongError } from "../errors.ts";
-import { jsonFieldName, seedDigitsProblem, type GenerateRequest } from "../engine/generate-request.ts";
+import { jsonFieldName, seedDigitsProblem, type GenerateRequest } from "../llm/generate-request.ts";
 import { ApiError } from "./api-error.ts";
 import type { BodyFields, Json } from "./body-fields.ts";
 import { readStructuredOutput } from "./structured-output.ts";

@@ -6,41 +6,37 @@
  * or the stream cancelled) aborts the submission: its blocks are free one step later.
  */
 import { EngineClosedError, QueueFullError } from "../errors.ts";
-import type { EngineClient, PreparedRequest } from "../engine/engine-client.ts";
+import type { EngineClient } from "../llm/engine-client.ts";
+import type { PreparedRequest } from "../llm/input-processor.ts";
 import type { EngineOutput } from "../engine/engine-output.ts";
-import type { OutputStream } from "../engine/output-stream.ts";
-import type { FinishReason } from "../engine/engine-output.ts";
-import { ReplyReader, type ReplyDelta } from "../tools/reply-reader.ts";
+import type { OutputStream } from "../llm/output-stream.ts";
+import type { ReplySetup } from "../tools/reply-reader.ts";
+import { SampleFold, type LogprobEntry, type SampleDelta } from "../llm/sample-fold.ts";
 import { ApiError } from "./api-error.ts";
 import type { GenerationSpec, ServerRequestDefaults } from "./generation-fields.ts";
-import type { LogprobEntry } from "./logprobs-format.ts";
 import type { ServeMetrics } from "./metrics.ts";
 import type { PromptLogprobs } from "./prompt-logprobs.ts";
 import { SseStream } from "./sse.ts";
-import { appendAll } from "../util/append-all.ts";
 
-/** One choice of the response as it stands: sample `index` of its prompt (prompt p, sample i: p × n + i). */
-export interface Choice {
-  readonly index: number;
-  /** What comes before the generated text (the prompt, with `echo`). */
-  readonly echo: Echo;
-  text: string;
-  readonly tokenIds: number[];
-  /** Per generated token, when the request asked for logprobs. */
-  readonly logprobs: LogprobEntry[];
-  finishReason: FinishReason | null;
-  /** The prompt's last token: the one the first generated token follows. */
-  readonly promptLast: number | undefined;
-  /** Reads the reply into content, reasoning and tool calls (a conversation with tools or reasoning); null: text only. */
-  readonly reply: ReplyReader | null;
+/**
+ * One choice of the response as it stands: sample `index` of its prompt (prompt p, sample i:
+ * p × n + i), its reply folded as every front end folds one (text, tokens, logprobs, finish
+ * reason, content, reasoning and calls).
+ */
+export class Choice extends SampleFold {
+  constructor(
+    readonly index: number,
+    /** What comes before the generated text (the prompt, with `echo`). */
+    readonly echo: Echo,
+    promptLast: number | undefined,
+    setup: ReplySetup | null,
+  ) {
+    super(promptLast, setup);
+  }
 }
 
-/** What one output added to a choice: its text, and what its reply reader made of it. */
-export interface ChoiceDelta {
-  text: string;
-  /** Null without a reply reader. */
-  reply: ReplyDelta | null;
-}
+/** What one output added to a choice: its text, its tokens' logprobs, and what its reply reader made of it. */
+export type ChoiceDelta = SampleDelta;
 
 /** A prompt as echoed: its text and, with `logprobs`, its tokens' log-probabilities. */
 export interface Echo {
@@ -231,10 +227,7 @@ export class Choices {
     stream.requests.forEach((r, p) => {
       const setup = prepared[p]?.reply ?? null;
       for (let i = 0; i < r.n; i++) {
-        const choice: Choice = {
-          index: this.all.length, echo: echoes[p] ?? NO_ECHO, text: "", tokenIds: [], logprobs: [], finishReason: null, promptLast: r.promptTokenIds.at(-1),
-          reply: setup === null ? null : new ReplyReader(setup),
-        };
+        const choice = new Choice(this.all.length, echoes[p] ?? NO_ECHO, r.promptTokenIds.at(-1), setup);
         this.all.push(choice);
         this.byOutput.set(`${r.id}#${i}`, choice);
       }
@@ -247,13 +240,9 @@ export class Choices {
   /** Adds an output to its choice; returns the choice, the logprob entries of this output's tokens and what it added. */
   add(output: EngineOutput): ChoiceAdded {
     const choice = this.byOutput.get(`${output.requestId}#${output.index}`)!;
-    const logprobs = (output.logprobs ?? []).map((logprob, k) => ({ logprob, prev: k > 0 ? output.tokenIds[k - 1] : (choice.tokenIds.at(-1) ?? choice.promptLast) }));
-    choice.text += output.text;
-    appendAll(choice.tokenIds, output.tokenIds);
-    appendAll(choice.logprobs, logprobs);
-    if (output.finishReason !== null) choice.finishReason = output.finishReason;
+    const delta = choice.add(output);
     if (output.index === 0) this.prompts[this.promptOf.get(output.requestId)!]!.cached = output.usage.cachedTokens;
-    return { choice, logprobs, delta: { text: output.text, reply: readReply(choice, output) } };
+    return { choice, logprobs: delta.logprobs, delta };
   }
 
   /** Each prompt counted once (its samples share it), every sample's tokens. */
@@ -263,9 +252,4 @@ export class Choices {
     const completion = this.all.reduce((n, c) => n + c.tokenIds.length, 0);
     return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: cached } };
   }
-}
-
-/** What a choice's reply reader makes of an output's text (the whole rest when the choice ends); null without one. */
-function readReply(choice: Choice, output: EngineOutput): ReplyDelta | null {
-  return choice.reply === null ? null : choice.reply.read(output.text, output.finishReason !== null);
 }

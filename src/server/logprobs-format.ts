@@ -3,17 +3,10 @@
  * `logprobs.content` (token, logprob, UTF-8 bytes, top_logprobs) and text completions'
  * parallel arrays (tokens, token_logprobs, top_logprobs as {token: logprob}, text_offset).
  */
-import { tokenText } from "../engine/completion.ts";
-import type { SampledLogprob } from "../engine/logprobs.ts";
+import { tokenText, type LogprobEntry } from "../llm/sample-fold.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 
 export { tokenText };
-
-/** A generated token's log-probabilities and the token it follows (whose text a leading space depends on). */
-export interface LogprobEntry {
-  logprob: SampledLogprob;
-  prev: number | undefined;
-}
 
 export interface ChatTokenLogprob {
   token: string;

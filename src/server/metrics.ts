@@ -7,7 +7,7 @@
  */
 import type { EngineStats } from "../engine/engine.ts";
 import type { EngineOutput } from "../engine/engine-output.ts";
-import type { SubmittedRequest } from "../engine/output-stream.ts";
+import type { SubmittedRequest } from "../llm/output-stream.ts";
 
 /** vLLM's buckets (vllm/v1/metrics/loggers.py), in seconds. */
 const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0];

@@ -5,7 +5,7 @@
  * scored by the engine's front door, between two steps of the batch, through the paged KV cache
  * (its full blocks stay in the prefix cache for the generation that follows).
  */
-import type { EngineClient } from "../engine/engine-client.ts";
+import type { EngineClient } from "../llm/engine-client.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
 import { tokenText } from "./logprobs-format.ts";
 

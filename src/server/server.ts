@@ -12,7 +12,7 @@
  * work pending, so a supervisor sees a server that hangs.
  */
 import type { Server } from "bun";
-import type { LLM } from "../engine/llm.ts";
+import type { LLM } from "../llm/llm.ts";
 import { InputError } from "../errors.ts";
 import { ApiError, asApiError, errorResponse, withoutPaths } from "./api-error.ts";
 import { ApiKeyCheck } from "./auth.ts";

@@ -15,7 +15,7 @@
  * `model`, when given, must be the served name. Any other field is a 400 naming it.
  */
 import { RequestFieldError } from "../errors.ts";
-import type { EngineClient } from "../engine/engine-client.ts";
+import type { EngineClient } from "../llm/engine-client.ts";
 import { ApiError, asApiError } from "./api-error.ts";
 import type { BodyFields } from "./body-fields.ts";
 import { readMessages } from "./chat-request.ts";

@@ -5,7 +5,7 @@
  */
 import { expect } from "bun:test";
 import Ajv from "ajv";
-import { isAllowed, type TokenConstraint } from "../../src/engine/constraint.ts";
+import { isAllowed, type TokenConstraint } from "../../src/constraint/token-constraint.ts";
 import type { ToolDefinition } from "../../src/tools/tool-types.ts";
 import type { Xoshiro128 } from "../../src/util/random.ts";
 

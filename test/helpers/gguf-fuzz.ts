@@ -7,7 +7,7 @@
 import { expect } from "bun:test";
 import { ChatTemplate } from "../../src/chat/jinja-template.ts";
 import { formatInfo } from "../../src/cli/info.ts";
-import { LLM } from "../../src/engine/llm.ts";
+import { LLM } from "../../src/llm/llm.ts";
 import { ModelFormatError, PagellmError } from "../../src/errors.ts";
 import { estimateMemory, summarizeModel } from "../../src/hub/summary.ts";
 import { readGGUF } from "../../src/model/gguf.ts";

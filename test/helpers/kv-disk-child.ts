@@ -3,7 +3,7 @@
  * argv[2] is a JSON job: { model, tokenizer?, kvCacheDir?, engine, requests }; prints the results
  * and the tier's counters as one JSON line.
  */
-import { LLM, type GenerateRequest } from "../../src/engine/llm.ts";
+import { LLM, type GenerateRequest } from "../../src/llm/llm.ts";
 import type { EngineOptions } from "../../src/engine/engine-options.ts";
 
 interface Job {

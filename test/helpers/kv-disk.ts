@@ -5,7 +5,7 @@
 import { mkdtempSync, readdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { LLM, type CompletionResult, type GenerateRequest, type LoadOptions } from "../../src/engine/llm.ts";
+import { LLM, type CompletionResult, type GenerateRequest, type LoadOptions } from "../../src/llm/llm.ts";
 import { CacheSaltExtraKey, hashBlockTokens } from "../../src/kv/block-hash.ts";
 import type { SecondTierStats } from "../../src/kv/second-tier.ts";
 

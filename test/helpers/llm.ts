@@ -5,10 +5,10 @@
  */
 import { afterAll, afterEach } from "bun:test";
 import type { EngineOptions } from "../../src/engine/engine-options.ts";
-import { LLM, type LoadOptions } from "../../src/engine/llm.ts";
-import type { CompletionResult } from "../../src/engine/completion.ts";
+import { LLM, type LoadOptions } from "../../src/llm/llm.ts";
+import type { CompletionResult } from "../../src/llm/completion.ts";
 import type { EngineOutput } from "../../src/engine/engine-output.ts";
-import type { GenerateRequest, RequestInput } from "../../src/engine/generate-request.ts";
+import type { GenerateRequest, RequestInput } from "../../src/llm/generate-request.ts";
 import { testThreads } from "./threads.ts";
 
 export interface OpenedLLMs {

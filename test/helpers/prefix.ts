@@ -2,7 +2,7 @@
  * Helpers for the engine-level tests: the shared models, prompt texts, and the exact number of
  * prompt tokens the prefix cache must serve (`cached_tokens`) given what was computed before.
  */
-import type { CompletionResult } from "../../src/engine/llm.ts";
+import type { CompletionResult } from "../../src/llm/llm.ts";
 
 /** The real llama2.c models the engine tests run on (paths relative to the shared directory). */
 export const TOKENIZER = "models/llama2c/tok512.bin";

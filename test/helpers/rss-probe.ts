@@ -4,7 +4,7 @@
  * and after the generation, and the total `pagellm info` reports for the model at that context
  * and the run's KV type.
  */
-import { LLM } from "../../src/engine/llm.ts";
+import { LLM } from "../../src/llm/llm.ts";
 import { estimateMemory, summarizeModel } from "../../src/hub/summary.ts";
 import { readGGUF } from "../../src/model/gguf.ts";
 

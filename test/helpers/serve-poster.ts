@@ -4,7 +4,7 @@
  * is sent as JSON, a string as it is (for JSON text no value writes, such as a number's exact digits).
  */
 import { afterAll, beforeAll } from "bun:test";
-import type { LLM } from "../../src/engine/llm.ts";
+import type { LLM } from "../../src/llm/llm.ts";
 import { PagellmServer } from "../../src/server/server.ts";
 
 export interface Answer {

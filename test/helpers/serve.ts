@@ -6,7 +6,7 @@ import { afterAll, beforeAll } from "bun:test";
 import OpenAI from "openai";
 import type { Completion, CompletionCreateParamsNonStreaming, CompletionCreateParamsStreaming } from "openai/resources/completions";
 import type { EngineOptions } from "../../src/engine/engine-options.ts";
-import { LLM } from "../../src/engine/llm.ts";
+import { LLM } from "../../src/llm/llm.ts";
 import { PagellmServer, type ServerOptions } from "../../src/server/server.ts";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";

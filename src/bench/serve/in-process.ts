@@ -5,7 +5,7 @@
  * Timed from submission to the last result, after a warm-up request, like the HTTP run.
  */
 import { InputError } from "../../errors.ts";
-import type { GenerateRequest } from "../../engine/llm.ts";
+import type { GenerateRequest } from "../../llm/llm.ts";
 import { serveInProcess } from "../engine-runs.ts";
 import type { BenchModel } from "../bench-models.ts";
 import { distribution, type Distribution } from "./serving-metrics.ts";

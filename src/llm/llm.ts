@@ -26,14 +26,15 @@ import { openDiskTier } from "../kv-disk/open.ts";
 import { GrammarConstraints } from "../grammar/constraints.ts";
 import { reasoningMarkers, textReasoningMarkers } from "../chat/reasoning-markers.ts";
 import type { BlockFileOps } from "../kv-disk/file-ops.ts";
-import type { LLMEngine } from "./engine.ts";
-import { buildEngine } from "./engine-builder.ts";
-import { EngineClient, PreparedRequest, type ClientStats, type EngineInfo, type ScoreResult } from "./engine-client.ts";
-import { DEFAULT_ENGINE_OPTIONS, type EngineOptions } from "./engine-options.ts";
+import type { LLMEngine } from "../engine/engine.ts";
+import { buildEngine } from "../engine/engine-builder.ts";
+import { EngineClient, type ClientStats, type EngineInfo, type ScoreResult } from "./engine-client.ts";
+import { PreparedRequest } from "./input-processor.ts";
+import { DEFAULT_ENGINE_OPTIONS, type EngineOptions } from "../engine/engine-options.ts";
 import { CompletionBuilder, rejectedResult, type CompletionResult } from "./completion.ts";
 import type { GenerateRequest } from "./generate-request.ts";
-import { DEFAULT_SPECULATIVE, type SpeculativeMethod } from "./speculative.ts";
-import type { NgramRange } from "./ngram-proposer.ts";
+import { DEFAULT_SPECULATIVE, type SpeculativeMethod } from "../engine/speculative.ts";
+import type { NgramRange } from "../engine/ngram-proposer.ts";
 import { withTokenLimit } from "../tokenizer/token-limit.ts";
 
 export interface LoadOptions {

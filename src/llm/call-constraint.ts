@@ -1,5 +1,5 @@
 /**
- * The constraint a request's tool calls get (issue 29; docs/tools.md): the chat format's call
+ * The constraint a request's tool calls get (docs/tools.md): the chat format's call
  * syntax (call-syntax.ts) with every callable function's arguments schema, compiled by the
  * grammar engine (src/grammar/tool-calls.ts, triggered.ts):
  *   - tool_choice "required" or a named function: the reply (after any reasoning) is a block of
@@ -12,8 +12,8 @@
  * Control tokens in a format's syntax (Mistral's `[TOOL_CALLS]`, gpt-oss's harmony headers) are
  * asked for as the tokens themselves.
  */
-import type { ConstraintSpec } from "../engine/constraint.ts";
-import { replyCallSyntax, type ReplySetup } from "./reply-reader.ts";
+import type { ConstraintSpec } from "../grammar/constraint-spec.ts";
+import { replyCallSyntax, type ReplySetup } from "../tools/reply-reader.ts";
 
 export function toolCallConstraint(reply: ReplySetup): ConstraintSpec | null {
   const syntax = replyCallSyntax(reply);

@@ -10,8 +10,8 @@ import { RequestFieldError } from "../errors.ts";
 import { reservedVariable, type ChatMessage, type ChatToolCall } from "../chat/jinja-template.ts";
 import { checkTools, type CheckedTools, type ToolChoice, type ToolDefinition } from "../tools/tool-types.ts";
 import { integerOfNumberText } from "../util/json-number-text.ts";
-import type { ConstraintSpec } from "./constraint.ts";
-import { DEFAULT_SAMPLING, type SamplingParams } from "./sampler.ts";
+import type { ConstraintSpec } from "../grammar/constraint-spec.ts";
+import { DEFAULT_SAMPLING, type SamplingParams } from "../engine/sampler.ts";
 
 /** One generation request; every field but the prompt (`prompt`, `promptTokenIds` or `messages`) falls back to a default. */
 export interface GenerateRequest {

@@ -1,31 +1,12 @@
 /**
- * Constrained output (issue 28): what the engine needs of a constraint on one sequence's output,
- * and of whatever compiles one, without knowing how (src/grammar/ implements both; LLM wires it
- * into the front door, as it wires the disk tier). The engine holds one TokenConstraint per
- * sample: before each draw it masks the logits to the tokens the constraint allows, after it the
- * constraint accepts the token drawn. Every decision depends only on the sequence's own tokens, so
- * a constrained output is the same bits at any batch size, thread count and cache state.
+ * The sampling side of constrained output: what the engine needs of a constraint on one
+ * sequence's output, without knowing what it constrains or how it was compiled (the request's
+ * ConstraintSpec and its compiler are src/grammar/constraint-spec.ts; the front door, src/llm/,
+ * wires them together). The engine holds one TokenConstraint per sample: before each draw it
+ * masks the logits to the tokens the constraint allows, after it the constraint accepts the token
+ * drawn. Every decision depends only on the sequence's own tokens, so a constrained output is the
+ * same bits at any batch size, thread count and cache state.
  */
-import type { CallSyntax } from "../tools/call-syntax.ts";
-
-/** What to hold output to; the request's `constraint` field (the server maps OpenAI's, llama-server's and vLLM's fields here). */
-export type ConstraintSpec =
-  /** A JSON Schema (a JSON value, or its text: key order kept exactly). */
-  | { readonly kind: "json_schema"; readonly schema: unknown }
-  /** Any JSON object (OpenAI's `{"type": "json_object"}`). */
-  | { readonly kind: "json_object" }
-  /** The whole output matches this regular expression (vLLM's `regex`). */
-  | { readonly kind: "regex"; readonly pattern: string }
-  /** The output is exactly one of these strings (vLLM's `choice`). */
-  | { readonly kind: "choice"; readonly choices: readonly string[] }
-  /** A llama.cpp GBNF grammar (llama-server's `grammar`), start rule `root`. */
-  | { readonly kind: "gbnf"; readonly grammar: string }
-  /**
-   * A request's tool calls in its chat format's syntax (not a request field: the front door
-   * derives it from the request's tools and tool_choice, docs/tools.md).
-   */
-  | { readonly kind: "tool_calls"; readonly syntax: CallSyntax };
-
 /**
  * One sequence's place in a constraint. Invariants (GrammarMatcher's): a mask allows a token iff
  * acceptToken would take it; an end-of-generation token is allowed iff the output may end there;
@@ -42,15 +23,6 @@ export interface TokenConstraint {
   forcedTokens(): number[];
   /** An end-of-generation token was accepted: nothing else is allowed. */
   isTerminated(): boolean;
-}
-
-/** Compiles constraints for one model's vocabulary (cached by content). */
-export interface ConstraintCompiler {
-  /**
-   * A factory of fresh constraints at the start of `spec`; throws RequestFieldError naming the
-   * field (`constraint`, and the keyword, rule or limit) when it cannot be compiled.
-   */
-  compile(spec: ConstraintSpec): () => TokenConstraint;
 }
 
 /**

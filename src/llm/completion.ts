@@ -4,10 +4,11 @@
  */
 import type { PagellmError } from "../errors.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
-import { ReplyReader, type ReplySetup } from "../tools/reply-reader.ts";
+import type { ReplySetup } from "../tools/reply-reader.ts";
 import type { ToolCall } from "../tools/tool-types.ts";
-import type { EngineOutput, FinishReason } from "./engine-output.ts";
-import type { SpeculationCounts } from "./speculative.ts";
+import type { EngineOutput, FinishReason } from "../engine/engine-output.ts";
+import type { SpeculationCounts } from "../engine/speculative.ts";
+import { SampleFold, tokenText, type LogprobEntry } from "./sample-fold.ts";
 
 /** The result of one request (one sample of it, when it asked for several): one object per line of `--json`. */
 export interface CompletionResult {
@@ -60,63 +61,46 @@ export interface TokenLogprobResult extends TopLogprobResult {
   top_logprobs: TopLogprobResult[];
 }
 
-/** Text of token `id` where it follows token `prev` in a stream (so a word's leading space shows). */
-export function tokenText(tokenizer: Tokenizer, prev: number | undefined, id: number): string {
-  const decoder = tokenizer.createStreamDecoder(prev);
-  return decoder.push(id) + decoder.flush();
-}
-
 /** What one output added to a reply: its content and its reasoning. */
 export interface TextDelta {
   content: string;
   reasoning: string;
 }
 
-/** Folds one sample's outputs into its CompletionResult. */
+/** Folds one sample's outputs (SampleFold) into its CompletionResult. */
 export class CompletionBuilder {
-  private text = "";
-  private readonly reader: ReplyReader | null;
-  private readonly tokenIds: number[] = [];
-  private readonly logprobs: TokenLogprobResult[] = [];
-  private last: EngineOutput | null = null;
+  private readonly fold: SampleFold;
 
   constructor(
     private readonly tokenizer: Tokenizer,
     /** The prompt's last token: the one the first generated token follows. */
-    private readonly promptLast: number | undefined,
+    promptLast: number | undefined,
     /** The request asked for more than one sample: results carry their index. */
     private readonly numbered: boolean,
     /** How the reply is read into content, reasoning and calls (null: its text is the content). */
     reply: ReplySetup | null = null,
   ) {
-    this.reader = reply === null ? null : new ReplyReader(reply);
+    this.fold = new SampleFold(promptLast, reply);
   }
 
   /** Adds a step's output; returns the content and reasoning it made showable. */
   add(output: EngineOutput): TextDelta {
-    this.text += output.text;
-    for (const [k, l] of (output.logprobs ?? []).entries()) {
-      // The token this one follows: the step's previous one, else the last one so far, else the prompt's.
-      const prev = k > 0 ? output.tokenIds[k - 1] : (this.tokenIds.at(-1) ?? this.promptLast);
-      const entry = (id: number, logprob: number): TopLogprobResult => ({ token_id: id, token: tokenText(this.tokenizer, prev, id), logprob });
-      this.logprobs.push({ ...entry(l.id, l.logprob), top_logprobs: l.top.map((t) => entry(t.id, t.logprob)) });
-    }
-    this.tokenIds.push(...output.tokenIds);
-    this.last = output;
-    if (this.reader === null) return { content: output.text, reasoning: "" };
-    return this.reader.read(output.text, output.finishReason !== null);
+    const delta = this.fold.add(output);
+    return delta.reply ?? { content: delta.text, reasoning: "" };
   }
 
   /** Whether the sample has finished. */
   get finished(): boolean {
-    return this.last !== null && this.last.finishReason !== null;
+    return this.fold.finishReason !== null;
   }
 
   /** The result as of the last output (complete once finished). */
   result(): CompletionResult {
-    const o = this.last;
+    const f = this.fold;
+    const o = f.last;
     if (o === null) throw new Error("CompletionBuilder.result() before any output");
     const finish = o.timing.finishMs ?? performance.now();
+    const m = f.message;
     const result: CompletionResult = {
       id: o.requestId,
       ...(this.numbered ? { index: o.index } : {}),
@@ -124,26 +108,26 @@ export class CompletionBuilder {
       cached_tokens: o.usage.cachedTokens,
       cached_tokens_memory: o.usage.cachedTokens - o.usage.cachedTokensDisk,
       cached_tokens_disk: o.usage.cachedTokensDisk,
-      completion_tokens: this.tokenIds.length,
-      token_ids: [...this.tokenIds],
-      text: this.text,
+      completion_tokens: f.tokenIds.length,
+      token_ids: [...f.tokenIds],
+      text: m.content,
       finish_reason: o.finishReason ?? "abort",
       ttft_ms: round2((o.timing.firstTokenMs ?? finish) - o.timing.arrivalMs),
       latency_ms: round2(finish - o.timing.arrivalMs),
     };
-    if (this.reader !== null) {
-      const m = this.reader.message;
-      result.text = m.content;
-      if (m.reasoning !== "") result.reasoning_content = m.reasoning;
-      if (m.toolCalls.length > 0) {
-        result.tool_calls = m.toolCalls.map((c) => ({ ...c, function: { ...c.function } }));
-        if (result.finish_reason === "stop") result.finish_reason = "tool_calls";
-      }
-    }
+    if (m.reasoning !== "") result.reasoning_content = m.reasoning;
+    if (f.madeCalls) result.tool_calls = m.toolCalls.map((c) => ({ ...c, function: { ...c.function } }));
+    if (f.endedWithCalls(result.finish_reason)) result.finish_reason = "tool_calls";
     if (o.error !== null) result.error = o.error;
     if (o.speculation !== null) result.speculative = speculationResult(o.speculation);
-    if (o.logprobs !== null) result.logprobs = [...this.logprobs];
+    if (o.logprobs !== null) result.logprobs = f.logprobs.map((e) => this.logprobResult(e));
     return result;
+  }
+
+  /** A token's log-probability and its alternatives, each with its text where it follows `prev`. */
+  private logprobResult({ logprob: l, prev }: LogprobEntry): TokenLogprobResult {
+    const entry = (id: number, logprob: number): TopLogprobResult => ({ token_id: id, token: tokenText(this.tokenizer, prev, id), logprob });
+    return { ...entry(l.id, l.logprob), top_logprobs: l.top.map((t) => entry(t.id, t.logprob)) };
   }
 }
 

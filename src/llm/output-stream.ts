@@ -4,7 +4,7 @@
  * submission has finished. The front door's loop pushes; the consumer pulls. A consumer that stops
  * early (break, return, throw) aborts what is still running.
  */
-import type { EngineOutput } from "./engine-output.ts";
+import type { EngineOutput } from "../engine/engine-output.ts";
 
 /** What the front door knows of a submitted request once it was accepted. */
 export interface SubmittedRequest {
