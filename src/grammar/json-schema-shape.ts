@@ -77,6 +77,11 @@ export function neutralShape(path: string): Shape {
   };
 }
 
+/** A copy of s that a merge may change: the parts merges change in place are its own. */
+function copyShape(s: Shape): Shape {
+  return { ...s, properties: new Map(s.properties), required: new Set(s.required), patterns: [...s.patterns], formats: [...s.formats] };
+}
+
 export const FALSE_AT: At = { raw: false, path: "#" };
 
 export function isFalse(c: Conj): boolean {
@@ -103,6 +108,18 @@ function isKnownKeyword(k: string): boolean {
 /** Whether a keyword constrains instances (an unknown or annotation keyword does not). */
 export function isAssertion(k: string): boolean {
   return KNOWN.has(k) && !ANNOTATIONS.has(k);
+}
+
+/**
+ * Shapes being merged, and whether the merge may change them in place (`owned`): then they are
+ * distinct objects that nothing else refers to, whose properties, required, patterns and formats
+ * are their own (a merge replaces every other part, never changes it). Merging n allOf branches
+ * into owned shapes costs what the branches say, where copying the shapes at each branch cost n
+ * copies of everything declared so far.
+ */
+interface Merge {
+  readonly shapes: Shape[];
+  readonly owned: boolean;
 }
 
 /** What the shapes need from the compiler to tell oneOf's branches apart (ShapeOracle's scalar part). */
@@ -165,23 +182,24 @@ export class ShapeBuilder {
 
   /** The alternatives a conjunction of schemas allows ([] when none: it is unsatisfiable). */
   shapes(conj: Conj, path: string): Shape[] {
-    let results: Shape[] = [neutralShape(path)];
+    let results: Merge = { shapes: [neutralShape(path)], owned: true };
     for (const at of conj) {
       results = this.andSchema(results, at);
-      if (results.length === 0) return [];
+      if (results.shapes.length === 0) return [];
     }
-    return results;
+    return results.shapes;
   }
 
-  private andSchema(current: Shape[], at: At): Shape[] {
+  /** The shapes of `current` that also meet the schema at `at`: in place where `current` is owned. */
+  private andSchema(current: Merge, at: At): Merge {
     const raw = at.raw;
     if (raw === true) return current;
-    if (raw === false) return [];
+    if (raw === false) return { shapes: [], owned: true };
     if (!isObject(raw)) throw new GrammarError(`${at.path}: a schema must be an object or a boolean`);
     for (const k of REFUSED) if (raw.has(k)) throw new GrammarError(`${at.path}: "${k}" is not supported`);
     // Merging shapes is work the compile budget bounds too (1,000 allOf branches, each copying the shapes so far).
     this.values.checkBudget();
-    let results = current.map((s) => this.applyKeywords(s, raw, at.path));
+    let results: Merge = { shapes: current.shapes.map((s) => this.applyKeywords(current.owned ? s : copyShape(s), raw, at.path)), owned: true };
     const ref = raw.get("$ref");
     if (typeof ref === "string") results = this.andInlined(results, ref, at.path);
     const allOf = arrayOf(raw, "allOf", at.path);
@@ -189,15 +207,16 @@ export class ShapeBuilder {
       results = this.andSchema(results, { raw: branch, path: `${at.path}/allOf/${i}` });
     });
     const anyOf = arrayOf(raw, "anyOf", at.path);
-    if (anyOf !== undefined) results = this.andAnyOf(results, anyOf, at.path, "anyOf");
+    if (anyOf !== undefined) results = this.andAnyOf(results.shapes, anyOf, at.path, "anyOf");
     const oneOf = arrayOf(raw, "oneOf", at.path);
-    if (oneOf !== undefined) results = this.loose ? this.andAnyOf(results, oneOf, at.path, "oneOf") : this.andOneOf(results, oneOf, at.path);
+    if (oneOf !== undefined) results = this.loose ? this.andAnyOf(results.shapes, oneOf, at.path, "oneOf") : { shapes: this.andOneOf(results.shapes, oneOf, at.path), owned: false };
+    // The algebra's pieces share their parts with each other: not owned.
     const not = raw.get("not");
-    if (not !== undefined && !this.loose) results = results.flatMap((s) => this.andNot(s, not, `${at.path}/not`, this.stricterNots.has(raw)));
+    if (not !== undefined && !this.loose) results = { shapes: results.shapes.flatMap((s) => this.andNot(s, not, `${at.path}/not`, this.stricterNots.has(raw))), owned: false };
     return results;
   }
 
-  private andInlined(current: Shape[], ref: string, from: string): Shape[] {
+  private andInlined(current: Merge, ref: string, from: string): Merge {
     const target = this.doc.resolve(ref, from);
     if (this.inlining.includes(target.path)) throw new GrammarError(`${from}: $ref "${ref}" refers to itself through allOf or sibling keywords`);
     if (++this.inlines > GRAMMAR_LIMITS.refInlines) throw new GrammarLimitError("refInlines", `${from}: more than ${GRAMMAR_LIMITS.refInlines} $ref expansions (limit: refInlines)`);
@@ -209,8 +228,10 @@ export class ShapeBuilder {
     }
   }
 
-  private andAnyOf(current: Shape[], branches: JsonValue[], path: string, key: string): Shape[] {
-    return branchLimit(branches.flatMap((branch, i) => this.andSchema(current, { raw: branch, path: `${path}/${key}/${i}` })), path, key);
+  /** Each branch's merge with copies of `current`: owned unless a branch left them as they were (`true`). */
+  private andAnyOf(current: Shape[], branches: JsonValue[], path: string, key: string): Merge {
+    const merges = branches.map((branch, i) => this.andSchema({ shapes: current, owned: false }, { raw: branch, path: `${path}/${key}/${i}` }));
+    return { shapes: branchLimit(merges.flatMap((m) => m.shapes), path, key), owned: merges.every((m) => m.owned) };
   }
 
   /**
@@ -219,7 +240,7 @@ export class ShapeBuilder {
    * stricter; a branch left with nothing for that reason is refused, naming the two branches.
    */
   private andOneOf(current: Shape[], branches: JsonValue[], path: string): Shape[] {
-    const each = branches.map((branch, i) => this.subtrahend(() => this.andSchema(current, { raw: branch, path: `${path}/oneOf/${i}` }), [{ raw: branch, path: `${path}/oneOf/${i}` }]));
+    const each = branches.map((branch, i) => this.subtrahend(() => this.andSchema({ shapes: current, owned: false }, { raw: branch, path: `${path}/oneOf/${i}` }).shapes, [{ raw: branch, path: `${path}/oneOf/${i}` }]));
     const out: Shape[] = [];
     let exact = true;
     each.forEach(({ shapes }, i) => {
@@ -273,16 +294,15 @@ export class ShapeBuilder {
     return d.pieces;
   }
 
-  /** s with the plain keywords of one schema object added. */
-  private applyKeywords(base: Shape, raw: JsonObject, path: string): Shape {
-    const s: Shape = { ...base, properties: new Map(base.properties), required: new Set(base.required), patterns: [...base.patterns], formats: [...base.formats] };
+  /** s with the plain keywords of one schema object added (in place: s is a copy, or owned). */
+  private applyKeywords(s: Shape, raw: JsonObject, path: string): Shape {
     const type = raw.get("type");
     if (type !== undefined) s.types &= typeBits(type, `${path}/type`);
     this.applyEnum(s, raw, path);
     this.applyString(s, raw, path);
     this.applyNumber(s, raw, path);
-    this.applyObject(s, base, raw, path);
-    this.applyArray(s, base, raw, path);
+    this.applyObject(s, raw, path);
+    this.applyArray(s, raw, path);
     return s;
   }
 
@@ -339,43 +359,17 @@ export class ShapeBuilder {
     if (multipleOf !== undefined) s.multipleOf = [...s.multipleOf, multipleOf];
   }
 
-  private applyObject(s: Shape, base: Shape, raw: JsonObject, path: string): void {
+  private applyObject(s: Shape, raw: JsonObject, path: string): void {
     const props = raw.get("properties");
     const patternProps = raw.get("patternProperties");
     const additional = raw.get("additionalProperties");
     if (props !== undefined && !isObject(props)) throw new GrammarError(`${path}/properties: must be an object`);
     if (patternProps !== undefined && !isObject(patternProps)) throw new GrammarError(`${path}/patternProperties: must be an object`);
-    const ownProps = props?.entries ?? [];
     const ownPatterns: [string, Conj][] = (patternProps?.entries ?? []).map(([p, v]) => [p, [{ raw: v, path: `${path}/patternProperties/${p}` }]]);
     // `true` constrains nothing, as absent does: kept out, so that n branches with it do not give every key n schemas.
     const ownAdditional: Conj = additional === undefined || additional === true ? [] : [{ raw: additional, path: `${path}/additionalProperties` }];
-    if (ownPatterns.length > 0 && base.patternProperties.length > 0) throw new GrammarError(`${path}/patternProperties: patternProperties in more than one allOf branch is not supported`);
-    const constrainsKeys = props !== undefined || patternProps !== undefined || additional !== undefined;
-    if (constrainsKeys) {
-      // A key one side declares is, on the other side, a pattern property or an additional one.
-      // A declared key also takes the schema of every pattern it matches; additionalProperties
-      // applies only to keys neither declared nor matched.
-      const ownFor = (key: string): Conj => {
-        const own = ownProps.find(([k]) => k === key);
-        const declared: Conj = own === undefined ? [] : [{ raw: own[1], path: `${path}/properties/${key}` }];
-        const matched = ownPatterns.filter(([p]) => this.matchesPattern(p, key, `${path}/patternProperties`)).flatMap(([, c]) => c);
-        return own !== undefined || matched.length > 0 ? [...declared, ...matched] : ownAdditional;
-      };
-      const baseFor = (key: string): Conj => {
-        const declared = base.properties.get(key);
-        if (declared !== undefined) return declared;
-        const matched = base.patternProperties.filter(([p]) => this.matchesPattern(p, key, path)).flatMap(([, c]) => c);
-        return matched.length > 0 ? matched : base.additional;
-      };
-      const merged = new Map<string, Conj>();
-      for (const [k] of base.properties) merged.set(k, [...baseFor(k), ...ownFor(k)]);
-      for (const [k] of ownProps) if (!merged.has(k)) merged.set(k, [...baseFor(k), ...ownFor(k)]);
-      s.properties = merged;
-      s.patternProperties = base.patternProperties.length > 0
-        ? base.patternProperties.map(([p, c]) => [p, [...c, ...ownAdditional]])
-        : ownPatterns.map(([p, c]) => [p, [...base.additional, ...c]]);
-      s.additional = [...base.additional, ...ownAdditional];
-    }
+    if (ownPatterns.length > 0 && s.patternProperties.length > 0) throw new GrammarError(`${path}/patternProperties: patternProperties in more than one allOf branch is not supported`);
+    if (props !== undefined || patternProps !== undefined || additional !== undefined) this.mergeKeys(s, props, ownPatterns, ownAdditional, path);
     const required = raw.get("required");
     if (Array.isArray(required)) for (const r of required) if (typeof r === "string") s.required.add(r);
     const names = raw.get("propertyNames");
@@ -386,7 +380,38 @@ export class ShapeBuilder {
     if (maxP !== undefined) s.maxProperties = Math.min(s.maxProperties, maxP);
   }
 
-  private applyArray(s: Shape, base: Shape, raw: JsonObject, path: string): void {
+  /**
+   * One object's properties, patternProperties and additionalProperties merged into s's (in place;
+   * each side's parts are read before they are replaced). A key one side declares is, on the other
+   * side, a pattern property or an additional one. A declared key also takes the schema of every
+   * pattern it matches; additionalProperties applies only to keys neither declared nor matched.
+   * Keys s declared that this object does not gain nothing unless it has patterns or additional
+   * properties, so they are left as they are: merging costs what this object declares.
+   */
+  private mergeKeys(s: Shape, props: JsonObject | undefined, ownPatterns: [string, Conj][], ownAdditional: Conj, path: string): void {
+    const ownFor = (key: string): Conj => {
+      const own = props?.get(key);
+      const declared: Conj = own === undefined ? [] : [{ raw: own, path: `${path}/properties/${key}` }];
+      const matched = ownPatterns.filter(([p]) => this.matchesPattern(p, key, `${path}/patternProperties`)).flatMap(([, c]) => c);
+      return own !== undefined || matched.length > 0 ? [...declared, ...matched] : ownAdditional;
+    };
+    const baseFor = (key: string): Conj => {
+      const declared = s.properties.get(key);
+      if (declared !== undefined) return declared;
+      const matched = s.patternProperties.filter(([p]) => this.matchesPattern(p, key, path)).flatMap(([, c]) => c);
+      return matched.length > 0 ? matched : s.additional;
+    };
+    if (ownPatterns.length > 0 || ownAdditional.length > 0) {
+      for (const [k, c] of s.properties) if (props?.has(k) !== true) s.properties.set(k, [...c, ...ownFor(k)]);
+    }
+    for (const [k] of props?.entries ?? []) s.properties.set(k, [...baseFor(k), ...ownFor(k)]);
+    s.patternProperties = s.patternProperties.length > 0
+      ? s.patternProperties.map(([p, c]) => [p, [...c, ...ownAdditional]])
+      : ownPatterns.map(([p, c]) => [p, [...s.additional, ...c]]);
+    s.additional = [...s.additional, ...ownAdditional];
+  }
+
+  private applyArray(s: Shape, raw: JsonObject, path: string): void {
     const items = raw.get("items");
     const prefix = raw.get("prefixItems");
     let ownPrefix: Conj[] = [];
@@ -402,9 +427,9 @@ export class ShapeBuilder {
     }
     if (ownPrefix.length > 0 || ownRest !== null) {
       const rest = ownRest ?? [];
-      const n = Math.max(ownPrefix.length, base.prefixItems.length);
-      s.prefixItems = Array.from({ length: n }, (_, i) => [...(base.prefixItems[i] ?? base.items), ...(ownPrefix[i] ?? rest)]);
-      s.items = [...base.items, ...rest];
+      const n = Math.max(ownPrefix.length, s.prefixItems.length);
+      s.prefixItems = Array.from({ length: n }, (_, i) => [...(s.prefixItems[i] ?? s.items), ...(ownPrefix[i] ?? rest)]);
+      s.items = [...s.items, ...rest];
     }
     const minI = count(raw, "minItems", path);
     if (minI !== undefined) s.minItems = Math.max(s.minItems, minI);

@@ -363,7 +363,17 @@ class JsonGrammarBuilder {
     return this.lex(literalSet(this.pool, this.scalarTexts(v, canonical(v), where)));
   }
 
+  /** Number lexemes by their keywords: a thousand properties of one number type build it once. */
+  private readonly numberExprs = new Map<string, number>();
+
   private numberExpr(s: Shape): number {
+    const key = JSON.stringify([s.types & (T_INTEGER | T_FRACTION), s.min, s.minExclusive, s.max, s.maxExclusive, s.multipleOf]);
+    let expr = this.numberExprs.get(key);
+    if (expr === undefined) this.numberExprs.set(key, (expr = this.buildNumberExpr(s)));
+    return expr;
+  }
+
+  private buildNumberExpr(s: Shape): number {
     const pool = this.pool;
     const where = s.path;
     if (!(s.types & T_FRACTION)) {
