@@ -110,6 +110,8 @@ export class EarleySet {
   readonly root: EarleySet;
   /** Terminals (indices) some item expects next, ascending. */
   readonly expected: readonly number[];
+  /** On a root: the items of every set made from it so far (the memoized successors keep them all). */
+  treeItems = 0;
 
   private constructor(
     readonly tables: ParserTables,
@@ -155,6 +157,7 @@ export class EarleySet {
       }
     }
     this.expected = [...this.scannable.keys()].sort((a, b) => a - b);
+    this.root.treeItems += this.itemPos.length;
     let accepting = false;
     const root = this.root;
     for (let i = 0; i < this.itemPos.length; i++) if (this.itemPos[i] === tables.acceptPos && this.itemOrigin[i] === root) accepting = true;
