@@ -34,7 +34,6 @@ const KNOWN_CIRCLES = new Set([
   "bench/schema.ts bench/type-comparison.ts",
   "engine/engine-output.ts engine/sequence.ts engine/speculative.ts",
   "grammar/forced.ts grammar/matcher.ts",
-  "grammar/json-schema-algebra.ts grammar/json-schema-shape.ts",
   "grammar/mask-walk.ts grammar/token-trie.ts",
 ]);
 

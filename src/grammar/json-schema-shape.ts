@@ -15,77 +15,21 @@
 import { GrammarError, GrammarLimitError } from "../errors.ts";
 import { GRAMMAR_LIMITS } from "./limits.ts";
 import { parseDecimal, type Decimal } from "./json-numbers.ts";
-import type { At, SchemaDocument } from "./json-schema-refs.ts";
-import { isObject, JsonNumber, JsonObject, pythonJsonDumps, type JsonValue } from "./json-value.ts";
 import { places, ShapeAlgebra, type ShapeOracle } from "./json-schema-algebra.ts";
+import { ANNOTATIONS, isKnownKeyword, REFUSED } from "./json-schema-keywords.ts";
+import type { At, SchemaDocument } from "./json-schema-refs.ts";
+import {
+  canonical, neutralShape, T_ARRAY, T_BOOLEAN, T_FRACTION, T_INTEGER, T_NULL, T_OBJECT, T_STRING, tighterLower, tighterUpper, type Conj, type Shape,
+} from "./json-shape.ts";
+import { isObject, JsonNumber, JsonObject, pythonJsonDumps, type JsonValue } from "./json-value.ts";
 
-export const T_NULL = 1, T_BOOLEAN = 2, T_OBJECT = 4, T_ARRAY = 8, T_STRING = 16, T_INTEGER = 32, T_FRACTION = 64;
-export const T_ALL = 127;
-export const T_NUMBER = T_INTEGER | T_FRACTION;
 const TYPE_BITS: Readonly<Record<string, number>> = {
   null: T_NULL, boolean: T_BOOLEAN, object: T_OBJECT, array: T_ARRAY, string: T_STRING, integer: T_INTEGER, number: T_INTEGER | T_FRACTION,
 };
 
-/** A conjunction of written schemas; [] is `true`. */
-export type Conj = readonly At[];
-
-export interface Shape {
-  path: string;
-  types: number;
-  /** Allowed values (canonical text -> value), or null for no enum. */
-  enumValues: Map<string, JsonValue> | null;
-  minLength: number;
-  maxLength: number;
-  patterns: string[];
-  formats: string[];
-  /** String values excluded by `not: {enum/const}`. */
-  notStrings: string[];
-  /** Strings excluded: those meeting the string keywords of any of these (oneOf's other branches, `not`). */
-  notShapes: Shape[];
-  min: Decimal | null;
-  minExclusive: boolean;
-  max: Decimal | null;
-  maxExclusive: boolean;
-  multipleOf: Decimal[];
-  properties: Map<string, Conj>;
-  required: Set<string>;
-  /** Schema of properties not declared and not matching a pattern; null: unconstrained. */
-  additional: Conj;
-  patternProperties: [string, Conj][];
-  propertyNames: Conj;
-  minProperties: number;
-  maxProperties: number;
-  prefixItems: Conj[];
-  items: Conj;
-  minItems: number;
-  maxItems: number;
-}
-
-const ANNOTATIONS = new Set([
-  "$schema", "$id", "id", "$comment", "$anchor", "$defs", "definitions", "title", "description", "default", "examples", "example",
-  "readOnly", "writeOnly", "deprecated", "$vocabulary", "$dynamicAnchor", "contentMediaType", "contentEncoding", "nullable",
-]);
-/** Keywords this compiler does not enforce: a schema using them is refused. */
-const REFUSED = ["if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "$dynamicRef", "$recursiveRef"];
-
-export function neutralShape(path: string): Shape {
-  return {
-    path, types: T_ALL, enumValues: null, minLength: 0, maxLength: Infinity, patterns: [], formats: [], notStrings: [], notShapes: [],
-    min: null, minExclusive: false, max: null, maxExclusive: false, multipleOf: [],
-    properties: new Map(), required: new Set(), additional: [], patternProperties: [], propertyNames: [], minProperties: 0, maxProperties: Infinity,
-    prefixItems: [], items: [], minItems: 0, maxItems: Infinity,
-  };
-}
-
 /** A copy of s that a merge may change: the parts merges change in place are its own. */
 function copyShape(s: Shape): Shape {
   return { ...s, properties: new Map(s.properties), required: new Set(s.required), patterns: [...s.patterns], formats: [...s.formats] };
-}
-
-export const FALSE_AT: At = { raw: false, path: "#" };
-
-export function isFalse(c: Conj): boolean {
-  return c.some((a) => a.raw === false);
 }
 
 /** Whether a written schema is only a $ref (annotations aside): it then compiles to the target's rule. */
@@ -94,20 +38,6 @@ export function pureRef(raw: JsonValue): string | null {
   const ref = raw.get("$ref");
   if (typeof ref !== "string") return null;
   return raw.keys.every((k) => k === "$ref" || ANNOTATIONS.has(k) || !isKnownKeyword(k)) ? ref : null;
-}
-
-const KNOWN = new Set([
-  "type", "enum", "const", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-  "multipleOf", "properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties", "maxProperties",
-  "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "allOf", "anyOf", "oneOf", "not", "$ref", ...REFUSED,
-]);
-function isKnownKeyword(k: string): boolean {
-  return KNOWN.has(k);
-}
-
-/** Whether a keyword constrains instances (an unknown or annotation keyword does not). */
-export function isAssertion(k: string): boolean {
-  return KNOWN.has(k) && !ANNOTATIONS.has(k);
 }
 
 /**
@@ -439,25 +369,6 @@ export class ShapeBuilder {
   }
 }
 
-/** The tighter of s's lower bound and d (exclusive or not). */
-function tighterLower(s: Shape, d: Decimal, exclusive: boolean): [Decimal, boolean] {
-  const c = s.min === null ? 1 : compareDecimal(d, s.min);
-  return c > 0 || (c === 0 && exclusive) ? [d, exclusive] : [s.min!, s.minExclusive];
-}
-function tighterUpper(s: Shape, d: Decimal, exclusive: boolean): [Decimal, boolean] {
-  const c = s.max === null ? -1 : compareDecimal(d, s.max);
-  return c < 0 || (c === 0 && exclusive) ? [d, exclusive] : [s.max!, s.maxExclusive];
-}
-/** s with a lower (upper) bound added: the values of s at or above d (above when exclusive). */
-export function withLower(s: Shape, d: Decimal, exclusive: boolean): Shape {
-  const [min, minExclusive] = tighterLower(s, d, exclusive);
-  return { ...s, min, minExclusive };
-}
-export function withUpper(s: Shape, d: Decimal, exclusive: boolean): Shape {
-  const [max, maxExclusive] = tighterUpper(s, d, exclusive);
-  return { ...s, max, maxExclusive };
-}
-
 export function typeBits(type: JsonValue, path: string): number {
   const names = Array.isArray(type) ? type : [type];
   let bits = 0;
@@ -490,27 +401,3 @@ function count(raw: JsonObject, key: string, path: string): number | undefined {
   return v.value;
 }
 
-/** The text a value is compared by (JSON Schema equality: 1 and 1.0 are one number). */
-export function canonical(v: JsonValue): string {
-  if (v instanceof JsonNumber) {
-    const d = parseDecimal(v.text);
-    return `${d.negative ? "-" : ""}${d.int}${d.frac === "" ? "" : `.${d.frac}`}`;
-  }
-  if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`;
-  if (isObject(v)) return `{${[...v.entries].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([k, x]) => `${JSON.stringify(k)}:${canonical(x)}`).join(",")}}`;
-  return JSON.stringify(v);
-}
-
-export function compareDecimal(a: Decimal, b: Decimal): number {
-  const sign = (d: Decimal): number => (d.negative ? -1 : d.int === "0" && d.frac === "" ? 0 : 1);
-  if (sign(a) !== sign(b)) return sign(a) - sign(b);
-  const mag = (): number => {
-    if (a.int.length !== b.int.length) return a.int.length - b.int.length;
-    if (a.int !== b.int) return a.int < b.int ? -1 : 1;
-    const n = Math.max(a.frac.length, b.frac.length);
-    const fa = a.frac.padEnd(n, "0");
-    const fb = b.frac.padEnd(n, "0");
-    return fa === fb ? 0 : fa < fb ? -1 : 1;
-  };
-  return sign(a) < 0 ? -mag() : mag();
-}
