@@ -114,6 +114,26 @@ describe("the small growing schemas over single bytes", () => {
     }
     expect(m.canTerminate()).toBe(true);
   });
+
+  test("the compiler keeps grammars within a byte budget as well as a count: a large grammar holds its tables and the parse states it went through", () => {
+    const schema = (title: string): GrammarSource => ({
+      kind: "json_schema", schema: { title, type: "object", properties: Object.fromEntries(Array.from({ length: 500 }, (_, i) => [`p${i}`, { type: "integer" }])) },
+    });
+    const text = '{"p1": 1, "p250": 2, "p499": 3}';
+    const tight = new GrammarCompiler(byteVocabulary(), 600_000, { cacheBytes: 4 * MB });
+    const first = tight.compile(schema("a"));
+    const before = first.footprintBytes;
+    expect(new GrammarMatcher(first).matchesText(text)).toBe(true);
+    // Each set after a member predicts every property after it: the memo grows with what was decoded.
+    expect(first.footprintBytes).toBeGreaterThan(before + 100_000);
+    expect(first.footprintBytes).toBeGreaterThan(MB / 2);
+    for (let i = 0; i < 8; i++) tight.compile(schema(`b${i}`));
+    expect(tight.compile(schema("a"))).not.toBe(first);
+    const roomy = new GrammarCompiler(byteVocabulary(), 600_000);
+    const kept = roomy.compile(schema("a"));
+    for (let i = 0; i < 8; i++) roomy.compile(schema(`b${i}`));
+    expect(roomy.compile(schema("a"))).toBe(kept);
+  }, 60_000);
 });
 
 describeShared("the small growing schemas over Llama 3's vocabulary", ["vocab/ggml-vocab-llama-bpe.gguf"], ([vocabPath]) => {

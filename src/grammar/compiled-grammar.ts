@@ -10,9 +10,20 @@ import { GRAMMAR_LIMITS, maskMeter, type MaskLimits, type WorkMeter } from "./li
 import type { MaskWalker } from "./mask-walk.ts";
 import type { TokenVocabulary } from "./vocabulary.ts";
 
+/**
+ * Items of parse states one start's memo may hold (about 64 bytes each) before new matchers start
+ * from a fresh one: the sets a grammar's outputs and masks pass through stay reachable from its
+ * start, so a grammar cached for the life of a server would otherwise grow with all it ever decoded.
+ */
+const TREE_ITEMS = 1 << 20;
+/** Rough bytes held per dotted position (the tables and the rule starts), per rule, and per parse item. */
+const POSITION_BYTES = 48;
+const RULE_BYTES = 96;
+const ITEM_BYTES = 64;
+
 export class CompiledGrammar {
   readonly tables: ParserTables;
-  readonly initial: EarleySet;
+  private root: EarleySet;
   private readonly terminalOf = new Map<number, number>();
   private readonly starts = new WeakMap<EarleySet, number>();
   /**
@@ -42,7 +53,18 @@ export class CompiledGrammar {
     this.charged = this.maskMeter;
     this.tables = new ParserTables(cfg);
     cfg.terminals.forEach((expr, t) => this.terminalOf.set(expr, t));
-    this.initial = EarleySet.initial(this.tables);
+    this.root = EarleySet.initial(this.tables);
+  }
+
+  /** The parse state before any lexeme: a fresh one (and memo) where the current one holds TREE_ITEMS. */
+  get initial(): EarleySet {
+    if (this.root.treeItems > TREE_ITEMS) this.root = EarleySet.initial(this.tables);
+    return this.root;
+  }
+
+  /** About the bytes this grammar holds of its own (its tables and memoized parse states), for the compiler's cache budget. */
+  get footprintBytes(): number {
+    return this.tables.positions * POSITION_BYTES + this.tables.starts.length * RULE_BYTES + this.root.treeItems * ITEM_BYTES;
   }
 
   /**

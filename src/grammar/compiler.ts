@@ -52,12 +52,19 @@ export interface CompilerOptions {
   readonly maskLimits?: MaskLimits;
   /** Grammars (and refusals) kept by content; a benchmark that compiles each schema once needs few. */
   readonly cacheEntries?: number;
+  /** Bytes the kept grammars may hold together (their keys, tables and memoized parse states). */
+  readonly cacheBytes?: number;
 }
 
 /** About 250 MB of nodes and derivatives (ExprPool.footprint). */
 const POOL_ROTATE_SIZE = 1_000_000;
 const STATE_ROTATE_COUNT = 100_000;
 const CACHE_ENTRIES = 256;
+/**
+ * Entries alone do not bound memory: a grammar of 1,000 properties holds megabytes (tables, and the
+ * parse states its outputs went through), so 256 of them could hold a gigabyte.
+ */
+const CACHE_BYTES = 64 << 20;
 
 export class GrammarCompiler {
   private pool = new ExprPool();
@@ -68,6 +75,7 @@ export class GrammarCompiler {
   private readonly scratch: Uint32Array;
   private readonly maskLimits: MaskLimits;
   private readonly cacheEntries: number;
+  private readonly cacheBytes: number;
 
   constructor(
     readonly vocab: TokenVocabulary,
@@ -76,6 +84,7 @@ export class GrammarCompiler {
   ) {
     this.maskLimits = options.maskLimits ?? GRAMMAR_LIMITS;
     this.cacheEntries = options.cacheEntries ?? CACHE_ENTRIES;
+    this.cacheBytes = options.cacheBytes ?? CACHE_BYTES;
     this.walker = new MaskWalker(this.space, vocab.size);
     this.scratch = new Uint32Array(vocab.words);
   }
@@ -104,9 +113,24 @@ export class GrammarCompiler {
       else throw e;
     }
     this.cache.set(key, result);
-    if (this.cache.size > this.cacheEntries) this.cache.delete(this.cache.keys().next().value!);
+    this.evict();
     if (result instanceof GrammarError) throw result;
     return result;
+  }
+
+  /**
+   * The least recently used entries dropped while there are more than cacheEntries or they hold
+   * more than cacheBytes; the newest stays. Measured at each miss: a kept grammar grows as it is used.
+   */
+  private evict(): void {
+    const bytes = (key: string, entry: CompiledGrammar | GrammarError): number => 2 * key.length + (entry instanceof CompiledGrammar ? entry.footprintBytes : 0);
+    let held = 0;
+    for (const [key, entry] of this.cache) held += bytes(key, entry);
+    for (const [key, entry] of this.cache) {
+      if (this.cache.size <= 1 || (this.cache.size <= this.cacheEntries && held <= this.cacheBytes)) return;
+      held -= bytes(key, entry);
+      this.cache.delete(key);
+    }
   }
 
   /** A matcher at the start of `source`'s grammar. */

@@ -10,9 +10,10 @@ import { GrammarError, RequestFieldError } from "../errors.ts";
 import type { TokenConstraint } from "../constraint/token-constraint.ts";
 import type { ConstraintCompiler, ConstraintSpec } from "./constraint-spec.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
-import { GrammarCompiler, type GrammarSource } from "./compiler.ts";
+import { GrammarCompiler, type CompilerOptions, type GrammarSource } from "./compiler.ts";
 import type { CallSyntax } from "../tools/call-syntax.ts";
 import type { CompiledGrammar } from "./compiled-grammar.ts";
+import { GRAMMAR_LIMITS } from "./limits.ts";
 import { GrammarMatcher } from "./matcher.ts";
 import { LazyGrammar, TriggeredMatcher } from "./triggered.ts";
 import { spelledText } from "./tool-calls.ts";
@@ -30,6 +31,8 @@ export class GrammarConstraints implements ConstraintCompiler {
     private readonly tokenizer: Tokenizer,
     /** Rows of the model's logits (at least the tokenizer's tokens; padding rows are never allowed). */
     private readonly modelVocabSize: number,
+    /** The compiler's bounds (smaller mask limits in tests). */
+    private readonly compilerOptions: CompilerOptions = {},
   ) {}
 
   compile(spec: ConstraintSpec): () => TokenConstraint {
@@ -86,7 +89,7 @@ export class GrammarConstraints implements ConstraintCompiler {
   }
 
   private grammars(): GrammarCompiler {
-    this.compiler ??= new GrammarCompiler(TokenVocabulary.fromTokenizer(this.tokenizer, this.modelVocabSize));
+    this.compiler ??= new GrammarCompiler(TokenVocabulary.fromTokenizer(this.tokenizer, this.modelVocabSize), GRAMMAR_LIMITS.compileMs, this.compilerOptions);
     return this.compiler;
   }
 }

@@ -59,17 +59,36 @@ export class ParserTables {
   }
 }
 
+/**
+ * The rules that match the empty string, found from the rules known to (a worklist): each
+ * alternative counts its symbols not yet known nullable, so the work is linear in the grammar's
+ * size whatever the order of its rules (a sweep until nothing changes was quadratic in a chain of
+ * optional rules defined last to first, as a schema's optional properties are).
+ */
 function computeNullable(cfg: Cfg): Uint8Array {
   const nullable = new Uint8Array(cfg.rules.length + 1);
-  for (let changed = true; changed; ) {
-    changed = false;
-    cfg.rules.forEach((r, i) => {
-      if (nullable[i]) return;
-      if (r.alternatives.some((alt) => alt.every((s) => s >= 0 && nullable[s] === 1))) {
-        nullable[i] = 1;
-        changed = true;
-      }
-    });
+  const altRule: number[] = [];
+  const pending: number[] = [];
+  /** Rule r -> the alternatives (indices) it appears in, once for each time it appears. */
+  const usedIn: number[][] = cfg.rules.map(() => []);
+  const found: number[] = [];
+  const mark = (r: number): void => {
+    if (nullable[r]) return;
+    nullable[r] = 1;
+    found.push(r);
+  };
+  cfg.rules.forEach((r, i) => {
+    for (const alt of r.alternatives) {
+      const a = altRule.length;
+      altRule.push(i);
+      // A terminal is never nullable: an alternative holding one can never count down to zero.
+      pending.push(alt.some((s) => s < 0) ? -1 : alt.length);
+      if (pending[a] === 0) mark(i);
+      else if (pending[a]! > 0) for (const s of alt) usedIn[s]!.push(a);
+    }
+  });
+  while (found.length > 0) {
+    for (const a of usedIn[found.pop()!]!) if (--pending[a]! === 0) mark(altRule[a]!);
   }
   return nullable;
 }
@@ -91,6 +110,8 @@ export class EarleySet {
   readonly root: EarleySet;
   /** Terminals (indices) some item expects next, ascending. */
   readonly expected: readonly number[];
+  /** On a root: the items of every set made from it so far (the memoized successors keep them all). */
+  treeItems = 0;
 
   private constructor(
     readonly tables: ParserTables,
@@ -136,6 +157,7 @@ export class EarleySet {
       }
     }
     this.expected = [...this.scannable.keys()].sort((a, b) => a - b);
+    this.root.treeItems += this.itemPos.length;
     let accepting = false;
     const root = this.root;
     for (let i = 0; i < this.itemPos.length; i++) if (this.itemPos[i] === tables.acceptPos && this.itemOrigin[i] === root) accepting = true;

@@ -236,3 +236,19 @@ export function fractionDigitsExpr(pool: ExprPool, digits: number): number {
     : pool.repeat(pool.seq([pool.byteRange(0x2e, 0x2e), g.digits(1, digits), pool.repeat(g.range(0, 0), 0, INFINITE)]), 0, 1);
   return pool.seq([pool.repeat(g.lit("-"), 0, 1), int, frac]);
 }
+
+/** The order of two decimals: negative, zero or positive as a is below, at or above b. */
+export function compareDecimal(a: Decimal, b: Decimal): number {
+  const sign = (d: Decimal): number => (d.negative ? -1 : d.int === "0" && d.frac === "" ? 0 : 1);
+  if (sign(a) !== sign(b)) return sign(a) - sign(b);
+  const mag = (): number => {
+    if (a.int.length !== b.int.length) return a.int.length - b.int.length;
+    if (a.int !== b.int) return a.int < b.int ? -1 : 1;
+    const n = Math.max(a.frac.length, b.frac.length);
+    const fa = a.frac.padEnd(n, "0");
+    const fb = b.frac.padEnd(n, "0");
+    return fa === fb ? 0 : fa < fb ? -1 : 1;
+  };
+  return sign(a) < 0 ? -mag() : mag();
+}
+

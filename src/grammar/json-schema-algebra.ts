@@ -11,12 +11,12 @@
  */
 import { GrammarError } from "../errors.ts";
 import { formatRegex } from "./json-formats.ts";
-import { ceilDecimal, floorDecimal, type Decimal } from "./json-numbers.ts";
-import {
-  canonical, compareDecimal, FALSE_AT, isAssertion, isFalse, T_ARRAY, T_BOOLEAN, T_INTEGER, T_NULL, T_NUMBER, T_OBJECT, T_STRING, withLower, withUpper,
-  type Conj, type Shape,
-} from "./json-schema-shape.ts";
+import { ceilDecimal, compareDecimal, floorDecimal, type Decimal } from "./json-numbers.ts";
+import { isAssertion } from "./json-schema-keywords.ts";
 import type { At } from "./json-schema-refs.ts";
+import {
+  canonical, FALSE_AT, isFalse, T_ARRAY, T_BOOLEAN, T_INTEGER, T_NULL, T_NUMBER, T_OBJECT, T_STRING, withLower, withUpper, type Conj, type Shape,
+} from "./json-shape.ts";
 import { isObject, type JsonValue } from "./json-value.ts";
 
 /** How deep disjointness looks into property and item schemas (a discriminator is one level). */

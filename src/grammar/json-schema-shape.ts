@@ -15,72 +15,21 @@
 import { GrammarError, GrammarLimitError } from "../errors.ts";
 import { GRAMMAR_LIMITS } from "./limits.ts";
 import { parseDecimal, type Decimal } from "./json-numbers.ts";
-import type { At, SchemaDocument } from "./json-schema-refs.ts";
-import { isObject, JsonNumber, JsonObject, pythonJsonDumps, type JsonValue } from "./json-value.ts";
 import { places, ShapeAlgebra, type ShapeOracle } from "./json-schema-algebra.ts";
+import { ANNOTATIONS, isKnownKeyword, REFUSED } from "./json-schema-keywords.ts";
+import type { At, SchemaDocument } from "./json-schema-refs.ts";
+import {
+  canonical, neutralShape, T_ARRAY, T_BOOLEAN, T_FRACTION, T_INTEGER, T_NULL, T_OBJECT, T_STRING, tighterLower, tighterUpper, type Conj, type Shape,
+} from "./json-shape.ts";
+import { isObject, JsonNumber, JsonObject, pythonJsonDumps, type JsonValue } from "./json-value.ts";
 
-export const T_NULL = 1, T_BOOLEAN = 2, T_OBJECT = 4, T_ARRAY = 8, T_STRING = 16, T_INTEGER = 32, T_FRACTION = 64;
-export const T_ALL = 127;
-export const T_NUMBER = T_INTEGER | T_FRACTION;
 const TYPE_BITS: Readonly<Record<string, number>> = {
   null: T_NULL, boolean: T_BOOLEAN, object: T_OBJECT, array: T_ARRAY, string: T_STRING, integer: T_INTEGER, number: T_INTEGER | T_FRACTION,
 };
 
-/** A conjunction of written schemas; [] is `true`. */
-export type Conj = readonly At[];
-
-export interface Shape {
-  path: string;
-  types: number;
-  /** Allowed values (canonical text -> value), or null for no enum. */
-  enumValues: Map<string, JsonValue> | null;
-  minLength: number;
-  maxLength: number;
-  patterns: string[];
-  formats: string[];
-  /** String values excluded by `not: {enum/const}`. */
-  notStrings: string[];
-  /** Strings excluded: those meeting the string keywords of any of these (oneOf's other branches, `not`). */
-  notShapes: Shape[];
-  min: Decimal | null;
-  minExclusive: boolean;
-  max: Decimal | null;
-  maxExclusive: boolean;
-  multipleOf: Decimal[];
-  properties: Map<string, Conj>;
-  required: Set<string>;
-  /** Schema of properties not declared and not matching a pattern; null: unconstrained. */
-  additional: Conj;
-  patternProperties: [string, Conj][];
-  propertyNames: Conj;
-  minProperties: number;
-  maxProperties: number;
-  prefixItems: Conj[];
-  items: Conj;
-  minItems: number;
-  maxItems: number;
-}
-
-const ANNOTATIONS = new Set([
-  "$schema", "$id", "id", "$comment", "$anchor", "$defs", "definitions", "title", "description", "default", "examples", "example",
-  "readOnly", "writeOnly", "deprecated", "$vocabulary", "$dynamicAnchor", "contentMediaType", "contentEncoding", "nullable",
-]);
-/** Keywords this compiler does not enforce: a schema using them is refused. */
-const REFUSED = ["if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "$dynamicRef", "$recursiveRef"];
-
-export function neutralShape(path: string): Shape {
-  return {
-    path, types: T_ALL, enumValues: null, minLength: 0, maxLength: Infinity, patterns: [], formats: [], notStrings: [], notShapes: [],
-    min: null, minExclusive: false, max: null, maxExclusive: false, multipleOf: [],
-    properties: new Map(), required: new Set(), additional: [], patternProperties: [], propertyNames: [], minProperties: 0, maxProperties: Infinity,
-    prefixItems: [], items: [], minItems: 0, maxItems: Infinity,
-  };
-}
-
-export const FALSE_AT: At = { raw: false, path: "#" };
-
-export function isFalse(c: Conj): boolean {
-  return c.some((a) => a.raw === false);
+/** A copy of s that a merge may change: the parts merges change in place are its own. */
+function copyShape(s: Shape): Shape {
+  return { ...s, properties: new Map(s.properties), required: new Set(s.required), patterns: [...s.patterns], formats: [...s.formats] };
 }
 
 /** Whether a written schema is only a $ref (annotations aside): it then compiles to the target's rule. */
@@ -91,18 +40,16 @@ export function pureRef(raw: JsonValue): string | null {
   return raw.keys.every((k) => k === "$ref" || ANNOTATIONS.has(k) || !isKnownKeyword(k)) ? ref : null;
 }
 
-const KNOWN = new Set([
-  "type", "enum", "const", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-  "multipleOf", "properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties", "maxProperties",
-  "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "allOf", "anyOf", "oneOf", "not", "$ref", ...REFUSED,
-]);
-function isKnownKeyword(k: string): boolean {
-  return KNOWN.has(k);
-}
-
-/** Whether a keyword constrains instances (an unknown or annotation keyword does not). */
-export function isAssertion(k: string): boolean {
-  return KNOWN.has(k) && !ANNOTATIONS.has(k);
+/**
+ * Shapes being merged, and whether the merge may change them in place (`owned`): then they are
+ * distinct objects that nothing else refers to, whose properties, required, patterns and formats
+ * are their own (a merge replaces every other part, never changes it). Merging n allOf branches
+ * into owned shapes costs what the branches say, where copying the shapes at each branch cost n
+ * copies of everything declared so far.
+ */
+interface Merge {
+  readonly shapes: Shape[];
+  readonly owned: boolean;
 }
 
 /** What the shapes need from the compiler to tell oneOf's branches apart (ShapeOracle's scalar part). */
@@ -165,23 +112,24 @@ export class ShapeBuilder {
 
   /** The alternatives a conjunction of schemas allows ([] when none: it is unsatisfiable). */
   shapes(conj: Conj, path: string): Shape[] {
-    let results: Shape[] = [neutralShape(path)];
+    let results: Merge = { shapes: [neutralShape(path)], owned: true };
     for (const at of conj) {
       results = this.andSchema(results, at);
-      if (results.length === 0) return [];
+      if (results.shapes.length === 0) return [];
     }
-    return results;
+    return results.shapes;
   }
 
-  private andSchema(current: Shape[], at: At): Shape[] {
+  /** The shapes of `current` that also meet the schema at `at`: in place where `current` is owned. */
+  private andSchema(current: Merge, at: At): Merge {
     const raw = at.raw;
     if (raw === true) return current;
-    if (raw === false) return [];
+    if (raw === false) return { shapes: [], owned: true };
     if (!isObject(raw)) throw new GrammarError(`${at.path}: a schema must be an object or a boolean`);
     for (const k of REFUSED) if (raw.has(k)) throw new GrammarError(`${at.path}: "${k}" is not supported`);
     // Merging shapes is work the compile budget bounds too (1,000 allOf branches, each copying the shapes so far).
     this.values.checkBudget();
-    let results = current.map((s) => this.applyKeywords(s, raw, at.path));
+    let results: Merge = { shapes: current.shapes.map((s) => this.applyKeywords(current.owned ? s : copyShape(s), raw, at.path)), owned: true };
     const ref = raw.get("$ref");
     if (typeof ref === "string") results = this.andInlined(results, ref, at.path);
     const allOf = arrayOf(raw, "allOf", at.path);
@@ -189,15 +137,16 @@ export class ShapeBuilder {
       results = this.andSchema(results, { raw: branch, path: `${at.path}/allOf/${i}` });
     });
     const anyOf = arrayOf(raw, "anyOf", at.path);
-    if (anyOf !== undefined) results = this.andAnyOf(results, anyOf, at.path, "anyOf");
+    if (anyOf !== undefined) results = this.andAnyOf(results.shapes, anyOf, at.path, "anyOf");
     const oneOf = arrayOf(raw, "oneOf", at.path);
-    if (oneOf !== undefined) results = this.loose ? this.andAnyOf(results, oneOf, at.path, "oneOf") : this.andOneOf(results, oneOf, at.path);
+    if (oneOf !== undefined) results = this.loose ? this.andAnyOf(results.shapes, oneOf, at.path, "oneOf") : { shapes: this.andOneOf(results.shapes, oneOf, at.path), owned: false };
+    // The algebra's pieces share their parts with each other: not owned.
     const not = raw.get("not");
-    if (not !== undefined && !this.loose) results = results.flatMap((s) => this.andNot(s, not, `${at.path}/not`, this.stricterNots.has(raw)));
+    if (not !== undefined && !this.loose) results = { shapes: results.shapes.flatMap((s) => this.andNot(s, not, `${at.path}/not`, this.stricterNots.has(raw))), owned: false };
     return results;
   }
 
-  private andInlined(current: Shape[], ref: string, from: string): Shape[] {
+  private andInlined(current: Merge, ref: string, from: string): Merge {
     const target = this.doc.resolve(ref, from);
     if (this.inlining.includes(target.path)) throw new GrammarError(`${from}: $ref "${ref}" refers to itself through allOf or sibling keywords`);
     if (++this.inlines > GRAMMAR_LIMITS.refInlines) throw new GrammarLimitError("refInlines", `${from}: more than ${GRAMMAR_LIMITS.refInlines} $ref expansions (limit: refInlines)`);
@@ -209,8 +158,10 @@ export class ShapeBuilder {
     }
   }
 
-  private andAnyOf(current: Shape[], branches: JsonValue[], path: string, key: string): Shape[] {
-    return branchLimit(branches.flatMap((branch, i) => this.andSchema(current, { raw: branch, path: `${path}/${key}/${i}` })), path, key);
+  /** Each branch's merge with copies of `current`: owned unless a branch left them as they were (`true`). */
+  private andAnyOf(current: Shape[], branches: JsonValue[], path: string, key: string): Merge {
+    const merges = branches.map((branch, i) => this.andSchema({ shapes: current, owned: false }, { raw: branch, path: `${path}/${key}/${i}` }));
+    return { shapes: branchLimit(merges.flatMap((m) => m.shapes), path, key), owned: merges.every((m) => m.owned) };
   }
 
   /**
@@ -219,7 +170,7 @@ export class ShapeBuilder {
    * stricter; a branch left with nothing for that reason is refused, naming the two branches.
    */
   private andOneOf(current: Shape[], branches: JsonValue[], path: string): Shape[] {
-    const each = branches.map((branch, i) => this.subtrahend(() => this.andSchema(current, { raw: branch, path: `${path}/oneOf/${i}` }), [{ raw: branch, path: `${path}/oneOf/${i}` }]));
+    const each = branches.map((branch, i) => this.subtrahend(() => this.andSchema({ shapes: current, owned: false }, { raw: branch, path: `${path}/oneOf/${i}` }).shapes, [{ raw: branch, path: `${path}/oneOf/${i}` }]));
     const out: Shape[] = [];
     let exact = true;
     each.forEach(({ shapes }, i) => {
@@ -273,16 +224,15 @@ export class ShapeBuilder {
     return d.pieces;
   }
 
-  /** s with the plain keywords of one schema object added. */
-  private applyKeywords(base: Shape, raw: JsonObject, path: string): Shape {
-    const s: Shape = { ...base, properties: new Map(base.properties), required: new Set(base.required), patterns: [...base.patterns], formats: [...base.formats] };
+  /** s with the plain keywords of one schema object added (in place: s is a copy, or owned). */
+  private applyKeywords(s: Shape, raw: JsonObject, path: string): Shape {
     const type = raw.get("type");
     if (type !== undefined) s.types &= typeBits(type, `${path}/type`);
     this.applyEnum(s, raw, path);
     this.applyString(s, raw, path);
     this.applyNumber(s, raw, path);
-    this.applyObject(s, base, raw, path);
-    this.applyArray(s, base, raw, path);
+    this.applyObject(s, raw, path);
+    this.applyArray(s, raw, path);
     return s;
   }
 
@@ -339,43 +289,17 @@ export class ShapeBuilder {
     if (multipleOf !== undefined) s.multipleOf = [...s.multipleOf, multipleOf];
   }
 
-  private applyObject(s: Shape, base: Shape, raw: JsonObject, path: string): void {
+  private applyObject(s: Shape, raw: JsonObject, path: string): void {
     const props = raw.get("properties");
     const patternProps = raw.get("patternProperties");
     const additional = raw.get("additionalProperties");
     if (props !== undefined && !isObject(props)) throw new GrammarError(`${path}/properties: must be an object`);
     if (patternProps !== undefined && !isObject(patternProps)) throw new GrammarError(`${path}/patternProperties: must be an object`);
-    const ownProps = props?.entries ?? [];
     const ownPatterns: [string, Conj][] = (patternProps?.entries ?? []).map(([p, v]) => [p, [{ raw: v, path: `${path}/patternProperties/${p}` }]]);
     // `true` constrains nothing, as absent does: kept out, so that n branches with it do not give every key n schemas.
     const ownAdditional: Conj = additional === undefined || additional === true ? [] : [{ raw: additional, path: `${path}/additionalProperties` }];
-    if (ownPatterns.length > 0 && base.patternProperties.length > 0) throw new GrammarError(`${path}/patternProperties: patternProperties in more than one allOf branch is not supported`);
-    const constrainsKeys = props !== undefined || patternProps !== undefined || additional !== undefined;
-    if (constrainsKeys) {
-      // A key one side declares is, on the other side, a pattern property or an additional one.
-      // A declared key also takes the schema of every pattern it matches; additionalProperties
-      // applies only to keys neither declared nor matched.
-      const ownFor = (key: string): Conj => {
-        const own = ownProps.find(([k]) => k === key);
-        const declared: Conj = own === undefined ? [] : [{ raw: own[1], path: `${path}/properties/${key}` }];
-        const matched = ownPatterns.filter(([p]) => this.matchesPattern(p, key, `${path}/patternProperties`)).flatMap(([, c]) => c);
-        return own !== undefined || matched.length > 0 ? [...declared, ...matched] : ownAdditional;
-      };
-      const baseFor = (key: string): Conj => {
-        const declared = base.properties.get(key);
-        if (declared !== undefined) return declared;
-        const matched = base.patternProperties.filter(([p]) => this.matchesPattern(p, key, path)).flatMap(([, c]) => c);
-        return matched.length > 0 ? matched : base.additional;
-      };
-      const merged = new Map<string, Conj>();
-      for (const [k] of base.properties) merged.set(k, [...baseFor(k), ...ownFor(k)]);
-      for (const [k] of ownProps) if (!merged.has(k)) merged.set(k, [...baseFor(k), ...ownFor(k)]);
-      s.properties = merged;
-      s.patternProperties = base.patternProperties.length > 0
-        ? base.patternProperties.map(([p, c]) => [p, [...c, ...ownAdditional]])
-        : ownPatterns.map(([p, c]) => [p, [...base.additional, ...c]]);
-      s.additional = [...base.additional, ...ownAdditional];
-    }
+    if (ownPatterns.length > 0 && s.patternProperties.length > 0) throw new GrammarError(`${path}/patternProperties: patternProperties in more than one allOf branch is not supported`);
+    if (props !== undefined || patternProps !== undefined || additional !== undefined) this.mergeKeys(s, props, ownPatterns, ownAdditional, path);
     const required = raw.get("required");
     if (Array.isArray(required)) for (const r of required) if (typeof r === "string") s.required.add(r);
     const names = raw.get("propertyNames");
@@ -386,7 +310,38 @@ export class ShapeBuilder {
     if (maxP !== undefined) s.maxProperties = Math.min(s.maxProperties, maxP);
   }
 
-  private applyArray(s: Shape, base: Shape, raw: JsonObject, path: string): void {
+  /**
+   * One object's properties, patternProperties and additionalProperties merged into s's (in place;
+   * each side's parts are read before they are replaced). A key one side declares is, on the other
+   * side, a pattern property or an additional one. A declared key also takes the schema of every
+   * pattern it matches; additionalProperties applies only to keys neither declared nor matched.
+   * Keys s declared that this object does not gain nothing unless it has patterns or additional
+   * properties, so they are left as they are: merging costs what this object declares.
+   */
+  private mergeKeys(s: Shape, props: JsonObject | undefined, ownPatterns: [string, Conj][], ownAdditional: Conj, path: string): void {
+    const ownFor = (key: string): Conj => {
+      const own = props?.get(key);
+      const declared: Conj = own === undefined ? [] : [{ raw: own, path: `${path}/properties/${key}` }];
+      const matched = ownPatterns.filter(([p]) => this.matchesPattern(p, key, `${path}/patternProperties`)).flatMap(([, c]) => c);
+      return own !== undefined || matched.length > 0 ? [...declared, ...matched] : ownAdditional;
+    };
+    const baseFor = (key: string): Conj => {
+      const declared = s.properties.get(key);
+      if (declared !== undefined) return declared;
+      const matched = s.patternProperties.filter(([p]) => this.matchesPattern(p, key, path)).flatMap(([, c]) => c);
+      return matched.length > 0 ? matched : s.additional;
+    };
+    if (ownPatterns.length > 0 || ownAdditional.length > 0) {
+      for (const [k, c] of s.properties) if (props?.has(k) !== true) s.properties.set(k, [...c, ...ownFor(k)]);
+    }
+    for (const [k] of props?.entries ?? []) s.properties.set(k, [...baseFor(k), ...ownFor(k)]);
+    s.patternProperties = s.patternProperties.length > 0
+      ? s.patternProperties.map(([p, c]) => [p, [...c, ...ownAdditional]])
+      : ownPatterns.map(([p, c]) => [p, [...s.additional, ...c]]);
+    s.additional = [...s.additional, ...ownAdditional];
+  }
+
+  private applyArray(s: Shape, raw: JsonObject, path: string): void {
     const items = raw.get("items");
     const prefix = raw.get("prefixItems");
     let ownPrefix: Conj[] = [];
@@ -402,9 +357,9 @@ export class ShapeBuilder {
     }
     if (ownPrefix.length > 0 || ownRest !== null) {
       const rest = ownRest ?? [];
-      const n = Math.max(ownPrefix.length, base.prefixItems.length);
-      s.prefixItems = Array.from({ length: n }, (_, i) => [...(base.prefixItems[i] ?? base.items), ...(ownPrefix[i] ?? rest)]);
-      s.items = [...base.items, ...rest];
+      const n = Math.max(ownPrefix.length, s.prefixItems.length);
+      s.prefixItems = Array.from({ length: n }, (_, i) => [...(s.prefixItems[i] ?? s.items), ...(ownPrefix[i] ?? rest)]);
+      s.items = [...s.items, ...rest];
     }
     const minI = count(raw, "minItems", path);
     if (minI !== undefined) s.minItems = Math.max(s.minItems, minI);
@@ -412,25 +367,6 @@ export class ShapeBuilder {
     if (maxI !== undefined) s.maxItems = Math.min(s.maxItems, maxI);
     if (raw.get("uniqueItems") === true) throw new GrammarError(`${path}: "uniqueItems" is not supported`);
   }
-}
-
-/** The tighter of s's lower bound and d (exclusive or not). */
-function tighterLower(s: Shape, d: Decimal, exclusive: boolean): [Decimal, boolean] {
-  const c = s.min === null ? 1 : compareDecimal(d, s.min);
-  return c > 0 || (c === 0 && exclusive) ? [d, exclusive] : [s.min!, s.minExclusive];
-}
-function tighterUpper(s: Shape, d: Decimal, exclusive: boolean): [Decimal, boolean] {
-  const c = s.max === null ? -1 : compareDecimal(d, s.max);
-  return c < 0 || (c === 0 && exclusive) ? [d, exclusive] : [s.max!, s.maxExclusive];
-}
-/** s with a lower (upper) bound added: the values of s at or above d (above when exclusive). */
-export function withLower(s: Shape, d: Decimal, exclusive: boolean): Shape {
-  const [min, minExclusive] = tighterLower(s, d, exclusive);
-  return { ...s, min, minExclusive };
-}
-export function withUpper(s: Shape, d: Decimal, exclusive: boolean): Shape {
-  const [max, maxExclusive] = tighterUpper(s, d, exclusive);
-  return { ...s, max, maxExclusive };
 }
 
 export function typeBits(type: JsonValue, path: string): number {
@@ -465,27 +401,3 @@ function count(raw: JsonObject, key: string, path: string): number | undefined {
   return v.value;
 }
 
-/** The text a value is compared by (JSON Schema equality: 1 and 1.0 are one number). */
-export function canonical(v: JsonValue): string {
-  if (v instanceof JsonNumber) {
-    const d = parseDecimal(v.text);
-    return `${d.negative ? "-" : ""}${d.int}${d.frac === "" ? "" : `.${d.frac}`}`;
-  }
-  if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`;
-  if (isObject(v)) return `{${[...v.entries].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([k, x]) => `${JSON.stringify(k)}:${canonical(x)}`).join(",")}}`;
-  return JSON.stringify(v);
-}
-
-export function compareDecimal(a: Decimal, b: Decimal): number {
-  const sign = (d: Decimal): number => (d.negative ? -1 : d.int === "0" && d.frac === "" ? 0 : 1);
-  if (sign(a) !== sign(b)) return sign(a) - sign(b);
-  const mag = (): number => {
-    if (a.int.length !== b.int.length) return a.int.length - b.int.length;
-    if (a.int !== b.int) return a.int < b.int ? -1 : 1;
-    const n = Math.max(a.frac.length, b.frac.length);
-    const fa = a.frac.padEnd(n, "0");
-    const fb = b.frac.padEnd(n, "0");
-    return fa === fb ? 0 : fa < fb ? -1 : 1;
-  };
-  return sign(a) < 0 ? -mag() : mag();
-}

@@ -18,10 +18,10 @@ import { CfgBuilder, type Cfg } from "./cfg.ts";
 import { INFINITE, type ExprPool } from "./expr.ts";
 import { formatRegex } from "./json-formats.ts";
 import { boundedNumberExpr, ceilDecimal, floorDecimal, fractionDigitsExpr, integerExpr, isInteger, nonIntegerExpr, parseDecimal } from "./json-numbers.ts";
+import { isAssertion } from "./json-schema-keywords.ts";
 import { SchemaDocument } from "./json-schema-refs.ts";
-import {
-  canonical, isAssertion, isFalse, pureRef, ShapeBuilder, T_ARRAY, T_BOOLEAN, T_FRACTION, T_INTEGER, T_NULL, T_OBJECT, T_STRING, type Conj, type Shape,
-} from "./json-schema-shape.ts";
+import { pureRef, ShapeBuilder } from "./json-schema-shape.ts";
+import { canonical, isFalse, T_ARRAY, T_BOOLEAN, T_FRACTION, T_INTEGER, T_NULL, T_OBJECT, T_STRING, type Conj, type Shape } from "./json-shape.ts";
 import { anyContent, contentExcept, jsonCharExpr, jsonLiteralExpr, pythonJsonQuote, quoted } from "./json-strings.ts";
 import { isObject, JsonNumber, pythonJsonDumps, pythonNumberText, type JsonValue } from "./json-value.ts";
 import { GRAMMAR_LIMITS, nestingError, type CompileBudget } from "./limits.ts";
@@ -363,7 +363,17 @@ class JsonGrammarBuilder {
     return this.lex(literalSet(this.pool, this.scalarTexts(v, canonical(v), where)));
   }
 
+  /** Number lexemes by their keywords: a thousand properties of one number type build it once. */
+  private readonly numberExprs = new Map<string, number>();
+
   private numberExpr(s: Shape): number {
+    const key = JSON.stringify([s.types & (T_INTEGER | T_FRACTION), s.min, s.minExclusive, s.max, s.maxExclusive, s.multipleOf]);
+    let expr = this.numberExprs.get(key);
+    if (expr === undefined) this.numberExprs.set(key, (expr = this.buildNumberExpr(s)));
+    return expr;
+  }
+
+  private buildNumberExpr(s: Shape): number {
     const pool = this.pool;
     const where = s.path;
     if (!(s.types & T_FRACTION)) {
