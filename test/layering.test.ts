@@ -14,7 +14,7 @@ import { dirname, join, relative, resolve } from "node:path";
 const SRC = resolve(import.meta.dir, "../src");
 const LAYERS = [
   "util", "errors", "kv", "model", "kv-disk", "tokenizer", "backend", "hub", "synth",
-  "constraint", "chat", "tools", "grammar", "engine", "llm", "server", "bench", "cli", "index",
+  "constraint", "chat", "tools", "grammar", "engine", "embed", "llm", "server", "bench", "cli", "index",
 ] as const;
 
 function sourceFiles(dir: string, out: string[] = []): string[] {
