@@ -112,6 +112,15 @@ describeShared("BERT reranker against llama.cpp", [
     }
   });
 
+  test("pagellm info shows the pooling, width and labels", () => {
+    const run = Bun.spawnSync(["bun", join(import.meta.dir, "..", "bin", "pagellm"), "info", model!]);
+    const text = run.stdout.toString();
+    expect(run.exitCode).toBe(0);
+    expect(text).toMatch(/pooling\s+rank \(a reranker\)/);
+    expect(text).toMatch(/width\s+256/);
+    expect(text).toMatch(/labels\s+score/);
+  });
+
   test("topN keeps the best N; a reranker refuses to embed, an encoder to generate", async () => {
     const { results } = await llm.rerank(queries[0]!, ["hi", "it is a bear", "bears"], { topN: 2 });
     expect(results.length).toBe(2);
