@@ -120,7 +120,7 @@ interface Generation {
 }
 
 /** What embeds and reranks: the model kind's Embedder, the texts' special tokens, the vocabulary's size. */
-interface Embedding {
+interface EmbedderSetup {
   embedder: Embedder;
   text: SequenceText;
   vocabSize: number;
@@ -134,7 +134,7 @@ export class LLM {
     /** Whether prompts start with BOS. */
     readonly addBos: boolean,
     /** Null: a model that does not embed (a decoder without pooling). */
-    private readonly embedding: Embedding | null,
+    private readonly embedding: EmbedderSetup | null,
     /** What the model can be asked for. */
     readonly capabilities: ModelCapabilities,
     /** Milliseconds spent loading weights and setting up. */
@@ -224,7 +224,7 @@ export class LLM {
     const templateFile = format.kind === "jinja" && opts.chatTemplate !== undefined && opts.chatTemplate !== "chatml" ? [opts.chatTemplate] : [];
     const files = [...new Set([opts.model, tokenizerPath, ...templateFile])];
     // Decoder embedders plug in here: an Embedder built from the engine when the model pools.
-    const embedding: Embedding | null = null;
+    const embedding: EmbedderSetup | null = null;
     const capabilities = capabilitiesOf(true, embedding, checkpoint.config.dim);
     return new LLM(
       { checkpoint, engine, client }, tokenizer, addBos, embedding, capabilities, performance.now() - t0, format, ownedGpu, device, tokenizerPath, note, files,
@@ -237,7 +237,7 @@ export class LLM {
     const { tokenizer, addBos, addEos } = loadTokenizer(tokenizerPath, { modelVocabSize: encoder.config.vocabSize });
     const threads = opts.engine?.threads ?? DEFAULT_ENGINE_OPTIONS.threads;
     const embedder = EncoderEmbedder.load(encoder, { threads, pooling: opts.pooling });
-    const embedding: Embedding = { embedder, text: { tokenizer, addBos, addEos }, vocabSize: encoder.config.vocabSize };
+    const embedding: EmbedderSetup = { embedder, text: { tokenizer, addBos, addEos }, vocabSize: encoder.config.vocabSize };
     const format = chatFormat("raw", null, opts.model, tokenizer, {}, "raw");
     const files = [...new Set([opts.model, tokenizerPath])];
     return new LLM(null, tokenizer, addBos, embedding, capabilitiesOf(false, embedding, encoder.config.dim), performance.now() - t0, format, null, device, tokenizerPath, null, files);
@@ -476,7 +476,7 @@ function openModel(path: string): { kind: "encoder"; checkpoint: EncoderCheckpoi
 }
 
 /** What a model can be asked for: generation when it has an engine; embed or rerank as its Embedder pools. */
-function capabilitiesOf(generate: boolean, embedding: Embedding | null, width: number): ModelCapabilities {
+function capabilitiesOf(generate: boolean, embedding: EmbedderSetup | null, width: number): ModelCapabilities {
   const pooling = embedding?.embedder.pooling ?? null;
   return { generate, embed: pooling !== null && pooling !== "rank", rerank: pooling === "rank", pooling, embeddingWidth: embedding?.embedder.width ?? width };
 }
