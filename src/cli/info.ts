@@ -15,6 +15,7 @@ import { readGGUF } from "../model/gguf.ts";
 import { readGGUFCheckpoint } from "../model/gguf-checkpoint.ts";
 import { modelFileKind } from "../model/load.ts";
 import { InputError } from "../errors.ts";
+import { isEncoderFile, readEncoderCheckpoint, type EncoderConfig } from "../model/encoder.ts";
 import { resolveModelSpec } from "./load.ts";
 import { checkKnownOptions, kvTypeOption, numberOption } from "./options.ts";
 import { escapeControls, quoteFileText, showFileText, terminalSafeJson } from "../util/file-text.ts";
@@ -43,6 +44,10 @@ export const infoCommand = defineCommand({
     if (modelFileKind(path) === "llama2c") throw new InputError(`${path}: a llama2.c checkpoint; info reads the metadata of GGUF files only`);
     const header = readGGUF(path);
     const summary = summarizeModel(path, header);
+    if (isEncoderFile(header)) {
+      printEncoderInfo(summary, readEncoderCheckpoint(path, header).config, args.json === true);
+      return;
+    }
     const asked = kvTypeOption(args) ?? defaultKVType("GGUF");
     // As the engine resolves it (kv-layout.ts): q8_0 needs heads of whole 32-value blocks.
     const kvType = asked === "q8_0" && (summary.headDim ?? 0) % Q8_0_BLOCK !== 0 ? "f16" : asked;
@@ -64,6 +69,34 @@ export const infoCommand = defineCommand({
     if (failure !== null) throw failure;
   },
 });
+
+/** What an embedding model is asked for: its pooling, width, context and labels (an encoder keeps no KV cache, so no memory plan). */
+export interface EncoderInfo {
+  pooling: string;
+  width: number;
+  maxTokens: number;
+  labels: string[] | null;
+}
+
+function printEncoderInfo(summary: ModelSummary, config: EncoderConfig, json: boolean): void {
+  const embedding: EncoderInfo = { pooling: config.pooling, width: config.dim, maxTokens: config.contextLength, labels: config.classifier?.labels ?? null };
+  if (json) {
+    process.stdout.write(`${terminalSafeJson(JSON.stringify({ ...summary, embedding }, null, 2))}\n`);
+    return;
+  }
+  const labels = embedding.labels === null ? [] : [`    labels       ${embedding.labels.map((l) => showFileText(l)).join(", ")}`];
+  const rows = [
+    "",
+    "  Embedding",
+    `    pooling      ${embedding.pooling}${embedding.pooling === "rank" ? " (a reranker)" : ""}`,
+    `    width        ${embedding.width}`,
+    `    max tokens   ${embedding.maxTokens} per input`,
+    ...labels,
+    "    runs on      WebAssembly, no KV cache",
+    "",
+  ];
+  process.stdout.write(formatInfo(summary, null) + rows.join("\n"));
+}
 
 /** How a run with the default options at --ctx-size would place the model in WebAssembly memory. */
 export interface PlacementInfo {
@@ -144,7 +177,7 @@ function describeWindow(w: WindowSummary, layers: number): string {
   return `${w.size} tokens on ${w.localLayers.length} of ${layers} layers (global: ${globals.length === 0 ? "none" : globals.join(", ")})`;
 }
 
-export function formatInfo(s: ModelSummary & Partial<LayerNotes>, m: MemoryEstimate): string {
+export function formatInfo(s: ModelSummary & Partial<LayerNotes>, m: MemoryEstimate | null): string {
   const out: string[] = [];
   const section = (title: string, rows: [string, string | number | null][]): void => {
     const shown = rows.filter((r): r is [string, string | number] => r[1] !== null);
@@ -193,6 +226,7 @@ export function formatInfo(s: ModelSummary & Partial<LayerNotes>, m: MemoryEstim
     if (lines.length > TEMPLATE_LINES) out.push(`    … (${lines.length - TEMPLATE_LINES} more lines; --json shows it all)`);
     out.push("");
   }
+  if (m === null) return out.join("\n");
   section(`Memory at --ctx-size ${m.ctxSize}`, [
     ["weights", formatBytes(m.weightBytes)],
     [`KV cache (${m.kvType})`, formatBytes(m.kvCacheBytes) +
