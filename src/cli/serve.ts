@@ -58,7 +58,7 @@ export const serveArgs = {
 } as const satisfies ArgsDef;
 
 export const serveCommand = defineCommand({
-  meta: { name: "serve", description: "Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics)" },
+  meta: { name: "serve", description: "Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/rerank, /v1/models, /health, /metrics)" },
   args: serveArgs,
   async run({ args, rawArgs }) {
     checkKnownOptions(rawArgs, serveArgs);
