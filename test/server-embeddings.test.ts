@@ -7,7 +7,6 @@
  * asked for what it cannot do is a 400 saying what it does.
  */
 import { describe, expect, test } from "bun:test";
-import OpenAI from "openai";
 import { embedMany } from "ai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { OpenAIEmbeddings } from "@langchain/openai";
@@ -85,13 +84,11 @@ describeShared("serve: /v1/embeddings on a BERT encoder", [BERT], ([model]) => {
   test("a single string, token ids and arrays of token ids are embedded as LLM.embed embeds them", async () => {
     const one = await s.client.embeddings.create({ input: TEXTS[1]!, model: NAME, encoding_format: "float" });
     expect(one.data.map((d) => bits(d.embedding))).toEqual((await reference(s, [TEXTS[1]!])).map(bits));
-    const ids = (await s.llm.embed([TEXTS[0]!], {})).embeddings[0]!;
-    const tokens = s.llm.encode(TEXTS[2]!).filter((id) => id >= 0);
+    const tokens = [5, 6, 7, 8, 9];
     const flat = await s.client.embeddings.create({ input: tokens, model: NAME, encoding_format: "float" });
     expect(flat.data.map((d) => bits(d.embedding))).toEqual((await reference(s, [tokens])).map(bits));
     const nested = await s.client.embeddings.create({ input: [tokens, tokens.slice(0, 3)], model: NAME, encoding_format: "float" });
     expect(nested.data.map((d) => bits(d.embedding))).toEqual((await reference(s, [tokens, tokens.slice(0, 3)])).map(bits));
-    expect(ids.tokenCount).toBeGreaterThan(0);
   }, LIMIT_MS);
 
   test("dimensions keeps the first N values normalized again, as LLM.embed does; embd_normalize as llama.cpp's", async () => {
