@@ -4,6 +4,7 @@
 export { packF32, unpackRowF32, embedF32, matmulF32, matmulF32Multi, matmulScratchBytes, matvecScalarF32, streamSumF32 } from "./matmul";
 export { quantizeQ8, matmulQ8, embedQ8 } from "./quant";
 export { rmsnorm } from "./norm";
+export { layerNorm, layerNormRef, encoderAttention } from "./encoder";
 export { ropeInterleaved, ropeNeox } from "./rope";
 export { swiglu, swigluOai, geglu, scaleInPlace, addInPlace, addRows, softmax, gatherRows, weightedRowSum } from "./activation";
 export { writeKV, pagedAttention } from "./attention";

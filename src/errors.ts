@@ -115,3 +115,17 @@ export class GrammarLimitError extends GrammarError {
     super(message);
   }
 }
+
+/**
+ * A request for something the loaded model cannot do: a generation on a model that only embeds
+ * (an encoder), an embedding or rerank on a model without pooling or a rerank head. `capability`
+ * names what was asked; the server answers a 400 with the message.
+ */
+export class ModelCapabilityError extends InputError {
+  constructor(
+    readonly capability: "generate" | "embed" | "rerank",
+    message: string,
+  ) {
+    super(message);
+  }
+}

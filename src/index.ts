@@ -19,6 +19,12 @@ export {
   type SpeculationResult,
   type StreamOptions,
 } from "./llm/llm.ts";
+// ---- embeddings and reranking (encoders; decoder embedders)
+//   const llm = await LLM.open({ model: "bge-small-Q8_0.gguf" }); // llm.capabilities says what it can do
+//   const { embeddings } = await llm.embed(["a text", [101, 7592, 102]], { dimensions: 128 });
+export type {
+  EmbedInput, EmbedOptions, EmbedResult, Embedding, ModelCapabilities, Pooling, RerankOptions, RerankResult, RerankScore,
+} from "./embed/embed-types.ts";
 export { MAX_LOGPROBS, MAX_STOPS, MAX_LOGIT_BIAS, MAX_PENALTY, type RequestInput } from "./llm/generate-request.ts";
 export { DEFAULT_ENGINE_OPTIONS, DEFAULT_CONTEXT, type EngineOptions } from "./engine/engine-options.ts";
 
@@ -98,4 +104,5 @@ export {
   EngineClosedError,
   WorkerPoolError,
   DeviceError,
+  ModelCapabilityError,
 } from "./errors.ts";

@@ -2,7 +2,7 @@
  * The library's front door: load a model with its tokenizer, then generate text for one or many
  * prompts through the continuous-batching engine. The CLI is a thin layer over this class.
  */
-import { InputError, ModelFormatError, RequestTooLongError } from "../errors.ts";
+import { DeviceError, InputError, ModelCapabilityError, ModelFormatError, RequestFieldError, RequestTooLongError } from "../errors.ts";
 import { quoteFileText } from "../util/file-text.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
@@ -36,6 +36,12 @@ import type { GenerateRequest } from "./generate-request.ts";
 import { DEFAULT_SPECULATIVE, type SpeculativeMethod } from "../engine/speculative.ts";
 import type { NgramRange } from "../engine/ngram-proposer.ts";
 import { withTokenLimit } from "../tokenizer/token-limit.ts";
+import { readGGUFCheckpoint } from "../model/gguf-checkpoint.ts";
+import { isEncoderFile, readEncoderCheckpoint, type EncoderCheckpoint } from "../model/encoder.ts";
+import type { Embedder, EmbedInput, EmbedOptions, EmbedResult, ModelCapabilities, Pooling, RerankOptions, RerankResult } from "../embed/embed-types.ts";
+import { EncoderEmbedder } from "../embed/encoder-embedder.ts";
+import { embedSequences, rerankSequences, type SequenceText } from "../embed/embed-request.ts";
+import { checkDimensions, checkNormalize, finishEmbedding } from "../embed/normalize.ts";
 
 export interface LoadOptions {
   /** Path of the model file (GGUF, or a llama2.c checkpoint). */
@@ -83,6 +89,8 @@ export interface LoadOptions {
   onWarning?: (line: string) => void;
   /** The disk tier's file operations (tests stand in a failing disk); default node:fs. */
   kvCacheFileOps?: BlockFileOps;
+  /** How embeddings pool token vectors (llama.cpp's --pooling); absent: as the model's file says. */
+  pooling?: Pooling;
 }
 
 /** LLM.open's options: the model, and which backend may run it. */
@@ -104,15 +112,31 @@ export interface StreamOptions {
   signal?: AbortSignal;
 }
 
+/** What generates: the decoder's checkpoint, its engine and the engine's front door (absent for a model that only embeds). */
+interface Generation {
+  checkpoint: Checkpoint;
+  engine: LLMEngine;
+  client: EngineClient;
+}
+
+/** What embeds and reranks: the model kind's Embedder, the texts' special tokens, the vocabulary's size. */
+interface Embedding {
+  embedder: Embedder;
+  text: SequenceText;
+  vocabSize: number;
+}
+
 export class LLM {
   private constructor(
-    readonly checkpoint: Checkpoint,
+    /** Null: an encoder, which only embeds (generate, stream, score throw ModelCapabilityError). */
+    private readonly generation: Generation | null,
     readonly tokenizer: Tokenizer,
     /** Whether prompts start with BOS. */
     readonly addBos: boolean,
-    private readonly engine: LLMEngine,
-    /** The front door: every request, score and statistic goes through it. */
-    readonly client: EngineClient,
+    /** Null: a model that does not embed (a decoder without pooling). */
+    private readonly embedding: Embedding | null,
+    /** What the model can be asked for. */
+    readonly capabilities: ModelCapabilities,
     /** Milliseconds spent loading weights and setting up. */
     readonly loadMs: number,
     /** How chats and "messages" requests become prompts. */
@@ -134,7 +158,10 @@ export class LLM {
    * ModelFormatError for bad files.
    */
   static load(opts: LoadOptions): LLM {
-    return LLM.build(openCheckpoint(opts.model), opts, performance.now(), null, null);
+    const t0 = performance.now();
+    const model = openModel(opts.model);
+    if (model.kind === "encoder") return LLM.buildEncoder(model.checkpoint, opts, t0, "device: wasm");
+    return LLM.build(model.checkpoint, opts, t0, null, null);
   }
 
   /**
@@ -143,7 +170,13 @@ export class LLM {
    */
   static async open(opts: OpenOptions): Promise<LLM> {
     const t0 = performance.now();
-    const checkpoint = openCheckpoint(opts.model);
+    const model = openModel(opts.model);
+    if (model.kind === "encoder") {
+      const arch = model.checkpoint.config.arch;
+      if (opts.device === "webgpu") throw new DeviceError(`webgpu: encoder models (${arch}) run on WebAssembly; run it with --device wasm`);
+      return LLM.buildEncoder(model.checkpoint, opts, t0, `device: wasm (${arch} encoders run on WebAssembly)`);
+    }
+    const checkpoint = model.checkpoint;
     const chosen = await chooseDevice(opts.device ?? "auto", checkpoint, opts.gpuOptions);
     let llm: LLM;
     try {
@@ -190,7 +223,82 @@ export class LLM {
     // A named format other than ChatML and the built-in ones is a Jinja file (chatFormat).
     const templateFile = format.kind === "jinja" && opts.chatTemplate !== undefined && opts.chatTemplate !== "chatml" ? [opts.chatTemplate] : [];
     const files = [...new Set([opts.model, tokenizerPath, ...templateFile])];
-    return new LLM(checkpoint, tokenizer, addBos, engine, client, performance.now() - t0, format, ownedGpu, device, tokenizerPath, note, files);
+    // Decoder embedders plug in here: an Embedder built from the engine when the model pools.
+    const embedding: Embedding | null = null;
+    const capabilities = capabilitiesOf(true, embedding, checkpoint.config.dim);
+    return new LLM(
+      { checkpoint, engine, client }, tokenizer, addBos, embedding, capabilities, performance.now() - t0, format, ownedGpu, device, tokenizerPath, note, files,
+    );
+  }
+
+  /** An encoder's LLM: its tokenizer and Embedder, no engine. */
+  private static buildEncoder(encoder: EncoderCheckpoint, opts: LoadOptions, t0: number, device: string): LLM {
+    const tokenizerPath = opts.tokenizer ?? opts.model;
+    const { tokenizer, addBos, addEos } = loadTokenizer(tokenizerPath, { modelVocabSize: encoder.config.vocabSize });
+    const threads = opts.engine?.threads ?? DEFAULT_ENGINE_OPTIONS.threads;
+    const embedder = EncoderEmbedder.load(encoder, { threads, pooling: opts.pooling });
+    const embedding: Embedding = { embedder, text: { tokenizer, addBos, addEos }, vocabSize: encoder.config.vocabSize };
+    const format = chatFormat("raw", null, opts.model, tokenizer, {}, "raw");
+    const files = [...new Set([opts.model, tokenizerPath])];
+    return new LLM(null, tokenizer, addBos, embedding, capabilitiesOf(false, embedding, encoder.config.dim), performance.now() - t0, format, null, device, tokenizerPath, null, files);
+  }
+
+  /** The decoder's checkpoint (ModelCapabilityError for a model that only embeds). */
+  get checkpoint(): Checkpoint {
+    return this.generating().checkpoint;
+  }
+
+  /** The front door of generation: every request, score and statistic goes through it (ModelCapabilityError for a model that only embeds). */
+  get client(): EngineClient {
+    return this.generating().client;
+  }
+
+  private get engine(): LLMEngine {
+    return this.generating().engine;
+  }
+
+  private generating(): Generation {
+    if (this.generation !== null) return this.generation;
+    const what = this.capabilities.rerank ? "reranks" : "embeds";
+    throw new ModelCapabilityError("generate", `${this.files[0]} is an encoder model: it only ${what}, it cannot generate text`);
+  }
+
+  /**
+   * Embeddings of `inputs` (texts, tokenized with the special tokens the model's file asks for,
+   * or arrays of token ids run as given), in input order: pooled, cut to `dimensions` and
+   * normalized (default Euclidean). A bad field is a RequestFieldError naming it (`input[3]`,
+   * `dimensions`, `normalize`); a model that cannot embed, a ModelCapabilityError.
+   */
+  async embed(inputs: readonly EmbedInput[], options: EmbedOptions = {}): Promise<EmbedResult> {
+    const { embedder, text, vocabSize } = this.embedding ?? this.cannot("embed");
+    if (embedder.pooling === "rank") throw new ModelCapabilityError("embed", `${this.files[0]} is a reranker (pooling rank): ask it to rerank, or load it with another pooling`);
+    const normalize = checkNormalize(options.normalize);
+    const dimensions = checkDimensions(options.dimensions, embedder.width);
+    const sequences = embedSequences(inputs, text, { vocabSize, maxTokens: embedder.maxTokens, truncate: options.truncate === true });
+    const vectors = await embedder.embed(sequences);
+    const embeddings = vectors.map((v, index) => ({ index, values: finishEmbedding(v, embedder.width, normalize, dimensions), tokenCount: sequences[index]!.length }));
+    return { embeddings, promptTokens: sequences.reduce((sum, s) => sum + s.length, 0) };
+  }
+
+  /**
+   * Scores of each document against the query by the model's rerank head, best first (ties by
+   * index), the best `topN` when given: `score` the head's raw logit (llama.cpp's), and
+   * `relevanceScore` its sigmoid (vLLM's, Jina's, Cohere's).
+   */
+  async rerank(query: string, documents: readonly string[], options: RerankOptions = {}): Promise<RerankResult> {
+    const { embedder, text, vocabSize } = this.embedding ?? this.cannot("rerank");
+    if (embedder.pooling !== "rank") throw new ModelCapabilityError("rerank", `${this.files[0]} has no rerank head in use (pooling ${embedder.pooling}): it embeds, it does not rerank`);
+    const topN = options.topN;
+    if (topN !== undefined && (!Number.isInteger(topN) || topN < 1)) throw new RequestFieldError("topN", `must be a positive integer, got ${topN}`);
+    const sequences = rerankSequences(query, documents, text, { vocabSize, maxTokens: embedder.maxTokens, truncate: false });
+    const scores = await embedder.embed(sequences);
+    const results = scores.map((s, index) => ({ index, score: s[0]!, relevanceScore: 1 / (1 + Math.exp(-s[0]!)) }));
+    results.sort((a, b) => b.score - a.score || a.index - b.index);
+    return { results: topN === undefined ? results : results.slice(0, topN), promptTokens: sequences.reduce((sum, s) => sum + s.length, 0) };
+  }
+
+  private cannot(capability: "embed" | "rerank"): never {
+    throw new ModelCapabilityError(capability, `${this.files[0]} does not ${capability}: a generation model without pooling (load it with a pooling to ${capability})`);
   }
 
   /** The model's shape at the context it runs at. */
@@ -223,6 +331,11 @@ export class LLM {
    */
   close(): void {
     if (this.closing !== null) return;
+    this.embedding?.embedder.close();
+    if (this.generation === null) {
+      this.closing = Promise.resolve();
+      return;
+    }
     const ended = this.client.close();
     const release = () => {
       this.engine.close();
@@ -273,6 +386,7 @@ export class LLM {
 
   /** Run requests to completion and return their results in request order (a request of n samples: n results, by index). */
   async generate(requests: readonly GenerateRequest[], opts: StreamOptions = {}): Promise<CompletionResult[]> {
+    this.generating(); // a model that only embeds refuses the call itself, not each request
     // Give id-less requests their id here, so that their results can be put in request order.
     const withIds = requests.map((r) => (r.id === undefined ? { ...r, id: this.newId() } : r));
     const rank = new Map(withIds.map((r, i) => [r.id!, i]));
@@ -287,6 +401,7 @@ export class LLM {
    * reported at once with finish_reason "error" and the reason; the others run.
    */
   async *stream(requests: readonly (GenerateRequest | PreparedRequest)[], opts: StreamOptions = {}): AsyncGenerator<GenerationEvent> {
+    this.generating();
     const prepared: PreparedRequest[] = [];
     for (const request of requests) {
       if (request instanceof PreparedRequest) {
@@ -325,12 +440,12 @@ export class LLM {
   }
 }
 
-/** Prompt ids of `text`, BOS first when the model expects it. */
 /** The tokenizer, refusing texts over `maxTokens` before tokenizing them (none: as it is). */
 function limited(tokenizer: Tokenizer, maxTokens: number | undefined): Tokenizer {
   return maxTokens === undefined ? tokenizer : withTokenLimit(tokenizer, maxTokens);
 }
 
+/** Prompt ids of `text`, BOS first when the model expects it. */
 function encodeText(tokenizer: Tokenizer, addBos: boolean, tokenizerFile: string, text: string): number[] {
   const ids = tokenizer.encode(text, { addBos });
   // A vocabulary that spells none of a text (a crafted 3-token one; byte-level BPE drops bytes it
@@ -351,3 +466,17 @@ export type { CompletionResult, SpeculationResult, TokenLogprobResult, TopLogpro
 export type { GenerateRequest } from "./generate-request.ts";
 export type { ScoreResult } from "./engine-client.ts";
 export { MAX_LOGPROBS } from "./generate-request.ts";
+
+/** The model at `path`: an encoder (GGUF bert, nomic-bert) or a decoder (any other GGUF, a llama2.c checkpoint); a GGUF header is read once. */
+function openModel(path: string): { kind: "encoder"; checkpoint: EncoderCheckpoint } | { kind: "decoder"; checkpoint: Checkpoint } {
+  if (!isGGUF(path)) return { kind: "decoder", checkpoint: openCheckpoint(path) };
+  const file = readGGUF(path);
+  if (isEncoderFile(file)) return { kind: "encoder", checkpoint: readEncoderCheckpoint(path, file) };
+  return { kind: "decoder", checkpoint: readGGUFCheckpoint(path, file) };
+}
+
+/** What a model can be asked for: generation when it has an engine; embed or rerank as its Embedder pools. */
+function capabilitiesOf(generate: boolean, embedding: Embedding | null, width: number): ModelCapabilities {
+  const pooling = embedding?.embedder.pooling ?? null;
+  return { generate, embed: pooling !== null && pooling !== "rank", rerank: pooling === "rank", pooling, embeddingWidth: embedding?.embedder.width ?? width };
+}

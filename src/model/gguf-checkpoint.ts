@@ -111,7 +111,7 @@ function requireTensor(file: GGUFFile, name: string): GGUFTensorInfo {
 }
 
 /** The tensor's description, after checking its type and that its shape is `shape` ([rows, cols], ggml order reversed). */
-function tensorInfo(file: GGUFFile, name: string, shape: number[]): TensorInfo {
+export function tensorInfo(file: GGUFFile, name: string, shape: number[]): TensorInfo {
   const t = requireTensor(file, name);
   if (!SUPPORTED_TENSOR_TYPES.has(t.typeName)) {
     throw new ModelFormatError(file.path, `tensor ${name} has type ${t.typeName}, which is not supported (supported: ${[...SUPPORTED_TENSOR_TYPES].join(", ")})`);
@@ -197,7 +197,7 @@ function checkFusedParts(file: GGUFFile, c: ModelConfig, tensors: ReadonlyMap<st
 }
 
 /** "Q4_K+Q6_K+F32": the matrix types by the bytes they take, largest first. */
-function typeSummary(tensors: ReadonlyMap<string, TensorInfo>): string {
+export function typeSummary(tensors: ReadonlyMap<string, TensorInfo>): string {
   const bytes = new Map<string, number>();
   for (const t of tensors.values()) {
     if (t.shape.length < 2) continue;

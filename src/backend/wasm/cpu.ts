@@ -316,6 +316,28 @@ export class CpuBackend {
     else this.kernels.rmsnorm(out, x, weight, T, n, eps);
   }
 
+  /** out[t] = LayerNorm(x[t]) * w + b for T rows of n (an encoder's norms: kernels.layerNorm); out may alias x. */
+  layerNorm(out: number, x: number, weight: number, bias: number, T: number, n: number, eps: number): void {
+    this.kernels.layerNorm(out, x, weight, bias, T, n, eps);
+  }
+
+  /**
+   * An encoder's attention: every token of each of `numSeqs` sequences (token offsets at
+   * seqStarts, i32 numSeqs + 1) attends to every token of its own, split by (sequence, head)
+   * items, each computed by one thread; `scores` holds `scoresStride` bytes per thread.
+   * `pairs` (the sum of the sequences' squared lengths) sizes the work.
+   */
+  encoderAttention(
+    out: number, q: number, k: number, v: number, seqStarts: number, numSeqs: number, nHeads: number, headDim: number,
+    scale: number, scores: number, scoresStride: number, pairs: number,
+  ): void {
+    const items = numSeqs * nHeads;
+    const stride = nHeads * headDim;
+    const args = [out, q, k, v, seqStarts, nHeads, nHeads, headDim, stride, stride, scale, scores, 0, items];
+    const call: ParallelCall = { kernel: "encoderAttention", args, total: items, granularity: 1, minChunk: 1, scratch: { arg: 11, stride: scoresStride } };
+    this.dispatch(call, items > 1 && pairs * nHeads * headDim >= MIN_PARALLEL_ATTENTION);
+  }
+
   /** gate[t][i] = silu(gate[t][i]) * up[t][i] for T rows of n. */
   swiglu(gate: number, up: number, T: number, n: number): void {
     // runq splits each row into vector blocks and a scalar tail, so it needs the row length.

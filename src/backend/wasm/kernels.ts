@@ -26,6 +26,17 @@ export interface Kernels {
   embedQ8(out: number, wq: number, ws: number, tokens: number, T: number, d: number, gs: number): void;
   // norm.ts
   rmsnorm(out: number, x: number, w: number, T: number, n: number, eps: number): void;
+  // encoder.ts
+  /** out[t] = ((x[t] - mean) / sqrt(variance + eps)) * w + b, T rows of n (ggml_norm's sums in f64); out may alias x. */
+  layerNorm(out: number, x: number, w: number, b: number, T: number, n: number, eps: number): void;
+  /** layerNorm's scalar reference (the same bits). */
+  layerNormRef(out: number, x: number, w: number, b: number, T: number, n: number, eps: number): void;
+  /** Attention in both directions within each sequence (seqStarts: i32 token offsets, numSeqs + 1), items (sequence, head) [itemStart, itemEnd). */
+  encoderAttention(
+    out: number, q: number, k: number, v: number, seqStarts: number,
+    nHeads: number, nKvHeads: number, headDim: number, qStride: number, kvStride: number, scale: number,
+    scores: number, itemStart: number, itemEnd: number,
+  ): void;
   // rope.ts
   ropeInterleaved(
     vec: number, positions: number, T: number, nHeads: number, headDim: number, ropeDim: number, rowStride: number, cosTab: number, sinTab: number,

@@ -9,6 +9,7 @@ export const PARALLEL_KERNELS = [
   "matmulF32", "matmulF32Multi", "matmulQ8", "pagedAttention", "streamSumF32", "matmulQ8Runq", "pagedAttentionRunq",
   "matmulF16", "matmulBF16", "matmulQ8_0", "matmulQ4_0", "matmulQ4_1", "matmulQ5_0", "matmulQ5_1", "matmulMXFP4",
   "matmulQ2_K", "matmulQ3_K", "matmulQ4_K", "matmulQ5_K", "matmulQ6_K", "matmulSegments",
+  "encoderAttention",
 ] as const satisfies readonly KernelName[];
 export type ParallelKernel = (typeof PARALLEL_KERNELS)[number];
 

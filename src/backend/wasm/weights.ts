@@ -289,16 +289,34 @@ export function loadPlacedWeights(
 export function loadPlacedTensor(ckpt: Checkpoint, name: string, target: WeightTarget, storage: WeightStorage): WeightMatrix {
   const info = ckpt.tensors.get(name);
   if (!info) throw new ModelFormatError(ckpt.file, `missing tensor ${name}`);
+  return loadTensorMatrix(ckpt.file, info, target, storage);
+}
+
+/** Load the matrix `info` describes, from `file`, into `target`, stored as `storage` says. */
+export function loadTensorMatrix(file: string, info: TensorInfo, target: WeightTarget, storage: WeightStorage): WeightMatrix {
   const m = allocMatrix(info, target.mem, storage);
-  const fd = openSync(ckpt.file, "r");
+  const fd = openSync(file, "r");
   const mark = target.mem.mark();
   try {
-    readTensor(ckpt.file, fd, target, info, { kind: "matrix", matrix: m }, storage, () => target.mem.alloc(STAGING_BYTES));
+    readTensor(file, fd, target, info, { kind: "matrix", matrix: m }, storage, () => target.mem.alloc(STAGING_BYTES));
   } finally {
     closeSync(fd);
     target.mem.release(mark);
   }
   return m;
+}
+
+/** Load the F32 tensor `info` describes, from `file`, into `mem` as plain rows of floats: its address. */
+export function loadF32Rows(file: string, info: TensorInfo, mem: LinearMemory): number {
+  if (info.encoding.kind !== "f32") throw new ModelFormatError(file, `tensor ${info.name} must be F32`);
+  const addr = mem.alloc(info.byteLength);
+  const fd = openSync(file, "r");
+  try {
+    readInto(file, fd, mem, addr, info.offset, info.byteLength);
+  } finally {
+    closeSync(fd);
+  }
+  return addr;
 }
 
 /** Read one tensor from the file to its place; `staging` gives the staging buffer (made on first use). */
