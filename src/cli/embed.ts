@@ -14,7 +14,7 @@ import { ProgressBar } from "./batch-progress.ts";
 import { InterruptedError, onInterrupt } from "./interrupt.ts";
 import { jsonlLines, promptFileRequests, promptRequest, promptsDirRequests, readPromptFile, type InputRequest } from "./inputs.ts";
 import { loadLLM } from "./load.ts";
-import { checkKnownOptions, engineArgs, modelArgs, numberOption, repeated, type ParsedValues } from "./options.ts";
+import { checkKnownOptions, engineArgs, modelArgs, numberOption, poolingArg, repeated, type ParsedValues } from "./options.ts";
 import { info } from "./output.ts";
 import { ResultsFile } from "./results-file.ts";
 
@@ -37,6 +37,7 @@ export const embedArgs = {
   },
   dimensions: { type: "string", description: "Keep the first N values of each embedding, then normalize (Matryoshka; at most the model's width)", valueHint: "n" },
   truncate: { type: "boolean", description: "Cut an input longer than the model's context to it instead of refusing it" },
+  ...poolingArg,
   ...engineArgs,
 } as const satisfies ArgsDef;
 
@@ -92,7 +93,7 @@ async function runEmbed(values: ParsedValues, rawArgs: readonly string[]): Promi
     stopListening();
     progress.end();
     output?.close();
-    await llm.flush();
+    if (llm.capabilities.generate) await llm.flush();
     llm.close();
   }
   const seconds = (performance.now() - t0) / 1000;

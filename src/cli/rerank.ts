@@ -9,7 +9,7 @@ import { defineCommand, type ArgsDef } from "citty";
 import { InputError, RequestFieldError } from "../errors.ts";
 import { readPromptFile } from "./inputs.ts";
 import { loadLLM } from "./load.ts";
-import { checkKnownOptions, engineArgs, modelArgs, numberOption, repeated, type ParsedValues } from "./options.ts";
+import { checkKnownOptions, engineArgs, modelArgs, numberOption, poolingArg, repeated, type ParsedValues } from "./options.ts";
 import { info } from "./output.ts";
 
 export const rerankArgs = {
@@ -18,6 +18,7 @@ export const rerankArgs = {
   document: { type: "string", description: "A document's text (repeatable)", valueHint: "text" },
   "document-file": { type: "string", description: "A document's file, - for stdin (repeatable)", valueHint: "path" },
   "top-n": { type: "string", description: "Print only the N best documents (default: all)", valueHint: "n" },
+  ...poolingArg,
   ...engineArgs,
 } as const satisfies ArgsDef;
 
@@ -55,7 +56,7 @@ async function runRerank(values: ParsedValues, rawArgs: readonly string[]): Prom
     }
     info(`scored ${documents.length} documents, ${result.promptTokens} tokens in ${((performance.now() - t0) / 1000).toFixed(2)} s`);
   } finally {
-    await llm.flush();
+    if (llm.capabilities.generate) await llm.flush();
     llm.close();
   }
 }

@@ -130,5 +130,6 @@ function requestField(name: string, field: string, single: boolean): string {
     return single && index === "0" ? field + rest : `${field}[${index}]${rest}`;
   }
   if (name === "topN") return "top_n";
+  if (name === "normalize") return "embd_normalize";
   return name;
 }

@@ -24,7 +24,7 @@ import { anthropicCountTokens, anthropicErrorResponse, anthropicMessages } from 
 import { chatCompletions } from "./chat-completions.ts";
 import { responses, storedResponse } from "./responses.ts";
 import { completions } from "./completions.ts";
-import { detokenize, tokenize } from "./tokenize.ts";
+import { detokenize, embeddingTokenize, tokenize } from "./tokenize.ts";
 import { embeddings, llamaEmbedding, type EmbeddingContext } from "./embeddings.ts";
 import { rerank } from "./rerank.ts";
 import type { ServerRequestDefaults } from "./generation-fields.ts";
@@ -185,7 +185,7 @@ export class PagellmServer {
     if (llm === null) return true;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timedOut = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
-    const idle = Promise.all([llm.client.whenIdle(), this.embeddingsIdle()]);
+    const idle = Promise.all([llm.capabilities.generate ? llm.client.whenIdle() : null, this.embeddingsIdle()]);
     const finished = await Promise.race([idle.then(() => true as const), timedOut]);
     clearTimeout(timer);
     return finished;
@@ -197,8 +197,9 @@ export class PagellmServer {
    */
   async close(): Promise<void> {
     this.state = "draining";
-    this.llm?.client.abortAll();
-    await this.llm?.client.whenIdle();
+    const generating = this.llm?.capabilities.generate === true ? this.llm.client : null;
+    generating?.abortAll();
+    await generating?.whenIdle();
     await this.embeddingsIdle();
     let timer: ReturnType<typeof setTimeout> | undefined;
     const stopped = Promise.all(this.listeners.map((l) => l.stop(false)));
@@ -310,16 +311,18 @@ export class PagellmServer {
     if (path === "/metrics") {
       if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
       if (this.llm === null) throw unavailable("loading");
+      if (!this.llm.capabilities.generate) throw new ApiError(404, "/metrics: the model only embeds, it runs no engine whose counters could be scraped", "not_found_error", null, "no_engine");
       return new Response(this.metrics.render(this.llm.stats()), { headers: { "Content-Type": "text/plain; version=0.0.4; charset=utf-8" } });
     }
     if (!path.startsWith("/v1/") && !OUTSIDE_V1_PATHS.has(path)) throw new ApiError(404, `no route ${req.method} ${path}`, "not_found_error", null, "not_found");
     this.auth?.check(req);
     if (this.state !== "ready") throw unavailable(this.state);
     const llm = this.llm!;
-    const ctx: GenerationContext = {
+    // Built when a generation route asks: a model that only embeds has no engine client.
+    const generation = (): GenerationContext => ({
       client: llm.client, metrics: this.metrics, maxQueue: this.opts.maxQueue, maxPrompts: this.opts.maxPrompts ?? SERVER_DEFAULTS.maxPrompts,
       model: this.opts.modelName, defaults: this.opts.requestDefaults ?? {}, signal: req.signal, onDone,
-    };
+    });
     if (path.startsWith(RESPONSE_PATH) && path.length > RESPONSE_PATH.length) storedResponse(path.slice(RESPONSE_PATH.length));
     if (path.startsWith(MODEL_PATH) && path.length > MODEL_PATH.length) {
       if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
@@ -343,25 +346,26 @@ export class PagellmServer {
         return Response.json(modelList(this.opts.modelName, this.created, llm.capabilities));
       case "/v1/chat/completions":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
-        return chatCompletions(llm.tokenizer, ctx, await this.readFields(req));
+        return chatCompletions(llm.tokenizer, generation(), await this.readFields(req));
       case "/v1/completions":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
-        return completions(llm.tokenizer, ctx, await this.readFields(req));
+        return completions(llm.tokenizer, generation(), await this.readFields(req));
       case "/tokenize":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
+        if (!llm.capabilities.generate) return embeddingTokenize(llm, this.opts.modelName, await this.readFields(req));
         return tokenize(llm.client, this.opts.modelName, await this.readFields(req));
       case "/detokenize":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
         return detokenize(llm.client, this.opts.modelName, await this.readFields(req));
       case "/v1/messages":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
-        return anthropicMessages(llm.tokenizer, ctx, await this.readFields(req));
+        return anthropicMessages(llm.tokenizer, generation(), await this.readFields(req));
       case "/v1/messages/count_tokens":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
-        return anthropicCountTokens(ctx, await this.readFields(req));
+        return anthropicCountTokens(generation(), await this.readFields(req));
       case "/v1/responses":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
-        return responses(ctx, await this.readFields(req));
+        return responses(generation(), await this.readFields(req));
       default:
         throw new ApiError(404, `no route ${req.method} ${path}`, "not_found_error", null, "not_found");
     }
@@ -386,7 +390,7 @@ export class PagellmServer {
 
   /** Why the engine loop counts as stalled (work pending, no progress for --stall-timeout), or null. */
   private stallReason(): string | null {
-    const stats = this.llm?.stats();
+    const stats = this.llm?.capabilities.generate === true ? this.llm.stats() : undefined;
     if (stats === undefined || stats.stalledMs < this.stallTimeoutMs) return null;
     return `the engine loop has made no progress for ${(stats.stalledMs / 1000).toFixed(1)} s with ${stats.numRequests} requests pending (--stall-timeout ${this.stallTimeoutMs / 1000})`;
   }
