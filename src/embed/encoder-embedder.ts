@@ -2,8 +2,9 @@
  * The Embedder of an encoder model (bert, nomic-bert): sequences packed in order into steps of at
  * most the model's step budget, each step one forward pass, each sequence pooled from its own
  * rows. A sequence is never split across steps: every token attends to every other, so all of a
- * sequence's keys must be in the step that computes it; the step budget is at least the context,
- * so every sequence the request checks let through (at most the context) fits one step.
+ * sequence's keys must be in the step that computes it. A sequence over the step budget runs in a
+ * step of its own (the model's buffers hold the context), so every sequence the request checks
+ * let through (at most the context) runs.
  */
 import { ModelCapabilityError } from "../errors.ts";
 import { EncoderModel } from "../backend/wasm/encoder.ts";
@@ -21,6 +22,8 @@ export class EncoderEmbedder implements Embedder {
   private constructor(
     private readonly model: EncoderModel,
     readonly pooling: Pooling,
+    /** Tokens packed into one step (a longer sequence runs in a step of its own). */
+    private readonly stepTokens: number,
   ) {
     this.width = model.config.dim;
     this.maxTokens = model.config.contextLength;
@@ -32,7 +35,8 @@ export class EncoderEmbedder implements Embedder {
     if (pooling === "rank" && ckpt.config.classifier === null) {
       throw new ModelCapabilityError("rerank", `${ckpt.file}: pooling rank needs a classifier head (cls.weight, cls.output.weight), which the model lacks`);
     }
-    return new EncoderEmbedder(EncoderModel.load(ckpt, opts.threads, opts.stepTokens ?? DEFAULT_ENCODER_STEP_TOKENS), pooling);
+    const stepTokens = Math.max(1, opts.stepTokens ?? DEFAULT_ENCODER_STEP_TOKENS);
+    return new EncoderEmbedder(EncoderModel.load(ckpt, opts.threads, stepTokens), pooling, stepTokens);
   }
 
   /** The classifier's labels (a reranker's), or null. */
@@ -42,7 +46,7 @@ export class EncoderEmbedder implements Embedder {
 
   async embed(sequences: readonly (readonly number[])[]): Promise<Float32Array[]> {
     const out: Float32Array[] = [];
-    for (const step of packSteps(sequences, this.model.maxTokens)) {
+    for (const step of packSteps(sequences, this.stepTokens)) {
       const hidden = this.model.forward(step);
       let start = 0;
       const firstRows: Float32Array[] = [];
