@@ -6,13 +6,16 @@
  * LLM.embed's bit for bit, in input order. Every bad input is a 400 naming the field; a model
  * asked for what it cannot do is a 400 saying what it does.
  */
-import { describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { embedMany } from "ai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { OpenAIEmbeddings } from "@langchain/openai";
 import type { EmbedInput, EmbedOptions } from "../src/embed/embed-types.ts";
+import { LLM } from "../src/llm/llm.ts";
 import { float32Base64 } from "../src/server/embeddings.ts";
-import { serveForSuite, type TestServer } from "./helpers/serve.ts";
+import { PagellmServer } from "../src/server/server.ts";
+import { openaiClient, serveForSuite, type TestServer } from "./helpers/serve.ts";
+import { testThreads } from "./helpers/threads.ts";
 import { describeShared } from "./helpers/shared.ts";
 
 const BERT = "models/gguf/rnd-bert-Q8_0.gguf";
@@ -175,6 +178,29 @@ describeShared("serve: /v1/embeddings on a BERT encoder", [BERT], ([model]) => {
     expect(res.tokens.slice(1, -1)).toEqual(plain.tokens);
     // The ids shown embed as the text does.
     expect(bits((await reference(s, [res.tokens]))[0]!)).toEqual(bits(Array.from(expected.embeddings[0]!.values)));
+  }, LIMIT_MS);
+});
+
+describeShared("serve: a BERT encoder under pooling none", [BERT], ([model]) => {
+  let s: TestServer;
+  beforeAll(() => {
+    const llm = LLM.load({ model: model!, pooling: "none", engine: { threads: testThreads() } });
+    const server = new PagellmServer({ host: "127.0.0.1", port: 0, apiKey: null, maxBodyBytes: 1 << 20, maxQueue: 16, logRequests: false, modelName: NAME, log: () => {} });
+    server.ready(llm);
+    s = { llm, server, url: server.url, client: openaiClient(server.url, "none"), close: async () => { await server.close(); llm.close(); } };
+  }, LIMIT_MS);
+  afterAll(async () => await s?.close());
+
+  test("/embedding gives every token's vector, not normalized; /v1/embeddings is a 400 saying why and where to go", async () => {
+    const expected = (await s.llm.embed([TEXTS[0]!, TEXTS[5]!], { normalize: -1 })).embeddings;
+    const width = s.llm.capabilities.embeddingWidth;
+    const res = (await (await post(s, "/embedding", { content: [TEXTS[0], TEXTS[5]] })).json()) as { index: number; embedding: number[][] }[];
+    expect(res.map((r) => r.embedding.length)).toEqual(expected.map((e) => e.tokenCount));
+    expect(res.map((r) => bits(r.embedding.flat()))).toEqual(expected.map((e) => bits(e.values)));
+    expect(res.every((r) => r.embedding.every((row) => row.length === width))).toBe(true);
+    const why = await refused(s, "/v1/embeddings", { input: "a" }, "model");
+    expect(why).toContain("pooling 'none'");
+    expect(why).toContain("/embedding");
   }, LIMIT_MS);
 });
 
