@@ -90,8 +90,38 @@ export function promptsDirRequests(dir: string, defaults: RequestDefaults): Inpu
  * rejected request naming the field.
  */
 export function jsonlRequests(path: string, defaults: RequestDefaults): InputRequest[] {
-  const text = readPromptFile(path, "requests file");
   const out: InputRequest[] = [];
+  for (const { fields, id, where, line } of jsonlLines(path)) {
+    try {
+      const seedProblem = seedDigitsProblem(fields.seed, () => topLevelNumberText(line, "seed"));
+      if (seedProblem !== null) throw new RequestFieldError("seed", seedProblem);
+      const { request, constraintField } = jsonRequest(fields, id, defaults, dirname(resolve(path)), where);
+      // The checks that need no model now (token ids are checked once it is loaded).
+      checkRequest(request, { vocabSize: Number.MAX_SAFE_INTEGER, maxSamples: Number.MAX_SAFE_INTEGER });
+      out.push({ request, where, line: fields, ...(constraintField === null ? {} : { constraintLabel: `${where}: "${constraintField}"` }) });
+    } catch (e) {
+      if (!(e instanceof InputError)) throw e;
+      out.push({ rejected: { id, error: e instanceof RequestFieldError ? requestErrorText(e, where, fields) : e.message } });
+    }
+  }
+  return out;
+}
+
+/** One line of a JSONL requests file: its fields, its id (`line-N` when it gives none), where it is (`path:N`) and its text. */
+export interface JsonlLine {
+  fields: Record<string, unknown>;
+  id: string;
+  where: string;
+  line: string;
+}
+
+/**
+ * The JSON objects of a requests file, blank lines skipped: a line that is not a JSON object, a
+ * repeated id, or a file without a request is an InputError naming the file (and line).
+ */
+export function jsonlLines(path: string): JsonlLine[] {
+  const text = readPromptFile(path, "requests file");
+  const out: JsonlLine[] = [];
   const ids = new Set<string>();
   text.split("\n").forEach((line, i) => {
     if (line.trim() === "") return;
@@ -107,17 +137,7 @@ export function jsonlRequests(path: string, defaults: RequestDefaults): InputReq
     const id = fields.id === undefined ? `line-${i + 1}` : String(fields.id);
     if (ids.has(id)) throw new InputError(`${where}: duplicate request id "${id}"`);
     ids.add(id);
-    try {
-      const seedProblem = seedDigitsProblem(fields.seed, () => topLevelNumberText(line, "seed"));
-      if (seedProblem !== null) throw new RequestFieldError("seed", seedProblem);
-      const { request, constraintField } = jsonRequest(fields, id, defaults, dirname(resolve(path)), where);
-      // The checks that need no model now (token ids are checked once it is loaded).
-      checkRequest(request, { vocabSize: Number.MAX_SAFE_INTEGER, maxSamples: Number.MAX_SAFE_INTEGER });
-      out.push({ request, where, line: fields, ...(constraintField === null ? {} : { constraintLabel: `${where}: "${constraintField}"` }) });
-    } catch (e) {
-      if (!(e instanceof InputError)) throw e;
-      out.push({ rejected: { id, error: e instanceof RequestFieldError ? requestErrorText(e, where, fields) : e.message } });
-    }
+    out.push({ fields, id, where, line });
   });
   if (out.length === 0) throw new InputError(`${path}: no requests in the file`);
   return out;

@@ -10,7 +10,7 @@ import { reservedVariable } from "../chat/jinja-template.ts";
 import { LLM } from "../llm/llm.ts";
 import { hubOptionsFromEnv, resolveModel } from "../hub/resolve.ts";
 import { modelFileKind } from "../model/load.ts";
-import { deviceOption, engineOptions, gpuBackendOptions, kvCacheOptions, type ParsedValues } from "./options.ts";
+import { deviceOption, engineOptions, gpuBackendOptions, kvCacheOptions, poolingOption, type ParsedValues } from "./options.ts";
 import { info, progressWanted } from "./output.ts";
 import { loadProgressBar } from "./batch-progress.ts";
 
@@ -31,10 +31,13 @@ export async function loadLLM(values: ParsedValues, templateOption = "--template
   const onLoadProgress = loadProgressBar(basename(model), statSync(model).size);
   const chatTemplateKwargs = templateKwargs(values["chat-template-kwargs"]);
   const engine = engineOptions(values);
+  const pooling = poolingOption(values);
   const llm = await LLM.open({
     model, tokenizer: tokenizerPath(model, values.tokenizer), engine, onLoadProgress, chatTemplate, chatTemplateKwargs, device, gpuOptions, untemplatedChatFormat: untemplated,
-    ...kvCacheOptions(values), onWarning: warn,
+    ...kvCacheOptions(values), onWarning: warn, ...(pooling === undefined ? {} : { pooling }),
   });
+  // A model that only embeds runs no engine: no KV cache, no context option of its own.
+  if (!llm.capabilities.generate) return llm;
   if (llm.info.kvTypeNote !== null) info(`note: ${llm.info.kvTypeNote}`);
   const own = llm.checkpoint.config.seqLen;
   if (engine.ctxSize !== null && engine.ctxSize > own) info(`note: --ctx-size ${engine.ctxSize} is more than ${basename(model)}'s own context of ${own} tokens; running at ${own}`);

@@ -9,6 +9,8 @@ import { configureOutput, GLOBAL_FLAGS, output } from "./output.ts";
 import { chatCommand } from "./chat.ts";
 import { benchCommand } from "./bench.ts";
 import { generateCommand } from "./generate.ts";
+import { embedCommand } from "./embed.ts";
+import { rerankCommand } from "./rerank.ts";
 import { infoCommand } from "./info.ts";
 import { modelsCommand } from "./models-command.ts";
 import { pullCommand } from "./pull.ts";
@@ -27,6 +29,8 @@ export const mainCommand = defineCommand({
   },
   subCommands: {
     generate: generateCommand,
+    embed: embedCommand,
+    rerank: rerankCommand,
     bench: benchCommand,
     chat: chatCommand,
     serve: serveCommand,

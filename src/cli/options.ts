@@ -15,6 +15,7 @@ import { KV_TYPES, type KVType } from "../kv/kv-layout.ts";
 import { MAX_BLOCK_SIZE } from "../kv/kv-layout.ts";
 import type { DeviceChoice } from "../backend/webgpu/device.ts";
 import type { BackendOptions } from "../backend/webgpu/backend.ts";
+import type { Pooling } from "../embed/embed-types.ts";
 import { GLOBAL_FLAGS } from "./output.ts";
 import {
   checkSpeculative, DEFAULT_SPECULATIVE, MAX_SPEC_TOKENS, parseNgramRange, SPECULATIVE_METHODS, type SpeculativeOptions,
@@ -87,6 +88,22 @@ export const deviceArg = {
 /** --device, checked: auto when absent. */
 export function deviceOption(values: ParsedValues): DeviceChoice {
   return choice(values, "device", ["auto", "wasm", "webgpu"] as const, "auto");
+}
+
+/** How a model's token vectors become embeddings (embed, rerank, serve). */
+export const poolingArg = {
+  pooling: {
+    type: "string",
+    description: "Pooling of embeddings, over the model file's own: none (one vector per token) | mean | cls | last | rank (a reranker's score); a text generation model embeds only with one",
+    valueHint: "type",
+  },
+} as const satisfies ArgsDef;
+
+const POOLINGS = ["none", "mean", "cls", "last", "rank"] as const satisfies readonly Pooling[];
+
+/** --pooling, checked: undefined (the file's own) when absent. */
+export function poolingOption(values: ParsedValues): Pooling | undefined {
+  return values.pooling === undefined ? undefined : choice(values, "pooling", POOLINGS, "mean");
 }
 
 /** --gpu-f16, checked: the WebGPU backend's options (auto leaves the choice to the adapter). */

@@ -6,7 +6,6 @@
  */
 import { closeSync, existsSync, ftruncateSync, openSync, readFileSync, writeSync } from "node:fs";
 import { InputError } from "../errors.ts";
-import type { CompletionResult } from "../llm/llm.ts";
 
 export class ResultsFile {
   private constructor(
@@ -44,7 +43,8 @@ export class ResultsFile {
     return new ResultsFile(path, fd, done);
   }
 
-  write(result: CompletionResult): void {
+  /** One result (a completion, an embedding, a refusal: anything with its request's id) as one line. */
+  write(result: { readonly id: string }): void {
     writeSync(this.fd, JSON.stringify(result) + "\n");
   }
 

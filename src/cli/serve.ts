@@ -14,7 +14,7 @@ import { PagellmServer, SERVER_DEFAULTS } from "../server/server.ts";
 import { loadLLM, noteChatFormat } from "./load.ts";
 import { kvCacheSummary } from "../engine/engine-builder.ts";
 import type { ServerRequestDefaults } from "../server/generation-fields.ts";
-import { checkKnownOptions, checkOptions, engineArgs, modelArgs, numberOption, repeated, seedOption, speculativeArgs, type ParsedValues } from "./options.ts";
+import { checkKnownOptions, checkOptions, engineArgs, modelArgs, poolingArg, numberOption, repeated, seedOption, speculativeArgs, type ParsedValues } from "./options.ts";
 import { info } from "./output.ts";
 import { stepTraceAsked, traceSteps } from "./step-trace.ts";
 
@@ -53,12 +53,13 @@ export const serveArgs = {
   "shutdown-timeout": { type: "string", description: "Seconds running requests get to finish after SIGTERM/SIGINT (default 30)", valueHint: "s" },
   "log-requests": { type: "boolean", description: "Print a line per request on stderr" },
   ...requestDefaultArgs(),
+  ...poolingArg,
   ...engineArgs,
   ...speculativeArgs,
 } as const satisfies ArgsDef;
 
 export const serveCommand = defineCommand({
-  meta: { name: "serve", description: "Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics)" },
+  meta: { name: "serve", description: "Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/rerank, /v1/models, /health, /metrics)" },
   args: serveArgs,
   async run({ args, rawArgs }) {
     checkKnownOptions(rawArgs, serveArgs);
@@ -100,14 +101,20 @@ async function runServe(values: ParsedValues, rawArgs: readonly string[]): Promi
     const llm = await loadLLM({ ...values, template: values["chat-template"] }, "--chat-template");
     noteChatFormat(llm, "--chat-template");
     server.ready(llm);
-    if (stepTraceAsked()) traceSteps(llm.client, (line) => process.stderr.write(`pagellm serve: ${line}\n`));
-    const i = llm.info;
-    process.stdout.write(`pagellm serve: ${server.urls.join(", ")} serving ${name} (${i.description}, ${i.maxPositions}-token context, ${kvCacheSummary(i.kvLayout, i.numBlocks)})\n`);
+    const caps = llm.capabilities;
+    if (caps.generate) {
+      if (stepTraceAsked()) traceSteps(llm.client, (line) => process.stderr.write(`pagellm serve: ${line}\n`));
+      const i = llm.info;
+      process.stdout.write(`pagellm serve: ${server.urls.join(", ")} serving ${name} (${i.description}, ${i.maxPositions}-token context, ${kvCacheSummary(i.kvLayout, i.numBlocks)})\n`);
+    } else {
+      const what = caps.rerank ? "a reranker" : `an embedding model, pooling ${caps.pooling}`;
+      process.stdout.write(`pagellm serve: ${server.urls.join(", ")} serving ${name} (${what}, ${caps.embeddingWidth} wide)\n`);
+    }
     await shutdown.requested;
     const finished = await server.drain(shutdownSeconds * 1000);
     if (!finished) info(`pagellm serve: --shutdown-timeout ${shutdownSeconds} s passed; aborting the requests still running`);
     await server.close();
-    await llm.flush();
+    if (caps.generate) await llm.flush();
     llm.close();
   } catch (e) {
     await server.close();

@@ -297,6 +297,16 @@ export class LLM {
     return { results: topN === undefined ? results : results.slice(0, topN), promptTokens: sequences.reduce((sum, s) => sum + s.length, 0) };
   }
 
+  /**
+   * The tokens LLM.embed runs for `text`: its special tokens as the model's file asks ([CLS] and
+   * [SEP], or the EOS a decoder embedder appends); control tokens written in the text matched when
+   * `parseSpecial` (as /tokenize shows a text).
+   */
+  embedTokenIds(text: string, parseSpecial = false): number[] {
+    const { text: sequence } = this.embedding ?? this.cannot("embed");
+    return sequence.tokenizer.encode(text, { addBos: sequence.addBos, addEos: sequence.addEos, parseSpecial });
+  }
+
   private cannot(capability: "embed" | "rerank"): never {
     throw new ModelCapabilityError(capability, `${this.files[0]} does not ${capability}: a generation model without pooling (load it with a pooling to ${capability})`);
   }

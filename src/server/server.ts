@@ -13,6 +13,7 @@
  */
 import type { Server } from "bun";
 import type { LLM } from "../llm/llm.ts";
+import type { ModelCapabilities } from "../embed/embed-types.ts";
 import { InputError } from "../errors.ts";
 import { ApiError, asApiError, errorResponse, withoutPaths } from "./api-error.ts";
 import { ApiKeyCheck } from "./auth.ts";
@@ -23,7 +24,9 @@ import { anthropicCountTokens, anthropicErrorResponse, anthropicMessages } from 
 import { chatCompletions } from "./chat-completions.ts";
 import { responses, storedResponse } from "./responses.ts";
 import { completions } from "./completions.ts";
-import { detokenize, tokenize } from "./tokenize.ts";
+import { detokenize, embeddingTokenize, tokenize } from "./tokenize.ts";
+import { embeddings, llamaEmbedding, type EmbeddingContext } from "./embeddings.ts";
+import { rerank } from "./rerank.ts";
 import type { ServerRequestDefaults } from "./generation-fields.ts";
 import type { GenerationContext, Usage } from "./generation-run.ts";
 import { ServeMetrics } from "./metrics.ts";
@@ -80,8 +83,10 @@ type State = "loading" | "ready" | "draining";
 
 /** `GET /v1/models/{id}`: the id is the rest of the path. */
 const MODEL_PATH = "/v1/models/";
-/** llama-server's and vLLM's token routes, outside /v1 as theirs are (they need the key as /v1 does). */
-const TOKEN_PATHS: ReadonlySet<string> = new Set(["/tokenize", "/detokenize"]);
+/** llama-server's and vLLM's routes outside /v1, where theirs are (they need the key as /v1 does). */
+const OUTSIDE_V1_PATHS: ReadonlySet<string> = new Set(["/tokenize", "/detokenize", "/embedding", "/rerank"]);
+/** The routes that generate text: an embedding model or a reranker is refused on them. */
+const GENERATION_PATHS: ReadonlySet<string> = new Set(["/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses"]);
 /** `/v1/responses/{id}`: a stored response, which this server never has. */
 const RESPONSE_PATH = "/v1/responses/";
 
@@ -101,6 +106,8 @@ export class PagellmServer {
   private readonly maxConnections: number;
   private readonly stallTimeoutMs: number;
   private readonly cors: CorsPolicy | null;
+  /** Embedding and rerank calls running (drain and close wait for them: they run outside the engine's queue). */
+  private readonly embeddingsRunning = new Set<Promise<Response>>();
   /** Requests in progress (health checks and metrics scrapes, answered at once, are not counted). */
   private active = 0;
   /** One per address, in the order given. */
@@ -178,7 +185,8 @@ export class PagellmServer {
     if (llm === null) return true;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timedOut = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
-    const finished = await Promise.race([llm.client.whenIdle().then(() => true as const), timedOut]);
+    const idle = Promise.all([llm.capabilities.generate ? llm.client.whenIdle() : null, this.embeddingsIdle()]);
+    const finished = await Promise.race([idle.then(() => true as const), timedOut]);
     clearTimeout(timer);
     return finished;
   }
@@ -189,13 +197,31 @@ export class PagellmServer {
    */
   async close(): Promise<void> {
     this.state = "draining";
-    this.llm?.client.abortAll();
-    await this.llm?.client.whenIdle();
+    const generating = this.llm?.capabilities.generate === true ? this.llm.client : null;
+    generating?.abortAll();
+    await generating?.whenIdle();
+    await this.embeddingsIdle();
     let timer: ReturnType<typeof setTimeout> | undefined;
     const stopped = Promise.all(this.listeners.map((l) => l.stop(false)));
     await Promise.race([stopped, new Promise((resolve) => (timer = setTimeout(resolve, FLUSH_GRACE_MS)))]);
     clearTimeout(timer);
     await Promise.all(this.listeners.map((l) => l.stop(true)));
+  }
+
+  /** Resolves when no embedding or rerank call runs (their failures are their own requests'). */
+  private async embeddingsIdle(): Promise<void> {
+    while (this.embeddingsRunning.size > 0) await Promise.allSettled([...this.embeddingsRunning]);
+  }
+
+  /** An embedding or rerank response, counted as running until it is made. */
+  private async embeddingCall(run: () => Promise<Response>): Promise<Response> {
+    const call = run();
+    this.embeddingsRunning.add(call);
+    try {
+      return await call;
+    } finally {
+      this.embeddingsRunning.delete(call);
+    }
   }
 
   /** Requests in progress now (--max-connections counts them). */
@@ -285,46 +311,61 @@ export class PagellmServer {
     if (path === "/metrics") {
       if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
       if (this.llm === null) throw unavailable("loading");
+      if (!this.llm.capabilities.generate) throw new ApiError(404, "/metrics: the model only embeds, it runs no engine whose counters could be scraped", "not_found_error", null, "no_engine");
       return new Response(this.metrics.render(this.llm.stats()), { headers: { "Content-Type": "text/plain; version=0.0.4; charset=utf-8" } });
     }
-    if (!path.startsWith("/v1/") && !TOKEN_PATHS.has(path)) throw new ApiError(404, `no route ${req.method} ${path}`, "not_found_error", null, "not_found");
+    if (!path.startsWith("/v1/") && !OUTSIDE_V1_PATHS.has(path)) throw new ApiError(404, `no route ${req.method} ${path}`, "not_found_error", null, "not_found");
     this.auth?.check(req);
     if (this.state !== "ready") throw unavailable(this.state);
     const llm = this.llm!;
-    const ctx: GenerationContext = {
+    // Built when a generation route asks: a model that only embeds has no engine client.
+    const generation = (): GenerationContext => ({
       client: llm.client, metrics: this.metrics, maxQueue: this.opts.maxQueue, maxPrompts: this.opts.maxPrompts ?? SERVER_DEFAULTS.maxPrompts,
       model: this.opts.modelName, defaults: this.opts.requestDefaults ?? {}, signal: req.signal, onDone,
-    };
+    });
     if (path.startsWith(RESPONSE_PATH) && path.length > RESPONSE_PATH.length) storedResponse(path.slice(RESPONSE_PATH.length));
     if (path.startsWith(MODEL_PATH) && path.length > MODEL_PATH.length) {
       if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
-      return Response.json(retrieveModel(path.slice(MODEL_PATH.length), this.opts.modelName, this.created));
+      return Response.json(retrieveModel(path.slice(MODEL_PATH.length), this.opts.modelName, this.created, llm.capabilities));
     }
+    if (GENERATION_PATHS.has(path) && !llm.capabilities.generate) throw cannotGenerate(this.opts.modelName, path, llm.capabilities);
+    const embedding: EmbeddingContext = { model: llm, name: this.opts.modelName, onDone };
     switch (path) {
+      case "/v1/embeddings":
+        if (req.method !== "POST") throw methodNotAllowed(req, "POST");
+        return this.embeddingCall(async () => embeddings(embedding, await this.readFields(req)));
+      case "/embedding":
+        if (req.method !== "POST") throw methodNotAllowed(req, "POST");
+        return this.embeddingCall(async () => llamaEmbedding(embedding, await this.readFields(req)));
+      case "/v1/rerank":
+      case "/rerank":
+        if (req.method !== "POST") throw methodNotAllowed(req, "POST");
+        return this.embeddingCall(async () => rerank(embedding, await this.readFields(req)));
       case "/v1/models":
         if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
-        return Response.json(modelList(this.opts.modelName, this.created));
+        return Response.json(modelList(this.opts.modelName, this.created, llm.capabilities));
       case "/v1/chat/completions":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
-        return chatCompletions(llm.tokenizer, ctx, await this.readFields(req));
+        return chatCompletions(llm.tokenizer, generation(), await this.readFields(req));
       case "/v1/completions":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
-        return completions(llm.tokenizer, ctx, await this.readFields(req));
+        return completions(llm.tokenizer, generation(), await this.readFields(req));
       case "/tokenize":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
+        if (!llm.capabilities.generate) return embeddingTokenize(llm, this.opts.modelName, await this.readFields(req));
         return tokenize(llm.client, this.opts.modelName, await this.readFields(req));
       case "/detokenize":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
         return detokenize(llm.client, this.opts.modelName, await this.readFields(req));
       case "/v1/messages":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
-        return anthropicMessages(llm.tokenizer, ctx, await this.readFields(req));
+        return anthropicMessages(llm.tokenizer, generation(), await this.readFields(req));
       case "/v1/messages/count_tokens":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
-        return anthropicCountTokens(ctx, await this.readFields(req));
+        return anthropicCountTokens(generation(), await this.readFields(req));
       case "/v1/responses":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
-        return responses(ctx, await this.readFields(req));
+        return responses(generation(), await this.readFields(req));
       default:
         throw new ApiError(404, `no route ${req.method} ${path}`, "not_found_error", null, "not_found");
     }
@@ -349,7 +390,7 @@ export class PagellmServer {
 
   /** Why the engine loop counts as stalled (work pending, no progress for --stall-timeout), or null. */
   private stallReason(): string | null {
-    const stats = this.llm?.stats();
+    const stats = this.llm?.capabilities.generate === true ? this.llm.stats() : undefined;
     if (stats === undefined || stats.stalledMs < this.stallTimeoutMs) return null;
     return `the engine loop has made no progress for ${(stats.stalledMs / 1000).toFixed(1)} s with ${stats.numRequests} requests pending (--stall-timeout ${this.stallTimeoutMs / 1000})`;
   }
@@ -421,6 +462,12 @@ function untilEnd(body: ReadableStream<Uint8Array>, onEnd: () => void): Readable
 
 function methodNotAllowed(req: Request, allowed: string): ApiError {
   return new ApiError(405, `${req.method} is not allowed here; use ${allowed}`, "invalid_request_error", null, "method_not_allowed", { Allow: allowed });
+}
+
+/** A generation route asked of a model that only embeds or reranks: a 400 saying what it does instead. */
+function cannotGenerate(name: string, path: string, caps: ModelCapabilities): ApiError {
+  const what = caps.rerank ? "a reranker: it scores documents on /v1/rerank" : `an embedding model (pooling ${caps.pooling}): it embeds on /v1/embeddings`;
+  return new ApiError(400, `${path}: '${name}' is ${what}, it cannot generate text`, "invalid_request_error", "model", "model_cannot_generate");
 }
 
 function unavailable(state: State): ApiError {

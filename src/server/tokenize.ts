@@ -13,9 +13,14 @@
  *     tokens written out as both servers show them.
  *
  * `model`, when given, must be the served name. Any other field is a 400 naming it.
+ *
+ * A model that only embeds (an encoder) has no prompts: `/tokenize` shows the sequence LLM.embed
+ * runs for a text (`add_special`, or vLLM's `add_special_tokens`: [CLS] and [SEP] as the file
+ * asks); `/detokenize` is for models that generate.
  */
 import { RequestFieldError } from "../errors.ts";
 import type { EngineClient } from "../llm/engine-client.ts";
+import type { LLM } from "../llm/llm.ts";
 import { ApiError, asApiError } from "./api-error.ts";
 import type { BodyFields } from "./body-fields.ts";
 import { readMessages } from "./chat-request.ts";
@@ -36,6 +41,21 @@ export function detokenize(client: EngineClient, model: string, f: BodyFields): 
   f.rejectUnknown();
   const text = fieldErrors(() => client.detokenize(tokens, "tokens"));
   return Response.json({ content: text, prompt: text });
+}
+
+/** `/tokenize` on a model that only embeds: the text's tokens, with the special tokens LLM.embed adds when asked. */
+export function embeddingTokenize(llm: LLM, model: string, f: BodyFields): Response {
+  checkModel(f.string("model"), model);
+  const llamaShape = f.raw("content") !== undefined;
+  const field = llamaShape ? "content" : "prompt";
+  const text = f.raw(field);
+  if (typeof text !== "string") throw ApiError.badField(field, `'${field}' must be a string ('content' in llama-server's shape, 'prompt' in vLLM's)`);
+  const addSpecial = llamaShape ? (f.boolean("add_special") ?? false) : (f.boolean("add_special_tokens") ?? true);
+  const parseSpecial = llamaShape ? (f.boolean("parse_special") ?? true) : false;
+  f.rejectUnknown();
+  const ids = addSpecial ? llm.embedTokenIds(text, parseSpecial) : llm.tokenizer.encode(text, { parseSpecial });
+  if (llamaShape) return Response.json({ tokens: ids });
+  return Response.json({ count: ids.length, tokens: ids });
 }
 
 /** llama-server's shape: a text as written, with or without BOS and control tokens. */
