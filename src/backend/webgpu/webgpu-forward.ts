@@ -49,6 +49,13 @@ export class WebGpuForward implements ModelForward, KVBlockIO {
     this.logits = await this.model.forward(batch, this.cpu);
   }
 
+  /** The WGSL forward reads back logits only; the engine refuses embedding requests here (hiddenStates). */
+  readonly hiddenStates = false;
+
+  hiddenRow(h: number): Float32Array {
+    throw new DeviceError(`webgpu: hidden row ${h} asked for, but this backend computes logits only (decoder embeddings run on --device wasm)`);
+  }
+
   logitsRow(r: number): Float32Array {
     const v = this.config.vocabSize;
     return this.logits.subarray(r * v, (r + 1) * v);
