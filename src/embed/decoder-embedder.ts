@@ -108,7 +108,7 @@ export class DecoderEmbedder implements Embedder {
 }
 
 /** The engine request of one sequence: its prompt computed, nothing sampled, its last hidden state returned. */
-function embeddingRequest(id: string, tokens: readonly number[]): EngineRequest {
+export function embeddingRequest(id: string, tokens: readonly number[]): EngineRequest {
   return {
     id,
     promptTokenIds: tokens,
