@@ -6,7 +6,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
-import { DeviceError, InputError, RequestTooLongError } from "../src/errors.ts";
+import { DeviceError, EmbeddingFailedError, InputError, RequestTooLongError } from "../src/errors.ts";
 import { decoderEmbedder, decoderPooling, embeddingRequest, filePoolingType } from "../src/embed/decoder-embedder.ts";
 import type { EngineOptions } from "../src/engine/engine-options.ts";
 import type { EngineOutput } from "../src/engine/engine-output.ts";
@@ -164,6 +164,14 @@ describeShared("decoder embeddings are the same bits however they run", [MODEL],
     await expect(embedder.embed([long])).rejects.toBeInstanceOf(RequestTooLongError);
     await expect(embedder.embed([inputs[0]!, long])).rejects.toThrow(/input 1 has 65 tokens/);
     expect(llm.stats().numRequests).toBe(0);
+  });
+
+  test("embeddings still running when the model closes reject with EmbeddingFailedError naming an input", async () => {
+    const llm = load(model!, { maxNumBatchedTokens: 5 });
+    const pending = embedAll(llm, inputs);
+    llm.close();
+    await expect(pending).rejects.toBeInstanceOf(EmbeddingFailedError);
+    await expect(pending).rejects.toThrow(/^input \d+ ended \(abort\) without its embedding/);
   });
 
   test("an embedding request with a sample count other than 1 is refused by the engine", () => {

@@ -11,7 +11,7 @@
  * first-token pooling would need, and running those without the cache would give up what a
  * decoder embedder is for; decoderPooling refuses them.
  */
-import { InputError, ModelFormatError, PagellmError, RequestTooLongError } from "../errors.ts";
+import { EmbeddingFailedError, InputError, ModelFormatError, RequestTooLongError } from "../errors.ts";
 import type { EngineRequest } from "../engine/engine.ts";
 import type { EngineOutput } from "../engine/engine-output.ts";
 import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
@@ -41,11 +41,6 @@ export function filePoolingType(gguf: GGUFFile): Pooling | null {
   const pooling = POOLING_TYPES[code];
   if (pooling === undefined) throw new ModelFormatError(gguf.path, `${key} is ${code}, not a pooling type (0 none .. 4 rank)`);
   return pooling;
-}
-
-/** An embedding request failed in the engine (a step threw, the engine closed under it). */
-export class EmbeddingFailedError extends PagellmError {
-  override readonly exitCode = 4;
 }
 
 /**
