@@ -6,7 +6,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
-import { DeviceError, EmbeddingFailedError, InputError, RequestTooLongError } from "../src/errors.ts";
+import { EmbeddingFailedError, InputError, RequestTooLongError } from "../src/errors.ts";
 import { decoderEmbedder, decoderPooling, embeddingRequest, filePoolingType } from "../src/embed/decoder-embedder.ts";
 import type { EngineOptions } from "../src/engine/engine-options.ts";
 import type { EngineOutput } from "../src/engine/engine-output.ts";
@@ -183,14 +183,32 @@ describeShared("decoder embeddings are the same bits however they run", [MODEL],
 });
 
 await describeGpu("decoder embeddings on WebGPU", (gpu) => {
-  test("are refused with a DeviceError naming --device wasm, and nothing is queued", () => {
-    const model = sharedPath(MODEL);
-    if (model === null) return;
-    const llm = llms.load({ model, engine: { threads: 1, kvCacheMb: 16 }, gpu });
-    expect(() => llm.client.submitEngineRequests([embeddingRequest("gpu", [1, 2])])).toThrow(DeviceError);
-    expect(() => llm.client.submitEngineRequests([embeddingRequest("gpu", [1, 2])])).toThrow(/--device wasm/);
-    expect(llm.stats().numRequests).toBe(0);
-  });
+  const model = sharedPath(MODEL);
+  const refQ4 = sharedPath(REF_Q4);
+  const refF32 = sharedPath(REF_F32);
+  test.skipIf(model === null || refQ4 === null || refF32 === null)("within llama.cpp's rule, and the same bits alone, batched, on a cache hit and beside a generation", async () => {
+    const q4 = JSON.parse(readFileSync(refQ4!, "utf8")) as EmbedRef;
+    const f32 = JSON.parse(readFileSync(refF32!, "utf8")) as EmbedRef;
+    const open = (engine: Partial<EngineOptions>) => llms.load({ model: model!, engine: { threads: 1, kvCacheMb: 16, ...engine }, gpu });
+    const cold = open({ enablePrefixCaching: false });
+    const alone: number[][] = [];
+    for (const seq of q4.tokens) alone.push(bits((await embedAll(cold, [seq]))[0]!));
+    cold.close();
+    const llm = open({});
+    expect(llm.info.device).toBe("webgpu");
+    const generation = llm.generate([{ prompt: "Once upon a time", maxTokens: 4, temperature: 0 }]);
+    const batched = await embedAll(llm, q4.tokens);
+    await generation;
+    expect(batched.map(bits)).toEqual(alone);
+    // The second pass hits the first's blocks (the long input fills several).
+    const before = llm.stats().prefixHits;
+    expect((await embedAll(llm, q4.tokens)).map(bits)).toEqual(alone);
+    expect(llm.stats().prefixHits - before).toBeGreaterThan(0);
+    batched.forEach((e, i) => {
+      const err = 1 - cosine(e, f32.embeddings[i]!);
+      expect(err).toBeLessThanOrEqual(1.15 * (1 - cosine(q4.embeddings[i]!, f32.embeddings[i]!)) + 1e-4);
+    });
+  }, 120_000);
 });
 
 describe("decoder pooling", () => {

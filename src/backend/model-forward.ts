@@ -11,7 +11,7 @@
  *
  * Invariant: after forward(batch) resolves, logitsRow(r) for r < batch.numLogits holds the logits
  * of the batch's r-th logit row, and hiddenRow(h) for h < batch.numHidden the final norm's output
- * of its h-th hidden row (where hiddenStates), until the next forward.
+ * of its h-th hidden row, until the next forward.
  */
 import type { BlockCopy } from "../kv/kv-cache-manager.ts";
 import type { StepBatch } from "../model/batch.ts";
@@ -28,12 +28,10 @@ export interface ModelForward {
   /** Logits of logit row r of the last step (a view; valid until the next forward). */
   logitsRow(r: number): Float32Array;
   /**
-   * Whether forward computes a step's hidden rows (StepBatch.addSequence "hidden": the output norm
-   * of a token, no classifier), what a decoder embedder returns. WebGPU does not (yet): the engine
-   * refuses such requests there.
+   * The normed hidden state (dim values) of hidden row h of the last step (StepBatch.addSequence
+   * "hidden": the output norm of a token without the classifier, what a decoder embedder returns;
+   * a view, valid until the next forward).
    */
-  readonly hiddenStates: boolean;
-  /** The normed hidden state (dim values) of hidden row h of the last step (a view; valid until the next forward). */
   hiddenRow(h: number): Float32Array;
   /** Copy KV blocks (every layer, K and V), in order, before the next forward. */
   copyBlocks(copies: readonly BlockCopy[]): void;

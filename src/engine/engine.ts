@@ -5,7 +5,7 @@
  * checks its stops. Built by engine-builder.ts; driven only by the front door (engine-client.ts),
  * which owns the one loop that steps it. Nothing leaves it but EngineOutput snapshots.
  */
-import { DeviceError, GrammarLimitError, InputError, RequestFieldError, RequestTooLongError } from "../errors.ts";
+import { GrammarLimitError, InputError, RequestFieldError, RequestTooLongError } from "../errors.ts";
 import type { KVCacheManager } from "../kv/kv-cache-manager.ts";
 import type { KVLayout } from "../kv/kv-layout.ts";
 import type { SecondTierStats } from "../kv/second-tier.ts";
@@ -252,14 +252,8 @@ export class LLMEngine {
     this.forks.add(parent, children);
   }
 
-  /**
-   * An embedding request (GenerationParams.pooling) computes its prompt and nothing after it: one
-   * sample, no constraint, and a backend that gives hidden states (WebAssembly; DeviceError on WebGPU).
-   */
+  /** An embedding request (GenerationParams.pooling) computes its prompt and nothing after it: one sample, no constraint. */
   private checkPooling(request: EngineRequest): void {
-    if (!this.model.hiddenStates) {
-      throw new DeviceError(`embeddings need the hidden states, which ${this.model.description} does not return (run the model with --device wasm)`);
-    }
     if (request.samples.length !== 1 || request.samples[0]!.pooling === undefined) throw new RequestFieldError("n", "must be 1 for an embedding");
     if (request.constraint !== null) throw new RequestFieldError("constraint", "cannot hold an embedding: it generates nothing");
     if (request.promptTokenIds.length === 0) throw new RequestFieldError("promptTokenIds", "must not be empty for an embedding");

@@ -112,8 +112,6 @@ export class WasmForward implements ModelForward, KVBlockIO {
     return Promise.resolve();
   }
 
-  readonly hiddenStates = true;
-
   hiddenRow(h: number): Float32Array {
     const c = this.classifier;
     const start = c.model.hiddenAddr((c.batch ?? this.lastBatch!).numLogits, h) >>> 2;

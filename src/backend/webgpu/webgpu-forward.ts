@@ -23,6 +23,7 @@ export class WebGpuForward implements ModelForward, KVBlockIO {
   readonly description: string;
   private readonly model: GpuLlamaModel;
   private logits: Float32Array = new Float32Array(0);
+  private hidden: Float32Array = new Float32Array(0);
 
   constructor(
     private readonly config: ModelConfig, weights: FileWeights, private readonly cpu: CpuBackend,
@@ -46,14 +47,12 @@ export class WebGpuForward implements ModelForward, KVBlockIO {
   }
 
   async forward(batch: StepBatch): Promise<void> {
-    this.logits = await this.model.forward(batch, this.cpu);
+    ({ logits: this.logits, hidden: this.hidden } = await this.model.forward(batch, this.cpu));
   }
 
-  /** The WGSL forward reads back logits only; the engine refuses embedding requests here (hiddenStates). */
-  readonly hiddenStates = false;
-
   hiddenRow(h: number): Float32Array {
-    throw new DeviceError(`webgpu: hidden row ${h} asked for, but this backend computes logits only (decoder embeddings run on --device wasm)`);
+    const d = this.config.dim;
+    return this.hidden.subarray(h * d, (h + 1) * d);
   }
 
   logitsRow(r: number): Float32Array {
