@@ -193,12 +193,17 @@ await describeGpu("decoder embeddings on WebGPU", (gpu) => {
     const cold = open({ enablePrefixCaching: false });
     const alone: number[][] = [];
     for (const seq of q4.tokens) alone.push(bits((await embedAll(cold, [seq]))[0]!));
+    const story = { prompt: "Once upon a time", maxTokens: 4, temperature: 0, logprobs: 2 };
+    const [storyAlone] = await cold.generate([story]);
     cold.close();
     const llm = open({});
     expect(llm.info.device).toBe("webgpu");
-    const generation = llm.generate([{ prompt: "Once upon a time", maxTokens: 4, temperature: 0 }]);
+    // Its logit rows share the classifier's product with the hidden rows: the same tokens and logprobs as alone.
+    const generation = llm.generate([story]);
     const batched = await embedAll(llm, q4.tokens);
-    await generation;
+    const [storyBeside] = await generation;
+    expect(storyBeside!.token_ids).toEqual(storyAlone!.token_ids);
+    expect(storyBeside!.logprobs).toEqual(storyAlone!.logprobs!);
     expect(batched.map(bits)).toEqual(alone);
     // The second pass hits the first's blocks (the long input fills several).
     const before = llm.stats().prefixHits;
