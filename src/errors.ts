@@ -82,6 +82,11 @@ export class WorkerPoolError extends PagellmError {
   override readonly exitCode = 4;
 }
 
+/** An embedding the engine ended without its vector (a step failed, the engine closed under it); names the input. */
+export class EmbeddingFailedError extends PagellmError {
+  override readonly exitCode = 4;
+}
+
 /** The requested compute device cannot be used: no WebGPU adapter, a null or broken one, a failed check. */
 export class DeviceError extends PagellmError {
   override readonly exitCode = 2;

@@ -10,7 +10,8 @@
  * backend only stores K/V at those ids.
  *
  * Invariant: after forward(batch) resolves, logitsRow(r) for r < batch.numLogits holds the logits
- * of the batch's r-th logit row, until the next forward.
+ * of the batch's r-th logit row, and hiddenRow(h) for h < batch.numHidden the final norm's output
+ * of its h-th hidden row, until the next forward.
  */
 import type { BlockCopy } from "../kv/kv-cache-manager.ts";
 import type { StepBatch } from "../model/batch.ts";
@@ -26,6 +27,12 @@ export interface ModelForward {
   forward(batch: StepBatch): Promise<void>;
   /** Logits of logit row r of the last step (a view; valid until the next forward). */
   logitsRow(r: number): Float32Array;
+  /**
+   * The normed hidden state (dim values) of hidden row h of the last step (StepBatch.addSequence
+   * "hidden": the output norm of a token without the classifier, what a decoder embedder returns;
+   * a view, valid until the next forward).
+   */
+  hiddenRow(h: number): Float32Array;
   /** Copy KV blocks (every layer, K and V), in order, before the next forward. */
   copyBlocks(copies: readonly BlockCopy[]): void;
   /**

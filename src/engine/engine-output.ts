@@ -49,6 +49,8 @@ export interface EngineOutput {
   readonly timing: OutputTiming;
   /** Speculative decoding's counts for this sample so far; null when the engine does not speculate. */
   readonly speculation: SpeculationCounts | null;
+  /** An embedding request's pooled hidden state (GenerationParams.pooling), on its last output; else null. */
+  readonly embedding: Float32Array | null;
 }
 
 /** Where a sequence stood when its last output was made, to cut the next one's new part. */
@@ -76,5 +78,6 @@ export function snapshot(seq: Sequence, mark: OutputMark, text: string, numSampl
     usage: { promptTokens: seq.numPromptTokens, cachedTokens: cached, cachedTokensDisk: seq.numTierCachedTokens ?? 0, completionTokens: seq.outputTokenIds.length },
     timing: { arrivalMs: seq.arrivalMs, firstTokenMs: seq.firstTokenMs, finishMs: seq.finishMs },
     speculation: seq.drafter === null ? null : { ...seq.drafter.counts },
+    embedding: seq.embedding,
   };
 }

@@ -242,6 +242,7 @@ export class LLMEngine {
     this.checkTokenIds(request.promptTokenIds);
     const maxTokens = request.samples[0]?.maxTokens ?? null;
     this.checkFits(request.promptTokenIds.length, maxTokens, request.samples.length);
+    if (request.samples.some((p) => p.pooling !== undefined)) this.checkPooling(request);
     const n = request.samples.length;
     const seqs = request.samples.map((params, i) => this.newSequence(request, params, i, n));
     const [parent, ...children] = seqs as [Sequence, ...Sequence[]];
@@ -249,6 +250,13 @@ export class LLMEngine {
     for (const seq of seqs) this.marks.set(seq, { tokens: 0, logprobs: 0 });
     this.scheduler.add(parent, children.length);
     this.forks.add(parent, children);
+  }
+
+  /** An embedding request (GenerationParams.pooling) computes its prompt and nothing after it: one sample, no constraint. */
+  private checkPooling(request: EngineRequest): void {
+    if (request.samples.length !== 1 || request.samples[0]!.pooling === undefined) throw new RequestFieldError("n", "must be 1 for an embedding");
+    if (request.constraint !== null) throw new RequestFieldError("constraint", "cannot hold an embedding: it generates nothing");
+    if (request.promptTokenIds.length === 0) throw new RequestFieldError("promptTokenIds", "must not be empty for an embedding");
   }
 
   get hasUnfinished(): boolean {
@@ -267,14 +275,15 @@ export class LLMEngine {
   /** One step: draft, schedule, run the batch, sample (verifying drafts) and check stops. */
   async step(): Promise<EngineOutput[]> {
     if (!this.scheduler.hasRunnable) await this.scheduler.tierProgress();
-    this.speculation.propose(this.scheduler.running, (seq) => this.forks.has(seq));
+    // An embedding is never decoded, so it takes no draft.
+    this.speculation.propose(this.scheduler.running, (seq) => this.forks.has(seq) || seq.params.pooling !== undefined);
     const plan = this.scheduler.schedule();
     if (plan.scheduled.length === 0) {
       this.lastStepTokens = { decode: 0, prompt: 0 };
       this.checkIdle();
       return [];
     }
-    const logits = await this.runner.execute(plan.scheduled);
+    const logits = await this.runner.execute(plan.scheduled, (seq) => seq.params.pooling !== undefined);
     this.tierLink?.saveComputed();
     this.scheduler.update(plan);
     this.count(plan);
@@ -290,11 +299,19 @@ export class LLMEngine {
    */
   private sampleAll(seq: Sequence, rows: readonly Float32Array[]): EngineOutput[] {
     if (rows.length === 0) return [];
+    if (seq.params.pooling !== undefined) return [this.pooled(seq, rows[0]!)];
     // Only the tokenizer's ids are sampled (see sampledIds).
     const sampled = rows.map((row) => (row.length > this.sampledIds ? row.subarray(0, this.sampledIds) : row));
     const outputs = this.forks.fork(seq).map((child) => this.sample(child, sampled.slice(0, 1)));
     outputs.push(this.sample(seq, sampled));
     return outputs;
+  }
+
+  /** An embedding's prompt is computed: it ends with its hidden row (copied: the view lasts until the next forward). */
+  private pooled(seq: Sequence, hidden: Float32Array): EngineOutput {
+    seq.embedding = hidden.slice();
+    const text = seq.finish("stop");
+    return this.output(seq, text, 0);
   }
 
   /**

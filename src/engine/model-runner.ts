@@ -6,6 +6,7 @@
 import type { KVCacheManager } from "../kv/kv-cache-manager.ts";
 import type { StepBatch } from "../model/batch.ts";
 import type { ModelForward } from "../backend/model-forward.ts";
+import type { Request } from "../kv/request.ts";
 import type { ScheduledRequest } from "./scheduler.ts";
 
 export class ModelRunner {
@@ -20,9 +21,10 @@ export class ModelRunner {
    * next forward) at each of its new tokens from its last known token on: [] for a chunk of prompt
    * that does not end it; one row for a decode or a prompt's last chunk; 1 + d rows when d draft
    * tokens (req.draftTokenIds) follow the last known token, row j predicting the token after draft
-   * token j - 1.
+   * token j - 1. A request that `pools` (an embedding) gets, with its prompt's last chunk, one row
+   * of its last token's normed hidden state instead of logits.
    */
-  async execute(scheduled: readonly ScheduledRequest[]): Promise<Float32Array[][]> {
+  async execute<R extends Request>(scheduled: readonly ScheduledRequest<R>[], pools: (req: R) => boolean = () => false): Promise<Float32Array[][]> {
     const batch = this.batch;
     batch.reset();
     const spans = scheduled.map(({ req, numNewTokens }) => {
@@ -31,11 +33,14 @@ export class ModelRunner {
       const known = req.allTokenIds;
       const numDraft = Math.max(0, end - req.numTokens);
       const tokens = numDraft === 0 ? known.slice(start, end) : [...known.slice(start), ...req.draftTokenIds.slice(0, numDraft)];
-      const numLogits = end >= req.numTokens ? 1 + numDraft : 0;
-      return { first: batch.addSequence(tokens, start, this.kv.getBlockTables(req), numLogits), numLogits };
+      const numRows = end >= req.numTokens ? 1 + numDraft : 0;
+      const hidden = numRows > 0 && pools(req);
+      return { first: batch.addSequence(tokens, start, this.kv.getBlockTables(req), hidden ? "hidden" : numRows), numRows, hidden };
     });
     await this.model.forward(batch);
-    return spans.map(({ first, numLogits }) => Array.from({ length: numLogits }, (_, j) => this.model.logitsRow(first + j)));
+    return spans.map(({ first, numRows, hidden }) =>
+      Array.from({ length: numRows }, (_, j) => (hidden ? this.model.hiddenRow(first + j) : this.model.logitsRow(first + j))),
+    );
   }
 
   /** Tokens one scoring call may take: every one of them gets a logits row. */

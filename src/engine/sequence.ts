@@ -43,6 +43,14 @@ export interface GenerationParams {
    * nothing otherwise. Absent: none.
    */
   shownTokenIds?: ReadonlySet<number>;
+  /**
+   * "last": an embedding, not a generation. The prompt is computed (its prefix from the cache
+   * where it hits, as any prompt's) and the request ends with its last token's hidden state after
+   * the output norm (EngineOutput.embedding), sampling nothing. Only last-token pooling runs here:
+   * a cache hit keeps no hidden state of the tokens it skips, which mean or first-token pooling
+   * would need. Absent: generate.
+   */
+  pooling?: "last";
 }
 
 /** What identifies a sequence to the outside: the request it samples and which sample it is. */
@@ -69,6 +77,8 @@ export class Sequence extends Request {
    * (engine.ts, forcedAfter), in place of sampling; empty otherwise.
    */
   forcedTokenIds: number[] = [];
+  /** With params.pooling, the pooled hidden state, set when the prompt has been computed; else null. */
+  embedding: Float32Array | null = null;
   private readonly stops: StopStringMatcher;
   /** The length of the output's text after each output token (before a stop string cut it). */
   private readonly textEnds: number[] = [];

@@ -24,7 +24,7 @@ import type { KVLayout } from "../kv/kv-layout.ts";
 import type { DeviceKind } from "../backend/model-forward.ts";
 import type { Placement } from "../backend/wasm/placement.ts";
 import type { SpeculativeOptions } from "../engine/speculative.ts";
-import type { EngineStats, LLMEngine } from "../engine/engine.ts";
+import type { EngineRequest, EngineStats, LLMEngine } from "../engine/engine.ts";
 import type { EngineOutput } from "../engine/engine-output.ts";
 import { logSumExp, sampledLogprob, type SampledLogprob } from "../engine/logprobs.ts";
 import { argmax } from "../engine/sampler.ts";
@@ -189,19 +189,39 @@ export class EngineClient {
     if (this.closed) throw new EngineClosedError("the engine is shutting down");
     const list = (Array.isArray(requests) ? requests : [requests]) as readonly (RequestInput | PreparedRequest)[];
     const prepared = list.map((r) => (r instanceof PreparedRequest ? r : this.prepare(r, opts)));
-    this.checkQueue(prepared, opts.maxQueue ?? Infinity);
+    return this.enqueue(prepared.map((p) => p.request), opts);
+  }
+
+  /**
+   * Queues requests the engine runs as they are (an embedder's: token ids, GenerationParams.pooling),
+   * all or none, as submit does; throws what LLMEngine.add throws for them.
+   */
+  submitEngineRequests(requests: readonly EngineRequest[], opts: Pick<SubmitOptions, "signal" | "maxQueue"> = {}): OutputStream {
+    if (this.closed) throw new EngineClosedError("the engine is shutting down");
+    return this.enqueue(requests, opts);
+  }
+
+  /** Queues checked requests together, all or none, and returns their stream. */
+  private enqueue(requests: readonly EngineRequest[], opts: Pick<SubmitOptions, "signal" | "maxQueue">): OutputStream {
+    this.checkQueue(requests, opts.maxQueue ?? Infinity);
     const ids = new Set<string>();
-    for (const p of prepared) {
-      if (this.streams.has(p.id) || ids.has(p.id)) throw new RequestFieldError("id", `"${p.id}" is already in flight`);
-      ids.add(p.id);
+    for (const r of requests) {
+      if (this.streams.has(r.id) || ids.has(r.id)) throw new RequestFieldError("id", `"${r.id}" is already in flight`);
+      ids.add(r.id);
     }
-    const submitted: SubmittedRequest[] = prepared.map((p) => ({ id: p.id, promptTokenIds: p.promptTokenIds, n: p.n }));
+    const submitted: SubmittedRequest[] = requests.map((r) => ({ id: r.id, promptTokenIds: r.promptTokenIds, n: r.samples.length }));
     const stream = new OutputStream(submitted, () => {
       for (const id of stream.runningIds) this.abort(id);
     });
-    for (const p of prepared) {
-      this.engine.add(p.request);
-      this.streams.set(p.id, stream);
+    try {
+      for (const r of requests) {
+        this.engine.add(r);
+        this.streams.set(r.id, stream);
+      }
+    } catch (e) {
+      // All or none: what was queued before the refused one is taken back.
+      for (const id of stream.runningIds) if (this.streams.has(id)) this.dispatch(this.engine.abort(id));
+      throw e;
     }
     const signal = opts.signal;
     if (signal !== undefined) {
@@ -317,10 +337,10 @@ export class EngineClient {
   }
 
   /** QueueFullError when `prepared` would take the queue past `bound` (sequences: prompts x samples). */
-  private checkQueue(prepared: readonly PreparedRequest[], bound: number): void {
+  private checkQueue(requests: readonly EngineRequest[], bound: number): void {
     if (bound === Infinity) return;
     const queued = this.engine.stats.numWaiting;
-    const adding = prepared.reduce((n, p) => n + p.n, 0);
+    const adding = requests.reduce((n, r) => n + r.samples.length, 0);
     if (queued + adding > bound && (queued > 0 || adding > bound)) {
       throw new QueueFullError(`the queue is full (${queued} sequences waiting, ${adding} more asked for, --max-queue ${bound}); retry later`);
     }

@@ -28,9 +28,12 @@ export class StepBatch {
   readonly seqInfo: number; // i32 [numGroups][maxSeqs][SEQ_INFO_INTS]
   readonly blockTables: number; // i32 [numGroups][maxSeqs][maxBlocksPerSeq]
   readonly logitRows: number; // i32 [maxLogitRows]: batch rows whose logits are computed
+  /** i32 [maxLogitRows]: batch rows whose normed hidden state is wanted without logits (an embedding's last token). */
+  readonly hiddenRows: number;
   numTokens = 0;
   numSeqs = 0;
   numLogits = 0;
+  numHidden = 0;
   /** Sum of the sequences' context lengths: the keys attention reads, per head. */
   contextTokens = 0;
 
@@ -40,7 +43,7 @@ export class StepBatch {
     readonly maxSeqs: number,
     readonly maxBlocksPerSeq: number,
     readonly blockSize: number,
-    /** Logit rows one step may ask for (one per sequence, unless whole chunks are scored). */
+    /** Logit rows one step may ask for (one per sequence, unless whole chunks are scored), hidden rows included. */
     readonly maxLogitRows: number = maxSeqs,
     /** KV cache groups: a block table (and slots) per sequence for each. */
     readonly numGroups = 1,
@@ -51,12 +54,13 @@ export class StepBatch {
     this.seqInfo = mem.alloc(4 * numGroups * SEQ_INFO_INTS * maxSeqs);
     this.blockTables = mem.alloc(4 * numGroups * maxSeqs * maxBlocksPerSeq);
     this.logitRows = mem.alloc(4 * maxLogitRows);
+    this.hiddenRows = mem.alloc(4 * maxLogitRows);
   }
 
   /** Bytes a batch of these bounds takes in linear memory (each allocation aligned to 64 bytes). */
   static bytes(maxTokens: number, maxSeqs: number, maxBlocksPerSeq: number, maxLogitRows: number = maxSeqs, numGroups = 1): number {
-    const ints = (2 + numGroups) * maxTokens + numGroups * (SEQ_INFO_INTS * maxSeqs + maxSeqs * maxBlocksPerSeq) + maxLogitRows;
-    return 4 * ints + 6 * 64;
+    const ints = (2 + numGroups) * maxTokens + numGroups * (SEQ_INFO_INTS * maxSeqs + maxSeqs * maxBlocksPerSeq) + 2 * maxLogitRows;
+    return 4 * ints + 7 * 64;
   }
 
   /** Address of group g's sequence records (their blockTable fields point into group g's tables). */
@@ -90,6 +94,7 @@ export class StepBatch {
     copy(this.tokens, dst.tokens, this.numTokens);
     copy(this.positions, dst.positions, this.numTokens);
     copy(this.logitRows, dst.logitRows, this.numLogits);
+    copy(this.hiddenRows, dst.hiddenRows, this.numHidden);
     for (let g = 0; g < this.numGroups; g++) {
       copy(this.slotsOf(g), dst.slotsOf(g), this.numTokens);
       for (let s = 0; s < this.numSeqs; s++) {
@@ -106,6 +111,7 @@ export class StepBatch {
     dst.numTokens = this.numTokens;
     dst.numSeqs = this.numSeqs;
     dst.numLogits = this.numLogits;
+    dst.numHidden = this.numHidden;
     dst.contextTokens = this.contextTokens;
   }
 
@@ -113,6 +119,7 @@ export class StepBatch {
     this.numTokens = 0;
     this.numSeqs = 0;
     this.numLogits = 0;
+    this.numHidden = 0;
     this.contextTokens = 0;
   }
 
@@ -121,11 +128,12 @@ export class StepBatch {
    * blocks are `blockTables` (one per KV cache group, in token order; a sliding window's skipped
    * entries are never read). `logits` says which of its new tokens get logits: none, its last
    * (a decode, or the end of a prompt), all (scoring a whole chunk), or its last `logits` (a
-   * number: the last known token and the draft tokens after it, when speculating). Returns the
-   * logits row of its first such token, or -1; the others follow it in order.
+   * number: the last known token and the draft tokens after it, when speculating), or "hidden":
+   * no logits, the normed hidden state of its last token (an embedding). Returns the logits row of
+   * its first such token (the hidden row, for "hidden"), or -1; the others follow it in order.
    */
   addSequence(
-    newTokens: ArrayLike<number>, startPos: number, blockTables: readonly ArrayLike<number>[], logits: "none" | "last" | "all" | number,
+    newTokens: ArrayLike<number>, startPos: number, blockTables: readonly ArrayLike<number>[], logits: "none" | "last" | "all" | "hidden" | number,
   ): number {
     const n = newTokens.length;
     if (n === 0) throw new Error("StepBatch.addSequence: no tokens");
@@ -162,13 +170,21 @@ export class StepBatch {
     this.numTokens += n;
     this.numSeqs += 1;
     this.contextTokens += contextLen;
+    if (logits === "hidden") return this.addHiddenRow(t0 + n - 1);
     const count = logits === "none" ? 0 : logits === "last" ? 1 : logits === "all" ? n : logits;
     if (!Number.isInteger(count) || count < 0 || count > n) throw new Error(`StepBatch: ${count} logit rows for ${n} tokens`);
     if (count === 0) return -1;
     const first = this.numLogits;
     const from = n - count;
-    if (first + n - from > this.maxLogitRows) throw new Error("StepBatch: too many logit rows");
+    if (first + this.numHidden + n - from > this.maxLogitRows) throw new Error("StepBatch: too many logit rows");
     for (let i = from; i < n; i++) i32[(this.logitRows >>> 2) + this.numLogits++] = t0 + i;
     return first;
+  }
+
+  /** Batch row `row` as the next hidden row; returns its index. */
+  private addHiddenRow(row: number): number {
+    if (this.numLogits + this.numHidden >= this.maxLogitRows) throw new Error("StepBatch: too many logit rows");
+    this.mem.i32[(this.hiddenRows >>> 2) + this.numHidden] = row;
+    return this.numHidden++;
   }
 }

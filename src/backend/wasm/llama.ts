@@ -264,16 +264,27 @@ export class LlamaModel {
     }
   }
 
-  /** The classifier, only for the rows whose next token is sampled (when this part holds it). */
+  /**
+   * The output norm and the classifier, only for the rows whose next token is sampled (when this
+   * part holds it); the hidden rows (embeddings) get the norm alone, after the logit rows.
+   */
   classify(batch: StepBatch): void {
     const R = batch.numLogits;
-    if (!this.part.classify || R === 0) return;
+    const H = batch.numHidden;
+    if (!this.part.classify || R + H === 0) return;
     const c = this.config;
     const ops = this.backend;
     const a = this.act;
+    if (R + H > this.maxLogits) throw new Error("forward: batch exceeds the model's buffers");
     ops.gatherRows(a.xLogits, a.x, batch.logitRows, R, c.dim);
-    ops.rmsnorm(a.xLogits, a.xLogits, this.weights.outputNorm, R, c.dim, c.normEps, "final");
-    ops.matmul(a.logits, a.xLogits, this.weights.output, R);
+    if (H > 0) ops.gatherRows(this.hiddenAddr(R, 0), a.x, batch.hiddenRows, H, c.dim);
+    ops.rmsnorm(a.xLogits, a.xLogits, this.weights.outputNorm, R + H, c.dim, c.normEps, "final");
+    if (R > 0) ops.matmul(a.logits, a.xLogits, this.weights.output, R);
+  }
+
+  /** Address of hidden row h of a step of `numLogits` logit rows: the final norm's output, after the logit rows. */
+  hiddenAddr(numLogits: number, h: number): number {
+    return this.act.xLogits + 4 * (numLogits + h) * this.config.dim;
   }
 
   private rope(vec: number, positions: number, T: number, nHeads: number, rowStride: number, table: number): void {

@@ -37,6 +37,8 @@ export class WasmForward implements ModelForward, KVBlockIO {
   private readonly parts: MemoryPart[];
   /** The part that holds the classifier (the first, when the classifier is the embedding). */
   private readonly classifier: MemoryPart;
+  /** The engine's batch of the last step (where its hidden rows start depends on its logit rows). */
+  private lastBatch: StepBatch | null = null;
 
   /**
    * `backends[i]` is memory i of weights.placement; `parts[i]` what it runs (placement.ts). The
@@ -94,6 +96,7 @@ export class WasmForward implements ModelForward, KVBlockIO {
   }
 
   forward(batch: StepBatch): Promise<void> {
+    this.lastBatch = batch;
     const T = batch.numTokens;
     for (const p of this.parts) if (p.batch !== null) batch.copyTo(p.batch);
     let previous: MemoryPart | null = null;
@@ -107,6 +110,12 @@ export class WasmForward implements ModelForward, KVBlockIO {
     if (previous !== null && previous !== c) this.copyResidual(previous, c, T);
     c.model.classify(c.batch ?? batch);
     return Promise.resolve();
+  }
+
+  hiddenRow(h: number): Float32Array {
+    const c = this.classifier;
+    const start = c.model.hiddenAddr((c.batch ?? this.lastBatch!).numLogits, h) >>> 2;
+    return c.backend.mem.f32.subarray(start, start + this.config.dim);
   }
 
   logitsRow(r: number): Float32Array {

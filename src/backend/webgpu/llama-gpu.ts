@@ -192,9 +192,10 @@ export class GpuLlamaModel {
 
   /**
    * Run the step described by `batch` (in cpu's linear memory): K/V of the new tokens go into the
-   * GPU arena, and the logits of the batch's logit rows come back, [numLogits][vocab].
+   * GPU arena, and the logits of the batch's logit rows come back, [numLogits][vocab], with the
+   * normed hidden states of its hidden rows, [numHidden][dim].
    */
-  async forward(batch: StepBatch, cpu: CpuBackend): Promise<Float32Array> {
+  async forward(batch: StepBatch, cpu: CpuBackend): Promise<{ logits: Float32Array; hidden: Float32Array }> {
     const c = this.config;
     const g = this.gpu;
     const a = this.act;
@@ -202,7 +203,7 @@ export class GpuLlamaModel {
     const kvDim = c.nKvHeads * c.headDim;
     const qDim = queryDim(c);
     const ropeDim = c.ropeDim ?? c.headDim;
-    if (T > this.maxTokens || batch.numLogits > this.maxLogits) throw new Error("forward: batch exceeds the model's buffers");
+    if (T > this.maxTokens || batch.numLogits + batch.numHidden > this.maxLogits) throw new Error("forward: batch exceeds the model's buffers");
     const maxQueryCount = this.uploadStep(batch, cpu);
     const inp = this.inputs;
     const rope = c.ropeStyle === "neox" ? "neox" : "interleaved";
@@ -263,16 +264,23 @@ export class GpuLlamaModel {
       else g.add(a.x, ffnOut, T * c.dim);
     });
 
-    // ---- classifier, only for the rows whose next token is sampled
+    // ---- the output norm of the logit rows and, after them, the hidden rows (embeddings); the
+    // classifier for the logit rows only
     const R = batch.numLogits;
-    if (R === 0) {
+    const H = batch.numHidden;
+    if (R + H === 0) {
       g.flush();
-      return new Float32Array(0);
+      return { logits: new Float32Array(0), hidden: new Float32Array(0) };
     }
     // Through xb: WebGPU forbids a kernel reading and writing one buffer through two bindings.
-    g.gatherRows(a.xb, a.x, inp.logitRows, R, c.dim);
-    g.matmul(a.logits, g.rmsnormInput(a.xLogits, a.xb, this.outputNorm, R, c.dim, c.normEps), this.output);
-    return g.runner.readF32(a.logits, R * c.vocabSize);
+    g.gatherRows(a.xb, a.x, inp.logitRows, R + H, c.dim);
+    const normed = g.rmsnormInput(a.xLogits, a.xb, this.outputNorm, R + H, c.dim, c.normEps);
+    // Every row through the classifier when there are logits (a product's input is its rows together), none without.
+    if (R > 0) g.matmul(a.logits, normed, this.output);
+    else g.flush();
+    const logits = R > 0 ? await g.runner.readF32(a.logits, R * c.vocabSize) : new Float32Array(0);
+    const hidden = H > 0 ? await g.runner.readF32(a.xLogits, H * c.dim, R * c.dim) : new Float32Array(0);
+    return { logits, hidden };
   }
 
   /**
@@ -391,7 +399,13 @@ export class GpuLlamaModel {
     }
     run.upload(this.inputs.tokens, read(batch.tokens, T));
     run.upload(this.inputs.positions, read(batch.positions, T));
-    if (batch.numLogits > 0) run.upload(this.inputs.logitRows, read(batch.logitRows, batch.numLogits));
+    // The hidden rows after the logit rows: the classifier's gather takes them together.
+    if (batch.numLogits + batch.numHidden > 0) {
+      const rows = new Int32Array(batch.numLogits + batch.numHidden);
+      rows.set(read(batch.logitRows, batch.numLogits));
+      rows.set(read(batch.hiddenRows, batch.numHidden), batch.numLogits);
+      run.upload(this.inputs.logitRows, rows);
+    }
     return maxQueryCount;
   }
 }

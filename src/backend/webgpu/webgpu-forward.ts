@@ -23,6 +23,7 @@ export class WebGpuForward implements ModelForward, KVBlockIO {
   readonly description: string;
   private readonly model: GpuLlamaModel;
   private logits: Float32Array = new Float32Array(0);
+  private hidden: Float32Array = new Float32Array(0);
 
   constructor(
     private readonly config: ModelConfig, weights: FileWeights, private readonly cpu: CpuBackend,
@@ -46,7 +47,12 @@ export class WebGpuForward implements ModelForward, KVBlockIO {
   }
 
   async forward(batch: StepBatch): Promise<void> {
-    this.logits = await this.model.forward(batch, this.cpu);
+    ({ logits: this.logits, hidden: this.hidden } = await this.model.forward(batch, this.cpu));
+  }
+
+  hiddenRow(h: number): Float32Array {
+    const d = this.config.dim;
+    return this.hidden.subarray(h * d, (h + 1) * d);
   }
 
   logitsRow(r: number): Float32Array {

@@ -1,0 +1,125 @@
+/**
+ * A decoder embedder (Qwen3-Embedding, or any decoder given last-token pooling): each sequence is
+ * an engine request that runs its prompt and ends with its last token's hidden state after the
+ * output norm (GenerationParams.pooling). They go through the paged KV engine like any prompt, so
+ * a prefix many inputs share (Qwen3-Embedding's `Instruct: ...\nQuery: `) is computed once and hit
+ * by the rest, and a call's sequences are submitted together so that they batch. Every vector is
+ * the same bits whether its prefix was a cache hit or computed, whatever the batch, the chunking
+ * and the thread count, as generation's logits are (docs/architecture.md, batch invariance).
+ *
+ * Only `last` pooling: a cache hit keeps no hidden state of the tokens it skips, which mean or
+ * first-token pooling would need, and running those without the cache would give up what a
+ * decoder embedder is for; decoderPooling refuses them.
+ */
+import { EmbeddingFailedError, InputError, ModelFormatError, RequestTooLongError } from "../errors.ts";
+import type { EngineRequest } from "../engine/engine.ts";
+import type { EngineOutput } from "../engine/engine-output.ts";
+import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
+import type { GGUFFile } from "../model/gguf.ts";
+import type { Embedder, Pooling } from "./embed-types.ts";
+
+/** Queues engine requests together and streams their outputs (EngineClient.submitEngineRequests). */
+export type EngineRequestSubmit = (requests: readonly EngineRequest[]) => AsyncIterable<EngineOutput>;
+
+/** What a decoder embedder needs of its engine. */
+export interface DecoderEmbedderParts {
+  readonly submit: EngineRequestSubmit;
+  /** The model's hidden size. */
+  readonly width: number;
+  /** Positions one sequence can reach (EngineInfo.maxPositions). */
+  readonly maxTokens: number;
+}
+
+/** llama.cpp's enum llama_pooling_type, as `{arch}.pooling_type` stores it (0 none, 1 mean, 2 cls, 3 last, 4 rank). */
+const POOLING_TYPES: readonly Pooling[] = ["none", "mean", "cls", "last", "rank"];
+
+/** The pooling a GGUF file declares (`{arch}.pooling_type`), or null without the key (a chat model). */
+export function filePoolingType(gguf: GGUFFile): Pooling | null {
+  const key = `${gguf.getString("general.architecture")}.pooling_type`;
+  if (!gguf.has(key)) return null;
+  const code = gguf.getI32(key);
+  const pooling = POOLING_TYPES[code];
+  if (pooling === undefined) throw new ModelFormatError(gguf.path, `${key} is ${code}, not a pooling type (0 none .. 4 rank)`);
+  return pooling;
+}
+
+/**
+ * The pooling a decoder runs: the file's `{arch}.pooling_type` or the --pooling option (the
+ * option wins), null when neither names one (a chat model: no embeddings). InputError for any
+ * pooling but `last` (see the file's comment).
+ */
+export function decoderPooling(filePooling: Pooling | null, option: Pooling | null): "last" | null {
+  const pooling = option ?? filePooling;
+  if (pooling === null || pooling === "last") return pooling;
+  throw new InputError(`pooling ${pooling} is not supported on a decoder model: it embeds through the prefix cache, which keeps only the last token's state (use --pooling last)`);
+}
+
+export class DecoderEmbedder implements Embedder {
+  readonly pooling = "last" as const;
+  readonly width: number;
+  readonly maxTokens: number;
+  private readonly submit: EngineRequestSubmit;
+  /** Calls so far: each call's request ids are its own. */
+  private calls = 0;
+
+  constructor(parts: DecoderEmbedderParts) {
+    this.submit = parts.submit;
+    this.width = parts.width;
+    this.maxTokens = parts.maxTokens;
+  }
+
+  /**
+   * Pooled, unnormalized vectors, in order. RequestTooLongError naming the sequence's index for
+   * one longer than maxTokens (none is queued then); EmbeddingFailedError when the engine ends one
+   * without its vector.
+   */
+  async embed(sequences: readonly (readonly number[])[]): Promise<Float32Array[]> {
+    sequences.forEach((s, i) => this.checkLength(s, i));
+    if (sequences.length === 0) return [];
+    const call = this.calls++;
+    const requests = sequences.map((tokens, i) => embeddingRequest(`embed-${call}-${i}`, tokens));
+    const index = new Map(requests.map((r, i) => [r.id, i]));
+    const vectors: (Float32Array | null)[] = sequences.map(() => null);
+    for await (const out of this.submit(requests)) {
+      if (out.finishReason === null) continue;
+      const i = index.get(out.requestId)!;
+      if (out.embedding === null) throw new EmbeddingFailedError(`input ${i} ended (${out.finishReason}) without its embedding${out.error === null ? "" : `: ${out.error}`}`);
+      vectors[i] = out.embedding;
+    }
+    return vectors.map((v, i) => {
+      if (v === null) throw new EmbeddingFailedError(`input ${i} got no embedding`);
+      return v;
+    });
+  }
+
+  close(): void {}
+
+  private checkLength(tokens: readonly number[], i: number): void {
+    if (tokens.length === 0) throw new InputError(`input ${i} has no tokens`);
+    if (tokens.length > this.maxTokens) {
+      throw new RequestTooLongError(`input ${i} has ${tokens.length} tokens, more than the context of ${this.maxTokens} (truncate it, or a larger --ctx-size)`, "prompt");
+    }
+  }
+}
+
+/** The engine request of one sequence: its prompt computed, nothing sampled, its last hidden state returned. */
+export function embeddingRequest(id: string, tokens: readonly number[]): EngineRequest {
+  return {
+    id,
+    promptTokenIds: tokens,
+    samples: [{ maxTokens: 1, stop: [], sampling: DEFAULT_SAMPLING, pooling: "last" }],
+    cacheSalt: null,
+    constraint: null,
+  };
+}
+
+/** What the factory needs of the front door (EngineClient): its engine-request queue and its context. */
+export interface EmbeddingEngine {
+  submitEngineRequests(requests: readonly EngineRequest[]): AsyncIterable<EngineOutput>;
+  readonly info: { readonly maxPositions: number };
+}
+
+/** The decoder embedder over `engine` for a model of hidden size `width` (what LLM builds for a decoder with a pooling). */
+export function decoderEmbedder(engine: EmbeddingEngine, width: number): DecoderEmbedder {
+  return new DecoderEmbedder({ submit: (requests) => engine.submitEngineRequests(requests), width, maxTokens: engine.info.maxPositions });
+}
