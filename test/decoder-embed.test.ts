@@ -7,7 +7,8 @@
 import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { EmbeddingFailedError, InputError, RequestTooLongError } from "../src/errors.ts";
-import { decoderEmbedder, decoderPooling, embeddingRequest, filePoolingType } from "../src/embed/decoder-embedder.ts";
+import { decoderEmbedder, decoderPooling, embeddingRequest } from "../src/embed/decoder-embedder.ts";
+import { filePooling } from "../src/model/pooling-type.ts";
 import type { EngineOptions } from "../src/engine/engine-options.ts";
 import type { EngineOutput } from "../src/engine/engine-output.ts";
 import type { LLM } from "../src/llm/llm.ts";
@@ -60,12 +61,23 @@ describeShared("Qwen3-Embedding's layout against llama.cpp", [MODEL, REF_Q4, REF
   const f32 = JSON.parse(readFileSync(refF32!, "utf8")) as EmbedRef;
 
   test("the file declares last-token pooling and an EOS after every input; the token ids are llama.cpp's", () => {
-    expect(filePoolingType(readGGUF(model!))).toBe("last");
+    expect(filePooling(readGGUF(model!), "qwen3")).toBe("last");
     const { tokenizer, addBos, addEos } = loadTokenizer(model!, {});
     expect(addEos).toBe(true);
     const ids = q4.inputs.map((text) => tokenizer.encode(text, { addBos, addEos }));
     expect(ids).toEqual(q4.tokens);
     for (const seq of ids) expect(seq[seq.length - 1]).toBe(2);
+  });
+
+  test("through the front door: LLM.open finds the file's pooling, LLM.embed tokenizes as llama.cpp (EOS last) and gives the embedder's bits", async () => {
+    const llm = load(model!);
+    expect(llm.capabilities).toEqual({ generate: true, embed: true, rerank: false, pooling: "last", embeddingWidth: 256 });
+    const result = await llm.embed(q4.inputs, { normalize: -1 });
+    expect(result.embeddings.map((e) => e.tokenCount)).toEqual(q4.tokens.map((t) => t.length));
+    expect(result.promptTokens).toBe(q4.tokens.flat().length);
+    const direct = await embedAll(llm, q4.tokens);
+    expect(result.embeddings.map((e) => bits(e.values))).toEqual(direct.map(bits));
+    expect(() => llms.load({ model: model!, pooling: "mean" })).toThrow(InputError);
   });
 
   test("every vector within 1.15x llama.cpp's own error on the Q4_K_M file (+0.0001), against its F32 embedding", async () => {

@@ -22,6 +22,7 @@ const BERT = "models/gguf/rnd-bert-Q8_0.gguf";
 const NOMIC = "models/gguf/rnd-nomic-bert-Q8_0.gguf";
 const RERANKER = "models/gguf/rnd-bert-rerank-Q8_0.gguf";
 const STORIES = "models/gguf/stories260K.gguf";
+const QWEN3_EMBED = "models/gguf/rnd-qwen3-embed-Q4_K_M.gguf";
 /** A model load and short encoder runs on a busy 2-core machine. */
 const LIMIT_MS = 120_000;
 const NAME = "test-model";
@@ -280,6 +281,26 @@ describeShared("serve: a text generation model asked to embed", [STORIES], ([mod
     expect(completion.choices[0]!.text.length).toBeGreaterThan(0);
     const list = (await (await fetch(`${s.url}/v1/models`)).json()) as { data: { capabilities: string[] }[] };
     expect(list.data[0]!.capabilities).toEqual(["completion"]);
+  }, LIMIT_MS);
+});
+
+describeShared("serve: a decoder embedder (Qwen3-Embedding's layout) embeds and generates", [QWEN3_EMBED], ([model]) => {
+  let s: TestServer;
+  serveForSuite((started) => (s = started), LIMIT_MS, model!, { modelName: NAME });
+
+  test("embeddings through the engine equal LLM.embed's bits while a completion runs beside them; /v1/models lists both", async () => {
+    const instruction = "Instruct: find passages about animals\nQuery: ";
+    const inputs = TEXTS.map((text) => instruction + text);
+    const [embedded, completion] = await Promise.all([
+      s.client.embeddings.create({ model: NAME, input: inputs, encoding_format: "float" }),
+      s.client.completions.create({ model: NAME, prompt: "Once upon a time", max_tokens: 4, temperature: 0 }),
+    ]);
+    const expected = await reference(s, inputs);
+    expect(embedded.data.map((d) => bits(d.embedding))).toEqual(expected.map(bits));
+    expect(embedded.data.map((d) => d.index)).toEqual(inputs.map((_, i) => i));
+    expect(completion.choices[0]!.finish_reason).toBe("length");
+    const list = (await (await fetch(`${s.url}/v1/models`)).json()) as { data: { capabilities: string[] }[] };
+    expect(list.data[0]!.capabilities).toEqual(["completion", "embedding"]);
   }, LIMIT_MS);
 });
 

@@ -11,11 +11,10 @@
  * first-token pooling would need, and running those without the cache would give up what a
  * decoder embedder is for; decoderPooling refuses them.
  */
-import { EmbeddingFailedError, InputError, ModelFormatError, RequestTooLongError } from "../errors.ts";
+import { EmbeddingFailedError, InputError, RequestTooLongError } from "../errors.ts";
 import type { EngineRequest } from "../engine/engine.ts";
 import type { EngineOutput } from "../engine/engine-output.ts";
 import { DEFAULT_SAMPLING } from "../engine/sampler.ts";
-import type { GGUFFile } from "../model/gguf.ts";
 import type { Embedder, Pooling } from "./embed-types.ts";
 
 /** Queues engine requests together and streams their outputs (EngineClient.submitEngineRequests). */
@@ -28,19 +27,6 @@ export interface DecoderEmbedderParts {
   readonly width: number;
   /** Positions one sequence can reach (EngineInfo.maxPositions). */
   readonly maxTokens: number;
-}
-
-/** llama.cpp's enum llama_pooling_type, as `{arch}.pooling_type` stores it (0 none, 1 mean, 2 cls, 3 last, 4 rank). */
-const POOLING_TYPES: readonly Pooling[] = ["none", "mean", "cls", "last", "rank"];
-
-/** The pooling a GGUF file declares (`{arch}.pooling_type`), or null without the key (a chat model). */
-export function filePoolingType(gguf: GGUFFile): Pooling | null {
-  const key = `${gguf.getString("general.architecture")}.pooling_type`;
-  if (!gguf.has(key)) return null;
-  const code = gguf.getI32(key);
-  const pooling = POOLING_TYPES[code];
-  if (pooling === undefined) throw new ModelFormatError(gguf.path, `${key} is ${code}, not a pooling type (0 none .. 4 rank)`);
-  return pooling;
 }
 
 /**

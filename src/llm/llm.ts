@@ -40,6 +40,8 @@ import { readGGUFCheckpoint } from "../model/gguf-checkpoint.ts";
 import { isEncoderFile, readEncoderCheckpoint, type EncoderCheckpoint } from "../model/encoder.ts";
 import type { Embedder, EmbedInput, EmbedOptions, EmbedResult, ModelCapabilities, Pooling, RerankOptions, RerankResult } from "../embed/embed-types.ts";
 import { EncoderEmbedder } from "../embed/encoder-embedder.ts";
+import { decoderEmbedder, decoderPooling } from "../embed/decoder-embedder.ts";
+import { filePooling } from "../model/pooling-type.ts";
 import { embedSequences, rerankSequences, type SequenceText } from "../embed/embed-request.ts";
 import { checkDimensions, checkNormalize, finishEmbedding } from "../embed/normalize.ts";
 
@@ -161,7 +163,7 @@ export class LLM {
     const t0 = performance.now();
     const model = openModel(opts.model);
     if (model.kind === "encoder") return LLM.buildEncoder(model.checkpoint, opts, t0, "device: wasm");
-    return LLM.build(model.checkpoint, opts, t0, null, null);
+    return LLM.build(model, opts, t0, null, null);
   }
 
   /**
@@ -176,11 +178,10 @@ export class LLM {
       if (opts.device === "webgpu") throw new DeviceError(`webgpu: encoder models (${arch}) run on WebAssembly; run it with --device wasm`);
       return LLM.buildEncoder(model.checkpoint, opts, t0, `device: wasm (${arch} encoders run on WebAssembly)`);
     }
-    const checkpoint = model.checkpoint;
-    const chosen = await chooseDevice(opts.device ?? "auto", checkpoint, opts.gpuOptions);
+    const chosen = await chooseDevice(opts.device ?? "auto", model.checkpoint, opts.gpuOptions);
     let llm: LLM;
     try {
-      llm = LLM.build(checkpoint, { ...opts, gpu: chosen.gpu ?? undefined }, t0, chosen.gpu, chosen.reason);
+      llm = LLM.build(model, { ...opts, gpu: chosen.gpu ?? undefined }, t0, chosen.gpu, chosen.reason);
     } catch (e) {
       chosen.gpu?.close();
       throw e;
@@ -189,10 +190,13 @@ export class LLM {
   }
 
   /** Set up tokenizer, chat format, engine and its front door; `ownedGpu` is closed with the LLM; `reason` says why this device. */
-  private static build(checkpoint: Checkpoint, opts: LoadOptions, t0: number, ownedGpu: WebGpuBackend | null, reason: string | null): LLM {
+  private static build(model: DecoderModel, opts: LoadOptions, t0: number, ownedGpu: WebGpuBackend | null, reason: string | null): LLM {
+    const checkpoint = model.checkpoint;
+    // Before anything loads: a pooling a decoder cannot run is refused at once.
+    const pooling = decoderPooling(model.filePooling, opts.pooling ?? null);
     const tokenizerPath = opts.tokenizer ?? (isGGUF(opts.model) ? opts.model : undefined);
     if (tokenizerPath === undefined) throw new InputError(`${opts.model}: a llama2.c checkpoint carries no vocabulary; name a tokenizer`);
-    const { tokenizer, addBos, chatTemplate } = loadTokenizer(tokenizerPath, { modelVocabSize: checkpoint.config.vocabSize });
+    const { tokenizer, addBos, addEos, chatTemplate } = loadTokenizer(tokenizerPath, { modelVocabSize: checkpoint.config.vocabSize });
     // A tokenizer file without a template (a tokenizer.json with no tokenizer_config.json beside
     // it) leaves the GGUF model's own template in force.
     const template = chatTemplate ?? (tokenizerPath !== opts.model && isGGUF(opts.model) ? ggufChatTemplate(opts.model) : null);
@@ -223,8 +227,10 @@ export class LLM {
     // A named format other than ChatML and the built-in ones is a Jinja file (chatFormat).
     const templateFile = format.kind === "jinja" && opts.chatTemplate !== undefined && opts.chatTemplate !== "chatml" ? [opts.chatTemplate] : [];
     const files = [...new Set([opts.model, tokenizerPath, ...templateFile])];
-    // Decoder embedders plug in here: an Embedder built from the engine when the model pools.
-    const embedding: EmbedderSetup | null = null;
+    // A decoder that pools (its file's pooling_type, or --pooling last) embeds through its engine.
+    const embedding: EmbedderSetup | null = pooling === null ? null : {
+      embedder: decoderEmbedder(client, checkpoint.config.dim), text: { tokenizer, addBos, addEos }, vocabSize: checkpoint.config.vocabSize,
+    };
     const capabilities = capabilitiesOf(true, embedding, checkpoint.config.dim);
     return new LLM(
       { checkpoint, engine, client }, tokenizer, addBos, embedding, capabilities, performance.now() - t0, format, ownedGpu, device, tokenizerPath, note, files,
@@ -478,11 +484,19 @@ export type { ScoreResult } from "./engine-client.ts";
 export { MAX_LOGPROBS } from "./generate-request.ts";
 
 /** The model at `path`: an encoder (GGUF bert, nomic-bert) or a decoder (any other GGUF, a llama2.c checkpoint); a GGUF header is read once. */
-function openModel(path: string): { kind: "encoder"; checkpoint: EncoderCheckpoint } | { kind: "decoder"; checkpoint: Checkpoint } {
-  if (!isGGUF(path)) return { kind: "decoder", checkpoint: openCheckpoint(path) };
+function openModel(path: string): { kind: "encoder"; checkpoint: EncoderCheckpoint } | DecoderModel {
+  if (!isGGUF(path)) return { kind: "decoder", checkpoint: openCheckpoint(path), filePooling: null };
   const file = readGGUF(path);
   if (isEncoderFile(file)) return { kind: "encoder", checkpoint: readEncoderCheckpoint(path, file) };
-  return { kind: "decoder", checkpoint: readGGUFCheckpoint(path, file) };
+  const checkpoint = readGGUFCheckpoint(path, file);
+  return { kind: "decoder", checkpoint, filePooling: filePooling(file, file.getString("general.architecture")) };
+}
+
+/** A decoder's checkpoint and the pooling its file declares (a decoder embedder's; null: a chat model). */
+interface DecoderModel {
+  kind: "decoder";
+  checkpoint: Checkpoint;
+  filePooling: Pooling | null;
 }
 
 /** What a model can be asked for: generation when it has an engine; embed or rerank as its Embedder pools. */
