@@ -302,6 +302,16 @@ describeShared("serve: a decoder embedder (Qwen3-Embedding's layout) embeds and 
     const list = (await (await fetch(`${s.url}/v1/models`)).json()) as { data: { capabilities: string[] }[] };
     expect(list.data[0]!.capabilities).toEqual(["completion", "embedding"]);
   }, LIMIT_MS);
+
+  test("/tokenize with add_special shows the sequence embedded, the file's EOS last; without it the text's tokens alone", async () => {
+    const text = "The cat sat on the mat.";
+    const withSpecial = (await (await post(s, "/tokenize", { content: text, add_special: true })).json()) as { tokens: number[] };
+    const plain = (await (await post(s, "/tokenize", { content: text })).json()) as { tokens: number[] };
+    expect(withSpecial.tokens).toEqual(s.llm.embedTokenIds(text));
+    expect(withSpecial.tokens.at(-1)).toBe(2);
+    expect(withSpecial.tokens.slice(0, plain.tokens.length)).toEqual(plain.tokens);
+    expect((await s.llm.embed([text])).embeddings[0]!.tokenCount).toBe(withSpecial.tokens.length);
+  }, LIMIT_MS);
 });
 
 describe("float32Base64", () => {

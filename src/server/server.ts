@@ -353,7 +353,8 @@ export class PagellmServer {
       case "/tokenize":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
         if (!llm.capabilities.generate) return embeddingTokenize(llm, this.opts.modelName, await this.readFields(req));
-        return tokenize(llm.client, this.opts.modelName, await this.readFields(req));
+        const embedIds = llm.capabilities.embed ? (text: string, parseSpecial: boolean) => llm.embedTokenIds(text, parseSpecial) : null;
+        return tokenize(llm.client, this.opts.modelName, await this.readFields(req), embedIds);
       case "/detokenize":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
         return detokenize(llm.client, this.opts.modelName, await this.readFields(req));

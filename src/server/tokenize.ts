@@ -14,8 +14,9 @@
  *
  * `model`, when given, must be the served name. Any other field is a 400 naming it.
  *
- * A model that only embeds (an encoder) has no prompts: `/tokenize` shows the sequence LLM.embed
- * runs for a text (`add_special`, or vLLM's `add_special_tokens`: [CLS] and [SEP] as the file
+ * On a model that embeds as well (a decoder embedder), llama-server's `add_special` shows the
+ * sequence LLM.embed runs. A model that only embeds (an encoder) has no prompts: `/tokenize` shows
+ * the sequence LLM.embed runs for a text (`add_special`, or vLLM's `add_special_tokens`: [CLS] and [SEP] as the file
  * asks); `/detokenize` is for models that generate.
  */
 import { RequestFieldError } from "../errors.ts";
@@ -27,9 +28,16 @@ import { readMessages } from "./chat-request.ts";
 import { requestError, type GenerationSpec } from "./generation-fields.ts";
 import { checkModel } from "./models.ts";
 
-export function tokenize(client: EngineClient, model: string, f: BodyFields): Response {
+/**
+ * The sequence LLM.embed runs for a text (the file's BOS and EOS: Qwen3-Embedding's EOS last), on a
+ * model that embeds as well as generates; llama-server's `add_special` shows it, as llama.cpp adds
+ * the special tokens its vocabulary asks for.
+ */
+export type EmbedSequenceIds = (text: string, parseSpecial: boolean) => number[];
+
+export function tokenize(client: EngineClient, model: string, f: BodyFields, embedIds: EmbedSequenceIds | null): Response {
   checkModel(f.string("model"), model);
-  if (f.raw("content") !== undefined) return Response.json(llamaServerTokenize(client, f));
+  if (f.raw("content") !== undefined) return Response.json(llamaServerTokenize(client, f, embedIds));
   return Response.json(vllmTokenize(client, f));
 }
 
@@ -59,13 +67,13 @@ export function embeddingTokenize(llm: LLM, model: string, f: BodyFields): Respo
 }
 
 /** llama-server's shape: a text as written, with or without BOS and control tokens. */
-function llamaServerTokenize(client: EngineClient, f: BodyFields): { tokens: number[] | { id: number; piece: string | number[] }[] } {
+function llamaServerTokenize(client: EngineClient, f: BodyFields, embedIds: EmbedSequenceIds | null): { tokens: number[] | { id: number; piece: string | number[] }[] } {
   const content = f.string("content")!;
   const addSpecial = f.boolean("add_special") ?? false;
   const parseSpecial = f.boolean("parse_special") ?? true;
   const withPieces = f.boolean("with_pieces") ?? false;
   f.rejectUnknown();
-  const ids = client.tokenizeText(content, { addSpecial, parseSpecial });
+  const ids = addSpecial && embedIds !== null ? embedIds(content, parseSpecial) : client.tokenizeText(content, { addSpecial, parseSpecial });
   if (!withPieces) return { tokens: ids };
   const pieces = client.tokenPieces(ids);
   return { tokens: ids.map((id, i) => ({ id, piece: pieces[i]! })) };
