@@ -74,6 +74,11 @@ export interface ModelToWrite {
    * differs, where random routers would let a near tie pick different experts.
    */
   decisiveRouting?: boolean;
+  /**
+   * `{arch}.*` keys beyond the shape, written after it (a decoder embedder's or reranker's
+   * `pooling_type` and `classifier.output_labels`).
+   */
+  extraMetadata?: ReadonlyMap<string, GGUFValue>;
 }
 
 /** Values generated and encoded at a time. */
@@ -197,6 +202,7 @@ function checkModel(model: ModelToWrite): void {
     fail(`the tokenizer has ${tokens.value.items.length} tokens, the model's vocabulary ${c.vocabSize} (pad it with padVocabulary)`);
   }
   for (const key of model.tokenizer.keys()) if (!key.startsWith("tokenizer.")) fail(`tokenizer metadata key ${key} is not a tokenizer.* key`);
+  for (const key of model.extraMetadata?.keys() ?? []) if (!key.startsWith(`${arch}.`)) fail(`extra metadata key ${key} is not a ${arch}.* key`);
 }
 
 // ----------------------------------------------------------------------------
@@ -299,6 +305,7 @@ export function modelTensors(model: ModelToWrite): TensorToWrite[] {
 export function writeModelGGUF(path: string, model: ModelToWrite, tensors: TensorToWrite[] = modelTensors(model)): void {
   checkModel(model);
   const metadata = modelMetadata(model);
+  for (const [key, value] of model.extraMetadata ?? []) metadata.set(key, value);
   for (const [key, value] of model.tokenizer) metadata.set(key, value);
   writeGGUF(path, metadata, tensors);
 }
