@@ -229,13 +229,16 @@ await describeGpu("decoder embeddings on WebGPU", (gpu) => {
 });
 
 describe("decoder pooling", () => {
-  test("the option wins over the file; a decoder without either has none; only last runs on a decoder", () => {
-    expect(decoderPooling("last", null)).toBe("last");
-    expect(decoderPooling(null, "last")).toBe("last");
-    expect(decoderPooling(null, null)).toBeNull();
-    for (const p of ["mean", "cls", "none", "rank"] as const) {
-      expect(() => decoderPooling(null, p)).toThrow(InputError);
-      expect(() => decoderPooling(p, null)).toThrow(/not supported on a decoder/);
+  test("the option wins over the file; a decoder without either has none; only last, and rank with a rank head, run on a decoder", () => {
+    expect(decoderPooling("last", null, false)).toBe("last");
+    expect(decoderPooling(null, "last", false)).toBe("last");
+    expect(decoderPooling(null, null, false)).toBeNull();
+    expect(decoderPooling("rank", null, true)).toBe("rank");
+    expect(decoderPooling("rank", "last", true)).toBe("last");
+    expect(() => decoderPooling("rank", null, false)).toThrow(/needs a reranker's head/);
+    for (const p of ["mean", "cls", "none"] as const) {
+      expect(() => decoderPooling(null, p, true)).toThrow(InputError);
+      expect(() => decoderPooling(p, null, false)).toThrow(/not supported on a decoder/);
     }
   });
 });

@@ -15,6 +15,8 @@ export interface SequenceText {
   readonly addBos: boolean;
   /** End each text with EOS ([SEP] for BERT; the EOS Qwen3-Embedding's file asks for). */
   readonly addEos: boolean;
+  /** The file's rerank prompt with {query} and {document} (Qwen3-Reranker's); absent or null: the pair layout. */
+  readonly rerankTemplate?: string | null;
 }
 
 /** What a sequence may be: ids below `vocabSize`, at most `maxTokens` of them unless cut (`truncate`). */
@@ -42,18 +44,29 @@ export function embedSequences(inputs: readonly EmbedInput[], text: SequenceText
 }
 
 /**
- * Each document's rerank sequence, llama.cpp's pair layout (format_rerank): BOS, the query, EOS,
- * the document, EOS; for BERT `[CLS] query [SEP] document [SEP]`, every token of type 0.
+ * Each document's rerank sequence as llama.cpp's server makes it (format_prompt_rerank): with the
+ * file's rerank template, the template with every {query} replaced by the query, then every
+ * {document} by the document, tokenized with its special tokens parsed and none added; without
+ * one, the pair layout: BOS, the query, EOS, the document, EOS (for BERT `[CLS] query [SEP]
+ * document [SEP]`, every token of type 0).
  */
 export function rerankSequences(query: string, documents: readonly string[], text: SequenceText, limits: SequenceLimits): number[][] {
   if (typeof query !== "string" || query.length === 0) throw new RequestFieldError("query", "must be a non-empty text");
   if (!Array.isArray(documents) || documents.length === 0) throw new RequestFieldError("documents", "must be a non-empty array of texts");
-  const queryIds = encodeText(text, query, text.addBos);
+  const template = text.rerankTemplate ?? null;
+  const queryIds = template === null ? encodeText(text, query, text.addBos) : [];
   return documents.map((doc, i) => {
     const field = `documents[${i}]`;
     if (typeof doc !== "string" || doc.length === 0) throw new RequestFieldError(field, "must be a non-empty text");
-    return fitted([...queryIds, ...encodeText(text, doc, false)], field, text, limits);
+    const ids = template === null ? [...queryIds, ...encodeText(text, doc, false)] : templateIds(text, template, query, doc);
+    return fitted(ids, field, template === null ? text : null, limits);
   });
+}
+
+/** The filled rerank template's tokens. split/join, not String.replaceAll: a "$&" in a text stays as written. */
+function templateIds(text: SequenceText, template: string, query: string, doc: string): number[] {
+  const prompt = template.split("{query}").join(query).split("{document}").join(doc);
+  return text.tokenizer.encode(prompt, { addBos: false, addEos: false, parseSpecial: true });
 }
 
 function encodeText(text: SequenceText, input: string, addBos: boolean): number[] {

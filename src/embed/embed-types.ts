@@ -49,9 +49,9 @@ export interface RerankOptions {
 export interface RerankScore {
   /** The document's index in the request. */
   readonly index: number;
-  /** The head's raw output (llama.cpp's /rerank score, a logit). */
+  /** llama.cpp's /rerank score: a BERT head's raw logit, or Qwen3-Reranker's p("yes") (its softmax over yes/no). */
   readonly score: number;
-  /** sigmoid(score), in 0-1 (vLLM's, Jina's and Cohere's relevance_score). */
+  /** In 0-1 (vLLM's, Jina's and Cohere's relevance_score): sigmoid(score) of a logit, the score itself when it is a probability. */
   readonly relevanceScore: number;
 }
 
@@ -82,7 +82,12 @@ export interface Embedder {
   readonly width: number;
   /** The most tokens one sequence may have (the model's context). */
   readonly maxTokens: number;
-  /** Pooled, unnormalized vectors, one per sequence, in order (for `rank`, one value: the raw score). */
+  /**
+   * How a rank head's score reads: a logit (a BERT cross-encoder's; its relevance is the sigmoid)
+   * or a probability already (Qwen3-Reranker's softmax over yes/no). Absent: a logit.
+   */
+  readonly rankScore?: "logit" | "probability";
+  /** Pooled, unnormalized vectors, one per sequence, in order (for `rank`, the head's output: the score first). */
   embed(sequences: readonly (readonly number[])[]): Promise<Float32Array[]>;
   close(): void;
 }

@@ -42,6 +42,7 @@ import type { Embedder, EmbedInput, EmbedOptions, EmbedResult, ModelCapabilities
 import { EncoderEmbedder } from "../embed/encoder-embedder.ts";
 import { decoderEmbedder, decoderPooling } from "../embed/decoder-embedder.ts";
 import { filePooling } from "../model/pooling-type.ts";
+import { readDecoderRankHead, type DecoderRankHead } from "../model/rank-head.ts";
 import { embedSequences, rerankSequences, type SequenceText } from "../embed/embed-request.ts";
 import { checkDimensions, checkNormalize, finishEmbedding } from "../embed/normalize.ts";
 
@@ -193,7 +194,7 @@ export class LLM {
   private static build(model: DecoderModel, opts: LoadOptions, t0: number, ownedGpu: WebGpuBackend | null, reason: string | null): LLM {
     const checkpoint = model.checkpoint;
     // Before anything loads: a pooling a decoder cannot run is refused at once.
-    const pooling = decoderPooling(model.filePooling, opts.pooling ?? null);
+    const pooling = decoderPooling(model.filePooling, opts.pooling ?? null, model.rankHead !== null);
     const tokenizerPath = opts.tokenizer ?? (isGGUF(opts.model) ? opts.model : undefined);
     if (tokenizerPath === undefined) throw new InputError(`${opts.model}: a llama2.c checkpoint carries no vocabulary; name a tokenizer`);
     const { tokenizer, addBos, addEos, chatTemplate } = loadTokenizer(tokenizerPath, { modelVocabSize: checkpoint.config.vocabSize });
@@ -227,9 +228,13 @@ export class LLM {
     // A named format other than ChatML and the built-in ones is a Jinja file (chatFormat).
     const templateFile = format.kind === "jinja" && opts.chatTemplate !== undefined && opts.chatTemplate !== "chatml" ? [opts.chatTemplate] : [];
     const files = [...new Set([opts.model, tokenizerPath, ...templateFile])];
-    // A decoder that pools (its file's pooling_type, or --pooling last) embeds through its engine.
+    // A decoder that pools (its file's pooling_type, or --pooling last) embeds through its engine;
+    // with pooling rank it reranks through its head, formatting pairs with the file's template.
+    const rankHead = pooling === "rank" ? model.rankHead : null;
     const embedding: EmbedderSetup | null = pooling === null ? null : {
-      embedder: decoderEmbedder(client, checkpoint.config.dim), text: { tokenizer, addBos, addEos }, vocabSize: checkpoint.config.vocabSize,
+      embedder: decoderEmbedder(client, checkpoint.config.dim, rankHead),
+      text: { tokenizer, addBos, addEos, rerankTemplate: rankHead?.template ?? null },
+      vocabSize: checkpoint.config.vocabSize,
     };
     const capabilities = capabilitiesOf(true, embedding, checkpoint.config.dim);
     return new LLM(
@@ -288,8 +293,9 @@ export class LLM {
 
   /**
    * Scores of each document against the query by the model's rerank head, best first (ties by
-   * index), the best `topN` when given: `score` the head's raw logit (llama.cpp's), and
-   * `relevanceScore` its sigmoid (vLLM's, Jina's, Cohere's).
+   * index), the best `topN` when given: `score` llama.cpp's (a BERT head's raw logit, or
+   * Qwen3-Reranker's p("yes")), and `relevanceScore` in 0-1 (vLLM's, Jina's, Cohere's: the
+   * logit's sigmoid, or the probability itself).
    */
   async rerank(query: string, documents: readonly string[], options: RerankOptions = {}): Promise<RerankResult> {
     const { embedder, text, vocabSize } = this.embedding ?? this.cannot("rerank");
@@ -298,7 +304,8 @@ export class LLM {
     if (topN !== undefined && (!Number.isInteger(topN) || topN < 1)) throw new RequestFieldError("topN", `must be a positive integer, got ${topN}`);
     const sequences = rerankSequences(query, documents, text, { vocabSize, maxTokens: embedder.maxTokens, truncate: false });
     const scores = await embedder.embed(sequences);
-    const results = scores.map((s, index) => ({ index, score: s[0]!, relevanceScore: 1 / (1 + Math.exp(-s[0]!)) }));
+    const probability = embedder.rankScore === "probability";
+    const results = scores.map((s, index) => ({ index, score: s[0]!, relevanceScore: probability ? s[0]! : 1 / (1 + Math.exp(-s[0]!)) }));
     results.sort((a, b) => b.score - a.score || a.index - b.index);
     return { results: topN === undefined ? results : results.slice(0, topN), promptTokens: sequences.reduce((sum, s) => sum + s.length, 0) };
   }
@@ -485,11 +492,12 @@ export { MAX_LOGPROBS } from "./generate-request.ts";
 
 /** The model at `path`: an encoder (GGUF bert, nomic-bert) or a decoder (any other GGUF, a llama2.c checkpoint); a GGUF header is read once. */
 function openModel(path: string): { kind: "encoder"; checkpoint: EncoderCheckpoint } | DecoderModel {
-  if (!isGGUF(path)) return { kind: "decoder", checkpoint: openCheckpoint(path), filePooling: null };
+  if (!isGGUF(path)) return { kind: "decoder", checkpoint: openCheckpoint(path), filePooling: null, rankHead: null };
   const file = readGGUF(path);
   if (isEncoderFile(file)) return { kind: "encoder", checkpoint: readEncoderCheckpoint(path, file) };
   const checkpoint = readGGUFCheckpoint(path, file);
-  return { kind: "decoder", checkpoint, filePooling: filePooling(file, file.getString("general.architecture")) };
+  const arch = file.getString("general.architecture");
+  return { kind: "decoder", checkpoint, filePooling: filePooling(file, arch), rankHead: readDecoderRankHead(file, arch, checkpoint.config.dim) };
 }
 
 /** A decoder's checkpoint and the pooling its file declares (a decoder embedder's; null: a chat model). */
@@ -497,6 +505,8 @@ interface DecoderModel {
   kind: "decoder";
   checkpoint: Checkpoint;
   filePooling: Pooling | null;
+  /** A reranker's head (cls.output) and rerank template, or null. */
+  rankHead: DecoderRankHead | null;
 }
 
 /** What a model can be asked for: generation when it has an engine; embed or rerank as its Embedder pools. */

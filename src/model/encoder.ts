@@ -157,7 +157,7 @@ function rowsOf(file: GGUFFile, name: string): number {
 }
 
 /** `{arch}.classifier.output_labels`, or one unnamed label (a reranker's score). */
-function classifierLabels(file: GGUFFile, arch: string): string[] {
+export function classifierLabels(file: GGUFFile, arch: string): string[] {
   const key = `${arch}.classifier.output_labels`;
   if (!file.has(key)) return ["score"];
   const labels = file.getStringArray(key);
