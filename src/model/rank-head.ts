@@ -8,6 +8,7 @@
 import { closeSync, openSync, readSync } from "node:fs";
 import { ModelFormatError } from "../errors.ts";
 import { classifierLabels } from "./encoder.ts";
+import { tensorInfo } from "./gguf-checkpoint.ts";
 import type { GGUFFile } from "./gguf.ts";
 
 /** Decoder architectures llama.cpp ranks by their last token, with a softmax over the labels. */
@@ -42,19 +43,14 @@ export function readDecoderRankHead(file: GGUFFile, arch: string, width: number)
   return { labels, weights, bias, template: file.has(key) ? file.getString(key) : null };
 }
 
-/** An F32 tensor of `shape` ([rows, cols] or [n]) read from the file. */
-function f32Tensor(file: GGUFFile, name: string, shape: readonly number[]): Float32Array {
-  const t = file.tensor(name)!;
-  const got = [...t.dims].reverse();
-  while (got.length > shape.length && got[0] === 1) got.shift(); // ggml pads dims with 1s
-  if (got.length !== shape.length || got.some((d, i) => d !== shape[i])) {
-    throw new ModelFormatError(file.path, `tensor ${name} has shape [${got.join(", ")}], expected [${shape.join(", ")}]`);
-  }
-  if (t.typeName !== "F32") throw new ModelFormatError(file.path, `tensor ${name} has type ${t.typeName}; the rank head must be F32`);
-  const bytes = new Uint8Array(t.byteSize);
+/** An F32 tensor of `shape` ([rows, cols] or [n]) read from the file (its shape and type checked as every tensor's). */
+function f32Tensor(file: GGUFFile, name: string, shape: number[]): Float32Array {
+  const info = tensorInfo(file, name, shape);
+  if (info.encoding.kind !== "f32") throw new ModelFormatError(file.path, `tensor ${name} is not F32; the rank head must be F32`);
+  const bytes = new Uint8Array(info.byteLength);
   const fd = openSync(file.path, "r");
   try {
-    if (readSync(fd, bytes, 0, bytes.length, t.fileOffset) !== bytes.length) throw new ModelFormatError(file.path, `tensor ${name} is cut short`);
+    if (readSync(fd, bytes, 0, bytes.length, info.offset) !== bytes.length) throw new ModelFormatError(file.path, `tensor ${name} is cut short`);
   } finally {
     closeSync(fd);
   }
