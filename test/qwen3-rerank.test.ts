@@ -104,6 +104,23 @@ describeShared("Qwen3-Reranker's layout against llama.cpp", [RERANKER_VOCAB], ([
   });
 });
 
+describeShared("a Qwen3-Reranker whose head is stored as F16 or BF16 (as a converted model keeps it)", [RERANKER_VOCAB], ([vocab]) => {
+  test("loads, and scores within the head's rounding of the F32 head's, in the same order", async () => {
+    const f32 = await scoresOf(llms.load({ model: writeReranker(dir, vocab!), engine: { kvCacheMb: 16 } }));
+    for (const type of ["F16", "BF16"] as const) {
+      const narrow = await scoresOf(llms.load({ model: writeReranker(dir, vocab!, type), engine: { kvCacheMb: 16 } }));
+      narrow.forEach((s, i) => expect(Math.abs(s - f32[i]!)).toBeLessThanOrEqual(type === "F16" ? 1e-3 : 1e-2));
+      expect(order(narrow)).toEqual(order(f32));
+    }
+  });
+
+  async function scoresOf(llm: LLM): Promise<number[]> {
+    return (await llm.rerank(ref.pairs[0]![0], ref.pairs.filter((p) => p[0] === ref.pairs[0]![0]).map((p) => p[1]))).results
+      .slice().sort((a, b) => a.index - b.index).map((r) => r.score);
+  }
+  const order = (scores: number[]) => scores.map((s, i) => ({ s, i })).sort((a, b) => b.s - a.s).map((x) => x.i);
+});
+
 describe("a rerank template's placeholders", () => {
   test("every {query}, then every {document}, replaced as written ($ patterns kept)", () => {
     const encoded: string[] = [];

@@ -9,7 +9,8 @@ import { closeSync, openSync, readSync } from "node:fs";
 import { ModelFormatError } from "../errors.ts";
 import { classifierLabels } from "./encoder.ts";
 import { tensorInfo } from "./gguf-checkpoint.ts";
-import type { GGUFFile } from "./gguf.ts";
+import { GGML_TYPES, type GGUFFile } from "./gguf.ts";
+import { bf16ToF32, halfToF32 } from "../util/half.ts";
 
 /** Decoder architectures llama.cpp ranks by their last token, with a softmax over the labels. */
 const LAST_TOKEN_RANKERS: ReadonlySet<string> = new Set(["qwen3", "qwen3vl"]);
@@ -43,10 +44,15 @@ export function readDecoderRankHead(file: GGUFFile, arch: string, width: number)
   return { labels, weights, bias, template: file.has(key) ? file.getString(key) : null };
 }
 
-/** An F32 tensor of `shape` ([rows, cols] or [n]) read from the file (its shape and type checked as every tensor's). */
+/**
+ * A tensor of `shape` ([rows, cols] or [n]) read from the file as f32 values (its shape and type
+ * checked as every tensor's): F32 as stored, F16 and BF16 widened exactly (a converted
+ * Qwen3-Reranker keeps its model's float type); quantized heads are refused.
+ */
 function f32Tensor(file: GGUFFile, name: string, shape: number[]): Float32Array {
   const info = tensorInfo(file, name, shape);
-  if (info.encoding.kind !== "f32") throw new ModelFormatError(file.path, `tensor ${name} is not F32; the rank head must be F32`);
+  const type = info.encoding.kind === "ggml" ? GGML_TYPES.get(info.encoding.type)?.name : "F32";
+  if (type !== "F32" && type !== "F16" && type !== "BF16") throw new ModelFormatError(file.path, `tensor ${name} is ${type ?? "of an unknown type"}; the rank head must be F32, F16 or BF16`);
   const bytes = new Uint8Array(info.byteLength);
   const fd = openSync(file.path, "r");
   try {
@@ -54,5 +60,8 @@ function f32Tensor(file: GGUFFile, name: string, shape: number[]): Float32Array 
   } finally {
     closeSync(fd);
   }
-  return new Float32Array(bytes.buffer);
+  if (type === "F32") return new Float32Array(bytes.buffer);
+  const halves = new Uint16Array(bytes.buffer);
+  const widen = type === "F16" ? halfToF32 : bf16ToF32;
+  return Float32Array.from(halves, (h) => widen(h));
 }

@@ -11,6 +11,7 @@ import { TensorName } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
 import type { GGUFValue } from "../model/gguf.ts";
 import { GGML_TYPE } from "./quant/index.ts";
+import { f32ToBF16, f32ToHalf } from "../util/half.ts";
 import { chunksOf, gguf, type TensorToWrite } from "./gguf-writer.ts";
 import { modelTensors, writeModelGGUF, type ModelToWrite } from "./gguf-model-writer.ts";
 
@@ -33,9 +34,11 @@ export interface RerankerToWrite {
   /** `tokenizer.*` keys of a real vocabulary that has the tokens "yes" and "no". */
   tokenizer: ReadonlyMap<string, GGUFValue>;
   seed: number;
+  /** The type cls.output.weight is stored in (F32 when absent; a converted model keeps its float type: F16, BF16). */
+  headType?: "F32" | "F16" | "BF16";
 }
 
-/** Write the reranker to `path` (F32). */
+/** Write the reranker to `path` (F32 weights; the head as headType says). */
 export function writeQwen3RerankerGGUF(path: string, reranker: RerankerToWrite): void {
   if (!reranker.config.sharedClassifier) throw new InputError(`cannot write reranker "${reranker.name}": its output must be tied to the token embedding`);
   const tokenizer = new Map(reranker.tokenizer);
@@ -47,7 +50,7 @@ export function writeQwen3RerankerGGUF(path: string, reranker: RerankerToWrite):
   };
   const tensors = modelTensors(model);
   const rows = QWEN3_RERANK_LABELS.map((label) => tokenId(reranker, label));
-  tensors.push(classifierRows(tensors, rows, reranker.config.dim));
+  tensors.push(classifierRows(tensors, rows, reranker.config.dim, reranker.headType ?? "F32"));
   writeModelGGUF(path, model, tensors);
 }
 
@@ -62,7 +65,7 @@ function tokenId(reranker: RerankerToWrite, piece: string): number {
 }
 
 /** cls.output.weight: the embedding's rows `ids`, in order (as the converter stacks lm_head's "yes" and "no" rows). */
-function classifierRows(tensors: readonly TensorToWrite[], ids: readonly number[], dim: number): TensorToWrite {
+function classifierRows(tensors: readonly TensorToWrite[], ids: readonly number[], dim: number, type: "F32" | "F16" | "BF16"): TensorToWrite {
   const embedding = tensors.find((t) => t.name === TensorName.tokenEmbedding)!;
   const out = new Float32Array(ids.length * dim);
   let firstRow = 0;
@@ -74,5 +77,8 @@ function classifierRows(tensors: readonly TensorToWrite[], ids: readonly number[
     });
     firstRow += chunkRows;
   }
-  return { name: "cls.output.weight", dims: [dim, ids.length], type: GGML_TYPE.F32, data: new Uint8Array(out.buffer) };
+  if (type === "F32") return { name: "cls.output.weight", dims: [dim, ids.length], type: GGML_TYPE.F32, data: new Uint8Array(out.buffer) };
+  const narrow = type === "F16" ? f32ToHalf : f32ToBF16;
+  const halves = Uint16Array.from(out, (x) => narrow(x));
+  return { name: "cls.output.weight", dims: [dim, ids.length], type: GGML_TYPE[type], data: new Uint8Array(halves.buffer) };
 }

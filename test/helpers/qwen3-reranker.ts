@@ -18,8 +18,8 @@ export const RERANKER_CONFIG = makeConfig({
 });
 
 /** Write the reranker into `dir` from the vocabulary file at `vocabPath`; its path. */
-export function writeReranker(dir: string, vocabPath: string): string {
-  const path = join(dir, "rnd-qwen3-rerank-F32.gguf");
-  writeQwen3RerankerGGUF(path, { name: "rnd-qwen3-rerank", config: RERANKER_CONFIG, tokenizer: tokenizerMetadata(vocabPath), seed: RERANKER_SEED });
+export function writeReranker(dir: string, vocabPath: string, headType: "F32" | "F16" | "BF16" = "F32"): string {
+  const path = join(dir, headType === "F32" ? "rnd-qwen3-rerank-F32.gguf" : `rnd-qwen3-rerank-head-${headType}.gguf`);
+  writeQwen3RerankerGGUF(path, { name: "rnd-qwen3-rerank", config: RERANKER_CONFIG, tokenizer: tokenizerMetadata(vocabPath), seed: RERANKER_SEED, headType });
   return path;
 }

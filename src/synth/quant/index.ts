@@ -2,12 +2,12 @@
  * Reference quantizers and dequantizers of every tensor type pagellm computes on, by ggml type
  * code: what the GGUF writer stores and what the kernel tests compare against.
  */
-import { bf16ToF32, f32ToBF16, f32ToHalf, halfToF32 } from "./half.ts";
+import { bf16ToF32, f32ToBF16, f32ToHalf, halfToF32 } from "../../util/half.ts";
 import { dequantizeK, K_BLOCK_BYTES, quantizeK, type KType } from "./kquants.ts";
 import { dequantizeLegacy, LEGACY_BLOCK_BYTES, quantizeLegacy, type LegacyType } from "./legacy.ts";
 import { dequantizeMxfp4, MXFP4_BLOCK_BYTES, MXFP4_BLOCK_VALUES, quantizeMxfp4 } from "./mxfp4.ts";
 
-export { f32ToHalf, halfToF32, f32ToBF16, bf16ToF32 } from "./half.ts";
+export { f32ToHalf, halfToF32, f32ToBF16, bf16ToF32 } from "../../util/half.ts";
 
 /** ggml type codes of the types here (ggml.h). */
 export const GGML_TYPE = {

@@ -3,7 +3,7 @@
  * make_q3_quants, make_qkx2_quants, nearest_int), in f32 arithmetic like the C code: every
  * operation is rounded with Math.fround, so the chosen levels are the ones llama-quantize picks.
  */
-import { f32Bits } from "./half.ts";
+import { f32Bits } from "../../util/half.ts";
 
 const fr = Math.fround;
 /** GROUP_MAX_EPS: a group whose largest magnitude is below this is all zero. */

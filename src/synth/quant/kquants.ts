@@ -2,7 +2,7 @@
  * ggml's K-quants (super-blocks of 256 values): the reference quantizers llama-quantize uses
  * without an importance matrix (quantize_row_q*_K_ref), in f32 arithmetic, and dequantize_row_*.
  */
-import { f32ToHalf, halfToF32 } from "./half.ts";
+import { f32ToHalf, halfToF32 } from "../../util/half.ts";
 import { makeQ3Quants, makeQkx2Quants, makeQxQuants, nearestInt } from "./kquant-search.ts";
 
 const fr = Math.fround;

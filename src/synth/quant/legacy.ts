@@ -3,7 +3,7 @@
  * (ggml-quants.c quantize_row_*_ref), byte for byte, and dequantized as dequantize_row_*. The
  * C code works in f32: every step here is rounded to f32 (Math.fround) the same way.
  */
-import { f32ToHalf, halfToF32 } from "./half.ts";
+import { f32ToHalf, halfToF32 } from "../../util/half.ts";
 
 const fr = Math.fround;
 export const QK = 32;
