@@ -7,6 +7,8 @@
 import { DeviceError } from "../errors.ts";
 import { TensorName, type Checkpoint } from "../model/checkpoint.ts";
 import { GGML_TYPES } from "../model/gguf.ts";
+import { EncoderTensor, type EncoderCheckpoint } from "../model/encoder.ts";
+import { encoderShapeRefusal } from "./webgpu/encoder-gpu.ts";
 import { WebGpuBackend, type BackendOptions } from "./webgpu/backend.ts";
 import { selectDevice, type DeviceChoice } from "./webgpu/device.ts";
 import { MAX_HEAD_DIM } from "./webgpu/wgsl-attention.ts";
@@ -53,6 +55,37 @@ export interface ChosenDevice {
  */
 export async function chooseDevice(choice: DeviceChoice, ckpt: Checkpoint, gpuOptions: BackendOptions = {}): Promise<ChosenDevice> {
   const refusal = choice === "wasm" ? null : webgpuRefusal(ckpt);
+  return chooseBackend(choice, refusal, gpuOptions, async (gpu) => {
+    if (ckpt.config.experts !== undefined) await gpu.prepareExperts(expertTypes(ckpt));
+  });
+}
+
+/**
+ * Why the encoder `ckpt` cannot run on WebGPU (one line), or null when it can: its shape
+ * (encoderShapeRefusal) and its matrices' types (the token embedding is looked up on the host).
+ */
+export function encoderWebgpuRefusal(ckpt: EncoderCheckpoint): string | null {
+  const shape = encoderShapeRefusal(ckpt.config);
+  if (shape !== null) return `${ckpt.file}: ${shape}`;
+  for (const t of ckpt.tensors.values()) {
+    if (t.shape.length < 2 || t.name === EncoderTensor.tokenEmbedding) continue;
+    const e = t.encoding;
+    if (e.kind === "ggml" && e.type !== GGML_F32 && !GGML_SHADERS.has(e.type)) {
+      return `${ckpt.file}: tensor ${t.name} has type ${GGML_TYPES.get(e.type)?.name ?? e.type}, which has no WGSL kernel`;
+    }
+  }
+  return null;
+}
+
+/** chooseDevice() for an encoder (bert, nomic-bert): the same adapter rules, the encoder's refusals. */
+export async function chooseEncoderDevice(choice: DeviceChoice, ckpt: EncoderCheckpoint, gpuOptions: BackendOptions = {}): Promise<ChosenDevice> {
+  return chooseBackend(choice, choice === "wasm" ? null : encoderWebgpuRefusal(ckpt), gpuOptions, async () => {});
+}
+
+/** The adapter rules for a model whose WebGPU refusal is `refusal`; `prepare` compiles what the model needs beyond the backend's kernels. */
+async function chooseBackend(
+  choice: DeviceChoice, refusal: string | null, gpuOptions: BackendOptions, prepare: (gpu: WebGpuBackend) => Promise<void>,
+): Promise<ChosenDevice> {
   if (refusal !== null) {
     if (choice === "webgpu") throw new DeviceError(`webgpu: ${refusal}; run it with --device wasm`);
     return { gpu: null, reason: `device: wasm (auto: ${refusal})` };
@@ -61,7 +94,7 @@ export async function chooseDevice(choice: DeviceChoice, ckpt: Checkpoint, gpuOp
   if (selected.kind === "wasm") return { gpu: null, reason: selected.reason };
   try {
     const gpu = await WebGpuBackend.create(selected.gpu, gpuOptions);
-    if (ckpt.config.experts !== undefined) await gpu.prepareExperts(expertTypes(ckpt));
+    await prepare(gpu);
     return { gpu, reason: `${selected.reason}, ${gpu.productArithmetic}` };
   } catch (e) {
     selected.gpu.device.destroy();

@@ -8,19 +8,32 @@
  */
 import { ModelCapabilityError } from "../errors.ts";
 import { EncoderModel } from "../backend/wasm/encoder.ts";
-import type { EncoderCheckpoint } from "../model/encoder.ts";
+import { GpuEncoderModel } from "../backend/webgpu/encoder-gpu.ts";
+import type { WebGpuBackend } from "../backend/webgpu/backend.ts";
+import type { EncoderCheckpoint, EncoderConfig } from "../model/encoder.ts";
 import type { Embedder, Pooling } from "./embed-types.ts";
 import { poolRows } from "./pooling.ts";
 
 /** Tokens of one step by default: llama.cpp's default --ubatch-size is 512; more lets short inputs share a step. */
 export const DEFAULT_ENCODER_STEP_TOKENS = 2048;
 
+/** An encoder's forward pass on a backend: EncoderModel (WebAssembly) or GpuEncoderModel (WebGPU). */
+interface EncoderForward {
+  readonly config: EncoderConfig;
+  /** The most tokens one step holds (at least the context). */
+  readonly maxTokens: number;
+  readonly labels: readonly string[] | null;
+  forward(sequences: readonly (readonly number[])[]): Float32Array | Promise<Float32Array>;
+  classify(rows: Float32Array): Float32Array | Promise<Float32Array>;
+  close(): void;
+}
+
 export class EncoderEmbedder implements Embedder {
   readonly width: number;
   readonly maxTokens: number;
 
   private constructor(
-    private readonly model: EncoderModel,
+    private readonly model: EncoderForward,
     readonly pooling: Pooling,
     /** Tokens packed into one step (a longer sequence runs in a step of its own). */
     private readonly stepTokens: number,
@@ -29,14 +42,16 @@ export class EncoderEmbedder implements Embedder {
     this.maxTokens = model.config.contextLength;
   }
 
-  /** Load the encoder on `threads` threads; `pooling` overrides the file's (rank needs the classifier head). */
-  static load(ckpt: EncoderCheckpoint, opts: { threads: number; pooling?: Pooling; stepTokens?: number }): EncoderEmbedder {
+  /** Load the encoder on `threads` threads, or on `gpu`; `pooling` overrides the file's (rank needs the classifier head). */
+  static load(ckpt: EncoderCheckpoint, opts: { threads: number; pooling?: Pooling; stepTokens?: number; gpu?: WebGpuBackend }): EncoderEmbedder {
     const pooling = opts.pooling ?? ckpt.config.pooling;
     if (pooling === "rank" && ckpt.config.classifier === null) {
       throw new ModelCapabilityError("rerank", `${ckpt.file}: pooling rank needs a classifier head (cls.weight, cls.output.weight), which the model lacks`);
     }
     const stepTokens = Math.max(1, opts.stepTokens ?? DEFAULT_ENCODER_STEP_TOKENS);
-    return new EncoderEmbedder(EncoderModel.load(ckpt, opts.threads, stepTokens), pooling, stepTokens);
+    const model = opts.gpu === undefined ? EncoderModel.load(ckpt, opts.threads, stepTokens) : GpuEncoderModel.load(ckpt, opts.gpu, stepTokens);
+    // A GPU step may hold fewer tokens than asked (its attention grid's bound), never fewer than the context.
+    return new EncoderEmbedder(model, pooling, Math.min(stepTokens, model.maxTokens));
   }
 
   /** The classifier's labels (a reranker's), or null. */
@@ -47,7 +62,7 @@ export class EncoderEmbedder implements Embedder {
   async embed(sequences: readonly (readonly number[])[]): Promise<Float32Array[]> {
     const out: Float32Array[] = [];
     for (const step of packSteps(sequences, this.stepTokens)) {
-      const hidden = this.model.forward(step);
+      const hidden = await this.model.forward(step);
       let start = 0;
       const firstRows: Float32Array[] = [];
       for (const seq of step) {
@@ -55,7 +70,7 @@ export class EncoderEmbedder implements Embedder {
         else out.push(poolRows(hidden, start, seq.length, this.width, this.pooling));
         start += seq.length;
       }
-      if (this.pooling === "rank") out.push(...this.scores(firstRows));
+      if (this.pooling === "rank") out.push(...(await this.scores(firstRows)));
     }
     return out;
   }
@@ -65,10 +80,10 @@ export class EncoderEmbedder implements Embedder {
   }
 
   /** Each first row through the classifier head: one value per label. */
-  private scores(rows: readonly Float32Array[]): Float32Array[] {
+  private async scores(rows: readonly Float32Array[]): Promise<Float32Array[]> {
     const stacked = new Float32Array(rows.length * this.width);
     rows.forEach((r, i) => stacked.set(r, i * this.width));
-    const values = this.model.classify(stacked);
+    const values = await this.model.classify(stacked);
     const labels = values.length / rows.length;
     return rows.map((_, i) => values.slice(i * labels, (i + 1) * labels));
   }

@@ -2,7 +2,7 @@
  * The library's front door: load a model with its tokenizer, then generate text for one or many
  * prompts through the continuous-batching engine. The CLI is a thin layer over this class.
  */
-import { DeviceError, InputError, ModelCapabilityError, ModelFormatError, RequestFieldError, RequestTooLongError } from "../errors.ts";
+import { InputError, ModelCapabilityError, ModelFormatError, RequestFieldError, RequestTooLongError } from "../errors.ts";
 import { quoteFileText } from "../util/file-text.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
@@ -19,7 +19,7 @@ import { chatPrompt } from "../tools/chat-prompt.ts";
 import type { CheckedTools } from "../tools/tool-types.ts";
 import type { BackendOptions, WebGpuBackend } from "../backend/webgpu/backend.ts";
 import type { DeviceChoice } from "../backend/webgpu/device.ts";
-import { chooseDevice } from "../backend/device-choice.ts";
+import { chooseDevice, chooseEncoderDevice } from "../backend/device-choice.ts";
 import type { KVWriteMode } from "../kv/second-tier.ts";
 import type { KVLayout } from "../kv/kv-layout.ts";
 import { openDiskTier } from "../kv-disk/open.ts";
@@ -163,7 +163,7 @@ export class LLM {
   static load(opts: LoadOptions): LLM {
     const t0 = performance.now();
     const model = openModel(opts.model);
-    if (model.kind === "encoder") return LLM.buildEncoder(model.checkpoint, opts, t0, "device: wasm");
+    if (model.kind === "encoder") return LLM.buildEncoder(model.checkpoint, opts, t0, null, opts.gpu === undefined ? "device: wasm" : "device: webgpu");
     return LLM.build(model, opts, t0, null, null);
   }
 
@@ -174,15 +174,15 @@ export class LLM {
   static async open(opts: OpenOptions): Promise<LLM> {
     const t0 = performance.now();
     const model = openModel(opts.model);
-    if (model.kind === "encoder") {
-      const arch = model.checkpoint.config.arch;
-      if (opts.device === "webgpu") throw new DeviceError(`webgpu: encoder models (${arch}) run on WebAssembly; run it with --device wasm`);
-      return LLM.buildEncoder(model.checkpoint, opts, t0, `device: wasm (${arch} encoders run on WebAssembly)`);
-    }
-    const chosen = await chooseDevice(opts.device ?? "auto", model.checkpoint, opts.gpuOptions);
+    const chosen = model.kind === "encoder"
+      ? await chooseEncoderDevice(opts.device ?? "auto", model.checkpoint, opts.gpuOptions)
+      : await chooseDevice(opts.device ?? "auto", model.checkpoint, opts.gpuOptions);
     let llm: LLM;
     try {
-      llm = LLM.build(model, { ...opts, gpu: chosen.gpu ?? undefined }, t0, chosen.gpu, chosen.reason);
+      const chosenOpts = { ...opts, gpu: chosen.gpu ?? undefined };
+      llm = model.kind === "encoder"
+        ? LLM.buildEncoder(model.checkpoint, chosenOpts, t0, chosen.gpu, chosen.reason)
+        : LLM.build(model, chosenOpts, t0, chosen.gpu, chosen.reason);
     } catch (e) {
       chosen.gpu?.close();
       throw e;
@@ -242,16 +242,16 @@ export class LLM {
     );
   }
 
-  /** An encoder's LLM: its tokenizer and Embedder, no engine. */
-  private static buildEncoder(encoder: EncoderCheckpoint, opts: LoadOptions, t0: number, device: string): LLM {
+  /** An encoder's LLM: its tokenizer and Embedder (on opts.gpu when given), no engine; `ownedGpu` is closed with the LLM. */
+  private static buildEncoder(encoder: EncoderCheckpoint, opts: LoadOptions, t0: number, ownedGpu: WebGpuBackend | null, device: string): LLM {
     const tokenizerPath = opts.tokenizer ?? opts.model;
     const { tokenizer, addBos, addEos } = loadTokenizer(tokenizerPath, { modelVocabSize: encoder.config.vocabSize });
     const threads = opts.engine?.threads ?? DEFAULT_ENGINE_OPTIONS.threads;
-    const embedder = EncoderEmbedder.load(encoder, { threads, pooling: opts.pooling });
+    const embedder = EncoderEmbedder.load(encoder, { threads, pooling: opts.pooling, gpu: opts.gpu });
     const embedding: EmbedderSetup = { embedder, text: { tokenizer, addBos, addEos }, vocabSize: encoder.config.vocabSize };
     const format = chatFormat("raw", null, opts.model, tokenizer, {}, "raw");
     const files = [...new Set([opts.model, tokenizerPath])];
-    return new LLM(null, tokenizer, addBos, embedding, capabilitiesOf(false, embedding, encoder.config.dim), performance.now() - t0, format, null, device, tokenizerPath, null, files);
+    return new LLM(null, tokenizer, addBos, embedding, capabilitiesOf(false, embedding, encoder.config.dim), performance.now() - t0, format, ownedGpu, device, tokenizerPath, null, files);
   }
 
   /** The decoder's checkpoint (ModelCapabilityError for a model that only embeds). */

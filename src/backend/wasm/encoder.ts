@@ -46,7 +46,7 @@ interface ClassifierWeights {
   outputBias: Float32Array; // [labels]
 }
 
-interface EncoderWeights {
+export interface EncoderWeights {
   tokenEmbedding: WeightMatrix; // [vocab][dim]
   tokenType0: number | null; // f32 [dim]: row 0 of token_types
   positions: number | null; // f32 [context][dim] (bert)
@@ -56,7 +56,7 @@ interface EncoderWeights {
 }
 
 /** Step buffers for up to maxTokens tokens. */
-interface EncoderActivations {
+export interface EncoderActivations {
   x: number; // [T][dim] the residual stream (normed after each sublayer: post-norm)
   xb: number; // [T][dim] a sublayer's output
   q: number; // [T][dim]
@@ -130,12 +130,7 @@ export class EncoderModel {
     const pairs = sequences.reduce((sum, s) => sum + s.length * s.length, 0);
 
     // ---- input: token embedding + token type 0 (+ learned position), then LayerNorm
-    ops.embed(a.x, w.tokenEmbedding, a.tokens, T);
-    if (w.tokenType0 !== null) ops.addRows(a.x, w.tokenType0, T, c.dim);
-    if (w.positions !== null) {
-      ops.gatherRows(a.xb, w.positions, a.positions, T, c.dim);
-      ops.add(a.x, a.xb, T * c.dim);
-    }
+    embedEncoderInput(ops, w, a, T, c.dim);
     ops.layerNorm(a.x, a.x, w.embedNorm.w, w.embedNorm.b, T, c.dim, c.normEps);
 
     for (const L of w.layers) {
@@ -197,13 +192,7 @@ export class EncoderModel {
     f32.set(rows, a.xb >>> 2);
     this.backend.matmul(a.q, a.xb, head.dense, R);
     this.backend.addRows(a.q, head.denseBias, R, dim);
-    const labels = head.outputBias.length;
-    const out = new Float32Array(R * labels);
-    for (let r = 0; r < R; r++) {
-      const hidden = f32.subarray((a.q >>> 2) + r * dim, (a.q >>> 2) + (r + 1) * dim).map(Math.tanh);
-      for (let l = 0; l < labels; l++) out[r * labels + l] = dotF32(head.output.subarray(l * dim, (l + 1) * dim), hidden) + head.outputBias[l]!;
-    }
-    return out;
+    return classifierOutput(f32.subarray(a.q >>> 2, (a.q >>> 2) + R * dim), head.output, head.outputBias, dim);
   }
 
   close(): void {
@@ -239,6 +228,37 @@ export class EncoderModel {
   }
 }
 
+/**
+ * Input rows of T tokens into x (xb: scratch of as many rows): the token embedding, plus row 0 of
+ * the token types and the learned position of each token where the model has them.
+ */
+export function embedEncoderInput(
+  ops: CpuBackend, w: Pick<EncoderWeights, "tokenEmbedding" | "tokenType0" | "positions">,
+  a: Pick<EncoderActivations, "x" | "xb" | "tokens" | "positions">, T: number, dim: number,
+): void {
+  ops.embed(a.x, w.tokenEmbedding, a.tokens, T);
+  if (w.tokenType0 !== null) ops.addRows(a.x, w.tokenType0, T, dim);
+  if (w.positions !== null) {
+    ops.gatherRows(a.xb, w.positions, a.positions, T, dim);
+    ops.add(a.x, a.xb, T * dim);
+  }
+}
+
+/**
+ * A reranker head's last part on R rows of `dense` (cls · x + bias, [R][dim]): tanh of each, then
+ * output ([labels][dim]) · that + outputBias, R x labels values, in f32 left to right.
+ */
+export function classifierOutput(dense: Float32Array, output: Float32Array, outputBias: Float32Array, dim: number): Float32Array {
+  const R = dense.length / dim;
+  const labels = outputBias.length;
+  const out = new Float32Array(R * labels);
+  for (let r = 0; r < R; r++) {
+    const hidden = dense.subarray(r * dim, (r + 1) * dim).map(Math.tanh);
+    for (let l = 0; l < labels; l++) out[r * labels + l] = dotF32(output.subarray(l * dim, (l + 1) * dim), hidden) + outputBias[l]!;
+  }
+  return out;
+}
+
 /** a · b in f32, left to right. */
 function dotF32(a: Float32Array, b: Float32Array): number {
   let s = 0;
@@ -246,16 +266,35 @@ function dotF32(a: Float32Array, b: Float32Array): number {
   return s;
 }
 
-/** Every tensor of the checkpoint into the target's memory: matrices as stored for the kernels, vectors and tables as f32 rows. */
-function loadEncoderWeights(ckpt: EncoderCheckpoint, target: WeightTarget): EncoderWeights {
-  const c = ckpt.config;
+/** The checkpoint's tensors as the kernels read them: matrices as stored, vectors and tables as f32 rows, in the target's memory. */
+function tensorLoader(ckpt: EncoderCheckpoint, target: WeightTarget) {
   const info = (name: string) => {
     const t = ckpt.tensors.get(name);
     if (t === undefined) throw new ModelFormatError(ckpt.file, `missing tensor ${name}`);
     return t;
   };
-  const matrix = (name: string) => loadTensorMatrix(ckpt.file, info(name), target, FAST_STORAGE);
-  const rows = (name: string) => loadF32Rows(ckpt.file, info(name), target.mem);
+  return {
+    info,
+    matrix: (name: string) => loadTensorMatrix(ckpt.file, info(name), target, FAST_STORAGE),
+    rows: (name: string) => loadF32Rows(ckpt.file, info(name), target.mem),
+  };
+}
+
+/** The tables of the input rows (embedEncoderInput) into the target's memory. */
+export function loadEncoderInputWeights(ckpt: EncoderCheckpoint, target: WeightTarget): Pick<EncoderWeights, "tokenEmbedding" | "tokenType0" | "positions"> {
+  const { matrix, rows } = tensorLoader(ckpt, target);
+  const c = ckpt.config;
+  return {
+    tokenEmbedding: matrix(EncoderTensor.tokenEmbedding),
+    tokenType0: c.tokenTypes > 0 ? rows(EncoderTensor.tokenTypes) : null,
+    positions: c.positions.kind === "learned" ? rows(EncoderTensor.positions) : null,
+  };
+}
+
+/** Every tensor of the checkpoint into the target's memory: matrices as stored for the kernels, vectors and tables as f32 rows. */
+function loadEncoderWeights(ckpt: EncoderCheckpoint, target: WeightTarget): EncoderWeights {
+  const c = ckpt.config;
+  const { info, matrix, rows } = tensorLoader(ckpt, target);
   const floats = (name: string) => {
     const addr = rows(name);
     return target.mem.f32.slice(addr >>> 2, (addr >>> 2) + info(name).byteLength / 4);
@@ -285,9 +324,7 @@ function loadEncoderWeights(ckpt: EncoderCheckpoint, target: WeightTarget): Enco
     };
   });
   return {
-    tokenEmbedding: matrix(T.tokenEmbedding),
-    tokenType0: c.tokenTypes > 0 ? rows(T.tokenTypes) : null,
-    positions: c.positions.kind === "learned" ? rows(T.positions) : null,
+    ...loadEncoderInputWeights(ckpt, target),
     embedNorm: norm(T.embedNorm, T.embedNormBias),
     layers,
     classifier: c.classifier === null ? null : {

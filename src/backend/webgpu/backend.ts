@@ -14,7 +14,8 @@ import { attentionScale, type AttentionScores } from "../../model/attention.ts";
 import { params, GpuRunner, type GpuKernel } from "./runner.ts";
 import { ATTENTION_HALF_WGSL, ATTENTION_WGSL, attentionGrid, attentionWgsl, MAX_HEAD_DIM } from "./wgsl-attention.ts";
 import {
-  ADD_RMSNORM_HALF_WGSL, ADD_RMSNORM_WGSL, ADD_WGSL, elementGrid, GATHER_ROWS_WGSL, GEGLU_HALF_WGSL, GEGLU_WGSL, HALF_ACTIVATIONS_WGSL,
+  ADD_LAYER_NORM_WGSL, ADD_RMSNORM_HALF_WGSL, ADD_RMSNORM_WGSL, ADD_WGSL, elementGrid, GATHER_ROWS_WGSL, GEGLU_HALF_WGSL, GEGLU_WGSL, GELU_WGSL,
+  HALF_ACTIVATIONS_WGSL, LAYER_NORM_WGSL,
   RMSNORM_HALF_WGSL, RMSNORM_WGSL, ROPE_WRITE_KV_WGSL, ropeWriteKVWgsl, SCALE_WGSL, SWIGLU_HALF_WGSL, SWIGLU_OAI_HALF_WGSL, SWIGLU_OAI_WGSL,
   SWIGLU_WGSL, type GatedActivation,
 } from "./wgsl-elementwise.ts";
@@ -126,6 +127,9 @@ const FIXED_KERNELS = {
   attentionF16: attentionWgsl(false, "f16"),
   attentionQ8_0: attentionWgsl(false, "q8_0"),
   matmulF32: MATMUL_F32_WGSL,
+  layerNorm: LAYER_NORM_WGSL,
+  addLayerNorm: ADD_LAYER_NORM_WGSL,
+  gelu: GELU_WGSL,
 } as const;
 type FixedKernel = keyof typeof FIXED_KERNELS;
 
@@ -453,6 +457,25 @@ export class WebGpuBackend {
     return this.producingInput(
       new ProductInput(gate, T, n), n % HALF_BLOCK === 0, f32Kernel, halfKernel, params(T * n), params(blocks), [gate, up], elementGrid(T * n), elementGrid(blocks),
     );
+  }
+
+  /** x[t] = LayerNorm(x[t]) * weight + bias for T rows of n, in place; x is the input of the products that follow. */
+  layerNorm(x: GPUBuffer, weight: GPUBuffer, bias: GPUBuffer, T: number, n: number, eps: number): ProductInput {
+    this.runner.dispatch(this.kernel("layerNorm"), params(n, { f32: eps }), [x, weight, bias], [T, 1, 1]);
+    return new ProductInput(x, T, n);
+  }
+
+  /** x[t] += y[t], then layerNorm(): an encoder's post-norm residual in one dispatch; y must not be x. */
+  addLayerNorm(x: GPUBuffer, y: GPUBuffer, weight: GPUBuffer, bias: GPUBuffer, T: number, n: number, eps: number): ProductInput {
+    if (x === y) throw new Error("webgpu addLayerNorm: x and y must be different buffers");
+    this.runner.dispatch(this.kernel("addLayerNorm"), params(n, { f32: eps }), [x, weight, bias, y], [T, 1, 1]);
+    return new ProductInput(x, T, n);
+  }
+
+  /** x[i] = gelu(x[i]) (the tanh GELU of gated("gelu")) for T rows of n; x is the input of the products that follow. */
+  gelu(x: GPUBuffer, T: number, n: number): ProductInput {
+    this.runner.dispatch(this.kernel("gelu"), params(T * n), [x], elementGrid(T * n));
+    return new ProductInput(x, T, n);
   }
 
   /** x[i] *= s for n values. */

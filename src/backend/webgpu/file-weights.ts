@@ -15,27 +15,18 @@ export type HostMatrix =
   | { kind: "f32"; rows: number; cols: number; values: Float32Array }
   | { kind: "ggml"; type: number; rows: number; cols: number; bytes: Uint8Array };
 
-export class FileWeights {
+/** A model file's tensors, read one by one for the GPU (any model: a decoder's checkpoint, an encoder's). */
+export class TensorFile {
   private readonly totalBytes: number;
   private doneBytes = 0;
 
   /** `onProgress` is told the bytes read so far of every tensor's, as tensors are read. */
-  constructor(readonly checkpoint: Checkpoint, private readonly onProgress?: LoadProgress) {
-    this.totalBytes = [...checkpoint.tensors.values()].reduce((a, t) => a + t.byteLength, 0);
-  }
-
-  /** Whether the token embedding is f32 (looked up on the GPU) rather than ggml blocks (looked up by WebAssembly). */
-  get embeddingOnGpu(): boolean {
-    return this.info(TensorName.tokenEmbedding).encoding.kind === "f32";
-  }
-
-  /** The classifier's tensor name: output.weight, or the embedding when they are shared. */
-  get outputName(): string {
-    return this.checkpoint.config.sharedClassifier ? TensorName.tokenEmbedding : TensorName.output;
+  constructor(readonly source: { file: string; tensors: ReadonlyMap<string, TensorInfo> }, private readonly onProgress?: LoadProgress) {
+    this.totalBytes = [...source.tensors.values()].reduce((a, t) => a + t.byteLength, 0);
   }
 
   has(name: string): boolean {
-    return this.checkpoint.tensors.has(name);
+    return this.source.tensors.has(name);
   }
 
   matrix(name: string): HostMatrix {
@@ -50,39 +41,26 @@ export class FileWeights {
     return { kind: "ggml", type: e.type, rows, cols, bytes };
   }
 
-  /** An expert stack [count][rows][cols] as one matrix of count x rows rows. */
-  experts(name: string): { host: HostMatrix; count: number; rows: number } {
-    const [count, rows, cols] = this.info(name).shape as [number, number, number];
-    const host = this.matrix(name);
-    if (host.rows !== count * rows || host.cols !== cols) throw new ModelFormatError(this.checkpoint.file, `${name} is not a stack of ${count} [${rows}][${cols}] matrices`);
-    return { host, count, rows };
-  }
-
   vector(name: string): Float32Array {
     const info = this.info(name);
-    if (info.encoding.kind !== "f32") throw new ModelFormatError(this.checkpoint.file, `vector ${name} is not f32`);
+    if (info.encoding.kind !== "f32") throw new ModelFormatError(this.source.file, `vector ${name} is not f32`);
     return new Float32Array(this.read(info).buffer, 0, info.shape[0]!);
   }
 
-  /** The ggml token embedding in linear memory, as the WebAssembly embedding lookup reads it. */
-  loadTokenEmbedding(target: WeightTarget): WeightMatrix {
-    return loadPlacedTensor(this.checkpoint, TensorName.tokenEmbedding, target, FILE_STORAGE);
-  }
-
-  private info(name: string): TensorInfo {
-    const info = this.checkpoint.tensors.get(name);
-    if (info === undefined) throw new ModelFormatError(this.checkpoint.file, `missing tensor ${name}`);
+  protected info(name: string): TensorInfo {
+    const info = this.source.tensors.get(name);
+    if (info === undefined) throw new ModelFormatError(this.source.file, `missing tensor ${name}`);
     return info;
   }
 
   private read(info: TensorInfo): Uint8Array {
     const out = new Uint8Array(info.byteLength);
-    const fd = openSync(this.checkpoint.file, "r");
+    const fd = openSync(this.source.file, "r");
     try {
       let done = 0;
       while (done < out.length) {
         const n = readSync(fd, out, done, out.length - done, info.offset + done);
-        if (n <= 0) throw new ModelFormatError(this.checkpoint.file, `truncated while reading ${info.name}`);
+        if (n <= 0) throw new ModelFormatError(this.source.file, `truncated while reading ${info.name}`);
         done += n;
       }
     } finally {
@@ -91,5 +69,35 @@ export class FileWeights {
     this.doneBytes = Math.min(this.totalBytes, this.doneBytes + out.length);
     this.onProgress?.(this.doneBytes, this.totalBytes);
     return out;
+  }
+}
+
+/** A decoder checkpoint's tensors: TensorFile plus where its embedding and classifier are. */
+export class FileWeights extends TensorFile {
+  constructor(readonly checkpoint: Checkpoint, onProgress?: LoadProgress) {
+    super(checkpoint, onProgress);
+  }
+
+  /** Whether the token embedding is f32 (looked up on the GPU) rather than ggml blocks (looked up by WebAssembly). */
+  get embeddingOnGpu(): boolean {
+    return this.info(TensorName.tokenEmbedding).encoding.kind === "f32";
+  }
+
+  /** The classifier's tensor name: output.weight, or the embedding when they are shared. */
+  get outputName(): string {
+    return this.checkpoint.config.sharedClassifier ? TensorName.tokenEmbedding : TensorName.output;
+  }
+
+  /** An expert stack [count][rows][cols] as one matrix of count x rows rows. */
+  experts(name: string): { host: HostMatrix; count: number; rows: number } {
+    const [count, rows, cols] = this.info(name).shape as [number, number, number];
+    const host = this.matrix(name);
+    if (host.rows !== count * rows || host.cols !== cols) throw new ModelFormatError(this.checkpoint.file, `${name} is not a stack of ${count} [${rows}][${cols}] matrices`);
+    return { host, count, rows };
+  }
+
+  /** The ggml token embedding in linear memory, as the WebAssembly embedding lookup reads it. */
+  loadTokenEmbedding(target: WeightTarget): WeightMatrix {
+    return loadPlacedTensor(this.checkpoint, TensorName.tokenEmbedding, target, FILE_STORAGE);
   }
 }

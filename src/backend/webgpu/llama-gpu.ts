@@ -416,7 +416,7 @@ export class GpuLlamaModel {
  * GpuWeightMatrix), in order; `biases`: each matrix's bias vector (one value per row), added by
  * the product.
  */
-function uploadStacks(gpu: WebGpuBackend, host: HostMatrix[], label: string, biases: Float32Array[] | null): GpuWeightMatrix[] {
+export function uploadStacks(gpu: WebGpuBackend, host: HostMatrix[], label: string, biases: Float32Array[] | null): GpuWeightMatrix[] {
   const sameType = (i: number, j: number) => {
     const [a, b] = [host[i]!, host[j]!];
     return a.kind === b.kind && (a.kind === "f32" || a.type === (b as { type: number }).type) && a.cols === b.cols;
@@ -444,7 +444,7 @@ function uploadStacks(gpu: WebGpuBackend, host: HostMatrix[], label: string, bia
 }
 
 /** A fused matrix (phi3's attn_qkv: q, k, v rows; ffn_up: gate, up rows) as one stack of those row ranges. */
-function uploadFused(gpu: WebGpuBackend, host: HostMatrix, label: string, rows: readonly number[]): GpuWeightMatrix {
+export function uploadFused(gpu: WebGpuBackend, host: HostMatrix, label: string, rows: readonly number[]): GpuWeightMatrix {
   return host.kind === "f32"
     ? gpu.uploadF32Matrix(host.values, host.rows, host.cols, label, { stack: rows })
     : gpu.uploadGgmlMatrix(host.bytes, host.type, host.rows, host.cols, label, { stack: rows });

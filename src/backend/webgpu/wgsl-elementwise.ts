@@ -144,6 +144,24 @@ ${ELEMENT_ENTRY} {
 }`;
 
 /**
+ * The sum of a workgroup's partial sums (each invocation's s): a fixed pairwise tree, so one order
+ * whatever else the dispatch holds; every invocation gets the total, and may call it again.
+ */
+const ROW_SUM_WGSL = /* wgsl */ `
+var<workgroup> partial: array<f32, ${WORKGROUP}>;
+fn rowSum(lid: u32, s: f32) -> f32 {
+  partial[lid] = s;
+  workgroupBarrier();
+  for (var k = ${WORKGROUP / 2}u; k > 0u; k = k >> 1u) {
+    if (lid < k) { partial[lid] = partial[lid] + partial[lid + k]; }
+    workgroupBarrier();
+  }
+  let total = partial[0];
+  workgroupBarrier();
+  return total;
+}`;
+
+/**
  * RMSNorm of T rows of n floats, one workgroup per row: out[t] = w * (x[t] * inv_rms(x[t])); out
  * is not x. Each invocation sums the squares of elements lid, lid + 64, ... in order, then a fixed
  * pairwise tree adds the 64 partial sums: one order for a row, whatever T is. With `addFirst`
@@ -181,7 +199,7 @@ struct Params { n: u32, eps: f32 }
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
 ${inputs}
 ${toHalf ? halfStoreWgsl(addFirst ? 5 : 4) : ""}
-var<workgroup> partial: array<f32, ${WORKGROUP}>;
+${ROW_SUM_WGSL}
 @compute @workgroup_size(${WORKGROUP})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let base = wg.x * p.n;
@@ -190,13 +208,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     ${load}
     s = s + v * v;
   }
-  partial[lid] = s;
-  workgroupBarrier();
-  for (var k = ${WORKGROUP / 2}u; k > 0u; k = k >> 1u) {
-    if (lid < k) { partial[lid] = partial[lid] + partial[lid + k]; }
-    workgroupBarrier();
-  }
-  let inv = 1.0 / sqrt(partial[0] / f32(p.n) + p.eps);
+  let inv = 1.0 / sqrt(rowSum(lid, s) / f32(p.n) + p.eps);
   ${store}
 }`;
 }
@@ -337,3 +349,59 @@ ${ELEMENT_ENTRY} {
   if (row < p.firstRow || row >= p.firstRow + p.rowCount) { return; }
   out[i] = src[(row - p.firstRow) * p.n + i % p.n];
 }`;
+
+/** x[i] = gelu(x[i]) for i < n: the tanh GELU of GEGLU_WGSL with an up of 1 (an encoder's feed-forward, as the WebAssembly one's geglu against ones). */
+export const GELU_WGSL = /* wgsl */ `
+struct Params { n: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+${GATED_FN.gelu}
+${ELEMENT_INDEX}
+${ELEMENT_ENTRY} {
+  let i = elementIndex(wg, nwg, lid);
+  if (i < p.n) { x[i] = gatedAt(x[i], 1.0); }
+}`;
+
+/**
+ * LayerNorm with bias of T rows of n floats in place, one workgroup per row: x[t] = ((x[t] -
+ * mean) * inv) * w + b, inv = 1 / sqrt(variance + eps) (ggml_norm's formula). With `addFirst`
+ * x[t] += y[t] first (an encoder's post-norm residual). Invocation lid owns elements lid, lid +
+ * 64, ...: it alone writes and reads them back, so in place needs no barrier between the
+ * passes over the row; each of the mean and the variance is its invocations' partial sums in
+ * element order then a fixed pairwise tree, one order for a row whatever T is.
+ */
+function layerNormWgsl(addFirst: boolean): string {
+  const load = addFirst ? "let v = x[base + j] + y[base + j];\n    x[base + j] = v;" : "let v = x[base + j];";
+  return /* wgsl */ `
+struct Params { n: u32, eps: f32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read> b: array<f32>;
+${addFirst ? "@group(0) @binding(4) var<storage, read> y: array<f32>;" : ""}
+${ROW_SUM_WGSL}
+
+@compute @workgroup_size(${WORKGROUP})
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let base = wg.x * p.n;
+  var s = 0.0;
+  for (var j = lid; j < p.n; j += ${WORKGROUP}u) {
+    ${load}
+    s = s + v;
+  }
+  let mean = rowSum(lid, s) / f32(p.n);
+  var s2 = 0.0;
+  for (var j = lid; j < p.n; j += ${WORKGROUP}u) {
+    let c = x[base + j] - mean;
+    s2 = s2 + c * c;
+  }
+  let inv = 1.0 / sqrt(rowSum(lid, s2) / f32(p.n) + p.eps);
+  for (var j = lid; j < p.n; j += ${WORKGROUP}u) {
+    x[base + j] = ((x[base + j] - mean) * inv) * w[j] + b[j];
+  }
+}`;
+}
+
+export const LAYER_NORM_WGSL = layerNormWgsl(false);
+/** x[t] += y[t], then LAYER_NORM_WGSL's x[t] = LayerNorm(x[t]) * w + b, in one dispatch. */
+export const ADD_LAYER_NORM_WGSL = layerNormWgsl(true);
