@@ -1,5 +1,5 @@
 /**
- * `pagellm serve`'s HTTP server, on Bun.serve: the OpenAI routes, /health and /metrics, over the
+ * `pagellm serve`'s HTTP server, on Bun.serve: the OpenAI routes, ollama's (ollama/routes.ts), /health and /metrics, over the
  * engine's front door (EngineClient) shared by every client. It listens before the model is loaded
  * (/health answers 503 until `ready`), and drains on shutdown: new requests get 503 while the
  * running ones finish.
