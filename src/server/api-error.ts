@@ -43,6 +43,11 @@ export class ApiError extends Error {
   }
 }
 
+/** A 405 naming the methods the route takes (its Allow header). */
+export function methodNotAllowed(req: Request, allowed: string): ApiError {
+  return new ApiError(405, `${req.method} is not allowed here; use ${allowed}`, "invalid_request_error", null, "method_not_allowed", { Allow: allowed });
+}
+
 /**
  * `text` when it has at most `max` characters, else its first `max` and how many more there were:
  * what an error message quotes of a client's input (a field name, a value).

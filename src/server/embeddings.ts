@@ -65,13 +65,21 @@ export function checkEmbeddingModel(caps: ModelCapabilities, name: string, route
   throw new ApiError(400, `${route}: ${why}`, "invalid_request_error", "model", "model_cannot_embed");
 }
 
-async function run(ctx: EmbeddingContext, request: EmbeddingRequest, options: EmbedOptions): Promise<EmbedResult> {
+function run(ctx: EmbeddingContext, request: EmbeddingRequest, options: EmbedOptions): Promise<EmbedResult> {
+  return runEmbed(ctx, request.inputs, options, request.field, request.single);
+}
+
+/**
+ * The inputs through the model's embed, reported done; its errors as 400s naming `field` (the
+ * body's field of the inputs; `single`: it held one input, not an array). Options left undefined are not passed.
+ */
+export async function runEmbed(ctx: EmbeddingContext, inputs: EmbedInput[], options: EmbedOptions, field: string, single: boolean): Promise<EmbedResult> {
   const defined = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)) as EmbedOptions;
   let result: EmbedResult;
   try {
-    result = await ctx.model.embed(request.inputs, defined);
+    result = await ctx.model.embed(inputs, defined);
   } catch (e) {
-    throw embeddingError(e, request.field, request.single);
+    throw embeddingError(e, field, single);
   }
   ctx.onDone({ prompt_tokens: result.promptTokens, completion_tokens: 0, total_tokens: result.promptTokens, prompt_tokens_details: { cached_tokens: 0 } });
   return result;

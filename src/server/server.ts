@@ -1,5 +1,5 @@
 /**
- * `pagellm serve`'s HTTP server, on Bun.serve: the OpenAI routes, /health and /metrics, over the
+ * `pagellm serve`'s HTTP server, on Bun.serve: the OpenAI routes, ollama's (ollama/routes.ts), /health and /metrics, over the
  * engine's front door (EngineClient) shared by every client. It listens before the model is loaded
  * (/health answers 503 until `ready`), and drains on shutdown: new requests get 503 while the
  * running ones finish.
@@ -15,7 +15,7 @@ import type { Server } from "bun";
 import type { LLM } from "../llm/llm.ts";
 import type { ModelCapabilities } from "../embed/embed-types.ts";
 import { InputError } from "../errors.ts";
-import { ApiError, asApiError, errorResponse, withoutPaths } from "./api-error.ts";
+import { ApiError, asApiError, errorResponse, methodNotAllowed, withoutPaths } from "./api-error.ts";
 import { ApiKeyCheck } from "./auth.ts";
 import { BodyFields } from "./body-fields.ts";
 import { BodyReader } from "./body-reader.ts";
@@ -31,6 +31,11 @@ import type { ServerRequestDefaults } from "./generation-fields.ts";
 import type { GenerationContext, Usage } from "./generation-run.ts";
 import { ServeMetrics } from "./metrics.ts";
 import { modelList, retrieveModel } from "./models.ts";
+import type { OllamaContext } from "./ollama/context.ts";
+import { ollamaErrorResponse } from "./ollama/ollama-error.ts";
+import { NDJSON_TYPE } from "./ollama/ndjson.ts";
+import { isOllamaPath, ollamaRootRoute, ollamaRoute } from "./ollama/routes.ts";
+import { ServedModels } from "./ollama/served-models.ts";
 
 export interface ServerOptions {
   /** Address(es) to listen on: one listener each, on the same port. */
@@ -99,6 +104,8 @@ const IDLE_TIMEOUT_S = 60;
 export class PagellmServer {
   private state: State = "loading";
   private llm: LLM | null = null;
+  /** The models ollama's routes serve (the one loaded). */
+  private ollamaModels: ServedModels | null = null;
   private readonly metrics: ServeMetrics;
   private readonly auth: ApiKeyCheck | null;
   private readonly created = Math.floor(Date.now() / 1000);
@@ -172,6 +179,7 @@ export class PagellmServer {
   /** The model is loaded: serve it. */
   ready(llm: LLM): void {
     this.llm = llm;
+    this.ollamaModels = ServedModels.single(this.opts.modelName, llm, Date.now());
     this.state = "ready";
   }
 
@@ -263,7 +271,7 @@ export class PagellmServer {
     try {
       const response = await this.serve(req, server, path);
       // A stream holds its connection until its last chunk is sent or the client goes.
-      if (response.body === null || !isEventStream(response)) return response;
+      if (response.body === null || !isStream(response)) return response;
       streamed = true;
       return new Response(untilEnd(response.body, release), { status: response.status, headers: response.headers });
     } finally {
@@ -286,7 +294,7 @@ export class PagellmServer {
     let streaming = false;
     let response: Response;
     try {
-      response = await this.route(req, path, (usage: Usage) => {
+      response = await this.route(req, path, t0, (usage: Usage) => {
         finished = usage;
         if (streaming) log(usage);
       });
@@ -295,15 +303,15 @@ export class PagellmServer {
       // The server's own failure: the operator hears of it whatever the flags (a 503 while
       // loading or shutting down is the server's state, not a failure).
       if (error.type === "server_error") process.stderr.write(`pagellm serve: ${req.method} ${path}: ${error.message}\n`);
-      response = isAnthropicPath(path) ? anthropicErrorResponse(error) : errorResponse(error);
+      response = isAnthropicPath(path) ? anthropicErrorResponse(error) : isOllamaPath(path) ? ollamaErrorResponse(error) : errorResponse(error);
     }
     status = response.status;
-    streaming = isEventStream(response);
+    streaming = isStream(response);
     if (!streaming || finished !== null) log(finished);
     return response;
   }
 
-  private async route(req: Request, path: string, onDone: GenerationContext["onDone"]): Promise<Response> {
+  private async route(req: Request, path: string, arrivedMs: number, onDone: GenerationContext["onDone"]): Promise<Response> {
     if (path === "/health") {
       if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
       return this.health();
@@ -314,15 +322,13 @@ export class PagellmServer {
       if (!this.llm.capabilities.generate) throw new ApiError(404, "/metrics: the model only embeds, it runs no engine whose counters could be scraped", "not_found_error", null, "no_engine");
       return new Response(this.metrics.render(this.llm.stats()), { headers: { "Content-Type": "text/plain; version=0.0.4; charset=utf-8" } });
     }
+    if (isOllamaPath(path)) return this.ollama(req, path, arrivedMs, onDone);
     if (!path.startsWith("/v1/") && !OUTSIDE_V1_PATHS.has(path)) throw new ApiError(404, `no route ${req.method} ${path}`, "not_found_error", null, "not_found");
     this.auth?.check(req);
     if (this.state !== "ready") throw unavailable(this.state);
     const llm = this.llm!;
     // Built when a generation route asks: a model that only embeds has no engine client.
-    const generation = (): GenerationContext => ({
-      client: llm.client, metrics: this.metrics, maxQueue: this.opts.maxQueue, maxPrompts: this.opts.maxPrompts ?? SERVER_DEFAULTS.maxPrompts,
-      model: this.opts.modelName, defaults: this.opts.requestDefaults ?? {}, signal: req.signal, onDone,
-    });
+    const generation = (): GenerationContext => this.generationContext(llm, this.opts.modelName, req, onDone);
     if (path.startsWith(RESPONSE_PATH) && path.length > RESPONSE_PATH.length) storedResponse(path.slice(RESPONSE_PATH.length));
     if (path.startsWith(MODEL_PATH) && path.length > MODEL_PATH.length) {
       if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
@@ -370,6 +376,33 @@ export class PagellmServer {
       default:
         throw new ApiError(404, `no route ${req.method} ${path}`, "not_found_error", null, "not_found");
     }
+  }
+
+  /** What a generation route of `llm` is given, its responses naming the model `name`. */
+  private generationContext(llm: LLM, name: string, req: Request, onDone: GenerationContext["onDone"]): GenerationContext {
+    return {
+      client: llm.client, metrics: this.metrics, maxQueue: this.opts.maxQueue, maxPrompts: this.opts.maxPrompts ?? SERVER_DEFAULTS.maxPrompts,
+      model: name, defaults: this.opts.requestDefaults ?? {}, signal: req.signal, onDone,
+    };
+  }
+
+  /** ollama's routes (ollama/routes.ts): `/` answered in any state, `/api/*` behind the key as /v1 is. */
+  private ollama(req: Request, path: string, arrivedMs: number, onDone: GenerationContext["onDone"]): Promise<Response> | Response {
+    if (path === "/") {
+      const root = ollamaRootRoute(req);
+      if (root === null) throw methodNotAllowed(req, "GET, HEAD");
+      return root;
+    }
+    this.auth?.check(req);
+    if (this.state !== "ready") throw unavailable(this.state);
+    const ctx: OllamaContext = {
+      models: this.ollamaModels!,
+      generation: (model, requested) => this.generationContext(model.llm, requested, req, onDone),
+      embedding: (model) => ({ model: model.llm, name: model.name, onDone }),
+      defaults: this.opts.requestDefaults ?? {},
+      arrivedMs,
+    };
+    return ollamaRoute(req, path, ctx, { readFields: () => this.readFields(req), embeddingCall: (run) => this.embeddingCall(run) });
   }
 
   /** A generation request's body (within the bounds of body-reader.ts) as checked JSON fields. */
@@ -428,8 +461,10 @@ function isGet(req: Request): boolean {
   return req.method === "GET" || req.method === "HEAD";
 }
 
-function isEventStream(response: Response): boolean {
-  return response.headers.get("content-type")?.startsWith("text/event-stream") === true;
+/** A streamed response: server-sent events, or ollama's NDJSON lines. */
+function isStream(response: Response): boolean {
+  const type = response.headers.get("content-type") ?? "";
+  return type.startsWith("text/event-stream") || type.startsWith(NDJSON_TYPE);
 }
 
 /** `body` passed through unchanged; `onEnd` runs once when it ends, fails or is cancelled (the client went). */
@@ -459,10 +494,6 @@ function untilEnd(body: ReadableStream<Uint8Array>, onEnd: () => void): Readable
       return reader.cancel(reason);
     },
   });
-}
-
-function methodNotAllowed(req: Request, allowed: string): ApiError {
-  return new ApiError(405, `${req.method} is not allowed here; use ${allowed}`, "invalid_request_error", null, "method_not_allowed", { Allow: allowed });
 }
 
 /** A generation route asked of a model that only embeds or reranks: a 400 saying what it does instead. */

@@ -3,28 +3,9 @@
  * stream is cancelled when the client goes away; `onCancel` is told so its request can be
  * aborted, and writes after that are dropped.
  */
-export class SseStream {
-  readonly body: ReadableStream<Uint8Array>;
-  private controller: ReadableStreamDefaultController<Uint8Array> | null = null;
-  private closed = false;
-  private readonly encoder = new TextEncoder();
+import { TextStream } from "./text-stream.ts";
 
-  constructor(onCancel: () => void) {
-    this.body = new ReadableStream<Uint8Array>({
-      start: (controller) => {
-        this.controller = controller;
-      },
-      cancel: () => {
-        this.closed = true;
-        onCancel();
-      },
-    });
-  }
-
-  get isClosed(): boolean {
-    return this.closed;
-  }
-
+export class SseStream extends TextStream {
   /** One `data:` event holding `value` as JSON. */
   send(value: unknown): void {
     this.write(`data: ${JSON.stringify(value)}\n\n`);
@@ -39,17 +20,6 @@ export class SseStream {
   finish(): void {
     this.write("data: [DONE]\n\n");
     this.close();
-  }
-
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.controller?.close();
-  }
-
-  private write(text: string): void {
-    if (this.closed) return;
-    this.controller?.enqueue(this.encoder.encode(text));
   }
 
   /** The HTTP response carrying the stream. */
