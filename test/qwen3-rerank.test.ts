@@ -2,7 +2,7 @@
  * Qwen3-Reranker's layout (qwen3, pooling rank, cls.output holding the "yes" and "no" rows, the
  * rerank template in the file) against llama.cpp on a random-weight file the project's writer
  * makes bit for bit (test/fixtures/qwen3-rerank/: the reference and the command that made it):
- * the same token ids, scores within 0.001 of llama-server's /rerank (the embeddings issue's rule
+ * the same token ids, scores within 0.001 of llama-server's /rerank (the accuracy rule
  * for F32 files; measured: 4.8e-5 at most, from f32 sums taken in other orders through 3 layers;
  * the documents' scores are 0.04 or more apart) and each query's documents in its order; every score the same bits with the prefix cache on or off and batched or alone, the
  * template's prefix and the query computed once for all of a query's documents.
