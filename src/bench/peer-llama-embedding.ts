@@ -1,0 +1,94 @@
+/**
+ * llama.cpp's `llama-embedding` as the peer of `bench embed`: a binary of a llama.cpp build the
+ * user made, run on the same file, the same texts and the same thread count right after
+ * pagellm's measurement:
+ *
+ *   pagellm bench embed --llama-embedding ~/llama.cpp/build/bin/llama-embedding
+ *
+ * A batch of B inputs is one process given those B texts (`-f`, one a line), so it computes
+ * them exactly as pagellm's LLM.embed call of B inputs does: packed in order into steps of at most
+ * 2048 tokens (`-c 2048 -b 2048 -ub 2048`, its default batch and pagellm's default step),
+ * a text that does not fit starting the next step. Normalization is off (`--embd-normalize -1`),
+ * the pooling the file's, `-t` and `-tb` the thread count. The time is what llama.cpp itself
+ * reports as "prompt eval time" (llama_perf_context_print): its encoder passes and pooling only,
+ * after its warm-up, without loading, tokenizing or printing; a repetition's time is the sum
+ * over its processes.
+ */
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { InputError } from "../errors.ts";
+
+/** Tokens of one llama-embedding step: its default -b, and pagellm's DEFAULT_ENCODER_STEP_TOKENS. */
+export const PEER_STEP_TOKENS = 2048;
+
+export interface EmbeddingPeerRun {
+  model: string;
+  threads: number;
+  /** The inputs, cut into batches: one process each. */
+  batches: readonly (readonly string[])[];
+  pooling: string;
+}
+
+export interface EmbeddingPeerPass {
+  /** The llama.cpp build that ran ("7261 (de3ff81)"). */
+  build: string;
+  /** Its own timing of the embedding, summed over the batches' processes. */
+  seconds: number;
+  /** Tokens it says it computed (the inputs' tokens: a check that it read the same inputs). */
+  tokens: number;
+}
+
+export interface EmbeddingPeer {
+  /** One pass over the batches; an InputError naming the peer when it fails. */
+  run(run: EmbeddingPeerRun): EmbeddingPeerPass;
+}
+
+/** The --llama-embedding binary, checked: it must exist. */
+export function llamaEmbeddingPeer(bin: string): EmbeddingPeer {
+  if (!existsSync(bin)) throw new InputError(`--llama-embedding ${bin}: no such file (give the llama-embedding binary of a llama.cpp build)`);
+  return { run: (run) => runPass(bin, run) };
+}
+
+/** llama-embedding's arguments for one batch whose texts are in `inputFile`. */
+export function llamaEmbeddingArgs(run: Pick<EmbeddingPeerRun, "model" | "threads" | "pooling">, inputFile: string): string[] {
+  const step = String(PEER_STEP_TOKENS);
+  return [
+    "-m", run.model, "-f", inputFile, "-t", String(run.threads), "-tb", String(run.threads), "-c", step, "-b", step, "-ub", step,
+    "--pooling", run.pooling, "--embd-normalize", "-1",
+  ];
+}
+
+/** What one llama-embedding process reports: its build, and its prompt eval time and tokens; null when absent. */
+export function parseLlamaEmbedding(output: string): { build: string; ms: number; tokens: number } | null {
+  const time = /prompt eval time =\s*([\d.]+) ms \/\s*(\d+) tokens/.exec(output);
+  if (time === null) return null;
+  const build = /build: (\d+ \([0-9a-f]+\))/.exec(output)?.[1] ?? "unknown build";
+  return { build, ms: Number(time[1]), tokens: Number(time[2]) };
+}
+
+function runPass(bin: string, run: EmbeddingPeerRun): EmbeddingPeerPass {
+  const dir = mkdtempSync(join(tmpdir(), "pagellm-embed-peer-"));
+  try {
+    const input = join(dir, "inputs.txt");
+    let build = "";
+    let seconds = 0;
+    let tokens = 0;
+    for (const batch of run.batches) {
+      writeFileSync(input, batch.join("\n"));
+      const proc = Bun.spawnSync([bin, ...llamaEmbeddingArgs(run, input)], { stdout: "pipe", stderr: "pipe" });
+      const output = `${proc.stdout.toString()}\n${proc.stderr.toString()}`;
+      const parsed = proc.exitCode === 0 ? parseLlamaEmbedding(output) : null;
+      if (parsed === null) {
+        const why = proc.stderr.toString().trim().split("\n").slice(-3).join(" | ");
+        throw new InputError(`llama-embedding peer failed on ${run.model} (exit ${proc.exitCode}): ${why || "no prompt eval time in its output"}`);
+      }
+      build = parsed.build;
+      seconds += parsed.ms / 1000;
+      tokens += parsed.tokens;
+    }
+    return { build, seconds, tokens };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
