@@ -12,7 +12,7 @@ import { readEncoderCheckpoint } from "../src/model/encoder.ts";
 import { GGML_TYPE } from "../src/synth/quant/index.ts";
 import { ensureRandomEncoder, parseEmbedShape } from "../src/bench/embed-models.ts";
 import { embedInputs } from "../src/bench/embed-inputs.ts";
-import { llamaEmbeddingArgs, parseLlamaEmbedding } from "../src/bench/peer-llama-embedding.ts";
+import { llamaEmbeddingArgs, parseLlamaEmbedding, parseLlamaVersion } from "../src/bench/peer-llama-embedding.ts";
 import { figuresOf, type AnyBenchReport } from "../src/bench/schema.ts";
 import type { EmbedResult } from "../src/bench/embed.ts";
 import { describeShared } from "./helpers/shared.ts";
@@ -28,17 +28,19 @@ const TINY_NOMIC = "nomic-bert:dim=32,layers=2,heads=2,hidden=64";
 describe("llama-embedding as the peer", () => {
   test("its command line: the file, the texts, the threads, 2048-token steps, the pooling, normalization off", () => {
     const args = llamaEmbeddingArgs({ model: "m.gguf", threads: 2, pooling: "cls" }, "in.txt");
-    expect(args.join(" ")).toBe("-m m.gguf -f in.txt -t 2 -tb 2 -c 2048 -b 2048 -ub 2048 --pooling cls --embd-normalize -1");
+    expect(args.join(" ")).toBe("-m m.gguf -f in.txt -t 2 -tb 2 -c 2048 -b 2048 -ub 2048 --pooling cls --embd-normalize -1 -lv 4");
   });
 
-  test("its report: build, prompt eval time and tokens; nothing without the time", () => {
+  test("its report: prompt eval time and tokens, nothing without them; its build from --version", () => {
     const output = [
-      "build: 7261 (de3ff81) with cc (Debian 12.2.0-14) 12.2.0 for x86_64-linux-gnu",
-      "llama_perf_context_print:        load time =      20.10 ms",
-      "llama_perf_context_print: prompt eval time =     123.45 ms /  2304 tokens (    0.05 ms per token, 18663.43 tokens per second)",
+      "0.00.184.262 I llama_perf_context_print:        load time =      75.81 ms",
+      "0.00.184.377 I llama_perf_context_print: prompt eval time =      10.94 ms /     9 tokens (    1.22 ms per token,   822.82 tokens per second)",
+      "0.00.184.410 I llama_perf_context_print:        eval time =       0.00 ms /     1 runs   (    0.00 ms per token,      inf tokens per second)",
     ].join("\n");
-    expect(parseLlamaEmbedding(output)).toEqual({ build: "7261 (de3ff81)", ms: 123.45, tokens: 2304 });
-    expect(parseLlamaEmbedding("build: 7261 (de3ff81)\nerror: unable to load model")).toBeNull();
+    expect(parseLlamaEmbedding(output)).toEqual({ ms: 10.94, tokens: 9 });
+    expect(parseLlamaEmbedding("error: unable to load model")).toBeNull();
+    expect(parseLlamaVersion("version: 0.5.0-dev (build 1, commit de3ff81)\nbuilt with GNU 12.2.0 for Linux x86_64")).toBe("commit de3ff81");
+    expect(parseLlamaVersion("")).toBe("unknown build");
   });
 
   test("a missing binary is refused before anything runs", () => {

@@ -31,7 +31,7 @@ export interface EmbeddingPeerRun {
 }
 
 export interface EmbeddingPeerPass {
-  /** The llama.cpp build that ran ("7261 (de3ff81)"). */
+  /** The llama.cpp build that ran ("commit de3ff81"). */
   build: string;
   /** Its own timing of the embedding, summed over the batches' processes. */
   seconds: number;
@@ -47,7 +47,9 @@ export interface EmbeddingPeer {
 /** The --llama-embedding binary, checked: it must exist. */
 export function llamaEmbeddingPeer(bin: string): EmbeddingPeer {
   if (!existsSync(bin)) throw new InputError(`--llama-embedding ${bin}: no such file (give the llama-embedding binary of a llama.cpp build)`);
-  return { run: (run) => runPass(bin, run) };
+  const version = Bun.spawnSync([bin, "--version"], { stdout: "pipe", stderr: "pipe" });
+  const build = parseLlamaVersion(`${version.stdout.toString()}\n${version.stderr.toString()}`);
+  return { run: (run) => ({ build, ...runPass(bin, run) }) };
 }
 
 /** llama-embedding's arguments for one batch whose texts are in `inputFile`. */
@@ -55,23 +57,27 @@ export function llamaEmbeddingArgs(run: Pick<EmbeddingPeerRun, "model" | "thread
   const step = String(PEER_STEP_TOKENS);
   return [
     "-m", run.model, "-f", inputFile, "-t", String(run.threads), "-tb", String(run.threads), "-c", step, "-b", step, "-ub", step,
-    "--pooling", run.pooling, "--embd-normalize", "-1",
+    // Verbosity 4 lets through the info lines that carry its timing (llama_perf_context_print).
+    "--pooling", run.pooling, "--embd-normalize", "-1", "-lv", "4",
   ];
 }
 
-/** What one llama-embedding process reports: its build, and its prompt eval time and tokens; null when absent. */
-export function parseLlamaEmbedding(output: string): { build: string; ms: number; tokens: number } | null {
+/** What one llama-embedding process reports: its prompt eval time and tokens; null when absent. */
+export function parseLlamaEmbedding(output: string): { ms: number; tokens: number } | null {
   const time = /prompt eval time =\s*([\d.]+) ms \/\s*(\d+) tokens/.exec(output);
-  if (time === null) return null;
-  const build = /build: (\d+ \([0-9a-f]+\))/.exec(output)?.[1] ?? "unknown build";
-  return { build, ms: Number(time[1]), tokens: Number(time[2]) };
+  return time === null ? null : { ms: Number(time[1]), tokens: Number(time[2]) };
 }
 
-function runPass(bin: string, run: EmbeddingPeerRun): EmbeddingPeerPass {
+/** The build `--version` names ("commit de3ff81"), or "unknown build". */
+export function parseLlamaVersion(output: string): string {
+  const commit = /commit ([0-9a-f]+)/.exec(output)?.[1];
+  return commit === undefined ? "unknown build" : `commit ${commit}`;
+}
+
+function runPass(bin: string, run: EmbeddingPeerRun): Omit<EmbeddingPeerPass, "build"> {
   const dir = mkdtempSync(join(tmpdir(), "pagellm-embed-peer-"));
   try {
     const input = join(dir, "inputs.txt");
-    let build = "";
     let seconds = 0;
     let tokens = 0;
     for (const batch of run.batches) {
@@ -83,11 +89,10 @@ function runPass(bin: string, run: EmbeddingPeerRun): EmbeddingPeerPass {
         const why = proc.stderr.toString().trim().split("\n").slice(-3).join(" | ");
         throw new InputError(`llama-embedding peer failed on ${run.model} (exit ${proc.exitCode}): ${why || "no prompt eval time in its output"}`);
       }
-      build = parsed.build;
       seconds += parsed.ms / 1000;
       tokens += parsed.tokens;
     }
-    return { build, seconds, tokens };
+    return { seconds, tokens };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
