@@ -74,6 +74,26 @@ export function parseLlamaVersion(output: string): string {
   return commit === undefined ? "unknown build" : `commit ${commit}`;
 }
 
+/**
+ * Its log is written by a thread of its own, which at exit now and then (about 1 run in 20 here)
+ * has not yet written the last lines, the timing among them: such a run is run again.
+ */
+const ATTEMPTS = 5;
+
+/** One process on the texts in `input`: its timing, retried while its log lacks it. */
+function runBatch(bin: string, run: EmbeddingPeerRun, input: string): { ms: number; tokens: number } {
+  let why = "";
+  for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
+    const proc = Bun.spawnSync([bin, ...llamaEmbeddingArgs(run, input)], { stdout: "pipe", stderr: "pipe" });
+    const stderr = proc.stderr.toString();
+    const parsed = parseLlamaEmbedding(`${proc.stdout.toString()}\n${stderr}`);
+    if (proc.exitCode === 0 && parsed !== null) return parsed;
+    why = `exit ${proc.exitCode}: ${stderr.trim().split("\n").slice(-3).join(" | ") || "no output"}`;
+    if (proc.exitCode !== 0) break;
+  }
+  throw new InputError(`llama-embedding peer failed on ${run.model} (${why}${why.startsWith("exit 0") ? `; no prompt eval time in its log in ${ATTEMPTS} runs` : ""})`);
+}
+
 function runPass(bin: string, run: EmbeddingPeerRun): Omit<EmbeddingPeerPass, "build"> {
   const dir = mkdtempSync(join(tmpdir(), "pagellm-embed-peer-"));
   try {
@@ -82,13 +102,7 @@ function runPass(bin: string, run: EmbeddingPeerRun): Omit<EmbeddingPeerPass, "b
     let tokens = 0;
     for (const batch of run.batches) {
       writeFileSync(input, batch.join("\n"));
-      const proc = Bun.spawnSync([bin, ...llamaEmbeddingArgs(run, input)], { stdout: "pipe", stderr: "pipe" });
-      const output = `${proc.stdout.toString()}\n${proc.stderr.toString()}`;
-      const parsed = proc.exitCode === 0 ? parseLlamaEmbedding(output) : null;
-      if (parsed === null) {
-        const why = proc.stderr.toString().trim().split("\n").slice(-3).join(" | ");
-        throw new InputError(`llama-embedding peer failed on ${run.model} (exit ${proc.exitCode}): ${why || "no prompt eval time in its output"}`);
-      }
+      const parsed = runBatch(bin, run, input);
       seconds += parsed.ms / 1000;
       tokens += parsed.tokens;
     }
