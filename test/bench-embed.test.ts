@@ -28,17 +28,22 @@ const TINY_NOMIC = "nomic-bert:dim=32,layers=2,heads=2,hidden=64";
 describe("llama-embedding as the peer", () => {
   test("its command line: the file, the texts, the threads, 2048-token steps, the pooling, normalization off", () => {
     const args = llamaEmbeddingArgs({ model: "m.gguf", threads: 2, pooling: "cls" }, "in.txt");
-    expect(args.join(" ")).toBe("-m m.gguf -f in.txt -t 2 -tb 2 -c 2048 -b 2048 -ub 2048 --pooling cls --embd-normalize -1 -lv 4");
+    expect(args.join(" ")).toBe("-m m.gguf -f in.txt -t 2 -tb 2 -c 2048 -b 2048 -ub 2048 --pooling cls --embd-normalize -1 -lv 4 --log-timestamps --log-prefix");
   });
 
-  test("its report: prompt eval time and tokens, nothing without them; its build from --version", () => {
+  test("its report: the time from its first step to its perf summary and the steps' tokens, nothing without them; its build from --version", () => {
     const output = [
-      "0.00.184.262 I llama_perf_context_print:        load time =      75.81 ms",
-      "0.00.184.377 I llama_perf_context_print: prompt eval time =      10.94 ms /     9 tokens (    1.22 ms per token,   822.82 tokens per second)",
-      "0.00.184.410 I llama_perf_context_print:        eval time =       0.00 ms /     1 runs   (    0.00 ms per token,      inf tokens per second)",
+      "0.00.271.507 I batch_decode: n_tokens = 2020, n_seq = 28",
+      "0.04.867.072 I batch_decode: n_tokens = 363, n_seq = 4",
+      "embedding 0: -0.315311 -0.850112",
+      "1.05.392.826 I llama_perf_context_print:        load time =      75.81 ms",
+      "1.05.392.900 I llama_perf_context_print: prompt eval time =     512.60 ms /  2383 tokens (    0.22 ms per token,  4648.89 tokens per second)",
     ].join("\n");
-    expect(parseLlamaEmbedding(output)).toEqual({ ms: 10.94, tokens: 9 });
-    expect(parseLlamaEmbedding("error: unable to load model")).toBeNull();
+    const parsed = parseLlamaEmbedding(output)!;
+    expect(parsed.tokens).toBe(2383);
+    expect(parsed.ms).toBeCloseTo(65_392.826 - 271.507, 3);
+    expect(parseLlamaEmbedding("0.00.271.507 I batch_decode: n_tokens = 9, n_seq = 2\nerror: unable to load model")).toBeNull();
+    expect(parseLlamaEmbedding("0.00.184.262 I llama_perf_context_print:        load time =      75.81 ms")).toBeNull();
     expect(parseLlamaVersion("version: 0.5.0-dev (build 1, commit de3ff81)\nbuilt with GNU 12.2.0 for Linux x86_64")).toBe("commit de3ff81");
     expect(parseLlamaVersion("")).toBe("unknown build");
   });

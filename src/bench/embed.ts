@@ -185,7 +185,7 @@ export function embedNotes(r: EmbedResult, peer: boolean): string[] {
   return [
     "pagellm is timed on LLM.embed calls given token ids (made of whole vocabulary words, checked once to equal its tokenization of the texts); each batch is one call, packed into steps of 2048 tokens",
     ...(peer && r.models.length > 0
-      ? ["llama.cpp is given the texts, one process per batch (-c/-b/-ub 2048, the same packing); its time is its own prompt eval time (encoder passes and pooling), summed over the processes, without loading or tokenizing"]
+      ? ["llama.cpp is given the texts, one process per batch (-c/-b/-ub 2048, the same packing); its time is read from its timestamped log, first step to perf summary (encoder passes and pooling), summed over the processes, without loading, warm-up or tokenizing"]
       : []),
   ];
 }

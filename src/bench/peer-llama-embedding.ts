@@ -9,9 +9,9 @@
  * them exactly as pagellm's LLM.embed call of B inputs does: packed in order into steps of at most
  * 2048 tokens (`-c 2048 -b 2048 -ub 2048`, its default batch and pagellm's default step),
  * a text that does not fit starting the next step. Normalization is off (`--embd-normalize -1`),
- * the pooling the file's, `-t` and `-tb` the thread count. The time is what llama.cpp itself
- * reports as "prompt eval time" (llama_perf_context_print): its encoder passes and pooling only,
- * after its warm-up, without loading, tokenizing or printing; a repetition's time is the sum
+ * the pooling the file's, `-t` and `-tb` the thread count. The time is read from its own
+ * timestamped log: from its first step to its perf summary, so its encoder passes and pooling,
+ * after loading, its warm-up and tokenizing (parseLlamaEmbedding); a repetition's time is the sum
  * over its processes.
  */
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -57,15 +57,31 @@ export function llamaEmbeddingArgs(run: Pick<EmbeddingPeerRun, "model" | "thread
   const step = String(PEER_STEP_TOKENS);
   return [
     "-m", run.model, "-f", inputFile, "-t", String(run.threads), "-tb", String(run.threads), "-c", step, "-b", step, "-ub", step,
-    // Verbosity 4 lets through the info lines that carry its timing (llama_perf_context_print).
-    "--pooling", run.pooling, "--embd-normalize", "-1", "-lv", "4",
+    // Verbosity 4 lets through the info lines, timestamped, that carry its timing.
+    "--pooling", run.pooling, "--embd-normalize", "-1", "-lv", "4", "--log-timestamps", "--log-prefix",
   ];
 }
 
-/** What one llama-embedding process reports: its prompt eval time and tokens; null when absent. */
+/** A log line's timestamp (minutes.seconds.milliseconds.microseconds since start) in milliseconds. */
+function stampMs(m: RegExpMatchArray): number {
+  return Number(m[1]) * 60_000 + Number(m[2]) * 1000 + Number(m[3]) + Number(m[4]) / 1000;
+}
+
+const STAMP = String.raw`^(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) I `;
+
+/**
+ * What one llama-embedding process reports: the milliseconds from its first step ("batch_decode:
+ * n_tokens = ...", logged as each step starts, after tokenizing) to its perf summary (after the
+ * last step and the printing of a few values per input), and the steps' tokens; null when absent.
+ * Its own "prompt eval time" is not used: it misses part of the steps' time here (512 ms
+ * reported for a process whose first step alone took 4.6 s between log lines).
+ */
 export function parseLlamaEmbedding(output: string): { ms: number; tokens: number } | null {
-  const time = /prompt eval time =\s*([\d.]+) ms \/\s*(\d+) tokens/.exec(output);
-  return time === null ? null : { ms: Number(time[1]), tokens: Number(time[2]) };
+  const steps = [...output.matchAll(new RegExp(`${STAMP}batch_decode: n_tokens = (\\d+)`, "gm"))];
+  const end = new RegExp(`${STAMP}llama_perf_context_print:`, "m").exec(output);
+  if (steps.length === 0 || end === null) return null;
+  const tokens = steps.reduce((sum, m) => sum + Number(m[5]), 0);
+  return { ms: stampMs(end) - stampMs(steps[0]!), tokens };
 }
 
 /** The build `--version` names ("commit de3ff81"), or "unknown build". */
