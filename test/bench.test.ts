@@ -70,7 +70,7 @@ describe("bench command", () => {
   test("with no subcommand it lists the benches", () => {
     const r = runPagellm(["bench"]);
     expect(r.exitCode).toBe(0);
-    for (const name of ["kernels", "decode", "prefill", "batch", "prefix", "all", "compare", "chart"]) expect(r.stdout).toContain(name);
+    for (const name of ["kernels", "decode", "prefill", "batch", "prefix", "embed", "all", "compare", "chart"]) expect(r.stdout).toContain(name);
   }, PROCESS_TEST_MS);
 
   test("every bench's --help lists its options", () => {
@@ -80,6 +80,7 @@ describe("bench command", () => {
       prefill: ["--threads", "--prompt-tokens", "--decode-tokens", "--model", "--type", "--peer-nlc", "--peer-llama-bench"],
       batch: ["--threads", "--seqs", "--steps", "--warmup-steps", "--shape"],
       prefix: ["--threads", "--prefix-tokens", "--suffix-tokens", "--workloads", "--requests", "--max-num-seqs", "--num-blocks", "--eviction-policies"],
+      embed: ["--threads", "--batch", "--inputs", "--min-tokens", "--max-tokens", "--shape", "--type", "--model", "--models-dir", "--llama-embedding"],
     };
     expected.all = ["--quick", "--shape", "--type", "--threads", "--models-dir"];
     for (const [bench, options] of Object.entries(expected)) {
@@ -176,7 +177,7 @@ describe("bench command", () => {
       [join(modelsDir, "absent.json"), /absent\.json: file not found \(--compare: a --json document of an earlier run\)/],
       [file("not-json.json", "{"), /not-json\.json: not JSON/],
       [file("schema.json", JSON.stringify({ schema: "pagellm-bench/99", bench: "decode", results: {} })), /schema "pagellm-bench\/99"; this pagellm reads pagellm-bench\/1/],
-      [file("other.json", JSON.stringify({ bench: "sprint", results: {} })), /"bench" is "sprint", not one of kernels, decode, prefill, batch, prefix, serve, prefix-restart, all/],
+      [file("other.json", JSON.stringify({ bench: "sprint", results: {} })), /"bench" is "sprint", not one of kernels, decode, prefill, batch, prefix, serve, prefix-restart, embed, all/],
       [file("old.json", JSON.stringify({ bench: "decode", results: { rows: "?" } })), /its decode results lack the fields/],
     ];
     for (const [path, message] of cases) {

@@ -6,7 +6,7 @@
  * config.json; the tokenizers are read in place from the shared folder.
  */
 import { existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
-import { basename, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { InputError, PagellmError } from "../errors.ts";
 import { makeConfig, type ModelConfig } from "../model/config.ts";
 import { readGGUF } from "../model/gguf.ts";
@@ -28,8 +28,8 @@ export interface GGUFShape {
  * Bumped when the writer or a shape changes what a random file holds: files of another version
  * are written again (general.name carries it).
  */
-const RANDOM_GGUF_VERSION = 2;
-const WEIGHTS_SEED = 1234;
+export const RANDOM_GGUF_VERSION = 2;
+export const WEIGHTS_SEED = 1234;
 
 /** The GGUF forms of the named shapes (src/bench/bench-models.ts SHAPES). */
 export const GGUF_SHAPES: Readonly<Record<string, GGUFShape>> = {
@@ -84,7 +84,7 @@ function randomModelName(shapeName: string, mix: ModelMix): string {
 }
 
 /** True when `file` is a complete random model of this version (a header that reads and names it). */
-function isCurrent(file: string, name: string): boolean {
+export function isCurrent(file: string, name: string): boolean {
   try {
     return readGGUF(file).getString("general.name", "") === name;
   } catch (e) {
@@ -108,19 +108,27 @@ export function ensureRandomGGUF(
   if (existsSync(file) && isCurrent(file, name)) return file;
   const vocab = join(vocabDir, shape.vocabFile);
   if (!existsSync(vocab)) throw new InputError(`${vocab} not found (the shared data folder is absent?): pass --model`);
-  mkdirSync(modelsDir, { recursive: true });
   log(`writing ${file} (random ${mix} weights of the ${shapeName} shape, once)`);
+  writeAtomically(file, (tmp) => writeModelGGUF(tmp, {
+    arch: shape.arch, name, config: shape.config, mix, seed: WEIGHTS_SEED,
+    tokenizer: padVocabulary(tokenizerMetadata(vocab), shape.config.vocabSize),
+  }));
+  return file;
+}
+
+/**
+ * Make `file` with `write(tmp)`: written to a temporary name, then renamed, so a concurrent reader
+ * never sees half a file (its folder made first).
+ */
+export function writeAtomically(file: string, write: (tmp: string) => void): void {
+  mkdirSync(dirname(file), { recursive: true });
   const tmp = `${file}.${process.pid}.tmp`;
   try {
-    writeModelGGUF(tmp, {
-      arch: shape.arch, name, config: shape.config, mix, seed: WEIGHTS_SEED,
-      tokenizer: padVocabulary(tokenizerMetadata(vocab), shape.config.vocabSize),
-    });
+    write(tmp);
     renameSync(tmp, file);
   } finally {
     rmSync(tmp, { force: true });
   }
-  return file;
 }
 
 /**
@@ -140,14 +148,7 @@ export function ensureF32Twin(model: string, modelsDir: string, log: (line: stri
   if (existsSync(path) && isCurrent(path, name)) return { path, mix };
   const { config } = openCheckpoint(model);
   const tokenizer = new Map([...file.metadata].filter(([key]) => key.startsWith("tokenizer.")));
-  mkdirSync(modelsDir, { recursive: true });
   log(`writing ${path} (random F32 weights of ${basename(model)}'s shape, once)`);
-  const tmp = `${path}.${process.pid}.tmp`;
-  try {
-    writeModelGGUF(tmp, { arch: arch as Arch, name, config, mix: "F32", seed: WEIGHTS_SEED, tokenizer: padVocabulary(tokenizer, config.vocabSize) });
-    renameSync(tmp, path);
-  } finally {
-    rmSync(tmp, { force: true });
-  }
+  writeAtomically(path, (tmp) => writeModelGGUF(tmp, { arch: arch as Arch, name, config, mix: "F32", seed: WEIGHTS_SEED, tokenizer: padVocabulary(tokenizer, config.vocabSize) }));
   return { path, mix };
 }

@@ -18,6 +18,7 @@ import type { DecodeSet, PrefillSet } from "./type-comparison.ts";
 import type { ServeBenchResult } from "./serve/serve-bench.ts";
 import { serveFigures } from "./serve/serve-report.ts";
 import { restartFigures, type RestartResult } from "./prefix-restart.ts";
+import { embedFigures, type EmbedResult } from "./embed.ts";
 
 /** Each sub-benchmark's `results`. */
 export interface BenchResults {
@@ -31,10 +32,11 @@ export interface BenchResults {
   serve: ServeBenchResult;
   /** `bench prefix --restart`: fresh processes, cold vs the disk KV cache warm. */
   "prefix-restart": RestartResult;
+  embed: EmbedResult;
 }
 
 export type BenchName = keyof BenchResults;
-export const BENCH_NAMES: readonly BenchName[] = ["kernels", "decode", "prefill", "batch", "prefix", "serve", "prefix-restart"];
+export const BENCH_NAMES: readonly BenchName[] = ["kernels", "decode", "prefill", "batch", "prefix", "serve", "prefix-restart", "embed"];
 
 /** A sub-benchmark's name and results, typed together. */
 export type BenchRun = { [K in BenchName]: { bench: K; results: BenchResults[K] } }[BenchName];
@@ -82,6 +84,8 @@ export function figuresOf(report: BenchRun): Figure[] {
       return serveFigures(report.results);
     case "prefix-restart":
       return restartFigures(report.results);
+    case "embed":
+      return embedFigures(report.results);
   }
 }
 

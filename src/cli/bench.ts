@@ -1,5 +1,5 @@
 /**
- * `pagellm bench <kernels|decode|prefill|batch|prefix|all>`: performance measured against baselines
+ * `pagellm bench <kernels|decode|prefill|batch|prefix|serve|embed|all>`: performance measured against baselines
  * taken in the same run (a scalar loop, the streaming-read bandwidth, one thread, the cache off),
  * so the ratios mean something on a shared, noisy machine. Tables on stdout; --json FILE, --chart
  * FILE.svg and --compare OLD.json as bench-output.ts says; progress on stderr. The measuring
@@ -32,6 +32,7 @@ import { loadTokenizer } from "../tokenizer/load.ts";
 import { allCommand } from "./bench-all.ts";
 import { chartCommand, compareCommand } from "./bench-files.ts";
 import { benchServeCommand } from "./bench-serve.ts";
+import { benchEmbedCommand } from "./bench-embed.ts";
 import { decodeSet, prefillSet } from "../bench/type-comparison.ts";
 import { DEFAULT_MODELS_DIR, type BenchModel } from "../bench/bench-models.ts";
 import { isGGUF } from "../model/load.ts";
@@ -469,6 +470,7 @@ const benchSubCommands = {
   batch: batchCommand,
   prefix: prefixCommand,
   serve: benchServeCommand,
+  embed: benchEmbedCommand,
   grammar: grammarCommand,
   all: allCommand,
   compare: compareCommand,

@@ -90,14 +90,14 @@ const BIAS_STD = 0.1;
 // Random tensors
 
 /** Changes a chunk of whole rows (the first `firstRow`) before it is encoded. */
-type RowEdit = (values: Float32Array, firstRow: number) => void;
+export type RowEdit = (values: Float32Array, firstRow: number) => void;
 
 /**
  * The bytes of a random rows x cols tensor in `type`, made chunk by chunk of whole rows (rows are
  * encoded independently, so chunking does not change a byte). Stream `stream` of `seed`; `edit`
  * changes each chunk's values first.
  */
-function randomTensorData(seed: number, stream: number, rows: number, cols: number, type: QuantTypeName, mean: number, std: number, edit?: RowEdit) {
+export function randomTensorData(seed: number, stream: number, rows: number, cols: number, type: QuantTypeName, mean: number, std: number, edit?: RowEdit) {
   return function* chunks(): Generator<Uint8Array> {
     for (const [values, firstRow] of randomRows(seed, stream, rows, cols, mean, std)) {
       edit?.(values, firstRow);
