@@ -14,6 +14,7 @@ import type { TensorInfo } from "./checkpoint.ts";
 import { tensorInfo, typeSummary } from "./gguf-checkpoint.ts";
 import { readGGUF, type GGUFFile } from "./gguf.ts";
 import { filePooling, type PoolingType } from "./pooling-type.ts";
+import { positiveKeyReader } from "./arch/hparams.ts";
 
 export type EncoderArch = "bert" | "nomic-bert";
 export const ENCODER_ARCHS: ReadonlySet<string> = new Set<EncoderArch>(["bert", "nomic-bert"]);
@@ -105,11 +106,7 @@ export function readEncoderCheckpoint(path: string, file: GGUFFile = readGGUF(pa
 function readEncoderConfig(file: GGUFFile): EncoderConfig {
   const arch = file.getString("general.architecture") as EncoderArch;
   const key = (name: string) => `${arch}.${name}`;
-  const positive = (name: string, fallback?: number): number => {
-    const v = file.getU32(key(name), fallback);
-    if (v < 1) throw new ModelFormatError(file.path, `metadata key "${key(name)}" is ${v}, must be positive`);
-    return v;
-  };
+  const positive = positiveKeyReader(file, arch);
   const dim = positive("embedding_length");
   const nHeads = positive("attention.head_count");
   if (dim % nHeads !== 0) throw new ModelFormatError(file.path, `width ${dim} is not a whole number of ${nHeads} heads`);

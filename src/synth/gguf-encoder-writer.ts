@@ -14,7 +14,7 @@ import { EncoderTensor, type EncoderArch } from "../model/encoder.ts";
 import type { GGUFValue } from "../model/gguf.ts";
 import type { PoolingType } from "../model/pooling-type.ts";
 import { GGML_TYPE, type QuantTypeName } from "./quant/index.ts";
-import { randomTensorData, MODEL_MIXES } from "./gguf-model-writer.ts";
+import { generalMetadata, randomTensorData } from "./gguf-model-writer.ts";
 import { gguf, writeGGUF, type TensorToWrite } from "./gguf-writer.ts";
 
 /** The mixes an encoder is written in: one type for every matrix. */
@@ -57,12 +57,7 @@ const POOLING_CODE: Record<EncoderShape["pooling"], number> = { mean: 1, cls: 2,
 function encoderMetadata(model: EncoderToWrite): Map<string, GGUFValue> {
   const { arch, ...s } = model.shape;
   const metadata = new Map<string, GGUFValue>([
-    ["general.architecture", gguf.str(arch)],
-    ["general.type", gguf.str("model")],
-    ["general.name", gguf.str(model.name)],
-    ["general.file_type", gguf.u32(MODEL_MIXES[model.mix])],
-    ["general.quantization_version", gguf.u32(2)],
-    ["general.alignment", gguf.u32(32)],
+    ...generalMetadata(arch, model.name, model.mix),
     [`${arch}.context_length`, gguf.u32(s.contextLength)],
     [`${arch}.embedding_length`, gguf.u32(s.dim)],
     [`${arch}.block_count`, gguf.u32(s.nLayers)],

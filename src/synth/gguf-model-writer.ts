@@ -120,6 +120,19 @@ function* randomRows(seed: number, stream: number, rows: number, cols: number, m
 // ----------------------------------------------------------------------------
 // Metadata
 
+
+/** The `general.*` keys llama.cpp's converter writes for a model file of `arch` and `mix`. */
+export function generalMetadata(arch: string, name: string, mix: ModelMix): [string, GGUFValue][] {
+  return [
+    ["general.architecture", gguf.str(arch)],
+    ["general.type", gguf.str("model")],
+    ["general.name", gguf.str(name)],
+    ["general.file_type", gguf.u32(MODEL_MIXES[mix])],
+    ["general.quantization_version", gguf.u32(2)],
+    ["general.alignment", gguf.u32(32)],
+  ];
+}
+
 /** The `{arch}.*` and `general.*` keys llama.cpp reads for these architectures (llama-arch.cpp's LLM_KV names). */
 function modelMetadata(model: ModelToWrite): Map<string, GGUFValue> {
   const { arch, config: c } = model;
@@ -129,12 +142,7 @@ function modelMetadata(model: ModelToWrite): Map<string, GGUFValue> {
     [`${arch}.expert_feed_forward_length`, gguf.u32(c.experts.hiddenDim)],
   ];
   const metadata = new Map<string, GGUFValue>([
-    ["general.architecture", gguf.str(arch)],
-    ["general.type", gguf.str("model")],
-    ["general.name", gguf.str(model.name)],
-    ["general.file_type", gguf.u32(MODEL_MIXES[model.mix])],
-    ["general.quantization_version", gguf.u32(2)],
-    ["general.alignment", gguf.u32(32)],
+    ...generalMetadata(arch, model.name, model.mix),
     [`${arch}.vocab_size`, gguf.u32(c.vocabSize)],
     [`${arch}.context_length`, gguf.u32(c.seqLen)],
     [`${arch}.embedding_length`, gguf.u32(c.dim)],

@@ -21,14 +21,20 @@ export interface LayerOptions {
   ropeScalings?: readonly string[];
 }
 
+/** A reader of positive `{arch}.NAME` integers (with an optional fallback): ModelFormatError naming the key when one is below 1. */
+export function positiveKeyReader(file: GGUFFile, arch: string): (name: string, fallback?: number) => number {
+  return (name, fallback) => {
+    const key = `${arch}.${name}`;
+    const v = file.getU32(key, fallback);
+    if (v < 1) throw new ModelFormatError(file.path, `metadata key "${key}" is ${v}, must be positive`);
+    return v;
+  };
+}
+
 /** Read `{arch}.*` keys into a ModelConfig. Throws ModelFormatError naming the key when one is missing or absurd. */
 export function readTransformerConfig(file: GGUFFile, arch: string, derived: TensorDerived, options: LayerOptions): ModelConfig {
   const key = (name: string) => `${arch}.${name}`;
-  const positive = (name: string, fallback?: number): number => {
-    const v = file.getU32(key(name), fallback);
-    if (v < 1) throw new ModelFormatError(file.path, `metadata key "${key(name)}" is ${v}, must be positive`);
-    return v;
-  };
+  const positive = positiveKeyReader(file, arch);
   const dim = positive("embedding_length");
   const nHeads = positive("attention.head_count");
   const nKvHeads = positive("attention.head_count_kv", nHeads);
