@@ -14,7 +14,7 @@ import { ensureRandomEncoder, parseEmbedShape } from "../src/bench/embed-models.
 import { embedInputs } from "../src/bench/embed-inputs.ts";
 import { llamaEmbeddingArgs, parseLlamaEmbedding, parseLlamaVersion } from "../src/bench/peer-llama-embedding.ts";
 import { figuresOf, type AnyBenchReport } from "../src/bench/schema.ts";
-import type { EmbedResult } from "../src/bench/embed.ts";
+import type { EmbedResult } from "../src/bench/embed-throughput.ts";
 import { describeShared } from "./helpers/shared.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { PROCESS_TEST_MS } from "./helpers/limits.ts";

@@ -18,7 +18,7 @@ import type { DecodeSet, PrefillSet } from "./type-comparison.ts";
 import type { ServeBenchResult } from "./serve/serve-bench.ts";
 import { serveFigures } from "./serve/serve-report.ts";
 import { restartFigures, type RestartResult } from "./prefix-restart.ts";
-import { embedFigures, type EmbedResult } from "./embed.ts";
+import { embedFigures, type EmbedResult } from "./embed-throughput.ts";
 
 /** Each sub-benchmark's `results`. */
 export interface BenchResults {

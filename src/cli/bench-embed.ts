@@ -1,7 +1,7 @@
 /**
  * `pagellm bench embed`: embedding inputs/s and tokens/s of encoder models at several batch sizes
  * and thread counts, each a ratio to batch 1, to one thread and (--llama-embedding) to llama.cpp
- * on the same file, inputs and threads in the same run. The measuring lives in src/bench/embed.ts.
+ * on the same file, inputs and threads in the same run. The measuring lives in src/bench/embed-throughput.ts.
  */
 import { defineCommand, type ArgsDef } from "citty";
 import { existsSync } from "node:fs";
@@ -9,7 +9,7 @@ import { basename, join } from "node:path";
 import { InputError } from "../errors.ts";
 import { DEFAULT_MODELS_DIR, SHARED_DIR } from "../bench/bench-models.ts";
 import { progress, reportText } from "../bench/bench-report.ts";
-import { EMBED_BATCH_SIZES, embedNotes, embedTables, runEmbedBench, type EmbedModelFile } from "../bench/embed.ts";
+import { EMBED_BATCH_SIZES, embedNotes, embedTables, runEmbedBench, type EmbedModelFile } from "../bench/embed-throughput.ts";
 import { EMBED_SHAPE_HELP, ensureRandomEncoder, parseEmbedShape } from "../bench/embed-models.ts";
 import { llamaEmbeddingPeer } from "../bench/peer-llama-embedding.ts";
 import { makeReport } from "../bench/schema.ts";
