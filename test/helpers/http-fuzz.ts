@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { FuzzRandom } from "./gguf-fuzz.ts";
 import { rawExchange, rawRequest, type RawResponse } from "./raw-http.ts";
 import { STRUCTURED_OUTPUT_FIELDS } from "../../src/grammar/request-fields.ts";
+import { isOllamaPath } from "../../src/server/ollama/routes.ts";
 
 /** A raw exchange that has not ended by then has hung: a deadline for failure, never the expected path. */
 const DEADLINE_MS = 60_000;
@@ -330,7 +331,12 @@ export function fuzzCases(r: FuzzRandom, count: number, limits: FuzzLimits): Fuz
   });
 }
 
-/** Throws unless `answer` is a 2xx, or a 4xx with OpenAI's error shape, and carries no stack trace. */
+/** The path a case's description names ("OPTIONS / {}", "/v1/completions body ..."), or "". */
+function pathOf(what: string): string {
+  return what.split(" ").find((word) => word.startsWith("/")) ?? "";
+}
+
+/** Throws unless `answer` is a 2xx, or a 4xx with OpenAI's error shape (ollama's on its routes), and carries no stack trace. */
 export function checkAnswer(what: string, answer: RawResponse): void {
   const fail = (why: string) => {
     throw new Error(`${what}: ${why} (${answer.status} ${answer.body.slice(0, 300)})`);
@@ -348,7 +354,12 @@ export function checkAnswer(what: string, answer: RawResponse): void {
   } catch {
     fail("an error body that is not JSON");
   }
-  const error = (parsed as { error?: Record<string, unknown> }).error;
+  const error = (parsed as { error?: Record<string, unknown> | string }).error;
+  // ollama's routes answer as ollama does: {"error": "message"}.
+  if (typeof error === "string" && isOllamaPath(pathOf(what))) {
+    if (error.length > 600) fail("a message that quotes more than an excerpt");
+    return;
+  }
   if (typeof error !== "object" || error === null) return fail("no error object");
   if (Object.keys(error).sort().join() !== "code,message,param,type") fail("not OpenAI's error shape");
   if (typeof error.message !== "string" || typeof error.type !== "string") fail("message or type not a string");
