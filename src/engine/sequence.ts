@@ -45,7 +45,7 @@ export interface GenerationParams {
   shownTokenIds?: ReadonlySet<number>;
   /**
    * "last": an embedding, not a generation. The prompt is computed (its prefix from the cache
-   * where it hits, as any prompt's) and the request ends with its last token's hidden state after
+   * where it hits, as for every prompt) and the request ends with its last token's hidden state after
    * the output norm (EngineOutput.embedding), sampling nothing. Only last-token pooling runs here:
    * a cache hit keeps no hidden state of the tokens it skips, which mean or first-token pooling
    * would need. Absent: generate.
