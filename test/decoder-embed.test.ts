@@ -5,7 +5,6 @@
  * thread count.
  */
 import { describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
 import { EmbeddingFailedError, InputError, RequestTooLongError } from "../src/errors.ts";
 import { decoderEmbedder, decoderPooling, embeddingRequest } from "../src/embed/decoder-embedder.ts";
 import { filePooling } from "../src/model/pooling-type.ts";
@@ -14,6 +13,7 @@ import type { EngineOutput } from "../src/engine/engine-output.ts";
 import type { LLM } from "../src/llm/llm.ts";
 import { readGGUF } from "../src/model/gguf.ts";
 import { loadTokenizer } from "../src/tokenizer/load.ts";
+import { cosine, readEmbedRef } from "./helpers/embed-refs.ts";
 import { openedLLMs } from "./helpers/llm.ts";
 import { describeShared, sharedPath } from "./helpers/shared.ts";
 import { describeGpu } from "./helpers/webgpu.ts";
@@ -22,25 +22,7 @@ const MODEL = "models/gguf/rnd-qwen3-embed-Q4_K_M.gguf";
 const REF_Q4 = "golden/llama-cpp/refs/rnd-qwen3-embed-Q4_K_M.embed.embed-sentences.json";
 const REF_F32 = "golden/llama-cpp/refs/rnd-qwen3-embed-F32.embed.embed-sentences.json";
 
-interface EmbedRef {
-  inputs: string[];
-  tokens: number[][];
-  embeddings: number[][];
-}
-
 const llms = openedLLMs();
-
-function cosine(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let dot = 0;
-  let na = 0;
-  let nb = 0;
-  for (let i = 0; i < a.length; i++) {
-    dot += a[i]! * b[i]!;
-    na += a[i]! * a[i]!;
-    nb += b[i]! * b[i]!;
-  }
-  return dot / Math.sqrt(na * nb);
-}
 
 /** A vector's bits, for exact comparison (-0 and NaN payloads included). */
 function bits(v: Float32Array): number[] {
@@ -57,8 +39,8 @@ async function embedAll(llm: LLM, sequences: readonly (readonly number[])[]): Pr
 }
 
 describeShared("Qwen3-Embedding's layout against llama.cpp", [MODEL, REF_Q4, REF_F32], ([model, refQ4, refF32]) => {
-  const q4 = JSON.parse(readFileSync(refQ4!, "utf8")) as EmbedRef;
-  const f32 = JSON.parse(readFileSync(refF32!, "utf8")) as EmbedRef;
+  const q4 = readEmbedRef(refQ4!);
+  const f32 = readEmbedRef(refF32!);
 
   test("the file declares last-token pooling and an EOS after every input; the token ids are llama.cpp's", () => {
     expect(filePooling(readGGUF(model!), "qwen3")).toBe("last");
@@ -199,8 +181,8 @@ await describeGpu("decoder embeddings on WebGPU", (gpu) => {
   const refQ4 = sharedPath(REF_Q4);
   const refF32 = sharedPath(REF_F32);
   test.skipIf(model === null || refQ4 === null || refF32 === null)("within llama.cpp's rule, and the same bits alone, batched, on a cache hit and beside a generation", async () => {
-    const q4 = JSON.parse(readFileSync(refQ4!, "utf8")) as EmbedRef;
-    const f32 = JSON.parse(readFileSync(refF32!, "utf8")) as EmbedRef;
+    const q4 = readEmbedRef(refQ4!);
+    const f32 = readEmbedRef(refF32!);
     const open = (engine: Partial<EngineOptions>) => llms.load({ model: model!, engine: { threads: 1, kvCacheMb: 16, ...engine }, gpu });
     const cold = open({ enablePrefixCaching: false });
     const alone: number[][] = [];
