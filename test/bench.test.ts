@@ -177,7 +177,7 @@ describe("bench command", () => {
       [join(modelsDir, "absent.json"), /absent\.json: file not found \(--compare: a --json document of an earlier run\)/],
       [file("not-json.json", "{"), /not-json\.json: not JSON/],
       [file("schema.json", JSON.stringify({ schema: "pagellm-bench/99", bench: "decode", results: {} })), /schema "pagellm-bench\/99"; this pagellm reads pagellm-bench\/1/],
-      [file("other.json", JSON.stringify({ bench: "sprint", results: {} })), /"bench" is "sprint", not one of kernels, decode, prefill, batch, prefix, serve, prefix-restart, embed, all/],
+      [file("other.json", JSON.stringify({ bench: "sprint", results: {} })), /"bench" is "sprint", not one of kernels, decode, prefill, batch, prefix, serve, prefix-restart, embed, threads, all/],
       [file("old.json", JSON.stringify({ bench: "decode", results: { rows: "?" } })), /its decode results lack the fields/],
     ];
     for (const [path, message] of cases) {

@@ -13,6 +13,7 @@ import { machineLine } from "./machine.ts";
 import type { PrefillResult } from "./prefill.ts";
 import type { PrefixResult } from "./prefix.ts";
 import { serveCharts } from "./serve/serve-report.ts";
+import { threadScalingCharts } from "./thread-scaling.ts";
 import { shortDate, threadsLabel } from "./bench-report.ts";
 import { decodeResultsOf, prefillResultsOf, reportsOf, type AnyBenchReport, type BenchDocument } from "./schema.ts";
 
@@ -152,6 +153,7 @@ export function chartsOf(reports: readonly AnyBenchReport[]): Chart[] {
     else if (report.bench === "prefix") rest.push(ttftChart(report.results));
     else if (report.bench === "serve") rest.push(...serveCharts(report.results));
     else if (report.bench === "kernels") rest.push(kernelsChart(report.results));
+    else if (report.bench === "threads") rest.push(...threadScalingCharts(report.results));
     // prefix-restart: two TTFTs and two read speeds, its table says it all; no chart.
   }
   const charts: Chart[] = [];

@@ -19,6 +19,7 @@ import type { ServeBenchResult } from "./serve/serve-bench.ts";
 import { serveFigures } from "./serve/serve-report.ts";
 import { restartFigures, type RestartResult } from "./prefix-restart.ts";
 import { embedFigures, type EmbedResult } from "./embed-throughput.ts";
+import { threadScalingFigures, type ThreadScalingResult } from "./thread-scaling.ts";
 
 /** Each sub-benchmark's `results`. */
 export interface BenchResults {
@@ -33,10 +34,12 @@ export interface BenchResults {
   /** `bench prefix --restart`: fresh processes, cold vs the disk KV cache warm. */
   "prefix-restart": RestartResult;
   embed: EmbedResult;
+  /** `bench threads`: prefill, decode and batched decode from one thread up, next to llama.cpp's scaling. */
+  threads: ThreadScalingResult;
 }
 
 export type BenchName = keyof BenchResults;
-export const BENCH_NAMES: readonly BenchName[] = ["kernels", "decode", "prefill", "batch", "prefix", "serve", "prefix-restart", "embed"];
+export const BENCH_NAMES: readonly BenchName[] = ["kernels", "decode", "prefill", "batch", "prefix", "serve", "prefix-restart", "embed", "threads"];
 
 /** A sub-benchmark's name and results, typed together. */
 export type BenchRun = { [K in BenchName]: { bench: K; results: BenchResults[K] } }[BenchName];
@@ -86,6 +89,8 @@ export function figuresOf(report: BenchRun): Figure[] {
       return restartFigures(report.results);
     case "embed":
       return embedFigures(report.results);
+    case "threads":
+      return threadScalingFigures(report.results);
   }
 }
 

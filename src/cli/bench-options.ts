@@ -14,6 +14,9 @@ import { ensureF32Twin } from "../bench/gguf-models.ts";
 import { isGGUF } from "../model/load.ts";
 import { isModelMix, MODEL_MIXES, type ModelMix } from "../synth/gguf-model-writer.ts";
 import { STREAM_BYTES } from "../bench/roofline.ts";
+import { nlcPeer } from "../bench/peer-nlc.ts";
+import { llamaBenchPeer } from "../bench/peer-llama-bench.ts";
+import type { LlamaCppPeer } from "../bench/peer.ts";
 
 export const commonArgs = {
   reps: { type: "string", description: "Timed repetitions of each measurement (default: per bench, see its description)", valueHint: "n" },
@@ -184,4 +187,33 @@ export function benchModelOf(values: ParsedValues, rawArgs: readonly string[], d
 /** Caveats of the models (e.g. a vocabulary unlike the real model's), for the report's notes. */
 export function modelNotes(list: readonly BenchModel[]): string[] {
   return list.flatMap((m) => (m.note !== undefined ? [`${m.label}: ${m.note}`] : []));
+}
+
+export const peerArg = {
+  "peer-nlc": {
+    type: "string",
+    description:
+      "A folder with node-llama-cpp installed (outside the project: NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install node-llama-cpp@3.22.1): " +
+      "run llama.cpp on the same GGUF file after each measurement and report pagellm / llama.cpp",
+    valueHint: "dir",
+  },
+  "peer-llama-bench": {
+    type: "string",
+    description:
+      "llama.cpp's llama-bench binary (a build of your own, outside the project): run it on the same GGUF file at the same thread count " +
+      "after each measurement and report pagellm / llama.cpp",
+    valueHint: "path",
+  },
+} as const satisfies ArgsDef;
+
+/** --peer-llama-bench or --peer-nlc (one of them), checked: the peer exists, and GGUF models only (llama.cpp reads nothing else). */
+export function peerOption(values: ParsedValues, models: readonly BenchModel[]): LlamaCppPeer | null {
+  const bin = str(values, "peer-llama-bench");
+  const dir = str(values, "peer-nlc");
+  if (bin === undefined && dir === undefined) return null;
+  if (bin !== undefined && dir !== undefined) throw new InputError("--peer-llama-bench and --peer-nlc: give one llama.cpp peer per run");
+  const option = bin !== undefined ? "--peer-llama-bench" : "--peer-nlc";
+  const foreign = models.find((m) => !isGGUF(m.path));
+  if (foreign !== undefined) throw new InputError(`${option} runs llama.cpp on GGUF files; ${foreign.label} is a llama2.c model (use --type or a GGUF --model)`);
+  return bin !== undefined ? llamaBenchPeer(bin) : nlcPeer(dir!);
 }

@@ -1,5 +1,5 @@
 /**
- * `pagellm bench <kernels|decode|prefill|batch|prefix|serve|embed|all>`: performance measured against baselines
+ * `pagellm bench <kernels|decode|prefill|batch|prefix|serve|embed|threads|all>`: performance measured against baselines
  * taken in the same run (a scalar loop, the streaming-read bandwidth, one thread, the cache off),
  * so the ratios mean something on a shared, noisy machine. Tables on stdout; --json FILE, --chart
  * FILE.svg and --compare OLD.json as bench-output.ts says; progress on stderr. The measuring
@@ -12,15 +12,12 @@ import { batchTables, BATCH_SIZES, runBatchBench } from "../bench/batch-decode.t
 import { runDecodeBench } from "../bench/decode.ts";
 import { KERNEL_SHAPES, kernelsNotes, kernelsTables, runKernelsBench } from "../bench/kernel-speed.ts";
 import {
-  benchModelOf, benchModels, commonArgs, kvTypeArg, intList, modelArgs, modelNotes, nameList, nonNegInt, posint, repeatOptions, str, streamArg,
+  benchModelOf, benchModels, commonArgs, peerArg, peerOption, kvTypeArg, intList, modelArgs, modelNotes, nameList, nonNegInt, posint, repeatOptions, str, streamArg,
   streamBytes, threadsListArg,
 } from "./bench-options.ts";
 import { runPrefillBench } from "../bench/prefill.ts";
 import { prefixNotes, prefixTables, runPrefixBench } from "../bench/prefix.ts";
 import { restartNotes, restartTable, runRestartBench } from "../bench/prefix-restart.ts";
-import { nlcPeer } from "../bench/peer-nlc.ts";
-import { llamaBenchPeer } from "../bench/peer-llama-bench.ts";
-import type { LlamaCppPeer } from "../bench/peer.ts";
 import { progress, reportText, setProgressSink, type BenchReport, type Table } from "../bench/bench-report.ts";
 import { makeReport, type BenchName, type BenchResults } from "../bench/schema.ts";
 import { benchOutputArgs, checkWritable, jsonTarget, startRun, writeOutputs, type StartedRun } from "./bench-output.ts";
@@ -33,9 +30,9 @@ import { allCommand } from "./bench-all.ts";
 import { chartCommand, compareCommand } from "./bench-files.ts";
 import { benchServeCommand } from "./bench-serve.ts";
 import { benchEmbedCommand } from "./bench-embed.ts";
+import { benchThreadsCommand } from "./bench-threads.ts";
 import { decodeSet, prefillSet } from "../bench/type-comparison.ts";
-import { DEFAULT_MODELS_DIR, type BenchModel } from "../bench/bench-models.ts";
-import { isGGUF } from "../model/load.ts";
+import { DEFAULT_MODELS_DIR } from "../bench/bench-models.ts";
 import { InputError } from "../errors.ts";
 import { WORKLOAD_NAMES, type WorkloadName } from "../bench/prefix-workloads.ts";
 import { KV_TYPES } from "../kv/kv-layout.ts";
@@ -47,35 +44,6 @@ import { basename } from "node:path";
 import { benchGpu } from "../bench/webgpu.ts";
 
 type Settings = BenchReport<unknown>["settings"];
-
-const peerArg = {
-  "peer-nlc": {
-    type: "string",
-    description:
-      "A folder with node-llama-cpp installed (outside the project: NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install node-llama-cpp@3.22.1): " +
-      "run llama.cpp on the same GGUF file after each measurement and report pagellm / llama.cpp",
-    valueHint: "dir",
-  },
-  "peer-llama-bench": {
-    type: "string",
-    description:
-      "llama.cpp's llama-bench binary (a build of your own, outside the project): run it on the same GGUF file at the same thread count " +
-      "after each measurement and report pagellm / llama.cpp",
-    valueHint: "path",
-  },
-} as const satisfies ArgsDef;
-
-/** --peer-llama-bench or --peer-nlc (one of them), checked: the peer exists, and GGUF models only (llama.cpp reads nothing else). */
-function peerOption(values: ParsedValues, models: readonly BenchModel[]): LlamaCppPeer | null {
-  const bin = str(values, "peer-llama-bench");
-  const dir = str(values, "peer-nlc");
-  if (bin === undefined && dir === undefined) return null;
-  if (bin !== undefined && dir !== undefined) throw new InputError("--peer-llama-bench and --peer-nlc: give one llama.cpp peer per run");
-  const option = bin !== undefined ? "--peer-llama-bench" : "--peer-nlc";
-  const foreign = models.find((m) => !isGGUF(m.path));
-  if (foreign !== undefined) throw new InputError(`${option} runs llama.cpp on GGUF files; ${foreign.label} is a llama2.c model (use --type or a GGUF --model)`);
-  return bin !== undefined ? llamaBenchPeer(bin) : nlcPeer(dir!);
-}
 
 /** --device for the benches that run a model: WebGPU rows next to WebAssembly's when it resolves to webgpu. */
 const benchDeviceArg = {
@@ -471,6 +439,7 @@ const benchSubCommands = {
   prefix: prefixCommand,
   serve: benchServeCommand,
   embed: benchEmbedCommand,
+  threads: benchThreadsCommand,
   grammar: grammarCommand,
   all: allCommand,
   compare: compareCommand,
