@@ -56,7 +56,7 @@ async function refusal(p: Promise<unknown>): Promise<ApiError> {
 describe("model registry", () => {
   test("three models under a budget that holds two: the least recently used idle one is evicted, and loaded again when asked", async () => {
     const log: string[] = [];
-    const r = registry([{ name: "a", source: source("a", 40 * MB, log) }, { name: "b", source: source("b", 40 * MB, log) }, { name: "c", source: source("c", 40 * MB, log) }], 100);
+    const r = registry([{ name: "a", file: "a.gguf", source: source("a", 40 * MB, log) }, { name: "b", file: "b.gguf", source: source("b", 40 * MB, log) }, { name: "c", file: "c.gguf", source: source("c", 40 * MB, log) }], 100);
     (await r.acquire("a")).release();
     (await r.acquire("b")).release();
     (await r.acquire("a")).release(); // a is now the more recent
@@ -72,7 +72,7 @@ describe("model registry", () => {
 
   test("a model in use is never evicted: the load waits for its lease to end", async () => {
     const log: string[] = [];
-    const r = registry([{ name: "a", source: source("a", 60 * MB, log) }, { name: "b", source: source("b", 60 * MB, log) }], 100);
+    const r = registry([{ name: "a", file: "a.gguf", source: source("a", 60 * MB, log) }, { name: "b", file: "b.gguf", source: source("b", 60 * MB, log) }], 100);
     const a = await r.acquire("a");
     let bLoaded = false;
     const b = r.acquire("b").then((lease) => ((bLoaded = true), lease));
@@ -89,10 +89,10 @@ describe("model registry", () => {
   test("a pinned model is never evicted; a model that cannot fit beside it is refused with the figures", async () => {
     const log: string[] = [];
     const r = registry([
-      { name: "p", pinned: true, source: source("p", 50 * MB, log) },
-      { name: "a", source: source("a", 40 * MB, log) },
-      { name: "b", source: source("b", 40 * MB, log) },
-      { name: "huge", source: source("huge", 70 * MB, log) },
+      { name: "p", file: "p.gguf", pinned: true, source: source("p", 50 * MB, log) },
+      { name: "a", file: "a.gguf", source: source("a", 40 * MB, log) },
+      { name: "b", file: "b.gguf", source: source("b", 40 * MB, log) },
+      { name: "huge", file: "huge.gguf", source: source("huge", 70 * MB, log) },
     ], 100);
     await r.loadPinned();
     (await r.acquire("a")).release();
@@ -113,7 +113,7 @@ describe("model registry", () => {
     const log: string[] = [];
     let open!: () => void;
     const gate = new Promise<void>((resolve) => (open = resolve));
-    const r = registry([{ name: "a", source: source("a", 10 * MB, log, { gate }) }], 100, new FakeClock(), -1, 3);
+    const r = registry([{ name: "a", file: "a.gguf", source: source("a", 10 * MB, log, { gate }) }], 100, new FakeClock(), -1, 3);
     const waiting = [r.acquire("a"), r.acquire("a"), r.acquire("a")];
     await settle();
     const over = await refusal(r.acquire("a"));
@@ -129,7 +129,7 @@ describe("model registry", () => {
   test("keep_alive: a duration unloads when it runs out after the last lease; 0 at once; negative never", async () => {
     const clock = new FakeClock();
     const log: string[] = [];
-    const r = registry([{ name: "a", source: source("a", 10 * MB, log) }, { name: "b", source: source("b", 10 * MB, log) }, { name: "c", source: source("c", 10 * MB, log) }], 100, clock, 300_000);
+    const r = registry([{ name: "a", file: "a.gguf", source: source("a", 10 * MB, log) }, { name: "b", file: "b.gguf", source: source("b", 10 * MB, log) }, { name: "c", file: "c.gguf", source: source("c", 10 * MB, log) }], 100, clock, 300_000);
     const a = await r.acquire("a");
     // In use: no expiry runs.
     await clock.advance(600_000);
@@ -158,7 +158,7 @@ describe("model registry", () => {
 
   test("unload: at once when idle, after the last lease when in use", async () => {
     const log: string[] = [];
-    const r = registry([{ name: "a", aliases: ["alpha"], source: source("a", 10 * MB, log) }], 100);
+    const r = registry([{ name: "a", file: "a.gguf", aliases: ["alpha"], source: source("a", 10 * MB, log) }], 100);
     const lease = await r.acquire("alpha");
     expect(lease.name).toBe("a");
     expect(await r.unload("a")).toBe(true);
@@ -172,7 +172,7 @@ describe("model registry", () => {
 
   test("a model whose load fails answers with its error; the others keep serving; it is tried again", async () => {
     const log: string[] = [];
-    const r = registry([{ name: "bad", source: source("bad", 10 * MB, log, { fail: true }) }, { name: "good", source: source("good", 10 * MB, log) }], 100);
+    const r = registry([{ name: "bad", file: "bad.gguf", source: source("bad", 10 * MB, log, { fail: true }) }, { name: "good", file: "good.gguf", source: source("good", 10 * MB, log) }], 100);
     const e = await refusal(r.acquire("bad"));
     expect(e.status).toBe(500);
     expect(e.message).toContain("model 'bad' failed to load: bad: not a GGUF file");
@@ -186,7 +186,7 @@ describe("model registry", () => {
   });
 
   test("unknown names are 404; ollama's :latest tag is optional either way", async () => {
-    const r = registry([{ name: "a", source: source("a", 10 * MB, []) }, { name: "b:latest", source: source("b", 10 * MB, []) }], 100);
+    const r = registry([{ name: "a", file: "a.gguf", source: source("a", 10 * MB, []) }, { name: "b:latest", file: "b:latest.gguf", source: source("b", 10 * MB, []) }], 100);
     expect(r.resolve("a:latest")).toBe("a");
     expect(r.resolve("b")).toBe("b:latest");
     expect(r.resolve("c")).toBeNull();
@@ -197,7 +197,7 @@ describe("model registry", () => {
 
   test("a model measured larger than estimated makes idle models give up the difference", async () => {
     const log: string[] = [];
-    const r = registry([{ name: "a", source: source("a", 40 * MB, log) }, { name: "b", source: source("b", 40 * MB, log, { measured: 70 * MB }) }], 100);
+    const r = registry([{ name: "a", file: "a.gguf", source: source("a", 40 * MB, log) }, { name: "b", file: "b.gguf", source: source("b", 40 * MB, log, { measured: 70 * MB }) }], 100);
     (await r.acquire("a")).release();
     (await r.acquire("b")).release();
     expect(states(r)).toEqual({ a: "unloaded", b: "loaded" });

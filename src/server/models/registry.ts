@@ -35,6 +35,8 @@ export interface ModelSource<T> {
 
 export interface RegisteredModel<T> {
   name: string;
+  /** The model's file (what listings read of a model not loaded). */
+  file: string;
   /** Other names requests may use. */
   aliases?: readonly string[];
   /** Loaded at start, never unloaded by memory pressure or keep_alive. */
@@ -61,6 +63,7 @@ export interface RegistryOptions {
 /** What the listing routes say of a model. */
 export interface ModelStatus<T> {
   name: string;
+  file: string;
   aliases: readonly string[];
   state: ModelState;
   pinned: boolean;
@@ -100,7 +103,7 @@ interface Entry<T> {
   loadedAt: number | null;
   loads: number;
   error: Error | null;
-  /** The keep_alive the last request gave (ms), which replaces the model's own until the next. */
+  /** The keep_alive the last request gave (ms), or null when it gave none. */
   requestedKeepAliveMs: number | null;
   expiresAt: number | null;
   cancelExpiry: (() => void) | null;
@@ -160,12 +163,13 @@ export class ModelRegistry<T> {
 
   /**
    * A lease on `requested`, loading it first when it is not loaded (waiting for its load when
-   * another request started it). `keepAliveMs` (the request's keep_alive) replaces the model's
-   * keep_alive from now on; undefined leaves it as it is.
+   * another request started it). `keepAliveMs` is the request's keep_alive: as in ollama, each
+   * request sets how long the model stays loaded after it, one that gives none the model's
+   * preset or the server's default.
    */
   async acquire(requested: string, keepAliveMs?: number): Promise<Lease<T>> {
     const e = this.entry(requested);
-    if (keepAliveMs !== undefined) e.requestedKeepAliveMs = keepAliveMs;
+    e.requestedKeepAliveMs = keepAliveMs ?? null;
     e.inFlight++;
     this.clearExpiry(e);
     e.unloadWhenIdle = false;
@@ -208,9 +212,13 @@ export class ModelRegistry<T> {
     return true;
   }
 
-  /** Loads the pinned models (at start); the first failure is thrown. */
+  /** Loads the pinned models (at start), each tried; the first failure is thrown once all were. */
   async loadPinned(): Promise<void> {
-    for (const e of this.entries) if (e.spec.pinned === true) await this.load(e.spec.name);
+    let failure: unknown = null;
+    for (const e of this.entries) {
+      if (e.spec.pinned === true) await this.load(e.spec.name).catch((err: unknown) => (failure ??= err));
+    }
+    if (failure !== null) throw failure;
   }
 
   /** Every model, in the order registered. */
@@ -225,7 +233,7 @@ export class ModelRegistry<T> {
 
   private status(e: Entry<T>): ModelStatus<T> {
     return {
-      name: e.spec.name, aliases: e.spec.aliases ?? [], state: e.state, pinned: e.spec.pinned === true,
+      name: e.spec.name, file: e.spec.file, aliases: e.spec.aliases ?? [], state: e.state, pinned: e.spec.pinned === true,
       bytes: e.state === "loaded" ? e.heldBytes : e.estimate, inFlight: e.inFlight, expiresAt: e.state === "loaded" ? e.expiresAt : null,
       loadedAt: e.loadedAt, loads: e.loads, error: e.error, model: e.model,
     };
