@@ -117,8 +117,9 @@ function modelSource(values: ParsedValues, name: string): ModelSource<LLM> {
     async unload(llm) {
       // The disk tier keeps the prefix cache of a model unloaded: what it holds is written first.
       if (llm.capabilities.generate) await llm.flush();
+      // close() releases the engine at once when no step computes (none does: the model is idle);
+      // closed() is not awaited, it does not resolve for an engine that never ran a step after close.
       llm.close();
-      await llm.closed();
     },
   };
 }

@@ -294,6 +294,12 @@ export class ModelRegistry<T> {
       // Measured larger than estimated: idle models make room for the difference.
       if (this.usedBytes > this.opts.budgetBytes) await this.evictIdle(e, 0);
     } catch (err) {
+      if (err instanceof ApiError && err.code === TOO_LARGE) {
+        // Refused before loading: the file is not at fault.
+        e.state = "unloaded";
+        e.heldBytes = 0;
+        throw err;
+      }
       e.state = "failed";
       e.heldBytes = 0;
       e.model = null;
@@ -390,12 +396,14 @@ export class ModelRegistry<T> {
   }
 }
 
+const TOO_LARGE = "model_exceeds_memory_budget";
+
 /** The 400 of a model that cannot fit even alone (beside the pinned models). */
 function tooLarge(name: string, need: number, budget: number, pinned: number): ApiError {
   const beside = pinned > 0 ? ` (${mib(pinned)} of it held by pinned models)` : "";
   return new ApiError(
     400, `model '${name}' needs ${mib(need)}, more than the memory budget of ${mib(budget)}${beside} (--memory-budget; a smaller --ctx-size or --kv-cache-mb in its preset lowers the need)`,
-    "invalid_request_error", "model", "model_exceeds_memory_budget",
+    "invalid_request_error", "model", TOO_LARGE,
   );
 }
 

@@ -62,7 +62,14 @@ export interface ListedModel {
 
 /** /api/tags of a server of several models: each with its tag, loaded or not. */
 export function ollamaTagsOf(models: readonly ListedModel[]): Response {
-  return Response.json({ models: models.map((m) => listed(withTag(m.name), m.llm === null ? fileFacts(m.file) : modelFacts(m.llm))) });
+  const entries = models.flatMap((m) => {
+    try {
+      return [listed(withTag(m.name), m.llm === null ? fileFacts(m.file) : modelFacts(m.llm))];
+    } catch {
+      return []; // a file that cannot be read (GET /v1/models says why once a request tries it)
+    }
+  });
+  return Response.json({ models: entries });
 }
 
 /** /api/ps of a server of several models: the loaded ones, with the bytes the budget counts and when each unloads. */
