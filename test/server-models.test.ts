@@ -9,7 +9,7 @@
  * again; the listings (/v1/models, /api/tags, /api/ps) and /metrics per model; unknown models
  * answered 404 in each route family's shape.
  */
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, expect, test } from "bun:test";
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
