@@ -17,6 +17,7 @@ import type { ServerRequestDefaults } from "../server/generation-fields.ts";
 import { checkKnownOptions, checkOptions, engineArgs, modelArgs, poolingArg, numberOption, repeated, seedOption, speculativeArgs, type ParsedValues } from "./options.ts";
 import { info } from "./output.ts";
 import { stepTraceAsked, traceSteps } from "./step-trace.ts";
+import { DEFAULT_KEEP_ALIVE, manyModels, servesManyModels } from "./serve-models.ts";
 
 export const serveArgs = {
   ...modelArgs,
@@ -52,6 +53,14 @@ export const serveArgs = {
   "stall-timeout": { type: "string", description: `Seconds without progress of the engine loop, with requests pending, after which /health answers 503 (default ${SERVER_DEFAULTS.stallTimeoutS})`, valueHint: "s" },
   "shutdown-timeout": { type: "string", description: "Seconds running requests get to finish after SIGTERM/SIGINT (default 30)", valueHint: "s" },
   "log-requests": { type: "boolean", description: "Print a line per request on stderr" },
+  "models-dir": {
+    type: "string",
+    description: "Serve every model in this folder (GGUF files, subfolders of one, a Hugging Face cache as `pagellm pull` fills it), each loaded when a request first names it",
+    valueHint: "dir",
+  },
+  "models-preset": { type: "string", description: "Per-model options (TOML: a table per model; see docs/server.md): ctx-size, kv-type, threads, chat-template, pooling, aliases, pinned, keep-alive, model", valueHint: "file" },
+  "memory-budget": { type: "string", description: "Memory all loaded models may hold together, in MiB or with a unit (8G); least recently used idle models are unloaded to fit (default: the memory available at start)", valueHint: "size" },
+  "keep-alive": { type: "string", description: `How long a model stays loaded after its last request, with several models: a duration (5m, 1h), seconds, -1 for ever (default ${DEFAULT_KEEP_ALIVE}; a request's keep_alive overrides it)`, valueHint: "duration" },
   ...requestDefaultArgs(),
   ...poolingArg,
   ...engineArgs,
@@ -59,7 +68,7 @@ export const serveArgs = {
 } as const satisfies ArgsDef;
 
 export const serveCommand = defineCommand({
-  meta: { name: "serve", description: "Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/rerank, /v1/models, /health, /metrics)" },
+  meta: { name: "serve", description: "Serve the model (or several: --models-dir, --model NAME=PATH) over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/rerank, /v1/models, /health, /metrics) and ollama's (/api/*)" },
   args: serveArgs,
   async run({ args, rawArgs }) {
     checkKnownOptions(rawArgs, serveArgs);
@@ -68,7 +77,8 @@ export const serveCommand = defineCommand({
 });
 
 async function runServe(values: ParsedValues, rawArgs: readonly string[]): Promise<void> {
-  if (typeof values.model !== "string" || values.model === "") throw new InputError("--model is required");
+  const many = servesManyModels(values, rawArgs);
+  if (!many && (typeof values.model !== "string" || values.model === "")) throw new InputError("--model is required (or --models-dir DIR)");
   const port = numberOption(values, "port", "int", { min: 0, max: 65535 }) ?? 8080;
   const maxQueue = numberOption(values, "max-queue", "posint") ?? 256;
   const maxPrompts = numberOption(values, "max-prompts", "posint") ?? SERVER_DEFAULTS.maxPrompts;
@@ -82,7 +92,8 @@ async function runServe(values: ParsedValues, rawArgs: readonly string[]): Promi
   const apiKey = serveApiKey(values);
   const corsOrigins = corsOption(rawArgs);
   const requestDefaults = serveRequestDefaults(values);
-  const name = typeof values["served-model-name"] === "string" && values["served-model-name"] !== "" ? values["served-model-name"] : basename(values.model);
+  const registry = many ? manyModels(values, rawArgs, maxQueue) : null;
+  const name = registry !== null ? "" : typeof values["served-model-name"] === "string" && values["served-model-name"] !== "" ? values["served-model-name"] : basename(values.model as string);
 
   let server: PagellmServer;
   try {
@@ -97,6 +108,10 @@ async function runServe(values: ParsedValues, rawArgs: readonly string[]): Promi
     throw new InputError(`cannot listen on ${hosts.join(", ")} port ${port}: ${(e as Error).message}`);
   }
   const shutdown = shutdownOnSignal(shutdownSeconds);
+  if (registry !== null) {
+    await serveMany(server, registry, shutdown.requested, shutdownSeconds).finally(() => shutdown.remove());
+    return;
+  }
   try {
     const llm = await loadLLM({ ...values, template: values["chat-template"] }, "--chat-template");
     noteChatFormat(llm, "--chat-template");
@@ -121,6 +136,27 @@ async function runServe(values: ParsedValues, rawArgs: readonly string[]): Promi
     throw e;
   } finally {
     shutdown.remove();
+  }
+}
+
+/** Serves the registry's models until `stop`, then drains, closes and unloads them all. */
+async function serveMany(server: PagellmServer, many: ReturnType<typeof manyModels>, stop: Promise<void>, shutdownSeconds: number): Promise<void> {
+  const { registry } = many;
+  try {
+    server.readyMany(registry);
+    const names = registry.list().map((m) => m.name);
+    process.stdout.write(`pagellm serve: ${server.urls.join(", ")} serving ${names.length} models (${names.join(", ")}), ${many.budgetNote}\n`);
+    // A pinned model that cannot load is its own requests' error; the others serve.
+    await registry.loadPinned().catch((e: Error) => info(`pagellm serve: a pinned model did not load: ${e.message}`));
+    await stop;
+    const finished = await server.drain(shutdownSeconds * 1000);
+    if (!finished) info(`pagellm serve: --shutdown-timeout ${shutdownSeconds} s passed; aborting the requests still running`);
+    await server.close();
+  } catch (e) {
+    await server.close();
+    throw e;
+  } finally {
+    await registry.closeAll();
   }
 }
 

@@ -84,37 +84,69 @@ export class ServeMetrics {
 
   /** The exposition text, with the engine's gauges and cache counters as of now. */
   render(stats: EngineStats): string {
-    const label = `model_name="${escapeLabel(this.modelName)}"`;
-    const lines: string[] = [];
-    const metric = (name: string, type: "gauge" | "counter" | "histogram", help: string, samples: string[]) => {
-      lines.push(`# HELP pagellm:${name} ${help}`, `# TYPE pagellm:${name} ${type}`, ...samples);
-    };
-    const one = (name: string, value: number) => [`pagellm:${name}{${label}} ${value}`];
-    metric("num_requests_running", "gauge", "Number of requests in the running batch (sequences holding KV blocks).", one("num_requests_running", stats.numRunning));
-    metric("num_requests_waiting", "gauge", "Number of requests waiting for a place in the batch.", one("num_requests_waiting", stats.numWaiting));
-    metric("kv_cache_usage_perc", "gauge", "KV cache usage: fraction of the KV blocks held by requests (1 = full).", one("kv_cache_usage_perc", stats.blocksInUse / stats.numBlocks));
-    metric("kv_cache_blocks_in_use", "gauge", "KV blocks held by requests (pagellm's own: the count behind kv_cache_usage_perc).", one("kv_cache_blocks_in_use", stats.blocksInUse));
-    metric("kv_cache_num_blocks", "gauge", "KV blocks in the pool (pagellm's own).", one("kv_cache_num_blocks", stats.numBlocks));
-    metric("prefix_cache_queries_total", "counter", "Prefix cache queries, in tokens.", one("prefix_cache_queries_total", stats.prefixQueries));
-    metric("prefix_cache_hits_total", "counter", "Prefix cache hits, in tokens.", one("prefix_cache_hits_total", stats.prefixHits));
-    if (stats.tier !== null) {
-      metric("prefix_cache_disk_hits_total", "counter", "Prefix cache hits read from the disk KV cache (--kv-cache-dir), in tokens.", one("prefix_cache_disk_hits_total", stats.prefixTierHits));
-      metric("prefix_cache_disk_read_bytes_total", "counter", "Bytes of KV blocks read from the disk KV cache.", one("prefix_cache_disk_read_bytes_total", stats.tier.bytesRead));
-      metric("prefix_cache_disk_written_bytes_total", "counter", "Bytes of KV blocks written to the disk KV cache.", one("prefix_cache_disk_written_bytes_total", stats.tier.bytesWritten));
-      metric("prefix_cache_disk_rejected_blocks_total", "counter", "Disk KV blocks found damaged or foreign, removed and recomputed.", one("prefix_cache_disk_rejected_blocks_total", stats.tier.blocksRejected));
+    return renderMetrics([{ metrics: this, stats }], false);
+  }
+
+  /** This model's samples into `out`, labelled `label`; the engine's gauges and cache counters when it is loaded (`stats`). */
+  samples(out: MetricSet, stats: EngineStats | null, label: string): void {
+    const one = (name: string, type: MetricType, help: string, value: number) => out.add(name, type, help, [`pagellm:${name}{${label}} ${value}`]);
+    if (stats !== null) {
+      one("num_requests_running", "gauge", "Number of requests in the running batch (sequences holding KV blocks).", stats.numRunning);
+      one("num_requests_waiting", "gauge", "Number of requests waiting for a place in the batch.", stats.numWaiting);
+      one("kv_cache_usage_perc", "gauge", "KV cache usage: fraction of the KV blocks held by requests (1 = full).", stats.blocksInUse / stats.numBlocks);
+      one("kv_cache_blocks_in_use", "gauge", "KV blocks held by requests (pagellm's own: the count behind kv_cache_usage_perc).", stats.blocksInUse);
+      one("kv_cache_num_blocks", "gauge", "KV blocks in the pool (pagellm's own).", stats.numBlocks);
+      one("prefix_cache_queries_total", "counter", "Prefix cache queries, in tokens.", stats.prefixQueries);
+      one("prefix_cache_hits_total", "counter", "Prefix cache hits, in tokens.", stats.prefixHits);
+      if (stats.tier !== null) {
+        one("prefix_cache_disk_hits_total", "counter", "Prefix cache hits read from the disk KV cache (--kv-cache-dir), in tokens.", stats.prefixTierHits);
+        one("prefix_cache_disk_read_bytes_total", "counter", "Bytes of KV blocks read from the disk KV cache.", stats.tier.bytesRead);
+        one("prefix_cache_disk_written_bytes_total", "counter", "Bytes of KV blocks written to the disk KV cache.", stats.tier.bytesWritten);
+        one("prefix_cache_disk_rejected_blocks_total", "counter", "Disk KV blocks found damaged or foreign, removed and recomputed.", stats.tier.blocksRejected);
+      }
+      one("num_preemptions_total", "counter", "Cumulative number of preemptions.", stats.preemptions);
     }
-    metric("num_preemptions_total", "counter", "Cumulative number of preemptions.", one("num_preemptions_total", stats.preemptions));
-    metric("prompt_tokens_total", "counter", "Number of prefill tokens processed (each prompt once, cached tokens included).", one("prompt_tokens_total", this.promptTokens));
-    metric("generation_tokens_total", "counter", "Number of generation tokens processed.", one("generation_tokens_total", this.generationTokens));
-    metric("request_success_total", "counter", "Count of finished sequences (one per sample), by finish reason.",
+    one("prompt_tokens_total", "counter", "Number of prefill tokens processed (each prompt once, cached tokens included).", this.promptTokens);
+    one("generation_tokens_total", "counter", "Number of generation tokens processed.", this.generationTokens);
+    out.add("request_success_total", "counter", "Count of finished sequences (one per sample), by finish reason.",
       [...this.finished].map(([reason, n]) => `pagellm:request_success_total{${label},finished_reason="${reason}"} ${n}`));
-    metric("time_to_first_token_seconds", "histogram", "Histogram of time to first token in seconds.", this.ttft.lines("pagellm:time_to_first_token_seconds", label));
-    metric("inter_token_latency_seconds", "histogram", "Histogram of inter-token latency in seconds.", this.itl.lines("pagellm:inter_token_latency_seconds", label));
-    metric("e2e_request_latency_seconds", "histogram", "Histogram of end to end request latency in seconds.", this.e2e.lines("pagellm:e2e_request_latency_seconds", label));
-    return lines.join("\n") + "\n";
+    out.add("time_to_first_token_seconds", "histogram", "Histogram of time to first token in seconds.", this.ttft.lines("pagellm:time_to_first_token_seconds", label));
+    out.add("inter_token_latency_seconds", "histogram", "Histogram of inter-token latency in seconds.", this.itl.lines("pagellm:inter_token_latency_seconds", label));
+    out.add("e2e_request_latency_seconds", "histogram", "Histogram of end to end request latency in seconds.", this.e2e.lines("pagellm:e2e_request_latency_seconds", label));
   }
 }
 
-function escapeLabel(v: string): string {
+type MetricType = "gauge" | "counter" | "histogram";
+
+/** Metrics by name, each with its HELP and TYPE once and the samples of every model, in the order first added. */
+export class MetricSet {
+  private readonly metrics = new Map<string, { type: MetricType; help: string; lines: string[] }>();
+
+  add(name: string, type: MetricType, help: string, lines: readonly string[]): void {
+    let m = this.metrics.get(name);
+    if (m === undefined) this.metrics.set(name, (m = { type, help, lines: [] }));
+    m.lines.push(...lines);
+  }
+
+  render(): string {
+    const out: string[] = [];
+    for (const [name, m] of this.metrics) out.push(`# HELP pagellm:${name} ${m.help}`, `# TYPE pagellm:${name} ${m.type}`, ...m.lines);
+    return out.join("\n") + "\n";
+  }
+}
+
+/**
+ * The exposition text of several models' metrics (`stats` null: a model not loaded), each series
+ * labelled with vLLM's `model_name` and, when `modelLabel`, also `model` (llama-server's router's).
+ */
+export function renderMetrics(models: readonly { metrics: ServeMetrics; stats: EngineStats | null }[], modelLabel: boolean, into = new MetricSet()): string {
+  for (const { metrics, stats } of models) {
+    const name = escapeLabel(metrics.modelName);
+    metrics.samples(into, stats, modelLabel ? `model_name="${name}",model="${name}"` : `model_name="${name}"`);
+  }
+  return into.render();
+}
+
+export function escapeLabel(v: string): string {
   return v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
 }

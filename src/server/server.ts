@@ -32,10 +32,16 @@ import type { GenerationContext, Usage } from "./generation-run.ts";
 import { ServeMetrics } from "./metrics.ts";
 import { modelList, retrieveModel } from "./models.ts";
 import type { OllamaContext } from "./ollama/context.ts";
-import { ollamaErrorResponse } from "./ollama/ollama-error.ts";
+import { modelNotFound, ollamaErrorResponse } from "./ollama/ollama-error.ts";
 import { NDJSON_TYPE } from "./ollama/ndjson.ts";
 import { isOllamaPath, ollamaRootRoute, ollamaRoute } from "./ollama/routes.ts";
 import { ServedModels } from "./ollama/served-models.ts";
+import { ollamaPsOf, ollamaTagsOf, type ListedModel } from "./ollama/listing.ts";
+import { keepAliveMs } from "./ollama/options.ts";
+import { envelope } from "./ollama/reply-run.ts";
+import { MetricSet, renderMetrics } from "./metrics.ts";
+import type { ModelRegistry } from "./models/registry.ts";
+import { loadRoute, modelListOf, registryMetrics, requestedModel, retrieveModelOf, unloadRoute } from "./models/model-routes.ts";
 
 export interface ServerOptions {
   /** Address(es) to listen on: one listener each, on the same port. */
@@ -89,7 +95,14 @@ type State = "loading" | "ready" | "draining";
 /** `GET /v1/models/{id}`: the id is the rest of the path. */
 const MODEL_PATH = "/v1/models/";
 /** llama-server's and vLLM's routes outside /v1, where theirs are (they need the key as /v1 does). */
-const OUTSIDE_V1_PATHS: ReadonlySet<string> = new Set(["/tokenize", "/detokenize", "/embedding", "/rerank"]);
+const OUTSIDE_V1_PATHS: ReadonlySet<string> = new Set(["/tokenize", "/detokenize", "/embedding", "/rerank", "/models/load", "/models/unload"]);
+/** The routes of a server of several models that name their model in the body's `model`. */
+const MODEL_BODY_PATHS: ReadonlySet<string> = new Set([
+  "/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses", "/v1/embeddings", "/embedding", "/v1/rerank", "/rerank",
+  "/tokenize", "/detokenize",
+]);
+/** ollama's routes that name a model (the others list them). */
+const OLLAMA_MODEL_PATHS: ReadonlySet<string> = new Set(["/api/show", "/api/chat", "/api/generate", "/api/embed", "/api/embeddings"]);
 /** The routes that generate text: an embedding model or a reranker is refused on them. */
 const GENERATION_PATHS: ReadonlySet<string> = new Set(["/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses"]);
 /** `/v1/responses/{id}`: a stored response, which this server never has. */
@@ -106,6 +119,12 @@ export class PagellmServer {
   private llm: LLM | null = null;
   /** The models ollama's routes serve (the one loaded). */
   private ollamaModels: ServedModels | null = null;
+  /** Several models, loaded on demand (readyMany); null: the one model of ready(). */
+  private registry: ModelRegistry<LLM> | null = null;
+  /** Each model's request metrics, kept across its loads (a server of several models). */
+  private readonly metricsOf = new Map<string, ServeMetrics>();
+  /** A body read before its route ran (a server of several models reads `model` first). */
+  private readonly preRead = new WeakMap<Request, BodyFields>();
   private readonly metrics: ServeMetrics;
   private readonly auth: ApiKeyCheck | null;
   private readonly created = Math.floor(Date.now() / 1000);
@@ -173,7 +192,28 @@ export class PagellmServer {
 
   /** An error as a client may see it: no path of the model's files (withoutPaths). */
   private publicError(e: ApiError): ApiError {
+    if (this.registry !== null) {
+      return this.registry.list().reduce((err, m) => withoutPaths(err, [m.file, ...(m.model?.files ?? [])], m.name), e);
+    }
     return this.llm === null ? e : withoutPaths(e, this.llm.files, this.opts.modelName);
+  }
+
+  /** Serve the models of `registry`, each loaded when a request first names it. */
+  readyMany(registry: ModelRegistry<LLM>): void {
+    this.registry = registry;
+    this.state = "ready";
+  }
+
+  /** The models loaded now (all of a server of several; else the one). */
+  private loadedModels(): LLM[] {
+    if (this.registry === null) return this.llm === null ? [] : [this.llm];
+    return this.registry.list().flatMap((m) => (m.model === null ? [] : [m.model]));
+  }
+
+  private modelMetrics(name: string): ServeMetrics {
+    let m = this.metricsOf.get(name);
+    if (m === undefined) this.metricsOf.set(name, (m = new ServeMetrics(name)));
+    return m;
   }
 
   /** The model is loaded: serve it. */
@@ -189,11 +229,11 @@ export class PagellmServer {
    */
   async drain(timeoutMs: number): Promise<boolean> {
     this.state = "draining";
-    const llm = this.llm;
-    if (llm === null) return true;
+    const models = this.loadedModels();
+    if (models.length === 0 && this.registry === null) return true;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timedOut = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
-    const idle = Promise.all([llm.capabilities.generate ? llm.client.whenIdle() : null, this.embeddingsIdle()]);
+    const idle = Promise.all([...models.map((llm) => (llm.capabilities.generate ? llm.client.whenIdle() : null)), this.embeddingsIdle()]);
     const finished = await Promise.race([idle.then(() => true as const), timedOut]);
     clearTimeout(timer);
     return finished;
@@ -205,9 +245,9 @@ export class PagellmServer {
    */
   async close(): Promise<void> {
     this.state = "draining";
-    const generating = this.llm?.capabilities.generate === true ? this.llm.client : null;
-    generating?.abortAll();
-    await generating?.whenIdle();
+    const generating = this.loadedModels().filter((llm) => llm.capabilities.generate).map((llm) => llm.client);
+    for (const client of generating) client.abortAll();
+    await Promise.all(generating.map((client) => client.whenIdle()));
     await this.embeddingsIdle();
     let timer: ReturnType<typeof setTimeout> | undefined;
     const stopped = Promise.all(this.listeners.map((l) => l.stop(false)));
@@ -318,6 +358,7 @@ export class PagellmServer {
     }
     if (path === "/metrics") {
       if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
+      if (this.registry !== null) return this.metricsMany(this.registry);
       if (this.llm === null) throw unavailable("loading");
       if (!this.llm.capabilities.generate) throw new ApiError(404, "/metrics: the model only embeds, it runs no engine whose counters could be scraped", "not_found_error", null, "no_engine");
       return new Response(this.metrics.render(this.llm.stats()), { headers: { "Content-Type": "text/plain; version=0.0.4; charset=utf-8" } });
@@ -326,16 +367,26 @@ export class PagellmServer {
     if (!path.startsWith("/v1/") && !OUTSIDE_V1_PATHS.has(path)) throw new ApiError(404, `no route ${req.method} ${path}`, "not_found_error", null, "not_found");
     this.auth?.check(req);
     if (this.state !== "ready") throw unavailable(this.state);
+    if (this.registry !== null) return this.routeMany(this.registry, req, path, onDone);
     const llm = this.llm!;
-    // Built when a generation route asks: a model that only embeds has no engine client.
-    const generation = (): GenerationContext => this.generationContext(llm, this.opts.modelName, req, onDone);
     if (path.startsWith(RESPONSE_PATH) && path.length > RESPONSE_PATH.length) storedResponse(path.slice(RESPONSE_PATH.length));
     if (path.startsWith(MODEL_PATH) && path.length > MODEL_PATH.length) {
       if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
       return Response.json(retrieveModel(path.slice(MODEL_PATH.length), this.opts.modelName, this.created, llm.capabilities));
     }
-    if (GENERATION_PATHS.has(path) && !llm.capabilities.generate) throw cannotGenerate(this.opts.modelName, path, llm.capabilities);
-    const embedding: EmbeddingContext = { model: llm, name: this.opts.modelName, onDone };
+    if (path === "/v1/models") {
+      if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
+      return Response.json(modelList(this.opts.modelName, this.created, llm.capabilities));
+    }
+    return this.routeModel(req, path, llm, this.opts.modelName, this.metrics, onDone);
+  }
+
+  /** A route that runs on one model (`llm`, named `name` in its responses). */
+  private async routeModel(req: Request, path: string, llm: LLM, name: string, metrics: ServeMetrics, onDone: GenerationContext["onDone"]): Promise<Response> {
+    // Built when a generation route asks: a model that only embeds has no engine client.
+    const generation = (): GenerationContext => this.generationContext(llm, name, req, onDone, metrics);
+    if (GENERATION_PATHS.has(path) && !llm.capabilities.generate) throw cannotGenerate(name, path, llm.capabilities);
+    const embedding: EmbeddingContext = { model: llm, name, onDone };
     switch (path) {
       case "/v1/embeddings":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
@@ -347,9 +398,6 @@ export class PagellmServer {
       case "/rerank":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
         return this.embeddingCall(async () => rerank(embedding, await this.readFields(req)));
-      case "/v1/models":
-        if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
-        return Response.json(modelList(this.opts.modelName, this.created, llm.capabilities));
       case "/v1/chat/completions":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
         return chatCompletions(llm.tokenizer, generation(), await this.readFields(req));
@@ -358,12 +406,12 @@ export class PagellmServer {
         return completions(llm.tokenizer, generation(), await this.readFields(req));
       case "/tokenize":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
-        if (!llm.capabilities.generate) return embeddingTokenize(llm, this.opts.modelName, await this.readFields(req));
+        if (!llm.capabilities.generate) return embeddingTokenize(llm, name, await this.readFields(req));
         const embedIds = llm.capabilities.embed ? (text: string, parseSpecial: boolean) => llm.embedTokenIds(text, parseSpecial) : null;
-        return tokenize(llm.client, this.opts.modelName, await this.readFields(req), embedIds);
+        return tokenize(llm.client, name, await this.readFields(req), embedIds);
       case "/detokenize":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
-        return detokenize(llm.client, this.opts.modelName, await this.readFields(req));
+        return detokenize(llm.client, name, await this.readFields(req));
       case "/v1/messages":
         if (req.method !== "POST") throw methodNotAllowed(req, "POST");
         return anthropicMessages(llm.tokenizer, generation(), await this.readFields(req));
@@ -378,10 +426,49 @@ export class PagellmServer {
     }
   }
 
+  /**
+   * A route of a server of several models: the listings and load/unload answered from the
+   * registry; a model's route run on the model its body names, loaded first when it is not, and
+   * held loaded until the response ends (a stream: its last chunk, or the client going).
+   */
+  private async routeMany(registry: ModelRegistry<LLM>, req: Request, path: string, onDone: GenerationContext["onDone"]): Promise<Response> {
+    if (path.startsWith(RESPONSE_PATH) && path.length > RESPONSE_PATH.length) storedResponse(path.slice(RESPONSE_PATH.length));
+    if (path.startsWith(MODEL_PATH) && path.length > MODEL_PATH.length) {
+      if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
+      return Response.json(retrieveModelOf(registry, path.slice(MODEL_PATH.length), this.created));
+    }
+    if (path === "/v1/models") {
+      if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
+      return Response.json(modelListOf(registry, this.created));
+    }
+    if (path === "/models/load" || path === "/models/unload") {
+      if (req.method !== "POST") throw methodNotAllowed(req, "POST");
+      const f = await this.readFields(req);
+      return path === "/models/load" ? loadRoute(registry, f) : unloadRoute(registry, f);
+    }
+    if (!MODEL_BODY_PATHS.has(path)) throw new ApiError(404, `no route ${req.method} ${path}`, "not_found_error", null, "not_found");
+    if (req.method !== "POST") throw methodNotAllowed(req, "POST");
+    const f = await this.readFields(req);
+    this.preRead.set(req, f);
+    const requested = requestedModel(f);
+    const lease = await registry.acquire(requested);
+    return holdUntilEnd(() => this.routeModel(req, path, lease.model, requested, this.modelMetrics(lease.name), onDone), lease.release);
+  }
+
+  /** /metrics of a server of several models: each loaded model's series labelled with its name, and the registry's. */
+  private metricsMany(registry: ModelRegistry<LLM>): Response {
+    const set = new MetricSet();
+    registryMetrics(registry, set);
+    const models = registry.list().map((m) => ({
+      metrics: this.modelMetrics(m.name), stats: m.model !== null && m.model.capabilities.generate ? m.model.stats() : null,
+    }));
+    return new Response(renderMetrics(models, true, set), { headers: { "Content-Type": "text/plain; version=0.0.4; charset=utf-8" } });
+  }
+
   /** What a generation route of `llm` is given, its responses naming the model `name`. */
-  private generationContext(llm: LLM, name: string, req: Request, onDone: GenerationContext["onDone"]): GenerationContext {
+  private generationContext(llm: LLM, name: string, req: Request, onDone: GenerationContext["onDone"], metrics = this.metrics): GenerationContext {
     return {
-      client: llm.client, metrics: this.metrics, maxQueue: this.opts.maxQueue, maxPrompts: this.opts.maxPrompts ?? SERVER_DEFAULTS.maxPrompts,
+      client: llm.client, metrics, maxQueue: this.opts.maxQueue, maxPrompts: this.opts.maxPrompts ?? SERVER_DEFAULTS.maxPrompts,
       model: name, defaults: this.opts.requestDefaults ?? {}, signal: req.signal, onDone,
     };
   }
@@ -395,6 +482,7 @@ export class PagellmServer {
     }
     this.auth?.check(req);
     if (this.state !== "ready") throw unavailable(this.state);
+    if (this.registry !== null) return this.ollamaMany(this.registry, req, path, arrivedMs, onDone);
     const ctx: OllamaContext = {
       models: this.ollamaModels!,
       generation: (model, requested) => this.generationContext(model.llm, requested, req, onDone),
@@ -405,8 +493,53 @@ export class PagellmServer {
     return ollamaRoute(req, path, ctx, { readFields: () => this.readFields(req), embeddingCall: (run) => this.embeddingCall(run) });
   }
 
+  /**
+   * ollama's routes on a server of several models: /api/tags lists them all, /api/ps the loaded
+   * ones; a route that names a model holds it (loaded first) until its response ends, with the
+   * request's keep_alive. An empty prompt (or no messages) with keep_alive 0 unloads it, as
+   * ollama does, without loading it first.
+   */
+  private async ollamaMany(registry: ModelRegistry<LLM>, req: Request, path: string, arrivedMs: number, onDone: GenerationContext["onDone"]): Promise<Response> {
+    const listed = (): ListedModel[] => registry.list().map((m) => ({
+      name: m.name, file: m.file, llm: m.model, bytes: m.bytes, expiresAt: m.expiresAt, inUse: m.inFlight > 0, keepAliveMs: registry.keepAliveOf(m.name),
+    }));
+    if (path === "/api/tags" || path === "/api/ps") {
+      if (!isGet(req)) throw methodNotAllowed(req, "GET, HEAD");
+      return path === "/api/tags" ? ollamaTagsOf(listed()) : ollamaPsOf(listed(), Date.now());
+    }
+    const serving = { readFields: () => this.readFields(req), embeddingCall: (run: () => Promise<Response>) => this.embeddingCall(run) };
+    const context = (models: ServedModels): OllamaContext => ({
+      models,
+      generation: (model, requested) => this.generationContext(model.llm, requested, req, onDone, this.modelMetrics(registry.resolve(requested) ?? requested)),
+      embedding: (model) => ({ model: model.llm, name: model.name, onDone }),
+      defaults: this.opts.requestDefaults ?? {},
+      arrivedMs,
+    });
+    if (!OLLAMA_MODEL_PATHS.has(path) || req.method !== "POST") return ollamaRoute(req, path, context(new ServedModels([])), serving);
+    const f = await this.readFields(req);
+    this.preRead.set(req, f);
+    // ollama's show takes the older `name` too.
+    const requested = requestedModel(f, path === "/api/show" && f.body.model === undefined && f.body.name !== undefined ? "name" : "model");
+    const keepAlive = keepAliveMs(f.body.keep_alive ?? undefined);
+    if (keepAlive === 0 && isLoadOnly(path, f)) {
+      if (registry.resolve(requested) === null) throw modelNotFound(requested);
+      await registry.unload(requested);
+      const empty = path === "/api/chat" ? { message: { role: "assistant", content: "" } } : { response: "" };
+      return Response.json({ ...envelope(requested), ...empty, done: true, done_reason: "unload" });
+    }
+    if (registry.resolve(requested) === null) throw modelNotFound(requested);
+    const lease = await registry.acquire(requested, keepAlive);
+    const served = ServedModels.single(requested, lease.model, registry.statusOf(requested).loadedAt ?? Date.now());
+    return holdUntilEnd(() => ollamaRoute(req, path, context(served), serving), lease.release);
+  }
+
   /** A generation request's body (within the bounds of body-reader.ts) as checked JSON fields. */
   private async readFields(req: Request): Promise<BodyFields> {
+    const early = this.preRead.get(req);
+    if (early !== undefined) {
+      this.preRead.delete(req);
+      return early;
+    }
     const text = await this.bodies.read(req);
     // The body is in: a non-streamed generation sends nothing until it ends, a stream nothing
     // while it waits in the queue, so the idle timeout no longer applies to this connection.
@@ -465,6 +598,29 @@ function isGet(req: Request): boolean {
 function isStream(response: Response): boolean {
   const type = response.headers.get("content-type") ?? "";
   return type.startsWith("text/event-stream") || type.startsWith(NDJSON_TYPE);
+}
+
+/** The response `run` makes, `release` called when it has been sent: at once, or when a stream ends (or fails, or the client goes). */
+async function holdUntilEnd(run: () => Promise<Response>, release: () => void): Promise<Response> {
+  let response: Response;
+  try {
+    response = await run();
+  } catch (e) {
+    release();
+    throw e;
+  }
+  if (response.body === null || !isStream(response)) {
+    release();
+    return response;
+  }
+  return new Response(untilEnd(response.body, release), { status: response.status, headers: response.headers });
+}
+
+/** An ollama request that only loads (or with keep_alive 0 unloads) its model: /api/generate without a prompt, /api/chat without messages. */
+function isLoadOnly(path: string, f: BodyFields): boolean {
+  if (path === "/api/generate") return f.body.prompt === undefined || f.body.prompt === null || f.body.prompt === "";
+  if (path === "/api/chat") return f.body.messages === undefined || f.body.messages === null || (Array.isArray(f.body.messages) && f.body.messages.length === 0);
+  return false;
 }
 
 /** `body` passed through unchanged; `onEnd` runs once when it ends, fails or is cancelled (the client went). */

@@ -13,7 +13,12 @@
 import { closeSync, openSync, readSync, statSync } from "node:fs";
 import { modelFingerprint } from "../../kv-disk/fingerprint.ts";
 import { readGGUF, type GGUFFile, type GGUFValue } from "../../model/gguf.ts";
-import { isGGUF } from "../../model/load.ts";
+import { isGGUF, openCheckpoint } from "../../model/load.ts";
+import { readGGUFCheckpoint } from "../../model/gguf-checkpoint.ts";
+import { isEncoderFile } from "../../model/encoder.ts";
+import { filePooling } from "../../model/pooling-type.ts";
+import type { Checkpoint } from "../../model/checkpoint.ts";
+import type { ModelCapabilities } from "../../embed/embed-types.ts";
 import type { LLM } from "../../llm/llm.ts";
 import { summarizeModel } from "../../hub/summary.ts";
 import { replySetup } from "../../tools/reply-reader.ts";
@@ -40,6 +45,8 @@ export interface ModelFacts {
   modifiedAt: string;
   architecture: string;
   capabilities: OllamaCapability[];
+  /** It scores documents (pooling rank): /v1/rerank's, not one of ollama's capabilities. */
+  reranks: boolean;
   /** The Jinja chat template the model is served with ("" for a built-in format). */
   template: string;
   /** GGUF metadata for model_info; `verbose` keeps the long arrays. */
@@ -51,36 +58,62 @@ export interface ModelFacts {
 const MAX_TERSE_ARRAY = 5;
 
 const factsOf = new WeakMap<LLM, ModelFacts>();
+const fileFactsOf = new Map<string, { mtimeMs: number; facts: ModelFacts }>();
 
 /** The facts of a loaded model, read from its file on first use. */
 export function modelFacts(llm: LLM): ModelFacts {
   let facts = factsOf.get(llm);
-  if (facts === undefined) factsOf.set(llm, (facts = readFacts(llm)));
+  if (facts === undefined) factsOf.set(llm, (facts = readFacts(llm.files[0]!, llm)));
   return facts;
 }
 
-function readFacts(llm: LLM): ModelFacts {
-  const path = llm.files[0]!;
+/**
+ * The facts of a model not loaded (a server of several models lists them all), from its file
+ * alone: its own chat template, and what it can do as its header says (an encoder or a pooling
+ * decoder embeds; a decoder generates). Read again when the file changes.
+ */
+export function fileFacts(path: string): ModelFacts {
+  const mtimeMs = statSync(path).mtimeMs;
+  const known = fileFactsOf.get(path);
+  if (known !== undefined && known.mtimeMs === mtimeMs) return known.facts;
+  const facts = readFacts(path, null);
+  fileFactsOf.set(path, { mtimeMs, facts });
+  return facts;
+}
+
+function readFacts(path: string, llm: LLM | null): ModelFacts {
   const stat = statSync(path);
   const gguf = isGGUF(path) ? readGGUF(path) : null;
   const summary = gguf === null ? null : summarizeModel(path, gguf);
   const architecture = summary?.architecture ?? "llama";
   const parameters = summary?.parameters ?? 0;
-  const template = llm.chatFormat.kind === "jinja" ? llm.chatFormat.template.text : "";
+  const own = gguf?.has("tokenizer.chat_template") === true ? gguf.getString("tokenizer.chat_template") : "";
+  const template = llm === null ? own : llm.chatFormat.kind === "jinja" ? llm.chatFormat.template.text : "";
+  const served = llm?.capabilities ?? fileCapabilities(gguf, architecture);
   return {
     details: {
       parent_model: "", format: gguf === null ? "llama2c" : "gguf", family: architecture, families: [architecture],
       parameter_size: humanNumber(parameters), quantization_level: summary?.quantization ?? "F32",
     },
     size: stat.size,
-    digest: digestOf(llm, path, gguf),
+    digest: digestOf(served.generate ? (llm?.checkpoint ?? (gguf === null ? openCheckpoint(path) : readGGUFCheckpoint(path, gguf))) : null, path, gguf),
     modifiedAt: stat.mtime.toISOString(),
     architecture,
-    capabilities: capabilitiesOf(llm, template),
+    capabilities: capabilitiesOf(served, template),
+    reranks: served.rerank,
     template,
     modelInfo: (verbose) => (gguf === null ? { "general.architecture": architecture } : ggufModelInfo(gguf, parameters, verbose)),
     tensors: gguf === null ? [] : gguf.tensors.map((t) => ({ name: t.name, type: t.typeName, shape: [...t.dims] })),
   };
+}
+
+/** What a model's file says it can do, before it is loaded (its pooling as the file gives it). */
+function fileCapabilities(gguf: GGUFFile | null, arch: string): Pick<ModelCapabilities, "generate" | "embed" | "rerank"> {
+  if (gguf === null) return { generate: true, embed: false, rerank: false };
+  const encoder = isEncoderFile(gguf);
+  const pooling = encoder ? null : filePooling(gguf, arch);
+  const rank = pooling === "rank";
+  return { generate: !encoder, embed: (encoder && !rank) || (pooling !== null && !rank), rerank: rank };
 }
 
 /**
@@ -88,15 +121,15 @@ function readFacts(llm: LLM): ModelFacts {
  * format it was trained for (any generating model takes tools here, through the generic format,
  * but apps offer tools where this is listed), thinking when its replies carry reasoning, embedding.
  */
-function capabilitiesOf(llm: LLM, template: string): OllamaCapability[] {
+function capabilitiesOf(served: Pick<ModelCapabilities, "generate" | "embed">, template: string): OllamaCapability[] {
   const caps: OllamaCapability[] = [];
-  if (llm.capabilities.generate) {
+  if (served.generate) {
     caps.push("completion");
     const format = toolCallFormat(template === "" ? null : template);
     if (template !== "" && (format.name !== "generic" || format.templateRendersTools)) caps.push("tools");
     if (replySetup(template === "" ? null : template, "", null) !== null) caps.push("thinking");
   }
-  if (llm.capabilities.embed) caps.push("embedding");
+  if (served.embed) caps.push("embedding");
   return caps;
 }
 
@@ -141,8 +174,8 @@ export function humanNumber(n: number): string {
   return String(n);
 }
 
-function digestOf(llm: LLM, path: string, gguf: GGUFFile | null): string {
-  if (llm.capabilities.generate) return Buffer.from(modelFingerprint(llm.checkpoint)).toString("hex");
+function digestOf(checkpoint: Checkpoint | null, path: string, gguf: GGUFFile | null): string {
+  if (checkpoint !== null) return Buffer.from(modelFingerprint(checkpoint)).toString("hex");
   const hasher = new Bun.CryptoHasher("sha256");
   const fd = openSync(path, "r");
   try {

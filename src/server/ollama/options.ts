@@ -133,14 +133,23 @@ const DURATION = /^[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|ms|s|m|h))+$/;
 
 /** keep_alive: a number of seconds or a Go duration ("5m", "1h30m", "-1s"); whether it is 0 (unload now). */
 export function readKeepAlive(v: Json | undefined): boolean {
-  if (v === undefined) return false;
-  if (typeof v === "number" && Number.isFinite(v)) return v === 0;
+  return keepAliveMs(v) === 0;
+}
+
+/**
+ * keep_alive in milliseconds, as ollama reads it: a number of seconds or a Go duration ("5m",
+ * "1h30m"), a string of digits as seconds; any negative value is -1 (never unload); undefined
+ * when absent. `field` names it in the 400 (the server's --keep-alive reads the same way).
+ */
+export function keepAliveMs(v: Json | undefined, field = "keep_alive"): number | undefined {
+  if (v === undefined) return undefined;
+  const ms = (seconds: number) => (seconds < 0 ? -1 : Math.round(seconds * 1000));
+  if (typeof v === "number" && Number.isFinite(v)) return ms(v);
   if (typeof v === "string") {
-    if (v === "0") return true;
-    if (/^[-+]?\d+(\.\d+)?$/.test(v)) return Number(v) === 0;
-    if (DURATION.test(v)) return durationSeconds(v) === 0;
+    if (/^[-+]?\d+(\.\d+)?$/.test(v)) return ms(Number(v));
+    if (DURATION.test(v)) return ms((v.startsWith("-") ? -1 : 1) * durationSeconds(v));
   }
-  throw ApiError.badField("keep_alive", `'keep_alive' must be a duration ("5m", "1h", "-1s") or a number of seconds, got ${excerpt(JSON.stringify(v))}`);
+  throw ApiError.badField(field, `'${field}' must be a duration ("5m", "1h", "-1s") or a number of seconds, got ${excerpt(JSON.stringify(v))}`);
 }
 
 function durationSeconds(text: string): number {
