@@ -12,6 +12,7 @@ import type { SecondTierStats } from "../kv/second-tier.ts";
 import type { SecondTierLink } from "../kv/tier-link.ts";
 import type { ModelForward } from "../backend/model-forward.ts";
 import type { WasmMemories } from "../backend/wasm/wasm-memories.ts";
+import { spanChunkEnd, stepSpans, type EmbeddedSpan } from "../model/batch.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
@@ -452,7 +453,7 @@ export class LLMEngine {
    * and batch invariance makes the logits the same bits as one pass would give. The tokens must
    * fit the context and the free blocks of the pool; run it between steps.
    */
-  async score(tokens: readonly number[], onLogits: (position: number, logits: Float32Array) => void): Promise<void> {
+  async score(tokens: readonly number[], onLogits: (position: number, logits: Float32Array) => void, embeds: readonly EmbeddedSpan[] = []): Promise<void> {
     if (tokens.length === 0) return;
     if (tokens.length > this.maxPositions) {
       throw new RequestTooLongError(`${tokens.length} tokens do not fit the context of ${this.maxPositions} (a larger --ctx-size)`, "prompt");
@@ -460,16 +461,19 @@ export class LLMEngine {
     if (this.blocksToScore(tokens.length) > this.kv.numFreeBlocks) {
       throw new RequestTooLongError(`${tokens.length} tokens need more KV blocks than are free (${this.kv.numFreeBlocks} of ${this.options.blockSize} tokens; a larger --kv-cache-mb or --num-blocks)`, "prompt");
     }
-    const req = new Request({ id: `score-${this.counts.scored++}`, promptTokenIds: tokens });
+    // Embedded spans (an image's rows) are multimodal items of the request: their ids key its blocks' hashes.
+    const req = new Request({ id: `score-${this.counts.scored++}`, promptTokenIds: tokens, mmItems: embeds });
     try {
       const chunk = this.runner.maxScoredTokens;
-      for (let start = 0; start < tokens.length; start += chunk) {
-        const piece = tokens.slice(start, start + chunk);
+      for (let start = 0; start < tokens.length;) {
+        const end = spanChunkEnd(start, Math.min(tokens.length, start + chunk), embeds);
+        const piece = tokens.slice(start, end);
         // Chunk by chunk, so that a sliding window's blocks behind the chunk are released (kv-cache-manager.ts).
         if (this.kv.allocateSlots(req, piece.length) === null) throw new Error(`score: ${piece.length} tokens found no free KV blocks`);
-        const rows = await this.runner.scoreChunk(piece, start, this.kv.getBlockTables(req));
+        const rows = await this.runner.scoreChunk(piece, start, this.kv.getBlockTables(req), stepSpans(embeds, start, end));
         rows.forEach((row, i) => onLogits(start + i, row));
         req.numComputedTokens += piece.length;
+        start = end;
       }
       this.tierLink?.saveComputed();
     } finally {
