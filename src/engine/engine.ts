@@ -49,6 +49,8 @@ export interface EngineRequest {
   readonly cacheSalt: string | null;
   /** What each sample's output is held to, or null. */
   readonly constraint: RequestConstraint | null;
+  /** Spans of the prompt whose input rows are given (an image's), each keying the blocks it covers. */
+  readonly embeds?: readonly EmbeddedSpan[];
 }
 
 /**
@@ -244,6 +246,7 @@ export class LLMEngine {
     const maxTokens = request.samples[0]?.maxTokens ?? null;
     this.checkFits(request.promptTokenIds.length, maxTokens, request.samples.length);
     if (request.samples.some((p) => p.pooling !== undefined)) this.checkPooling(request);
+    for (const e of request.embeds ?? []) this.checkSpan(e, request.promptTokenIds.length);
     const n = request.samples.length;
     const seqs = request.samples.map((params, i) => this.newSequence(request, params, i, n));
     const [parent, ...children] = seqs as [Sequence, ...Sequence[]];
@@ -251,6 +254,17 @@ export class LLMEngine {
     for (const seq of seqs) this.marks.set(seq, { tokens: 0, logprobs: 0 });
     this.scheduler.add(parent, children.length);
     this.forks.add(parent, children);
+  }
+
+  /** A span of given input rows: inside the prompt, rows of the model's width, and (bidirectional) no longer than a step. */
+  private checkSpan(e: EmbeddedSpan, promptLength: number): void {
+    if (!Number.isInteger(e.offset) || !Number.isInteger(e.length) || e.offset < 0 || e.length < 1 || e.offset + e.length > promptLength) {
+      throw new RequestFieldError("embeds", `hold a span [${e.offset}, ${e.offset + e.length}) outside the ${promptLength}-token prompt`);
+    }
+    if (e.rows.length !== e.length * this.config.dim) throw new RequestFieldError("embeds", `hold ${e.rows.length} values for ${e.length} rows of ${this.config.dim}`);
+    if (e.bidirectional && e.length > this.options.maxNumBatchedTokens) {
+      throw new RequestTooLongError(`an image of ${e.length} tokens does not fit one step of ${this.options.maxNumBatchedTokens} tokens (a larger --batch-size)`, "prompt");
+    }
   }
 
   /** An embedding request (GenerationParams.pooling) computes its prompt and nothing after it: one sample, no constraint. */
@@ -542,7 +556,7 @@ export class LLMEngine {
     const ids = request.promptTokenIds;
     const constraint = request.constraint === null ? null : this.constraintFor(request.constraint, ids);
     return new Sequence(
-      { id: n === 1 ? request.id : `${request.id}#${index}`, promptTokenIds: ids, cacheSalt: request.cacheSalt ?? undefined },
+      { id: n === 1 ? request.id : `${request.id}#${index}`, promptTokenIds: ids, cacheSalt: request.cacheSalt ?? undefined, mmItems: request.embeds },
       params,
       replyDecoder(this.tokenizer, ids[ids.length - 1], params.shownTokenIds),
       this.options.speculative === null ? null : new Drafter(this.options.speculative),
