@@ -261,7 +261,7 @@ export class LLMEngine {
     if (!Number.isInteger(e.offset) || !Number.isInteger(e.length) || e.offset < 0 || e.length < 1 || e.offset + e.length > promptLength) {
       throw new RequestFieldError("embeds", `hold a span [${e.offset}, ${e.offset + e.length}) outside the ${promptLength}-token prompt`);
     }
-    if (e.rows.length !== e.length * this.config.dim) throw new RequestFieldError("embeds", `hold ${e.rows.length} values for ${e.length} rows of ${this.config.dim}`);
+    if (!(e.rows instanceof Float32Array) || e.rows.length !== e.length * this.config.dim) throw new RequestFieldError("embeds", `must hold ${e.length} rows of ${this.config.dim} values (a Float32Array)`);
     if (e.bidirectional && e.length > this.options.maxNumBatchedTokens) {
       throw new RequestTooLongError(`an image of ${e.length} tokens does not fit one step of ${this.options.maxNumBatchedTokens} tokens (a larger --batch-size)`, "prompt");
     }
