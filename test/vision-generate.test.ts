@@ -3,7 +3,7 @@
  * ids after the image equal llama.cpp's (llref_mtmd greedy) on the F32 language model, and the
  * prefix cache keys each block on the image it holds: the same image and text hit to the last
  * full block, another image (or the same pixels at another size) misses from the image's first
- * block on, and the output is the same bits with or without the hits.
+ * block on, and the output is the same bits with or without the hits. And `generate --image`.
  */
 import { afterAll, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -13,7 +13,8 @@ import { join } from "node:path";
 import { LLM } from "../src/llm/llm.ts";
 import { decodeImage } from "../src/vision/image-decode.ts";
 import { VisionModel } from "../src/vision/vision-model.ts";
-import { CHILD_PROCESS_MS, LONG_PROCESS_TEST_MS } from "./helpers/limits.ts";
+import { runPagellm } from "./helpers/cli.ts";
+import { CHILD_PROCESS_MS, LONG_PROCESS_TEST_MS, PROCESS_TEST_MS } from "./helpers/limits.ts";
 import { describeShared } from "./helpers/shared.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "pagellm-vision-gen-"));
@@ -64,4 +65,16 @@ describeShared("generation with an image (gemma3)", files, ([mmproj, imgA, imgB,
       llm.close();
     }
   }, LONG_PROCESS_TEST_MS);
+
+  test("pagellm generate --mmproj --image: the same greedy ids; --image with several prompts is refused in one line", () => {
+    const ref = JSON.parse(readFileSync(refPath!, "utf8")) as { generated: number[] };
+    const model = join(dir, "rnd-gemma3-F32.gguf");
+    const args = ["generate", "--model", model, "--mmproj", mmproj!, "--image", imgA!, "--prompt-file", text!, "--temperature", "0"];
+    const r = runPagellm([...args, "--max-tokens", String(ref.generated.length), "--json"]);
+    expect(r.exitCode).toBe(0);
+    expect((JSON.parse(r.stdout) as { token_ids: number[] }).token_ids).toEqual(ref.generated);
+    const two = runPagellm([...args, "--prompt", "another <__media__>"]);
+    expect(two.exitCode).toBe(2);
+    expect(two.stderr).toMatch(/--image goes with one text prompt/);
+  }, PROCESS_TEST_MS);
 });

@@ -10,10 +10,9 @@ import { defineCommand, type ArgsDef } from "citty";
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { InputError } from "../errors.ts";
 import type { LLM, ScoreResult } from "../llm/llm.ts";
-import { decodeImage } from "../vision/image-decode.ts";
-import { VisionModel } from "../vision/vision-model.ts";
 import { loadLLM } from "./load.ts";
-import { checkKnownOptions, engineArgs, engineOptions, modelArgs, repeated, type ParsedValues } from "./options.ts";
+import { imageArgs, imageInputs, withVision, type ImageInputs } from "./image-options.ts";
+import { checkKnownOptions, engineArgs, engineOptions, modelArgs, type ParsedValues } from "./options.ts";
 import { info } from "./output.ts";
 
 export const perplexityArgs = {
@@ -23,12 +22,7 @@ export const perplexityArgs = {
     type: "boolean",
     description: 'Print one JSON object: {"model","tokens","token_logprobs","top_tokens","ppl"}',
   },
-  mmproj: { type: "string", description: "The language model's image encoder (a clip GGUF, llama.cpp's mmproj file)", valueHint: "path" },
-  image: {
-    type: "string",
-    description: "An image (PNG or JPEG) for the text's next <__media__> marker; repeat for several (needs --mmproj)",
-    valueHint: "path",
-  },
+  ...imageArgs,
   ...engineArgs,
 } as const satisfies ArgsDef;
 
@@ -37,7 +31,7 @@ export const perplexityCommand = defineCommand({
   args: perplexityArgs,
   async run({ args, rawArgs }) {
     checkKnownOptions(rawArgs, perplexityArgs);
-    await runPerplexity(args, repeated(rawArgs, "image"));
+    await runPerplexity(args, rawArgs);
   },
 });
 
@@ -47,20 +41,15 @@ function readText(path: string): string {
   return readFileSync(path, "utf8");
 }
 
-async function runPerplexity(values: ParsedValues, images: readonly string[]): Promise<void> {
+async function runPerplexity(values: ParsedValues, rawArgs: readonly string[]): Promise<void> {
   const file = values.file;
   if (typeof file !== "string" || file === "") throw new InputError("--file is required");
   const text = readText(file);
-  const mmproj = typeof values.mmproj === "string" && values.mmproj !== "" ? values.mmproj : null;
-  if (images.length > 0 && mmproj === null) throw new InputError("--image needs --mmproj, the model's image encoder");
-  const pictures = images.map((path) => {
-    if (!existsSync(path) || statSync(path).isDirectory()) throw new InputError(`${path}: image file not found`);
-    return decodeImage(readFileSync(path), path);
-  });
+  const images = imageInputs(values, rawArgs);
   const llm = await loadLLM(values);
   try {
     const t0 = performance.now();
-    const result = mmproj === null ? await llm.score(text) : await scoreWithImages(llm, mmproj, engineOptions(values).threads, text, pictures);
+    const result = images === null ? await llm.score(text) : await scoreWithImages(llm, images, engineOptions(values).threads, text);
     const seconds = (performance.now() - t0) / 1000;
     if (result.tokens.length < 2) throw new InputError(`${file}: the text has ${result.tokens.length} token(s), perplexity needs at least 2`);
     if (values.json === true) {
@@ -78,11 +67,9 @@ async function runPerplexity(values: ParsedValues, images: readonly string[]): P
 }
 
 /** The text's score with its images in place of its markers: only the text tokens listed, each scored from the position before it. */
-async function scoreWithImages(llm: LLM, mmproj: string, threads: number, text: string, images: ReturnType<typeof decodeImage>[]): Promise<ScoreResult> {
-  const vision = VisionModel.open(mmproj, threads);
-  try {
-    vision.checkLanguageModel(llm.files[0]!, llm.checkpoint.config.dim);
-    const prompt = vision.prompt(text, images, llm.tokenizer, llm.addBos);
+async function scoreWithImages(llm: LLM, inputs: ImageInputs, threads: number, text: string): Promise<ScoreResult> {
+  return withVision(llm, inputs.mmproj, threads, async (vision) => {
+    const prompt = vision.prompt(text, inputs.images, llm.tokenizer, llm.addBos);
     const full = await llm.score(prompt.tokens, prompt.tokens.length, prompt.embeds);
     const keep = prompt.isText.map((t, j) => t && j > 0);
     const pick = (xs: number[]) => xs.filter((_, i) => keep[i + 1]);
@@ -92,9 +79,7 @@ async function scoreWithImages(llm: LLM, mmproj: string, threads: number, text: 
       tokens: prompt.tokens.filter((_, j) => prompt.isText[j]), token_logprobs: tokenLogprobs, top_tokens: pick(full.top_tokens),
       ppl: Math.exp(-mean), window: full.window,
     };
-  } finally {
-    vision.close();
-  }
+  });
 }
 
 /** Running perplexity after each window ("[1]5.1234,[2]...") and the final estimate with its standard error. */
