@@ -12,7 +12,9 @@
 //
 // A batch describes each sequence with four i32 (SEQ_INFO_INTS):
 //   queryStart   index of its first new token in the batch (rows of q and out)
-//   queryCount   number of new tokens (1 for decode, a chunk for prefill)
+//   queryCount   number of new tokens (1 for decode, a chunk for prefill); negative, -n: n tokens
+//                that attend in both directions among themselves (an image's tokens in Gemma 3):
+//                each sees every key up to contextLen, not only those up to its own position
 //   contextLen   tokens in the cache once this step's keys are written (last position + 1)
 //   blockTable   address of its i32 block table
 
@@ -157,6 +159,11 @@ const SCALED_QUERY_LIMIT: f32 = 32768;
  * same 16-position tiles as without a window, from the one holding its window's first key, and in
  * that tile only the keys from there on, so its bits do not depend on the chunk either.
  *
+ * A record of -n queries (bidirectional) is the same but for the causal limit: each of its
+ * queries sees the keys up to contextLen (the later ones of the record included), still from its
+ * own window's first key; a prompt holding one is described as several records (the tokens before,
+ * the bidirectional span, the tokens after), each causal but the span.
+ *
  * Work items are (sequence, kv head) pairs, item = seq * nKvHeads + kvHead; a thread computes
  * items [itemStart, itemEnd) and every output element is computed by exactly one item. Within an
  * item, tiles of ATTN_TILE positions are the outer loop and the chunk's queries the inner one, so
@@ -204,7 +211,9 @@ export function pagedAttention(
     const kvHead = item - seq * nKvHeads;
     const info = seqInfo + (<usize>(seq * SEQ_INFO_INTS) << 2);
     const queryStart = load<i32>(info);
-    const queryCount = load<i32>(info, 4);
+    const countField = load<i32>(info, 4);
+    const bidirectional = countField < 0;
+    const queryCount = bidirectional ? -countField : countField;
     const contextLen = load<i32>(info, 8);
     const table = <usize>load<i32>(info, 12);
     const firstPos = contextLen - queryCount;
@@ -253,12 +262,12 @@ export function pagedAttention(
         keyRows = wideRows;
         valueOffset = vTileOffset;
       }
-      // Queries at or after the tile's start whose window reaches into it.
+      // Queries at or after the tile's start (any, when bidirectional) whose window reaches into it.
       const lastQuery = window > 0 ? min(queryCount, tileStart + ATTN_TILE - 1 + window - firstPos) : queryCount;
-      for (let i = max(0, tileStart - firstPos); i < lastQuery; i++) {
+      for (let i = bidirectional ? 0 : max(0, tileStart - firstPos); i < lastQuery; i++) {
         const pos = firstPos + i;
         const lo = window > 0 ? max(tileStart, pos - window + 1) - tileStart : 0;
-        const n = min(ATTN_TILE, pos + 1 - tileStart) - lo;
+        const n = min(ATTN_TILE, (bidirectional ? contextLen : pos + 1) - tileStart) - lo;
         const tileKeys = keyRows + (<usize>lo << 2);
         for (let g = 0; g < group; g += HEAD_BATCH) {
           const off = headOffset(queryStart + i, kvHead * group + g, qStride, headDim);

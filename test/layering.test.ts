@@ -5,7 +5,9 @@
  * summaries of what the backend stores) sit where their imports put them. `constraint` is the
  * sampling side of a constraint, below everything that makes or applies one; `llm` is the front
  * door, which composes chat/, tools/ and grammar/ with the engine core, so the core (engine/)
- * imports none of them although they sit below it.
+ * imports none of them although they sit below it. `vision` (image encoders, image decoding and
+ * preprocessing) sits on the backend's kernels; it hands the front door rows of embeddings, so the
+ * engine never imports it.
  */
 import { expect, test } from "bun:test";
 import { readdirSync, readFileSync, statSync } from "node:fs";
@@ -13,7 +15,7 @@ import { dirname, join, relative, resolve } from "node:path";
 
 const SRC = resolve(import.meta.dir, "../src");
 const LAYERS = [
-  "util", "errors", "kv", "model", "kv-disk", "tokenizer", "backend", "hub", "synth",
+  "util", "errors", "kv", "model", "kv-disk", "tokenizer", "backend", "vision", "hub", "synth",
   "constraint", "chat", "tools", "grammar", "engine", "embed", "llm", "server", "bench", "cli", "index",
 ] as const;
 

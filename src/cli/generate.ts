@@ -12,9 +12,11 @@ import type { GenerateRequest } from "../llm/generate-request.ts";
 import type { LLM } from "../llm/llm.ts";
 import { jsonlRequests, promptFileRequests, promptRequest, promptsDirRequests, requestErrorText, type InputRequest } from "./inputs.ts";
 import {
-  checkKnownOptions, engineArgs, modelArgs, speculativeArgs, repeated, requestDefaults, samplingArgs, type ParsedValues, type RequestDefaults,
+  checkKnownOptions, engineArgs, engineOptions, modelArgs, speculativeArgs, repeated, requestDefaults, samplingArgs, type ParsedValues, type RequestDefaults,
 } from "./options.ts";
 import { loadLLM, noteChatFormat } from "./load.ts";
+import { imageArgs, imageInputs, withVision, type ImageInputs } from "./image-options.ts";
+import type { VisionModel } from "../vision/vision-model.ts";
 import { constraintArgs, constraintOption } from "./constraint-options.ts";
 import { ProgressBar } from "./batch-progress.ts";
 import { ResultsFile } from "./results-file.ts";
@@ -44,6 +46,7 @@ export const generateArgs = {
   "chat-template-kwargs": { type: "string", description: 'More chat template variables as a JSON object, e.g. \'{"enable_thinking": false}\' for Qwen3', valueHint: "json" },
   ...samplingArgs,
   ...constraintArgs,
+  ...imageArgs,
   ...engineArgs,
   ...speculativeArgs,
 } as const satisfies ArgsDef;
@@ -67,8 +70,13 @@ async function runGenerate(values: ParsedValues, rawArgs: readonly string[]): Pr
   if (values.logprobs !== undefined && values.json !== true && output === null) {
     throw new InputError("--logprobs adds log-probabilities to JSON results: give --json or --output FILE too");
   }
-  const todo = inputs.filter((r) => !output?.doneIds.has("request" in r ? r.request.id! : r.rejected.id));
+  const images = imageInputs(values, rawArgs);
+  if (images !== null && (inputs.length !== 1 || values.chat === true || !("request" in inputs[0]!) || inputs[0].request.prompt === undefined)) {
+    throw new InputError("--image goes with one text prompt (--prompt or --prompt-file) holding a <__media__> marker per image, without --chat");
+  }
+  let todo = inputs.filter((r) => !output?.doneIds.has("request" in r ? r.request.id! : r.rejected.id));
   const llm = await loadLLM(values);
+  if (images !== null) todo = await withVision(llm, images.mmproj, engineOptions(values).threads, async (vision) => todo.map((r) => imagePrompt(r, vision, images, llm)));
   if (values.chat === true || todo.some((r) => "request" in r && r.request.messages !== undefined)) noteChatFormat(llm, "--template");
   const json = values.json === true;
   const streamText = !json && todo.length === 1 && inputs.length === 1 && output === null;
@@ -124,6 +132,14 @@ async function runGenerate(values: ParsedValues, rawArgs: readonly string[]): Pr
   if (sink.errors.length > 0) {
     throw new RequestTooLongError(sink.errors.length === 1 ? sink.errors[0]! : `${sink.errors.length} requests were rejected (see their results)`);
   }
+}
+
+/** A text prompt with images in place of its markers: token ids and the images' spans (VisionModel.prompt). */
+function imagePrompt(r: InputRequest, vision: VisionModel, images: ImageInputs, llm: LLM): InputRequest {
+  if (!("request" in r) || r.request.prompt === undefined) return r;
+  const { prompt, ...rest } = r.request;
+  const p = vision.prompt(prompt, images.images, llm.tokenizer, llm.addBos);
+  return { ...r, request: { ...rest, promptTokenIds: p.tokens, embeds: p.embeds } };
 }
 
 /** A prompt as a user message (after the --system prompt, when given) of a chat request. */

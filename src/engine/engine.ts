@@ -12,6 +12,7 @@ import type { SecondTierStats } from "../kv/second-tier.ts";
 import type { SecondTierLink } from "../kv/tier-link.ts";
 import type { ModelForward } from "../backend/model-forward.ts";
 import type { WasmMemories } from "../backend/wasm/wasm-memories.ts";
+import { spanChunkEnd, stepSpans, type EmbeddedSpan } from "../model/batch.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
 import type { ModelConfig } from "../model/config.ts";
 import type { Tokenizer } from "../tokenizer/tokenizer.ts";
@@ -48,6 +49,8 @@ export interface EngineRequest {
   readonly cacheSalt: string | null;
   /** What each sample's output is held to, or null. */
   readonly constraint: RequestConstraint | null;
+  /** Spans of the prompt whose input rows are given (an image's), each keying the blocks it covers. */
+  readonly embeds?: readonly EmbeddedSpan[];
 }
 
 /**
@@ -243,6 +246,7 @@ export class LLMEngine {
     const maxTokens = request.samples[0]?.maxTokens ?? null;
     this.checkFits(request.promptTokenIds.length, maxTokens, request.samples.length);
     if (request.samples.some((p) => p.pooling !== undefined)) this.checkPooling(request);
+    for (const e of request.embeds ?? []) this.checkSpan(e, request.promptTokenIds.length);
     const n = request.samples.length;
     const seqs = request.samples.map((params, i) => this.newSequence(request, params, i, n));
     const [parent, ...children] = seqs as [Sequence, ...Sequence[]];
@@ -250,6 +254,17 @@ export class LLMEngine {
     for (const seq of seqs) this.marks.set(seq, { tokens: 0, logprobs: 0 });
     this.scheduler.add(parent, children.length);
     this.forks.add(parent, children);
+  }
+
+  /** A span of given input rows: inside the prompt, rows of the model's width, and (bidirectional) no longer than a step. */
+  private checkSpan(e: EmbeddedSpan, promptLength: number): void {
+    if (!Number.isInteger(e.offset) || !Number.isInteger(e.length) || e.offset < 0 || e.length < 1 || e.offset + e.length > promptLength) {
+      throw new RequestFieldError("embeds", `hold a span [${e.offset}, ${e.offset + e.length}) outside the ${promptLength}-token prompt`);
+    }
+    if (!(e.rows instanceof Float32Array) || e.rows.length !== e.length * this.config.dim) throw new RequestFieldError("embeds", `must hold ${e.length} rows of ${this.config.dim} values (a Float32Array)`);
+    if (e.bidirectional && e.length > this.options.maxNumBatchedTokens) {
+      throw new RequestTooLongError(`an image of ${e.length} tokens does not fit one step of ${this.options.maxNumBatchedTokens} tokens (a larger --batch-size)`, "prompt");
+    }
   }
 
   /** An embedding request (GenerationParams.pooling) computes its prompt and nothing after it: one sample, no constraint. */
@@ -452,7 +467,7 @@ export class LLMEngine {
    * and batch invariance makes the logits the same bits as one pass would give. The tokens must
    * fit the context and the free blocks of the pool; run it between steps.
    */
-  async score(tokens: readonly number[], onLogits: (position: number, logits: Float32Array) => void): Promise<void> {
+  async score(tokens: readonly number[], onLogits: (position: number, logits: Float32Array) => void, embeds: readonly EmbeddedSpan[] = []): Promise<void> {
     if (tokens.length === 0) return;
     if (tokens.length > this.maxPositions) {
       throw new RequestTooLongError(`${tokens.length} tokens do not fit the context of ${this.maxPositions} (a larger --ctx-size)`, "prompt");
@@ -460,16 +475,19 @@ export class LLMEngine {
     if (this.blocksToScore(tokens.length) > this.kv.numFreeBlocks) {
       throw new RequestTooLongError(`${tokens.length} tokens need more KV blocks than are free (${this.kv.numFreeBlocks} of ${this.options.blockSize} tokens; a larger --kv-cache-mb or --num-blocks)`, "prompt");
     }
-    const req = new Request({ id: `score-${this.counts.scored++}`, promptTokenIds: tokens });
+    // Embedded spans (an image's rows) are multimodal items of the request: their ids key its blocks' hashes.
+    const req = new Request({ id: `score-${this.counts.scored++}`, promptTokenIds: tokens, mmItems: embeds });
     try {
       const chunk = this.runner.maxScoredTokens;
-      for (let start = 0; start < tokens.length; start += chunk) {
-        const piece = tokens.slice(start, start + chunk);
+      for (let start = 0; start < tokens.length;) {
+        const end = spanChunkEnd(start, Math.min(tokens.length, start + chunk), embeds);
+        const piece = tokens.slice(start, end);
         // Chunk by chunk, so that a sliding window's blocks behind the chunk are released (kv-cache-manager.ts).
         if (this.kv.allocateSlots(req, piece.length) === null) throw new Error(`score: ${piece.length} tokens found no free KV blocks`);
-        const rows = await this.runner.scoreChunk(piece, start, this.kv.getBlockTables(req));
+        const rows = await this.runner.scoreChunk(piece, start, this.kv.getBlockTables(req), stepSpans(embeds, start, end));
         rows.forEach((row, i) => onLogits(start + i, row));
         req.numComputedTokens += piece.length;
+        start = end;
       }
       this.tierLink?.saveComputed();
     } finally {
@@ -538,7 +556,7 @@ export class LLMEngine {
     const ids = request.promptTokenIds;
     const constraint = request.constraint === null ? null : this.constraintFor(request.constraint, ids);
     return new Sequence(
-      { id: n === 1 ? request.id : `${request.id}#${index}`, promptTokenIds: ids, cacheSalt: request.cacheSalt ?? undefined },
+      { id: n === 1 ? request.id : `${request.id}#${index}`, promptTokenIds: ids, cacheSalt: request.cacheSalt ?? undefined, mmItems: request.embeds },
       params,
       replyDecoder(this.tokenizer, ids[ids.length - 1], params.shownTokenIds),
       this.options.speculative === null ? null : new Drafter(this.options.speculative),

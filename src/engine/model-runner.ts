@@ -4,7 +4,7 @@
  * WebGPU), and says where each request's logits are.
  */
 import type { KVCacheManager } from "../kv/kv-cache-manager.ts";
-import type { StepBatch } from "../model/batch.ts";
+import { stepSpans, type StepBatch, type StepSpan } from "../model/batch.ts";
 import type { ModelForward } from "../backend/model-forward.ts";
 import type { Request } from "../kv/request.ts";
 import type { ScheduledRequest } from "./scheduler.ts";
@@ -35,7 +35,8 @@ export class ModelRunner {
       const tokens = numDraft === 0 ? known.slice(start, end) : [...known.slice(start), ...req.draftTokenIds.slice(0, numDraft)];
       const numRows = end >= req.numTokens ? 1 + numDraft : 0;
       const hidden = numRows > 0 && pools(req);
-      return { first: batch.addSequence(tokens, start, this.kv.getBlockTables(req), hidden ? "hidden" : numRows), numRows, hidden };
+      const spans = req.mmItems.length === 0 ? [] : stepSpans(req.mmItems, start, end);
+      return { first: batch.addSequence(tokens, start, this.kv.getBlockTables(req), hidden ? "hidden" : numRows, spans), numRows, hidden };
     });
     await this.model.forward(batch);
     return spans.map(({ first, numRows, hidden }) =>
@@ -51,12 +52,14 @@ export class ModelRunner {
   /**
    * Teacher forcing: compute `tokens` at positions startPos.. of the sequence whose KV blocks are
    * `blockTables` (one per KV cache group), and return the logits after each of them (views, valid
-   * until the next call).
+   * until the next call). `spans`: rows that replace some of the tokens' input (StepBatch.addSequence).
    */
-  async scoreChunk(tokens: readonly number[], startPos: number, blockTables: readonly (readonly number[])[]): Promise<Float32Array[]> {
+  async scoreChunk(
+    tokens: readonly number[], startPos: number, blockTables: readonly (readonly number[])[], spans: readonly StepSpan[] = [],
+  ): Promise<Float32Array[]> {
     const batch = this.batch;
     batch.reset();
-    const first = batch.addSequence(tokens, startPos, blockTables, "all");
+    const first = batch.addSequence(tokens, startPos, blockTables, "all", spans);
     await this.model.forward(batch);
     return tokens.map((_, i) => this.model.logitsRow(first + i));
   }

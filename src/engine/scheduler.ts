@@ -65,6 +65,7 @@
  * whose prefill must continue in a later step has taken the whole step budget, so nothing else is
  * admitted until its remaining blocks are allocated and cached too.
  */
+import { spanChunkEnd } from "../model/batch.ts";
 import type { KVCacheManager } from "../kv/kv-cache-manager.ts";
 import type { Request } from "../kv/request.ts";
 import type { TierLoad } from "../kv/tier-link.ts";
@@ -198,7 +199,7 @@ export class Scheduler<R extends Request = Request> {
     for (let i = 0; i < this.running.length && budget > 0; i++) {
       const req = this.running[i]!;
       const decoding = isDecoding(req);
-      const numNew = Math.min(req.numTokens - req.numComputedTokens, budget, decoding ? Infinity : prefillBudget);
+      const numNew = wholeSpans(req, req.numComputedTokens, Math.min(req.numTokens - req.numComputedTokens, budget, decoding ? Infinity : prefillBudget), budget);
       if (numNew <= 0) continue;
       if (!this.allocateOrPreempt(req, numNew, out)) break;
       out.scheduled.push({ req, numNewTokens: numNew });
@@ -309,7 +310,8 @@ export class Scheduler<R extends Request = Request> {
       const extra = this.extraSeats.get(req) ?? 0;
       if (this.numSeats + 1 + extra > this.opts.maxNumSeqs) break;
       const hit = this.kv.getComputedBlocks(req);
-      const numNew = Math.min(req.numTokens - hit.numComputedTokens, budget);
+      const numNew = wholeSpans(req, hit.numComputedTokens, Math.min(req.numTokens - hit.numComputedTokens, budget), budget);
+      if (numNew <= 0) break;
       const free = this.kv.freeBlocksAfter(req, numNew, hit.numComputedTokens, hit.groups);
       if (free < this.reserveFor(extra) || free < this.roomToFinish(req, hit.numComputedTokens + numNew, extra)) break;
       this.kv.allocateSlots(req, numNew, hit.numComputedTokens, hit.groups);
@@ -415,4 +417,14 @@ export class Scheduler<R extends Request = Request> {
  */
 function isDecoding(req: Request): boolean {
   return req.numComputedTokens >= req.numPromptTokens && req.numTokens - req.numComputedTokens === 1;
+}
+
+/**
+ * `numNew` tokens of `req` from `start`, cut so that no step splits a span whose tokens attend to
+ * each other (an image in Gemma 3, StepBatch): before it, or through its end within `budget`.
+ * Unchanged for a request without such spans.
+ */
+function wholeSpans(req: Request, start: number, numNew: number, budget: number): number {
+  if (req.mmItems.length === 0 || numNew <= 0) return numNew;
+  return spanChunkEnd(start, start + numNew, req.mmItems, budget, false) - start;
 }

@@ -10,6 +10,13 @@ export interface MultimodalItem {
   readonly id: string;
   readonly offset: number;
   readonly length: number;
+  /**
+   * The rows that stand in for its placeholder tokens at the model's input (an image's encoder
+   * output, length x the model's width), carried for the engine; the hash reads only id, offset, length.
+   */
+  readonly rows?: Float32Array;
+  /** Its tokens attend to each other in both directions (Gemma 3's images): a step computes them together. */
+  readonly bidirectional?: boolean;
 }
 
 export interface RequestOptions {
@@ -58,7 +65,7 @@ export class Request {
     this.tokens = opts.promptTokenIds.slice();
     this.cacheSalt = opts.cacheSalt ? opts.cacheSalt : null;
     this.loraName = opts.loraName ? opts.loraName : null;
-    const items = (opts.mmItems ?? []).map((item) => ({ id: item.id, offset: item.offset, length: item.length }));
+    const items = (opts.mmItems ?? []).map((item): MultimodalItem => ({ ...item }));
     for (const item of items) {
       const fits = Number.isInteger(item.offset) && Number.isInteger(item.length) && item.offset >= 0 && item.length > 0;
       if (!fits || item.offset + item.length > this.tokens.length) {

@@ -19,6 +19,7 @@
  * long batches. A step that throws (a worker died) ends every request with the error; the loop
  * goes on.
  */
+import type { EmbeddedSpan } from "../model/batch.ts";
 import { EngineClosedError, InputError, QueueFullError, RequestFieldError } from "../errors.ts";
 import type { KVLayout } from "../kv/kv-layout.ts";
 import type { DeviceKind } from "../backend/model-forward.ts";
@@ -103,6 +104,8 @@ export interface ScoreRequest {
   topLogprobs?: number;
   /** Also return the logits after each token (copies), every position of every window. */
   logits?: boolean;
+  /** Spans of the tokens whose input rows are given (an image's, placeholder tokens in `tokens`); the prompt then fits one window. */
+  embeds?: readonly EmbeddedSpan[];
 }
 
 /** `perplexity` over a text: its tokens and, for each position i, log p(tokens[i+1] | tokens[0..i]). */
@@ -253,6 +256,8 @@ export class EngineClient {
     const tokens = [...request.tokens];
     const window = request.window ?? this.engine.maxPositions;
     if (!Number.isInteger(window) || window < 1) throw new InputError(`scoring window must be a positive integer, got ${window}`);
+    const embeds = request.embeds ?? [];
+    if (embeds.length > 0 && tokens.length > window) throw new InputError(`a prompt with images is scored in one window: its ${tokens.length} tokens exceed ${window}`);
     const top = request.topLogprobs;
     const tokenLogprobs: number[] = [];
     const topTokens: number[] = [];
@@ -270,7 +275,7 @@ export class EngineClient {
           tokenLogprobs.push(logits[next]! - logSumExp(logits));
           topTokens.push(argmax(logits));
           if (top !== undefined) alternatives.push(sampledLogprob(logits, next, top));
-        }),
+        }, embeds),
       );
     }
     const mean = tokenLogprobs.reduce((a, b) => a + b, 0) / Math.max(1, tokenLogprobs.length);

@@ -6,6 +6,7 @@
  * names it its own way (RequestFieldError.renamed). Limits that depend on the model (token ids,
  * samples per step) come in RequestLimits.
  */
+import type { EmbeddedSpan } from "../model/batch.ts";
 import { RequestFieldError } from "../errors.ts";
 import { reservedVariable, type ChatMessage, type ChatToolCall } from "../chat/jinja-template.ts";
 import { checkTools, type CheckedTools, type ToolChoice, type ToolDefinition } from "../tools/tool-types.ts";
@@ -73,6 +74,11 @@ export interface GenerateRequest {
    * Absent: no bound. A model without reasoning markers ignores it.
    */
   reasoningBudget?: number;
+  /**
+   * With `promptTokenIds`: spans of them whose input rows are given (an image prompt's, made by
+   * src/vision/ from the image and its encoder), each also keying the cached blocks it covers.
+   */
+  embeds?: readonly EmbeddedSpan[];
 }
 
 /**
@@ -465,6 +471,7 @@ export const JSON_FIELD_NAMES: Readonly<Record<keyof GenerateRequest, string>> =
   parallelToolCalls: "parallel_tool_calls",
   constraint: "constraint",
   reasoningBudget: "reasoning_budget",
+  embeds: "images",
 };
 
 /** The JSON name of a request property (the property itself when it has none). */

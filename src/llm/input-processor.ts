@@ -6,6 +6,7 @@
  * (RequestFieldError, RequestTooLongError). It also answers the tokenizer's questions a server
  * asks (/tokenize, /detokenize) the way prepare() would tokenize.
  */
+import type { EmbeddedSpan } from "../model/batch.ts";
 import { InputError, ModelFormatError, RequestFieldError } from "../errors.ts";
 import type { ChatMessage } from "../chat/jinja-template.ts";
 import type { ChatPrompt } from "../tools/chat-prompt.ts";
@@ -123,7 +124,8 @@ export class InputProcessor {
     const budget = reasoning === null ? null : checked.reasoningBudget;
     const constraint = spec === null && budget === null ? null
       : { create: spec === null ? null : this.compile(spec), reasoning, reasoningBudget: budget };
-    return new PreparedRequest({ id, promptTokenIds, samples, cacheSalt: checked.cacheSalt, constraint }, checked, reply);
+    const embeds = checkedEmbeds(request.embeds, checked);
+    return new PreparedRequest({ id, promptTokenIds, samples, cacheSalt: checked.cacheSalt, constraint, ...(embeds === null ? {} : { embeds }) }, checked, reply);
   }
 
   /**
@@ -209,4 +211,12 @@ function generationParams(r: CheckedRequest, index: number, shownTokenIds: Reado
   if (r.logprobs !== null) params.logprobs = r.logprobs;
   if (r.ignoreEos) params.ignoreEos = true;
   return params;
+}
+
+/** A request's embedded spans: only with token ids (the engine checks each span against the prompt and the model). */
+function checkedEmbeds(embeds: unknown, checked: CheckedRequest): readonly EmbeddedSpan[] | null {
+  if (embeds === undefined) return null;
+  if (!Array.isArray(embeds)) throw new RequestFieldError("embeds", "must be an array of spans");
+  if (checked.prompt.kind !== "tokens") throw new RequestFieldError("embeds", "apply only to promptTokenIds");
+  return embeds as readonly EmbeddedSpan[];
 }

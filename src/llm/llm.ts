@@ -2,6 +2,7 @@
  * The library's front door: load a model with its tokenizer, then generate text for one or many
  * prompts through the continuous-batching engine. The CLI is a thin layer over this class.
  */
+import type { EmbeddedSpan } from "../model/batch.ts";
 import { InputError, ModelCapabilityError, ModelFormatError, RequestFieldError, RequestTooLongError } from "../errors.ts";
 import { quoteFileText } from "../util/file-text.ts";
 import type { Checkpoint } from "../model/checkpoint.ts";
@@ -400,11 +401,12 @@ export class LLM {
    * Teacher-forced log-probabilities of a text (or of token ids, BOS included if wanted), as
    * llama-perplexity scores it: in windows of `window` tokens (default: the context), each starting
    * with an empty KV cache; every position predicts the token after it, the last of a window the
-   * first of the next, so each of the n - 1 transitions is scored exactly once.
+   * first of the next, so each of the n - 1 transitions is scored exactly once. `embeds`: spans of
+   * token ids whose input rows are given (an image prompt's, src/vision/), scored in one window.
    */
-  score(input: string | readonly number[], window?: number): Promise<ScoreResult> {
+  score(input: string | readonly number[], window?: number, embeds?: readonly EmbeddedSpan[]): Promise<ScoreResult> {
     const tokens = typeof input === "string" ? this.encode(input) : [...input];
-    return this.client.score({ tokens, window });
+    return this.client.score({ tokens, window, ...(embeds === undefined ? {} : { embeds }) });
   }
 
   /** Run requests to completion and return their results in request order (a request of n samples: n results, by index). */

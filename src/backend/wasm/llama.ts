@@ -211,6 +211,12 @@ export class LlamaModel {
     if (this.part.embed) {
       ops.embed(a.x, w.tokenEmbedding, batch.tokens, T);
       if (c.embedScale !== undefined) ops.scale(a.x, c.embedScale, T * c.dim); // gemma3: times sqrt(dim)
+      // An image's rows replace its placeholder tokens' embeddings, unscaled (StepBatch.inputRows).
+      if (batch.inputRows.length > 0 && this.numerics === "runq") throw new Error("forward: runq numerics take token prompts only");
+      for (const { row, rows } of batch.inputRows) {
+        if (row * c.dim + rows.length > T * c.dim) throw new Error("forward: input rows beyond the batch");
+        ops.mem.f32.set(rows, (a.x >>> 2) + row * c.dim);
+      }
     }
 
     for (let l = this.part.firstLayer; l < this.part.endLayer; l++) {

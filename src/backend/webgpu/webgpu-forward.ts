@@ -47,6 +47,7 @@ export class WebGpuForward implements ModelForward, KVBlockIO {
   }
 
   async forward(batch: StepBatch): Promise<void> {
+    if (batch.inputRows.length > 0) throw new DeviceError("images run on the WebAssembly backend (--device wasm); the WebGPU one takes token prompts only");
     ({ logits: this.logits, hidden: this.hidden } = await this.model.forward(batch, this.cpu));
   }
 
