@@ -350,7 +350,7 @@ describe("Q5_0 stored as Q8_0", () => {
   });
 });
 
-describe("F16 and BF16 products of many tokens, bit for bit against the scalar order", () => {
+describe("products of many tokens, past a token block", () => {
   // matmulF16/BF16 widen a row once per block of tokens and take the tokens three, two or one at a
   // time; every element must still be rowDot's reduction: column k to lane k & 15 (four
   // accumulators of four lanes) while whole 16-column groups last, then (a0 + a1) + (a2 + a3)
@@ -366,7 +366,7 @@ describe("F16 and BF16 products of many tokens, bit for bit against the scalar o
     return s;
   }
   const MANY_T = 700;
-  const WIDTH = 331;
+  const WIDTH = 2048;
   const single = new CpuBackend(1);
   single.reserveScratch(MANY_T, WIDTH, 1, 64, 0, true);
   const pair = new CpuBackend(2);
@@ -376,12 +376,12 @@ describe("F16 and BF16 products of many tokens, bit for bit against the scalar o
     pair.close();
   });
   for (const type of ["F16", "BF16"] as const) {
-    test(`${type}: odd widths, T from 1 to ${MANY_T} (past one token block), one and two threads`, () => {
+    test(`${type}: bit for bit against the scalar order, odd widths, T from 1 to ${MANY_T} (past one token block), one and two threads`, () => {
       const rng = new Xoshiro128(type === "F16" ? 4016 : 4030);
       // Widths below, at and past 16-column groups; T covering every remainder of three and more than one token block of the widest.
-      const cases: [number, number][] = [[1, 5], [15, 3], [16, 2], [17, 7], [33, 4], [47, 11], [101, 40], [WIDTH, 13], [WIDTH, 230], [WIDTH, MANY_T]];
+      const cases: [number, number][] = [[1, 5], [15, 3], [16, 2], [17, 7], [33, 4], [47, 11], [101, 40], [331, 13], [331, 230], [331, MANY_T]];
       for (const [cols, T] of cases) {
-        const rows = 1 + 2 * Math.floor(rng.nextFloat() * 12);
+        const rows = 65 + 2 * Math.floor(rng.nextFloat() * 12); // odd, and more than one claim of rows on two threads
         const w = randomArray(rng, rows * cols, 0.5);
         const x = randomArray(rng, T * cols, 2);
         const wd = dequantize(type, quantize(type, w), rows * cols);
@@ -394,6 +394,18 @@ describe("F16 and BF16 products of many tokens, bit for bit against the scalar o
         }
         expect(results[0]).toEqual(want);
       }
+    });
+  }
+  // The 32-value types take tokens in blocks of 128 KiB of int8 activations (64 tokens of 2048).
+  for (const type of ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "MXFP4"] as const) {
+    test(`${type}: T = 150 of 2048 columns (three token blocks) equal each token alone, on one and two threads`, () => {
+      const rng = new Xoshiro128(4100 + GGML_TYPE[type]);
+      const rows = 97, cols = 2048, T = 150;
+      const w = randomArray(rng, rows * cols, 0.5);
+      const x = randomArray(rng, T * cols, 2);
+      const [one, two] = [single, pair].map((b) => productOn(b, type, w, rows, cols, x, T));
+      expect(two).toEqual(one!);
+      for (const t of [0, 63, 64, 127, 128, 149]) expect(productOn(single, type, w, rows, cols, x.subarray(t * cols, (t + 1) * cols), 1)).toEqual(one!.slice(t * rows, (t + 1) * rows));
     });
   }
 });
