@@ -14,7 +14,7 @@ export {
 } from "./runq";
 export { expF32 } from "./math";
 export { quantizeActQ8, actBytesPerToken, buildHalfTable, halfTableAddress } from "./ggml/common";
-export { matmulF16, matmulBF16, embedF16, embedBF16, roundActivations } from "./ggml/float";
+export { matmulF16, matmulBF16, embedF16, embedBF16, roundActivations, halfRowScratchBytes } from "./ggml/float";
 export {
   matmulQ8_0, matmulQ4_0, matmulQ4_1, matmulQ5_0, matmulQ5_1, matmulMXFP4, embedQ8_0, embedQ4_0, embedQ4_1, embedQ5_0, embedQ5_1, embedMXFP4,
   transcodeQ5_0ToQ8_0,

@@ -16,6 +16,10 @@ import { llamaEmbeddingArgs, parseLlamaEmbedding, parseLlamaVersion } from "../s
 import { figuresOf, type AnyBenchReport } from "../src/bench/schema.ts";
 import type { EmbedResult } from "../src/bench/embed-throughput.ts";
 import { describeShared } from "./helpers/shared.ts";
+import { ensureInstructionEmbedder, INSTRUCTION_TOKENS, instructionInputs, parseInstructionShape, QUERY_TOKENS, QWEN3_EMBEDDING_SHAPE } from "../src/bench/embed-instruction.ts";
+import { readGGUF } from "../src/model/gguf.ts";
+import { filePooling } from "../src/model/pooling-type.ts";
+import { loadTokenizer } from "../src/tokenizer/load.ts";
 import { runPagellm } from "./helpers/cli.ts";
 import { PROCESS_TEST_MS } from "./helpers/limits.ts";
 
@@ -24,6 +28,7 @@ afterAll(() => rmSync(modelsDir, { recursive: true, force: true }));
 
 const TINY_BERT = "bert:dim=32,layers=1,heads=2,hidden=64";
 const TINY_NOMIC = "nomic-bert:dim=32,layers=2,heads=2,hidden=64";
+const TINY_QWEN3 = "dim=64,layers=1,heads=2,kv=1,head=32,hidden=128";
 
 describe("llama-embedding as the peer", () => {
   test("its command line: the file, the texts, the threads, 2048-token steps, the pooling, normalization off", () => {
@@ -130,5 +135,73 @@ describeShared("random encoders and their inputs", ["vocab/ggml-vocab-bert-bge.g
     expect(r.stdout).toContain("embeddings of 6 inputs of 8-20 tokens");
     expect(r.stdout).toMatch(/threads\s+batch\s+inputs\/s\s+tokens\/s\s+vs batch 1\s+vs 1 thread/);
     expect(r.stdout.split("\n").filter((line) => /^\s+1\s+[13]\s+\d/.test(line)).length).toBe(2);
+  }, PROCESS_TEST_MS);
+});
+
+describe("the instruction case's shapes and inputs", () => {
+  test("Qwen3-Embedding-0.6B's shape, --layers in place of its 28, custom shapes and their refusals", () => {
+    expect(parseInstructionShape("qwen3-embedding-0.6b")).toEqual({ name: "qwen3-embedding-0.6b", shape: QWEN3_EMBEDDING_SHAPE });
+    expect(parseInstructionShape("qwen3-embedding-0.6b", 4)).toEqual({ name: "qwen3-embedding-0.6b-l4", shape: { ...QWEN3_EMBEDDING_SHAPE, layers: 4 } });
+    expect(parseInstructionShape(TINY_QWEN3).shape).toEqual({ dim: 64, layers: 1, heads: 2, kvHeads: 1, headDim: 32, hidden: 128 });
+    expect(() => parseInstructionShape("dim=64,layers=1")).toThrow(/kv= is missing|heads= is missing/);
+    expect(() => parseInstructionShape("dim=64,layers=1,heads=3,kv=2,head=32,hidden=128")).toThrow(/multiple of kv/);
+    expect(() => parseInstructionShape("bge-small")).toThrow(/expected qwen3-embedding-0.6b/);
+  });
+
+  test("every input is the one instruction, a short query and the EOS; each repetition has queries of its own", () => {
+    const a = instructionInputs(7, 20, 1, 0);
+    const again = instructionInputs(7, 20, 1, 0);
+    const next = instructionInputs(7, 20, 1, 1);
+    expect(again).toEqual(a);
+    expect(a.instruction.length).toBe(INSTRUCTION_TOKENS);
+    expect(next.instruction).toEqual(a.instruction);
+    for (const ids of a.inputs) {
+      expect(ids.slice(0, INSTRUCTION_TOKENS)).toEqual(a.instruction);
+      expect(ids.at(-1)).toBe(7);
+      expect(ids.length - INSTRUCTION_TOKENS - 1).toBeGreaterThanOrEqual(QUERY_TOKENS.min);
+      expect(ids.length - INSTRUCTION_TOKENS - 1).toBeLessThanOrEqual(QUERY_TOKENS.max);
+    }
+    expect(new Set(a.inputs.map((ids) => ids.length)).size).toBeGreaterThan(3);
+    const queries = (x: typeof a) => x.inputs.map((ids) => ids.slice(INSTRUCTION_TOKENS).join(","));
+    expect(queries(next).filter((q) => queries(a).includes(q))).toEqual([]);
+  });
+});
+
+describeShared("the instruction case end to end", ["vocab/ggml-vocab-qwen2.gguf"], ([vocab]) => {
+  const vocabDir = join(vocab!, "..");
+
+  test("the random embedder is qwen3 with last-token pooling and an EOS after every text", () => {
+    const file = ensureInstructionEmbedder(parseInstructionShape(TINY_QWEN3), "Q8_0", modelsDir, vocabDir, () => {});
+    const gguf = readGGUF(file);
+    expect(gguf.getString("general.architecture")).toBe("qwen3");
+    expect(gguf.getU32("qwen3.block_count")).toBe(1);
+    expect(filePooling(gguf, "qwen3")).toBe("last");
+    const { tokenizer, addEos } = loadTokenizer(file, {});
+    expect(addEos).toBe(true);
+    const ids = tokenizer.encode("how do vaccines work", { addBos: false, addEos });
+    expect(ids.at(-1)).toBe(gguf.getU32("tokenizer.ggml.eos_token_id"));
+  });
+
+  test("cache off and on in one run: every query served its instruction from the cache when on, finite rates, the figures --compare reads", () => {
+    const r = runPagellm([
+      "bench", "embed", "--json", "--reps", "2", "--warmup", "1", "--workload", "instruction", "--instruction-shape", TINY_QWEN3,
+      "--models-dir", modelsDir, "--queries", "6", "--threads", "1",
+    ]);
+    expect(r.exitCode, r.stderr).toBe(0);
+    const report = JSON.parse(r.stdout) as AnyBenchReport;
+    const results = report.results as EmbedResult;
+    expect(results.models).toEqual([]);
+    expect(results.instruction!.length).toBe(1);
+    const x = results.instruction![0]!;
+    expect([x.model, x.layers, x.threads, x.queries]).toEqual(["qwen3-d64-l1-q2-kv1-h32-f128 Q8_0", 1, 1, 6]);
+    // 64 tokens are four whole KV blocks of 16: a hit serves all of them.
+    expect(x.cachedPerQuery).toBe(INSTRUCTION_TOKENS);
+    expect(x.tokens).toBeGreaterThanOrEqual(6 * (INSTRUCTION_TOKENS + QUERY_TOKENS.min + 1));
+    for (const v of [x.cacheOff.median, x.cacheOn.median, x.ratio]) expect(Number.isFinite(v) && v > 0).toBe(true);
+    expect(figuresOf(report).map((f) => f.key)).toEqual([
+      "qwen3-d64-l1-q2-kv1-h32-f128 Q8_0 instruction case, 1 thread: queries/s, prefix cache off",
+      "qwen3-d64-l1-q2-kv1-h32-f128 Q8_0 instruction case, 1 thread: queries/s, prefix cache on",
+      "qwen3-d64-l1-q2-kv1-h32-f128 Q8_0 instruction case, 1 thread: prefix cache on vs off",
+    ]);
   }, PROCESS_TEST_MS);
 });

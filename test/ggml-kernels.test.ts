@@ -40,6 +40,19 @@ function place(b: CpuBackend, type: GGMLType, w: Float32Array, rows: number, col
   return { kind: "ggml", type: GGML_TYPE[type], rows, cols, addr, rowBytes: bytes.length / rows };
 }
 
+/** out = W · x[t] for T tokens on backend b (W of `type`, placed and given back): the output as it came. */
+function productOn(b: CpuBackend, type: GGMLType, w: Float32Array, rows: number, cols: number, x: Float32Array, T: number): Float32Array {
+  const mark = b.mem.mark();
+  const m = place(b, type, w, rows, cols);
+  const xAddr = b.mem.alloc(4 * T * cols);
+  b.mem.f32.set(x, xAddr >> 2);
+  const out = b.mem.alloc(4 * T * rows);
+  b.matmul(out, xAddr, m, T);
+  const got = b.mem.f32.slice(out >> 2, (out >> 2) + T * rows);
+  b.mem.release(mark);
+  return got;
+}
+
 function dotRows(wd: Float32Array, cols: number, xr: Float64Array, r: number): { value: number; magnitude: number } {
   let value = 0;
   let magnitude = 0;
@@ -125,17 +138,7 @@ describe("the same bits at any thread count", () => {
       const T = 5;
       const w = randomArray(rng, rows * cols);
       const x = randomArray(rng, T * cols);
-      const results: Float32Array[] = [];
-      for (const b of [backend, pool]) {
-        const mark = b.mem.mark();
-        const m = place(b, type, w, rows, cols);
-        const xAddr = b.mem.alloc(4 * T * cols);
-        b.mem.f32.set(x, xAddr >> 2);
-        const out = b.mem.alloc(4 * T * rows);
-        b.matmul(out, xAddr, m, T);
-        results.push(b.mem.f32.slice(out >> 2, (out >> 2) + T * rows));
-        b.mem.release(mark);
-      }
+      const results = [backend, pool].map((b) => productOn(b, type, w, rows, cols, x, T));
       expect(results[1]).toEqual(results[0]!);
     });
   }
@@ -345,4 +348,64 @@ describe("Q5_0 stored as Q8_0", () => {
     }
     backend.mem.release(mark);
   });
+});
+
+describe("products of many tokens, past a token block", () => {
+  // matmulF16/BF16 widen a row once per block of tokens and take the tokens three, two or one at a
+  // time; every element must still be rowDot's reduction: column k to lane k & 15 (four
+  // accumulators of four lanes) while whole 16-column groups last, then (a0 + a1) + (a2 + a3)
+  // lane-wise, ((l0 + l1) + (l2 + l3)), then the tail columns in order.
+  const f = Math.fround;
+  function scalarOrder(w: Float32Array, x: Float64Array, cols: number): number {
+    const acc = new Float32Array(16);
+    const c16 = cols & ~15;
+    for (let k = 0; k < c16; k++) acc[k & 15] = f(acc[k & 15]! + f(w[k]! * x[k]!));
+    const lane = (l: number): number => f(f(acc[l]! + acc[4 + l]!) + f(acc[8 + l]! + acc[12 + l]!));
+    let s = f(f(lane(0) + lane(1)) + f(lane(2) + lane(3)));
+    for (let k = c16; k < cols; k++) s = f(s + f(w[k]! * x[k]!));
+    return s;
+  }
+  const MANY_T = 700;
+  const WIDTH = 2048;
+  const single = new CpuBackend(1);
+  single.reserveScratch(MANY_T, WIDTH, 1, 64, 0, true);
+  const pair = new CpuBackend(2);
+  pair.reserveScratch(MANY_T, WIDTH, 1, 64, 0, true);
+  afterAll(() => {
+    single.close();
+    pair.close();
+  });
+  for (const type of ["F16", "BF16"] as const) {
+    test(`${type}: bit for bit against the scalar order, odd widths, T from 1 to ${MANY_T} (past one token block), one and two threads`, () => {
+      const rng = new Xoshiro128(type === "F16" ? 4016 : 4030);
+      // Widths below, at and past 16-column groups; T covering every remainder of three and more than one token block of the widest.
+      const cases: [number, number][] = [[1, 5], [15, 3], [16, 2], [17, 7], [33, 4], [47, 11], [101, 40], [331, 13], [331, 230], [331, MANY_T]];
+      for (const [cols, T] of cases) {
+        const rows = 65 + 2 * Math.floor(rng.nextFloat() * 12); // odd, and more than one claim of rows on two threads
+        const w = randomArray(rng, rows * cols, 0.5);
+        const x = randomArray(rng, T * cols, 2);
+        const wd = dequantize(type, quantize(type, w), rows * cols);
+        const results = [single, pair].map((b) => productOn(b, type, w, rows, cols, x, T));
+        expect(results[1]).toEqual(results[0]!);
+        const want = new Float32Array(T * rows);
+        for (let t = 0; t < T; t++) {
+          const xr = activationsAsRead(type, x.subarray(t * cols, (t + 1) * cols), cols);
+          for (let r = 0; r < rows; r++) want[t * rows + r] = scalarOrder(wd.subarray(r * cols, (r + 1) * cols), xr, cols);
+        }
+        expect(results[0]).toEqual(want);
+      }
+    });
+  }
+  // The 32-value types take tokens in blocks of 128 KiB of int8 activations (64 tokens of 2048).
+  for (const type of ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "MXFP4"] as const) {
+    test(`${type}: T = 150 of 2048 columns (three token blocks) equal each token alone, on one and two threads`, () => {
+      const rng = new Xoshiro128(4100 + GGML_TYPE[type]);
+      const rows = 97, cols = 2048, T = 150;
+      const w = randomArray(rng, rows * cols, 0.5);
+      const x = randomArray(rng, T * cols, 2);
+      const [one, two] = [single, pair].map((b) => productOn(b, type, w, rows, cols, x, T));
+      expect(two).toEqual(one!);
+      for (const t of [0, 63, 64, 127, 128, 149]) expect(productOn(single, type, w, rows, cols, x.subarray(t * cols, (t + 1) * cols), 1)).toEqual(one!.slice(t * rows, (t + 1) * rows));
+    });
+  }
 });

@@ -10,7 +10,7 @@
 // (a0 + a1) + (a2 + a3) lane-wise, ((l0 + l1) + (l2 + l3)), and the columns past the last
 // multiple of 16 in order: the same operations for any T and any row range. (One accumulator
 // chains every add: four run 1.7x faster for BF16.)
-// matmulX(out, x, w, T, cols, outStride, rowStart, rowEnd).
+// matmulX(out, x, w, T, cols, outStride, scratch, rowStart, rowEnd), scratch: halfRowScratchBytes(cols) per thread.
 
 import { halfToF32, sumLanes } from "./common";
 
@@ -108,21 +108,151 @@ export function roundActivations(dst: usize, x: usize, n: i32, bf16: i32): void 
   }
 }
 
-@inline function matmulHalf(out: usize, x: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32, bf16: bool): void {
-  for (let r = rowStart; r < rowEnd; r++) {
-    const row = w + <usize>(r * cols * 2);
-    for (let t = 0; t < T; t++) {
-      store<f32>(out + (<usize>(t * outStride + r) << 2), rowDot(row, x + (<usize>(t * cols) << 2), cols, bf16));
+/**
+ * Tokens' activations a pass over the rows keeps in the second-level cache: 64 Ki floats
+ * (256 KiB) of x per token block. Each row is widened once per block, and x is read from the
+ * cache for every row instead of from memory (a batch of encoder inputs is thousands of tokens).
+ */
+const TOKEN_BLOCK_FLOATS: i32 = 65536;
+
+/** Bytes of per-thread scratch matmulF16 and matmulBF16 need for rows of `cols` values: one row widened to f32. */
+export function halfRowScratchBytes(cols: i32): i32 {
+  return cols << 2;
+}
+
+/** Row `row`'s 16-bit weights as f32 at dst: rowDot's SIMD widening for the 16-column groups, scalarWeight's for the tail. */
+@inline function widenRow(dst: usize, row: usize, cols: i32, bf16: bool): void {
+  const c16 = cols & ~15;
+  for (let k = 0; k < c16; k += 16) {
+    const h0 = v128.load(row + <usize>(k * 2));
+    const h1 = v128.load(row + <usize>(k * 2), 16);
+    const d = dst + (<usize>k << 2);
+    v128.store(d, lowFour(h0, bf16));
+    v128.store(d, highFour(h0, bf16), 16);
+    v128.store(d, lowFour(h1, bf16), 32);
+    v128.store(d, highFour(h1, bf16), 48);
+  }
+  for (let k = c16; k < cols; k++) store<f32>(dst + (<usize>k << 2), scalarWeight(row + <usize>(k * 2), bf16));
+}
+
+/** rowDot over a widened row w (f32): the same operations on the same values, so the same bits. */
+@inline function wideDot(w: usize, x: usize, cols: i32): f32 {
+  const c16 = cols & ~15;
+  let a0 = f32x4.splat(0), a1 = f32x4.splat(0), a2 = f32x4.splat(0), a3 = f32x4.splat(0);
+  for (let k = 0; k < c16; k += 16) {
+    const o = <usize>k << 2;
+    a0 = f32x4.add(a0, f32x4.mul(v128.load(w + o), v128.load(x + o)));
+    a1 = f32x4.add(a1, f32x4.mul(v128.load(w + o, 16), v128.load(x + o, 16)));
+    a2 = f32x4.add(a2, f32x4.mul(v128.load(w + o, 32), v128.load(x + o, 32)));
+    a3 = f32x4.add(a3, f32x4.mul(v128.load(w + o, 48), v128.load(x + o, 48)));
+  }
+  let s = sumLanes(f32x4.add(f32x4.add(a0, a1), f32x4.add(a2, a3)));
+  for (let k = c16; k < cols; k++) s += load<f32>(w + (<usize>k << 2)) * load<f32>(x + (<usize>k << 2));
+  return s;
+}
+
+/** wideDot for two tokens x0 and x1 at once (each weight load serves both), results at o0 and o1. */
+@inline function wideDot2(w: usize, x0: usize, x1: usize, cols: i32, o0: usize, o1: usize): void {
+  const c16 = cols & ~15;
+  let a0 = f32x4.splat(0), a1 = f32x4.splat(0), a2 = f32x4.splat(0), a3 = f32x4.splat(0);
+  let b0 = f32x4.splat(0), b1 = f32x4.splat(0), b2 = f32x4.splat(0), b3 = f32x4.splat(0);
+  for (let k = 0; k < c16; k += 16) {
+    const o = <usize>k << 2;
+    const w0 = v128.load(w + o), w1 = v128.load(w + o, 16), w2 = v128.load(w + o, 32), w3 = v128.load(w + o, 48);
+    a0 = f32x4.add(a0, f32x4.mul(w0, v128.load(x0 + o)));
+    a1 = f32x4.add(a1, f32x4.mul(w1, v128.load(x0 + o, 16)));
+    a2 = f32x4.add(a2, f32x4.mul(w2, v128.load(x0 + o, 32)));
+    a3 = f32x4.add(a3, f32x4.mul(w3, v128.load(x0 + o, 48)));
+    b0 = f32x4.add(b0, f32x4.mul(w0, v128.load(x1 + o)));
+    b1 = f32x4.add(b1, f32x4.mul(w1, v128.load(x1 + o, 16)));
+    b2 = f32x4.add(b2, f32x4.mul(w2, v128.load(x1 + o, 32)));
+    b3 = f32x4.add(b3, f32x4.mul(w3, v128.load(x1 + o, 48)));
+  }
+  let s = sumLanes(f32x4.add(f32x4.add(a0, a1), f32x4.add(a2, a3)));
+  let u = sumLanes(f32x4.add(f32x4.add(b0, b1), f32x4.add(b2, b3)));
+  for (let k = c16; k < cols; k++) {
+    const wk = load<f32>(w + (<usize>k << 2));
+    s += wk * load<f32>(x0 + (<usize>k << 2));
+    u += wk * load<f32>(x1 + (<usize>k << 2));
+  }
+  store<f32>(o0, s);
+  store<f32>(o1, u);
+}
+
+
+/** wideDot for three tokens at once. */
+@inline function wideDot3(w: usize, x0: usize, x1: usize, x2: usize, cols: i32, o0: usize, o1: usize, o2: usize): void {
+  const c16 = cols & ~15;
+  let a0 = f32x4.splat(0), a1 = f32x4.splat(0), a2 = f32x4.splat(0), a3 = f32x4.splat(0);
+  let b0 = f32x4.splat(0), b1 = f32x4.splat(0), b2 = f32x4.splat(0), b3 = f32x4.splat(0);
+  let c0 = f32x4.splat(0), c1 = f32x4.splat(0), c2 = f32x4.splat(0), c3 = f32x4.splat(0);
+  for (let k = 0; k < c16; k += 16) {
+    const o = <usize>k << 2;
+    const w0 = v128.load(w + o);
+    a0 = f32x4.add(a0, f32x4.mul(w0, v128.load(x0 + o)));
+    b0 = f32x4.add(b0, f32x4.mul(w0, v128.load(x1 + o)));
+    c0 = f32x4.add(c0, f32x4.mul(w0, v128.load(x2 + o)));
+    const w1 = v128.load(w + o, 16);
+    a1 = f32x4.add(a1, f32x4.mul(w1, v128.load(x0 + o, 16)));
+    b1 = f32x4.add(b1, f32x4.mul(w1, v128.load(x1 + o, 16)));
+    c1 = f32x4.add(c1, f32x4.mul(w1, v128.load(x2 + o, 16)));
+    const w2 = v128.load(w + o, 32);
+    a2 = f32x4.add(a2, f32x4.mul(w2, v128.load(x0 + o, 32)));
+    b2 = f32x4.add(b2, f32x4.mul(w2, v128.load(x1 + o, 32)));
+    c2 = f32x4.add(c2, f32x4.mul(w2, v128.load(x2 + o, 32)));
+    const w3 = v128.load(w + o, 48);
+    a3 = f32x4.add(a3, f32x4.mul(w3, v128.load(x0 + o, 48)));
+    b3 = f32x4.add(b3, f32x4.mul(w3, v128.load(x1 + o, 48)));
+    c3 = f32x4.add(c3, f32x4.mul(w3, v128.load(x2 + o, 48)));
+  }
+  let s = sumLanes(f32x4.add(f32x4.add(a0, a1), f32x4.add(a2, a3)));
+  let u = sumLanes(f32x4.add(f32x4.add(b0, b1), f32x4.add(b2, b3)));
+  let v = sumLanes(f32x4.add(f32x4.add(c0, c1), f32x4.add(c2, c3)));
+  for (let k = c16; k < cols; k++) {
+    const wk = load<f32>(w + (<usize>k << 2));
+    s += wk * load<f32>(x0 + (<usize>k << 2));
+    u += wk * load<f32>(x1 + (<usize>k << 2));
+    v += wk * load<f32>(x2 + (<usize>k << 2));
+  }
+  store<f32>(o0, s);
+  store<f32>(o1, u);
+  store<f32>(o2, v);
+}
+
+/**
+ * One token: each row dotted as it is read. Several: tokens in blocks of TOKEN_BLOCK_FLOATS
+ * values; per block, each row is widened once into this thread's scratch (halfRowScratchBytes)
+ * and the block's tokens go over it two at a time. Every element is rowDot's operations in
+ * rowDot's order whatever the path, the block or the pairing: the same bits at any T.
+ */
+@inline function matmulHalf(out: usize, x: usize, w: usize, T: i32, cols: i32, outStride: i32, scratch: usize, rowStart: i32, rowEnd: i32, bf16: bool): void {
+  if (T == 1) {
+    for (let r = rowStart; r < rowEnd; r++) store<f32>(out + (<usize>r << 2), rowDot(w + <usize>(r * cols * 2), x, cols, bf16));
+    return;
+  }
+  const block = max(2, (TOKEN_BLOCK_FLOATS / cols) & ~1);
+  const xBytes = <usize>cols << 2;
+  const oBytes = <usize>outStride << 2;
+  for (let t0 = 0; t0 < T; t0 += block) {
+    const t1 = min(T, t0 + block);
+    for (let r = rowStart; r < rowEnd; r++) {
+      widenRow(scratch, w + <usize>(r * cols * 2), cols, bf16);
+      let xt = x + <usize>t0 * xBytes;
+      let o = out + <usize>t0 * oBytes + (<usize>r << 2);
+      let t = t0;
+      for (; t + 3 <= t1; t += 3, xt += 3 * xBytes, o += 3 * oBytes) wideDot3(scratch, xt, xt + xBytes, xt + 2 * xBytes, cols, o, o + oBytes, o + 2 * oBytes);
+      if (t + 2 <= t1) wideDot2(scratch, xt, xt + xBytes, cols, o, o + oBytes);
+      else if (t < t1) store<f32>(o, wideDot(scratch, xt, cols));
     }
   }
 }
 
-export function matmulF16(out: usize, x: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32): void {
-  matmulHalf(out, x, w, T, cols, outStride, rowStart, rowEnd, false);
+export function matmulF16(out: usize, x: usize, w: usize, T: i32, cols: i32, outStride: i32, scratch: usize, rowStart: i32, rowEnd: i32): void {
+  matmulHalf(out, x, w, T, cols, outStride, scratch, rowStart, rowEnd, false);
 }
 
-export function matmulBF16(out: usize, x: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32): void {
-  matmulHalf(out, x, w, T, cols, outStride, rowStart, rowEnd, true);
+export function matmulBF16(out: usize, x: usize, w: usize, T: i32, cols: i32, outStride: i32, scratch: usize, rowStart: i32, rowEnd: i32): void {
+  matmulHalf(out, x, w, T, cols, outStride, scratch, rowStart, rowEnd, true);
 }
 
 @inline function embedHalf(out: usize, w: usize, tokens: usize, T: i32, cols: i32, bf16: bool): void {

@@ -175,6 +175,13 @@ const MXFP4_PLUS_12 = i8x16(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6,
   if (n > 3) store<f32>(out + 3 * outStride, sumLanes(acc3) + mins3);
 }
 
+/**
+ * Bytes of int8 activations a pass over the rows keeps in the second-level cache: 128 KiB of
+ * values (plus a sixteenth in scales and sums) per token block. Without blocks, a step of
+ * thousands of tokens streamed all of them from memory for every row.
+ */
+const TOKEN_BLOCK_BYTES: i32 = 131072;
+
 @inline function matmulLegacy(
   kind: i32, out: usize, xq: usize, xd: usize, xs: usize, w: usize, T: i32, cols: i32, outStride: i32, rowStart: i32, rowEnd: i32,
 ): void {
@@ -183,17 +190,22 @@ const MXFP4_PLUS_12 = i8x16(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6,
   // from register pressure (one thread, us, pairs -> single: 2048x768 Q8_0 206 -> 100, Q5_0
   // 185 -> 131, Q5_1 164 -> 146, Q4_0 79 -> 92, Q4_1 99 -> 112; 768x2048 Q4_0 158 -> 89, Q4_1
   // 145 -> 110).
-  for (let r = rowStart; r < rowEnd; r++) {
-    const row = w + <usize>(r * rowBytes);
-    // Four tokens at a time, then the last 3 or 2 together, or the last one alone.
-    for (let t = 0; t < T; t += 4) {
-      const x = xq + <usize>(t * cols), scales = xd + (<usize>(t * (cols >> 5)) << 2), sums = xs + (<usize>(t * (cols >> 5)) << 2);
-      const o = out + (<usize>(t * outStride + r) << 2), os = <usize>outStride << 2;
-      const left = T - t;
-      if (left >= 4) rowDotGroup(kind, 4, row, x, scales, sums, cols, o, os);
-      else if (left == 3) rowDotGroup(kind, 3, row, x, scales, sums, cols, o, os);
-      else if (left == 2) rowDotGroup(kind, 2, row, x, scales, sums, cols, o, os);
-      else store<f32>(o, rowDot(kind, row, x, scales, sums, cols));
+  // Tokens in blocks whose activations stay in the second-level cache while every row reads them.
+  const block = max(4, (TOKEN_BLOCK_BYTES / cols) & ~3);
+  for (let t0 = 0; t0 < T; t0 += block) {
+    const t1 = min(T, t0 + block);
+    for (let r = rowStart; r < rowEnd; r++) {
+      const row = w + <usize>(r * rowBytes);
+      // Four tokens at a time, then the last 3 or 2 together, or the last one alone.
+      for (let t = t0; t < t1; t += 4) {
+        const x = xq + <usize>(t * cols), scales = xd + (<usize>(t * (cols >> 5)) << 2), sums = xs + (<usize>(t * (cols >> 5)) << 2);
+        const o = out + (<usize>(t * outStride + r) << 2), os = <usize>outStride << 2;
+        const left = t1 - t;
+        if (left >= 4) rowDotGroup(kind, 4, row, x, scales, sums, cols, o, os);
+        else if (left == 3) rowDotGroup(kind, 3, row, x, scales, sums, cols, o, os);
+        else if (left == 2) rowDotGroup(kind, 2, row, x, scales, sums, cols, o, os);
+        else store<f32>(o, rowDot(kind, row, x, scales, sums, cols));
+      }
     }
   }
 }

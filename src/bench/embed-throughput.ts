@@ -13,6 +13,7 @@ import { ratio, repeat, summarize, type RepeatOptions, type Summary } from "./me
 import { figure, fmtRatio, fmtSpread, progress, threadsLabel, type Figure, type Table } from "./bench-report.ts";
 import { embedInputs, type EmbedInputs } from "./embed-inputs.ts";
 import type { EmbeddingPeer } from "./peer-llama-embedding.ts";
+import { instructionFigures, instructionTable, runInstructionBench, type InstructionResult } from "./embed-instruction.ts";
 
 export const EMBED_BATCH_SIZES = [1, 32, 256];
 /** The comparison the bar is about, and the bar. */
@@ -33,6 +34,10 @@ export interface EmbedBenchOptions extends RepeatOptions {
   maxTokens: number;
   seed: number;
   peer: EmbeddingPeer | null;
+  /** Decoder embedders for the instruction case (embed-instruction.ts), each at every thread count. */
+  instruction: readonly EmbedModelFile[];
+  /** Queries of the instruction case. */
+  queries: number;
 }
 
 export interface EmbedPeerFigure {
@@ -70,6 +75,8 @@ export interface EmbedResult {
   maxTokens: number;
   target: typeof EMBED_TARGET;
   models: EmbedModelResult[];
+  /** The instruction case, prefix cache on against off (absent in reports made before it). */
+  instruction?: InstructionResult[];
 }
 
 /** `items` cut into runs of `size`. */
@@ -142,11 +149,21 @@ export async function runEmbedBench(o: EmbedBenchOptions): Promise<EmbedResult> 
     for (const row of result.rows) if (row.peer !== null) row.peer.ratio = ratio(row.inputsPerSecond, row.peer.inputsPerSecond);
     models.push(result);
   }
-  return { minTokens: o.minTokens, maxTokens: o.maxTokens, target: EMBED_TARGET, models };
+  const instruction: InstructionResult[] = [];
+  for (const file of o.instruction) {
+    for (const threads of o.threads) {
+      instruction.push(await runInstructionBench({ reps: o.reps, warmup: o.warmup, label: file.label, path: file.path, threads, queries: o.queries, seed: o.seed }));
+    }
+  }
+  return { minTokens: o.minTokens, maxTokens: o.maxTokens, target: EMBED_TARGET, models, instruction };
 }
 
 /** The figures --compare matches: inputs/s and tokens/s, and the ratios to llama.cpp. */
 export function embedFigures(r: EmbedResult): Figure[] {
+  return [...encoderFigures(r), ...(r.instruction ?? []).flatMap(instructionFigures)];
+}
+
+function encoderFigures(r: EmbedResult): Figure[] {
   return r.models.flatMap((m) => m.rows.flatMap((x) => {
     const at = `${m.model}, batch ${x.batch}, ${threadsLabel(x.threads)}`;
     return [
@@ -158,6 +175,10 @@ export function embedFigures(r: EmbedResult): Figure[] {
 }
 
 export function embedTables(r: EmbedResult): Table[] {
+  return [...encoderTables(r), ...(r.instruction ?? []).map(instructionTable)];
+}
+
+function encoderTables(r: EmbedResult): Table[] {
   return r.models.flatMap((m): Table[] => {
     const firstBatch = m.rows[0]?.batch ?? 1;
     const firstThreads = m.rows[0]?.threads ?? 1;
@@ -183,7 +204,12 @@ export function embedTables(r: EmbedResult): Table[] {
 
 export function embedNotes(r: EmbedResult, peer: boolean): string[] {
   return [
-    "pagellm is timed on LLM.embed calls given token ids (made of whole vocabulary words, checked once to equal its tokenization of the texts); each batch is one call, packed into steps of 2048 tokens",
+    ...(r.models.length > 0
+      ? ["pagellm is timed on LLM.embed calls given token ids (made of whole vocabulary words, checked once to equal its tokenization of the texts); each batch is one call, packed into steps of 2048 tokens"]
+      : []),
+    ...((r.instruction ?? []).length > 0
+      ? ["instruction case: one LLM.embed call of every query per repetition, token ids given (random ordinary BPE pieces, the file's EOS last), engine defaults otherwise; the cache-off engine runs every repetition first, then the cache-on one, the cache-on warm-up computing the instruction"]
+      : []),
     ...(peer && r.models.length > 0
       ? ["llama.cpp is given the texts, one process per batch (-c/-b/-ub 2048, the same packing); its time is read from its timestamped log, first step to perf summary (encoder passes and pooling), summed over the processes, without loading, warm-up or tokenizing"]
       : []),

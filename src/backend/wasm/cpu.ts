@@ -19,7 +19,8 @@ type GGMLMatrix = Extract<WeightMatrix, { kind: "ggml" }>;
 
 /**
  * A K-quant product's per-thread scratch: a 64-byte slot (a super-block's minimum sum), then
- * room to unpack one row for products of several tokens (kernels.unpackedRowBytes).
+ * room to unpack one row for products of several tokens (kernels.unpackedRowBytes). F16 and
+ * BF16 products use the same per-thread buffer for one row widened to f32 (halfRowScratchBytes).
  */
 const SUPER_BLOCK_SLOT_BYTES = 64;
 /**
@@ -93,9 +94,10 @@ const ALIGN = 64;
 function scratchSizes(kernels: Kernels, s: ScratchShape): { activations: number; superBlockPerThread: number; attentionPerThread: number } {
   const int8Bytes = kernels.actBytesPerToken(Math.ceil(s.maxWidth / 32) * 32);
   const unpacked = kernels.unpackedRowBytes(Math.ceil(s.maxWidth / 256) * 256);
+  const widened = s.roundedActivations ? kernels.halfRowScratchBytes(s.maxWidth) : 0;
   return {
     activations: (s.activationRows ?? s.maxTokens) * Math.max(int8Bytes, s.roundedActivations ? 4 * s.maxWidth : 0),
-    superBlockPerThread: SUPER_BLOCK_SLOT_BYTES + Math.ceil(unpacked / 64) * 64,
+    superBlockPerThread: Math.ceil(Math.max(SUPER_BLOCK_SLOT_BYTES + unpacked, widened) / 64) * 64,
     attentionPerThread: attentionScratchBytes(s.maxTokens * s.group, s.headDim),
   };
 }
@@ -444,8 +446,9 @@ export class CpuBackend {
     if (k.activations === "f16" || k.activations === "bf16") {
       if (!this.actRounded) throw new Error("activation scratch reserved without room for rounded activations");
       if (!prepared) this.kernels.roundActivations(this.actScratch, x, T * m.cols, k.activations === "bf16" ? 1 : 0);
-      const args = [out, this.actScratch, m.addr, T, m.cols, m.rows, 0, m.rows];
-      this.dispatch({ kernel: k.matmul, args, total: m.rows, granularity: 1, minChunk: GGML_MIN_CHUNK_ROWS }, parallel);
+      const args = [out, this.actScratch, m.addr, T, m.cols, m.rows, this.superBlockScratch, 0, m.rows];
+      const scratch = { arg: 6, stride: this.superBlockScratchBytes };
+      this.dispatch({ kernel: k.matmul, args, total: m.rows, granularity: 1, minChunk: GGML_MIN_CHUNK_ROWS, scratch }, parallel);
       return;
     }
     const block = activationBlock(k.activations);

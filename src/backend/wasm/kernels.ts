@@ -108,6 +108,8 @@ export interface Kernels {
   actBytesPerToken(cols: number): number;
   matmulF16: HalfMatmul;
   matmulBF16: HalfMatmul;
+  /** Per-thread scratch bytes of matmulF16 and matmulBF16 for rows of `cols` values (one row widened to f32). */
+  halfRowScratchBytes(cols: number): number;
   /** dst[i] = x[i] rounded to bfloat16 (bf16 = 1) or IEEE half (0), nearest even, as f32; n values. */
   roundActivations(dst: number, x: number, n: number, bf16: number): void;
   matmulQ8_0: BlockMatmul;
@@ -145,8 +147,13 @@ export interface Kernels {
   transcodeQ5_0ToQ8_0(dst: number, src: number, blocks: number): void;
 }
 
-/** out[t][r] = row r of the 16-bit float matrix w dotted with f32 x[t], rows [rowStart, rowEnd). */
-export type HalfMatmul = (out: number, x: number, w: number, T: number, cols: number, outStride: number, rowStart: number, rowEnd: number) => void;
+/**
+ * out[t][r] = row r of the 16-bit float matrix w dotted with f32 x[t], rows [rowStart, rowEnd);
+ * scratch: this thread's halfRowScratchBytes(cols).
+ */
+export type HalfMatmul = (
+  out: number, x: number, w: number, T: number, cols: number, outStride: number, scratch: number, rowStart: number, rowEnd: number,
+) => void;
 
 /**
  * out[t][r] = row r of the block-type matrix w dotted with token t's int8 activations (xq, xd, xs
